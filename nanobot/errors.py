@@ -1,0 +1,65 @@
+"""Typed errors raised inside nanobot; the CLI translates them once, at its edge.
+
+Each error carries the exit code the CLI should use and, where possible, a hint that
+tells the user how to fix the problem.
+"""
+
+from __future__ import annotations
+
+
+class NanobotError(Exception):
+    """Base class: a problem we can explain to the user without a traceback."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message}\n{self.hint}"
+
+
+class UsageError(NanobotError):
+    """The user asked for something that cannot work as asked (exit code 2)."""
+
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """The config file or a setting is invalid or missing."""
+
+
+class MissingKeyError(ConfigError):
+    """No API key is configured for the provider the model needs."""
+
+
+class SessionInUseError(UsageError):
+    """Another nanobot process holds the session's lock."""
+
+
+class ContextTooSmallError(ConfigError):
+    """The fixed part of the prompt does not fit the configured context window."""
+
+
+class ProviderError(NanobotError):
+    """The LLM provider failed; `retryable` says whether trying again could help."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        status: int | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+class ToolError(NanobotError):
+    """A tool could not do what was asked; becomes an error result for the model."""

@@ -1,0 +1,101 @@
+"""Durable file primitives: atomic rewrites, fsynced appends, and per-file OS locks."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+__all__ = ["atomic_write", "append_durably", "fsync_dir", "ExclusiveLock", "Timeout"]
+
+
+def fsync_dir(path: Path) -> None:
+    """fsync a folder so a rename or a new file inside it survives a crash."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: str | bytes, *, mode: int | None = None) -> None:
+    """Replace `path` with `data`: temp file in the same folder, fsync, rename, fsync folder.
+
+    Readers see either the old file or the new one, never a mix. `mode` sets permissions
+    before the data is written (so a key file is never briefly world-readable).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        if mode is not None:
+            os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(path.parent)
+
+
+def append_durably(path: Path, data: str | bytes) -> None:
+    """Append `data` to `path` and fsync before returning (creates the file if needed)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    created = not path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(payload)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if created:
+        fsync_dir(path.parent)
+
+
+class ExclusiveLock:
+    """An OS-level lock on `<path>.lock`, taken without waiting.
+
+    `acquire()` raises `filelock.Timeout` when another process holds it.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(str(path) + ".lock")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = FileLock(str(self.path), timeout=0, thread_local=False)
+
+    def acquire(self) -> None:
+        self._lock.acquire()
+
+    def release(self) -> None:
+        if self._lock.is_locked:
+            self._lock.release()
+
+    @property
+    def held(self) -> bool:
+        return self._lock.is_locked
+
+    def __enter__(self) -> "ExclusiveLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,69 @@
+"""The message shape used everywhere inside nanobot: OpenAI chat-completions dicts.
+
+    {"role": "system" | "user" | "assistant" | "tool",
+     "content": str | list[content parts] | None,
+     "tool_calls": [{"id", "type": "function", "function": {"name", "arguments": <JSON str>}}],
+     "tool_call_id": str, "name": str,          # tool results
+     "reasoning_content": str,                   # thinking text, assistant only
+     "timestamp": ISO-8601 str}                  # session bookkeeping, never sent
+
+Providers translate this shape to their wire format; sessions store it one per line.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+Message = dict[str, Any]
+
+# Keys a provider may receive; everything else (timestamp, ...) is bookkeeping.
+WIRE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
+
+
+def now_iso() -> str:
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def user(content: Any) -> Message:
+    return {"role": "user", "content": content}
+
+
+def assistant(content: str | None, tool_calls: list[dict] | None = None, **extra: Any) -> Message:
+    msg: Message = {"role": "assistant", "content": content}
+    if tool_calls:
+        msg["tool_calls"] = tool_calls
+    msg.update({k: v for k, v in extra.items() if v})
+    return msg
+
+
+def tool_result(call_id: str, name: str, content: str) -> Message:
+    return {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}
+
+
+def tool_call(call_id: str, name: str, arguments: dict | str) -> dict:
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+def text_of(content: Any) -> str:
+    """The plain text of a content value (a string, or a list of content parts)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == "text":
+                parts.append(str(part.get("text", "")))
+            elif isinstance(part, str):
+                parts.append(part)
+        return "\n".join(parts)
+    return str(content)
+
+
+def for_wire(msg: Message) -> Message:
+    """A copy of `msg` with only the keys a provider may receive."""
+    return {k: msg[k] for k in WIRE_KEYS if k in msg}

@@ -1,0 +1,90 @@
+"""The one small interface every LLM provider implements.
+
+Messages go in as OpenAI chat dicts (see nanobot/messages.py) plus OpenAI function-tool
+schemas; an LLMResponse comes out. Text deltas reach `on_delta` while streaming.
+Errors are raised as nanobot.errors.ProviderError (retryable or not); retrying is the
+caller's business (nanobot/providers/retry.py), so adapters stay simple.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from nanobot.messages import Message, assistant, tool_call
+
+DeltaCallback = Callable[[str], None]
+
+
+@dataclass
+class ToolCallRequest:
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    raw_arguments: str = ""
+    parse_error: str | None = None  # set when the model's arguments were not a JSON object
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass
+class LLMResponse:
+    content: str | None
+    tool_calls: list[ToolCallRequest] = field(default_factory=list)
+    finish_reason: str = "stop"  # "stop" | "tool_calls" | "length" | ...
+    usage: Usage = field(default_factory=Usage)
+    reasoning: str | None = None
+
+    def to_message(self) -> Message:
+        """The assistant message to append to the conversation."""
+        calls = [
+            tool_call(c.id, c.name, c.raw_arguments if c.parse_error else c.arguments)
+            for c in self.tool_calls
+        ]
+        return assistant(self.content, calls, reasoning_content=self.reasoning)
+
+
+def parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
+    """Parse tool-call arguments; never guess: malformed input yields ({}, reason)."""
+    if isinstance(raw, dict):
+        return raw, None
+    if raw is None or raw == "":
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError) as exc:
+        return {}, f"arguments are not valid JSON ({exc})"
+    if not isinstance(value, dict):
+        return {}, f"arguments must be a JSON object, got {type(value).__name__}"
+    return value, None
+
+
+class Provider(ABC):
+    """An LLM endpoint. `model` is the provider-side model name (no "provider/" prefix)."""
+
+    name: str = "provider"
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    @abstractmethod
+    async def chat(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,  # "auto" | "required" | {"name": ...}
+        max_tokens: int = 4096,
+        temperature: float = 0.1,
+        on_delta: DeltaCallback | None = None,
+    ) -> LLMResponse:
+        """One request. Raises ProviderError."""
+
+    async def aclose(self) -> None:
+        """Release connections."""

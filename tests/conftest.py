@@ -1,0 +1,46 @@
+"""Shared fixtures. Every test runs in a throwaway home with no real API keys."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+SECRET_ENV = (
+    "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "DEEPSEEK_API_KEY",
+    "BRAVE_API_KEY", "NANOBOT_MODEL", "NANOBOT_API_KEY", "NANOBOT_API_BASE",
+    "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "VLLM_API_KEY", "OLLAMA_API_KEY",
+)
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """NANOBOT_HOME and HOME point into tmp_path; real keys are removed."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("NANOBOT_HOME", str(home / ".nanobot"))
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))
+    for name in SECRET_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for proxy in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    return home / ".nanobot"
+
+
+@pytest.fixture
+def fake_llm():
+    """A real HTTP server on 127.0.0.1 speaking the OpenAI and Anthropic protocols."""
+    from nanobot.fakellm import FakeLLMServer
+
+    with FakeLLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+def nanobot_cmd() -> list[str]:
+    """The argv prefix that runs the real `nanobot` command in a subprocess."""
+    return [sys.executable, "-m", "nanobot"]
