@@ -1,0 +1,406 @@
+"""The config model: ~/.nanobot/config.json, camelCase in the file, snake_case here.
+
+Precedence: command-line flag > environment variable > file > default. Every leaf can be
+set from the environment as NANOBOT_<PATH> with `__` between levels, for example
+NANOBOT_AGENTS__DEFAULTS__MODEL; provider keys also come from their usual variables
+(ANTHROPIC_API_KEY, OPENAI_API_KEY, ...). Sections this tool does not use (nanobot's
+`channels`, `gateway`, ...) are kept in the file and ignored.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import types
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any
+
+from nanobot import paths
+from nanobot.errors import ConfigError, MissingKeyError
+from nanobot.fsio import atomic_write
+from nanobot.providers import registry
+from nanobot.providers.registry import ProviderSpec
+
+CONFIG_MODE = 0o600  # the file holds API keys
+
+
+@dataclass
+class AgentDefaults:
+    model: str = "anthropic/claude-sonnet-4-5"  # provider/model; a bare name resolves by keyword
+    provider: str = "auto"  # a provider name wins over the model's prefix; "auto" infers it
+    workspace: str = ""  # folder the agent works in; empty means ~/.nanobot/workspace
+    context_window_tokens: int = 65_536  # the model's context window; the prompt never exceeds it
+    max_tokens: int = 8_192  # room kept for each reply
+    temperature: float = 0.1
+    max_tool_iterations: int = 40  # LLM calls per turn before the turn is stopped
+    timezone: str = ""  # IANA name for the runtime context; empty means the system's
+    subagent_wait_seconds: float = 300.0  # how long `agent -m` waits for subagents it started
+
+
+@dataclass
+class Agents:
+    defaults: AgentDefaults = field(default_factory=AgentDefaults)
+
+
+@dataclass
+class ProviderConfig:
+    api_key: str = ""  # secret; never printed
+    api_base: str = ""  # OpenAI-compatible base URL, e.g. http://localhost:11434/v1
+    extra_headers: dict[str, str] = field(default_factory=dict)  # sent with every request
+
+
+@dataclass
+class ExecConfig:
+    enable: bool = True  # offer the exec tool to the model
+    timeout: int = 60  # seconds before a command's whole process group is killed
+
+
+@dataclass
+class SearchConfig:
+    provider: str = "brave"  # "brave" when a key is set, otherwise keyless DuckDuckGo
+    api_key: str = ""  # Brave Search key (or BRAVE_API_KEY)
+    max_results: int = 5
+
+
+@dataclass
+class WebConfig:
+    search: SearchConfig = field(default_factory=SearchConfig)
+
+
+@dataclass
+class Tools:
+    exec: ExecConfig = field(default_factory=ExecConfig)
+    web: WebConfig = field(default_factory=WebConfig)
+    restrict_to_workspace: bool = False  # file tools and exec refuse paths outside the workspace
+
+
+@dataclass
+class Config:
+    agents: Agents = field(default_factory=Agents)
+    providers: dict[str, ProviderConfig] = field(default_factory=dict)
+    tools: Tools = field(default_factory=Tools)
+    path: Path | None = field(default=None, metadata={"internal": True})  # where it was read from
+
+    @property
+    def defaults(self) -> AgentDefaults:
+        return self.agents.defaults
+
+    def workspace_path(self) -> Path:
+        raw = self.defaults.workspace
+        return Path(raw).expanduser() if raw else paths.default_workspace()
+
+    def provider_config(self, name: str) -> ProviderConfig:
+        return self.providers.get(name) or ProviderConfig()
+
+    def secret_values(self) -> list[str]:
+        """Every configured secret, so tools can keep them out of child processes and output."""
+        values = [p.api_key for p in self.providers.values() if p.api_key]
+        if self.tools.web.search.api_key:
+            values.append(self.tools.web.search.api_key)
+        return values
+
+
+# --- camelCase <-> snake_case -------------------------------------------------------
+
+def to_camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def to_snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+# --- reading ------------------------------------------------------------------------
+
+def _type_name(tp: Any) -> str:
+    return {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(tp, str(tp))
+
+
+def _coerce(tp: Any, value: Any, where: str, source: str) -> Any:
+    """Check `value` against the declared type; raise ConfigError naming the key path."""
+    origin = typing.get_origin(tp)
+    if is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: {where}: expected an object, got {json.dumps(value)}")
+        return _build(tp, value, where, source)
+    if origin is dict:
+        _, val_tp = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: {where}: expected an object, got {json.dumps(value)}")
+        return {k: _coerce(val_tp, v, f"{where}.{k}", source) for k, v in value.items()}
+    if origin in (typing.Union, types.UnionType):
+        return value
+    ok = (
+        (tp is bool and isinstance(value, bool))
+        or (tp is int and isinstance(value, int) and not isinstance(value, bool))
+        or (tp is float and isinstance(value, (int, float)) and not isinstance(value, bool))
+        or (tp is str and isinstance(value, str))
+    )
+    if tp is str and value is None:
+        return ""
+    if not ok:
+        raise ConfigError(
+            f"{source}: {where}: expected {_type_name(tp)}, got {json.dumps(value)}",
+            hint="Fix the value in the file (or remove the key to use the default).",
+        )
+    return float(value) if tp is float else value
+
+
+def _build(cls: type, data: dict, where: str, source: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.metadata.get("internal"):
+            continue
+        for key in (to_camel(f.name), f.name):
+            if key in data:
+                kwargs[f.name] = _coerce(hints[f.name], data[key], f"{where}.{key}".lstrip("."), source)
+                break
+    return cls(**kwargs)
+
+
+def _check_semantics(cfg: Config, source: str) -> None:
+    for name, prov in cfg.providers.items():
+        if registry.find(name) is None and (prov.api_key or prov.api_base):
+            known = ", ".join(spec.name for spec in registry.PROVIDERS)
+            raise ConfigError(f"{source}: providers.{name}: unknown provider {name!r} (known: {known})")
+    explicit = cfg.defaults.provider
+    if explicit and explicit != "auto" and registry.find(explicit) is None:
+        known = ", ".join(spec.name for spec in registry.PROVIDERS)
+        raise ConfigError(f"{source}: agents.defaults.provider: unknown provider {explicit!r} (known: {known})")
+    for key in ("context_window_tokens", "max_tokens", "max_tool_iterations"):
+        if getattr(cfg.defaults, key) <= 0:
+            raise ConfigError(f"{source}: agents.defaults.{to_camel(key)}: must be a positive integer")
+
+
+def read_file(path: Path) -> dict:
+    """The raw JSON object in `path` ({} when missing). Raises ConfigError when unreadable."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file: {exc.strerror}") from None
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
+            hint="Fix the file by hand; nanobot does not rewrite a file it could not read.",
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a JSON object")
+    return data
+
+
+def _env_layer(environ: typing.Mapping[str, str]) -> dict:
+    """Settings from NANOBOT_A__B__C variables and the providers' usual key variables."""
+    layer: dict = {}
+    for spec in registry.PROVIDERS:
+        if spec.env_key and environ.get(spec.env_key):
+            layer.setdefault("providers", {}).setdefault(spec.name, {})["apiKey"] = environ[spec.env_key]
+    if environ.get("BRAVE_API_KEY"):
+        layer.setdefault("tools", {}).setdefault("web", {}).setdefault("search", {})["apiKey"] = environ[
+            "BRAVE_API_KEY"
+        ]
+    for name, raw in environ.items():
+        if not name.startswith("NANOBOT_") or "__" not in name:
+            continue
+        parts = [to_camel(p.lower()) for p in name[len("NANOBOT_"):].split("__")]
+        node = layer
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        try:
+            node[parts[-1]] = json.loads(raw)
+        except ValueError:
+            node[parts[-1]] = raw
+        if isinstance(node[parts[-1]], (int, float)) and parts[-1] in ("apiKey", "model", "workspace"):
+            node[parts[-1]] = raw  # a numeric-looking key or name stays a string
+    return layer
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _normalize_keys(data: Any) -> Any:
+    """Accept snake_case keys in the file too, storing them camelCase for merging."""
+    if isinstance(data, dict):
+        return {to_camel(k) if "_" in k and k.islower() else k: _normalize_keys(v) for k, v in data.items()}
+    return data
+
+
+def load_config(
+    path: Path | None = None,
+    *,
+    overrides: dict[str, Any] | None = None,
+    environ: typing.Mapping[str, str] | None = None,
+) -> Config:
+    """Load the config with flag > env > file > default precedence.
+
+    `overrides` maps dotted snake_case paths (e.g. "agents.defaults.model") to flag values.
+    """
+    path = Path(path) if path else paths.default_config_path()
+    environ = os.environ if environ is None else environ
+    file_data = _normalize_keys(read_file(path))
+    cfg = _build(Config, file_data, "", str(path))  # validate the file on its own first
+    _check_semantics(cfg, str(path))
+    merged = deep_merge(file_data, _env_layer(environ))
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        node = merged
+        *parents, leaf = [to_camel(p) for p in dotted.split(".")]
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    cfg = _build(Config, merged, "", "environment or flags")
+    _check_semantics(cfg, "environment or flags")
+    cfg.path = path
+    return cfg
+
+
+# --- writing ------------------------------------------------------------------------
+
+def _as_file_dict(obj: Any) -> Any:
+    if is_dataclass(obj):
+        return {
+            to_camel(f.name): _as_file_dict(getattr(obj, f.name))
+            for f in fields(obj)
+            if not f.metadata.get("internal")
+        }
+    if isinstance(obj, dict):
+        return {k: _as_file_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def default_file_dict() -> dict:
+    cfg = Config()
+    cfg.agents.defaults.workspace = str(paths.default_workspace())
+    data = _as_file_dict(cfg)
+    data["providers"] = {
+        name: _as_file_dict(ProviderConfig()) for name in ("anthropic", "openai", "openrouter", "ollama", "custom")
+    }
+    return data
+
+
+def fill_missing(existing: dict, defaults: dict) -> dict:
+    """Defaults added where the user's file has no value; the user's values always win."""
+    out = copy.deepcopy(existing)
+    for key, value in defaults.items():
+        if key not in out:
+            out[key] = copy.deepcopy(value)
+        elif isinstance(value, dict) and isinstance(out[key], dict):
+            out[key] = fill_missing(out[key], value)
+    return out
+
+
+def save_file(path: Path, data: dict) -> None:
+    """Write the config atomically with mode 0600."""
+    atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n", mode=CONFIG_MODE)
+
+
+def ensure_config_file(path: Path) -> tuple[bool, list[str]]:
+    """Create or complete the config file. Returns (changed, added dotted keys).
+
+    The user's values are never overwritten, and a file that cannot be read is not touched.
+    """
+    existing = read_file(path)
+    _check_semantics(_build(Config, _normalize_keys(existing), "", str(path)), str(path))
+    merged = fill_missing(existing, default_file_dict())
+    added = _diff_keys(existing, merged)
+    if added or not path.exists():
+        save_file(path, merged)
+        return True, added
+    if path.stat().st_mode & 0o077:
+        os.chmod(path, CONFIG_MODE)
+    return False, []
+
+
+def _diff_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key, value in new.items():
+        where = f"{prefix}{key}"
+        if key not in old:
+            out.append(where)
+        elif isinstance(value, dict) and isinstance(old[key], dict):
+            out.extend(_diff_keys(old[key], value, where + "."))
+    return out
+
+
+# --- providers ----------------------------------------------------------------------
+
+@dataclass
+class ResolvedModel:
+    spec: ProviderSpec
+    model: str  # the name the provider receives
+    api_key: str
+    api_base: str | None
+    extra_headers: dict[str, str]
+
+
+def resolve_model(cfg: Config, model: str | None = None) -> ResolvedModel:
+    """Which provider serves the model, with its key and base URL.
+
+    An explicit agents.defaults.provider wins and the model name is passed through;
+    otherwise "provider/model" splits on the first slash, and a bare name resolves by keyword.
+    """
+    model = (model or cfg.defaults.model).strip()
+    if not model:
+        raise ConfigError("no model configured", hint="Set agents.defaults.model in the config or pass --model.")
+    spec: ProviderSpec | None = None
+    name = model
+    explicit = cfg.defaults.provider
+    if explicit and explicit != "auto":
+        spec = registry.find(explicit)
+    elif "/" in model and registry.find(model.split("/", 1)[0]):
+        prefix, name = model.split("/", 1)
+        spec = registry.find(prefix)
+    else:
+        spec = registry.by_keyword(model)
+    if spec is None:
+        raise ConfigError(
+            f"cannot tell which provider serves model {model!r}",
+            hint="Write it as provider/model (e.g. anthropic/claude-sonnet-4-5, openai/gpt-4.1, "
+            "ollama/qwen3) or set agents.defaults.provider.",
+        )
+    pc = cfg.provider_config(spec.name)
+    api_base = pc.api_base or spec.default_api_base
+    if spec.name == "custom" and not api_base:
+        raise ConfigError(
+            "provider 'custom' needs a base URL",
+            hint="Set providers.custom.apiBase (e.g. http://localhost:8000/v1) in the config.",
+        )
+    if spec.key_required and not pc.api_key:
+        raise missing_key_error(spec)
+    return ResolvedModel(spec, name, pc.api_key, api_base, dict(pc.extra_headers))
+
+
+def missing_key_error(spec: ProviderSpec) -> MissingKeyError:
+    names = ", ".join(registry.key_env_names()[:4]) + ", ..."
+    return MissingKeyError(
+        f"no API key for provider {spec.name!r}",
+        hint=f"Set {spec.env_key} in the environment (keys are read from {names}), "
+        f"or put it in providers.{spec.name}.apiKey after running `nanobot onboard`.",
+    )
+
+
+def mask_key(key: str) -> str:
+    if not key:
+        return "(not set)"
+    if len(key) <= 8:
+        return "****"
+    return f"{key[:4]}…{key[-4:]}"

@@ -1,0 +1,61 @@
+"""Bounded retries for the failures where trying again can help (429, 5xx, 529, network)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from nanobot.errors import ProviderError
+from nanobot.messages import Message
+from nanobot.providers.base import LLMResponse, Provider
+
+RetryCallback = Callable[[int, float, ProviderError], None]
+
+
+@dataclass
+class RetryPolicy:
+    attempts: int = 4  # total tries, the first included
+    base_delay: float = 1.0  # seconds; doubles each retry, with jitter
+    max_delay: float = 30.0  # a single wait never exceeds this (nor a longer Retry-After)
+    max_total: float = 90.0  # give up when the next wait would pass this many seconds in all
+
+    def delay(self, attempt: int, error: ProviderError) -> float:
+        if error.retry_after is not None:
+            return min(error.retry_after, self.max_delay)
+        backoff = self.base_delay * (2 ** (attempt - 1))
+        return min(self.max_delay, backoff * (0.75 + random.random() / 2))
+
+
+class RetryingProvider(Provider):
+    """Wraps a provider; retries retryable ProviderErrors within the policy's budget."""
+
+    def __init__(self, inner: Provider, policy: RetryPolicy | None = None,
+                 on_retry: RetryCallback | None = None) -> None:
+        super().__init__(inner.model)
+        self.inner = inner
+        self.name = inner.name
+        self.policy = policy or RetryPolicy()
+        self.on_retry = on_retry
+
+    async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self.inner.chat(messages, **kwargs)
+            except ProviderError as error:
+                if not error.retryable or attempt >= self.policy.attempts:
+                    raise
+                wait = self.policy.delay(attempt, error)
+                if time.monotonic() - started + wait > self.policy.max_total:
+                    raise
+                if self.on_retry:
+                    self.on_retry(attempt, wait, error)
+                await asyncio.sleep(wait)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
