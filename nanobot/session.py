@@ -1,0 +1,543 @@
+"""Sessions: an honest, append-only JSONL log on disk and a valid copy of it for the model.
+
+File format (compatible with HKUDS/nanobot v0.1.x, which also lets the last metadata record win):
+
+    {"_type": "metadata", "key": ..., "created_at": ..., "updated_at": ..., "metadata": {}, "last_consolidated": N}
+    {"role": "user", "content": "...", "timestamp": "..."}
+    ...
+    {"_type": "metadata", ...}      # a later pointer update, appended; the last one wins
+
+The per-turn path only appends (one write + one fsync per call); compaction, repair and /new
+rewrite atomically. A damaged line costs only that line: its bytes go to `<file>.corrupt`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from nanobot.errors import SessionInUseError, UsageError
+from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write
+from nanobot.messages import Message, for_wire, now_iso
+from nanobot.paths import sessions_dir
+from nanobot.validity import Fixes, make_valid, repair_messages
+
+__all__ = [
+    "RUNTIME_CONTEXT_OPEN", "RUNTIME_CONTEXT_CLOSE", "MAX_TOOL_RESULT_CHARS",
+    "Session", "SessionInfo", "SessionStore", "RepairReport", "UnknownSessionError",
+    "TurnCheckpoint", "save_turn", "strip_runtime_context", "with_runtime_context", "prepare_for_save",
+]
+
+# The context builder prefixes the current user message with this block; it is never saved.
+RUNTIME_CONTEXT_OPEN = "[Runtime Context]"
+RUNTIME_CONTEXT_CLOSE = "[/Runtime Context]"
+
+# Longer tool results are cut when saved (the model saw them whole during the turn).
+MAX_TOOL_RESULT_CHARS = 16_000
+
+
+class UnknownSessionError(UsageError):
+    """No session file exists for the key the user named."""
+
+
+@dataclass
+class Session:
+    """One conversation: the stored messages and the consolidation pointer."""
+
+    key: str
+    path: Path
+    messages: list[Message] = field(default_factory=list)
+    last_consolidated: int = 0  # messages before this index are summarised into memory
+    created_at: str = field(default_factory=now_iso)
+    updated_at: str = field(default_factory=now_iso)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # load problems the user should be told about
+    _lock: ExclusiveLock | None = field(default=None, repr=False)
+    _ends_with_newline: bool = field(default=True, repr=False)
+    _stored_pointer: Any = field(default=0, repr=False)  # the pointer as the file records it
+
+    @property
+    def created(self) -> str:
+        return self.created_at
+
+    @property
+    def is_open(self) -> bool:
+        """True while this process holds the session's lock (required for writing)."""
+        return self._lock is not None and self._lock.held
+
+    def unconsolidated(self) -> list[Message]:
+        return self.messages[self.last_consolidated:]
+
+    def get_history(self, max_messages: int | None = None) -> list[Message]:
+        """The copy sent to the model: unconsolidated, last N, made valid, wire keys only."""
+        recent = self.unconsolidated()
+        if max_messages is not None:
+            recent = recent[-max_messages:] if max_messages > 0 else []
+        return [for_wire(m) for m in make_valid(recent)]
+
+
+@dataclass
+class SessionInfo:
+    key: str
+    path: Path
+    message_count: int
+    last_consolidated: int
+    updated_at: str
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RepairReport:
+    key: str
+    path: Path
+    backup: Path | None  # None when nothing needed fixing
+    damaged_lines: int
+    corrupt_file: Path | None
+    fixes: Fixes
+    pointer_before: int
+    pointer_after: int
+
+    @property
+    def changed(self) -> bool:
+        return self.backup is not None
+
+    def describe(self) -> list[str]:
+        lines = []
+        if self.damaged_lines:
+            lines.append(f"{self.damaged_lines} damaged lines moved to {self.corrupt_file}")
+        lines.extend(self.fixes.describe())
+        if self.pointer_before != self.pointer_after:
+            lines.append(f"consolidation pointer moved from {self.pointer_before} to {self.pointer_after}")
+        return lines
+
+
+@dataclass
+class _Parsed:
+    messages: list[Message]
+    meta: dict[str, Any]  # the last metadata record (empty if none)
+    first_meta: dict[str, Any]
+    good_lines: list[bytes]  # raw bytes of every readable line, in order
+    bad_lines: list[bytes]  # raw bytes of unreadable lines (torn or corrupt)
+    ends_with_newline: bool
+    last_time: str | None  # the time of the last record that carries one
+
+
+def _parse(data: bytes) -> _Parsed:
+    lines = data.split(b"\n")
+    ends_with_newline = not data or data.endswith(b"\n")
+    if ends_with_newline:
+        lines.pop()  # the empty piece after the final newline
+    parsed = _Parsed([], {}, {}, [], [], ends_with_newline, None)
+    for raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            record = None
+        if not isinstance(record, dict):
+            parsed.bad_lines.append(raw)
+            continue
+        if record.get("_type") == "metadata":
+            if not parsed.first_meta:
+                parsed.first_meta = record
+            parsed.meta = record
+            parsed.last_time = record.get("updated_at") or parsed.last_time
+        elif "_type" in record:
+            pass  # a record kind from a newer version: keep its line, ignore it here
+        elif isinstance(record.get("role"), str):
+            parsed.messages.append(record)
+            parsed.last_time = record.get("timestamp") or parsed.last_time
+        else:
+            parsed.bad_lines.append(raw)
+            continue
+        parsed.good_lines.append(raw)
+    return parsed
+
+
+def _dumps(record: dict) -> bytes:
+    return (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _slug(key: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", key).strip("._-")
+    return slug[:48] or "session"
+
+
+class SessionStore:
+    """Session files in one folder; one writer per session, enforced by an OS lock."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self.directory = Path(directory) if directory is not None else sessions_dir()
+
+    # -- naming -------------------------------------------------------------------------------
+
+    def path_for(self, key: str) -> Path:
+        """A readable slug plus a hash of the exact key, so two keys never share a file."""
+        digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
+        return self.directory / f"{_slug(key)}-{digest}.jsonl"
+
+    def _legacy_path(self, key: str) -> Path:
+        # nanobot v0.1.x named files after the key with ':' replaced, minus unsafe characters.
+        name = re.sub(r'[<>:"/\\|?*]', "_", key.replace(":", "_")).strip()
+        return self.directory / f"{name}.jsonl"
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def exists(self, key: str) -> bool:
+        return self.path_for(key).exists() or self._legacy_file(key) is not None
+
+    def load(self, key: str) -> Session:
+        """A read-only snapshot (no lock, nothing written); raises UnknownSessionError."""
+        path = self.path_for(key)
+        source = path if path.exists() else self._legacy_file(key)
+        if source is None:
+            raise UnknownSessionError(
+                f"no session named {key!r}", hint=self._known_keys_hint()
+            )
+        parsed = _parse(source.read_bytes())
+        session = self._build(key, path, parsed)
+        if parsed.bad_lines:
+            session.warnings.insert(0, (
+                f"session {key}: {len(parsed.bad_lines)} damaged line(s) in {source} could not be read; "
+                f"they will be moved to {path}.corrupt when the session is next opened"
+            ))
+        return session
+
+    def list(self) -> list[SessionInfo]:
+        """Every session in the folder, read without taking locks, newest first."""
+        infos: dict[str, SessionInfo] = {}
+        if not self.directory.is_dir():
+            return []
+        for path in sorted(self.directory.glob("*.jsonl")):
+            try:
+                parsed = _parse(path.read_bytes())
+            except OSError:
+                continue
+            key = parsed.meta.get("key") or parsed.first_meta.get("key") or path.stem.replace("_", ":", 1)
+            if not isinstance(key, str):
+                continue
+            canonical = path == self.path_for(key)
+            if key in infos and not canonical:
+                continue  # a v0.1.x file that was already imported
+            session = self._build(key, path, parsed)
+            warnings = session.warnings + ([f"{len(parsed.bad_lines)} damaged line(s)"] if parsed.bad_lines else [])
+            infos[key] = SessionInfo(
+                key, path, len(session.messages), session.last_consolidated, session.updated_at, warnings
+            )
+        return sorted(infos.values(), key=lambda info: _sort_time(info.updated_at), reverse=True)
+
+    def _legacy_file(self, key: str) -> Path | None:
+        legacy = self._legacy_path(key)
+        if legacy == self.path_for(key) or not legacy.is_file():
+            return None
+        meta = _parse_first_line(legacy)
+        if meta.get("key", key) != key:
+            return None
+        return legacy
+
+    def _known_keys_hint(self) -> str:
+        keys = [info.key for info in self.list()]
+        return "known sessions: " + ", ".join(keys) if keys else "there are no saved sessions yet"
+
+    def _build(self, key: str, path: Path, parsed: _Parsed) -> Session:
+        meta = parsed.meta
+        session = Session(key=key, path=path, messages=parsed.messages)
+        session.created_at = str(parsed.first_meta.get("created_at") or session.created_at)
+        session.updated_at = str(parsed.last_time or session.created_at)
+        session.metadata = meta.get("metadata") if isinstance(meta.get("metadata"), dict) else {}
+        session._ends_with_newline = parsed.ends_with_newline
+        pointer = session._stored_pointer = meta.get("last_consolidated", 0)
+        count = len(session.messages)
+        if not isinstance(pointer, int) or isinstance(pointer, bool) or not 0 <= pointer <= count:
+            clamped = min(max(pointer, 0), count) if isinstance(pointer, int) else 0
+            session.warnings.append(
+                f"session {key}: consolidation pointer {pointer!r} is outside 0..{count}; using {clamped}"
+            )
+            pointer = clamped
+        session.last_consolidated = pointer
+        return session
+
+    # -- opening for writing ------------------------------------------------------------------
+
+    def open(self, key: str) -> Session:
+        """Lock and load the session (creating it if new); raises SessionInUseError if held."""
+        path = self.path_for(key)
+        lock = self._lock(key, path)
+        try:
+            session = self._load_locked(key, path)
+            session._lock = lock
+            if session.last_consolidated != session._stored_pointer:
+                # Persist the clamped pointer so the warning is given once, not on every open.
+                self.set_pointer(session, session.last_consolidated)
+        except BaseException:
+            lock.release()
+            raise
+        return session
+
+    def close(self, session: Session) -> None:
+        if session._lock is not None:
+            session._lock.release()
+            session._lock = None
+
+    def _lock(self, key: str, path: Path) -> ExclusiveLock:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        lock = ExclusiveLock(path)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise SessionInUseError(
+                f"session {key} is in use by another nanobot process",
+                hint="close the other nanobot (or pick another session) and try again",
+            ) from None
+        return lock
+
+    def _load_locked(self, key: str, path: Path) -> Session:
+        if not path.exists():
+            legacy = self._legacy_file(key)
+            if legacy is not None:
+                # Import a v0.1.x file byte for byte; the original stays where it was.
+                atomic_write(path, legacy.read_bytes())
+            else:
+                session = Session(key=key, path=path)
+                append_durably(path, _dumps(self._meta_record(session)))
+                return session
+        parsed = _parse(path.read_bytes())
+        session = self._build(key, path, parsed)
+        if parsed.bad_lines:
+            side = self._move_aside(path, parsed.bad_lines)
+            # Rewrite with the readable lines verbatim, so the damage is reported once, not every load.
+            atomic_write(path, b"".join(line + b"\n" for line in parsed.good_lines))
+            session._ends_with_newline = True
+            session.warnings.insert(0, (
+                f"session {key}: {len(parsed.bad_lines)} damaged line(s) could not be read; "
+                f"their bytes were moved to {side}"
+            ))
+        return session
+
+    def _move_aside(self, path: Path, lines: list[bytes]) -> Path:
+        side = Path(str(path) + ".corrupt")
+        append_durably(side, b"".join(line + b"\n" for line in lines))
+        return side
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def append(self, session: Session, messages: list[Message]) -> None:
+        """Append messages durably: one write and one fsync, whatever the session's size."""
+        if not messages:
+            return
+        self._require_lock(session)
+        stamped = [m if "timestamp" in m else {**m, "timestamp": now_iso()} for m in messages]
+        payload = b"".join(_dumps(m) for m in stamped)
+        self._append_bytes(session, payload)
+        session.messages.extend(stamped)
+        session.updated_at = stamped[-1]["timestamp"]
+
+    def set_pointer(self, session: Session, last_consolidated: int) -> None:
+        """Record a new consolidation pointer by appending a metadata record (the last one wins)."""
+        self._require_lock(session)
+        if not 0 <= last_consolidated <= len(session.messages):
+            raise ValueError(f"pointer {last_consolidated} outside 0..{len(session.messages)}")
+        session.last_consolidated = session._stored_pointer = last_consolidated
+        session.updated_at = now_iso()
+        self._append_bytes(session, _dumps(self._meta_record(session)))
+
+    def set_metadata(self, session: Session, **values: Any) -> None:
+        self._require_lock(session)
+        session.metadata.update(values)
+        session.updated_at = now_iso()
+        self._append_bytes(session, _dumps(self._meta_record(session)))
+
+    def rewrite(self, session: Session) -> None:
+        """Replace the file with one metadata record and the messages (temp, fsync, rename)."""
+        self._require_lock(session)
+        session.updated_at = now_iso()
+        payload = _dumps(self._meta_record(session)) + b"".join(_dumps(m) for m in session.messages)
+        atomic_write(session.path, payload)
+        session._ends_with_newline = True
+        session._stored_pointer = session.last_consolidated
+
+    def clear(self, session: Session) -> None:
+        """Empty the session for /new (the caller archives the old messages first)."""
+        session.messages = []
+        session.last_consolidated = 0
+        self.rewrite(session)
+
+    def repair(self, key: str) -> RepairReport:
+        """Rewrite a damaged session cleanly; the original file is kept as `<file>.bak-<time>`."""
+        path = self.path_for(key)
+        if not self.exists(key):
+            raise UnknownSessionError(f"no session named {key!r}", hint=self._known_keys_hint())
+        lock = self._lock(key, path)
+        try:
+            source = path if path.exists() else self._legacy_file(key)
+            original = source.read_bytes()
+            parsed = _parse(original)
+            session = self._build(key, path, parsed)
+            fixed, pointer, fixes = repair_messages(session.messages, session.last_consolidated)
+            pointer_before = parsed.meta.get("last_consolidated", 0)
+            needs_rewrite = (
+                parsed.bad_lines or fixes.total or pointer != pointer_before
+                or not parsed.ends_with_newline or source != path
+            )
+            report = RepairReport(key, path, None, len(parsed.bad_lines), None, fixes,
+                                  pointer_before if isinstance(pointer_before, int) else 0, pointer)
+            if not needs_rewrite:
+                return report
+            stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+            backup = Path(f"{path}.bak-{stamp}")
+            atomic_write(backup, original)
+            report.backup = backup
+            if parsed.bad_lines:
+                report.corrupt_file = self._move_aside(path, parsed.bad_lines)
+            session.messages, session.last_consolidated = fixed, pointer
+            session._lock = lock
+            self.rewrite(session)
+            return report
+        finally:
+            lock.release()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _require_lock(self, session: Session) -> None:
+        if not session.is_open:
+            raise RuntimeError(f"session {session.key} is not open for writing (use SessionStore.open)")
+
+    def _append_bytes(self, session: Session, payload: bytes) -> None:
+        if not session._ends_with_newline:
+            # The file ends in a line with no newline: start on a fresh line rather than glue onto it.
+            payload = b"\n" + payload
+        append_durably(session.path, payload)
+        session._ends_with_newline = True
+
+    @staticmethod
+    def _meta_record(session: Session) -> dict[str, Any]:
+        return {
+            "_type": "metadata",
+            "key": session.key,
+            "created_at": session.created_at,
+            "updated_at": session.updated_at,
+            "metadata": session.metadata,
+            "last_consolidated": session.last_consolidated,
+        }
+
+
+def _parse_first_line(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            record = json.loads(fh.readline().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return record if isinstance(record, dict) and record.get("_type") == "metadata" else {}
+
+
+def _sort_time(stamp: str) -> float:
+    try:
+        parsed = datetime.fromisoformat(stamp)
+    except (TypeError, ValueError):
+        return 0.0
+    if parsed.tzinfo is None:
+        parsed = parsed.astimezone()  # v0.1.x wrote naive local times
+    return parsed.timestamp()
+
+
+# -- saving a turn ----------------------------------------------------------------------------
+
+
+def with_runtime_context(context: str, text: str) -> str:
+    """The current user message as the context builder sends it: the context block, then the text."""
+    return f"{RUNTIME_CONTEXT_OPEN}\n{context}\n{RUNTIME_CONTEXT_CLOSE}\n\n{text}"
+
+
+def strip_runtime_context(text: str) -> str:
+    """The user's own text: a leading runtime-context block (and its blank line) removed."""
+    if not text.startswith(RUNTIME_CONTEXT_OPEN + "\n"):
+        return text
+    end = text.find("\n" + RUNTIME_CONTEXT_CLOSE, len(RUNTIME_CONTEXT_OPEN))
+    if end == -1:
+        return text  # no closing line: this is not our block, keep the user's text whole
+    rest = text[end + 1 + len(RUNTIME_CONTEXT_CLOSE):]
+    if rest and not rest.startswith("\n"):
+        return text  # the close marker must be a whole line
+    rest = rest[1:]  # the end of the close line
+    return rest[1:] if rest.startswith("\n") else rest  # the blank line after the block
+
+
+def prepare_for_save(msg: Message) -> Message | None:
+    """The stored form of one new message, or None when it should not be saved."""
+    role = msg.get("role")
+    out = dict(msg)
+    content = out.get("content")
+    if isinstance(content, list):
+        content = out["content"] = _stored_parts(content, strip_context=role == "user")
+    if role == "user":
+        if isinstance(content, str):
+            stripped = strip_runtime_context(content)
+            if stripped != content and not stripped.strip():
+                return None  # the message was only the runtime context
+            out["content"] = stripped
+        elif isinstance(content, list) and not content:
+            return None
+    elif role == "assistant":
+        if not (content.strip() if isinstance(content, str) else content) and not out.get("tool_calls"):
+            return None
+    elif role == "tool" and isinstance(content, str) and len(content) > MAX_TOOL_RESULT_CHARS:
+        cut = len(content) - MAX_TOOL_RESULT_CHARS
+        out["content"] = content[:MAX_TOOL_RESULT_CHARS] + f"\n... [truncated: {cut} more characters]"
+    out.setdefault("timestamp", now_iso())
+    return out
+
+
+def _stored_parts(parts: list, *, strip_context: bool) -> str | list:
+    stored: list = []
+    for index, part in enumerate(parts):
+        if isinstance(part, dict) and part.get("type") == "image_url":
+            url = (part.get("image_url") or {}).get("url", "") if isinstance(part.get("image_url"), dict) else ""
+            if isinstance(url, str) and url.startswith("data:"):
+                hint = part.get("path") or part.get("_path") or (part.get("image_url") or {}).get("_path")
+                stored.append({"type": "text", "text": f"[image: {hint or 'inline image'}]"})
+                continue
+        if strip_context and index == 0 and isinstance(part, dict) and part.get("type") == "text":
+            text = strip_runtime_context(str(part.get("text", "")))
+            if text != part.get("text") and not text.strip():
+                continue
+            part = {**part, "text": text}
+        stored.append(part)
+    if stored and all(isinstance(p, dict) and p.get("type") == "text" for p in stored):
+        return "\n".join(str(p.get("text", "")) for p in stored)
+    return stored
+
+
+def save_turn(store: SessionStore, session: Session, messages: list[Message], skip: int = 0) -> list[Message]:
+    """Append this turn's new messages durably; returns what was stored.
+
+    `skip` is the number of messages at the START of `messages` not to save (e.g. an injected
+    subagent result, or the system prompt and history when the caller passes the whole request).
+    """
+    stored = [m for m in (prepare_for_save(msg) for msg in messages[skip:]) if m is not None]
+    store.append(session, stored)
+    return stored
+
+
+class TurnCheckpoint:
+    """Saves a growing turn step by step: each `save` appends only what was not saved yet.
+
+    The agent loop creates one per turn with the full request list and `skip` = the number of
+    messages that are not new (system prompt, history, injected messages), then calls `save`
+    after the user message and after every finished tool step.
+    """
+
+    def __init__(self, store: SessionStore, session: Session, skip: int = 0) -> None:
+        self.store = store
+        self.session = session
+        self.saved_up_to = skip
+
+    def save(self, messages: list[Message]) -> list[Message]:
+        stored = save_turn(self.store, self.session, messages, skip=self.saved_up_to)
+        self.saved_up_to = len(messages)
+        return stored
