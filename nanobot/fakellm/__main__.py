@@ -1,0 +1,46 @@
+"""Run the fake LLM standalone: `python -m nanobot.fakellm --port 0 [--script replies.json]`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+
+from nanobot.fakellm import FakeLLMServer, Reply
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m nanobot.fakellm", description=__doc__)
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free one)")
+    parser.add_argument("--script", help="JSON list of replies, e.g. [{\"text\": \"hi\"}, "
+                        "{\"tool_calls\": [[\"read_file\", {\"path\": \"a\"}]]}, {\"error\": 429}]")
+    parser.add_argument("--context-window", type=int, default=None,
+                        help="reject prompts estimated larger than this many tokens")
+    args = parser.parse_args(argv)
+
+    server = FakeLLMServer(context_window=args.context_window, port=args.port)
+    if args.script:
+        with open(args.script, encoding="utf-8") as f:
+            server.script(*(Reply.from_dict(d) for d in json.load(f)))
+    server.start()
+    # The first line is the base URL alone, so a script can read it with `head -1`.
+    print(server.base_url, flush=True)
+    print(f"  openai:    {server.openai_base_url}\n  anthropic: {server.anthropic_base_url}\n"
+          "  Ctrl-C to stop", file=sys.stderr, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+        reqs = server.requests
+        print(f"{len(reqs)} requests, {sum(r.unscripted for r in reqs)} unscripted",
+              file=sys.stderr)
+        for line in server.violations():
+            print(f"  violation: {line}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
