@@ -1,0 +1,209 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from nanobot.cli.skills_cmd import skills_app
+from nanobot.paths import bundled_dir
+from nanobot.skills import SkillSet
+
+BUNDLED = bundled_dir("skills")
+NEW_SKILL = BUNDLED / "skill-creator" / "scripts" / "new_skill.py"
+EXPECTED_BUNDLED = {"memory", "skill-creator", "github", "weather", "summarize", "tmux", "cron"}
+
+
+def write_skill(root: Path, folder: str, front: str, body: str = "Do the thing.\n") -> Path:
+    path = root / folder / "SKILL.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"---\n{front}\n---\n{body}", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    (ws / "skills").mkdir(parents=True)
+    return ws
+
+
+def test_discovers_all_bundled_skills_without_warnings(workspace: Path) -> None:
+    skills = SkillSet.discover(workspace)
+    assert {s.name for s in skills.skills} == EXPECTED_BUNDLED
+    assert skills.warnings == []
+    assert [s.name for s in skills.skills] == sorted(s.name for s in skills.skills)
+    assert all(s.source == "bundled" and s.path.is_file() for s in skills.skills)
+    memory = skills.get("memory")
+    assert memory is not None and memory.always
+    assert "HISTORY.md" in memory.body() and "---" not in memory.body().splitlines()[0]
+
+
+def test_bundled_requirements_are_declared(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(workspace))  # nothing installed
+    skills = SkillSet.discover(workspace)
+    assert skills.get("github").missing == ["bin: gh"]
+    assert skills.get("tmux").missing == ["bin: tmux"]
+    assert skills.get("weather").missing == ["bin: curl"]
+    assert skills.get("cron").missing == ["bin: crontab"]
+    assert skills.get("summarize").available
+
+
+def test_workspace_skill_overrides_bundled_one(workspace: Path) -> None:
+    write_skill(workspace / "skills", "github", "name: github\ndescription: My own GitHub flow")
+    skills = SkillSet.discover(workspace)
+    github = skills.get("github")
+    assert github.source == "workspace"
+    assert github.description == "My own GitHub flow"
+    assert github.available  # the override declares no requirements
+    assert [s.name for s in skills.skills].count("github") == 1
+
+
+def test_missing_bins_and_env_are_reported(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = workspace / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "present-tool"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("PRESENT_TOKEN", "x")
+    monkeypatch.delenv("ABSENT_TOKEN", raising=False)
+    write_skill(
+        workspace / "skills", "needy",
+        "name: needy\ndescription: Needs things\nrequires:\n"
+        "  bins: [present-tool, absent-tool]\n  env: [PRESENT_TOKEN, ABSENT_TOKEN]",
+    )
+    write_skill(
+        workspace / "skills", "legacy",
+        'name: legacy\ndescription: nanobot metadata form\n'
+        'metadata: {"nanobot": {"requires": {"bins": ["absent-tool"]}}}',
+    )
+    skills = SkillSet.discover(workspace, bundled=workspace / "none")
+    needy = skills.get("needy")
+    assert needy.missing == ["bin: absent-tool", "env: ABSENT_TOKEN"]
+    assert not needy.available
+    assert skills.get("legacy").missing == ["bin: absent-tool"]
+    section = skills.prompt_section()
+    assert "needy: Needs things" in section
+    assert "unavailable: missing bin: absent-tool, env: ABSENT_TOKEN" in section
+
+
+def test_prompt_section_lists_skills_and_inlines_always_bodies(workspace: Path) -> None:
+    write_skill(workspace / "skills", "pinned", "name: pinned\ndescription: Always on\nalways: true",
+                body="PINNED-BODY-MARKER\n")
+    write_skill(workspace / "skills", "lazy", "name: lazy\ndescription: On demand",
+                body="LAZY-BODY-MARKER\n")
+    write_skill(workspace / "skills", "blocked",
+                "name: blocked\ndescription: Always but blocked\nalways: true\nrequires:\n  env: [NOPE_NOT_SET]",
+                body="BLOCKED-BODY-MARKER\n")
+    section = SkillSet.discover(workspace).prompt_section()
+    assert "PINNED-BODY-MARKER" in section
+    assert "LAZY-BODY-MARKER" not in section  # read on demand with read_file
+    assert "BLOCKED-BODY-MARKER" not in section  # requirements unmet
+    assert str(workspace / "skills" / "lazy" / "SKILL.md") in section
+    assert "How your long-term memory works" in section
+    assert "nanobot history grep" in section  # the bundled memory skill is always on
+
+
+def test_prompt_section_is_deterministic(workspace: Path) -> None:
+    for name in ("zeta", "alpha", "mid"):
+        write_skill(workspace / "skills", name, f"name: {name}\ndescription: skill {name}\nalways: true")
+    first = SkillSet.discover(workspace).prompt_section()
+    again = SkillSet.discover(workspace)
+    assert again.prompt_section() == first
+    assert again.prompt_section() == first
+    assert first.index("- alpha:") < first.index("- mid:") < first.index("- zeta:")
+
+
+@pytest.mark.parametrize(
+    "content, problem",
+    [
+        ("no front matter at all\n", "no front matter"),
+        ("---\nname: [unclosed\ndescription: x\n---\nbody\n", "invalid YAML"),
+        ("---\n- just\n- a list\n---\nbody\n", "not a mapping"),
+        ("---\nname: nodesc\n---\nbody\n", "description"),
+        ("---\nname: bad\ndescription: x\nalways: sometimes\n---\n", "always"),
+        ("---\nname: bad\ndescription: x\nrequires: [gh]\n---\n", "requires"),
+    ],
+)
+def test_malformed_front_matter_is_skipped_with_warning(workspace: Path, content: str, problem: str) -> None:
+    broken = workspace / "skills" / "broken" / "SKILL.md"
+    broken.parent.mkdir(parents=True)
+    broken.write_text(content, encoding="utf-8")
+    write_skill(workspace / "skills", "fine", "name: fine\ndescription: Works")
+    skills = SkillSet.discover(workspace)
+    assert skills.get("fine") is not None
+    assert skills.get("broken") is None and skills.get("bad") is None
+    assert len(skills.warnings) == 1
+    assert str(broken) in skills.warnings[0] and problem in skills.warnings[0]
+
+
+def test_scaffold_script_creates_a_valid_discoverable_skill(workspace: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(NEW_SKILL), "pdf-tools",
+         "--description", 'Extract text from PDFs: "pdftotext" first', "--bins", "pdftotext",
+         "--env", "PDF_TOKEN", "--workspace", str(workspace)],
+        capture_output=True, text=True, timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    created = workspace / "skills" / "pdf-tools" / "SKILL.md"
+    assert created.is_file()
+    skills = SkillSet.discover(workspace)
+    assert skills.warnings == []
+    skill = skills.get("pdf-tools")
+    assert skill.source == "workspace"
+    assert skill.description == 'Extract text from PDFs: "pdftotext" first'
+    assert "env: PDF_TOKEN" in skill.missing
+
+    check = subprocess.run([sys.executable, str(NEW_SKILL), "--check", str(created)],
+                           capture_output=True, text=True, timeout=30)
+    assert check.returncode == 0, check.stderr
+
+    again = subprocess.run([sys.executable, str(NEW_SKILL), "pdf-tools", "-d", "x", "-w", str(workspace)],
+                           capture_output=True, text=True, timeout=30)
+    assert again.returncode != 0 and "already exists" in again.stderr
+    assert "pdftotext" in created.read_text()  # not overwritten
+
+
+def test_scaffold_script_rejects_bad_names_and_bad_files(workspace: Path) -> None:
+    bad = subprocess.run([sys.executable, str(NEW_SKILL), "Bad_Name", "-d", "x", "-w", str(workspace)],
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "lowercase" in bad.stderr
+    assert not (workspace / "skills" / "Bad_Name").exists()
+    broken = write_skill(workspace / "skills", "oops", "name: other\ndescription: ''")
+    check = subprocess.run([sys.executable, str(NEW_SKILL), "--check", str(broken)],
+                           capture_output=True, text=True, timeout=30)
+    assert check.returncode == 1
+    assert "differs from its folder" in check.stderr and "description" in check.stderr
+
+
+def test_bundled_skills_pass_the_scaffold_checker() -> None:
+    for skill_md in sorted(BUNDLED.glob("*/SKILL.md")):
+        check = subprocess.run([sys.executable, str(NEW_SKILL), "--check", str(skill_md)],
+                               capture_output=True, text=True, timeout=30)
+        assert check.returncode == 0, check.stderr
+
+
+def test_skills_list_command_shows_table_and_warnings(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(workspace))
+    monkeypatch.setenv("COLUMNS", "200")
+    write_skill(workspace / "skills", "mine", "name: mine\ndescription: A [bracketed] workspace skill")
+    (workspace / "skills" / "junk").mkdir()
+    (workspace / "skills" / "junk" / "SKILL.md").write_text("no front matter")
+    result = CliRunner().invoke(skills_app, ["list", "--workspace", str(workspace)])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "mine" in out and "workspace" in out and "[bracketed]" in out
+    assert "memory (always)" in out
+    assert "missing bin: gh" in out
+    assert "junk" not in out
+    assert "junk" in result.stderr and "warning" in result.stderr
+
+
+def test_skills_list_defaults_to_the_nanobot_home_workspace(isolated_home: Path) -> None:
+    write_skill(isolated_home / "workspace" / "skills", "homeskill", "name: homeskill\ndescription: From home")
+    result = CliRunner().invoke(skills_app, ["list"])
+    assert result.exit_code == 0, result.output
+    assert "homeskill" in result.stdout
