@@ -21,6 +21,7 @@ Rules, in the order they are applied by `make_valid`:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ __all__ = ["INTERRUPTED_RESULT", "Fixes", "make_valid", "repair_messages", "is_v
 INTERRUPTED_RESULT = "[interrupted before it finished: no result was recorded]"
 
 _ROLES = ("system", "user", "assistant", "tool")
+_ID_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
 
 
 @dataclass
@@ -103,7 +105,7 @@ def repair_messages(
     """
     pointer = max(0, min(pointer, len(messages)))
     head, _, head_fixes = _fix(messages[:pointer], None, drop_leading=False, drop_empty=False, stamp=True)
-    seen = {tc["id"] for m in head for tc in (m.get("tool_calls") or [])}
+    seen = {_id_key(tc["id"]) for m in head for tc in (m.get("tool_calls") or [])}
     tail, _, tail_fixes = _fix(messages[pointer:], seen, drop_leading=False, drop_empty=False, stamp=True)
     fixes = Fixes(**{k: getattr(head_fixes, k) + getattr(tail_fixes, k) for k in Fixes.__dataclass_fields__})
     return head + tail, len(head), fixes
@@ -230,7 +232,7 @@ def _pair_tool_results(messages: list[Message], seen: set[str], fixes: Fixes, *,
             calls = []
             for call in msg["tool_calls"]:
                 unique_id = _unique(call["id"], seen)
-                seen.add(unique_id)
+                seen.add(_id_key(unique_id))
                 name = call["function"]["name"]
                 pending.setdefault(call["id"], []).append((unique_id, name))
                 declared.append((unique_id, name))
@@ -246,11 +248,17 @@ def _pair_tool_results(messages: list[Message], seen: set[str], fixes: Fixes, *,
     return out
 
 
+def _id_key(call_id: str) -> str:
+    # Anthropic allows only [a-zA-Z0-9_-] in ids and its adapter maps the rest to "_", so "a.b"
+    # and "a_b" would collide there: uniqueness is checked on the mapped form.
+    return _ID_UNSAFE.sub("_", call_id)
+
+
 def _unique(call_id: str, seen: set[str]) -> str:
-    if call_id not in seen:
+    if _id_key(call_id) not in seen:
         return call_id
     n = 2
-    while f"{call_id}_dup{n}" in seen:
+    while _id_key(f"{call_id}_dup{n}") in seen:
         n += 1
     return f"{call_id}_dup{n}"
 
