@@ -1,0 +1,307 @@
+"""File tools: read, write, edit and list, all through workspace_guard.resolve_path."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any
+
+from nanobot.errors import ToolError
+from nanobot.fsio import atomic_write
+from nanobot.tools.base import Tool
+from nanobot.tools.workspace_guard import display_path, resolve_path
+
+__all__ = ["ReadFileTool", "WriteFileTool", "EditFileTool", "ListDirTool", "READ_CHAR_CAP"]
+
+READ_CHAR_CAP = 50_000  # characters returned by one read_file call
+MAX_TEXT_FILE_BYTES = 32 * 1024 * 1024  # larger files are refused rather than loaded whole
+SKIPPED_DIRS = frozenset({".git", "__pycache__", "node_modules"})
+
+
+def _read_text(ctx_path: Path, shown: str) -> str:
+    """The file's text, or a ToolError the model can act on (missing, directory, binary...)."""
+    if not ctx_path.exists():
+        raise ToolError(f"file not found: {shown}")
+    if ctx_path.is_dir():
+        raise ToolError(f"{shown} is a directory; use list_dir to see its contents")
+    try:
+        size = ctx_path.stat().st_size
+        if size > MAX_TEXT_FILE_BYTES:
+            raise ToolError(
+                f"{shown} is {size:,} bytes, too large to load; use exec with head, sed -n or grep to look inside"
+            )
+        data = ctx_path.read_bytes()
+    except PermissionError as exc:
+        raise ToolError(f"permission denied reading {shown}") from exc
+    except OSError as exc:
+        raise ToolError(f"cannot read {shown}: {exc.strerror or exc}") from exc
+    if b"\x00" in data:
+        raise ToolError(f"{shown} looks like a binary file (it contains NUL bytes); read_file only reads text")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ToolError(
+            f"{shown} is not UTF-8 text (undecodable byte at offset {exc.start}); read_file only reads text"
+        ) from exc
+
+
+def _split_lines(text: str) -> list[str]:
+    """Lines with their endings kept; only "\\n" ends a line (the way sed and wc count)."""
+    parts = text.split("\n")
+    lines = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return lines
+
+
+class ReadFileTool(Tool):
+    name = "read_file"
+    description = (
+        "Read a UTF-8 text file. Returns the text of lines offset..offset+limit-1 (1-based), at most "
+        f"{READ_CHAR_CAP:,} characters per call; when cut, a note says which offset to continue from."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "File path, relative to the workspace or absolute."},
+            "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1-based)."},
+            "limit": {"type": "integer", "minimum": 1, "description": "Maximum number of lines to return."},
+        },
+        "required": ["path"],
+    }
+
+    async def run(self, path: str, offset: int = 1, limit: int | None = None, **_: Any) -> str:
+        target = resolve_path(self.ctx, path)
+        shown = display_path(self.ctx, target)
+        lines = _split_lines(_read_text(target, shown))
+        total = len(lines)
+        if total == 0:
+            return f"({shown} is empty)"
+        if offset > total:
+            raise ToolError(f"offset {offset} is past the end of {shown}, which has {total} lines")
+
+        stop = total if limit is None else min(total, offset - 1 + limit)
+        picked: list[str] = []
+        used = 0
+        for line in lines[offset - 1 : stop]:
+            if used + len(line) > READ_CHAR_CAP:
+                break
+            picked.append(line)
+            used += len(line)
+
+        if not picked:
+            # A single line longer than the cap (minified code, a data blob): show its head.
+            head = lines[offset - 1][:READ_CHAR_CAP]
+            return (
+                f"{head}\n[truncated: line {offset} of {total} is {len(lines[offset - 1]):,} characters long; "
+                f"showing its first {READ_CHAR_CAP:,}. Use exec (e.g. cut or fold) to see the rest"
+                + (f", or read_file with offset={offset + 1} for the next line]" if offset < total else "]")
+            )
+
+        last = offset - 1 + len(picked)
+        body = "".join(picked)
+        if last >= total:
+            return body
+        sep = "" if body.endswith("\n") else "\n"
+        cut_by_cap = last < stop
+        label = "truncated: showing" if cut_by_cap else "showing"
+        return f"{body}{sep}[{label} lines {offset}-{last} of {total}; call read_file with offset={last + 1} to continue]"
+
+
+class WriteFileTool(Tool):
+    name = "write_file"
+    description = "Create or overwrite a text file with the given content; parent directories are created."
+    parameters = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "File path, relative to the workspace or absolute."},
+            "content": {"type": "string", "description": "The complete new content of the file."},
+        },
+        "required": ["path", "content"],
+    }
+
+    async def run(self, path: str, content: str, **_: Any) -> str:
+        target = resolve_path(self.ctx, path)
+        shown = display_path(self.ctx, target)
+        if target.is_dir():
+            raise ToolError(f"{shown} is a directory; give a file path")
+        payload = content.encode("utf-8")
+        existed = target.exists()
+        _write(target, payload, shown)
+        verb = "Overwrote" if existed else "Created"
+        return f"{verb} {shown} ({len(payload):,} bytes written)"
+
+
+def _write(target: Path, payload: bytes, shown: str) -> None:
+    """Atomic replace that keeps an existing file's permission bits (a script stays executable)."""
+    try:
+        mode = target.stat().st_mode & 0o7777 if target.exists() else None
+        atomic_write(target, payload, mode=mode)
+    except PermissionError as exc:
+        raise ToolError(f"permission denied writing {shown}") from exc
+    except OSError as exc:
+        raise ToolError(f"cannot write {shown}: {exc.strerror or exc}") from exc
+
+
+class EditFileTool(Tool):
+    name = "edit_file"
+    description = (
+        "Replace exact text in a file. old_text must match exactly (whitespace included) and be unique "
+        "unless replace_all is true; include surrounding lines to make it unique."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "File path, relative to the workspace or absolute."},
+            "old_text": {"type": "string", "description": "Exact text to find."},
+            "new_text": {"type": "string", "description": "Text to put in its place."},
+            "replace_all": {"type": "boolean", "description": "Replace every occurrence (default false)."},
+        },
+        "required": ["path", "old_text", "new_text"],
+    }
+
+    async def run(self, path: str, old_text: str, new_text: str, replace_all: bool = False, **_: Any) -> str:
+        target = resolve_path(self.ctx, path)
+        shown = display_path(self.ctx, target)
+        if old_text == "":
+            raise ToolError("old_text is empty; to create or overwrite a whole file use write_file")
+        content = _read_text(target, shown)
+
+        count = content.count(old_text)
+        if count == 0 and "\r\n" in content and "\r\n" not in old_text and "\n" in old_text:
+            # The model almost always writes "\n"; meet a CRLF file halfway rather than fail.
+            crlf_old = old_text.replace("\n", "\r\n")
+            if content.count(crlf_old):
+                old_text, new_text = crlf_old, new_text.replace("\n", "\r\n")
+                count = content.count(old_text)
+        if count == 0:
+            raise ToolError(f"old_text was not found in {shown}.{_closest_region(content, old_text)}")
+        if count > 1 and not replace_all:
+            raise ToolError(
+                f"old_text occurs {count} times in {shown} (at lines {_match_lines(content, old_text)}); "
+                "add surrounding lines so it matches exactly once, or set replace_all=true"
+            )
+        updated = content.replace(old_text, new_text) if replace_all else content.replace(old_text, new_text, 1)
+        _write(target, updated.encode("utf-8"), shown)
+        return f"Edited {shown}: replaced {count if replace_all else 1} occurrence{'s' if replace_all and count > 1 else ''}"
+
+
+def _match_lines(content: str, needle: str, limit: int = 10) -> str:
+    found: list[str] = []
+    start = 0
+    while len(found) < limit:
+        at = content.find(needle, start)
+        if at < 0:
+            break
+        found.append(str(content.count("\n", 0, at) + 1))
+        start = at + len(needle)
+    return ", ".join(found) + (", ..." if content.count(needle) > limit else "")
+
+
+def _closest_region(content: str, old_text: str) -> str:
+    """Describe the part of the file most like old_text, so the model can copy it exactly."""
+    file_lines = content.splitlines()
+    want = old_text.splitlines() or [old_text]
+    if not file_lines:
+        return " The file is empty."
+    size = min(len(want), len(file_lines))
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2("\n".join(want))  # seq2 is the side SequenceMatcher caches
+    best_ratio, best_start = -1.0, 0
+    # Cheap upper bounds first: with thousands of windows the full ratio is the cost.
+    for start in range(len(file_lines) - size + 1):
+        matcher.set_seq1("\n".join(file_lines[start : start + size]))
+        if matcher.real_quick_ratio() <= best_ratio or matcher.quick_ratio() <= best_ratio:
+            continue
+        ratio = matcher.ratio()
+        if ratio > best_ratio:
+            best_ratio, best_start = ratio, start
+    if best_ratio < 0.3:
+        return " Nothing in the file resembles it; read the file again before editing."
+    region = file_lines[best_start : best_start + size]
+    numbered = "\n".join(f"{best_start + 1 + i:>6}| {line}" for i, line in enumerate(region))
+    diff = "\n".join(
+        difflib.unified_diff(want, region, "old_text", "file", lineterm="", n=1)
+    )
+    text = (
+        f" The closest match is lines {best_start + 1}-{best_start + size} "
+        f"({best_ratio:.0%} similar):\n{numbered}\nDifferences (- your old_text, + the file):\n{diff}"
+    )
+    return text if len(text) <= 6000 else text[:6000] + "\n[...]"
+
+
+class ListDirTool(Tool):
+    name = "list_dir"
+    description = (
+        "List a directory: entries sorted, directories end with '/'. recursive=true walks subdirectories "
+        "(skipping .git, __pycache__ and node_modules)."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "Directory path (default: the workspace)."},
+            "recursive": {"type": "boolean", "description": "Include subdirectories (default false)."},
+            "max_entries": {"type": "integer", "minimum": 1, "maximum": 10000, "description": "Entry cap (default 200)."},
+        },
+    }
+
+    async def run(self, path: str = ".", recursive: bool = False, max_entries: int = 200, **_: Any) -> str:
+        target = resolve_path(self.ctx, path)
+        shown = display_path(self.ctx, target)
+        if not target.exists():
+            raise ToolError(f"directory not found: {shown}")
+        if not target.is_dir():
+            raise ToolError(f"{shown} is a file, not a directory; use read_file to read it")
+        try:
+            entries = _walk(target) if recursive else _entries(target, "")
+            shown_entries: list[str] = []
+            extra = 0
+            for entry in entries:
+                if len(shown_entries) < max_entries:
+                    shown_entries.append(entry)
+                else:
+                    extra += 1
+        except PermissionError as exc:
+            raise ToolError(f"permission denied listing {shown}") from exc
+        if not shown_entries:
+            return f"({shown} is empty)"
+        if extra:
+            shown_entries.append(f"... {extra} more (raise max_entries or list a subdirectory)")
+        return "\n".join(shown_entries)
+
+
+def _entries(folder: Path, prefix: str) -> list[str]:
+    out = []
+    with os.scandir(folder) as it:
+        items = sorted(it, key=lambda e: e.name)
+    for item in items:
+        try:
+            is_dir = item.is_dir()
+        except OSError:
+            is_dir = False
+        out.append(f"{prefix}{item.name}/" if is_dir else f"{prefix}{item.name}")
+    return out
+
+
+def _walk(root: Path, prefix: str = ""):
+    """Depth-first, sorted, directories before their contents; symlinked dirs are not entered."""
+    with os.scandir(root) as it:
+        items = sorted(it, key=lambda e: e.name)
+    for item in items:
+        if item.name in SKIPPED_DIRS:
+            continue
+        try:
+            is_dir = item.is_dir()
+            is_link = item.is_symlink()
+        except OSError:
+            is_dir, is_link = False, False
+        if is_dir:
+            yield f"{prefix}{item.name}/"
+            if not is_link:
+                try:
+                    yield from _walk(Path(item.path), f"{prefix}{item.name}/")
+                except PermissionError:
+                    yield f"{prefix}{item.name}/ [permission denied]"
+        else:
+            yield f"{prefix}{item.name}"

@@ -1,0 +1,371 @@
+"""The exec tool: run a shell command in the workspace, bounded in time and output.
+
+exec is NOT a sandbox. The command runs as the user, with the user's permissions. What
+we do: refuse a short list of obviously destructive commands, start the workspace (or a
+guarded working_dir) as the current directory, strip secrets from the environment, and
+kill the whole process group on timeout or Ctrl-C. With restrictToWorkspace on, only
+`working_dir` is checked; a command can still `cd /` or name any absolute path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shlex
+import signal
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from nanobot.errors import ToolError
+from nanobot.tools.base import Tool
+from nanobot.tools.workspace_guard import resolve_path, workspace_root
+
+__all__ = ["ExecTool", "is_secret_env_name", "child_env", "deny_reason", "OUTPUT_CAP"]
+
+OUTPUT_CAP = 10_000  # characters of output returned to the model (head + tail)
+_CAPTURE_BYTES = 64 * 1024  # per stream, head and tail each; the middle of huge output is counted, not kept
+
+# The one rule for "this variable holds a secret": segment-wise so SSH_AUTH_SOCK or
+# TOKENIZERS_PARALLELISM survive, while *_API_KEY, *_TOKEN, *SECRET*, *PASSWORD* go.
+_SECRET_NAME = re.compile(
+    r"SECRET|PASSWORD|PASSWD|PASSPHRASE"
+    r"|(?:^|_)(?:API_?KEY|APIKEY|KEY|TOKEN|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)(?:_|$)"
+)
+
+
+def is_secret_env_name(name: str) -> bool:
+    """True for names that look like they hold a credential (AWS_SECRET_ACCESS_KEY, GH_TOKEN, ...)."""
+    return bool(_SECRET_NAME.search(name.upper()))
+
+
+def child_env(environ: Mapping[str, str], secret_names: Iterable[str] = ()) -> dict[str, str]:
+    """A copy of `environ` without the configured secret names and anything that looks secret."""
+    drop = {n.upper() for n in secret_names}
+    return {k: v for k, v in environ.items() if k.upper() not in drop and not is_secret_env_name(k)}
+
+
+# --- the deny policy -----------------------------------------------------------------
+
+_FORK_BOMB = re.compile(r"([A-Za-z_:.][\w:.]*)\s*\(\s*\)\s*\{[^}]*\1\s*\|\s*&?\s*\1\s*&")
+_RAW_DISK = r"/dev/(?:sd[a-z]|hd[a-z]|vd[a-z]|xvd[a-z]|nvme\d|mmcblk\d|disk\d|mapper/)"
+_RAW_DISK_WRITE = re.compile(r">\s*" + _RAW_DISK)
+_SEGMENT_SPLIT = re.compile(r"&&|\|\||[;&|\n()`]|\$\(")
+_WRAPPERS = {"sudo", "doas", "command", "exec", "nohup", "time", "env", "nice", "ionice", "builtin", "busybox"}
+_SHELLS = {"sh", "bash", "dash", "zsh", "ksh"}
+_POWER = {"shutdown", "reboot", "halt", "poweroff"}
+_SYSTEM_DIRS = {
+    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt", "/proc", "/root",
+    "/sbin", "/srv", "/sys", "/usr", "/var",
+}
+
+
+def _is_root_like(target: str) -> bool:
+    """`/`, `/*`, `~`, `$HOME` and top-level system folders: never a reasonable recursive target."""
+    t = target.strip()
+    if t in {"~", "~/", "~/*", "$HOME", "${HOME}", "$HOME/", "${HOME}/", "$HOME/*", "${HOME}/*"}:
+        return True
+    if not t.startswith("/"):
+        return False
+    if t.endswith("/*"):
+        t = t[:-2] or "/"
+    return os.path.normpath(t).replace("//", "/") in _SYSTEM_DIRS
+
+
+_ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")
+_FLAGS_WITH_VALUE = {"-u", "-g", "-U", "-C", "-h", "-p"}  # sudo/doas options that take a value
+
+
+def _command_words(segment: str) -> list[str]:
+    """The words of one simple command, from the command name on.
+
+    VAR=value prefixes and wrappers such as `sudo -u root` or `nice -n 5` are skipped, so
+    `sudo rm -rf /` is judged as rm.
+    """
+    try:
+        words = shlex.split(segment)
+    except ValueError:
+        words = segment.split()
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word in _WRAPPERS or _ASSIGNMENT.match(word) or word.isdigit():
+            i += 1
+        elif word.startswith("-") and i > 0:
+            i += 2 if word in _FLAGS_WITH_VALUE else 1
+        else:
+            break
+    return words[i:]
+
+
+def _recursive_flag(args: list[str]) -> bool:
+    for a in args:
+        if a in ("--recursive", "-R", "-r"):
+            return True
+        if a.startswith("-") and not a.startswith("--") and ("r" in a or "R" in a):
+            return True
+    return False
+
+
+def _segment_reason(words: list[str], depth: int) -> str | None:
+    if not words:
+        return None
+    cmd = os.path.basename(words[0])
+    args = words[1:]
+    if cmd in _SHELLS and "-c" in args and args.index("-c") + 1 < len(args) and depth < 3:
+        return deny_reason(args[args.index("-c") + 1], depth + 1)
+    if cmd == "eval" and depth < 3:
+        return deny_reason(" ".join(args), depth + 1)
+    if cmd == "rm":
+        if "--no-preserve-root" in args:
+            return "rm with --no-preserve-root"
+        if _recursive_flag(args) and any(_is_root_like(a) for a in args if not a.startswith("-")):
+            return "recursive rm of the root, a system folder or the home folder"
+    if cmd in ("chmod", "chown", "chgrp") and _recursive_flag(args):
+        if any(_is_root_like(a) for a in args if not a.startswith("-")):
+            return f"recursive {cmd} of the root, a system folder or the home folder"
+    if cmd.startswith("mkfs") or cmd in ("mke2fs", "wipefs"):
+        return f"{cmd} formats or wipes a file system"
+    if cmd == "dd" and any(re.match(r"of=" + _RAW_DISK, a) for a in args):
+        return "dd writing to a raw disk device"
+    if cmd in _POWER:
+        return f"{cmd} would power off or restart the machine"
+    if cmd == "systemctl" and any(a in _POWER or a in ("kexec", "suspend", "hibernate") for a in args):
+        return "systemctl power action would stop the machine"
+    if cmd in ("init", "telinit") and any(a in ("0", "6") for a in args):
+        return f"{cmd} {args[0]} would power off or restart the machine"
+    return None
+
+
+def deny_reason(command: str, depth: int = 0) -> str | None:
+    """Why `command` is refused, or None. Best effort: it catches accidents, not an adversary."""
+    if _FORK_BOMB.search(command):
+        return "fork bomb"
+    if _RAW_DISK_WRITE.search(command):
+        return "redirecting output onto a raw disk device"
+    for segment in _SEGMENT_SPLIT.split(command):
+        reason = _segment_reason(_command_words(segment), depth)
+        if reason:
+            return reason
+    return None
+
+
+# --- running -------------------------------------------------------------------------
+
+
+class _Capture:
+    """Keeps the first and last _CAPTURE_BYTES of a stream and counts what fell between."""
+
+    def __init__(self) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = _CAPTURE_BYTES - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > _CAPTURE_BYTES:
+                cut = len(self.tail) - _CAPTURE_BYTES
+                del self.tail[:cut]
+                self.dropped += cut
+
+    def texts(self) -> tuple[str, str]:
+        if not self.dropped:  # contiguous: decode together so a character split at the seam survives
+            return bytes(self.head + self.tail).decode("utf-8", errors="replace"), ""
+        return self.head.decode("utf-8", errors="replace"), self.tail.decode("utf-8", errors="replace")
+
+    def length(self) -> int:
+        head, tail = self.texts()
+        return len(head) + self.dropped + len(tail)
+
+    def render(self, budget: int) -> str:
+        """The stream in at most about `budget` characters: head, an omission marker, tail."""
+        head, tail = self.texts()
+        if not self.dropped:
+            if len(head) <= budget:
+                return head
+            head, tail = head[: budget // 2], head[budget // 2 :]
+            keep_tail = budget - len(head)
+            omitted = len(tail) - keep_tail
+            return f"{head}\n[... {omitted:,} characters omitted ...]\n{tail[len(tail) - keep_tail :]}"
+        keep_head = min(len(head), budget // 2)
+        keep_tail = min(len(tail), budget - keep_head)
+        # The dropped middle was counted in bytes; for non-ASCII output that overstates characters.
+        omitted = len(head) - keep_head + self.dropped + len(tail) - keep_tail
+        return f"{head[:keep_head]}\n[... about {omitted:,} characters omitted ...]\n{tail[len(tail) - keep_tail :]}"
+
+
+def _split_budget(a: int, b: int, total: int) -> tuple[int, int]:
+    if a + b <= total:
+        return a, b
+    half = total // 2
+    if a <= half:
+        return a, total - a
+    if b <= half:
+        return total - b, b
+    return half, total - half
+
+
+def _format(out: _Capture, err: _Capture, returncode: int | None) -> str:
+    out_budget, err_budget = _split_budget(out.length(), err.length(), OUTPUT_CAP)
+    parts = []
+    if out.length():
+        parts.append(out.render(out_budget).rstrip("\n"))
+    if err.length():
+        parts.append("[stderr]\n" + err.render(err_budget).rstrip("\n"))
+    if not parts:
+        parts.append("(no output)")
+    if returncode is not None:
+        if returncode < 0:
+            try:
+                sig = signal.Signals(-returncode).name
+            except ValueError:
+                sig = str(-returncode)
+            parts.append(f"[exit code: {returncode} (killed by {sig})]")
+        else:
+            parts.append(f"[exit code: {returncode}]")
+    return "\n".join(parts)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any process of the group is still running (zombies do not count).
+
+    Orphaned grandchildren are reparented to PID 1, which in containers may reap them
+    late; killpg(pgid, 0) would report those zombies as alive and stall the grace period.
+    """
+    proc_dir = "/proc"
+    if os.path.isdir(proc_dir):
+        for entry in os.listdir(proc_dir):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"{proc_dir}/{entry}/stat", "rb") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            # Fields after the last ")" (the command name may contain spaces or parentheses).
+            fields = stat[stat.rfind(b")") + 2 :].split()
+            if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+                return True
+        return False
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def _drain(stream: asyncio.StreamReader | None, sink: _Capture) -> None:
+    if stream is None:
+        return
+    while chunk := await stream.read(65536):
+        sink.add(chunk)
+
+
+class ExecTool(Tool):
+    name = "exec"
+    description = (
+        "Run a shell command (/bin/sh -c) in the workspace and return stdout, stderr and the exit code. "
+        "No stdin (interactive programs get end-of-file). Long output keeps its head and tail. "
+        "The command and everything it starts are killed at the timeout; start long-running servers "
+        "with output redirected to a file."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "description": "The shell command to run."},
+            "working_dir": {"type": "string", "description": "Directory to run in (default: the workspace)."},
+            "timeout": {"type": "number", "minimum": 1, "description": "Seconds before the command is killed (capped by the configured limit)."},
+        },
+        "required": ["command"],
+    }
+
+    kill_grace = 2.0  # seconds between SIGTERM and SIGKILL for the process group
+
+    async def run(self, command: str, working_dir: str | None = None, timeout: float | None = None, **_: Any) -> str:
+        if not self.ctx.exec_enabled:
+            raise ToolError("the exec tool is disabled in this configuration; shell commands cannot be run")
+        if not command.strip():
+            raise ToolError("command is empty")
+        reason = deny_reason(command)
+        if reason:
+            raise ToolError(f"command refused by the safety policy ({reason}); it was not run")
+        cwd = resolve_path(self.ctx, working_dir) if working_dir else workspace_root(self.ctx)
+        if not cwd.is_dir():
+            raise ToolError(f"working_dir {working_dir or str(cwd)!r} is not an existing directory")
+        limit = self.ctx.exec_timeout if timeout is None else min(float(timeout), self.ctx.exec_timeout)
+
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                "/bin/sh", "-c", command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=str(cwd),
+                env=child_env(os.environ, self.ctx.secret_env_names),
+                start_new_session=True,  # own process group: one killpg reaches grandchildren too
+            )
+        except OSError as exc:
+            raise ToolError(f"could not start the shell: {exc}") from exc
+
+        out, err = _Capture(), _Capture()
+        readers = [asyncio.create_task(_drain(proc.stdout, out)), asyncio.create_task(_drain(proc.stderr, err))]
+        waiter = asyncio.create_task(proc.wait())
+        try:
+            _, pending = await asyncio.wait([waiter, *readers], timeout=limit)
+            shell_exited = proc.returncode is not None
+            if pending:
+                await self._kill_group(proc)
+                # Pipes close once the group is dead; collect what is still buffered in them.
+                await asyncio.wait(readers, timeout=1.0)
+        except asyncio.CancelledError:
+            await self._kill_group(proc)
+            raise
+        finally:
+            for task in (waiter, *readers):
+                task.cancel()
+
+        if pending:
+            # Process.wait() also waits for the pipes to close, so ask the returncode itself.
+            why = (
+                f"the command exited but something it started in the background kept its output open "
+                f"for {limit:g}s (redirect a background process's output to a file)"
+                if shell_exited
+                else f"the command did not finish within {limit:g}s"
+            )
+            raise ToolError(
+                f"{why}; it and every process it started were killed.\n{_format(out, err, None)}"
+            )
+        return _format(out, err, proc.returncode)
+
+    async def _kill_group(self, proc: asyncio.subprocess.Process) -> None:
+        """SIGTERM the group, give it kill_grace to exit, then SIGKILL whatever is left.
+
+        The SIGKILL sits in `finally` so a second Ctrl-C during the grace still kills.
+        """
+        pgid = proc.pid  # start_new_session makes the shell the group leader
+        loop = asyncio.get_running_loop()
+        try:
+            _signal_group(pgid, signal.SIGTERM)
+            deadline = loop.time() + self.kill_grace
+            while loop.time() < deadline and _group_alive(pgid):
+                await asyncio.sleep(0.05)
+        finally:
+            _signal_group(pgid, signal.SIGKILL)
+        try:
+            await asyncio.wait_for(proc.wait(), 5)
+        except (asyncio.TimeoutError, ProcessLookupError):
+            pass
