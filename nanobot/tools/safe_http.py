@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -132,6 +133,7 @@ class SafeFetcher:
         max_bytes: int = DEFAULT_MAX_BYTES,
         timeout: float = 20.0,
         user_agent: str = DEFAULT_USER_AGENT,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         self.policy = policy or AddressPolicy()
         self.resolver = resolver or system_resolver
@@ -139,6 +141,7 @@ class SafeFetcher:
         self.max_bytes = max_bytes
         self.timeout = timeout
         self.user_agent = user_agent
+        self.verify = verify  # an SSLContext trusting a private CA (tests, corporate proxies)
 
     async def check_url(self, url: str | httpx2.URL) -> tuple[httpx2.URL, str]:
         """Validate one hop; return the parsed URL and the checked IP to connect to."""
@@ -193,7 +196,7 @@ class SafeFetcher:
         current = url
         # trust_env=False: a proxy would do its own DNS lookup and undo the address check.
         async with httpx2.AsyncClient(
-            trust_env=False, follow_redirects=False, timeout=self.timeout
+            trust_env=False, follow_redirects=False, timeout=self.timeout, verify=self.verify
         ) as client:
             while True:
                 parsed, ip = await self.check_url(current)
