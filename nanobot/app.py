@@ -1,0 +1,103 @@
+"""The one place that wires concrete classes together from a Config."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from nanobot.agent.context import ContextBuilder
+from nanobot.config import Config, resolve_model
+from nanobot.conversation import Conversation, TurnSettings
+from nanobot.providers.base import Provider
+from nanobot.providers.factory import make_provider
+from nanobot.providers.registry import key_env_names
+from nanobot.providers.retry import RetryCallback, RetryPolicy
+from nanobot.session import SessionStore
+from nanobot.tools.base import ToolContext
+from nanobot.tools.registry import ToolRegistry
+
+
+def tool_context(cfg: Config, workspace: Path) -> ToolContext:
+    secrets = set(key_env_names()) | {"BRAVE_API_KEY", "NANOBOT_API_KEY"}
+    secrets |= {name for name, value in os.environ.items() if value and value in cfg.secret_values()}
+    return ToolContext(
+        workspace=workspace,
+        restrict_to_workspace=cfg.tools.restrict_to_workspace,
+        exec_enabled=cfg.tools.exec.enable,
+        exec_timeout=float(cfg.tools.exec.timeout),
+        secret_env_names=frozenset(secrets),
+    )
+
+
+def build_tools(cfg: Config, workspace: Path, *, subagent: bool = False) -> ToolRegistry:
+    """The tool set. Subagents get the same minus spawn and messaging."""
+    from nanobot.tools.files import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
+    from nanobot.tools.shell import ExecTool
+    from nanobot.tools.web import WebFetchTool, WebSearchTool
+
+    ctx = tool_context(cfg, workspace)
+    registry = ToolRegistry([ReadFileTool(ctx), WriteFileTool(ctx), EditFileTool(ctx), ListDirTool(ctx)])
+    if cfg.tools.exec.enable:
+        registry.register(ExecTool(ctx))
+    registry.register(WebSearchTool(ctx, api_key=cfg.tools.web.search.api_key or None))
+    registry.register(WebFetchTool(ctx))
+    return registry
+
+
+def build_provider(cfg: Config, model: str | None = None, *, on_retry: RetryCallback | None = None,
+                   policy: RetryPolicy | None = None) -> Provider:
+    return make_provider(resolve_model(cfg, model), policy=policy or retry_policy_from_env(), on_retry=on_retry)
+
+
+def retry_policy_from_env() -> RetryPolicy:
+    """NANOBOT_RETRY_BASE_DELAY shortens backoff (tests and scripts use it)."""
+    policy = RetryPolicy()
+    raw = os.environ.get("NANOBOT_RETRY_BASE_DELAY")
+    if raw:
+        try:
+            policy.base_delay = max(0.0, float(raw))
+        except ValueError:
+            pass
+    return policy
+
+
+def build_context(cfg: Config, workspace: Path) -> ContextBuilder:
+    from nanobot.memory import MemoryStore
+    from nanobot.skills import SkillSet
+
+    return ContextBuilder(workspace, memory=MemoryStore(workspace), skills=SkillSet.discover(workspace),
+                          timezone=cfg.defaults.timezone)
+
+
+@dataclass
+class Assistant:
+    """Everything one `nanobot agent` run holds open."""
+
+    cfg: Config
+    workspace: Path
+    store: SessionStore
+    conversation: Conversation
+
+    async def aclose(self) -> None:
+        self.store.close(self.conversation.session)
+        await self.conversation.provider.aclose()
+
+
+def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, stream: bool = True,
+                   on_retry: RetryCallback | None = None) -> Assistant:
+    """Resolve the provider (fails fast on a missing key), then lock and load the session."""
+    provider = build_provider(cfg, model, on_retry=on_retry)
+    workspace = cfg.workspace_path()
+    workspace.mkdir(parents=True, exist_ok=True)
+    store = SessionStore()
+    session = store.open(session_key)
+    d = cfg.defaults
+    channel, _, chat_id = session_key.partition(":")
+    settings = TurnSettings(max_iterations=d.max_tool_iterations, max_tokens=d.max_tokens,
+                            temperature=d.temperature, stream=stream, channel=channel or "cli",
+                            chat_id=chat_id or "direct")
+    conversation = Conversation(session=session, store=store, provider=provider,
+                                tools=build_tools(cfg, workspace), context=build_context(cfg, workspace),
+                                settings=settings)
+    return Assistant(cfg, workspace, store, conversation)

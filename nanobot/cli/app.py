@@ -1,0 +1,108 @@
+"""The `nanobot` command. Errors are translated here, once, into a message and an exit code.
+
+Imports stay light at module level: `nanobot --version` and `--help` must not load the
+provider SDKs; commands import what they need when they run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from nanobot import __version__
+
+app = typer.Typer(
+    name="nanobot",
+    help="nanobot — a personal AI assistant in your terminal.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode=None,
+)
+
+ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json).")
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"nanobot {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                       help="Show the version and exit.")) -> None:
+    """nanobot — a personal AI assistant in your terminal."""
+
+
+def _mount_subcommands() -> None:
+    from nanobot.cli.memory_cmd import history_app, memory_app
+    from nanobot.cli.session_cmd import session_app
+    from nanobot.cli.skills_cmd import skills_app
+
+    app.add_typer(session_app, name="session", help="List, show and repair sessions.")
+    app.add_typer(memory_app, name="memory", help="What the assistant remembers (MEMORY.md).")
+    app.add_typer(history_app, name="history", help="Search the archive of past conversations (HISTORY.md).")
+    app.add_typer(skills_app, name="skills", help="Skills the assistant can use.")
+
+
+@app.command()
+def onboard(config: Optional[Path] = ConfigOpt,
+            workspace: Optional[Path] = typer.Option(None, "--workspace", "-w", help="Workspace folder.")) -> None:
+    """Create (or complete) the config file and the workspace. Never overwrites your files."""
+    from nanobot.cli.setup import run_onboard
+
+    run_onboard(config, workspace)
+
+
+@app.command()
+def status(config: Optional[Path] = ConfigOpt) -> None:
+    """Config path, workspace, model, providers with a key (masked), context window, token estimator."""
+    from nanobot.cli.setup import show_status
+
+    show_status(config)
+
+
+@app.command()
+def agent(
+    message: Optional[str] = typer.Option(None, "--message", "-m", help="Send one message, print the answer, exit."),
+    session: str = typer.Option("cli:direct", "--session", "-s", help="Session key to use or resume."),
+    workspace: Optional[Path] = typer.Option(None, "--workspace", "-w", help="Workspace folder."),
+    config: Optional[Path] = ConfigOpt,
+    model: Optional[str] = typer.Option(None, "--model", help="provider/model, e.g. openai/gpt-4.1."),
+    no_markdown: bool = typer.Option(False, "--no-markdown", help="Plain text instead of rendered markdown."),
+    json_out: bool = typer.Option(False, "--json", help="One-shot: print answer, tool calls and usage as JSON."),
+) -> None:
+    """Chat with the assistant (REPL), or send one message with -m. Piped stdin works as the message."""
+    from nanobot.cli.chat import run_agent
+
+    if message is None and not sys.stdin.isatty():
+        message = sys.stdin.read()
+        if not message.strip():
+            from nanobot.errors import UsageError
+
+            raise UsageError("stdin was empty", hint='Pass the message with -m "..." or pipe some text.')
+    code = run_agent(message=message, session_key=session, workspace=workspace, config_path=config,
+                     model=model, markdown=not no_markdown, json_out=json_out)
+    raise typer.Exit(code)
+
+
+def main() -> None:
+    """Console-script entry point: run the app and translate our errors into exit codes."""
+    from nanobot.errors import NanobotError
+
+    if sys.argv[1:2] not in (["--version"], ["-V"]):
+        _mount_subcommands()
+    try:
+        app(standalone_mode=True)
+    except NanobotError as exc:
+        print(f"nanobot: error: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(exc.hint, file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        sys.exit(130)

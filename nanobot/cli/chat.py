@@ -1,0 +1,195 @@
+"""`nanobot agent`: one-shot turns and the interactive chat (prompt_toolkit + rich)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from nanobot.agent.events import Retrying
+from nanobot.cli.render import Renderer, stderr_console, stdout_console
+from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS
+from nanobot.config import load_config
+from nanobot.errors import NanobotError
+
+
+def run_agent(*, message: str | None, session_key: str, workspace: Path | None, config_path: Path | None,
+              model: str | None, markdown: bool, json_out: bool) -> int:
+    cfg = load_config(config_path, overrides={
+        "agents.defaults.workspace": str(workspace) if workspace else None,
+        "agents.defaults.model": model,
+    })
+    if message is not None:
+        return asyncio.run(_one_shot(cfg, session_key, message, markdown=markdown, json_out=json_out))
+    return asyncio.run(Chat(cfg, session_key, markdown=markdown).run())
+
+
+def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_ref: list):
+    from nanobot.app import open_assistant
+
+    def on_retry(attempt: int, delay: float, error: Exception) -> None:
+        if renderer_ref:
+            renderer_ref[0](Retrying(attempt, delay, str(error).splitlines()[0]))
+
+    return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry)
+
+
+async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json_out: bool) -> int:
+    out = stdout_console()
+    err = stderr_console()
+    stream = out.is_terminal and not json_out
+    ref: list = []
+    assistant = _open(cfg, session_key, stream=stream, progress=err, renderer_ref=ref)
+    renderer = Renderer(out, markdown=markdown, progress=err, stream_text=stream)
+    ref.append(renderer)
+    for warning in assistant.conversation.session.warnings:
+        err.print(f"[yellow]warning: {warning}[/yellow]")
+    try:
+        outcome = await assistant.conversation.send(message, emit=renderer)
+    finally:
+        renderer.finish()
+        await assistant.aclose()
+    if json_out:
+        print(json.dumps({
+            "answer": outcome.content, "stop_reason": outcome.stop_reason, "error": outcome.error,
+            "tool_calls": outcome.tool_calls,
+            "usage": {"prompt_tokens": outcome.usage.prompt_tokens,
+                      "completion_tokens": outcome.usage.completion_tokens},
+        }, ensure_ascii=False))
+        return 1 if outcome.error else 0
+    if outcome.error:
+        err.print(f"[bold red]error:[/bold red] {outcome.error}", highlight=False)
+        return 1
+    if not stream and outcome.content:
+        print(outcome.content)
+    return 0
+
+
+class Chat:
+    """The REPL: read a line, run a turn as a cancellable task, render its events."""
+
+    def __init__(self, cfg, session_key: str, *, markdown: bool) -> None:
+        self.cfg = cfg
+        self.session_key = session_key
+        self.console = stdout_console()
+        self.err = stderr_console()
+        self.markdown = markdown
+        self.renderer = Renderer(self.console, markdown=markdown)
+        self.assistant = None
+        self.turn_task: asyncio.Task | None = None
+
+    @property
+    def conversation(self):
+        return self.assistant.conversation
+
+    def _prompt_session(self):
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory
+        from prompt_toolkit.key_binding import KeyBindings
+
+        from nanobot.paths import input_history_path
+
+        bindings = KeyBindings()
+
+        @bindings.add("escape", "enter")
+        def _newline(event) -> None:  # Esc-Enter inserts a line break; Enter sends
+            event.current_buffer.insert_text("\n")
+
+        history = input_history_path()
+        history.parent.mkdir(parents=True, exist_ok=True)
+        return PromptSession(history=FileHistory(str(history)), key_bindings=bindings, multiline=False,
+                             enable_history_search=True)
+
+    async def run(self) -> int:
+        ref = [self.renderer]
+        self.assistant = _open(self.cfg, self.session_key, stream=True, progress=self.console, renderer_ref=ref)
+        try:
+            self.console.print(f"[bold]nanobot[/bold] [dim]· {self.cfg.defaults.model} · session "
+                               f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]")
+            for warning in self.conversation.session.warnings:
+                self.console.print(f"[yellow]warning: {warning}[/yellow]")
+            prompt = self._prompt_session() if sys.stdin.isatty() else None
+            while True:
+                try:
+                    text = await prompt.prompt_async("you › ") if prompt else await _read_line()
+                except KeyboardInterrupt:
+                    continue
+                except EOFError:
+                    break
+                if text is None:
+                    break
+                text = text.strip()
+                if not text:
+                    continue
+                if text.lower() in EXIT_WORDS:
+                    break
+                if text.startswith("/"):
+                    name, _, arg = text.partition(" ")
+                    entry = SLASH_COMMANDS.get(name.lower())
+                    if entry is None:
+                        self.console.print(f"[yellow]unknown command {name}; /help lists them[/yellow]")
+                        continue
+                    if not await entry[1](self, arg.strip()):
+                        break
+                    continue
+                await self.run_turn(text)
+        finally:
+            self.renderer.finish()
+            await self.assistant.aclose()
+        self.console.print("[dim]bye[/dim]")
+        return 0
+
+    async def run_turn(self, text: str) -> None:
+        """Run one turn; Ctrl-C cancels it and returns to the prompt."""
+        loop = asyncio.get_running_loop()
+        self.turn_task = asyncio.ensure_future(self.conversation.send(text, emit=self.renderer))
+        loop.add_signal_handler(signal.SIGINT, self.turn_task.cancel)
+        self.renderer.thinking()
+        try:
+            outcome = await self.turn_task
+        except asyncio.CancelledError:
+            self.renderer.finish()
+            self.console.print("[yellow]cancelled[/yellow] [dim](what already ran is saved)[/dim]")
+            return
+        except NanobotError as exc:
+            self.renderer.finish()
+            self.console.print(f"[bold red]error:[/bold red] {exc}", highlight=False)
+            return
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+            self.turn_task = None
+        self.renderer.finish()
+        if outcome.error:
+            self.console.print(f"[bold red]error:[/bold red] {outcome.error}", highlight=False)
+
+    # slash command actions -------------------------------------------------------------------
+    def show_help(self) -> None:
+        for name, (help_text, _) in SLASH_COMMANDS.items():
+            self.console.print(f"  [bold]{name:<10}[/bold] {help_text}")
+        self.console.print("  [dim]Esc-Enter: new line · Ctrl-C: cancel the running turn · Ctrl-D: leave[/dim]")
+
+    async def new_session(self) -> None:
+        self.conversation.new_session()
+        self.console.print("[dim]started a new conversation[/dim]")
+
+    async def compact(self) -> None:
+        self.console.print("[yellow]/compact needs memory consolidation, which is not available yet[/yellow]")
+
+    async def stop_background(self) -> None:
+        self.console.print("[dim]no background tasks are running[/dim]")
+
+    def show_status(self) -> None:
+        from nanobot.cli.status_view import status_lines
+
+        for line in status_lines(self.assistant):
+            self.console.print(line, highlight=False)
+
+
+async def _read_line() -> str | None:
+    """Input without a terminal (tests, pipes): one line from stdin, None at the end."""
+    line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    return line if line else None

@@ -1,0 +1,117 @@
+"""Turns agent events into what the user sees: streamed text, spinner, tool hints, errors."""
+
+from __future__ import annotations
+
+import sys
+from typing import IO
+
+from rich.console import Console
+from rich.live import Live
+from rich.markdown import Markdown
+from rich.status import Status
+
+from nanobot.agent.events import Event, Notice, Retrying, TextDelta, ToolFinished, ToolStarted, TurnDone
+
+
+class Renderer:
+    """Renders one turn. `markdown` re-renders the streamed answer live; plain mode writes raw text."""
+
+    def __init__(self, console: Console, *, markdown: bool, progress: Console | None = None,
+                 stream_text: bool = True) -> None:
+        self.console = console
+        self.progress = progress or console  # hints and spinner (stderr in one-shot mode)
+        self.markdown = markdown and console.is_terminal
+        self.stream_text = stream_text
+        self.buffer = ""
+        self._live: Live | None = None
+        self._status: Status | None = None
+        self._wrote_plain = False
+
+    # spinner -----------------------------------------------------------------------------
+    def thinking(self, label: str = "thinking…") -> None:
+        if not self.progress.is_terminal:
+            return
+        self._end_text()
+        if self._status is None:
+            self._status = self.progress.status(f"[dim]{label}[/dim]", spinner="dots")
+            self._status.start()
+        else:
+            self._status.update(f"[dim]{label}[/dim]")
+
+    def _stop_spinner(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    # streamed text -----------------------------------------------------------------------
+    def _text(self, chunk: str) -> None:
+        if not self.stream_text:
+            self.buffer += chunk
+            return
+        self._stop_spinner()
+        self.buffer += chunk
+        if self.markdown:
+            if self._live is None:
+                self._live = Live(Markdown(self.buffer), console=self.console, refresh_per_second=12,
+                                  vertical_overflow="visible")
+                self._live.start()
+            else:
+                self._live.update(Markdown(self.buffer))
+        else:
+            self.console.file.write(chunk)
+            self.console.file.flush()
+            self._wrote_plain = True
+
+    def _end_text(self) -> None:
+        if self._live is not None:
+            self._live.update(Markdown(self.buffer))
+            self._live.stop()
+            self._live = None
+        elif self._wrote_plain and not self.buffer.endswith("\n"):
+            self.console.file.write("\n")
+            self.console.file.flush()
+        self._wrote_plain = False
+        if self.stream_text:
+            self.buffer = ""
+
+    # events ------------------------------------------------------------------------------
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, TextDelta):
+            self._text(event.text)
+        elif isinstance(event, ToolStarted):
+            self._end_text()
+            self._stop_spinner()
+            self.progress.print(f"[dim cyan]  ↳ {escape(event.hint)}[/dim cyan]", highlight=False)
+            self.thinking(f"running {event.name}…")
+        elif isinstance(event, ToolFinished):
+            self._stop_spinner()
+            if event.is_error:
+                self.progress.print(f"[dim red]    ✗ {escape(event.preview)}[/dim red]", highlight=False)
+            self.thinking()
+        elif isinstance(event, Retrying):
+            self.progress.print(f"[dim yellow]  {escape(event.reason)}; retrying in {event.delay:.0f}s "
+                                f"(attempt {event.attempt + 1})[/dim yellow]", highlight=False)
+        elif isinstance(event, Notice):
+            style = {"warning": "yellow", "error": "bold red"}.get(event.level, "dim")
+            self._end_text()
+            self.progress.print(f"[{style}]{escape(event.text)}[/{style}]", highlight=False)
+        elif isinstance(event, TurnDone):
+            self.finish()
+
+    def finish(self) -> None:
+        self._stop_spinner()
+        self._end_text()
+
+
+def escape(text: str) -> str:
+    from rich.markup import escape as _escape
+
+    return _escape(text)
+
+
+def stderr_console() -> Console:
+    return Console(file=sys.stderr, highlight=False)
+
+
+def stdout_console(file: IO[str] | None = None) -> Console:
+    return Console(file=file or sys.stdout, highlight=False, soft_wrap=True)

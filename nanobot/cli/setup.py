@@ -1,0 +1,82 @@
+"""`nanobot onboard` and `nanobot status`."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from nanobot import paths
+from nanobot.config import ensure_config_file, load_config, mask_key, resolve_model
+from nanobot.errors import NanobotError
+from nanobot.providers import registry
+
+
+def copy_templates(workspace: Path) -> list[Path]:
+    """Copy the bundled workspace templates into `workspace`; existing files are left alone."""
+    source = paths.bundled_dir("workspace")
+    created = []
+    for item in sorted(source.rglob("*")):
+        if item.is_dir() or item.name.startswith("."):
+            continue
+        target = workspace / item.relative_to(source)
+        if target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(item, target)
+        created.append(target)
+    (workspace / "skills").mkdir(parents=True, exist_ok=True)
+    return created
+
+
+def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
+    console = Console(highlight=False)
+    path = config_path or paths.default_config_path()
+    changed, added = ensure_config_file(path)
+    if not path.exists():
+        raise NanobotError(f"could not create {path}")
+    if changed and added:
+        console.print(f"config: {path} (added {len(added)} missing setting(s))")
+    else:
+        console.print(f"config: {path} (already complete, left unchanged)")
+    cfg = load_config(path, overrides={"agents.defaults.workspace": str(workspace) if workspace else None})
+    ws = cfg.workspace_path()
+    created = copy_templates(ws)
+    console.print(f"workspace: {ws} ({len(created)} file(s) created)")
+    try:
+        resolve_model(cfg)
+        console.print(f"model: {cfg.defaults.model} — ready. Start chatting with: nanobot agent")
+    except NanobotError as exc:
+        console.print(f"model: {cfg.defaults.model} — [yellow]{exc.message}[/yellow]")
+        if exc.hint:
+            console.print(exc.hint)
+
+
+def show_status(config_path: Path | None) -> None:
+    from nanobot import tokens
+
+    console = Console(highlight=False)
+    path = config_path or paths.default_config_path()
+    cfg = load_config(path)
+    table = Table(show_header=False, box=None)
+    table.add_row("config", f"{path}{'' if path.exists() else ' (missing: run nanobot onboard)'}")
+    table.add_row("workspace", str(cfg.workspace_path()))
+    table.add_row("model", cfg.defaults.model)
+    try:
+        resolved = resolve_model(cfg)
+        table.add_row("provider", f"{resolved.spec.name} ({resolved.api_base or 'default endpoint'})")
+    except NanobotError as exc:
+        table.add_row("provider", f"[yellow]{exc.message}[/yellow]")
+    keys = []
+    for spec in registry.PROVIDERS:
+        pc = cfg.provider_config(spec.name)
+        if pc.api_key or pc.api_base:
+            keys.append(f"{spec.name}: key {mask_key(pc.api_key)}" + (f", base {pc.api_base}" if pc.api_base else ""))
+    table.add_row("providers", "\n".join(keys) or "none configured")
+    table.add_row("context window", f"{cfg.defaults.context_window_tokens:,} tokens "
+                                    f"(reply room {cfg.defaults.max_tokens:,})")
+    table.add_row("token estimator", tokens.estimator_name())
+    table.add_row("sessions", str(paths.sessions_dir()))
+    console.print(table)

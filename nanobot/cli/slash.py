@@ -1,0 +1,52 @@
+"""Slash commands of the chat. How to add one: write `async def _name(chat, arg)` and add
+a row to SLASH_COMMANDS. The handler returns False to leave the chat."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+if TYPE_CHECKING:
+    from nanobot.cli.chat import Chat
+
+Handler = Callable[["Chat", str], Awaitable[bool]]
+
+
+async def _help(chat: "Chat", arg: str) -> bool:
+    chat.show_help()
+    return True
+
+
+async def _new(chat: "Chat", arg: str) -> bool:
+    await chat.new_session()
+    return True
+
+
+async def _status(chat: "Chat", arg: str) -> bool:
+    chat.show_status()
+    return True
+
+
+async def _compact(chat: "Chat", arg: str) -> bool:
+    await chat.compact()
+    return True
+
+
+async def _stop(chat: "Chat", arg: str) -> bool:
+    await chat.stop_background()
+    return True
+
+
+async def _exit(chat: "Chat", arg: str) -> bool:
+    return False
+
+
+SLASH_COMMANDS: dict[str, tuple[str, Handler]] = {
+    "/help": ("show this help", _help),
+    "/new": ("archive this conversation into memory and start a fresh one", _new),
+    "/compact": ("summarise older messages into memory now, keeping the last exchange", _compact),
+    "/status": ("model, context used vs window, last usage, session size", _status),
+    "/stop": ("stop background subagents of this session", _stop),
+    "/exit": ("leave (also: exit, quit, :q, Ctrl-D)", _exit),
+}
+
+EXIT_WORDS = {"exit", "quit", ":q", "/exit", "/quit"}
