@@ -1,0 +1,159 @@
+"""web_search with a stubbed Brave transport and a stubbed ddgs call: no network."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from nanobot.errors import ToolError
+from nanobot.tools.base import ToolContext
+from nanobot.tools.web import BRAVE_SEARCH_URL, WebSearchTool
+
+CTX = ToolContext(workspace=Path("."))
+
+BRAVE_RESPONSE = {
+    "type": "search",
+    "query": {"original": "tidal power"},
+    "web": {
+        "type": "search",
+        "results": [
+            {
+                "title": "Tidal power - Wikipedia",
+                "url": "https://en.wikipedia.org/wiki/Tidal_power",
+                "description": "<strong>Tidal power</strong> converts the energy of tides into electricity.",
+                "age": "2 days ago",
+            },
+            {
+                "title": "Bay of Fundy turbines",
+                "url": "https://example.org/fundy",
+                "description": "A new array delivers steady power.",
+            },
+            {"title": "Third", "url": "https://example.net/3", "description": ""},
+        ],
+    },
+}
+
+
+def brave_tool(handler, api_key: str | None = "brave-key") -> tuple[WebSearchTool, list[httpx2.Request]]:
+    seen: list[httpx2.Request] = []
+
+    def record(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        return handler(request)
+
+    def no_ddgs(query: str, count: int):
+        raise AssertionError("ddgs must not be used when a Brave key is set")
+
+    tool = WebSearchTool(CTX, api_key=api_key, transport=httpx2.MockTransport(record), ddgs_search=no_ddgs)
+    return tool, seen
+
+
+def test_brave_results_are_parsed_and_numbered() -> None:
+    tool, seen = brave_tool(lambda r: httpx2.Response(200, json=BRAVE_RESPONSE))
+    out = asyncio.run(tool.run(query="tidal power", count=3))
+
+    assert out.splitlines()[0] == "Results for: tidal power"
+    assert "1. Tidal power - Wikipedia\n   https://en.wikipedia.org/wiki/Tidal_power\n" in out
+    assert "   Tidal power converts the energy of tides into electricity." in out  # tags stripped
+    assert "2. Bay of Fundy turbines\n   https://example.org/fundy\n   A new array delivers steady power." in out
+    assert out.rstrip().endswith("3. Third\n   https://example.net/3")
+
+    (request,) = seen
+    assert str(request.url).startswith(BRAVE_SEARCH_URL)
+    assert request.url.params["q"] == "tidal power"
+    assert request.url.params["count"] == "3"
+    assert request.headers["X-Subscription-Token"] == "brave-key"
+
+
+def test_brave_key_comes_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BRAVE_API_KEY", "env-key")
+    seen: list[httpx2.Request] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        return httpx2.Response(200, json={"web": {"results": []}})
+
+    tool = WebSearchTool(CTX, transport=httpx2.MockTransport(handler))
+    assert asyncio.run(tool.run(query="nothing here")) == "No results for: nothing here"
+    assert seen[0].headers["X-Subscription-Token"] == "env-key"
+
+
+def test_count_is_clamped_to_one_to_ten() -> None:
+    tool, seen = brave_tool(lambda r: httpx2.Response(200, json=BRAVE_RESPONSE))
+    asyncio.run(tool.run(query="q", count=50))
+    asyncio.run(tool.run(query="q", count=0))
+    assert [r.url.params["count"] for r in seen] == ["10", "1"]
+    out = asyncio.run(tool.run(query="q", count=1))
+    assert "2." not in out
+
+
+@pytest.mark.parametrize("status, message", [
+    (401, "API key"), (429, "rate limit"), (500, "HTTP 500"),
+])
+def test_brave_http_errors_become_tool_errors(status: int, message: str) -> None:
+    tool, _ = brave_tool(lambda r: httpx2.Response(status, json={"error": "nope"}))
+    with pytest.raises(ToolError, match=message):
+        asyncio.run(tool.run(query="q"))
+
+
+def test_brave_garbage_and_network_failures_become_tool_errors() -> None:
+    tool, _ = brave_tool(lambda r: httpx2.Response(200, content=b"<html>not json"))
+    with pytest.raises(ToolError, match="not the expected JSON"):
+        asyncio.run(tool.run(query="q"))
+
+    def boom(request: httpx2.Request) -> httpx2.Response:
+        raise httpx2.ConnectError("connection refused", request=request)
+
+    tool, _ = brave_tool(boom)
+    with pytest.raises(ToolError, match="Brave search failed"):
+        asyncio.run(tool.run(query="q"))
+
+
+def test_ddgs_is_used_without_a_key() -> None:
+    calls: list[tuple[str, int]] = []
+
+    def fake_ddgs(query: str, count: int):
+        calls.append((query, count))
+        return [
+            {"title": "Open-Meteo", "href": "https://open-meteo.com/", "body": "Free weather API."},
+            {"title": "wttr.in", "href": "https://wttr.in/", "body": ""},
+        ]
+
+    def no_brave(request: httpx2.Request) -> httpx2.Response:
+        raise AssertionError("Brave must not be called without a key")
+
+    tool = WebSearchTool(CTX, transport=httpx2.MockTransport(no_brave), ddgs_search=fake_ddgs)
+    out = asyncio.run(tool.run(query="  weather api  ", count=4))
+    assert calls == [("weather api", 4)]
+    assert out == (
+        "Results for: weather api\n\n"
+        "1. Open-Meteo\n   https://open-meteo.com/\n   Free weather API.\n"
+        "2. wttr.in\n   https://wttr.in/"
+    )
+
+
+def test_ddgs_failures_and_empty_queries_become_tool_errors() -> None:
+    def failing(query: str, count: int):
+        raise RuntimeError("ratelimited by backend")
+
+    tool = WebSearchTool(CTX, api_key="", ddgs_search=failing)
+    with pytest.raises(ToolError, match="ratelimited"):
+        asyncio.run(tool.run(query="q"))
+    with pytest.raises(ToolError, match="non-empty query"):
+        asyncio.run(tool.run(query="   "))
+    with pytest.raises(ToolError, match="count"):
+        asyncio.run(tool.run(query="q", count="many"))
+
+
+def test_schemas_are_valid_function_tools() -> None:
+    from nanobot.tools.web import WebFetchTool
+
+    for tool in (WebSearchTool(CTX, api_key=""), WebFetchTool(CTX)):
+        schema = tool.schema()
+        json.dumps(schema)
+        assert schema["function"]["parameters"]["type"] == "object"
+        assert schema["function"]["parameters"]["required"]
