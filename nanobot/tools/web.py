@@ -30,8 +30,15 @@ DdgsSearch = Callable[[str, int], list[dict[str, Any]]]
 
 def _ddgs_text(query: str, count: int) -> list[dict[str, Any]]:
     from ddgs import DDGS
+    from ddgs.exceptions import DDGSException
 
-    return DDGS().text(query, max_results=count)
+    try:
+        return DDGS().text(query, max_results=count)
+    except DDGSException as exc:
+        # ddgs reports an empty result set as an error; for the model it is just "no results".
+        if "no results" in str(exc).lower():
+            return []
+        raise
 
 
 class WebSearchTool(Tool):

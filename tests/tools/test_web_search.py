@@ -157,3 +157,26 @@ def test_schemas_are_valid_function_tools() -> None:
         json.dumps(schema)
         assert schema["function"]["parameters"]["type"] == "object"
         assert schema["function"]["parameters"]["required"]
+
+
+def test_default_ddgs_wiring_passes_count_and_maps_no_results(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddgs.exceptions import DDGSException
+
+    calls: list[tuple[str, dict]] = []
+
+    class FakeDDGS:
+        def text(self, query: str, **kwargs):
+            calls.append((query, kwargs))
+            if query == "nothing":
+                raise DDGSException("No results found.")
+            if query == "broken":
+                raise DDGSException("all backends failed")
+            return [{"title": "Hit", "href": "https://example.org/", "body": "snippet"}]
+
+    monkeypatch.setattr("ddgs.DDGS", FakeDDGS)
+    tool = WebSearchTool(CTX, api_key="")
+    assert "1. Hit\n   https://example.org/\n   snippet" in asyncio.run(tool.run(query="found", count=2))
+    assert calls[0] == ("found", {"max_results": 2})
+    assert asyncio.run(tool.run(query="nothing")) == "No results for: nothing"
+    with pytest.raises(ToolError, match="all backends failed"):
+        asyncio.run(tool.run(query="broken"))
