@@ -78,6 +78,8 @@ class Session:
         recent = self.unconsolidated()
         if max_messages is not None:
             recent = recent[-max_messages:] if max_messages > 0 else []
+        # The system prompt is built fresh for every request; a stored one would be a second one.
+        recent = [m for m in recent if not (isinstance(m, dict) and m.get("role") == "system")]
         return [for_wire(m) for m in make_valid(recent)]
 
 
