@@ -1,0 +1,127 @@
+"""`nanobot session ...`: list, read and repair the saved conversations.
+
+Only presentation lives here; the rules are in nanobot.session and nanobot.validity.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from nanobot.errors import NanobotError
+from nanobot.messages import text_of
+from nanobot.session import SessionStore
+
+session_app = typer.Typer(help="Saved conversations: list, show and repair them.", no_args_is_help=True,
+                          add_completion=False, pretty_exceptions_show_locals=False)
+
+# Long tool output is shortened on screen only; `--json` prints it whole.
+SHOWN_TOOL_RESULT_CHARS = 400
+
+KeyArg = typer.Argument(..., help="The session key, e.g. cli:direct (see `nanobot session list`).")
+
+
+def _out() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _err() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _fail(exc: NanobotError) -> typer.Exit:
+    _err().print(f"[red]Error:[/red] {escape(exc.message)}")
+    if exc.hint:
+        _err().print(escape(exc.hint))
+    return typer.Exit(exc.exit_code)
+
+
+def _warn(warnings: list[str]) -> None:
+    for warning in warnings:
+        _err().print(f"[yellow]warning:[/yellow] {escape(warning)}")
+
+
+@session_app.command("list")
+def list_sessions() -> None:
+    """Every saved session: key, message count, consolidation pointer, last update."""
+    infos = SessionStore().list()
+    if not infos:
+        _out().print("No saved sessions yet.")
+        return
+    table = Table("key", "messages", "consolidated", "last update")
+    for info in infos:
+        note = " [yellow](damaged)[/yellow]" if info.warnings else ""
+        table.add_row(escape(info.key) + note, str(info.message_count), str(info.last_consolidated),
+                      escape(info.updated_at))
+    _out().print(table)
+
+
+@session_app.command("show")
+def show(
+    key: str = KeyArg,
+    as_json: bool = typer.Option(False, "--json", help="Print the stored messages as JSON."),
+    limit: Optional[int] = typer.Option(None, "--last", "-n", help="Only the last N messages."),
+) -> None:
+    """A readable transcript of one session (tool results shortened)."""
+    try:
+        session = SessionStore().load(key)
+    except NanobotError as exc:
+        raise _fail(exc) from None
+    _warn(session.warnings)
+    messages = session.messages if limit is None else session.messages[-limit:] if limit > 0 else []
+    if as_json:
+        typer.echo(json.dumps(messages, ensure_ascii=False, indent=2))
+        return
+    console = _out()
+    console.print(f"[bold]{escape(key)}[/bold]  {len(session.messages)} messages, "
+                  f"{session.last_consolidated} consolidated, created {escape(session.created_at)}")
+    first_index = len(session.messages) - len(messages)
+    for index, msg in enumerate(messages, start=first_index):
+        if index == session.last_consolidated and index > 0:
+            console.rule("[dim]consolidated into memory above this line[/dim]")
+        _print_message(console, msg)
+
+
+def _print_message(console: Console, msg: dict) -> None:
+    role = str(msg.get("role", "?"))
+    stamp = f" [dim]{escape(str(msg.get('timestamp', '')))}[/dim]" if msg.get("timestamp") else ""
+    text = text_of(msg.get("content"))
+    if role == "tool":
+        if len(text) > SHOWN_TOOL_RESULT_CHARS:
+            text = text[:SHOWN_TOOL_RESULT_CHARS] + f" … [{len(text) - SHOWN_TOOL_RESULT_CHARS} more characters]"
+        console.print(f"[magenta]tool result[/magenta] {escape(str(msg.get('name', '')))} "
+                      f"[dim]({escape(str(msg.get('tool_call_id', '')))})[/dim]{stamp}")
+        console.print(escape(text), style="dim")
+        return
+    colour = {"user": "green", "assistant": "cyan", "system": "yellow"}.get(role, "red")
+    console.print(f"\n[bold {colour}]{escape(role)}[/bold {colour}]{stamp}")
+    if text.strip():
+        console.print(escape(text))
+    for call in msg.get("tool_calls") or []:
+        if not isinstance(call, dict):
+            continue
+        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+        console.print(f"[magenta]→ {escape(str(fn.get('name', '?')))}[/magenta]"
+                      f"({escape(str(fn.get('arguments', '')))}) [dim]{escape(str(call.get('id', '')))}[/dim]")
+
+
+@session_app.command("repair")
+def repair(key: str = KeyArg) -> None:
+    """Rewrite a damaged session cleanly; the original is kept as a backup next to it."""
+    try:
+        report = SessionStore().repair(key)
+    except NanobotError as exc:
+        raise _fail(exc) from None
+    console = _out()
+    if not report.changed:
+        console.print(f"Session {escape(key)} needs no repair ({escape(str(report.path))}).")
+        return
+    console.print(f"Repaired session {escape(key)}:")
+    for line in report.describe() or ["file rewritten cleanly"]:
+        console.print(f"  - {escape(line)}")
+    console.print(f"Original kept as {escape(str(report.backup))}")
