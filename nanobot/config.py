@@ -141,8 +141,6 @@ def _coerce(tp: Any, value: Any, where: str, source: str) -> Any:
         or (tp is float and isinstance(value, (int, float)) and not isinstance(value, bool))
         or (tp is str and isinstance(value, str))
     )
-    if tp is str and value is None:
-        return ""
     if not ok:
         raise ConfigError(
             f"{source}: {where}: expected {_type_name(tp)}, got {json.dumps(value)}",
@@ -159,6 +157,8 @@ def _build(cls: type, data: dict, where: str, source: str) -> Any:
             continue
         for key in (to_camel(f.name), f.name):
             if key in data:
+                if data[key] is None:
+                    break  # nanobot writes null for unset values: use the default
                 kwargs[f.name] = _coerce(hints[f.name], data[key], f"{where}.{key}".lstrip("."), source)
                 break
     return cls(**kwargs)

@@ -34,8 +34,7 @@ class AnthropicProvider(Provider):
             "model": self.model,
             "messages": fmt.with_history_cache_marker(wire),
             "max_tokens": max_tokens,
-            "temperature": temperature,
-        }
+        }  # the 2.x Messages API has no temperature parameter; the model's default applies
         if system:
             params["system"] = system
         if tools:

@@ -1,0 +1,146 @@
+"""Config: precedence, nanobot compatibility, and every failure mode."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from nanobot.config import ensure_config_file, load_config, mask_key, resolve_model
+from nanobot.errors import ConfigError, MissingKeyError
+
+
+def write(path: Path, data) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+def test_defaults_without_a_file(tmp_path):
+    cfg = load_config(tmp_path / "missing.json", environ={})
+    assert cfg.defaults.model == "anthropic/claude-sonnet-4-5"
+    assert cfg.defaults.context_window_tokens == 65536
+    assert cfg.defaults.max_tool_iterations == 40
+    assert cfg.tools.exec.enable is True
+
+
+def test_precedence_flag_over_env_over_file_over_default(tmp_path):
+    path = write(tmp_path / "c.json", {"agents": {"defaults": {"model": "file/m", "maxTokens": 111,
+                                                                "temperature": 0.5}}})
+    env = {"NANOBOT_AGENTS__DEFAULTS__MODEL": "openai/env-model", "NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS": "222"}
+    assert load_config(path, environ={}).defaults.model == "file/m"
+    cfg = load_config(path, environ=env)
+    assert (cfg.defaults.model, cfg.defaults.max_tokens, cfg.defaults.temperature) == ("openai/env-model", 222, 0.5)
+    cfg = load_config(path, environ=env, overrides={"agents.defaults.model": "anthropic/flag"})
+    assert cfg.defaults.model == "anthropic/flag"
+    assert cfg.defaults.context_window_tokens == 65536  # default still fills the rest
+
+
+def test_provider_key_env_beats_file(tmp_path):
+    path = write(tmp_path / "c.json", {"providers": {"openai": {"apiKey": "sk-file"}}})
+    assert load_config(path, environ={}).providers["openai"].api_key == "sk-file"
+    assert load_config(path, environ={"OPENAI_API_KEY": "sk-env"}).providers["openai"].api_key == "sk-env"
+
+
+def test_a_nanobot_config_file_loads_and_unknown_sections_are_kept(tmp_path):
+    nanobot_file = {
+        "agents": {"defaults": {"workspace": "~/.nanobot/workspace", "model": "anthropic/claude-opus-4-5",
+                                "maxTokens": 8192, "temperature": 0.7, "maxToolIterations": 20,
+                                "memoryWindow": 50}},
+        "channels": {"telegram": {"enabled": False, "token": ""}},
+        "gateway": {"host": "0.0.0.0", "port": 18790},
+        "providers": {"anthropic": {"apiKey": "sk-ant-x", "apiBase": None, "extraHeaders": None},
+                      "groq": {"apiKey": ""}, "github_copilot": {"apiKey": ""}},
+        "tools": {"web": {"search": {"apiKey": "", "maxResults": 5}}, "exec": {"timeout": 60},
+                  "restrictToWorkspace": False, "mcpServers": {}},
+    }
+    path = write(tmp_path / "c.json", json.dumps(nanobot_file))
+    before = path.read_text()
+    cfg = load_config(path, environ={})
+    assert cfg.defaults.model == "anthropic/claude-opus-4-5"
+    assert resolve_model(cfg).api_key == "sk-ant-x"
+    ensure_config_file(path)
+    after = json.loads(path.read_text())
+    assert after["channels"] == nanobot_file["channels"] and after["gateway"] == nanobot_file["gateway"]
+    assert after["agents"]["defaults"]["temperature"] == 0.7  # user's value untouched
+    assert after["agents"]["defaults"]["contextWindowTokens"] == 65536  # missing default added
+    assert before != path.read_text()
+
+
+@pytest.mark.parametrize("content,expected", [
+    ("{not json", "invalid JSON at line 1"),
+    ('{"agents": {"defaults": {"maxTokens": "lots"}}}', "agents.defaults.maxTokens: expected an integer"),
+    ('{"tools": {"exec": {"enable": "yes"}}}', "tools.exec.enable: expected true or false"),
+    ('{"providers": {"acme": {"apiKey": "k"}}}', "providers.acme: unknown provider 'acme'"),
+    ('{"agents": {"defaults": {"provider": "acme"}}}', "agents.defaults.provider: unknown provider"),
+    ('[1, 2]', "top level must be a JSON object"),
+    ('{"agents": {"defaults": {"contextWindowTokens": 0}}}', "must be a positive integer"),
+])
+def test_invalid_file_names_file_key_and_reason_and_is_never_rewritten(tmp_path, content, expected):
+    path = write(tmp_path / "c.json", content)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, environ={})
+    assert str(path) in str(info.value) and expected in str(info.value)
+    assert info.value.exit_code == 2
+    with pytest.raises(ConfigError):
+        ensure_config_file(path)
+    assert path.read_text() == content
+
+
+def test_ensure_config_file_is_idempotent_and_private(tmp_path):
+    path = tmp_path / "home" / "config.json"
+    changed, added = ensure_config_file(path)
+    assert changed and "agents" in added
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    first = path.read_text()
+    data = json.loads(first)
+    data["agents"]["defaults"]["model"] = "openai/gpt-4.1"
+    data["providers"]["openai"]["apiKey"] = "sk-mine"
+    path.write_text(json.dumps(data))
+    os.chmod(path, 0o644)
+    changed, added = ensure_config_file(path)
+    assert (changed, added) == (False, [])
+    assert json.loads(path.read_text())["agents"]["defaults"]["model"] == "openai/gpt-4.1"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("model,provider,name", [
+    ("anthropic/claude-sonnet-4-5", "anthropic", "claude-sonnet-4-5"),
+    ("openrouter/anthropic/claude-sonnet-4", "openrouter", "anthropic/claude-sonnet-4"),
+    ("claude-opus-4-5", "anthropic", "claude-opus-4-5"),
+    ("gpt-4.1", "openai", "gpt-4.1"),
+    ("o3-mini", "openai", "o3-mini"),
+    ("ollama/qwen3", "ollama", "qwen3"),
+    ("deepseek-chat", "deepseek", "deepseek-chat"),
+])
+def test_model_resolution(tmp_path, model, provider, name):
+    env = {"ANTHROPIC_API_KEY": "a", "OPENAI_API_KEY": "o", "OPENROUTER_API_KEY": "r", "DEEPSEEK_API_KEY": "d"}
+    cfg = load_config(tmp_path / "none.json", environ=env, overrides={"agents.defaults.model": model})
+    resolved = resolve_model(cfg)
+    assert (resolved.spec.name, resolved.model) == (provider, name)
+
+
+def test_explicit_provider_wins_and_passes_the_model_name_through(tmp_path):
+    path = write(tmp_path / "c.json", {"agents": {"defaults": {"provider": "custom", "model": "anthropic/odd-name"}},
+                                       "providers": {"custom": {"apiBase": "http://localhost:8080/v1"}}})
+    resolved = resolve_model(load_config(path, environ={}))
+    assert (resolved.spec.name, resolved.model, resolved.api_base) == ("custom", "anthropic/odd-name",
+                                                                       "http://localhost:8080/v1")
+    assert resolved.api_key == ""
+
+
+def test_missing_key_names_the_variables_and_onboard(tmp_path):
+    with pytest.raises(MissingKeyError) as info:
+        resolve_model(load_config(tmp_path / "none.json", environ={}))
+    text = str(info.value)
+    assert "ANTHROPIC_API_KEY" in text and "OPENAI_API_KEY" in text and "nanobot onboard" in text
+    assert info.value.exit_code == 2
+
+
+def test_mask_key_never_shows_the_middle():
+    assert mask_key("sk-ant-abcdefghijklmnop") == "sk-a…mnop"
+    assert mask_key("short") == "****"
+    assert mask_key("") == "(not set)"
