@@ -78,8 +78,9 @@ def _last_boundary(data: bytes, lo: int) -> int:
     return -1
 
 
-def _blocks(path: Path, block_size: int = BLOCK_SIZE) -> Iterator[tuple[str, int]]:
+def _blocks(path: Path, block_size: int | None = None) -> Iterator[tuple[str, int]]:
     """(text, line number of its first line): decoded blocks that each hold whole entries."""
+    block_size = block_size or BLOCK_SIZE
     with open(path, "rb") as fh:
         carry = b""
         line_no = 1

@@ -210,8 +210,11 @@ class MemoryStore:
 
     def _hold_back(self, old: str, old_keys: set[str], new_text: str, kept: int, total: int) -> UpdateOutcome:
         dropped = total - kept
+        seen = old_keys | {_norm(line) for line in old.splitlines() if line.strip()}
         fresh = [line.rstrip() for line in new_text.splitlines()
-                 if line.strip() and _norm(line) not in old_keys]
+                 if line.strip() and _norm(line) not in seen]
+        if not _fact_lines("\n".join(fresh)):
+            fresh = []  # new headings alone are nothing to review
         summary = (f"memory update held back: it would have dropped {dropped} of {total} "
                    f"remembered facts")
         if not fresh:

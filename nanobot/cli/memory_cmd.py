@@ -1,0 +1,320 @@
+"""`nanobot memory ...` and `nanobot history ...`: look at, restore and search what is remembered.
+
+Only presentation lives here; the rules are in nanobot.memory and nanobot.history_log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Iterator, Optional
+
+import typer
+
+from nanobot.errors import NanobotError
+
+DEFAULT_CONTEXT_WINDOW = 65_536
+
+memory_app = typer.Typer(help="What the assistant remembers (MEMORY.md).", no_args_is_help=True,
+                         add_completion=False, pretty_exceptions_show_locals=False, rich_markup_mode=None)
+history_app = typer.Typer(help="Search the archive of past conversations (HISTORY.md).",
+                          no_args_is_help=True, add_completion=False,
+                          pretty_exceptions_show_locals=False, rich_markup_mode=None)
+
+WorkspaceOpt = typer.Option(None, "--workspace", "-w", help="Workspace folder (default: from config, else ~/.nanobot/workspace).")
+
+
+def _load_config():
+    from nanobot.config import load_config
+
+    return load_config()
+
+
+def _context_window() -> int:
+    """The configured context window, or 64K when there is no usable config."""
+    try:
+        value = int(_load_config().agents.defaults.context_window_tokens)
+        return value if value > 0 else DEFAULT_CONTEXT_WINDOW
+    except Exception:  # no config module, no file, or an invalid one: the figure is informational
+        return DEFAULT_CONTEXT_WINDOW
+
+
+def _workspace(option: Optional[Path]) -> Path:
+    if option is not None:
+        return option.expanduser()
+    try:
+        configured = _load_config().agents.defaults.workspace
+        if configured:
+            return Path(configured).expanduser()
+    except Exception:  # a broken config must not stop anyone from reading their memory
+        pass
+    from nanobot.paths import default_workspace
+
+    return default_workspace()
+
+
+def _stdout_is_tty() -> bool:
+    return sys.stdout.isatty()
+
+
+def _err(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Our typed errors become a message on stderr and their exit code (standalone sub-apps too)."""
+    try:
+        yield
+    except NanobotError as exc:
+        _err(f"nanobot: error: {exc.message}")
+        if exc.hint:
+            _err(exc.hint)
+        raise typer.Exit(exc.exit_code) from None
+
+
+def _store(workspace: Optional[Path]):
+    from nanobot.memory import MemoryStore
+
+    return MemoryStore(_workspace(workspace))
+
+
+def _ago(when: datetime) -> str:
+    seconds = (datetime.now(when.tzinfo) - when).total_seconds()
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            n = int(seconds // size)
+            return f"{n} {unit}{'s' if n != 1 else ''} ago"
+    return "just now"
+
+
+def _size(n: int) -> str:
+    return f"{n} bytes" if n < 1024 else f"{n / 1024:.1f} KB"
+
+
+# ---- memory ------------------------------------------------------------------------------
+
+@memory_app.command("show")
+def memory_show(
+    workspace: Optional[Path] = WorkspaceOpt,
+    raw: bool = typer.Option(False, "--raw", help="Print the file as is (the default when piped)."),
+    window: Optional[int] = typer.Option(None, "--window", min=1,
+                                         help="Context window in tokens (default: from config, else 65536)."),
+) -> None:
+    """Print MEMORY.md, then its size in tokens and its share of the context window (on stderr)."""
+    from nanobot.tokens import using_fallback
+
+    with _errors():
+        store = _store(workspace)
+        info = store.memory_info()
+        if not info.exists:
+            _err(f"nothing remembered yet: {info.path} does not exist")
+            return
+        text = store.read_memory()
+        if _stdout_is_tty() and not raw:
+            from rich.console import Console
+            from rich.markdown import Markdown
+
+            Console().print(Markdown(text))
+        else:
+            sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+            sys.stdout.flush()
+        window = window or _context_window()
+        approx = "~" if using_fallback() else ""
+        changed = f"{info.modified:%Y-%m-%d %H:%M} ({_ago(info.modified)})" if info.modified else "unknown"
+        _err(f"{info.path}: {approx}{info.tokens:,} tokens, {_size(info.bytes)}, "
+             f"{info.tokens / window:.1%} of a {window:,}-token context window (in every prompt)")
+        _err(f"last changed {changed}; {info.versions} saved version(s) (`nanobot memory versions`)")
+
+
+@memory_app.command("versions")
+def memory_versions(workspace: Optional[Path] = WorkspaceOpt) -> None:
+    """List saved versions of MEMORY.md, newest first (1 = the most recently replaced)."""
+    with _errors():
+        store = _store(workspace)
+        versions = store.versions()
+        if not versions:
+            _err(f"no saved versions in {store.versions_dir}")
+            return
+        for v in versions:
+            local = v.saved_at.astimezone()
+            reason = f"  replaced by: {v.reason}" if v.reason else ""
+            print(f"{v.number:>3}  {local:%Y-%m-%d %H:%M:%S}  {_size(v.bytes):>10}{reason}")
+        _err("restore one with `nanobot memory restore N` (the current file is kept as a version)")
+
+
+@memory_app.command("restore")
+def memory_restore(n: int = typer.Argument(..., help="Version number from `nanobot memory versions`."),
+                   workspace: Optional[Path] = WorkspaceOpt) -> None:
+    """Make version N the current MEMORY.md; the current file is saved as a version first."""
+    with _errors():
+        receipt = _store(workspace).restore(n)
+        if not receipt.changed:
+            print(f"version {n} is identical to the current MEMORY.md; nothing changed")
+        else:
+            print(f"restored version {n}; the previous MEMORY.md is now version 1 "
+                  f"(undo with `nanobot memory restore 1`)")
+
+
+def _editor_command() -> list[str]:
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    return shlex.split(editor)
+
+
+@memory_app.command("edit")
+def memory_edit(workspace: Optional[Path] = WorkspaceOpt) -> None:
+    """Edit MEMORY.md in $VISUAL / $EDITOR (else vi); saved atomically, the old text kept as a version."""
+    with _errors():
+        store = _store(workspace)
+        before = store.read_memory()
+        # A private folder: MEMORY.md may hold personal facts.
+        tmpdir = Path(tempfile.mkdtemp(prefix="nanobot-memory-"))
+        copy = tmpdir / "MEMORY.md"
+        copy.write_text(before, encoding="utf-8")
+        try:
+            result = subprocess.run([*_editor_command(), str(copy)])
+        except (FileNotFoundError, ValueError) as exc:
+            _err(f"nanobot: error: cannot start the editor: {exc}")
+            _err("set $EDITOR (e.g. `export EDITOR=nano`)")
+            raise typer.Exit(2) from None
+        if result.returncode != 0:
+            _err(f"editor exited with status {result.returncode}; MEMORY.md unchanged "
+                 f"(your edit is kept at {copy})")
+            raise typer.Exit(1)
+        after = copy.read_text(encoding="utf-8")
+        if after == before:
+            print("no changes")
+            _cleanup(tmpdir)
+            return
+        try:
+            receipt = store.write_memory(after, reason="edited by the user", base=before)
+        except NanobotError:
+            _err(f"your edit is kept at {copy}")
+            raise
+        _cleanup(tmpdir)
+        print("MEMORY.md saved" + ("; the previous text is version 1" if receipt.version else ""))
+        if receipt.masked:
+            _err("note: text that looked like a secret (API key, token, password) was replaced by [REDACTED]")
+        if receipt.concurrent_change:
+            _err("note: MEMORY.md changed while you were editing (consolidation?); "
+                 "that text was replaced and is saved as version 1 — see `nanobot memory versions`")
+
+
+def _cleanup(tmpdir: Path) -> None:
+    for p in tmpdir.iterdir():
+        p.unlink(missing_ok=True)
+    tmpdir.rmdir()
+
+
+# ---- history -----------------------------------------------------------------------------
+
+def _print_entry(entry, rx: re.Pattern[str] | None, console) -> None:
+    if console is None:
+        sys.stdout.write(entry.text + "\n\n")
+        return
+    from rich.text import Text
+
+    text = Text(entry.text)
+    m = re.match(r"\[[^\]]*\]", entry.text)
+    if m:
+        text.stylize("cyan", 0, m.end())
+    if rx is not None:
+        for hit in rx.finditer(entry.text):
+            if hit.end() > hit.start():
+                text.stylize("bold red", hit.start(), hit.end())
+    console.print(text)
+    console.print()
+
+
+def _history_path(workspace: Optional[Path]) -> Path:
+    from nanobot.paths import memory_dir
+
+    path = memory_dir(_workspace(workspace)) / "HISTORY.md"
+    if not path.is_file():
+        _err(f"nanobot: error: no history file at {path}")
+        raise typer.Exit(2)
+    return path
+
+
+@history_app.command("grep")
+def history_grep(
+    pattern: str = typer.Argument(..., help="Regular expression (Python syntax; ^ and $ match at each line)."),
+    ignore_case: bool = typer.Option(False, "--ignore-case", "-i", help="Ignore case."),
+    since: Optional[str] = typer.Option(None, "--since", help="Only entries from this date on (YYYY-MM-DD [HH:MM])."),
+    until: Optional[str] = typer.Option(None, "--until", help="Only entries up to this date, inclusive."),
+    last: Optional[int] = typer.Option(None, "--last", "-n", min=1, help="Only the last N matching entries."),
+    json_out: bool = typer.Option(False, "--json", help="A JSON array of {stamp, line, text}."),
+    workspace: Optional[Path] = WorkspaceOpt,
+) -> None:
+    """Print whole dated HISTORY.md entries that match. Exit 0 if any matched, 1 if none, 2 on error."""
+    from nanobot import history_log
+
+    try:
+        rx = history_log.compile_pattern(pattern, ignore_case=ignore_case)
+    except re.error as exc:
+        _err(f"nanobot: error: bad regular expression {pattern!r}: {exc}")
+        raise typer.Exit(2) from None
+    try:
+        since_dt = history_log.parse_when(since) if since else None
+        until_dt = history_log.parse_when(until, end_of_day=True) if until else None
+    except ValueError as exc:
+        _err(f"nanobot: error: {exc}")
+        raise typer.Exit(2) from None
+    path = _history_path(workspace)
+    found = history_log.iter_grep(path, rx, since=since_dt, until=until_dt)
+    if last is not None:
+        found = iter(history_log.grep(path, rx, since=since_dt, until=until_dt, last=last))
+    count = _emit(found, rx, json_out)
+    raise typer.Exit(0 if count else 1)
+
+
+@history_app.command("tail")
+def history_tail(
+    n: int = typer.Option(5, "--lines", "-n", min=1, help="How many entries."),
+    json_out: bool = typer.Option(False, "--json", help="A JSON array of {stamp, line, text}."),
+    workspace: Optional[Path] = WorkspaceOpt,
+) -> None:
+    """Print the last N entries of HISTORY.md."""
+    from nanobot import history_log
+
+    path = _history_path(workspace)
+    _emit(iter(history_log.tail(path, n)), None, json_out)
+
+
+def _emit(entries, rx: re.Pattern[str] | None, json_out: bool) -> int:
+    """Stream entries to stdout (a JSON array when asked); returns how many."""
+    count = 0
+    if json_out:
+        sys.stdout.write("[")
+        for entry in entries:
+            sys.stdout.write(("," if count else "") + "\n" + json.dumps(entry.to_json(), ensure_ascii=False))
+            count += 1
+        sys.stdout.write("\n]\n" if count else "]\n")
+        sys.stdout.flush()
+        return count
+    console = None
+    if _stdout_is_tty():
+        from rich.console import Console
+
+        console = Console(highlight=False)
+    for entry in entries:
+        _print_entry(entry, rx, console)
+        count += 1
+    sys.stdout.flush()
+    return count
+
+
+if __name__ == "__main__":
+    # `python -m nanobot.cli.memory_cmd history grep ...` runs these commands without the main CLI.
+    _root = typer.Typer(add_completion=False)
+    _root.add_typer(memory_app, name="memory")
+    _root.add_typer(history_app, name="history")
+    _root()

@@ -1,0 +1,149 @@
+"""Token estimates: offline cl100k, conservative fallback, per-message cache, calibration."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from nanobot import messages as m
+from nanobot import tokens
+from nanobot.tokens import Calibration, TokenCounter, fallback_count, load_offline_encoding
+
+ENGLISH = "The quick brown fox jumps over the lazy dog while the user asks about their calendar."
+CHINESE = "我们今天讨论了项目的进度，决定下周一开始重构记忆系统。用户喜欢简洁的回答，并且使用深色主题。"
+CODE = 'def atomic_write(path, data):\n    fd, tmp = tempfile.mkstemp(dir=path.parent)\n    os.replace(tmp, path)\n'
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("network access attempted")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+
+
+def test_offline_encoding_loads_without_network_into_an_empty_cache(no_network, tmp_path):
+    assert not any((tmp_path / "tiktoken-cache").glob("*"))  # conftest's empty cache dir
+    encode, reason = load_offline_encoding()
+    assert reason is None
+    assert encode("hello world") == [15339, 1917]
+
+
+def test_known_counts_with_the_real_encoding():
+    assert tokens.count_text("hello world") == 2
+    assert tokens.count_text("") == 0
+    assert tokens.estimator_name() == "tiktoken cl100k_base (offline)"
+    assert not tokens.using_fallback()
+
+
+def test_importing_nanobot_tokens_does_not_import_tiktoken():
+    code = "import sys, nanobot.tokens, nanobot.memory; print('tiktoken' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_unknown_encoding_reports_a_reason_instead_of_downloading(no_network):
+    encode, reason = load_offline_encoding("no_such_encoding_offline")
+    assert encode is None and reason
+
+
+def test_forced_fallback_is_named_and_never_zero(monkeypatch):
+    monkeypatch.setenv(tokens.ENV_TOKENIZER, "fallback")
+    assert tokens.using_fallback()
+    name = tokens.estimator_name()
+    assert name.startswith("fallback:") and "NANOBOT_TOKENIZER=fallback" in name
+    assert tokens.count_text("a") == 1
+    assert tokens.count_message(m.user("")) > 0
+
+
+@pytest.mark.parametrize("text", [ENGLISH, CHINESE, CODE, "😀🎉🚀👍", "Grüße aus Köln, ça va?"])
+def test_fallback_is_at_least_the_real_count(text):
+    real = TokenCounter(load_offline_encoding()[0]).count_text(text)
+    assert fallback_count(text) >= real > 0
+
+
+def test_message_count_includes_tool_calls_and_ids():
+    counter = tokens.default_counter()
+    plain = m.assistant("checking")
+    with_call = m.assistant("checking", [m.tool_call("call_1", "read_file", {"path": "/tmp/notes.txt"})])
+    assert counter.count_message(with_call) > counter.count_message(plain) + 5
+    result = m.tool_result("call_1", "read_file", "contents")
+    assert counter.count_message(result) > counter.count_text("contents") + tokens.MESSAGE_OVERHEAD
+
+
+def test_content_parts_count_their_text_and_images():
+    counter = tokens.default_counter()
+    parts = [{"type": "text", "text": "what is in this picture?"},
+             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
+    n = counter.count_message(m.user(parts))
+    assert n >= tokens.IMAGE_TOKENS + counter.count_text("what is in this picture?")
+
+
+def test_a_message_is_tokenised_once():
+    calls = []
+    encode = load_offline_encoding()[0]
+
+    def spy(text):
+        calls.append(text)
+        return encode(text)
+
+    counter = TokenCounter(spy)
+    history = [m.user(ENGLISH), m.assistant("sure", [m.tool_call("c1", "exec", {"cmd": "ls"})]),
+               m.tool_result("c1", "exec", "a.txt\nb.txt"), m.assistant("done")]
+    first = counter.count_messages(history)
+    n_calls = len(calls)
+    # Same content in fresh dicts (as after reloading a session) still hits the cache.
+    reloaded = [dict(x) for x in history]
+    assert counter.count_messages(reloaded) == first
+    assert len(calls) == n_calls
+    assert counter.hits == len(history)
+    # A changed message is counted again.
+    counter.count_message(m.user(ENGLISH + "!"))
+    assert len(calls) > n_calls
+
+
+def test_cache_is_bounded():
+    counter = TokenCounter(None, max_cache=3)
+    for i in range(10):
+        counter.count_message(m.user(f"message {i}"))
+    assert len(counter._cache) == 3
+
+
+def test_count_tools_counts_the_schema():
+    schema = [{"type": "function", "function": {"name": "read_file", "description": "Read a file",
+                                                 "parameters": {"type": "object", "properties": {}}}}]
+    assert tokens.count_tools(schema) > 10
+    assert tokens.count_tools([]) == 0
+
+
+def test_calibration_only_ever_raises_and_is_capped():
+    cal = Calibration()
+    assert cal.adjust(1000) == 1000
+    cal.observe(1000, 800)  # provider counted fewer: keep the safe estimate
+    assert cal.adjust(1000) == 1000
+    cal.observe(1000, 1250)
+    assert cal.adjust(1000) == 1250
+    cal.observe(2000, 2100)  # a smaller later ratio does not undo the larger one
+    assert cal.ratio == pytest.approx(1.25)
+    cal.observe(1000, 9000)
+    assert cal.ratio == 2.0
+
+
+def test_calibration_ignores_tiny_requests_and_missing_usage():
+    cal = Calibration(min_estimate=500)
+    cal.observe(50, 400)
+    cal.observe(1000, None)
+    cal.observe(1000, 0)
+    assert cal.ratio == 1.0
+
+
+def test_calibration_forgets_old_ratios():
+    cal = Calibration(window=2)
+    cal.observe(1000, 1500)
+    cal.observe(1000, 1100)
+    cal.observe(1000, 1100)
+    assert cal.ratio == pytest.approx(1.1)
