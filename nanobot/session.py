@@ -163,7 +163,8 @@ def _parse(data: bytes) -> _Parsed:
 
 
 def _dumps(record: dict) -> bytes:
-    return (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+    # default=str: an odd value in a message must not cost the user the whole turn on disk.
+    return (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8")
 
 
 def _slug(key: str) -> str:
@@ -300,6 +301,8 @@ class SessionStore:
         return lock
 
     def _load_locked(self, key: str, path: Path) -> Session:
+        if path.exists() and path.stat().st_size == 0:
+            path.unlink()  # created but never written (a crash right after creation): start afresh
         if not path.exists():
             legacy = self._legacy_file(key)
             if legacy is not None:

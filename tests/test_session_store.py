@@ -480,3 +480,20 @@ def test_checkpoint_saves_each_step_once(store):
     assert len(session.messages) == 6
     store.close(session)
     assert os.path.getsize(store.path_for("k")) > 0
+
+
+def test_empty_file_from_a_crash_at_creation_gets_a_metadata_record(store):
+    store.directory.mkdir(parents=True)
+    store.path_for("k").touch()
+    session = store.open("k")
+    store.append(session, turn(1))
+    store.close(session)
+    assert records(store.path_for("k"))[0]["_type"] == "metadata"
+    assert len(store.load("k").messages) == 2
+
+
+def test_non_json_values_are_stored_as_text_rather_than_losing_the_turn(store):
+    session = store.open("k")
+    save_turn(store, session, [user("q"), tool_result("A", "f", Path("/tmp/x"))])
+    store.close(session)
+    assert saved(store)[1]["content"] == "/tmp/x"
