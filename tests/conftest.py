@@ -44,3 +44,23 @@ def fake_llm():
 def nanobot_cmd() -> list[str]:
     """The argv prefix that runs the real `nanobot` command in a subprocess."""
     return [sys.executable, "-m", "nanobot"]
+
+
+@pytest.fixture
+def configure(isolated_home: Path, fake_llm):
+    """Write a config.json pointing nanobot at the fake server; returns a function taking overrides."""
+    import json
+
+    def write(protocol: str = "openai", **defaults) -> Path:
+        if protocol == "anthropic":
+            data = {"agents": {"defaults": {"model": "anthropic/claude-test", **defaults}},
+                    "providers": {"anthropic": {"apiKey": "sk-ant-test-key-123456", "apiBase": fake_llm.anthropic_base_url}}}
+        else:
+            data = {"agents": {"defaults": {"model": "custom/test-model", "provider": "custom", **defaults}},
+                    "providers": {"custom": {"apiKey": "sk-test-key-123456", "apiBase": fake_llm.openai_base_url}}}
+        isolated_home.mkdir(parents=True, exist_ok=True)
+        path = isolated_home / "config.json"
+        path.write_text(json.dumps(data))
+        return path
+
+    return write

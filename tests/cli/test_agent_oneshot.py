@@ -1,0 +1,119 @@
+"""`nanobot agent -m` through the real command against the fake server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from nanobot.fakellm import Reply
+
+
+def run(cmd, *args, input=None, env=None, timeout=60):
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, input=input, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_one_shot_turn_with_two_tool_calls_writes_file_and_prints_answer(nanobot_cmd, fake_llm, configure,
+                                                                        isolated_home, protocol):
+    configure(protocol)
+    fake_llm.script(
+        Reply.tool_calls([("write_file", {"path": "notes/todo.md", "content": "- buy milk\n"}),
+                          ("read_file", {"path": "notes/todo.md"})]),
+        Reply.text("I wrote notes/todo.md with your list."),
+    )
+    result = run(nanobot_cmd, "agent", "-m", "make me a todo list")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "I wrote notes/todo.md with your list."
+    assert (isolated_home / "workspace" / "notes" / "todo.md").read_text() == "- buy milk\n"
+    assert 'write_file("notes/todo.md")' in result.stderr  # tool hints go to stderr
+    fake_llm.assert_all_valid()
+    second = fake_llm.requests[1]
+    results = [m for m in second.messages if m.get("role") == "tool"] if protocol == "openai" else [
+        b for m in second.messages for b in (m["content"] if isinstance(m["content"], list) else [])
+        if b.get("type") == "tool_result"]
+    assert len(results) == 2
+    assert "- buy milk" in json.dumps(results[1])
+
+
+def test_runtime_context_is_in_the_user_message_and_system_prompt_is_stable(nanobot_cmd, fake_llm, configure):
+    configure()
+    fake_llm.script(Reply.text("one"), Reply.text("two"))
+    assert run(nanobot_cmd, "agent", "-m", "first").returncode == 0
+    assert run(nanobot_cmd, "agent", "-m", "second").returncode == 0
+    first, second = fake_llm.requests
+    assert first.messages[0]["role"] == "system"
+    assert first.messages[0]["content"] == second.messages[0]["content"]
+    assert "Current time:" not in first.messages[0]["content"]
+    last_user = second.messages[-1]
+    assert last_user["role"] == "user" and last_user["content"].startswith("[Runtime Context]")
+    assert last_user["content"].endswith("second")
+    # the history carries only the user's own words, not the old runtime context
+    assert [m["content"] for m in second.messages[1:-1]] == ["first", "one"]
+
+
+def test_piped_stdin_is_the_message(nanobot_cmd, fake_llm, configure):
+    configure()
+    fake_llm.script(Reply.text("piped ok"))
+    result = run(nanobot_cmd, "agent", input="what is this?\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "piped ok"
+    assert fake_llm.requests[0].messages[-1]["content"].endswith("what is this?\n")
+
+
+def test_json_output(nanobot_cmd, fake_llm, configure):
+    configure()
+    fake_llm.script(Reply.tool_calls([("list_dir", {"path": "."})]),
+                    Reply.text("empty folder", usage={"prompt_tokens": 77, "completion_tokens": 3}))
+    result = run(nanobot_cmd, "agent", "-m", "ls", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["answer"] == "empty folder"
+    assert data["tool_calls"] == [{"name": "list_dir", "arguments": {"path": "."}, "is_error": False}]
+    assert data["usage"] == {"prompt_tokens": 77, "completion_tokens": 3}
+
+
+def test_provider_error_is_shown_not_saved_and_exit_code_1(nanobot_cmd, fake_llm, configure, isolated_home):
+    configure()
+    fake_llm.script(Reply.error(401, message="invalid x-api-key"))
+    result = run(nanobot_cmd, "agent", "-m", "hello")
+    assert result.returncode == 1
+    assert "invalid x-api-key" in result.stderr and "API key" in result.stderr
+    assert "Traceback" not in result.stderr
+    session_text = "".join(p.read_text() for p in (isolated_home / "sessions").glob("*.jsonl"))
+    assert '"hello"' in session_text  # the user's message is kept
+    assert "invalid x-api-key" not in session_text  # the error is not history
+
+
+def test_max_iterations_ends_with_a_clear_message(nanobot_cmd, fake_llm, configure):
+    configure(maxToolIterations=3)
+    fake_llm.script(*[Reply.tool_calls([("list_dir", {"path": "."})]) for _ in range(3)])
+    result = run(nanobot_cmd, "agent", "-m", "loop forever")
+    assert result.returncode == 0
+    assert "stopped after 3 steps" in result.stdout
+    assert len(fake_llm.requests) == 3
+    fake_llm.assert_all_valid()
+
+
+def test_think_blocks_are_stripped_from_shown_and_saved_text(nanobot_cmd, fake_llm, configure, isolated_home):
+    configure()
+    fake_llm.script(Reply.text("<think>secret reasoning</think>The answer is 4."))
+    result = run(nanobot_cmd, "agent", "-m", "2+2?")
+    assert result.stdout.strip() == "The answer is 4."
+    session_text = "".join(p.read_text() for p in (isolated_home / "sessions").glob("*.jsonl"))
+    assert "secret reasoning" not in session_text and "The answer is 4." in session_text
+
+
+def test_exec_child_does_not_see_api_keys(nanobot_cmd, fake_llm, configure, isolated_home):
+    configure()
+    fake_llm.script(Reply.tool_calls([("exec", {"command": "env > env.txt"})]), Reply.text("done"))
+    result = run(nanobot_cmd, "agent", "-m", "dump env",
+                 env={"OPENAI_API_KEY": "sk-parent-secret", "MY_SERVICE_TOKEN": "tok-123", "HARMLESS": "yes"})
+    assert result.returncode == 0, result.stderr
+    dumped = (isolated_home / "workspace" / "env.txt").read_text()
+    assert "HARMLESS=yes" in dumped
+    assert "sk-parent-secret" not in dumped and "tok-123" not in dumped
+    assert "sk-test-key-123456" not in dumped  # the key from the config file either
