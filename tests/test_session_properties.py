@@ -9,12 +9,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nanobot.fakellm import rules
 from nanobot.messages import assistant, for_wire, tool_call, tool_result, user
+from nanobot.providers import anthropic_format
 from nanobot.session import SessionStore
 from nanobot.validity import make_valid, repair_messages
-
-rules = __import__("pytest").importorskip("nanobot.fakellm.rules")
-anthropic_format = __import__("pytest").importorskip("nanobot.providers.anthropic_format")
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
