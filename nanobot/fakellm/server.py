@@ -4,6 +4,12 @@ Tests point the official SDKs at it, so the real client code paths (HTTP, SSE pa
 error mapping) run against scripted answers. Every request is recorded and checked against the
 message rules in `rules.py`; a test asserts `server.assert_all_valid()` to prove that nothing the
 product sent would have been rejected by a real provider.
+
+    with FakeLLMServer() as server:
+        server.script(Reply.tool_calls([("read_file", {"path": "a"})]), Reply.text("done"))
+        client = AsyncOpenAI(base_url=server.openai_base_url, api_key="x")
+        ...
+        server.assert_all_valid()
 """
 
 from __future__ import annotations
@@ -79,6 +85,7 @@ class FakeLLMServer:
         # client may keep a history across resets and duplicate ids would be a false violation.
         self._call_ids = itertools.count(1)
         self._stopping = threading.Event()
+        self._conns: set[socket.socket] = set()  # open client connections, closed by stop()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -104,6 +111,15 @@ class FakeLLMServer:
         self._stopping.set()  # wakes handlers sleeping on a reply's delay
         httpd.shutdown()
         httpd.server_close()
+        # Pooled keep-alive connections would otherwise keep handler threads (and a client's
+        # idea that the server is up) alive after stop().
+        with self._lock:
+            conns, self._conns = list(self._conns), set()
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
@@ -279,6 +295,7 @@ class FakeLLMServer:
                 handler.send_sse(None, chunk)
             if cut:
                 raise _Cut()
+            handler._mark_answered()
             handler.send_sse_raw(b"data: [DONE]\n\n")
             handler.end_sse()
         else:
@@ -290,6 +307,8 @@ class FakeLLMServer:
             handler.start_sse()
             for event, data in wire.anthropic_stream(reply, model=model, ids=ids, usage=usage,
                                                      message_id=message_id, cut=cut):
+                if event == "message_stop":
+                    handler._mark_answered()
                 handler.send_sse(event, data)
             if cut:
                 raise _Cut()
@@ -321,6 +340,22 @@ def _check_tool_choice(protocol: str, tools: Any, choice: Any) -> list[str]:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, like real APIs; the SDKs pool connections
     server_version = "fakellm/1"
+    _rec: RecordedRequest | None = None
+
+    def setup(self) -> None:
+        super().setup()
+        fake: FakeLLMServer = self.server.fake  # type: ignore[attr-defined]
+        with fake._lock:
+            fake._conns.add(self.connection)
+
+    def finish(self) -> None:
+        fake: FakeLLMServer = self.server.fake  # type: ignore[attr-defined]
+        with fake._lock:
+            fake._conns.discard(self.connection)
+        try:
+            super().finish()
+        except OSError:
+            pass  # the socket was already cut on purpose
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass  # keeps test output clean; requests are recorded instead
@@ -347,7 +382,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_json(400, wire.error_body(protocol, 400, f"invalid JSON body: {e}"))
             return
         headers = {k.lower(): v for k, v in self.headers.items()}
-        rec = fake._record(protocol, path, headers, body)
+        rec = self._rec = fake._record(protocol, path, headers, body)
         try:
             fake._serve(self, rec)
         except _Cut:
@@ -355,6 +390,14 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True  # the client went away (e.g. Ctrl-C); nothing to do
         finally:
+            self._mark_answered()
+            self._rec = None
+
+    def _mark_answered(self) -> None:
+        # Stamped before the last bytes go out: once the client has its answer, a test that
+        # reads `t_answered` must already see it.
+        rec = self._rec
+        if rec is not None and rec.t_answered is None:
             rec.t_answered = time.monotonic()
 
     def _not_found(self) -> None:
@@ -371,6 +414,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         for k, v in (headers or {}).items():
             self.send_header(k, v)
+        self._mark_answered()
         self.end_headers()
         self.wfile.write(data)
 
@@ -390,6 +434,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
 
     def end_sse(self) -> None:
+        self._mark_answered()
         self.wfile.write(b"0\r\n\r\n")
 
     def _drop(self) -> None:

@@ -285,3 +285,17 @@ def test_standalone_command_serves_a_script_until_ctrl_c(tmp_path):
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_stop_closes_pooled_connections():
+    server = FakeLLMServer().start()
+
+    async def go():
+        c = openai.AsyncOpenAI(base_url=server.openai_base_url, api_key="x", max_retries=0)
+        await c.chat.completions.create(model="m", messages=HI)
+        server.stop()
+        with pytest.raises(openai.APIConnectionError):
+            await c.chat.completions.create(model="m", messages=HI)
+
+    asyncio.run(go())
+    assert len(server.requests) == 1
