@@ -162,3 +162,21 @@ def test_cut_stream_surfaces_as_error(fake_llm):
     assert "".join(seen) == "half an ans"
     with pytest.raises(anthropic.APIConnectionError):
         run(client(fake_llm).messages.create(model="m", max_tokens=10, messages=HI))
+
+
+def test_malformed_tool_arguments_reach_the_client_unparsed(fake_llm):
+    fake_llm.script(Reply.tool_calls([("read_file", '{"path": "a"')]),
+                    Reply.tool_calls([("read_file", '{"path": "a"')]))
+
+    async def go():
+        c = client(fake_llm)
+        msg = await c.messages.create(model="m", max_tokens=10, messages=HI, tools=TOOLS)
+        stream = await c.messages.create(model="m", max_tokens=10, messages=HI, tools=TOOLS,
+                                         stream=True)
+        partial = "".join([e.delta.partial_json async for e in stream
+                           if e.type == "content_block_delta"])
+        return msg, partial
+
+    msg, partial = run(go())
+    assert msg.content[0].input == '{"path": "a"'  # not a dict: the adapter must cope
+    assert partial == '{"path": "a"'
