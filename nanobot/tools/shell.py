@@ -268,11 +268,31 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-async def _drain(stream: asyncio.StreamReader | None, sink: _Capture) -> None:
-    if stream is None:
-        return
-    while chunk := await stream.read(65536):
-        sink.add(chunk)
+class _Collector(asyncio.SubprocessProtocol):
+    """Captures both pipes as data arrives; `finished` is set once the shell exited and both pipes closed."""
+
+    def __init__(self) -> None:
+        self.out = _Capture()
+        self.err = _Capture()
+        self.exited = asyncio.Event()
+        self.finished = asyncio.Event()
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        (self.out if fd == 1 else self.err).add(data)
+
+    def process_exited(self) -> None:
+        self.exited.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.finished.set()
+
+
+async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
+    try:
+        await asyncio.wait_for(event.wait(), timeout)
+    except asyncio.TimeoutError:
+        return False
+    return True
 
 
 class ExecTool(Tool):
@@ -308,8 +328,10 @@ class ExecTool(Tool):
             raise ToolError(f"working_dir {working_dir or str(cwd)!r} is not an existing directory")
         limit = self.ctx.exec_timeout if timeout is None else min(float(timeout), self.ctx.exec_timeout)
 
+        loop = asyncio.get_running_loop()
         try:
-            proc = await asyncio.create_subprocess_exec(
+            transport, collector = await loop.subprocess_exec(
+                _Collector,
                 "/bin/sh", "-c", command,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
@@ -321,25 +343,22 @@ class ExecTool(Tool):
         except OSError as exc:
             raise ToolError(f"could not start the shell: {exc}") from exc
 
-        out, err = _Capture(), _Capture()
-        readers = [asyncio.create_task(_drain(proc.stdout, out)), asyncio.create_task(_drain(proc.stderr, err))]
-        waiter = asyncio.create_task(proc.wait())
+        pgid = transport.get_pid()  # start_new_session makes the shell the group leader
         try:
-            _, pending = await asyncio.wait([waiter, *readers], timeout=limit)
-            shell_exited = proc.returncode is not None
-            if pending:
-                await self._kill_group(proc)
+            finished = await _wait_event(collector.finished, limit)
+            shell_exited = transport.get_returncode() is not None
+            if not finished:
+                await self._kill_group(pgid, collector)
                 # Pipes close once the group is dead; collect what is still buffered in them.
-                await asyncio.wait(readers, timeout=1.0)
+                await _wait_event(collector.finished, 1.0)
         except asyncio.CancelledError:
-            await self._kill_group(proc)
+            await self._kill_group(pgid, collector)
             raise
         finally:
-            for task in (waiter, *readers):
-                task.cancel()
+            # Also releases pipes still held by a process that left the group (setsid).
+            transport.close()
 
-        if pending:
-            # Process.wait() also waits for the pipes to close, so ask the returncode itself.
+        if not finished:
             why = (
                 f"the command exited but something it started in the background kept its output open "
                 f"for {limit:g}s (redirect a background process's output to a file)"
@@ -347,16 +366,15 @@ class ExecTool(Tool):
                 else f"the command did not finish within {limit:g}s"
             )
             raise ToolError(
-                f"{why}; it and every process it started were killed.\n{_format(out, err, None)}"
+                f"{why}; it and every process it started were killed.\n{_format(collector.out, collector.err, None)}"
             )
-        return _format(out, err, proc.returncode)
+        return _format(collector.out, collector.err, transport.get_returncode())
 
-    async def _kill_group(self, proc: asyncio.subprocess.Process) -> None:
+    async def _kill_group(self, pgid: int, collector: _Collector) -> None:
         """SIGTERM the group, give it kill_grace to exit, then SIGKILL whatever is left.
 
         The SIGKILL sits in `finally` so a second Ctrl-C during the grace still kills.
         """
-        pgid = proc.pid  # start_new_session makes the shell the group leader
         loop = asyncio.get_running_loop()
         try:
             _signal_group(pgid, signal.SIGTERM)
@@ -365,7 +383,4 @@ class ExecTool(Tool):
                 await asyncio.sleep(0.05)
         finally:
             _signal_group(pgid, signal.SIGKILL)
-        try:
-            await asyncio.wait_for(proc.wait(), 5)
-        except (asyncio.TimeoutError, ProcessLookupError):
-            pass
+        await _wait_event(collector.exited, 1.0)

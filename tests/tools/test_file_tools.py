@@ -1,0 +1,260 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+
+import pytest
+
+from nanobot.errors import ToolError
+from nanobot.tools.files import READ_CHAR_CAP, EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
+from nanobot.tools.registry import ToolRegistry
+
+
+def run(tool, **kwargs):
+    return asyncio.run(tool.run(**kwargs))
+
+
+# --- read_file ---------------------------------------------------------------------
+
+
+def test_read_whole_small_file(make_ctx, ws):
+    (ws / "a.txt").write_text("one\ntwo\nthree\n")
+    assert run(ReadFileTool(make_ctx()), path="a.txt") == "one\ntwo\nthree\n"
+
+
+def test_read_offset_and_limit_slice_lines(make_ctx, ws):
+    (ws / "a.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
+    out = run(ReadFileTool(make_ctx()), path="a.txt", offset=3, limit=2)
+    assert out == "line 3\nline 4\n[showing lines 3-4 of 10; call read_file with offset=5 to continue]"
+    assert run(ReadFileTool(make_ctx()), path="a.txt", offset=9) == "line 9\nline 10\n"
+
+
+def test_read_truncates_at_char_cap_and_continues_from_offset(make_ctx, ws):
+    lines = [f"{i:05d} " + "x" * 93 + "\n" for i in range(1, 5001)]  # 100 chars a line
+    (ws / "big.txt").write_text("".join(lines))
+    tool = ReadFileTool(make_ctx())
+    first = run(tool, path="big.txt")
+    per_call = READ_CHAR_CAP // 100
+    assert first.endswith(
+        f"[truncated: showing lines 1-{per_call} of 5000; call read_file with offset={per_call + 1} to continue]"
+    )
+    assert len(first) < READ_CHAR_CAP + 200
+    second = run(tool, path="big.txt", offset=per_call + 1)
+    assert second.startswith(lines[per_call])
+    # Following the hints reassembles the file exactly.
+    text, offset = "", 1
+    while True:
+        out = run(tool, path="big.txt", offset=offset)
+        body, _, note = out.partition("[truncated")
+        text += body
+        if not note:
+            break
+        offset = int(note.split("offset=")[1].split()[0])
+    assert text == "".join(lines)
+
+
+def test_read_single_huge_line_shows_its_head(make_ctx, ws):
+    (ws / "min.js").write_text("a" * (READ_CHAR_CAP + 10) + "\nnext\n")
+    out = run(ReadFileTool(make_ctx()), path="min.js")
+    assert out.startswith("a" * READ_CHAR_CAP + "\n[truncated: line 1 of 2")
+    assert "offset=2" in out
+
+
+def test_read_keeps_file_without_trailing_newline(make_ctx, ws):
+    (ws / "a.txt").write_text("x\ny")
+    assert run(ReadFileTool(make_ctx()), path="a.txt") == "x\ny"
+    assert run(ReadFileTool(make_ctx()), path="a.txt", offset=2) == "y"
+
+
+def test_read_refuses_binary(make_ctx, ws):
+    (ws / "img.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    with pytest.raises(ToolError, match="binary"):
+        run(ReadFileTool(make_ctx()), path="img.png")
+
+
+def test_read_refuses_undecodable(make_ctx, ws):
+    (ws / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ToolError, match="not UTF-8"):
+        run(ReadFileTool(make_ctx()), path="latin1.txt")
+
+
+def test_read_missing_file_and_directory(make_ctx, ws):
+    with pytest.raises(ToolError, match="file not found: nope.txt"):
+        run(ReadFileTool(make_ctx()), path="nope.txt")
+    with pytest.raises(ToolError, match="is a directory"):
+        run(ReadFileTool(make_ctx()), path=".")
+
+
+def test_read_offset_past_end(make_ctx, ws):
+    (ws / "a.txt").write_text("1\n2\n")
+    with pytest.raises(ToolError, match="offset 5 is past the end of a.txt, which has 2 lines"):
+        run(ReadFileTool(make_ctx()), path="a.txt", offset=5)
+
+
+def test_read_empty_file(make_ctx, ws):
+    (ws / "e.txt").write_text("")
+    assert run(ReadFileTool(make_ctx()), path="e.txt") == "(e.txt is empty)"
+
+
+def test_read_outside_workspace_refused_through_registry(make_ctx, tmp_path):
+    (tmp_path / "secret.txt").write_text("s")
+    registry = ToolRegistry([ReadFileTool(make_ctx(restrict_to_workspace=True))])
+    result = asyncio.run(registry.execute("read_file", {"path": "../secret.txt"}))
+    assert result.is_error and "outside the workspace" in result.content
+
+
+# --- write_file --------------------------------------------------------------------
+
+
+def test_write_creates_parents_and_reports_bytes(make_ctx, ws):
+    out = run(WriteFileTool(make_ctx()), path="deep/er/new.md", content="héllo\n")
+    assert (ws / "deep/er/new.md").read_text() == "héllo\n"
+    assert out == "Created deep/er/new.md (7 bytes written)"
+
+
+def test_write_overwrites_and_keeps_mode(make_ctx, ws):
+    script = ws / "run.sh"
+    script.write_text("old")
+    script.chmod(0o755)
+    out = run(WriteFileTool(make_ctx()), path="run.sh", content="#!/bin/sh\n")
+    assert out.startswith("Overwrote run.sh")
+    assert script.read_text() == "#!/bin/sh\n"
+    assert stat.S_IMODE(script.stat().st_mode) == 0o755
+
+
+def test_write_outside_workspace(make_ctx, tmp_path):
+    with pytest.raises(ToolError, match="outside the workspace"):
+        run(WriteFileTool(make_ctx(restrict_to_workspace=True)), path=str(tmp_path / "x.txt"), content="x")
+    assert not (tmp_path / "x.txt").exists()
+    run(WriteFileTool(make_ctx()), path=str(tmp_path / "x.txt"), content="x")
+    assert (tmp_path / "x.txt").read_text() == "x"
+
+
+def test_write_to_directory_refused(make_ctx, ws):
+    (ws / "d").mkdir()
+    with pytest.raises(ToolError, match="is a directory"):
+        run(WriteFileTool(make_ctx()), path="d", content="x")
+
+
+def test_write_through_tilde_lands_in_home(make_ctx):
+    run(WriteFileTool(make_ctx()), path="~/note.txt", content="hi")
+    assert open(os.path.join(os.environ["HOME"], "note.txt")).read() == "hi"
+
+
+# --- edit_file ---------------------------------------------------------------------
+
+
+def test_edit_replaces_unique_match(make_ctx, ws):
+    (ws / "c.py").write_text("a = 1\nb = 2\n")
+    out = run(EditFileTool(make_ctx()), path="c.py", old_text="b = 2", new_text="b = 3")
+    assert (ws / "c.py").read_text() == "a = 1\nb = 3\n"
+    assert out == "Edited c.py: replaced 1 occurrence"
+
+
+def test_edit_multiple_matches_refused_with_count(make_ctx, ws):
+    (ws / "c.py").write_text("x = 0\ny = 1\nx = 0\n")
+    with pytest.raises(ToolError) as info:
+        run(EditFileTool(make_ctx()), path="c.py", old_text="x = 0", new_text="x = 9")
+    assert "occurs 2 times" in str(info.value) and "lines 1, 3" in str(info.value)
+    assert "replace_all" in str(info.value)
+    assert (ws / "c.py").read_text() == "x = 0\ny = 1\nx = 0\n"
+
+
+def test_edit_replace_all(make_ctx, ws):
+    (ws / "c.py").write_text("x = 0\ny = 1\nx = 0\n")
+    out = run(EditFileTool(make_ctx()), path="c.py", old_text="x = 0", new_text="x = 9", replace_all=True)
+    assert (ws / "c.py").read_text() == "x = 9\ny = 1\nx = 9\n"
+    assert out == "Edited c.py: replaced 2 occurrences"
+
+
+def test_edit_miss_shows_closest_region(make_ctx, ws):
+    body = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(50))
+    (ws / "m.py").write_text(body)
+    with pytest.raises(ToolError) as info:
+        run(EditFileTool(make_ctx()), path="m.py", old_text="def f17(x):\n  return x + 17", new_text="")
+    message = str(info.value)
+    assert message.startswith("old_text was not found in m.py.")
+    assert "closest match is lines 52-53" in message
+    assert "    52| def f17(x):" in message and "    53|     return x + 17" in message
+    assert "-  return x + 17" in message and "+    return x + 17" in message
+    assert (ws / "m.py").read_text() == body
+
+
+def test_edit_miss_with_nothing_similar(make_ctx, ws):
+    (ws / "m.txt").write_text("aaaa\nbbbb\n")
+    with pytest.raises(ToolError, match="Nothing in the file resembles it"):
+        run(EditFileTool(make_ctx()), path="m.txt", old_text="zzzzzzzzzzzz", new_text="")
+
+
+def test_edit_matches_lf_text_in_crlf_file(make_ctx, ws):
+    (ws / "w.txt").write_bytes(b"one\r\ntwo\r\nthree\r\n")
+    run(EditFileTool(make_ctx()), path="w.txt", old_text="one\ntwo", new_text="uno\ndos")
+    assert (ws / "w.txt").read_bytes() == b"uno\r\ndos\r\nthree\r\n"
+
+
+def test_edit_empty_old_text_refused(make_ctx, ws):
+    (ws / "a.txt").write_text("x")
+    with pytest.raises(ToolError, match="old_text is empty"):
+        run(EditFileTool(make_ctx()), path="a.txt", old_text="", new_text="y")
+
+
+def test_edit_missing_file(make_ctx):
+    with pytest.raises(ToolError, match="file not found"):
+        run(EditFileTool(make_ctx()), path="ghost.txt", old_text="a", new_text="b")
+
+
+# --- list_dir ----------------------------------------------------------------------
+
+
+def _tree(ws):
+    (ws / "b.txt").write_text("")
+    (ws / "a_dir").mkdir()
+    (ws / "a_dir" / "inner.txt").write_text("")
+    (ws / "a_dir" / "sub").mkdir()
+    (ws / "a_dir" / "sub" / "deep.txt").write_text("")
+    for skipped in (".git", "__pycache__", "node_modules"):
+        (ws / skipped).mkdir()
+        (ws / skipped / "junk").write_text("")
+
+
+def test_list_dir_flat_sorted_with_dir_marks(make_ctx, ws):
+    _tree(ws)
+    out = run(ListDirTool(make_ctx()))
+    assert out.splitlines() == [".git/", "__pycache__/", "a_dir/", "b.txt", "node_modules/"]
+
+
+def test_list_dir_recursive_skips_noise(make_ctx, ws):
+    _tree(ws)
+    out = run(ListDirTool(make_ctx()), path=".", recursive=True)
+    assert out.splitlines() == ["a_dir/", "a_dir/inner.txt", "a_dir/sub/", "a_dir/sub/deep.txt", "b.txt"]
+
+
+def test_list_dir_caps_entries(make_ctx, ws):
+    for i in range(30):
+        (ws / f"f{i:02d}").write_text("")
+    out = run(ListDirTool(make_ctx()), max_entries=10).splitlines()
+    assert out[:10] == [f"f{i:02d}" for i in range(10)]
+    assert out[10].startswith("... 20 more")
+    assert len(out) == 11
+
+
+def test_list_dir_recursive_does_not_follow_symlinked_dirs(make_ctx, ws):
+    (ws / "d").mkdir()
+    (ws / "d" / "loop").symlink_to(ws)
+    assert run(ListDirTool(make_ctx()), recursive=True).splitlines() == ["d/", "d/loop/"]
+
+
+def test_list_dir_errors(make_ctx, ws, tmp_path):
+    (ws / "f.txt").write_text("")
+    with pytest.raises(ToolError, match="is a file"):
+        run(ListDirTool(make_ctx()), path="f.txt")
+    with pytest.raises(ToolError, match="directory not found"):
+        run(ListDirTool(make_ctx()), path="nope")
+    with pytest.raises(ToolError, match="outside the workspace"):
+        run(ListDirTool(make_ctx(restrict_to_workspace=True)), path="..")
+    assert run(ListDirTool(make_ctx()), path="..")  # allowed when not restricted
+
+
+def test_list_empty_dir(make_ctx, ws):
+    assert run(ListDirTool(make_ctx())) == "(. is empty)"
