@@ -89,6 +89,8 @@ class Renderer:
                 self.progress.print(f"[dim red]    ✗ {escape(event.preview)}[/dim red]", highlight=False)
             self.thinking()
         elif isinstance(event, Retrying):
+            self._end_text()  # a partial answer stays visible; the retried answer starts on its own line
+            self.buffer = ""
             self.progress.print(f"[dim yellow]  {escape(event.reason)}; retrying in {event.delay:.0f}s "
                                 f"(attempt {event.attempt + 1})[/dim yellow]", highlight=False)
         elif isinstance(event, Notice):

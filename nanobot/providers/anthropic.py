@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import anthropic
+import httpx2
 
 from nanobot.messages import Message
 from nanobot.providers import anthropic_format as fmt
@@ -57,6 +58,8 @@ class AnthropicProvider(Provider):
         except anthropic.APITimeoutError as exc:
             raise connection_error("anthropic", exc, timeout=True) from None
         except anthropic.APIConnectionError as exc:
+            raise connection_error("anthropic", exc) from None
+        except httpx2.TransportError as exc:  # a stream cut mid-way escapes the SDK unwrapped
             raise connection_error("anthropic", exc) from None
         return _to_response(message)
 

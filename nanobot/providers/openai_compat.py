@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import openai
+import httpx2
 
 from nanobot.messages import Message, for_wire
 from nanobot.providers.base import DeltaCallback, LLMResponse, Provider, ToolCallRequest, Usage, parse_arguments
@@ -58,6 +59,8 @@ class OpenAICompatProvider(Provider):
         except openai.APITimeoutError as exc:
             raise connection_error(self.name, exc, timeout=True) from None
         except openai.APIConnectionError as exc:
+            raise connection_error(self.name, exc) from None
+        except httpx2.TransportError as exc:  # a stream cut mid-way escapes the SDK unwrapped
             raise connection_error(self.name, exc) from None
 
     async def aclose(self) -> None:

@@ -149,9 +149,10 @@ def test_connection_refused_is_a_clear_retryable_error():
     assert "could not connect" in str(info.value)
 
 
-def test_cut_stream_is_retried_as_a_connection_error(fake_llm):
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_cut_stream_is_retried_as_a_connection_error(fake_llm, kind):
     fake_llm.script(Reply.cut_stream("partial"), Reply.text("full answer"))
     deltas: list[str] = []
-    resp = chat(RetryingProvider(make("openai", fake_llm), FAST), [user("hi")], on_delta=deltas.append)
+    resp = chat(RetryingProvider(make(kind, fake_llm), FAST), [user("hi")], on_delta=deltas.append)
     assert resp.content == "full answer"
     assert len(fake_llm.requests) == 2
