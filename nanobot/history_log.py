@@ -24,6 +24,7 @@ __all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_patter
 BLOCK_SIZE = 4 * 1024 * 1024
 _STAMP = r"\[(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?\]"
 _STAMP_LINE = re.compile(r"^" + _STAMP, re.MULTILINE)
+_STAMP_AT = re.compile(_STAMP)
 _STAMP_AT_B = re.compile(_STAMP.encode())
 _STAMP_LINE_B = re.compile(rb"(?:^|(?<=\n))" + _STAMP.encode())
 
@@ -154,24 +155,67 @@ def _in_range(entry: Entry, since: datetime | None, until: datetime | None) -> b
     return (since is None or entry.stamp >= since) and (until is None or entry.stamp <= until)
 
 
+_REGEX_SPECIAL = set(".^$*+?{}[]\\|()")
+
+
+def _candidates(rx: re.Pattern[str]):
+    """A function (text) -> (text, find(pos) -> offset | -1) giving the next possible match.
+
+    Plain literals use str.find (faster than the regex engine; with -i on case-folded text,
+    when folding keeps offsets aligned). Every candidate is confirmed with the regex itself.
+    """
+    literal = rx.pattern if rx.pattern and not (_REGEX_SPECIAL & set(rx.pattern)) else None
+    fold = bool(rx.flags & re.IGNORECASE)
+
+    def prepare(text: str):
+        if literal is not None:
+            if not fold:
+                return lambda pos: text.find(literal, pos)
+            folded = text.casefold()
+            needle = literal.casefold()
+            if len(folded) == len(text):
+                return lambda pos: folded.find(needle, pos)
+
+        def find(pos: int) -> int:
+            m = rx.search(text, pos)
+            return m.start() if m else -1
+        return find
+
+    return prepare
+
+
+def _entry_start(text: str, pos: int) -> int:
+    """Start of the entry holding offset `pos`: the nearest stamp line at or before it."""
+    start = text.rfind("\n", 0, pos) + 1
+    while start > 0 and not _STAMP_AT.match(text, start):
+        start = text.rfind("\n[", 0, start - 1) + 1
+    return start
+
+
 def iter_grep(path: Path, pattern: str | re.Pattern[str], *, ignore_case: bool = False,
               since: datetime | None = None, until: datetime | None = None) -> Iterator[Entry]:
     """Entries (whole) in which `pattern` matches, in file order."""
     rx = pattern if isinstance(pattern, re.Pattern) else compile_pattern(pattern, ignore_case=ignore_case)
+    prepare = _candidates(rx)
     for text, first_line in _blocks(Path(path)):
-        m = rx.search(text)
-        if m is None:
-            continue
-        block = _Block(text, first_line)
-        while m is not None:
-            i = block.index_of(m.start())
-            start, end = block.span(i)
-            # A block-level match may straddle two entries; an entry counts only if it matches alone.
-            if rx.search(text[start:end]) is not None:
-                entry = block.entry(i)
-                if entry is not None and _in_range(entry, since, until):
+        find = prepare(text)
+        pos = find(0)
+        line_pos, line_no = 0, first_line
+        while pos >= 0:
+            start = _entry_start(text, pos)
+            nxt = _STAMP_LINE.search(text, start + 1)
+            end = nxt.start() if nxt else len(text)
+            # Strip only line ends, so `$` sees the entry as the block search saw it.
+            body = text[start:end].rstrip("\r\n")
+            # A block-level match may straddle two entries; an entry counts only if its own text matches.
+            if body.strip() and rx.search(body) is not None:
+                line_no += text.count("\n", line_pos, start)
+                line_pos = start
+                stamp = _STAMP_LINE.match(body)
+                entry = Entry(_stamp_of(stamp) if stamp else None, body.rstrip(), line_no)
+                if _in_range(entry, since, until):
                     yield entry
-            m = rx.search(text, end) if end < len(text) else None
+            pos = find(end) if end < len(text) else -1
 
 
 def grep(path: Path, pattern: str | re.Pattern[str], *, ignore_case: bool = False,

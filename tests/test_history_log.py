@@ -135,3 +135,28 @@ def test_large_file_is_streamed_not_loaded(tmp_path, monkeypatch):
     assert count == len(texts)
     assert [e.text for e in found] == [texts[-1]]
     assert peak < size / 4
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_WORD = st.text(alphabet="abSsßKk [].\n\u0130", min_size=0, max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(bodies=st.lists(_WORD, min_size=1, max_size=12), pattern=st.text(alphabet="abSsßKk. $^", min_size=1, max_size=3),
+       ignore_case=st.booleans(), block=st.sampled_from([8, 32, 4096]))
+def test_grep_agrees_with_matching_each_entry_alone(tmp_path_factory, bodies, pattern, ignore_case, block):
+    path = tmp_path_factory.mktemp("h") / "HISTORY.md"
+    texts = [f"[2026-01-{1 + i % 28:02d} 10:00] {b}" for i, b in enumerate(bodies)]
+    path.write_text("".join(t + "\n\n" for t in texts), encoding="utf-8")
+    rx = history_log.compile_pattern(pattern, ignore_case=ignore_case)
+    old = history_log.BLOCK_SIZE
+    history_log.BLOCK_SIZE = block
+    try:
+        # The reference: each entry's own text (line ends stripped) searched on its own.
+        expected = [t.rstrip() for t in texts if rx.search(t.rstrip("\n"))]
+        got = [e.text for e in grep(path, rx)]
+    finally:
+        history_log.BLOCK_SIZE = old
+    assert got == expected
