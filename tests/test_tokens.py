@@ -147,3 +147,12 @@ def test_calibration_forgets_old_ratios():
     cal.observe(1000, 1100)
     cal.observe(1000, 1100)
     assert cal.ratio == pytest.approx(1.1)
+
+
+def test_a_missing_encoding_falls_back_and_status_says_why(monkeypatch):
+    monkeypatch.setattr(tokens, "_loader", tokens._Loader())
+    monkeypatch.setattr(tokens, "load_offline_encoding", lambda: (None, "ValueError: Unknown encoding"))
+    monkeypatch.setattr(tokens, "_counters", {})
+    assert tokens.estimator_name() == (
+        "fallback: utf-8 bytes / 3, non-ASCII x2 (tiktoken encoding unavailable: ValueError: Unknown encoding)")
+    assert tokens.count_text("hello world") == 4
