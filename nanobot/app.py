@@ -14,8 +14,10 @@ from nanobot.providers.factory import make_provider
 from nanobot.providers.registry import key_env_names
 from nanobot.providers.retry import RetryCallback, RetryPolicy
 from nanobot.session import SessionStore
+from nanobot.subagents import SubagentManager
 from nanobot.tools.base import ToolContext
 from nanobot.tools.registry import ToolRegistry
+from nanobot.tools.spawn import SpawnTool
 
 
 def tool_context(cfg: Config, workspace: Path) -> ToolContext:
@@ -30,8 +32,8 @@ def tool_context(cfg: Config, workspace: Path) -> ToolContext:
     )
 
 
-def build_tools(cfg: Config, workspace: Path, *, subagent: bool = False) -> ToolRegistry:
-    """The tool set. Subagents get the same minus spawn and messaging."""
+def build_tools(cfg: Config, workspace: Path) -> ToolRegistry:
+    """The tools a subagent gets; the main agent gets these plus spawn (see open_assistant)."""
     from nanobot.tools.files import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
     from nanobot.tools.shell import ExecTool
     from nanobot.tools.web import WebFetchTool, WebSearchTool
@@ -80,6 +82,7 @@ class Assistant:
     conversation: Conversation
 
     async def aclose(self) -> None:
+        await self.conversation.stop_background()
         self.store.close(self.conversation.session)
         await self.conversation.provider.aclose()
 
@@ -97,7 +100,11 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     settings = TurnSettings(max_iterations=d.max_tool_iterations, max_tokens=d.max_tokens,
                             temperature=d.temperature, stream=stream, channel=channel or "cli",
                             chat_id=chat_id or "direct")
-    conversation = Conversation(session=session, store=store, provider=provider,
-                                tools=build_tools(cfg, workspace), context=build_context(cfg, workspace),
-                                settings=settings)
+    tools = build_tools(cfg, workspace)
+    conversation = Conversation(session=session, store=store, provider=provider, tools=tools,
+                                context=build_context(cfg, workspace), settings=settings)
+    subagents = SubagentManager(provider, build_tools(cfg, workspace), workspace, on_done=conversation.deliver,
+                                on_start=conversation.announce_start, max_tokens=d.max_tokens)
+    tools.register(SpawnTool(tool_context(cfg, workspace), subagents))
+    conversation.subagents = subagents
     return Assistant(cfg, workspace, store, conversation)

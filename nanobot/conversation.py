@@ -6,15 +6,21 @@ which receives events; this module only orchestrates.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
 from nanobot.agent.context import ContextBuilder
-from nanobot.agent.events import EventSink, TurnDone, ignore
+from nanobot.agent.events import EventSink, Notice, TurnDone, ignore
 from nanobot.agent.loop import LoopResult, run_loop
 from nanobot.messages import Message
 from nanobot.providers.base import Provider, Usage
 from nanobot.session import Session, SessionStore, TurnCheckpoint
+from nanobot.subagents import SubagentResult
+
+# When a subagent report arrives in a session with no user message yet, the request still
+# has to start with a user turn; this one is context only and is never saved.
+_BACKGROUND_OPENER = "(A background task you started has reported back; its report follows.)"
 
 
 @dataclass
@@ -37,6 +43,9 @@ class TurnOutcome:
 
 
 class Conversation:
+    """Turns of one session. User turns and injected subagent turns share one lock, so a
+    subagent's report waits behind a running user turn and reports are handled one by one."""
+
     def __init__(self, *, session: Session, store: SessionStore, provider: Provider, tools: Any,
                  context: ContextBuilder, settings: TurnSettings | None = None) -> None:
         self.session = session
@@ -46,6 +55,10 @@ class Conversation:
         self.context = context
         self.settings = settings or TurnSettings()
         self.last_usage = Usage()
+        self.subagents: Any = None  # nanobot.subagents.SubagentManager, wired by app.py
+        self.background_emit: EventSink = ignore  # where injected turns render (set by the CLI)
+        self._turn_lock = asyncio.Lock()
+        self._injected: list[asyncio.Task] = []
 
     def build_request(self, text: str) -> list[Message]:
         return self.context.build_messages(self.session.get_history(), text, channel=self.settings.channel,
@@ -53,8 +66,13 @@ class Conversation:
 
     async def send(self, text: str, *, emit: EventSink = ignore) -> TurnOutcome:
         """Run one user turn. The user's message is on disk before the LLM is called."""
-        request = self.build_request(text)
-        checkpoint = TurnCheckpoint(self.store, self.session, skip=len(request) - 1)
+        async with self._turn_lock:
+            request = self.build_request(text)
+            return await self._run_turn(request, new_from=len(request) - 1, emit=emit)
+
+    async def _run_turn(self, request: list[Message], *, new_from: int, emit: EventSink) -> TurnOutcome:
+        """Run the loop on `request`, saving every message from index `new_from` on as it appears."""
+        checkpoint = TurnCheckpoint(self.store, self.session, skip=new_from)
         transcript = list(request)
         checkpoint.save(transcript)
 
@@ -75,6 +93,56 @@ class Conversation:
         outcome = TurnOutcome(result.content, result.stop_reason, result.error, result.usage, result.tool_calls)
         emit(TurnDone(outcome.content, outcome.stop_reason, outcome.usage, outcome.error, outcome.tool_calls))
         return outcome
+
+    # -- subagent reports ----------------------------------------------------------------------
+
+    def announce_start(self, sub_id: str, label: str) -> None:
+        self.background_emit(Notice(f"subagent '{label}' ({sub_id}) started"))
+
+    def deliver(self, result: SubagentResult) -> None:
+        """Called when a subagent ends: queue its report as a turn behind any running turn."""
+        self.background_emit(Notice(f"subagent '{result.label}' ({result.id}) {result.status}", "info"))
+        task = asyncio.get_running_loop().create_task(self._process_report(result))
+        self._injected.append(task)
+        task.add_done_callback(lambda t: self._injected.remove(t) if t in self._injected else None)
+
+    async def _process_report(self, result: SubagentResult) -> TurnOutcome:
+        async with self._turn_lock:
+            history = self.session.get_history()
+            opener = [] if any(m.get("role") == "user" for m in history) else [
+                {"role": "user", "content": _BACKGROUND_OPENER}]
+            system = {"role": "system", "content": self.context.system_prompt()}
+            # the injected report is context for this turn only: save_skip counts it (and the opener)
+            request = [system, *history, *opener, result.as_message()]
+            return await self._run_turn(request, new_from=len(request), emit=self.background_emit)
+
+    def running_subagents(self) -> list[tuple[str, str, str]]:
+        return self.subagents.running() if self.subagents is not None else []
+
+    async def wait_for_background(self, timeout: float) -> bool:
+        """Wait for subagents and the turns their reports trigger; False if `timeout` passed first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            if self.subagents is not None and not await self.subagents.wait(max(0.0, deadline - loop.time())):
+                return False
+            pending = [t for t in self._injected if not t.done()]
+            if not pending:
+                if not self.running_subagents():
+                    return True
+                continue
+            _, still = await asyncio.wait(pending, timeout=max(0.0, deadline - loop.time()))
+            if still:
+                return False
+
+    async def stop_background(self) -> int:
+        """/stop: cancel every subagent and any report turn in progress; returns how many subagents."""
+        stopped = await self.subagents.cancel_all() if self.subagents is not None else 0
+        for task in list(self._injected):
+            task.cancel()
+        if self._injected:
+            await asyncio.gather(*self._injected, return_exceptions=True)
+        return stopped
 
     def new_session(self) -> None:
         """/new: start over with an empty session (archiving comes with memory consolidation)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import signal
 import sys
@@ -39,17 +40,28 @@ def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_re
 
 
 async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json_out: bool) -> int:
-    out = stdout_console()
+    out = stdout_console(io.StringIO()) if json_out else stdout_console()
     err = stderr_console()
     stream = out.is_terminal and not json_out
     ref: list = []
     assistant = _open(cfg, session_key, stream=stream, progress=err, renderer_ref=ref)
     renderer = Renderer(out, markdown=markdown, progress=err, stream_text=stream)
     ref.append(renderer)
-    for warning in assistant.conversation.session.warnings:
+    conversation = assistant.conversation
+    conversation.background_emit = Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False)
+    for warning in conversation.session.warnings:
         err.print(f"[yellow]warning: {warning}[/yellow]")
     try:
-        outcome = await assistant.conversation.send(message, emit=renderer)
+        outcome = await conversation.send(message, emit=renderer)
+        renderer.finish()
+        if conversation.running_subagents():
+            wait = cfg.defaults.subagent_wait_seconds
+            err.print(f"[dim]waiting up to {wait:.0f}s for {len(conversation.running_subagents())} "
+                      f"subagent(s)…[/dim]")
+            if not await conversation.wait_for_background(wait):
+                stopped = await conversation.stop_background()
+                err.print(f"[yellow]stopped waiting after {wait:.0f}s (agents.defaults.subagentWaitSeconds); "
+                          f"{stopped} subagent(s) stopped[/yellow]")
     finally:
         renderer.finish()
         await assistant.aclose()
@@ -64,8 +76,6 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
     if outcome.error:
         err.print(f"[bold red]error:[/bold red] {outcome.error}", highlight=False)
         return 1
-    if not stream and outcome.content:
-        print(outcome.content)
     return 0
 
 
@@ -79,6 +89,8 @@ class Chat:
         self.err = stderr_console()
         self.markdown = markdown
         self.renderer = Renderer(self.console, markdown=markdown)
+        # subagent reports can arrive while the prompt is shown: render them whole, no spinner
+        self.background = Renderer(self.console, markdown=markdown, stream_text=False, spinner=False)
         self.assistant = None
         self.turn_task: asyncio.Task | None = None
 
@@ -107,6 +119,7 @@ class Chat:
     async def run(self) -> int:
         ref = [self.renderer]
         self.assistant = _open(self.cfg, self.session_key, stream=True, progress=self.console, renderer_ref=ref)
+        self.conversation.background_emit = self._background_event
         try:
             self.console.print(f"[bold]nanobot[/bold] [dim]· {self.cfg.defaults.model} · session "
                                f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]")
@@ -115,7 +128,13 @@ class Chat:
             prompt = self._prompt_session() if sys.stdin.isatty() else None
             while True:
                 try:
-                    text = await prompt.prompt_async("you › ") if prompt else await _read_line()
+                    if prompt is not None:
+                        from prompt_toolkit.patch_stdout import patch_stdout
+
+                        with patch_stdout(raw=True):
+                            text = await prompt.prompt_async("you › ")
+                    else:
+                        text = await _read_line()
                 except KeyboardInterrupt:
                     continue
                 except EOFError:
@@ -179,8 +198,14 @@ class Chat:
     async def compact(self) -> None:
         self.console.print("[yellow]/compact needs memory consolidation, which is not available yet[/yellow]")
 
+    def _background_event(self, event) -> None:
+        # while a user turn runs, its renderer owns the screen; notices still go through it
+        (self.renderer if self.turn_task is not None else self.background)(event)
+
     async def stop_background(self) -> None:
-        self.console.print("[dim]no background tasks are running[/dim]")
+        stopped = await self.conversation.stop_background()
+        self.console.print(f"[yellow]stopped {stopped} subagent(s)[/yellow]" if stopped
+                           else "[dim]no subagents are running[/dim]")
 
     def show_status(self) -> None:
         from nanobot.cli.status_view import status_lines

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import IO
 
 from rich.console import Console
@@ -17,11 +16,12 @@ class Renderer:
     """Renders one turn. `markdown` re-renders the streamed answer live; plain mode writes raw text."""
 
     def __init__(self, console: Console, *, markdown: bool, progress: Console | None = None,
-                 stream_text: bool = True) -> None:
+                 stream_text: bool = True, spinner: bool = True) -> None:
         self.console = console
         self.progress = progress or console  # hints and spinner (stderr in one-shot mode)
         self.markdown = markdown and console.is_terminal
         self.stream_text = stream_text
+        self.spinner = spinner
         self.buffer = ""
         self._live: Live | None = None
         self._status: Status | None = None
@@ -29,7 +29,7 @@ class Renderer:
 
     # spinner -----------------------------------------------------------------------------
     def thinking(self, label: str = "thinking…") -> None:
-        if not self.progress.is_terminal:
+        if not (self.spinner and self.progress.is_terminal):
             return
         self._end_text()
         if self._status is None:
@@ -99,6 +99,15 @@ class Renderer:
             self.progress.print(f"[{style}]{escape(event.text)}[/{style}]", highlight=False)
         elif isinstance(event, TurnDone):
             self.finish()
+            if not self.stream_text and event.content:
+                self.show_answer(event.content)
+
+    def show_answer(self, text: str) -> None:
+        """Print a whole answer at once (for turns that were not streamed)."""
+        if self.markdown:
+            self.console.print(Markdown(text))
+        else:
+            self.console.print(text, markup=False, highlight=False)
 
     def finish(self) -> None:
         self._stop_spinner()
@@ -112,8 +121,10 @@ def escape(text: str) -> str:
 
 
 def stderr_console() -> Console:
-    return Console(file=sys.stderr, highlight=False)
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def stdout_console(file: IO[str] | None = None) -> Console:
-    return Console(file=file or sys.stdout, highlight=False, soft_wrap=True)
+    # without an explicit file rich writes to whatever sys.stdout is at print time, so
+    # prompt_toolkit's patch_stdout can place background output above the prompt
+    return Console(file=file, highlight=False, soft_wrap=True)

@@ -28,4 +28,5 @@ def status_lines(assistant) -> list[str]:
         f"session    {session.key}: {len(session.messages)} messages, "
         f"{len(session.messages) - session.last_consolidated} not yet consolidated",
         f"workspace  {assistant.workspace}",
+        *[f"subagent   {sub_id} '{label}' running: {task[:60]}" for sub_id, label, task in conv.running_subagents()],
     ]
