@@ -119,3 +119,52 @@ def test_second_process_on_the_same_session_is_refused(repl, isolated_home, nano
     assert "session cli:direct is in use by another nanobot process" in result.stderr
     child.sendline("/exit")
     child.expect(pexpect.EOF)
+
+
+def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_home):
+    import json as _json
+
+    pidfile = isolated_home / "workspace" / "slow.pid"
+
+    def responder(request):
+        body = _json.dumps(request.body)
+        if "You are a subagent" in body:
+            if "quick job" in body:
+                return Reply.text("quick report: 7 files")
+            return Reply.tool_calls([("exec", {"command": "sleep 60 & echo $! > slow.pid; wait"})])
+        if "Subagent 'quick'" in body:
+            return Reply.text("The quick helper counted 7 files.")
+        last = request.messages[-1]
+        if last.get("role") == "tool":
+            return Reply.text("Helper started.")
+        label = "quick" if "quick" in _json.dumps(last) else "slow"
+        return Reply.tool_calls([("spawn", {"task": f"{label} job", "label": label})])
+
+    fake_llm.responder = responder
+    child = repl()
+    child.sendline("run a quick job")
+    child.expect("subagent 'quick' \\(sa-[0-9a-f]+\\) started")
+    child.expect("The quick helper counted 7 files.", timeout=20)
+    child.sendline("now a slow job")
+    child.expect("subagent 'slow' \\(sa-[0-9a-f]+\\) started")
+    child.expect_exact(PROMPT)
+    deadline = time.monotonic() + 10
+    while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = int(pidfile.read_text())
+    child.sendline("/status")
+    child.expect("subagent +sa-[0-9a-f]+ 'slow' running")
+    child.sendline("/stop")
+    child.expect("stopped 1 subagent")
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the subagent's sleep survived /stop")
+    fake_llm.assert_all_valid()
+    child.sendline("/exit")
+    child.expect(pexpect.EOF)
