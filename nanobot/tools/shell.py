@@ -329,8 +329,8 @@ class ExecTool(Tool):
         limit = self.ctx.exec_timeout if timeout is None else min(float(timeout), self.ctx.exec_timeout)
 
         loop = asyncio.get_running_loop()
-        try:
-            transport, collector = await loop.subprocess_exec(
+        spawn = asyncio.ensure_future(
+            loop.subprocess_exec(
                 _Collector,
                 "/bin/sh", "-c", command,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -340,6 +340,19 @@ class ExecTool(Tool):
                 env=child_env(os.environ, self.ctx.secret_env_names),
                 start_new_session=True,  # own process group: one killpg reaches grandchildren too
             )
+        )
+        try:
+            transport, collector = await asyncio.shield(spawn)
+        except asyncio.CancelledError:
+            # Cancelled while starting: asyncio's own cleanup would kill only the shell and then
+            # wait for the pipes, i.e. for every grandchild. Let the start finish, kill the group.
+            try:
+                transport, collector = await spawn
+            except OSError:
+                raise asyncio.CancelledError from None
+            await self._kill_group(transport.get_pid(), collector)
+            transport.close()
+            raise
         except OSError as exc:
             raise ToolError(f"could not start the shell: {exc}") from exc
 

@@ -256,3 +256,23 @@ def test_process_that_left_the_group_cannot_hang_exec(make_ctx, ws):
         pid = int((ws / "pidfile").read_text())
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("ticks", [1, 2, 3, 5])
+def test_cancel_while_starting_still_kills_the_group(make_ctx, ws, ticks):
+    tool = make_exec(make_ctx(exec_timeout=60))
+
+    async def main():
+        task = asyncio.create_task(tool.run(command="sleep 30 & echo $! > pidfile; wait"))
+        for _ in range(ticks):
+            await asyncio.sleep(0)
+        task.cancel()
+        await task
+
+    started = time.monotonic()
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(main())
+    assert time.monotonic() - started < 5
+    pidfile = ws / "pidfile"
+    if pidfile.exists() and pidfile.read_text().strip():
+        assert wait_dead(int(pidfile.read_text()))
