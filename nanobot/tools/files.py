@@ -16,22 +16,23 @@ __all__ = ["ReadFileTool", "WriteFileTool", "EditFileTool", "ListDirTool", "READ
 
 READ_CHAR_CAP = 50_000  # characters returned by one read_file call
 MAX_TEXT_FILE_BYTES = 32 * 1024 * 1024  # larger files are refused rather than loaded whole
+MAX_COUNTED_EXTRA = 10_000  # list_dir stops counting entries past its cap here
 SKIPPED_DIRS = frozenset({".git", "__pycache__", "node_modules"})
 
 
-def _read_text(ctx_path: Path, shown: str) -> str:
+def _read_text(path: Path, shown: str) -> str:
     """The file's text, or a ToolError the model can act on (missing, directory, binary...)."""
-    if not ctx_path.exists():
+    if not path.exists():
         raise ToolError(f"file not found: {shown}")
-    if ctx_path.is_dir():
+    if path.is_dir():
         raise ToolError(f"{shown} is a directory; use list_dir to see its contents")
     try:
-        size = ctx_path.stat().st_size
+        size = path.stat().st_size
         if size > MAX_TEXT_FILE_BYTES:
             raise ToolError(
                 f"{shown} is {size:,} bytes, too large to load; use exec with head, sed -n or grep to look inside"
             )
-        data = ctx_path.read_bytes()
+        data = path.read_bytes()
     except PermissionError as exc:
         raise ToolError(f"permission denied reading {shown}") from exc
     except OSError as exc:
@@ -260,14 +261,17 @@ class ListDirTool(Tool):
             for entry in entries:
                 if len(shown_entries) < max_entries:
                     shown_entries.append(entry)
-                else:
+                elif extra < MAX_COUNTED_EXTRA:  # counting a whole home folder would stall the turn
                     extra += 1
+                else:
+                    break
         except PermissionError as exc:
             raise ToolError(f"permission denied listing {shown}") from exc
         if not shown_entries:
             return f"({shown} is empty)"
         if extra:
-            shown_entries.append(f"... {extra} more (raise max_entries or list a subdirectory)")
+            more = f"{extra}+" if extra >= MAX_COUNTED_EXTRA else str(extra)
+            shown_entries.append(f"... {more} more (raise max_entries or list a subdirectory)")
         return "\n".join(shown_entries)
 
 

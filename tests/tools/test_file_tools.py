@@ -258,3 +258,13 @@ def test_list_dir_errors(make_ctx, ws, tmp_path):
 
 def test_list_empty_dir(make_ctx, ws):
     assert run(ListDirTool(make_ctx())) == "(. is empty)"
+
+
+def test_list_dir_stops_counting_past_a_limit(make_ctx, ws, monkeypatch):
+    import nanobot.tools.files as files
+
+    monkeypatch.setattr(files, "MAX_COUNTED_EXTRA", 5)
+    for i in range(20):
+        (ws / f"f{i:02d}").write_text("")
+    out = run(ListDirTool(make_ctx()), max_entries=2).splitlines()
+    assert out == ["f00", "f01", "... 5+ more (raise max_entries or list a subdirectory)"]
