@@ -6,9 +6,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from nanobot.agent.budget import check_fixed_prompt, reply_room
 from nanobot.agent.context import ContextBuilder
 from nanobot.config import Config, resolve_model
+from nanobot.consolidation import Consolidator
 from nanobot.conversation import Conversation, TurnSettings
+from nanobot.errors import ContextTooSmallError
 from nanobot.providers.base import Provider
 from nanobot.providers.factory import make_provider
 from nanobot.providers.registry import key_env_names
@@ -17,6 +20,7 @@ from nanobot.session import SessionStore
 from nanobot.subagents import SubagentManager
 from nanobot.tools.base import ToolContext
 from nanobot.tools.registry import ToolRegistry
+from nanobot.tokens import default_counter
 from nanobot.tools.spawn import SpawnTool
 
 
@@ -83,6 +87,7 @@ class Assistant:
 
     async def aclose(self) -> None:
         await self.conversation.stop_background()
+        await self.conversation.join_consolidation()  # `agent -m` must not exit mid-consolidation
         self.store.close(self.conversation.session)
         await self.conversation.provider.aclose()
 
@@ -96,15 +101,26 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     store = SessionStore()
     session = store.open(session_key)
     d = cfg.defaults
+    reply_tokens = reply_room(d.context_window_tokens, d.max_tokens)
     channel, _, chat_id = session_key.partition(":")
-    settings = TurnSettings(max_iterations=d.max_tool_iterations, max_tokens=d.max_tokens,
+    settings = TurnSettings(max_iterations=d.max_tool_iterations, max_tokens=reply_tokens,
                             temperature=d.temperature, stream=stream, channel=channel or "cli",
                             chat_id=chat_id or "direct")
     tools = build_tools(cfg, workspace)
+    context = build_context(cfg, workspace)
+    consolidator = Consolidator(provider, context.memory, store, context_window=d.context_window_tokens,
+                                reply_tokens=reply_tokens, counter=default_counter())
     conversation = Conversation(session=session, store=store, provider=provider, tools=tools,
-                                context=build_context(cfg, workspace), settings=settings)
+                                context=context, settings=settings, consolidator=consolidator)
     subagents = SubagentManager(provider, build_tools(cfg, workspace), workspace, on_done=conversation.deliver,
-                                on_start=conversation.announce_start, max_tokens=d.max_tokens)
+                                on_start=conversation.announce_start, max_tokens=reply_tokens)
     tools.register(SpawnTool(tool_context(cfg, workspace), subagents))
     conversation.subagents = subagents
+    try:
+        check_fixed_prompt(context.system_prompt(), tools.schemas(), reply_tokens, d.context_window_tokens,
+                           consolidator.counter, memory_tokens=consolidator.counter.count_text(
+                               context.memory.read_memory()))
+    except ContextTooSmallError:
+        store.close(session)
+        raise
     return Assistant(cfg, workspace, store, conversation)

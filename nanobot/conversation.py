@@ -10,11 +10,13 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from nanobot.agent.budget import fit_request, request_tokens
 from nanobot.agent.context import ContextBuilder
 from nanobot.agent.events import EventSink, Notice, TurnDone, ignore
 from nanobot.agent.loop import LoopResult, run_loop
-from nanobot.messages import Message
-from nanobot.providers.base import Provider, Usage
+from nanobot.consolidation import ConsolidationReport, Consolidator
+from nanobot.messages import Message, text_of
+from nanobot.providers.base import LLMResponse, Provider, Usage
 from nanobot.session import Session, SessionStore, TurnCheckpoint
 from nanobot.subagents import SubagentResult
 
@@ -42,12 +44,31 @@ class TurnOutcome:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
+class _Metered(Provider):
+    """Passes requests through and reports each response's usage (to calibrate the estimator)."""
+
+    def __init__(self, inner: Provider, on_response: Any) -> None:
+        super().__init__(inner.model)
+        self.inner = inner
+        self.name = inner.name
+        self.on_response = on_response
+
+    async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
+        response = await self.inner.chat(messages, **kwargs)
+        self.on_response(response)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 class Conversation:
     """Turns of one session. User turns and injected subagent turns share one lock, so a
     subagent's report waits behind a running user turn and reports are handled one by one."""
 
     def __init__(self, *, session: Session, store: SessionStore, provider: Provider, tools: Any,
-                 context: ContextBuilder, settings: TurnSettings | None = None) -> None:
+                 context: ContextBuilder, settings: TurnSettings | None = None,
+                 consolidator: Consolidator | None = None) -> None:
         self.session = session
         self.store = store
         self.provider = provider
@@ -59,6 +80,12 @@ class Conversation:
         self.background_emit: EventSink = ignore  # where injected turns render (set by the CLI)
         self._turn_lock = asyncio.Lock()
         self._injected: list[asyncio.Task] = []
+        # memory consolidation (None: no budget management, e.g. in narrow tests)
+        self.consolidator = consolidator
+        self.last_consolidation: ConsolidationReport | None = None
+        self._consolidation: asyncio.Task | None = None
+        self._metered = _Metered(provider, self._observe_usage)
+        self._request_estimate = 0  # raw estimate of the request in flight, for calibration
 
     def build_request(self, text: str) -> list[Message]:
         return self.context.build_messages(self.session.get_history(), text, channel=self.settings.channel,
@@ -67,6 +94,7 @@ class Conversation:
     async def send(self, text: str, *, emit: EventSink = ignore) -> TurnOutcome:
         """Run one user turn. The user's message is on disk before the LLM is called."""
         async with self._turn_lock:
+            await self._make_room(text, emit)
             request = self.build_request(text)
             return await self._run_turn(request, new_from=len(request) - 1, emit=emit)
 
@@ -82,8 +110,9 @@ class Conversation:
 
         s = self.settings
         result: LoopResult = await run_loop(
-            self.provider, self.tools, request, max_iterations=s.max_iterations, max_tokens=s.max_tokens,
+            self._metered, self.tools, request, max_iterations=s.max_iterations, max_tokens=s.max_tokens,
             temperature=s.temperature, emit=emit, on_step=on_step, stream=s.stream,
+            prepare=self._fit if self.consolidator is not None else None,
         )
         if result.stop_reason == "max_iterations" and result.content:
             # the limit notice is a real answer the user sees; keep it so the next turn has the context
@@ -91,8 +120,87 @@ class Conversation:
         if result.requests:
             self.last_usage = result.usage
         outcome = TurnOutcome(result.content, result.stop_reason, result.error, result.usage, result.tool_calls)
+        self._consolidate_in_background()
         emit(TurnDone(outcome.content, outcome.stop_reason, outcome.usage, outcome.error, outcome.tool_calls))
         return outcome
+
+    # -- token budget and consolidation ----------------------------------------------------------
+
+    def _schemas(self) -> list[dict] | None:
+        return self.tools.schemas() if self.tools is not None else None
+
+    def estimate(self, probe: str | None = None) -> int:
+        """The next request's estimated size, as the consolidator sees it (for /status too)."""
+        if self.consolidator is None:
+            return 0
+        kwargs = {"probe": probe} if probe is not None else {}
+        return self.consolidator.estimate(self.session, system_prompt=self.context.system_prompt,
+                                          tool_schemas=self._schemas(), **kwargs)
+
+    def _fit(self, request: list[Message]) -> list[Message]:
+        """Before every LLM call of a turn: cut this turn's largest tool results until it fits."""
+        cons = self.consolidator
+        schemas = self._schemas()
+        fitted = fit_request(request, cons.budget, cons.counter, tools=schemas, calibration=cons.calibration)
+        self._request_estimate = request_tokens(fitted, cons.counter, tools=schemas)
+        return fitted
+
+    def _observe_usage(self, response: LLMResponse) -> None:
+        if self.consolidator is not None and self._request_estimate:
+            self.consolidator.calibration.observe(self._request_estimate, response.usage.prompt_tokens)
+
+    async def join_consolidation(self) -> None:
+        """Wait for the background consolidation, if one runs (its failures are reported by it)."""
+        task = self._consolidation
+        if task is not None and not task.done():
+            # shielded: cancelling the waiting turn (Ctrl-C) must not cancel the consolidation
+            await asyncio.wait([asyncio.shield(task)])
+
+    async def _make_room(self, probe: str, emit: EventSink) -> None:
+        """Before a turn: when the prompt would not fit, consolidate first."""
+        await self.join_consolidation()
+        cons = self.consolidator
+        if cons is None or self.estimate(probe) < cons.budget:
+            return
+        try:
+            report = await cons.maybe_consolidate_by_tokens(
+                self.session, system_prompt=self.context.system_prompt, tool_schemas=self._schemas(),
+                probe=probe, emit=emit)
+        except Exception as exc:  # the turn still runs; fit_request keeps the request inside the window
+            emit(Notice(f"memory consolidation failed: {exc}; older messages stay in the prompt", "warning"))
+            return
+        self._report(report, emit)
+
+    def _consolidate_in_background(self) -> None:
+        if self.consolidator is None or (self._consolidation is not None and not self._consolidation.done()):
+            return
+        self._consolidation = asyncio.get_running_loop().create_task(self._background_consolidation())
+
+    async def _background_consolidation(self) -> None:
+        emit = self.background_emit
+        try:
+            report = await self.consolidator.maybe_consolidate_by_tokens(
+                self.session, system_prompt=self.context.system_prompt, tool_schemas=self._schemas(), emit=emit)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # never lost: the pointer did not move, the next check tries again
+            emit(Notice(f"memory consolidation failed: {exc}; it will be retried after the next turn", "warning"))
+            return
+        self._report(report, emit)
+
+    def _report(self, report: ConsolidationReport, emit: EventSink) -> None:
+        if report.ran:
+            self.last_consolidation = report
+        for message in report.notices:
+            emit(Notice(message, "warning"))
+
+    async def compact(self, *, emit: EventSink = ignore) -> ConsolidationReport:
+        """/compact: consolidate everything but the last exchange now."""
+        async with self._turn_lock:
+            await self.join_consolidation()
+            report = await self._require_consolidator().compact(self.session, emit=emit)
+            self._report(report, emit)
+            return report
 
     # -- subagent reports ----------------------------------------------------------------------
 
@@ -108,6 +216,7 @@ class Conversation:
 
     async def _process_report(self, result: SubagentResult) -> TurnOutcome:
         async with self._turn_lock:
+            await self._make_room(text_of(result.as_message().get("content")), self.background_emit)
             history = self.session.get_history()
             opener = [] if any(m.get("role") == "user" for m in history) else [
                 {"role": "user", "content": _BACKGROUND_OPENER}]
@@ -144,6 +253,18 @@ class Conversation:
             await asyncio.gather(*self._injected, return_exceptions=True)
         return stopped
 
-    def new_session(self) -> None:
-        """/new: start over with an empty session (archiving comes with memory consolidation)."""
-        self.store.clear(self.session)
+    async def new_session(self, *, emit: EventSink = ignore) -> ConsolidationReport | None:
+        """/new: archive every unconsolidated message first, then clear (a crash between loses nothing)."""
+        async with self._turn_lock:
+            await self.join_consolidation()
+            report = None
+            if self.consolidator is not None:
+                report = await self.consolidator.archive_all(self.session, emit=emit)
+                self._report(report, emit)
+            self.store.clear(self.session)
+            return report
+
+    def _require_consolidator(self) -> Consolidator:
+        if self.consolidator is None:
+            raise RuntimeError("this conversation has no consolidator")
+        return self.consolidator

@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from nanobot.agent.events import Retrying
-from nanobot.cli.render import Renderer, stderr_console, stdout_console
+from nanobot.cli.render import Renderer, escape, stderr_console, stdout_console
 from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS
 from nanobot.config import load_config
 from nanobot.errors import NanobotError
@@ -192,11 +192,26 @@ class Chat:
         self.console.print("  [dim]Esc-Enter: new line · Ctrl-C: cancel the running turn · Ctrl-D: leave[/dim]")
 
     async def new_session(self) -> None:
-        self.conversation.new_session()
+        try:
+            report = await self.conversation.new_session(emit=self.renderer)
+        except NanobotError as exc:
+            self.console.print(f"[bold red]error:[/bold red] {exc}; the conversation was kept", highlight=False)
+            return
+        finally:
+            self.renderer.finish()
+        if report is not None and report.ran:
+            self.console.print(f"[dim]{escape(report.receipt())}[/dim]", highlight=False)
         self.console.print("[dim]started a new conversation[/dim]")
 
     async def compact(self) -> None:
-        self.console.print("[yellow]/compact needs memory consolidation, which is not available yet[/yellow]")
+        try:
+            report = await self.conversation.compact(emit=self.renderer)
+        except NanobotError as exc:
+            self.console.print(f"[bold red]error:[/bold red] {exc}", highlight=False)
+            return
+        finally:
+            self.renderer.finish()
+        self.console.print(f"[dim]{escape(report.receipt())}[/dim]", highlight=False)
 
     def _background_event(self, event) -> None:
         # while a user turn runs, its renderer owns the screen; notices still go through it

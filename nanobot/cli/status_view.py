@@ -15,18 +15,31 @@ def status_lines(assistant) -> list[str]:
     conv = assistant.conversation
     cfg = assistant.cfg
     window = cfg.defaults.context_window_tokens
-    system = conv.context.system_prompt()
-    history = conv.session.get_history()
-    used = (tokens.count_text(system) + tokens.count_messages(history)
-            + tokens.count_tools(conv.tools.schemas() if conv.tools else None))
+    # the consolidator's own estimate (calibrated, with room for the next message), so the bar
+    # reaches 100% exactly when consolidation has to run
+    used = conv.estimate()
+    budget = conv.consolidator.budget if conv.consolidator is not None else window
     session = conv.session
     usage = conv.last_usage
     return [
         f"model      {cfg.defaults.model}",
-        f"context    {bar(used, window)}  ~{used:,} / {window:,} tokens ({tokens.estimator_name()})",
+        f"context    {bar(used, budget)}  ~{used:,} / {budget:,} tokens "
+        f"(window {window:,} minus {window - budget:,} for the reply)",
+        f"estimator  {tokens.estimator_name()}" + _calibration(conv),
         f"last turn  prompt {usage.prompt_tokens:,} · completion {usage.completion_tokens:,} tokens",
         f"session    {session.key}: {len(session.messages)} messages, "
         f"{len(session.messages) - session.last_consolidated} not yet consolidated",
         f"workspace  {assistant.workspace}",
+        *_last_consolidation(conv),
         *[f"subagent   {sub_id} '{label}' running: {task[:60]}" for sub_id, label, task in conv.running_subagents()],
     ]
+
+
+def _calibration(conv) -> str:
+    ratio = conv.consolidator.calibration.ratio if conv.consolidator is not None else 1.0
+    return f", corrected x{ratio:.2f} by the provider's counts" if ratio > 1.0 else ""
+
+
+def _last_consolidation(conv) -> list[str]:
+    report = conv.last_consolidation
+    return [f"memory     last consolidation {report.receipt()}"] if report is not None else []
