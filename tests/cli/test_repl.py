@@ -168,3 +168,27 @@ def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_h
     fake_llm.assert_all_valid()
     child.sendline("/exit")
     child.expect(pexpect.EOF)
+
+
+def test_multiline_input_and_history_persist_across_runs(repl, fake_llm, isolated_home):
+    fake_llm.script(Reply.text("got two lines"), Reply.text("recalled"))
+    child = repl()
+    child.send("first line")
+    child.send("\x1b\r")  # Esc-Enter: a line break, not send
+    child.send("second line\r")
+    child.expect("got two lines")
+    child.expect_exact(PROMPT)
+    sent = fake_llm.requests[0].messages[-1]["content"]
+    assert sent.endswith("first line\nsecond line")
+    child.sendline("/exit")
+    child.expect(pexpect.EOF)
+    assert "second line" in (isolated_home / "input_history").read_text()
+
+    again = repl()
+    again.send("\x1b[A")  # Up recalls the previous run's "/exit" ...
+    again.send("\x1b[A")  # ... and Up again the two-line message
+    again.send("\r")
+    again.expect("recalled")
+    assert fake_llm.requests[1].messages[-1]["content"].endswith("first line\nsecond line")
+    again.sendline("/exit")
+    again.expect(pexpect.EOF)
