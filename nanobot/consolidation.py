@@ -260,7 +260,8 @@ class Consolidator:
         while session.last_consolidated < end:
             start = session.last_consolidated
             memory_text = self.memory.read_memory()
-            piece, request = self._fitting_piece(session.messages, start, end, memory_text)
+            piece, request = self._fitting_piece(session.messages, start, self._render_limit(session, end),
+                                                 memory_text)
             chunk = session.messages[start:piece]
             first_line = await self._summarise_with_retries(chunk, request, report, emit)
             if first_line:
@@ -268,6 +269,22 @@ class Consolidator:
             # HISTORY.md (and MEMORY.md) are durable now; only then does the chunk leave the prompt
             self.store.set_pointer(session, piece)
             report.messages += piece - start
+
+    def _render_limit(self, session: Session, end: int) -> int:
+        """A user boundary <= end whose chunk is worth rendering: a few budgets of stored tokens.
+
+        Transcripts cut long tool results, so a chunk of 4x the budget may still fit; a bigger one
+        (a /new on a huge unconsolidated tail) would only cost time to render and then be split.
+        """
+        msgs, start = session.messages, session.last_consolidated
+        limit, total, last = 4 * self.budget, 0, None
+        for i in range(start, end):
+            if i > start and msgs[i].get("role") == "user":
+                if total > limit:
+                    return last or i
+                last = i
+            total += self._cost(msgs[i])
+        return end if total <= limit or last is None else last
 
     def _fitting_piece(self, msgs: list[Message], start: int, end: int,
                        memory_text: str) -> tuple[int, list[Message] | None]:
