@@ -256,7 +256,8 @@ class Consolidator:
                                  emit: EventSink) -> None:
         """Record messages[last_consolidated:end], in as many requests as it takes to fit the window."""
         total = end - session.last_consolidated
-        emit(Notice(f"compacting {total} message{'s' if total != 1 else ''} into memory…"))
+        if report.rounds <= 1:  # one quiet line per consolidation, not one per round
+            emit(Notice(f"compacting {total} message{'s' if total != 1 else ''} into memory…"))
         while session.last_consolidated < end:
             start = session.last_consolidated
             memory_text = self.memory.read_memory()
@@ -358,8 +359,8 @@ class Consolidator:
         call = next((c for c in response.tool_calls if c.name == "save_memory"), None)
         if call is None:
             raise ConsolidationFailure("the model did not call save_memory")
-        return parse_save_memory(call.raw_arguments if call.parse_error else call.arguments), \
-            response.finish_reason == "length"
+        args = parse_save_memory(call.raw_arguments if call.parse_error else call.arguments)
+        return args, response.finish_reason == "length"
 
     async def _chat(self, request: list[Message], choice: Any):
         return await self.provider.chat(request, tools=[SAVE_MEMORY_TOOL], tool_choice=choice,
