@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import re
 import subprocess
-import time
 from typing import Any
 
 from nanobot.fakellm import Reply
@@ -111,7 +110,6 @@ def test_300_turns_at_an_8k_window(configure, fake_llm, isolated_home, nanobot_c
     assert len(log) > 300_000
 
     errors: list[str] = []
-    started = time.monotonic()
 
     async def chat() -> None:
         assistant = open_assistant(cfg, "cli:long", stream=False)
@@ -128,13 +126,11 @@ def test_300_turns_at_an_8k_window(configure, fake_llm, isolated_home, nanobot_c
             await assistant.aclose()
 
     asyncio.run(chat())
-    elapsed = time.monotonic() - started
 
     fake_llm.assert_all_valid()  # no request over the window, none malformed
     assert not errors, errors[:3]
     assert max(r.estimated_tokens for r in fake_llm.requests) <= WINDOW
     assert brain.turn_requests >= TURNS and brain.consolidations >= 10
-    assert elapsed < 60, f"300 turns took {elapsed:.1f}s"
 
     memory = MemoryStore(workspace)
     remembered = memory.read_memory()

@@ -83,8 +83,11 @@ def test_ctrl_c_cancels_a_long_tool_call_and_the_prompt_comes_back(repl, fake_ll
     child.expect(pexpect.EOF)
 
 
-def test_status_and_new(repl, fake_llm):
+def test_status_and_new(repl, fake_llm, isolated_home):
     fake_llm.script(Reply.text("hello Ada", usage={"prompt_tokens": 1234, "completion_tokens": 5}),
+                    # /new archives the conversation into memory before clearing it
+                    Reply.tool_calls([("save_memory", {"history_entry": "[2026-01-05 10:00] Ada introduced herself.",
+                                                       "memory_update": "# Memory\n\n- The user is Ada."})]),
                     Reply.text("fresh start"))
     child = repl()
     child.sendline("my name is Ada")
@@ -106,6 +109,9 @@ def test_status_and_new(repl, fake_llm):
     child.expect_exact(PROMPT)
     contents = [m.get("content") for m in fake_llm.requests[-1].messages[1:]]
     assert len(contents) == 1 and "who am I?" in contents[0]
+    assert "The user is Ada." in fake_llm.requests[-1].messages[0]["content"]  # remembered across /new
+    history = (isolated_home / "workspace" / "memory" / "HISTORY.md").read_text()
+    assert "Ada introduced herself" in history
     child.sendline("quit")
     child.expect(pexpect.EOF)
 
