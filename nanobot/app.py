@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from nanobot.agent.budget import check_fixed_prompt, reply_room
+from nanobot.agent.budget import check_fixed_prompt, fit_request, reply_room
 from nanobot.agent.context import ContextBuilder
 from nanobot.config import Config, resolve_model
 from nanobot.consolidation import Consolidator
@@ -112,8 +112,15 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
                                 reply_tokens=reply_tokens, counter=default_counter())
     conversation = Conversation(session=session, store=store, provider=provider, tools=tools,
                                 context=context, settings=settings, consolidator=consolidator)
-    subagents = SubagentManager(provider, build_tools(cfg, workspace), workspace, on_done=conversation.deliver,
-                                on_start=conversation.announce_start, max_tokens=reply_tokens)
+    sub_tools = build_tools(cfg, workspace)
+
+    def fit_subagent_request(messages: list[dict]) -> list[dict]:
+        return fit_request(messages, consolidator.budget, consolidator.counter, tools=sub_tools.schemas(),
+                           calibration=consolidator.calibration)
+
+    subagents = SubagentManager(provider, sub_tools, workspace, on_done=conversation.deliver,
+                                on_start=conversation.announce_start, max_tokens=reply_tokens,
+                                prepare=fit_subagent_request)
     tools.register(SpawnTool(tool_context(cfg, workspace), subagents))
     conversation.subagents = subagents
     try:

@@ -60,7 +60,8 @@ class SubagentManager:
     def __init__(self, provider: Provider, tools: Any, workspace: Path, *,
                  on_done: Callable[[SubagentResult], None] | None = None,
                  on_start: Callable[[str, str], None] | None = None, max_tokens: int = 4096,
-                 max_iterations: int = MAX_SUBAGENT_ITERATIONS) -> None:
+                 max_iterations: int = MAX_SUBAGENT_ITERATIONS,
+                 prepare: Callable[[list[dict]], list[dict]] | None = None) -> None:
         self.provider = provider
         self.tools = tools  # a ToolRegistry without spawn
         self.workspace = workspace
@@ -68,6 +69,7 @@ class SubagentManager:
         self.on_start = on_start
         self.max_tokens = max_tokens
         self.max_iterations = max_iterations
+        self.prepare = prepare  # keeps each request inside the context window (agent/budget.py)
         self._running: dict[str, _Running] = {}
         self._counter = itertools.count(1)
 
@@ -106,7 +108,7 @@ class SubagentManager:
                     {"role": "user", "content": task}]
         try:
             result = await run_loop(self.provider, self.tools, messages, max_iterations=self.max_iterations,
-                                    max_tokens=self.max_tokens, stream=False)
+                                    max_tokens=self.max_tokens, stream=False, prepare=self.prepare)
             if result.stop_reason == "error":
                 outcome = SubagentResult(sub_id, label, task, "failed", result.error or "unknown error")
             elif result.stop_reason == "max_iterations":

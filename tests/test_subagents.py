@@ -252,3 +252,34 @@ def test_one_shot_stops_waiting_after_the_configured_timeout(nanobot_cmd, fake_l
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started < 20
     assert "stopped waiting after 1s" in result.stderr and "1 subagent(s) stopped" in result.stderr
+
+
+def test_subagent_requests_stay_inside_the_window_when_it_reads_a_huge_file(fake_llm, configure, isolated_home):
+    cfg_path = configure(contextWindowTokens=8192)
+    fake_llm.context_window = 8192
+    workspace = isolated_home / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "huge.txt").write_text("".join(f"line {i}: some log text here\n" for i in range(12000)))
+
+    def responder(request):
+        body = json.dumps(request.body)
+        if is_subagent(request):
+            if any(m.get("role") == "tool" for m in request.messages):
+                return Reply.text("report: the file is a log")
+            return Reply.tool_calls([("exec", {"command": "cat huge.txt"}), ("read_file", {"path": "huge.txt"})])
+        if "Subagent" in body:
+            return Reply.text("ok, it is a log")
+        if any(m.get("role") == "tool" for m in request.messages):
+            return Reply.text("started")
+        return Reply.tool_calls([("spawn", {"task": "look at huge.txt", "label": "reader"})])
+
+    fake_llm.responder = responder
+
+    async def scenario(conv):
+        await conv.send("look at the huge file in the background")
+        assert await conv.wait_for_background(20)
+
+    run(with_assistant(cfg_path, scenario))
+    fake_llm.assert_all_valid()  # includes "no prompt over the window"
+    assert max(r.estimated_tokens for r in fake_llm.requests) <= 8192
+    assert sum(1 for r in fake_llm.requests if is_subagent(r)) == 2
