@@ -570,11 +570,6 @@ def test_kill_while_a_tool_runs_closes_the_call_as_interrupted_in_the_next_reque
     assert stored_after[-1] == {**stored_after[-1], "role": "assistant", "content": "picked up where we left off"}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (nanobot/agent/loop.py run_loop, streaming): every text delta is shown as it arrives, so the "
-    "whole answer is on the screen a few milliseconds before on_step appends it; a kill in that window "
-    "loses an answer the user has read. Fix: hold back the last delta and show it only after the "
-    "final assistant message is saved (or after the tool-call message is saved)."))
 def test_a_streamed_answer_fully_on_screen_is_on_disk(tmp_path, nanobot_cmd):
     chain = Chain(0, BASE_SEED, tmp_path, nanobot_cmd, "openai")
     try:

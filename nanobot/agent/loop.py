@@ -58,6 +58,25 @@ class ThinkFilter:
             return
 
 
+class HoldLast:
+    """Passes streamed text on one piece late, so the end of an answer is shown only after the
+    message holding it is saved: an answer fully on screen is always on disk."""
+
+    def __init__(self, sink: Callable[[str], None]) -> None:
+        self.sink = sink
+        self.held = ""
+
+    def __call__(self, text: str) -> None:
+        if self.held:
+            self.sink(self.held)
+        self.held = text
+
+    def flush(self) -> None:
+        if self.held:
+            self.sink(self.held)
+            self.held = ""
+
+
 @dataclass
 class LoopResult:
     content: str | None
@@ -96,13 +115,15 @@ async def run_loop(
         request = make_valid(conversation)
         if prepare is not None:
             request = prepare(request)
-        think = ThinkFilter(lambda text: emit(TextDelta(text)))
+        shown = HoldLast(lambda text: emit(TextDelta(text)))
+        think = ThinkFilter(shown)
         try:
             response = await provider.chat(
                 request, tools=schemas or None, max_tokens=max_tokens, temperature=temperature,
                 on_delta=think.feed if stream else None,
             )
         except ProviderError as exc:
+            shown.flush()
             result.stop_reason, result.error = "error", str(exc)
             return result
         result.requests += 1
@@ -110,6 +131,7 @@ async def run_loop(
         result.total_usage.prompt_tokens += response.usage.prompt_tokens
         result.total_usage.completion_tokens += response.usage.completion_tokens
         if response.finish_reason == "error":
+            shown.flush()
             result.stop_reason, result.error = "error", response.content or "the provider returned an error"
             return result
         response.content = strip_think(response.content)
@@ -121,6 +143,7 @@ async def run_loop(
                 result.new_messages.append(assistant_msg)
                 if on_step:
                     on_step([assistant_msg])
+            shown.flush()
             return result
         # checkpoint the call before running it, and each result as it lands, so a crash or
         # Ctrl-C mid-step never loses a side effect that already happened
@@ -128,6 +151,7 @@ async def run_loop(
         result.new_messages.append(assistant_msg)
         if on_step:
             on_step([assistant_msg])
+        shown.flush()
         for call in response.tool_calls:
             hint = tools.hint(call.name, call.arguments)
             emit(ToolStarted(call.id, call.name, hint))

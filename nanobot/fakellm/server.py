@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import itertools
 import json
+import sys
 import socket
 import threading
 import time
@@ -95,7 +96,7 @@ class FakeLLMServer:
         if self._httpd is not None:
             return self
         self._stopping.clear()
-        httpd = ThreadingHTTPServer((self._host, self._port), _Handler)
+        httpd = _QuietServer((self._host, self._port), _Handler)
         httpd.daemon_threads = True
         httpd.fake = self  # type: ignore[attr-defined]
         self._httpd = httpd
@@ -335,6 +336,14 @@ def _check_tool_choice(protocol: str, tools: Any, choice: Any) -> list[str]:
     if isinstance(choice, dict) and choice.get("type") in ("any", "tool") and not tools:
         return ["tool_choice forces a tool but no tools are declared"]
     return []
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client killed mid-request (crash tests do this on purpose) is not a server error
+        if isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
