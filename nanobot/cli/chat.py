@@ -6,7 +6,6 @@ import asyncio
 import io
 import json
 import signal
-import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -117,6 +116,8 @@ class Chat:
                              enable_history_search=True)
 
     async def run(self) -> int:
+        from prompt_toolkit.patch_stdout import patch_stdout
+
         ref = [self.renderer]
         self.assistant = _open(self.cfg, self.session_key, stream=True, progress=self.console, renderer_ref=ref)
         self.conversation.background_emit = self._background_event
@@ -125,21 +126,14 @@ class Chat:
                                f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]")
             for warning in self.conversation.session.warnings:
                 self.console.print(f"[yellow]warning: {warning}[/yellow]")
-            prompt = self._prompt_session() if sys.stdin.isatty() else None
+            prompt = self._prompt_session()  # piped stdin never gets here: it becomes a one-shot message
             while True:
                 try:
-                    if prompt is not None:
-                        from prompt_toolkit.patch_stdout import patch_stdout
-
-                        with patch_stdout(raw=True):
-                            text = await prompt.prompt_async("you › ")
-                    else:
-                        text = await _read_line()
+                    with patch_stdout(raw=True):
+                        text = await prompt.prompt_async("you › ")
                 except KeyboardInterrupt:
                     continue
                 except EOFError:
-                    break
-                if text is None:
                     break
                 text = text.strip()
                 if not text:
@@ -227,9 +221,3 @@ class Chat:
 
         for line in status_lines(self.assistant):
             self.console.print(line, highlight=False)
-
-
-async def _read_line() -> str | None:
-    """Input without a terminal (tests, pipes): one line from stdin, None at the end."""
-    line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
-    return line if line else None
