@@ -19,7 +19,7 @@ from nanobot.errors import ProviderError
 from nanobot.memory import MemoryStore
 from nanobot.messages import Message, text_of
 from nanobot.providers.base import Provider
-from nanobot.session import Session, SessionStore, with_runtime_context
+from nanobot.session import Session, SessionStore, as_sent, with_runtime_context
 from nanobot.tokens import Calibration, TokenCounter, default_counter
 
 __all__ = [
@@ -149,7 +149,7 @@ class Consolidator:
 
     def _cost(self, msg: Message) -> int:
         # get_history never sends stored system messages
-        return 0 if msg.get("role") == "system" else self.counter.count_message(msg)
+        return 0 if msg.get("role") == "system" else self.counter.count_message(as_sent(msg))
 
     def history_tokens(self, session: Session) -> int:
         """Tokens of the unconsolidated messages, counting only messages not seen before.

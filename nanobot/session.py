@@ -36,6 +36,7 @@ __all__ = [
 # The context builder prefixes the current user message with this block; it is never saved.
 RUNTIME_CONTEXT_OPEN = "[Runtime Context]"
 RUNTIME_CONTEXT_CLOSE = "[/Runtime Context]"
+RUNTIME_CONTEXT_KEY = "runtime_context"  # stored beside a user message's text; never a wire key
 
 # Longer tool results are cut when saved (the model saw them whole during the turn).
 MAX_TOOL_RESULT_CHARS = 16_000
@@ -79,7 +80,7 @@ class Session:
         if max_messages is not None:
             recent = recent[-max_messages:] if max_messages > 0 else []
         # The system prompt is built fresh for every request; a stored one would be a second one.
-        recent = [m for m in recent if not (isinstance(m, dict) and m.get("role") == "system")]
+        recent = [as_sent(m) for m in recent if not (isinstance(m, dict) and m.get("role") == "system")]
         return [for_wire(m) for m in make_valid(recent)]
 
 
@@ -459,18 +460,33 @@ def with_runtime_context(context: str, text: str) -> str:
     return f"{RUNTIME_CONTEXT_OPEN}\n{context}\n{RUNTIME_CONTEXT_CLOSE}\n\n{text}"
 
 
-def strip_runtime_context(text: str) -> str:
-    """The user's own text: a leading runtime-context block (and its blank line) removed."""
+def split_runtime_context(text: str) -> tuple[str | None, str]:
+    """(the runtime-context block's body or None, the user's own text)."""
     if not text.startswith(RUNTIME_CONTEXT_OPEN + "\n"):
-        return text
+        return None, text
     end = text.find("\n" + RUNTIME_CONTEXT_CLOSE, len(RUNTIME_CONTEXT_OPEN))
     if end == -1:
-        return text  # no closing line: this is not our block, keep the user's text whole
+        return None, text  # no closing line: this is not our block, keep the user's text whole
     rest = text[end + 1 + len(RUNTIME_CONTEXT_CLOSE):]
     if rest and not rest.startswith("\n"):
-        return text  # the close marker must be a whole line
+        return None, text  # the close marker must be a whole line
     rest = rest[1:]  # the end of the close line
-    return rest[1:] if rest.startswith("\n") else rest  # the blank line after the block
+    context = text[len(RUNTIME_CONTEXT_OPEN) + 1:end]
+    return context, rest[1:] if rest.startswith("\n") else rest  # the blank line after the block
+
+
+def strip_runtime_context(text: str) -> str:
+    """The user's own text: a leading runtime-context block (and its blank line) removed."""
+    return split_runtime_context(text)[1]
+
+
+def as_sent(msg: Message) -> Message:
+    """A stored message as the model saw it: a user message gets its runtime-context block back,
+    so every request repeats earlier ones byte for byte and the provider's prompt cache keeps hitting."""
+    context = msg.get(RUNTIME_CONTEXT_KEY) if isinstance(msg, dict) else None
+    if not context or msg.get("role") != "user" or not isinstance(msg.get("content"), str):
+        return msg
+    return {**msg, "content": with_runtime_context(context, msg["content"])}
 
 
 def prepare_for_save(msg: Message) -> Message | None:
@@ -482,10 +498,12 @@ def prepare_for_save(msg: Message) -> Message | None:
         content = out["content"] = _stored_parts(content, strip_context=role == "user")
     if role == "user":
         if isinstance(content, str):
-            stripped = strip_runtime_context(content)
-            if stripped != content and not stripped.strip():
+            context, stripped = split_runtime_context(content)
+            if context is not None and not stripped.strip():
                 return None  # the message was only the runtime context
             out["content"] = stripped
+            if context is not None:
+                out[RUNTIME_CONTEXT_KEY] = context  # kept beside the text, never inside it
         elif isinstance(content, list) and not content:
             return None
     elif role == "assistant":

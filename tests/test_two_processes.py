@@ -125,7 +125,7 @@ def test_second_process_on_a_busy_session_is_refused_and_the_first_loses_nothing
     assert after.returncode == 0, after.stderr
     assert after.stdout.strip() == "fourth answer"
     sent = [m.get("content") for m in fake_llm.requests[-1].messages[1:-1]]
-    assert "first question" in sent and "third answer" in sent
+    assert any(isinstance(c, str) and c.endswith("first question") for c in sent) and "third answer" in sent
 
 
 def _answer_by_user_text(rec) -> Reply:

@@ -39,7 +39,8 @@ def test_one_shot_turn_with_two_tool_calls_writes_file_and_prints_answer(nanobot
     assert "- buy milk" in json.dumps(results[1])
 
 
-def test_runtime_context_is_in_the_user_message_and_system_prompt_is_stable(nanobot_cmd, fake_llm, configure):
+def test_runtime_context_is_in_the_user_message_and_system_prompt_is_stable(nanobot_cmd, fake_llm, configure,
+                                                                             isolated_home):
     configure()
     fake_llm.script(Reply.text("one"), Reply.text("two"))
     assert run(nanobot_cmd, "agent", "-m", "first").returncode == 0
@@ -51,8 +52,14 @@ def test_runtime_context_is_in_the_user_message_and_system_prompt_is_stable(nano
     last_user = second.messages[-1]
     assert last_user["role"] == "user" and last_user["content"].startswith("[Runtime Context]")
     assert last_user["content"].endswith("second")
-    # the history carries only the user's own words, not the old runtime context
-    assert [m["content"] for m in second.messages[1:-1]] == ["first", "one"]
+    # the previous request is repeated byte for byte (prompt caching keeps hitting) ...
+    assert second.messages[:len(first.messages)] == first.messages
+    assert second.messages[len(first.messages)]["content"] == "one"
+    # ... while the session file keeps the user's own words as the message text
+    stored = [json.loads(line) for p in (isolated_home / "sessions").glob("*.jsonl") for line in p.read_text().splitlines()]
+    users = [m for m in stored if m.get("role") == "user"]
+    assert [m["content"] for m in users] == ["first", "second"]
+    assert all(m["runtime_context"].startswith("Current time:") for m in users)
 
 
 def test_piped_stdin_is_the_message(nanobot_cmd, fake_llm, configure):
