@@ -125,8 +125,8 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     conversation.subagents = subagents
     try:
         check_fixed_prompt(context.system_prompt(), tools.schemas(), reply_tokens, d.context_window_tokens,
-                           consolidator.counter, memory_tokens=consolidator.counter.count_text(
-                               context.memory.read_memory()))
+                           consolidator.counter,
+                           memory_tokens=lambda: consolidator.counter.count_text(context.memory.read_memory()))
     except ContextTooSmallError:
         store.close(session)
         raise

@@ -20,7 +20,7 @@ from nanobot.memory import MemoryStore
 from nanobot.messages import Message, text_of
 from nanobot.providers.base import Provider
 from nanobot.session import Session, SessionStore, as_sent, with_runtime_context
-from nanobot.tokens import Calibration, TokenCounter, default_counter
+from nanobot.tokens import Calibration, TokenCounter, byte_bound, default_counter
 
 __all__ = [
     "Consolidator", "ConsolidationReport", "SAVE_MEMORY_TOOL", "DEFAULT_PROBE",
@@ -183,6 +183,13 @@ class Consolidator:
                + self.counter.count_message(probe_message(probe)))
         return self.calibration.adjust(raw)
 
+    def surely_fits(self, session: Session, *, system_prompt: SystemPrompt, tool_schemas: list[dict] | None,
+                    probe: str = DEFAULT_PROBE) -> bool:
+        """True when even a hard upper bound on the next request is under the budget (no tokenising)."""
+        system = system_prompt() if callable(system_prompt) else system_prompt
+        history = [as_sent(m) for m in session.unconsolidated() if m.get("role") != "system"]
+        return byte_bound(system, history, tool_schemas or [], probe_message(probe)) < self.budget
+
     # -- choosing what to consolidate -------------------------------------------------------
 
     def pick_consolidation_boundary(self, session: Session, tokens_to_remove: int) -> int | None:
@@ -213,6 +220,8 @@ class Consolidator:
                                           emit: EventSink = ignore) -> ConsolidationReport:
         """Consolidate while the estimated prompt is over half the budget, if it reached the budget."""
         report = ConsolidationReport()
+        if self.surely_fits(session, system_prompt=system_prompt, tool_schemas=tool_schemas, probe=probe):
+            return report
         async with self.lock_for(session.key):
             def measure() -> int:
                 return self.estimate(session, system_prompt=system_prompt, tool_schemas=tool_schemas, probe=probe)

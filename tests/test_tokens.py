@@ -7,6 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nanobot import messages as m
 from nanobot import tokens
@@ -156,3 +158,41 @@ def test_a_missing_encoding_falls_back_and_status_says_why(monkeypatch):
     assert tokens.estimator_name() == (
         "fallback: utf-8 bytes / 3, non-ASCII x2 (tiktoken encoding unavailable: ValueError: Unknown encoding)")
     assert tokens.count_text("hello world") == 4
+
+
+@given(st.lists(st.text(alphabet=st.characters(codec="utf-8"), max_size=400), max_size=6))
+@settings(max_examples=150, deadline=None)
+def test_byte_bound_is_never_below_the_exact_count(texts):
+    from nanobot.tokens import byte_bound
+
+    counter = TokenCounter(load_offline_encoding()[0])
+    messages = [{"role": "user", "content": t} for t in texts]
+    assert byte_bound(messages) >= counter.count_messages(messages)
+
+
+def test_byte_bound_holds_for_dense_text():
+    import base64
+    import os as _os
+
+    from nanobot.tokens import byte_bound
+
+    counter = TokenCounter(load_offline_encoding()[0])
+    for text in (base64.b64encode(_os.urandom(3000)).decode(), "你好世界" * 500, "🙂🚀" * 400, "{}[]();" * 500):
+        msg = {"role": "tool", "tool_call_id": "c1", "name": "read_file", "content": text}
+        assert byte_bound([msg]) >= counter.count_message(msg)
+
+
+def test_an_ordinary_one_shot_turn_does_not_load_the_encoding(configure, fake_llm, tmp_path):
+    import subprocess
+    import sys
+
+    from nanobot.fakellm import Reply
+
+    configure()
+    fake_llm.script(Reply.text("hello"))
+    code = ("import sys\nimport nanobot.tokens as t\nloads = []\norig = t.load_offline_encoding\n"
+            "t.load_offline_encoding = lambda *a, **k: loads.append(1) or orig(*a, **k)\n"
+            "sys.argv = ['nanobot', 'agent', '-m', 'hi']\nfrom nanobot.cli.app import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\nprint('LOADS', len(loads))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "hello" in out.stdout and "LOADS 0" in out.stdout, out.stderr[-2000:]

@@ -9,10 +9,12 @@ start-up when even an empty conversation could not fit.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import math
 from nanobot.errors import ContextTooSmallError
 from nanobot.messages import Message, text_of
-from nanobot.tokens import Calibration, TokenCounter
+from nanobot.tokens import Calibration, TokenCounter, byte_bound
 
 __all__ = [
     "fit_request", "request_tokens", "check_fixed_prompt", "reply_room", "shrink_text",
@@ -103,13 +105,21 @@ def fit_request(messages: list[Message], budget: int, counter: TokenCounter, *, 
 
 
 def check_fixed_prompt(system_prompt: str, tool_schemas: list[dict] | None, reply_tokens: int, window: int,
-                       counter: TokenCounter, *, memory_tokens: int | None = None) -> int:
-    """Tokens the fixed prompt takes; raises ContextTooSmallError when a conversation cannot fit."""
+                       counter: TokenCounter, *, memory_tokens: int | Callable[[], int] | None = None) -> int:
+    """Tokens the fixed prompt takes; raises ContextTooSmallError when a conversation cannot fit.
+
+    When a hard upper bound already fits, that bound is returned without tokenising.
+    """
+    bound = byte_bound(system_prompt, tool_schemas or [])
+    if bound + reply_tokens + MIN_CONVERSATION_TOKENS <= window:
+        return bound
     system = counter.count_message({"role": "system", "content": system_prompt})
     tools = counter.count_tools(tool_schemas)
     need = system + tools + reply_tokens + MIN_CONVERSATION_TOKENS
     if need <= window:
         return system + tools
+    if callable(memory_tokens):
+        memory_tokens = memory_tokens()  # counted only to explain a refusal
     memory = f", of which MEMORY.md {memory_tokens:,}" if memory_tokens else ""
     raise ContextTooSmallError(
         f"the prompt does not fit the context window: the system prompt takes {system:,} tokens{memory}, "
