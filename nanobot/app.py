@@ -85,6 +85,12 @@ class Assistant:
     store: SessionStore
     conversation: Conversation
 
+    def prewarm(self) -> None:
+        """Start loading the provider's SDK in the background (the REPL calls this before its prompt)."""
+        inner = getattr(self.conversation.provider, "inner", None)
+        if hasattr(inner, "prewarm"):
+            inner.prewarm()
+
     async def aclose(self) -> None:
         await self.conversation.stop_background()
         await self.conversation.join_consolidation()  # `agent -m` must not exit mid-consolidation

@@ -121,6 +121,7 @@ class Chat:
         ref = [self.renderer]
         self.assistant = _open(self.cfg, self.session_key, stream=True, progress=self.console, renderer_ref=ref)
         self.conversation.background_emit = self._background_event
+        self.assistant.prewarm()  # import the SDK while the user types the first message
         try:
             self.console.print(f"[bold]nanobot[/bold] [dim]· {self.cfg.defaults.model} · session "
                                f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]")

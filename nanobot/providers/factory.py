@@ -1,24 +1,62 @@
-"""Build the provider adapter for a resolved model. SDKs are imported only here, lazily."""
+"""Build the provider adapter for a resolved model. SDKs are imported only here, lazily.
+
+Importing an SDK is the slowest part of start-up (about 2 s for anthropic, 0.8 s for openai,
+nearly all of it their type modules), so the adapter is built on the first request and the
+import can be warmed in a background thread while the user is still typing.
+"""
 
 from __future__ import annotations
 
+import importlib
+import threading
+from typing import Any, Callable
+
 from nanobot.config import ResolvedModel
-from nanobot.providers.base import Provider
+from nanobot.messages import Message
+from nanobot.providers.base import LLMResponse, Provider
 from nanobot.providers.retry import RetryCallback, RetryingProvider, RetryPolicy
 
+_ADAPTERS = {"anthropic": "nanobot.providers.anthropic", "openai": "nanobot.providers.openai_compat"}
 
-def make_provider(resolved: ResolvedModel, *, policy: RetryPolicy | None = None,
-                  on_retry: RetryCallback | None = None) -> Provider:
-    """Build the adapter for a config.ResolvedModel; SDKs are imported only here."""
+
+def _build(resolved: ResolvedModel) -> Provider:
     if resolved.spec.kind == "anthropic":
         from nanobot.providers.anthropic import AnthropicProvider
 
-        inner: Provider = AnthropicProvider(resolved.model, api_key=resolved.api_key, api_base=resolved.api_base,
-                                            extra_headers=resolved.extra_headers)
-    else:
-        from nanobot.providers.openai_compat import OpenAICompatProvider
+        return AnthropicProvider(resolved.model, api_key=resolved.api_key, api_base=resolved.api_base,
+                                 extra_headers=resolved.extra_headers)
+    from nanobot.providers.openai_compat import OpenAICompatProvider
 
-        inner = OpenAICompatProvider(resolved.model, name=resolved.spec.name, api_key=resolved.api_key,
-                                     api_base=resolved.api_base, extra_headers=resolved.extra_headers)
-    return RetryingProvider(inner, policy, on_retry)
+    return OpenAICompatProvider(resolved.model, name=resolved.spec.name, api_key=resolved.api_key,
+                                api_base=resolved.api_base, extra_headers=resolved.extra_headers)
 
+
+class DeferredProvider(Provider):
+    """Builds the real adapter (and so imports its SDK) on the first request."""
+
+    def __init__(self, resolved: ResolvedModel, build: Callable[[ResolvedModel], Provider] = _build) -> None:
+        super().__init__(resolved.model)
+        self.name = resolved.spec.name
+        self._resolved = resolved
+        self._build = build
+        self._inner: Provider | None = None
+
+    def prewarm(self) -> None:
+        """Start importing the SDK in a background thread (the first request then finds it loaded)."""
+        module = _ADAPTERS[self._resolved.spec.kind]
+        threading.Thread(target=importlib.import_module, args=(module,), name="sdk-prewarm", daemon=True).start()
+
+    async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
+        if self._inner is None:
+            self._inner = self._build(self._resolved)
+        return await self._inner.chat(messages, **kwargs)
+
+    async def aclose(self) -> None:
+        if self._inner is not None:
+            await self._inner.aclose()
+
+
+def make_provider(resolved: ResolvedModel, *, policy: RetryPolicy | None = None,
+                  on_retry: RetryCallback | None = None) -> RetryingProvider:
+    """The provider for a config.ResolvedModel: deferred SDK adapter, wrapped in bounded retries."""
+    return RetryingProvider(DeferredProvider(resolved), policy, on_retry)

@@ -156,3 +156,18 @@ def test_cut_stream_is_retried_as_a_connection_error(fake_llm, kind):
     resp = chat(RetryingProvider(make(kind, fake_llm), FAST), [user("hi")], on_delta=deltas.append)
     assert resp.content == "full answer"
     assert len(fake_llm.requests) == 2
+
+
+def test_opening_the_assistant_defers_the_sdk_import_until_prewarm_or_first_request(configure):
+    import subprocess
+    import sys
+
+    configure("anthropic")
+    code = ("import sys, threading\nfrom nanobot.app import open_assistant\nfrom nanobot.config import load_config\n"
+            "a = open_assistant(load_config(None), 'cli:direct')\n"
+            "print('AFTER_OPEN', 'anthropic' in sys.modules)\n"
+            "a.prewarm()\n"
+            "[t.join() for t in threading.enumerate() if t.name == 'sdk-prewarm']\n"
+            "print('AFTER_PREWARM', 'anthropic' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "AFTER_OPEN False" in out.stdout and "AFTER_PREWARM True" in out.stdout, out.stderr[-2000:]
