@@ -186,27 +186,26 @@ class Chat:
             self.console.print(f"  [bold]{name:<10}[/bold] {help_text}")
         self.console.print("  [dim]Esc-Enter: new line · Ctrl-C: cancel the running turn · Ctrl-D: leave[/dim]")
 
-    async def new_session(self) -> None:
+    async def _memory_action(self, action, *, on_error: str = "", quiet_when_idle: bool = False) -> bool:
+        """Run /new or /compact, print its receipt; False when it failed (nothing was changed)."""
         try:
-            report = await self.conversation.new_session(emit=self.renderer)
+            report = await action(emit=self.renderer)
         except NanobotError as exc:
-            self.console.print(f"[bold red]error:[/bold red] {exc}; the conversation was kept", highlight=False)
-            return
+            self.console.print(f"[bold red]error:[/bold red] {exc}{on_error}", highlight=False)
+            return False
         finally:
             self.renderer.finish()
-        if report is not None and report.ran:
+        if report is not None and (report.ran or not quiet_when_idle):
             self.console.print(f"[dim]{escape(report.receipt())}[/dim]", highlight=False)
-        self.console.print("[dim]started a new conversation[/dim]")
+        return True
+
+    async def new_session(self) -> None:
+        if await self._memory_action(self.conversation.new_session, on_error="; the conversation was kept",
+                                     quiet_when_idle=True):
+            self.console.print("[dim]started a new conversation[/dim]")
 
     async def compact(self) -> None:
-        try:
-            report = await self.conversation.compact(emit=self.renderer)
-        except NanobotError as exc:
-            self.console.print(f"[bold red]error:[/bold red] {exc}", highlight=False)
-            return
-        finally:
-            self.renderer.finish()
-        self.console.print(f"[dim]{escape(report.receipt())}[/dim]", highlight=False)
+        await self._memory_action(self.conversation.compact)
 
     def _background_event(self, event) -> None:
         # while a user turn runs, its renderer owns the screen; notices still go through it
