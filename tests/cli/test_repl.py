@@ -198,3 +198,22 @@ def test_multiline_input_and_history_persist_across_runs(repl, fake_llm, isolate
     assert fake_llm.requests[1].messages[-1]["content"].endswith("first line\nsecond line")
     again.sendline("/exit")
     again.expect(pexpect.EOF)
+
+
+def test_compact_prints_a_receipt_naming_the_history_entry(repl, fake_llm, isolated_home):
+    fake_llm.script(Reply.text("noted your cat"), Reply.text("noted your dog"),
+                    Reply.tool_calls([("save_memory", {"history_entry": "[2026-01-05 10:00] User has a cat named Miso.",
+                                                       "memory_update": "# Memory\n\n- Cat: Miso"})]))
+    child = repl()
+    child.sendline("my cat is Miso")
+    child.expect("noted your cat")
+    child.sendline("my dog is Rex")
+    child.expect("noted your dog")
+    child.expect_exact(PROMPT)
+    child.sendline("/compact")
+    child.expect(r"archived 2 message\(s\) in HISTORY.md: \[2026-01-05 10:00\] User has a cat")
+    child.expect_exact(PROMPT)
+    assert "User has a cat named Miso." in (isolated_home / "workspace" / "memory" / "HISTORY.md").read_text()
+    assert "Cat: Miso" in (isolated_home / "workspace" / "memory" / "MEMORY.md").read_text()
+    child.sendline("/exit")
+    child.expect(pexpect.EOF)
