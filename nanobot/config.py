@@ -393,8 +393,8 @@ def missing_key_error(spec: ProviderSpec) -> MissingKeyError:
     names = ", ".join(registry.key_env_names()[:4]) + ", ..."
     return MissingKeyError(
         f"no API key for provider {spec.name!r}",
-        hint=f"Set {spec.env_key} in the environment (keys are read from {names}), "
-        f"or put it in providers.{spec.name}.apiKey after running `nanobot onboard`.",
+        hint=f"Set {spec.env_key} in the environment (keys are read from {names}), or put the key in "
+        f"providers.{spec.name}.apiKey in {paths.default_config_path()} (`nanobot onboard` creates that file).",
     )
 
 

@@ -32,12 +32,15 @@ def copy_templates(workspace: Path) -> list[Path]:
 
 
 def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     path = config_path or paths.default_config_path()
+    existed = path.exists()
     changed, added = ensure_config_file(path)
     if not path.exists():
         raise NanobotError(f"could not create {path}")
-    if changed and added:
+    if not existed:
+        console.print(f"config: {path} (created, mode 0600)")
+    elif changed and added:
         console.print(f"config: {path} (added {len(added)} missing setting(s))")
     else:
         console.print(f"config: {path} (already complete, left unchanged)")
@@ -57,7 +60,7 @@ def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
 def show_status(config_path: Path | None) -> None:
     from nanobot import tokens
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=True)
     path = config_path or paths.default_config_path()
     cfg = load_config(path)
     table = Table(show_header=False, box=None)
