@@ -153,6 +153,9 @@ class Chat:
                 await self.run_turn(text)
         finally:
             self.renderer.finish()
+            running = len(self.conversation.running_subagents())
+            if running:
+                self.console.print(f"[yellow]stopping {running} subagent(s) still running[/yellow]")
             await self.assistant.aclose()
         self.console.print("[dim]bye[/dim]")
         return 0

@@ -172,7 +172,11 @@ def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_h
     else:
         pytest.fail("the subagent's sleep survived /stop")
     fake_llm.assert_all_valid()
+    child.sendline("now a slow job")  # a second slow helper, still running when the user leaves
+    child.expect("subagent 'slow' \\(sa-[0-9a-f]+\\) started")
+    child.expect_exact(PROMPT)
     child.sendline("/exit")
+    child.expect(r"stopping 1 subagent\(s\) still running")
     child.expect(pexpect.EOF)
 
 
