@@ -23,9 +23,13 @@ def run_agent(*, message: str | None, session_key: str, workspace: Path | None, 
         "agents.defaults.workspace": str(workspace) if workspace else None,
         "agents.defaults.model": model,
     })
-    if message is not None:
-        return asyncio.run(_one_shot(cfg, session_key, message, markdown=markdown, json_out=json_out))
-    return asyncio.run(Chat(cfg, session_key, markdown=markdown).run())
+    try:
+        if message is not None:
+            return asyncio.run(_one_shot(cfg, session_key, message, markdown=markdown, json_out=json_out))
+        return asyncio.run(Chat(cfg, session_key, markdown=markdown).run())
+    except KeyboardInterrupt:
+        stderr_console().print("[yellow]interrupted[/yellow] [dim](what already ran is saved)[/dim]")
+        return 130
 
 
 def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_ref: list):

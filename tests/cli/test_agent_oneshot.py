@@ -124,3 +124,37 @@ def test_exec_child_does_not_see_api_keys(nanobot_cmd, fake_llm, configure, isol
     assert "HARMLESS=yes" in dumped
     assert "sk-parent-secret" not in dumped and "tok-123" not in dumped
     assert "sk-test-key-123456" not in dumped  # the key from the config file either
+
+
+def test_ctrl_c_during_a_one_shot_turn_exits_130_and_kills_the_command(nanobot_cmd, fake_llm, configure,
+                                                                       isolated_home):
+    import signal
+    import time
+
+    configure()
+    fake_llm.script(Reply.tool_calls([("exec", {"command": "sleep 60 & echo $! > sleeper.pid; wait"})]))
+    proc = subprocess.Popen([*nanobot_cmd, "agent", "-m", "run it"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    pidfile = isolated_home / "workspace" / "sleeper.pid"
+    deadline = time.monotonic() + 20
+    while not (pidfile.exists() and pidfile.read_text().strip()):
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().split()[2] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("the command's process survived Ctrl-C")
+    session_text = "".join(p.read_text() for p in (isolated_home / "sessions").glob("*.jsonl"))
+    assert '"run it"' in session_text and "sleeper.pid" in session_text  # the turn so far is kept
