@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from nanobot.agent.events import EventSink, TextDelta, ToolFinished, ToolStarted, ignore
+from nanobot.agent.events import EventSink, Notice, TextDelta, ToolFinished, ToolStarted, ignore
 from nanobot.errors import ProviderError
 from nanobot.messages import Message, tool_result
 from nanobot.providers.base import Provider, Usage
@@ -138,6 +138,11 @@ async def run_loop(
         assistant_msg = response.to_message()
         if not response.tool_calls:
             result.content = response.content
+            if not response.content:
+                emit(Notice("the model returned an empty answer; try rephrasing or ask again", "warning"))
+            elif response.finish_reason == "length":
+                emit(Notice(f"the answer reached the reply limit ({max_tokens:,} tokens) and may be cut off; "
+                            "ask me to continue, or raise agents.defaults.maxTokens", "warning"))
             if response.content:
                 conversation.append(assistant_msg)
                 result.new_messages.append(assistant_msg)

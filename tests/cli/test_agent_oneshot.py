@@ -158,3 +158,14 @@ def test_ctrl_c_during_a_one_shot_turn_exits_130_and_kills_the_command(nanobot_c
         pytest.fail("the command's process survived Ctrl-C")
     session_text = "".join(p.read_text() for p in (isolated_home / "sessions").glob("*.jsonl"))
     assert '"run it"' in session_text and "sleeper.pid" in session_text  # the turn so far is kept
+
+
+def test_empty_and_cut_off_answers_are_flagged(nanobot_cmd, fake_llm, configure):
+    configure()
+    fake_llm.script(Reply.text(""), Reply.text("This answer was cut mid-sen", finish_reason="length"))
+    empty = run(nanobot_cmd, "agent", "-m", "say nothing")
+    assert empty.returncode == 0 and empty.stdout == ""
+    assert "empty answer" in empty.stderr
+    cut = run(nanobot_cmd, "agent", "-m", "say a lot")
+    assert cut.stdout.strip() == "This answer was cut mid-sen"
+    assert "reached the reply limit" in cut.stderr and "maxTokens" in cut.stderr
