@@ -91,7 +91,8 @@ class Config:
 
     def workspace_path(self) -> Path:
         raw = self.defaults.workspace
-        return Path(raw).expanduser() if raw else paths.default_workspace()
+        # absolute, so the prompt and the tools agree whatever the current folder later is
+        return (Path(raw).expanduser() if raw else paths.default_workspace()).absolute()
 
     def provider_config(self, name: str) -> ProviderConfig:
         return self.providers.get(name) or ProviderConfig()

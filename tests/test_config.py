@@ -144,3 +144,9 @@ def test_mask_key_never_shows_the_middle():
     assert mask_key("sk-ant-abcdefghijklmnop") == "sk-a…mnop"
     assert mask_key("short") == "****"
     assert mask_key("") == "(not set)"
+
+
+def test_a_relative_workspace_becomes_absolute(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(tmp_path / "none.json", environ={}, overrides={"agents.defaults.workspace": "proj"})
+    assert cfg.workspace_path() == tmp_path / "proj"
