@@ -126,6 +126,9 @@ class ConsolidationFailure(Exception):
     """One failed attempt to summarise a chunk; the message says why."""
 
 
+MIN_BUDGET = 1024  # below this no request of ours can fit, so shrinking further is pointless
+
+
 class Consolidator:
     def __init__(self, provider: Provider, memory: MemoryStore, store: SessionStore, *, context_window: int,
                  reply_tokens: int, counter: TokenCounter | None = None, calibration: Calibration | None = None,
@@ -182,6 +185,17 @@ class Consolidator:
                + self.counter.count_tools(tool_schemas)
                + self.counter.count_message(probe_message(probe)))
         return self.calibration.adjust(raw)
+
+    def shrink_window(self, reported_window: int | None) -> bool:
+        """The provider said a prompt was too long: work with its real window (or 20% less). False when
+        the remaining budget would be too small to hold a conversation."""
+        smaller = reported_window if reported_window and reported_window < self.context_window else \
+            int(self.context_window * 0.8)
+        if smaller - self.reply_tokens < MIN_BUDGET:
+            return False
+        self.context_window = smaller
+        self.budget = smaller - self.reply_tokens
+        return True
 
     def surely_fits(self, session: Session, *, system_prompt: SystemPrompt, tool_schemas: list[dict] | None,
                     probe: str = DEFAULT_PROBE) -> bool:

@@ -16,6 +16,7 @@ from nanobot.agent.events import EventSink, Notice, TurnDone, ignore
 from nanobot.agent.loop import LoopResult, run_loop
 from nanobot.consolidation import ConsolidationReport, Consolidator
 from nanobot.messages import Message, text_of
+from nanobot.errors import ProviderError
 from nanobot.providers.base import LLMResponse, Provider, Usage
 from nanobot.session import Session, SessionStore, TurnCheckpoint
 from nanobot.tokens import byte_bound
@@ -114,6 +115,7 @@ class Conversation:
             self._metered, self.tools, request, max_iterations=s.max_iterations, max_tokens=s.max_tokens,
             temperature=s.temperature, emit=emit, on_step=on_step, stream=s.stream,
             prepare=self._fit if self.consolidator is not None else None,
+            on_overflow=(lambda exc: self._on_overflow(exc, emit)) if self.consolidator is not None else None,
         )
         if result.stop_reason == "max_iterations" and result.content:
             # the limit notice is a real answer the user sees; keep it so the next turn has the context
@@ -148,6 +150,18 @@ class Conversation:
         fitted = fit_request(request, cons.budget, cons.counter, tools=schemas, calibration=cons.calibration)
         self._request_estimate = request_tokens(fitted, cons.counter, tools=schemas)
         return fitted
+
+    def _on_overflow(self, exc: ProviderError, emit: EventSink) -> bool:
+        """The provider rejected a request as too long: learn from it, shrink the budget, retry once."""
+        cons = self.consolidator
+        if exc.reported_tokens and self._request_estimate:
+            cons.calibration.observe(self._request_estimate, exc.reported_tokens)
+        if not cons.shrink_window(exc.reported_window):
+            return False
+        emit(Notice(f"the provider said the prompt was too long for its context window; working within "
+                    f"{cons.context_window:,} tokens from now on (set agents.defaults.contextWindowTokens to "
+                    "the model's real window)", "warning"))
+        return True
 
     def _observe_usage(self, response: LLMResponse) -> None:
         if self.consolidator is not None and self._request_estimate:

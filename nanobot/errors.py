@@ -54,11 +54,17 @@ class ProviderError(NanobotError):
         status: int | None = None,
         retryable: bool = False,
         retry_after: float | None = None,
+        context_overflow: bool = False,
+        reported_window: int | None = None,
+        reported_tokens: int | None = None,
     ) -> None:
         super().__init__(message, hint=hint)
         self.status = status
         self.retryable = retryable
         self.retry_after = retry_after
+        self.context_overflow = context_overflow  # the provider said the prompt is too long
+        self.reported_window = reported_window  # its real context window, when it said so
+        self.reported_tokens = reported_tokens  # its count of our prompt, when it said so
 
 
 class ToolError(NanobotError):

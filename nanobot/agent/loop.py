@@ -106,26 +106,32 @@ async def run_loop(
     on_step: StepCallback | None = None,
     prepare: Prepare | None = None,
     stream: bool = True,
+    on_overflow: Callable[[ProviderError], bool] | None = None,
 ) -> LoopResult:
     """Run one turn. `messages` is the full request (system, history, current user message)."""
     conversation = list(messages)
     result = LoopResult(content=None, stop_reason="done")
     schemas = tools.schemas() if tools is not None else None
     for _ in range(max_iterations):
-        request = make_valid(conversation)
-        if prepare is not None:
-            request = prepare(request)
-        shown = HoldLast(lambda text: emit(TextDelta(text)))
-        think = ThinkFilter(shown)
-        try:
-            response = await provider.chat(
-                request, tools=schemas or None, max_tokens=max_tokens, temperature=temperature,
-                on_delta=think.feed if stream else None,
-            )
-        except ProviderError as exc:
-            shown.flush()
-            result.stop_reason, result.error = "error", str(exc)
-            return result
+        for attempt in (1, 2):
+            request = make_valid(conversation)
+            if prepare is not None:
+                request = prepare(request)
+            shown = HoldLast(lambda text: emit(TextDelta(text)))
+            think = ThinkFilter(shown)
+            try:
+                response = await provider.chat(
+                    request, tools=schemas or None, max_tokens=max_tokens, temperature=temperature,
+                    on_delta=think.feed if stream else None,
+                )
+                break
+            except ProviderError as exc:
+                shown.flush()
+                # "prompt too long": once, let the caller shrink its budget, then fit and send again
+                if attempt == 1 and exc.context_overflow and on_overflow is not None and on_overflow(exc):
+                    continue
+                result.stop_reason, result.error = "error", str(exc)
+                return result
         result.requests += 1
         result.usage = response.usage
         result.total_usage.prompt_tokens += response.usage.prompt_tokens

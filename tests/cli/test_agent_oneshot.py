@@ -169,3 +169,21 @@ def test_empty_and_cut_off_answers_are_flagged(nanobot_cmd, fake_llm, configure)
     cut = run(nanobot_cmd, "agent", "-m", "say a lot")
     assert cut.stdout.strip() == "This answer was cut mid-sen"
     assert "reached the reply limit" in cut.stderr and "maxTokens" in cut.stderr
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_prompt_too_long_is_recovered_by_learning_the_real_window(nanobot_cmd, fake_llm, configure, isolated_home,
+                                                                  protocol):
+    configure(protocol, contextWindowTokens=16384)
+    fake_llm.context_window = 8000  # the model's real window is smaller than configured
+    workspace = isolated_home / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "big.log").write_text("".join(f"{i:06d} worker processed job {i * 7} fine\n" for i in range(3000)))
+    fake_llm.script(Reply.tool_calls([("read_file", {"path": "big.log"})]), Reply.text("The log looks healthy."))
+    result = run(nanobot_cmd, "agent", "-m", "check big.log")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "The log looks healthy."
+    assert "working within 8,000 tokens" in result.stderr and "contextWindowTokens" in result.stderr
+    rejected = [r for r in fake_llm.requests if r.estimated_tokens > 8000]
+    assert len(rejected) == 1  # one rejection, then every request fits the real window
+    assert fake_llm.requests[-1].estimated_tokens <= 8000

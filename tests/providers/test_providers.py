@@ -171,3 +171,25 @@ def test_opening_the_assistant_defers_the_sdk_import_until_prewarm_or_first_requ
             "print('AFTER_PREWARM', 'anthropic' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "AFTER_OPEN False" in out.stdout and "AFTER_PREWARM True" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("message,window,tokens", [
+    ("prompt is too long: 210000 tokens > 200000 maximum", 200000, 210000),
+    ("This model's maximum context length is 8192 tokens. However, your messages resulted in 9100 tokens. "
+     "Please reduce the length of the messages.", 8192, 9100),
+    ("the request exceeds the available context size, try increasing it", None, None),
+])
+def test_prompt_too_long_errors_are_recognised_with_their_numbers(message, window, tokens):
+    from nanobot.providers.errors_map import status_error
+
+    error = status_error("x", 400, message)
+    assert error.context_overflow and not error.retryable
+    assert (error.reported_window, error.reported_tokens) == (window, tokens)
+    assert "contextWindowTokens" in str(error)
+
+
+def test_an_ordinary_bad_request_is_not_mistaken_for_an_overflow():
+    from nanobot.providers.errors_map import status_error
+
+    error = status_error("x", 400, "messages.1.content: field required")
+    assert not error.context_overflow and error.reported_window is None
