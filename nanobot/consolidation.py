@@ -17,7 +17,7 @@ from typing import Any, Callable
 from nanobot.agent.events import EventSink, Notice, ignore
 from nanobot.errors import ProviderError
 from nanobot.memory import MemoryStore
-from nanobot.messages import Message, text_of
+from nanobot.messages import Message, text_of, tool_calls_of
 from nanobot.providers.base import Provider
 from nanobot.session import Session, SessionStore, as_sent, with_runtime_context
 from nanobot.tokens import Calibration, TokenCounter, byte_bound, default_counter
@@ -473,7 +473,7 @@ def render_transcript(chunk: list[Message], *, tool_chars: int = 2000, text_char
             continue
         if text:
             lines.append(f"{stamp}{role.upper()}: {_cut(text, text_chars)}")
-        for call in msg.get("tool_calls") or []:
+        for call in tool_calls_of(msg):
             fn = call.get("function") or {}
             args = fn.get("arguments")
             args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)

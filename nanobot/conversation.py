@@ -16,9 +16,9 @@ from nanobot.agent.events import EventSink, Notice, TurnDone, ignore
 from nanobot.agent.loop import LoopResult, run_loop
 from nanobot.consolidation import ConsolidationReport, Consolidator
 from nanobot.messages import Message, text_of
-from nanobot.errors import ProviderError
+from nanobot.errors import ProviderError, UsageError
 from nanobot.providers.base import LLMResponse, Provider, Usage
-from nanobot.session import Session, SessionStore, TurnCheckpoint
+from nanobot.session import Session, SessionStore, TurnCheckpoint, save_turn
 from nanobot.tokens import byte_bound
 from nanobot.subagents import SubagentResult
 
@@ -89,16 +89,20 @@ class Conversation:
         self._metered = _Metered(provider, self._observe_usage)
         self._request_estimate = 0  # raw estimate of the request in flight, for calibration
 
-    def build_request(self, text: str) -> list[Message]:
-        return self.context.build_messages(self.session.get_history(), text, channel=self.settings.channel,
-                                           chat_id=self.settings.chat_id)
+    def build_request(self) -> list[Message]:
+        """System prompt + the session's history, which ends with the saved current user message."""
+        return self.context.build_messages(self.session.get_history())
 
     async def send(self, text: str, *, emit: EventSink = ignore) -> TurnOutcome:
-        """Run one user turn. The user's message is on disk before the LLM is called."""
+        """Run one user turn. The user's message is saved first: nothing after it can lose it."""
+        if not text.strip():
+            raise UsageError("the message is empty", hint='Type something, e.g. nanobot agent -m "hello".')
         async with self._turn_lock:
             await self._make_room(text, emit)
-            request = self.build_request(text)
-            return await self._run_turn(request, new_from=len(request) - 1, emit=emit)
+            s = self.settings
+            save_turn(self.store, self.session, [self.context.user_message(text, channel=s.channel, chat_id=s.chat_id)])
+            request = self.build_request()
+            return await self._run_turn(request, new_from=len(request), emit=emit)
 
     async def _run_turn(self, request: list[Message], *, new_from: int, emit: EventSink) -> TurnOutcome:
         """Run the loop on `request`, saving every message from index `new_from` on as it appears."""

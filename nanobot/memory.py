@@ -22,7 +22,7 @@ from typing import Iterator, Literal
 
 from nanobot.errors import NanobotError, UsageError
 from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write
-from nanobot.messages import Message, text_of
+from nanobot.messages import Message, text_of, tool_calls_of
 from nanobot.paths import memory_dir
 from nanobot.secrets_mask import mask_secrets
 
@@ -383,7 +383,7 @@ def _raw_lines(msg: Message) -> list[str]:
             text = text[:_RAW_TOOL_RESULT_CHARS] + f" … [{len(text) - _RAW_TOOL_RESULT_CHARS} more characters not archived]"
         return [f"TOOL ({name}): {_indent(text)}"]
     out = [f"{role}: {_indent(text)}".rstrip()] if text or not msg.get("tool_calls") else []
-    for call in msg.get("tool_calls") or []:
+    for call in tool_calls_of(msg):
         fn = call.get("function") or {}
         args = fn.get("arguments")
         args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)

@@ -64,6 +64,14 @@ def text_of(content: Any) -> str:
     return str(content)
 
 
+def tool_calls_of(msg: Message) -> list[dict]:
+    """The message's tool calls that are at least dicts with a dict `function` (stored files can hold anything)."""
+    calls = msg.get("tool_calls")
+    if not isinstance(calls, list):
+        return []
+    return [c for c in calls if isinstance(c, dict) and isinstance(c.get("function", {}), dict)]
+
+
 def for_wire(msg: Message) -> Message:
     """A copy of `msg` with only the keys a provider may receive."""
     return {k: msg[k] for k in WIRE_KEYS if k in msg}

@@ -18,7 +18,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, Callable, Iterable
 
-from nanobot.messages import Message, text_of
+from nanobot.messages import Message, text_of, tool_calls_of
 
 __all__ = [
     "TokenCounter", "Calibration", "default_counter", "estimator_name", "using_fallback",
@@ -178,7 +178,7 @@ class TokenCounter:
         for field in ("tool_call_id", "name"):
             if msg.get(field):
                 n += self.count_text(str(msg[field]))
-        for call in msg.get("tool_calls") or []:
+        for call in tool_calls_of(msg):
             fn = call.get("function") or {}
             n += self.count_text(str(call.get("id") or ""))
             n += self.count_text(str(fn.get("name") or ""))
@@ -222,7 +222,7 @@ def _message_key(msg: Message) -> tuple:
     calls = tuple(
         (c.get("id"), (c.get("function") or {}).get("name"),
          hash(_arguments_text((c.get("function") or {}).get("arguments"))))
-        for c in msg.get("tool_calls") or []
+        for c in tool_calls_of(msg)
     )
     return (msg.get("role"), len(text), hash(text), images, hash(reasoning),
             msg.get("tool_call_id"), msg.get("name"), calls)

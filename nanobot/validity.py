@@ -143,14 +143,15 @@ def _shape(messages: list[Message], fixes: Fixes, *, drop_empty: bool) -> list[M
         content = msg.get("content")
         if content is not None and not isinstance(content, (str, list)):
             msg["content"] = content = str(content)
-        raw_calls = msg.get("tool_calls")
-        if role == "assistant" and isinstance(raw_calls, list) and raw_calls:
-            calls = _clean_tool_calls(raw_calls)
-            fixes.dropped_malformed += len(raw_calls) - len(calls)
-            if calls:
+        if "tool_calls" in msg:
+            # only a non-empty list of well-formed calls on an assistant message survives; OpenAI
+            # rejects `tool_calls: []`, and a dict or string here would crash everything downstream
+            raw_calls = msg.pop("tool_calls")
+            calls = _clean_tool_calls(raw_calls) if isinstance(raw_calls, list) else []
+            if raw_calls:
+                fixes.dropped_malformed += (len(raw_calls) if isinstance(raw_calls, list) else 1) - len(calls)
+            if role == "assistant" and calls:
                 msg["tool_calls"] = calls
-            else:
-                del msg["tool_calls"]
         if role == "tool":
             if not isinstance(msg.get("tool_call_id"), str) or not msg["tool_call_id"]:
                 fixes.dropped_orphans += 1

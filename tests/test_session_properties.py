@@ -59,7 +59,7 @@ def damaged_messages(draw) -> list[dict]:
     for _ in range(draw(st.integers(0, 6))):
         op = draw(st.sampled_from([
             "drop_result", "orphan", "dup_id", "injected", "empty", "leading", "late_result", "junk",
-            "dup_result", "bad_call",
+            "dup_result", "bad_call", "odd_calls",
         ]))
         at = draw(st.integers(0, len(messages)))
         if op == "drop_result":
@@ -70,7 +70,8 @@ def damaged_messages(draw) -> list[dict]:
             messages.insert(at, tool_result(draw(ids), draw(tools), draw(texts)))
         elif op == "dup_id":
             # Give a later call the id of another call, results included: duplicates across history.
-            callers = [m for m in messages if m.get("tool_calls") and all("id" in c for c in m["tool_calls"])]
+            callers = [m for m in messages if isinstance(m.get("tool_calls"), list) and m["tool_calls"]
+                       and all(isinstance(c, dict) and "id" in c for c in m["tool_calls"])]
             if callers:
                 target = draw(st.sampled_from(callers))
                 old = target["tool_calls"][0]["id"]
@@ -102,6 +103,9 @@ def damaged_messages(draw) -> list[dict]:
                 messages.insert(at, dict(draw(st.sampled_from(results))))
         elif op == "bad_call":
             messages.insert(at, assistant(draw(texts), [{"id": draw(ids)}, {"function": {"name": "f"}}]))
+        elif op == "odd_calls":  # tool_calls that are not a list of calls at all
+            odd = draw(st.sampled_from([[], {"id": "call_1", "function": {"name": "f"}}, "call_1", [1, None]]))
+            messages.insert(at, {"role": "assistant", "content": draw(texts), "tool_calls": odd})
     return messages
 
 
@@ -168,7 +172,9 @@ def test_repair_keeps_every_real_message_and_history_stays_valid(messages, point
     assert 0 <= new_pointer <= len(fixed)
     kept_users = [m["content"] for m in fixed if m.get("role") == "user"]
     assert kept_users == [m["content"] for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-    assert violations([for_wire(m) for m in make_valid(fixed[new_pointer:])]) == []
+    # as get_history does: stored system messages are never sent (the prompt is built fresh)
+    unsent = [m for m in fixed[new_pointer:] if m.get("role") != "system"]
+    assert violations([for_wire(m) for m in make_valid(unsent)]) == []
     assert repair_messages(fixed, new_pointer)[0] == fixed
 
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
+from nanobot.fakellm.rules import check_openai_messages
+
 from nanobot.messages import assistant, tool_call, tool_result, user
 from nanobot.validity import INTERRUPTED_RESULT, is_valid, make_valid, repair_messages
 
@@ -208,3 +212,13 @@ def test_repair_messages_keeps_leading_messages_and_maps_pointer():
     assert fixed[pointer] == user("q2")
     assert fixed[pointer + 2]["content"] == INTERRUPTED_RESULT
     assert fixes.merged_assistants == 1 and fixes.backfilled == 1
+
+
+@pytest.mark.parametrize("odd", [[], {"id": "a", "function": {"name": "f"}}, "call_1", [1, None]])
+def test_tool_calls_that_are_not_a_list_of_calls_are_dropped_not_crashed_on(odd):
+    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "tool_calls": odd},
+               {"role": "user", "content": "next"}]
+    out = make_valid(history)
+    assert out[1] == {"role": "assistant", "content": "x"}
+    assert check_openai_messages(out) == []
+    assert repair_messages(history, 0)[0][1] == {"role": "assistant", "content": "x"}

@@ -91,8 +91,12 @@ background subagents for longer independent tasks.
         return (f"Current time: {now.strftime('%Y-%m-%d %H:%M (%A)')} {zone}\n"
                 f"Channel: {channel}\nChat ID: {chat_id}")
 
-    def build_messages(self, history: list[Message], text: str, *, channel: str = "cli",
+    def user_message(self, text: str, *, channel: str = "cli", chat_id: str = "direct") -> Message:
+        """The current user message: ONE message, runtime-context prefix + the user's text."""
+        return {"role": "user", "content": with_runtime_context(self.runtime_context(channel, chat_id), text)}
+
+    def build_messages(self, history: list[Message], text: str | None = None, *, channel: str = "cli",
                        chat_id: str = "direct", system_prompt: str | None = None) -> list[Message]:
-        """system prompt + history + ONE user message (runtime context prefix + the user's text)."""
-        current = {"role": "user", "content": with_runtime_context(self.runtime_context(channel, chat_id), text)}
-        return [{"role": "system", "content": system_prompt or self.system_prompt()}, *history, current]
+        """system prompt + history (+ the current user message when `text` is given)."""
+        current = [self.user_message(text, channel=channel, chat_id=chat_id)] if text is not None else []
+        return [{"role": "system", "content": system_prompt or self.system_prompt()}, *history, *current]

@@ -100,6 +100,9 @@ def check_openai_messages(messages: list[dict]) -> list[str]:
             if prev_role == "assistant":
                 out.append(f"{label}: two consecutive assistant messages")
             calls = msg.get("tool_calls") or []
+            if "tool_calls" in msg and not (isinstance(msg["tool_calls"], list) and msg["tool_calls"]):
+                out.append(f"{label}: tool_calls must be a non-empty list")  # OpenAI rejects []
+                calls = []
             if not calls and _is_blank(msg.get("content")):
                 out.append(f"{label}: empty assistant content without tool_calls")
             for call in calls:

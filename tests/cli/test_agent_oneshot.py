@@ -187,3 +187,32 @@ def test_prompt_too_long_is_recovered_by_learning_the_real_window(nanobot_cmd, f
     rejected = [r for r in fake_llm.requests if r.estimated_tokens > 8000]
     assert len(rejected) == 1  # one rejection, then every request fits the real window
     assert fake_llm.requests[-1].estimated_tokens <= 8000
+
+
+def test_a_session_file_with_malformed_tool_calls_still_works_and_keeps_the_message(nanobot_cmd, fake_llm,
+                                                                                    configure, isolated_home):
+    from nanobot.session import SessionStore
+
+    configure()
+    path = SessionStore().path_for("cli:direct")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [{"_type": "metadata", "key": "cli:direct", "last_consolidated": 0},
+             {"role": "user", "content": "hi"},
+             {"role": "assistant", "content": "x", "tool_calls": {"id": "a", "function": {"name": "f"}}},
+             {"role": "assistant", "content": "y", "tool_calls": []}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    fake_llm.script(Reply.text("all good"))
+    result = run(nanobot_cmd, "agent", "-m", "remember: my name is Ana")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "all good"
+    assert "my name is Ana" in path.read_text()
+    fake_llm.assert_all_valid()
+    repair = run(nanobot_cmd, "session", "repair", "cli:direct")
+    assert repair.returncode == 0, repair.stderr
+
+
+def test_an_empty_message_is_refused_with_exit_2(nanobot_cmd, fake_llm, configure):
+    configure()
+    result = run(nanobot_cmd, "agent", "-m", "   ")
+    assert result.returncode == 2 and "the message is empty" in result.stderr
+    assert fake_llm.requests == []

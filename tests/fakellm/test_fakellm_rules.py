@@ -44,8 +44,10 @@ def test_openai_valid_without_system_and_ending_on_user():
     assert check_openai_messages([USER, ANSWER, {"role": "user", "content": "more"}]) == []
 
 
-def test_openai_assistant_text_with_empty_tool_calls_list_passes():
-    assert check_openai_messages([USER, {"role": "assistant", "content": "x", "tool_calls": []}]) == []
+def test_openai_empty_tool_calls_list_is_rejected_as_the_api_does():
+    # OpenAI: "Invalid 'messages[1].tool_calls': empty array. Expected an array with minimum length 1"
+    problems = check_openai_messages([USER, {"role": "assistant", "content": "x", "tool_calls": []}])
+    assert any("tool_calls must be a non-empty list" in p for p in problems)
 
 
 def test_openai_image_only_user_content_is_not_empty():
