@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import openai
@@ -76,11 +77,13 @@ def _error_message(exc: Any) -> str:
     return str(getattr(exc, "message", exc))
 
 
-def _calls(raw_calls: list[tuple[str, str, str]]) -> list[ToolCallRequest]:
+def _calls(raw_calls: list[tuple[str | None, str, str]]) -> list[ToolCallRequest]:
     calls = []
     for call_id, name, raw in raw_calls:
         args, error = parse_arguments(raw)
-        calls.append(ToolCallRequest(call_id, name, args, raw or "{}", error))
+        # some local servers (LM Studio, llama.cpp) send "" or null ids; an id-less call would be
+        # dropped from history with its result, and the model would repeat it forever
+        calls.append(ToolCallRequest(call_id or f"call_{secrets.token_hex(6)}", name, args, raw or "{}", error))
     return calls
 
 
@@ -106,10 +109,23 @@ def _from_completion(completion: Any) -> LLMResponse:
     )
 
 
+def _slot(calls: list[list[str]], slot_of: dict[int, list[str]], tc: Any) -> list[str]:
+    """The call a streamed tool-call delta belongs to: by index, or (servers that omit it) by a new id."""
+    if tc.index is not None:
+        if tc.index not in slot_of:
+            slot_of[tc.index] = ["", "", ""]
+            calls.append(slot_of[tc.index])
+        return slot_of[tc.index]
+    if not calls or (tc.id and calls[-1][0] and tc.id != calls[-1][0]):
+        calls.append(["", "", ""])
+    return calls[-1]
+
+
 async def _from_stream(stream: Any, on_delta: DeltaCallback) -> LLMResponse:
     text: list[str] = []
     reasoning: list[str] = []
-    calls: dict[int, list[str]] = {}  # index -> [id, name, arguments]
+    calls: list[list[str]] = []  # [id, name, arguments] per call, in order
+    slot_of: dict[int, list[str]] = {}  # the server's index -> its slot
     finish = None
     usage = None
     async for chunk in stream:
@@ -126,7 +142,7 @@ async def _from_stream(stream: Any, on_delta: DeltaCallback) -> LLMResponse:
             if isinstance(extra, str):
                 reasoning.append(extra)
             for tc in delta.tool_calls or []:
-                slot = calls.setdefault(tc.index or 0, ["", "", ""])
+                slot = _slot(calls, slot_of, tc)
                 if tc.id:
                     slot[0] = tc.id
                 if tc.function and tc.function.name:
@@ -135,7 +151,7 @@ async def _from_stream(stream: Any, on_delta: DeltaCallback) -> LLMResponse:
                     slot[2] += tc.function.arguments
             if choice.finish_reason:
                 finish = choice.finish_reason
-    raw = [(slot[0] or f"call_{i}", slot[1], slot[2]) for i, slot in sorted(calls.items())]
+    raw = [(slot[0], slot[1], slot[2]) for slot in calls]
     return LLMResponse(
         content="".join(text) or None,
         tool_calls=_calls(raw),
