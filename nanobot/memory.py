@@ -35,8 +35,8 @@ __all__ = [
 # Hold-back policy (see `apply_update`): an update is held back when the current MEMORY.md has
 # at least HOLD_BACK_MIN_LINES fact lines and HOLD_BACK_MIN_CHARS characters, and the update
 # keeps fewer than HOLD_BACK_KEEP_RATIO of those fact lines.
-HOLD_BACK_MIN_LINES = 5
-HOLD_BACK_MIN_CHARS = 200
+HOLD_BACK_MIN_LINES = 1  # any remembered fact is worth protecting: young memories are the easiest to wipe
+HOLD_BACK_MIN_CHARS = 0
 HOLD_BACK_KEEP_RATIO = 0.5
 
 # A HISTORY.md entry starts with this stamp (nanobot's format, local time).
@@ -104,11 +104,14 @@ def _norm(line: str) -> str:
 
 
 def _fact_lines(text: str) -> list[str]:
-    """Non-empty lines that carry facts: headings and rules are structure, not facts."""
+    """Non-empty lines that carry facts: headings, rules, HTML comments and wholly parenthesised
+    template placeholders ("(Important facts about the user)") are structure, not facts."""
     out = []
     for line in text.splitlines():
         s = line.strip()
         if not s or s.startswith("#") or re.fullmatch(r"[-*_=]{3,}", s):
+            continue
+        if re.fullmatch(r"<!--.*-->|\(.*\)", s):
             continue
         out.append(s)
     return out
@@ -179,9 +182,9 @@ class MemoryStore:
 
         - empty or whitespace-only: refused;
         - `truncated` (the reply hit finish_reason == "length"): refused, it is likely cut off;
-        - the current file has >= HOLD_BACK_MIN_LINES fact lines (non-empty, not headings) and
-          >= HOLD_BACK_MIN_CHARS characters, and the update keeps < HOLD_BACK_KEEP_RATIO of
-          those lines (compared ignoring bullets, case, spacing and end punctuation): held
+        - the current file has fact lines (non-empty, not headings) and the update keeps
+          < HOLD_BACK_KEEP_RATIO of them (compared ignoring bullets, case, spacing and end
+          punctuation): held
           back. The current facts stay; the update's new lines are appended under a
           "## Held back update (date) — review and merge" heading for the user to merge;
         - otherwise: written, with the old content kept as a version.

@@ -156,11 +156,18 @@ def test_held_back_update_with_nothing_new_leaves_the_file(store):
     assert store.read_memory() == FACTS
 
 
-def test_small_memories_are_not_held_back(store):
-    store.write_memory("- a\n- b\n- c\n", reason="x")
-    outcome = store.apply_update("- completely different\n", truncated=False)
-    assert outcome.status == "written"
+def test_a_small_memory_is_protected_too(store):
+    store.write_memory("- The user is Ana, a nurse in Porto.\n- Two kids.\n- Prefers short answers.\n", reason="x")
+    outcome = store.apply_update("- User asked about Kubernetes ingress timeouts.\n", truncated=False)
+    assert outcome.status == "held_back" and "dropped 3 of 3" in outcome.message
+    text = store.read_memory()
+    assert "The user is Ana" in text and "Kubernetes ingress" in text  # old facts kept, new one for review
 
+
+def test_an_update_that_keeps_the_facts_of_a_small_memory_is_written(store):
+    store.write_memory("- The user is Ana.\n", reason="x")
+    outcome = store.apply_update("- The user is Ana.\n- Lives in Porto.\n", truncated=False)
+    assert outcome.status == "written"
 
 def test_reformatted_facts_count_as_kept(store):
     store.write_memory(FACTS, reason="x")
@@ -236,3 +243,12 @@ def test_raw_archive_keeps_every_message_readably(store):
     entries = list(history_log.iter_entries(store.history_file))
     assert len(entries) == 1  # message text that looks like a stamp does not split the entry
     assert entries[0].text.splitlines()[0] == first
+
+
+def test_template_text_is_not_a_fact_so_the_first_update_is_written(store):
+    from nanobot.paths import bundled_dir
+
+    store.write_memory((bundled_dir("workspace") / "memory" / "MEMORY.md").read_text(), reason="template")
+    assert store.apply_update("# Long-term memory\n\n## User\n\n- Name: Ana\n", truncated=False).status == "written"
+    store.write_memory("# Memory\n\n## User Information\n\n(Important facts about the user)\n", reason="nanobot")
+    assert store.apply_update("## User Information\n\n- Name: Ana\n", truncated=False).status == "written"
