@@ -128,6 +128,12 @@ class _Parsed:
     bad_lines: list[bytes]  # raw bytes of unreadable lines (torn or corrupt)
     ends_with_newline: bool
     last_time: str | None  # the time of the last record that carries one
+    bad_after: list[int] = field(default_factory=list)  # per bad line: how many messages preceded it
+
+    def pointer_shift(self, pointer: int) -> int:
+        """How many damaged lines stood before message `pointer` as it was written: the pointer
+        counted them, so it must move back by as many (re-summarising beats never summarising)."""
+        return sum(1 for i, good in enumerate(self.bad_after) if good + i < pointer)
 
 
 def _parse(data: bytes) -> _Parsed:
@@ -145,6 +151,7 @@ def _parse(data: bytes) -> _Parsed:
             record = None
         if not isinstance(record, dict):
             parsed.bad_lines.append(raw)
+            parsed.bad_after.append(len(parsed.messages))
             continue
         if record.get("_type") == "metadata":
             if not parsed.first_meta:
@@ -158,6 +165,7 @@ def _parse(data: bytes) -> _Parsed:
             parsed.last_time = record.get("timestamp") or parsed.last_time
         else:
             parsed.bad_lines.append(raw)
+            parsed.bad_after.append(len(parsed.messages))
             continue
         parsed.good_lines.append(raw)
     return parsed
@@ -257,6 +265,12 @@ class SessionStore:
         session.metadata = meta.get("metadata") if isinstance(meta.get("metadata"), dict) else {}
         session._ends_with_newline = parsed.ends_with_newline
         pointer = session._stored_pointer = meta.get("last_consolidated", 0)
+        shift = parsed.pointer_shift(pointer) if isinstance(pointer, int) and not isinstance(pointer, bool) else 0
+        if shift:
+            session.warnings.append(
+                f"session {key}: {shift} damaged line(s) came before the consolidation pointer; moved it back "
+                f"from {pointer} to {pointer - shift} so no message is skipped (some may be summarised again)")
+            pointer -= shift
         count = len(session.messages)
         if not isinstance(pointer, int) or isinstance(pointer, bool) or not 0 <= pointer <= count:
             clamped = min(max(pointer, 0), count) if isinstance(pointer, int) else 0

@@ -497,3 +497,44 @@ def test_non_json_values_are_stored_as_text_rather_than_losing_the_turn(store):
     save_turn(store, session, [user("q"), tool_result("A", "f", Path("/tmp/x"))])
     store.close(session)
     assert saved(store)[1]["content"] == "/tmp/x"
+
+
+def test_damage_before_the_pointer_moves_it_back_so_no_unsummarised_message_is_skipped(tmp_path):
+    from nanobot.session import SessionStore
+
+    store = SessionStore(tmp_path)
+    path = store.path_for("k")
+    lines = [json.dumps({"_type": "metadata", "key": "k", "last_consolidated": 2}),
+             '{"role": "user", "content": "u0 summari',  # damaged, before the pointer
+             json.dumps({"role": "assistant", "content": "a0 summarised"}),
+             json.dumps({"role": "user", "content": "u1 not yet summarised"}),
+             json.dumps({"role": "assistant", "content": "a1 not yet summarised"})]
+    path.write_text("\n".join(lines) + "\n")
+    session = store.open("k")
+    try:
+        assert [m["content"] for m in session.get_history()] == ["u1 not yet summarised", "a1 not yet summarised"]
+        assert any("moved it back" in w for w in session.warnings)
+    finally:
+        store.close(session)
+    again = store.open("k")
+    try:
+        assert again.warnings == [] and again.last_consolidated == 1
+    finally:
+        store.close(again)
+
+
+def test_a_torn_last_line_does_not_move_the_pointer(tmp_path):
+    from nanobot.session import SessionStore
+
+    store = SessionStore(tmp_path)
+    path = store.path_for("k")
+    lines = [json.dumps({"_type": "metadata", "key": "k", "last_consolidated": 2}),
+             json.dumps({"role": "user", "content": "u0"}), json.dumps({"role": "assistant", "content": "a0"}),
+             json.dumps({"role": "user", "content": "u1"})]
+    path.write_text("\n".join(lines) + '\n{"role": "assistant", "content": "a1 cut')
+    session = store.open("k")
+    try:
+        assert session.last_consolidated == 2
+        assert not any("moved it back" in w for w in session.warnings)
+    finally:
+        store.close(session)
