@@ -24,14 +24,16 @@ def safe_tool_id(call_id: str) -> str:
     return cleaned or "toolu_missing"
 
 
-def _image_block(part: dict) -> dict | None:
-    url = (part.get("image_url") or {}).get("url", "")
+def _image_block(part: dict) -> dict:
+    image = part.get("image_url")
+    url = image.get("url", "") if isinstance(image, dict) else str(image or "")
     match = re.match(r"data:(image/[\w.+-]+);base64,(.*)", url, re.S)
     if match:
         return {"type": "image", "source": {"type": "base64", "media_type": match[1], "data": match[2]}}
     if url.startswith(("http://", "https://")):
         return {"type": "image", "source": {"type": "url", "url": url}}
-    return None
+    # a file:// or odd URL cannot be sent; say it was there rather than leave the turn empty
+    return {"type": "text", "text": f"[image: {url[:200] or 'unavailable'}]"}
 
 
 def _content_blocks(content: Any) -> list[dict]:
@@ -39,12 +41,14 @@ def _content_blocks(content: Any) -> list[dict]:
         blocks = []
         for part in content:
             if isinstance(part, dict) and part.get("type") == "image_url":
-                block = _image_block(part)
-            else:
+                blocks.append(_image_block(part))
+            elif isinstance(part, str) or (isinstance(part, dict) and part.get("type") in ("text", None)):
                 text = text_of([part])
-                block = {"type": "text", "text": text} if text.strip() else None
-            if block:
-                blocks.append(block)
+                if text.strip():  # Anthropic rejects empty text blocks
+                    blocks.append({"type": "text", "text": text})
+            else:
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                blocks.append({"type": "text", "text": f"[unsupported content: {kind}]"})
         return blocks
     text = text_of(content)
     return [{"type": "text", "text": text}] if text.strip() else []

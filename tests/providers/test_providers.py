@@ -242,3 +242,20 @@ def test_streamed_parallel_tool_calls_without_index_stay_separate():
     resp = asyncio.run(_from_stream(stream(), lambda _t: None))
     assert [(c.id, c.name, c.arguments) for c in resp.tool_calls] == [("c1", "read_file", {"path": "a"}),
                                                                       ("c2", "list_dir", {})]
+
+
+@pytest.mark.parametrize("content", [
+    [{"type": "image_url", "image_url": "https://example.com/cat.png"}],
+    [{"type": "image_url", "image_url": {"url": "file:///home/me/cat.png"}}],
+    [{"type": "input_audio", "input_audio": {"data": "..."}}],
+])
+def test_user_turns_of_odd_parts_never_become_empty_for_anthropic(content):
+    from nanobot.fakellm.rules import check_anthropic_request
+    from nanobot.providers.anthropic_format import to_anthropic
+    from nanobot.validity import make_valid
+
+    history = make_valid([{"role": "user", "content": content}, {"role": "assistant", "content": "ok"},
+                          {"role": "user", "content": "and?"}])
+    system, messages = to_anthropic(history)
+    assert check_anthropic_request(system, messages) == []
+    assert messages[0]["role"] == "user" and messages[0]["content"]
