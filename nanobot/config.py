@@ -177,6 +177,10 @@ def _check_semantics(cfg: Config, source: str) -> None:
     for key in ("context_window_tokens", "max_tokens", "max_tool_iterations"):
         if getattr(cfg.defaults, key) <= 0:
             raise ConfigError(f"{source}: agents.defaults.{to_camel(key)}: must be a positive integer")
+    if cfg.tools.exec.timeout <= 0:
+        raise ConfigError(f"{source}: tools.exec.timeout: must be a positive number of seconds")
+    if cfg.defaults.subagent_wait_seconds < 0:
+        raise ConfigError(f"{source}: agents.defaults.subagentWaitSeconds: must not be negative")
 
 
 def read_file(path: Path) -> dict:

@@ -258,6 +258,8 @@ class Conversation:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
+            if loop.time() > deadline:
+                return False
             if self.subagents is not None and not await self.subagents.wait(max(0.0, deadline - loop.time())):
                 return False
             pending = [t for t in self._injected if not t.done()]

@@ -79,6 +79,8 @@ class SubagentManager:
         label = (label or "").strip() or f"task {next(self._counter)}"
         handle = asyncio.get_running_loop().create_task(self._run(sub_id, label, task))
         self._running[sub_id] = _Running(sub_id, label, task, handle)
+        # however the task ends (even cancelled before its first step), it stops counting as running
+        handle.add_done_callback(lambda _t: self._running.pop(sub_id, None))
         if self.on_start is not None:
             self.on_start(sub_id, label)
         return sub_id, label
@@ -115,12 +117,9 @@ class SubagentManager:
                 outcome = SubagentResult(sub_id, label, task, "limit", _last_text(result.new_messages))
             else:
                 outcome = SubagentResult(sub_id, label, task, "completed", result.content or "")
-        except asyncio.CancelledError:
-            self._running.pop(sub_id, None)
-            raise
         except Exception as exc:  # a crashed helper is reported, never silently lost
             outcome = SubagentResult(sub_id, label, task, "failed", f"{type(exc).__name__}: {exc}")
-        self._running.pop(sub_id, None)
+        self._running.pop(sub_id, None)  # before on_done, so the report's turn sees it finished
         if self.on_done is not None:
             self.on_done(outcome)
 

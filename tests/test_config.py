@@ -78,6 +78,8 @@ def test_a_nanobot_config_file_loads_and_unknown_sections_are_kept(tmp_path):
     ('{"agents": {"defaults": {"provider": "acme"}}}', "agents.defaults.provider: unknown provider"),
     ('[1, 2]', "top level must be a JSON object"),
     ('{"agents": {"defaults": {"contextWindowTokens": 0}}}', "must be a positive integer"),
+    ('{"tools": {"exec": {"timeout": 0}}}', "tools.exec.timeout: must be a positive number"),
+    ('{"agents": {"defaults": {"subagentWaitSeconds": -1}}}', "subagentWaitSeconds: must not be negative"),
 ])
 def test_invalid_file_names_file_key_and_reason_and_is_never_rewritten(tmp_path, content, expected):
     path = write(tmp_path / "c.json", content)

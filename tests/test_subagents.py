@@ -283,3 +283,17 @@ def test_subagent_requests_stay_inside_the_window_when_it_reads_a_huge_file(fake
     fake_llm.assert_all_valid()  # includes "no prompt over the window"
     assert max(r.estimated_tokens for r in fake_llm.requests) <= 8192
     assert sum(1 for r in fake_llm.requests if is_subagent(r)) == 2
+
+
+def test_a_subagent_cancelled_before_it_starts_does_not_stay_running(tmp_path):
+    from nanobot.subagents import SubagentManager
+
+    async def scenario():
+        manager = SubagentManager(provider=None, tools=None, workspace=tmp_path)
+        manager.spawn("never runs", "ghost")
+        stopped = await manager.cancel_all()  # cancelled before its first step
+        await asyncio.sleep(0)
+        return stopped, manager.running(), await manager.wait(0.1)
+
+    stopped, running, done = asyncio.run(scenario())
+    assert stopped == 1 and running == [] and done
