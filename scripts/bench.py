@@ -338,9 +338,20 @@ def _vm(pid: int) -> tuple[int, int]:
 
 REPL_CHILD = """
 import sys
+from prompt_toolkit.application import create_app_session
+from prompt_toolkit.input import create_pipe_input
+from prompt_toolkit.output import DummyOutput
 from nanobot.cli.chat import run_agent
-sys.exit(run_agent(message=None, session_key="cli:direct", workspace=None, config_path=None, model=None,
-                   markdown=True, json_out=False))
+
+# the real chat (prompt_toolkit included), typed into through prompt_toolkit's own pipe input
+with create_pipe_input() as keys:
+    for line in sys.stdin:
+        keys.send_text(line.rstrip("\\n") + "\\r")
+    keys.send_text("\\x04")  # Ctrl-D leaves
+    with create_app_session(input=keys, output=DummyOutput()):
+        code = run_agent(message=None, session_key="cli:direct", workspace=None, config_path=None, model=None,
+                         markdown=True, json_out=False)
+sys.exit(code)
 """
 
 
@@ -384,8 +395,8 @@ def part_memory(args: argparse.Namespace) -> None:
     rows.append([f"REPL, {n:,} turns: peak (ru_maxrss)", f"{rss / 1024:.0f} MiB",
                  f"{n / elapsed:.1f} turns/s", f"{consolidations} consolidations, {stored:,} lines stored"])
     table("3. Peak resident memory", ["process", "memory", "rate", "notes"], rows,
-          note="REPL: the real chat loop (nanobot.cli.chat.Chat.run) in a child process reading lines from a "
-               "piped stdin (the non-TTY path; prompt_toolkit is not loaded), every 4th turn a read_file call, "
+          note="REPL: the real chat (nanobot.cli.chat.Chat.run with prompt_toolkit) in a child process, its input "
+               "typed through prompt_toolkit's pipe input, every 4th turn a read_file call, "
                "default 65,536-token window. ru_maxrss from os.wait4, taken by a small launcher process (a child forked from the big bench process would report the bench's own size).")
 
 
