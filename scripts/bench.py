@@ -338,16 +338,21 @@ def _vm(pid: int) -> tuple[int, int]:
 
 REPL_CHILD = """
 import sys
+import threading
 from prompt_toolkit.application import create_app_session
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 from nanobot.cli.chat import run_agent
 
-# the real chat (prompt_toolkit included), typed into through prompt_toolkit's own pipe input
-with create_pipe_input() as keys:
+# the real chat (prompt_toolkit included), typed into through prompt_toolkit's own pipe input;
+# a thread types, since the OS pipe fills long before 1,000 lines are read
+def type_lines(keys):
     for line in sys.stdin:
         keys.send_text(line.rstrip("\\n") + "\\r")
     keys.send_text("\\x04")  # Ctrl-D leaves
+
+with create_pipe_input() as keys:
+    threading.Thread(target=type_lines, args=(keys,), daemon=True).start()
     with create_app_session(input=keys, output=DummyOutput()):
         code = run_agent(message=None, session_key="cli:direct", workspace=None, config_path=None, model=None,
                          markdown=True, json_out=False)
