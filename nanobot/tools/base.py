@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from nanobot.tools.approval import Approver, RefuseApprover
+
 
 @dataclass
 class ToolResult:
@@ -29,6 +31,7 @@ class ToolContext:
     exec_enabled: bool = True
     exec_timeout: float = 60.0  # seconds before exec kills the whole process group
     secret_env_names: frozenset[str] = field(default_factory=frozenset)  # removed from exec's env
+    approver: Approver = field(default_factory=RefuseApprover)  # who decides risky actions (see tools/approval.py)
 
 
 class Tool(ABC):
