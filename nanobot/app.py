@@ -6,10 +6,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from nanobot.agent.budget import check_fixed_prompt, fit_request, reply_room
+from nanobot.agent.budget import BudgetSnapshot, ContextBudget
 from nanobot.agent.context import ContextBuilder
 from nanobot.config import Config, resolve_model
-from nanobot.consolidation import Consolidator
+from nanobot.consolidation import Consolidator, probe_message
 from nanobot.conversation import Conversation, TurnSettings
 from nanobot.errors import ContextTooSmallError
 from nanobot.providers.base import Provider
@@ -21,6 +21,7 @@ from nanobot.subagents import SubagentManager
 from nanobot.tools.base import ToolContext
 from nanobot.tools.registry import ToolRegistry
 from nanobot.tokens import default_counter
+from nanobot.history_log import iter_entries
 from nanobot.tools.spawn import SpawnTool
 
 
@@ -84,6 +85,12 @@ class Assistant:
     workspace: Path
     store: SessionStore
     conversation: Conversation
+    budget_warnings: list[str]
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the user should see at start: session load problems and budget warnings."""
+        return [*self.conversation.session.warnings, *self.budget_warnings]
 
     def prewarm(self) -> None:
         """Start loading the provider's SDK in the background (the REPL calls this before its prompt)."""
@@ -98,42 +105,64 @@ class Assistant:
         await self.conversation.provider.aclose()
 
 
+def build_budget(cfg: Config) -> ContextBudget:
+    """The one ContextBudget of a run: every request, subagent and status screen asks it."""
+    d = cfg.defaults
+    return ContextBudget(window=d.context_window_tokens, max_tokens=d.max_tokens, counter=default_counter(),
+                         prompt_cap=d.context_block_limit, max_tool_calls=d.max_tool_calls_per_step)
+
+
+def history_receipts(workspace: Path):
+    """The stamps of HISTORY.md's entries, which prove how far a session was archived."""
+    def stamps() -> set[str]:
+        path = workspace / "memory" / "HISTORY.md"
+        if not path.exists():
+            return set()
+        return {e.stamp.strftime("%Y-%m-%d %H:%M") for e in iter_entries(path) if e.stamp is not None}
+    return stamps
+
+
 def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, stream: bool = True,
                    on_retry: RetryCallback | None = None) -> Assistant:
     """Resolve the provider (fails fast on a missing key), then lock and load the session."""
     provider = build_provider(cfg, model, on_retry=on_retry)
     workspace = cfg.workspace_path()
     workspace.mkdir(parents=True, exist_ok=True)
-    store = SessionStore()
+    store = SessionStore(receipts=history_receipts(workspace))
     session = store.open(session_key)
     d = cfg.defaults
-    reply_tokens = reply_room(d.context_window_tokens, d.max_tokens)
     channel, _, chat_id = session_key.partition(":")
-    settings = TurnSettings(max_iterations=d.max_tool_iterations, max_tokens=reply_tokens,
-                            temperature=d.temperature, stream=stream, channel=channel or "cli",
-                            chat_id=chat_id or "direct")
+    settings = TurnSettings(max_iterations=d.max_tool_iterations, temperature=d.temperature, stream=stream,
+                            channel=channel or "cli", chat_id=chat_id or "direct")
     tools = build_tools(cfg, workspace)
     context = build_context(cfg, workspace)
-    consolidator = Consolidator(provider, context.memory, store, context_window=d.context_window_tokens,
-                                reply_tokens=reply_tokens, counter=default_counter())
-    conversation = Conversation(session=session, store=store, provider=provider, tools=tools,
-                                context=context, settings=settings, consolidator=consolidator)
-    sub_tools = build_tools(cfg, workspace)
-
-    def fit_subagent_request(messages: list[dict]) -> list[dict]:
-        return fit_request(messages, consolidator.budget, consolidator.counter, tools=sub_tools.schemas(),
-                           calibration=consolidator.calibration)
-
-    subagents = SubagentManager(provider, sub_tools, workspace, on_done=conversation.deliver,
-                                on_start=conversation.announce_start, max_tokens=reply_tokens,
-                                prepare=fit_subagent_request)
+    budget = build_budget(cfg)
+    consolidator = Consolidator(provider, context.memory, store, budget, timeout=d.consolidation_timeout_seconds)
+    conversation = Conversation(session=session, store=store, provider=provider, tools=tools, context=context,
+                                budget=budget, consolidator=consolidator, settings=settings)
+    subagents = SubagentManager(provider, build_tools(cfg, workspace), workspace, on_done=conversation.deliver,
+                                on_start=conversation.announce_start, budget=budget)
     tools.register(SpawnTool(tool_context(cfg, workspace), subagents))
     conversation.subagents = subagents
+    system = context.system_prompt()
     try:
-        check_fixed_prompt(context.system_prompt(), tools.schemas(), reply_tokens, d.context_window_tokens,
-                           consolidator.counter,
-                           memory_tokens=lambda: consolidator.counter.count_text(context.memory.read_memory()))
+        budget.check_fixed(system, tools.schemas(),
+                           memory_tokens=lambda: budget.counter.count_text(context.memory.read_memory()))
     except ContextTooSmallError:
         store.close(session)
         raise
-    return Assistant(cfg, workspace, store, conversation)
+    return Assistant(cfg, workspace, store, conversation, budget.startup_warnings(system, tools.schemas()))
+
+
+def status_snapshot(cfg: Config, session_key: str = "cli:direct") -> tuple[BudgetSnapshot, bool]:
+    """What `nanobot status` shows: the budget the next request of `session_key` would be fitted with
+    (built exactly as `open_assistant` builds it), and whether that session exists yet."""
+    workspace = cfg.workspace_path()
+    budget = build_budget(cfg)
+    context = build_context(cfg, workspace)
+    tools = build_tools(cfg, workspace)
+    tools.register(SpawnTool(tool_context(cfg, workspace), None))
+    store = SessionStore(receipts=history_receipts(workspace))
+    session = store.load(session_key) if store.exists(session_key) else None
+    snap = budget.snapshot(session, system_prompt=context.system_prompt, tools=tools.schemas(), probe=probe_message())
+    return snap, session is not None

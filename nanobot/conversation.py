@@ -10,16 +10,16 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from nanobot.agent.budget import fit_request, request_tokens
+from nanobot.agent.budget import ContextBudget
 from nanobot.agent.context import ContextBuilder
 from nanobot.agent.events import EventSink, Notice, TurnDone, ignore
 from nanobot.agent.loop import LoopResult, run_loop
-from nanobot.consolidation import ConsolidationReport, Consolidator
+from nanobot.consolidation import ConsolidationReport, Consolidator, probe_message
+from nanobot.errors import UsageError
 from nanobot.messages import Message, text_of
-from nanobot.errors import ProviderError, UsageError
-from nanobot.providers.base import LLMResponse, Provider, Usage
+from nanobot.paste import keep_large_paste
+from nanobot.providers.base import Provider, Usage
 from nanobot.session import Session, SessionStore, TurnCheckpoint, save_turn
-from nanobot.tokens import byte_bound
 from nanobot.subagents import SubagentResult
 
 # When a subagent report arrives in a session with no user message yet, the request still
@@ -30,11 +30,13 @@ _BACKGROUND_OPENER = "(A background task you started has reported back; its repo
 @dataclass
 class TurnSettings:
     max_iterations: int = 40
-    max_tokens: int = 8192
     temperature: float = 0.1
     stream: bool = True
     channel: str = "cli"
     chat_id: str = "direct"
+    # a turn waits this long for consolidation to make room, then goes ahead with older turns
+    # left out of its request while consolidation finishes in the background
+    room_wait_seconds: float = 5.0
 
 
 @dataclass
@@ -46,31 +48,13 @@ class TurnOutcome:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
-class _Metered(Provider):
-    """Passes requests through and reports each response's usage (to calibrate the estimator)."""
-
-    def __init__(self, inner: Provider, on_response: Any) -> None:
-        super().__init__(inner.model)
-        self.inner = inner
-        self.name = inner.name
-        self.on_response = on_response
-
-    async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
-        response = await self.inner.chat(messages, **kwargs)
-        self.on_response(response)
-        return response
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
 class Conversation:
     """Turns of one session. User turns and injected subagent turns share one lock, so a
     subagent's report waits behind a running user turn and reports are handled one by one."""
 
     def __init__(self, *, session: Session, store: SessionStore, provider: Provider, tools: Any,
-                 context: ContextBuilder, settings: TurnSettings | None = None,
-                 consolidator: Consolidator | None = None) -> None:
+                 context: ContextBuilder, budget: ContextBudget, consolidator: Consolidator,
+                 settings: TurnSettings | None = None) -> None:
         self.session = session
         self.store = store
         self.provider = provider
@@ -82,12 +66,11 @@ class Conversation:
         self.background_emit: EventSink = ignore  # where injected turns render (set by the CLI)
         self._turn_lock = asyncio.Lock()
         self._injected: list[asyncio.Task] = []
-        # memory consolidation (None: no budget management, e.g. in narrow tests)
+        self.budget = budget
         self.consolidator = consolidator
         self.last_consolidation: ConsolidationReport | None = None
         self._consolidation: asyncio.Task | None = None
-        self._metered = _Metered(provider, self._observe_usage)
-        self._request_estimate = 0  # raw estimate of the request in flight, for calibration
+        self._waiting_emit: EventSink | None = None  # where consolidation reports while a turn waits for it
 
     def build_request(self) -> list[Message]:
         """System prompt + the session's history, which ends with the saved current user message."""
@@ -98,6 +81,7 @@ class Conversation:
         if not text.strip():
             raise UsageError("the message is empty", hint='Type something, e.g. nanobot agent -m "hello".')
         async with self._turn_lock:
+            text = keep_large_paste(text, self.budget, self.context.workspace, emit)
             await self._make_room(text, emit)
             s = self.settings
             save_turn(self.store, self.session, [self.context.user_message(text, channel=s.channel, chat_id=s.chat_id)])
@@ -116,10 +100,8 @@ class Conversation:
 
         s = self.settings
         result: LoopResult = await run_loop(
-            self._metered, self.tools, request, max_iterations=s.max_iterations, max_tokens=s.max_tokens,
-            temperature=s.temperature, emit=emit, on_step=on_step, stream=s.stream,
-            prepare=self._fit if self.consolidator is not None else None,
-            on_overflow=(lambda exc: self._on_overflow(exc, emit)) if self.consolidator is not None else None,
+            self.provider, self.tools, request, max_iterations=s.max_iterations, temperature=s.temperature,
+            emit=emit, on_step=on_step, stream=s.stream, budget=self.budget,
         )
         if result.stop_reason == "max_iterations" and result.content:
             # the limit notice is a real answer the user sees; keep it so the next turn has the context
@@ -137,81 +119,73 @@ class Conversation:
         return self.tools.schemas() if self.tools is not None else None
 
     def estimate(self, probe: str | None = None) -> int:
-        """The next request's estimated size, as the consolidator sees it (for /status too)."""
-        if self.consolidator is None:
-            return 0
+        """The next request's estimated size, as the budget sees it (for /status too)."""
         kwargs = {"probe": probe} if probe is not None else {}
         return self.consolidator.estimate(self.session, system_prompt=self.context.system_prompt,
                                           tool_schemas=self._schemas(), **kwargs)
 
-    def _fit(self, request: list[Message]) -> list[Message]:
-        """Before every LLM call of a turn: cut this turn's largest tool results until it fits."""
-        cons = self.consolidator
-        schemas = self._schemas()
-        if byte_bound(request, schemas or []) < cons.budget:
-            self._request_estimate = 0  # fits for sure; tokenising it would only feed calibration
-            return request
-        fitted = fit_request(request, cons.budget, cons.counter, tools=schemas, calibration=cons.calibration)
-        self._request_estimate = request_tokens(fitted, cons.counter, tools=schemas)
-        return fitted
+    def snapshot(self):
+        """The budget's figures for this session's next request (what /status shows)."""
+        return self.budget.snapshot(self.session, system_prompt=self.context.system_prompt,
+                                    tools=self._schemas(), probe=probe_message())
 
-    def _on_overflow(self, exc: ProviderError, emit: EventSink) -> bool:
-        """The provider rejected a request as too long: learn from it, shrink the budget, retry once."""
-        cons = self.consolidator
-        if exc.reported_tokens and self._request_estimate:
-            cons.calibration.observe(self._request_estimate, exc.reported_tokens)
-        if not cons.shrink_window(exc.reported_window):
-            return False
-        emit(Notice(f"the provider said the prompt was too long for its context window; working within "
-                    f"{cons.context_window:,} tokens from now on (set agents.defaults.contextWindowTokens to "
-                    "the model's real window)", "warning"))
-        return True
+    async def join_consolidation(self, timeout: float | None = None) -> bool:
+        """Wait for the background consolidation, if one runs; False if `timeout` passed first.
 
-    def _observe_usage(self, response: LLMResponse) -> None:
-        if self.consolidator is not None and self._request_estimate:
-            self.consolidator.calibration.observe(self._request_estimate, response.usage.prompt_tokens)
-
-    async def join_consolidation(self) -> None:
-        """Wait for the background consolidation, if one runs (its failures are reported by it)."""
+        Cancelling the waiter (Ctrl-C) never cancels the consolidation; its failures are reported by it."""
         task = self._consolidation
-        if task is not None and not task.done():
-            # shielded: cancelling the waiting turn (Ctrl-C) must not cancel the consolidation
-            await asyncio.wait([asyncio.shield(task)])
+        if task is None or task.done():
+            return True
+        done, _ = await asyncio.wait([task], timeout=timeout)
+        return bool(done)
 
     async def _make_room(self, probe: str, emit: EventSink) -> None:
-        """Before a turn: when the prompt would not fit, consolidate first."""
-        await self.join_consolidation()
-        cons = self.consolidator
-        if cons is None or cons.surely_fits(self.session, system_prompt=self.context.system_prompt,
-                                            tool_schemas=self._schemas(), probe=probe):
-            return
-        if self.estimate(probe) < cons.budget:
-            return
+        """Before a turn: when the prompt would not fit, consolidate first, waiting a few seconds at most.
+
+        If consolidation takes longer, the turn goes ahead: the budget leaves the oldest turns out of
+        this request (marked) and consolidation finishes in the background."""
+        wait = self.settings.room_wait_seconds
+        self._waiting_emit = emit
         try:
-            report = await cons.maybe_consolidate_by_tokens(
-                self.session, system_prompt=self.context.system_prompt, tool_schemas=self._schemas(),
-                probe=probe, emit=emit)
-        except Exception as exc:  # the turn still runs; fit_request keeps the request inside the window
-            emit(Notice(f"memory consolidation failed: {exc}; older messages stay in the prompt", "warning"))
-            return
-        self._report(report, emit)
+            if not await self.join_consolidation(wait):
+                return  # still running from the last turn
+            cons = self.consolidator
+            if cons.surely_fits(self.session, system_prompt=self.context.system_prompt,
+                                tool_schemas=self._schemas(), probe=probe):
+                return
+            if self.estimate(probe) < self.budget.budget:
+                return
+            self._start_consolidation(probe)
+            if not await self.join_consolidation(wait):
+                emit(Notice(f"memory consolidation is taking longer than {wait:g} s; it goes on in the background, "
+                            "and until it is done the oldest turns are left out of the requests"))
+        finally:
+            self._waiting_emit = None
+
+    def _route(self, event) -> None:
+        (self._waiting_emit or self.background_emit)(event)
 
     def _consolidate_in_background(self) -> None:
-        if self.consolidator is None or (self._consolidation is not None and not self._consolidation.done()):
+        if self._consolidation is not None and not self._consolidation.done():
             return
-        self._consolidation = asyncio.get_running_loop().create_task(self._background_consolidation())
+        self._start_consolidation(None)
 
-    async def _background_consolidation(self) -> None:
-        emit = self.background_emit
+    def _start_consolidation(self, probe: str | None) -> None:
+        self._consolidation = asyncio.get_running_loop().create_task(self._consolidate(probe))
+
+    async def _consolidate(self, probe: str | None) -> None:
+        kwargs = {"probe": probe} if probe is not None else {}
         try:
             report = await self.consolidator.maybe_consolidate_by_tokens(
-                self.session, system_prompt=self.context.system_prompt, tool_schemas=self._schemas(), emit=emit)
+                self.session, system_prompt=self.context.system_prompt, tool_schemas=self._schemas(),
+                emit=self._route, **kwargs)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # never lost: the pointer did not move, the next check tries again
-            emit(Notice(f"memory consolidation failed: {exc}; it will be retried after the next turn", "warning"))
+            self._route(Notice(f"memory consolidation failed: {exc}; nothing was lost, it will be tried again "
+                               "after the next turn", "warning"))
             return
-        self._report(report, emit)
+        self._report(report, self._route)
 
     def _report(self, report: ConsolidationReport, emit: EventSink) -> None:
         if report.ran:
@@ -223,7 +197,7 @@ class Conversation:
         """/compact: consolidate everything but the last exchange now."""
         async with self._turn_lock:
             await self.join_consolidation()
-            report = await self._require_consolidator().compact(self.session, emit=emit)
+            report = await self.consolidator.compact(self.session, emit=emit)
             self._report(report, emit)
             return report
 
@@ -284,14 +258,7 @@ class Conversation:
         """/new: archive every unconsolidated message first, then clear (a crash between loses nothing)."""
         async with self._turn_lock:
             await self.join_consolidation()
-            report = None
-            if self.consolidator is not None:
-                report = await self.consolidator.archive_all(self.session, emit=emit)
-                self._report(report, emit)
+            report = await self.consolidator.archive_all(self.session, emit=emit)
+            self._report(report, emit)
             self.store.clear(self.session)
             return report
-
-    def _require_consolidator(self) -> Consolidator:
-        if self.consolidator is None:
-            raise RuntimeError("this conversation has no consolidator")
-        return self.consolidator

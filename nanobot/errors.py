@@ -69,3 +69,7 @@ class ProviderError(NanobotError):
 
 class ToolError(NanobotError):
     """A tool could not do what was asked; becomes an error result for the model."""
+
+
+class RequestTooLarge(NanobotError):
+    """A request could not be brought inside the context window, so it was not sent."""

@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         from nanobot.app import build_context, build_tools
         from nanobot.cli.setup import copy_templates
         from nanobot.config import load_config
+        from nanobot.agent.budget import ContextBudget
         from nanobot.consolidation import Consolidator
         from nanobot.memory import MemoryStore
         from nanobot.session import SessionStore
@@ -77,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, size, pointer in cases:
             session = build(store, f"bench:{name}", size, pointer)
             # a window so large the check never triggers a consolidation: only the check is timed
-            cons = Consolidator(None, MemoryStore(workspace), store, context_window=10**9, reply_tokens=8192,
-                                counter=counter)
+            cons = Consolidator(None, MemoryStore(workspace), store,
+                                ContextBudget(window=10**9, max_tokens=8192, counter=counter))
 
             def check() -> int:
                 return cons.estimate(session, system_prompt=context.system_prompt, tool_schemas=schemas)
