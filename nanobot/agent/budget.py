@@ -12,7 +12,8 @@ Its invariant, for every request sent: estimated prompt tokens (after calibratio
 2. tool results are cut to head + tail: this turn's largest first, then older ones;
 3. any single message larger than a quarter of the budget is cut (tool arguments, an answer, ...);
 4. the oldest turns are left out (consolidation has not caught up yet), with a marker;
-5. the largest remaining messages are cut down to a small floor.
+5. the earliest tool steps of this turn are left out (the latest step stays), with a marker;
+6. the largest remaining messages are cut down to their marker.
 
 If even that cannot fit, it raises RequestTooLarge, naming what is too big: the request is
 not sent.
@@ -37,8 +38,9 @@ __all__ = [
 
 # A shrunk tool result keeps at least this many characters of its own text.
 MIN_TOOL_RESULT_CHARS = 300
-# A message cut in the last resort keeps at least this many characters.
+# An oversized message keeps at least this many characters of each text; in the last resort, fewer.
 MIN_MESSAGE_CHARS = 200
+LAST_RESORT_CHARS = 0  # only the marker is left
 # Start-up check: room left for history and the user's message besides the fixed prompt.
 MIN_CONVERSATION_TOKENS = 1024
 # Below this no request of ours can fit, so shrinking the window further is pointless.
@@ -64,7 +66,7 @@ def reply_room(window: int, max_tokens: int) -> int:
 def _cut_middle(text: str, keep: int, marker: Callable[[int], str]) -> str:
     if len(text) <= keep:
         return text
-    head = max(1, keep * 2 // 3)
+    head = keep * 2 // 3 if keep < 3 else max(1, keep * 2 // 3)
     tail = max(0, keep - head)
     return text[:head] + marker(len(text) - head - tail) + (text[-tail:] if tail else "")
 
@@ -77,9 +79,7 @@ def shrink_text(text: str, keep: int) -> str:
 
 
 def _shrink_message_text(text: str, keep: int) -> str:
-    return _cut_middle(text, keep, lambda cut: (
-        f"\n\n[... {cut:,} characters cut from the middle of this message for this request only, to fit "
-        "the context window; the whole text is kept in the session ...]\n\n"))
+    return _cut_middle(text, keep, lambda cut: f"\n[... {cut:,} characters cut for this request only; the session keeps them ...]\n")
 
 
 @dataclass
@@ -350,8 +350,12 @@ class _Fitter:
         return self.total > self.b.budget
 
     def run(self) -> None:
-        steps = (self.drop_excess_calls, self.cut_tool_results, lambda: self.cut_largest(self.b.budget // 4),
-                 self.drop_old_turns, lambda: self.cut_largest(0))
+        steps = (self.drop_excess_calls, self.cut_tool_results,
+                 lambda: self.cut_largest(self.b.budget // 4, MIN_MESSAGE_CHARS),
+                 self.drop_old_turns, self.drop_early_steps,
+                 # the turn's own message (with any note about what was left out) goes last
+                 lambda: self.cut_largest(0, LAST_RESORT_CHARS, spare=self.turn_start),
+                 lambda: self.cut_largest(0, LAST_RESORT_CHARS))
         for step in steps:
             if not self.over():
                 return
@@ -420,15 +424,15 @@ class _Fitter:
         return int((before - excess_raw - 80) * chars_per_token * 0.97)
 
     # 3 and 5. single messages: text and tool-call arguments
-    def cut_largest(self, above: int) -> None:
-        """Cut the largest non-system message while the request is over, keeping at least `above` tokens each."""
-        floor_chars = MIN_MESSAGE_CHARS
-        tried: set[int] = set()
+    def cut_largest(self, above: int, floor_chars: int, *, spare: int | None = None) -> None:
+        """Cut the largest non-system message while the request is over, keeping at least `above` tokens
+        and `floor_chars` characters of each of its texts; message `spare` is left alone."""
+        tried: set[int] = {spare} if spare is not None else set()
         cut_any = False
         while self.over():
             sizes = [(self.b.counter.count_message(m), i) for i, m in enumerate(self.out)
                      if m.get("role") != "system" and i not in tried]
-            sizes = [(n, i) for n, i in sizes if n > max(above, 60)]
+            sizes = [(n, i) for n, i in sizes if n > max(above, 30)]
             if not sizes:
                 break
             size, index = max(sizes)
@@ -467,10 +471,33 @@ class _Fitter:
         self._update()
 
 
-def _with_note(msg: Message, left_out: int) -> Message:
-    note = (f"[Note from nanobot: the {left_out} earlier messages of this conversation are left out of this "
-            "request to fit the context window; they are kept in the session and are being summarised into "
-            "memory (HISTORY.md).]\n\n")
+    # 5. earlier tool steps of this turn out of this request
+    def drop_early_steps(self) -> None:
+        start = self.turn_start
+        if start >= len(self.out) or self.out[start].get("role") != "user":
+            return
+        steps = [i for i in range(start + 1, len(self.out))
+                 if self.out[i].get("role") == "assistant" and tool_calls_of(self.out[i])]
+        base = self.out
+        chosen = None
+        for n, end in enumerate(steps[1:], start=1):
+            note = (f"[Note from nanobot: the first {n} tool step(s) of this turn ({end - start - 1} messages) are "
+                    "left out of this request to fit the context window; they are kept in the session.]\n\n")
+            candidate = base[:start] + [_with_note(base[start], note=note)] + base[end:]
+            chosen = (n, candidate)
+            if self.b.tokens(candidate, self.tools) <= self.b.budget:
+                break
+        if chosen is None:
+            return
+        n, self.out = chosen
+        self.cuts.append(f"left the first {n} tool step(s) of this turn out of this request")
+        self._update()
+
+
+def _with_note(msg: Message, left_out: int = 0, *, note: str | None = None) -> Message:
+    note = note or (f"[Note from nanobot: the {left_out} earlier messages of this conversation are left out of this "
+                    "request to fit the context window; they are kept in the session and are being summarised into "
+                    "memory (HISTORY.md).]\n\n")
     content = msg.get("content")
     if isinstance(content, list):
         return {**msg, "content": [{"type": "text", "text": note}, *content]}
@@ -483,7 +510,7 @@ def _shrink_message(msg: Message, size: int, target_tokens: int, floor_chars: in
     out = dict(msg)
     changed = False
     content = msg.get("content")
-    if isinstance(content, str) and len(content) > floor_chars:
+    if isinstance(content, str) and len(content) > max(floor_chars, 90):
         keep = max(floor_chars, int(len(content) * ratio * 0.95))
         if keep < len(content):
             out["content"] = _shrink_message_text(content, keep)
@@ -495,7 +522,7 @@ def _shrink_message(msg: Message, size: int, target_tokens: int, floor_chars: in
             fn = call.get("function") or {}
             args = fn.get("arguments")
             text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-            if len(text) > floor_chars:
+            if len(text) > max(floor_chars, 90):
                 cut = _shrink_arguments(text, max(floor_chars, int(len(text) * ratio * 0.95)))
                 if len(cut) < len(text):
                     call = {**call, "function": {**fn, "arguments": cut}}
@@ -515,11 +542,11 @@ def _shrink_arguments(text: str, keep: int) -> str:
         return json.dumps({"_arguments_cut_for_this_request": _shrink_message_text(text, keep)}, ensure_ascii=False)
     strings = {k: v for k, v in value.items() if isinstance(v, str)}
     others = len(json.dumps({k: v for k, v in value.items() if k not in strings}, ensure_ascii=False))
-    room = max(len(strings) * 40, keep - others)
+    room = max(len(strings) * min(40, keep), keep - others)
     total = sum(len(v) for v in strings.values()) or 1
     out = dict(value)
     for key, text_value in strings.items():
-        share = max(40, int(room * len(text_value) / total))
+        share = max(min(40, keep), int(room * len(text_value) / total))
         out[key] = _shrink_message_text(text_value, share)
     for key, item in value.items():
         if key not in strings and len(json.dumps(item, ensure_ascii=False)) > keep:
