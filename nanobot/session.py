@@ -21,6 +21,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from nanobot.errors import SessionInUseError, UsageError
 from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write
 from nanobot.messages import Message, for_wire, now_iso
@@ -146,7 +148,7 @@ def _parse(data: bytes) -> _Parsed:
         if not raw.strip():
             continue
         try:
-            record = json.loads(raw.decode("utf-8"))
+            record = _loads(raw)
         except (UnicodeDecodeError, ValueError):
             record = None
         if not isinstance(record, dict):
@@ -169,6 +171,15 @@ def _parse(data: bytes) -> _Parsed:
             continue
         parsed.good_lines.append(raw)
     return parsed
+
+
+def _loads(raw: bytes) -> Any:
+    """One JSONL line. orjson parses a long session about twice as fast as json; a line it
+    refuses but json reads (NaN, for instance) still loads, through json."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw.decode("utf-8"))
 
 
 def _dumps(record: dict) -> bytes:
