@@ -124,6 +124,14 @@ def test_a_line_only_the_lenient_json_reader_accepts_still_loads(store):
     assert not Path(str(path) + ".corrupt").exists()
 
 
+def test_repair_writes_back_integers_past_64_bits_exactly(store):
+    big = 123456789012345678901234567890
+    path = write_session(store, "k", [{"role": "user", "content": "n?", "n": big}, assistant("ok"),
+                                      assistant("again")])  # consecutive assistants: repair rewrites
+    assert store.repair("k").changed
+    assert [r.get("n") for r in records(path) if r.get("content") == "n?"] == [big]
+
+
 def test_v01_file_under_its_old_name_is_imported_and_left_in_place(store):
     legacy = store.directory / "telegram_42.jsonl"
     legacy.parent.mkdir(parents=True)
