@@ -344,7 +344,8 @@ class SessionStore:
         try:
             session = self._load_locked(key, path)
             session._lock = lock
-            if session.last_consolidated != session._stored_pointer:
+            stored = session._stored_pointer
+            if not _plain_int(stored) or session.last_consolidated != stored:
                 # Persist the clamped pointer so the warning is given once, not on every open.
                 self.set_pointer(session, session.last_consolidated)
         except BaseException:

@@ -145,6 +145,7 @@ class ContextBudget:
                  max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS) -> None:
         self.configured_window = window
         self.window = window
+        self.max_tokens = max_tokens
         self.reply_tokens = reply_room(window, max_tokens)
         self.prompt_cap = max(0, prompt_cap)
         self.counter = counter or default_counter()
@@ -236,16 +237,19 @@ class ContextBudget:
 
         False when the remaining budget would be too small to hold a conversation."""
         smaller = reported_window if reported_window and reported_window < self.window else int(self.window * 0.8)
-        if smaller - self.reply_tokens < MIN_BUDGET:
+        reply = reply_room(smaller, self.max_tokens)
+        if smaller - reply < MIN_BUDGET:
             return False
-        self.window = smaller
+        self.window, self.reply_tokens = smaller, reply
         return True
 
     def overflow_error(self, exc: ProviderError, estimate: int) -> ProviderError:
-        """The provider still says "too long" after the refit: say what really differs."""
+        """The provider still says "too long" after the refit: say what really differs.
+
+        `estimate` is the calibrated estimate the request was sent with (0: not counted)."""
         counted = f"the provider counted {exc.reported_tokens:,} prompt tokens" if exc.reported_tokens else \
             "the provider counted more tokens than nanobot estimated"
-        ours = f" where nanobot estimated {self.calibration.adjust(estimate):,}" if estimate else ""
+        ours = f" where nanobot estimated {estimate:,}" if estimate else ""
         window = f" and says its window is {exc.reported_window:,}" if exc.reported_window else ""
         hint = (f"{counted}{ours}{window}; nanobot fits each request to {self.window:,} tokens "
                 f"({self.budget:,} for the prompt + {self.reply_tokens:,} for the reply). Set "
@@ -280,7 +284,9 @@ class ContextBudget:
             f"this request cannot fit the context window, so it was not sent: the system prompt (with MEMORY.md) "
             f"takes ~{system:,} tokens, the tool schemas ~{schemas:,} and the conversation, cut to its minimum, "
             f"~{rest:,}: ~{total:,} tokens against a budget of {self.budget:,} (window {self.window:,} minus "
-            f"{self.reply_tokens:,} for the reply)",
+            f"{self.reply_tokens:,} for the reply)" + (
+                f"; the provider counts about {self.calibration.ratio:.1f}x what nanobot's tokenizer does, and "
+                "these figures include that correction" if self.calibration.ratio > 1.0 else ""),
             hint=_FIX_HINT + "; /new starts an empty conversation")
 
     def check_fixed(self, system_prompt: str, tools: list[dict] | None, *,

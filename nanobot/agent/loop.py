@@ -149,6 +149,7 @@ async def run_loop(
             except ProviderError as exc:
                 shown.flush()
                 if exc.context_overflow and budget is not None:
+                    sent = budget.calibration.adjust(fitted.estimate) if fitted.estimate else 0
                     budget.observe(fitted.estimate, exc.reported_tokens)
                     # "prompt too long": once, shrink to the window the provider reported, refit, send again
                     if attempt == 1 and budget.shrink(exc.reported_window):
@@ -156,7 +157,7 @@ async def run_loop(
                                     f"within {budget.window:,} tokens from now on (set "
                                     "agents.defaults.contextWindowTokens to the model's real window)", "warning"))
                         continue
-                    exc = budget.overflow_error(exc, fitted.estimate)
+                    exc = budget.overflow_error(exc, sent)
                 result.stop_reason, result.error = "error", str(exc)
                 return result
         max_tokens = fitted.max_tokens
