@@ -255,3 +255,17 @@ def test_status_shows_what_the_next_request_uses(configure, fake_llm):
     assert f"~{snap.estimate:,} / {snap.budget:,} tokens (window 8,192 minus 2,048 kept for the reply)" in shown
     assert request.body["max_tokens"] == snap.reply_tokens == 2048
     assert request.estimated_tokens <= snap.estimate <= request.estimated_tokens + 40
+
+
+@pytest.mark.parametrize("message", [
+    "input length and `max_tokens` exceed context limit: 8123 + 2048 > 8192, decrease input length or "
+    "`max_tokens` and try again",
+    "This model's maximum context length is 8192 tokens. However, you requested 10171 tokens (8123 in the "
+    "messages, 2048 in the completion). Please reduce the length of the messages or completion.",
+])
+def test_prompt_plus_max_tokens_rejections_are_read_as_overflows(message):
+    from nanobot.providers.errors_map import status_error
+
+    error = status_error("provider", 400, message)
+    assert error.context_overflow and error.reported_window == 8192 and error.reported_tokens == 8123
+    assert "bug in nanobot" not in str(error)
