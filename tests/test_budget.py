@@ -215,3 +215,36 @@ def test_default_workspace_fits_an_8k_window(tmp_path):
     fixed = budget.check_fixed(context.system_prompt(), tools.schemas())
     assert fixed < 8192 - 2048 - 1024
     assert budget.startup_warnings(context.system_prompt(), tools.schemas()) == []
+
+
+def test_oldest_turns_are_left_out_with_a_note_when_history_alone_is_too_big():
+    counter = _counter()
+    msgs = [{"role": "system", "content": "You are nanobot."}]
+    for i in range(40):
+        msgs += [{"role": "user", "content": f"turn {i}: " + "hello there " * 40},
+                 {"role": "assistant", "content": f"answer {i}: " + "fine thanks " * 40}]
+    msgs.append({"role": "user", "content": "and now?"})
+    fitted = _budget(2000).fit(msgs)
+    out = fitted.messages
+    assert request_tokens(out, counter) <= 2000
+    assert out[-1] == msgs[-1] and out[0] == msgs[0]
+    first_kept = out[1]
+    assert first_kept["role"] == "user" and "earlier messages of this conversation are left out" in first_kept["content"]
+    kept_turns = [m["content"] for m in out if m["role"] == "assistant"]
+    answers = [m["content"] for m in msgs if m["role"] == "assistant"]
+    assert 0 < len(kept_turns) < 40 and kept_turns == answers[-len(kept_turns):]  # the newest, whole and in order
+    assert any("older messages out of this request" in c for c in fitted.cuts)
+
+
+def test_calls_over_the_cap_in_a_stored_message_are_left_out_with_their_results():
+    counter = _counter()
+    calls = [tool_call(f"c{i}", "exec", {"command": f"echo {i}"}) for i in range(2000)]
+    msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "tool_calls": calls},
+            *[{"role": "tool", "tool_call_id": f"c{i}", "name": "exec", "content": f"{i}"} for i in range(2000)],
+            {"role": "assistant", "content": "done"}, {"role": "user", "content": "next"}]
+    out = _budget(4000).fit(msgs).messages
+    assert request_tokens(out, counter) <= 4000
+    sent_calls = out[2]["tool_calls"]
+    assert len(sent_calls) == 32 and "1,968 more tool calls" in out[2]["content"]
+    assert [m["tool_call_id"] for m in out if m["role"] == "tool"] == [f"c{i}" for i in range(32)]

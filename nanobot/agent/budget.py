@@ -460,25 +460,36 @@ class _Fitter:
         if cut_any:
             self.cuts.append("cut oversized messages" if above else "cut messages to their minimum")
 
+    def _least_cut(self, options: list, build: Callable[[Any], list[Message]]) -> tuple[Any, list[Message]] | None:
+        """The first of `options` (ordered from least to most left out) whose request fits, else the last.
+
+        Leaving more out never costs tokens, so a binary search finds it in O(log n) counts."""
+        if not options:
+            return None
+        lo, hi, best = 0, len(options) - 1, None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            candidate = build(options[mid])
+            if self.b.tokens(candidate, self.tools) <= self.b.budget:
+                best, hi = (options[mid], candidate), mid - 1
+            else:
+                lo = mid + 1
+        return best or (options[-1], build(options[-1]))
+
     # 4. oldest turns out of this request
     def drop_old_turns(self) -> None:
         first = 1 if self.out and self.out[0].get("role") == "system" else 0
         bounds = [i for i in range(first + 1, min(self.turn_start, len(self.out) - 1) + 1)
                   if self.out[i].get("role") == "user"]
-        if not bounds:
-            return
         base = self.out
-        chosen = None
-        for end in bounds:
-            candidate = base[:first] + [_with_note(base[end], end - first)] + base[end + 1:]
-            chosen = (end, candidate)
-            if self.b.tokens(candidate, self.tools) <= self.b.budget:
-                break
+        chosen = self._least_cut(bounds, lambda end: base[:first] + [_with_note(base[end], end - first)]
+                                 + base[end + 1:])
+        if chosen is None:
+            return
         end, self.out = chosen
         self.turn_start -= end - first
         self.cuts.append(f"left {end - first} older messages out of this request")
         self._update()
-
 
     # 5. earlier tool steps of this turn out of this request
     def drop_early_steps(self) -> None:
@@ -488,14 +499,14 @@ class _Fitter:
         steps = [i for i in range(start + 1, len(self.out))
                  if self.out[i].get("role") == "assistant" and tool_calls_of(self.out[i])]
         base = self.out
-        chosen = None
-        for n, end in enumerate(steps[1:], start=1):
+
+        def build(n: int) -> list[Message]:
+            end = steps[n]
             note = (f"[Note from nanobot: the first {n} tool step(s) of this turn ({end - start - 1} messages) are "
                     "left out of this request to fit the context window; they are kept in the session.]\n\n")
-            candidate = base[:start] + [_with_note(base[start], note=note)] + base[end:]
-            chosen = (n, candidate)
-            if self.b.tokens(candidate, self.tools) <= self.b.budget:
-                break
+            return base[:start] + [_with_note(base[start], note=note)] + base[end:]
+
+        chosen = self._least_cut(list(range(1, len(steps))), build)
         if chosen is None:
             return
         n, self.out = chosen
