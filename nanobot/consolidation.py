@@ -327,13 +327,16 @@ class Consolidator:
     async def _chat(self, request: list[Message], choice: Any):
         # its own deadline: a hung call must not hold the session for the client's 600 s x retries
         try:
-            return await asyncio.wait_for(
+            response = await asyncio.wait_for(
                 self.provider.chat(request, tools=[SAVE_MEMORY_TOOL], tool_choice=choice,
                                    max_tokens=self.budget.reply_tokens, temperature=0.0),
                 timeout=self.timeout)
         except asyncio.TimeoutError:
             raise ConsolidationFailure(f"the consolidation request took longer than {self.timeout:g} s "
                                        "(agents.defaults.consolidationTimeoutSeconds)") from None
+        # its counts teach the budget too (the request was counted when it was fitted: cached)
+        self.budget.observe(self.budget.raw_tokens(request, [SAVE_MEMORY_TOOL]), response.usage.prompt_tokens)
+        return response
 
     def _record(self, chunk: list[Message], answer: tuple[dict[str, Any], bool],
                 report: ConsolidationReport) -> str:
