@@ -147,18 +147,18 @@ class Conversation:
         wait = self.settings.room_wait_seconds
         self._waiting_emit = emit
         try:
-            if not await self.join_consolidation(wait):
-                return  # still running from the last turn
-            cons = self.consolidator
-            if cons.surely_fits(self.session, system_prompt=self.context.system_prompt,
-                                tool_schemas=self._schemas(), probe=probe):
-                return
-            if self.estimate(probe) < self.budget.budget:
-                return
-            self._start_consolidation(probe)
-            if not await self.join_consolidation(wait):
-                emit(Notice(f"memory consolidation is taking longer than {wait:g} s; it goes on in the background, "
-                            "and until it is done the oldest turns are left out of the requests"))
+            if await self.join_consolidation(wait):  # one still running from the last turn gets a few seconds
+                cons = self.consolidator
+                if cons.surely_fits(self.session, system_prompt=self.context.system_prompt,
+                                    tool_schemas=self._schemas(), probe=probe):
+                    return
+                if self.estimate(probe) < self.budget.budget:
+                    return
+                self._start_consolidation(probe)
+                if await self.join_consolidation(wait):
+                    return
+            emit(Notice(f"memory consolidation is taking longer than {wait:g} s; it goes on in the background, and "
+                        "until it is done a request that does not fit leaves the oldest turns out"))
         finally:
             self._waiting_emit = None
 
