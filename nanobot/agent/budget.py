@@ -201,9 +201,6 @@ class ContextBudget:
             total.last = msgs[-1]
         return total.cum[len(msgs) - total.base] - total.cum[lc - total.base]
 
-    def tokens_between(self, session: Session, start: int, end: int) -> int:
-        return sum(self.stored_tokens(m) for m in session.messages[start:end])
-
     def fixed_tokens(self, system_prompt: SystemPrompt, tools: list[dict] | None) -> int:
         system = system_prompt() if callable(system_prompt) else system_prompt
         return self.calibration.adjust(self.counter.count_message({"role": "system", "content": system})
