@@ -120,9 +120,8 @@ class Conversation:
 
     def estimate(self, probe: str | None = None) -> int:
         """The next request's estimated size, as the budget sees it (for /status too)."""
-        kwargs = {"probe": probe} if probe is not None else {}
-        return self.consolidator.estimate(self.session, system_prompt=self.context.system_prompt,
-                                          tool_schemas=self._schemas(), **kwargs)
+        return self.budget.estimate(self.session, system_prompt=self.context.system_prompt, tools=self._schemas(),
+                                    probe=probe_message(probe) if probe is not None else probe_message())
 
     def snapshot(self):
         """The budget's figures for this session's next request (what /status shows)."""
@@ -147,13 +146,9 @@ class Conversation:
         wait = self.settings.room_wait_seconds
         self._waiting_emit = emit
         try:
-            if await self.join_consolidation(wait):  # one still running from the last turn gets a few seconds
-                cons = self.consolidator
-                if cons.surely_fits(self.session, system_prompt=self.context.system_prompt,
-                                    tool_schemas=self._schemas(), probe=probe):
-                    return
-                if self.estimate(probe) < self.budget.budget:
-                    return
+            # one still running from the last turn gets a few seconds; otherwise the consolidator
+            # (asking the budget) decides whether this turn needs room, and makes it
+            if await self.join_consolidation(wait):
                 self._start_consolidation(probe)
                 if await self.join_consolidation(wait):
                     return
