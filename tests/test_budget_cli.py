@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
+import string
 import subprocess
 
 from budget_helpers import WINDOW, is_consolidation, make_strict, make_text, over_window, save_memory_reply
@@ -45,7 +47,9 @@ def _stored(home) -> list[dict]:
 def test_after_a_long_answer_the_next_request_leaves_room_for_the_reply(nanobot_cmd, fake_llm, configure):
     configure(contextWindowTokens=WINDOW)
     make_strict(fake_llm)
-    essay = make_text("prose", 3000 * 6)  # ~3,000 words
+    rng = random.Random(5)
+    essay = " ".join("".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 9)))
+                     for _ in range(3000))  # 3,000 words, ~6,000 tokens: alone nearly the whole budget
     fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text(essay)
     assert run(nanobot_cmd, "agent", "-m", "write me a long essay about logs").returncode == 0
     fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text("glad to help")
@@ -54,6 +58,10 @@ def test_after_a_long_answer_the_next_request_leaves_room_for_the_reply(nanobot_
     assert "glad to help" in second.stdout
     _assert_inside(fake_llm)
     assert all(r.body["max_tokens"] == 2048 for r in fake_llm.requests)
+    follow_up = _turns(fake_llm)[-1]
+    assert "thanks, that was great" in _body_text(follow_up)
+    # the essay was summarised (or cut for this request) rather than sent whole
+    assert essay not in _body_text(follow_up)
 
 
 def test_huge_pastes_are_kept_as_workspace_files_and_the_next_turn_works(nanobot_cmd, fake_llm, configure,
