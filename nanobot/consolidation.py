@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from nanobot.agent.budget import ContextBudget
 from nanobot.agent.events import EventSink, Notice, ignore
+from nanobot.config import AgentDefaults
 from nanobot.errors import ProviderError
 from nanobot.memory import MemoryStore
 from nanobot.messages import Message, text_of, tool_calls_of
@@ -113,7 +114,7 @@ class ConsolidationFailure(Exception):
     """One failed attempt to summarise a chunk; the message says why."""
 
 
-DEFAULT_TIMEOUT = 90.0  # seconds for one consolidation request, retries included
+DEFAULT_TIMEOUT = AgentDefaults.consolidation_timeout_seconds  # seconds for one request, retries included
 
 
 class Consolidator:

@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from nanobot.config import AgentDefaults
 from nanobot.errors import ContextTooSmallError, ProviderError, RequestTooLarge
 from nanobot.messages import Message, text_of, tool_calls_of
 from nanobot.session import Session, as_sent
@@ -45,7 +46,7 @@ LAST_RESORT_CHARS = 0  # only the marker is left
 MIN_CONVERSATION_TOKENS = 1024
 # Below this no request of ours can fit, so shrinking the window further is pointless.
 MIN_BUDGET = 1024
-DEFAULT_MAX_TOOL_CALLS = 32
+DEFAULT_MAX_TOOL_CALLS = AgentDefaults.max_tool_calls_per_step  # the config's default, one place
 _HOW_TO_READ_REST = ("to see them, use read_file with offset/limit on the file, or exec with "
                      "head/tail/grep on the command's output")
 _FIX_HINT = ("raise agents.defaults.contextWindowTokens (if the model allows it), lower agents.defaults.maxTokens, "
