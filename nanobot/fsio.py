@@ -72,15 +72,15 @@ def append_durably(path: Path, data: str | bytes) -> None:
 
 
 class ExclusiveLock:
-    """An OS-level lock on `<path>.lock`, taken without waiting.
+    """An OS-level lock on `<path>.lock`, taken without waiting (or waiting up to `timeout` seconds).
 
     `acquire()` raises `filelock.Timeout` when another process holds it.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, timeout: float = 0) -> None:
         self.path = Path(str(path) + ".lock")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = FileLock(str(self.path), timeout=0, thread_local=False)
+        self._lock = FileLock(str(self.path), timeout=timeout, thread_local=False)
 
     def acquire(self) -> None:
         self._lock.acquire()

@@ -1,0 +1,81 @@
+"""The jobs file: nanobot's format, atomic rewrites, and a corrupt file kept aside, never emptied."""
+
+from __future__ import annotations
+
+import json
+
+from nanobot.cron.schedule import Schedule
+from nanobot.cron.store import JobStore
+
+NANOBOT_JOBS = {
+    "version": 1,
+    "jobs": [{
+        "id": "3f2a9c1b", "name": "standup", "enabled": True,
+        "schedule": {"kind": "cron", "atMs": None, "everyMs": None, "expr": "0 9 * * 1-5", "tz": "Europe/Berlin"},
+        "payload": {"kind": "agent_turn", "message": "Remind me of the stand-up", "deliver": True,
+                    "channel": "telegram", "to": "12345", "channelMeta": {"thread": 7}},
+        "state": {"nextRunAtMs": 1772956800000, "lastRunAtMs": None, "lastStatus": None, "lastError": None},
+        "createdAtMs": 1772000000000, "updatedAtMs": 1772000000000, "deleteAfterRun": False,
+    }, {
+        "id": "77aa00ff", "name": "water", "enabled": False,
+        "schedule": {"kind": "every", "atMs": None, "everyMs": 1800000, "expr": None, "tz": None},
+        "payload": {"kind": "agent_turn", "message": "Drink water", "deliver": False, "channel": "cli", "to": "direct"},
+        "state": {}, "createdAtMs": 1772000000000, "updatedAtMs": 1772000000000, "deleteAfterRun": False,
+    }],
+}
+
+
+def test_a_nanobot_jobs_file_in_the_old_place_is_imported_with_every_field_kept(workspace, isolated_home):
+    legacy = isolated_home / "cron" / "jobs.json"
+    legacy.parent.mkdir(parents=True)
+    legacy.write_text(json.dumps(NANOBOT_JOBS))
+    store = JobStore(workspace)
+    jobs = store.jobs()
+    assert [(j.id, j.name, j.enabled, j.schedule.kind) for j in jobs] == [
+        ("3f2a9c1b", "standup", True, "cron"), ("77aa00ff", "water", False, "every")]
+    assert jobs[0].schedule.tz == "Europe/Berlin" and jobs[1].schedule.every_ms == 1_800_000
+    assert jobs[0].session_key == "cron:3f2a9c1b"  # nanobot ran jobs in cron:<id> too
+    assert "imported 2 job(s)" in store.notices[0]
+    saved = json.loads((workspace / "cron" / "jobs.json").read_text())
+    assert saved["jobs"][0]["payload"]["channelMeta"] == {"thread": 7}  # unknown keys survive
+    assert saved["jobs"][0]["state"]["nextRunAtMs"] == 1772956800000
+    assert json.loads(legacy.read_text()) == NANOBOT_JOBS  # the original is untouched
+
+
+def test_a_corrupt_jobs_file_is_kept_aside_byte_for_byte_and_the_user_is_told(workspace):
+    store = JobStore(workspace)
+    store.add(Schedule("every", every_ms=60_000), "stretch", now_ms=1_000)
+    path = workspace / "cron" / "jobs.json"
+    damaged = path.read_text()[:-40]  # a torn edit by hand
+    path.write_text(damaged)
+    assert store.jobs() == []
+    aside = list(path.parent.glob("jobs.json.corrupt-*"))
+    assert len(aside) == 1 and aside[0].read_text() == damaged
+    assert aside[0].name in store.notices[0] and "could not be read" in store.notices[0]
+    # adding a job afterwards starts a new file; the kept copy is not touched
+    store.add(Schedule("every", every_ms=60_000), "new one", now_ms=2_000)
+    assert aside[0].read_text() == damaged
+    assert [j.message for j in store.jobs()] == ["new one"]
+
+
+def test_a_file_of_the_wrong_shape_is_kept_aside_too(workspace):
+    path = workspace / "cron" / "jobs.json"
+    path.parent.mkdir()
+    path.write_text('{"jobs": [{"id": "x", "schedule": {"kind": "sometimes"}}]}')
+    store = JobStore(workspace)
+    assert store.jobs() == []
+    assert "schedule.kind" in store.notices[0]
+    assert list(path.parent.glob("jobs.json.corrupt-*"))[0].read_text().startswith('{"jobs"')
+
+
+def test_add_pause_resume_remove_round_trip_through_the_file(workspace):
+    store = JobStore(workspace)
+    job = store.add(Schedule("every", every_ms=60_000), "stretch", now_ms=0, session="cli:direct")
+    assert job.next_run_at_ms == 60_000 and JobStore(workspace).get(job.id).session == "cli:direct"
+    store.set_enabled(job.id, False, now_ms=10_000)
+    assert JobStore(workspace).get(job.id).next_run_at_ms is None
+    store.set_enabled(job.id, True, now_ms=610_000)
+    assert JobStore(workspace).get(job.id).next_run_at_ms == 660_000  # the next grid point, nothing replayed
+    store.remove(job.id)
+    assert JobStore(workspace).jobs() == []
+    assert not list((workspace / "cron").glob(".jobs.json.*.tmp"))  # atomic writes leave no temp files
