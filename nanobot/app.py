@@ -103,15 +103,15 @@ class AssistantTurns:
         return TurnResult(outcome.content, outcome.error)
 
 
-def build_scheduler(cfg: Config, *, kind: str, turns=None, deliveries=None, clock=None):
-    """The job runner for `nanobot serve` (kind "serve") or a chat (kind "chat")."""
+def build_scheduler(cfg: Config, *, kind: str, heartbeat: bool = False, turns=None, deliveries=None, clock=None):
+    """The job runner for `nanobot serve`, a chat ("chat") or `nanobot cron run`; only serve beats."""
     from nanobot.cron.runner import HeartbeatSettings, RunnerLock, Scheduler, SystemClock
     from nanobot.cron.store import JobStore
 
     store = JobStore(cfg.workspace_path())
     hb = cfg.gateway.heartbeat
     return Scheduler(store, turns or AssistantTurns(cfg), RunnerLock(store, kind), clock or SystemClock(),
-                     list(deliveries or []), HeartbeatSettings(hb.enabled and kind == "serve", hb.interval_s))
+                     list(deliveries or []), HeartbeatSettings(hb.enabled and heartbeat, hb.interval_s))
 
 
 @dataclass

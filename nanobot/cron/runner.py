@@ -27,7 +27,7 @@ from nanobot.cron.heartbeat import HEARTBEAT_SESSION, heartbeat_path, heartbeat_
 from nanobot.cron.jobs import Job, RunRecord, current_job
 from nanobot.cron.schedule import describe, format_ms, next_run, occurrences_between
 from nanobot.cron.store import JobStore
-from nanobot.errors import SessionInUseError
+from nanobot.errors import NanobotError, SessionInUseError
 from nanobot.fsio import ExclusiveLock, Timeout, atomic_write
 
 __all__ = ["Clock", "SystemClock", "Firing", "TurnResult", "JobTurns", "Delivery", "RunnerLock", "Scheduler",
@@ -105,12 +105,13 @@ class Delivery(Protocol):
     def deliver(self, firing: Firing) -> None: ...
 
 
-class RunnerBusyError(Exception):
+class RunnerBusyError(NanobotError):
     """Another runner (a nanobot serve, or a chat firing a job) holds the runner lock."""
 
     def __init__(self, owner: dict[str, Any]) -> None:
         self.owner = owner
-        super().__init__(describe_owner(owner))
+        super().__init__(f"another runner is firing this workspace's jobs: {describe_owner(owner)}",
+                         hint="One runner per workspace: stop the other `nanobot serve` first.")
 
 
 def describe_owner(owner: dict[str, Any]) -> str:
@@ -132,6 +133,7 @@ class RunnerLock:
             self._lock.acquire()
         except Timeout:
             return False
+        self.write_state()  # who holds it now, for the message another runner shows
         return True
 
     def acquire(self) -> None:

@@ -93,7 +93,7 @@ def parse_schedule(*, every_seconds: int | None = None, cron_expr: str | None = 
     if at_ms <= now_ms:
         raise ScheduleError(f"{at} is in the past ({format_ms(at_ms, tz or default_tz)})",
                             hint="Give a future time; the current time is in the runtime context.")
-    return Schedule("at", at_ms=at_ms)
+    return Schedule("at", at_ms=at_ms, tz=tz or default_tz or None)
 
 
 def next_run(schedule: Schedule, after_ms: int, *, anchor_ms: int) -> int | None:
@@ -158,7 +158,7 @@ def format_ms(ms: int | None, tz: str | None = None) -> str:
     if ms is None:
         return "-"
     when = datetime.fromtimestamp(ms / 1000, zone(tz))
-    return when.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+    return when.strftime("%Y-%m-%d %H:%M:%S %Z" if when.second else "%Y-%m-%d %H:%M %Z").strip()
 
 
 def describe(schedule: Schedule) -> str:
