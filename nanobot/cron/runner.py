@@ -34,7 +34,8 @@ __all__ = ["Clock", "SystemClock", "Firing", "TurnResult", "JobTurns", "Delivery
            "RunnerBusyError"]
 
 MISSED_GAP_MS = 120_000  # no tick for this long: what fell due meanwhile was missed
-POLL_SECONDS = 30.0  # how often a waiting runner rereads the store (jobs added elsewhere)
+TICK_RECORD_MS = MISSED_GAP_MS // 4  # how often a live runner notes that it is alive (an fsync)
+POLL_SECONDS = 5.0  # how often a waiting runner rereads the store (jobs added by a chat or `nanobot cron add`)
 RESULT_CHARS = 4000  # of a turn's answer, kept in runs.jsonl
 
 
@@ -184,7 +185,8 @@ class Scheduler:
         last_tick = self.lock.state().get("tickMs")
         if not isinstance(last_tick, int) or now - last_tick > MISSED_GAP_MS:
             firings += self._catch_up(now, last_tick if isinstance(last_tick, int) else None)
-        self.lock.write_state(tickMs=now)
+        if not isinstance(last_tick, int) or now - last_tick >= TICK_RECORD_MS:
+            self.lock.write_state(tickMs=now)
         for job in self._claim_due(now):
             firings.append(await self._fire(job))
         beat = await self._maybe_heartbeat(now)
@@ -216,6 +218,9 @@ class Scheduler:
         return await self._fire(job, manual=True)
 
     def _claim_due(self, now: int) -> list[Job]:
+        if not any(j.enabled and j.next_run_at_ms is not None and j.next_run_at_ms <= now for j in self.store.jobs()):
+            return []  # the common case: read only, no rewrite
+
         def claim(jobs: list[Job]) -> list[Job]:
             due = [j for j in jobs if j.enabled and j.next_run_at_ms is not None and j.next_run_at_ms <= now]
             for job in due:

@@ -8,6 +8,9 @@ import signal
 import subprocess
 import time
 
+from typer.testing import CliRunner
+
+from nanobot.cli.cron_cmd import cron_app
 from nanobot.config import load_config
 from nanobot.cron.schedule import parse_schedule
 from nanobot.cron.store import JobStore
@@ -79,25 +82,37 @@ def test_serve_runs_until_sigterm_and_a_second_runner_fires_nothing(nanobot_cmd,
     assert [(r["job_id"], r["status"]) for r in fired] == [(job.id, "ok")]  # once, by the one runner
 
 
-def test_cron_commands_add_list_pause_resume_run_remove(nanobot_cmd, configure, fake_llm):
+def cron(*args):
+    result = CliRunner().invoke(cron_app, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def test_cron_commands_add_list_pause_resume_run_remove(configure, fake_llm):
     cfg = load_config(configure())
-    added = run(nanobot_cmd, "cron", "add", "-m", "Remind me of the stand-up", "--cron", "0 9 * * 1-5",
-                "--tz", "Europe/Berlin", "--name", "standup")
-    assert added.returncode == 0, added.stderr
+    added = cron("add", "-m", "Remind me of the stand-up", "--cron", "0 9 * * 1-5", "--tz", "Europe/Berlin",
+                 "--name", "standup")
+    assert added.exit_code == 0, added.output
     job_id = added.stdout.split()[2]
-    listed = json.loads(run(nanobot_cmd, "cron", "list", "--json").stdout)
+    listed = json.loads(cron("list", "--json").stdout)
     assert [(j["id"], j["name"], j["schedule"]["expr"], j["schedule"]["tz"]) for j in listed["jobs"]] == [
         (job_id, "standup", "0 9 * * 1-5", "Europe/Berlin")]
-    assert run(nanobot_cmd, "cron", "pause", job_id).returncode == 0
+    assert job_id in cron("list").stdout
+    assert cron("pause", job_id).exit_code == 0
     assert JobStore(cfg.workspace_path()).get(job_id).enabled is False
-    assert "resumed" in run(nanobot_cmd, "cron", "resume", job_id).stdout
+    assert "resumed" in cron("resume", job_id).stdout
     fake_llm.script(Reply.text("Stand-up in 15 minutes."))
-    ran = run(nanobot_cmd, "cron", "run", job_id)
-    assert ran.returncode == 0 and "Stand-up in 15 minutes." in ran.stdout
+    ran = cron("run", job_id)
+    assert ran.exit_code == 0 and "Stand-up in 15 minutes." in ran.stdout
     assert JobStore(cfg.workspace_path()).get(job_id).history[-1].session == f"cron:{job_id}"
-    bad = run(nanobot_cmd, "cron", "add", "-m", "x", "--every", "60", "--cron", "* * * * *")
-    assert bad.returncode == 2 and "exactly one of" in bad.stderr
-    missing = run(nanobot_cmd, "cron", "remove", "nope")
-    assert missing.returncode == 2 and "no job with id 'nope'" in missing.stderr
-    assert run(nanobot_cmd, "cron", "remove", job_id).returncode == 0
+    assert cron("remove", job_id).exit_code == 0
     assert JobStore(cfg.workspace_path()).jobs() == []
+
+
+def test_cron_errors_say_what_to_do_and_exit_2(nanobot_cmd, configure):
+    configure()
+    bad = run(nanobot_cmd, "cron", "add", "-m", "x", "--every", "60", "--cron", "* * * * *")
+    assert bad.returncode == 2 and "exactly one of" in bad.stderr and "every_seconds=3600" in bad.stderr
+    missing = run(nanobot_cmd, "cron", "remove", "nope")
+    assert missing.returncode == 2 and "no job with id 'nope'" in missing.stderr and "cron list" in missing.stderr
