@@ -250,8 +250,9 @@ class Scheduler:
             status, error = ("error", result.error) if result.error else ("ok", None)
             text = result.content or ""
         except asyncio.CancelledError:
-            self._finish(job, RunRecord(start, "interrupted", self.clock.now_ms() - start,
-                                        "the runner stopped during the turn", session))
+            duration, why = self.clock.now_ms() - start, "the runner stopped during the turn"
+            self._finish(job, RunRecord(start, "interrupted", duration, why, session))
+            self._deliver(Firing("job", start, f"⏰ {job.name}", "", "interrupted", job.id, session, duration, why))
             raise
         except Exception as exc:  # one failing job must not stop the runner
             status, error, text = "error", f"{type(exc).__name__}: {exc}", ""
@@ -307,9 +308,9 @@ class Scheduler:
 
     def _notices_from_store(self) -> list[Firing]:
         firings = []
-        while self.store.notices:
+        while self.store.notices:  # the store already put them in runs.jsonl
             firing = Firing("notice", self.clock.now_ms(), "nanobot reminders", self.store.notices.pop(0), "error")
-            self._deliver(firing)
+            self._deliver(firing, record=False)
             firings.append(firing)
         return firings
 
@@ -348,8 +349,9 @@ class Scheduler:
 
     # -- delivery -----------------------------------------------------------------------------
 
-    def _deliver(self, firing: Firing) -> None:
-        self.store.append_run(firing.to_json())  # the record, and the feed open chats read
+    def _deliver(self, firing: Firing, *, record: bool = True) -> None:
+        if record:
+            self.store.append_run(firing.to_json())  # the record, and the feed open chats read
         for delivery in self.deliveries:
             try:
                 delivery.deliver(firing)

@@ -178,9 +178,9 @@ class JobStore:
             aside = self.path.with_name(f"jobs.json.corrupt-{stamp}-{n}")
         self.path.rename(aside)
         self._extra = {}
-        self.notices.append(f"{self.path} could not be read ({exc}); it was kept as {aside.name} and no job "
-                            f"from it will fire. Fix that file and move it back to jobs.json (when no other "
-                            f"job has been added since), or add the jobs again.")
+        self._notice(f"{self.path} could not be read ({exc}); it was kept as {aside.name} and no job "
+                     f"from it will fire. Fix that file and move it back to jobs.json (when no other "
+                     f"job has been added since), or add the jobs again.")
 
     def _import_legacy(self) -> list[Job]:
         """A nanobot user's jobs live in ~/.nanobot/cron/jobs.json: bring them into the workspace once."""
@@ -190,14 +190,20 @@ class JobStore:
         try:
             jobs, self._extra = decode_store(json.loads(legacy.read_text(encoding="utf-8")))
         except (OSError, ValueError, JobFormatError) as exc:
-            self.notices.append(f"nanobot's jobs file {legacy} could not be read ({exc}); it was left as it "
-                                "was and none of its jobs were imported")
+            self._notice(f"nanobot's jobs file {legacy} could not be read ({exc}); it was left as it "
+                         "was and none of its jobs were imported")
             self._save([])  # remember that the import was tried: the notice is not repeated
             return []
         self._save(jobs)
-        self.notices.append(f"imported {len(jobs)} job(s) from {legacy} (nanobot's location) into {self.path}; "
-                            "the original was left as it was")
+        self._notice(f"imported {len(jobs)} job(s) from {legacy} (nanobot's location) into {self.path}; "
+                     "the original was left as it was")
         return jobs
+
+    def _notice(self, text: str) -> None:
+        """Tell whoever called (`notices`) and every open chat (a record in runs.jsonl)."""
+        self.notices.append(text)
+        self.append_run({"kind": "notice", "at_ms": int(time.time() * 1000), "title": "nanobot reminders",
+                         "text": text, "status": "error"})
 
     def _save(self, jobs: list[Job]) -> None:
         atomic_write(self.path, json.dumps(encode_store(jobs, self._extra), indent=2, ensure_ascii=False) + "\n")

@@ -60,14 +60,19 @@ class CronTool(Tool):
     async def run(self, action: str = "", **args: Any) -> str:
         try:
             if action == "add":
-                return self._add(**args)
+                return self._add(**args) + self._notices()
             if action == "list":
-                return self._list()
+                return self._list() + self._notices()
             if action == "remove":
-                return self._remove(args.get("job_id"))
+                return self._remove(args.get("job_id")) + self._notices()
         except UsageError as exc:
-            raise ToolError(str(exc)) from None
+            raise ToolError(str(exc) + self._notices()) from None
         raise ToolError(f"unknown action {action!r}; use add, list or remove")
+
+    def _notices(self) -> str:
+        """What the store had to do (a damaged file kept aside, jobs imported): the user must hear it."""
+        notes, self.store.notices[:] = list(self.store.notices), []
+        return "".join(f"\nNote for the user: {note}" for note in notes)
 
     def _add(self, message: str = "", every_seconds: int | None = None, cron_expr: str | None = None,
              tz: str | None = None, at: str | None = None, name: str | None = None, session: str | None = None,
@@ -92,10 +97,8 @@ class CronTool(Tool):
 
     def _list(self) -> str:
         jobs = self.store.jobs()
-        notices = "".join(f"Note: {n}\n" for n in self.store.notices)
-        self.store.notices.clear()
         if not jobs:
-            return notices + "No scheduled jobs."
+            return "No scheduled jobs."
         lines = []
         for job in jobs:
             state = "" if job.enabled else " [paused]" if job.schedule.kind != "at" else " [done]"
@@ -103,7 +106,7 @@ class CronTool(Tool):
                          f"{format_ms(job.next_run_at_ms, job.schedule.tz or self.default_tz)}"
                          + (f"; last run {format_ms(job.last_run_at_ms, job.schedule.tz or self.default_tz)} "
                             f"{job.last_status}" if job.last_run_at_ms else ""))
-        return notices + "Scheduled jobs:\n" + "\n".join(lines)
+        return "Scheduled jobs:\n" + "\n".join(lines)
 
     def _remove(self, job_id: str | None) -> str:
         if not job_id:

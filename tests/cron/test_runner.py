@@ -170,3 +170,31 @@ def test_the_heartbeat_acts_on_a_listed_task_in_the_heartbeat_session(workspace)
     assert "Remind me to water the plants at 8" in turns.calls[0][1]
     assert records[-1]["kind"] == "heartbeat" and records[-1]["text"] == "Watered the plants reminder sent."
     assert records[-1]["quiet"] is False
+
+
+def test_a_runner_stopped_mid_turn_records_the_run_as_interrupted(workspace):
+    store = JobStore(workspace)
+    job = store.add(parse_schedule(every_seconds=60, now_ms=T0), "slow", now_ms=T0)
+
+    class SlowTurns(FakeTurns):
+        async def run(self, session_key, prompt):
+            self.calls.append((session_key, prompt, None))
+            await asyncio.sleep(60)
+
+    turns = SlowTurns()
+    sched = scheduler(workspace, FakeClock(T0 + 60_000), turns)
+
+    async def stop_mid_turn():
+        sched.lock.acquire()
+        task = asyncio.ensure_future(sched.tick())
+        while not turns.calls:
+            await asyncio.sleep(0.01)
+        task.cancel()  # what SIGTERM does to `nanobot serve`
+        await asyncio.gather(task, return_exceptions=True)
+        sched.lock.release()
+
+    asyncio.run(stop_mid_turn())
+    saved = JobStore(workspace).get(job.id)
+    assert saved.last_status == "interrupted" and saved.history[-1].session == f"cron:{job.id}"
+    assert saved.next_run_at_ms == T0 + 120_000  # not replayed in a loop on the next start
+    assert [(r["job_id"], r["status"]) for r in runs(workspace)] == [(job.id, "interrupted")]

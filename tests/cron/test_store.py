@@ -52,6 +52,9 @@ def test_a_corrupt_jobs_file_is_kept_aside_byte_for_byte_and_the_user_is_told(wo
     aside = list(path.parent.glob("jobs.json.corrupt-*"))
     assert len(aside) == 1 and aside[0].read_text() == damaged
     assert aside[0].name in store.notices[0] and "could not be read" in store.notices[0]
+    # open chats learn of it too: they print what runs.jsonl records
+    records = [json.loads(line) for line in (workspace / "cron" / "runs.jsonl").read_text().splitlines()]
+    assert records[-1]["kind"] == "notice" and aside[0].name in records[-1]["text"]
     # adding a job afterwards starts a new file; the kept copy is not touched
     store.add(Schedule("every", every_ms=60_000), "new one", now_ms=2_000)
     assert aside[0].read_text() == damaged
