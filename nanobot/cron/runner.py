@@ -134,7 +134,9 @@ class RunnerLock:
             self._lock.acquire()
         except Timeout:
             return False
-        self.write_state()  # who holds it now, for the message another runner shows
+        state = self.state()
+        if state.get("pid") != os.getpid() or state.get("kind") != self.kind:
+            self.write_state()  # who holds it now, for the message another runner shows
         return True
 
     def acquire(self) -> None:

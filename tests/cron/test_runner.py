@@ -198,3 +198,21 @@ def test_a_runner_stopped_mid_turn_records_the_run_as_interrupted(workspace):
     assert saved.last_status == "interrupted" and saved.history[-1].session == f"cron:{job.id}"
     assert saved.next_run_at_ms == T0 + 120_000  # not replayed in a loop on the next start
     assert [(r["job_id"], r["status"]) for r in runs(workspace)] == [(job.id, "interrupted")]
+
+
+def test_a_missed_one_shot_job_runs_once_on_start_or_is_skipped_and_kept(workspace):
+    store = JobStore(workspace)
+    late = store.add(parse_schedule(at="2027-01-15T08:10:00+00:00", tz="UTC", now_ms=T0), "call mum", now_ms=T0)
+    dropped = store.add(parse_schedule(at="2027-01-15T08:10:00+00:00", tz="UTC", now_ms=T0), "water plants", now_ms=T0,
+                        missed="skip")
+    turns = FakeTurns("Call your mum now (this was due at 08:10).")
+    sched = scheduler(workspace, FakeClock(T0 + 3 * 3600_000), turns)  # started three hours later
+    sched.lock.acquire()
+    asyncio.run(sched.tick())
+    sched.lock.release()
+    assert [job_id for _, _, job_id in turns.calls] == [late.id]
+    left = {j.id: j for j in JobStore(workspace).jobs()}
+    assert late.id not in left  # it ran, so it is done
+    assert left[dropped.id].enabled is False and left[dropped.id].last_status == "skipped"
+    texts = [r["text"] for r in runs(workspace) if r["kind"] == "notice"]
+    assert any("missed 1 run(s) since 2027-01-15 08:10" in t and "skipped" in t for t in texts)
