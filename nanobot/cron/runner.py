@@ -162,6 +162,23 @@ class RunnerLock:
         atomic_write(self.state_path, json.dumps(state) + "\n")
 
 
+def current_runner(store: JobStore) -> dict[str, Any] | None:
+    """Who holds the runner lock now (pid, kind), or None when no runner runs."""
+    probe = RunnerLock(store, "status")
+    if probe._lock.path.parent.is_dir() and not _lock_free(probe):
+        return probe.state()
+    return None
+
+
+def _lock_free(lock: RunnerLock) -> bool:
+    try:
+        lock._lock.acquire()
+    except Timeout:
+        return False
+    lock.release()
+    return True
+
+
 @dataclass
 class HeartbeatSettings:
     enabled: bool = True

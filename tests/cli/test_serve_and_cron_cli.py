@@ -54,8 +54,11 @@ def test_serve_once_fires_the_due_job_and_the_heartbeat_then_exits(nanobot_cmd, 
     fake_llm.assert_all_valid()
 
 
-def test_serve_runs_until_sigterm_and_a_second_runner_fires_nothing(nanobot_cmd, configure, fake_llm):
-    cfg = load_config(configure())
+def test_serve_runs_until_sigterm_and_a_second_runner_fires_nothing(nanobot_cmd, configure, fake_llm, capsys):
+    from nanobot.cli.setup import show_status
+
+    cfg_path = configure()
+    cfg = load_config(cfg_path)
     workspace = cfg.workspace_path()
     fake_llm.responder = lambda request: Reply.text("Stretch now.")
     proc = subprocess.Popen([*nanobot_cmd, "serve"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -67,6 +70,8 @@ def test_serve_runs_until_sigterm_and_a_second_runner_fires_nothing(nanobot_cmd,
         second = run(nanobot_cmd, "serve", "--once")
         assert second.returncode == 0 and "another runner is firing" in second.stdout
         assert "nanobot serve (pid" in second.stdout
+        show_status(cfg_path)
+        assert f"1 job(s), 1 on · fired by nanobot serve (pid {proc.pid})" in capsys.readouterr().out
         deadline = time.monotonic() + 45
         while time.monotonic() < deadline and JobStore(workspace).get(job.id).last_status is None:
             time.sleep(0.3)
