@@ -164,19 +164,15 @@ class RunnerLock:
 
 def current_runner(store: JobStore) -> dict[str, Any] | None:
     """Who holds the runner lock now (pid, kind), or None when no runner runs."""
+    if not store.dir.is_dir():
+        return None
     probe = RunnerLock(store, "status")
-    if probe._lock.path.parent.is_dir() and not _lock_free(probe):
-        return probe.state()
-    return None
-
-
-def _lock_free(lock: RunnerLock) -> bool:
     try:
-        lock._lock.acquire()
+        probe._lock.acquire()  # not try_acquire: a probe must not write itself in as the owner
     except Timeout:
-        return False
-    lock.release()
-    return True
+        return probe.state()
+    probe.release()
+    return None
 
 
 @dataclass
@@ -203,14 +199,19 @@ class Scheduler:
         firings = self._notices_from_store()
         last_tick = self.lock.state().get("tickMs")
         if not isinstance(last_tick, int) or now - last_tick > MISSED_GAP_MS:
-            firings += self._catch_up(now, last_tick if isinstance(last_tick, int) else None)
+            firings += self._catch_up(now)
         if not isinstance(last_tick, int) or now - last_tick >= TICK_RECORD_MS:
             self.lock.write_state(tickMs=now)
+        ran = False
         for job in self._claim_due(now):
             firings.append(await self._fire(job))
+            ran = True
         beat = await self._maybe_heartbeat(now)
         if beat is not None:
             firings.append(beat)
+            ran = True
+        if ran:  # a long turn is not a gap: what fell due meanwhile runs late, it was not missed
+            self.lock.write_state(tickMs=self.clock.now_ms())
         return firings
 
     async def serve(self, stop: asyncio.Event) -> None:
@@ -296,7 +297,7 @@ class Scheduler:
 
         self.store.update(finish)
 
-    def _catch_up(self, now: int, last_tick: int | None) -> list[Firing]:
+    def _catch_up(self, now: int) -> list[Firing]:
         reports: list[Firing] = []
 
         def catch_up(jobs: list[Job]) -> None:

@@ -216,3 +216,28 @@ def test_a_missed_one_shot_job_runs_once_on_start_or_is_skipped_and_kept(workspa
     assert left[dropped.id].enabled is False and left[dropped.id].last_status == "skipped"
     texts = [r["text"] for r in runs(workspace) if r["kind"] == "notice"]
     assert any("missed 1 run(s) since 2027-01-15 08:10" in t and "skipped" in t for t in texts)
+
+
+def test_a_job_that_falls_due_during_a_long_turn_runs_late_and_is_not_skipped(workspace):
+    store = JobStore(workspace)
+    slow = store.add(parse_schedule(every_seconds=3600, now_ms=T0), "long report", now_ms=T0)
+    ping = store.add(parse_schedule(every_seconds=300, now_ms=T0 + 3_500_000), "ping", now_ms=T0 + 3_500_000,
+                     missed="skip")
+    clock = FakeClock(T0 + 3_600_000)
+
+    class LongTurns(FakeTurns):
+        async def run(self, session_key, prompt):
+            result = await super().run(session_key, prompt)
+            if "long report" in prompt:
+                clock.advance(600)  # this turn took ten minutes; ping fell due meanwhile
+            return result
+
+    turns = LongTurns()
+    sched = scheduler(workspace, clock, turns)
+    sched.lock.acquire()
+    asyncio.run(sched.tick())
+    clock.advance(5)
+    asyncio.run(sched.tick())
+    sched.lock.release()
+    assert [job_id for _, _, job_id in turns.calls] == [slow.id, ping.id]
+    assert all(r["kind"] == "job" for r in runs(workspace))
