@@ -241,3 +241,27 @@ def test_a_job_that_falls_due_during_a_long_turn_runs_late_and_is_not_skipped(wo
     sched.lock.release()
     assert [job_id for _, _, job_id in turns.calls] == [slow.id, ping.id]
     assert all(r["kind"] == "job" for r in runs(workspace))
+
+
+def test_firings_reach_a_desktop_notification_and_the_log_but_quiet_heartbeats_do_not(workspace, tmp_path,
+                                                                                     monkeypatch):
+    from nanobot.cron.runner import Firing, LogDelivery, NotifySendDelivery
+
+    calls = tmp_path / "notify-calls"
+    fake = tmp_path / "notify-send"
+    fake.write_text(f"#!/bin/sh\nprintf '%s|' \"$@\" >> {calls}\necho >> {calls}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("DISPLAY", ":0")
+    notify, log = NotifySendDelivery(str(fake)), LogDelivery(tmp_path / "cron.log")
+    assert notify.available
+    for firing in (Firing("job", T0, "⏰ stretch", "Time to stretch!"),
+                   Firing("heartbeat", T0, "💓 heartbeat", "HEARTBEAT_OK", quiet=True)):
+        notify.deliver(firing)
+        log.deliver(firing)
+    assert calls.read_text() == "--app-name=nanobot|⏰ stretch|Time to stretch!|\n"
+    lines = (tmp_path / "cron.log").read_text().splitlines()
+    assert lines[0].endswith("⏰ stretch: Time to stretch!") and lines[1].endswith("💓 heartbeat: nothing to report")
+    monkeypatch.delenv("DISPLAY")
+    for name in ("WAYLAND_DISPLAY", "DBUS_SESSION_BUS_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+    assert not NotifySendDelivery(str(fake)).available  # no desktop session: not tried
