@@ -80,6 +80,8 @@ def list_jobs(json_out: bool = typer.Option(False, "--json", help="Print the job
     table = Table("id", "name", "schedule", "state", "next run", "last run", "session")
     for job in jobs:
         state = "on" if job.enabled else ("done" if job.schedule.kind == "at" else "paused")
+        if not job.runnable:
+            state = "not run here"  # nanobot's internal jobs, or a job without a message
         last = f"{format_ms(job.last_run_at_ms, job.schedule.tz or tz)} {job.last_status}" if job.last_run_at_ms else "-"
         table.add_row(job.id, escape(job.name), escape(describe(job.schedule)), state,
                       format_ms(job.next_run_at_ms, job.schedule.tz or tz), escape(last), escape(job.session_key))

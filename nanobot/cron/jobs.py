@@ -72,6 +72,15 @@ class Job:
     def session_key(self) -> str:
         return self.session or f"cron:{self.id}"
 
+    @property
+    def runnable(self) -> bool:
+        """An agent turn with a message; nanobot's internal jobs (payload.kind system_event) are kept, not run."""
+        payload = self.raw.get("payload") if isinstance(self.raw.get("payload"), dict) else {}
+        return payload.get("kind", "agent_turn") in ("agent_turn", None) and bool(self.message.strip())
+
+    def due(self, now_ms: int) -> bool:
+        return self.enabled and self.runnable and self.next_run_at_ms is not None and self.next_run_at_ms <= now_ms
+
     def record(self, run: RunRecord) -> None:
         self.last_run_at_ms = run.run_at_ms
         self.last_status = run.status

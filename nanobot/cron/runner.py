@@ -222,7 +222,8 @@ class Scheduler:
 
     def seconds_until_next(self) -> float:
         now = self.clock.now_ms()
-        times = [j.next_run_at_ms for j in self.store.jobs() if j.enabled and j.next_run_at_ms is not None]
+        times = [j.next_run_at_ms for j in self.store.jobs()
+                 if j.enabled and j.runnable and j.next_run_at_ms is not None]
         beat = self._heartbeat_due_ms()
         if beat is not None:
             times.append(beat)
@@ -238,11 +239,11 @@ class Scheduler:
         return await self._fire(job, manual=True)
 
     def _claim_due(self, now: int) -> list[Job]:
-        if not any(j.enabled and j.next_run_at_ms is not None and j.next_run_at_ms <= now for j in self.store.jobs()):
+        if not any(j.due(now) for j in self.store.jobs()):
             return []  # the common case: read only, no rewrite
 
         def claim(jobs: list[Job]) -> list[Job]:
-            due = [j for j in jobs if j.enabled and j.next_run_at_ms is not None and j.next_run_at_ms <= now]
+            due = [j for j in jobs if j.due(now)]
             for job in due:
                 job.next_run_at_ms = next_run(job.schedule, now, anchor_ms=job.created_at_ms)
                 if job.schedule.kind == "at":
@@ -303,7 +304,7 @@ class Scheduler:
         def catch_up(jobs: list[Job]) -> None:
             for job in jobs:
                 due = job.next_run_at_ms
-                if not job.enabled or due is None or due > now - MISSED_GAP_MS // 2:
+                if not job.enabled or not job.runnable or due is None or due > now - MISSED_GAP_MS // 2:
                     continue
                 count = 1 + occurrences_between(job.schedule, due, now, anchor_ms=job.created_at_ms)
                 since = format_ms(due, job.schedule.tz)

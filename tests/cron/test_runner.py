@@ -265,3 +265,19 @@ def test_firings_reach_a_desktop_notification_and_the_log_but_quiet_heartbeats_d
     for name in ("WAYLAND_DISPLAY", "DBUS_SESSION_BUS_ADDRESS"):
         monkeypatch.delenv(name, raising=False)
     assert not NotifySendDelivery(str(fake)).available  # no desktop session: not tried
+
+
+def test_nanobots_internal_jobs_are_kept_but_never_run(workspace):
+    path = workspace / "cron" / "jobs.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"version": 1, "jobs": [{
+        "id": "dream", "name": "dream", "enabled": True,
+        "schedule": {"kind": "every", "everyMs": 7200000}, "payload": {"kind": "system_event", "message": ""},
+        "state": {"nextRunAtMs": T0 - 1000}, "createdAtMs": T0 - 7_201_000}]}))
+    turns = FakeTurns()
+    sched = scheduler(workspace, FakeClock(T0 + 60_000), turns)
+    sched.lock.acquire()
+    asyncio.run(sched.tick())
+    sched.lock.release()
+    assert turns.calls == [] and runs(workspace) == []
+    assert json.loads(path.read_text())["jobs"][0]["payload"]["kind"] == "system_event"
