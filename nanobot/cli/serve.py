@@ -12,7 +12,7 @@ import signal
 import sys
 
 from nanobot.config import Config, load_config
-from nanobot.cron.runner import LogDelivery, NotifySendDelivery, Scheduler, describe_owner
+from nanobot.cron.runner import ONCE_LATE_MS, LogDelivery, NotifySendDelivery, Scheduler, describe_owner
 from nanobot.cron.store import cron_dir
 
 WAIT_FOR_CHAT_SECONDS = 2.0  # a chat holds the runner lock only while it fires a job
@@ -54,7 +54,7 @@ async def _serve(cfg: Config, scheduler: Scheduler, *, once: bool, notify: bool)
              + (f"every {hb.interval_s // 60} min" if hb.enabled else "off")
              + f" · log {log_path(cfg)} · desktop notifications {'on' if notify else 'not available'}")
         if once:
-            firings = await _until_stopped(scheduler.tick(), stop)
+            firings = await _until_stopped(scheduler.tick(late_ms=ONCE_LATE_MS), stop)
             ran = [f for f in firings or [] if f.kind != "notice"]
             _say(f"ran {len(ran)} due job(s)/heartbeat; done")
             return 1 if any(f.status == "error" for f in firings or []) else 0

@@ -34,6 +34,7 @@ __all__ = ["Clock", "SystemClock", "Firing", "TurnResult", "JobTurns", "Delivery
            "RunnerBusyError"]
 
 MISSED_GAP_MS = 120_000  # no tick for this long: what fell due meanwhile was missed
+ONCE_LATE_MS = 3_600_000  # `serve --once`: up to an hour overdue is late, not missed
 TICK_RECORD_MS = MISSED_GAP_MS // 4  # how often a live runner notes that it is alive (an fsync)
 POLL_SECONDS = 5.0  # how often a waiting runner rereads the store (jobs added by a chat or `nanobot cron add`)
 RESULT_CHARS = 4000  # of a turn's answer, kept in runs.jsonl
@@ -192,14 +193,18 @@ class Scheduler:
 
     # -- one tick -----------------------------------------------------------------------------
 
-    async def tick(self) -> list[Firing]:
-        """Run everything due now. The caller holds the runner lock."""
+    async def tick(self, *, late_ms: int = MISSED_GAP_MS // 2) -> list[Firing]:
+        """Run everything due now; a firing more than `late_ms` overdue after a gap counts as missed.
+
+        The caller holds the runner lock. `serve --once` passes ONCE_LATE_MS: run from system cron
+        every few minutes, what fell due since its last run is late, not missed.
+        """
         assert self.lock.held, "tick() needs the runner lock"
         now = self.clock.now_ms()
         firings = self._notices_from_store()
         last_tick = self.lock.state().get("tickMs")
         if not isinstance(last_tick, int) or now - last_tick > MISSED_GAP_MS:
-            firings += self._catch_up(now)
+            firings += self._catch_up(now, late_ms)
         if not isinstance(last_tick, int) or now - last_tick >= TICK_RECORD_MS:
             self.lock.write_state(tickMs=now)
         ran = False
@@ -298,13 +303,13 @@ class Scheduler:
 
         self.store.update(finish)
 
-    def _catch_up(self, now: int) -> list[Firing]:
+    def _catch_up(self, now: int, late_ms: int) -> list[Firing]:
         reports: list[Firing] = []
 
         def catch_up(jobs: list[Job]) -> None:
             for job in jobs:
                 due = job.next_run_at_ms
-                if not job.enabled or not job.runnable or due is None or due > now - MISSED_GAP_MS // 2:
+                if not job.enabled or not job.runnable or due is None or due > now - late_ms:
                     continue
                 count = 1 + occurrences_between(job.schedule, due, now, anchor_ms=job.created_at_ms)
                 since = format_ms(due, job.schedule.tz)

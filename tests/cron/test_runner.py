@@ -281,3 +281,17 @@ def test_nanobots_internal_jobs_are_kept_but_never_run(workspace):
     sched.lock.release()
     assert turns.calls == [] and runs(workspace) == []
     assert json.loads(path.read_text())["jobs"][0]["payload"]["kind"] == "system_event"
+
+
+def test_serve_once_from_system_cron_runs_a_job_due_minutes_ago_as_late_not_missed(workspace):
+    from nanobot.cron.runner import ONCE_LATE_MS
+
+    store = JobStore(workspace)
+    job = store.add(parse_schedule(every_seconds=3600, now_ms=T0), "hourly ping", now_ms=T0, missed="skip")
+    turns = FakeTurns()
+    sched = scheduler(workspace, FakeClock(T0 + 3600_000 + 4 * 60_000), turns)  # cron ran us 4 minutes late
+    sched.lock.acquire()
+    asyncio.run(sched.tick(late_ms=ONCE_LATE_MS))
+    sched.lock.release()
+    assert [job_id for _, _, job_id in turns.calls] == [job.id]
+    assert [r["kind"] for r in runs(workspace)] == ["job"]
