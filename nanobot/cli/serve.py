@@ -12,7 +12,8 @@ import signal
 import sys
 
 from nanobot.config import Config, load_config
-from nanobot.cron.runner import ONCE_LATE_MS, LogDelivery, NotifySendDelivery, Scheduler, describe_owner
+from nanobot.cron.delivery import LogDelivery, NotifySendDelivery
+from nanobot.cron.runner import ONCE_LATE_MS, Scheduler, describe_owner
 from nanobot.cron.store import cron_dir
 
 WAIT_FOR_CHAT_SECONDS = 2.0  # a chat holds the runner lock only while it fires a job

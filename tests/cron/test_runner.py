@@ -245,7 +245,8 @@ def test_a_job_that_falls_due_during_a_long_turn_runs_late_and_is_not_skipped(wo
 
 def test_firings_reach_a_desktop_notification_and_the_log_but_quiet_heartbeats_do_not(workspace, tmp_path,
                                                                                      monkeypatch):
-    from nanobot.cron.runner import Firing, LogDelivery, NotifySendDelivery
+    from nanobot.cron.delivery import LogDelivery, NotifySendDelivery
+    from nanobot.cron.runner import Firing
 
     calls = tmp_path / "notify-calls"
     fake = tmp_path / "notify-send"
