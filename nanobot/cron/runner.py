@@ -189,6 +189,7 @@ class Scheduler:
     clock: Clock = field(default_factory=SystemClock)
     deliveries: list[Delivery] = field(default_factory=list)
     heartbeat: HeartbeatSettings = field(default_factory=HeartbeatSettings)
+    poll_s: float = POLL_SECONDS  # longest sleep between rereads of the store
 
     # -- one tick -----------------------------------------------------------------------------
 
@@ -232,8 +233,8 @@ class Scheduler:
         if beat is not None:
             times.append(beat)
         if not times:
-            return POLL_SECONDS
-        return max(0.0, min(POLL_SECONDS, (min(times) - now) / 1000))
+            return self.poll_s
+        return max(0.0, min(self.poll_s, (min(times) - now) / 1000))
 
     # -- jobs ---------------------------------------------------------------------------------
 

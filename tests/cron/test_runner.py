@@ -296,3 +296,22 @@ def test_serve_once_from_system_cron_runs_a_job_due_minutes_ago_as_late_not_miss
     sched.lock.release()
     assert [job_id for _, _, job_id in turns.calls] == [job.id]
     assert [r["kind"] for r in runs(workspace)] == ["job"]
+
+
+def test_a_daily_job_in_new_york_fires_at_nine_local_across_the_spring_forward_weekend(workspace):
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    ny = ZoneInfo("America/New_York")
+    start = int(datetime(2026, 3, 6, 12, 0, tzinfo=ny).timestamp() * 1000)
+    end = int(datetime(2026, 3, 10, 12, 0, tzinfo=ny).timestamp() * 1000)
+    store = JobStore(workspace)
+    job = store.add(parse_schedule(cron_expr="0 9 * * *", tz="America/New_York", now_ms=start), "morning brief",
+                    now_ms=start)
+    clock = FakeClock(start, end_ms=end)
+    sched = scheduler(workspace, clock, FakeTurns())
+    sched.poll_s = 6 * 3600  # the fake clock jumps straight to each due time
+    asyncio.run(serve_until(sched))
+    fired = [datetime.fromtimestamp(r["at_ms"] / 1000, ny) for r in runs(workspace) if r["job_id"] == job.id]
+    assert [f.strftime("%m-%d %H:%M %Z") for f in fired] == [
+        "03-07 09:00 EST", "03-08 09:00 EDT", "03-09 09:00 EDT", "03-10 09:00 EDT"]
