@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nanobot.agent.budget import check_fixed_prompt, fit_request, reply_room
 from nanobot.agent.context import ContextBuilder
@@ -22,6 +23,10 @@ from nanobot.tools.base import ToolContext
 from nanobot.tools.registry import ToolRegistry
 from nanobot.tokens import default_counter
 from nanobot.tools.spawn import SpawnTool
+
+if TYPE_CHECKING:  # imported where used: the cron modules load only when needed
+    from nanobot.cron.runner import Clock, Delivery, JobTurns, Scheduler, TurnResult
+    from nanobot.tools.cron import CronTool
 
 
 def tool_context(cfg: Config, workspace: Path) -> ToolContext:
@@ -76,7 +81,7 @@ def build_context(cfg: Config, workspace: Path) -> ContextBuilder:
                           timezone=cfg.defaults.timezone)
 
 
-def cron_tool(cfg: Config, workspace: Path, session_key: str):
+def cron_tool(cfg: Config, workspace: Path, session_key: str) -> CronTool:
     from nanobot.cron.store import JobStore
     from nanobot.tools.cron import CronTool
 
@@ -90,7 +95,7 @@ class AssistantTurns:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
 
-    async def run(self, session_key: str, prompt: str):
+    async def run(self, session_key: str, prompt: str) -> TurnResult:
         from nanobot.cron.runner import TurnResult
 
         assistant = open_assistant(self.cfg, session_key, stream=False)  # SessionInUseError when held
@@ -103,7 +108,8 @@ class AssistantTurns:
         return TurnResult(outcome.content, outcome.error)
 
 
-def build_scheduler(cfg: Config, *, kind: str, heartbeat: bool = False, turns=None, deliveries=None, clock=None):
+def build_scheduler(cfg: Config, *, kind: str, heartbeat: bool = False, turns: JobTurns | None = None,
+                    deliveries: list[Delivery] | None = None, clock: Clock | None = None) -> Scheduler:
     """The job runner for `nanobot serve`, a chat ("chat") or `nanobot cron run`; only serve beats."""
     from nanobot.cron.runner import HeartbeatSettings, RunnerLock, Scheduler, SystemClock
     from nanobot.cron.store import JobStore

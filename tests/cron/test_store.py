@@ -82,3 +82,19 @@ def test_add_pause_resume_remove_round_trip_through_the_file(workspace):
     store.remove(job.id)
     assert JobStore(workspace).jobs() == []
     assert not list((workspace / "cron").glob(".jobs.json.*.tmp"))  # atomic writes leave no temp files
+
+
+def test_the_heartbeat_interval_is_nanobots_gateway_key(isolated_home):
+    import pytest
+
+    from nanobot.config import load_config
+    from nanobot.errors import ConfigError
+
+    path = isolated_home / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"gateway": {"host": "0.0.0.0", "port": 18790,
+                                            "heartbeat": {"enabled": True, "intervalS": 600}}}))
+    assert load_config(path).gateway.heartbeat.interval_s == 600
+    path.write_text(json.dumps({"gateway": {"heartbeat": {"intervalS": 5}}}))
+    with pytest.raises(ConfigError, match="gateway.heartbeat.intervalS"):
+        load_config(path)
