@@ -132,3 +132,31 @@ def test_assistant_turns_reports_a_session_held_by_another_process(fake_llm, con
     finally:
         SessionStore().close(held)
     assert fake_llm.requests == []
+
+
+def test_in_a_chat_a_job_aimed_at_the_chats_session_runs_in_the_open_conversation(fake_llm, configure):
+    from nanobot.cli.chat_reminders import ChatTurns
+
+    cfg = load_config(configure())
+    now = int(time.time() * 1000)
+    job = JobStore(cfg.workspace_path()).add(parse_schedule(every_seconds=10, now_ms=now - 15_000), "Nudge me",
+                                             now_ms=now - 15_000, session="cli:direct")
+    fake_llm.script(Reply.text("Nudge!"))
+
+    async def chat_tick():
+        assistant = open_assistant(cfg, "cli:direct", stream=False)  # the chat holds its session
+        try:
+            turns = ChatTurns("cli:direct", assistant.conversation, AssistantTurns(cfg))
+            scheduler = build_scheduler(cfg, kind="chat", turns=turns)
+            assert scheduler.lock.try_acquire()
+            try:
+                await scheduler.tick()
+            finally:
+                scheduler.lock.release()
+            return [m.get("content") for m in assistant.conversation.session.messages]
+        finally:
+            await assistant.aclose()
+
+    contents = asyncio.run(chat_tick())
+    assert "Nudge me" in str(contents[-2]) and contents[-1] == "Nudge!"
+    assert JobStore(cfg.workspace_path()).get(job.id).history[-1].session == "cli:direct"
