@@ -21,7 +21,7 @@ from nanobot.errors import UsageError
 __all__ = ["Schedule", "ScheduleError", "next_run", "occurrences_between", "parse_schedule", "zone",
            "describe", "format_ms"]
 
-MIN_EVERY_SECONDS = 1
+MIN_EVERY_SECONDS = 60  # as cron: each firing is a model turn, and a runaway interval would burn tokens
 _MAX_COUNT = 10_000  # occurrences counted between two instants (a missed-runs report needs no more)
 
 
@@ -66,8 +66,8 @@ def parse_schedule(*, every_seconds: int | None = None, cron_expr: str | None = 
         zone(tz)
     if every_seconds not in (None, ""):
         if isinstance(every_seconds, bool) or not isinstance(every_seconds, int) or every_seconds < MIN_EVERY_SECONDS:
-            raise ScheduleError(f"every_seconds must be a whole number of seconds ≥ {MIN_EVERY_SECONDS}, "
-                                f"got {every_seconds!r}")
+            raise ScheduleError(f"every_seconds must be a whole number of seconds, at least {MIN_EVERY_SECONDS}; "
+                                f"got {every_seconds!r}", hint="Each firing is a full turn of the model.")
         return Schedule("every", every_ms=every_seconds * 1000)
     if cron_expr:
         from croniter import croniter

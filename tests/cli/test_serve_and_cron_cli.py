@@ -24,8 +24,8 @@ def run(cmd, *args, timeout=60):
 
 
 def due_job(workspace, message, **kwargs):
-    now = int(time.time() * 1000) - 15_000  # added 15 s ago, every 10 s: due now, not "missed"
-    return JobStore(workspace).add(parse_schedule(every_seconds=10, now_ms=now), message, now_ms=now, **kwargs)
+    now = int(time.time() * 1000) - 65_000  # added 65 s ago, every 60 s: due now, not "missed"
+    return JobStore(workspace).add(parse_schedule(every_seconds=60, now_ms=now), message, now_ms=now, **kwargs)
 
 
 def test_serve_once_fires_the_due_job_and_the_heartbeat_then_exits(nanobot_cmd, configure, fake_llm):

@@ -57,7 +57,7 @@ def test_a_jobs_turn_reaches_its_session_and_the_log_and_cannot_add_jobs(fake_ll
     cfg = load_config(configure())
     store = JobStore(cfg.workspace_path())
     now = int(time.time() * 1000)
-    job = store.add(parse_schedule(every_seconds=10, now_ms=now - 15_000), "Tell me to drink water", now_ms=now - 15_000)
+    job = store.add(parse_schedule(every_seconds=60, now_ms=now - 65_000), "Tell me to drink water", now_ms=now - 65_000)
     fake_llm.script(
         Reply.tool_calls([("cron", {"action": "add", "message": "more water", "every_seconds": 60})]),
         Reply.text("Time to drink a glass of water!"),
@@ -139,8 +139,8 @@ def test_in_a_chat_a_job_aimed_at_the_chats_session_runs_in_the_open_conversatio
 
     cfg = load_config(configure())
     now = int(time.time() * 1000)
-    job = JobStore(cfg.workspace_path()).add(parse_schedule(every_seconds=10, now_ms=now - 15_000), "Nudge me",
-                                             now_ms=now - 15_000, session="cli:direct")
+    job = JobStore(cfg.workspace_path()).add(parse_schedule(every_seconds=60, now_ms=now - 65_000), "Nudge me",
+                                             now_ms=now - 65_000, session="cli:direct")
     fake_llm.script(Reply.text("Nudge!"))
 
     async def chat_tick():

@@ -83,6 +83,7 @@ def test_the_same_expression_in_two_zones_fires_at_different_instants():
     ({}, "exactly one"),
     ({"every_seconds": 60, "cron_expr": "* * * * *"}, "exactly one"),
     ({"every_seconds": 0}, "every_seconds"),
+    ({"every_seconds": 30}, "at least 60"),
     ({"every_seconds": 60, "tz": "UTC"}, "tz applies"),
     ({"cron_expr": "61 * * * *"}, "invalid cron"),
     ({"cron_expr": "0 9 * *"}, "invalid cron"),
