@@ -98,3 +98,17 @@ def test_the_heartbeat_interval_is_nanobots_gateway_key(isolated_home):
     path.write_text(json.dumps({"gateway": {"heartbeat": {"intervalS": 5}}}))
     with pytest.raises(ConfigError, match="gateway.heartbeat.intervalS"):
         load_config(path)
+
+
+def test_two_processes_adding_jobs_at_once_lose_none(workspace):
+    import subprocess
+    import sys
+
+    code = ("import sys; from pathlib import Path; from nanobot.cron.store import JobStore; "
+            "from nanobot.cron.schedule import Schedule\n"
+            "store = JobStore(Path(sys.argv[1]))\n"
+            "for i in range(15):\n    store.add(Schedule('every', every_ms=60_000), f'{sys.argv[2]} {i}', now_ms=0)\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(workspace), name]) for name in ("a", "b")]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    messages = sorted(j.message for j in JobStore(workspace).jobs())
+    assert messages == sorted([f"a {i}" for i in range(15)] + [f"b {i}" for i in range(15)])
