@@ -200,7 +200,11 @@ class Chat:
         from nanobot.cli.serve import log_delivery
 
         turns = ChatTurns(self.session_key, self.conversation, AssistantTurns(self.cfg))
-        scheduler = build_scheduler(self.cfg, kind="chat", turns=turns, deliveries=[log_delivery(self.cfg)])
+        try:
+            scheduler = build_scheduler(self.cfg, kind="chat", turns=turns, deliveries=[log_delivery(self.cfg)])
+        except OSError as exc:  # e.g. a read-only workspace: the chat still works, reminders do not
+            self.console.print(f"[yellow]warning: reminders are off in this chat: {escape(str(exc))}[/yellow]")
+            return
         self.reminders = ChatReminders(scheduler, self._show_firing)
         self.reminders.start()
 
