@@ -26,6 +26,7 @@ __all__ = ["JobStore", "JobNotFoundError", "StoreBusyError"]
 
 T = TypeVar("T")
 LOCK_WAIT_SECONDS = 10.0
+REREAD_DELAY_SECONDS = 0.3
 
 
 class JobNotFoundError(UsageError):
@@ -164,9 +165,16 @@ class JobStore:
             return []
         try:
             jobs, self._extra = decode_store(json.loads(text))
-        except (ValueError, JobFormatError) as exc:
-            self._keep_aside(exc)
-            return []
+        except (ValueError, JobFormatError):
+            # an editor may be halfway through saving it by hand: look again before judging
+            time.sleep(REREAD_DELAY_SECONDS)
+            try:
+                jobs, self._extra = decode_store(json.loads(self.path.read_text(encoding="utf-8")))
+            except FileNotFoundError:
+                return []
+            except (ValueError, JobFormatError) as exc:
+                self._keep_aside(exc)
+                return []
         return jobs
 
     def _keep_aside(self, exc: Exception) -> None:

@@ -112,3 +112,20 @@ def test_two_processes_adding_jobs_at_once_lose_none(workspace):
     assert [p.wait(timeout=60) for p in procs] == [0, 0]
     messages = sorted(j.message for j in JobStore(workspace).jobs())
     assert messages == sorted([f"a {i}" for i in range(15)] + [f"b {i}" for i in range(15)])
+
+
+def test_a_file_caught_halfway_through_a_hand_edit_is_read_again_not_kept_aside(workspace, monkeypatch):
+    import nanobot.cron.store as store_module
+
+    store = JobStore(workspace)
+    store.add(Schedule("every", every_ms=60_000), "stretch", now_ms=0)
+    path = workspace / "cron" / "jobs.json"
+    whole = path.read_text()
+    path.write_text(whole[: len(whole) // 2])  # the editor has written half of it so far
+
+    def editor_finishes(seconds):
+        path.write_text(whole)
+
+    monkeypatch.setattr(store_module.time, "sleep", editor_finishes)
+    assert [j.message for j in store.jobs()] == ["stretch"]
+    assert store.notices == [] and not list(path.parent.glob("jobs.json.corrupt-*"))
