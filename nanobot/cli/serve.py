@@ -48,7 +48,7 @@ async def _serve(cfg: Config, scheduler: Scheduler, *, once: bool, notify: bool)
         loop.add_signal_handler(sig, stop.set)
     try:
         if not await _take_lock(scheduler, stop, once=once):
-            return 0 if once else 1
+            return 0 if once or stop.is_set() else 1
         jobs = scheduler.store.jobs()
         hb = scheduler.heartbeat
         _say(f"nanobot serve · workspace {cfg.workspace_path()} · {len(jobs)} job(s) · heartbeat "
