@@ -70,6 +70,8 @@ def test_serve_runs_until_sigterm_and_a_second_runner_fires_nothing(nanobot_cmd,
         second = run(nanobot_cmd, "serve", "--once")
         assert second.returncode == 0 and "another runner is firing" in second.stdout
         assert "nanobot serve (pid" in second.stdout
+        third = run(nanobot_cmd, "serve")  # a second long-running serve refuses to start
+        assert third.returncode == 1 and "not starting a second one" in third.stderr
         show_status(cfg_path)
         assert f"1 job(s), 1 on · fired by nanobot serve (pid {proc.pid})" in capsys.readouterr().out
         deadline = time.monotonic() + 45
