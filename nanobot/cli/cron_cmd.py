@@ -82,9 +82,10 @@ def list_jobs(json_out: bool = typer.Option(False, "--json", help="Print the job
         state = "on" if job.enabled else ("done" if job.schedule.kind == "at" else "paused")
         if not job.runnable:
             state = "not run here"  # nanobot's internal jobs, or a job without a message
-        last = f"{format_ms(job.last_run_at_ms, job.schedule.tz or tz)} {job.last_status}" if job.last_run_at_ms else "-"
+        zone = job.schedule.tz or tz
+        last = f"{format_ms(job.last_run_at_ms, zone)} {job.last_status}" if job.last_run_at_ms else "-"
         table.add_row(job.id, escape(job.name), escape(describe(job.schedule)), state,
-                      format_ms(job.next_run_at_ms, job.schedule.tz or tz), escape(last), escape(job.session_key))
+                      format_ms(job.next_run_at_ms, zone), escape(last), escape(job.session_key))
     _out().print(table)
     _out().print(f"[dim]{len(jobs)} job(s) in {store.path}; they fire while `nanobot serve` or a chat runs[/dim]")
 

@@ -37,7 +37,8 @@ def run_serve(*, config_path, workspace, once: bool) -> int:
     cfg = load_config(config_path, overrides={"agents.defaults.workspace": str(workspace) if workspace else None})
     build_provider(cfg)  # fail now on a missing key, not at the first reminder
     notify = NotifySendDelivery()
-    scheduler = build_scheduler(cfg, kind="nanobot serve", heartbeat=True, deliveries=[log_delivery(cfg, echo=True), notify])
+    scheduler = build_scheduler(cfg, kind="nanobot serve", heartbeat=True,
+                                deliveries=[log_delivery(cfg, echo=True), notify])
     return asyncio.run(_serve(cfg, scheduler, once=once, notify=notify.available))
 
 

@@ -57,7 +57,8 @@ def test_a_jobs_turn_reaches_its_session_and_the_log_and_cannot_add_jobs(fake_ll
     cfg = load_config(configure())
     store = JobStore(cfg.workspace_path())
     now = int(time.time() * 1000)
-    job = store.add(parse_schedule(every_seconds=60, now_ms=now - 65_000), "Tell me to drink water", now_ms=now - 65_000)
+    job = store.add(parse_schedule(every_seconds=60, now_ms=now - 65_000), "Tell me to drink water",
+                    now_ms=now - 65_000)
     fake_llm.script(
         Reply.tool_calls([("cron", {"action": "add", "message": "more water", "every_seconds": 60})]),
         Reply.text("Time to drink a glass of water!"),
