@@ -202,6 +202,7 @@ class Scheduler:
         assert self.lock.held, "tick() needs the runner lock"
         now = self.clock.now_ms()
         firings = self._notices_from_store()
+        self._schedule_unscheduled(now)
         last_tick = self.lock.state().get("tickMs")
         if not isinstance(last_tick, int) or now - last_tick > MISSED_GAP_MS:
             firings += self._catch_up(now, late_ms)
@@ -242,6 +243,23 @@ class Scheduler:
         """`nanobot cron run ID`: fire one job now, whatever its schedule (it keeps its next time)."""
         job = self.store.get(job_id)
         return await self._fire(job, manual=True)
+
+    def _schedule_unscheduled(self, now: int) -> None:
+        """Jobs with no next time (imported, or edited by hand): nanobot computes it on start, so do we."""
+        def unscheduled(job: Job) -> bool:
+            return job.enabled and job.runnable and job.next_run_at_ms is None
+
+        if not any(unscheduled(j) for j in self.store.jobs()):
+            return
+
+        def schedule(jobs: list[Job]) -> None:
+            for job in filter(unscheduled, jobs):
+                job.next_run_at_ms = (job.schedule.at_ms if job.schedule.kind == "at"
+                                      else next_run(job.schedule, now, anchor_ms=job.created_at_ms))
+                if job.next_run_at_ms is None:
+                    job.enabled = False  # nothing left to run (a broken `every`, an expression that never fires)
+
+        self.store.update(schedule)
 
     def _claim_due(self, now: int) -> list[Job]:
         if not any(j.due(now) for j in self.store.jobs()):

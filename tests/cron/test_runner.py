@@ -315,3 +315,23 @@ def test_a_daily_job_in_new_york_fires_at_nine_local_across_the_spring_forward_w
     fired = [datetime.fromtimestamp(r["at_ms"] / 1000, ny) for r in runs(workspace) if r["job_id"] == job.id]
     assert [f.strftime("%m-%d %H:%M %Z") for f in fired] == [
         "03-07 09:00 EST", "03-08 09:00 EDT", "03-09 09:00 EDT", "03-10 09:00 EDT"]
+
+
+def test_imported_jobs_without_a_next_time_are_scheduled_as_nanobot_does_on_start(workspace):
+    path = workspace / "cron" / "jobs.json"
+    path.parent.mkdir()
+    base = {"enabled": True, "payload": {"kind": "agent_turn", "message": "ping"}, "state": {},
+            "createdAtMs": T0 - 100_000}
+    path.write_text(json.dumps({"version": 1, "jobs": [
+        {**base, "id": "every1", "name": "every", "schedule": {"kind": "every", "everyMs": 3600_000}},
+        {**base, "id": "late1", "name": "late", "schedule": {"kind": "at", "atMs": T0 - 7200_000}},
+    ]}))
+    turns = FakeTurns()
+    sched = scheduler(workspace, FakeClock(T0), turns)
+    sched.lock.acquire()
+    asyncio.run(sched.tick())
+    sched.lock.release()
+    saved = {j.id: j for j in JobStore(workspace).jobs()}
+    assert saved["every1"].next_run_at_ms == T0 - 100_000 + 3600_000
+    assert [job_id for _, _, job_id in turns.calls] == ["late1"]  # a missed one-shot: run once, reported
+    assert any("missed 1 run(s)" in r["text"] for r in runs(workspace) if r["kind"] == "notice")
