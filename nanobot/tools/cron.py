@@ -102,7 +102,8 @@ class CronTool(Tool):
         lines = []
         for job in jobs:
             state = "" if job.enabled else " [paused]" if job.schedule.kind != "at" else " [done]"
-            lines.append(f"- {job.name} (id: {job.id}, {describe(job.schedule)}){state}; next run "
+            said = "" if job.message.strip() == job.name else f" — {job.message.strip()[:200]!r}"
+            lines.append(f"- {job.name}{said} (id: {job.id}, {describe(job.schedule)}){state}; next run "
                          f"{format_ms(job.next_run_at_ms, job.schedule.tz or self.default_tz)}"
                          + (f"; last run {format_ms(job.last_run_at_ms, job.schedule.tz or self.default_tz)} "
                             f"{job.last_status}" if job.last_run_at_ms else ""))

@@ -40,6 +40,23 @@ def test_the_model_adds_lists_and_removes_a_job_with_nanobots_parameters(fake_ll
 
     asyncio.run(chat())
     jobs = JobStore(cfg.workspace_path()).jobs()
+    fake_llm.script(Reply.tool_calls([("cron", {"action": "list"})]), Reply.text("Two jobs."),
+                    Reply.tool_calls([("cron", {"action": "remove", "job_id": jobs[1].id})]), Reply.text("Removed."))
+
+    async def list_and_remove():
+        assistant = open_assistant(cfg, "cli:direct", stream=False)
+        try:
+            await assistant.conversation.send("what reminders do I have?")
+            await assistant.conversation.send("drop the one about mum")
+        finally:
+            await assistant.aclose()
+
+    asyncio.run(list_and_remove())
+    listing = tool_results(fake_llm.requests[5])[-1]
+    assert "Remind me to stretch" in listing and "Call mum" in listing and jobs[0].id in listing
+    assert "next run 2099-05-01 18:00 CEST" in listing  # shown in the user's zone
+    assert f"Removed job 'Call mum' ({jobs[1].id})" in tool_results(fake_llm.requests[7])[-1]
+    assert [j.id for j in JobStore(cfg.workspace_path()).jobs()] == [jobs[0].id]
     assert [(j.message, j.schedule.kind) for j in jobs] == [("Remind me to stretch", "cron"), ("Call mum", "at")]
     assert jobs[0].schedule.tz == "America/New_York" and jobs[0].schedule.expr == "0 9 * * 1-5"
     # a naive time is the user's zone (agents.defaults.timezone): 18:00 in Berlin is 16:00 UTC in May
