@@ -8,7 +8,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-__all__ = ["atomic_write", "append_durably", "fsync_dir", "ExclusiveLock", "Timeout"]
+__all__ = ["atomic_write", "append_durably", "fsync_dir", "rotate_when_larger", "ExclusiveLock", "Timeout"]
 
 
 def fsync_dir(path: Path) -> None:
@@ -69,6 +69,17 @@ def append_durably(path: Path, data: str | bytes) -> None:
         os.close(fd)
     if created:
         fsync_dir(path.parent)
+
+
+def rotate_when_larger(path: Path, limit: int) -> None:
+    """When an append-only log passes `limit` bytes, it becomes `<name>.1` (replacing the older one)."""
+    try:
+        if path.stat().st_size <= limit:
+            return
+    except FileNotFoundError:
+        return
+    os.replace(path, path.with_name(path.name + ".1"))
+    fsync_dir(path.parent)
 
 
 class ExclusiveLock:

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.cron.runner import Firing
-from nanobot.fsio import append_durably
+from nanobot.cron.store import LOG_LIMIT_BYTES
+from nanobot.fsio import append_durably, rotate_when_larger
 
 __all__ = ["LogDelivery", "NotifySendDelivery"]
 
@@ -27,6 +28,7 @@ class LogDelivery:
         line = f"{stamp} {firing.line()}".replace("\n", " ⏎ ")
         if firing.quiet:
             line = f"{stamp} {firing.title}: nothing to report"
+        rotate_when_larger(self.path, LOG_LIMIT_BYTES)
         append_durably(self.path, line + "\n")
         if self.echo is not None:
             print(line, file=self.echo, flush=True)

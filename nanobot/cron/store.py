@@ -9,6 +9,7 @@ is moved aside (never emptied) and a notice says where it went. Every run is app
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import time
 from collections.abc import Callable, Iterator
@@ -20,13 +21,14 @@ from nanobot import paths
 from nanobot.cron.jobs import Job, JobFormatError, decode_store, encode_store
 from nanobot.cron.schedule import Schedule, next_run
 from nanobot.errors import UsageError
-from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write
+from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write, rotate_when_larger
 
 __all__ = ["JobStore", "JobNotFoundError", "StoreBusyError"]
 
 T = TypeVar("T")
 LOCK_WAIT_SECONDS = 10.0
 REREAD_DELAY_SECONDS = 0.3
+LOG_LIMIT_BYTES = 10_000_000  # runs.jsonl and cron.log: past this, the file becomes <name>.1
 
 
 class JobNotFoundError(UsageError):
@@ -114,12 +116,15 @@ class JobStore:
     # -- run records --------------------------------------------------------------------------
 
     def append_run(self, entry: dict[str, Any]) -> None:
+        rotate_when_larger(self.runs_path, LOG_LIMIT_BYTES)
         append_durably(self.runs_path, json.dumps(entry, ensure_ascii=False) + "\n")
 
     def read_runs(self, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
         """Complete records written after byte `offset`, and the offset to read from next."""
         try:
             with open(self.runs_path, "rb") as fh:
+                if offset > os.fstat(fh.fileno()).st_size:
+                    offset = 0  # the file was rotated: read the new one from its start
                 fh.seek(offset)
                 data = fh.read()
         except FileNotFoundError:

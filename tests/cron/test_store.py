@@ -129,3 +129,18 @@ def test_a_file_caught_halfway_through_a_hand_edit_is_read_again_not_kept_aside(
     monkeypatch.setattr(store_module.time, "sleep", editor_finishes)
     assert [j.message for j in store.jobs()] == ["stretch"]
     assert store.notices == [] and not list(path.parent.glob("jobs.json.corrupt-*"))
+
+
+def test_the_run_log_is_rotated_past_its_limit_and_a_reader_follows_the_new_file(workspace, monkeypatch):
+    import nanobot.cron.store as store_module
+
+    monkeypatch.setattr(store_module, "LOG_LIMIT_BYTES", 300)  # three records fit, a fourth does not
+    store = JobStore(workspace)
+    for i in range(3):
+        store.append_run({"kind": "job", "text": f"run {i} " + "x" * 80})
+    _, offset = store.read_runs(0)
+    store.append_run({"kind": "job", "text": "after rotation"})  # the file passed 300 bytes: rotated first
+    records, _ = store.read_runs(offset)
+    assert [r["text"] for r in records] == ["after rotation"]
+    kept = (workspace / "cron" / "runs.jsonl.1").read_text()
+    assert all(f"run {i} " in kept for i in range(3))
