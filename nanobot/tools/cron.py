@@ -71,8 +71,9 @@ class CronTool(Tool):
 
     def _notices(self) -> str:
         """What the store had to do (a damaged file kept aside, jobs imported): the user must hear it."""
-        notes, self.store.notices[:] = list(self.store.notices), []
-        return "".join(f"\nNote for the user: {note}" for note in notes)
+        notes = "".join(f"\nNote for the user: {note}" for note in self.store.notices)
+        self.store.notices.clear()
+        return notes
 
     def _add(self, message: str = "", every_seconds: int | None = None, cron_expr: str | None = None,
              tz: str | None = None, at: str | None = None, name: str | None = None, session: str | None = None,
