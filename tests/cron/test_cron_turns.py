@@ -178,3 +178,24 @@ def test_in_a_chat_a_job_aimed_at_the_chats_session_runs_in_the_open_conversatio
     contents = asyncio.run(chat_tick())
     assert "Nudge me" in str(contents[-2]) and contents[-1] == "Nudge!"
     assert JobStore(cfg.workspace_path()).get(job.id).history[-1].session == "cli:direct"
+
+
+def test_the_model_is_told_to_tell_the_user_about_a_damaged_jobs_file(fake_llm, configure):
+    cfg = load_config(configure())
+    path = cfg.workspace_path() / "cron" / "jobs.json"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"version": 1, "jobs": [')
+    fake_llm.script(Reply.tool_calls([("cron", {"action": "list"})]), Reply.text("Your jobs file was damaged."))
+
+    async def chat():
+        assistant = open_assistant(cfg, "cli:direct", stream=False)
+        try:
+            await assistant.conversation.send("what reminders do I have?")
+        finally:
+            await assistant.aclose()
+
+    asyncio.run(chat())
+    result = tool_results(fake_llm.requests[1])[-1]
+    aside = next(path.parent.glob("jobs.json.corrupt-*"))
+    assert "No scheduled jobs." in result and "Note for the user" in result and aside.name in result
+    assert aside.read_text() == '{"version": 1, "jobs": ['
