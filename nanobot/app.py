@@ -149,6 +149,13 @@ class Assistant:
         await self.conversation.provider.aclose()
 
 
+def add_main_agent_tools(tools: ToolRegistry, cfg: Config, workspace: Path, session_key: str,
+                         subagents: SubagentManager | None) -> None:
+    """What the main agent has beyond a subagent's tools (spawn, cron); status counts the same schemas."""
+    tools.register(SpawnTool(tool_context(cfg, workspace), subagents))
+    tools.register(cron_tool(cfg, workspace, session_key))
+
+
 def build_budget(cfg: Config) -> ContextBudget:
     """The one ContextBudget of a run: every request, subagent and status screen asks it."""
     d = cfg.defaults
@@ -186,8 +193,7 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
                                 budget=budget, consolidator=consolidator, settings=settings)
     subagents = SubagentManager(provider, build_tools(cfg, workspace), workspace, on_done=conversation.deliver,
                                 on_start=conversation.announce_start, budget=budget)
-    tools.register(SpawnTool(tool_context(cfg, workspace), subagents))
-    tools.register(cron_tool(cfg, workspace, session_key))  # main agent only: subagents get sub_tools
+    add_main_agent_tools(tools, cfg, workspace, session_key, subagents)
     conversation.subagents = subagents
     system = context.system_prompt()
     try:
@@ -206,7 +212,7 @@ def status_snapshot(cfg: Config, session_key: str = "cli:direct") -> tuple[Budge
     budget = build_budget(cfg)
     context = build_context(cfg, workspace)
     tools = build_tools(cfg, workspace)
-    tools.register(SpawnTool(tool_context(cfg, workspace), None))
+    add_main_agent_tools(tools, cfg, workspace, session_key, None)  # schemas only: nothing is run
     store = SessionStore(receipts=history_receipts(workspace))
     session = store.load(session_key) if store.exists(session_key) else None
     snap = budget.snapshot(session, system_prompt=context.system_prompt, tools=tools.schemas(), probe=probe_message())
