@@ -16,6 +16,7 @@ from nanobot.providers.base import Provider
 from nanobot.providers.factory import make_provider
 from nanobot.providers.registry import key_env_names
 from nanobot.providers.retry import RetryCallback, RetryPolicy
+from nanobot.paths import secure_home
 from nanobot.session import SessionStore
 from nanobot.subagents import SubagentManager
 from nanobot.tools.base import ToolContext
@@ -104,6 +105,7 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     provider = build_provider(cfg, model, on_retry=on_retry)
     workspace = cfg.workspace_path()
     workspace.mkdir(parents=True, exist_ok=True)
+    secure_home(keep_open=workspace)
     store = SessionStore()
     session = store.open(session_key)
     d = cfg.defaults

@@ -24,7 +24,8 @@ from typing import Any
 from nanobot.errors import SessionInUseError, UsageError
 from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write
 from nanobot.messages import Message, for_wire, now_iso
-from nanobot.paths import sessions_dir
+from nanobot.paths import ensure_private_dir, sessions_dir
+from nanobot.secrets_mask import mask_message
 from nanobot.validity import Fixes, make_valid, repair_messages
 
 __all__ = [
@@ -304,7 +305,7 @@ class SessionStore:
             session._lock = None
 
     def _lock(self, key: str, path: Path) -> ExclusiveLock:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(self.directory)
         lock = ExclusiveLock(path)
         try:
             lock.acquire()
@@ -504,9 +505,9 @@ def as_sent(msg: Message) -> Message:
 
 
 def prepare_for_save(msg: Message) -> Message | None:
-    """The stored form of one new message, or None when it should not be saved."""
+    """The stored form of one new message (secrets masked), or None when it should not be saved."""
     role = msg.get("role")
-    out = dict(msg)
+    out = mask_message(msg)
     content = out.get("content")
     if isinstance(content, list):
         content = out["content"] = _stored_parts(content, strip_context=role == "user")

@@ -103,9 +103,9 @@ class Chat:
 
     def _prompt_session(self):
         from prompt_toolkit import PromptSession
-        from prompt_toolkit.history import FileHistory
         from prompt_toolkit.key_binding import KeyBindings
 
+        from nanobot.cli.input_history import MaskedFileHistory
         from nanobot.paths import input_history_path
 
         bindings = KeyBindings()
@@ -114,9 +114,7 @@ class Chat:
         def _newline(event) -> None:  # Esc-Enter inserts a line break; Enter sends
             event.current_buffer.insert_text("\n")
 
-        history = input_history_path()
-        history.parent.mkdir(parents=True, exist_ok=True)
-        return PromptSession(history=FileHistory(str(history)), key_bindings=bindings, multiline=False,
+        return PromptSession(history=MaskedFileHistory(input_history_path()), key_bindings=bindings, multiline=False,
                              enable_history_search=True)
 
     async def run(self) -> int:
