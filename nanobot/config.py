@@ -76,6 +76,7 @@ class Tools:
     exec: ExecConfig = field(default_factory=ExecConfig)
     web: WebConfig = field(default_factory=WebConfig)
     restrict_to_workspace: bool = False  # file tools and exec refuse paths outside the workspace
+    auto_approve: list[str] = field(default_factory=list)  # approval kinds allowed without asking, e.g. ["file-outside"]
 
 
 @dataclass
@@ -138,6 +139,11 @@ def _coerce(tp: Any, value: Any, where: str, source: str) -> Any:
         return {k: _coerce(val_tp, v, f"{where}.{k}", source) for k, v in value.items()}
     if origin in (typing.Union, types.UnionType):
         return value
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ConfigError(f"{source}: {where}: expected a list, got {json.dumps(value)}")
+        return [_coerce(item_tp, v, f"{where}[{i}]", source) for i, v in enumerate(value)]
     ok = (
         (tp is bool and isinstance(value, bool))
         or (tp is int and isinstance(value, int) and not isinstance(value, bool))

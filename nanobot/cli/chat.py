@@ -18,36 +18,40 @@ from nanobot.errors import NanobotError
 
 
 def run_agent(*, message: str | None, session_key: str, workspace: Path | None, config_path: Path | None,
-              model: str | None, markdown: bool, json_out: bool) -> int:
+              model: str | None, markdown: bool, json_out: bool, approve: list[str] | None = None) -> int:
     cfg = load_config(config_path, overrides={
         "agents.defaults.workspace": str(workspace) if workspace else None,
         "agents.defaults.model": model,
     })
     try:
         if message is not None:
-            return asyncio.run(_one_shot(cfg, session_key, message, markdown=markdown, json_out=json_out))
-        return asyncio.run(Chat(cfg, session_key, markdown=markdown).run())
+            return asyncio.run(_one_shot(cfg, session_key, message, markdown=markdown, json_out=json_out,
+                                         approve=approve or []))
+        return asyncio.run(Chat(cfg, session_key, markdown=markdown, approve=approve or []).run())
     except KeyboardInterrupt:
         stderr_console().print("[yellow]interrupted[/yellow] [dim](what already ran is saved)[/dim]")
         return 130
 
 
-def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_ref: list):
+def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_ref: list, ask=None,
+          approve: list[str] = ()):
     from nanobot.app import open_assistant
 
     def on_retry(attempt: int, delay: float, error: Exception) -> None:
         if renderer_ref:
             renderer_ref[0](Retrying(attempt, delay, str(error).splitlines()[0]))
 
-    return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry)
+    return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry, ask=ask, approve=approve)
 
 
-async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json_out: bool) -> int:
+async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json_out: bool,
+                    approve: list[str]) -> int:
     out = stdout_console(io.StringIO()) if json_out else stdout_console()
     err = stderr_console()
     stream = out.is_terminal and not json_out
     ref: list = []
-    assistant = _open(cfg, session_key, stream=stream, progress=err, renderer_ref=ref)
+    # nobody can answer a question here: risky actions are refused, naming the flag that allows them
+    assistant = _open(cfg, session_key, stream=stream, progress=err, renderer_ref=ref, approve=approve)
     renderer = Renderer(out, markdown=markdown, progress=err, stream_text=stream)
     ref.append(renderer)
     conversation = assistant.conversation
@@ -85,8 +89,9 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
 class Chat:
     """The REPL: read a line, run a turn as a cancellable task, render its events."""
 
-    def __init__(self, cfg, session_key: str, *, markdown: bool) -> None:
+    def __init__(self, cfg, session_key: str, *, markdown: bool, approve: list[str] = ()) -> None:
         self.cfg = cfg
+        self.approve = list(approve)
         self.session_key = session_key
         self.console = stdout_console()
         self.err = stderr_console()
@@ -120,8 +125,13 @@ class Chat:
     async def run(self) -> int:
         from prompt_toolkit.patch_stdout import patch_stdout
 
+        from nanobot.cli.approval_prompt import TerminalApprover
+
         ref = [self.renderer]
-        self.assistant = _open(self.cfg, self.session_key, stream=True, progress=self.console, renderer_ref=ref)
+        ask = TerminalApprover(self.console, pause=self._pause_display, resume=self._resume_display,
+                               can_ask=lambda: self.turn_task is not None)
+        self.assistant = _open(self.cfg, self.session_key, stream=True, progress=self.console, renderer_ref=ref,
+                               ask=ask, approve=self.approve)
         self.conversation.background_emit = self._background_event
         self.assistant.prewarm()  # import the SDK while the user types the first message
         try:
@@ -211,6 +221,14 @@ class Chat:
 
     async def compact(self) -> None:
         await self._memory_action(self.conversation.compact)
+
+    def _pause_display(self) -> None:  # an approval question must not be drawn over
+        self.renderer.finish()
+        self.background.finish()
+
+    def _resume_display(self) -> None:
+        if self.turn_task is not None:
+            self.renderer.thinking()
 
     def _background_event(self, event) -> None:
         # while a user turn runs, its renderer owns the screen; notices still go through it

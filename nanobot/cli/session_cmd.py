@@ -85,6 +85,20 @@ def show(
         if index == session.last_consolidated and index > 0:
             console.rule("[dim]consolidated into memory above this line[/dim]")
         _print_message(console, msg)
+    _print_decisions(console, session.decisions)
+
+
+def _print_decisions(console: Console, decisions: list[dict]) -> None:
+    """Every approval decision of the session: when, allowed or not, by whom, what, and why."""
+    if not decisions:
+        return
+    console.print(f"\n[bold]approval decisions[/bold] ({len(decisions)})")
+    for d in decisions:
+        verdict = "[green]allowed[/green]" if d.get("allowed") else "[yellow]refused[/yellow]"
+        reason = f" — {escape(str(d['reason']))}" if d.get("reason") else ""
+        console.print(f"  [dim]{escape(str(d.get('timestamp', '')))}[/dim] {verdict} "
+                      f"[dim]({escape(str(d.get('kind', '?')))}, by {escape(str(d.get('by', '?')))})[/dim] "
+                      f"{escape(str(d.get('summary', '')))}{reason}")
 
 
 def _print_message(console: Console, msg: dict) -> None:

@@ -25,6 +25,7 @@ class ApprovalRequest:
 class Decision:
     allowed: bool
     reason: str = ""  # why it was refused (the user's words or the policy's), passed to the model
+    always: bool = False  # the user answered "always for this session" (remembered by always_key)
 
 
 class Approver(Protocol):

@@ -1,0 +1,97 @@
+"""The chat's approval prompt: a risky action shows its summary and detail (a diff, a command)
+and waits for y (once), a (always for this session) or n (no; words after it go to the model).
+
+It runs inside a turn: the spinner or the live answer is paused first, so the question is
+never drawn over, and resumed after the answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.markup import escape
+
+from nanobot.tools.approval import ApprovalRequest, Decision
+
+HELP = "y = yes, once · a = always (this session) · n = no; after n, say why or what to do instead"
+_YES, _ALWAYS, _NO = {"y", "yes"}, {"a", "always"}, {"n", "no"}
+
+
+def parse_answer(text: str) -> Decision | None:
+    """The Decision for a typed answer; None when it is not one (ask again)."""
+    word, _, rest = text.strip().partition(" ")
+    word = word.lower().rstrip(",.:;")
+    if word in _YES and not rest.strip():
+        return Decision(True)
+    if word in _ALWAYS and not rest.strip():
+        return Decision(True, always=True)
+    if word in _NO:
+        said = rest.strip()
+        return Decision(False, f"the user said no: {said}" if said else "the user said no")
+    return None
+
+
+def _diff_line(line: str) -> str:
+    if line.startswith(("+++", "---")):
+        return f"[bold]{escape(line)}[/bold]"
+    if line.startswith("+"):
+        return f"[green]{escape(line)}[/green]"
+    if line.startswith("-"):
+        return f"[red]{escape(line)}[/red]"
+    if line.startswith("@@"):
+        return f"[cyan]{escape(line)}[/cyan]"
+    return escape(line)
+
+
+class TerminalApprover:
+    """Asks the person at the terminal. `pause` stops the turn's spinner/live text; `resume`
+    restarts the spinner; `can_ask` is False when the chat's own prompt owns the terminal."""
+
+    def __init__(self, console: Console, *, pause: Callable[[], None], resume: Callable[[], None],
+                 can_ask: Callable[[], bool] = lambda: True) -> None:
+        self.console = console
+        self.pause = pause
+        self.resume = resume
+        self.can_ask = can_ask
+        self._session = None
+
+    def _prompt(self):
+        if self._session is None:
+            from prompt_toolkit import PromptSession
+
+            self._session = PromptSession()
+        return self._session
+
+    async def approve(self, request: ApprovalRequest) -> Decision:
+        if not self.can_ask():
+            return Decision(False, "the user was not asked: this came from a background task while the chat "
+                                   "was waiting for input; tell the user what you need and why")
+        self.pause()
+        try:
+            self._show(request)
+            while True:
+                try:
+                    from prompt_toolkit.patch_stdout import patch_stdout
+
+                    with patch_stdout(raw=True):
+                        answer = await self._prompt().prompt_async("allow? [y/a/n] › ")
+                except (EOFError, KeyboardInterrupt):
+                    self.console.print("[yellow]not allowed[/yellow]")
+                    return Decision(False, "the user refused (interrupted the question)")
+                decision = parse_answer(answer)
+                if decision is not None:
+                    self.console.print("[green]allowed[/green]" + (" [dim](always, this session)[/dim]"
+                                                                   if decision.always else "")
+                                       if decision.allowed else "[yellow]not allowed[/yellow]")
+                    return decision
+                self.console.print(f"[dim]{HELP}[/dim]")
+        finally:
+            self.resume()
+
+    def _show(self, request: ApprovalRequest) -> None:
+        self.console.print(f"[bold yellow]⚠ approval needed[/bold yellow] [dim]({escape(request.kind)})[/dim] "
+                           f"{escape(request.summary)}", highlight=False)
+        for line in request.detail.rstrip("\n").splitlines() if request.detail else []:
+            self.console.print("  " + _diff_line(line), highlight=False)
+        self.console.print(f"[dim]{HELP}[/dim]", highlight=False)
