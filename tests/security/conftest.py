@@ -30,6 +30,7 @@ class Env:
     workspace: Path
     config: Path
     fake: object
+    key: str = KEY  # the configured key
 
     def requests_text(self) -> str:
         return "\n".join(json.dumps(r.body) for r in self.fake.requests)

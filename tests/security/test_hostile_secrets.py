@@ -11,8 +11,6 @@ import sys
 
 from nanobot.fakellm import Reply
 
-from conftest import KEY  # noqa: E402  (tests/security/conftest.py)
-
 PASTED = "sk-proj-PASTEDpasted0123456789abcdefghijKLMNOP"
 
 
@@ -49,6 +47,7 @@ def test_the_user_is_told_once_that_a_key_was_masked(hostile):
 
 
 def test_keys_in_tool_output_are_masked_exactly_and_by_shape(hostile):
+    KEY = hostile.key
     (hostile.workspace / "dump.txt").write_text(f"configured={KEY}\nother: ghp_0123456789abcdefghijABCDEFGHIJklmnop\n")
     hostile.run([("read_file", {"path": "dump.txt"})])
     sent = hostile.requests_text()
@@ -63,6 +62,7 @@ def _run_cli(args, env_extra=None, input_text=None):
 
 
 def test_a_key_echoed_in_a_401_body_is_not_printed_or_saved(hostile):
+    KEY = hostile.key
     hostile.fake.script(Reply.error(401, message=f"Incorrect API key provided: {KEY}. Also {PASTED}."))
     result = _run_cli(["agent", "-m", "hello"])
     assert result.returncode == 1
