@@ -15,6 +15,7 @@ from nanobot.cli.render import Renderer, escape, stderr_console, stdout_console
 from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS
 from nanobot.config import load_config
 from nanobot.errors import NanobotError
+from nanobot.secrets_mask import mask_secrets
 
 
 def run_agent(*, message: str | None, session_key: str, workspace: Path | None, config_path: Path | None,
@@ -39,7 +40,7 @@ def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_re
 
     def on_retry(attempt: int, delay: float, error: Exception) -> None:
         if renderer_ref:
-            renderer_ref[0](Retrying(attempt, delay, str(error).splitlines()[0]))
+            renderer_ref[0](Retrying(attempt, delay, mask_secrets(str(error).splitlines()[0])))
 
     return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry, ask=ask, approve=approve)
 
