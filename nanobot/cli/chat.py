@@ -140,6 +140,10 @@ class Chat:
                                f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]")
             for warning in self.conversation.session.warnings:
                 self.console.print(f"[yellow]warning: {warning}[/yellow]")
+            for skill in getattr(self.conversation.context.skills, "held", []):
+                self.console.print(f"[yellow]skill {escape(skill.name)} is off: it {escape(skill.gate)} "
+                                   f"({escape(skill.state)}); read it, then run `nanobot skills approve "
+                                   f"{escape(skill.name)}`[/yellow]", highlight=False)
             prompt = self._prompt_session()  # piped stdin never gets here: it becomes a one-shot message
             while True:
                 try:
