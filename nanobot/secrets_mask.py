@@ -32,8 +32,9 @@ REDACTED = "[REDACTED]"
 _NB = r"(?<![A-Za-z0-9_\-])"
 _NE = r"(?![A-Za-z0-9_\-])"
 _DIGIT_AHEAD = r"(?=[A-Za-z0-9_\-]*\d)"
-_NAME = (r"[A-Za-z0-9_.\-]*(?:api[_\-]?key|apikey|secret[_\-]?key|secret|access[_\-]?key"
-         r"|private[_\-]?key|token|password|passwd)")
+# The name's last word is enough to match on (OPENAI_API_KEY, db.password, mytoken); starting
+# the match there, not at the name's start, keeps the scan linear on long texts.
+_NAME = r"(?:api[_\-]?key|apikey|secret[_\-]?key|secret|access[_\-]?key|private[_\-]?key|token|password|passwd)"
 
 # How to add one: append (label, regex). The regex may capture a group named `keep`
 # (kept verbatim, e.g. a key's public prefix); everything else it matches becomes [REDACTED].
@@ -69,12 +70,28 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("password in URL", re.compile(
         r"(?P<keep>\b[a-z][a-z0-9+.\-]*://[^\s:/@\[]+:)(?!\[REDACTED\])[^\s@/]+(?=@)")),
     ("quoted secret assignment", re.compile(
-        r"(?i)(?P<keep>\b" + _NAME + r"[\"']?\s*[:=]\s*(?P<q>[\"']))"
+        r"(?i)(?P<keep>" + _NAME + r"[\"']?\s*[:=]\s*(?P<q>[\"']))"
         r"(?!\[REDACTED\](?P=q))[^\"'\n]{3,}?(?=(?P=q))")),
     ("secret assignment", re.compile(
-        r"(?i)(?P<keep>\b" + _NAME + r"[\"']?\s*[:=]\s*)"
+        r"(?i)(?P<keep>" + _NAME + r"[\"']?\s*[:=]\s*)"
         r"(?![\"'\[])(?=[^\s\"',;}&)\]]*\d)[^\s\"',;}&)\]]{6,}")),
 ]
+
+# A pattern runs only when one of its hints occurs in the lower-cased text (a C-speed `in`
+# check), and the assignment patterns only on the lines that hold one: most text has none,
+# and a long tool result is then scanned in a few milliseconds.
+_ASSIGNMENT_WORDS = ("key", "token", "secret", "password", "passwd")
+_HINTS: dict[str, tuple[str, ...]] = {
+    "PEM private key": ("private key-----",), "Anthropic key": ("sk-ant-",), "OpenAI-style key": ("sk-",),
+    "Stripe key": ("_live_", "_test_"), "GitHub token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    "GitHub fine-grained token": ("github_pat_",), "GitLab token": ("glpat-", "gldt-", "glrt-", "glptt-", "glcbt-"),
+    "Hugging Face token": ("hf_",), "Groq key": ("gsk_",), "xAI key": ("xai-",), "npm token": ("npm_",),
+    "AWS access key": ("akia", "asia"), "AWS secret key": ("aws",), "Slack token": ("xox",),
+    "Google API key": ("aiza",), "Telegram bot token": (":aa",), "JWT": ("eyj",), "Bearer token": ("bearer",),
+    "Basic credentials": ("basic",), "netrc password": ("password",), "password in URL": ("://",),
+    "quoted secret assignment": _ASSIGNMENT_WORDS, "secret assignment": _ASSIGNMENT_WORDS,
+}
+_LINEWISE = frozenset({"quoted secret assignment", "secret assignment"})
 
 # Exact secret values: what the config and the environment hold. Shorter values are not
 # masked (they would hit ordinary words); each is replaced wherever it appears.
@@ -129,11 +146,30 @@ def _scan(text: str, labels: list[str] | None) -> str:
         text, count = _known_re.subn(REDACTED, text)
         if count and labels is not None:
             labels.append("a configured key or secret environment value")
+    low = text.lower()
     for label, pattern in PATTERNS:
-        text, count = pattern.subn(_replace, text)
-        if count and labels is not None and label not in labels:
-            labels.append(label)
+        hints = _HINTS.get(label, ())
+        if hints and not any(h in low for h in hints):
+            continue
+        if label in _LINEWISE:
+            text, count = _sub_lines(pattern, text, hints)
+        else:
+            text, count = pattern.subn(_replace, text)
+        if count:
+            low = text.lower()
+            if labels is not None and label not in labels:
+                labels.append(label)
     return text
+
+
+def _sub_lines(pattern: re.Pattern[str], text: str, hints: tuple[str, ...]) -> tuple[str, int]:
+    lines = text.split("\n")
+    total = 0
+    for i, line in enumerate(lines):
+        if ("=" in line or ":" in line) and any(h in line.lower() for h in hints):
+            lines[i], count = pattern.subn(_replace, line)
+            total += count
+    return ("\n".join(lines), total) if total else (text, 0)
 
 
 def mask_secrets(text: str) -> str:
