@@ -82,4 +82,7 @@ def show_status(config_path: Path | None) -> None:
                                     f"(reply room {cfg.defaults.max_tokens:,})")
     table.add_row("token estimator", tokens.estimator_name())
     table.add_row("sessions", str(paths.sessions_dir()))
+    table.add_row("file tools", "workspace only (tools.restrictToWorkspace)" if cfg.tools.restrict_to_workspace
+                  else "outside the workspace: asked in the chat, refused in one-shot mode")
+    table.add_row("auto-approved", ", ".join(cfg.tools.auto_approve) or "nothing (risky actions ask; see --approve)")
     console.print(table)
