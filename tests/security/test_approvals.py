@@ -26,13 +26,16 @@ def _cli(*args):
 def test_one_shot_refuses_with_the_flag_that_allows_it_then_the_flag_allows_it(hostile):
     target = hostile.home / "outside.txt"
     hostile.fake.script(Reply.tool_calls([("write_file", {"path": str(target), "content": "hi"})]), Reply.text("ok"))
-    assert _cli("agent", "-m", "write it").returncode == 0
+    first = _cli("agent", "-m", "write it")
+    assert first.returncode == 0
     assert not target.exists()
     refusal = next(m for m in hostile.fake.requests[1].messages if m.get("role") == "tool")["content"]
     if hostile.restricted:
         assert "restrictToWorkspace" in refusal
         return
     assert "--approve file-outside" in refusal and "tools.autoApprove" in refusal
+    # the person running the command is told too, after the answer
+    assert "1 risky action(s) refused" in first.stderr and "--approve file-outside" in first.stderr
 
     hostile.fake.script(Reply.tool_calls([("write_file", {"path": str(target), "content": "hi"})]), Reply.text("ok"))
     assert _cli("agent", "-m", "write it", "--approve", "file-outside").returncode == 0
