@@ -73,7 +73,10 @@ def display_path(ctx: ToolContext, path: Path) -> str:
 # Credential stores under HOME: reading them is never remembered by "always" beyond the one file.
 CREDENTIAL_STORES = (".ssh", ".gnupg", ".aws", ".config/gcloud", ".kube", ".docker", ".netrc",
                      ".git-credentials", ".config/gh", ".password-store", ".pgpass", ".npmrc", ".pypirc",
-                     ".mozilla", ".config/google-chrome", ".config/chromium", ".local/share/keyrings")
+                     ".mozilla", ".config/google-chrome", ".config/chromium", ".local/share/keyrings",
+                     ".bash_history", ".zsh_history", ".python_history", ".psql_history", ".mysql_history")
+# ... and, anywhere outside the workspace, files by these names
+_SECRET_NAMES = frozenset({".env", ".envrc", ".npmrc", ".pypirc", ".pgpass", ".git-credentials", ".netrc"})
 
 # Files that run at login or on a schedule, by name (anywhere) ...
 _PERSISTENCE_NAMES = frozenset({
@@ -129,6 +132,8 @@ def _sensitive_place(path: Path) -> str | None:
             return f"a credential store ({home / name})"
     if _is_under(path, nanobot_home().expanduser().resolve()):
         return "the nanobot home (keys, sessions)"
+    if path.name in _SECRET_NAMES:
+        return f"a file that usually holds secrets ({path.name})"
     return None
 
 

@@ -13,6 +13,7 @@ from nanobot.cli.approval_prompt import parse_answer
 from nanobot.fakellm import Reply
 
 PROMPT = "you ›"
+PASTED = "sk-proj-PASTEDpasted0123456789abcdefghijKLMNOP"
 ASK = "allow? [y/a/n]"
 
 
@@ -31,6 +32,7 @@ def test_y_a_n_in_the_chat_while_a_turn_runs(isolated_home, configure, fake_llm)
     (home / ".bashrc").write_text("export SECRET_SAUCE=1\n")
     hook = isolated_home / "workspace" / ".git" / "hooks" / "pre-commit"
     fake_llm.script(
+        Reply.text("noted"),
         Reply.tool_calls([("read_file", {"path": "~/.bashrc"})]),
         Reply.text("understood"),
         Reply.tool_calls([("write_file", {"path": ".git/hooks/pre-commit", "content": "#!/bin/sh\nmake test\n"})]),
@@ -43,6 +45,10 @@ def test_y_a_n_in_the_chat_while_a_turn_runs(isolated_home, configure, fake_llm)
     child = pexpect.spawn(sys.executable, ["-m", "nanobot", "agent"], env=env, encoding="utf-8", timeout=20,
                           dimensions=(40, 120))
     try:
+        child.expect_exact(PROMPT)
+        child.sendline(f"my key is {PASTED}")
+        child.expect_exact("[REDACTED]")  # told once that the key was masked
+        child.expect("noted")
         child.expect_exact(PROMPT)
         child.sendline("what is in my bashrc?")
         child.expect("approval needed")
@@ -68,11 +74,13 @@ def test_y_a_n_in_the_chat_while_a_turn_runs(isolated_home, configure, fake_llm)
         child.terminate(force=True)
 
     # the refusal reached the model with the user's words; the file's content did not
-    tool_results = [m for m in fake_llm.requests[1].messages if m.get("role") == "tool"]
+    assert PASTED not in (isolated_home / "input_history").read_text()
+    assert PASTED not in json.dumps([r.body for r in fake_llm.requests])
+    tool_results = [m for m in fake_llm.requests[2].messages if m.get("role") == "tool"]
     assert "read the copy in the workspace instead" in tool_results[-1]["content"]
     assert "SECRET_SAUCE" not in json.dumps([r.body for r in fake_llm.requests])
     assert hook.read_text() == "#!/bin/sh\nmake lint\n"
-    assert len(fake_llm.requests) == 6
+    assert len(fake_llm.requests) == 7
     fake_llm.assert_all_valid()
 
     shown = subprocess.run([sys.executable, "-m", "nanobot", "session", "show", "cli:direct"],

@@ -428,3 +428,24 @@ def test_ordinary_workspace_files_never_ask(make_ctx, ws, approver):
     run(ReadFileTool(ctx), path="notes/todo.md")
     run(ListDirTool(ctx), path="notes")
     assert asked.requests == []
+
+
+def test_always_for_a_folder_never_stretches_to_a_secret_file_in_it(make_ctx, tmp_path):
+    from nanobot.approvals import SessionApprover
+    from nanobot.tools.approval import Decision
+
+    home = tmp_path / "home"
+    (home / "notes.txt").write_text("n")
+    (home / ".bash_history").write_text("export TOKEN=abc")
+    (home / ".env").write_text("KEY=1")
+    asked = []
+
+    class Always:
+        async def approve(self, request):
+            asked.append(request)
+            return Decision(True, always=True)
+
+    ctx = make_ctx(approver=SessionApprover(Always()))
+    for name in ("notes.txt", "notes.txt", ".bash_history", ".env", ".env"):
+        run(ReadFileTool(ctx), path=str(home / name))
+    assert [r.summary.split(" (")[0].rsplit("/", 1)[1] for r in asked] == ["notes.txt", ".bash_history", ".env"]
