@@ -27,7 +27,11 @@ def ensure_private_dir(path: Path) -> Path:
 def secure_home(keep_open: Path | None = None) -> None:
     """The nanobot home 0700 with every folder 0700 and file 0600 (homes made by older versions
     were 0755/0644). `keep_open` (the workspace, when it lives inside) is left as the user made it."""
-    home = ensure_private_dir(nanobot_home())
+    home = nanobot_home().absolute()
+    user_home = Path.home().absolute()
+    if home == user_home or home in user_home.parents or home == Path(home.anchor):
+        return  # NANOBOT_HOME pointed at a folder that holds far more than nanobot's files
+    ensure_private_dir(home)
     skip = Path(keep_open).absolute() if keep_open is not None else None
     for root, dirs, files in os.walk(home):
         here = Path(root)
