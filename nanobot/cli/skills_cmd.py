@@ -72,6 +72,10 @@ def approve_skill(
         out = Console(soft_wrap=True, highlight=False)
         out.print(f"{skill.name} ({skill.path}) {skill.gate}. Its SKILL.md:", markup=False)
         out.print(skill.path.read_text(encoding="utf-8", errors="replace"), markup=False)
+        others = sorted(p.relative_to(skill.path.parent) for p in skill.path.parent.rglob("*")
+                        if p.is_file() and p != skill.path)
+        if others:  # the approval covers them too: any change to them turns the skill off again
+            out.print("Other files in its folder (approved with it): " + ", ".join(map(str, others)), markup=False)
         if not typer.confirm(f"Approve {skill.name} as it is now?", default=False):
             typer.echo("Not approved; the skill stays off.")
             raise typer.Exit(1)
