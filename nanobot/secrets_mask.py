@@ -95,7 +95,7 @@ _LINEWISE = frozenset({"quoted secret assignment", "secret assignment"})
 
 # Exact secret values: what the config and the environment hold. Shorter values are not
 # masked (they would hit ordinary words); each is replaced wherever it appears.
-MIN_EXACT_LENGTH = 8
+MIN_EXACT_LENGTH = 10  # dummy keys of local servers ("lm-studio", "EMPTY") stay readable
 _known: set[str] = set()
 _known_re: re.Pattern[str] | None = None
 
