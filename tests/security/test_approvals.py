@@ -17,6 +17,8 @@ from nanobot.fakellm import Reply
 from nanobot.session import SessionStore
 from nanobot.tools.approval import ApprovalRequest, Decision
 
+from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/security/hostile_env.py)
+
 
 def _cli(*args):
     return subprocess.run([sys.executable, "-m", "nanobot", *args], capture_output=True, text=True,

@@ -11,6 +11,8 @@ import resource
 
 import pytest
 
+from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/security/hostile_env.py)
+
 SECRET_READS = {
     "config": lambda e: str(e.config),
     "config-tilde": lambda e: "~/.nanobot/config.json",

@@ -11,6 +11,8 @@ import sys
 
 from nanobot.fakellm import Reply
 
+from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/security/hostile_env.py)
+
 PASTED = "sk-proj-PASTEDpasted0123456789abcdefghijKLMNOP"
 
 
