@@ -1,5 +1,5 @@
 """The hostile corpus for file tools, secrets and skills (fixtures and helpers; the test modules
-import `hostile` and `yes` from here). A model steered by someone else calls tools;
+import `hostile` and `yes` from here). A model steered by someone else calls tools; judged by side effects only.
 
 Each case is scripted as tool calls through the fake LLM server and run in-process through the
 real assistant (open_assistant), once with the default config and once with
