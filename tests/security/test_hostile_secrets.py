@@ -99,3 +99,12 @@ def test_home_is_0700_and_everything_kept_in_it_0600(hostile):
     names = {p.name for p in hostile.nanobot_home.rglob("*")}
     assert "input_history" in names and any(n.endswith(".jsonl") for n in names)
     assert any(n.endswith(".lock") for n in names) and checked >= 5
+
+
+def test_keys_in_exec_output_are_masked(hostile):
+    (hostile.workspace / ".env").write_text(f"OPENAI_API_KEY={PASTED}\nSTRIPE=sk_live_4eC39HqLyjWDarjtT1zdp7dc\n")
+    hostile.run([("exec", {"command": "cat .env; printf 'ghp_%s\\n' 0123456789abcdefghijABCDEFGHIJklmnop"})])
+    sent, saved = hostile.requests_text(), hostile.saved_text()
+    for secret in (PASTED, "4eC39HqLyjWDarjtT1zdp7dc", "ghp_0123456789abcdefghij"):
+        assert secret not in sent and secret not in saved
+    assert "sk_live_[REDACTED]" in sent  # the command ran; only the secrets were hidden
