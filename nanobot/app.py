@@ -89,6 +89,7 @@ class Assistant:
     workspace: Path
     store: SessionStore
     conversation: Conversation
+    approver: SessionApprover | None = None  # answers risky actions; remembers this session's "always"
 
     def prewarm(self) -> None:
         """Start loading the provider's SDK in the background (the REPL calls this before its prompt)."""
@@ -150,4 +151,4 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     except ContextTooSmallError:
         store.close(session)
         raise
-    return Assistant(cfg, workspace, store, conversation)
+    return Assistant(cfg, workspace, store, conversation, approver)
