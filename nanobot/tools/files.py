@@ -170,8 +170,9 @@ class WriteFileTool(Tool):
         await approve_access(self.ctx, self.name, "write", target, risks,
                              detail=change_diff(before, content, shown) if risks else "")
         payload = content.encode("utf-8")
+        existed = os.path.lexists(target)
         _write(self.ctx, target, payload, shown)
-        verb = "Overwrote" if before is not None else "Created"
+        verb = "Overwrote" if existed else "Created"
         return f"{verb} {shown} ({len(payload):,} bytes written)"
 
 
