@@ -107,3 +107,17 @@ class TerminalApprover:
         for line in request.detail.rstrip("\n").splitlines() if request.detail else []:
             self.console.print("  " + _diff_line(line), highlight=False)
         self.console.print(f"[dim]{HELP}[/dim]", highlight=False)
+
+
+def print_refusals(err: Console, decisions: list[dict]) -> None:
+    """One-shot mode cannot ask: name the risky actions it refused and the flag that allows each kind."""
+    refused = [d for d in decisions if not d.get("allowed")]
+    if not refused:
+        return
+    kinds = sorted({str(d.get("kind")) for d in refused})
+    err.print(f"[yellow]{len(refused)} risky action(s) refused (one-shot mode cannot ask):[/yellow]", highlight=False)
+    for d in refused:
+        err.print(f"  [dim]- {escape(visible(str(d.get('summary', ''))))}[/dim]", highlight=False)
+    err.print("[dim]allow them for one run with " + " ".join(f"--approve {escape(k)}" for k in kinds)
+              + ", or for good with tools.autoApprove in the config; `nanobot session show` lists every "
+              "decision[/dim]", highlight=False)

@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 
 from nanobot.agent.events import Retrying
+from nanobot.cli.approval_prompt import print_refusals
 from nanobot.cli.render import Renderer, escape, stderr_console, stdout_console
 from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS
 from nanobot.config import load_config
@@ -74,7 +75,7 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
     finally:
         renderer.finish()
         await assistant.aclose()
-        _say_what_was_refused(err, conversation.session.decisions[decided:])
+        print_refusals(err, conversation.session.decisions[decided:])
     if json_out:
         print(json.dumps({
             "answer": outcome.content, "stop_reason": outcome.stop_reason, "error": outcome.error,
@@ -87,20 +88,6 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
         err.print(f"[bold red]error:[/bold red] {outcome.error}", highlight=False)
         return 1
     return 0
-
-
-def _say_what_was_refused(err: Console, decisions: list[dict]) -> None:
-    """One-shot mode cannot ask: name the risky actions it refused and the flag that allows each kind."""
-    refused = [d for d in decisions if not d.get("allowed")]
-    if not refused:
-        return
-    kinds = sorted({str(d.get("kind")) for d in refused})
-    err.print(f"[yellow]{len(refused)} risky action(s) refused (one-shot mode cannot ask):[/yellow]", highlight=False)
-    for d in refused:
-        err.print(f"  [dim]- {escape(str(d.get('summary', '')))}[/dim]", highlight=False)
-    err.print("[dim]allow them for one run with " + " ".join(f"--approve {escape(k)}" for k in kinds)
-              + ", or for good with tools.autoApprove in the config; `nanobot session show` lists every "
-              "decision[/dim]", highlight=False)
 
 
 class Chat:
