@@ -155,6 +155,10 @@ def content_risks(ctx: ToolContext, target: Path) -> list[FileRisk]:
     if is_persistence_path(target):
         risks.append(FileRisk("persistence", "a file that runs at login or on a schedule",
                               f"persistence:{target}"))
+    elif target == root / "HEARTBEAT.md" or _is_under(target, root / "cron"):
+        # nanobot itself runs these on a schedule: HEARTBEAT.md's tasks and the cron jobs become turns
+        risks.append(FileRisk("persistence", "a file nanobot runs on a schedule (heartbeat or reminders)",
+                              f"persistence:{target}"))
     if target == root / "memory" / "MEMORY.md":
         risks.append(FileRisk("memory-edit", "long-term memory (MEMORY.md), which is in every prompt",
                               "memory-edit"))
