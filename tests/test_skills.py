@@ -259,3 +259,16 @@ def test_skills_list_shows_state_and_approve_turns_a_skill_on(workspace: Path, m
     assert not SkillSet.discover(workspace).held
     assert "approved" in runner.invoke(skills_app, ["list", "--workspace", str(workspace)]).stdout
     assert runner.invoke(skills_app, ["approve", "nosuch", "--workspace", str(workspace)]).exit_code == 2
+
+
+def test_skills_commands_use_the_configured_workspace(isolated_home: Path, tmp_path: Path) -> None:
+    import json
+
+    elsewhere = tmp_path / "my-ws"
+    write_skill(elsewhere / "skills", "mine", "name: mine\ndescription: Mine\nalways: true")
+    isolated_home.mkdir(parents=True, exist_ok=True)
+    (isolated_home / "config.json").write_text(json.dumps({"agents": {"defaults": {"workspace": str(elsewhere)}}}))
+    runner = CliRunner()
+    assert "mine" in runner.invoke(skills_app, ["list"]).stdout
+    assert runner.invoke(skills_app, ["approve", "mine", "--yes"]).exit_code == 0
+    assert SkillSet.discover(elsewhere).get("mine") is not None

@@ -9,10 +9,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from nanobot.paths import default_workspace
 from nanobot.skills import SkillApprovals, SkillSet
 
 skills_app = typer.Typer(help="Skills: instructions the agent reads for specific tasks.", no_args_is_help=True)
+
+
+def _configured_workspace() -> Path:
+    """The workspace the agent uses: agents.defaults.workspace from the config, else the default."""
+    from nanobot.config import load_config
+
+    return load_config().workspace_path()
 
 
 @skills_app.callback()
@@ -23,11 +29,11 @@ def _skills() -> None:
 @skills_app.command("list")
 def list_skills(
     workspace: Path | None = typer.Option(
-        None, "--workspace", "-w", help="Workspace folder (default: ~/.nanobot/workspace)."
+        None, "--workspace", "-w", help="Workspace folder (default: the configured one, else ~/.nanobot/workspace)."
     ),
 ) -> None:
     """List bundled and workspace skills and whether each is ready to use."""
-    skills = SkillSet.discover(workspace or default_workspace())
+    skills = SkillSet.discover(workspace or _configured_workspace())
     err = Console(stderr=True)
     for warning in skills.warnings:
         err.print(f"[yellow]warning:[/yellow] {warning}", markup=True, highlight=False, soft_wrap=True)
@@ -52,12 +58,12 @@ def list_skills(
 def approve_skill(
     name: str = typer.Argument(..., help="The skill to approve (see `nanobot skills list`)."),
     workspace: Path | None = typer.Option(
-        None, "--workspace", "-w", help="Workspace folder (default: ~/.nanobot/workspace)."
+        None, "--workspace", "-w", help="Workspace folder (default: the configured one, else ~/.nanobot/workspace)."
     ),
     yes: bool = typer.Option(False, "--yes", "-y", help="Approve without showing the skill and asking."),
 ) -> None:
     """Turn on a workspace skill that asks to be always on or shadows a bundled one, as it is now."""
-    skills = SkillSet.discover(workspace or default_workspace())
+    skills = SkillSet.discover(workspace or _configured_workspace())
     skill = next((s for s in skills.held if s.name == name), None)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     if skill is None:
