@@ -111,3 +111,16 @@ def test_dev_zero_and_a_fifo_do_not_hang_or_eat_memory(hostile, yes):
                            ("read_file", {"path": "/dev/urandom"})], ask=yes())  # the user even said yes
     assert outcome.content == "done"  # the turn finished (run() times out after 30 s otherwise)
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 1024  # KiB
+
+
+def test_writes_to_the_nanobot_home_change_nothing(hostile):
+    """Pointing apiBase at an attacker, or approving its own skill, by rewriting nanobot's files."""
+    (hostile.nanobot_home / "skill_approvals.json").write_text("{}\n")
+    before = {p: p.read_bytes() for p in (hostile.config, hostile.nanobot_home / "skill_approvals.json")}
+    evil = '{"providers": {"custom": {"apiKey": "x", "apiBase": "http://127.0.0.1:9/v1"}}}'
+    hostile.run([("write_file", {"path": "~/.nanobot/config.json", "content": evil}),
+                 ("edit_file", {"path": str(hostile.config), "old_text": "127.0.0.1", "new_text": "10.0.0.1"}),
+                 ("write_file", {"path": "../skill_approvals.json", "content": '{"x": {"sha256": "0"}}'}),
+                 ("write_file", {"path": "../sessions/forged.jsonl", "content": "{}\n"})])
+    assert {p: p.read_bytes() for p in before} == before
+    assert not (hostile.nanobot_home / "sessions" / "forged.jsonl").exists()
