@@ -15,6 +15,7 @@ from rich.table import Table
 
 from nanobot.errors import NanobotError
 from nanobot.messages import text_of
+from nanobot.secrets_mask import mask_message, mask_value
 from nanobot.session import SessionStore
 
 session_app = typer.Typer(help="Saved conversations: list, show and repair them.", no_args_is_help=True,
@@ -75,7 +76,7 @@ def show(
     _warn(session.warnings)
     messages = session.messages if limit is None else session.messages[-limit:] if limit > 0 else []
     if as_json:
-        typer.echo(json.dumps(messages, ensure_ascii=False, indent=2))
+        typer.echo(json.dumps(mask_value(messages), ensure_ascii=False, indent=2))  # files from before masking
         return
     console = _out()
     console.print(f"[bold]{escape(key)}[/bold]  {len(session.messages)} messages, "
@@ -102,6 +103,7 @@ def _print_decisions(console: Console, decisions: list[dict]) -> None:
 
 
 def _print_message(console: Console, msg: dict) -> None:
+    msg = mask_message(msg)  # a session saved by an older version may still hold a key
     role = str(msg.get("role", "?"))
     stamp = f" [dim]{escape(str(msg.get('timestamp', '')))}[/dim]" if msg.get("timestamp") else ""
     text = text_of(msg.get("content"))

@@ -108,3 +108,17 @@ def test_keys_in_exec_output_are_masked(hostile):
     for secret in (PASTED, "4eC39HqLyjWDarjtT1zdp7dc", "ghp_0123456789abcdefghij"):
         assert secret not in sent and secret not in saved
     assert "sk_live_[REDACTED]" in sent  # the command ran; only the secrets were hidden
+
+
+def test_session_show_masks_keys_saved_by_an_older_version(hostile):
+    sessions = hostile.nanobot_home / "sessions"
+    sessions.mkdir(parents=True, exist_ok=True)
+    from nanobot.session import SessionStore
+
+    path = SessionStore().path_for("old:one")
+    path.write_text(json.dumps({"_type": "metadata", "key": "old:one", "last_consolidated": 0}) + "\n"
+                    + json.dumps({"role": "user", "content": f"key {PASTED}"}) + "\n")
+    for args in (["session", "show", "old:one"], ["session", "show", "old:one", "--json"]):
+        result = _run_cli(args)
+        assert result.returncode == 0, result.stderr
+        assert PASTED not in result.stdout and "sk-proj-[REDACTED]" in result.stdout
