@@ -17,6 +17,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from nanobot.messages import Message
+from nanobot.secrets_mask import mask_secrets
 from nanobot.session import with_runtime_context
 from nanobot.untrusted import FENCE_RULES, fence
 
@@ -82,7 +83,8 @@ background subagents for longer independent tasks.
         skills = self.skills.prompt_section().strip() if self.skills is not None else ""
         if skills:
             parts.append(skills)
-        return "\n\n---\n\n".join(parts) + "\n"
+        # a key pasted into USER.md or a hand-edited MEMORY.md must not reach the provider either
+        return mask_secrets("\n\n---\n\n".join(parts) + "\n")
 
     def now(self) -> datetime:
         if self.timezone:

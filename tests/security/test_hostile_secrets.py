@@ -122,3 +122,12 @@ def test_session_show_masks_keys_saved_by_an_older_version(hostile):
         result = _run_cli(args)
         assert result.returncode == 0, result.stderr
         assert PASTED not in result.stdout and "sk-proj-[REDACTED]" in result.stdout
+
+
+def test_keys_in_the_workspace_bootstrap_files_and_a_hand_edited_memory_are_not_sent(hostile):
+    (hostile.workspace / "USER.md").write_text(f"My OpenAI key: {PASTED}\n")
+    (hostile.workspace / "memory").mkdir()
+    (hostile.workspace / "memory" / "MEMORY.md").write_text("- deploy token: ghp_0123456789abcdefghijABCDEFGHIJklmnop\n")
+    hostile.run([("list_dir", {"path": "."})])
+    sent = hostile.requests_text()
+    assert PASTED not in sent and "ghp_0123456789" not in sent and "My OpenAI key: sk-proj-[REDACTED]" in sent
