@@ -31,11 +31,17 @@ def secure_home(keep_open: Path | None = None) -> None:
     user_home = Path.home().absolute()
     if home == user_home or home in user_home.parents or home == Path(home.anchor):
         return  # NANOBOT_HOME pointed at a folder that holds far more than nanobot's files
+    try:
+        was_private = (os.stat(home).st_mode & 0o777) == PRIVATE_DIR_MODE
+    except OSError:
+        was_private = False
     ensure_private_dir(home)
     skip = Path(keep_open).absolute() if keep_open is not None else None
     for root, dirs, files in os.walk(home):
         here = Path(root)
         dirs[:] = [d for d in dirs if skip is None or (here / d).absolute() != skip]
+        if was_private:  # already tightened once: only the top level, where a hand-made config lands
+            dirs[:] = []
         for name in dirs:
             _tighten(here / name, PRIVATE_DIR_MODE)
         for name in files:
