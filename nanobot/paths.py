@@ -40,12 +40,12 @@ def secure_home(keep_open: Path | None = None) -> None:
     for root, dirs, files in os.walk(home):
         here = Path(root)
         dirs[:] = [d for d in dirs if skip is None or (here / d).absolute() != skip]
-        if was_private:  # already tightened once: only the top level, where a hand-made config lands
-            dirs[:] = []
         for name in dirs:
             _tighten(here / name, PRIVATE_DIR_MODE)
         for name in files:
             _tighten(here / name, PRIVATE_FILE_MODE)
+        if was_private:  # tightened before: only the top level, where a hand-made config lands
+            dirs[:] = []
 
 
 def _tighten(path: Path, mode: int) -> None:
