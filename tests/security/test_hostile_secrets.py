@@ -131,3 +131,15 @@ def test_keys_in_the_workspace_bootstrap_files_and_a_hand_edited_memory_are_not_
     hostile.run([("list_dir", {"path": "."})])
     sent = hostile.requests_text()
     assert PASTED not in sent and "ghp_0123456789" not in sent and "My OpenAI key: sk-proj-[REDACTED]" in sent
+
+
+def test_a_hand_made_config_in_a_private_home_is_tightened_and_the_workspace_left_alone(hostile):
+    from nanobot.paths import secure_home
+
+    hostile.nanobot_home.chmod(0o700)
+    hostile.config.chmod(0o644)
+    (hostile.workspace / "script.sh").write_text("#!/bin/sh\n")
+    (hostile.workspace / "script.sh").chmod(0o755)
+    secure_home(keep_open=hostile.workspace)
+    assert stat.S_IMODE(hostile.config.stat().st_mode) == 0o600
+    assert stat.S_IMODE((hostile.workspace / "script.sh").stat().st_mode) == 0o755
