@@ -67,7 +67,7 @@ def test_a_good_pointer_is_kept_whatever_history_says(tmp_path):
 def test_context_block_limit_caps_every_prompt_and_consolidates_under_it(configure, fake_llm):
     from nanobot.config import load_config
 
-    configure(contextWindowTokens=65_536, contextBlockLimit=4000)
+    configure(contextWindowTokens=65_536, contextBlockLimit=5000)
     make_strict(fake_llm, 65_536)
     fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text("noted")
     cfg = load_config(None)
@@ -88,10 +88,21 @@ def test_context_block_limit_caps_every_prompt_and_consolidates_under_it(configu
 
     snap, out, pointer = asyncio.run(go())
     assert not out.error and pointer > 0
-    assert snap.budget == 4000 and snap.reply_tokens == 8192 and snap.prompt_cap == 4000
+    assert snap.budget == 5000 and snap.reply_tokens == 8192 and snap.prompt_cap == 5000
     turns = [r for r in fake_llm.requests if not is_consolidation(r)]
-    assert turns and all(r.estimated_tokens <= 4000 for r in fake_llm.requests)
+    assert turns and all(r.estimated_tokens <= 5000 for r in fake_llm.requests)
     fake_llm.assert_all_valid()
+
+
+def test_a_prompt_cap_below_the_fixed_prompt_is_refused_naming_the_cap():
+    from nanobot.agent.budget import ContextBudget
+    from nanobot.errors import ContextTooSmallError
+
+    budget = ContextBudget(window=65_536, max_tokens=8192, prompt_cap=1500)
+    with pytest.raises(ContextTooSmallError) as info:
+        budget.check_fixed("fact " * 2000, None)
+    assert "more than the prompt cap of 1,500 (agents.defaults.contextBlockLimit)" in info.value.message
+    assert "contextBlockLimit" in info.value.hint and "window of" not in info.value.message
 
 
 def test_context_block_limit_is_off_by_default():

