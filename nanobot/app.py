@@ -8,12 +8,13 @@ from pathlib import Path
 
 from nanobot.agent.budget import check_fixed_prompt, fit_request, reply_room
 from nanobot.agent.context import ContextBuilder
-from nanobot.config import Config, resolve_model
+from nanobot.config import Config, resolve_fallbacks, resolve_model
 from nanobot.consolidation import Consolidator
 from nanobot.conversation import Conversation, TurnSettings
 from nanobot.errors import ContextTooSmallError
 from nanobot.providers.base import Provider
 from nanobot.providers.factory import make_provider
+from nanobot.providers.fallback import FallbackCallback
 from nanobot.providers.registry import key_env_names
 from nanobot.providers.retry import RetryCallback, RetryPolicy
 from nanobot.session import SessionStore
@@ -52,8 +53,11 @@ def build_tools(cfg: Config, workspace: Path) -> ToolRegistry:
 
 
 def build_provider(cfg: Config, model: str | None = None, *, on_retry: RetryCallback | None = None,
-                   policy: RetryPolicy | None = None) -> Provider:
-    return make_provider(resolve_model(cfg, model), policy=policy or retry_policy_from_env(), on_retry=on_retry)
+                   policy: RetryPolicy | None = None, on_fallback: FallbackCallback | None = None) -> Provider:
+    """The model's provider; agents.defaults.fallbackModels follow it unless --model named another."""
+    fallbacks = resolve_fallbacks(cfg) if model is None else []
+    return make_provider(resolve_model(cfg, model), policy=policy or retry_policy_from_env(), on_retry=on_retry,
+                         fallbacks=fallbacks, on_fallback=on_fallback)
 
 
 def retry_policy_from_env() -> RetryPolicy:
@@ -87,9 +91,11 @@ class Assistant:
 
     def prewarm(self) -> None:
         """Start loading the provider's SDK in the background (the REPL calls this before its prompt)."""
-        inner = getattr(self.conversation.provider, "inner", None)
-        if hasattr(inner, "prewarm"):
-            inner.prewarm()
+        provider = self.conversation.provider
+        while provider is not None and not hasattr(provider, "prewarm"):
+            provider = getattr(provider, "inner", None)
+        if provider is not None:
+            provider.prewarm()
 
     async def aclose(self) -> None:
         await self.conversation.stop_background()
@@ -99,9 +105,9 @@ class Assistant:
 
 
 def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, stream: bool = True,
-                   on_retry: RetryCallback | None = None) -> Assistant:
+                   on_retry: RetryCallback | None = None, on_fallback: FallbackCallback | None = None) -> Assistant:
     """Resolve the provider (fails fast on a missing key), then lock and load the session."""
-    provider = build_provider(cfg, model, on_retry=on_retry)
+    provider = build_provider(cfg, model, on_retry=on_retry, on_fallback=on_fallback)
     workspace = cfg.workspace_path()
     workspace.mkdir(parents=True, exist_ok=True)
     store = SessionStore()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from nanobot.agent.events import Retrying
+from nanobot.agent.events import Notice, Retrying
 from nanobot.cli.render import Renderer, escape, stderr_console, stdout_console
 from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS
 from nanobot.config import load_config
@@ -39,7 +39,11 @@ def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_re
         if renderer_ref:
             renderer_ref[0](Retrying(attempt, delay, str(error).splitlines()[0]))
 
-    return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry)
+    def on_fallback(text: str) -> None:
+        if renderer_ref:
+            renderer_ref[0](Notice(text, "warning"))
+
+    return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry, on_fallback=on_fallback)
 
 
 async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json_out: bool) -> int:
