@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nanobot.agent.budget import check_fixed_prompt, fit_request, reply_room
@@ -18,6 +18,7 @@ from nanobot.providers.fallback import FallbackCallback
 from nanobot.providers.registry import key_env_names
 from nanobot.providers.retry import RetryCallback, RetryPolicy
 from nanobot.session import SessionStore
+from nanobot.session_import import ImportResult, continuing_line, import_all
 from nanobot.subagents import SubagentManager
 from nanobot.tools.base import ToolContext
 from nanobot.tools.registry import ToolRegistry
@@ -88,6 +89,17 @@ class Assistant:
     workspace: Path
     store: SessionStore
     conversation: Conversation
+    imports: ImportResult = field(default_factory=lambda: ImportResult([], []))  # what came from nanobot
+
+    def startup_notes(self) -> list[str]:
+        """Lines the chat shows before its first prompt: what was imported from nanobot."""
+        session = self.conversation.session
+        key = session.key
+        line = continuing_line(key, len(session.messages))
+        lines = [line] if line else []
+        lines += [f"imported from nanobot: {r.describe()}" for r in self.imports.imported
+                  if not (r.kind == "session" and r.key == key)]
+        return lines
 
     def prewarm(self) -> None:
         """Start loading the provider's SDK in the background (the REPL calls this before its prompt)."""
@@ -111,6 +123,7 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     workspace = cfg.workspace_path()
     workspace.mkdir(parents=True, exist_ok=True)
     store = SessionStore()
+    imports = import_all(workspace, store=store)  # nanobot's own sessions and history, on first use
     session = store.open(session_key)
     d = cfg.defaults
     reply_tokens = reply_room(d.context_window_tokens, d.max_tokens)
@@ -142,4 +155,4 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     except ContextTooSmallError:
         store.close(session)
         raise
-    return Assistant(cfg, workspace, store, conversation)
+    return Assistant(cfg, workspace, store, conversation, imports)

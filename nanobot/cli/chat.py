@@ -56,6 +56,8 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
     ref.append(renderer)
     conversation = assistant.conversation
     conversation.background_emit = Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False)
+    for note in assistant.startup_notes():
+        err.print(f"[dim]{escape(note)}[/dim]", highlight=False)
     for warning in conversation.session.warnings:
         err.print(f"[yellow]warning: {warning}[/yellow]")
     try:
@@ -133,6 +135,8 @@ class Chat:
         try:
             self.console.print(f"[bold]nanobot[/bold] [dim]· {self.cfg.defaults.model} · session "
                                f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]")
+            for note in self.assistant.startup_notes():
+                self.console.print(f"[dim]{escape(note)}[/dim]", highlight=False)
             for warning in self.conversation.session.warnings:
                 self.console.print(f"[yellow]warning: {warning}[/yellow]")
             prompt = self._prompt_session()  # piped stdin never gets here: it becomes a one-shot message
