@@ -36,12 +36,11 @@ def _build(resolved: ResolvedModel) -> Provider:
 
 
 def openai_request_options(resolved: ResolvedModel) -> dict[str, Any]:
-    """reasoningEffort and providers.<name>.extraBody as request fields, and whether temperature goes."""
+    """reasoningEffort and providers.<name>.extraBody as top-level request fields (the adapter posts
+    the body as plain JSON), and whether the temperature goes too."""
     extra = reasoning.openai_params(resolved.spec, resolved.model, resolved.reasoning_effort or None)
-    body = {**resolved.extra_body, **extra.pop("extra_body", {})}
-    if body:
-        extra["extra_body"] = body
-    return {"extra_params": extra, "send_temperature": not reasoning.drops_temperature(resolved.spec, extra)}
+    fields = {**resolved.extra_body, **extra.pop("extra_body", {}), **extra}
+    return {"extra_params": fields, "send_temperature": not reasoning.drops_temperature(resolved.spec, fields)}
 
 
 class DeferredProvider(Provider):
