@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
+from nanobot.agent.events import Notice
 from nanobot.agent.budget import check_fixed_prompt, fit_request, reply_room
 from nanobot.agent.context import ContextBuilder
 from nanobot.config import Config, resolve_fallbacks, resolve_model
@@ -24,6 +26,9 @@ from nanobot.tools.base import ToolContext
 from nanobot.tools.registry import ToolRegistry
 from nanobot.tokens import default_counter
 from nanobot.tools.spawn import SpawnTool
+
+if TYPE_CHECKING:
+    from nanobot.mcp.manager import MCPManager
 
 
 def tool_context(cfg: Config, workspace: Path) -> ToolContext:
@@ -73,6 +78,18 @@ def retry_policy_from_env() -> RetryPolicy:
     return policy
 
 
+def start_mcp(cfg: Config, workspace: Path, registries: list[ToolRegistry], *,
+              notify: Callable[[str], None] | None = None) -> MCPManager | None:
+    """Start tools.mcpServers in the background; their tools join `registries` (main and subagents)."""
+    if not cfg.tools.mcp_servers:
+        return None
+    from nanobot.mcp.manager import MCPManager
+
+    manager = MCPManager(cfg.tools.mcp_servers, workspace, tool_context(cfg, workspace), notify)
+    manager.start(registries)
+    return manager
+
+
 def build_context(cfg: Config, workspace: Path) -> ContextBuilder:
     from nanobot.memory import MemoryStore
     from nanobot.skills import SkillSet
@@ -90,6 +107,12 @@ class Assistant:
     store: SessionStore
     conversation: Conversation
     imports: ImportResult = field(default_factory=lambda: ImportResult([], []))  # what came from nanobot
+    mcp: MCPManager | None = None  # MCP servers starting or started in the background
+
+    async def mcp_ready(self) -> None:
+        """Wait for MCP servers still starting (a turn calls this, never the prompt)."""
+        if self.mcp is not None:
+            await self.mcp.wait_ready()
 
     def startup_notes(self) -> list[str]:
         """Lines the chat shows before its first prompt: what was imported from nanobot."""
@@ -111,6 +134,8 @@ class Assistant:
 
     async def aclose(self) -> None:
         await self.conversation.stop_background()
+        if self.mcp is not None:
+            await self.mcp.aclose()
         await self.conversation.join_consolidation()  # `agent -m` must not exit mid-consolidation
         self.store.close(self.conversation.session)
         await self.conversation.provider.aclose()
@@ -148,6 +173,8 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
                                 prepare=fit_subagent_request)
     tools.register(SpawnTool(tool_context(cfg, workspace), subagents))
     conversation.subagents = subagents
+    mcp = start_mcp(cfg, workspace, [tools, sub_tools],
+                    notify=lambda text: conversation.background_emit(Notice(text, "warning")))
     try:
         check_fixed_prompt(context.system_prompt(), tools.schemas(), reply_tokens, d.context_window_tokens,
                            consolidator.counter,
@@ -155,4 +182,4 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     except ContextTooSmallError:
         store.close(session)
         raise
-    return Assistant(cfg, workspace, store, conversation, imports)
+    return Assistant(cfg, workspace, store, conversation, imports, mcp)

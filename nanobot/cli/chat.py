@@ -61,6 +61,7 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
     for warning in conversation.session.warnings:
         err.print(f"[yellow]warning: {warning}[/yellow]")
     try:
+        await assistant.mcp_ready()  # one turn only: let it see every MCP tool that can be had
         outcome = await conversation.send(message, emit=renderer)
         renderer.finish()
         if conversation.running_subagents():
@@ -175,7 +176,7 @@ class Chat:
     async def run_turn(self, text: str) -> None:
         """Run one turn; Ctrl-C cancels it and returns to the prompt."""
         loop = asyncio.get_running_loop()
-        self.turn_task = asyncio.ensure_future(self.conversation.send(text, emit=self.renderer))
+        self.turn_task = asyncio.ensure_future(self._send(text))
         loop.add_signal_handler(signal.SIGINT, self.turn_task.cancel)
         self.renderer.thinking()
         try:
@@ -194,6 +195,10 @@ class Chat:
         self.renderer.finish()
         if outcome.error:
             self.console.print(f"[bold red]error:[/bold red] {outcome.error}", highlight=False)
+
+    async def _send(self, text: str):
+        await self.assistant.mcp_ready()  # servers started while the user typed; rarely waits
+        return await self.conversation.send(text, emit=self.renderer)
 
     # slash command actions -------------------------------------------------------------------
     def show_help(self) -> None:

@@ -1,0 +1,211 @@
+"""One MCP server: connected in a task of its own, which also closes it.
+
+The SDK's transports are anyio context managers that must be entered and left in the same
+task, so `_run` owns them for the server's whole life: it connects, initialises, lists the
+tools, reports ready, and waits to be told to stop. Calls come from any task on the loop.
+A stdio server inherits only the SDK's minimal environment (PATH, HOME, ...) plus its own
+`env`, never our API keys; its stderr goes to a log file, not over the chat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from nanobot.config import MCPServerConfig
+
+STARTUP_TIMEOUT = 20.0  # seconds for a server to start, answer `initialize` and list its tools
+CALL_GRACE = 5.0  # seconds beyond toolTimeout before a call is abandoned outright
+
+
+class CallFailed(Exception):
+    """A tool call that produced no result: timed out, or the server went away."""
+
+
+def transport_of(cfg: MCPServerConfig) -> str:
+    """nanobot's rule: `type` if given; else stdio with a command, SSE for a URL ending in /sse,
+    streamable HTTP for any other URL."""
+    if cfg.type:
+        return cfg.type
+    if cfg.command:
+        return "stdio"
+    if cfg.url:
+        return "sse" if cfg.url.rstrip("/").endswith("/sse") else "streamableHttp"
+    return ""
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    """The first real error inside anyio's exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def describe_error(exc: BaseException) -> str:
+    exc = _leaf(exc)
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return "timed out"
+    if isinstance(exc, FileNotFoundError):
+        return f"command not found: {exc.filename or exc}"
+    text = str(exc).strip() or type(exc).__name__
+    error = getattr(exc, "error", None)  # McpError carries the JSON-RPC error
+    if error is not None and getattr(error, "message", None):
+        text = error.message
+    return text.splitlines()[0][:300]
+
+
+@dataclass
+class ServerConnection:
+    name: str
+    cfg: MCPServerConfig
+    workspace: Path
+    log_path: Path
+    state: str = "starting"  # "starting" | "ready" | "failed" | "stopped"
+    error: str = ""
+    tools: list[Any] = field(default_factory=list)  # mcp.types.Tool, as listed
+    _session: Any = field(default=None, repr=False)
+    _ready: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _stop: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _task: asyncio.Task | None = field(default=None, repr=False)
+
+    @property
+    def transport(self) -> str:
+        return transport_of(self.cfg)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"mcp-{self.name}")
+
+    async def wait_ready(self, timeout: float | None = None) -> bool:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._ready.wait(), timeout)
+        return self.state == "ready"
+
+    async def _run(self) -> None:
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                # asyncio.timeout, not wait_for: the SDK's contexts must stay in this task
+                async with asyncio.timeout(STARTUP_TIMEOUT):
+                    await self._connect(stack)
+                self.state = "ready"
+                self._ready.set()
+                await self._stop.wait()
+        except asyncio.CancelledError:
+            if self.state == "starting":
+                self._fail("cancelled while starting")
+            raise
+        except BaseException as exc:  # noqa: BLE001 - any failure of a server is reported, never raised
+            if self.state == "starting":
+                reason = describe_error(exc)
+                if isinstance(_leaf(exc), (asyncio.TimeoutError, TimeoutError)):
+                    reason = f"did not start within {STARTUP_TIMEOUT:.0f}s"
+                self._fail(reason + self._stderr_tail())
+            elif self.state == "ready":
+                self._fail(f"stopped: {describe_error(exc)}{self._stderr_tail()}")
+        finally:
+            self._session = None
+            if self.state in ("starting", "ready"):
+                self.state = "stopped"
+            self._ready.set()
+
+    def _fail(self, reason: str) -> None:
+        self.state = "failed"
+        self.error = reason
+
+    def _stderr_tail(self) -> str:
+        try:
+            lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return ""
+        return f" (server said: {lines[-1][:200]})" if lines else ""
+
+    async def _connect(self, stack: contextlib.AsyncExitStack) -> None:
+        from mcp import ClientSession
+
+        kind = self.transport
+        if kind == "stdio":
+            read, write = await stack.enter_async_context(self._stdio(stack))
+        elif kind == "sse":
+            from mcp.client.sse import sse_client
+
+            read, write = await stack.enter_async_context(
+                sse_client(self.cfg.url, headers=self.cfg.headers or None, timeout=STARTUP_TIMEOUT))
+        elif kind == "streamableHttp":
+            from mcp.client.streamable_http import streamable_http_client
+            from mcp.shared._httpx_utils import create_mcp_http_client
+
+            client = await stack.enter_async_context(create_mcp_http_client(headers=self.cfg.headers or None))
+            read, write, _ = await stack.enter_async_context(streamable_http_client(self.cfg.url, http_client=client))
+        elif not kind:
+            raise ValueError("neither a command nor a url is configured")
+        else:
+            raise ValueError(f"unknown type {kind!r} (use stdio, sse or streamableHttp)")
+        session = await stack.enter_async_context(ClientSession(read, write))
+        await session.initialize()
+        tools, cursor = [], None
+        while True:
+            listed = await session.list_tools(cursor=cursor) if cursor else await session.list_tools()
+            tools.extend(listed.tools)
+            cursor = listed.nextCursor
+            if not cursor:
+                break
+        self.tools = tools
+        self._session = session
+
+    def _stdio(self, stack: contextlib.AsyncExitStack):
+        from mcp import StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        errlog = stack.enter_context(open(self.log_path, "w", encoding="utf-8"))
+        cwd: Path | None = Path(self.cfg.cwd).expanduser() if self.cfg.cwd else self.workspace
+        if self.cfg.cwd and not cwd.is_dir():
+            raise ValueError(f"its cwd {cwd} is not a folder")
+        if not cwd.is_dir():
+            cwd = None  # the workspace is not created yet (`nanobot mcp list` before the first chat)
+        params = StdioServerParameters(command=self.cfg.command, args=list(self.cfg.args),
+                                       env=dict(self.cfg.env) or None, cwd=str(cwd) if cwd else None)
+        return stdio_client(params, errlog=errlog)
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> Any:
+        """The server's CallToolResult; raises CallFailed when there is none."""
+        session = self._session
+        if session is None or self.state != "ready":
+            raise CallFailed(f"MCP server {self.name} is not running ({self.error or self.state})")
+        timeout = float(self.cfg.tool_timeout)
+        try:
+            async with asyncio.timeout(timeout + CALL_GRACE):
+                return await session.call_tool(tool, arguments, read_timeout_seconds=timedelta(seconds=timeout))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            reason = describe_error(exc)
+            if _is_timeout(exc, reason):
+                raise CallFailed(f"no answer from MCP server {self.name} within {timeout:g}s "
+                                 f"(tools.mcpServers.{self.name}.toolTimeout)") from None
+            await asyncio.sleep(0.05)  # let the transport notice a server that died
+            if self.state != "ready" or self._session is None or _gone(exc):
+                if self.state == "ready":
+                    self._fail(f"stopped during a call: {reason}")
+                raise CallFailed(f"MCP server {self.name} stopped during the call ({reason}); "
+                                 "its tools are unavailable until nanobot restarts") from None
+            raise CallFailed(f"MCP server {self.name}: {reason}") from None
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(self._task, 10)
+
+
+def _is_timeout(exc: BaseException, reason: str) -> bool:
+    leaf = _leaf(exc)
+    return isinstance(leaf, (asyncio.TimeoutError, TimeoutError)) or "timed out" in reason.lower()
+
+
+def _gone(exc: BaseException) -> bool:
+    text = describe_error(exc).lower()
+    return "connection closed" in text or "closed" in text and "stream" in text
