@@ -38,6 +38,16 @@ def transport_of(cfg: MCPServerConfig) -> str:
     return ""
 
 
+def load_sdk() -> None:
+    """Import the SDK (about half a second: pydantic models, httpx, anyio) and jsonschema. Run in a
+    worker thread, so the chat's prompt stays responsive while the servers start."""
+    import jsonschema  # noqa: F401 - the first argument check then finds it loaded
+    import mcp  # noqa: F401
+    import mcp.client.sse  # noqa: F401
+    import mcp.client.stdio  # noqa: F401
+    import mcp.client.streamable_http  # noqa: F401
+
+
 def _leaf(exc: BaseException) -> BaseException:
     """The first real error inside anyio's exception groups."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -86,6 +96,7 @@ class ServerConnection:
 
     async def _run(self) -> None:
         try:
+            await asyncio.to_thread(load_sdk)
             async with contextlib.AsyncExitStack() as stack:
                 # asyncio.timeout, not wait_for: the SDK's contexts must stay in this task
                 async with asyncio.timeout(STARTUP_TIMEOUT):
