@@ -84,6 +84,12 @@ def show_status(config_path: Path | None) -> None:
                                     f"(reply room {cfg.defaults.max_tokens:,})")
     table.add_row("token estimator", tokens.estimator_name())
     table.add_row("sessions", str(paths.sessions_dir()))
+    if cfg.tools.mcp_servers:
+        from nanobot.mcp.connection import transport_of
+
+        servers = ", ".join(f"{name} ({transport_of(s) or 'no command or url'}{', trusted' if s.trusted else ''})"
+                            for name, s in cfg.tools.mcp_servers.items())
+        table.add_row("mcp servers", f"{servers}; `nanobot mcp list` starts them and shows their tools")
     lines = ignored_keys.grouped(ignored_keys.ignored(read_file(path), cfg))
     table.add_row("ignored", "\n".join(lines) if lines else "nothing: every key in the file is used")
     console.print(table)
