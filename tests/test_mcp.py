@@ -115,11 +115,13 @@ def test_http_servers_list_and_call(tmp_path, call_log, http_server, transport):
 
     async def body(registry, manager, notices):
         assert manager.reports()[0].transport == ("sse" if transport == "sse" else "streamableHttp")
-        return await registry.execute("mcp_web_add", {"a": 1, "b": 1})
+        return (await registry.execute("mcp_web_add", {"a": 1, "b": 1}),
+                await registry.execute("mcp_web_header", {"name": "x-test"}))
 
-    result = run({"web": cfg}, body, tmp_path=tmp_path)
+    result, header = run({"web": cfg}, body, tmp_path=tmp_path)
     assert "2" in result.content and not result.is_error
     assert calls(call_log) == ["add 1 1"]
+    assert "yes" in header.content  # the configured header reached the server
 
 
 def test_schema_violations_never_reach_the_server(tmp_path, call_log):
@@ -161,6 +163,18 @@ def test_a_server_that_crashes_mid_call_is_reported_and_its_tools_then_refuse(tm
     assert later.is_error and "not running" in later.content
     assert report.state == "failed" and "stopped during a call" in report.error
     assert calls(call_log) == ["crash "]  # the add was never sent
+
+
+def test_a_stdio_server_never_sees_our_api_keys(tmp_path, call_log, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-canary-never-leaves-0001")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-canary-0002")
+
+    async def body(registry, manager, notices):
+        return await registry.execute("mcp_notes_env_names", {})
+
+    result = run({"notes": stdio(call_log, trusted=True)}, body, tmp_path=tmp_path)
+    assert "NOTES_CALL_LOG" in result.content and "PATH" in result.content  # its own env, and a usable PATH
+    assert "OPENAI_API_KEY" not in result.content and "ANTHROPIC_API_KEY" not in result.content
 
 
 def test_a_tool_error_is_an_error_result(tmp_path, call_log):

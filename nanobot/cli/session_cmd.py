@@ -56,7 +56,10 @@ def _import_from_nanobot(config: Optional[Path], *, quiet_when_none: bool) -> No
     try:
         workspace = load_config(config).workspace_path()
     except NanobotError as exc:
-        raise _fail(exc) from None
+        if not quiet_when_none:
+            raise _fail(exc) from None
+        _warn([f"nanobot's sessions were not looked for: {exc.message}"])  # listing ours still works
+        return
     result = import_all(workspace)
     for receipt in result.imported:
         _out().print(f"imported from nanobot: {escape(receipt.describe())}")
@@ -100,6 +103,7 @@ def show(
     limit: Optional[int] = typer.Option(None, "--last", "-n", help="Only the last N messages."),
 ) -> None:
     """A readable transcript of one session (tool results shortened)."""
+    _import_from_nanobot(None, quiet_when_none=True)
     try:
         session = SessionStore().load(key)
     except NanobotError as exc:

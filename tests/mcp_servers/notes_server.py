@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import anyio
 from pydantic import BaseModel, Field
 
-from mcp.server.fastmcp import FastMCP
+from mcp.server.fastmcp import Context, FastMCP
 
 
 def _log(name: str, detail: str) -> None:
@@ -62,6 +62,17 @@ def build(port: int = 0) -> FastMCP:
         """Exit the server process in the middle of the call."""
         _log("crash", "")
         os._exit(3)
+
+    @server.tool()
+    def header(name: str, ctx: Context) -> str:
+        """The value of one HTTP header of the request that carried this call."""
+        request = ctx.request_context.request
+        return request.headers.get(name, "(absent)") if request is not None else "(not over HTTP)"
+
+    @server.tool()
+    def env_names() -> list[str]:
+        """The names of the environment variables this server was started with."""
+        return sorted(os.environ)
 
     @server.tool()
     def fail() -> str:
