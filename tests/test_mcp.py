@@ -296,3 +296,34 @@ def test_mcp_list_shows_servers_state_and_tools(configure, call_log, nanobot_cmd
     assert "mcp_notes_add" in out.stdout and "mcp_notes_lookup" in out.stdout
     assert "not enabled: distance" in out.stdout
     assert "broken" in out.stdout and "failed: command not found" in out.stdout
+
+
+def test_the_chat_prompt_comes_first_then_one_line_for_a_failed_server_and_the_tools(configure, fake_llm, call_log):
+    import os
+
+    import pexpect
+
+    from nanobot.fakellm import Reply
+
+    path = configure()
+    data = json.loads(path.read_text())
+    data["tools"] = {"mcpServers": {"notes": {"command": sys.executable, "args": [SERVER, "stdio"], "trusted": True,
+                                              "env": {"NOTES_CALL_LOG": str(call_log)}},
+                                    "broken": {"command": "/nonexistent/mcp-server"}}}
+    path.write_text(json.dumps(data))
+    fake_llm.script(Reply.tool_calls([("mcp_notes_add", {"a": 4, "b": 5})]), Reply.text("Nine."))
+    env = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1", "PYTHONUNBUFFERED": "1"}
+    child = pexpect.spawn(sys.executable, ["-m", "nanobot", "agent"], env=env, encoding="utf-8", timeout=30,
+                          dimensions=(40, 160))
+    try:
+        child.expect_exact("you ›")
+        child.expect_exact("MCP server broken failed to start: command not found: /nonexistent/mcp-server")
+        child.sendline("4 + 5?")
+        child.expect_exact("Nine.")
+        child.sendline("/exit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.terminate(force=True)
+    assert "mcp_notes_add" in [t["function"]["name"] for t in fake_llm.requests[0].tools]
+    assert calls(call_log) == ["add 4 5"]
+    fake_llm.assert_all_valid()
