@@ -213,7 +213,7 @@ def _check_semantics(cfg: Config, source: str) -> None:
     # Provider names are not checked here: nanobot accepts any name (one with an apiBase is an
     # OpenAI-compatible server), so an odd one fails when it is used, in resolve_model.
     cfg.providers = {registry.canonical(name): prov for name, prov in cfg.providers.items()}
-    _check_fallbacks(cfg, source)
+    _check_nanobot_keys(cfg, source)
     for key in ("context_window_tokens", "max_tokens", "max_tool_iterations"):
         if getattr(cfg.defaults, key) <= 0:
             raise ConfigError(f"{source}: agents.defaults.{to_camel(key)}: must be a positive integer")
@@ -223,7 +223,8 @@ def _check_semantics(cfg: Config, source: str) -> None:
         raise ConfigError(f"{source}: agents.defaults.subagentWaitSeconds: must not be negative")
 
 
-def _check_fallbacks(cfg: Config, source: str) -> None:
+def _check_nanobot_keys(cfg: Config, source: str) -> None:
+    """fallbackModels, modelPreset and tools.mcpServers: the parts of nanobot's format checked here."""
     for i, entry in enumerate(cfg.defaults.fallback_models):
         where = f"{source}: agents.defaults.fallbackModels[{i}]"
         if isinstance(entry, str):
@@ -235,6 +236,9 @@ def _check_fallbacks(cfg: Config, source: str) -> None:
                                   hint='Write it as {"model": "gpt-4.1", "provider": "openai"} or a modelPresets name.')
         else:
             raise ConfigError(f"{where}: expected a model name or an object, got {json.dumps(entry)}")
+    for name, server in cfg.tools.mcp_servers.items():
+        if server.tool_timeout <= 0:
+            raise ConfigError(f"{source}: tools.mcpServers.{name}.toolTimeout: must be a positive number of seconds")
     preset = cfg.defaults.model_preset
     if preset and preset not in cfg.model_presets:
         known = ", ".join(cfg.model_presets) or "none are defined"

@@ -77,6 +77,7 @@ def test_a_nanobot_config_file_loads_and_unknown_sections_are_kept(tmp_path):
     ('{"agents": {"defaults": {"fallbackModels": [3]}}}', "fallbackModels[0]: expected a model name or an object"),
     ('{"agents": {"defaults": {"modelPreset": "fast"}}}', "modelPreset: no preset named 'fast'"),
     ('{"tools": {"mcpServers": {"x": {"args": "not-a-list"}}}}', "tools.mcpServers.x.args: expected a list"),
+    ('{"tools": {"mcpServers": {"x": {"toolTimeout": 0}}}}', "tools.mcpServers.x.toolTimeout: must be a positive"),
     ('[1, 2]', "top level must be a JSON object"),
     ('{"agents": {"defaults": {"contextWindowTokens": 0}}}', "must be a positive integer"),
     ('{"tools": {"exec": {"timeout": 0}}}', "tools.exec.timeout: must be a positive number"),

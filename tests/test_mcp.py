@@ -266,7 +266,7 @@ def test_the_agent_and_its_subagents_get_mcp_tools_from_a_nanobot_config(configu
         try:
             await assistant.mcp_ready()
             outcome = await assistant.conversation.send("what is 20 + 22?")
-            return outcome, assistant.conversation.subagents.tools.names()
+            return outcome, assistant.conversation.subagents.tools.names()  # subagents: see the next test
         finally:
             await assistant.aclose()
 
@@ -326,4 +326,46 @@ def test_the_chat_prompt_comes_first_then_one_line_for_a_failed_server_and_the_t
         child.terminate(force=True)
     assert "mcp_notes_add" in [t["function"]["name"] for t in fake_llm.requests[0].tools]
     assert calls(call_log) == ["add 4 5"]
+    fake_llm.assert_all_valid()
+
+
+def test_a_subagent_calls_an_mcp_tool(configure, fake_llm, call_log):
+    from nanobot.app import open_assistant
+    from nanobot.config import load_config
+    from nanobot.fakellm import Reply
+
+    path = configure()
+    data = json.loads(path.read_text())
+    data["tools"] = {"mcpServers": {"notes": {"command": sys.executable, "args": [SERVER, "stdio"], "trusted": True,
+                                              "env": {"NOTES_CALL_LOG": str(call_log)}}}}
+    path.write_text(json.dumps(data))
+    state = {"main": 0, "sub": 0}
+
+    def responder(request):
+        if "You are a subagent" in json.dumps(request.body):
+            state["sub"] += 1
+            if state["sub"] == 1:
+                return Reply.tool_calls([("mcp_notes_add", {"a": 7, "b": 8})])
+            return Reply.text("Report: 7 + 8 = 15 (from the notes server).")
+        state["main"] += 1
+        if state["main"] == 1:
+            return Reply.tool_calls([("spawn", {"task": "add 7 and 8 with the notes server", "label": "adder"})])
+        return Reply.text("Done.")
+
+    fake_llm.responder = responder
+
+    async def go():
+        assistant = open_assistant(load_config(), "cli:direct", stream=False)
+        try:
+            await assistant.mcp_ready()
+            await assistant.conversation.send("please delegate the sum")
+            assert await assistant.conversation.wait_for_background(30)
+        finally:
+            await assistant.aclose()
+
+    asyncio.run(go())
+    assert calls(call_log) == ["add 7 8"]
+    sub = [r for r in fake_llm.requests if "You are a subagent" in json.dumps(r.body)]
+    assert "mcp_notes_add" in [t["function"]["name"] for t in sub[0].tools]
+    assert "15" in json.dumps([m for m in sub[1].messages if m["role"] == "tool"])
     fake_llm.assert_all_valid()
