@@ -166,3 +166,21 @@ def test_status_lists_the_keys_we_ignore_with_reasons(tmp_path, capsys, monkeypa
     assert "providers.custom.apiType" not in out  # nanobot's default asks for what we do anyway
     assert "agents.defaults.reasoningEffort" not in out  # sent to this OpenAI-compatible provider
     assert "agents.defaults.fallbackModels" not in out
+
+
+def test_status_says_why_reasoning_effort_is_not_sent_to_anthropic(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")
+    path = write_config(tmp_path, {"agents": {"defaults": {"model": "anthropic/claude-x", "reasoningEffort": "high"}},
+                                   "providers": {"anthropic": {"apiKey": "sk-ant-0008"}}})
+    show_status(path)
+    out = capsys.readouterr().out
+    assert "agents.defaults.reasoningEffort: not sent to Anthropic-protocol providers" in out
+
+
+def test_magistral_gets_no_reasoning_effort_because_it_always_reasons(tmp_path, fake_llm):
+    fake_llm.script(Reply.text("ok"))
+    path = write_config(tmp_path, {
+        "agents": {"defaults": {"model": "mistral/magistral-medium", "reasoningEffort": "high"}},
+        "providers": {"mistral": {"apiKey": "sk-m-0009", "apiBase": fake_llm.openai_base_url}}})
+    ask(build_provider(load_config(path, environ={}), policy=FAST))
+    assert "reasoning_effort" not in fake_llm.requests[0].body
