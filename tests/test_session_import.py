@@ -135,9 +135,12 @@ def test_a_damaged_nanobot_session_goes_through_the_same_validity_rules(isolated
 def test_session_import_command_and_the_chat_line(nanobot_home, isolated_home, fake_llm, nanobot_cmd):
     nanobot_home("v0_1_4_post6")
     env = dict(os.environ)
-    listed = subprocess.run([*nanobot_cmd, "session", "import"], capture_output=True, text=True, env=env, timeout=60)
+    listed = subprocess.run([*nanobot_cmd, "session", "list"], capture_output=True, text=True, env=env, timeout=60)
     assert listed.returncode == 0, listed.stderr
     assert "imported from nanobot: session cli:direct: 6 messages" in listed.stdout
+    assert "No saved sessions yet" not in listed.stdout and "│ cli:direct │ 6 " in listed.stdout
+    again = subprocess.run([*nanobot_cmd, "session", "import"], capture_output=True, text=True, env=env, timeout=60)
+    assert again.returncode == 0 and "Nothing new to import from nanobot" in again.stdout
     fake_llm.script(Reply.text("Hello again."))
     run = subprocess.run([*nanobot_cmd, "agent", "-m", "hi again"], capture_output=True, text=True, env=env,
                          timeout=60, stdin=subprocess.DEVNULL)
