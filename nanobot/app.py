@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from nanobot.agent.events import Notice
 from nanobot.agent.budget import check_fixed_prompt, fit_request, reply_room
 from nanobot.agent.context import ContextBuilder
+from nanobot.agent.events import Notice
 from nanobot.config import Config, resolve_fallbacks, resolve_model
 from nanobot.consolidation import Consolidator
 from nanobot.conversation import Conversation, TurnSettings

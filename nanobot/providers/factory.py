@@ -14,9 +14,9 @@ from typing import Any, Callable
 
 from nanobot.config import ResolvedModel, UnusableModel
 from nanobot.messages import Message
-from nanobot.providers.fallback import Candidate, FallbackCallback, FallbackProvider
 from nanobot.providers import reasoning
 from nanobot.providers.base import LLMResponse, Provider
+from nanobot.providers.fallback import Candidate, FallbackCallback, FallbackProvider
 from nanobot.providers.retry import RetryCallback, RetryingProvider, RetryPolicy
 
 _ADAPTERS = {"anthropic": "nanobot.providers.anthropic", "openai": "nanobot.providers.openai_compat"}
