@@ -369,3 +369,18 @@ def test_a_subagent_calls_an_mcp_tool(configure, fake_llm, call_log):
     assert "mcp_notes_add" in [t["function"]["name"] for t in sub[0].tools]
     assert "15" in json.dumps([m for m in sub[1].messages if m["role"] == "tool"])
     fake_llm.assert_all_valid()
+
+
+def test_mcp_tokens_count_as_secrets_kept_out_of_exec(tmp_path, monkeypatch):
+    from nanobot.app import tool_context
+    from nanobot.config import load_config
+
+    monkeypatch.setenv("MY_GITHUB", "ghp_canary_0001")
+    monkeypatch.setenv("MY_BEARER", "tok_canary_0002")
+    monkeypatch.setenv("HARMLESS_DIR", "/srv/notes")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"tools": {"mcpServers": {"gh": {
+        "command": "gh-mcp", "env": {"GITHUB_TOKEN": "ghp_canary_0001", "NOTES_DIR": "/srv/notes"}},
+        "web": {"url": "https://mcp.example.invalid/mcp", "headers": {"Authorization": "Bearer tok_canary_0002"}}}}}))
+    hidden = tool_context(load_config(path), tmp_path).secret_env_names
+    assert {"MY_GITHUB", "MY_BEARER"} <= hidden and "HARMLESS_DIR" not in hidden
