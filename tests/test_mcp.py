@@ -152,17 +152,26 @@ def test_a_call_that_takes_too_long_times_out_and_the_server_stays_usable(tmp_pa
     assert not after.is_error and "3" in after.content
 
 
-def test_a_server_that_crashes_mid_call_is_reported_and_its_tools_then_refuse(tmp_path, call_log):
+def test_a_server_that_crashes_mid_call_is_reported_and_started_again_a_few_times(tmp_path, call_log, monkeypatch):
+    monkeypatch.setattr(connection, "MAX_RESTARTS", 1)
+
     async def body(registry, manager, notices):
         crashed = await registry.execute("mcp_notes_crash", {})
-        later = await registry.execute("mcp_notes_add", {"a": 1, "b": 2})
-        return crashed, later, manager.reports()[0]
+        state_after_crash = manager.reports()[0]
+        later = await registry.execute("mcp_notes_add", {"a": 1, "b": 2})  # a fresh server process
+        crashed_again = await registry.execute("mcp_notes_crash", {})
+        refused = await registry.execute("mcp_notes_add", {"a": 3, "b": 4})
+        return crashed, state_after_crash, later, crashed_again, refused
 
-    crashed, later, report = run({"notes": stdio(call_log, trusted=True)}, body, tmp_path=tmp_path)
+    crashed, report, later, crashed_again, refused = run({"notes": stdio(call_log, trusted=True)}, body,
+                                                         tmp_path=tmp_path)
     assert crashed.is_error and "MCP server notes stopped during the call" in crashed.content
-    assert later.is_error and "not running" in later.content
+    assert "started again for the next call" in crashed.content
     assert report.state == "failed" and "stopped during a call" in report.error
-    assert calls(call_log) == ["crash "]  # the add was never sent
+    assert not later.is_error and "3" in later.content
+    assert "its tools stay off until nanobot restarts" in crashed_again.content
+    assert refused.is_error and "not running" in refused.content
+    assert calls(call_log) == ["crash ", "add 1 2", "crash "]  # the last add was never sent
 
 
 def test_a_stdio_server_never_sees_our_api_keys(tmp_path, call_log, monkeypatch):

@@ -19,6 +19,7 @@ from typing import Any
 from nanobot.config import MCPServerConfig
 
 STARTUP_TIMEOUT = 20.0  # seconds for a server to start, answer `initialize` and list its tools
+MAX_RESTARTS = 3  # a server that stopped mid-session is started again on its next call, this many times
 CALL_GRACE = 5.0  # seconds beyond toolTimeout before a call is abandoned outright
 
 
@@ -81,6 +82,9 @@ class ServerConnection:
     _ready: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _stop: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _task: asyncio.Task | None = field(default=None, repr=False)
+    crashed: bool = False  # it was ready once and then stopped: the next call starts it again
+    restarts: int = 0
+    _restart_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
 
     @property
     def transport(self) -> str:
@@ -181,8 +185,21 @@ class ServerConnection:
                                        env=dict(self.cfg.env) or None, cwd=str(cwd) if cwd else None)
         return stdio_client(params, errlog=errlog)
 
+    async def _restart(self) -> None:
+        await self.stop()
+        self.restarts += 1
+        self.crashed = False
+        self.state, self.error, self._session = "starting", "", None
+        self._ready, self._stop = asyncio.Event(), asyncio.Event()
+        self.start()
+        await self.wait_ready()
+
     async def call(self, tool: str, arguments: dict[str, Any]) -> Any:
         """The server's CallToolResult; raises CallFailed when there is none."""
+        if self.crashed and self.restarts < MAX_RESTARTS:
+            async with self._restart_lock:  # two calls at once start it once
+                if self.crashed and self.restarts < MAX_RESTARTS:
+                    await self._restart()
         session = self._session
         if session is None or self.state != "ready":
             raise CallFailed(f"MCP server {self.name} is not running ({self.error or self.state})")
@@ -200,9 +217,11 @@ class ServerConnection:
             await asyncio.sleep(0.05)  # let the transport notice a server that died
             if self.state != "ready" or self._session is None or _gone(exc):
                 if self.state == "ready":
-                    self._fail(f"stopped during a call: {reason}")
-                raise CallFailed(f"MCP server {self.name} stopped during the call ({reason}); "
-                                 "its tools are unavailable until nanobot restarts") from None
+                    self._fail(f"stopped during a call: {reason}{self._stderr_tail()}")
+                self.crashed = True
+                again = ("it is started again for the next call" if self.restarts < MAX_RESTARTS else
+                         f"it stopped {self.restarts + 1} times, so its tools stay off until nanobot restarts")
+                raise CallFailed(f"MCP server {self.name} stopped during the call ({reason}); {again}") from None
             raise CallFailed(f"MCP server {self.name}: {reason}") from None
 
     async def stop(self) -> None:
