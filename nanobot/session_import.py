@@ -2,8 +2,8 @@
 0.3.x's memory/history.jsonl, copied into our store on first use.
 
 Where nanobot keeps them:
-- 0.1.x: `<workspace>/sessions/<key with ':' as '_'>.jsonl` (and, older, `~/.nanobot/sessions/`,
-  which our SessionStore already reads in place);
+- 0.1.x: `<workspace>/sessions/<key with ':' as '_'>.jsonl`, and, in older releases,
+  `~/.nanobot/sessions/<same>.jsonl`, beside our own files (ours are `<slug>-<hash>.jsonl`);
 - 0.3.x: `~/.nanobot/sessions/<workspace id>/<base64url of the key>.jsonl`, where the id is in
   `<workspace>/.nanobot/workspace-id` and the folder's `.workspace` names the workspace;
 - 0.3.x: `<workspace>/memory/history.jsonl`, one `{"cursor", "timestamp", "content"}` per line.
@@ -146,7 +146,7 @@ def _v03_folders(home: Path, workspace: Path) -> list[Path]:
     return out
 
 
-def find_sessions(home: Path, workspace: Path) -> list[_Found]:
+def find_sessions(home: Path, workspace: Path, store: SessionStore) -> list[_Found]:
     """Every nanobot session file for this workspace, 0.3.x first (it is the newer copy)."""
     found: list[_Found] = []
     for folder in _v03_folders(home, workspace):
@@ -154,11 +154,12 @@ def find_sessions(home: Path, workspace: Path) -> list[_Found]:
             key = _first_meta(path.read_bytes()).get("key") or _key_from_v03_name(path.stem)
             if isinstance(key, str) and key:
                 found.append(_Found(key, path, "nanobot-0.3"))
-    legacy = workspace / "sessions"
-    if legacy.is_dir():
-        for path in sorted(legacy.glob("*.jsonl")):
+    for folder in (workspace / "sessions", store.directory):  # 0.1.x; older 0.1.x beside our own files
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.jsonl")):
             key = _first_meta(path.read_bytes()).get("key") or _key_from_v01_name(path.stem)
-            if isinstance(key, str) and key:
+            if isinstance(key, str) and key and path != store.path_for(key):
                 found.append(_Found(key, path, "nanobot-0.1"))
     return found
 
@@ -249,7 +250,7 @@ def import_all(workspace: Path, *, store: SessionStore | None = None, home: Path
     receipts = read_receipts(home)
     done = {r.source for r in receipts if r.kind == "session"}
     result = ImportResult([], [])
-    for found in find_sessions(home, workspace):
+    for found in find_sessions(home, workspace, store):
         if str(found.path) in done:
             continue
         receipt = _import_session(store, home, found, result.kept)

@@ -158,3 +158,18 @@ def test_the_one_shot_chat_says_it_continues_the_nanobot_session(nanobot_home, f
                          env=dict(os.environ), timeout=60, stdin=subprocess.DEVNULL)
     assert run.returncode == 0, run.stderr
     assert "continuing your nanobot session cli:direct (2 messages)" in run.stderr
+
+
+def test_an_older_0_1_session_beside_our_own_files_is_imported_with_a_receipt(isolated_home, fake_llm, monkeypatch):
+    shutil.copytree(FIXTURES / "v0_1_4_post6" / ".nanobot", isolated_home)
+    monkeypatch.setenv("NANOBOT_PROVIDERS__CUSTOM__API_BASE", fake_llm.openai_base_url)
+    legacy = isolated_home / "sessions" / "cli_direct.jsonl"
+    legacy.parent.mkdir()
+    (isolated_home / "workspace" / "sessions" / "cli_direct.jsonl").rename(legacy)  # where 0.1.0-0.1.3 kept it
+    original = legacy.read_bytes()
+    fake_llm.script(Reply.text("Still teal."))
+    notes, outcome, messages = continue_session("colour?")
+    assert notes[0] == "continuing your nanobot session cli:direct (6 messages)"
+    assert len(messages) == 8 and legacy.read_bytes() == original
+    assert [r.source for r in read_receipts()] == [str(legacy)]
+    assert [info.key for info in SessionStore().list()] == ["cli:direct"]  # listed once, not twice
