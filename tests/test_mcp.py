@@ -79,12 +79,14 @@ def stdio(call_log: Path, **extra) -> MCPServerConfig:
                            **extra)
 
 
-def run(servers: dict[str, MCPServerConfig], body, *, approver=None, tmp_path: Path):
+def run(servers: dict[str, MCPServerConfig], body, *, approver=None, tmp_path: Path, startup_timeouts=None):
     """Start the servers like the chat does, wait for them, run `body(registry, manager, notices)`."""
     async def go():
         ctx = ToolContext(workspace=tmp_path, **({"approver": approver} if approver else {}))
         registry, notices = ToolRegistry(), []
         manager = MCPManager(servers, tmp_path, ctx, notices.append)
+        for conn in manager.connections:
+            conn.startup_timeout = (startup_timeouts or {}).get(conn.name, conn.startup_timeout)
         manager.start([registry])
         try:
             await manager.wait_ready()
@@ -194,8 +196,7 @@ def test_a_tool_error_is_an_error_result(tmp_path, call_log):
     assert result.is_error and "the notebook is locked" in result.content
 
 
-def test_servers_that_never_start_are_reported_once_and_the_rest_start(tmp_path, call_log, monkeypatch):
-    monkeypatch.setattr(connection, "STARTUP_TIMEOUT", 2.0)
+def test_servers_that_never_start_are_reported_once_and_the_rest_start(tmp_path, call_log):
     servers = {
         "missing": MCPServerConfig(command="/nonexistent/mcp-server"),
         "exits": MCPServerConfig(command=sys.executable, args=["-c", "import sys; sys.stderr.write('no licence\\n'); sys.exit(2)"]),
@@ -208,7 +209,7 @@ def test_servers_that_never_start_are_reported_once_and_the_rest_start(tmp_path,
         result = await registry.execute("mcp_notes_add", {"a": 5, "b": 5})
         return notices, {r.name: r for r in manager.reports()}, result
 
-    notices, reports, result = run(servers, body, tmp_path=tmp_path)
+    notices, reports, result = run(servers, body, tmp_path=tmp_path, startup_timeouts={"hangs": 2.0})
     assert "10" in result.content
     assert reports["notes"].state == "ready"
     for name in ("missing", "exits", "hangs", "refused"):

@@ -82,6 +82,7 @@ class ServerConnection:
     _ready: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _stop: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     _task: asyncio.Task | None = field(default=None, repr=False)
+    startup_timeout: float = field(default_factory=lambda: STARTUP_TIMEOUT)
     crashed: bool = False  # it was ready once and then stopped: the next call starts it again
     restarts: int = 0
     _restart_lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
@@ -103,7 +104,7 @@ class ServerConnection:
             await asyncio.to_thread(load_sdk)
             async with contextlib.AsyncExitStack() as stack:
                 # asyncio.timeout, not wait_for: the SDK's contexts must stay in this task
-                async with asyncio.timeout(STARTUP_TIMEOUT):
+                async with asyncio.timeout(self.startup_timeout):
                     await self._connect(stack)
                 self.state = "ready"
                 self._ready.set()
@@ -116,7 +117,7 @@ class ServerConnection:
             if self.state == "starting":
                 reason = describe_error(exc)
                 if isinstance(_leaf(exc), (asyncio.TimeoutError, TimeoutError)):
-                    reason = f"did not start within {STARTUP_TIMEOUT:.0f}s"
+                    reason = f"did not start within {self.startup_timeout:g}s"
                 self._fail(reason + self._stderr_tail())
             elif self.state == "ready":
                 self._fail(f"stopped: {describe_error(exc)}{self._stderr_tail()}")
@@ -147,7 +148,7 @@ class ServerConnection:
             from mcp.client.sse import sse_client
 
             read, write = await stack.enter_async_context(
-                sse_client(self.cfg.url, headers=self.cfg.headers or None, timeout=STARTUP_TIMEOUT))
+                sse_client(self.cfg.url, headers=self.cfg.headers or None, timeout=self.startup_timeout))
         elif kind == "streamableHttp":
             from mcp.client.streamable_http import streamable_http_client
             from mcp.shared._httpx_utils import create_mcp_http_client
