@@ -201,4 +201,4 @@ def test_the_one_shot_chat_says_it_switched_models_on_one_line(configure, fake_l
     assert "Answered by the backup." in run.stdout
     lines = [ln for ln in run.stderr.splitlines() if "switching to fallback model backup-model" in ln]
     assert len(lines) == 1 and lines[0].strip().startswith("custom/test-model failed (custom: HTTP 503")
-    assert [r.body["model"] for r in fake_llm.requests] == ["test-model"] * 4 + ["backup-model"]
+    assert [r.body["model"] for r in fake_llm.requests] == ["custom/test-model"] * 4 + ["backup-model"]  # provider "custom" passes the name through
