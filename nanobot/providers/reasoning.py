@@ -3,8 +3,9 @@
 Values: none / minimal / low / medium / high / xhigh / max / adaptive; unset leaves the
 provider's default. OpenAI-compatible servers get `reasoning_effort`; some also need their
 own switch (`thinking`, `enable_thinking`, `reasoning_split`); Mistral accepts only high/none.
-Anthropic's extended thinking is not sent: it needs the signed thinking blocks replayed with
-every tool result, which our sessions do not store; `not_sent_reason` says so for `status`.
+Anthropic-protocol providers get extended thinking with a token budget per effort; the signed
+thinking blocks come back with the tool results of the same turn (the API requires that), and
+a request that forces a tool (consolidation) goes without thinking, which the API requires too.
 """
 
 from __future__ import annotations
@@ -20,9 +21,6 @@ _MISTRAL = {"minimal": "", "low": "", "none": "", "medium": "high", "high": "hig
 
 def not_sent_reason(spec: ProviderSpec, model: str) -> str:
     """Why reasoningEffort is not passed to this provider ("" when it is)."""
-    if spec.kind == "anthropic":
-        return ("not sent to Anthropic-protocol providers: extended thinking needs its signed thinking blocks "
-                "replayed with every tool result, which nanobot's sessions do not keep yet")
     if spec.thinking == "mistral" and "magistral" in model.lower():
         return "magistral models always reason and reject the parameter"
     return ""
@@ -60,6 +58,25 @@ def _thinking_switch(style: str, enabled: bool) -> dict[str, Any]:
     if style == "reasoning_split":
         return {"reasoning_split": enabled}
     return {}
+
+
+# thinking budget per effort (tokens); the reply room must exceed it by at least MIN_ANSWER
+_ANTHROPIC_BUDGET = {"minimal": 1024, "minimum": 1024, "low": 2048, "medium": 8192, "adaptive": 8192,
+                     "high": 16384, "xhigh": 32000, "max": 32000}
+MIN_BUDGET = 1024  # the API's minimum
+MIN_ANSWER = 1024  # tokens kept for the answer itself
+
+
+def anthropic_thinking(effort: str | None, max_tokens: int, tool_choice: Any) -> dict[str, Any] | None:
+    """The `thinking` field for one Anthropic request, or None when it must not (or cannot) be sent."""
+    if not effort or effort.strip().lower() == "none":
+        return None
+    if tool_choice not in (None, "auto"):
+        return None  # the API refuses thinking together with a forced tool choice
+    budget = min(_ANTHROPIC_BUDGET.get(effort.strip().lower(), 8192), max_tokens - MIN_ANSWER)
+    if budget < MIN_BUDGET:
+        return None  # the reply room is too small to think in
+    return {"type": "enabled", "budget_tokens": budget}
 
 
 def drops_temperature(spec: ProviderSpec, params: dict[str, Any]) -> bool:

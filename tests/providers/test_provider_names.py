@@ -168,13 +168,54 @@ def test_status_lists_the_keys_we_ignore_with_reasons(tmp_path, capsys, monkeypa
     assert "agents.defaults.fallbackModels" not in out
 
 
-def test_status_says_why_reasoning_effort_is_not_sent_to_anthropic(tmp_path, capsys, monkeypatch):
+TOOLS = [{"type": "function", "function": {"name": "read_file", "description": "Read a file",
+                                           "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_anthropic_thinks_with_a_budget_and_gets_its_signed_blocks_back_with_the_tool_results(
+        tmp_path, fake_llm, streaming):
+    from dataclasses import replace
+
+    from nanobot.messages import tool_result
+
+    fake_llm.script(replace(Reply.tool_calls([("read_file", {"path": "a.md"})]), reasoning="I should read a.md."),
+                    Reply.text("It says hi."))
+    path = write_config(tmp_path, {"agents": {"defaults": {"model": "anthropic/claude-x", "reasoningEffort": "medium"}},
+                                   "providers": {"anthropic": {"apiKey": "sk-ant-0010",
+                                                               "apiBase": fake_llm.anthropic_base_url}}})
+    provider = build_provider(load_config(path, environ={}), policy=FAST)
+    on_delta = (lambda _t: None) if streaming else None
+
+    async def go():
+        try:
+            first = await provider.chat([user("read a.md")], tools=TOOLS, max_tokens=16000, on_delta=on_delta)
+            history = [user("read a.md"), first.to_message(),
+                       tool_result(first.tool_calls[0].id, "read_file", "hi")]
+            await provider.chat(history, tools=TOOLS, max_tokens=16000, on_delta=on_delta)
+            # consolidation forces its tool: the API refuses thinking with a forced choice
+            await provider.chat([user("summarise")], tools=TOOLS, tool_choice={"name": "read_file"}, max_tokens=16000)
+            await provider.chat([user("short")], max_tokens=1500)  # too little room to think in
+        finally:
+            await provider.aclose()
+
+    fake_llm.script(Reply.tool_calls([("read_file", {"path": "x"})]), Reply.text("ok"))
+    asyncio.run(go())
+    bodies = [r.body for r in fake_llm.requests]
+    assert bodies[0]["thinking"] == {"type": "enabled", "budget_tokens": 8192}
+    replayed = bodies[1]["messages"][1]["content"]
+    assert replayed[0] == {"type": "thinking", "thinking": "I should read a.md.", "signature": "fake-signature"}
+    assert replayed[1]["type"] == "tool_use"
+    assert "thinking" not in bodies[2] and "thinking" not in bodies[3]
+    fake_llm.assert_all_valid()
+
+
+def test_status_has_nothing_to_say_about_reasoning_effort_on_anthropic(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "300")
     path = write_config(tmp_path, {"agents": {"defaults": {"model": "anthropic/claude-x", "reasoningEffort": "high"}},
                                    "providers": {"anthropic": {"apiKey": "sk-ant-0008"}}})
     show_status(path)
-    out = capsys.readouterr().out
-    assert "agents.defaults.reasoningEffort: not sent to Anthropic-protocol providers" in out
+    assert "reasoningEffort" not in capsys.readouterr().out
 
 
 def test_magistral_gets_no_reasoning_effort_because_it_always_reasons(tmp_path, fake_llm):
@@ -202,3 +243,31 @@ def test_the_one_shot_chat_says_it_switched_models_on_one_line(configure, fake_l
     lines = [ln for ln in run.stderr.splitlines() if "switching to fallback model backup-model" in ln]
     assert len(lines) == 1 and lines[0].strip().startswith("custom/test-model failed (custom: HTTP 503")
     assert [r.body["model"] for r in fake_llm.requests] == ["custom/test-model"] * 4 + ["backup-model"]  # provider "custom" passes the name through
+
+
+def test_a_thinking_turn_through_the_agent_loop_replays_blocks_only_within_the_turn(configure, fake_llm):
+    from dataclasses import replace
+
+    from nanobot.app import open_assistant
+
+    configure("anthropic", reasoningEffort="low")
+    fake_llm.script(replace(Reply.tool_calls([("list_dir", {"path": "."})]), reasoning="Look first."),
+                    Reply.text("Listed."), Reply.text("Hello again."))
+
+    async def go():
+        assistant = open_assistant(load_config(), "cli:direct", stream=True)
+        try:
+            await assistant.conversation.send("what is here?")
+            await assistant.conversation.send("thanks")
+        finally:
+            await assistant.aclose()
+
+    asyncio.run(go())
+    first, second, third = (r.body for r in fake_llm.requests)
+    assert first["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assistant_turn = [m for m in second["messages"] if m["role"] == "assistant"][-1]["content"]
+    assert assistant_turn[0]["type"] == "thinking" and assistant_turn[0]["signature"] == "fake-signature"
+    # a new turn: earlier thinking is not sent again (the API does not need it)
+    assert not any(b.get("type") == "thinking" for m in third["messages"] if isinstance(m["content"], list)
+                   for b in m["content"])
+    fake_llm.assert_all_valid()
