@@ -122,6 +122,7 @@ class Assistant:
         lines = [line] if line else []
         lines += [f"imported from nanobot: {r.describe()}" for r in self.imports.imported
                   if not (r.kind == "session" and r.key == key)]
+        lines += [f"not imported from nanobot: {note}" for note in self.imports.kept]
         return lines
 
     def prewarm(self) -> None:

@@ -36,7 +36,7 @@ RECEIPTS_NAME = "imports.jsonl"
 
 @dataclass
 class Receipt:
-    kind: str  # "session" | "history"
+    kind: str  # "session" | "history" | "kept" (not imported: we had that session already)
     source: str  # the nanobot file read (left as it was)
     sha256: str  # of the source's bytes when imported
     size: int
@@ -187,8 +187,10 @@ def _import_session(store: SessionStore, home: Path, found: _Found, kept: list[s
         return None
     try:
         if target.exists() and target.stat().st_size > 0:
-            # never overwrite a session we have: it may have moved on since
+            # never overwrite a session we have: it may have moved on since; said once, then recorded
             kept.append(f"{found.key} ({found.path}): a session with that key exists here already")
+            _record(home, Receipt("kept", str(found.path), hashlib.sha256(data).hexdigest(), len(data),
+                                  found.format, str(target), key=found.key, imported_at=now_iso()))
             return None
         atomic_write(target, data)
     finally:
@@ -248,16 +250,29 @@ def import_all(workspace: Path, *, store: SessionStore | None = None, home: Path
     home = home or paths.nanobot_home()
     store = store or SessionStore()
     receipts = read_receipts(home)
-    done = {r.source for r in receipts if r.kind == "session"}
+    done = {r.source for r in receipts if r.kind in ("session", "kept")}
     result = ImportResult([], [])
-    for found in find_sessions(home, workspace, store):
+    try:
+        found_all = find_sessions(home, workspace, store)
+    except OSError as exc:  # an unreadable folder must not stop the chat
+        result.kept.append(f"nanobot's sessions could not be read: {exc}")
+        found_all = []
+    for found in found_all:
         if str(found.path) in done:
             continue
-        receipt = _import_session(store, home, found, result.kept)
+        try:
+            receipt = _import_session(store, home, found, result.kept)
+        except OSError as exc:
+            result.kept.append(f"{found.key} ({found.path}): could not be imported: {exc}")
+            continue
         if receipt is not None:
             result.imported.append(receipt)
             done.add(str(found.path))
-    history = _import_history(home, workspace, receipts)
+    try:
+        history = _import_history(home, workspace, receipts)
+    except OSError as exc:
+        result.kept.append(f"nanobot's history.jsonl could not be imported: {exc}")
+        history = None
     if history is not None:
         result.imported.append(history)
     return result

@@ -112,6 +112,7 @@ def test_a_session_we_already_have_is_never_overwritten(nanobot_home, isolated_h
     result = import_all(isolated_home / "workspace")
     assert result.imported == [] and "exists here already" in result.kept[0]
     assert session.path.read_bytes() == ours
+    assert import_all(isolated_home / "workspace").kept == []  # said once, not at every start
 
 
 def test_a_damaged_nanobot_session_goes_through_the_same_validity_rules(isolated_home, fake_llm, monkeypatch):
