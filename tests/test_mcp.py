@@ -79,6 +79,15 @@ def stdio(call_log: Path, **extra) -> MCPServerConfig:
                            **extra)
 
 
+@pytest.fixture(params=["stdio", "streamable-http"])
+def notes_server(request, call_log):
+    """The notes server over stdio or over HTTP on loopback: a function (**settings) -> MCPServerConfig."""
+    if request.param == "stdio":
+        return lambda **extra: stdio(call_log, **extra)
+    url = request.getfixturevalue("http_server")("streamable-http")
+    return lambda **extra: MCPServerConfig(url=url, **extra)
+
+
 def run(servers: dict[str, MCPServerConfig], body, *, approver=None, tmp_path: Path, startup_timeouts=None):
     """Start the servers like the chat does, wait for them, run `body(registry, manager, notices)`."""
     async def go():
@@ -126,21 +135,21 @@ def test_http_servers_list_and_call(tmp_path, call_log, http_server, transport):
     assert "yes" in header.content  # the configured header reached the server
 
 
-def test_schema_violations_never_reach_the_server(tmp_path, call_log):
+def test_schema_violations_never_reach_the_server(tmp_path, call_log, notes_server):
     async def body(registry, manager, notices):
         bad_pattern = await registry.execute("mcp_notes_lookup", {"code": "lhr"})
         bad_ref = await registry.execute("mcp_notes_distance", {"p": {"x": 1}, "q": {"x": 0, "y": 0}})
         good = await registry.execute("mcp_notes_lookup", {"code": "LHR", "limit": None})
         return bad_pattern, bad_ref, good
 
-    bad_pattern, bad_ref, good = run({"notes": stdio(call_log, trusted=True)}, body, tmp_path=tmp_path)
+    bad_pattern, bad_ref, good = run({"notes": notes_server(trusted=True)}, body, tmp_path=tmp_path)
     assert bad_pattern.is_error and 'code: "lhr" does not match the pattern ^[A-Z]{3}$' in bad_pattern.content
     assert bad_ref.is_error and "p: missing required property 'y'" in bad_ref.content
     assert not good.is_error and "LHR: found" in good.content
     assert calls(call_log) == ["lookup LHR"]
 
 
-def test_a_call_that_takes_too_long_times_out_and_the_server_stays_usable(tmp_path, call_log):
+def test_a_call_that_takes_too_long_times_out_and_the_server_stays_usable(tmp_path, call_log, notes_server):
     async def body(registry, manager, notices):
         started = time.monotonic()
         slow = await registry.execute("mcp_notes_slow", {"seconds": 10})
@@ -148,7 +157,7 @@ def test_a_call_that_takes_too_long_times_out_and_the_server_stays_usable(tmp_pa
         after = await registry.execute("mcp_notes_add", {"a": 1, "b": 2})
         return slow, elapsed, after
 
-    slow, elapsed, after = run({"notes": stdio(call_log, trusted=True, tool_timeout=1)}, body, tmp_path=tmp_path)
+    slow, elapsed, after = run({"notes": notes_server(trusted=True, tool_timeout=1)}, body, tmp_path=tmp_path)
     assert slow.is_error and "within 1s (tools.mcpServers.notes.toolTimeout)" in slow.content
     assert elapsed < 8
     assert not after.is_error and "3" in after.content
@@ -186,6 +195,22 @@ def test_a_stdio_server_never_sees_our_api_keys(tmp_path, call_log, monkeypatch)
     result = run({"notes": stdio(call_log, trusted=True)}, body, tmp_path=tmp_path)
     assert "NOTES_CALL_LOG" in result.content and "PATH" in result.content  # its own env, and a usable PATH
     assert "OPENAI_API_KEY" not in result.content and "ANTHROPIC_API_KEY" not in result.content
+
+
+def test_an_http_server_that_dies_mid_call_is_reported_and_its_tools_then_say_so(tmp_path, call_log, http_server,
+                                                                                  monkeypatch):
+    monkeypatch.setattr(connection, "STARTUP_TIMEOUT", 3.0)  # the restart finds nobody listening
+    cfg = MCPServerConfig(url=http_server("streamable-http"), trusted=True, tool_timeout=5)
+
+    async def body(registry, manager, notices):
+        crashed = await registry.execute("mcp_notes_crash", {})
+        later = await registry.execute("mcp_notes_add", {"a": 1, "b": 2})
+        return crashed, later
+
+    crashed, later = run({"notes": cfg}, body, tmp_path=tmp_path)
+    assert crashed.is_error and "and it no longer answers at all; it is started again" in crashed.content
+    assert later.is_error and "MCP server notes is not running" in later.content  # nobody listens any more
+    assert calls(call_log) == ["crash "]
 
 
 def test_a_tool_error_is_an_error_result(tmp_path, call_log):

@@ -21,6 +21,7 @@ from nanobot.config import MCPServerConfig
 STARTUP_TIMEOUT = 20.0  # seconds for a server to start, answer `initialize` and list its tools
 MAX_RESTARTS = 3  # a server that stopped mid-session is started again on its next call, this many times
 CALL_GRACE = 5.0  # seconds beyond toolTimeout before a call is abandoned outright
+PING_TIMEOUT = 2.0  # after a call timed out: is the server still there at all?
 
 
 class CallFailed(Exception):
@@ -213,17 +214,37 @@ class ServerConnection:
         except BaseException as exc:  # noqa: BLE001
             reason = describe_error(exc)
             if _is_timeout(exc, reason):
-                raise CallFailed(f"no answer from MCP server {self.name} within {timeout:g}s "
-                                 f"(tools.mcpServers.{self.name}.toolTimeout)") from None
+                late = (f"no answer from MCP server {self.name} within {timeout:g}s "
+                        f"(tools.mcpServers.{self.name}.toolTimeout)")
+                if await self._answers_ping(session):
+                    raise CallFailed(late) from None
+                # over HTTP a server that died mid-call looks like silence: it no longer answers a ping
+                self._fail(f"stopped answering during a call{self._stderr_tail()}")
+                self.crashed = True
+                raise CallFailed(f"{late}, and it no longer answers at all; {self._again()}") from None
             await asyncio.sleep(0.05)  # let the transport notice a server that died
             if self.state != "ready" or self._session is None or _gone(exc):
                 if self.state == "ready":
                     self._fail(f"stopped during a call: {reason}{self._stderr_tail()}")
                 self.crashed = True
-                again = ("it is started again for the next call" if self.restarts < MAX_RESTARTS else
-                         f"it stopped {self.restarts + 1} times, so its tools stay off until nanobot restarts")
-                raise CallFailed(f"MCP server {self.name} stopped during the call ({reason}); {again}") from None
+                raise CallFailed(f"MCP server {self.name} stopped during the call ({reason}); {self._again()}") from None
             raise CallFailed(f"MCP server {self.name}: {reason}") from None
+
+    def _again(self) -> str:
+        if self.restarts < MAX_RESTARTS:
+            return "it is started again for the next call"
+        return f"it stopped {self.restarts + 1} times, so its tools stay off until nanobot restarts"
+
+    @staticmethod
+    async def _answers_ping(session: Any) -> bool:
+        try:
+            async with asyncio.timeout(PING_TIMEOUT):
+                await session.send_ping()
+            return True
+        except asyncio.CancelledError:
+            raise
+        except BaseException:  # noqa: BLE001 - any failure means: not answering
+            return False
 
     async def stop(self) -> None:
         self._stop.set()
