@@ -151,10 +151,12 @@ class ServerConnection:
             read, write = await stack.enter_async_context(
                 sse_client(self.cfg.url, headers=self.cfg.headers or None, timeout=self.startup_timeout))
         elif kind == "streamableHttp":
+            import httpx  # the SDK's HTTP stack (mcp depends on it)
             from mcp.client.streamable_http import streamable_http_client
-            from mcp.shared._httpx_utils import create_mcp_http_client
 
-            client = await stack.enter_async_context(create_mcp_http_client(headers=self.cfg.headers or None))
+            # the SDK's own defaults: 30 s to connect and send, 5 minutes for a held-open response stream
+            client = await stack.enter_async_context(
+                httpx.AsyncClient(headers=self.cfg.headers or None, timeout=httpx.Timeout(30.0, read=300.0)))
             read, write, _ = await stack.enter_async_context(streamable_http_client(self.cfg.url, http_client=client))
         elif not kind:
             raise ValueError("neither a command nor a url is configured")
