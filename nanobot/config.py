@@ -244,7 +244,7 @@ def _check_nanobot_keys(cfg: Config, source: str) -> None:
         if server.tool_timeout <= 0:
             raise ConfigError(f"{source}: tools.mcpServers.{name}.toolTimeout: must be a positive number of seconds")
     preset = cfg.defaults.model_preset
-    if preset and preset not in cfg.model_presets:
+    if preset and preset != "default" and preset not in cfg.model_presets:  # "default": nanobot's name for none
         known = ", ".join(cfg.model_presets) or "none are defined"
         raise ConfigError(f"{source}: agents.defaults.modelPreset: no preset named {preset!r} (modelPresets: {known})")
 
@@ -362,7 +362,7 @@ def _apply_preset(data: dict) -> None:
     """agents.defaults.modelPreset: the preset's settings replace the defaults' (flags still win)."""
     defaults = data.get("agents", {}).get("defaults", {})
     name = defaults.get("modelPreset") if isinstance(defaults, dict) else None
-    preset = (data.get("modelPresets") or {}).get(name) if isinstance(name, str) and name else None
+    preset = (data.get("modelPresets") or {}).get(name) if isinstance(name, str) and name != "default" else None
     if not isinstance(preset, dict):
         return
     for key in ("model", "provider", "maxTokens", "contextWindowTokens", "temperature", "reasoningEffort"):

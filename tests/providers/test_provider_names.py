@@ -271,3 +271,18 @@ def test_a_thinking_turn_through_the_agent_loop_replays_blocks_only_within_the_t
     assert not any(b.get("type") == "thinking" for m in third["messages"] if isinstance(m["content"], list)
                    for b in m["content"])
     fake_llm.assert_all_valid()
+
+
+def test_model_preset_replaces_the_defaults_and_default_means_none(tmp_path):
+    presets = {"fast": {"model": "groq/llama-3.3", "maxTokens": 2048, "contextWindowTokens": 32768,
+                        "reasoningEffort": "low"}}
+    cfg = load_config(write_config(tmp_path, {"agents": {"defaults": {"modelPreset": "fast"}}, "modelPresets": presets}),
+                      environ={"GROQ_API_KEY": "gsk-0011"})
+    assert (cfg.defaults.model, cfg.defaults.max_tokens, cfg.defaults.context_window_tokens,
+            cfg.defaults.reasoning_effort) == ("groq/llama-3.3", 2048, 32768, "low")
+    assert resolve_model(cfg).spec.name == "groq"
+    flagged = load_config(write_config(tmp_path, {"agents": {"defaults": {"modelPreset": "fast"}}, "modelPresets": presets}),
+                          overrides={"agents.defaults.model": "openai/gpt-4.1"}, environ={})
+    assert flagged.defaults.model == "openai/gpt-4.1"  # a flag still wins
+    plain = load_config(write_config(tmp_path, {"agents": {"defaults": {"modelPreset": "default"}}}), environ={})
+    assert plain.defaults.model == "anthropic/claude-sonnet-4-5"
