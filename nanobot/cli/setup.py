@@ -84,6 +84,7 @@ def show_status(config_path: Path | None) -> None:
                                     f"(reply room {cfg.defaults.max_tokens:,})")
     table.add_row("token estimator", tokens.estimator_name())
     table.add_row("sessions", str(paths.sessions_dir()))
+    table.add_row("reminders", _reminders_line(cfg))
     if cfg.tools.mcp_servers:
         from nanobot.mcp.connection import transport_of
 
@@ -93,3 +94,17 @@ def show_status(config_path: Path | None) -> None:
     lines = ignored_keys.grouped(ignored_keys.ignored(read_file(path), cfg))
     table.add_row("ignored", "\n".join(lines) if lines else "nothing: every key in the file is used")
     console.print(table)
+
+
+def _reminders_line(cfg) -> str:
+    from nanobot.cron.runner import current_runner, describe_owner
+    from nanobot.cron.store import JobStore
+
+    store = JobStore(cfg.workspace_path())
+    jobs = store.jobs() if store.path.exists() else []
+    on = sum(1 for job in jobs if job.enabled)
+    runner = current_runner(store)
+    where = (f"fired by {describe_owner(runner)}" if runner
+             else "no runner now: they fire while `nanobot serve` or a chat runs")
+    notes = "".join(f"\n[yellow]{note}[/yellow]" for note in store.notices)
+    return f"{len(jobs)} job(s), {on} on · {where}{notes}"
