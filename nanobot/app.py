@@ -119,6 +119,7 @@ class AssistantTurns:
 
         assistant = open_assistant(self.cfg, session_key, stream=False)  # SessionInUseError when held
         try:
+            await assistant.mcp_ready()  # a job's turn sees the MCP tools too
             outcome = await assistant.conversation.send(prompt)
             if assistant.conversation.running_subagents():
                 await assistant.conversation.wait_for_background(self.cfg.defaults.subagent_wait_seconds)
@@ -216,8 +217,6 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     tools.register(SpawnTool(tool_context(cfg, workspace), subagents))
     tools.register(cron_tool(cfg, workspace, session_key))  # main agent only: subagents get sub_tools
     conversation.subagents = subagents
-    mcp = start_mcp(cfg, workspace, [tools, sub_tools],
-                    notify=lambda text: conversation.background_emit(Notice(text, "warning")))
     try:
         check_fixed_prompt(context.system_prompt(), tools.schemas(), reply_tokens, d.context_window_tokens,
                            consolidator.counter,
@@ -225,4 +224,6 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     except ContextTooSmallError:
         store.close(session)
         raise
+    mcp = start_mcp(cfg, workspace, [tools, sub_tools],  # last: nothing after it can fail and leak them
+                    notify=lambda text: conversation.background_emit(Notice(text, "warning")))
     return Assistant(cfg, workspace, store, conversation, imports, mcp)
