@@ -50,7 +50,8 @@ class Receipt:
     def describe(self) -> str:
         if self.kind == "session":
             return f"session {self.key}: {self.messages} messages from {self.source}"
-        return f"history: {self.messages} entries from {self.source} appended to {self.target}"
+        entries = "1 entry" if self.messages == 1 else f"{self.messages} entries"
+        return f"history: {entries} from {self.source} appended to {self.target}"
 
 
 @dataclass

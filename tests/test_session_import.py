@@ -74,7 +74,7 @@ def test_a_nanobot_0_3_session_and_its_history_are_imported_once(nanobot_home, i
     fake_llm.script(Reply.text("Miso is a fine name."), Reply.text("Still Miso."))
     notes, outcome, messages = continue_session("What is my cat called?")
     assert notes[0] == "continuing your nanobot session cli:direct (2 messages)"
-    assert any("history: 1 entries" in n for n in notes)
+    assert any("history: 1 entry from" in n for n in notes)
     sent = fake_llm.requests[0].messages
     assert [m["content"] for m in sent if m["role"] == "user"][0] == "My cat is called Miso."
     fake_llm.assert_all_valid()
