@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from nanobot.approvals import SessionApprover, check_kinds
 from nanobot.agent.budget import check_fixed_prompt, fit_request, reply_room
 from nanobot.agent.context import ContextBuilder
 from nanobot.agent.events import Notice
@@ -19,9 +21,11 @@ from nanobot.providers.factory import make_provider
 from nanobot.providers.fallback import FallbackCallback
 from nanobot.providers.registry import key_env_names
 from nanobot.providers.retry import RetryCallback, RetryPolicy
+from nanobot.paths import secure_home
 from nanobot.session import SessionStore
 from nanobot.session_import import ImportResult, continuing_line, import_all
 from nanobot.subagents import SubagentManager
+from nanobot.tools.approval import Approver
 from nanobot.tools.base import ToolContext
 from nanobot.tools.registry import ToolRegistry
 from nanobot.tokens import default_counter
@@ -33,7 +37,7 @@ if TYPE_CHECKING:  # imported where used: the cron and MCP modules load only whe
     from nanobot.tools.cron import CronTool
 
 
-def tool_context(cfg: Config, workspace: Path) -> ToolContext:
+def tool_context(cfg: Config, workspace: Path, approver: Approver | None = None) -> ToolContext:
     secrets = set(key_env_names()) | {"BRAVE_API_KEY", "NANOBOT_API_KEY"}
     secrets |= {name for name, value in os.environ.items() if value and value in cfg.secret_values()}
     return ToolContext(
@@ -42,16 +46,17 @@ def tool_context(cfg: Config, workspace: Path) -> ToolContext:
         exec_enabled=cfg.tools.exec.enable,
         exec_timeout=float(cfg.tools.exec.timeout),
         secret_env_names=frozenset(secrets),
+        **({"approver": approver} if approver is not None else {}),
     )
 
 
-def build_tools(cfg: Config, workspace: Path) -> ToolRegistry:
+def build_tools(cfg: Config, workspace: Path, approver: Approver | None = None) -> ToolRegistry:
     """The tools a subagent gets; the main agent gets these plus spawn (see open_assistant)."""
     from nanobot.tools.files import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
     from nanobot.tools.shell import ExecTool
     from nanobot.tools.web import WebFetchTool, WebSearchTool
 
-    ctx = tool_context(cfg, workspace)
+    ctx = tool_context(cfg, workspace, approver)
     registry = ToolRegistry([ReadFileTool(ctx), WriteFileTool(ctx), EditFileTool(ctx), ListDirTool(ctx)])
     if cfg.tools.exec.enable:
         registry.register(ExecTool(ctx))
@@ -80,14 +85,15 @@ def retry_policy_from_env() -> RetryPolicy:
     return policy
 
 
-def start_mcp(cfg: Config, workspace: Path, registries: list[ToolRegistry], *,
+def start_mcp(cfg: Config, workspace: Path, registries: list[ToolRegistry], approver: Approver | None = None, *,
               notify: Callable[[str], None] | None = None) -> MCPManager | None:
-    """Start tools.mcpServers in the background; their tools join `registries` (main and subagents)."""
+    """Start tools.mcpServers in the background; their tools join `registries` (main and subagents)
+    and ask `approver` before each call to a server that is not trusted."""
     if not cfg.tools.mcp_servers:
         return None
     from nanobot.mcp.manager import MCPManager
 
-    manager = MCPManager(cfg.tools.mcp_servers, workspace, tool_context(cfg, workspace), notify)
+    manager = MCPManager(cfg.tools.mcp_servers, workspace, tool_context(cfg, workspace, approver), notify)
     manager.start(registries)
     return manager
 
@@ -148,6 +154,7 @@ class Assistant:
     workspace: Path
     store: SessionStore
     conversation: Conversation
+    approver: SessionApprover | None = None  # answers risky actions; remembers this session's "always"
     imports: ImportResult = field(default_factory=lambda: ImportResult([], []))  # what came from nanobot
     mcp: MCPManager | None = None  # MCP servers starting or started in the background
 
@@ -185,11 +192,18 @@ class Assistant:
 
 
 def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, stream: bool = True,
-                   on_retry: RetryCallback | None = None, on_fallback: FallbackCallback | None = None) -> Assistant:
-    """Resolve the provider (fails fast on a missing key), then lock and load the session."""
+                   on_retry: RetryCallback | None = None, ask: Approver | None = None,
+                   approve: Iterable[str] = (), on_fallback: FallbackCallback | None = None) -> Assistant:
+    """Resolve the provider (fails fast on a missing key), then lock and load the session.
+
+    `ask` answers risky actions (the chat's prompt; None refuses them, as in one-shot mode);
+    `approve` lists kinds allowed without asking (--approve), besides tools.autoApprove.
+    """
+    auto = check_kinds([*cfg.tools.auto_approve], "tools.autoApprove") | check_kinds(approve, "--approve")
     provider = build_provider(cfg, model, on_retry=on_retry, on_fallback=on_fallback)
     workspace = cfg.workspace_path()
     workspace.mkdir(parents=True, exist_ok=True)
+    secure_home(keep_open=workspace)
     store = SessionStore()
     imports = import_all(workspace, store=store)  # nanobot's own sessions and history, on first use
     session = store.open(session_key)
@@ -199,13 +213,15 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     settings = TurnSettings(max_iterations=d.max_tool_iterations, max_tokens=reply_tokens,
                             temperature=d.temperature, stream=stream, channel=channel or "cli",
                             chat_id=chat_id or "direct")
-    tools = build_tools(cfg, workspace)
+    approver = SessionApprover(ask, auto=auto,
+                               record=lambda **fields: store.record_decision(session, **fields))
+    tools = build_tools(cfg, workspace, approver)
     context = build_context(cfg, workspace)
     consolidator = Consolidator(provider, context.memory, store, context_window=d.context_window_tokens,
                                 reply_tokens=reply_tokens, counter=default_counter())
     conversation = Conversation(session=session, store=store, provider=provider, tools=tools,
                                 context=context, settings=settings, consolidator=consolidator)
-    sub_tools = build_tools(cfg, workspace)
+    sub_tools = build_tools(cfg, workspace, approver)  # subagents ask the same way, recorded in this session
 
     def fit_subagent_request(messages: list[dict]) -> list[dict]:
         return fit_request(messages, consolidator.budget, consolidator.counter, tools=sub_tools.schemas(),
@@ -214,7 +230,7 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     subagents = SubagentManager(provider, sub_tools, workspace, on_done=conversation.deliver,
                                 on_start=conversation.announce_start, max_tokens=reply_tokens,
                                 prepare=fit_subagent_request)
-    tools.register(SpawnTool(tool_context(cfg, workspace), subagents))
+    tools.register(SpawnTool(tool_context(cfg, workspace, approver), subagents))
     tools.register(cron_tool(cfg, workspace, session_key))  # main agent only: subagents get sub_tools
     conversation.subagents = subagents
     try:
@@ -224,6 +240,6 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     except ContextTooSmallError:
         store.close(session)
         raise
-    mcp = start_mcp(cfg, workspace, [tools, sub_tools],  # last: nothing after it can fail and leak them
+    mcp = start_mcp(cfg, workspace, [tools, sub_tools], approver,  # last: nothing after it can fail and leak them
                     notify=lambda text: conversation.background_emit(Notice(text, "warning")))
-    return Assistant(cfg, workspace, store, conversation, imports, mcp)
+    return Assistant(cfg, workspace, store, conversation, approver, imports, mcp)

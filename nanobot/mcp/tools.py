@@ -79,7 +79,7 @@ class MCPTool(Tool):
                         f"{preview[:120]}",
                 detail=json.dumps(kwargs, ensure_ascii=False, indent=2),
                 always_key=f"mcp:{self.server.name}:{self.remote_name}",
-                allow_hint=f'"trusted": true in tools.mcpServers.{self.server.name} of the config',
+                allow_hint=f'"trusted": true in tools.mcpServers.{self.server.name} of the config, or --approve mcp',
             ))
             if not decision.allowed:
                 return ToolResult(f"Error: not run: {decision.reason or 'the user declined'}", is_error=True)
