@@ -419,3 +419,36 @@ def test_mcp_tokens_count_as_secrets_kept_out_of_exec(tmp_path, monkeypatch):
         "web": {"url": "https://mcp.example.invalid/mcp", "headers": {"Authorization": "Bearer tok_canary_0002"}}}}}))
     hidden = tool_context(load_config(path), tmp_path).secret_env_names
     assert {"MY_GITHUB", "MY_BEARER"} <= hidden and "HARMLESS_DIR" not in hidden
+
+
+def test_in_the_assistant_an_mcp_call_asks_the_session_approver_and_is_recorded(configure, fake_llm, call_log):
+    from nanobot.app import open_assistant
+    from nanobot.config import load_config
+    from nanobot.fakellm import Reply
+
+    path = configure()
+    data = json.loads(path.read_text())
+    data["tools"] = {"mcpServers": {"notes": {"command": sys.executable, "args": [SERVER, "stdio"],
+                                              "env": {"NOTES_CALL_LOG": str(call_log)}}}}
+    path.write_text(json.dumps(data))
+    fake_llm.script(Reply.tool_calls([("mcp_notes_add", {"a": 1, "b": 1})]), Reply.text("Not allowed, sorry."))
+    no = Recorder(allow=False)
+
+    async def go():
+        assistant = open_assistant(load_config(), "cli:direct", stream=False, ask=no)
+        try:
+            await assistant.mcp_ready()
+            await assistant.conversation.send("1 + 1 with the notes server?")
+        finally:
+            await assistant.aclose()
+
+    asyncio.run(go())
+    assert [r.kind for r in no.asked] == ["mcp"]
+    assert calls(call_log) == []  # refused: the server never saw it
+    tool_msg = [m for m in fake_llm.requests[1].messages if m["role"] == "tool"][0]
+    assert "the user said no" in tool_msg["content"]
+    from nanobot.session import SessionStore
+
+    (decision,) = SessionStore().load("cli:direct").decisions
+    assert decision["kind"] == "mcp" and decision["allowed"] is False and "mcp_notes" not in decision["summary"]
+    assert "MCP server notes wants to run its tool add" in decision["summary"]
