@@ -221,7 +221,7 @@ def test_a_tool_error_is_an_error_result(tmp_path, call_log):
     assert result.is_error and "the notebook is locked" in result.content
 
 
-def test_servers_that_never_start_are_reported_once_and_the_rest_start(tmp_path, call_log):
+def test_servers_that_never_start_are_reported_once_and_the_rest_start(tmp_path, call_log, isolated_home):
     servers = {
         "missing": MCPServerConfig(command="/nonexistent/mcp-server"),
         "exits": MCPServerConfig(command=sys.executable, args=["-c", "import sys; sys.stderr.write('no licence\\n'); sys.exit(2)"]),
@@ -242,6 +242,8 @@ def test_servers_that_never_start_are_reported_once_and_the_rest_start(tmp_path,
         assert sum(f"MCP server {name} failed to start" in n for n in notices) == 1
     assert "command not found" in reports["missing"].error
     assert "no licence" in reports["exits"].error  # the server's own last words
+    log = isolated_home / "logs" / "mcp-exits.log"
+    assert "no licence" in log.read_text() and log.stat().st_mode & 0o777 == 0o600
     assert "did not start within 2s" in reports["hangs"].error
     assert len(notices) == 4
 

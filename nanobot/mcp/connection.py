@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from nanobot.config import MCPServerConfig
+from nanobot.paths import ensure_private_dir
 
 STARTUP_TIMEOUT = 20.0  # seconds for a server to start, answer `initialize` and list its tools
 MAX_RESTARTS = 3  # a server that stopped mid-session is started again on its next call, this many times
@@ -178,8 +180,10 @@ class ServerConnection:
         from mcp import StdioServerParameters
         from mcp.client.stdio import stdio_client
 
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        errlog = stack.enter_context(open(self.log_path, "w", encoding="utf-8"))
+        ensure_private_dir(self.log_path.parent)
+        # 0600 like every file in the home: a server may print tokens or paths in its errors
+        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        errlog = stack.enter_context(os.fdopen(fd, "w", encoding="utf-8"))
         cwd: Path | None = Path(self.cfg.cwd).expanduser() if self.cfg.cwd else self.workspace
         if self.cfg.cwd and not cwd.is_dir():
             raise ValueError(f"its cwd {cwd} is not a folder")
