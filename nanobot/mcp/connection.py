@@ -65,6 +65,8 @@ def describe_error(exc: BaseException) -> str:
         return "timed out"
     if isinstance(exc, FileNotFoundError):
         return f"command not found: {exc.filename or exc}"
+    if isinstance(exc, ModuleNotFoundError):
+        return f"the Python package {exc.name!r} is missing: reinstall nanobot (pip install -e .)"
     text = str(exc).strip() or type(exc).__name__
     error = getattr(exc, "error", None)  # McpError carries the JSON-RPC error
     if error is not None and getattr(error, "message", None):
@@ -115,6 +117,8 @@ class ServerConnection:
         except asyncio.CancelledError:
             if self.state == "starting":
                 self._fail("cancelled while starting")
+            raise
+        except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # noqa: BLE001 - any failure of a server is reported, never raised
             if self.state == "starting":
