@@ -45,6 +45,7 @@ def status_lines(assistant) -> list[str]:
         f"{len(session.messages) - session.last_consolidated} not yet consolidated",
         f"workspace  {assistant.workspace}",
         *_last_consolidation(conv),
+        *_mcp(assistant),
         *[f"subagent   {sub_id} '{label}' running: {task[:60]}" for sub_id, label, task in conv.running_subagents()],
         *_approvals(assistant),
     ]
@@ -58,6 +59,17 @@ def _approvals(assistant) -> list[str]:
     always = ", ".join(sorted(approver.always)) or "none yet"
     return [f"approvals  auto-approved: {auto}; 'always' this session: {always}"]
 
+
+
+def _mcp(assistant) -> list[str]:
+    manager = getattr(assistant, "mcp", None)
+    if manager is None:
+        return []
+    parts = []
+    for r in manager.reports():
+        parts.append(f"{r.name} {r.state}" + (f" ({len(r.tools)} tools)" if r.state == "ready" else
+                                              f" ({r.error})" if r.error else ""))
+    return [f"mcp        {'; '.join(parts)}"]
 
 
 def _last_consolidation(conv) -> list[str]:
