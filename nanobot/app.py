@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from nanobot.agent.budget import check_fixed_prompt, fit_request, reply_room
@@ -39,11 +39,13 @@ def tool_context(cfg: Config, workspace: Path) -> ToolContext:
 def build_tools(cfg: Config, workspace: Path) -> ToolRegistry:
     """The tools a subagent gets; the main agent gets these plus spawn (see open_assistant)."""
     from nanobot.tools.files import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
+    from nanobot.tools.recall import SearchHistoryTool
     from nanobot.tools.shell import ExecTool
     from nanobot.tools.web import WebFetchTool, WebSearchTool
 
     ctx = tool_context(cfg, workspace)
-    registry = ToolRegistry([ReadFileTool(ctx), WriteFileTool(ctx), EditFileTool(ctx), ListDirTool(ctx)])
+    registry = ToolRegistry([ReadFileTool(ctx), WriteFileTool(ctx), EditFileTool(ctx), ListDirTool(ctx),
+                             SearchHistoryTool(ctx)])
     if cfg.tools.exec.enable:
         registry.register(ExecTool(ctx))
     registry.register(WebSearchTool(ctx, api_key=cfg.tools.web.search.api_key or None))
@@ -84,6 +86,7 @@ class Assistant:
     workspace: Path
     store: SessionStore
     conversation: Conversation
+    warnings: list[str] = field(default_factory=list)  # for the user at start-up (damaged memory files, ...)
 
     def prewarm(self) -> None:
         """Start loading the provider's SDK in the background (the REPL calls this before its prompt)."""
@@ -136,4 +139,5 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     except ContextTooSmallError:
         store.close(session)
         raise
-    return Assistant(cfg, workspace, store, conversation)
+    warnings = [*session.warnings, *context.memory.startup_check()]
+    return Assistant(cfg, workspace, store, conversation, warnings)

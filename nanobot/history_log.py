@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when"]
+__all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest"]
 
 BLOCK_SIZE = 4 * 1024 * 1024
 _STAMP = r"\[(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?\]"
@@ -264,3 +264,88 @@ def _count_newlines(fh, end: int) -> int:
         count += chunk.count(b"\n")
         left -= len(chunk)
     return count
+
+
+# ---- newest-first word search (the model's recall tool) ---------------------------------------
+
+def _entry_start_b(data: bytes, pos: int) -> int:
+    """Start of the entry holding byte `pos`: the nearest stamp line at or before it (0 if none)."""
+    i = data.rfind(b"\n[", 0, pos + 1)
+    while i >= 0:
+        if _STAMP_AT_B.match(data, i + 1):
+            return i + 1
+        i = data.rfind(b"\n[", 0, i)
+    return 0
+
+
+def _entry_end_b(data: bytes, pos: int) -> int:
+    i = data.find(b"\n[", pos)
+    while i >= 0:
+        if _STAMP_AT_B.match(data, i + 1):
+            return i + 1
+        i = data.find(b"\n[", i + 1)
+    return len(data)
+
+
+def _blocks_backward(path: Path, block_size: int) -> Iterator[bytes]:
+    """Blocks of whole entries, the newest block first."""
+    with open(path, "rb") as fh:
+        pos = fh.seek(0, 2)
+        carry = b""
+        while pos > 0:
+            step = min(block_size, pos)
+            pos -= step
+            fh.seek(pos)
+            data = fh.read(step) + carry
+            if pos == 0:
+                yield data
+                return
+            cut = _entry_end_b(data, 0)  # the first entry start after offset 0
+            if cut >= len(data):
+                carry = data  # one entry larger than a block: keep reading back
+                continue
+            carry = data[:cut]
+            yield data[cut:]
+        if carry:
+            yield carry
+
+
+def search_newest(path: Path, terms: list[str], *, limit: int = 5, since: datetime | None = None,
+                  until: datetime | None = None, block_size: int | None = None) -> list[Entry]:
+    """Up to `limit` whole entries containing every term (ignoring case), newest first.
+
+    The file is read from its end, so a common word costs a few blocks and a rare one a single
+    pass at memory speed: the search runs on bytes (ASCII case folded); terms with other letters
+    are confirmed on the decoded entry with full case folding. Entry.line_no is 0 (not counted).
+    """
+    wanted = [t.casefold() for t in terms if t.strip()]
+    if not wanted or limit <= 0:
+        return []
+    ascii_terms = [t for t in wanted if t.isascii()]
+    anchor = max(ascii_terms, key=len).encode() if ascii_terms else None
+    found: list[Entry] = []
+    for block in _blocks_backward(Path(path), block_size or BLOCK_SIZE):
+        low = block.lower()
+        end = len(low)
+        while end > 0:
+            hit = low.rfind(anchor, 0, end) if anchor else end - 1
+            if hit < 0:
+                break
+            start = _entry_start_b(block, hit)
+            stop = _entry_end_b(block, hit + 1) if anchor else end
+            end = start
+            if anchor and not all(t.encode() in low[start:stop] for t in ascii_terms):
+                continue
+            text = block[start:stop].decode("utf-8", "replace").rstrip()
+            if not text.strip():
+                continue
+            folded = text.casefold()
+            if not all(t in folded for t in wanted):
+                continue
+            m = _STAMP_LINE.match(text)
+            entry = Entry(_stamp_of(m) if m else None, text, 0)
+            if _in_range(entry, since, until):
+                found.append(entry)
+                if len(found) >= limit:
+                    return found
+    return found

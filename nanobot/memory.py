@@ -42,7 +42,7 @@ from nanobot.secrets_mask import mask_secrets
 
 __all__ = [
     "MemoryStore", "MemoryInfo", "VersionInfo", "UpdateOutcome", "WriteReceipt", "MemoryState",
-    "MemoryUpdateRefused", "VersionNotFound", "MemoryBusy", "STAMP_RE", "watch_memory",
+    "MemoryUpdateRefused", "VersionNotFound", "MemoryBusy", "STAMP_RE", "watch_memory", "protected_reason",
     "HOLD_BACK_MIN_LINES", "HOLD_BACK_MIN_CHARS", "HOLD_BACK_KEEP_RATIO", "fact_lines", "norm_fact",
 ]
 
@@ -715,6 +715,28 @@ class MemoryStore:
         atomic_write(self.memory_file, target)
         return ["memory/MEMORY.md was changed by this command and has been put back (the command's text "
                 "is kept as a version)" if now else "memory/MEMORY.md was removed by this command and has been put back"]
+
+
+def protected_reason(workspace: Path, target: Path) -> str | None:
+    """Why a file tool may not rewrite `target` (a resolved path), or None.
+
+    HISTORY.md is append-only (only consolidation adds to it); versions and damaged copies are
+    the store's safety net.
+    """
+    store = MemoryStore(workspace)
+    folder = store.dir.resolve()
+    if target == store.history_file.resolve():
+        return ("memory/HISTORY.md is append-only: nanobot adds a dated entry to it when it consolidates, and "
+                "no tool may rewrite it. Read it with search_history (or read_file); lasting facts belong "
+                "in memory/MEMORY.md")
+    for sub in (store.versions_dir, store.damaged_dir):
+        if target.is_relative_to(sub.resolve()):
+            return (f"{target.relative_to(folder)} belongs to nanobot's memory store (saved versions and damaged "
+                    "copies) and cannot be changed by a tool; the user restores versions with "
+                    "`nanobot memory restore N`")
+    if target.is_relative_to(store.journal_dir.resolve()):
+        return "the memory journal belongs to nanobot and cannot be changed by a tool"
+    return None
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
     ref.append(renderer)
     conversation = assistant.conversation
     conversation.background_emit = Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False)
-    for warning in conversation.session.warnings:
+    for warning in assistant.warnings:
         err.print(f"[yellow]warning: {warning}[/yellow]")
     try:
         outcome = await conversation.send(message, emit=renderer)
@@ -129,7 +129,7 @@ class Chat:
         try:
             self.console.print(f"[bold]nanobot[/bold] [dim]· {self.cfg.defaults.model} · session "
                                f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]")
-            for warning in self.conversation.session.warnings:
+            for warning in self.assistant.warnings:
                 self.console.print(f"[yellow]warning: {warning}[/yellow]")
             prompt = self._prompt_session()  # piped stdin never gets here: it becomes a one-shot message
             while True:

@@ -7,10 +7,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nanobot.errors import ToolError
+from nanobot.errors import NanobotError, ToolError
 from nanobot.fsio import atomic_write
 from nanobot.tools.base import Tool
-from nanobot.tools.workspace_guard import display_path, resolve_path
+from nanobot.tools.workspace_guard import display_path, resolve_path, workspace_root
 
 __all__ = ["ReadFileTool", "WriteFileTool", "EditFileTool", "ListDirTool", "READ_CHAR_CAP"]
 
@@ -127,6 +127,9 @@ class WriteFileTool(Tool):
         shown = display_path(self.ctx, target)
         if target.is_dir():
             raise ToolError(f"{shown} is a directory; give a file path")
+        routed = _memory_write(self.ctx, target, content, base=None)
+        if routed is not None:
+            return routed
         payload = content.encode("utf-8")
         existed = target.exists()
         _write(target, payload, shown)
@@ -167,6 +170,7 @@ class EditFileTool(Tool):
         shown = display_path(self.ctx, target)
         if old_text == "":
             raise ToolError("old_text is empty; to create or overwrite a whole file use write_file")
+        _refuse_memory_internals(self.ctx, target)
         content = _read_text(target, shown)
 
         count = content.count(old_text)
@@ -184,8 +188,49 @@ class EditFileTool(Tool):
                 "add surrounding lines so it matches exactly once, or set replace_all=true"
             )
         updated = content.replace(old_text, new_text) if replace_all else content.replace(old_text, new_text, 1)
+        routed = _memory_write(self.ctx, target, updated, base=content)
+        if routed is not None:
+            return routed
         _write(target, updated.encode("utf-8"), shown)
         return f"Edited {shown}: replaced {count if replace_all else 1} occurrence{'s' if replace_all and count > 1 else ''}"
+
+
+# -- memory routing: MEMORY.md goes through the versioned store; HISTORY.md is append-only ---------
+
+
+def _refuse_memory_internals(ctx, target: Path) -> None:
+    """HISTORY.md and the store's own files (versions, damaged copies) are never rewritten by a tool."""
+    from nanobot.memory import protected_reason
+
+    reason = protected_reason(workspace_root(ctx), target)
+    if reason:
+        raise ToolError(reason)
+
+
+def _memory_write(ctx, target: Path, text: str, *, base: str | None) -> str | None:
+    """Write MEMORY.md through the memory store (versioned, guarded, masked); None for other files."""
+    from nanobot.memory import MemoryStore, MemoryUpdateRefused
+
+    _refuse_memory_internals(ctx, target)
+    store = MemoryStore(workspace_root(ctx))
+    if target != store.memory_file.resolve():
+        return None
+    try:
+        receipt = store.write_memory(text, reason="written by the model with a file tool", base=base, guard=True)
+    except MemoryUpdateRefused as exc:
+        raise ToolError(f"{exc.message}. {exc.hint or ''}".strip()) from None
+    except NanobotError as exc:
+        raise ToolError(f"MEMORY.md was not changed: {exc.message}") from None
+    if not receipt.changed:
+        return "MEMORY.md already holds this text; nothing changed"
+    notes = ["the previous text is kept as a version"] if receipt.version else []
+    if receipt.masked:
+        notes.append("text that looked like a secret was replaced by [REDACTED]")
+    if receipt.concurrent_change:
+        notes.append("MEMORY.md had changed meanwhile, so your change was merged on top of the newer text")
+    if receipt.conflicts:
+        notes.append(f"{len(receipt.conflicts)} line(s) conflicted and were put under \"Held back update\"")
+    return "Saved memory/MEMORY.md" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _match_lines(content: str, needle: str, limit: int = 10) -> str:
