@@ -119,6 +119,8 @@ def memory_show(
             _err(f"nothing remembered yet: {info.path} does not exist")
             return
         text = store.read_memory()
+        for warning in store.warnings:
+            _err(f"warning: {warning}")
         if _stdout_is_tty() and not raw:
             from rich.console import Console
             from rich.markdown import Markdown
@@ -162,6 +164,30 @@ def memory_restore(n: int = typer.Argument(..., help="Version number from `nanob
         else:
             print(f"restored version {n}; the previous MEMORY.md is now version 1 "
                   f"(undo with `nanobot memory restore 1`)")
+
+
+@memory_app.command("check")
+def memory_check(
+    workspace: Optional[Path] = WorkspaceOpt,
+    window: Optional[int] = typer.Option(None, "--window", min=1,
+                                         help="Context window in tokens (default: from config, else 65536)."),
+    json_out: bool = typer.Option(False, "--json", help="A JSON array of {severity, code, message, fix}."),
+) -> None:
+    """Look for damaged, shrunken or duplicated memory and say how to fix each. Exit 0 clean, 1 problems."""
+    from nanobot.memory_check import check_memory
+
+    with _errors():
+        findings = check_memory(_store(workspace), context_window=window or _context_window())
+    problems = [f for f in findings if f.severity == "problem"]
+    if json_out:
+        print(json.dumps([f.to_json() for f in findings], ensure_ascii=False, indent=1))
+    else:
+        for f in findings:
+            print(f"{'problem' if f.severity == 'problem' else 'ok'}: {f.message}")
+            if f.fix:
+                print(f"  fix: {f.fix}")
+        print(f"{len(problems)} problem(s) found" if problems else "memory looks healthy")
+    raise typer.Exit(1 if problems else 0)
 
 
 def _editor_command() -> list[str]:
