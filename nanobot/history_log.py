@@ -12,14 +12,14 @@ a search costs little more than reading the file.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest"]
+__all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest", "grep_fast", "grep_fast_output"]
 
 BLOCK_SIZE = 4 * 1024 * 1024
 _STAMP = r"\[(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?\]"
@@ -310,6 +310,51 @@ def _blocks_backward(path: Path, block_size: int) -> Iterator[bytes]:
             yield carry
 
 
+def _search_cased(path: Path, terms: list[str], wanted: list[str], limit: int, since, until,
+                  block_size: int | None) -> list[Entry]:
+    """search_newest when every term has non-ASCII cased letters (Cyrillic, Greek...): the longest term
+    is looked for as written, lower case, upper case and capitalised (mixed case inside a word is missed);
+    the other terms are confirmed with full case folding."""
+    longest = max(terms, key=len)
+    variants = {v.encode() for v in (longest, longest.lower(), longest.upper(), longest.capitalize())}
+    found: list[Entry] = []
+    for block in _blocks_backward(path, block_size or BLOCK_SIZE):
+        end = len(block)
+        while end > 0:
+            hit = max(block.rfind(v, 0, end) for v in variants)
+            if hit < 0:
+                break
+            start = _entry_start_b(block, hit)
+            stop = _entry_end_b(block, hit + 1)
+            end = start
+            text = block[start:stop].decode("utf-8", "replace").rstrip()
+            if not all(t in text.casefold() for t in wanted):
+                continue
+            m = _STAMP_LINE.match(text)
+            entry = Entry(_stamp_of(m) if m else None, text, 0)
+            if _in_range(entry, since, until):
+                found.append(entry)
+                if len(found) >= limit:
+                    return found
+    return found
+
+
+def _caseless(c: str) -> bool:
+    return c.isascii() or c.lower() == c.upper()
+
+
+def _caseless_runs(text: str) -> list[str]:
+    runs, cur = [], ""
+    for c in text:
+        if _caseless(c):
+            cur += c
+        else:
+            if cur:
+                runs.append(cur)
+            cur = ""
+    return runs + ([cur] if cur else [])
+
+
 def search_newest(path: Path, terms: list[str], *, limit: int = 5, since: datetime | None = None,
                   until: datetime | None = None, block_size: int | None = None) -> list[Entry]:
     """Up to `limit` whole entries containing every term (ignoring case), newest first.
@@ -318,23 +363,29 @@ def search_newest(path: Path, terms: list[str], *, limit: int = 5, since: dateti
     pass at memory speed: the search runs on bytes (ASCII case folded); terms with other letters
     are confirmed on the decoded entry with full case folding. Entry.line_no is 0 (not counted).
     """
-    wanted = [t.casefold() for t in terms if t.strip()]
+    terms = [t for t in terms if t.strip()]
+    wanted = [t.casefold() for t in terms]
     if not wanted or limit <= 0:
         return []
-    ascii_terms = [t for t in wanted if t.isascii()]
-    anchor = max(ascii_terms, key=len).encode() if ascii_terms else None
+    # bytes.lower() folds ASCII only, so a term can be looked for in the lowered bytes as it is when its
+    # other letters have no case (CJK, digits, punctuation); otherwise its longest such run anchors it
+    exact = [t.lower().encode() for t in terms if all(_caseless(c) for c in t.lower())]
+    runs = [r for t in terms for r in _caseless_runs(t.lower())]
+    anchor = max((r.encode() for r in runs), key=len, default=None)
+    if anchor is None:  # every term has cased letters outside ASCII (Cyrillic, Greek...)
+        return _search_cased(Path(path), terms, wanted, limit, since, until, block_size)
     found: list[Entry] = []
     for block in _blocks_backward(Path(path), block_size or BLOCK_SIZE):
         low = block.lower()
         end = len(low)
         while end > 0:
-            hit = low.rfind(anchor, 0, end) if anchor else end - 1
+            hit = low.rfind(anchor, 0, end)
             if hit < 0:
                 break
             start = _entry_start_b(block, hit)
-            stop = _entry_end_b(block, hit + 1) if anchor else end
+            stop = _entry_end_b(block, hit + 1)
             end = start
-            if anchor and not all(t.encode() in low[start:stop] for t in ascii_terms):
+            if not all(t in low[start:stop] for t in exact):
                 continue
             text = block[start:stop].decode("utf-8", "replace").rstrip()
             if not text.strip():
@@ -349,3 +400,203 @@ def search_newest(path: Path, terms: list[str], *, limit: int = 5, since: dateti
                 if len(found) >= limit:
                     return found
     return found
+
+
+# ---- ripgrep fast path for `nanobot history grep` ------------------------------------------------
+#
+# ripgrep finds the byte offset of every match at disk speed; Python then cuts the whole entries
+# around those offsets from a memory map. The output is byte-for-byte what `iter_grep` gives, so
+# the fast path is used only for patterns that mean the same to both engines and cannot match
+# across a line break (ripgrep is line-oriented, an entry may span lines): see `_line_bound`.
+
+
+def _rg_binary() -> str | None:
+    """The `rg` of the ripgrep wheel (next to this Python), else one on PATH."""
+    import os
+    import shutil
+    import sys
+
+    local = Path(sys.executable).parent / "rg"
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    return shutil.which("rg")
+
+
+def _line_bound(pattern: str) -> bool:
+    """True when `pattern` means the same to ripgrep as to Python's re and can only match within a line.
+
+    Allowed: literal text, escaped punctuation, \\d \\w \\S \\b \\B, . (never a newline here), quantifiers,
+    groups `( )` / `(?: )`, alternation, ^ $, and classes `[...]` that are not negated and hold only
+    literals, ranges, escaped punctuation, \\d and \\w. Anything else (\\s, \\n, negated classes, flags,
+    look-arounds, back-references, set operators) goes to the Python engine.
+    """
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            if i + 1 >= n or (pattern[i + 1].isalnum() and pattern[i + 1] not in "dwSbB"):
+                return False
+            i += 2
+            continue
+        if c == "(" and pattern.startswith("?", i + 1) and not pattern.startswith("?:", i + 1):
+            return False
+        if c == "{" and pattern.startswith(",", i + 1):
+            return False
+        if c == "[":
+            j = i + 1
+            if j < n and pattern[j] in "^]":
+                return False
+            while j < n and pattern[j] != "]":
+                ch = pattern[j]
+                if ch == "[" or (ch in "&~-" and pattern.startswith(ch * 2, j)):
+                    return False
+                if ch == "\\":
+                    if j + 1 >= n or (pattern[j + 1].isalnum() and pattern[j + 1] not in "dw"):
+                        return False
+                    j += 2
+                    continue
+                j += 1
+            if j >= n:
+                return False
+            i = j + 1
+            continue
+        i += 1
+    return True
+
+
+def _rg_offsets(path: Path, pattern: str, ignore_case: bool) -> list[int] | None:
+    """Byte offsets of every match, in file order; None when ripgrep cannot be used for this pattern."""
+    import subprocess
+
+    rg = _rg_binary()
+    if rg is None or not _line_bound(pattern):
+        return None
+    try:
+        rx = compile_pattern(pattern, ignore_case=ignore_case)
+    except re.error:
+        return None
+    probe = rx.search("a b")
+    if rx.search("") is not None or (probe is not None and probe.start() == probe.end()):
+        return None  # an empty match means "every entry"; leave that to the exact engine
+    argv = [rg, "--no-config", "--text", "--byte-offset", "--only-matching", "--replace", "",
+            "--no-filename", "--no-line-number", "--color", "never", "--no-heading"]
+    if ignore_case:
+        argv.append("--ignore-case")
+    try:
+        proc = subprocess.run([*argv, "--regexp", pattern, "--", str(path)], capture_output=True,
+                              stdin=subprocess.DEVNULL)
+    except OSError:
+        return None
+    if proc.returncode == 1:
+        return []
+    if proc.returncode != 0:
+        return None  # a pattern ripgrep rejects (its syntax differs): the Python engine decides
+    return [int(x) for x in proc.stdout.split(b":\n") if x]
+
+
+def _stamp_of_b(data, pos: int) -> datetime | None:
+    m = _STAMP_AT_B.match(data, pos)
+    if m is None:
+        return None
+    y, mo, d, h, mi, s = m.groups()
+    try:
+        return datetime(int(y), int(mo), int(d), int(h), int(mi), int(s or 0))
+    except ValueError:
+        return None
+
+
+def _exact_text(raw: bytes) -> bytes:
+    """What Entry.text would be, encoded: trailing whitespace stripped (Unicode's, as str.rstrip does)."""
+    text = raw.rstrip()
+    if text and (text[-1] >= 0x80 or 0x1C <= text[-1] <= 0x1F):
+        return raw.decode("utf-8", "replace").rstrip().encode("utf-8")
+    return text
+
+
+def _matching_spans(path: Path, pattern: str, ignore_case: bool, since: datetime | None,
+                    until: datetime | None, last: int | None):
+    """(file bytes or map, [(start, end)] of matching entries) through ripgrep, or None (see grep_fast)."""
+    offsets = _rg_offsets(Path(path), pattern, ignore_case)
+    if offsets is None:
+        return None
+    if not offsets:
+        return b"", []
+    with open(path, "rb") as fh:
+        if len(offsets) <= _FEW_MATCHES:
+            import mmap
+
+            data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            spans = _spans_by_search(data, offsets)
+        else:
+            data = fh.read()
+            spans = _spans_by_table(data, offsets)
+    if since is not None or until is not None:
+        spans = [sp for sp in spans if _in_range(Entry(_stamp_of_b(data, sp[0]), "", 0), since, until)]
+    if last is not None:
+        spans = spans[-last:] if last > 0 else []
+    return data, spans
+
+
+_FEW_MATCHES = 2000  # below this, find each entry's edges around its match; above, index every entry once
+_STAMP_NL_B = re.compile(rb"\n" + _STAMP.encode())
+_STR_ONLY_SPACE = tuple(bytes([c]) for c in range(0x1C, 0x20))  # whitespace to str.rstrip, not bytes.rstrip
+
+
+def _spans_by_search(data, offsets: list[int]) -> list[tuple[int, int]]:
+    spans, i, n = [], 0, len(offsets)
+    while i < n:
+        pos = offsets[i]
+        start, end = _entry_start_b(data, pos), _entry_end_b(data, pos + 1)
+        spans.append((start, end))
+        i = bisect_left(offsets, end, i + 1)
+    return spans
+
+
+def _spans_by_table(data: bytes, offsets: list[int]) -> list[tuple[int, int]]:
+    starts = [m.start() + 1 for m in _STAMP_NL_B.finditer(data)]
+    starts.insert(0, 0)
+    starts.append(len(data))
+    spans, end, lo = [], -1, 0
+    for pos in offsets:  # in file order: each entry is looked up once, at its first match
+        if pos < end:
+            continue
+        lo = bisect_right(starts, pos, lo)
+        end = starts[lo]
+        spans.append((starts[lo - 1], end))
+    return spans
+
+
+def grep_fast_output(path: Path, pattern: str, *, ignore_case: bool = False, since: datetime | None = None,
+                     until: datetime | None = None, last: int | None = None) -> tuple[bytes, int] | None:
+    """What `nanobot history grep` prints when piped (each entry's text and a blank line), and how many
+    entries, through ripgrep; None when the fast path cannot answer (no rg, or a pattern it can't take)."""
+    found = _matching_spans(path, pattern, ignore_case, since, until, last)
+    if found is None:
+        return None
+    data, spans = found
+    texts = [t for t in [data[a:b].rstrip() for a, b in spans] if t]
+    out = b"\n\n".join(texts) + b"\n\n" if texts else b""
+    if not out.isascii() or any(sep in out for sep in _STR_ONLY_SPACE):  # let str rules decide, entry by entry
+        texts = [t for t in (_exact_text(data[a:b]) for a, b in spans) if t]
+        texts = [t.decode("utf-8", "replace").encode("utf-8") for t in texts]
+        out = b"\n\n".join(texts) + b"\n\n" if texts else b""
+    return out, len(texts)
+
+
+def grep_fast(path: Path, pattern: str, *, ignore_case: bool = False, since: datetime | None = None,
+              until: datetime | None = None, last: int | None = None) -> list[Entry] | None:
+    """The entries `grep` would return (line numbers included), through ripgrep; None when it can't."""
+    found = _matching_spans(path, pattern, ignore_case, since, until, last)
+    if found is None:
+        return None
+    data, spans = found
+    out: list[Entry] = []
+    line, at = 1, 0
+    for start, end in spans:
+        text = _exact_text(data[start:end]).decode("utf-8", "replace")
+        if not text:
+            continue
+        line += data[at:start].count(b"\n")
+        at = start
+        out.append(Entry(_stamp_of_b(data, start), text, line))
+    return out

@@ -74,3 +74,14 @@ def test_backward_search_across_small_blocks_matches_a_forward_scan(ws):
         found = history_log.search_newest(path, ["day"], limit=100, block_size=block)
         forward = [e.text for e in history_log.iter_entries(path) if "day" in e.text.lower()]
         assert [e.text for e in found] == forward[::-1]
+
+
+def test_words_without_ascii_case_folding_are_found(tmp_path):
+    store = MemoryStore(tmp_path / "ws")
+    for text in ("[2026-03-01 10:00] Привет из Москвы", "[2026-03-02 10:00] 会议改到周五",
+                 "[2026-03-03 10:00] снова ПРИВЕТ", "[2026-03-04 10:00] Straße gesperrt"):
+        store.append_history(text)
+    out = search(tmp_path / "ws", query="привет")
+    assert out.index("снова ПРИВЕТ") < out.index("Привет из Москвы")
+    assert "会议改到周五" in search(tmp_path / "ws", query="会议")
+    assert "Straße" in search(tmp_path / "ws", query="STRASSE") or "Straße" in search(tmp_path / "ws", query="straße")

@@ -295,9 +295,21 @@ def history_grep(
         _err(f"nanobot: error: {exc}")
         raise typer.Exit(2) from None
     path = _history_path(workspace)
-    found = history_log.iter_grep(path, rx, since=since_dt, until=until_dt)
-    if last is not None:
+    if not json_out and not _stdout_is_tty():
+        fast = history_log.grep_fast_output(path, pattern, ignore_case=ignore_case, since=since_dt,
+                                            until=until_dt, last=last)
+        if fast is not None:  # ripgrep answered: the same bytes the entry-by-entry path would print
+            sys.stdout.buffer.write(fast[0])
+            sys.stdout.flush()
+            raise typer.Exit(0 if fast[1] else 1)
+    entries = history_log.grep_fast(path, pattern, ignore_case=ignore_case, since=since_dt, until=until_dt,
+                                    last=last)
+    if entries is not None:
+        found = iter(entries)
+    elif last is not None:
         found = iter(history_log.grep(path, rx, since=since_dt, until=until_dt, last=last))
+    else:
+        found = history_log.iter_grep(path, rx, since=since_dt, until=until_dt)
     count = _emit(found, rx, json_out)
     raise typer.Exit(0 if count else 1)
 
