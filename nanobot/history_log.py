@@ -287,8 +287,8 @@ def _entry_end_b(data: bytes, pos: int) -> int:
     return len(data)
 
 
-def _blocks_backward(path: Path, block_size: int) -> Iterator[bytes]:
-    """Blocks of whole entries, the newest block first."""
+def _blocks_backward(path: Path, block_size: int) -> Iterator[tuple[bytes, int]]:
+    """(block of whole entries, its offset in the file), the newest block first."""
     with open(path, "rb") as fh:
         pos = fh.seek(0, 2)
         carry = b""
@@ -298,16 +298,16 @@ def _blocks_backward(path: Path, block_size: int) -> Iterator[bytes]:
             fh.seek(pos)
             data = fh.read(step) + carry
             if pos == 0:
-                yield data
+                yield data, 0
                 return
             cut = _entry_end_b(data, 0)  # the first entry start after offset 0
             if cut >= len(data):
                 carry = data  # one entry larger than a block: keep reading back
                 continue
             carry = data[:cut]
-            yield data[cut:]
+            yield data[cut:], pos + cut
         if carry:
-            yield carry
+            yield carry, 0
 
 
 def _search_cased(path: Path, terms: list[str], wanted: list[str], limit: int, since, until,
@@ -318,7 +318,7 @@ def _search_cased(path: Path, terms: list[str], wanted: list[str], limit: int, s
     longest = max(terms, key=len)
     variants = {v.encode() for v in (longest, longest.lower(), longest.upper(), longest.capitalize())}
     found: list[Entry] = []
-    for block in _blocks_backward(path, block_size or BLOCK_SIZE):
+    for block, _ in _blocks_backward(path, block_size or BLOCK_SIZE):
         end = len(block)
         while end > 0:
             hit = max(block.rfind(v, 0, end) for v in variants)
@@ -375,7 +375,8 @@ def search_newest(path: Path, terms: list[str], *, limit: int = 5, since: dateti
     if anchor is None:  # every term has cased letters outside ASCII (Cyrillic, Greek...)
         return _search_cased(Path(path), terms, wanted, limit, since, until, block_size)
     found: list[Entry] = []
-    for block in _blocks_backward(Path(path), block_size or BLOCK_SIZE):
+    scanned = 0
+    for block, offset in _blocks_backward(Path(path), block_size or BLOCK_SIZE):
         low = block.lower()
         end = len(low)
         while end > 0:
@@ -385,20 +386,59 @@ def search_newest(path: Path, terms: list[str], *, limit: int = 5, since: dateti
             start = _entry_start_b(block, hit)
             stop = _entry_end_b(block, hit + 1)
             end = start
-            if not all(t in low[start:stop] for t in exact):
-                continue
-            text = block[start:stop].decode("utf-8", "replace").rstrip()
-            if not text.strip():
-                continue
-            folded = text.casefold()
-            if not all(t in folded for t in wanted):
-                continue
-            m = _STAMP_LINE.match(text)
-            entry = Entry(_stamp_of(m) if m else None, text, 0)
-            if _in_range(entry, since, until):
+            entry = _confirmed(block, low[start:stop], start, stop, exact, wanted, since, until)
+            if entry is not None:
                 found.append(entry)
                 if len(found) >= limit:
                     return found
+        scanned += len(block)
+        if offset > 0 and scanned >= _TAIL_BYTES:
+            older = _search_older_with_rg(Path(path), offset, anchor, exact, wanted, limit - len(found), since, until)
+            if older is not None:
+                return found + older
+    return found
+
+
+_TAIL_BYTES = 8 * 1024 * 1024  # read from the end in Python; what is older, ripgrep scans (when installed)
+
+
+def _confirmed(data, low: bytes, start: int, stop: int, exact: list[bytes], wanted: list[str],
+               since: datetime | None, until: datetime | None) -> Entry | None:
+    """The entry data[start:stop] if it holds every term and is in the date range (`low`: its lowered bytes)."""
+    if not all(t in low for t in exact):
+        return None
+    text = data[start:stop].decode("utf-8", "replace").rstrip()
+    if not text.strip():
+        return None
+    folded = text.casefold()
+    if not all(t in folded for t in wanted):
+        return None
+    m = _STAMP_LINE.match(text)
+    entry = Entry(_stamp_of(m) if m else None, text, 0)
+    return entry if _in_range(entry, since, until) else None
+
+
+def _search_older_with_rg(path: Path, before: int, anchor: bytes, exact: list[bytes], wanted: list[str],
+                          limit: int, since: datetime | None, until: datetime | None) -> list[Entry] | None:
+    """search_newest's matches in path[:before], found by ripgrep; None without rg."""
+    import mmap
+
+    offsets = _rg_run(path, ["--fixed-strings", "--ignore-case", "--regexp", anchor.decode()])
+    if offsets is None:
+        return None
+    found: list[Entry] = []
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        limit_at = before
+        for pos in reversed(offsets):
+            if pos >= limit_at:
+                continue
+            start, stop = _entry_start_b(mm, pos), _entry_end_b(mm, pos + 1)
+            limit_at = start
+            entry = _confirmed(mm, mm[start:stop].lower(), start, stop, exact, wanted, since, until)
+            if entry is not None:
+                found.append(entry)
+                if len(found) >= limit:
+                    break
     return found
 
 
@@ -466,10 +506,7 @@ def _line_bound(pattern: str) -> bool:
 
 def _rg_offsets(path: Path, pattern: str, ignore_case: bool) -> list[int] | None:
     """Byte offsets of every match, in file order; None when ripgrep cannot be used for this pattern."""
-    import subprocess
-
-    rg = _rg_binary()
-    if rg is None or not _line_bound(pattern):
+    if _rg_binary() is None or not _line_bound(pattern):
         return None
     try:
         rx = compile_pattern(pattern, ignore_case=ignore_case)
@@ -478,19 +515,27 @@ def _rg_offsets(path: Path, pattern: str, ignore_case: bool) -> list[int] | None
     probe = rx.search("a b")
     if rx.search("") is not None or (probe is not None and probe.start() == probe.end()):
         return None  # an empty match means "every entry"; leave that to the exact engine
+    return _rg_run(path, [*(["--ignore-case"] if ignore_case else []), "--regexp", pattern])
+
+
+def _rg_run(path: Path, args: list[str]) -> list[int] | None:
+    """Byte offsets of ripgrep's matches for `args` in file order; None without rg or when it fails
+    (e.g. a pattern its syntax rejects: then the Python engine decides)."""
+    import subprocess
+
+    rg = _rg_binary()
+    if rg is None:
+        return None
     argv = [rg, "--no-config", "--text", "--byte-offset", "--only-matching", "--replace", "",
-            "--no-filename", "--no-line-number", "--color", "never", "--no-heading"]
-    if ignore_case:
-        argv.append("--ignore-case")
+            "--no-filename", "--no-line-number", "--color", "never", "--no-heading", *args, "--", str(path)]
     try:
-        proc = subprocess.run([*argv, "--regexp", pattern, "--", str(path)], capture_output=True,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL)
     except OSError:
         return None
     if proc.returncode == 1:
         return []
     if proc.returncode != 0:
-        return None  # a pattern ripgrep rejects (its syntax differs): the Python engine decides
+        return None
     return [int(x) for x in proc.stdout.split(b":\n") if x]
 
 
@@ -537,7 +582,7 @@ def _matching_spans(path: Path, pattern: str, ignore_case: bool, since: datetime
     return data, spans
 
 
-_FEW_MATCHES = 2000  # below this, find each entry's edges around its match; above, index every entry once
+_FEW_MATCHES = 50_000  # below this, find each entry's edges around its match; above, index every entry once
 _STAMP_NL_B = re.compile(rb"\n" + _STAMP.encode())
 _STR_ONLY_SPACE = tuple(bytes([c]) for c in range(0x1C, 0x20))  # whitespace to str.rstrip, not bytes.rstrip
 
@@ -575,11 +620,11 @@ def grep_fast_output(path: Path, pattern: str, *, ignore_case: bool = False, sin
         return None
     data, spans = found
     texts = [t for t in [data[a:b].rstrip() for a, b in spans] if t]
-    out = b"\n\n".join(texts) + b"\n\n" if texts else b""
+    out = b"\n\n".join([*texts, b""]) if texts else b""
     if not out.isascii() or any(sep in out for sep in _STR_ONLY_SPACE):  # let str rules decide, entry by entry
         texts = [t for t in (_exact_text(data[a:b]) for a, b in spans) if t]
         texts = [t.decode("utf-8", "replace").encode("utf-8") for t in texts]
-        out = b"\n\n".join(texts) + b"\n\n" if texts else b""
+        out = b"\n\n".join([*texts, b""]) if texts else b""
     return out, len(texts)
 
 

@@ -85,3 +85,17 @@ def test_words_without_ascii_case_folding_are_found(tmp_path):
     assert out.index("снова ПРИВЕТ") < out.index("Привет из Москвы")
     assert "会议改到周五" in search(tmp_path / "ws", query="会议")
     assert "Straße" in search(tmp_path / "ws", query="STRASSE") or "Straße" in search(tmp_path / "ws", query="straße")
+
+
+def test_older_part_searched_by_ripgrep_gives_the_same_entries(ws, monkeypatch):
+    path = MemoryStore(ws).history_file
+    calls = []
+    real = history_log._search_older_with_rg
+    monkeypatch.setattr(history_log, "_search_older_with_rg", lambda *a: calls.append(a[1]) or real(*a))
+    monkeypatch.setattr(history_log, "_TAIL_BYTES", 100)
+    for terms in (["day"], ["lisbon", "flight"], ["4471"]):
+        found = history_log.search_newest(path, terms, limit=100, block_size=64)
+        forward = [e.text for e in history_log.iter_entries(path)
+                   if all(t in e.text.lower() for t in terms)]
+        assert [e.text for e in found] == forward[::-1]
+    assert calls, "the older part went through ripgrep"
