@@ -230,8 +230,11 @@ def memory_edit(workspace: Optional[Path] = WorkspaceOpt) -> None:
         if receipt.masked:
             _err("note: text that looked like a secret (API key, token, password) was replaced by [REDACTED]")
         if receipt.concurrent_change:
-            _err("note: MEMORY.md changed while you were editing (consolidation?); "
-                 "that text was replaced and is saved as version 1 — see `nanobot memory versions`")
+            _err("note: MEMORY.md changed while you were editing (consolidation?); your changes were merged "
+                 "on top of the newer text — the text before the merge is version 1 (`nanobot memory versions`)")
+        if receipt.conflicts:
+            _err(f"note: {len(receipt.conflicts)} of your line(s) conflicted with that change and are under "
+                 "\"Held back update\" at the end of MEMORY.md; `nanobot memory edit` to sort them out")
 
 
 def _cleanup(tmpdir: Path) -> None:
