@@ -228,6 +228,7 @@ class MemoryStore:
         self.journal_dir = nanobot_home() / "journal" / key
         self.good_copy = self.journal_dir / "MEMORY.md"  # the last text written through this store
         self.history_journal = self.journal_dir / "HISTORY.md"  # every byte ever appended to HISTORY.md
+        self._history_stat_file = self.journal_dir / "HISTORY.stat"  # HISTORY.md's inode, size, mtime as left
 
     # ---- reading MEMORY.md -----------------------------------------------------------------
 
@@ -542,9 +543,24 @@ class MemoryStore:
             text = f"{_local_stamp(when)} {text.lstrip()}"
         self._ensure_journal()
         payload = (self._separator() + text + "\n\n").encode("utf-8")
-        append_durably(self.history_file, payload)
+        # journal first: a crash between the two leaves HISTORY.md short, which start-up completes
         append_durably(self.history_journal, payload)
+        append_durably(self.history_file, payload)
+        self._record_history_stat()
         return text.splitlines()[0]
+
+    def _record_history_stat(self) -> None:
+        """Remember how nanobot left HISTORY.md, so start-up knows without reading it whether it was touched."""
+        key = _stat_key(self.history_file)
+        atomic_write(self._history_stat_file, json.dumps(list(key) if key else None), mode=0o600)
+
+    def _history_untouched(self) -> bool:
+        try:
+            recorded = json.loads(self._history_stat_file.read_text())
+        except (OSError, ValueError):
+            return False
+        key = _stat_key(self.history_file)
+        return recorded is not None and key is not None and list(key) == recorded
 
     def append_raw_archive(self, messages: list[Message], reason: str) -> str:
         """Archive messages the summariser failed on as a RAW entry; returns its first line."""
@@ -587,50 +603,43 @@ class MemoryStore:
             os.replace(tmp, self.history_journal)
         else:
             append_durably(self.history_journal, b"")
+        os.chmod(self.history_journal, 0o600)  # a copy of personal history: as private as the sessions
         fsync_dir(self.journal_dir)
 
     def repair_history(self, *, thorough: bool = False) -> str | None:
-        """Put back what HISTORY.md lost, from the journal; returns a message for the user, or None.
+        """Put back what HISTORY.md lost or had changed, from the journal; a message for the user, or None.
 
-        Cheap by default (a shorter file than the journal); `thorough` also compares the bytes, so an
-        edit, an insertion or a rewrite of the same size is undone too. Call it under the lock.
+        Cheap when HISTORY.md is as nanobot left it (same inode, size and mtime); otherwise it is
+        compared with the journal in full (`thorough` forces that): a missing tail is appended, any
+        other difference (an edit, an insertion, an append by something else) is undone, with the
+        altered file kept in memory/damaged/. Call it under the lock.
         """
         if not self.history_journal.exists():
             if self.history_file.exists():
                 self._ensure_journal()
+                self._record_history_stat()
             return None
-        jsize = self.history_journal.stat().st_size
-        hsize = self.history_file.stat().st_size if self.history_file.exists() else 0
-        if hsize == jsize and not thorough:
-            return None
-        if hsize > jsize and not thorough:
-            self._journal_catch_up(jsize)
+        if not thorough and self._history_untouched():
             return None
         data = _read_bytes(self.history_file) or b""
         journal = self.history_journal.read_bytes()
+        message = None
         if data == journal:
-            return None
-        if len(data) > len(journal) and data.startswith(journal) and not thorough:
-            self._journal_catch_up(jsize)
-            return None
-        if journal.startswith(data):
+            pass
+        elif journal.startswith(data):
             append_durably(self.history_file, journal[len(data):])
-            return (f"{self.history_file} was {len(journal) - len(data):,} bytes shorter than nanobot left it "
-                    f"(cut off); the lost part was restored from the journal ({self.history_journal})")
-        aside = self.damaged_dir / _utc_name("HISTORY", ".md")
-        if data:
-            atomic_write(aside, data)
-        atomic_write(self.history_file, journal)
-        kept = f"; the altered file is kept at {aside}" if data else ""
-        return (f"{self.history_file} had been changed outside nanobot (it is append-only); it was put back "
-                f"from the journal ({self.history_journal}){kept}")
-
-    def _journal_catch_up(self, jsize: int) -> None:
-        # A crash between the two appends leaves the journal behind; give it the missing tail.
-        with open(self.history_file, "rb") as fh:
-            fh.seek(jsize)
-            rest = fh.read()
-        append_durably(self.history_journal, rest)
+            message = (f"{self.history_file} was {len(journal) - len(data):,} bytes shorter than nanobot left it "
+                       f"(cut off); the lost part was restored from the journal ({self.history_journal})")
+        else:
+            aside = self.damaged_dir / _utc_name("HISTORY", ".md")
+            if data:
+                atomic_write(aside, data)
+            atomic_write(self.history_file, journal)
+            kept = f"; the altered file is kept at {aside}" if data else ""
+            message = (f"{self.history_file} had been changed outside nanobot (it is append-only); it was put "
+                       f"back from the journal ({self.history_journal}){kept}")
+        self._record_history_stat()
+        return message
 
     # ---- start-up and outside changes ---------------------------------------------------------
 

@@ -226,3 +226,25 @@ def test_watch_undoes_a_removed_memory_folder(ws, store):
     assert "removed by this command" in watch.note
     assert store.read_memory() == FACTS
     assert "kept" in store.history_file.read_text()
+
+
+def test_history_edited_in_place_or_appended_by_something_else_is_undone_at_start_up(store):
+    store.append_history("[2026-01-01 10:00] the trip to Lisbon")
+    full = store.history_file.read_bytes()
+    store.history_file.write_bytes(full.replace(b"Lisbon", b"Madrid"))  # same size
+    assert any("changed outside nanobot" in m for m in store.startup_check())
+    assert store.history_file.read_bytes() == full
+    with open(store.history_file, "ab") as fh:
+        fh.write(b"[2026-01-02 10:00] injected by a command\n\n")
+    store.startup_check()
+    assert store.history_file.read_bytes() == full
+    assert store.startup_check() == []  # once put back, start-up is quiet (and does not read the file)
+
+
+def test_a_crash_between_journal_and_history_append_is_completed_at_start_up(store):
+    store.append_history("[2026-01-01 10:00] one")
+    before = store.history_file.read_bytes()
+    store.append_history("[2026-01-02 10:00] two")
+    store.history_file.write_bytes(before)  # as if the process died after the journal append
+    store.startup_check()
+    assert store.history_file.read_text().endswith("[2026-01-02 10:00] two\n\n")
