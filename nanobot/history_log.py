@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest", "grep_fast", "grep_fast_output"]
+__all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest", "grep_fast", "grep_fast_output", "stamp_lines"]
 
 BLOCK_SIZE = 4 * 1024 * 1024
 _STAMP = r"\[(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?\]"
@@ -285,6 +285,15 @@ def _entry_end_b(data: bytes, pos: int) -> int:
             return i + 1
         i = data.find(b"\n[", i + 1)
     return len(data)
+
+
+def stamp_lines(data: bytes) -> Iterator[re.Match[bytes]]:
+    """The stamp of every entry in `data` (a whole file), in order; groups: year, month, day, ..."""
+    m = _STAMP_AT_B.match(data)
+    if m:
+        yield m
+    for m in _STAMP_NL_B.finditer(data):
+        yield m
 
 
 def _blocks_backward(path: Path, block_size: int) -> Iterator[tuple[bytes, int]]:

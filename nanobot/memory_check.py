@@ -110,8 +110,6 @@ def _count_in_file(path, needle: bytes) -> int:
 
 
 def _history_findings(store: MemoryStore) -> list[Finding]:
-    from nanobot import history_log
-
     path = store.history_file
     out: list[Finding] = []
     journal = store.history_journal
@@ -122,21 +120,14 @@ def _history_findings(store: MemoryStore) -> list[Finding]:
             out.append(Finding("problem", "history_shrank",
                                f"HISTORY.md is {jsize - size:,} bytes shorter than nanobot left it",
                                "start nanobot (it restores the lost part from its journal)"))
-        elif not _same_prefix(path, journal, jsize):
+        elif size > jsize or not _same_prefix(path, journal, jsize):
             out.append(Finding("problem", "history_changed", "HISTORY.md was changed outside nanobot (it is "
                                "append-only): its text differs from nanobot's journal",
                                "start nanobot (it puts the journal's text back and keeps the altered file in "
                                f"{store.damaged_dir})"))
     if not size:
         return out
-    previous, backwards, bad = None, 0, 0
-    for entry in history_log.iter_entries(path):
-        if "\ufffd" in entry.text:
-            bad += 1
-        if entry.stamp is not None:
-            if previous is not None and entry.stamp < previous - timedelta(days=1):
-                backwards += 1
-            previous = entry.stamp
+    backwards, bad = _order_and_encoding(path)
     if backwards:
         out.append(Finding("problem", "history_out_of_order", f"{backwards} HISTORY.md entr(ies) are dated more "
                            "than a day before the entry above them (a gap, or text pasted in)",
@@ -150,6 +141,32 @@ def _history_findings(store: MemoryStore) -> list[Finding]:
             out.append(Finding("problem", "history_torn", "HISTORY.md does not end with a newline (its last entry "
                                "may be cut off)", "start nanobot (it completes the file from its journal)"))
     return out
+
+
+def _order_and_encoding(path) -> tuple[int, int]:
+    """(entries dated more than a day before the one above, entries holding undecodable bytes)."""
+    from datetime import datetime
+
+    from nanobot import history_log
+
+    data = path.read_bytes()
+    backwards, previous = 0, None
+    for m in history_log.stamp_lines(data):
+        day = m.group(1, 2, 3)
+        if previous is not None and day < previous:
+            try:
+                gap = datetime(*map(int, previous)) - datetime(*map(int, day))
+            except ValueError:
+                gap = timedelta(0)
+            if gap > timedelta(days=1):
+                backwards += 1
+        previous = day
+    bad = 0
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        bad = sum(1 for e in history_log.iter_entries(path) if "\ufffd" in e.text)
+    return backwards, bad
 
 
 def _same_prefix(path, journal, length: int) -> bool:

@@ -53,3 +53,14 @@ def test_damaged_memory_is_a_problem_with_restore_as_the_fix(tmp_path: Path):
     store.memory_file.write_bytes(b"- caf\xe9\n")
     [damaged] = [f for f in check_memory(store) if f.code == "memory_damaged"]
     assert "not valid UTF-8" in damaged.message
+
+
+def test_history_changed_outside_nanobot_and_bad_bytes_are_problems(tmp_path: Path):
+    store = MemoryStore(tmp_path / "ws")
+    store.write_memory(FACTS, reason="setup")
+    store.append_history("[2026-01-01 10:00] hello")
+    with open(store.history_file, "ab") as fh:
+        fh.write(b"[2026-01-02 10:00] appended by a command \xff\n\n")
+    assert {"history_changed", "history_damaged"} <= codes(store)
+    store.startup_check()  # puts the journal's text back
+    assert codes(store) == set()
