@@ -60,15 +60,19 @@ def test_model_write_file_and_exec_cannot_wipe_memory_or_history(configure, fake
 
 
 def test_a_bad_byte_in_memory_stops_nothing(configure, fake_llm, isolated_home, nanobot_cmd):
-    """Case 4: a Latin-1 byte in MEMORY.md; turns and `memory show` keep working."""
+    """Case 4: a Latin-1 byte in MEMORY.md; turns and `memory show` keep working. And a HISTORY.md
+    cut short meanwhile is completed at start-up, with a line saying so."""
     configure()
     store = MemoryStore(workspace(isolated_home))
-    store.dir.mkdir(parents=True)
+    store.append_history("[2026-01-03 10:00] The user planned the move to Lisbon.")
+    history = store.history_file.read_bytes()
+    store.history_file.write_bytes(history[:30])
     store.memory_file.write_bytes(b"# Memory\n\n- the user drinks caf\xe9 au lait\n")
     fake_llm.script(Reply.text("noted"))
     run = one_shot(nanobot_cmd, "agent", "-m", "remember my coffee")
     assert run.returncode == 0 and "noted" in run.stdout, run.stderr
     assert "not valid UTF-8" in run.stderr and "memory restore" in run.stderr
+    assert "restored from the journal" in run.stderr and store.history_file.read_bytes() == history
     assert "caf\ufffd au lait" in json.dumps(fake_llm.requests[0].messages[0], ensure_ascii=False)
     sessions = list((isolated_home / "sessions").glob("*.jsonl"))
     assert any("remember my coffee" in p.read_text() for p in sessions)
