@@ -38,15 +38,22 @@ def _root(version: bool = typer.Option(False, "--version", "-V", callback=_versi
     """nanobot — a personal AI assistant in your terminal."""
 
 
-def _mount_subcommands() -> None:
-    from nanobot.cli.memory_cmd import history_app, memory_app
-    from nanobot.cli.session_cmd import session_app
-    from nanobot.cli.skills_cmd import skills_app
+def _mount_subcommands(only: str | None = None) -> None:
+    """Add the command groups; `only` (the group named on the command line) skips importing the others,
+    so `nanobot history grep` does not pay for the session store and the config model."""
+    if only in (None, "memory", "history"):
+        from nanobot.cli.memory_cmd import history_app, memory_app
 
-    app.add_typer(session_app, name="session", help="List, show and repair sessions.")
-    app.add_typer(memory_app, name="memory", help="What the assistant remembers (MEMORY.md).")
-    app.add_typer(history_app, name="history", help="Search the archive of past conversations (HISTORY.md).")
-    app.add_typer(skills_app, name="skills", help="Skills the assistant can use.")
+        app.add_typer(memory_app, name="memory", help="What the assistant remembers (MEMORY.md).")
+        app.add_typer(history_app, name="history", help="Search the archive of past conversations (HISTORY.md).")
+    if only in (None, "session"):
+        from nanobot.cli.session_cmd import session_app
+
+        app.add_typer(session_app, name="session", help="List, show and repair sessions.")
+    if only in (None, "skills"):
+        from nanobot.cli.skills_cmd import skills_app
+
+        app.add_typer(skills_app, name="skills", help="Skills the assistant can use.")
 
 
 @app.command()
@@ -95,7 +102,8 @@ def main() -> None:
     from nanobot.errors import NanobotError
 
     if sys.argv[1:2] not in (["--version"], ["-V"]):
-        _mount_subcommands()
+        group = sys.argv[1] if len(sys.argv) > 1 else None
+        _mount_subcommands(group if group in ("memory", "history", "session", "skills") else None)
     try:
         app(standalone_mode=True)
     except NanobotError as exc:
