@@ -513,39 +513,62 @@ def _line_bound(pattern: str) -> bool:
     return True
 
 
-def _rg_offsets(path: Path, pattern: str, ignore_case: bool) -> list[int] | None:
-    """Byte offsets of every match, in file order; None when ripgrep cannot be used for this pattern."""
+def _rg_usable(pattern: str, ignore_case: bool) -> bool:
+    """Whether ripgrep may answer for this pattern (see _line_bound); an empty match means "every
+    entry", which the exact engine handles."""
     if _rg_binary() is None or not _line_bound(pattern):
-        return None
+        return False
     try:
         rx = compile_pattern(pattern, ignore_case=ignore_case)
     except re.error:
-        return None
+        return False
     probe = rx.search("a b")
-    if rx.search("") is not None or (probe is not None and probe.start() == probe.end()):
-        return None  # an empty match means "every entry"; leave that to the exact engine
-    return _rg_run(path, [*(["--ignore-case"] if ignore_case else []), "--regexp", pattern])
+    return rx.search("") is None and not (probe is not None and probe.start() == probe.end())
+
+
+def _rg_argv(path: Path, args: list[str]) -> list[str]:
+    # --replace '' keeps the output small; it also shifts the reported offset of a second match on a
+    # line back by the matches before it, which stays inside that line: all that is used is the entry.
+    return [str(_rg_binary()), "--no-config", "--text", "--byte-offset", "--only-matching", "--replace", "",
+            "--no-filename", "--color", "never", "--no-heading", *args, "--", str(path)]
+
+
+def _rg_parse(returncode: int, stdout: bytes) -> list[int] | None:
+    if returncode == 1:
+        return []
+    if returncode != 0:
+        return None  # e.g. a pattern its syntax rejects: then the Python engine decides
+    return [int(x) for x in stdout.split(b":\n") if x]
 
 
 def _rg_run(path: Path, args: list[str]) -> list[int] | None:
-    """Byte offsets of ripgrep's matches for `args` in file order; None without rg or when it fails
-    (e.g. a pattern its syntax rejects: then the Python engine decides)."""
+    """Byte offsets of ripgrep's matches for `args`, in file order; None without rg or when it fails."""
     import subprocess
 
-    rg = _rg_binary()
-    if rg is None:
+    if _rg_binary() is None:
         return None
-    argv = [rg, "--no-config", "--text", "--byte-offset", "--only-matching", "--replace", "",
-            "--no-filename", "--no-line-number", "--color", "never", "--no-heading", *args, "--", str(path)]
     try:
-        proc = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL)
+        proc = subprocess.run([*_rg_argv(path, ["--no-line-number", *args])], capture_output=True,
+                              stdin=subprocess.DEVNULL)
     except OSError:
         return None
-    if proc.returncode == 1:
-        return []
-    if proc.returncode != 0:
+    return _rg_parse(proc.returncode, proc.stdout)
+
+
+def _rg_probe(path: Path, args: list[str], lines: int) -> tuple[list[int], bool] | None:
+    """Offsets of the matches in the first `lines` matching lines, and whether that was all of them."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(_rg_argv(path, ["--line-number", "--max-count", str(lines), *args]),
+                              capture_output=True, stdin=subprocess.DEVNULL)
+    except OSError:
         return None
-    return [int(x) for x in proc.stdout.split(b":\n") if x]
+    if proc.returncode not in (0, 1):
+        return None
+    rows = [x.split(b":") for x in proc.stdout.split(b":\n") if x]
+    matched_lines = len({r[0] for r in rows})
+    return [int(r[1]) for r in rows], matched_lines < lines
 
 
 def _stamp_of_b(data, pos: int) -> datetime | None:
@@ -569,21 +592,40 @@ def _exact_text(raw: bytes) -> bytes:
 
 def _matching_spans(path: Path, pattern: str, ignore_case: bool, since: datetime | None,
                     until: datetime | None, last: int | None):
-    """(file bytes or map, [(start, end)] of matching entries) through ripgrep, or None (see grep_fast)."""
-    offsets = _rg_offsets(Path(path), pattern, ignore_case)
-    if offsets is None:
+    """(file bytes or map, [(start, end)] of matching entries) through ripgrep, or None (see grep_fast).
+
+    A first ripgrep run stops after _FEW_MATCHES matching lines. When that was all, each entry's
+    edges are found around its match in a memory map. When there are more, the full run goes on in
+    a second process while Python reads the file and indexes every entry start, on the other core.
+    """
+    import subprocess
+
+    path = Path(path)
+    if not _rg_usable(pattern, ignore_case):
         return None
+    args = [*(["--ignore-case"] if ignore_case else []), "--regexp", pattern]
+    probe = _rg_probe(path, args, _FEW_MATCHES)
+    if probe is None:
+        return None
+    offsets, complete = probe
     if not offsets:
         return b"", []
     with open(path, "rb") as fh:
-        if len(offsets) <= _FEW_MATCHES:
+        if complete:
             import mmap
 
             data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             spans = _spans_by_search(data, offsets)
         else:
+            proc = subprocess.Popen(_rg_argv(path, ["--no-line-number", *args]), stdout=subprocess.PIPE,
+                                    stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
             data = fh.read()
-            spans = _spans_by_table(data, offsets)
+            starts = _entry_starts(data)
+            out, _ = proc.communicate()
+            offsets = _rg_parse(proc.returncode, out)
+            if offsets is None:
+                return None
+            spans = _spans_by_table(starts, offsets)
     if since is not None or until is not None:
         spans = [sp for sp in spans if _in_range(Entry(_stamp_of_b(data, sp[0]), "", 0), since, until)]
     if last is not None:
@@ -591,7 +633,7 @@ def _matching_spans(path: Path, pattern: str, ignore_case: bool, since: datetime
     return data, spans
 
 
-_FEW_MATCHES = 50_000  # below this, find each entry's edges around its match; above, index every entry once
+_FEW_MATCHES = 50_000  # matching lines; up to this, find each entry's edges around its match
 _STAMP_NL_B = re.compile(rb"\n" + _STAMP.encode())
 _STR_ONLY_SPACE = tuple(bytes([c]) for c in range(0x1C, 0x20))  # whitespace to str.rstrip, not bytes.rstrip
 
@@ -606,10 +648,15 @@ def _spans_by_search(data, offsets: list[int]) -> list[tuple[int, int]]:
     return spans
 
 
-def _spans_by_table(data: bytes, offsets: list[int]) -> list[tuple[int, int]]:
+def _entry_starts(data: bytes) -> list[int]:
+    """Offsets of every entry start, with 0 first and the file's length last."""
     starts = [m.start() + 1 for m in _STAMP_NL_B.finditer(data)]
     starts.insert(0, 0)
     starts.append(len(data))
+    return starts
+
+
+def _spans_by_table(starts: list[int], offsets: list[int]) -> list[tuple[int, int]]:
     spans, end, lo = [], -1, 0
     for pos in offsets:  # in file order: each entry is looked up once, at its first match
         if pos < end:
