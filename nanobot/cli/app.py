@@ -38,22 +38,25 @@ def _root(version: bool = typer.Option(False, "--version", "-V", callback=_versi
     """nanobot — a personal AI assistant in your terminal."""
 
 
+# The command groups, by name: (module, attribute, help). Only the group named on the command line is
+# imported, so `nanobot history grep` does not pay for the session store, the config model or cron.
+_GROUPS: dict[str, tuple[str, str, str]] = {
+    "session": ("nanobot.cli.session_cmd", "session_app", "List, show and repair sessions."),
+    "memory": ("nanobot.cli.memory_cmd", "memory_app", "What the assistant remembers (MEMORY.md)."),
+    "history": ("nanobot.cli.memory_cmd", "history_app", "Search the archive of past conversations (HISTORY.md)."),
+    "skills": ("nanobot.cli.skills_cmd", "skills_app", "Skills the assistant can use."),
+    "cron": ("nanobot.cli.cron_cmd", "cron_app",
+             "Scheduled jobs and reminders (they fire while `nanobot serve` or a chat runs)."),
+}
+
+
 def _mount_subcommands(only: str | None = None) -> None:
-    """Add the command groups; `only` (the group named on the command line) skips importing the others,
-    so `nanobot history grep` does not pay for the session store and the config model."""
-    if only in (None, "memory", "history"):
-        from nanobot.cli.memory_cmd import history_app, memory_app
+    """Add the command groups (all of them, or only the one named `only`)."""
+    from importlib import import_module
 
-        app.add_typer(memory_app, name="memory", help="What the assistant remembers (MEMORY.md).")
-        app.add_typer(history_app, name="history", help="Search the archive of past conversations (HISTORY.md).")
-    if only in (None, "session"):
-        from nanobot.cli.session_cmd import session_app
-
-        app.add_typer(session_app, name="session", help="List, show and repair sessions.")
-    if only in (None, "skills"):
-        from nanobot.cli.skills_cmd import skills_app
-
-        app.add_typer(skills_app, name="skills", help="Skills the assistant can use.")
+    for name, (module, attr, help_text) in _GROUPS.items():
+        if only is None or only == name:
+            app.add_typer(getattr(import_module(module), attr), name=name, help=help_text)
 
 
 @app.command()
@@ -97,13 +100,25 @@ def agent(
     raise typer.Exit(code)
 
 
+@app.command()
+def serve(
+    once: bool = typer.Option(False, "--once", help="Run what is due now (jobs, heartbeat), then exit."),
+    workspace: Optional[Path] = typer.Option(None, "--workspace", "-w", help="Workspace folder."),
+    config: Optional[Path] = ConfigOpt,
+) -> None:
+    """Fire scheduled jobs and the heartbeat until stopped (foreground; for systemd --user or nohup)."""
+    from nanobot.cli.serve import run_serve
+
+    raise typer.Exit(run_serve(config_path=config, workspace=workspace, once=once))
+
+
 def main() -> None:
     """Console-script entry point: run the app and translate our errors into exit codes."""
     from nanobot.errors import NanobotError
 
     if sys.argv[1:2] not in (["--version"], ["-V"]):
         group = sys.argv[1] if len(sys.argv) > 1 else None
-        _mount_subcommands(group if group in ("memory", "history", "session", "skills") else None)
+        _mount_subcommands(group if group in _GROUPS else None)
     try:
         app(standalone_mode=True)
     except NanobotError as exc:
