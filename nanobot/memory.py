@@ -229,6 +229,7 @@ class MemoryStore:
         self.good_copy = self.journal_dir / "MEMORY.md"  # the last text written through this store
         self.history_journal = self.journal_dir / "HISTORY.md"  # every byte ever appended to HISTORY.md
         self._history_stat_file = self.journal_dir / "HISTORY.stat"  # HISTORY.md's inode, size, mtime as left
+        self._versions_mirror = self.journal_dir / "versions"  # a copy of memory/versions/
 
     # ---- reading MEMORY.md -----------------------------------------------------------------
 
@@ -487,9 +488,41 @@ class MemoryStore:
             now = max(now, latest + timedelta(microseconds=1))
         path = self.versions_dir / f"MEMORY-{now.strftime(_VERSION_FMT)}Z.md"
         atomic_write(path, content)
+        atomic_write(self._versions_mirror / path.name, content, mode=0o600)
         line = json.dumps({"version": path.name, "reason": reason}, ensure_ascii=False)
         append_durably(self._reasons_file, line + "\n")
+        append_durably(self._versions_mirror / self._reasons_file.name, line + "\n")
         return path
+
+    def _versions_stat(self) -> dict[str, tuple[int, int, int] | None]:
+        try:
+            return {p.name: _stat_key(p) for p in self.versions_dir.iterdir()}
+        except FileNotFoundError:
+            return {}
+
+    def _mirror_versions(self) -> None:
+        """Copy into the journal the versions saved before it kept them (a workspace from before)."""
+        try:
+            names = [p.name for p in self.versions_dir.iterdir() if p.is_file()]
+        except FileNotFoundError:
+            return
+        for name in names:
+            if not (self._versions_mirror / name).exists():
+                atomic_write(self._versions_mirror / name, (self.versions_dir / name).read_bytes(), mode=0o600)
+
+    def _restore_versions(self) -> int:
+        """Put back versions (and their reasons) changed or deleted by something else; how many."""
+        try:
+            mirrored = [p for p in self._versions_mirror.iterdir() if p.is_file()]
+        except FileNotFoundError:
+            return 0
+        fixed = 0
+        for copy in mirrored:
+            data = copy.read_bytes()
+            if _read_bytes(self.versions_dir / copy.name) != data:
+                atomic_write(self.versions_dir / copy.name, data)
+                fixed += 1
+        return fixed
 
     def _reasons(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -684,21 +717,28 @@ class MemoryStore:
                 self._adopt_outside_edit()
                 if self.history_file.exists():
                     self._ensure_journal()
+                self._mirror_versions()
         except (MemoryBusy, OSError):
             pass
         return _Snapshot(_stat_key(self.memory_file), _read_bytes(self.memory_file),
-                         _stat_key(self.history_file))
+                         _stat_key(self.history_file), self._versions_stat())
 
     def undo_outside_changes(self, before: "_Snapshot") -> str:
         """Undo what something other than this store did to MEMORY.md / HISTORY.md since `before`.
 
         Returns a note for the model ("" when nothing changed).
         """
-        if _stat_key(self.memory_file) == before.memory_stat and _stat_key(self.history_file) == before.history_stat:
+        if (_stat_key(self.memory_file) == before.memory_stat and _stat_key(self.history_file) == before.history_stat
+                and self._versions_stat() == before.versions_stat):
             return ""
         notes: list[str] = []
         try:
             with self._locked():
+                if self._versions_stat() != before.versions_stat:
+                    fixed = self._restore_versions()
+                    if fixed:
+                        notes.append(f"{fixed} file(s) of memory/versions/ were changed or deleted by this command "
+                                     "and have been put back")
                 if _stat_key(self.memory_file) != before.memory_stat:
                     notes.extend(self._undo_memory_change(before))
                 if _stat_key(self.history_file) != before.history_stat:
@@ -753,6 +793,7 @@ class _Snapshot:
     memory_stat: tuple[int, int, int] | None
     memory_bytes: bytes | None
     history_stat: tuple[int, int, int] | None
+    versions_stat: dict[str, tuple[int, int, int] | None] = field(default_factory=dict)
 
 
 @dataclass

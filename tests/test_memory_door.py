@@ -248,3 +248,12 @@ def test_a_crash_between_journal_and_history_append_is_completed_at_start_up(sto
     store.history_file.write_bytes(before)  # as if the process died after the journal append
     store.startup_check()
     assert store.history_file.read_text().endswith("[2026-01-02 10:00] two\n\n")
+
+
+def test_exec_that_deletes_the_saved_versions_is_undone(ws, store):
+    store.write_memory(FACTS + "- one more\n", reason="second")
+    store.write_memory(FACTS + "- two more\n", reason="third")
+    before = [(v.path.name, v.path.read_bytes(), v.reason) for v in store.versions()]
+    out = run(ExecTool(ToolContext(workspace=ws)).run(command="rm -rf memory/versions"))
+    assert "memory/versions/ were changed or deleted" in out
+    assert [(v.path.name, v.path.read_bytes(), v.reason) for v in store.versions()] == before
