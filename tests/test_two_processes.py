@@ -194,16 +194,25 @@ def test_two_processes_consolidating_into_one_workspace_lose_neither_update(
                 {"role": "assistant", "content": "ok " * 40, "timestamp": "2026-01-05T10:01:00"}])
         sessions.close(session)
 
+    import threading
+
+    both_asked = threading.Barrier(2, timeout=90)
+    first_seen: set[str] = set()
+    seen_lock = threading.Lock()
+
     def brain(req):
         if not (req.tools and req.tools[0].get("function", {}).get("name") == "save_memory"):
             return Reply.text("answered")
         body = json.dumps(req.messages)
         who = "alpha" if "cli:alpha turn" in body else "beta"
         current = req.messages[-1]["content"].split("## Current MEMORY.md\n\n", 1)[1].split("\n\n## Conv", 1)[0]
-        # slow enough that the other process computes its update from the same text
+        with seen_lock:
+            first = who not in first_seen
+            first_seen.add(who)
+        if first:  # answer neither first summary before both were asked: both start from the same text
+            both_asked.wait()
         return Reply.tool_calls([("save_memory", {"history_entry": f"[2026-01-05 10:00] talked in {who}",
-                                                  "memory_update": current + f"\n- Learned in {who}.\n"})],
-                                delay=1.5)
+                                                  "memory_update": current + f"\n- Learned in {who}.\n"})])
     fake_llm.responder = brain
     procs = [subprocess.Popen([*nanobot_cmd, "agent", "-s", key, "-m", "hello"], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
