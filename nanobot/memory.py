@@ -754,7 +754,8 @@ class MemoryStore:
                 "(they keep versions); recall past conversations with search_history.]")
 
     def _undo_memory_change(self, before: "_Snapshot") -> list[str]:
-        now = _read_bytes(self.memory_file)
+        # a symlink put in its place is replaced, never read: it could point at any file
+        now = None if self.memory_file.is_symlink() else _read_bytes(self.memory_file)
         good = _read_bytes(self.good_copy)
         target = good if good is not None else before.memory_bytes
         if now == target or target is None:

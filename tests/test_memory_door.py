@@ -257,3 +257,12 @@ def test_exec_that_deletes_the_saved_versions_is_undone(ws, store):
     out = run(ExecTool(ToolContext(workspace=ws)).run(command="rm -rf memory/versions"))
     assert "memory/versions/ were changed or deleted" in out
     assert [(v.path.name, v.path.read_bytes(), v.reason) for v in store.versions()] == before
+
+
+def test_exec_that_swaps_memory_for_a_symlink_is_undone_without_reading_the_target(ws, store, tmp_path):
+    secret = tmp_path / "canary.txt"
+    secret.write_text("CANARY-SECRET\n")
+    out = run(ExecTool(ToolContext(workspace=ws)).run(command=f"rm memory/MEMORY.md; ln -s {secret} memory/MEMORY.md"))
+    assert "put back" in out
+    assert not store.memory_file.is_symlink() and store.read_memory() == FACTS
+    assert not any("CANARY" in store.read_version(v.number) for v in store.versions())
