@@ -46,7 +46,8 @@ def test_model_write_file_and_exec_cannot_wipe_memory_or_history(configure, fake
                                          "new_text": "- fact 0: the user owns item 0\n- the user likes figs\n"})]),
         Reply.text("done"),
     )
-    run = one_shot(nanobot_cmd, "agent", "-m", "tidy up")
+    # memory edits ask the user first (issue 11b); approved here, so the memory door is what is tested
+    run = one_shot(nanobot_cmd, "agent", "-m", "tidy up", "--approve", "memory-edit")
     assert run.returncode == 0, run.stderr
     text = store.read_memory()
     assert all(f"- fact {i}: the user owns item {i}" in text for i in range(40))
