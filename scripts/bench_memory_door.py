@@ -56,7 +56,7 @@ def recall(root: Path, size_mb: float, runs: int) -> None:
                          ("rare word (148 entries)", "XYZZY"),
                          ("common word", "lisbon"), ("two common words", "lisbon deadline")):
         secs, out = best_of(runs, lambda: asyncio.run(tool.run(query=query)))
-        entries = out.count("\n\n[")
+        entries = sum(1 for line in out.splitlines() if line[:1] == "[" and line[1:5].isdigit())
         print(f"{label:<28}{entries:>8}{len(out):>8}{secs * 1000:>8.1f}ms")
 
 

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 from nanobot.errors import ToolError
+from nanobot.untrusted import fence
 from nanobot.tools.base import Tool
 from nanobot.tools.workspace_guard import workspace_root
 
@@ -73,15 +74,19 @@ class SearchHistoryTool(Tool):
         head = (f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} of memory/HISTORY.md containing "
                 f"{shown}, newest first" + (" (there may be older ones: raise limit or narrow with since/until)"
                                             if len(entries) == limit else "") + ":")
-        parts, used = [head], len(head)
+        parts: list[str] = []
+        used = len(head)
         for entry in entries:
             text = entry.text
             if len(text) > ENTRY_CHARS:
                 text = text[:ENTRY_CHARS] + f" …[entry cut: {len(entry.text) - ENTRY_CHARS:,} more characters]"
             if used + len(text) > RESULT_CHARS:
-                parts.append(f"[{len(entries) - (len(parts) - 1)} more matching entr(ies) not shown: the result "
-                             "is capped; search with more specific words or a date range]")
+                more = (f"\n\n[{len(entries) - len(parts)} more matching entr(ies) not shown: the result is "
+                        "capped; search with more specific words or a date range]")
                 break
             parts.append(text)
             used += len(text) + 2
-        return "\n\n".join(parts)
+        else:
+            more = ""
+        # summaries written from past conversations (web pages and files included): data, not orders
+        return head + "\n" + fence("\n\n".join(parts), "memory/HISTORY.md, archived past conversations") + more
