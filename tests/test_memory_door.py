@@ -273,3 +273,12 @@ def test_exec_that_swaps_memory_for_a_symlink_is_undone_without_reading_the_targ
     assert "put back" in out
     assert not store.memory_file.is_symlink() and store.read_memory() == FACTS
     assert not any("CANARY" in store.read_version(v.number) for v in store.versions())
+
+
+def test_a_command_that_fails_is_undone_too_and_the_error_says_so(ws, store):
+    with pytest.raises(ToolError) as err:
+        with watch_memory(ws):
+            store.memory_file.write_text("- wiped\n")  # what the command did before it was killed
+            raise ToolError("the command did not finish within 1s")
+    assert "did not finish" in err.value.message and "put back" in err.value.message
+    assert store.read_memory() == FACTS
