@@ -39,12 +39,13 @@ def _root(version: bool = typer.Option(False, "--version", "-V", callback=_versi
 
 
 # The command groups, by name: (module, attribute, help). Only the group named on the command line is
-# imported, so `nanobot history grep` does not pay for the session store, the config model or cron.
+# imported, so `nanobot history grep` does not pay for the session store, the config model or MCP.
 _GROUPS: dict[str, tuple[str, str, str]] = {
-    "session": ("nanobot.cli.session_cmd", "session_app", "List, show and repair sessions."),
+    "session": ("nanobot.cli.session_cmd", "session_app", "List, show, repair and import sessions."),
     "memory": ("nanobot.cli.memory_cmd", "memory_app", "What the assistant remembers (MEMORY.md)."),
     "history": ("nanobot.cli.memory_cmd", "history_app", "Search the archive of past conversations (HISTORY.md)."),
     "skills": ("nanobot.cli.skills_cmd", "skills_app", "Skills the assistant can use."),
+    "mcp": ("nanobot.cli.mcp_cmd", "mcp_app", "MCP servers and the tools they give."),
     "cron": ("nanobot.cli.cron_cmd", "cron_app",
              "Scheduled jobs and reminders (they fire while `nanobot serve` or a chat runs)."),
 }
