@@ -617,12 +617,17 @@ def _matching_spans(path: Path, pattern: str, ignore_case: bool, since: datetime
             data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             spans = _spans_by_search(data, offsets)
         else:
-            proc = subprocess.Popen(_rg_argv(path, ["--no-line-number", *args]), stdout=subprocess.PIPE,
-                                    stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-            data = fh.read()
-            starts = _entry_starts(data)
-            out, _ = proc.communicate()
-            offsets = _rg_parse(proc.returncode, out)
+            import tempfile
+
+            # into a file, not a pipe: a full pipe would stall ripgrep until Python is done indexing
+            with tempfile.TemporaryFile() as sink:
+                proc = subprocess.Popen(_rg_argv(path, ["--no-line-number", *args]), stdout=sink,
+                                        stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+                data = fh.read()
+                starts = _entry_starts(data)
+                proc.wait()
+                sink.seek(0)
+                offsets = _rg_parse(proc.returncode, sink.read())
             if offsets is None:
                 return None
             spans = _spans_by_table(starts, offsets)
