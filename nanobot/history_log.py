@@ -610,11 +610,11 @@ def _matching_spans(path: Path, pattern: str, ignore_case: bool, since: datetime
     offsets, complete = probe
     if not offsets:
         return b"", []
-    with open(path, "rb") as fh:
-        if complete:
-            import mmap
+    import mmap
 
-            data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    with open(path, "rb") as fh:
+        data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)  # slices copy only the entries printed
+        if complete:
             spans = _spans_by_search(data, offsets)
         else:
             import tempfile
@@ -623,7 +623,6 @@ def _matching_spans(path: Path, pattern: str, ignore_case: bool, since: datetime
             with tempfile.TemporaryFile() as sink:
                 proc = subprocess.Popen(_rg_argv(path, ["--no-line-number", *args]), stdout=sink,
                                         stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-                data = fh.read()
                 starts = _entry_starts(data)
                 proc.wait()
                 sink.seek(0)
@@ -653,7 +652,7 @@ def _spans_by_search(data, offsets: list[int]) -> list[tuple[int, int]]:
     return spans
 
 
-def _entry_starts(data: bytes) -> list[int]:
+def _entry_starts(data) -> list[int]:
     """Offsets of every entry start, with 0 first and the file's length last."""
     starts = [m.start() + 1 for m in _STAMP_NL_B.finditer(data)]
     starts.insert(0, 0)
