@@ -1,4 +1,4 @@
-"""Subagents: reports come back as injected assistant turns, queued, valid, never saved."""
+"""Subagents: reports come back as labelled, fenced user messages, queued, valid, never saved."""
 
 from __future__ import annotations
 
@@ -23,6 +23,17 @@ def is_subagent(request) -> bool:
 
 def last_message_text(request) -> str:
     return json.dumps(request.messages[-1])
+
+
+def assert_report_request(request, label: str, report: str) -> None:
+    """The request that handles a report ends with a user (or tool) message carrying the report
+    fenced as untrusted data, on either protocol."""
+    last = request.messages[-1]
+    assert last["role"] == "user", last
+    text = json.dumps(last["content"])
+    assert f"subagent '{label}'" in text and "not from the user" in text
+    assert '<untrusted-data source=\\"subagent' in text and report in text
+    assert text.index("<untrusted-data") < text.index(report) < text.index("</untrusted-data>")
 
 
 def run(coro):
@@ -72,13 +83,20 @@ def test_seed_scenario_injected_report_answered_with_a_tool_call_then_next_user_
     main = [r for r in fake_llm.requests if not is_subagent(r)]
     assert len(main) == 5
     reaction = main[2]
-    assert "Subagent 'research'" in json.dumps(reaction.body) and "the answer is 42" in json.dumps(reaction.body)
-    # the injected report is context for its own turn only: never saved, not in the next user turn
+    assert_report_request(reaction, "research", "the answer is 42")
+    # the report is context for its own turn only: never saved, not in the next user turn
     assert "the answer is 42, stored nowhere" not in json.dumps(main[4].body)
     store = SessionStore()
     saved = store.load("cli:direct").messages
-    assert not any("Subagent 'research'" in str(m.get("content")) for m in saved)
-    assert [m["role"] for m in saved].count("user") == 2
+    assert not any("the answer is 42, stored nowhere" in str(m.get("content")) for m in saved)
+    # what the assistant did in reaction is saved, after the helper's one-line note
+    notes = [m for m in saved if m.get("subagent")]
+    assert len(notes) == 1 and "subagent 'research'" in notes[0]["content"] and "completed" in notes[0]["content"]
+    after = saved[saved.index(notes[0]) + 1:]
+    assert [m["role"] for m in after[:3]] == ["assistant", "tool", "assistant"]
+    assert after[0]["tool_calls"][0]["function"]["name"] == "write_file"
+    assert "saved it to answer.txt" in after[2]["content"]
+    assert "saved it to answer.txt" in json.dumps(main[4].body)  # the next turn sees the reaction
 
 
 def test_session_file_with_consecutive_assistants_from_before_the_fix_gives_valid_requests(fake_llm, configure,
@@ -141,6 +159,7 @@ def test_two_reports_finishing_during_a_user_turn_are_processed_after_it_in_orde
     reactions = main[2:]
     assert all(r.t_received >= user_turn_end for r in reactions)  # never concurrent with the user turn
     assert "report A" in last_message_text(reactions[0]) and "report B" in last_message_text(reactions[1])
+    assert all(r.messages[-1]["role"] == "user" for r in reactions)
     subs = [r for r in fake_llm.requests if is_subagent(r)]
     assert all(s.t_answered <= user_turn_end for s in subs)  # both really finished during the user turn
     notices = [e.text for e in events if hasattr(e, "text") and "subagent" in getattr(e, "text", "")]
@@ -156,14 +175,18 @@ def test_two_reports_finishing_during_a_user_turn_are_processed_after_it_in_orde
 def test_report_on_an_empty_session_still_starts_with_a_user_turn(fake_llm, configure):
     cfg_path = configure("anthropic")
     fake_llm.script(Reply.text("noted"))
-    from nanobot.subagents import SubagentResult
+    from nanobot.subagents import HelperRecord, SubagentResult
 
     async def scenario(conv):
-        await conv._process_report(SubagentResult("sa-1", "late", "t", "completed", "result text"))
+        record = HelperRecord("sa-1", "late", "t", status="completed")
+        await conv._process_report(SubagentResult(record, "result text"))
 
     run(with_assistant(cfg_path, scenario))
     fake_llm.assert_all_valid()
-    assert fake_llm.requests[0].messages[0]["role"] == "user"
+    assert [m["role"] for m in fake_llm.requests[0].messages] == ["user"]
+    # the reaction survives in the history: it follows the note, a user message
+    saved = SessionStore().load("cli:direct")
+    assert [m["role"] for m in saved.get_history()] == ["user", "assistant"]
 
 
 def pid_alive(pid: int) -> bool:
@@ -187,7 +210,7 @@ def test_stop_cancels_a_subagent_stuck_in_a_long_exec_and_kills_its_process_grou
     def responder(request):
         if is_subagent(request):
             return Reply.tool_calls([("exec", {"command": "sleep 60 & echo $! > sleeper.pid; wait"})])
-        if "Subagent" in json.dumps(request.body):
+        if "subagent 'sleeper'" in json.dumps(request.body):
             return Reply.text("unexpected")
         if any(m.get("role") == "tool" for m in request.messages):
             return Reply.text("started")
@@ -208,7 +231,7 @@ def test_stop_cancels_a_subagent_stuck_in_a_long_exec_and_kills_its_process_grou
         return stopped, pid
 
     stopped, pid = run(with_assistant(cfg_path, scenario))
-    assert stopped == 1
+    assert [r.label for r in stopped] == ["sleeper"]
     deadline = time.monotonic() + 5
     while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -222,7 +245,7 @@ def test_one_shot_waits_for_its_subagents_and_prints_the_reaction(nanobot_cmd, f
         body = json.dumps(request.body)
         if is_subagent(request):
             return Reply.text("the helper's report", delay=0.3)
-        if "Subagent 'helper'" in body:
+        if "subagent 'helper'" in body:
             return Reply.text("Final: the helper reported back.")
         if any(m.get("role") == "tool" for m in request.messages):
             return Reply.text("Started a helper.")
@@ -267,7 +290,7 @@ def test_subagent_requests_stay_inside_the_window_when_it_reads_a_huge_file(fake
             if any(m.get("role") == "tool" for m in request.messages):
                 return Reply.text("report: the file is a log")
             return Reply.tool_calls([("exec", {"command": "cat huge.txt"}), ("read_file", {"path": "huge.txt"})])
-        if "Subagent" in body:
+        if "subagent 'reader'" in body:
             return Reply.text("ok, it is a log")
         if any(m.get("role") == "tool" for m in request.messages):
             return Reply.text("started")
@@ -296,4 +319,4 @@ def test_a_subagent_cancelled_before_it_starts_does_not_stay_running(tmp_path):
         return stopped, manager.running(), await manager.wait(0.1)
 
     stopped, running, done = asyncio.run(scenario())
-    assert stopped == 1 and running == [] and done
+    assert [r.status for r in stopped] == ["stopped"] and running == [] and done

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from nanobot.agent.events import Retrying
+from nanobot.agent.events import Retrying, TurnDone
 from nanobot.cli.render import Renderer, escape, stderr_console, stdout_console
 from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS
 from nanobot.config import load_config
@@ -42,6 +42,23 @@ def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_re
     return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry)
 
 
+class _Answers:
+    """Passes events on and counts the turns that ended with an answer or an error."""
+
+    def __init__(self, sink) -> None:
+        self.sink = sink
+        self.answered = 0
+        self.failed = 0
+
+    def __call__(self, event) -> None:
+        if isinstance(event, TurnDone):
+            if event.error:
+                self.failed += 1
+            else:
+                self.answered += 1
+        self.sink(event)
+
+
 async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json_out: bool) -> int:
     out = stdout_console(io.StringIO()) if json_out else stdout_console()
     err = stderr_console()
@@ -51,23 +68,21 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
     renderer = Renderer(out, markdown=markdown, progress=err, stream_text=stream)
     ref.append(renderer)
     conversation = assistant.conversation
-    conversation.background_emit = Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False)
+    answers = _Answers(renderer)
+    conversation.background_emit = _Answers(
+        Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False))
     for warning in conversation.session.warnings:
         err.print(f"[yellow]warning: {warning}[/yellow]")
     try:
-        outcome = await conversation.send(message, emit=renderer)
+        outcome = await conversation.send(message, emit=answers)
         renderer.finish()
-        if conversation.running_subagents():
-            wait = cfg.defaults.subagent_wait_seconds
-            err.print(f"[dim]waiting up to {wait:.0f}s for {len(conversation.running_subagents())} "
-                      f"subagent(s)…[/dim]")
-            if not await conversation.wait_for_background(wait):
-                stopped = await conversation.stop_background()
-                err.print(f"[yellow]stopped waiting after {wait:.0f}s (agents.defaults.subagentWaitSeconds); "
-                          f"{stopped} subagent(s) stopped[/yellow]")
+        await _wait_for_background(conversation, cfg.defaults.subagent_wait_seconds, err)
     finally:
         renderer.finish()
         await assistant.aclose()
+    background = conversation.background_emit
+    # exit 1 when no turn answered and one failed (the only answer failed)
+    failed = not (answers.answered or background.answered) and bool(answers.failed or background.failed)
     if json_out:
         print(json.dumps({
             "answer": outcome.content, "stop_reason": outcome.stop_reason, "error": outcome.error,
@@ -75,11 +90,22 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
             "usage": {"prompt_tokens": outcome.usage.prompt_tokens,
                       "completion_tokens": outcome.usage.completion_tokens},
         }, ensure_ascii=False))
-        return 1 if outcome.error else 0
-    if outcome.error:
-        err.print(f"[bold red]error:[/bold red] {outcome.error}", highlight=False)
-        return 1
-    return 0
+    return 1 if failed else 0
+
+
+async def _wait_for_background(conversation, wait: float, err: Console) -> None:
+    """`agent -m` waits for its helpers and their queued report turns, and says when it gives up."""
+    helpers, reports = conversation.background_pending()
+    if not helpers and not reports:
+        return
+    what = " and ".join(part for part in (f"{helpers} subagent(s)" if helpers else "",
+                                          f"{reports} report turn(s)" if reports else "") if part)
+    err.print(f"[dim]waiting up to {wait:.0f}s for {what}…[/dim]")
+    if await conversation.wait_for_background(wait):
+        return
+    stopped = await conversation.stop_background(f"when one-shot mode stopped waiting after {wait:.0f}s")
+    err.print(f"[yellow]stopped waiting after {wait:.0f}s (agents.defaults.subagentWaitSeconds); "
+              f"{len(stopped)} subagent(s) stopped[/yellow]")
 
 
 class Chat:
@@ -160,6 +186,7 @@ class Chat:
             running = len(self.conversation.running_subagents())
             if running:
                 self.console.print(f"[yellow]stopping {running} subagent(s) still running[/yellow]")
+            await self.conversation.stop_background("by the user leaving nanobot")
             await self.assistant.aclose()
         self.console.print("[dim]bye[/dim]")
         return 0
@@ -183,9 +210,7 @@ class Chat:
         finally:
             loop.remove_signal_handler(signal.SIGINT)
             self.turn_task = None
-        self.renderer.finish()
-        if outcome.error:
-            self.console.print(f"[bold red]error:[/bold red] {outcome.error}", highlight=False)
+        self.renderer.finish()  # a failed turn's error was shown by the renderer (TurnDone)
 
     # slash command actions -------------------------------------------------------------------
     def show_help(self) -> None:
@@ -219,8 +244,8 @@ class Chat:
         (self.renderer if self.turn_task is not None else self.background)(event)
 
     async def stop_background(self) -> None:
-        stopped = await self.conversation.stop_background()
-        self.console.print(f"[yellow]stopped {stopped} subagent(s)[/yellow]" if stopped
+        stopped = await self.conversation.stop_background("by the user (/stop)")
+        self.console.print(f"[yellow]stopped {len(stopped)} subagent(s)[/yellow]" if stopped
                            else "[dim]no subagents are running[/dim]")
 
     def show_status(self) -> None:
