@@ -166,9 +166,13 @@ class SubagentManager:
         running = [r for r in self._running.values() if not r.handle.done()]
         for r in running:
             r.record.status, r.record.reason = "stopped", reason
-            r.handle.cancel()
-        if running:
-            await asyncio.gather(*(r.handle for r in running), return_exceptions=True)
+        pending = {r.handle for r in running}
+        while pending:
+            # again and again: asyncio.wait_for (3.11) swallows a cancel that lands just as the
+            # awaited thing finishes (e.g. a command killed by a signal), and the helper would go on
+            for handle in pending:
+                handle.cancel()
+            _, pending = await asyncio.wait(pending, timeout=0.2)
         return [r.record for r in running]
 
     async def wait(self, timeout: float) -> bool:
@@ -184,10 +188,10 @@ class SubagentManager:
                     {"role": "user", "content": record.task}]
 
         def on_step(new: list[Message]) -> None:
-            for msg in new:
-                calls = msg.get("tool_calls") if msg.get("role") == "assistant" else None
-                if calls:
+            for msg in new:  # one assistant message per step (model call); tool results follow it
+                if msg.get("role") == "assistant":
                     record.steps += 1
+                    calls = msg.get("tool_calls") or []
                     record.tools.update(str((c.get("function") or {}).get("name", "?")) for c in calls)
 
         try:

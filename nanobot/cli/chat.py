@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import signal
+import time
 from pathlib import Path
 
 from rich.console import Console
@@ -13,6 +15,7 @@ from rich.console import Console
 from nanobot.agent.events import Retrying, TurnDone
 from nanobot.cli.render import Renderer, escape, stderr_console, stdout_console
 from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS
+from nanobot.cli.termination import Termination
 from nanobot.config import load_config
 from nanobot.errors import NanobotError
 
@@ -25,8 +28,9 @@ def run_agent(*, message: str | None, session_key: str, workspace: Path | None, 
     })
     try:
         if message is not None:
-            return asyncio.run(_one_shot(cfg, session_key, message, markdown=markdown, json_out=json_out))
-        return asyncio.run(Chat(cfg, session_key, markdown=markdown).run())
+            return asyncio.run(Termination().run(
+                lambda term: _one_shot(cfg, session_key, message, markdown=markdown, json_out=json_out, term=term)))
+        return asyncio.run(Termination().run(lambda term: Chat(cfg, session_key, markdown=markdown, term=term).run()))
     except KeyboardInterrupt:
         stderr_console().print("[yellow]interrupted[/yellow] [dim](what already ran is saved)[/dim]")
         return 130
@@ -59,7 +63,9 @@ class _Answers:
         self.sink(event)
 
 
-async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json_out: bool) -> int:
+async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json_out: bool,
+                    term: Termination | None = None) -> int:
+    term = term or Termination()
     out = stdout_console(io.StringIO()) if json_out else stdout_console()
     err = stderr_console()
     stream = out.is_terminal and not json_out
@@ -79,6 +85,7 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
         await _wait_for_background(conversation, cfg.defaults.subagent_wait_seconds, err)
     finally:
         renderer.finish()
+        await conversation.stop_background(term.reason or "when nanobot closed")
         await assistant.aclose()
     background = conversation.background_emit
     # exit 1 when no turn answered and one failed (the only answer failed)
@@ -108,11 +115,15 @@ async def _wait_for_background(conversation, wait: float, err: Console) -> None:
               f"{len(stopped)} subagent(s) stopped[/yellow]")
 
 
+DOUBLE_CTRL_C_SECONDS = 1.0  # a second Ctrl-C on an empty prompt within this leaves the chat
+
+
 class Chat:
     """The REPL: read a line, run a turn as a cancellable task, render its events."""
 
-    def __init__(self, cfg, session_key: str, *, markdown: bool) -> None:
+    def __init__(self, cfg, session_key: str, *, markdown: bool, term: Termination | None = None) -> None:
         self.cfg = cfg
+        self.term = term or Termination()
         self.session_key = session_key
         self.console = stdout_console()
         self.err = stderr_console()
@@ -122,6 +133,20 @@ class Chat:
         self.background = Renderer(self.console, markdown=markdown, stream_text=False, spinner=False)
         self.assistant = None
         self.turn_task: asyncio.Task | None = None
+        self._ctrl_c_on_text = False
+        self._last_ctrl_c: float | None = None  # when Ctrl-C last hit an empty prompt
+
+    def _second_ctrl_c(self) -> bool:
+        """Ctrl-C at the prompt clears the line; twice within a second on an empty prompt leaves."""
+        now = time.monotonic()
+        if self._ctrl_c_on_text:
+            self._last_ctrl_c = None
+            return False
+        if self._last_ctrl_c is not None and now - self._last_ctrl_c <= DOUBLE_CTRL_C_SECONDS:
+            return True
+        self._last_ctrl_c = now
+        self.console.print("[dim](press Ctrl-C again to leave, or Ctrl-D)[/dim]")
+        return False
 
     @property
     def conversation(self):
@@ -139,6 +164,11 @@ class Chat:
         @bindings.add("escape", "enter")
         def _newline(event) -> None:  # Esc-Enter inserts a line break; Enter sends
             event.current_buffer.insert_text("\n")
+
+        @bindings.add("c-c")
+        def _interrupt(event) -> None:  # as prompt_toolkit does, but remembering whether a line was typed
+            self._ctrl_c_on_text = bool(event.current_buffer.text)
+            event.app.exit(exception=KeyboardInterrupt, style="class:aborting")
 
         history = input_history_path()
         history.parent.mkdir(parents=True, exist_ok=True)
@@ -163,9 +193,12 @@ class Chat:
                     with patch_stdout(raw=True):
                         text = await prompt.prompt_async("you › ")
                 except KeyboardInterrupt:
+                    if self._second_ctrl_c():
+                        break
                     continue
                 except EOFError:
                     break
+                self._last_ctrl_c = None
                 text = text.strip()
                 if not text:
                     continue
@@ -182,11 +215,13 @@ class Chat:
                     continue
                 await self.run_turn(text)
         finally:
-            self.renderer.finish()
-            running = len(self.conversation.running_subagents())
-            if running:
-                self.console.print(f"[yellow]stopping {running} subagent(s) still running[/yellow]")
-            await self.conversation.stop_background("by the user leaving nanobot")
+            # after SIGHUP the terminal is gone and printing fails: the session is saved regardless
+            with contextlib.suppress(OSError):
+                self.renderer.finish()
+                running = len(self.conversation.running_subagents())
+                if running and self.term.signum is None:
+                    self.console.print(f"[yellow]stopping {running} subagent(s) still running[/yellow]")
+            await self.conversation.stop_background(self.term.reason or "by the user leaving nanobot")
             await self.assistant.aclose()
         self.console.print("[dim]bye[/dim]")
         return 0
@@ -200,6 +235,8 @@ class Chat:
         try:
             outcome = await self.turn_task
         except asyncio.CancelledError:
+            if self.term.signum is not None:
+                raise  # SIGTERM / SIGHUP: not a Ctrl-C, leave
             self.renderer.finish()
             self.console.print("[yellow]cancelled[/yellow] [dim](what already ran is saved)[/dim]")
             return
@@ -216,7 +253,8 @@ class Chat:
     def show_help(self) -> None:
         for name, (help_text, _) in SLASH_COMMANDS.items():
             self.console.print(f"  [bold]{name:<10}[/bold] {help_text}")
-        self.console.print("  [dim]Esc-Enter: new line · Ctrl-C: cancel the running turn · Ctrl-D: leave[/dim]")
+        self.console.print("  [dim]Esc-Enter: new line · Ctrl-C: cancel the running turn (twice on an empty "
+                           "prompt: leave) · Ctrl-D: leave[/dim]")
 
     async def _memory_action(self, action, *, on_error: str = "", quiet_when_idle: bool = False) -> bool:
         """Run /new or /compact, print its receipt; False when it failed (nothing was changed)."""

@@ -31,7 +31,7 @@ def status_lines(assistant) -> list[str]:
         f"{len(session.messages) - session.last_consolidated} not yet consolidated",
         f"workspace  {assistant.workspace}",
         *_last_consolidation(conv),
-        *[f"subagent   {sub_id} '{label}' running: {task[:60]}" for sub_id, label, task in conv.running_subagents()],
+        *[f"helper     {record.summary()} — task: {record.task[:60]}" for record in conv.helpers()],
     ]
 
 
