@@ -48,9 +48,14 @@ async def with_assistant(cfg_path, fn):
         await assistant.aclose()
 
 
+@pytest.mark.parametrize("strict", [False, True], ids=["lenient", "strict-endpoint"])
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
 def test_seed_scenario_injected_report_answered_with_a_tool_call_then_next_user_turn(fake_llm, configure,
-                                                                                    isolated_home, protocol):
+                                                                                    isolated_home, protocol,
+                                                                                    strict):
+    # strict: the endpoint answers any invalid request (e.g. one ending with an assistant message,
+    # as the seed's injected report did) with a 400, like current Claude models and Mistral
+    fake_llm.strict = strict
     cfg_path = configure(protocol)
     state = {"main": 0}
 
@@ -238,25 +243,31 @@ def test_stop_cancels_a_subagent_stuck_in_a_long_exec_and_kills_its_process_grou
     assert not pid_alive(pid)
 
 
-def test_one_shot_waits_for_its_subagents_and_prints_the_reaction(nanobot_cmd, fake_llm, configure):
+def test_one_shot_handles_a_report_queued_before_its_turn_ended(nanobot_cmd, fake_llm, configure):
+    """The real CLI, the case that lost the report 3 times in 3: the helper finishes while the parent
+    turn still runs, so when the turn ends no subagent runs but a report turn waits in the queue."""
     configure()
 
     def responder(request):
-        body = json.dumps(request.body)
         if is_subagent(request):
-            return Reply.text("the helper's report", delay=0.3)
-        if "subagent 'helper'" in body:
+            return Reply.text("the helper's report")
+        if "subagent 'helper'" in last_message_text(request):
             return Reply.text("Final: the helper reported back.")
         if any(m.get("role") == "tool" for m in request.messages):
-            return Reply.text("Started a helper.")
+            return Reply.text("Started a helper.", delay=0.5)
         return Reply.tool_calls([("spawn", {"task": "do it", "label": "helper"})])
 
     fake_llm.responder = responder
     result = subprocess.run([*nanobot_cmd, "agent", "-m", "go"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["Started a helper.", "Final: the helper reported back."]
-    assert "waiting up to" in result.stderr
+    assert "waiting up to 300s for 1 report turn(s)" in result.stderr
+    helper = next(r for r in fake_llm.requests if is_subagent(r))
+    parent_end = next(r for r in fake_llm.requests if r.reply.content == "Started a helper.")
+    assert helper.t_answered < parent_end.t_answered  # it really finished during the parent turn
     fake_llm.assert_all_valid()
+    saved = SessionStore().load("cli:direct").messages
+    assert saved[-1]["content"] == "Final: the helper reported back."
 
 
 def test_one_shot_stops_waiting_after_the_configured_timeout(nanobot_cmd, fake_llm, configure, isolated_home):
@@ -320,3 +331,109 @@ def test_a_subagent_cancelled_before_it_starts_does_not_stay_running(tmp_path):
 
     stopped, running, done = asyncio.run(scenario())
     assert [r.status for r in stopped] == ["stopped"] and running == [] and done
+
+
+def test_a_helper_at_its_step_limit_leaves_a_note_the_next_turn_sees(fake_llm, configure):
+    cfg_path = configure()
+
+    def responder(request):
+        last = json.dumps(request.messages[-1])
+        if is_subagent(request):
+            return Reply.tool_calls([("list_dir", {"path": "."})])
+        if "subagent 'looper'" in last:
+            return Reply.text("The helper ran out of steps.")
+        if request.messages[-1].get("role") == "tool":
+            return Reply.text("started")
+        if "status?" in last:
+            return Reply.text("it stopped at its limit")
+        return Reply.tool_calls([("spawn", {"task": "loop forever", "label": "looper"})])
+
+    fake_llm.responder = responder
+
+    async def scenario(conv):
+        conv.subagents.max_iterations = 2
+        await conv.send("start the looper")
+        assert await conv.wait_for_background(10)
+        await conv.send("status?")
+
+    run(with_assistant(cfg_path, scenario))
+    fake_llm.assert_all_valid()
+    assert sum(1 for r in fake_llm.requests if is_subagent(r)) == 2
+    saved = SessionStore().load("cli:direct").messages
+    notes = [m["content"] for m in saved if m.get("subagent")]
+    assert len(notes) == 1 and "stopped at its step limit of 2 steps: 2 steps (list_dir ×2)" in notes[0]
+    assert "stopped at its step limit" in json.dumps(fake_llm.requests[-1].messages)
+
+
+def test_leaving_while_a_helper_runs_leaves_a_note_and_session_show_lists_every_helper(fake_llm, configure,
+                                                                                    isolated_home):
+    from typer.testing import CliRunner
+
+    from nanobot.cli.session_cmd import session_app
+
+    cfg_path = configure()
+
+    def responder(request):
+        body = json.dumps(request.body)
+        if is_subagent(request):
+            if "quick" in body:
+                return Reply.text("quick report")
+            return Reply.tool_calls([("exec", {"command": "sleep 30"})])
+        if "subagent 'quick'" in json.dumps(request.messages[-1]):
+            return Reply.text("quick one done")
+        if request.messages[-1].get("role") == "tool":
+            return Reply.text("started")
+        label = "quick" if "quick" in json.dumps(request.messages[-1]) else "slow"
+        return Reply.tool_calls([("spawn", {"task": f"a {label} task", "label": label})])
+
+    fake_llm.responder = responder
+
+    async def scenario(conv):
+        await conv.send("a quick helper")
+        assert await conv.wait_for_background(10)
+        await conv.send("a slow helper")
+        assert [label for _, label, _ in conv.running_subagents()] == ["slow"]
+        while conv.helpers()[-1].steps < 1:  # its command runs
+            await asyncio.sleep(0.02)
+        # leaving: Assistant.aclose stops what still runs
+
+    run(with_assistant(cfg_path, scenario))
+    result = CliRunner().invoke(session_app, ["show", "cli:direct"])
+    assert result.exit_code == 0, result.output
+    helpers = result.output[result.output.index("helpers (2)"):]
+    assert "subagent 'quick'" in helpers and "completed after 1 step" in helpers and "a quick task" in helpers
+    assert "subagent 'slow'" in helpers and "was stopped when nanobot closed" in helpers
+    assert "(exec)" in helpers  # what it did
+
+
+def test_stop_with_a_report_still_queued_leaves_a_note_instead_of_losing_it_silently(fake_llm, configure):
+    cfg_path = configure()
+
+    def responder(request):
+        last = json.dumps(request.messages[-1])
+        if is_subagent(request):
+            return Reply.text("report")
+        if "subagent 'first'" in last:
+            return Reply.text("slow reaction", delay=5)  # still running when the user types /stop
+        if request.messages[-1].get("role") == "tool":
+            return Reply.text("started two")
+        return Reply.tool_calls([("spawn", {"task": "one", "label": "first"}),
+                                 ("spawn", {"task": "two", "label": "second"})])
+
+    fake_llm.responder = responder
+
+    async def scenario(conv):
+        await conv.send("two helpers")
+        while conv.background_pending() != (0, 2):  # one report turn runs, the other waits behind it
+            await asyncio.sleep(0.02)
+        assert fake_llm.wait_for_requests(5)
+        stopped = await conv.stop_background("by the user (/stop)")
+        assert stopped == [] and conv.background_pending() == (0, 0)
+
+    run(with_assistant(cfg_path, scenario))
+    notes = [m["content"] for m in SessionStore().load("cli:direct").messages if m.get("subagent")]
+    assert len(notes) == 2
+    assert "subagent 'first'" in notes[0] and notes[0].endswith("completed after 1 step.")
+    assert "subagent 'second'" in notes[1] and notes[1].endswith(
+        "completed after 1 step; handling its report was stopped by the user (/stop).")
+    assert not any("subagent 'second'" in json.dumps(r.messages[-1]) for r in fake_llm.requests)
