@@ -10,9 +10,9 @@ How a report reaches the model: as a labelled *user* message with the report fen
 untrusted data (`report_message`). Not as the seed's assistant message: current Claude
 models and Mistral reject a request that ends with one ("prefill"), and the others are asked
 to *continue* the report instead of answering it. Not as a synthetic tool-call/result pair
-either: it would put words in the model's mouth (a call it never made), and Anthropic
-rejects tool_use blocks in a request that declares no tools, so any later request sent
-without tools would break. What the session keeps is only `note()`, one short line in the
+either: it would put words in the model's mouth (a call it never made, to a tool in no tool
+list), and Bedrock rejects tool blocks in a request that declares no tools, so a later
+request sent without tools would break. What the session keeps is only `note()`, one short line in the
 report's place; the report itself is context for the turn that handles it.
 """
 
