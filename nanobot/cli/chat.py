@@ -51,15 +51,19 @@ class _Answers:
 
     def __init__(self, sink) -> None:
         self.sink = sink
-        self.answered = 0
-        self.failed = 0
+        self.turns: list[TurnDone] = []
+
+    @property
+    def answered(self) -> int:
+        return sum(1 for t in self.turns if not t.error)
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for t in self.turns if t.error)
 
     def __call__(self, event) -> None:
         if isinstance(event, TurnDone):
-            if event.error:
-                self.failed += 1
-            else:
-                self.answered += 1
+            self.turns.append(event)
         self.sink(event)
 
 
@@ -85,7 +89,9 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
         await _wait_for_background(conversation, cfg.defaults.subagent_wait_seconds, err)
     finally:
         renderer.finish()
-        await conversation.stop_background(term.reason or "when nanobot closed")
+        interrupted = asyncio.current_task().cancelling() and term.signum is None  # Ctrl-C
+        await conversation.stop_background(term.reason or ("by the user (Ctrl-C)" if interrupted
+                                                           else "when nanobot closed"))
         await assistant.aclose()
     background = conversation.background_emit
     # exit 1 when no turn answered and one failed (the only answer failed)
@@ -96,6 +102,9 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
             "tool_calls": outcome.tool_calls,
             "usage": {"prompt_tokens": outcome.usage.prompt_tokens,
                       "completion_tokens": outcome.usage.completion_tokens},
+            # the turns that handled subagent reports, in order
+            "background": [{"answer": t.content, "stop_reason": t.stop_reason, "error": t.error,
+                            "tool_calls": t.tool_calls} for t in background.turns],
         }, ensure_ascii=False))
     return 1 if failed else 0
 

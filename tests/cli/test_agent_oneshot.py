@@ -334,3 +334,19 @@ def test_the_only_answer_failing_in_the_background_exits_1(fake_llm, configure, 
     assert code == 1
     assert captured.out == ""
     assert "boom 2" in captured.err and "boom 3" in captured.err
+
+
+def test_json_output_lists_the_report_turns(fake_llm, configure, capsys):
+    import asyncio
+
+    from nanobot.cli.chat import _one_shot
+    from nanobot.config import load_config
+
+    cfg = load_config(configure())
+    fake_llm.responder = helper_responder(parent_delay=0.0, helper_delay=lambda: 0.1)
+    code = asyncio.run(_one_shot(cfg, "cli:direct", "go", markdown=False, json_out=True))
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert data["answer"] == "Started."
+    assert data["background"] == [{"answer": "handled the report", "stop_reason": "done", "error": None,
+                                   "tool_calls": []}]
