@@ -59,6 +59,8 @@ class Termination:
         finally:
             for sig in SIGNALS:
                 loop.remove_signal_handler(sig)
+            if self.signum is not None:
+                ExecTool.kill_all_running()  # anything a helper started while it was being stopped
         return self.exit_code if self.signum is not None else code
 
     def _uncancel(self) -> None:
