@@ -12,8 +12,8 @@ models and Mistral reject a request that ends with one ("prefill"), and the othe
 to *continue* the report instead of answering it. Not as a synthetic tool-call/result pair
 either: it would put words in the model's mouth (a call it never made, to a tool in no tool
 list), and Bedrock rejects tool blocks in a request that declares no tools, so a later
-request sent without tools would break. What the session keeps is only `note()`, one short line in the
-report's place; the report itself is context for the turn that handles it.
+request sent without tools would break. What the session keeps is only `note()`, one short
+line in the report's place; the report itself is context for the turn that handles it.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ class HelperRecord:
     steps: int = 0
     tools: collections.Counter = field(default_factory=collections.Counter)
     reason: str = ""  # for "stopped": who stopped it ("by the user (/stop)"); for "failed": the error
-    limit: int = MAX_SUBAGENT_ITERATIONS
 
     def work(self) -> str:
         """'3 steps (web_fetch ×2, write_file)'."""
@@ -68,7 +67,7 @@ class HelperRecord:
         if self.status == "completed":
             return f"{who} completed after {self.work()}"
         if self.status == "limit":
-            return f"{who} stopped at its step limit of {self.limit} steps: {self.work()}"
+            return f"{who} stopped at its step limit after {self.work()}"
         if self.status == "failed":
             error = (self.reason.strip().splitlines() or ["unknown error"])[0][:200]
             return f"{who} failed after {self.work()}: {error}"
@@ -150,7 +149,7 @@ class SubagentManager:
         """Start a subagent in the background; returns (id, label) at once."""
         sub_id = f"sa-{secrets.token_hex(3)}"
         label = (label or "").strip() or f"task {next(self._counter)}"
-        record = HelperRecord(sub_id, label, task, limit=self.max_iterations)
+        record = HelperRecord(sub_id, label, task)
         self.records[sub_id] = record
         handle = asyncio.get_running_loop().create_task(self._run(record))
         self._running[sub_id] = _Running(record, handle)
@@ -200,6 +199,8 @@ class SubagentManager:
             result = await run_loop(self.provider, self.tools, messages, max_iterations=self.max_iterations,
                                     max_tokens=self.max_tokens, stream=False, prepare=self.prepare,
                                     on_step=on_step)
+            if record.status == "stopped":  # stopped, but the cancel was swallowed (see cancel_all)
+                raise asyncio.CancelledError
             if result.stop_reason == "error":
                 record.status, record.reason = "failed", result.error or "unknown error"
                 content = record.reason

@@ -361,7 +361,7 @@ def test_a_helper_at_its_step_limit_leaves_a_note_the_next_turn_sees(fake_llm, c
     assert sum(1 for r in fake_llm.requests if is_subagent(r)) == 2
     saved = SessionStore().load("cli:direct").messages
     notes = [m["content"] for m in saved if m.get("subagent")]
-    assert len(notes) == 1 and "stopped at its step limit of 2 steps: 2 steps (list_dir ×2)" in notes[0]
+    assert len(notes) == 1 and "stopped at its step limit after 2 steps (list_dir ×2)" in notes[0]
     assert "stopped at its step limit" in json.dumps(fake_llm.requests[-1].messages)
 
 
