@@ -92,18 +92,15 @@ def test_closing_the_terminal_kills_every_command_saves_and_exits_129(started):
     assert_nothing_survived_and_session_loads(workspace, "was stopped when the terminal closed (SIGHUP)")
 
 
-def test_sigterm_at_the_idle_prompt_with_a_helper_running_exits_143(configure, fake_llm, isolated_home):
-    configure()
-    workspace = isolated_home / "workspace"
+def idle_responder(request):
+    if "You are a subagent" in json.dumps(request.body):
+        return Reply.tool_calls([("exec", {"command": HELPER_CMD})])
+    if request.messages[-1].get("role") == "tool":
+        return Reply.text("it runs in the background")
+    return Reply.tool_calls([("spawn", {"task": "background sleeper", "label": "sleeper"})])
 
-    def idle_responder(request):
-        if "You are a subagent" in json.dumps(request.body):
-            return Reply.tool_calls([("exec", {"command": HELPER_CMD})])
-        if request.messages[-1].get("role") == "tool":
-            return Reply.text("it runs in the background")
-        return Reply.tool_calls([("spawn", {"task": "background sleeper", "label": "sleeper"})])
 
-    fake_llm.responder = idle_responder
+def idle_chat_with_a_helper_running(workspace):
     env = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
     child = pexpect.spawn(sys.executable, ["-m", "nanobot", "agent"], env=env, encoding="utf-8", timeout=20,
                           dimensions=(40, 100))
@@ -112,11 +109,36 @@ def test_sigterm_at_the_idle_prompt_with_a_helper_running_exits_143(configure, f
     child.expect("it runs in the background")
     child.expect_exact("you ›")
     wait_for(workspace / "helper.started")
+    return child
+
+
+def assert_helper_killed_and_noted(workspace, reason):
+    time.sleep(3.5)
+    assert not (workspace / "helper.late").exists()
+    notes = [m["content"] for m in SessionStore().load("cli:direct").messages if m.get("subagent")]
+    assert len(notes) == 1 and reason in notes[0], notes
+
+
+def test_sigterm_at_the_idle_prompt_with_a_helper_running_exits_143(configure, fake_llm, isolated_home):
+    configure()
+    fake_llm.responder = idle_responder
+    workspace = isolated_home / "workspace"
+    child = idle_chat_with_a_helper_running(workspace)
     child.kill(signal.SIGTERM)
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 143, (child.exitstatus, child.signalstatus)
-    time.sleep(3.5)
-    assert not (workspace / "helper.late").exists()
-    notes = [m["content"] for m in SessionStore().load("cli:direct").messages if m.get("subagent")]
-    assert len(notes) == 1 and "was stopped when nanobot was terminated (SIGTERM)" in notes[0]
+    assert_helper_killed_and_noted(workspace, "was stopped when nanobot was terminated (SIGTERM)")
+
+
+def test_closing_the_terminal_at_the_idle_prompt_exits_129(configure, fake_llm, isolated_home):
+    configure()
+    fake_llm.responder = idle_responder
+    workspace = isolated_home / "workspace"
+    child = idle_chat_with_a_helper_running(workspace)
+    os.close(child.child_fd)
+    child.child_fd = -1
+    _, status = os.waitpid(child.pid, 0)
+    child.closed = True
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 129, status
+    assert_helper_killed_and_noted(workspace, "was stopped when the terminal closed (SIGHUP)")
