@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -404,6 +405,16 @@ def test_leaving_while_a_helper_runs_leaves_a_note_and_session_show_lists_every_
     assert "subagent 'quick'" in helpers and "completed after 1 step" in helpers and "a quick task" in helpers
     assert "subagent 'slow'" in helpers and "was stopped when nanobot closed" in helpers
     assert "(exec)" in helpers  # what it did
+
+    async def status(conv):  # the next run's /status still names them
+        from nanobot.cli.status_view import status_lines
+
+        return [line for line in status_lines(SimpleNamespace(conversation=conv, cfg=load_config(cfg_path),
+                                                               workspace=isolated_home)) if line.startswith("helper")]
+
+    lines = run(with_assistant(cfg_path, status))
+    assert len(lines) == 2 and all(line.endswith("(earlier run)") for line in lines)
+    assert "'quick'" in lines[0] and "completed" in lines[0] and "'slow'" in lines[1] and "stopped" in lines[1]
 
 
 def test_stop_with_a_report_still_queued_leaves_a_note_instead_of_losing_it_silently(fake_llm, configure):
