@@ -144,6 +144,8 @@ class Chat:
         self.turn_task: asyncio.Task | None = None
         self._ctrl_c_on_text = False
         self._last_ctrl_c: float | None = None  # when Ctrl-C last hit an empty prompt
+        self.reminders = None  # nanobot.cli.chat_reminders.ChatReminders
+        self._held_firings: list = []  # reminders that arrived during a turn, shown after it
 
     def _second_ctrl_c(self) -> bool:
         """Ctrl-C at the prompt clears the line; twice within a second on an empty prompt leaves."""
@@ -197,7 +199,9 @@ class Chat:
             for warning in self.conversation.session.warnings:
                 self.console.print(f"[yellow]warning: {warning}[/yellow]")
             prompt = self._prompt_session()  # piped stdin never gets here: it becomes a one-shot message
+            self._start_reminders()
             while True:
+                self._show_held_firings()
                 try:
                     with patch_stdout(raw=True):
                         text = await prompt.prompt_async("you › ")
@@ -227,6 +231,9 @@ class Chat:
             # after SIGHUP the terminal is gone and printing fails: the session is saved regardless
             with contextlib.suppress(OSError):
                 self.renderer.finish()
+            if self.reminders is not None:
+                await self.reminders.stop()
+            with contextlib.suppress(OSError):
                 running = len(self.conversation.running_subagents())
                 if running and self.term.signum is None:
                     self.console.print(f"[yellow]stopping {running} subagent(s) still running[/yellow]")
@@ -257,6 +264,38 @@ class Chat:
             loop.remove_signal_handler(signal.SIGINT)
             self.turn_task = None
         self.renderer.finish()  # a failed turn's error was shown by the renderer (TurnDone)
+
+    # reminders (nanobot/cli/chat_reminders.py) -----------------------------------------------
+    def _start_reminders(self) -> None:
+        from nanobot.app import AssistantTurns, build_scheduler
+        from nanobot.cli.chat_reminders import ChatReminders, ChatTurns
+        from nanobot.cli.serve import log_delivery
+
+        turns = ChatTurns(self.session_key, self.conversation, AssistantTurns(self.cfg))
+        try:
+            scheduler = build_scheduler(self.cfg, kind="chat", turns=turns, deliveries=[log_delivery(self.cfg)])
+        except OSError as exc:  # e.g. a read-only workspace: the chat still works, reminders do not
+            self.console.print(f"[yellow]warning: reminders are off in this chat: {escape(str(exc))}[/yellow]")
+            return
+        self.reminders = ChatReminders(scheduler, self._show_firing)
+        self.reminders.start()
+
+    def _show_firing(self, firing) -> None:
+        """Printed above the prompt; held while a turn is on screen."""
+        if self.turn_task is not None:
+            self._held_firings.append(firing)
+            return
+        colour = "red" if firing.status == "error" else "yellow" if firing.kind == "notice" else "cyan"
+        self.console.print(f"[bold {colour}]{escape(firing.title)}[/bold {colour}]"
+                           + (f" [dim]({escape(firing.session)})[/dim]" if firing.session else ""), highlight=False)
+        body = (firing.error or firing.text or "").strip()
+        if body:
+            self.console.print(escape(body), highlight=False)
+
+    def _show_held_firings(self) -> None:
+        held, self._held_firings = self._held_firings, []
+        for firing in held:
+            self._show_firing(firing)
 
     # slash command actions -------------------------------------------------------------------
     def show_help(self) -> None:
