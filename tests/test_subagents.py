@@ -422,10 +422,12 @@ def test_stop_with_a_report_still_queued_leaves_a_note_instead_of_losing_it_sile
 
     def responder(request):
         last = json.dumps(request.messages[-1])
-        if is_subagent(request):
-            return Reply.text("report")
+        if is_subagent(request):  # 'first' always finishes first
+            return Reply.text("report", delay=0.4 if request.messages[-1]["content"] == "two" else 0)
         if "subagent 'first'" in last:
             return Reply.text("slow reaction", delay=5)  # still running when the user types /stop
+        if "subagent '" in last:
+            return Reply.text("unexpected: this report was to be stopped")
         if request.messages[-1].get("role") == "tool":
             return Reply.text("started two")
         return Reply.tool_calls([("spawn", {"task": "one", "label": "first"}),
@@ -435,7 +437,9 @@ def test_stop_with_a_report_still_queued_leaves_a_note_instead_of_losing_it_sile
 
     async def scenario(conv):
         await conv.send("two helpers")
+        deadline = time.monotonic() + 10
         while conv.background_pending() != (0, 2):  # one report turn runs, the other waits behind it
+            assert time.monotonic() < deadline, conv.background_pending()
             await asyncio.sleep(0.02)
         assert fake_llm.wait_for_requests(5)
         stopped = await conv.stop_background("by the user (/stop)")
