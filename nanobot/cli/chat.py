@@ -119,7 +119,7 @@ async def _wait_for_background(conversation, wait: float, err: Console) -> None:
     err.print(f"[dim]waiting up to {wait:.0f}s for {what}…[/dim]")
     if await conversation.wait_for_background(wait):
         return
-    stopped = await conversation.stop_background(f"when one-shot mode stopped waiting after {wait:.0f}s")
+    stopped = await conversation.stop_background(f"when one-shot mode stopped waiting ({wait:.0f}s)")
     err.print(f"[yellow]stopped waiting after {wait:.0f}s (agents.defaults.subagentWaitSeconds); "
               f"{len(stopped)} subagent(s) stopped[/yellow]")
 
