@@ -287,6 +287,9 @@ def test_one_shot_stops_waiting_after_the_configured_timeout(nanobot_cmd, fake_l
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started < 20
     assert "stopped waiting after 1s" in result.stderr and "1 subagent(s) stopped" in result.stderr
+    notes = [m["content"] for m in SessionStore().load("cli:direct").messages if m.get("subagent")]
+    assert len(notes) == 1 and "subagent 'slow'" in notes[0]
+    assert "was stopped when one-shot mode stopped waiting (1s) after 1 step (exec)" in notes[0]
 
 
 def test_subagent_requests_stay_inside_the_window_when_it_reads_a_huge_file(fake_llm, configure, isolated_home):
