@@ -13,37 +13,41 @@ from pathlib import Path
 from rich.console import Console
 
 from nanobot.agent.events import Retrying, TurnDone
+from nanobot.cli.approval_prompt import print_refusals
 from nanobot.cli.render import Renderer, escape, stderr_console, stdout_console
 from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS
 from nanobot.cli.termination import Termination
 from nanobot.config import load_config
 from nanobot.errors import NanobotError
+from nanobot.secrets_mask import mask_secrets
 
 
 def run_agent(*, message: str | None, session_key: str, workspace: Path | None, config_path: Path | None,
-              model: str | None, markdown: bool, json_out: bool) -> int:
+              model: str | None, markdown: bool, json_out: bool, approve: list[str] | None = None) -> int:
     cfg = load_config(config_path, overrides={
         "agents.defaults.workspace": str(workspace) if workspace else None,
         "agents.defaults.model": model,
     })
     try:
         if message is not None:
-            return asyncio.run(Termination().run(
-                lambda term: _one_shot(cfg, session_key, message, markdown=markdown, json_out=json_out, term=term)))
-        return asyncio.run(Termination().run(lambda term: Chat(cfg, session_key, markdown=markdown, term=term).run()))
+            return asyncio.run(Termination().run(lambda term: _one_shot(
+                cfg, session_key, message, markdown=markdown, json_out=json_out, approve=approve or [], term=term)))
+        return asyncio.run(Termination().run(
+            lambda term: Chat(cfg, session_key, markdown=markdown, approve=approve or [], term=term).run()))
     except KeyboardInterrupt:
         stderr_console().print("[yellow]interrupted[/yellow] [dim](what already ran is saved)[/dim]")
         return 130
 
 
-def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_ref: list):
+def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_ref: list, ask=None,
+          approve: list[str] = ()):
     from nanobot.app import open_assistant
 
     def on_retry(attempt: int, delay: float, error: Exception) -> None:
         if renderer_ref:
-            renderer_ref[0](Retrying(attempt, delay, str(error).splitlines()[0]))
+            renderer_ref[0](Retrying(attempt, delay, mask_secrets(str(error).splitlines()[0])))
 
-    return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry)
+    return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry, ask=ask, approve=approve)
 
 
 class _Answers:
@@ -68,13 +72,14 @@ class _Answers:
 
 
 async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json_out: bool,
-                    term: Termination | None = None) -> int:
+                    approve: list[str] = (), term: Termination | None = None) -> int:
     term = term or Termination()
     out = stdout_console(io.StringIO()) if json_out else stdout_console()
     err = stderr_console()
     stream = out.is_terminal and not json_out
     ref: list = []
-    assistant = _open(cfg, session_key, stream=stream, progress=err, renderer_ref=ref)
+    # nobody can answer a question here: risky actions are refused, naming the flag that allows them
+    assistant = _open(cfg, session_key, stream=stream, progress=err, renderer_ref=ref, approve=approve)
     renderer = Renderer(out, markdown=markdown, progress=err, stream_text=stream)
     ref.append(renderer)
     conversation = assistant.conversation
@@ -83,6 +88,7 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
         Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False))
     for warning in conversation.session.warnings:
         err.print(f"[yellow]warning: {warning}[/yellow]")
+    decided = len(conversation.session.decisions)
     try:
         outcome = await conversation.send(message, emit=answers)
         renderer.finish()
@@ -93,6 +99,7 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
         await conversation.stop_background(term.reason or ("by the user (Ctrl-C)" if interrupted
                                                            else "when nanobot closed"))
         await assistant.aclose()
+        print_refusals(err, conversation.session.decisions[decided:])
     background = conversation.background_emit
     # exit 1 when no turn answered and one failed (the only answer failed)
     failed = not (answers.answered or background.answered) and bool(answers.failed or background.failed)
@@ -130,8 +137,10 @@ DOUBLE_CTRL_C_SECONDS = 1.0  # a second Ctrl-C on an empty prompt within this le
 class Chat:
     """The REPL: read a line, run a turn as a cancellable task, render its events."""
 
-    def __init__(self, cfg, session_key: str, *, markdown: bool, term: Termination | None = None) -> None:
+    def __init__(self, cfg, session_key: str, *, markdown: bool, approve: list[str] = (),
+                 term: Termination | None = None) -> None:
         self.cfg = cfg
+        self.approve = list(approve)
         self.term = term or Termination()
         self.session_key = session_key
         self.console = stdout_console()
@@ -165,9 +174,9 @@ class Chat:
 
     def _prompt_session(self):
         from prompt_toolkit import PromptSession
-        from prompt_toolkit.history import FileHistory
         from prompt_toolkit.key_binding import KeyBindings
 
+        from nanobot.cli.input_history import MaskedFileHistory
         from nanobot.paths import input_history_path
 
         bindings = KeyBindings()
@@ -181,16 +190,19 @@ class Chat:
             self._ctrl_c_on_text = bool(event.current_buffer.text)
             event.app.exit(exception=KeyboardInterrupt, style="class:aborting")
 
-        history = input_history_path()
-        history.parent.mkdir(parents=True, exist_ok=True)
-        return PromptSession(history=FileHistory(str(history)), key_bindings=bindings, multiline=False,
+        return PromptSession(history=MaskedFileHistory(input_history_path()), key_bindings=bindings, multiline=False,
                              enable_history_search=True)
 
     async def run(self) -> int:
         from prompt_toolkit.patch_stdout import patch_stdout
 
+        from nanobot.cli.approval_prompt import TerminalApprover
+
         ref = [self.renderer]
-        self.assistant = _open(self.cfg, self.session_key, stream=True, progress=self.console, renderer_ref=ref)
+        ask = TerminalApprover(self.console, pause=self._pause_display, resume=self._resume_display,
+                               can_ask=lambda: self.turn_task is not None)
+        self.assistant = _open(self.cfg, self.session_key, stream=True, progress=self.console, renderer_ref=ref,
+                               ask=ask, approve=self.approve)
         self.conversation.background_emit = self._background_event
         self.assistant.prewarm()  # import the SDK while the user types the first message
         try:
@@ -198,6 +210,10 @@ class Chat:
                                f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]")
             for warning in self.conversation.session.warnings:
                 self.console.print(f"[yellow]warning: {warning}[/yellow]")
+            for skill in getattr(self.conversation.context.skills, "held", []):
+                self.console.print(f"[yellow]skill {escape(skill.name)} is off: it {escape(skill.gate)} "
+                                   f"({escape(skill.state)}); read it, then run `nanobot skills approve "
+                                   f"{escape(skill.name)}`[/yellow]", highlight=False)
             prompt = self._prompt_session()  # piped stdin never gets here: it becomes a one-shot message
             self._start_reminders()
             while True:
@@ -324,6 +340,14 @@ class Chat:
 
     async def compact(self) -> None:
         await self._memory_action(self.conversation.compact)
+
+    def _pause_display(self) -> None:  # an approval question must not be drawn over
+        self.renderer.finish()
+        self.background.finish()
+
+    def _resume_display(self) -> None:
+        if self.turn_task is not None:
+            self.renderer.thinking()
 
     def _background_event(self, event) -> None:
         # while a user turn runs, its renderer owns the screen; notices still go through it

@@ -33,7 +33,17 @@ def status_lines(assistant) -> list[str]:
         f"workspace  {assistant.workspace}",
         *_last_consolidation(conv),
         *_helpers(conv),
+        *_approvals(assistant),
     ]
+
+
+def _approvals(assistant) -> list[str]:
+    approver = getattr(assistant, "approver", None)
+    if approver is None:
+        return []
+    auto = ", ".join(sorted(approver.auto)) or "none"
+    always = ", ".join(sorted(approver.always)) or "none yet"
+    return [f"approvals  auto-approved: {auto}; 'always' this session: {always}"]
 
 
 def _helpers(conv, earlier_shown: int = 5) -> list[str]:
