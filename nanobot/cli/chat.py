@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from nanobot.agent.events import Retrying, TurnDone
+from nanobot.agent.events import Notice, Retrying, TurnDone
 from nanobot.cli.approval_prompt import print_refusals
 from nanobot.cli.render import Renderer, escape, stderr_console, stdout_console
 from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS
@@ -47,7 +47,12 @@ def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_re
         if renderer_ref:
             renderer_ref[0](Retrying(attempt, delay, mask_secrets(str(error).splitlines()[0])))
 
-    return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry, ask=ask, approve=approve)
+    def on_fallback(text: str) -> None:
+        if renderer_ref:
+            renderer_ref[0](Notice(text, "warning"))
+
+    return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry, ask=ask, approve=approve,
+                          on_fallback=on_fallback)
 
 
 class _Answers:
@@ -86,10 +91,13 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
     answers = _Answers(renderer)
     conversation.background_emit = _Answers(
         Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False))
+    for note in assistant.startup_notes():
+        err.print(f"[dim]{escape(note)}[/dim]", highlight=False)
     for warning in conversation.session.warnings:
         err.print(f"[yellow]warning: {warning}[/yellow]")
     decided = len(conversation.session.decisions)
     try:
+        await assistant.mcp_ready()  # one turn only: let it see every MCP tool that can be had
         outcome = await conversation.send(message, emit=answers)
         renderer.finish()
         await _wait_for_background(conversation, cfg.defaults.subagent_wait_seconds, err)
@@ -208,6 +216,8 @@ class Chat:
         try:
             self.console.print(f"[bold]nanobot[/bold] [dim]· {self.cfg.defaults.model} · session "
                                f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]")
+            for note in self.assistant.startup_notes():
+                self.console.print(f"[dim]{escape(note)}[/dim]", highlight=False)
             for warning in self.conversation.session.warnings:
                 self.console.print(f"[yellow]warning: {warning}[/yellow]")
             for skill in getattr(self.conversation.context.skills, "held", []):
@@ -261,7 +271,7 @@ class Chat:
     async def run_turn(self, text: str) -> None:
         """Run one turn; Ctrl-C cancels it and returns to the prompt."""
         loop = asyncio.get_running_loop()
-        self.turn_task = asyncio.ensure_future(self.conversation.send(text, emit=self.renderer))
+        self.turn_task = asyncio.ensure_future(self._send(text))
         loop.add_signal_handler(signal.SIGINT, self.turn_task.cancel)
         self.renderer.thinking()
         try:
@@ -280,6 +290,10 @@ class Chat:
             loop.remove_signal_handler(signal.SIGINT)
             self.turn_task = None
         self.renderer.finish()  # a failed turn's error was shown by the renderer (TurnDone)
+
+    async def _send(self, text: str):
+        await self.assistant.mcp_ready()  # servers started while the user typed; rarely waits
+        return await self.conversation.send(text, emit=self.renderer)
 
     # reminders (nanobot/cli/chat_reminders.py) -----------------------------------------------
     def _start_reminders(self) -> None:
