@@ -214,7 +214,6 @@ def test_default_workspace_fits_an_8k_window(tmp_path):
     budget = _window()
     fixed = budget.check_fixed(context.system_prompt(), tools.schemas())
     assert fixed < 8192 - 2048 - 1024
-    assert budget.startup_warnings(context.system_prompt(), tools.schemas()) == []
 
 
 def test_oldest_turns_are_left_out_with_a_note_when_history_alone_is_too_big():

@@ -129,10 +129,12 @@ def test_subagent_requests_fit_the_window_too(configure, fake_llm):
             if req.messages[-1]["role"] == "tool":
                 return Reply.text("the log is hex")
             return Reply.tool_calls([("echo", {"size": 80_000, "kind": "hex"})] * 3)
-        if any("[Subagent" in json.dumps(m) for m in req.messages):
+        last = json.dumps(req.messages[-1], ensure_ascii=False)
+        if "background helper you started has ended" in last:
             return Reply.text("the helper says it is hex")
-        return Reply.tool_calls([("spawn", {"task": task, "label": "log"})]) if req.messages[-1]["role"] == "user" \
-            else Reply.text("started")
+        if req.messages[-1]["role"] == "user" and "look at the log" in last:
+            return Reply.tool_calls([("spawn", {"task": task, "label": "log"})])
+        return Reply.text("started")
 
     fake_llm.responder = model
     cfg = load_config(None)
