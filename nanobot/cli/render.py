@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import IO
 
 from rich.console import Console
-from rich.live import Live
 from rich.markdown import Markdown
 from rich.status import Status
 
 from nanobot.agent.events import Event, Notice, Retrying, TextDelta, ToolFinished, ToolStarted, TurnDone
+from nanobot.cli.markdown_stream import MarkdownStream
 
 
 class Renderer:
@@ -23,7 +23,7 @@ class Renderer:
         self.stream_text = stream_text
         self.spinner = spinner
         self.buffer = ""
-        self._live: Live | None = None
+        self._live: MarkdownStream | None = None
         self._status: Status | None = None
         self._wrote_plain = False
 
@@ -52,11 +52,8 @@ class Renderer:
         self.buffer += chunk
         if self.markdown:
             if self._live is None:
-                self._live = Live(Markdown(self.buffer), console=self.console, refresh_per_second=12,
-                                  vertical_overflow="visible")
-                self._live.start()
-            else:
-                self._live.update(Markdown(self.buffer))
+                self._live = MarkdownStream(self.console)
+            self._live.update(self.buffer)
         else:
             self.console.file.write(chunk)
             self.console.file.flush()
@@ -64,8 +61,7 @@ class Renderer:
 
     def _end_text(self) -> None:
         if self._live is not None:
-            self._live.update(Markdown(self.buffer))
-            self._live.stop()
+            self._live.finish()
             self._live = None
         elif self._wrote_plain and not self.buffer.endswith("\n"):
             self.console.file.write("\n")
@@ -105,7 +101,7 @@ class Renderer:
     def show_answer(self, text: str) -> None:
         """Print a whole answer at once (for turns that were not streamed)."""
         if self.markdown:
-            self.console.print(Markdown(text))
+            self.console.print(Markdown(text), soft_wrap=False)  # soft_wrap would cut lines at the width
         else:
             self.console.print(text, markup=False, highlight=False)
 
