@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nanobot import paths
-from nanobot.errors import ConfigError, MissingKeyError
+from nanobot.errors import ConfigError, MissingKeyError, storage_error
 from nanobot.fsio import atomic_write
 from nanobot.providers import registry
 from nanobot.providers.registry import ProviderSpec
@@ -315,7 +315,10 @@ def fill_missing(existing: dict, defaults: dict) -> dict:
 
 def save_file(path: Path, data: dict) -> None:
     """Write the config atomically with mode 0600."""
-    atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n", mode=CONFIG_MODE)
+    try:
+        atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n", mode=CONFIG_MODE)
+    except OSError as exc:
+        raise storage_error(exc, "write the config file", path) from None
 
 
 def ensure_config_file(path: Path) -> tuple[bool, list[str]]:

@@ -13,6 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from nanobot.cli.usage import Command
+from nanobot.cli.errors import print_warning, report
 from nanobot.errors import NanobotError
 from nanobot.messages import text_of
 from nanobot.session import SessionStore
@@ -23,7 +25,7 @@ session_app = typer.Typer(help="Saved conversations: list, show and repair them.
 # Long tool output is shortened on screen only; `--json` prints it whole.
 SHOWN_TOOL_RESULT_CHARS = 400
 
-KeyArg = typer.Argument(..., help="The session key, e.g. cli:direct (see `nanobot session list`).")
+KeyArg = typer.Argument(..., metavar="KEY", help="The session key, e.g. cli:direct (see `nanobot session list`).")
 
 
 def _out() -> Console:
@@ -35,15 +37,12 @@ def _err() -> Console:
 
 
 def _fail(exc: NanobotError) -> typer.Exit:
-    _err().print(f"[red]Error:[/red] {escape(exc.message)}")
-    if exc.hint:
-        _err().print(escape(exc.hint))
-    return typer.Exit(exc.exit_code)
+    return typer.Exit(report(exc))
 
 
 def _warn(warnings: list[str]) -> None:
     for warning in warnings:
-        _err().print(f"[yellow]warning:[/yellow] {escape(warning)}")
+        print_warning(warning)
 
 
 @session_app.command("list")
@@ -61,7 +60,7 @@ def list_sessions() -> None:
     _out().print(table)
 
 
-@session_app.command("show")
+@session_app.command("show", cls=Command)
 def show(
     key: str = KeyArg,
     as_json: bool = typer.Option(False, "--json", help="Print the stored messages as JSON."),
@@ -110,7 +109,7 @@ def _print_message(console: Console, msg: dict) -> None:
                       f"({escape(str(fn.get('arguments', '')))}) [dim]{escape(str(call.get('id', '')))}[/dim]")
 
 
-@session_app.command("repair")
+@session_app.command("repair", cls=Command)
 def repair(key: str = KeyArg) -> None:
     """Rewrite a damaged session cleanly; the original is kept as a backup next to it."""
     try:
