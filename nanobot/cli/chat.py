@@ -11,10 +11,12 @@ from pathlib import Path
 from rich.console import Console
 
 from nanobot.agent.events import Retrying
+from nanobot.cli.errors import print_error, print_warning, report, report_text
 from nanobot.cli.render import Renderer, escape, stderr_console, stdout_console
+from nanobot.cli.turn_notes import unsaved_notice
 from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS
 from nanobot.config import load_config
-from nanobot.errors import NanobotError
+from nanobot.errors import NanobotError, StorageError
 
 
 def run_agent(*, message: str | None, session_key: str, workspace: Path | None, config_path: Path | None,
@@ -53,9 +55,16 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
     conversation = assistant.conversation
     conversation.background_emit = Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False)
     for warning in conversation.session.warnings:
-        err.print(f"[yellow]warning: {warning}[/yellow]")
+        print_warning(warning, console=err)
     try:
-        outcome = await conversation.send(message, emit=renderer)
+        saved_before = len(conversation.session.messages)
+        try:
+            outcome = await conversation.send(message, emit=renderer)
+        except StorageError as exc:
+            renderer.finish()
+            report(exc, console=err)
+            err.print(unsaved_notice(conversation, saved_before, one_shot=True), highlight=False)
+            return 1
         renderer.finish()
         if conversation.running_subagents():
             wait = cfg.defaults.subagent_wait_seconds
@@ -77,7 +86,7 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
         }, ensure_ascii=False))
         return 1 if outcome.error else 0
     if outcome.error:
-        err.print(f"[bold red]error:[/bold red] {outcome.error}", highlight=False)
+        report_text(outcome.error, console=err)
         return 1
     return 0
 
@@ -96,6 +105,7 @@ class Chat:
         self.background = Renderer(self.console, markdown=markdown, stream_text=False, spinner=False)
         self.assistant = None
         self.turn_task: asyncio.Task | None = None
+        self.unsent = ""  # a message that could not be saved, put back at the prompt
 
     @property
     def conversation(self):
@@ -130,12 +140,13 @@ class Chat:
             self.console.print(f"[bold]nanobot[/bold] [dim]· {self.cfg.defaults.model} · session "
                                f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]")
             for warning in self.conversation.session.warnings:
-                self.console.print(f"[yellow]warning: {warning}[/yellow]")
+                print_warning(warning, console=self.console)
             prompt = self._prompt_session()  # piped stdin never gets here: it becomes a one-shot message
             while True:
                 try:
                     with patch_stdout(raw=True):
-                        text = await prompt.prompt_async("you › ")
+                        text = await prompt.prompt_async("you › ", default=self.unsent)
+                    self.unsent = ""
                 except KeyboardInterrupt:
                     continue
                 except EOFError:
@@ -170,6 +181,7 @@ class Chat:
         self.turn_task = asyncio.ensure_future(self.conversation.send(text, emit=self.renderer))
         loop.add_signal_handler(signal.SIGINT, self.turn_task.cancel)
         self.renderer.thinking()
+        saved_before = len(self.conversation.session.messages)
         try:
             outcome = await self.turn_task
         except asyncio.CancelledError:
@@ -178,14 +190,18 @@ class Chat:
             return
         except NanobotError as exc:
             self.renderer.finish()
-            self.console.print(f"[bold red]error:[/bold red] {exc}", highlight=False)
+            report(exc, console=self.console)
+            if isinstance(exc, StorageError):
+                self.console.print(unsaved_notice(self.conversation, saved_before, one_shot=False), highlight=False)
+                if len(self.conversation.session.messages) == saved_before:
+                    self.unsent = text  # offered again at the next prompt
             return
         finally:
             loop.remove_signal_handler(signal.SIGINT)
             self.turn_task = None
         self.renderer.finish()
         if outcome.error:
-            self.console.print(f"[bold red]error:[/bold red] {outcome.error}", highlight=False)
+            report_text(outcome.error, console=self.console)
 
     # slash command actions -------------------------------------------------------------------
     def show_help(self) -> None:
@@ -198,7 +214,7 @@ class Chat:
         try:
             report = await action(emit=self.renderer)
         except NanobotError as exc:
-            self.console.print(f"[bold red]error:[/bold red] {exc}{on_error}", highlight=False)
+            print_error(exc.message + on_error, exc.hint, console=self.console)
             return False
         finally:
             self.renderer.finish()

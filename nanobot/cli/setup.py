@@ -10,7 +10,7 @@ from rich.table import Table
 
 from nanobot import paths
 from nanobot.config import ensure_config_file, load_config, mask_key, resolve_model
-from nanobot.errors import NanobotError
+from nanobot.errors import NanobotError, storage_error
 from nanobot.providers import registry
 
 
@@ -46,7 +46,10 @@ def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
         console.print(f"config: {path} (already complete, left unchanged)")
     cfg = load_config(path, overrides={"agents.defaults.workspace": str(workspace) if workspace else None})
     ws = cfg.workspace_path()
-    created = copy_templates(ws)
+    try:
+        created = copy_templates(ws)
+    except OSError as exc:
+        raise storage_error(exc, "create the workspace", exc.filename or ws) from None
     console.print(f"workspace: {ws} ({len(created)} file(s) created)")
     try:
         resolve_model(cfg)
