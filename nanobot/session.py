@@ -23,7 +23,7 @@ from typing import Any
 
 from nanobot.errors import SessionInUseError, UsageError, storage_error
 from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write
-from nanobot.messages import Message, for_wire, now_iso
+from nanobot.messages import Message, clean_unicode, for_wire, now_iso
 from nanobot.paths import sessions_dir
 from nanobot.validity import Fixes, make_valid, repair_messages
 
@@ -173,7 +173,11 @@ def _parse(data: bytes) -> _Parsed:
 
 def _dumps(record: dict) -> bytes:
     # default=str: an odd value in a message must not cost the user the whole turn on disk.
-    return (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+    text = json.dumps(record, ensure_ascii=False, default=str) + "\n"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (bytes that were not UTF-8): save it as U+FFFD
+        return (json.dumps(clean_unicode(record), ensure_ascii=False, default=str) + "\n").encode("utf-8")
 
 
 def _slug(key: str) -> str:

@@ -79,8 +79,12 @@ def agent(
     """Chat with the assistant (REPL), or send one message with -m. Piped stdin works as the message."""
     from nanobot.cli.chat import run_agent
 
-    if message is None and not sys.stdin.isatty():
-        message = sys.stdin.read()
+    from nanobot.cli.input_text import from_argv, from_stdin
+
+    if message is not None:
+        message = from_argv(message)
+    elif not sys.stdin.isatty():
+        message = from_stdin()
         if not message.strip():
             from nanobot.errors import UsageError
 

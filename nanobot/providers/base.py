@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from nanobot.messages import Message, assistant, tool_call
+from nanobot.messages import Message, assistant, clean_unicode, tool_call
 
 DeltaCallback = Callable[[str], None]
 
@@ -53,7 +53,7 @@ class LLMResponse:
 def parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
     """Parse tool-call arguments; never guess: malformed input yields ({}, reason)."""
     if isinstance(raw, dict):
-        return raw, None
+        return clean_unicode(raw), None
     if raw is None or raw == "":
         return {}, None
     try:
@@ -62,7 +62,7 @@ def parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
         return {}, f"arguments are not valid JSON ({exc})"
     if not isinstance(value, dict):
         return {}, f"arguments must be a JSON object, got {type(value).__name__}"
-    return value, None
+    return clean_unicode(value), None  # a "\\ud800" in the JSON must not reach a tool or a save
 
 
 class Provider(ABC):
