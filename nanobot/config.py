@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from nanobot import paths
+from nanobot import config_check, paths
 from nanobot.errors import ConfigError, MissingKeyError, storage_error
 from nanobot.fsio import atomic_write
 from nanobot.providers import registry
@@ -51,6 +51,7 @@ class ProviderConfig:
     api_key: str = ""  # secret; never printed
     api_base: str = ""  # OpenAI-compatible base URL, e.g. http://localhost:11434/v1
     extra_headers: dict[str, str] = field(default_factory=dict)  # sent with every request
+    timeout: float = 180.0  # seconds the server may stay silent before the request fails
 
 
 @dataclass
@@ -84,6 +85,7 @@ class Config:
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
     tools: Tools = field(default_factory=Tools)
     path: Path | None = field(default=None, metadata={"internal": True})  # where it was read from
+    warnings: list[str] = field(default_factory=list, metadata={"internal": True})  # for the user, once
 
     @property
     def defaults(self) -> AgentDefaults:
@@ -181,6 +183,17 @@ def _check_semantics(cfg: Config, source: str) -> None:
         raise ConfigError(f"{source}: tools.exec.timeout: must be a positive number of seconds")
     if cfg.defaults.subagent_wait_seconds < 0:
         raise ConfigError(f"{source}: agents.defaults.subagentWaitSeconds: must not be negative")
+    config_check.check_ranges(cfg, source)
+
+
+def _migrate(data: dict) -> dict:
+    """nanobot's older place for restrictToWorkspace (tools.exec) still counts, as it does there."""
+    tools = data.get("tools")
+    exec_cfg = tools.get("exec") if isinstance(tools, dict) else None
+    if isinstance(exec_cfg, dict) and "restrictToWorkspace" in exec_cfg and "restrictToWorkspace" not in tools:
+        data = copy.deepcopy(data)
+        data["tools"]["restrictToWorkspace"] = data["tools"]["exec"].pop("restrictToWorkspace")
+    return data
 
 
 def read_file(path: Path) -> dict:
@@ -260,9 +273,11 @@ def load_config(
     """
     path = Path(path) if path else paths.default_config_path()
     environ = os.environ if environ is None else environ
-    file_data = _normalize_keys(read_file(path))
-    cfg = _build(Config, file_data, "", str(path))  # validate the file on its own first
-    _check_semantics(cfg, str(path))
+    file_data = _migrate(_normalize_keys(read_file(path)))
+    warnings = config_check.key_warnings(Config, file_data, str(path))
+    file_data = config_check.expand_env(file_data, environ, str(path))
+    file_cfg = _build(Config, file_data, "", str(path))  # validate the file on its own first
+    _check_semantics(file_cfg, str(path))
     merged = deep_merge(file_data, _env_layer(environ))
     for dotted, value in (overrides or {}).items():
         if value is None:
@@ -275,6 +290,8 @@ def load_config(
     cfg = _build(Config, merged, "", "environment or flags")
     _check_semantics(cfg, "environment or flags")
     cfg.path = path
+    private = config_check.mode_warning(path) if file_cfg.secret_values() else None
+    cfg.warnings = warnings + ([private] if private else [])
     return cfg
 
 
@@ -358,6 +375,7 @@ class ResolvedModel:
     api_key: str
     api_base: str | None
     extra_headers: dict[str, str]
+    timeout: float = 180.0
 
 
 def resolve_model(cfg: Config, model: str | None = None) -> ResolvedModel:
@@ -394,7 +412,7 @@ def resolve_model(cfg: Config, model: str | None = None) -> ResolvedModel:
         )
     if spec.key_required and not pc.api_key:
         raise missing_key_error(spec)
-    return ResolvedModel(spec, name, pc.api_key, api_base, dict(pc.extra_headers))
+    return ResolvedModel(spec, name, pc.api_key, api_base, dict(pc.extra_headers), pc.timeout)
 
 
 def missing_key_error(spec: ProviderSpec) -> MissingKeyError:

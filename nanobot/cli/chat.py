@@ -15,7 +15,7 @@ from nanobot.cli.errors import print_error, print_warning, report, report_text
 from nanobot.cli.render import Renderer, escape, stderr_console, stdout_console
 from nanobot.cli.turn_notes import unsaved_notice
 from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS
-from nanobot.config import load_config
+from nanobot.cli.config_load import load as load_config
 from nanobot.errors import NanobotError, StorageError
 
 

@@ -38,7 +38,7 @@ _config_cache: list = []
 
 def _load_config():
     """The config, or None when it is invalid (said once, on stderr: memory stays readable)."""
-    from nanobot.config import load_config
+    from nanobot.cli.config_load import load as load_config
     from nanobot.errors import ConfigError
 
     if not _config_cache:

@@ -9,7 +9,8 @@ from rich.console import Console
 from rich.table import Table
 
 from nanobot import paths
-from nanobot.config import ensure_config_file, load_config, mask_key, resolve_model
+from nanobot.cli.config_load import load as load_config
+from nanobot.config import ensure_config_file, mask_key, resolve_model
 from nanobot.errors import NanobotError, storage_error
 from nanobot.providers import registry
 

@@ -17,6 +17,18 @@ from nanobot.messages import Message, assistant, clean_unicode, tool_call
 
 DeltaCallback = Callable[[str], None]
 
+# Seconds a provider may stay silent (no byte at all) before the request counts as failed; per
+# provider in the config as providers.<name>.timeout. Connecting gets at most CONNECT_TIMEOUT.
+DEFAULT_TIMEOUT = 180.0
+CONNECT_TIMEOUT = 10.0
+
+
+def http_timeout(seconds: float) -> Any:
+    """The SDK's timeout for `seconds` of silence: reads and writes get all of it, connecting less."""
+    import httpx2
+
+    return httpx2.Timeout(seconds, connect=min(CONNECT_TIMEOUT, seconds))
+
 
 @dataclass
 class ToolCallRequest:

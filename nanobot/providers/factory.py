@@ -24,11 +24,12 @@ def _build(resolved: ResolvedModel) -> Provider:
         from nanobot.providers.anthropic import AnthropicProvider
 
         return AnthropicProvider(resolved.model, api_key=resolved.api_key, api_base=resolved.api_base,
-                                 extra_headers=resolved.extra_headers)
+                                 extra_headers=resolved.extra_headers, timeout=resolved.timeout)
     from nanobot.providers.openai_compat import OpenAICompatProvider
 
     return OpenAICompatProvider(resolved.model, name=resolved.spec.name, api_key=resolved.api_key,
-                                api_base=resolved.api_base, extra_headers=resolved.extra_headers)
+                                api_base=resolved.api_base, extra_headers=resolved.extra_headers,
+                                timeout=resolved.timeout)
 
 
 class DeferredProvider(Provider):
