@@ -416,11 +416,13 @@ def resolve_model(cfg: Config, model: str | None = None) -> ResolvedModel:
 
 
 def missing_key_error(spec: ProviderSpec) -> MissingKeyError:
-    names = ", ".join(registry.key_env_names()[:4]) + ", ..."
+    other = "openai/gpt-4.1 with OPENAI_API_KEY" if spec.name != "openai" else \
+        "anthropic/claude-sonnet-4-5 with ANTHROPIC_API_KEY"
     return MissingKeyError(
         f"no API key for provider {spec.name!r}",
-        hint=f"Set {spec.env_key} in the environment (keys are read from {names}), or put the key in "
-        f"providers.{spec.name}.apiKey in {paths.default_config_path()} (`nanobot onboard` creates that file).",
+        hint=f"Set {spec.env_key} in the environment, or put the key in providers.{spec.name}.apiKey in "
+        f"{paths.default_config_path()} (`nanobot onboard` creates that file). Another provider: "
+        f"--model {other}.",
     )
 
 

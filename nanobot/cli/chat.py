@@ -13,10 +13,10 @@ from rich.console import Console
 from nanobot.agent.events import Retrying
 from nanobot.cli.errors import print_error, print_warning, report, report_text
 from nanobot.cli.render import Renderer, escape, stderr_console, stdout_console
-from nanobot.cli.turn_notes import unsaved_notice
-from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS
+from nanobot.cli.turn_notes import continuation_marker, resume_notice, unsaved_notice
+from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS, slash_command
 from nanobot.cli.config_load import load as load_config
-from nanobot.errors import NanobotError, StorageError
+from nanobot.errors import NanobotError, StorageError, UsageError
 
 
 def run_agent(*, message: str | None, session_key: str, workspace: Path | None, config_path: Path | None,
@@ -26,6 +26,8 @@ def run_agent(*, message: str | None, session_key: str, workspace: Path | None, 
         "agents.defaults.model": model,
     })
     try:
+        if message is not None and slash_command(message) is not None:
+            return asyncio.run(_one_shot_command(cfg, session_key, message, markdown=markdown))
         if message is not None:
             return asyncio.run(_one_shot(cfg, session_key, message, markdown=markdown, json_out=json_out))
         return asyncio.run(Chat(cfg, session_key, markdown=markdown).run())
@@ -42,6 +44,27 @@ def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_re
             renderer_ref[0](Retrying(attempt, delay, str(error).splitlines()[0]))
 
     return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry)
+
+
+async def _one_shot_command(cfg, session_key: str, message: str, *, markdown: bool) -> int:
+    """`agent -m /new` (or /compact, /status, ...) acts on the session, as in the chat."""
+    name, arg = slash_command(message)
+    entry = SLASH_COMMANDS.get(name)
+    if entry is None:
+        raise UsageError(f"unknown command {name}",
+                         hint=f"`nanobot agent -m /help` lists them. To send the text to the model instead, "
+                              f"start it with a space: -m ' {message.strip()}'")
+    chat = Chat(cfg, session_key, markdown=markdown)
+    if name in ("/help", "/exit", "/quit"):
+        await entry[1](chat, arg)
+        return 0
+    chat.assistant = _open(cfg, session_key, stream=False, progress=chat.err, renderer_ref=[chat.renderer])
+    try:
+        await entry[1](chat, arg)
+    finally:
+        chat.renderer.finish()
+        await chat.assistant.aclose()
+    return 1 if chat.failed else 0
 
 
 async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json_out: bool) -> int:
@@ -106,6 +129,7 @@ class Chat:
         self.assistant = None
         self.turn_task: asyncio.Task | None = None
         self.unsent = ""  # a message that could not be saved, put back at the prompt
+        self.failed = False  # a slash command failed (the exit code of `agent -m /new`)
 
     @property
     def conversation(self):
@@ -127,7 +151,7 @@ class Chat:
         history = input_history_path()
         history.parent.mkdir(parents=True, exist_ok=True)
         return PromptSession(history=FileHistory(str(history)), key_bindings=bindings, multiline=False,
-                             enable_history_search=True)
+                             enable_history_search=True, prompt_continuation=continuation_marker)
 
     async def run(self) -> int:
         from prompt_toolkit.patch_stdout import patch_stdout
@@ -141,6 +165,9 @@ class Chat:
                                f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]")
             for warning in self.conversation.session.warnings:
                 print_warning(warning, console=self.console)
+            resumed = resume_notice(self.conversation.session)
+            if resumed:
+                self.console.print(resumed, highlight=False)
             prompt = self._prompt_session()  # piped stdin never gets here: it becomes a one-shot message
             while True:
                 try:
@@ -156,13 +183,14 @@ class Chat:
                     continue
                 if text.lower() in EXIT_WORDS:
                     break
-                if text.startswith("/"):
-                    name, _, arg = text.partition(" ")
-                    entry = SLASH_COMMANDS.get(name.lower())
+                command = slash_command(text)  # "/etc/hosts ..." is text for the model, not a command
+                if command is not None:
+                    name, arg = command
+                    entry = SLASH_COMMANDS.get(name)
                     if entry is None:
                         self.console.print(f"[yellow]unknown command {name}; /help lists them[/yellow]")
                         continue
-                    if not await entry[1](self, arg.strip()):
+                    if not await entry[1](self, arg):
                         break
                     continue
                 await self.run_turn(text)
@@ -215,6 +243,7 @@ class Chat:
             report = await action(emit=self.renderer)
         except NanobotError as exc:
             print_error(exc.message + on_error, exc.hint, console=self.console)
+            self.failed = True
             return False
         finally:
             self.renderer.finish()

@@ -21,7 +21,9 @@ from nanobot.errors import NanobotError, storage_error
 
 
 def _stderr() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    console = Console(stderr=True, highlight=False)
+    console.soft_wrap = not console.is_terminal  # a terminal wraps at words; a log keeps whole lines
+    return console
 
 
 def print_error(message: str, hint: str | None = None, *, console: Console | None = None) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import IO
 
 from rich.console import Console
 from rich.markdown import Markdown
 from rich.status import Status
+from rich.text import Text
 
 from nanobot.agent.events import Event, Notice, Retrying, TextDelta, ToolFinished, ToolStarted, TurnDone
 from nanobot.cli.markdown_stream import MarkdownStream
@@ -32,11 +34,12 @@ class Renderer:
         if not (self.spinner and self.progress.is_terminal):
             return
         self._end_text()
+        waiting = Waiting(label)
         if self._status is None:
-            self._status = self.progress.status(f"[dim]{label}[/dim]", spinner="dots")
+            self._status = self.progress.status(waiting, spinner="dots")
             self._status.start()
         else:
-            self._status.update(f"[dim]{label}[/dim]")
+            self._status.update(waiting)
 
     def _stop_spinner(self) -> None:
         if self._status is not None:
@@ -108,6 +111,23 @@ class Renderer:
     def finish(self) -> None:
         self._stop_spinner()
         self._end_text()
+
+
+class Waiting:
+    """The spinner's label; past a few seconds it says how long it has been waiting (redrawn each tick)."""
+
+    QUIET_SECONDS = 3
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.started = time.monotonic()
+
+    def __rich__(self) -> Text:
+        waited = int(time.monotonic() - self.started)
+        if waited < self.QUIET_SECONDS:
+            return Text(self.label, style="dim")
+        shown = f"{waited}s" if waited < 60 else f"{waited // 60}m {waited % 60:02d}s"
+        return Text(f"{self.label} {shown} (Ctrl-C to stop)", style="dim")
 
 
 def escape(text: str) -> str:

@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from nanobot import paths
@@ -56,9 +57,9 @@ def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
         resolve_model(cfg)
         console.print(f"model: {cfg.defaults.model} — ready. Start chatting with: nanobot agent")
     except NanobotError as exc:
-        console.print(f"model: {cfg.defaults.model} — [yellow]{exc.message}[/yellow]")
+        console.print(f"model: {cfg.defaults.model} — [yellow]{escape(exc.message)}[/yellow]")
         if exc.hint:
-            console.print(exc.hint)
+            console.print(f"[dim]hint:[/dim] {escape(exc.hint)}", soft_wrap=False)
 
 
 def show_status(config_path: Path | None) -> None:
