@@ -67,6 +67,15 @@ def status(config: Optional[Path] = ConfigOpt) -> None:
 
 
 @app.command()
+def doctor(config: Optional[Path] = ConfigOpt,
+           offline: bool = typer.Option(False, "--offline", help="Do not contact the provider.")) -> None:
+    """Check the setup: config, key, provider and model, token counter, exec confinement, disk, memory, skills."""
+    from nanobot.cli.doctor import run_doctor
+
+    raise typer.Exit(run_doctor(config, offline=offline))
+
+
+@app.command()
 def agent(
     message: Optional[str] = typer.Option(None, "--message", "-m", help="Send one message, print the answer, exit."),
     session: str = typer.Option("cli:direct", "--session", "-s", help="Session key to use or resume."),
