@@ -25,5 +25,6 @@ def resume_notice(session) -> str | None:
 
 
 def continuation_marker(width: int, line_number: int, wrap_count: int) -> str:
-    """What stands before each further line of a multi-line message, aligned under the prompt."""
-    return "… ".rjust(width)
+    """What stands before each further line of a multi-line message, aligned under the prompt
+    (a line that is only wrapped by the terminal gets no marker)."""
+    return " " * width if wrap_count else "… ".rjust(width)

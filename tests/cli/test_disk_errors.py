@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -97,3 +98,28 @@ def test_append_durably_reports_the_error_and_leaves_the_file_whole(tmp_path, mo
     with pytest.raises(OSError):
         append_durably(path, "two\n")
     assert path.read_bytes() == b"one\n"
+
+
+def test_chat_puts_an_unsaved_message_back_at_the_prompt(fake_llm, configure, isolated_home):
+    from tests.cli.terminal import Terminal
+
+    configure()
+    fake_llm.script(Reply.text("saved now"))
+    with tmpfs(isolated_home / "sessions", size="64k") as sessions:
+        term = Terminal("agent", rows=30, columns=100)
+        try:
+            term.wait_for("you ›")
+            filler = fill(sessions)
+            term.send("remember: " + "y" * 6000)  # more than the session file's last page holds
+            term.wait_for("your message was not saved and was not sent to the model")
+            time.sleep(0.5)
+            assert fake_llm.requests == []
+            filler.unlink()
+            term.send("")  # Enter alone sends the text offered again at the prompt
+            term.wait_for("saved now\nyou ›")
+            term.send("/exit")
+            assert term.finish() == 0
+        finally:
+            term.close()
+        assert "No space left on device" in term.text() and "Traceback" not in term.text()
+        assert fake_llm.requests[0].messages[-1]["content"].endswith("y" * 6000)

@@ -88,11 +88,16 @@ def test_provider_failures_say_what_happened_and_where(nanobot_cmd, fake_llm, co
                                                             "http(s) URL", code=2)
 
     canned = CannedServer(b'{"id": "x", "object": "chat.completion", "choices": []}', "application/json")
+    page = CannedServer(b"<!doctype html><html><body>Welcome to nginx!</body></html>", "text/html")
     try:
         _custom(isolated_home, canned.url + "/v1")
         assert_one_error(run(nanobot_cmd, "agent", "-m", "hi"), "answered without a message", "no choices")
+        _custom(isolated_home, page.url)
+        assert_one_error(run(nanobot_cmd, "agent", "-m", "hi"), f"the server at {page.url}", "a web page",
+                         "providers.custom.apiBase")
     finally:
         canned.close()
+        page.close()
 
 
 def test_config_mistakes_are_said_not_passed_over(nanobot_cmd, fake_llm, configure, isolated_home):
