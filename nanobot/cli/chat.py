@@ -137,9 +137,9 @@ class Chat:
 
     def _prompt_session(self):
         from prompt_toolkit import PromptSession
-        from prompt_toolkit.history import FileHistory
         from prompt_toolkit.key_binding import KeyBindings
 
+        from nanobot.cli.input_history import InputHistory
         from nanobot.paths import input_history_path
 
         bindings = KeyBindings()
@@ -149,8 +149,11 @@ class Chat:
             event.current_buffer.insert_text("\n")
 
         history = input_history_path()
-        history.parent.mkdir(parents=True, exist_ok=True)
-        return PromptSession(history=FileHistory(str(history)), key_bindings=bindings, multiline=False,
+        try:
+            history.parent.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass  # the history then lives in memory only
+        return PromptSession(history=InputHistory(str(history)), key_bindings=bindings, multiline=False,
                              enable_history_search=True, prompt_continuation=continuation_marker)
 
     async def run(self) -> int:
