@@ -56,8 +56,8 @@ _QUOTA_HINT = ("The account's quota or spending limit is used up: add credit or 
 
 
 def is_quota(status: int, message: str, error_type: str = "", retry_after: float | None = None) -> bool:
-    """A 429 (or 402/403) that says the account is out of quota or credit, not 'slow down'."""
-    if status not in (402, 403, 429):
+    """A 429 (or 400/402/403) that says the account is out of quota or credit, not 'slow down'."""
+    if status not in (400, 402, 403, 429):  # Anthropic says "credit balance is too low" with a 400
         return False
     if status == 402:
         return True
