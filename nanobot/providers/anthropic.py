@@ -8,7 +8,7 @@ from typing import Any
 import anthropic
 import httpx2
 
-from nanobot.messages import Message
+from nanobot.messages import Message, clean_unicode
 from nanobot.providers import anthropic_format as fmt
 from nanobot.providers.base import DEFAULT_TIMEOUT, http_timeout, DeltaCallback, LLMResponse, Provider, ToolCallRequest, Usage
 from nanobot.providers.errors_map import translate
@@ -120,7 +120,7 @@ def _to_response(message: dict[str, Any]) -> LLMResponse:
         elif kind == "thinking":
             thinking.append(block.get("thinking") or "")
         elif kind == "tool_use":
-            value = block.get("input")
+            value = clean_unicode(block.get("input"))  # a "\\ud800" must not reach a tool or a save
             args = value if isinstance(value, dict) else {}
             error = None if isinstance(value, dict) else "arguments must be a JSON object"
             calls.append(ToolCallRequest(str(block.get("id") or ""), str(block.get("name") or ""), args,

@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from nanobot.fakellm import Reply
 
 
@@ -14,8 +16,10 @@ def stored_lines(home):
             for line in p.read_text(encoding="utf-8").splitlines()]
 
 
-def test_invalid_utf8_in_argv_tool_arguments_and_file_names(nanobot_cmd, fake_llm, configure, isolated_home):
-    configure()
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_invalid_utf8_in_argv_tool_arguments_and_file_names(nanobot_cmd, fake_llm, configure, isolated_home,
+                                                            protocol):
+    configure(protocol)
     workspace = isolated_home / "workspace"
     (workspace / "odd").mkdir(parents=True)
     os.close(os.open(os.path.join(os.fsencode(workspace / "odd"), b"caf\xe9.txt"), os.O_CREAT | os.O_WRONLY))
@@ -38,7 +42,7 @@ def test_invalid_utf8_in_argv_tool_arguments_and_file_names(nanobot_cmd, fake_ll
     calls = [m for m in lines if m.get("tool_calls")][0]["tool_calls"]
     assert "\ufffd" in calls[0]["function"]["arguments"]
     assert (workspace / "note\ufffd.txt").read_text() == "hi \ufffd there"
-    assert fake_llm.requests[1].messages[-1]["content"].count("caf\ufffd.txt") == 1
+    assert json.dumps(fake_llm.requests[1].messages[-1], ensure_ascii=False).count("caf\ufffd.txt") == 1
     fake_llm.assert_all_valid()
 
 
