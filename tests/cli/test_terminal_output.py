@@ -19,13 +19,17 @@ def long_answer() -> str:
         parts.append(f"## Section {i}")
         parts.append(" ".join(f"p{i}w{j}" for j in range(45)))  # ~270 characters on one line
         parts.append("- item " + " ".join(f"l{i}w{j}" for j in range(25)))
-        parts.append("```python\n" + "\n".join(f"c{i}x{k} = {k}  # a code line" for k in range(8)) + "\n```")
-        parts.append("| name | value |\n|---|---|\n" + "\n".join(f"| t{i}r{k} | v{k} |" for k in range(4)))
+        long_code = f"c{i}x8 = 8  # " + "padding " * 14 + f"k{i}e"  # wider than the terminal
+        parts.append("```python\n" + "\n".join([*(f"c{i}x{k} = {k}  # a code line" for k in range(8)), long_code])
+                     + "\n```")
+        long_cell = " ".join(f"n{i}c{j}" for j in range(20))  # a cell wider than its column
+        parts.append("| name | value |\n|---|---|\n" + "\n".join(f"| t{i}r{k} | v{k} |" for k in range(4))
+                     + f"\n| t{i}r4 | {long_cell} |")
     return "\n\n".join(parts) + "\n"
 
 
 def tokens(text: str) -> list[str]:
-    return re.findall(r"\b(?:p\d+w\d+|l\d+w\d+|c\d+x\d+|t\d+r\d+)\b", text)
+    return re.findall(r"\b(?:p\d+w\d+|l\d+w\d+|c\d+x\d+|k\d+e|t\d+r\d+|n\d+c\d+)\b", text)
 
 
 def assert_whole_answer_visible_once(lines: list[str], answer: str) -> None:
@@ -56,7 +60,7 @@ def test_chat_markdown_answer_is_visible_in_full_at_80_columns(long_reply):
     try:
         term.wait_for("you ›")
         term.send("explain everything")
-        term.wait_for(f"t{SECTIONS - 1}r3")
+        term.wait_for(f"n{SECTIONS - 1}c19")
         term.wait_for_count("you ›", 2)
         term.send("/exit")
         assert term.finish() == 0
