@@ -5,23 +5,35 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 
 from nanobot.doctor import run_checks
 
-_MARK = {"ok": "[green]✓[/green]", "warn": "[yellow]![/yellow]", "fail": "[bold red]✗[/bold red]"}
+_MARK = {"ok": Text("✓", "green"), "warn": Text("!", "yellow"), "fail": Text("✗", "bold red")}
 
 
 def run_doctor(config_path: Path | None, *, offline: bool) -> int:
     """0 when nothing failed (warnings allowed), 1 otherwise."""
     console = Console(highlight=False)
-    console.soft_wrap = not console.is_terminal
     checks = run_checks(config_path, offline=offline)
-    width = max(len(c.name) for c in checks)
-    for check in checks:
-        console.print(f"{_MARK[check.status]} {check.name:<{width}}  {escape(check.detail)}")
-        if check.hint and check.status != "ok":
-            console.print(f"  {'':<{width}}  [dim]hint:[/dim] {escape(check.hint)}")
+    if console.is_terminal:
+        table = Table.grid(padding=(0, 1))  # wrapped details stay in their column
+        table.add_column(no_wrap=True)
+        table.add_column(no_wrap=True)
+        table.add_column()
+        for check in checks:
+            detail = Text(check.detail)
+            if check.hint and check.status != "ok":
+                detail.append("\nhint: ", "dim").append(check.hint)
+            table.add_row(_MARK[check.status], check.name, detail)
+        console.print(table)
+    else:  # piped: one line per check (and one per hint), for grep and scripts
+        width = max(len(c.name) for c in checks)
+        for check in checks:
+            print(f"{_MARK[check.status].plain} {check.name:<{width}}  {check.detail}")
+            if check.hint and check.status != "ok":
+                print(f"  {'':<{width}}  hint: {check.hint}")
     failed = [c.name for c in checks if c.status == "fail"]
     if failed:
         console.print(f"[bold red]{len(failed)} check(s) failed:[/bold red] {', '.join(failed)}")
