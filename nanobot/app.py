@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nanobot.agent.budget import check_fixed_prompt, fit_request, reply_room
 from nanobot.agent.context import ContextBuilder
@@ -22,6 +23,10 @@ from nanobot.tools.base import ToolContext
 from nanobot.tools.registry import ToolRegistry
 from nanobot.tokens import default_counter
 from nanobot.tools.spawn import SpawnTool
+
+if TYPE_CHECKING:  # imported where used: the cron modules load only when needed
+    from nanobot.cron.runner import Clock, Delivery, JobTurns, Scheduler, TurnResult
+    from nanobot.tools.cron import CronTool
 
 
 def tool_context(cfg: Config, workspace: Path) -> ToolContext:
@@ -76,6 +81,45 @@ def build_context(cfg: Config, workspace: Path) -> ContextBuilder:
                           timezone=cfg.defaults.timezone)
 
 
+def cron_tool(cfg: Config, workspace: Path, session_key: str) -> CronTool:
+    from nanobot.cron.store import JobStore
+    from nanobot.tools.cron import CronTool
+
+    return CronTool(tool_context(cfg, workspace), JobStore(workspace), default_tz=cfg.defaults.timezone,
+                    origin=session_key)
+
+
+class AssistantTurns:
+    """Runs a job's turn (nanobot/cron/runner.py) in a freshly opened session, then closes it."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+
+    async def run(self, session_key: str, prompt: str) -> TurnResult:
+        from nanobot.cron.runner import TurnResult
+
+        assistant = open_assistant(self.cfg, session_key, stream=False)  # SessionInUseError when held
+        try:
+            outcome = await assistant.conversation.send(prompt)
+            if assistant.conversation.running_subagents():
+                await assistant.conversation.wait_for_background(self.cfg.defaults.subagent_wait_seconds)
+        finally:
+            await assistant.aclose()
+        return TurnResult(outcome.content, outcome.error)
+
+
+def build_scheduler(cfg: Config, *, kind: str, heartbeat: bool = False, turns: JobTurns | None = None,
+                    deliveries: list[Delivery] | None = None, clock: Clock | None = None) -> Scheduler:
+    """The job runner for `nanobot serve`, a chat ("chat") or `nanobot cron run`; only serve beats."""
+    from nanobot.cron.runner import HeartbeatSettings, RunnerLock, Scheduler, SystemClock
+    from nanobot.cron.store import JobStore
+
+    store = JobStore(cfg.workspace_path())
+    hb = cfg.gateway.heartbeat
+    return Scheduler(store, turns or AssistantTurns(cfg), RunnerLock(store, kind), clock or SystemClock(),
+                     list(deliveries or []), HeartbeatSettings(hb.enabled and heartbeat, hb.interval_s))
+
+
 @dataclass
 class Assistant:
     """Everything one `nanobot agent` run holds open."""
@@ -128,6 +172,7 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
                                 on_start=conversation.announce_start, max_tokens=reply_tokens,
                                 prepare=fit_subagent_request)
     tools.register(SpawnTool(tool_context(cfg, workspace), subagents))
+    tools.register(cron_tool(cfg, workspace, session_key))  # main agent only: subagents get sub_tools
     conversation.subagents = subagents
     try:
         check_fixed_prompt(context.system_prompt(), tools.schemas(), reply_tokens, d.context_window_tokens,

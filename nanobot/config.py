@@ -4,7 +4,7 @@ Precedence: command-line flag > environment variable > file > default. Every lea
 set from the environment as NANOBOT_<PATH> with `__` between levels, for example
 NANOBOT_AGENTS__DEFAULTS__MODEL; provider keys also come from their usual variables
 (ANTHROPIC_API_KEY, OPENAI_API_KEY, ...). Sections this tool does not use (nanobot's
-`channels`, `gateway`, ...) are kept in the file and ignored.
+`channels`, `gateway.host`, ...) are kept in the file and ignored.
 """
 
 from __future__ import annotations
@@ -80,10 +80,22 @@ class Tools:
 
 
 @dataclass
+class HeartbeatConfig:
+    enabled: bool = True  # `nanobot serve` reads HEARTBEAT.md on a schedule (nanobot's key)
+    interval_s: int = 1800  # seconds between heartbeats (nanobot's gateway.heartbeat.intervalS)
+
+
+@dataclass
+class Gateway:
+    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)  # nanobot's host/port are ignored
+
+
+@dataclass
 class Config:
     agents: Agents = field(default_factory=Agents)
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
     tools: Tools = field(default_factory=Tools)
+    gateway: Gateway = field(default_factory=Gateway)
     path: Path | None = field(default=None, metadata={"internal": True})  # where it was read from
     warnings: list[str] = field(default_factory=list, metadata={"internal": True})  # for the user, once
 
@@ -181,6 +193,8 @@ def _check_semantics(cfg: Config, source: str) -> None:
             raise ConfigError(f"{source}: agents.defaults.{to_camel(key)}: must be a positive integer")
     if cfg.tools.exec.timeout <= 0:
         raise ConfigError(f"{source}: tools.exec.timeout: must be a positive number of seconds")
+    if cfg.gateway.heartbeat.interval_s < 60:
+        raise ConfigError(f"{source}: gateway.heartbeat.intervalS: must be at least 60 seconds")
     if cfg.defaults.subagent_wait_seconds < 0:
         raise ConfigError(f"{source}: agents.defaults.subagentWaitSeconds: must not be negative")
     config_check.check_ranges(cfg, source)
@@ -313,6 +327,7 @@ def default_file_dict() -> dict:
     cfg = Config()
     cfg.agents.defaults.workspace = str(paths.default_workspace())
     data = _as_file_dict(cfg)
+    del data["gateway"]  # nanobot's section: its defaults apply until the user sets it (README)
     data["providers"] = {
         name: _as_file_dict(ProviderConfig()) for name in ("anthropic", "openai", "openrouter", "ollama", "custom")
     }

@@ -30,6 +30,7 @@ NANOBOT_KEYS = {
     "tools": {"mcpServers", "ssrfWhitelist", "my"},
     "tools.exec": {"pathAppend"},
     "tools.web": {"proxy"},
+    "gateway": {"host", "port"},
 }
 
 SECURITY_KEYS = {"restrictToWorkspace"}

@@ -62,6 +62,7 @@ def test_a_nanobot_config_file_loads_and_unknown_sections_are_kept(tmp_path):
     cfg = load_config(path, environ={})
     assert cfg.defaults.model == "anthropic/claude-opus-4-5"
     assert resolve_model(cfg).api_key == "sk-ant-x"
+    assert not [w for w in cfg.warnings if "unknown key" in w]  # nanobot's own keys and sections
     ensure_config_file(path)
     after = json.loads(path.read_text())
     assert after["channels"] == nanobot_file["channels"] and after["gateway"] == nanobot_file["gateway"]

@@ -39,6 +39,7 @@ def _root(version: bool = typer.Option(False, "--version", "-V", callback=_versi
 
 
 def _mount_subcommands() -> None:
+    from nanobot.cli.cron_cmd import cron_app
     from nanobot.cli.memory_cmd import history_app, memory_app
     from nanobot.cli.session_cmd import session_app
     from nanobot.cli.skills_cmd import skills_app
@@ -47,6 +48,8 @@ def _mount_subcommands() -> None:
     app.add_typer(memory_app, name="memory", help="What the assistant remembers (MEMORY.md).")
     app.add_typer(history_app, name="history", help="Search the archive of past conversations (HISTORY.md).")
     app.add_typer(skills_app, name="skills", help="Skills the assistant can use.")
+    app.add_typer(cron_app, name="cron", help="Scheduled jobs and reminders (they fire while `nanobot serve` "
+                  "or a chat runs).")
 
 
 @app.command()
@@ -101,6 +104,18 @@ def agent(
     code = run_agent(message=message, session_key=session, workspace=workspace, config_path=config,
                      model=model, markdown=not no_markdown, json_out=json_out)
     raise typer.Exit(code)
+
+
+@app.command()
+def serve(
+    once: bool = typer.Option(False, "--once", help="Run what is due now (jobs, heartbeat), then exit."),
+    workspace: Optional[Path] = typer.Option(None, "--workspace", "-w", help="Workspace folder."),
+    config: Optional[Path] = ConfigOpt,
+) -> None:
+    """Fire scheduled jobs and the heartbeat until stopped (foreground; for systemd --user or nohup)."""
+    from nanobot.cli.serve import run_serve
+
+    raise typer.Exit(run_serve(config_path=config, workspace=workspace, once=once))
 
 
 def main() -> None:

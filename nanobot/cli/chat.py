@@ -130,6 +130,8 @@ class Chat:
         self.turn_task: asyncio.Task | None = None
         self.unsent = ""  # a message that could not be saved, put back at the prompt
         self.failed = False  # a slash command failed (the exit code of `agent -m /new`)
+        self.reminders = None  # nanobot.cli.chat_reminders.ChatReminders
+        self._held_firings: list = []  # reminders that arrived during a turn, shown after it
 
     @property
     def conversation(self):
@@ -172,7 +174,9 @@ class Chat:
             if resumed:
                 self.console.print(resumed, highlight=False)
             prompt = self._prompt_session()  # piped stdin never gets here: it becomes a one-shot message
+            self._start_reminders()
             while True:
+                self._show_held_firings()
                 try:
                     with patch_stdout(raw=True):
                         text = await prompt.prompt_async("you › ", default=self.unsent)
@@ -199,6 +203,8 @@ class Chat:
                 await self.run_turn(text)
         finally:
             self.renderer.finish()
+            if self.reminders is not None:
+                await self.reminders.stop()
             running = len(self.conversation.running_subagents())
             if running:
                 self.console.print(f"[yellow]stopping {running} subagent(s) still running[/yellow]")
@@ -233,6 +239,38 @@ class Chat:
         self.renderer.finish()
         if outcome.error:
             report_text(outcome.error, console=self.console)
+
+    # reminders (nanobot/cli/chat_reminders.py) -----------------------------------------------
+    def _start_reminders(self) -> None:
+        from nanobot.app import AssistantTurns, build_scheduler
+        from nanobot.cli.chat_reminders import ChatReminders, ChatTurns
+        from nanobot.cli.serve import log_delivery
+
+        turns = ChatTurns(self.session_key, self.conversation, AssistantTurns(self.cfg))
+        try:
+            scheduler = build_scheduler(self.cfg, kind="chat", turns=turns, deliveries=[log_delivery(self.cfg)])
+        except OSError as exc:  # e.g. a read-only workspace: the chat still works, reminders do not
+            self.console.print(f"[yellow]warning: reminders are off in this chat: {escape(str(exc))}[/yellow]")
+            return
+        self.reminders = ChatReminders(scheduler, self._show_firing)
+        self.reminders.start()
+
+    def _show_firing(self, firing) -> None:
+        """Printed above the prompt; held while a turn is on screen."""
+        if self.turn_task is not None:
+            self._held_firings.append(firing)
+            return
+        colour = "red" if firing.status == "error" else "yellow" if firing.kind == "notice" else "cyan"
+        self.console.print(f"[bold {colour}]{escape(firing.title)}[/bold {colour}]"
+                           + (f" [dim]({escape(firing.session)})[/dim]" if firing.session else ""), highlight=False)
+        body = (firing.error or firing.text or "").strip()
+        if body:
+            self.console.print(escape(body), highlight=False)
+
+    def _show_held_firings(self) -> None:
+        held, self._held_firings = self._held_firings, []
+        for firing in held:
+            self._show_firing(firing)
 
     # slash command actions -------------------------------------------------------------------
     def show_help(self) -> None:

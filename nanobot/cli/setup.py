@@ -87,4 +87,19 @@ def show_status(config_path: Path | None) -> None:
                                     f"(reply room {cfg.defaults.max_tokens:,})")
     table.add_row("token estimator", tokens.estimator_name())
     table.add_row("sessions", str(paths.sessions_dir()))
+    table.add_row("reminders", _reminders_line(cfg))
     console.print(table)
+
+
+def _reminders_line(cfg) -> str:
+    from nanobot.cron.runner import current_runner, describe_owner
+    from nanobot.cron.store import JobStore
+
+    store = JobStore(cfg.workspace_path())
+    jobs = store.jobs() if store.path.exists() else []
+    on = sum(1 for job in jobs if job.enabled)
+    runner = current_runner(store)
+    where = (f"fired by {describe_owner(runner)}" if runner
+             else "no runner now: they fire while `nanobot serve` or a chat runs")
+    notes = "".join(f"\n[yellow]{note}[/yellow]" for note in store.notices)
+    return f"{len(jobs)} job(s), {on} on · {where}{notes}"
