@@ -51,6 +51,9 @@ def test_slash_commands_act_in_one_shot_mode_and_history_starts_empty(nanobot_cm
     found = run(nanobot_cmd, "history", "grep", "Ada")
     assert found.returncode == 0 and "Ada said hello" in found.stdout
     assert_one_error(run(nanobot_cmd, "agent", "-m", "/bogus"), "unknown command /bogus", "-m ' /bogus'", code=2)
+    stop = run(nanobot_cmd, "agent", "-m", "/stop")
+    assert stop.returncode == 0 and "no subagents are running" in stop.stdout
+    assert len(fake_llm.requests) == 2
 
 
 def _closed_port() -> int:
