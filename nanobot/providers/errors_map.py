@@ -66,11 +66,13 @@ def is_quota(status: int, message: str, error_type: str = "", retry_after: float
 
 
 def status_error(provider: str, status: int, message: str, retry_after: str | None = None,
-                 error_type: str = "") -> ProviderError:
+                 error_type: str = "", url: str | None = None) -> ProviderError:
     wait = parse_retry_after(retry_after)
     quota = is_quota(status, message, error_type, wait)
     retryable = not quota and (status in _RETRYABLE or status >= 500)
     label = "overloaded" if status == 529 else "quota or spending limit reached" if quota else f"HTTP {status}"
+    if url and status in (404, 405):  # a wrong apiBase usually shows up as "not found": say where we asked
+        label += f" from {url}"
     overflow = status in (400, 413) and bool(_OVERFLOW.search(message))
     return ProviderError(
         f"{provider}: {label}: {message}".rstrip(": "),
@@ -127,6 +129,6 @@ def translate(provider: str, exc: BaseException, *, url: str | None, seconds: fl
     response = getattr(exc, "response", None)
     if isinstance(status, int) and response is not None:
         message, kind = body_message(getattr(exc, "body", None), str(getattr(exc, "message", exc)))
-        return status_error(provider, status, message, response.headers.get("retry-after"), kind)
+        return status_error(provider, status, message, response.headers.get("retry-after"), kind, url=url)
     timed_out = isinstance(exc, httpx2.TimeoutException) or type(exc).__name__ == "APITimeoutError"
     return connection_error(provider, exc, timeout=timed_out, url=url, seconds=seconds)

@@ -86,6 +86,9 @@ def test_provider_failures_say_what_happened_and_where(nanobot_cmd, fake_llm, co
     _custom(isolated_home, f"http://127.0.0.1:{port}/v1")
     assert_one_error(run(nanobot_cmd, "agent", "-m", "hi"), f"could not connect to http://127.0.0.1:{port}/v1")
 
+    _custom(isolated_home, fake_llm.base_url)  # the /v1 left out
+    assert_one_error(run(nanobot_cmd, "agent", "-m", "hi"), f"HTTP 404 from {fake_llm.base_url}", "apiBase")
+
     _custom(isolated_home, "not a url")
     assert_one_error(run(nanobot_cmd, "agent", "-m", "hi"), "providers.custom.apiBase: 'not a url' is not an "
                                                             "http(s) URL", code=2)
