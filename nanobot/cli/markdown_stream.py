@@ -77,11 +77,14 @@ class MarkdownStream:
 
     def update(self, text: str) -> None:
         """`text` is the whole answer so far."""
+        grew_a_line = "\n" in text[len(self.text):]
         self.text = text
-        done, tail = split_finished(text[self.printed:])
-        if done:
-            self._print(done)
-            self.printed = len(text) - len(tail)
+        tail = text[self.printed:]
+        if grew_a_line:  # a block can only finish at a new line; scanning on every word would be quadratic
+            done, tail = split_finished(tail)
+            if done:
+                self._print(done)
+                self.printed = len(text) - len(tail)
         if tail.strip():
             self._show_live(tail)
 
