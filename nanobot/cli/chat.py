@@ -11,11 +11,11 @@ from pathlib import Path
 from rich.console import Console
 
 from nanobot.agent.events import Retrying
+from nanobot.cli.config_load import load as load_config
 from nanobot.cli.errors import print_error, print_warning, report, report_text
 from nanobot.cli.render import Renderer, escape, stderr_console, stdout_console
-from nanobot.cli.turn_notes import continuation_marker, resume_notice, unsaved_notice
 from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS, slash_command
-from nanobot.cli.config_load import load as load_config
+from nanobot.cli.turn_notes import continuation_marker, resume_notice, unsaved_notice
 from nanobot.errors import NanobotError, StorageError, UsageError
 
 
