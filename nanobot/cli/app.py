@@ -131,7 +131,7 @@ def main() -> None:
     if sys.argv[1:2] not in (["--version"], ["-V"]):
         _mount_subcommands()
     try:
-        code = app(standalone_mode=False)
+        code = app(standalone_mode=False, prog_name="nanobot")
     except click_errors.NoArgsIsHelpError as exc:
         print(exc.format_message())
         sys.exit(2)

@@ -156,3 +156,21 @@ def test_chat_says_it_resumed_marks_continuation_lines_and_counts_the_wait(fake_
     finally:
         term.close()
     assert fake_llm.requests[-1].messages[-1]["content"].endswith("line one\nline two")
+
+
+def test_one_style_for_usage_errors_key_errors_and_a_misspelt_security_setting(nanobot_cmd, isolated_home):
+    usage = run(nanobot_cmd, "session", "show")
+    assert usage.stderr.splitlines()[0] == "Usage: nanobot session show [OPTIONS] KEY"  # no {key}
+    assert_one_error(usage, "Missing argument 'KEY'", "nanobot session show --help", code=2)
+    restore = run(nanobot_cmd, "memory", "restore", "--help")
+    assert "Usage: nanobot memory restore [OPTIONS] N\n" in restore.stdout
+    no_key = run(nanobot_cmd, "agent", "-m", "hi")
+    assert_one_error(no_key, "no API key for provider 'anthropic'", code=2)
+    assert no_key.stderr.count("ANTHROPIC_API_KEY") == 1  # the hint says it once
+    isolated_home.mkdir(parents=True, exist_ok=True)
+    (isolated_home / "config.json").write_text(json.dumps({"tools": {"restrictToWorkSpace": True}}))
+    assert_one_error(run(nanobot_cmd, "agent", "-m", "hi"), "did you mean tools.restrictToWorkspace?",
+                     "security setting", code=2)
+    tail = run(nanobot_cmd, "history", "tail", "-n", "2")  # -n is --last, as in grep and session show
+    assert tail.returncode == 0 and "warning: " in tail.stderr  # memory stays readable with a broken config
+    assert "restrictToWorkspace" in tail.stderr and "no history yet" in tail.stderr
