@@ -98,5 +98,5 @@ def tool_calls_of(msg: Message) -> list[dict]:
 
 
 def for_wire(msg: Message) -> Message:
-    """A copy of `msg` with only the keys a provider may receive (and only encodable text)."""
-    return {k: clean_unicode(msg[k]) for k in WIRE_KEYS if k in msg}
+    """A copy of `msg` with only the keys a provider may receive."""
+    return {k: msg[k] for k in WIRE_KEYS if k in msg}

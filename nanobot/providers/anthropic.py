@@ -10,7 +10,7 @@ import httpx2
 
 from nanobot.messages import Message, clean_unicode
 from nanobot.providers import anthropic_format as fmt
-from nanobot.providers.base import DEFAULT_TIMEOUT, http_timeout, DeltaCallback, LLMResponse, Provider, ToolCallRequest, Usage
+from nanobot.providers.base import DEFAULT_TIMEOUT, http_timeout, post_encodable, DeltaCallback, LLMResponse, Provider, ToolCallRequest, Usage
 from nanobot.providers.errors_map import translate
 from nanobot.providers.raw_http import RAW_STREAM_HEADERS, json_body, sse_json, stream_error
 
@@ -47,8 +47,8 @@ class AnthropicProvider(Provider):
             if choice:
                 params["tool_choice"] = choice
         try:
-            response = await self._client.post(
-                "/v1/messages", body=params if on_delta is None else {**params, "stream": True},
+            response = await post_encodable(
+                self._client.post, "/v1/messages", params if on_delta is None else {**params, "stream": True},
                 cast_to=httpx2.Response, options={"headers": RAW_STREAM_HEADERS})
             try:
                 if on_delta is None:

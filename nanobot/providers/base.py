@@ -23,6 +23,15 @@ DEFAULT_TIMEOUT = 180.0
 CONNECT_TIMEOUT = 10.0
 
 
+async def post_encodable(post: Callable[..., Any], path: str, body: dict[str, Any], **kwargs: Any) -> Any:
+    """`post(path, body=body)`; a body the JSON encoder refuses (a lone surrogate that slipped past
+    the edges, see messages.clean_unicode) is sent once more with U+FFFD in its place. Free when clean."""
+    try:
+        return await post(path, body=body, **kwargs)
+    except UnicodeEncodeError:
+        return await post(path, body=clean_unicode(body), **kwargs)
+
+
 def http_timeout(seconds: float) -> Any:
     """The SDK's timeout for `seconds` of silence: reads and writes get all of it, connecting less."""
     import httpx2

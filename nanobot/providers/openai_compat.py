@@ -10,7 +10,7 @@ import httpx2
 
 from nanobot.errors import ProviderError
 from nanobot.messages import Message, for_wire
-from nanobot.providers.base import DEFAULT_TIMEOUT, http_timeout, DeltaCallback, LLMResponse, Provider, ToolCallRequest, Usage, parse_arguments
+from nanobot.providers.base import DEFAULT_TIMEOUT, http_timeout, post_encodable, DeltaCallback, LLMResponse, Provider, ToolCallRequest, Usage, parse_arguments
 from nanobot.providers.errors_map import translate
 from nanobot.providers.raw_http import RAW_STREAM_HEADERS, json_body as _json_body, sse_json, stream_error
 
@@ -72,8 +72,8 @@ class OpenAICompatProvider(Provider):
         `chat.completions.create` would first walk every message through its request transform
         and then build a pydantic object per streamed chunk; on a long history that is most of a
         turn's local overhead. The wire bytes are the same (tests/providers/test_raw_wire.py)."""
-        return await self._client.post("/chat/completions", body=body, cast_to=httpx2.Response,
-                                       options={"headers": RAW_STREAM_HEADERS})
+        return await post_encodable(self._client.post, "/chat/completions", body, cast_to=httpx2.Response,
+                                    options={"headers": RAW_STREAM_HEADERS})
 
     async def aclose(self) -> None:
         await self._client.close()
