@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nanobot.approvals import SessionApprover, check_kinds
 from nanobot.agent.budget import check_fixed_prompt, fit_request, reply_room
 from nanobot.agent.context import ContextBuilder
 from nanobot.config import Config, resolve_model
@@ -17,8 +19,10 @@ from nanobot.providers.base import Provider
 from nanobot.providers.factory import make_provider
 from nanobot.providers.registry import key_env_names
 from nanobot.providers.retry import RetryCallback, RetryPolicy
+from nanobot.paths import secure_home
 from nanobot.session import SessionStore
 from nanobot.subagents import SubagentManager
+from nanobot.tools.approval import Approver
 from nanobot.tools.base import ToolContext
 from nanobot.tools.registry import ToolRegistry
 from nanobot.tokens import default_counter
@@ -29,7 +33,7 @@ if TYPE_CHECKING:  # imported where used: the cron modules load only when needed
     from nanobot.tools.cron import CronTool
 
 
-def tool_context(cfg: Config, workspace: Path) -> ToolContext:
+def tool_context(cfg: Config, workspace: Path, approver: Approver | None = None) -> ToolContext:
     secrets = set(key_env_names()) | {"BRAVE_API_KEY", "NANOBOT_API_KEY"}
     secrets |= {name for name, value in os.environ.items() if value and value in cfg.secret_values()}
     return ToolContext(
@@ -38,16 +42,17 @@ def tool_context(cfg: Config, workspace: Path) -> ToolContext:
         exec_enabled=cfg.tools.exec.enable,
         exec_timeout=float(cfg.tools.exec.timeout),
         secret_env_names=frozenset(secrets),
+        **({"approver": approver} if approver is not None else {}),
     )
 
 
-def build_tools(cfg: Config, workspace: Path) -> ToolRegistry:
+def build_tools(cfg: Config, workspace: Path, approver: Approver | None = None) -> ToolRegistry:
     """The tools a subagent gets; the main agent gets these plus spawn (see open_assistant)."""
     from nanobot.tools.files import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
     from nanobot.tools.shell import ExecTool
     from nanobot.tools.web import WebFetchTool, WebSearchTool
 
-    ctx = tool_context(cfg, workspace)
+    ctx = tool_context(cfg, workspace, approver)
     registry = ToolRegistry([ReadFileTool(ctx), WriteFileTool(ctx), EditFileTool(ctx), ListDirTool(ctx)])
     if cfg.tools.exec.enable:
         registry.register(ExecTool(ctx))
@@ -128,6 +133,7 @@ class Assistant:
     workspace: Path
     store: SessionStore
     conversation: Conversation
+    approver: SessionApprover | None = None  # answers risky actions; remembers this session's "always"
 
     def prewarm(self) -> None:
         """Start loading the provider's SDK in the background (the REPL calls this before its prompt)."""
@@ -143,11 +149,18 @@ class Assistant:
 
 
 def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, stream: bool = True,
-                   on_retry: RetryCallback | None = None) -> Assistant:
-    """Resolve the provider (fails fast on a missing key), then lock and load the session."""
+                   on_retry: RetryCallback | None = None, ask: Approver | None = None,
+                   approve: Iterable[str] = ()) -> Assistant:
+    """Resolve the provider (fails fast on a missing key), then lock and load the session.
+
+    `ask` answers risky actions (the chat's prompt; None refuses them, as in one-shot mode);
+    `approve` lists kinds allowed without asking (--approve), besides tools.autoApprove.
+    """
+    auto = check_kinds([*cfg.tools.auto_approve], "tools.autoApprove") | check_kinds(approve, "--approve")
     provider = build_provider(cfg, model, on_retry=on_retry)
     workspace = cfg.workspace_path()
     workspace.mkdir(parents=True, exist_ok=True)
+    secure_home(keep_open=workspace)
     store = SessionStore()
     session = store.open(session_key)
     d = cfg.defaults
@@ -156,13 +169,15 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     settings = TurnSettings(max_iterations=d.max_tool_iterations, max_tokens=reply_tokens,
                             temperature=d.temperature, stream=stream, channel=channel or "cli",
                             chat_id=chat_id or "direct")
-    tools = build_tools(cfg, workspace)
+    approver = SessionApprover(ask, auto=auto,
+                               record=lambda **fields: store.record_decision(session, **fields))
+    tools = build_tools(cfg, workspace, approver)
     context = build_context(cfg, workspace)
     consolidator = Consolidator(provider, context.memory, store, context_window=d.context_window_tokens,
                                 reply_tokens=reply_tokens, counter=default_counter())
     conversation = Conversation(session=session, store=store, provider=provider, tools=tools,
                                 context=context, settings=settings, consolidator=consolidator)
-    sub_tools = build_tools(cfg, workspace)
+    sub_tools = build_tools(cfg, workspace, approver)  # subagents ask the same way, recorded in this session
 
     def fit_subagent_request(messages: list[dict]) -> list[dict]:
         return fit_request(messages, consolidator.budget, consolidator.counter, tools=sub_tools.schemas(),
@@ -171,7 +186,7 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     subagents = SubagentManager(provider, sub_tools, workspace, on_done=conversation.deliver,
                                 on_start=conversation.announce_start, max_tokens=reply_tokens,
                                 prepare=fit_subagent_request)
-    tools.register(SpawnTool(tool_context(cfg, workspace), subagents))
+    tools.register(SpawnTool(tool_context(cfg, workspace, approver), subagents))
     tools.register(cron_tool(cfg, workspace, session_key))  # main agent only: subagents get sub_tools
     conversation.subagents = subagents
     try:
@@ -181,4 +196,4 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     except ContextTooSmallError:
         store.close(session)
         raise
-    return Assistant(cfg, workspace, store, conversation)
+    return Assistant(cfg, workspace, store, conversation, approver)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from nanobot import config_check, paths
+from nanobot import config_check, paths, secrets_mask
 from nanobot.errors import ConfigError, MissingKeyError, storage_error
 from nanobot.fsio import atomic_write
 from nanobot.providers import registry
@@ -77,6 +77,7 @@ class Tools:
     exec: ExecConfig = field(default_factory=ExecConfig)
     web: WebConfig = field(default_factory=WebConfig)
     restrict_to_workspace: bool = False  # file tools and exec refuse paths outside the workspace
+    auto_approve: list[str] = field(default_factory=list)  # approval kinds allowed without asking, e.g. ["file-outside"]
 
 
 @dataclass
@@ -114,6 +115,8 @@ class Config:
     def secret_values(self) -> list[str]:
         """Every configured secret, so tools can keep them out of child processes and output."""
         values = [p.api_key for p in self.providers.values() if p.api_key]
+        values += [v for p in self.providers.values() for k, v in p.extra_headers.items()
+                   if v and any(word in k.lower() for word in ("auth", "key", "token", "secret"))]
         if self.tools.web.search.api_key:
             values.append(self.tools.web.search.api_key)
         return values
@@ -150,6 +153,11 @@ def _coerce(tp: Any, value: Any, where: str, source: str) -> Any:
         return {k: _coerce(val_tp, v, f"{where}.{k}", source) for k, v in value.items()}
     if origin in (typing.Union, types.UnionType):
         return value
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ConfigError(f"{source}: {where}: expected a list, got {json.dumps(value)}")
+        return [_coerce(item_tp, v, f"{where}[{i}]", source) for i, v in enumerate(value)]
     ok = (
         (tp is bool and isinstance(value, bool))
         or (tp is int and isinstance(value, int) and not isinstance(value, bool))
@@ -306,6 +314,8 @@ def load_config(
     cfg.path = path
     private = config_check.mode_warning(path) if file_cfg.secret_values() else None
     cfg.warnings = warnings + ([private] if private else [])
+    secrets_mask.remember_secrets(cfg.secret_values())  # the one masker hides them exactly from now on
+    secrets_mask.remember_environment(environ)
     return cfg
 
 
@@ -346,8 +356,10 @@ def fill_missing(existing: dict, defaults: dict) -> dict:
 
 
 def save_file(path: Path, data: dict) -> None:
-    """Write the config atomically with mode 0600."""
+    """Write the config atomically with mode 0600 (its folder, when it is the nanobot home, 0700)."""
     try:
+        if Path(path).absolute().parent == paths.nanobot_home().absolute():
+            paths.ensure_private_dir(paths.nanobot_home())
         atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n", mode=CONFIG_MODE)
     except OSError as exc:
         raise storage_error(exc, "write the config file", path) from None

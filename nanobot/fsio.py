@@ -62,7 +62,7 @@ def append_durably(path: Path, data: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     created = not path.exists()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # logs hold conversations
     try:
         start = os.fstat(fd).st_size
         try:
@@ -105,7 +105,7 @@ class ExclusiveLock:
     def __init__(self, path: Path, *, timeout: float = 0) -> None:
         self.path = Path(str(path) + ".lock")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = FileLock(str(self.path), timeout=timeout, thread_local=False)
+        self._lock = FileLock(str(self.path), timeout=timeout, thread_local=False, mode=0o600)
 
     def acquire(self) -> None:
         self._lock.acquire()

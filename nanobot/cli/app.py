@@ -87,6 +87,10 @@ def agent(
     model: Optional[str] = typer.Option(None, "--model", help="provider/model, e.g. openai/gpt-4.1."),
     no_markdown: bool = typer.Option(False, "--no-markdown", help="Plain text instead of rendered markdown."),
     json_out: bool = typer.Option(False, "--json", help="One-shot: print answer, tool calls and usage as JSON."),
+    approve: Optional[list[str]] = typer.Option(
+        None, "--approve", metavar="KIND",
+        help="Allow this kind of risky action without asking (repeatable; e.g. file-outside, persistence, "
+             "memory-edit, skill-edit, or all). One-shot mode refuses risky actions otherwise."),
 ) -> None:
     """Chat with the assistant (REPL), or send one message with -m. Piped stdin works as the message."""
     from nanobot.cli.chat import run_agent
@@ -102,7 +106,7 @@ def agent(
 
             raise UsageError("stdin was empty", hint='Pass the message with -m "..." or pipe some text.')
     code = run_agent(message=message, session_key=session, workspace=workspace, config_path=config,
-                     model=model, markdown=not no_markdown, json_out=json_out)
+                     model=model, markdown=not no_markdown, json_out=json_out, approve=approve)
     raise typer.Exit(code)
 
 

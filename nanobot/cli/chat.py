@@ -11,42 +11,47 @@ from pathlib import Path
 from rich.console import Console
 
 from nanobot.agent.events import Retrying
+from nanobot.cli.approval_prompt import print_refusals
 from nanobot.cli.config_load import load as load_config
 from nanobot.cli.errors import print_error, print_warning, report, report_text
 from nanobot.cli.render import Renderer, escape, stderr_console, stdout_console
 from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS, slash_command
 from nanobot.cli.turn_notes import continuation_marker, resume_notice, unsaved_notice
 from nanobot.errors import NanobotError, StorageError, UsageError
+from nanobot.secrets_mask import mask_secrets
 
 
 def run_agent(*, message: str | None, session_key: str, workspace: Path | None, config_path: Path | None,
-              model: str | None, markdown: bool, json_out: bool) -> int:
+              model: str | None, markdown: bool, json_out: bool, approve: list[str] | None = None) -> int:
     cfg = load_config(config_path, overrides={
         "agents.defaults.workspace": str(workspace) if workspace else None,
         "agents.defaults.model": model,
     })
     try:
         if message is not None and slash_command(message) is not None:
-            return asyncio.run(_one_shot_command(cfg, session_key, message, markdown=markdown))
+            return asyncio.run(_one_shot_command(cfg, session_key, message, markdown=markdown,
+                                                 approve=approve or []))
         if message is not None:
-            return asyncio.run(_one_shot(cfg, session_key, message, markdown=markdown, json_out=json_out))
-        return asyncio.run(Chat(cfg, session_key, markdown=markdown).run())
+            return asyncio.run(_one_shot(cfg, session_key, message, markdown=markdown, json_out=json_out,
+                                         approve=approve or []))
+        return asyncio.run(Chat(cfg, session_key, markdown=markdown, approve=approve or []).run())
     except KeyboardInterrupt:
         stderr_console().print("[yellow]interrupted[/yellow] [dim](what already ran is saved)[/dim]")
         return 130
 
 
-def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_ref: list):
+def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_ref: list, ask=None,
+          approve: list[str] = ()):
     from nanobot.app import open_assistant
 
     def on_retry(attempt: int, delay: float, error: Exception) -> None:
         if renderer_ref:
-            renderer_ref[0](Retrying(attempt, delay, str(error).splitlines()[0]))
+            renderer_ref[0](Retrying(attempt, delay, mask_secrets(str(error).splitlines()[0])))
 
-    return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry)
+    return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry, ask=ask, approve=approve)
 
 
-async def _one_shot_command(cfg, session_key: str, message: str, *, markdown: bool) -> int:
+async def _one_shot_command(cfg, session_key: str, message: str, *, markdown: bool, approve: list[str]) -> int:
     """`agent -m /new` (or /compact, /status, ...) acts on the session, as in the chat."""
     name, arg = slash_command(message)
     entry = SLASH_COMMANDS.get(name)
@@ -54,11 +59,12 @@ async def _one_shot_command(cfg, session_key: str, message: str, *, markdown: bo
         raise UsageError(f"unknown command {name}",
                          hint=f"`nanobot agent -m /help` lists them. To send the text to the model instead, "
                               f"start it with a space: -m ' {message.strip()}'")
-    chat = Chat(cfg, session_key, markdown=markdown)
+    chat = Chat(cfg, session_key, markdown=markdown, approve=approve)
     if name in ("/help", "/exit", "/quit"):
         await entry[1](chat, arg)
         return 0
-    chat.assistant = _open(cfg, session_key, stream=False, progress=chat.err, renderer_ref=[chat.renderer])
+    chat.assistant = _open(cfg, session_key, stream=False, progress=chat.err, renderer_ref=[chat.renderer],
+                           approve=approve)
     try:
         await entry[1](chat, arg)
     finally:
@@ -67,18 +73,21 @@ async def _one_shot_command(cfg, session_key: str, message: str, *, markdown: bo
     return 1 if chat.failed else 0
 
 
-async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json_out: bool) -> int:
+async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json_out: bool,
+                    approve: list[str]) -> int:
     out = stdout_console(io.StringIO()) if json_out else stdout_console()
     err = stderr_console()
     stream = out.is_terminal and not json_out
     ref: list = []
-    assistant = _open(cfg, session_key, stream=stream, progress=err, renderer_ref=ref)
+    # nobody can answer a question here: risky actions are refused, naming the flag that allows them
+    assistant = _open(cfg, session_key, stream=stream, progress=err, renderer_ref=ref, approve=approve)
     renderer = Renderer(out, markdown=markdown, progress=err, stream_text=stream)
     ref.append(renderer)
     conversation = assistant.conversation
     conversation.background_emit = Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False)
     for warning in conversation.session.warnings:
         print_warning(warning, console=err)
+    decided = len(conversation.session.decisions)
     try:
         saved_before = len(conversation.session.messages)
         try:
@@ -100,6 +109,7 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
     finally:
         renderer.finish()
         await assistant.aclose()
+        print_refusals(err, conversation.session.decisions[decided:])
     if json_out:
         print(json.dumps({
             "answer": outcome.content, "stop_reason": outcome.stop_reason, "error": outcome.error,
@@ -117,8 +127,9 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
 class Chat:
     """The REPL: read a line, run a turn as a cancellable task, render its events."""
 
-    def __init__(self, cfg, session_key: str, *, markdown: bool) -> None:
+    def __init__(self, cfg, session_key: str, *, markdown: bool, approve: list[str] = ()) -> None:
         self.cfg = cfg
+        self.approve = list(approve)
         self.session_key = session_key
         self.console = stdout_console()
         self.err = stderr_console()
@@ -141,7 +152,7 @@ class Chat:
         from prompt_toolkit import PromptSession
         from prompt_toolkit.key_binding import KeyBindings
 
-        from nanobot.cli.input_history import InputHistory
+        from nanobot.cli.input_history import MaskedFileHistory
         from nanobot.paths import input_history_path
 
         bindings = KeyBindings()
@@ -150,19 +161,19 @@ class Chat:
         def _newline(event) -> None:  # Esc-Enter inserts a line break; Enter sends
             event.current_buffer.insert_text("\n")
 
-        history = input_history_path()
-        try:
-            history.parent.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            pass  # the history then lives in memory only
-        return PromptSession(history=InputHistory(str(history)), key_bindings=bindings, multiline=False,
+        return PromptSession(history=MaskedFileHistory(input_history_path()), key_bindings=bindings, multiline=False,
                              enable_history_search=True, prompt_continuation=continuation_marker)
 
     async def run(self) -> int:
         from prompt_toolkit.patch_stdout import patch_stdout
 
+        from nanobot.cli.approval_prompt import TerminalApprover
+
         ref = [self.renderer]
-        self.assistant = _open(self.cfg, self.session_key, stream=True, progress=self.console, renderer_ref=ref)
+        ask = TerminalApprover(self.console, pause=self._pause_display, resume=self._resume_display,
+                               can_ask=lambda: self.turn_task is not None)
+        self.assistant = _open(self.cfg, self.session_key, stream=True, progress=self.console, renderer_ref=ref,
+                               ask=ask, approve=self.approve)
         self.conversation.background_emit = self._background_event
         self.assistant.prewarm()  # import the SDK while the user types the first message
         try:
@@ -170,6 +181,10 @@ class Chat:
                                f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]")
             for warning in self.conversation.session.warnings:
                 print_warning(warning, console=self.console)
+            for skill in getattr(self.conversation.context.skills, "held", []):
+                self.console.print(f"[yellow]skill {escape(skill.name)} is off: it {escape(skill.gate)} "
+                                   f"({escape(skill.state)}); read it, then run `nanobot skills approve "
+                                   f"{escape(skill.name)}`[/yellow]", highlight=False)
             resumed = resume_notice(self.conversation.session)
             if resumed:
                 self.console.print(resumed, highlight=False)
@@ -299,6 +314,14 @@ class Chat:
 
     async def compact(self) -> None:
         await self._memory_action(self.conversation.compact)
+
+    def _pause_display(self) -> None:  # an approval question must not be drawn over
+        self.renderer.finish()
+        self.background.finish()
+
+    def _resume_display(self) -> None:
+        if self.turn_task is not None:
+            self.renderer.thinking()
 
     def _background_event(self, event) -> None:
         # while a user turn runs, its renderer owns the screen; notices still go through it

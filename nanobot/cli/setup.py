@@ -88,6 +88,15 @@ def show_status(config_path: Path | None) -> None:
     table.add_row("token estimator", tokens.estimator_name())
     table.add_row("sessions", str(paths.sessions_dir()))
     table.add_row("reminders", _reminders_line(cfg))
+    table.add_row("file tools", "workspace only (tools.restrictToWorkspace)" if cfg.tools.restrict_to_workspace
+                  else "outside the workspace: asked in the chat, refused in one-shot mode")
+    table.add_row("auto-approved", ", ".join(cfg.tools.auto_approve) or "nothing (risky actions ask; see --approve)")
+    from nanobot.skills import SkillSet
+
+    held = SkillSet.discover(cfg.workspace_path()).held
+    if held:
+        table.add_row("skills", f"[yellow]{len(held)} off until approved[/yellow]: "
+                      + ", ".join(s.name for s in held) + " (nanobot skills list)")
     console.print(table)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from nanobot.errors import ProviderError
+from nanobot.secrets_mask import mask_secrets
 
 _RETRYABLE = {408, 409, 429, 500, 502, 503, 504, 529}
 
@@ -67,6 +68,7 @@ def is_quota(status: int, message: str, error_type: str = "", retry_after: float
 
 def status_error(provider: str, status: int, message: str, retry_after: str | None = None,
                  error_type: str = "", url: str | None = None) -> ProviderError:
+    message = mask_secrets(message)  # a 401 body often echoes the key it rejected
     wait = parse_retry_after(retry_after)
     quota = is_quota(status, message, error_type, wait)
     retryable = not quota and (status in _RETRYABLE or status >= 500)
@@ -106,7 +108,7 @@ def connection_error(provider: str, exc: BaseException, *, timeout: bool = False
         message = f"{provider}: could not connect to{where or ' the server'}: {reason}"
         hint = (f"Check the network, that the server is running, and providers.{provider}.apiBase "
                 "(`nanobot doctor` tries the connection).")
-    return ProviderError(message, hint=hint, retryable=True)
+    return ProviderError(mask_secrets(message), hint=hint, retryable=True)
 
 
 def body_message(body: object, fallback: str) -> tuple[str, str]:
