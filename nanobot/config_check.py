@@ -26,7 +26,10 @@ from nanobot.errors import ConfigError
 
 # keys HKUDS/nanobot writes into sections we know, which this tool does not use (no warning)
 NANOBOT_KEYS = {
-    "agents.defaults": {"memoryWindow", "maxMessages", "reasoningEffort", "fallbackModels", "name"},
+    "agents.defaults": {"memoryWindow", "maxMessages", "reasoningEffort", "fallbackModels", "name",
+                        "contextBlockLimit", "maxToolResultChars", "providerRetryMode", "unifiedSession",
+                        "disabledSkills", "sessionTtlMinutes"},
+    "providers.*": {"extraBody"},
     "tools": {"mcpServers", "ssrfWhitelist", "my"},
     "tools.exec": {"pathAppend"},
     "tools.web": {"proxy"},
@@ -65,7 +68,7 @@ def unknown_keys(cls: type, data: Mapping[str, Any], where: str = "") -> list[tu
     """(dotted path of the unknown key, closest known key or None) for every section we know."""
     found: list[tuple[str, str | None]] = []
     known = _known_keys(cls)
-    quiet = NANOBOT_KEYS.get(where, set())
+    quiet = NANOBOT_KEYS.get(where, set()) | NANOBOT_KEYS.get(re.sub(r"^providers\.[^.]+$", "providers.*", where), set())
     for key, value in data.items():
         path = f"{where}.{key}".lstrip(".")
         if key not in known:
