@@ -24,15 +24,11 @@ from urllib.parse import urlparse
 
 from nanobot.errors import ConfigError
 
-# keys HKUDS/nanobot writes into sections we know, which this tool does not use (no warning)
+# keys HKUDS/nanobot writes into sections we know, which this tool does not use (no warning);
+# nanobot.ignored_keys names many more, with the reason `nanobot status` shows for each
 NANOBOT_KEYS = {
-    "agents.defaults": {"memoryWindow", "maxMessages", "reasoningEffort", "fallbackModels", "name",
-                        "contextBlockLimit", "maxToolResultChars", "providerRetryMode", "unifiedSession",
-                        "disabledSkills", "sessionTtlMinutes"},
-    "providers.*": {"extraBody"},
-    "tools": {"mcpServers", "ssrfWhitelist", "my"},
+    "agents.defaults": {"memoryWindow", "maxMessages", "name", "contextBlockLimit"},
     "tools.exec": {"pathAppend"},
-    "tools.web": {"proxy"},
     "gateway": {"host", "port"},
 }
 
@@ -64,15 +60,21 @@ def _known_keys(cls: type) -> dict[str, Any]:
     return {_camel(f.name): hints[f.name] for f in fields(cls) if not f.metadata.get("internal")}
 
 
+def _explained(path: str) -> bool:
+    from nanobot import ignored_keys
+
+    return ignored_keys.explains(path.split("."))
+
+
 def unknown_keys(cls: type, data: Mapping[str, Any], where: str = "") -> list[tuple[str, str | None]]:
     """(dotted path of the unknown key, closest known key or None) for every section we know."""
     found: list[tuple[str, str | None]] = []
     known = _known_keys(cls)
-    quiet = NANOBOT_KEYS.get(where, set()) | NANOBOT_KEYS.get(re.sub(r"^providers\.[^.]+$", "providers.*", where), set())
+    quiet = NANOBOT_KEYS.get(where, set())
     for key, value in data.items():
         path = f"{where}.{key}".lstrip(".")
         if key not in known:
-            if where and key not in quiet:  # top level: an unknown section, kept for nanobot
+            if where and key not in quiet and not _explained(path):  # top level: a section kept for nanobot
                 close = difflib.get_close_matches(key.lower(), [k.lower() for k in known], n=1, cutoff=0.7)
                 found.append((path, next((k for k in known if k.lower() in close), None)))
             continue

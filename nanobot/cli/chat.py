@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from nanobot.agent.events import Retrying
+from nanobot.agent.events import Notice, Retrying
 from nanobot.cli.approval_prompt import print_refusals
 from nanobot.cli.config_load import load as load_config
 from nanobot.cli.errors import print_error, print_warning, report, report_text
@@ -48,7 +48,12 @@ def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_re
         if renderer_ref:
             renderer_ref[0](Retrying(attempt, delay, mask_secrets(str(error).splitlines()[0])))
 
-    return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry, ask=ask, approve=approve)
+    def on_fallback(text: str) -> None:
+        if renderer_ref:
+            renderer_ref[0](Notice(text, "warning"))
+
+    return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry, ask=ask, approve=approve,
+                          on_fallback=on_fallback)
 
 
 async def _one_shot_command(cfg, session_key: str, message: str, *, markdown: bool, approve: list[str]) -> int:
@@ -85,10 +90,13 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
     ref.append(renderer)
     conversation = assistant.conversation
     conversation.background_emit = Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False)
+    for note in assistant.startup_notes():
+        err.print(f"[dim]{escape(note)}[/dim]", highlight=False)
     for warning in conversation.session.warnings:
         print_warning(warning, console=err)
     decided = len(conversation.session.decisions)
     try:
+        await assistant.mcp_ready()  # one turn only: let it see every MCP tool that can be had
         saved_before = len(conversation.session.messages)
         try:
             outcome = await conversation.send(message, emit=renderer)
@@ -179,6 +187,8 @@ class Chat:
         try:
             self.console.print(f"[bold]nanobot[/bold] [dim]· {self.cfg.defaults.model} · session "
                                f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]")
+            for note in self.assistant.startup_notes():
+                self.console.print(f"[dim]{escape(note)}[/dim]", highlight=False)
             for warning in self.conversation.session.warnings:
                 print_warning(warning, console=self.console)
             for skill in getattr(self.conversation.context.skills, "held", []):
@@ -230,7 +240,7 @@ class Chat:
     async def run_turn(self, text: str) -> None:
         """Run one turn; Ctrl-C cancels it and returns to the prompt."""
         loop = asyncio.get_running_loop()
-        self.turn_task = asyncio.ensure_future(self.conversation.send(text, emit=self.renderer))
+        self.turn_task = asyncio.ensure_future(self._send(text))
         loop.add_signal_handler(signal.SIGINT, self.turn_task.cancel)
         self.renderer.thinking()
         saved_before = len(self.conversation.session.messages)
@@ -254,6 +264,10 @@ class Chat:
         self.renderer.finish()
         if outcome.error:
             report_text(outcome.error, console=self.console)
+
+    async def _send(self, text: str):
+        await self.assistant.mcp_ready()  # servers started while the user typed; rarely waits
+        return await self.conversation.send(text, emit=self.renderer)
 
     # reminders (nanobot/cli/chat_reminders.py) -----------------------------------------------
     def _start_reminders(self) -> None:

@@ -6,6 +6,7 @@ Only presentation lives here; the rules are in nanobot.session and nanobot.valid
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -13,8 +14,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nanobot.cli.usage import Command
+from nanobot import paths
 from nanobot.cli.errors import print_warning, report
+from nanobot.cli.usage import Command
 from nanobot.errors import NanobotError
 from nanobot.messages import text_of
 from nanobot.secrets_mask import mask_message, mask_value
@@ -46,9 +48,42 @@ def _warn(warnings: list[str]) -> None:
         print_warning(warning)
 
 
+def _import_from_nanobot(config: Optional[Path], *, quiet_when_none: bool) -> None:
+    """Bring in nanobot's sessions and history for the configured workspace (session_import.py)."""
+    from nanobot.config import load_config
+    from nanobot.session_import import import_all
+
+    try:
+        workspace = load_config(config).workspace_path()
+    except NanobotError as exc:
+        if not quiet_when_none:
+            raise _fail(exc) from None
+        _warn([f"nanobot's sessions were not looked for: {exc.message}"])  # listing ours still works
+        return
+    result = import_all(workspace)
+    for receipt in result.imported:
+        _out().print(f"imported from nanobot: {escape(receipt.describe())}")
+    for note in result.kept:
+        _out().print(f"[dim]not imported, ours kept: {escape(note)}[/dim]")
+    if not result.imported and not quiet_when_none:
+        _out().print(f"Nothing new to import from nanobot for workspace {escape(str(workspace))}.")
+    if result.imported:
+        _out().print(f"[dim]originals left untouched; receipt: {escape(str(paths.nanobot_home() / 'imports.jsonl'))}[/dim]")
+
+
+ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json).")
+
+
+@session_app.command("import")
+def import_sessions(config: Optional[Path] = ConfigOpt) -> None:
+    """Import nanobot 0.1.x / 0.3.x sessions and 0.3.x history.jsonl for the workspace (originals untouched)."""
+    _import_from_nanobot(config, quiet_when_none=False)
+
+
 @session_app.command("list")
-def list_sessions() -> None:
+def list_sessions(config: Optional[Path] = ConfigOpt) -> None:
     """Every saved session: key, message count, consolidation pointer, last update."""
+    _import_from_nanobot(config, quiet_when_none=True)
     infos = SessionStore().list()
     if not infos:
         _out().print("No saved sessions yet.")
@@ -68,6 +103,7 @@ def show(
     limit: Optional[int] = typer.Option(None, "--last", "-n", help="Only the last N messages."),
 ) -> None:
     """A readable transcript of one session (tool results shortened)."""
+    _import_from_nanobot(None, quiet_when_none=True)
     try:
         session = SessionStore().load(key)
     except NanobotError as exc:

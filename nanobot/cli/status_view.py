@@ -31,6 +31,7 @@ def status_lines(assistant) -> list[str]:
         f"{len(session.messages) - session.last_consolidated} not yet consolidated",
         f"workspace  {assistant.workspace}",
         *_last_consolidation(conv),
+        *_mcp(assistant),
         *[f"subagent   {sub_id} '{label}' running: {task[:60]}" for sub_id, label, task in conv.running_subagents()],
         *_approvals(assistant),
     ]
@@ -48,6 +49,17 @@ def _approvals(assistant) -> list[str]:
 def _calibration(conv) -> str:
     ratio = conv.consolidator.calibration.ratio if conv.consolidator is not None else 1.0
     return f", corrected x{ratio:.2f} by the provider's counts" if ratio > 1.0 else ""
+
+
+def _mcp(assistant) -> list[str]:
+    manager = getattr(assistant, "mcp", None)
+    if manager is None:
+        return []
+    parts = []
+    for r in manager.reports():
+        parts.append(f"{r.name} {r.state}" + (f" ({len(r.tools)} tools)" if r.state == "ready" else
+                                              f" ({r.error})" if r.error else ""))
+    return [f"mcp        {'; '.join(parts)}"]
 
 
 def _last_consolidation(conv) -> list[str]:
