@@ -50,7 +50,7 @@ def _warn(warnings: list[str]) -> None:
 
 def _import_from_nanobot(config: Optional[Path], *, quiet_when_none: bool) -> None:
     """Bring in nanobot's sessions and history for the configured workspace (session_import.py)."""
-    from nanobot.config import load_config
+    from nanobot.cli.config_load import load as load_config
     from nanobot.session_import import import_all
 
     try:
