@@ -100,6 +100,13 @@ class Renderer:
             self.finish()
             if not self.stream_text and event.content:
                 self.show_answer(event.content)
+            if event.error:  # a failed turn always says so, foreground or background
+                self.show_error(event.error)
+
+    def show_error(self, text: str) -> None:
+        from nanobot.cli.errors import report_text
+
+        report_text(text, console=self.progress)  # the one format: error line, then the hint line
 
     def show_answer(self, text: str) -> None:
         """Print a whole answer at once (for turns that were not streamed)."""

@@ -21,6 +21,7 @@ from nanobot.errors import NanobotError
 from nanobot.messages import text_of
 from nanobot.secrets_mask import mask_message, mask_value
 from nanobot.session import SessionStore
+from nanobot.subagents import NOTE_KEY
 
 session_app = typer.Typer(help="Saved conversations: list, show and repair them.", no_args_is_help=True,
                           add_completion=False, pretty_exceptions_show_locals=False)
@@ -121,6 +122,12 @@ def show(
         if index == session.last_consolidated and index > 0:
             console.rule("[dim]consolidated into memory above this line[/dim]")
         _print_message(console, msg)
+    helpers = [m[NOTE_KEY] for m in session.messages if isinstance(m.get(NOTE_KEY), dict)]
+    if helpers:
+        console.print(f"\n[bold]helpers[/bold] ({len(helpers)}): what each did and how it ended")
+        for record in helpers:
+            console.print(f"  {escape(str(record.get('summary', '?')))} [dim]— task: "
+                          f"{escape(str(record.get('task', ''))[:80])}[/dim]")
     _print_decisions(console, session.decisions)
 
 
@@ -148,6 +155,10 @@ def _print_message(console: Console, msg: dict) -> None:
         console.print(f"[magenta]tool result[/magenta] {escape(str(msg.get('name', '')))} "
                       f"[dim]({escape(str(msg.get('tool_call_id', '')))})[/dim]{stamp}")
         console.print(escape(text), style="dim")
+        return
+    if isinstance(msg.get(NOTE_KEY), dict):  # a helper's end, written by nanobot in a user message
+        console.print(f"\n[bold yellow]helper[/bold yellow]{stamp}")
+        console.print(escape(str(msg[NOTE_KEY].get("summary") or text)))
         return
     colour = {"user": "green", "assistant": "cyan", "system": "yellow"}.get(role, "red")
     console.print(f"\n[bold {colour}]{escape(role)}[/bold {colour}]{stamp}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nanobot import tokens
+from nanobot.subagents import NOTE_KEY
 
 
 def bar(used: int, total: int, width: int = 24) -> str:
@@ -32,7 +33,7 @@ def status_lines(assistant) -> list[str]:
         f"workspace  {assistant.workspace}",
         *_last_consolidation(conv),
         *_mcp(assistant),
-        *[f"subagent   {sub_id} '{label}' running: {task[:60]}" for sub_id, label, task in conv.running_subagents()],
+        *_helpers(conv),
         *_approvals(assistant),
     ]
 
@@ -44,6 +45,16 @@ def _approvals(assistant) -> list[str]:
     auto = ", ".join(sorted(approver.auto)) or "none"
     always = ", ".join(sorted(approver.always)) or "none yet"
     return [f"approvals  auto-approved: {auto}; 'always' this session: {always}"]
+
+
+def _helpers(conv, earlier_shown: int = 5) -> list[str]:
+    """This run's helpers (running or ended), after the last few that earlier runs noted in the session."""
+    live = conv.helpers()
+    ids = {record.id for record in live}
+    earlier = [m[NOTE_KEY] for m in conv.session.messages
+               if isinstance(m.get(NOTE_KEY), dict) and m[NOTE_KEY].get("id") not in ids]
+    return ([f"helper     {note.get('summary', '?')} (earlier run)" for note in earlier[-earlier_shown:]]
+            + [f"helper     {record.summary()} — task: {record.task[:60]}" for record in live])
 
 
 def _calibration(conv) -> str:
