@@ -120,7 +120,7 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
         Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False))
     for note in assistant.startup_notes():
         err.print(f"[dim]{escape(note)}[/dim]", highlight=False)
-    for warning in conversation.session.warnings:
+    for warning in assistant.warnings:
         print_warning(warning, console=err)
     decided = len(conversation.session.decisions)
     try:
@@ -254,7 +254,7 @@ class Chat:
                                f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]")
             for note in self.assistant.startup_notes():
                 self.console.print(f"[dim]{escape(note)}[/dim]", highlight=False)
-            for warning in self.conversation.session.warnings:
+            for warning in self.assistant.warnings:
                 print_warning(warning, console=self.console)
             for skill in getattr(self.conversation.context.skills, "held", []):
                 self.console.print(f"[yellow]skill {escape(skill.name)} is off: it {escape(skill.gate)} "

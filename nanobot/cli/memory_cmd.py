@@ -109,8 +109,6 @@ def memory_show(
                                          help="Context window in tokens (default: from config, else 65536)."),
 ) -> None:
     """Print MEMORY.md, then its size in tokens and its share of the context window (on stderr)."""
-    from nanobot.tokens import using_fallback
-
     with reported():
         store = _store(workspace)
         info = store.memory_info()
@@ -118,6 +116,8 @@ def memory_show(
             _err(f"nothing remembered yet: {info.path} does not exist")
             return
         text = store.read_memory()
+        for warning in store.warnings:
+            _err(f"warning: {warning}")
         if _stdout_is_tty() and not raw:
             from rich.console import Console
             from rich.markdown import Markdown
@@ -127,7 +127,7 @@ def memory_show(
             sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
             sys.stdout.flush()
         window = window or _context_window()
-        approx = "~" if using_fallback() else ""
+        approx = "" if info.exact else "~"
         changed = f"{info.modified:%Y-%m-%d %H:%M} ({_ago(info.modified)})" if info.modified else "unknown"
         _err(f"{info.path}: {approx}{info.tokens:,} tokens, {_size(info.bytes)}, "
              f"{info.tokens / window:.1%} of a {window:,}-token context window (in every prompt)")
@@ -161,6 +161,30 @@ def memory_restore(n: int = typer.Argument(..., metavar="N", help="Version numbe
         else:
             print(f"restored version {n}; the previous MEMORY.md is now version 1 "
                   f"(undo with `nanobot memory restore 1`)")
+
+
+@memory_app.command("check")
+def memory_check(
+    workspace: Optional[Path] = WorkspaceOpt,
+    window: Optional[int] = typer.Option(None, "--window", min=1,
+                                         help="Context window in tokens (default: from config, else 65536)."),
+    json_out: bool = typer.Option(False, "--json", help="A JSON array of {severity, code, message, fix}."),
+) -> None:
+    """Look for damaged, shrunken or duplicated memory and say how to fix each. Exit 0 clean, 1 problems."""
+    from nanobot.memory_check import check_memory
+
+    with reported():
+        findings = check_memory(_store(workspace), context_window=window or _context_window())
+    problems = [f for f in findings if f.severity == "problem"]
+    if json_out:
+        print(json.dumps([f.to_json() for f in findings], ensure_ascii=False, indent=1))
+    else:
+        for f in findings:
+            print(f"{'problem' if f.severity == 'problem' else 'ok'}: {f.message}")
+            if f.fix:
+                print(f"  fix: {f.fix}")
+        print(f"{len(problems)} problem(s) found" if problems else "memory looks healthy")
+    raise typer.Exit(1 if problems else 0)
 
 
 def _editor_command() -> list[str]:
@@ -201,8 +225,11 @@ def memory_edit(workspace: Optional[Path] = WorkspaceOpt) -> None:
         if receipt.masked:
             _err("note: text that looked like a secret (API key, token, password) was replaced by [REDACTED]")
         if receipt.concurrent_change:
-            _err("note: MEMORY.md changed while you were editing (consolidation?); "
-                 "that text was replaced and is saved as version 1 — see `nanobot memory versions`")
+            _err("note: MEMORY.md changed while you were editing (consolidation?); your changes were merged "
+                 "on top of the newer text — the text before the merge is version 1 (`nanobot memory versions`)")
+        if receipt.conflicts:
+            _err(f"note: {len(receipt.conflicts)} of your line(s) conflicted with that change and are under "
+                 "\"Held back update\" at the end of MEMORY.md; `nanobot memory edit` to sort them out")
 
 
 def _cleanup(tmpdir: Path) -> None:
@@ -268,10 +295,22 @@ def history_grep(
     path = _history_path(workspace)
     if path is None:
         found = iter(())
-    elif last is not None:
-        found = iter(history_log.grep(path, rx, since=since_dt, until=until_dt, last=last))
     else:
-        found = history_log.iter_grep(path, rx, since=since_dt, until=until_dt)
+        if not json_out and not _stdout_is_tty():
+            fast = history_log.grep_fast_output(path, pattern, ignore_case=ignore_case, since=since_dt,
+                                                until=until_dt, last=last)
+            if fast is not None:  # ripgrep answered: the same bytes the entry-by-entry path would print
+                sys.stdout.buffer.write(fast[0])
+                sys.stdout.flush()
+                raise typer.Exit(0 if fast[1] else 1)
+        entries = history_log.grep_fast(path, pattern, ignore_case=ignore_case, since=since_dt, until=until_dt,
+                                        last=last)
+        if entries is not None:
+            found = iter(entries)
+        elif last is not None:
+            found = iter(history_log.grep(path, rx, since=since_dt, until=until_dt, last=last))
+        else:
+            found = history_log.iter_grep(path, rx, since=since_dt, until=until_dt)
     count = _emit(found, rx, json_out)
     raise typer.Exit(0 if count else 1)
 
