@@ -75,6 +75,9 @@ def agent(
     model: Optional[str] = typer.Option(None, "--model", help="provider/model, e.g. openai/gpt-4.1."),
     no_markdown: bool = typer.Option(False, "--no-markdown", help="Plain text instead of rendered markdown."),
     json_out: bool = typer.Option(False, "--json", help="One-shot: print answer, tool calls and usage as JSON."),
+    allow_unconfined_exec: bool = typer.Option(
+        False, "--allow-unconfined-exec",
+        help="Where no sandbox is available, let exec run commands anyway, without asking."),
 ) -> None:
     """Chat with the assistant (REPL), or send one message with -m. Piped stdin works as the message."""
     from nanobot.cli.chat import run_agent
@@ -86,7 +89,8 @@ def agent(
 
             raise UsageError("stdin was empty", hint='Pass the message with -m "..." or pipe some text.')
     code = run_agent(message=message, session_key=session, workspace=workspace, config_path=config,
-                     model=model, markdown=not no_markdown, json_out=json_out)
+                     model=model, markdown=not no_markdown, json_out=json_out,
+                     allow_unconfined_exec=allow_unconfined_exec)
     raise typer.Exit(code)
 
 

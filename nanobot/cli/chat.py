@@ -18,11 +18,12 @@ from nanobot.errors import NanobotError
 
 
 def run_agent(*, message: str | None, session_key: str, workspace: Path | None, config_path: Path | None,
-              model: str | None, markdown: bool, json_out: bool) -> int:
+              model: str | None, markdown: bool, json_out: bool, allow_unconfined_exec: bool = False) -> int:
     cfg = load_config(config_path, overrides={
         "agents.defaults.workspace": str(workspace) if workspace else None,
         "agents.defaults.model": model,
     })
+    cfg.tools.exec.allow_unconfined = allow_unconfined_exec
     try:
         if message is not None:
             return asyncio.run(_one_shot(cfg, session_key, message, markdown=markdown, json_out=json_out))
@@ -54,6 +55,9 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
     conversation.background_emit = Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False)
     for warning in conversation.session.warnings:
         err.print(f"[yellow]warning: {warning}[/yellow]")
+    banner = _exec_banner(cfg)
+    if "NOT confined" in banner:
+        err.print(banner, highlight=False)
     try:
         outcome = await conversation.send(message, emit=renderer)
         renderer.finish()
@@ -80,6 +84,13 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
         err.print(f"[bold red]error:[/bold red] {outcome.error}", highlight=False)
         return 1
     return 0
+
+
+def _exec_banner(cfg) -> str:
+    from nanobot.cli.status_view import exec_line
+
+    line = escape(exec_line(cfg))
+    return f"[yellow]exec: {line}[/yellow]" if line.startswith("NOT") else f"[dim]exec: {line}[/dim]"
 
 
 class Chat:
@@ -129,6 +140,7 @@ class Chat:
         try:
             self.console.print(f"[bold]nanobot[/bold] [dim]· {self.cfg.defaults.model} · session "
                                f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]")
+            self.console.print(_exec_banner(self.cfg), highlight=False)
             for warning in self.conversation.session.warnings:
                 self.console.print(f"[yellow]warning: {warning}[/yellow]")
             prompt = self._prompt_session()  # piped stdin never gets here: it becomes a one-shot message

@@ -82,4 +82,8 @@ def show_status(config_path: Path | None) -> None:
                                     f"(reply room {cfg.defaults.max_tokens:,})")
     table.add_row("token estimator", tokens.estimator_name())
     table.add_row("sessions", str(paths.sessions_dir()))
+    from nanobot.cli.status_view import exec_line
+
+    line = exec_line(cfg)
+    table.add_row("exec", line if not line.startswith("NOT") else f"[yellow]{line}[/yellow]")
     console.print(table)

@@ -68,24 +68,23 @@ class Confinement:
     def confined(self) -> bool:
         return self.mechanism != "none"
 
-    def describe(self, *, network: str = "", restrict: bool = False) -> str:
-        """One line for `nanobot status` and the chat's first line."""
+    def describe(self, *, network: bool | str = "ask", restrict: bool = False, unconfined_ok: bool = False) -> str:
+        """One line for `nanobot status`, /status and the chat's first line. Claims only what holds."""
         if not self.confined:
-            return f"NOT confined ({self.detail}): every command needs approval"
-        parts = [self.detail]
-        if self.mechanism == "landlock":
-            parts.append("files" + (", memory/ read-only" if _can_private_mounts() else
-                                    "; memory/ NOT read-only (needs a mount namespace)"))
-            parts.append("network blocked" if _can_private_mounts() else
-                         "TCP blocked (UDP not)" if self._abi >= 4 else "network NOT blocked (Landlock ABI < 4)")
-            parts.append("background processes killed (subreaper)")
+            then = ("commands run without asking (you chose this)" if unconfined_ok
+                    else "every command needs your approval")
+            return f"NOT confined ({self.detail}); {then}"
+        net = {False: "no network", True: "network allowed", "ask": "network only when approved"}[network]
+        parts = [self.detail, "writes only to the workspace and a private tmp"]
+        if self.mechanism == "landlock" and not _can_private_mounts():
+            parts.append("memory/ NOT read-only (needs a mount namespace)")
+            if network is not True:
+                net += " (Landlock blocks TCP; UDP is open)" if self._abi >= 4 else " NOT enforced (Landlock ABI < 4)"
         else:
-            parts.append("files, network, PID namespace")
-        parts.append(f"processes: {self.process_limit}")
-        if network:
-            parts.append(f"network {network}")
-        if restrict:
-            parts.append("restricted to the workspace")
+            parts.append("memory/ read-only")
+        parts.append("only system folders visible outside it" if restrict else
+                     "home, nanobot files and credential stores hidden")
+        parts += [net, "nothing outlives a command", f"processes {self.process_limit}"]
         return " · ".join(parts)
 
     def prepare(self, policy: Policy, cwd: Path, command: str) -> Launch:
@@ -111,9 +110,9 @@ class Confinement:
         try:
             ws = policy.workspace
             if policy.restrict:
-                readable = [*policy.system_dirs(), *policy.extra_read]
+                readable = [*policy.system_dirs(), *policy.extra_read, *policy.toolchains]
             else:
-                readable = [*beneath_except(Path("/"), list(policy.hidden)), *policy.extra_read]
+                readable = [*beneath_except(Path("/"), list(policy.hidden)), *policy.extra_read, *policy.toolchains]
             for path in readable:
                 ruleset.allow(path, landlock.READ)
             ruleset.allow(Path("/proc"), landlock.READ)
@@ -148,19 +147,34 @@ class Confinement:
 
 
 def _attach_limits(launch: Launch, limits: Limits, *, nproc: bool) -> None:
-    """rlimits and the pids cgroup for a launch whose argv is the sandbox program itself."""
+    """rlimits and the pids cgroup for a launch whose argv is the sandbox program itself.
+
+    Through `prlimit` and a one-line shell when they exist, so the spawn can use vfork; a
+    preexec hook (a full fork of this process) costs several milliseconds more per command.
+    """
     cg = PidsCgroup.create(limits)
-    fd = cg.open_procs() if cg is not None else -1
-
-    def preexec() -> None:
-        if fd >= 0:
-            os.write(fd, b"0")
-        apply_rlimits(limits, nproc=nproc)
-
-    launch.preexec_fn = preexec
     if cg is not None:
         launch.cgroup = cg
-        launch.cleanups.append(lambda: launch.close_parent_fds([fd]))
+    prlimit = shutil.which("prlimit")
+    if prlimit is None:
+        fd = cg.open_procs() if cg is not None else -1
+
+        def preexec() -> None:
+            if fd >= 0:
+                os.write(fd, b"0")
+            apply_rlimits(limits, nproc=nproc)
+
+        launch.preexec_fn = preexec
+        if fd >= 0:
+            launch.cleanups.append(lambda: launch.close_parent_fds([fd]))
+        return
+    caps = [f"--fsize={limits.file_size}", f"--data={limits.memory}", "--core=0"]
+    if nproc:
+        caps.append(f"--nproc={limits.processes}")
+    argv = [prlimit, *caps, "--", *launch.argv]
+    if cg is not None:  # enter the cgroup first, so everything after it is counted; no cgroup, no run
+        argv = ["/bin/sh", "-c", 'echo 0 > "$0" || exit 126; exec "$@"', str(cg.path / "cgroup.procs"), *argv]
+    launch.argv = argv
 
 
 def _user_processes() -> int:
@@ -183,7 +197,7 @@ def _can_private_mounts() -> bool:
 
 def _process_limit(limits: Limits, mechanism: str) -> str:
     if cgroup_available(limits):
-        return f"at most {limits.processes} (pids cgroup)"
+        return f"<= {limits.processes} (pids cgroup)"
     if os.geteuid() != 0:
         where = "per command, user namespace" if mechanism == "bwrap" else "counted per user"
         return f"RLIMIT_NPROC ({where})"

@@ -15,6 +15,7 @@ The rules (numbered so the mechanisms and the README can point at them):
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +33,14 @@ CREDENTIAL_STORES = (
 SYSTEM_DIRS = (
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix",
     "/var/lib/dpkg", "/var/lib/apt",
+)
+
+# Language toolchains people install in HOME (pyenv, rustup, nvm, ...): shown read-only, so the
+# interpreters on PATH keep working although the rest of HOME is hidden. The running Python's
+# own installation is added to these wherever it lives.
+TOOLCHAINS = (
+    ".pyenv", ".local/bin", ".local/lib", ".local/share/uv/python", ".cargo/bin", ".rustup", ".nvm",
+    ".volta", ".bun/bin", ".deno/bin", "go/bin", ".asdf", ".local/share/mise", ".sdkman/candidates",
 )
 
 # Shared or per-user folders never shown (a private tmp replaces /tmp).
@@ -57,6 +66,7 @@ class Policy:
     network: bool  # rule 5
     limits: Limits = field(default_factory=Limits)
     extra_read: tuple[Path, ...] = ()  # e.g. a working_dir outside the workspace (never when restrict)
+    toolchains: tuple[Path, ...] = ()  # read-only although inside a hidden folder (see TOOLCHAINS)
 
     def system_dirs(self) -> list[Path]:
         return [Path(p) for p in SYSTEM_DIRS if os.path.exists(p)]
@@ -90,8 +100,12 @@ def build_policy(workspace: Path, *, restrict: bool, network: bool, limits: Limi
     hidden = [home, nb_home, *(home / c for c in CREDENTIAL_STORES), *(Path(p) for p in _ALWAYS_HIDDEN)]
     hidden = [_resolved(h) for h in hidden]
     unique = tuple(dict.fromkeys(h for h in hidden if h != Path("/")))
+    tools = [home / t for t in TOOLCHAINS] + [Path(sys.base_prefix), Path(sys.prefix)]
+    tools = [_resolved(t) for t in tools if t.is_dir()]
+    shown = tuple(dict.fromkeys(t for t in tools if any(t.is_relative_to(h) for h in unique)
+                                and not any(t.is_relative_to(home / c) for c in CREDENTIAL_STORES)))
     return Policy(workspace=ws, read_only=(ws / "memory",), hidden=unique, restrict=restrict,
-                  network=network, limits=limits or Limits())
+                  network=network, limits=limits or Limits(), toolchains=shown)
 
 
 def beneath_except(root: Path, excluded: list[Path]) -> list[Path]:

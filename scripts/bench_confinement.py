@@ -1,0 +1,66 @@
+"""Confinement overhead per exec call: median of N runs of `true` under each mechanism.
+
+Runs the real ExecTool in a throwaway home and workspace (nothing in ~/.nanobot is touched).
+"none" is the baseline (the same tool, no sandbox, approval skipped); the overhead of a
+mechanism is its median minus the baseline's. Target: 15 ms or less.
+
+    python scripts/bench_confinement.py [--runs 100] [--command true]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+async def _median_ms(tool, command: str, runs: int) -> float:
+    await tool.run(command=command)  # warm-up: first spawn, probe caches
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        await tool.run(command=command)
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--command", default="true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="nanobot-bench-") as tmp:
+        home = Path(tmp) / "home"
+        ws = Path(tmp) / "workspace"
+        home.mkdir()
+        ws.mkdir()
+        os.environ["HOME"] = str(home)
+        os.environ["NANOBOT_HOME"] = str(home / ".nanobot")
+        from nanobot.sandbox import choose
+        from nanobot.tools.base import ToolContext
+        from nanobot.tools.exec_rules import ExecRules
+        from nanobot.tools.shell import ExecTool
+
+        results = {}
+        for mode in ("none", "bwrap", "landlock"):
+            conf = choose(mode)
+            if mode != "none" and conf.mechanism != mode:
+                print(f"{mode:9} unavailable: {conf.detail}")
+                continue
+            ctx = ToolContext(workspace=ws, confinement=conf,
+                              exec_rules=ExecRules(network=False, unconfined_ok=True))
+            results[mode] = asyncio.run(_median_ms(ExecTool(ctx), args.command, args.runs))
+        base = results.get("none", 0.0)
+        load = os.getloadavg()
+        print(f"exec {args.command!r}, median of {args.runs} runs, load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+        for mode, ms in results.items():
+            extra = "" if mode == "none" else f"  overhead {ms - base:+.1f} ms (target <= 15 ms)"
+            print(f"{mode:9} {ms:7.1f} ms{extra}")
+
+
+if __name__ == "__main__":
+    main()
