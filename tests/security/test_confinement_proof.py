@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import host_pids, kill_marked, snapshot, wait_until
+from canaries import host_pids, kill_marked, snapshot, wait_until
 from nanobot.errors import ToolError
 from nanobot.sandbox import Limits, choose
 from nanobot.tools.approval import Decision
