@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from nanobot.sandbox import bwrap, landlock
-from nanobot.sandbox.keeper import LandlockLaunch
+from nanobot.sandbox.keeper import LandlockLaunch, mount_setattr_available
 from nanobot.sandbox.limits import PidsCgroup, apply_rlimits, cgroup_available, nproc_counts_command_only
 from nanobot.sandbox.policy import Limits, Policy, beneath_except
 
@@ -77,7 +77,7 @@ class Confinement:
         net = {False: "no network", True: "network allowed", "ask": "network only when approved"}[network]
         parts = [self.detail, "writes only to the workspace and a private tmp"]
         if self.mechanism == "landlock" and not _can_private_mounts():
-            parts.append("memory/ NOT read-only (needs a mount namespace)")
+            parts.append("memory/ NOT read-only and chmod/utime outside NOT blocked (need a mount namespace)")
             if network is not True:
                 net += " (Landlock blocks TCP; UDP is open)" if self._abi >= 4 else " NOT enforced (Landlock ABI < 4)"
         else:
@@ -130,7 +130,7 @@ class Confinement:
             ruleset_fd=ruleset.fd, limits=policy.limits, cgroup_fd=-1, private_mounts=private,
             new_net=private and not policy.network,
             read_only=tuple(p for p in policy.read_only if p.is_dir()),
-            nproc=os.geteuid() != 0,
+            nproc=os.geteuid() != 0, writable=(ws, tmp),
         )
         launch.preexec_fn = hook
         launch.cleanups.append(ruleset.close)
@@ -191,8 +191,8 @@ def _user_processes() -> int:
 
 @lru_cache(maxsize=1)
 def _can_private_mounts() -> bool:
-    """Whether a child may make its own mount and network namespaces (root, or CAP_SYS_ADMIN)."""
-    return os.geteuid() == 0
+    """Whether a child may make its own mount and network namespaces (root) and set mounts read-only."""
+    return os.geteuid() == 0 and mount_setattr_available()
 
 
 def _process_limit(limits: Limits, mechanism: str) -> str:

@@ -6,9 +6,10 @@ Landlock confines files (and TCP), but it makes no namespaces, so three things a
   fork) is re-parented to it, and when the command's shell exits the keeper kills all of
   them before it exits itself. That is the "nothing outlives the command" a PID namespace
   gives bubblewrap;
-- where we may (root), a private mount namespace makes `memory/` read-only (Landlock can
-  grant a folder but cannot take a subfolder back) and a private network namespace takes
-  away every socket family, UDP included;
+- where we may (root, Linux 5.12+), a private mount namespace makes every mount read-only
+  but the workspace and the private tmp, and `memory/` read-only again inside the workspace
+  (Landlock cannot take a subfolder back, nor does it cover chmod, chown or utime), and a
+  private network namespace takes away every socket family, UDP included;
 - the command itself drops every capability (root keeps none), sets no_new_privs, takes its
   rlimits and enters the Landlock domain.
 
@@ -60,13 +61,43 @@ def drop_capabilities() -> None:
     _check(_libc.capset(ctypes.byref(header), data), "capset")
 
 
-def _private_mounts(read_only: tuple[Path, ...], *, new_net: bool) -> None:
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+_SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1
+_libc.syscall.restype = ctypes.c_long
+
+
+def _set_read_only(path: bytes, *, read_only: bool, recursive: bool) -> None:
+    attr = _MountAttr(_MOUNT_ATTR_RDONLY if read_only else 0, 0 if read_only else _MOUNT_ATTR_RDONLY, 0, 0)
+    rc = _libc.syscall(_SYS_MOUNT_SETATTR, ctypes.c_int(_AT_FDCWD), ctypes.c_char_p(path),
+                       ctypes.c_uint(_AT_RECURSIVE if recursive else 0), ctypes.byref(attr),
+                       ctypes.c_size_t(ctypes.sizeof(attr)))
+    _check(0 if rc == 0 else -1, f"mount_setattr {path.decode(errors='replace')}")
+
+
+def mount_setattr_available() -> bool:
+    """mount_setattr (Linux 5.12+): an invalid call fails with EBADF/EINVAL, not ENOSYS, where it exists."""
+    attr = _MountAttr(0, 0, 0, 0)
+    rc = _libc.syscall(_SYS_MOUNT_SETATTR, ctypes.c_int(-1), ctypes.c_char_p(b""), ctypes.c_uint(0),
+                       ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
+    return rc == 0 or ctypes.get_errno() != 38
+
+
+def _private_mounts(writable: tuple[Path, ...], read_only: tuple[Path, ...], *, new_net: bool) -> None:
+    """Every mount read-only but `writable` (and `read_only` inside it again): Landlock does not
+    cover chmod, chown or utime, a read-only mount does."""
     _check(_libc.unshare(_CLONE_NEWNS | (_CLONE_NEWNET if new_net else 0)), "unshare")
     _check(_libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount private")
-    for path in read_only:
+    for path in (*writable, *read_only):
         p = os.fsencode(path)
         _check(_libc.mount(p, p, None, _MS_BIND | _MS_REC, None), f"bind {path}")
-        _check(_libc.mount(None, p, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None), f"read-only {path}")
+    _set_read_only(b"/", read_only=True, recursive=True)
+    for path in writable:  # not recursive: memory/ (a mount beneath) stays read-only
+        _set_read_only(os.fsencode(path), read_only=False, recursive=False)
+    os.chdir(os.getcwd())  # the current folder was entered before the binds: enter it again, on them
 
 
 def _children() -> list[int]:
@@ -125,13 +156,14 @@ class LandlockLaunch:
     new_net: bool
     read_only: tuple[Path, ...]
     nproc: bool
+    writable: tuple[Path, ...] = ()
 
     def __call__(self) -> None:  # preexec_fn
         if self.cgroup_fd >= 0:
             os.write(self.cgroup_fd, b"0")
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if self.private_mounts:
-            _private_mounts(self.read_only, new_net=self.new_net)
+            _private_mounts(self.writable, self.read_only, new_net=self.new_net)
         _check(_libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
         pid = os.fork()
         if pid:
