@@ -19,7 +19,9 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+import orjson
 
 from nanobot.errors import SessionInUseError, UsageError
 from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write
@@ -136,7 +138,8 @@ class _Parsed:
         return sum(1 for i, good in enumerate(self.bad_after) if good + i < pointer)
 
 
-def _parse(data: bytes) -> _Parsed:
+def _parse(data: bytes, loads: Callable[[bytes], Any] | None = None) -> _Parsed:
+    loads = loads or _loads
     lines = data.split(b"\n")
     ends_with_newline = not data or data.endswith(b"\n")
     if ends_with_newline:
@@ -146,7 +149,7 @@ def _parse(data: bytes) -> _Parsed:
         if not raw.strip():
             continue
         try:
-            record = json.loads(raw.decode("utf-8"))
+            record = loads(raw)
         except (UnicodeDecodeError, ValueError):
             record = None
         if not isinstance(record, dict):
@@ -169,6 +172,20 @@ def _parse(data: bytes) -> _Parsed:
             continue
         parsed.good_lines.append(raw)
     return parsed
+
+
+def _loads(raw: bytes) -> Any:
+    """One JSONL line, fast. orjson parses a long session about twice as fast as json; a line it
+    refuses but json reads (NaN, for instance) still loads, through json. orjson reads an integer
+    past 64 bits as a float, so whatever writes messages back (repair) parses with `_exact_loads`."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw.decode("utf-8"))
+
+
+def _exact_loads(raw: bytes) -> Any:
+    return json.loads(raw.decode("utf-8"))
 
 
 def _dumps(record: dict) -> bytes:
@@ -397,7 +414,7 @@ class SessionStore:
         try:
             source = path if path.exists() else self._legacy_file(key)
             original = source.read_bytes()
-            parsed = _parse(original)
+            parsed = _parse(original, _exact_loads)  # these messages are written back
             session = self._build(key, path, parsed)
             fixed, pointer, fixes = repair_messages(session.messages, session.last_consolidated)
             pointer_before = parsed.meta.get("last_consolidated", 0)

@@ -4,6 +4,7 @@
     python scripts/bench.py --quick         # a fast smoke run with small sizes and few runs
     python scripts/bench.py --only turn     # one part: startup, turn, memory, tokens, grep
     python scripts/bench.py --markdown      # tables as markdown (for the README)
+    python scripts/bench.py --vs ~/venvs/nanobot-0.1.4   # side by side with another nanobot
 
 Everything runs against the local fake LLM server (nanobot.fakellm) in throwaway NANOBOT_HOME
 folders; nothing touches the network or ~/.nanobot. These print figures; they are not tests.
@@ -605,6 +606,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repl-turns", type=int, help="REPL turns for the memory part (default 1000)")
     parser.add_argument("--token-turns", type=int, help="turns of the scripted conversation (default 300)")
     parser.add_argument("--grep-mb", type=float, help="size of the generated HISTORY.md (default 100)")
+    parser.add_argument("--vs", metavar="PATH", help="also run the one-shot figures for another nanobot (its venv "
+                        "or executable) side by side, alternating runs, and print the ratios")
     args = parser.parse_args(argv)
     MARKDOWN = args.markdown
 
@@ -613,10 +616,19 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     parts = {"startup": part_startup, "turn": part_turn, "memory": part_memory, "tokens": part_tokens,
              "grep": part_grep}
-    for name in [p for p in PARTS if not args.only or p in args.only]:
+    chosen = [p for p in PARTS if not args.only or p in args.only]
+    if args.vs and not args.only:
+        chosen = []  # --vs alone runs the side-by-side table; add --only PART for more
+    for name in chosen:
         t = time.perf_counter()
         parts[name](args)
         print(f"({name}: {time.perf_counter() - t:.0f} s)")
+    if args.vs:
+        from bench_vs import part_vs
+
+        t = time.perf_counter()
+        part_vs(args, table, ms, _maxrss_of)
+        print(f"(vs: {time.perf_counter() - t:.0f} s)")
     print(f"\ntotal {time.perf_counter() - started:.0f} s; load average at the end: "
           + " / ".join(f"{x:.2f}" for x in os.getloadavg()))
     return 0

@@ -107,6 +107,31 @@ def test_nanobot_v01_file_loads_unchanged(store):
     assert "tools_used" not in json.dumps(history) and "timestamp" not in json.dumps(history)
 
 
+def test_a_line_only_the_lenient_json_reader_accepts_still_loads(store):
+    # orjson (the fast path) refuses NaN; the line is valid for Python's json, so it must not be
+    # treated as damage (moved aside) just because the fast parser is stricter
+    path = store.path_for("k")
+    path.parent.mkdir(parents=True)
+    lines = ['{"_type": "metadata", "key": "k", "created_at": "2026-03-01T10:00:00", "last_consolidated": 0}',
+             '{"role": "user", "content": "score?", "score": NaN, "timestamp": "2026-03-01T10:00:00"}',
+             '{"role": "assistant", "content": "no idea", "timestamp": "2026-03-01T10:00:01"}']
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    before = path.read_bytes()
+    session = store.open("k")
+    store.close(session)
+    assert [m["content"] for m in session.messages] == ["score?", "no idea"]
+    assert session.warnings == [] and path.read_bytes() == before
+    assert not Path(str(path) + ".corrupt").exists()
+
+
+def test_repair_writes_back_integers_past_64_bits_exactly(store):
+    big = 123456789012345678901234567890
+    path = write_session(store, "k", [{"role": "user", "content": "n?", "n": big}, assistant("ok"),
+                                      assistant("again")])  # consecutive assistants: repair rewrites
+    assert store.repair("k").changed
+    assert [r.get("n") for r in records(path) if r.get("content") == "n?"] == [big]
+
+
 def test_v01_file_under_its_old_name_is_imported_and_left_in_place(store):
     legacy = store.directory / "telegram_42.jsonl"
     legacy.parent.mkdir(parents=True)

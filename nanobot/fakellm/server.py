@@ -353,6 +353,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        # Real APIs flush each SSE event at once; with Nagle on, the many small writes of a stream
+        # wait for the client's delayed ACK (~40 ms), which measurements would blame on the client.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         fake: FakeLLMServer = self.server.fake  # type: ignore[attr-defined]
         with fake._lock:
             fake._conns.add(self.connection)

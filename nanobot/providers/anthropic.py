@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anthropic
@@ -11,6 +12,7 @@ from nanobot.messages import Message
 from nanobot.providers import anthropic_format as fmt
 from nanobot.providers.base import DeltaCallback, LLMResponse, Provider, ToolCallRequest, Usage
 from nanobot.providers.errors_map import connection_error, status_error
+from nanobot.providers.raw_http import RAW_STREAM_HEADERS, json_body, sse_json, stream_error
 
 _STOP = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
          "refusal": "stop", "pause_turn": "stop", "model_context_window_exceeded": "length"}
@@ -44,14 +46,16 @@ class AnthropicProvider(Provider):
             if choice:
                 params["tool_choice"] = choice
         try:
-            if on_delta is None:
-                message = await self._client.messages.create(**params)
-            else:
-                async with self._client.messages.stream(**params) as stream:
-                    async for event in stream:
-                        if event.type == "text" and event.text:
-                            on_delta(event.text)
-                    message = await stream.get_final_message()
+            response = await self._client.post(
+                "/v1/messages", body=params if on_delta is None else {**params, "stream": True},
+                cast_to=httpx2.Response, options={"headers": RAW_STREAM_HEADERS})
+            try:
+                if on_delta is None:
+                    message = json_body("anthropic", response, await response.aread())
+                else:
+                    message = await _read_stream(response, on_delta)
+            finally:
+                await response.aclose()
         except anthropic.APIStatusError as exc:
             raise status_error("anthropic", exc.status_code, _error_message(exc),
                                exc.response.headers.get("retry-after")) from None
@@ -59,7 +63,9 @@ class AnthropicProvider(Provider):
             raise connection_error("anthropic", exc, timeout=True) from None
         except anthropic.APIConnectionError as exc:
             raise connection_error("anthropic", exc) from None
-        except httpx2.TransportError as exc:  # a stream cut mid-way escapes the SDK unwrapped
+        except httpx2.TimeoutException as exc:  # a read timeout while streaming escapes the SDK unwrapped
+            raise connection_error("anthropic", exc, timeout=True) from None
+        except httpx2.TransportError as exc:  # so does a stream cut mid-way
             raise connection_error("anthropic", exc) from None
         return _to_response(message)
 
@@ -76,27 +82,72 @@ def _error_message(exc: Any) -> str:
     return str(getattr(exc, "message", exc))
 
 
-def _to_response(message: Any) -> LLMResponse:
+async def _read_stream(response: httpx2.Response, on_delta: DeltaCallback) -> dict[str, Any]:
+    """The streamed events folded into the message a non-streamed call would have returned."""
+    message: dict[str, Any] = {"content": [], "usage": {}, "stop_reason": None}
+    blocks: dict[int, dict[str, Any]] = {}
+    partial: dict[int, list[str]] = {}  # tool_use input JSON, as it arrives
+    async for event in sse_json("anthropic", response):
+        kind = event.get("type")
+        if kind == "content_block_delta":
+            index, delta = event.get("index"), event.get("delta") or {}
+            block = blocks.get(index)
+            if block is None:
+                continue
+            dtype = delta.get("type")
+            if dtype == "text_delta" and delta.get("text"):
+                block["text"] = block.get("text", "") + delta["text"]
+                on_delta(delta["text"])
+            elif dtype == "input_json_delta":
+                partial.setdefault(index, []).append(delta.get("partial_json") or "")
+            elif dtype == "thinking_delta":
+                block["thinking"] = block.get("thinking", "") + (delta.get("thinking") or "")
+        elif kind == "content_block_start":
+            block = dict(event.get("content_block") or {})
+            blocks[event.get("index")] = block
+            message["content"].append(block)
+        elif kind == "message_start":
+            start = event.get("message") or {}
+            message["usage"].update(start.get("usage") or {})
+        elif kind == "message_delta":
+            message["stop_reason"] = (event.get("delta") or {}).get("stop_reason") or message["stop_reason"]
+            message["usage"].update({k: v for k, v in (event.get("usage") or {}).items() if v is not None})
+        elif kind == "error":
+            raise stream_error("anthropic", event.get("error"))
+    for index, pieces in partial.items():
+        raw = "".join(pieces)
+        try:
+            blocks[index]["input"] = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            blocks[index]["input"] = raw  # kept as sent; _to_response flags it for the model
+    return message
+
+
+def _to_response(message: dict[str, Any]) -> LLMResponse:
     texts: list[str] = []
     thinking: list[str] = []
     calls: list[ToolCallRequest] = []
-    for block in message.content:
-        kind = getattr(block, "type", "")
+    for block in message.get("content") or []:
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type", "")
         if kind == "text":
-            texts.append(block.text)
+            texts.append(block.get("text") or "")
         elif kind == "thinking":
-            thinking.append(getattr(block, "thinking", ""))
+            thinking.append(block.get("thinking") or "")
         elif kind == "tool_use":
-            args = block.input if isinstance(block.input, dict) else {}
-            error = None if isinstance(block.input, dict) else "arguments must be a JSON object"
-            calls.append(ToolCallRequest(block.id, block.name, args, fmt.arguments_json(block.input), error))
-    usage = message.usage
-    prompt = (usage.input_tokens or 0) + (getattr(usage, "cache_read_input_tokens", 0) or 0) + (
-        getattr(usage, "cache_creation_input_tokens", 0) or 0)
+            value = block.get("input")
+            args = value if isinstance(value, dict) else {}
+            error = None if isinstance(value, dict) else "arguments must be a JSON object"
+            calls.append(ToolCallRequest(str(block.get("id") or ""), str(block.get("name") or ""), args,
+                                         fmt.arguments_json(value), error))
+    usage = message.get("usage") or {}
+    prompt = sum(int(usage.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens",
+                                                   "cache_creation_input_tokens"))
     return LLMResponse(
         content="".join(texts) or None,
         tool_calls=calls,
-        finish_reason=_STOP.get(message.stop_reason or "", "tool_calls" if calls else "stop"),
-        usage=Usage(prompt, usage.output_tokens or 0),
+        finish_reason=_STOP.get(message.get("stop_reason") or "", "tool_calls" if calls else "stop"),
+        usage=Usage(prompt, int(usage.get("output_tokens") or 0)),
         reasoning="\n".join(thinking) or None,
     )

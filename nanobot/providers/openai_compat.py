@@ -11,6 +11,7 @@ import httpx2
 from nanobot.messages import Message, for_wire
 from nanobot.providers.base import DeltaCallback, LLMResponse, Provider, ToolCallRequest, Usage, parse_arguments
 from nanobot.providers.errors_map import connection_error, status_error
+from nanobot.providers.raw_http import RAW_STREAM_HEADERS, json_body as _json_body, sse_json, stream_error
 
 
 class OpenAICompatProvider(Provider):
@@ -49,11 +50,16 @@ class OpenAICompatProvider(Provider):
                 )
         try:
             if on_delta is None:
-                completion = await self._client.chat.completions.create(**params)
-                return _from_completion(completion)
-            stream = await self._client.chat.completions.create(
-                **params, stream=True, stream_options={"include_usage": True})
-            return await _from_stream(stream, on_delta)
+                response = await self._post(params)
+                try:
+                    return _from_completion(_json_body(self.name, response, await response.aread()))
+                finally:
+                    await response.aclose()
+            response = await self._post({**params, "stream": True, "stream_options": {"include_usage": True}})
+            try:
+                return await _from_stream(self.name, response, on_delta)
+            finally:
+                await response.aclose()
         except openai.APIStatusError as exc:
             raise status_error(self.name, exc.status_code, _error_message(exc),
                                exc.response.headers.get("retry-after")) from None
@@ -61,8 +67,19 @@ class OpenAICompatProvider(Provider):
             raise connection_error(self.name, exc, timeout=True) from None
         except openai.APIConnectionError as exc:
             raise connection_error(self.name, exc) from None
-        except httpx2.TransportError as exc:  # a stream cut mid-way escapes the SDK unwrapped
+        except httpx2.TimeoutException as exc:  # a read timeout while streaming escapes the SDK unwrapped
+            raise connection_error(self.name, exc, timeout=True) from None
+        except httpx2.TransportError as exc:  # so does a stream cut mid-way
             raise connection_error(self.name, exc) from None
+
+    async def _post(self, body: dict[str, Any]) -> httpx2.Response:
+        """POST the body as plain JSON through the SDK's low-level client (auth, headers, status
+        errors and timeouts stay the SDK's) and get the unread response back. The typed
+        `chat.completions.create` would first walk every message through its request transform
+        and then build a pydantic object per streamed chunk; on a long history that is most of a
+        turn's local overhead. The wire bytes are the same (tests/providers/test_raw_wire.py)."""
+        return await self._client.post("/chat/completions", body=body, cast_to=httpx2.Response,
+                                       options={"headers": RAW_STREAM_HEADERS})
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -88,69 +105,84 @@ def _calls(raw_calls: list[tuple[str | None, str, str]]) -> list[ToolCallRequest
 
 
 def _usage(usage: Any) -> Usage:
-    if usage is None:
+    if not isinstance(usage, dict):
         return Usage()
-    return Usage(getattr(usage, "prompt_tokens", 0) or 0, getattr(usage, "completion_tokens", 0) or 0)
+    return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
 
 
-def _from_completion(completion: Any) -> LLMResponse:
-    if not completion.choices:
-        return LLMResponse(content=None, finish_reason="error", usage=_usage(completion.usage))
-    choice = completion.choices[0]
-    msg = choice.message
-    raw = [(c.id, c.function.name, c.function.arguments) for c in (msg.tool_calls or [])
-           if getattr(c, "function", None)]
+def _from_completion(completion: dict[str, Any]) -> LLMResponse:
+    choices = completion.get("choices") or []
+    if not choices or not isinstance(choices[0], dict):
+        return LLMResponse(content=None, finish_reason="error", usage=_usage(completion.get("usage")))
+    choice = choices[0]
+    msg = choice.get("message") or {}
+    raw = [(c.get("id"), (c.get("function") or {}).get("name") or "", (c.get("function") or {}).get("arguments"))
+           for c in (msg.get("tool_calls") or []) if isinstance(c, dict) and isinstance(c.get("function"), dict)]
     return LLMResponse(
-        content=msg.content,
+        content=msg.get("content"),
         tool_calls=_calls(raw),
-        finish_reason=choice.finish_reason or "stop",
-        usage=_usage(completion.usage),
-        reasoning=getattr(msg, "reasoning_content", None) or getattr(msg, "reasoning", None),
+        finish_reason=choice.get("finish_reason") or "stop",
+        usage=_usage(completion.get("usage")),
+        reasoning=msg.get("reasoning_content") or msg.get("reasoning") or None,
     )
 
 
-def _slot(calls: list[list[str]], slot_of: dict[int, list[str]], tc: Any) -> list[str]:
+def _as_chunk(completion: dict[str, Any]) -> dict[str, Any]:
+    """A whole completion (a server that ignored `stream`) as the one chunk that says it all."""
+    choices = [{"delta": c.get("message") or {}, "finish_reason": c.get("finish_reason")}
+               for c in completion.get("choices") or [] if isinstance(c, dict)]
+    return {"choices": choices, "usage": completion.get("usage")}
+
+
+def _slot(calls: list[list[str]], slot_of: dict[int, list[str]], tc: dict[str, Any]) -> list[str]:
     """The call a streamed tool-call delta belongs to: by index, or (servers that omit it) by a new id."""
-    if tc.index is not None:
-        if tc.index not in slot_of:
-            slot_of[tc.index] = ["", "", ""]
-            calls.append(slot_of[tc.index])
-        return slot_of[tc.index]
-    if not calls or (tc.id and calls[-1][0] and tc.id != calls[-1][0]):
+    index, call_id = tc.get("index"), tc.get("id")
+    if index is not None:
+        if index not in slot_of:
+            slot_of[index] = ["", "", ""]
+            calls.append(slot_of[index])
+        return slot_of[index]
+    if not calls or (call_id and calls[-1][0] and call_id != calls[-1][0]):
         calls.append(["", "", ""])
     return calls[-1]
 
 
-async def _from_stream(stream: Any, on_delta: DeltaCallback) -> LLMResponse:
+async def _from_stream(provider: str, response: httpx2.Response, on_delta: DeltaCallback) -> LLMResponse:
     text: list[str] = []
     reasoning: list[str] = []
     calls: list[list[str]] = []  # [id, name, arguments] per call, in order
     slot_of: dict[int, list[str]] = {}  # the server's index -> its slot
     finish = None
     usage = None
-    async for chunk in stream:
-        if getattr(chunk, "usage", None):
-            usage = chunk.usage
-        for choice in chunk.choices or []:
-            delta = choice.delta
-            if delta is None:
+    async for chunk in sse_json(provider, response, whole=_as_chunk):
+        if chunk.get("error"):
+            raise stream_error(provider, chunk["error"])
+        if chunk.get("usage"):
+            usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta")
+            if not delta:
+                if choice.get("finish_reason"):
+                    finish = choice["finish_reason"]
                 continue
-            if delta.content:
-                text.append(delta.content)
-                on_delta(delta.content)
-            extra = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
+            content = delta.get("content")
+            if content:
+                text.append(content)
+                on_delta(content)
+            extra = delta.get("reasoning_content") or delta.get("reasoning")
             if isinstance(extra, str):
                 reasoning.append(extra)
-            for tc in delta.tool_calls or []:
+            for tc in delta.get("tool_calls") or ():
                 slot = _slot(calls, slot_of, tc)
-                if tc.id:
-                    slot[0] = tc.id
-                if tc.function and tc.function.name:
-                    slot[1] += tc.function.name
-                if tc.function and tc.function.arguments:
-                    slot[2] += tc.function.arguments
-            if choice.finish_reason:
-                finish = choice.finish_reason
+                fn = tc.get("function") or {}
+                if tc.get("id"):
+                    slot[0] = tc["id"]
+                if fn.get("name"):
+                    slot[1] += fn["name"]
+                if fn.get("arguments"):
+                    slot[2] += fn["arguments"]
+            if choice.get("finish_reason"):
+                finish = choice["finish_reason"]
     raw = [(slot[0], slot[1], slot[2]) for slot in calls]
     return LLMResponse(
         content="".join(text) or None,

@@ -195,55 +195,6 @@ def test_an_ordinary_bad_request_is_not_mistaken_for_an_overflow():
     assert not error.context_overflow and error.reported_window is None
 
 
-def _completion(calls):
-    from openai._models import construct_type  # the lenient parsing the SDK applies to real responses
-    from openai.types.chat import ChatCompletion
-
-    return construct_type(type_=ChatCompletion, value={
-        "id": "x", "object": "chat.completion", "created": 0, "model": "m",
-        "choices": [{"index": 0, "finish_reason": "tool_calls",
-                     "message": {"role": "assistant", "content": None, "tool_calls": calls}}]})
-
-
-@pytest.mark.parametrize("bad_id", ["", None])
-def test_tool_calls_without_ids_get_unique_ids(bad_id):
-    from nanobot.providers.openai_compat import _from_completion
-
-    fn = {"name": "read_file", "arguments": '{"path": "a"}'}
-    resp = _from_completion(_completion([{"id": bad_id, "type": "function", "function": fn},
-                                         {"id": bad_id, "type": "function", "function": fn}]))
-    ids = [c.id for c in resp.tool_calls]
-    assert all(ids) and len(set(ids)) == 2
-
-
-def test_streamed_parallel_tool_calls_without_index_stay_separate():
-    from openai._models import construct_type
-    from openai.types.chat import ChatCompletionChunk
-
-    from nanobot.providers.openai_compat import _from_stream
-
-    def chunk(tool_calls=None, finish=None):
-        return construct_type(type_=ChatCompletionChunk, value={
-            "id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
-            "choices": [{"index": 0, "finish_reason": finish, "delta": {"tool_calls": tool_calls} if tool_calls else {}}]})
-
-    def tc(**fields):
-        return {"index": None, "type": "function", **fields}
-
-    chunks = [chunk([tc(id="c1", function={"name": "read_file", "arguments": '{"path"'})]),
-              chunk([tc(function={"arguments": ': "a"}'})]),
-              chunk([tc(id="c2", function={"name": "list_dir", "arguments": "{}"})]),
-              chunk(finish="tool_calls")]
-
-    async def stream():
-        for c in chunks:
-            yield c
-
-    resp = asyncio.run(_from_stream(stream(), lambda _t: None))
-    assert [(c.id, c.name, c.arguments) for c in resp.tool_calls] == [("c1", "read_file", {"path": "a"}),
-                                                                      ("c2", "list_dir", {})]
-
-
 @pytest.mark.parametrize("content", [
     [{"type": "image_url", "image_url": "https://example.com/cat.png"}],
     [{"type": "image_url", "image_url": {"url": "file:///home/me/cat.png"}}],

@@ -1,0 +1,102 @@
+"""`bench.py --vs PATH`: the same one-shot figures for nanobot and another nanobot, side by side.
+
+PATH is another nanobot's venv (its bin/nanobot is used) or its executable. Each command runs
+alternately, ours then the peer, in two throwaway homes with the same config and session, both
+pointed at the local fake LLM server, so the load of the moment hits both alike. The peer is
+started with HOME set to its home's parent, so it finds ~/.nanobot there (nanobot 0.1.x and
+0.3.x read ~/.nanobot/config.json); its session file is written where those versions keep it
+(workspace/sessions/). These print figures; they are not tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+from bench_workload import BenchHome, nanobot_argv, write_session
+
+
+def peer_argv(path: str) -> list[str]:
+    p = Path(path).expanduser()
+    exe = p / "bin" / "nanobot" if p.is_dir() else p
+    if not exe.exists():
+        raise SystemExit(f"--vs {path}: no nanobot executable at {exe} (give a venv folder or the executable)")
+    return [str(exe)]
+
+
+def _prepare(home: BenchHome, size: int, peer: bool) -> None:
+    ours = home.session_path()
+    write_session(ours, "cli:direct", size, tail=40)
+    if peer:
+        theirs = home.workspace / "sessions" / "cli_direct.jsonl"
+        theirs.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ours, theirs)
+
+
+def _one_shot(argv: list[str], home: BenchHome) -> tuple[float, float | None]:
+    """(whole run, spawn to first request) of `agent -m hi`, in seconds."""
+    before = len(home.server.requests)
+    t = time.monotonic()
+    p = subprocess.run([*argv, "agent", "-m", "hi", "--no-markdown"], env=home.env, capture_output=True, text=True)
+    end = time.monotonic()
+    recs = home.server.requests[before:]
+    if p.returncode != 0 or not recs:
+        raise RuntimeError(f"{argv[0]} agent -m failed ({p.returncode}): {(p.stderr or p.stdout).strip()[-400:]}")
+    return end - t, recs[0].t_received - t
+
+
+def _timed(argv: list[str], home: BenchHome, extra: list[str]) -> float:
+    t = time.monotonic()
+    subprocess.run([*argv, *extra], env=home.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.monotonic() - t
+
+
+def part_vs(args: argparse.Namespace, table: Callable, ms: Callable, maxrss: Callable) -> None:
+    runs = args.runs or (5 if args.quick else 15)
+    big = 10_000 if args.quick else 50_000
+    argvs = {"ours": nanobot_argv(), "peer": peer_argv(args.vs)}
+    homes = {"ours": BenchHome(), "peer": BenchHome()}
+    big_homes = {"ours": BenchHome(), "peer": BenchHome()}
+    try:
+        for name in argvs:
+            _prepare(homes[name], 10, name == "peer")
+            _prepare(big_homes[name], big, name == "peer")
+        samples: dict[str, dict[str, list[float]]] = {}
+
+        def add(label: str, who: str, value: float | None) -> None:
+            if value is not None:
+                samples.setdefault(label, {"ours": [], "peer": []})[who].append(value)
+
+        for name in argvs:  # warm the page cache and the peer's first-run setup
+            _timed(argvs[name], homes[name], ["--version"])
+            _one_shot(argvs[name], homes[name])
+        for _ in range(runs):
+            for name, argv in argvs.items():
+                add("`--version`", name, _timed(argv, homes[name], ["--version"]))
+                whole, first = _one_shot(argv, homes[name])
+                add("`agent -m hi`, whole run", name, whole)
+                add("`agent -m hi`, spawn to first request", name, first)
+                whole, _ = _one_shot(argv, big_homes[name])
+                add(f"`agent -m hi` on a {big:,}-message session", name, whole)
+        for _ in range(max(3, runs // 5)):
+            for name, argv in argvs.items():
+                code, rss = maxrss([*argv, "agent", "-m", "hi", "--no-markdown"], homes[name].env)
+                if code == 0:
+                    add("peak memory, `agent -m hi` (MiB)", name, rss / 1024)
+        rows = []
+        for label, by in samples.items():
+            ours, peer = statistics.median(by["ours"]), statistics.median(by["peer"])
+            fmt = (lambda v: f"{v:.0f} MiB") if "MiB" in label else ms
+            rows.append([label, fmt(ours), fmt(peer), f"{ours / peer:.2f}"])
+        table(f"vs. {argvs['peer'][0]} (median of {runs} paired runs; ratio = ours / peer)",
+              ["measure", "ours", "peer", "ratio"], rows,
+              note="Runs alternate ours and the peer. 'first request' = spawn until the fake server "
+                   "received the chat request.")
+    finally:
+        for home in (*homes.values(), *big_homes.values()):
+            home.close()
