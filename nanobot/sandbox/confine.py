@@ -130,8 +130,10 @@ class Confinement:
             ruleset_fd=ruleset.fd, limits=policy.limits, cgroup_fd=-1, private_mounts=private,
             new_net=private and not policy.network,
             read_only=tuple(p for p in policy.read_only if p.is_dir()),
-            nproc=os.geteuid() != 0, writable=(ws, tmp),
+            nproc=os.geteuid() != 0, workspace=ws, tmp=tmp,
         )
+        if private:
+            launch.env["TMPDIR"] = "/tmp"  # the private tmp is mounted there
         launch.preexec_fn = hook
         launch.cleanups.append(ruleset.close)
         cg = PidsCgroup.create(policy.limits)

@@ -86,17 +86,28 @@ def mount_setattr_available() -> bool:
     return rc == 0 or ctypes.get_errno() != 38
 
 
-def _private_mounts(writable: tuple[Path, ...], read_only: tuple[Path, ...], *, new_net: bool) -> None:
-    """Every mount read-only but `writable` (and `read_only` inside it again): Landlock does not
-    cover chmod, chown or utime, a read-only mount does."""
+def _bind(source: bytes, target: bytes) -> None:
+    _check(_libc.mount(source, target, None, _MS_BIND | _MS_REC, None), f"bind {target.decode(errors='replace')}")
+
+
+def _private_mounts(workspace: Path, tmp: Path, read_only: tuple[Path, ...], *, new_net: bool) -> None:
+    """Every mount read-only but the workspace and the private tmp (shown at /tmp), and
+    `read_only` inside the workspace again: Landlock does not cover chmod, chown or utime,
+    nor can it take back a subfolder; a read-only mount does both."""
     _check(_libc.unshare(_CLONE_NEWNS | (_CLONE_NEWNET if new_net else 0)), "unshare")
     _check(_libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount private")
-    for path in (*writable, *read_only):
-        p = os.fsencode(path)
-        _check(_libc.mount(p, p, None, _MS_BIND | _MS_REC, None), f"bind {path}")
+    ws = os.fsencode(workspace)
+    for path in (workspace, *read_only):
+        _bind(os.fsencode(path), os.fsencode(path))
+    ws_fd = os.open(workspace, os.O_PATH | os.O_CLOEXEC)  # the bind just made, memory/ mount included
+    _bind(os.fsencode(tmp), b"/tmp")
+    if workspace.is_relative_to("/tmp"):  # the private tmp covered it: show it again at its path
+        os.makedirs(workspace, exist_ok=True)
+        _bind(f"/proc/self/fd/{ws_fd}".encode(), ws)
+    os.close(ws_fd)
     _set_read_only(b"/", read_only=True, recursive=True)
-    for path in writable:  # not recursive: memory/ (a mount beneath) stays read-only
-        _set_read_only(os.fsencode(path), read_only=False, recursive=False)
+    for path in (ws, b"/tmp"):  # not recursive: memory/ (a mount beneath) stays read-only
+        _set_read_only(path, read_only=False, recursive=False)
     os.chdir(os.getcwd())  # the current folder was entered before the binds: enter it again, on them
 
 
@@ -156,14 +167,15 @@ class LandlockLaunch:
     new_net: bool
     read_only: tuple[Path, ...]
     nproc: bool
-    writable: tuple[Path, ...] = ()
+    workspace: Path = Path("/nonexistent")
+    tmp: Path = Path("/nonexistent")
 
     def __call__(self) -> None:  # preexec_fn
         if self.cgroup_fd >= 0:
             os.write(self.cgroup_fd, b"0")
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if self.private_mounts:
-            _private_mounts(self.writable, self.read_only, new_net=self.new_net)
+            _private_mounts(self.workspace, self.tmp, self.read_only, new_net=self.new_net)
         _check(_libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
         pid = os.fork()
         if pid:
