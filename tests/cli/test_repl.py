@@ -127,7 +127,7 @@ def test_second_process_on_the_same_session_is_refused(repl, isolated_home, nano
     child.expect(pexpect.EOF)
 
 
-def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_home):
+def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_home, host_sleepers):
     import json as _json
 
     pidfile = isolated_home / "workspace" / "slow.pid"
@@ -137,7 +137,7 @@ def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_h
         if "You are a subagent" in body:
             if "quick job" in body:
                 return Reply.text("quick report: 7 files")
-            return Reply.tool_calls([("exec", {"command": "sleep 60 & echo $! > slow.pid; wait"})])
+            return Reply.tool_calls([("exec", {"command": "sleep 6072 & echo $! > slow.pid; wait"})])
         if "Subagent 'quick'" in body:
             return Reply.text("The quick helper counted 7 files.")
         last = request.messages[-1]
@@ -157,7 +157,7 @@ def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_h
     deadline = time.monotonic() + 10
     while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    pid = int(pidfile.read_text())
+    (pid,) = host_sleepers("6072")
     child.sendline("/status")
     child.expect("subagent +sa-[0-9a-f]+ 'slow' running")
     child.sendline("/stop")
