@@ -306,12 +306,23 @@ async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
 
 class ExecTool(Tool):
     name = "exec"
-    description = (
+    _base_description = (
         "Run a shell command (/bin/sh -c) in the workspace and return stdout, stderr and the exit code. "
         "No stdin (interactive programs get end-of-file). Long output keeps its head and tail. "
-        "The command and everything it starts are killed at the timeout; start long-running servers "
-        "with output redirected to a file."
+        "The command and everything it starts are killed at the timeout."
     )
+    _confined_note = (
+        " Commands run in a sandbox: only the workspace and /tmp are writable, memory/ is read-only "
+        "the home folder, nanobot's config and credentials are not visible, "
+        "there is no network unless the user allows it, and nothing it starts keeps running after it returns "
+        "(start a server and use it within one command)."
+    )
+
+    @property
+    def description(self) -> str:  # type: ignore[override]  # says what holds on this machine
+        note = self._confined_note if self.ctx.confinement.confined else " Commands run without a sandbox."
+        return type(self).__dict__["_base_description"] + note
+
     parameters = {
         "type": "object",
         "properties": {
