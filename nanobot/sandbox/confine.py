@@ -109,10 +109,8 @@ class Confinement:
         ruleset = landlock.Ruleset(self._abi, block_tcp=not policy.network and not private)
         try:
             ws = policy.workspace
-            if policy.restrict:
-                readable = [*policy.system_dirs(), *policy.extra_read, *policy.toolchains]
-            else:
-                readable = [*beneath_except(Path("/"), list(policy.hidden)), *policy.extra_read, *policy.toolchains]
+            base = policy.system_dirs() if policy.restrict else _visible_outside(policy.hidden)
+            readable = [*base, *policy.extra_read, *policy.toolchains]
             for path in readable:
                 ruleset.allow(path, landlock.READ)
             ruleset.allow(Path("/proc"), landlock.READ)
@@ -177,6 +175,12 @@ def _attach_limits(launch: Launch, limits: Limits, *, nproc: bool) -> None:
     if cg is not None:  # enter the cgroup first, so everything after it is counted; no cgroup, no run
         argv = ["/bin/sh", "-c", 'echo 0 > "$0" || exit 126; exec "$@"', str(cg.path / "cgroup.procs"), *argv]
     launch.argv = argv
+
+
+@lru_cache(maxsize=8)
+def _visible_outside(hidden: tuple[Path, ...]) -> list[Path]:
+    """The folders that together show / minus the hidden ones (walked once per process)."""
+    return beneath_except(Path("/"), list(hidden))
 
 
 def _user_processes() -> int:
