@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from nanobot.sandbox import bwrap, landlock
-from nanobot.sandbox.keeper import LandlockLaunch, mount_setattr_available
+from nanobot.sandbox.keeper import LandlockLaunch, mount_setattr_available, user_namespace_mounts_work
 from nanobot.sandbox.limits import PidsCgroup, apply_rlimits, cgroup_available, nproc_counts_command_only
 from nanobot.sandbox.policy import Limits, Policy, beneath_except
 
@@ -68,6 +68,11 @@ class Confinement:
     def confined(self) -> bool:
         return self.mechanism != "none"
 
+    @property
+    def memory_read_only(self) -> bool:
+        """Whether commands cannot change the workspace's memory/ (else: check it after each command)."""
+        return self.mechanism == "bwrap" or (self.mechanism == "landlock" and _can_private_mounts())
+
     def describe(self, *, network: bool | str = "ask", restrict: bool = False, unconfined_ok: bool = False) -> str:
         """One line for `nanobot status`, /status and the chat's first line. Claims only what holds."""
         if not self.confined:
@@ -76,7 +81,7 @@ class Confinement:
             return f"NOT confined ({self.detail}); {then}"
         net = {False: "no network", True: "network allowed", "ask": "network only when approved"}[network]
         parts = [self.detail, "writes only to the workspace and a private tmp"]
-        if self.mechanism == "landlock" and not _can_private_mounts():
+        if not self.memory_read_only:
             parts.append("memory/ NOT read-only and chmod/utime outside NOT blocked (need a mount namespace)")
             if network is not True:
                 net += " (Landlock blocks TCP; UDP is open)" if self._abi >= 4 else " NOT enforced (Landlock ABI < 4)"
@@ -128,7 +133,7 @@ class Confinement:
             ruleset_fd=ruleset.fd, limits=policy.limits, cgroup_fd=-1, private_mounts=private,
             new_net=private and not policy.network,
             read_only=tuple(p for p in policy.read_only if p.is_dir()),
-            nproc=os.geteuid() != 0, workspace=ws, tmp=tmp,
+            nproc=os.geteuid() != 0, workspace=ws, tmp=tmp, user_namespace=private and os.geteuid() != 0,
         )
         if private:
             launch.env["TMPDIR"] = "/tmp"  # the private tmp is mounted there
@@ -140,7 +145,7 @@ class Confinement:
             launch.cgroup = cg
             fd = hook.cgroup_fd
             launch.cleanups.append(lambda: launch.close_parent_fds([fd]))
-        elif hook.nproc:
+        elif hook.nproc and not hook.user_namespace:
             # without a user namespace RLIMIT_NPROC counts all the user's processes: leave room for them
             hook.limits = Limits(**{**policy.limits.__dict__, "processes": _user_processes() + policy.limits.processes})
         return launch
@@ -197,15 +202,19 @@ def _user_processes() -> int:
 
 @lru_cache(maxsize=1)
 def _can_private_mounts() -> bool:
-    """Whether a child may make its own mount and network namespaces (root) and set mounts read-only."""
-    return os.geteuid() == 0 and mount_setattr_available()
+    """Whether a child may make its own mount and network namespaces and set mounts read-only
+    (root, or an ordinary user where user namespaces are allowed)."""
+    if not mount_setattr_available():
+        return False
+    return os.geteuid() == 0 or user_namespace_mounts_work()
 
 
 def _process_limit(limits: Limits, mechanism: str) -> str:
     if cgroup_available(limits):
         return f"<= {limits.processes} (pids cgroup)"
     if os.geteuid() != 0:
-        where = "per command, user namespace" if mechanism == "bwrap" else "counted per user"
+        own_ns = mechanism == "bwrap" or _can_private_mounts()
+        where = "per command, user namespace" if own_ns else "counted per user"
         return f"RLIMIT_NPROC ({where})"
     return "NOT bounded (root ignores RLIMIT_NPROC and no pids cgroup could be made)"
 

@@ -6,7 +6,7 @@ Landlock confines files (and TCP), but it makes no namespaces, so three things a
   fork) is re-parented to it, and when the command's shell exits the keeper kills all of
   them before it exits itself. That is the "nothing outlives the command" a PID namespace
   gives bubblewrap;
-- where we may (root, Linux 5.12+), a private mount namespace makes every mount read-only
+- where we may (root, or an ordinary user allowed user namespaces; Linux 5.12+), a private mount namespace makes every mount read-only
   but the workspace and the private tmp, and `memory/` read-only again inside the workspace
   (Landlock cannot take a subfolder back, nor does it cover chmod, chown or utime), and a
   private network namespace takes away every socket family, UDP included;
@@ -29,7 +29,7 @@ from nanobot.sandbox.limits import apply_rlimits
 from nanobot.sandbox.policy import Limits
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_CLONE_NEWNS, _CLONE_NEWNET = 0x00020000, 0x40000000
+_CLONE_NEWNS, _CLONE_NEWNET, _CLONE_NEWUSER = 0x00020000, 0x40000000, 0x10000000
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 1, 32, 4096, 16384, 1 << 18
 _PR_SET_PDEATHSIG, _PR_CAPBSET_DROP, _PR_SET_CHILD_SUBREAPER = 1, 24, 36
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
@@ -84,6 +84,35 @@ def mount_setattr_available() -> bool:
     rc = _libc.syscall(_SYS_MOUNT_SETATTR, ctypes.c_int(-1), ctypes.c_char_p(b""), ctypes.c_uint(0),
                        ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
     return rc == 0 or ctypes.get_errno() != 38
+
+
+def enter_user_namespace() -> None:
+    """A user namespace mapping our own uid and gid: lets an ordinary user make mount and network
+    namespaces. The uid stays the same, so the workspace stays ours and nothing else becomes so."""
+    uid, gid = os.getuid(), os.getgid()
+    _check(_libc.unshare(_CLONE_NEWUSER), "unshare user namespace")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+
+
+def user_namespace_mounts_work() -> bool:
+    """Whether an ordinary user may make the private mounts here (some systems forbid user namespaces)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            enter_user_namespace()
+            _check(_libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET), "unshare")
+            _check(_libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount private")
+            _set_read_only(b"/", read_only=True, recursive=True)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 def _bind(source: bytes, target: bytes) -> None:
@@ -169,12 +198,15 @@ class LandlockLaunch:
     nproc: bool
     workspace: Path = Path("/nonexistent")
     tmp: Path = Path("/nonexistent")
+    user_namespace: bool = False  # an ordinary user: enter a user namespace first, for the private mounts
 
     def __call__(self) -> None:  # preexec_fn
         if self.cgroup_fd >= 0:
             os.write(self.cgroup_fd, b"0")
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if self.private_mounts:
+            if self.user_namespace:
+                enter_user_namespace()
             _private_mounts(self.workspace, self.tmp, self.read_only, new_net=self.new_net)
         _check(_libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
         pid = os.fork()

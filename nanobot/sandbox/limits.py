@@ -81,6 +81,7 @@ class PidsCgroup:
             return None
         mount, own = where
         parent = mount / own if own else mount
+        _remove_stale(parent)
         try:
             if mount == CGROUP_ROOT:  # v2: the controller must be enabled for our children
                 if "pids" not in (parent / "cgroup.subtree_control").read_text().split():
@@ -140,6 +141,30 @@ class PidsCgroup:
                 return
             except OSError:
                 time.sleep(0.01)
+
+
+_swept: set[Path] = set()
+
+
+def _remove_stale(parent: Path) -> None:
+    """Once per process: remove empty cgroups left by nanobot processes that died mid-command."""
+    if parent in _swept:
+        return
+    _swept.add(parent)
+    try:
+        entries = list(parent.glob("nanobot-exec-*"))
+    except OSError:
+        return
+    for path in entries:
+        try:
+            pid = int(path.name.split("-")[2])
+        except (IndexError, ValueError):
+            continue
+        if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
+            try:
+                path.rmdir()  # fails, harmlessly, while a task is still inside
+            except OSError:
+                pass
 
 
 def cgroup_available(limits: Limits) -> bool:

@@ -32,7 +32,7 @@ CREDENTIAL_STORES = (
 # Read-only, always visible: what commands need to run at all.
 SYSTEM_DIRS = (
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix",
-    "/var/lib/dpkg", "/var/lib/apt",
+    "/var/lib/dpkg", "/var/lib/apt", "/run/systemd/resolve",  # the last: where /etc/resolv.conf may point
 )
 
 # Language toolchains people install in HOME (pyenv, rustup, nvm, ...): shown read-only, so the

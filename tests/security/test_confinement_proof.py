@@ -280,3 +280,25 @@ def test_legacy_allow_patterns_keep_their_allowlist_meaning(ws, confinement):
     with pytest.raises(ToolError, match="allowPatterns"):
         run(tool, "touch ran")
     assert not (ws / "ran").exists()
+
+
+def test_plain_landlock_without_namespaces_still_hides_blocks_tcp_and_reaps(ws, config_file, canary_tcp,
+                                                                             monkeypatch):
+    """Where no mount namespace can be made (user namespaces forbidden), Landlock alone still
+    hides the config, blocks TCP and kills what the command left; status says what it lacks."""
+    from canaries import confinement_or_skip
+    from nanobot.sandbox import confine
+
+    conf = confinement_or_skip("landlock")
+    monkeypatch.setattr(confine, "_can_private_mounts", lambda: False)
+    assert "memory/ NOT read-only" in conf.describe(network=False) and not conf.memory_read_only
+    tool = make_tool(ws, conf)
+    try:
+        out = run(tool, f"cat {config_file}; setsid sleep 7201 >/dev/null 2>&1 </dev/null & "
+                        f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {canary_tcp.port}), 2)\"; "
+                        "echo done")
+        assert KEY not in out and "done" in out
+        assert canary_tcp.connections == 0
+        assert not host_pids("7201")
+    finally:
+        kill_marked("7201")
