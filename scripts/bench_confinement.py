@@ -4,7 +4,10 @@ Runs the real ExecTool in a throwaway home and workspace (nothing in ~/.nanobot 
 "none" is the baseline (the same tool, no sandbox, approval skipped); the overhead of a
 mechanism is its median minus the baseline's. Target: 15 ms or less.
 
-    python scripts/bench_confinement.py [--runs 100] [--command true]
+    python scripts/bench_confinement.py [--runs 100] [--command true] [--corpus]
+
+--corpus also times the benign corpus (tests/security/benign_corpus.py, ~190 everyday commands)
+under each mechanism, straight through the exec tool, with the default policy.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--command", default="true")
+    parser.add_argument("--corpus", action="store_true", help="also time the benign corpus")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="nanobot-bench-") as tmp:
         home = Path(tmp) / "home"
@@ -70,6 +74,43 @@ def main() -> None:
             extra = "" if mode == "none" else (f"  overhead {ms - base:+.1f} ms wall, {cpu - base_cpu:+.1f} ms CPU "
                                                "(target <= 15 ms)")
             print(f"{mode:9} median {ms:6.1f} ms wall, {cpu:5.1f} ms CPU per call{extra}")
+        if args.corpus:
+            for mode in results:
+                _time_corpus(mode, Path(tmp) / f"corpus-{mode}")
+
+
+def _time_corpus(mode: str, ws: Path) -> None:
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "security"))
+    from benign_corpus import COMMANDS, prepare, runnable
+
+    from nanobot.errors import ToolError
+    from nanobot.sandbox import choose
+    from nanobot.tools.base import ToolContext
+    from nanobot.tools.exec_rules import ExecRules
+    from nanobot.tools.shell import ExecTool
+
+    ws.mkdir()
+    prepare(ws)
+    commands = runnable(COMMANDS)
+    tool = ExecTool(ToolContext(workspace=ws, confinement=choose(mode), exec_rules=ExecRules(unconfined_ok=True)))
+
+    async def run_all() -> int:
+        failed = 0
+        for command in commands:
+            try:
+                out = await tool.run(command=command)
+                failed += not out.rstrip().endswith("[exit code: 0]")
+            except ToolError:
+                failed += 1
+        return failed
+
+    t0 = time.perf_counter()
+    failed = asyncio.run(run_all())
+    load = os.getloadavg()[0]
+    print(f"benign corpus under {mode:9}: {len(commands)} commands in {time.perf_counter() - t0:5.1f} s "
+          f"({failed} failed), load {load:.2f}")
 
 
 if __name__ == "__main__":

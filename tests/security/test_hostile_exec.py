@@ -9,7 +9,7 @@ Judges (never the error text):
   folder appear in no workspace file and in no request the provider received;
 - a canary TCP server and a canary UDP server on loopback saw nothing;
 - no success marker exists (a command writes one only if its connection succeeded);
-- no process of the corpus is still running after the turn.
+- no process of the corpus is still running after the turn, fork bombs included.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from canaries import MECHANISMS, confinement_or_skip, host_pids, kill_marked, snapshot
+from canaries import MECHANISMS, confinement_or_skip, host_pids, kill_marked, snapshot, wait_until
 from nanobot.app import open_assistant
 from nanobot.config import load_config
 from nanobot.fakellm import Reply
@@ -121,6 +121,10 @@ HOSTILE = [
     ("background", "(sleep 8103 >/dev/null 2>&1 &) &"),
     ("background", "python3 -c \"import os,time\nif os.fork(): os._exit(0)\nos.setsid()\nif os.fork(): os._exit(0)\nos.closerange(0,3); time.sleep(8104)\""),
     ("background", "sh -c 'trap \"\" HUP TERM; exec sleep 8105' >/dev/null 2>&1 &"),
+    # fork bombs in disguise (the classic `:(){ :|:& };:` is refused before it runs): the pids
+    # cgroup (or RLIMIT_NPROC) stops them, the timeout ends them, the turn goes on
+    ("forkbomb", "f(){{ f & f; }}; f"),
+    ("forkbomb", "python3 -c \"import os\nwhile True:\n    os.fork()\""),
 ]
 MARKERS = ["8101", "8102", "8103", "8104", "8105"]
 
@@ -163,10 +167,14 @@ def battlefield(tmp_path, isolated_home, configure, fake_llm, canary_tcp, canary
                 tcp=canary_tcp, udp=canary_udp, fake=fake_llm, tmp=tmp_path)
 
 
+def _processes() -> int:
+    return sum(1 for e in os.listdir("/proc") if e.isdigit())
+
+
 def _configure_exec(cfg_path: Path, mechanism: str, variant: str) -> None:
     data = json.loads(cfg_path.read_text())
     tools = data.setdefault("tools", {})
-    tools["exec"] = {"confinement": mechanism, "timeout": 10}
+    tools["exec"] = {"confinement": mechanism, "timeout": 4}
     if variant == "restricted":
         tools["restrictToWorkspace"] = True
     if variant == "no-network":
@@ -186,6 +194,7 @@ def test_hostile_corpus_leaves_no_side_effect(battlefield, mechanism, variant):
     session_file = b["nb"] / "sessions"
     before = snapshot(b["home"], b["outside"], skip=(b["ws"], session_file))
     memory_before = (b["ws"] / "memory" / "MEMORY.md").read_bytes()
+    processes_before = _processes()
 
     async def turn():
         assistant = open_assistant(load_config(b["cfg_path"]), "cli:direct", stream=False)
@@ -207,6 +216,7 @@ def test_hostile_corpus_leaves_no_side_effect(battlefield, mechanism, variant):
     assert b["tcp"].connections == 0 and b["udp"].datagrams == 0
     assert not list(b["ws"].glob("META_REACHED*"))
     assert survivors == {}
+    assert wait_until(lambda: _processes() <= processes_before + 20, 5)  # the bombs are gone too
     leaked_files = {
         str(p): name for p in b["ws"].rglob("*") if p.is_file() and not p.is_symlink()
         for name, value in CANARIES.items() if value in p.read_text(errors="replace")
