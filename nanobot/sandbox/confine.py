@@ -209,6 +209,7 @@ def _can_private_mounts() -> bool:
     return os.geteuid() == 0 or user_namespace_mounts_work()
 
 
+@lru_cache(maxsize=8)
 def _process_limit(limits: Limits, mechanism: str) -> str:
     if cgroup_available(limits):
         return f"<= {limits.processes} (pids cgroup)"

@@ -321,7 +321,7 @@ class ExecTool(Tool):
     @property
     def description(self) -> str:  # type: ignore[override]  # says what holds on this machine
         note = self._confined_note if self.ctx.confinement.confined else " Commands run without a sandbox."
-        return type(self).__dict__["_base_description"] + note
+        return self._base_description + note
 
     parameters = {
         "type": "object",
