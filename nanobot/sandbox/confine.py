@@ -134,6 +134,7 @@ class Confinement:
             new_net=private and not policy.network,
             read_only=tuple(p for p in policy.read_only if p.is_dir()),
             nproc=os.geteuid() != 0, workspace=ws, tmp=tmp, user_namespace=private and os.geteuid() != 0,
+            shown=(*policy.toolchains, *policy.extra_read),
         )
         if private:
             launch.env["TMPDIR"] = "/tmp"  # the private tmp is mounted there

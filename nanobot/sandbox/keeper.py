@@ -119,21 +119,24 @@ def _bind(source: bytes, target: bytes) -> None:
     _check(_libc.mount(source, target, None, _MS_BIND | _MS_REC, None), f"bind {target.decode(errors='replace')}")
 
 
-def _private_mounts(workspace: Path, tmp: Path, read_only: tuple[Path, ...], *, new_net: bool) -> None:
+def _private_mounts(workspace: Path, tmp: Path, read_only: tuple[Path, ...], shown: tuple[Path, ...], *,
+                    new_net: bool) -> None:
     """Every mount read-only but the workspace and the private tmp (shown at /tmp), and
     `read_only` inside the workspace again: Landlock does not cover chmod, chown or utime,
-    nor can it take back a subfolder; a read-only mount does both."""
+    nor can it take back a subfolder; a read-only mount does both. Folders of `shown` (and the
+    workspace) that lie under /tmp are bound again on top of the private tmp."""
     _check(_libc.unshare(_CLONE_NEWNS | (_CLONE_NEWNET if new_net else 0)), "unshare")
     _check(_libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount private")
     ws = os.fsencode(workspace)
     for path in (workspace, *read_only):
         _bind(os.fsencode(path), os.fsencode(path))
-    ws_fd = os.open(workspace, os.O_PATH | os.O_CLOEXEC)  # the bind just made, memory/ mount included
+    under_tmp = [p for p in (workspace, *shown) if p.is_relative_to("/tmp") and p.is_dir()]
+    fds = [os.open(p, os.O_PATH | os.O_CLOEXEC) for p in under_tmp]  # the workspace fd: its bind, memory/ included
     _bind(os.fsencode(tmp), b"/tmp")
-    if workspace.is_relative_to("/tmp"):  # the private tmp covered it: show it again at its path
-        os.makedirs(workspace, exist_ok=True)
-        _bind(f"/proc/self/fd/{ws_fd}".encode(), ws)
-    os.close(ws_fd)
+    for path, fd in zip(under_tmp, fds):  # the private tmp covered them: show them again at their paths
+        os.makedirs(path, exist_ok=True)
+        _bind(f"/proc/self/fd/{fd}".encode(), os.fsencode(path))
+        os.close(fd)
     _set_read_only(b"/", read_only=True, recursive=True)
     for path in (ws, b"/tmp"):  # not recursive: memory/ (a mount beneath) stays read-only
         _set_read_only(path, read_only=False, recursive=False)
@@ -199,6 +202,7 @@ class LandlockLaunch:
     workspace: Path = Path("/nonexistent")
     tmp: Path = Path("/nonexistent")
     user_namespace: bool = False  # an ordinary user: enter a user namespace first, for the private mounts
+    shown: tuple[Path, ...] = ()  # read-only folders that must stay visible (toolchains, PATH, working_dir)
 
     def __call__(self) -> None:  # preexec_fn
         if self.cgroup_fd >= 0:
@@ -207,7 +211,7 @@ class LandlockLaunch:
         if self.private_mounts:
             if self.user_namespace:
                 enter_user_namespace()
-            _private_mounts(self.workspace, self.tmp, self.read_only, new_net=self.new_net)
+            _private_mounts(self.workspace, self.tmp, self.read_only, self.shown, new_net=self.new_net)
         _check(_libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
         pid = os.fork()
         if pid:

@@ -36,8 +36,8 @@ SYSTEM_DIRS = (
 )
 
 # Language toolchains people install in HOME (pyenv, rustup, nvm, ...): shown read-only, so the
-# interpreters on PATH keep working although the rest of HOME is hidden. The running Python's
-# own installation is added to these wherever it lives.
+# interpreters keep working although the rest of HOME is hidden. The running Python's own
+# installation and the folders on PATH are added to these wherever they live.
 TOOLCHAINS = (
     ".pyenv", ".local/bin", ".local/lib", ".local/share/uv/python", ".cargo/bin", ".rustup", ".nvm",
     ".volta", ".bun/bin", ".deno/bin", "go/bin", ".asdf", ".local/share/mise", ".sdkman/candidates",
@@ -100,10 +100,21 @@ def build_policy(workspace: Path, *, restrict: bool, network: bool, limits: Limi
     hidden = [home, nb_home, *(home / c for c in CREDENTIAL_STORES), *(Path(p) for p in _ALWAYS_HIDDEN)]
     hidden = [_resolved(h) for h in hidden]
     unique = tuple(dict.fromkeys(h for h in hidden if h != Path("/")))
-    tools = [home / t for t in TOOLCHAINS] + [Path(sys.base_prefix), Path(sys.prefix)]
+    # toolchains, the running Python, and the folders on PATH (so ~/bin and pyenv shims work),
+    # unless one of them would show a credential store or the nanobot home
+    secret = [home, nb_home, *(home / c for c in CREDENTIAL_STORES)]
+    path_dirs = [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(p)]
+    tools = [home / t for t in TOOLCHAINS] + [Path(sys.base_prefix), Path(sys.prefix)] + path_dirs
     tools = [_resolved(t) for t in tools if t.is_dir()]
-    shown = tuple(dict.fromkeys(t for t in tools if any(t.is_relative_to(h) for h in unique)
-                                and not any(t.is_relative_to(home / c) for c in CREDENTIAL_STORES)))
+
+
+    def reveals_a_secret(t: Path) -> bool:  # inside a credential store or the nanobot home, or above one
+        return any((t.is_relative_to(c) and c != home) or _resolved(c).is_relative_to(t) for c in secret)
+
+    shown = tuple(dict.fromkeys(
+        t for t in tools
+        if (restrict or any(t.is_relative_to(h) for h in unique)) and not reveals_a_secret(t)
+    ))
     return Policy(workspace=ws, read_only=(ws / "memory",), hidden=unique, restrict=restrict,
                   network=network, limits=limits or Limits(), toolchains=shown)
 
