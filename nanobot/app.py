@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from nanobot.approvals import SessionApprover, check_kinds
 from nanobot.agent.budget import check_fixed_prompt, fit_request, reply_room
 from nanobot.agent.context import ContextBuilder
 from nanobot.config import Config, resolve_model
@@ -16,15 +19,20 @@ from nanobot.providers.base import Provider
 from nanobot.providers.factory import make_provider
 from nanobot.providers.registry import key_env_names
 from nanobot.providers.retry import RetryCallback, RetryPolicy
+from nanobot.paths import secure_home
 from nanobot.sandbox import Confinement, choose
 from nanobot.session import SessionStore
 from nanobot.subagents import SubagentManager
+from nanobot.tools.approval import Approver
 from nanobot.tools.base import ToolContext
 from nanobot.tools.exec_rules import ExecRules
 from nanobot.tools.registry import ToolRegistry
 from nanobot.tokens import default_counter
 from nanobot.tools.spawn import SpawnTool
 
+if TYPE_CHECKING:  # imported where used: the cron modules load only when needed
+    from nanobot.cron.runner import Clock, Delivery, JobTurns, Scheduler, TurnResult
+    from nanobot.tools.cron import CronTool
 
 def exec_rules(cfg: Config) -> ExecRules:
     ex = cfg.tools.exec
@@ -38,7 +46,7 @@ def confinement(cfg: Config) -> Confinement:
     return choose(cfg.tools.exec.confinement)
 
 
-def tool_context(cfg: Config, workspace: Path) -> ToolContext:
+def tool_context(cfg: Config, workspace: Path, approver: Approver | None = None) -> ToolContext:
     secrets = set(key_env_names()) | {"BRAVE_API_KEY", "NANOBOT_API_KEY"}
     secrets |= {name for name, value in os.environ.items() if value and value in cfg.secret_values()}
     return ToolContext(
@@ -49,16 +57,17 @@ def tool_context(cfg: Config, workspace: Path) -> ToolContext:
         secret_env_names=frozenset(secrets),
         confinement=confinement(cfg),
         exec_rules=exec_rules(cfg),
+        **({"approver": approver} if approver is not None else {}),
     )
 
 
-def build_tools(cfg: Config, workspace: Path) -> ToolRegistry:
+def build_tools(cfg: Config, workspace: Path, approver: Approver | None = None) -> ToolRegistry:
     """The tools a subagent gets; the main agent gets these plus spawn (see open_assistant)."""
     from nanobot.tools.files import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
     from nanobot.tools.shell import ExecTool
     from nanobot.tools.web import WebFetchTool, WebSearchTool
 
-    ctx = tool_context(cfg, workspace)
+    ctx = tool_context(cfg, workspace, approver)
     registry = ToolRegistry([ReadFileTool(ctx), WriteFileTool(ctx), EditFileTool(ctx), ListDirTool(ctx)])
     if cfg.tools.exec.enable:
         registry.register(ExecTool(ctx))
@@ -92,6 +101,45 @@ def build_context(cfg: Config, workspace: Path) -> ContextBuilder:
                           timezone=cfg.defaults.timezone)
 
 
+def cron_tool(cfg: Config, workspace: Path, session_key: str) -> CronTool:
+    from nanobot.cron.store import JobStore
+    from nanobot.tools.cron import CronTool
+
+    return CronTool(tool_context(cfg, workspace), JobStore(workspace), default_tz=cfg.defaults.timezone,
+                    origin=session_key)
+
+
+class AssistantTurns:
+    """Runs a job's turn (nanobot/cron/runner.py) in a freshly opened session, then closes it."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+
+    async def run(self, session_key: str, prompt: str) -> TurnResult:
+        from nanobot.cron.runner import TurnResult
+
+        assistant = open_assistant(self.cfg, session_key, stream=False)  # SessionInUseError when held
+        try:
+            outcome = await assistant.conversation.send(prompt)
+            if assistant.conversation.running_subagents():
+                await assistant.conversation.wait_for_background(self.cfg.defaults.subagent_wait_seconds)
+        finally:
+            await assistant.aclose()
+        return TurnResult(outcome.content, outcome.error)
+
+
+def build_scheduler(cfg: Config, *, kind: str, heartbeat: bool = False, turns: JobTurns | None = None,
+                    deliveries: list[Delivery] | None = None, clock: Clock | None = None) -> Scheduler:
+    """The job runner for `nanobot serve`, a chat ("chat") or `nanobot cron run`; only serve beats."""
+    from nanobot.cron.runner import HeartbeatSettings, RunnerLock, Scheduler, SystemClock
+    from nanobot.cron.store import JobStore
+
+    store = JobStore(cfg.workspace_path())
+    hb = cfg.gateway.heartbeat
+    return Scheduler(store, turns or AssistantTurns(cfg), RunnerLock(store, kind), clock or SystemClock(),
+                     list(deliveries or []), HeartbeatSettings(hb.enabled and heartbeat, hb.interval_s))
+
+
 @dataclass
 class Assistant:
     """Everything one `nanobot agent` run holds open."""
@@ -100,6 +148,7 @@ class Assistant:
     workspace: Path
     store: SessionStore
     conversation: Conversation
+    approver: SessionApprover | None = None  # answers risky actions; remembers this session's "always"
 
     def prewarm(self) -> None:
         """Start loading the provider's SDK in the background (the REPL calls this before its prompt)."""
@@ -115,11 +164,18 @@ class Assistant:
 
 
 def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, stream: bool = True,
-                   on_retry: RetryCallback | None = None) -> Assistant:
-    """Resolve the provider (fails fast on a missing key), then lock and load the session."""
+                   on_retry: RetryCallback | None = None, ask: Approver | None = None,
+                   approve: Iterable[str] = ()) -> Assistant:
+    """Resolve the provider (fails fast on a missing key), then lock and load the session.
+
+    `ask` answers risky actions (the chat's prompt; None refuses them, as in one-shot mode);
+    `approve` lists kinds allowed without asking (--approve), besides tools.autoApprove.
+    """
+    auto = check_kinds([*cfg.tools.auto_approve], "tools.autoApprove") | check_kinds(approve, "--approve")
     provider = build_provider(cfg, model, on_retry=on_retry)
     workspace = cfg.workspace_path()
     workspace.mkdir(parents=True, exist_ok=True)
+    secure_home(keep_open=workspace)
     store = SessionStore()
     session = store.open(session_key)
     d = cfg.defaults
@@ -128,13 +184,15 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     settings = TurnSettings(max_iterations=d.max_tool_iterations, max_tokens=reply_tokens,
                             temperature=d.temperature, stream=stream, channel=channel or "cli",
                             chat_id=chat_id or "direct")
-    tools = build_tools(cfg, workspace)
+    approver = SessionApprover(ask, auto=auto,
+                               record=lambda **fields: store.record_decision(session, **fields))
+    tools = build_tools(cfg, workspace, approver)
     context = build_context(cfg, workspace)
     consolidator = Consolidator(provider, context.memory, store, context_window=d.context_window_tokens,
                                 reply_tokens=reply_tokens, counter=default_counter())
     conversation = Conversation(session=session, store=store, provider=provider, tools=tools,
                                 context=context, settings=settings, consolidator=consolidator)
-    sub_tools = build_tools(cfg, workspace)
+    sub_tools = build_tools(cfg, workspace, approver)  # subagents ask the same way, recorded in this session
 
     def fit_subagent_request(messages: list[dict]) -> list[dict]:
         return fit_request(messages, consolidator.budget, consolidator.counter, tools=sub_tools.schemas(),
@@ -143,7 +201,8 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     subagents = SubagentManager(provider, sub_tools, workspace, on_done=conversation.deliver,
                                 on_start=conversation.announce_start, max_tokens=reply_tokens,
                                 prepare=fit_subagent_request)
-    tools.register(SpawnTool(tool_context(cfg, workspace), subagents))
+    tools.register(SpawnTool(tool_context(cfg, workspace, approver), subagents))
+    tools.register(cron_tool(cfg, workspace, session_key))  # main agent only: subagents get sub_tools
     conversation.subagents = subagents
     try:
         check_fixed_prompt(context.system_prompt(), tools.schemas(), reply_tokens, d.context_window_tokens,
@@ -152,4 +211,4 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     except ContextTooSmallError:
         store.close(session)
         raise
-    return Assistant(cfg, workspace, store, conversation)
+    return Assistant(cfg, workspace, store, conversation, approver)

@@ -4,7 +4,7 @@ Precedence: command-line flag > environment variable > file > default. Every lea
 set from the environment as NANOBOT_<PATH> with `__` between levels, for example
 NANOBOT_AGENTS__DEFAULTS__MODEL; provider keys also come from their usual variables
 (ANTHROPIC_API_KEY, OPENAI_API_KEY, ...). Sections this tool does not use (nanobot's
-`channels`, `gateway`, ...) are kept in the file and ignored.
+`channels`, `gateway.host`, ...) are kept in the file and ignored.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from nanobot import paths
+from nanobot import paths, secrets_mask
 from nanobot.errors import ConfigError, MissingKeyError
 from nanobot.fsio import atomic_write
 from nanobot.providers import registry
@@ -84,6 +84,18 @@ class Tools:
     exec: ExecConfig = field(default_factory=ExecConfig)
     web: WebConfig = field(default_factory=WebConfig)
     restrict_to_workspace: bool = False  # file tools refuse paths outside the workspace; exec sees only it and system folders
+    auto_approve: list[str] = field(default_factory=list)  # approval kinds allowed without asking, e.g. ["file-outside"]
+
+
+@dataclass
+class HeartbeatConfig:
+    enabled: bool = True  # `nanobot serve` reads HEARTBEAT.md on a schedule (nanobot's key)
+    interval_s: int = 1800  # seconds between heartbeats (nanobot's gateway.heartbeat.intervalS)
+
+
+@dataclass
+class Gateway:
+    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)  # nanobot's host/port are ignored
 
 
 @dataclass
@@ -91,6 +103,7 @@ class Config:
     agents: Agents = field(default_factory=Agents)
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
     tools: Tools = field(default_factory=Tools)
+    gateway: Gateway = field(default_factory=Gateway)
     path: Path | None = field(default=None, metadata={"internal": True})  # where it was read from
 
     @property
@@ -108,6 +121,8 @@ class Config:
     def secret_values(self) -> list[str]:
         """Every configured secret, so tools can keep them out of child processes and output."""
         values = [p.api_key for p in self.providers.values() if p.api_key]
+        values += [v for p in self.providers.values() for k, v in p.extra_headers.items()
+                   if v and any(word in k.lower() for word in ("auth", "key", "token", "secret"))]
         if self.tools.web.search.api_key:
             values.append(self.tools.web.search.api_key)
         return values
@@ -193,6 +208,8 @@ def _check_semantics(cfg: Config, source: str) -> None:
     if cfg.tools.exec.timeout <= 0:
         raise ConfigError(f"{source}: tools.exec.timeout: must be a positive number of seconds")
     _check_exec(cfg.tools.exec, source)
+    if cfg.gateway.heartbeat.interval_s < 60:
+        raise ConfigError(f"{source}: gateway.heartbeat.intervalS: must be at least 60 seconds")
     if cfg.defaults.subagent_wait_seconds < 0:
         raise ConfigError(f"{source}: agents.defaults.subagentWaitSeconds: must not be negative")
 
@@ -304,6 +321,8 @@ def load_config(
     cfg = _build(Config, merged, "", "environment or flags")
     _check_semantics(cfg, "environment or flags")
     cfg.path = path
+    secrets_mask.remember_secrets(cfg.secret_values())  # the one masker hides them exactly from now on
+    secrets_mask.remember_environment(environ)
     return cfg
 
 
@@ -325,6 +344,7 @@ def default_file_dict() -> dict:
     cfg = Config()
     cfg.agents.defaults.workspace = str(paths.default_workspace())
     data = _as_file_dict(cfg)
+    del data["gateway"]  # nanobot's section: its defaults apply until the user sets it (README)
     data["providers"] = {
         name: _as_file_dict(ProviderConfig()) for name in ("anthropic", "openai", "openrouter", "ollama", "custom")
     }
@@ -343,7 +363,9 @@ def fill_missing(existing: dict, defaults: dict) -> dict:
 
 
 def save_file(path: Path, data: dict) -> None:
-    """Write the config atomically with mode 0600."""
+    """Write the config atomically with mode 0600 (its folder, when it is the nanobot home, 0700)."""
+    if Path(path).absolute().parent == paths.nanobot_home().absolute():
+        paths.ensure_private_dir(paths.nanobot_home())
     atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n", mode=CONFIG_MODE)
 
 

@@ -18,6 +18,7 @@ from nanobot.consolidation import ConsolidationReport, Consolidator
 from nanobot.messages import Message, text_of
 from nanobot.errors import ProviderError, UsageError
 from nanobot.providers.base import LLMResponse, Provider, Usage
+from nanobot.secrets_mask import REDACTED, find_secrets, mask_secrets, mask_value
 from nanobot.session import Session, SessionStore, TurnCheckpoint, save_turn
 from nanobot.tokens import byte_bound
 from nanobot.subagents import SubagentResult
@@ -97,12 +98,23 @@ class Conversation:
         """Run one user turn. The user's message is saved first: nothing after it can lose it."""
         if not text.strip():
             raise UsageError("the message is empty", hint='Type something, e.g. nanobot agent -m "hello".')
+        text = self._mask_user_text(text, emit)
         async with self._turn_lock:
             await self._make_room(text, emit)
             s = self.settings
             save_turn(self.store, self.session, [self.context.user_message(text, channel=s.channel, chat_id=s.chat_id)])
             request = self.build_request()
             return await self._run_turn(request, new_from=len(request), emit=emit)
+
+    @staticmethod
+    def _mask_user_text(text: str, emit: EventSink) -> str:
+        """The user's own message passes the masker before it is saved or sent; say so once."""
+        masked, found = find_secrets(text)
+        if found:
+            emit(Notice(f"your message held {' and '.join(found)}; it was replaced by {REDACTED} before it was "
+                        "saved or sent. Keys belong in the config (providers.<name>.apiKey in "
+                        "~/.nanobot/config.json) or an environment variable, not in the chat.", "warning"))
+        return masked
 
     async def _run_turn(self, request: list[Message], *, new_from: int, emit: EventSink) -> TurnOutcome:
         """Run the loop on `request`, saving every message from index `new_from` on as it appears."""
@@ -126,7 +138,8 @@ class Conversation:
             on_step([{"role": "assistant", "content": result.content}])
         if result.requests:
             self.last_usage = result.usage
-        outcome = TurnOutcome(result.content, result.stop_reason, result.error, result.usage, result.tool_calls)
+        outcome = TurnOutcome(result.content, result.stop_reason, mask_secrets(result.error), result.usage,
+                              mask_value(result.tool_calls))
         self._consolidate_in_background()
         emit(TurnDone(outcome.content, outcome.stop_reason, outcome.usage, outcome.error, outcome.tool_calls))
         return outcome

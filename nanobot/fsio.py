@@ -8,7 +8,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-__all__ = ["atomic_write", "append_durably", "fsync_dir", "ExclusiveLock", "Timeout"]
+__all__ = ["atomic_write", "append_durably", "fsync_dir", "rotate_when_larger", "ExclusiveLock", "Timeout"]
 
 
 def fsync_dir(path: Path) -> None:
@@ -58,7 +58,7 @@ def append_durably(path: Path, data: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     created = not path.exists()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # logs hold conversations
     try:
         view = memoryview(payload)
         while view:
@@ -71,16 +71,27 @@ def append_durably(path: Path, data: str | bytes) -> None:
         fsync_dir(path.parent)
 
 
+def rotate_when_larger(path: Path, limit: int) -> None:
+    """When an append-only log passes `limit` bytes, it becomes `<name>.1` (replacing the older one)."""
+    try:
+        if path.stat().st_size <= limit:
+            return
+    except FileNotFoundError:
+        return
+    os.replace(path, path.with_name(path.name + ".1"))
+    fsync_dir(path.parent)
+
+
 class ExclusiveLock:
-    """An OS-level lock on `<path>.lock`, taken without waiting.
+    """An OS-level lock on `<path>.lock`, taken without waiting (or waiting up to `timeout` seconds).
 
     `acquire()` raises `filelock.Timeout` when another process holds it.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, timeout: float = 0) -> None:
         self.path = Path(str(path) + ".lock")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = FileLock(str(self.path), timeout=0, thread_local=False)
+        self._lock = FileLock(str(self.path), timeout=timeout, thread_local=False, mode=0o600)
 
     def acquire(self) -> None:
         self._lock.acquire()

@@ -12,6 +12,51 @@ def nanobot_home() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".nanobot"
 
 
+PRIVATE_DIR_MODE = 0o700  # the nanobot home and every folder in it: keys, sessions, input history
+PRIVATE_FILE_MODE = 0o600
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create `path` (and missing parents) as 0700 and tighten it if it already exists."""
+    path = Path(path)
+    path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    _tighten(path, PRIVATE_DIR_MODE)
+    return path
+
+
+def secure_home(keep_open: Path | None = None) -> None:
+    """The nanobot home 0700 with every folder 0700 and file 0600 (homes made by older versions
+    were 0755/0644). `keep_open` (the workspace, when it lives inside) is left as the user made it."""
+    home = nanobot_home().absolute()
+    user_home = Path.home().absolute()
+    if home == user_home or home in user_home.parents or home == Path(home.anchor):
+        return  # NANOBOT_HOME pointed at a folder that holds far more than nanobot's files
+    try:
+        was_private = (os.stat(home).st_mode & 0o777) == PRIVATE_DIR_MODE
+    except OSError:
+        was_private = False
+    ensure_private_dir(home)
+    skip = Path(keep_open).absolute() if keep_open is not None else None
+    for root, dirs, files in os.walk(home):
+        here = Path(root)
+        dirs[:] = [d for d in dirs if skip is None or (here / d).absolute() != skip]
+        for name in dirs:
+            _tighten(here / name, PRIVATE_DIR_MODE)
+        for name in files:
+            _tighten(here / name, PRIVATE_FILE_MODE)
+        if was_private:  # tightened before: only the top level, where a hand-made config lands
+            dirs[:] = []
+
+
+def _tighten(path: Path, mode: int) -> None:
+    try:
+        st = os.lstat(path)
+        if (st.st_mode & 0o777) != mode and st.st_uid == os.getuid() and not os.path.islink(path):
+            os.chmod(path, mode)
+    except OSError:
+        pass  # not ours or gone: nothing to tighten
+
+
 def default_config_path() -> Path:
     return nanobot_home() / "config.json"
 

@@ -1,24 +1,40 @@
-"""Masks obvious secrets before text reaches MEMORY.md or HISTORY.md.
+"""The one masker: every text bound for the provider, the screen or a saved file passes here.
 
-Aimed at credentials that are unmistakable by shape (provider key prefixes, PEM blocks) and at
-`name = value` assignments whose name says "key", "token", "secret" or "password". It must
-leave prose, code and URLs alone, so unquoted assignment values are masked only when they
-contain a digit (`api_key=api_key` and `password: str` in code stay as they are).
+Two kinds of secret are masked:
+- exact values nanobot knows are secret: the configured API keys and the values of
+  secret-looking environment variables (`remember_secrets` / `remember_environment`, called
+  when the config is loaded);
+- credentials that are unmistakable by shape (provider key prefixes, JWTs, PEM blocks,
+  Bearer headers) and `name = value` assignments whose name says "key", "token", "secret" or
+  "password". Prose, code and URLs are left alone, so unquoted assignment values are masked
+  only when they contain a digit (`api_key=api_key` and `password: str` in code stay).
+
+Who calls it: the tool registry (every tool result and the hint shown on screen), the
+conversation (the user's message and the tool-call arguments before they are saved, the
+one-shot JSON), the provider error mapping (error bodies), the memory store and the chat's
+input history. Masking is idempotent: applying it twice changes nothing more.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-__all__ = ["mask_secrets", "REDACTED", "PATTERNS"]
+__all__ = ["mask_secrets", "find_secrets", "mask_value", "mask_message", "REDACTED", "PATTERNS",
+           "remember_secrets", "remember_environment", "secret_env_values"]
 
 REDACTED = "[REDACTED]"
 
 # Characters that may continue a key; a key must not start in the middle of a longer word.
 _NB = r"(?<![A-Za-z0-9_\-])"
+_NE = r"(?![A-Za-z0-9_\-])"
 _DIGIT_AHEAD = r"(?=[A-Za-z0-9_\-]*\d)"
-_NAME = (r"[A-Za-z0-9_.\-]*(?:api[_\-]?key|apikey|secret[_\-]?key|secret|access[_\-]?key"
-         r"|private[_\-]?key|token|password|passwd)")
+# The name's last word is enough to match on (OPENAI_API_KEY, db.password, mytoken); starting
+# the match there, not at the name's start, keeps the scan linear on long texts.
+_NAME = r"(?:api[_\-]?key|apikey|secret[_\-]?key|secret|access[_\-]?key|private[_\-]?key|token|password|passwd)"
 
 # How to add one: append (label, regex). The regex may capture a group named `keep`
 # (kept verbatim, e.g. a key's public prefix); everything else it matches becomes [REDACTED].
@@ -28,24 +44,93 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
         r"(?P<keep>-----BEGIN (?P<kind>[A-Z0-9 ]*?)PRIVATE KEY-----)[\s\S]*?"
         r"(?:-----END (?P=kind)PRIVATE KEY-----|\Z)")),
     ("Anthropic key", re.compile(_NB + r"(?P<keep>sk-ant-)[A-Za-z0-9_\-]{20,}")),
-    ("OpenAI-style key", re.compile(
+    ("OpenAI-style key", re.compile(  # OpenAI sk- / sk-proj-, OpenRouter sk-or-v1-, DeepSeek sk-
         _NB + r"(?P<keep>sk-(?:proj-|svcacct-|admin-|or-v1-)?)" + _DIGIT_AHEAD + r"[A-Za-z0-9_\-]{20,}")),
+    ("Stripe key", re.compile(_NB + r"(?P<keep>(?:sk|rk|pk)_(?:live|test)_)[A-Za-z0-9]{16,}")),
     ("GitHub token", re.compile(_NB + r"(?P<keep>gh[pousr]_)[A-Za-z0-9]{30,}")),
     ("GitHub fine-grained token", re.compile(_NB + r"(?P<keep>github_pat_)[A-Za-z0-9_]{22,}")),
+    ("GitLab token", re.compile(_NB + r"(?P<keep>gl(?:pat|dt|rt|ptt|cbt)-)[A-Za-z0-9_\-]{20,}")),
+    ("Hugging Face token", re.compile(_NB + r"(?P<keep>hf_)[A-Za-z0-9]{30,}" + _NE)),
+    ("Groq key", re.compile(_NB + r"(?P<keep>gsk_)[A-Za-z0-9]{40,}")),
+    ("xAI key", re.compile(_NB + r"(?P<keep>xai-)[A-Za-z0-9]{40,}")),
+    ("npm token", re.compile(_NB + r"(?P<keep>npm_)[A-Za-z0-9]{36}" + _NE)),
     ("AWS access key", re.compile(r"\b(?P<keep>(?:AKIA|ASIA))[0-9A-Z]{16}\b")),
-    ("Slack token", re.compile(_NB + r"(?P<keep>xox[abposr]-)[A-Za-z0-9\-]{10,}")),
+    ("AWS secret key", re.compile(
+        r"(?i)(?P<keep>\baws_?secret_?(?:access_?)?key[\"']?\s*[:=]\s*[\"']?)"
+        r"(?!\[REDACTED\])[A-Za-z0-9/+=]{30,}")),
+    ("Slack token", re.compile(_NB + r"(?P<keep>xox[abposre]-)[A-Za-z0-9\-]{10,}")),
     ("Google API key", re.compile(_NB + r"(?P<keep>AIza)[0-9A-Za-z_\-]{35}")),
+    ("Telegram bot token", re.compile(r"(?<![A-Za-z0-9_:])(?P<keep>\d{8,10}:)AA[A-Za-z0-9_\-]{33}" + _NE)),
+    ("JWT", re.compile(_NB + r"(?P<keep>eyJ)[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
     ("Bearer token", re.compile(
         r"(?i)\b(?P<keep>bearer\s+)(?=[A-Za-z0-9._~+/\-]*\d)[A-Za-z0-9._~+/\-]{16,}=*")),
+    ("Basic credentials", re.compile(r"(?i)(?P<keep>\bauthorization:\s*basic\s+)[A-Za-z0-9+/]{8,}=*")),
+    ("netrc password", re.compile(r"(?im)(?P<keep>^[ \t]*(?:machine|default)\b[^\n]*?\bpassword\s+)"
+                                  r"(?!\[REDACTED\])\S+")),
     ("password in URL", re.compile(
         r"(?P<keep>\b[a-z][a-z0-9+.\-]*://[^\s:/@\[]+:)(?!\[REDACTED\])[^\s@/]+(?=@)")),
     ("quoted secret assignment", re.compile(
-        r"(?i)(?P<keep>\b" + _NAME + r"[\"']?\s*[:=]\s*(?P<q>[\"']))"
+        r"(?i)(?P<keep>" + _NAME + r"[\"']?\s*[:=]\s*(?P<q>[\"']))"
         r"(?!\[REDACTED\](?P=q))[^\"'\n]{3,}?(?=(?P=q))")),
     ("secret assignment", re.compile(
-        r"(?i)(?P<keep>\b" + _NAME + r"[\"']?\s*[:=]\s*)"
+        r"(?i)(?P<keep>" + _NAME + r"[\"']?\s*[:=]\s*)"
         r"(?![\"'\[])(?=[^\s\"',;}&)\]]*\d)[^\s\"',;}&)\]]{6,}")),
 ]
+
+# A pattern runs only when one of its hints occurs in the lower-cased text (a C-speed `in`
+# check), and the assignment patterns only on the lines that hold one: most text has none,
+# and a long tool result is then scanned in a few milliseconds.
+_ASSIGNMENT_WORDS = ("key", "token", "secret", "password", "passwd")
+_HINTS: dict[str, tuple[str, ...]] = {
+    "PEM private key": ("private key-----",), "Anthropic key": ("sk-ant-",), "OpenAI-style key": ("sk-",),
+    "Stripe key": ("_live_", "_test_"), "GitHub token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    "GitHub fine-grained token": ("github_pat_",), "GitLab token": ("glpat-", "gldt-", "glrt-", "glptt-", "glcbt-"),
+    "Hugging Face token": ("hf_",), "Groq key": ("gsk_",), "xAI key": ("xai-",), "npm token": ("npm_",),
+    "AWS access key": ("akia", "asia"), "AWS secret key": ("aws",), "Slack token": ("xox",),
+    "Google API key": ("aiza",), "Telegram bot token": (":aa",), "JWT": ("eyj",), "Bearer token": ("bearer",),
+    "Basic credentials": ("basic",), "netrc password": ("password",), "password in URL": ("://",),
+    "quoted secret assignment": _ASSIGNMENT_WORDS, "secret assignment": _ASSIGNMENT_WORDS,
+}
+_LINEWISE = frozenset({"quoted secret assignment", "secret assignment"})
+
+# Exact secret values: what the config and the environment hold. Shorter values are not
+# masked (they would hit ordinary words); each is replaced wherever it appears.
+MIN_EXACT_LENGTH = 10  # dummy keys of local servers ("lm-studio", "EMPTY") stay readable
+_known: set[str] = set()
+_known_re: re.Pattern[str] | None = None
+
+# An environment variable is secret-looking when one of its name's parts is one of these.
+_SECRET_NAME_PARTS = frozenset({"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS",
+                                "CREDENTIAL", "CREDENTIALS", "PAT", "AUTH", "PRIVATE"})
+_NOT_SECRET_SUFFIXES = ("_SOCK", "_FILE", "_PATH", "_DIR", "_URL", "_HOST", "_PORT")
+
+
+def remember_secrets(values: Iterable[str]) -> None:
+    """Add exact values to mask from now on (configured keys, secret environment values)."""
+    global _known_re
+    added = {v.strip() for v in values if isinstance(v, str) and len(v.strip()) >= MIN_EXACT_LENGTH}
+    if not added - _known:
+        return
+    _known.update(added)
+    # longest first, so a value that contains another is replaced whole
+    _known_re = re.compile("|".join(re.escape(v) for v in sorted(_known, key=len, reverse=True)))
+
+
+def secret_env_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The values of environment variables whose names say they hold a secret."""
+    env = os.environ if environ is None else environ
+    found = []
+    for name, value in env.items():
+        upper = name.upper()
+        if upper.endswith(_NOT_SECRET_SUFFIXES) or not value or value.startswith("/"):
+            continue
+        if _SECRET_NAME_PARTS & set(re.split(r"[_\-.]", upper)):
+            found.append(value)
+    return found
+
+
+def remember_environment(environ: Mapping[str, str] | None = None) -> None:
+    remember_secrets(secret_env_values(environ))
 
 
 def _replace(match: re.Match[str]) -> str:
@@ -56,10 +141,90 @@ def _replace(match: re.Match[str]) -> str:
     return keep + REDACTED
 
 
-def mask_secrets(text: str) -> str:
-    """`text` with obvious secrets replaced by [REDACTED]; applying it twice changes nothing more."""
-    if not text:
-        return text
-    for _label, pattern in PATTERNS:
-        text = pattern.sub(_replace, text)
+def _scan(text: str, labels: list[str] | None) -> str:
+    if _known_re is not None:
+        text, count = _known_re.subn(REDACTED, text)
+        if count and labels is not None:
+            labels.append("a configured key or secret environment value")
+    low = text.lower()
+    for label, pattern in PATTERNS:
+        hints = _HINTS.get(label, ())
+        if hints and not any(h in low for h in hints):
+            continue
+        if label in _LINEWISE:
+            text, count = _sub_lines(pattern, text, hints)
+        else:
+            text, count = pattern.subn(_replace, text)
+        if count:
+            low = text.lower()
+            if labels is not None and label not in labels:
+                labels.append(label)
     return text
+
+
+def _sub_lines(pattern: re.Pattern[str], text: str, hints: tuple[str, ...]) -> tuple[str, int]:
+    lines = text.split("\n")
+    total = 0
+    for i, line in enumerate(lines):
+        if ("=" in line or ":" in line) and any(h in line.lower() for h in hints):
+            lines[i], count = pattern.subn(_replace, line)
+            total += count
+    return ("\n".join(lines), total) if total else (text, 0)
+
+
+def mask_secrets(text: str) -> str:
+    """`text` with secrets replaced by [REDACTED]; applying it twice changes nothing more."""
+    if not text or not isinstance(text, str):
+        return text
+    return _scan(text, None)
+
+
+def find_secrets(text: str) -> tuple[str, list[str]]:
+    """(the masked text, labels of what was masked), e.g. to tell the user their message held a key."""
+    if not text or not isinstance(text, str):
+        return text, []
+    labels: list[str] = []
+    masked = _scan(text, labels)
+    return masked, labels if masked != text else []
+
+
+def mask_value(value: Any) -> Any:
+    """Every string inside a JSON-like value masked (dicts, lists); other values unchanged."""
+    if isinstance(value, str):
+        return mask_secrets(value)
+    if isinstance(value, dict):
+        return {k: mask_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mask_value(v) for v in value]
+    return value
+
+
+def _mask_arguments(arguments: Any) -> Any:
+    """Tool-call arguments as JSON text stay valid JSON: parse, mask the values, dump again."""
+    if not isinstance(arguments, str):
+        return mask_value(arguments)
+    masked = mask_secrets(arguments)
+    if masked == arguments:
+        return arguments
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return masked
+    return json.dumps(mask_value(parsed), ensure_ascii=False)
+
+
+def mask_message(msg: Any) -> Any:
+    """A chat message with its text, its parts and its tool-call arguments masked (a copy)."""
+    if not isinstance(msg, dict):
+        return msg
+    out = {key: mask_value(value) for key, value in msg.items() if key != "tool_calls"}
+    calls = msg.get("tool_calls")
+    if isinstance(calls, list):
+        out["tool_calls"] = [
+            {**call, "function": {**call["function"], "arguments": _mask_arguments(call["function"].get("arguments"))}}
+            if isinstance(call, dict) and isinstance(call.get("function"), dict) else call
+            for call in calls
+        ]
+    elif "tool_calls" in msg:
+        out["tool_calls"] = calls
+    return out

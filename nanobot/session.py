@@ -6,6 +6,7 @@ File format (compatible with HKUDS/nanobot v0.1.x, which also lets the last meta
     {"role": "user", "content": "...", "timestamp": "..."}
     ...
     {"_type": "metadata", ...}      # a later pointer update, appended; the last one wins
+    {"_type": "decision", ...}      # an approval decision (never a message: get_history skips it)
 
 The per-turn path only appends (one write + one fsync per call); compaction, repair and /new
 rewrite atomically. A damaged line costs only that line: its bytes go to `<file>.corrupt`.
@@ -26,7 +27,8 @@ import orjson
 from nanobot.errors import SessionInUseError, UsageError
 from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write
 from nanobot.messages import Message, for_wire, now_iso
-from nanobot.paths import sessions_dir
+from nanobot.paths import ensure_private_dir, sessions_dir
+from nanobot.secrets_mask import mask_message, mask_value
 from nanobot.validity import Fixes, make_valid, repair_messages
 
 __all__ = [
@@ -39,6 +41,8 @@ __all__ = [
 RUNTIME_CONTEXT_OPEN = "[Runtime Context]"
 RUNTIME_CONTEXT_CLOSE = "[/Runtime Context]"
 RUNTIME_CONTEXT_KEY = "runtime_context"  # stored beside a user message's text; never a wire key
+
+DECISION_TYPE = "decision"  # the `_type` of an approval decision record
 
 # Longer tool results are cut when saved (the model saw them whole during the turn).
 MAX_TOOL_RESULT_CHARS = 16_000
@@ -60,6 +64,7 @@ class Session:
     updated_at: str = field(default_factory=now_iso)
     metadata: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # load problems the user should be told about
+    decisions: list[dict[str, Any]] = field(default_factory=list)  # approval decisions, oldest first
     _lock: ExclusiveLock | None = field(default=None, repr=False)
     _ends_with_newline: bool = field(default=True, repr=False)
     _stored_pointer: Any = field(default=0, repr=False)  # the pointer as the file records it
@@ -130,6 +135,7 @@ class _Parsed:
     bad_lines: list[bytes]  # raw bytes of unreadable lines (torn or corrupt)
     ends_with_newline: bool
     last_time: str | None  # the time of the last record that carries one
+    decisions: list[dict[str, Any]] = field(default_factory=list)
     bad_after: list[int] = field(default_factory=list)  # per bad line: how many messages preceded it
 
     def pointer_shift(self, pointer: int) -> int:
@@ -161,6 +167,8 @@ def _parse(data: bytes, loads: Callable[[bytes], Any] | None = None) -> _Parsed:
                 parsed.first_meta = record
             parsed.meta = record
             parsed.last_time = record.get("updated_at") or parsed.last_time
+        elif record.get("_type") == DECISION_TYPE:
+            parsed.decisions.append(record)
         elif "_type" in record:
             pass  # a record kind from a newer version: keep its line, ignore it here
         elif isinstance(record.get("role"), str):
@@ -280,6 +288,7 @@ class SessionStore:
         session.created_at = str(parsed.first_meta.get("created_at") or session.created_at)
         session.updated_at = str(parsed.last_time or session.created_at)
         session.metadata = meta.get("metadata") if isinstance(meta.get("metadata"), dict) else {}
+        session.decisions = parsed.decisions
         session._ends_with_newline = parsed.ends_with_newline
         pointer = session._stored_pointer = meta.get("last_consolidated", 0)
         shift = parsed.pointer_shift(pointer) if isinstance(pointer, int) and not isinstance(pointer, bool) else 0
@@ -321,7 +330,7 @@ class SessionStore:
             session._lock = None
 
     def _lock(self, key: str, path: Path) -> ExclusiveLock:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(self.directory)
         lock = ExclusiveLock(path)
         try:
             lock.acquire()
@@ -390,11 +399,20 @@ class SessionStore:
         session.updated_at = now_iso()
         self._append_bytes(session, _dumps(self._meta_record(session)))
 
+    def record_decision(self, session: Session, **fields: Any) -> dict[str, Any]:
+        """Append an approval decision (kind, summary, allowed, by, reason) durably, secrets masked."""
+        self._require_lock(session)
+        record = {"_type": DECISION_TYPE, "timestamp": now_iso(), **mask_value(fields)}
+        self._append_bytes(session, _dumps(record))
+        session.decisions.append(record)
+        return record
+
     def rewrite(self, session: Session) -> None:
-        """Replace the file with one metadata record and the messages (temp, fsync, rename)."""
+        """Replace the file with one metadata record, the decisions and the messages (temp, fsync, rename)."""
         self._require_lock(session)
         session.updated_at = now_iso()
-        payload = _dumps(self._meta_record(session)) + b"".join(_dumps(m) for m in session.messages)
+        payload = (_dumps(self._meta_record(session)) + b"".join(_dumps(d) for d in session.decisions)
+                   + b"".join(_dumps(m) for m in session.messages))
         atomic_write(session.path, payload)
         session._ends_with_newline = True
         session._stored_pointer = session.last_consolidated
@@ -521,9 +539,9 @@ def as_sent(msg: Message) -> Message:
 
 
 def prepare_for_save(msg: Message) -> Message | None:
-    """The stored form of one new message, or None when it should not be saved."""
+    """The stored form of one new message (secrets masked), or None when it should not be saved."""
     role = msg.get("role")
-    out = dict(msg)
+    out = mask_message(msg)
     content = out.get("content")
     if isinstance(content, list):
         content = out["content"] = _stored_parts(content, strip_context=role == "user")

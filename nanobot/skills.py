@@ -4,20 +4,30 @@ The system prompt lists every skill with its path and whether its requirements a
 met; the agent opens a SKILL.md with read_file when a task calls for it. Skills marked
 `always: true` have their whole body in the prompt. Bundled skills ship with nanobot;
 a workspace skill of the same name overrides the bundled one, so users can adapt them.
+
+Workspace skills can be written by anyone (a shared folder, a cloned repo, the model), so:
+- what they say reaches the prompt only fenced as untrusted data (nanobot.untrusted);
+- one that asks for `always` or shadows a bundled skill is held (not in the prompt at all)
+  until the user approves it once (`nanobot skills approve NAME`); the approval records a
+  hash of the skill's folder, and any change to it holds the skill again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from nanobot.paths import bundled_dir
+from nanobot.fsio import atomic_write
+from nanobot.paths import PRIVATE_FILE_MODE, bundled_dir, nanobot_home
+from nanobot.untrusted import fence
 
 SKILL_FILE = "SKILL.md"
 
@@ -30,10 +40,24 @@ class Skill:
     source: str  # "bundled" or "workspace"
     always: bool = False
     missing: list[str] = field(default_factory=list)  # e.g. ["bin: gh", "env: GITHUB_TOKEN"]
+    gate: str = ""  # why it needs the user's approval ("asks to be always on", "shadows a bundled skill")
+    digest: str = ""  # hash of its folder, when gated
+    approved_digest: str | None = None  # what the user approved, if ever
 
     @property
     def available(self) -> bool:
         return not self.missing
+
+    @property
+    def active(self) -> bool:
+        """In the prompt: not gated, or approved exactly as it is now."""
+        return not self.gate or self.approved_digest == self.digest
+
+    @property
+    def state(self) -> str:
+        if self.active:
+            return "approved" if self.gate else "active"
+        return "changed since approval" if self.approved_digest else "needs approval"
 
     def body(self) -> str:
         """The instructions, without the front matter."""
@@ -125,15 +149,58 @@ def _missing(requires: dict[str, Any]) -> list[str]:
     return missing
 
 
+def skill_digest(skill_file: Path) -> str:
+    """sha256 over every file in the skill's folder (names and bytes), so a changed script counts too."""
+    folder = skill_file.parent
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() or p.is_symlink()):
+        digest.update(str(path.relative_to(folder)).encode("utf-8", "surrogateescape") + b"\0")
+        try:
+            digest.update(os.readlink(path).encode() if path.is_symlink() else path.read_bytes())
+        except OSError:
+            digest.update(b"(unreadable)")
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+class SkillApprovals:
+    """The user's approvals of gated workspace skills, kept in the nanobot home (out of the
+    workspace, where the model could write its own approval)."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path if path is not None else nanobot_home() / "skill_approvals.json"
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = {}
+        self.records: dict[str, dict[str, str]] = data if isinstance(data, dict) else {}
+
+    def digest_for(self, skill: Skill) -> str | None:
+        record = self.records.get(str(skill.path.resolve()))
+        return record.get("sha256") if isinstance(record, dict) else None
+
+    def approve(self, skill: Skill) -> None:
+        self.records[str(skill.path.resolve())] = {
+            "name": skill.name, "sha256": skill.digest or skill_digest(skill.path),
+            "approved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        }
+        atomic_write(self.path, json.dumps(self.records, indent=2) + "\n", mode=PRIVATE_FILE_MODE)
+        skill.approved_digest = self.records[str(skill.path.resolve())]["sha256"]
+
+
 @dataclass
 class SkillSet:
-    skills: list[Skill] = field(default_factory=list)  # sorted by name
+    skills: list[Skill] = field(default_factory=list)  # the active ones, sorted by name
     warnings: list[str] = field(default_factory=list)
+    held: list[Skill] = field(default_factory=list)  # workspace skills waiting for the user's approval
 
     @classmethod
-    def discover(cls, workspace: Path, bundled: Path | None = None) -> SkillSet:
-        """Bundled skills, then workspace skills (overriding by name). Never raises."""
+    def discover(cls, workspace: Path, bundled: Path | None = None,
+                 approvals: SkillApprovals | None = None) -> SkillSet:
+        """Bundled skills, then workspace skills (overriding by name once approved). Never raises."""
+        approvals = approvals if approvals is not None else SkillApprovals()
         found: dict[str, Skill] = {}
+        held: list[Skill] = []
         warnings: list[str] = []
         roots = [(bundled if bundled is not None else bundled_dir("skills"), "bundled")]
         roots.append((Path(workspace) / "skills", "workspace"))
@@ -144,11 +211,21 @@ class SkillSet:
                 except SkillError as exc:
                     warnings.append(f"skipped skill {skill_file}: {exc}")
                     continue
+                if source == "workspace":
+                    _gate(skill, found.get(skill.name), approvals)
+                    if not skill.active:
+                        held.append(skill)
+                        continue
                 found[skill.name] = skill
-        return cls(skills=sorted(found.values(), key=lambda s: s.name), warnings=warnings)
+        return cls(skills=sorted(found.values(), key=lambda s: s.name), warnings=warnings,
+                   held=sorted(held, key=lambda s: s.name))
 
     def get(self, name: str) -> Skill | None:
         return next((s for s in self.skills if s.name == name), None)
+
+    def listed(self) -> list[Skill]:
+        """Every skill for `nanobot skills list`: the active ones and the held ones."""
+        return sorted(self.skills + self.held, key=lambda s: (s.name, s.source))
 
     def prompt_section(self) -> str:
         """The skills part of the system prompt; byte-identical while the files are unchanged."""
@@ -162,13 +239,37 @@ class SkillSet:
             "needs the listed programs or environment variables first; tell the user.",
             "",
         ]
-        for s in self.skills:
-            status = "available" if s.available else "unavailable: missing " + ", ".join(s.missing)
-            lines.append(f"- {s.name}: {s.description} ({s.path}; {status})")
+        bundled = [s for s in self.skills if s.source != "workspace"]
+        workspace = [s for s in self.skills if s.source == "workspace"]
+        lines += [_entry(s) for s in bundled]
+        if workspace:
+            lines += ["", fence("\n".join(_entry(s) for s in workspace), "workspace skills (skills/ in the workspace)")]
         always = [s for s in self.skills if s.always and s.available]
         for s in always:
-            lines += ["", f"## Skill: {s.name} (always active)", "", _safe_body(s)]
+            body = _safe_body(s)
+            if s.source == "workspace":
+                body = fence(body, f"workspace skill {s.name} ({s.path}), approved by the user")
+            lines += ["", f"## Skill: {s.name} (always active)", "", body]
         return "\n".join(lines).rstrip() + "\n"
+
+
+def _entry(s: Skill) -> str:
+    status = "available" if s.available else "unavailable: missing " + ", ".join(s.missing)
+    return f"- {s.name}: {s.description} ({s.path}; {status})"
+
+
+def _gate(skill: Skill, bundled: Skill | None, approvals: SkillApprovals) -> None:
+    """Mark a workspace skill that needs the user's approval, and what (if anything) they approved."""
+    reasons = []
+    if skill.always:
+        reasons.append("asks to be always on")
+    if bundled is not None and bundled.source == "bundled":
+        reasons.append(f"shadows the bundled skill {bundled.name}")
+    if not reasons:
+        return
+    skill.gate = " and ".join(reasons)
+    skill.digest = skill_digest(skill.path)
+    skill.approved_digest = approvals.digest_for(skill)
 
 
 def _safe_body(skill: Skill) -> str:

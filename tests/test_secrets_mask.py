@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nanobot.secrets_mask import REDACTED, mask_secrets
+from nanobot.secrets_mask import REDACTED, find_secrets, mask_message, mask_secrets
 
 SECRETS = {
     "anthropic": "sk-ant-api03-AbCdEfGhIjKlMnOpQrStUvWxYz0123456789-_abcdefgh",
@@ -17,6 +17,19 @@ SECRETS = {
     "aws": "AKIAIOSFODNN7EXAMPLE",
     "slack": "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOp",
     "google": "AIzaSyA-0123456789abcdefghijklmnopqrstu",
+    "openrouter": "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",
+    "github-oauth": "gho_16C7e42F292c6912E7710c838347Ae178B4a",
+    "gitlab": "glpat-AbCdEf0123456789xyzW",
+    "slack-user": "xoxp-1234567890-0987654321-AbCdEf",
+    "aws-session": "ASIAY34FZKBOKMUTVV7A",
+    "stripe-live": "sk_live_4eC39HqLyjWDarjtT1zdp7dc",
+    "stripe-restricted": "rk_live_51H0abcDEFghiJKLmnoPQRst",
+    "huggingface": "hf_AbCdEfGhIjKlMnOpQrStUvWxYz012345",
+    "groq": "gsk_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5bC7dE9fG1hJ3kL5m",
+    "xai": "xai-" + "Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0FeDcBa9Zx8Yw7Vu6Ts5Rq4Po3Nm2Lk1J",
+    "npm": "npm_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8",
+    "jwt": "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV",
+    "telegram": "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw0",
 }
 
 
@@ -88,3 +101,45 @@ def test_masking_twice_changes_nothing_more():
 def test_mask_is_idempotent_and_total_on_any_text(text):
     once = mask_secrets(text)
     assert mask_secrets(once) == once
+
+
+def test_aws_secret_key_is_masked_beside_its_access_key():
+    text = "[default]\naws_access_key_id = AKIAIOSFODNN7EXAMPLE\naws_secret_access_key = wJalrXUtnFEMIKMDENGbPxRfiCYEXAMPLEKEYabcd\n"
+    out = mask_secrets(text)
+    assert "wJalrXUtnFEMI" not in out and "IOSFODNN7EXAMPLE" not in out
+
+
+def test_netrc_password_is_masked():
+    out = mask_secrets("machine api.example.com login bob password hunter22\n")
+    assert "hunter22" not in out and "login bob" in out
+
+
+def test_exact_values_of_configured_keys_and_secret_environment_are_masked(tmp_path):
+    import json
+
+    from nanobot.config import load_config
+
+    cfg_file = tmp_path / "config.json"
+    cfg_file.write_text(json.dumps({"providers": {"custom": {"apiKey": "plainkeywithoutshape"}}}))
+    load_config(cfg_file, environ={"MY_SERVICE_TOKEN": "tok-lowercase-only", "SSH_AUTH_SOCK": "/tmp/agent.1",
+                                   "EDITOR": "vim-editor-long"})
+    out = mask_secrets("a plainkeywithoutshape b tok-lowercase-only c vim-editor-long")
+    assert out == "a [REDACTED] b [REDACTED] c vim-editor-long"
+
+
+def test_find_secrets_names_what_it_masked():
+    masked, found = find_secrets("here: " + SECRETS["anthropic"])
+    assert found == ["Anthropic key"] and SECRETS["anthropic"] not in masked
+    assert find_secrets("nothing secret here") == ("nothing secret here", [])
+
+
+def test_tool_call_arguments_stay_valid_json_when_masked():
+    import json
+
+    pem = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n"
+    msg = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "write_file", "arguments": json.dumps({"path": "k", "content": pem + " " + SECRETS["openai"]})}}]}
+    out = mask_message(msg)
+    args = json.loads(out["tool_calls"][0]["function"]["arguments"])
+    assert "b3BlbnNzaC1" not in args["content"] and SECRETS["openai"] not in args["content"]
+    assert msg["tool_calls"][0]["function"]["arguments"] != out["tool_calls"][0]["function"]["arguments"]

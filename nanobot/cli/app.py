@@ -39,6 +39,7 @@ def _root(version: bool = typer.Option(False, "--version", "-V", callback=_versi
 
 
 def _mount_subcommands() -> None:
+    from nanobot.cli.cron_cmd import cron_app
     from nanobot.cli.memory_cmd import history_app, memory_app
     from nanobot.cli.session_cmd import session_app
     from nanobot.cli.skills_cmd import skills_app
@@ -47,6 +48,8 @@ def _mount_subcommands() -> None:
     app.add_typer(memory_app, name="memory", help="What the assistant remembers (MEMORY.md).")
     app.add_typer(history_app, name="history", help="Search the archive of past conversations (HISTORY.md).")
     app.add_typer(skills_app, name="skills", help="Skills the assistant can use.")
+    app.add_typer(cron_app, name="cron", help="Scheduled jobs and reminders (they fire while `nanobot serve` "
+                  "or a chat runs).")
 
 
 @app.command()
@@ -78,6 +81,10 @@ def agent(
     allow_unconfined_exec: bool = typer.Option(
         False, "--allow-unconfined-exec",
         help="Where no sandbox is available, let exec run commands anyway, without asking."),
+    approve: Optional[list[str]] = typer.Option(
+        None, "--approve", metavar="KIND",
+        help="Allow this kind of risky action without asking (repeatable; e.g. file-outside, persistence, "
+             "memory-edit, skill-edit, or all). One-shot mode refuses risky actions otherwise."),
 ) -> None:
     """Chat with the assistant (REPL), or send one message with -m. Piped stdin works as the message."""
     from nanobot.cli.chat import run_agent
@@ -89,9 +96,21 @@ def agent(
 
             raise UsageError("stdin was empty", hint='Pass the message with -m "..." or pipe some text.')
     code = run_agent(message=message, session_key=session, workspace=workspace, config_path=config,
-                     model=model, markdown=not no_markdown, json_out=json_out,
+                     model=model, markdown=not no_markdown, json_out=json_out, approve=approve,
                      allow_unconfined_exec=allow_unconfined_exec)
     raise typer.Exit(code)
+
+
+@app.command()
+def serve(
+    once: bool = typer.Option(False, "--once", help="Run what is due now (jobs, heartbeat), then exit."),
+    workspace: Optional[Path] = typer.Option(None, "--workspace", "-w", help="Workspace folder."),
+    config: Optional[Path] = ConfigOpt,
+) -> None:
+    """Fire scheduled jobs and the heartbeat until stopped (foreground; for systemd --user or nohup)."""
+    from nanobot.cli.serve import run_serve
+
+    raise typer.Exit(run_serve(config_path=config, workspace=workspace, once=once))
 
 
 def main() -> None:

@@ -11,14 +11,17 @@ from pathlib import Path
 from rich.console import Console
 
 from nanobot.agent.events import Retrying
+from nanobot.cli.approval_prompt import print_refusals
 from nanobot.cli.render import Renderer, escape, stderr_console, stdout_console
 from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS
 from nanobot.config import load_config
 from nanobot.errors import NanobotError
+from nanobot.secrets_mask import mask_secrets
 
 
 def run_agent(*, message: str | None, session_key: str, workspace: Path | None, config_path: Path | None,
-              model: str | None, markdown: bool, json_out: bool, allow_unconfined_exec: bool = False) -> int:
+              model: str | None, markdown: bool, json_out: bool, approve: list[str] | None = None,
+              allow_unconfined_exec: bool = False) -> int:
     cfg = load_config(config_path, overrides={
         "agents.defaults.workspace": str(workspace) if workspace else None,
         "agents.defaults.model": model,
@@ -26,29 +29,33 @@ def run_agent(*, message: str | None, session_key: str, workspace: Path | None, 
     cfg.tools.exec.allow_unconfined = allow_unconfined_exec
     try:
         if message is not None:
-            return asyncio.run(_one_shot(cfg, session_key, message, markdown=markdown, json_out=json_out))
-        return asyncio.run(Chat(cfg, session_key, markdown=markdown).run())
+            return asyncio.run(_one_shot(cfg, session_key, message, markdown=markdown, json_out=json_out,
+                                         approve=approve or []))
+        return asyncio.run(Chat(cfg, session_key, markdown=markdown, approve=approve or []).run())
     except KeyboardInterrupt:
         stderr_console().print("[yellow]interrupted[/yellow] [dim](what already ran is saved)[/dim]")
         return 130
 
 
-def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_ref: list):
+def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_ref: list, ask=None,
+          approve: list[str] = ()):
     from nanobot.app import open_assistant
 
     def on_retry(attempt: int, delay: float, error: Exception) -> None:
         if renderer_ref:
-            renderer_ref[0](Retrying(attempt, delay, str(error).splitlines()[0]))
+            renderer_ref[0](Retrying(attempt, delay, mask_secrets(str(error).splitlines()[0])))
 
-    return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry)
+    return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry, ask=ask, approve=approve)
 
 
-async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json_out: bool) -> int:
+async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json_out: bool,
+                    approve: list[str]) -> int:
     out = stdout_console(io.StringIO()) if json_out else stdout_console()
     err = stderr_console()
     stream = out.is_terminal and not json_out
     ref: list = []
-    assistant = _open(cfg, session_key, stream=stream, progress=err, renderer_ref=ref)
+    # nobody can answer a question here: risky actions are refused, naming the flag that allows them
+    assistant = _open(cfg, session_key, stream=stream, progress=err, renderer_ref=ref, approve=approve)
     renderer = Renderer(out, markdown=markdown, progress=err, stream_text=stream)
     ref.append(renderer)
     conversation = assistant.conversation
@@ -58,6 +65,7 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
     banner = _exec_banner(cfg)
     if "NOT confined" in banner:
         err.print(banner, highlight=False)
+    decided = len(conversation.session.decisions)
     try:
         outcome = await conversation.send(message, emit=renderer)
         renderer.finish()
@@ -72,6 +80,7 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
     finally:
         renderer.finish()
         await assistant.aclose()
+        print_refusals(err, conversation.session.decisions[decided:])
     if json_out:
         print(json.dumps({
             "answer": outcome.content, "stop_reason": outcome.stop_reason, "error": outcome.error,
@@ -96,8 +105,9 @@ def _exec_banner(cfg) -> str:
 class Chat:
     """The REPL: read a line, run a turn as a cancellable task, render its events."""
 
-    def __init__(self, cfg, session_key: str, *, markdown: bool) -> None:
+    def __init__(self, cfg, session_key: str, *, markdown: bool, approve: list[str] = ()) -> None:
         self.cfg = cfg
+        self.approve = list(approve)
         self.session_key = session_key
         self.console = stdout_console()
         self.err = stderr_console()
@@ -107,6 +117,8 @@ class Chat:
         self.background = Renderer(self.console, markdown=markdown, stream_text=False, spinner=False)
         self.assistant = None
         self.turn_task: asyncio.Task | None = None
+        self.reminders = None  # nanobot.cli.chat_reminders.ChatReminders
+        self._held_firings: list = []  # reminders that arrived during a turn, shown after it
 
     @property
     def conversation(self):
@@ -114,9 +126,9 @@ class Chat:
 
     def _prompt_session(self):
         from prompt_toolkit import PromptSession
-        from prompt_toolkit.history import FileHistory
         from prompt_toolkit.key_binding import KeyBindings
 
+        from nanobot.cli.input_history import MaskedFileHistory
         from nanobot.paths import input_history_path
 
         bindings = KeyBindings()
@@ -125,16 +137,19 @@ class Chat:
         def _newline(event) -> None:  # Esc-Enter inserts a line break; Enter sends
             event.current_buffer.insert_text("\n")
 
-        history = input_history_path()
-        history.parent.mkdir(parents=True, exist_ok=True)
-        return PromptSession(history=FileHistory(str(history)), key_bindings=bindings, multiline=False,
+        return PromptSession(history=MaskedFileHistory(input_history_path()), key_bindings=bindings, multiline=False,
                              enable_history_search=True)
 
     async def run(self) -> int:
         from prompt_toolkit.patch_stdout import patch_stdout
 
+        from nanobot.cli.approval_prompt import TerminalApprover
+
         ref = [self.renderer]
-        self.assistant = _open(self.cfg, self.session_key, stream=True, progress=self.console, renderer_ref=ref)
+        ask = TerminalApprover(self.console, pause=self._pause_display, resume=self._resume_display,
+                               can_ask=lambda: self.turn_task is not None)
+        self.assistant = _open(self.cfg, self.session_key, stream=True, progress=self.console, renderer_ref=ref,
+                               ask=ask, approve=self.approve)
         self.conversation.background_emit = self._background_event
         self.assistant.prewarm()  # import the SDK while the user types the first message
         try:
@@ -143,8 +158,14 @@ class Chat:
             self.console.print(_exec_banner(self.cfg), highlight=False)
             for warning in self.conversation.session.warnings:
                 self.console.print(f"[yellow]warning: {warning}[/yellow]")
+            for skill in getattr(self.conversation.context.skills, "held", []):
+                self.console.print(f"[yellow]skill {escape(skill.name)} is off: it {escape(skill.gate)} "
+                                   f"({escape(skill.state)}); read it, then run `nanobot skills approve "
+                                   f"{escape(skill.name)}`[/yellow]", highlight=False)
             prompt = self._prompt_session()  # piped stdin never gets here: it becomes a one-shot message
+            self._start_reminders()
             while True:
+                self._show_held_firings()
                 try:
                     with patch_stdout(raw=True):
                         text = await prompt.prompt_async("you › ")
@@ -169,6 +190,8 @@ class Chat:
                 await self.run_turn(text)
         finally:
             self.renderer.finish()
+            if self.reminders is not None:
+                await self.reminders.stop()
             running = len(self.conversation.running_subagents())
             if running:
                 self.console.print(f"[yellow]stopping {running} subagent(s) still running[/yellow]")
@@ -199,6 +222,38 @@ class Chat:
         if outcome.error:
             self.console.print(f"[bold red]error:[/bold red] {outcome.error}", highlight=False)
 
+    # reminders (nanobot/cli/chat_reminders.py) -----------------------------------------------
+    def _start_reminders(self) -> None:
+        from nanobot.app import AssistantTurns, build_scheduler
+        from nanobot.cli.chat_reminders import ChatReminders, ChatTurns
+        from nanobot.cli.serve import log_delivery
+
+        turns = ChatTurns(self.session_key, self.conversation, AssistantTurns(self.cfg))
+        try:
+            scheduler = build_scheduler(self.cfg, kind="chat", turns=turns, deliveries=[log_delivery(self.cfg)])
+        except OSError as exc:  # e.g. a read-only workspace: the chat still works, reminders do not
+            self.console.print(f"[yellow]warning: reminders are off in this chat: {escape(str(exc))}[/yellow]")
+            return
+        self.reminders = ChatReminders(scheduler, self._show_firing)
+        self.reminders.start()
+
+    def _show_firing(self, firing) -> None:
+        """Printed above the prompt; held while a turn is on screen."""
+        if self.turn_task is not None:
+            self._held_firings.append(firing)
+            return
+        colour = "red" if firing.status == "error" else "yellow" if firing.kind == "notice" else "cyan"
+        self.console.print(f"[bold {colour}]{escape(firing.title)}[/bold {colour}]"
+                           + (f" [dim]({escape(firing.session)})[/dim]" if firing.session else ""), highlight=False)
+        body = (firing.error or firing.text or "").strip()
+        if body:
+            self.console.print(escape(body), highlight=False)
+
+    def _show_held_firings(self) -> None:
+        held, self._held_firings = self._held_firings, []
+        for firing in held:
+            self._show_firing(firing)
+
     # slash command actions -------------------------------------------------------------------
     def show_help(self) -> None:
         for name, (help_text, _) in SLASH_COMMANDS.items():
@@ -225,6 +280,14 @@ class Chat:
 
     async def compact(self) -> None:
         await self._memory_action(self.conversation.compact)
+
+    def _pause_display(self) -> None:  # an approval question must not be drawn over
+        self.renderer.finish()
+        self.background.finish()
+
+    def _resume_display(self) -> None:
+        if self.turn_task is not None:
+            self.renderer.thinking()
 
     def _background_event(self, event) -> None:
         # while a user turn runs, its renderer owns the screen; notices still go through it

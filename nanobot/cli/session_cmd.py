@@ -15,6 +15,7 @@ from rich.table import Table
 
 from nanobot.errors import NanobotError
 from nanobot.messages import text_of
+from nanobot.secrets_mask import mask_message, mask_value
 from nanobot.session import SessionStore
 
 session_app = typer.Typer(help="Saved conversations: list, show and repair them.", no_args_is_help=True,
@@ -75,7 +76,7 @@ def show(
     _warn(session.warnings)
     messages = session.messages if limit is None else session.messages[-limit:] if limit > 0 else []
     if as_json:
-        typer.echo(json.dumps(messages, ensure_ascii=False, indent=2))
+        typer.echo(json.dumps(mask_value(messages), ensure_ascii=False, indent=2))  # files from before masking
         return
     console = _out()
     console.print(f"[bold]{escape(key)}[/bold]  {len(session.messages)} messages, "
@@ -85,9 +86,24 @@ def show(
         if index == session.last_consolidated and index > 0:
             console.rule("[dim]consolidated into memory above this line[/dim]")
         _print_message(console, msg)
+    _print_decisions(console, session.decisions)
+
+
+def _print_decisions(console: Console, decisions: list[dict]) -> None:
+    """Every approval decision of the session: when, allowed or not, by whom, what, and why."""
+    if not decisions:
+        return
+    console.print(f"\n[bold]approval decisions[/bold] ({len(decisions)})")
+    for d in decisions:
+        verdict = "[green]allowed[/green]" if d.get("allowed") else "[yellow]refused[/yellow]"
+        reason = f" — {escape(str(d['reason']))}" if d.get("reason") else ""
+        console.print(f"  [dim]{escape(str(d.get('timestamp', '')))}[/dim] {verdict} "
+                      f"[dim]({escape(str(d.get('kind', '?')))}, by {escape(str(d.get('by', '?')))})[/dim] "
+                      f"{escape(str(d.get('summary', '')))}{reason}")
 
 
 def _print_message(console: Console, msg: dict) -> None:
+    msg = mask_message(msg)  # a session saved by an older version may still hold a key
     role = str(msg.get("role", "?"))
     stamp = f" [dim]{escape(str(msg.get('timestamp', '')))}[/dim]" if msg.get("timestamp") else ""
     text = text_of(msg.get("content"))

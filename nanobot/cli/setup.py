@@ -86,4 +86,28 @@ def show_status(config_path: Path | None) -> None:
 
     line = exec_line(cfg)
     table.add_row("exec", line if not line.startswith("NOT") else f"[yellow]{line}[/yellow]")
+    table.add_row("reminders", _reminders_line(cfg))
+    table.add_row("file tools", "workspace only (tools.restrictToWorkspace)" if cfg.tools.restrict_to_workspace
+                  else "outside the workspace: asked in the chat, refused in one-shot mode")
+    table.add_row("auto-approved", ", ".join(cfg.tools.auto_approve) or "nothing (risky actions ask; see --approve)")
+    from nanobot.skills import SkillSet
+
+    held = SkillSet.discover(cfg.workspace_path()).held
+    if held:
+        table.add_row("skills", f"[yellow]{len(held)} off until approved[/yellow]: "
+                      + ", ".join(s.name for s in held) + " (nanobot skills list)")
     console.print(table)
+
+
+def _reminders_line(cfg) -> str:
+    from nanobot.cron.runner import current_runner, describe_owner
+    from nanobot.cron.store import JobStore
+
+    store = JobStore(cfg.workspace_path())
+    jobs = store.jobs() if store.path.exists() else []
+    on = sum(1 for job in jobs if job.enabled)
+    runner = current_runner(store)
+    where = (f"fired by {describe_owner(runner)}" if runner
+             else "no runner now: they fire while `nanobot serve` or a chat runs")
+    notes = "".join(f"\n[yellow]{note}[/yellow]" for note in store.notices)
+    return f"{len(jobs)} job(s), {on} on · {where}{notes}"

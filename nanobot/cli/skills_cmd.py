@@ -9,10 +9,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from nanobot.paths import default_workspace
-from nanobot.skills import SkillSet
+from nanobot.skills import SkillApprovals, SkillSet
 
 skills_app = typer.Typer(help="Skills: instructions the agent reads for specific tasks.", no_args_is_help=True)
+
+
+def _configured_workspace() -> Path:
+    """The workspace the agent uses: agents.defaults.workspace from the config, else the default."""
+    from nanobot.config import load_config
+
+    return load_config().workspace_path()
 
 
 @skills_app.callback()
@@ -23,21 +29,62 @@ def _skills() -> None:
 @skills_app.command("list")
 def list_skills(
     workspace: Path | None = typer.Option(
-        None, "--workspace", "-w", help="Workspace folder (default: ~/.nanobot/workspace)."
+        None, "--workspace", "-w", help="Workspace folder (default: the configured one, else ~/.nanobot/workspace)."
     ),
 ) -> None:
     """List bundled and workspace skills and whether each is ready to use."""
-    skills = SkillSet.discover(workspace or default_workspace())
+    skills = SkillSet.discover(workspace or _configured_workspace())
     err = Console(stderr=True)
     for warning in skills.warnings:
         err.print(f"[yellow]warning:[/yellow] {warning}", markup=True, highlight=False, soft_wrap=True)
-    if not skills.skills:
+    if not skills.listed():
         typer.echo("No skills found.")
         return
-    table = Table("name", "source", "status", "description", box=None, pad_edge=False)
-    for s in skills.skills:
+    table = Table("name", "source", "state", "status", "description", box=None, pad_edge=False)
+    for s in skills.listed():
         status = "available" if s.available else "missing " + ", ".join(s.missing)
         name = f"{s.name} (always)" if s.always else s.name
+        state = s.state if not s.gate or s.active else f"{s.state}: {s.gate}"
         # Text(), not str: a '[' in a description must not be read as rich markup.
-        table.add_row(Text(name), Text(s.source), Text(status), Text(s.description))
+        table.add_row(Text(name), Text(s.source), Text(state), Text(status), Text(s.description))
     Console(soft_wrap=True).print(table, highlight=False)
+    if skills.held:
+        names = " ".join(s.name for s in skills.held)
+        err.print(f"{len(skills.held)} workspace skill(s) are off until you approve them (read them first): "
+                  f"nanobot skills approve {names}", markup=False, highlight=False, soft_wrap=True)
+
+
+@skills_app.command("approve")
+def approve_skill(
+    name: str = typer.Argument(..., help="The skill to approve (see `nanobot skills list`)."),
+    workspace: Path | None = typer.Option(
+        None, "--workspace", "-w", help="Workspace folder (default: the configured one, else ~/.nanobot/workspace)."
+    ),
+    yes: bool = typer.Option(False, "--yes", "-y", help="Approve without showing the skill and asking."),
+) -> None:
+    """Turn on a workspace skill that asks to be always on or shadows a bundled one, as it is now."""
+    skills = SkillSet.discover(workspace or _configured_workspace())
+    skill = next((s for s in skills.held if s.name == name), None)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if skill is None:
+        active = skills.get(name)
+        if active is not None:
+            typer.echo(f"{name} is already active ({active.source}, {active.state}); nothing to approve.")
+            return
+        err.print(f"no workspace skill named {name!r} is waiting for approval; `nanobot skills list` shows them",
+                  markup=False)
+        raise typer.Exit(2)
+    if not yes:
+        out = Console(soft_wrap=True, highlight=False)
+        out.print(f"{skill.name} ({skill.path}) {skill.gate}. Its SKILL.md:", markup=False)
+        out.print(skill.path.read_text(encoding="utf-8", errors="replace"), markup=False)
+        others = sorted(p.relative_to(skill.path.parent) for p in skill.path.parent.rglob("*")
+                        if p.is_file() and p != skill.path)
+        if others:  # the approval covers them too: any change to them turns the skill off again
+            out.print("Other files in its folder (approved with it): " + ", ".join(map(str, others)), markup=False)
+        if not typer.confirm(f"Approve {skill.name} as it is now?", default=False):
+            typer.echo("Not approved; the skill stays off.")
+            raise typer.Exit(1)
+    SkillApprovals().approve(skill)
+    typer.echo(f"Approved {skill.name}: it is active from the next chat on. If its folder changes, "
+               "it is off again until you approve it again.")

@@ -44,7 +44,17 @@ def status_lines(assistant) -> list[str]:
         f"exec       {exec_line(cfg)}",
         *_last_consolidation(conv),
         *[f"subagent   {sub_id} '{label}' running: {task[:60]}" for sub_id, label, task in conv.running_subagents()],
+        *_approvals(assistant),
     ]
+
+
+def _approvals(assistant) -> list[str]:
+    approver = getattr(assistant, "approver", None)
+    if approver is None:
+        return []
+    auto = ", ".join(sorted(approver.auto)) or "none"
+    always = ", ".join(sorted(approver.always)) or "none yet"
+    return [f"approvals  auto-approved: {auto}; 'always' this session: {always}"]
 
 
 def _calibration(conv) -> str:

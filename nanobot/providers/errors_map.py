@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from nanobot.errors import ProviderError
+from nanobot.secrets_mask import mask_secrets
 
 _RETRYABLE = {408, 409, 429, 500, 502, 503, 504, 529}
 
@@ -45,6 +46,7 @@ def parse_retry_after(value: str | None) -> float | None:
 
 
 def status_error(provider: str, status: int, message: str, retry_after: str | None = None) -> ProviderError:
+    message = mask_secrets(message)  # a 401 body often echoes the key it rejected
     retryable = status in _RETRYABLE or status >= 500
     label = "overloaded" if status == 529 else f"HTTP {status}"
     overflow = status in (400, 413) and bool(_OVERFLOW.search(message))
@@ -67,7 +69,7 @@ _OVERFLOW_HINT = ("The prompt was too long for the model: set agents.defaults.co
 def connection_error(provider: str, exc: BaseException, *, timeout: bool = False) -> ProviderError:
     what = "timed out" if timeout else "could not connect"
     return ProviderError(
-        f"{provider}: {what}: {exc}",
+        mask_secrets(f"{provider}: {what}: {exc}"),
         hint="Check the network and the provider's apiBase.",
         retryable=True,
     )

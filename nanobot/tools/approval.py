@@ -25,6 +25,7 @@ class ApprovalRequest:
 class Decision:
     allowed: bool
     reason: str = ""  # why it was refused (the user's words or the policy's), passed to the model
+    always: bool = False  # the user answered "always for this session" (remembered by always_key)
 
 
 class Approver(Protocol):
@@ -35,5 +36,5 @@ class RefuseApprover:
     """Where nobody can be asked (one-shot mode, no terminal): refuse and say what allows it."""
 
     async def approve(self, request: ApprovalRequest) -> Decision:
-        hint = f" To allow it, use {request.allow_hint}." if request.allow_hint else ""
-        return Decision(False, f"refused without asking: nobody can approve it in this mode ({request.summary}).{hint}")
+        hint = f"; to allow it, use {request.allow_hint}" if request.allow_hint else ""
+        return Decision(False, f"refused without asking: nobody can approve it in this mode{hint}")

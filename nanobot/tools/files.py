@@ -1,16 +1,28 @@
-"""File tools: read, write, edit and list, all through workspace_guard.resolve_path."""
+"""File tools: read, write, edit and list.
+
+Every call takes the same steps, each owned by workspace_guard:
+1. where: `resolve_path` (restrictToWorkspace refuses anything outside the workspace);
+2. ask: `approve_access` when the access is risky (outside the workspace, a file that runs at
+   login or on a schedule, MEMORY.md, a skill), showing the change as a diff;
+3. open: `open_regular` / `open_parent_dir`, which check the descriptor (a regular file, the
+   file that was checked, no link swapped in), then read or write.
+"""
 
 from __future__ import annotations
 
 import difflib
 import os
+import secrets
+import stat
 from pathlib import Path
 from typing import Any
 
 from nanobot.errors import ToolError
-from nanobot.fsio import atomic_write
-from nanobot.tools.base import Tool
-from nanobot.tools.workspace_guard import display_path, resolve_path
+from nanobot.tools.base import Tool, ToolContext
+from nanobot.tools.workspace_guard import (
+    approve_access, change_diff, content_risks, display_path, location_risks, open_parent_dir, open_regular,
+    read_capped, resolve_path,
+)
 
 __all__ = ["ReadFileTool", "WriteFileTool", "EditFileTool", "ListDirTool", "READ_CHAR_CAP"]
 
@@ -20,23 +32,17 @@ MAX_COUNTED_EXTRA = 10_000  # list_dir stops counting entries past its cap here
 SKIPPED_DIRS = frozenset({".git", "__pycache__", "node_modules"})
 
 
-def _read_text(path: Path, shown: str) -> str:
-    """The file's text, or a ToolError the model can act on (missing, directory, binary...)."""
-    if not path.exists():
+async def _read_text(ctx: ToolContext, path: Path, shown: str, tool: str) -> str:
+    """The file's text, or a ToolError the model can act on (missing, directory, device, binary...)."""
+    if not os.path.lexists(path):
         raise ToolError(f"file not found: {shown}")
-    if path.is_dir():
-        raise ToolError(f"{shown} is a directory; use list_dir to see its contents")
+    fd = await open_regular(ctx, path, shown, tool)
     try:
-        size = path.stat().st_size
-        if size > MAX_TEXT_FILE_BYTES:
-            raise ToolError(
-                f"{shown} is {size:,} bytes, too large to load; use exec with head, sed -n or grep to look inside"
-            )
-        data = path.read_bytes()
-    except PermissionError as exc:
-        raise ToolError(f"permission denied reading {shown}") from exc
+        data = read_capped(fd, MAX_TEXT_FILE_BYTES, shown)
     except OSError as exc:
         raise ToolError(f"cannot read {shown}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(fd)
     if b"\x00" in data:
         raise ToolError(f"{shown} looks like a binary file (it contains NUL bytes); read_file only reads text")
     try:
@@ -45,6 +51,36 @@ def _read_text(path: Path, shown: str) -> str:
         raise ToolError(
             f"{shown} is not UTF-8 text (undecodable byte at offset {exc.start}); read_file only reads text"
         ) from exc
+
+
+def _current_text(path: Path) -> str | None:
+    """What a file holds now, for the user's diff only (never shown to the model); None if absent."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return read_capped(fd, 256 * 1024, str(path)).decode("utf-8", errors="replace")
+    except (OSError, ToolError):
+        return "(too large to show)\n"
+    finally:
+        os.close(fd)
+
+
+def _refuse_non_regular(path: Path, shown: str) -> None:
+    """A write replaces a regular file or creates one; a directory, FIFO or device is refused."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ToolError(f"cannot write {shown}: {exc.strerror or exc}") from exc
+    if stat.S_ISDIR(mode):
+        raise ToolError(f"{shown} is a directory; give a file path")
+    if not stat.S_ISREG(mode) and not stat.S_ISLNK(mode):
+        raise ToolError(f"{shown} is not a regular file (a FIFO, socket or device); file tools only write regular files")
 
 
 def _split_lines(text: str) -> list[str]:
@@ -75,7 +111,9 @@ class ReadFileTool(Tool):
     async def run(self, path: str, offset: int = 1, limit: int | None = None, **_: Any) -> str:
         target = resolve_path(self.ctx, path)
         shown = display_path(self.ctx, target)
-        lines = _split_lines(_read_text(target, shown))
+        if os.path.lexists(target):  # asking about a file that is not there would only annoy
+            await approve_access(self.ctx, self.name, "read", target, location_risks(self.ctx, target, "read"))
+        lines = _split_lines(await _read_text(self.ctx, target, shown, self.name))
         total = len(lines)
         if total == 0:
             return f"({shown} is empty)"
@@ -125,24 +163,58 @@ class WriteFileTool(Tool):
     async def run(self, path: str, content: str, **_: Any) -> str:
         target = resolve_path(self.ctx, path)
         shown = display_path(self.ctx, target)
-        if target.is_dir():
-            raise ToolError(f"{shown} is a directory; give a file path")
+        _refuse_non_regular(target, shown)
+        # ask: outside the workspace, a login/schedule file, memory or a skill (with the diff)
+        risks = location_risks(self.ctx, target, "write") + content_risks(self.ctx, target)
+        before = _current_text(target)
+        await approve_access(self.ctx, self.name, "write", target, risks,
+                             detail=change_diff(before, content, shown) if risks else "")
         payload = content.encode("utf-8")
-        existed = target.exists()
-        _write(target, payload, shown)
+        existed = os.path.lexists(target)
+        _write(self.ctx, target, payload, shown)
         verb = "Overwrote" if existed else "Created"
         return f"{verb} {shown} ({len(payload):,} bytes written)"
 
 
-def _write(target: Path, payload: bytes, shown: str) -> None:
-    """Atomic replace that keeps an existing file's permission bits (a script stays executable)."""
+def _write(ctx: ToolContext, target: Path, payload: bytes, shown: str) -> None:
+    """Atomic replace inside the checked folder's descriptor; keeps an existing file's permission
+    bits (a script stays executable); a new file is 0600. A symlink at the name is replaced, not followed."""
+    dir_fd = open_parent_dir(ctx, target, shown)
+    tmp = f".{target.name}.{secrets.token_hex(4)}.tmp"
     try:
-        mode = target.stat().st_mode & 0o7777 if target.exists() else None
-        atomic_write(target, payload, mode=mode)
+        try:
+            st = os.stat(target.name, dir_fd=dir_fd, follow_symlinks=False)
+            mode = stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else None
+        except FileNotFoundError:
+            mode = None
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600,
+                     dir_fd=dir_fd)
+        try:
+            if mode is not None:
+                os.fchmod(fd, mode)
+            view = memoryview(payload)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        os.fsync(dir_fd)
     except PermissionError as exc:
+        _discard(tmp, dir_fd)
         raise ToolError(f"permission denied writing {shown}") from exc
     except OSError as exc:
+        _discard(tmp, dir_fd)
         raise ToolError(f"cannot write {shown}: {exc.strerror or exc}") from exc
+    finally:
+        os.close(dir_fd)
+
+
+def _discard(name: str, dir_fd: int) -> None:
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except OSError:
+        pass
 
 
 class EditFileTool(Tool):
@@ -167,7 +239,11 @@ class EditFileTool(Tool):
         shown = display_path(self.ctx, target)
         if old_text == "":
             raise ToolError("old_text is empty; to create or overwrite a whole file use write_file")
-        content = _read_text(target, shown)
+        # outside the workspace: ask before reading (the errors below quote the file to the model)
+        outside = location_risks(self.ctx, target, "write")
+        if outside and os.path.lexists(target):
+            await approve_access(self.ctx, self.name, "edit", target, outside + content_risks(self.ctx, target))
+        content = await _read_text(self.ctx, target, shown, self.name)
 
         count = content.count(old_text)
         if count == 0 and "\r\n" in content and "\r\n" not in old_text and "\n" in old_text:
@@ -184,7 +260,10 @@ class EditFileTool(Tool):
                 "add surrounding lines so it matches exactly once, or set replace_all=true"
             )
         updated = content.replace(old_text, new_text) if replace_all else content.replace(old_text, new_text, 1)
-        _write(target, updated.encode("utf-8"), shown)
+        if not outside:  # inside the workspace: memory, a skill or a git hook still asks, with the diff
+            await approve_access(self.ctx, self.name, "edit", target, content_risks(self.ctx, target),
+                                 detail=change_diff(content, updated, shown))
+        _write(self.ctx, target, updated.encode("utf-8"), shown)
         return f"Edited {shown}: replaced {count if replace_all else 1} occurrence{'s' if replace_all and count > 1 else ''}"
 
 
@@ -252,6 +331,7 @@ class ListDirTool(Tool):
         shown = display_path(self.ctx, target)
         if not target.exists():
             raise ToolError(f"directory not found: {shown}")
+        await approve_access(self.ctx, self.name, "list", target, location_risks(self.ctx, target, "list"))
         if not target.is_dir():
             raise ToolError(f"{shown} is a file, not a directory; use read_file to read it")
         try:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from nanobot.errors import ToolError
+from nanobot.secrets_mask import mask_secrets, mask_value
 from nanobot.tools.base import Tool, ToolResult
 from nanobot.tools.schema_check import drop_null_optionals, validate
 
@@ -24,6 +25,12 @@ log = logging.getLogger(__name__)
 
 def _error(text: str) -> ToolResult:
     return ToolResult(content=f"Error: {text}", is_error=True)
+
+
+def _masked(result: ToolResult) -> ToolResult:
+    """Every result passes the one masker: the model, the screen and the session see the same text."""
+    content = mask_secrets(result.content)
+    return result if content == result.content else ToolResult(content=content, is_error=result.is_error)
 
 
 class ToolRegistry:
@@ -62,17 +69,20 @@ class ToolRegistry:
         return [tool.schema() for tool in self._tools.values()]
 
     def hint(self, name: str, args: Any) -> str:
-        """A short line for the screen; never raises, even for odd arguments."""
+        """A short line for the screen (secrets masked); never raises, even for odd arguments."""
         tool = self._tools.get(name)
         if tool is None or not isinstance(args, dict):
             return f"{name}(...)"
         try:
-            return tool.hint(args)
+            return mask_secrets(tool.hint(mask_value(args)))  # masked before it is cut to fit
         except Exception:  # a display nicety must never break the turn
             return f"{name}(...)"
 
     async def execute(self, name: str, args: Any, parse_error: str | None = None) -> ToolResult:
-        """Run one tool call and always return a result (cancellation excepted)."""
+        """Run one tool call and always return a result, secrets masked (cancellation excepted)."""
+        return _masked(await self._execute(name, args, parse_error))
+
+    async def _execute(self, name: str, args: Any, parse_error: str | None) -> ToolResult:
         tool = self._tools.get(name)
         if tool is None:
             available = ", ".join(self._tools) or "none"

@@ -18,6 +18,7 @@ import httpx2
 from nanobot.errors import ToolError
 from nanobot.tools.base import Tool, ToolContext
 from nanobot.tools.safe_http import FetchResult, SafeFetcher
+from nanobot.untrusted import fence
 
 BRAVE_SEARCH_URL = "https://api.search.brave.com/res/v1/web/search"
 UNTRUSTED_BANNER = (
@@ -258,5 +259,6 @@ def render(result: FetchResult, title: str, body: str, extractor: str, limit: in
     if title:
         header.append(f"Title: {title}")
     header.append(f"Extractor: {extractor}")
-    parts = ["\n".join(header), "--- begin content ---", body, "--- end content ---"]
+    # the page's text reaches the prompt only inside a fence labelled with where it came from
+    parts = ["\n".join(header), fence(body, f"web_fetch {result.url}")]
     return "\n".join(parts + notes)

@@ -1,18 +1,26 @@
-"""Where a tool's path really points, and whether the workspace rule allows it.
+"""Where a tool's path really points, whether the workspace rule allows it, and whether
+the user must be asked.
 
 This is the one place that decides: the file tools and exec's `working_dir` all call
-`resolve_path`, so a fix here covers every tool.
+`resolve_path`, so a fix here covers every tool. The file tools also ask here about risky
+accesses (outside the workspace, files that run at login, memory and skills) and open files
+through `open_regular` / `open_parent_dir`, which check the descriptor, not just the path.
 """
 
 from __future__ import annotations
 
 import os
+import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from nanobot.errors import ToolError
+from nanobot.tools.approval import ApprovalRequest
 from nanobot.tools.base import ToolContext
 
-__all__ = ["resolve_path", "workspace_root", "display_path"]
+__all__ = ["resolve_path", "workspace_root", "display_path", "FileRisk", "location_risks", "content_risks",
+           "approve_access", "change_diff", "is_persistence_path", "open_regular", "read_capped",
+           "open_parent_dir"]
 
 
 def workspace_root(ctx: ToolContext) -> Path:
@@ -58,3 +66,235 @@ def display_path(ctx: ToolContext, path: Path) -> str:
     if path.is_relative_to(root):
         return str(path.relative_to(root))
     return str(path)
+
+
+# -- what makes a file access risky, and asking about it ----------------------------------------
+
+# Credential stores under HOME: reading them is never remembered by "always" beyond the one file.
+CREDENTIAL_STORES = (".ssh", ".gnupg", ".aws", ".config/gcloud", ".kube", ".docker", ".netrc",
+                     ".git-credentials", ".config/gh", ".password-store", ".pgpass", ".npmrc", ".pypirc",
+                     ".mozilla", ".config/google-chrome", ".config/chromium", ".local/share/keyrings",
+                     ".bash_history", ".zsh_history", ".python_history", ".psql_history", ".mysql_history")
+# ... and, anywhere outside the workspace, files by these names
+_SECRET_NAMES = frozenset({".env", ".envrc", ".npmrc", ".pypirc", ".pgpass", ".git-credentials", ".netrc"})
+
+# Files that run at login or on a schedule, by name (anywhere) ...
+_PERSISTENCE_NAMES = frozenset({
+    ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv", ".zprofile",
+    ".zlogin", ".zlogout", ".cshrc", ".tcshrc", ".kshrc", ".login", ".logout", ".xprofile", ".xinitrc",
+    ".xsessionrc", ".xsession", ".pam_environment", ".envrc", "crontab", "authorized_keys", "authorized_keys2",
+})
+# ... by the folder they sit in (a path ending in these parts) ...
+_PERSISTENCE_DIRS = (
+    (".git", "hooks"), (".ssh",), (".config", "autostart"), (".config", "systemd"), (".config", "fish"),
+    ("etc", "profile.d"), ("etc", "systemd"), ("etc", "init.d"), ("var", "spool", "cron"),
+    ("Library", "LaunchAgents"), (".config", "environment.d"), (".husky",),
+)
+# ... and a few exact files inside a repository (git runs what core.hooksPath / fsmonitor name).
+_PERSISTENCE_TAILS = ((".git", "config"),)
+_UNIT_SUFFIXES = (".service", ".timer", ".socket", ".path", ".mount")
+
+
+@dataclass(frozen=True)
+class FileRisk:
+    kind: str  # an ApprovalRequest kind: "file-outside", "persistence", "memory-edit", "skill-edit"
+    reason: str  # why it needs the user, e.g. "outside the workspace"
+    always_key: str  # what "always for this session" covers
+
+
+def _is_under(path: Path, root: Path) -> bool:
+    return path == root or path.is_relative_to(root)
+
+
+def is_persistence_path(path: Path) -> bool:
+    """A file that runs at login or on a schedule: shell rc files, authorized_keys, crontabs,
+    systemd units, git hooks (inside the workspace too)."""
+    parts = path.parts
+    if path.name in _PERSISTENCE_NAMES or path.name.startswith("cron") and "etc" in parts:
+        return True
+    if path.suffix in _UNIT_SUFFIXES and "systemd" in parts:
+        return True
+    folders = parts[:-1]
+    for tail in _PERSISTENCE_DIRS:
+        for i in range(len(folders) - len(tail) + 1):
+            if folders[i:i + len(tail)] == tail:
+                return True
+    return any(parts[-len(tail):] == tail for tail in _PERSISTENCE_TAILS)
+
+
+def _sensitive_place(path: Path) -> str | None:
+    """What secret place `path` is in (a credential store, the nanobot home), if any."""
+    from nanobot.paths import nanobot_home
+
+    home = Path(os.path.expanduser("~")).resolve()
+    for name in CREDENTIAL_STORES:
+        if _is_under(path, home / name):
+            return f"a credential store ({home / name})"
+    if _is_under(path, nanobot_home().expanduser().resolve()):
+        return "the nanobot home (keys, sessions)"
+    if path.name in _SECRET_NAMES:
+        return f"a file that usually holds secrets ({path.name})"
+    return None
+
+
+def location_risks(ctx: ToolContext, target: Path, access: str) -> list[FileRisk]:
+    """`access` ("read", "write", "list") of `target` outside the workspace."""
+    if _is_under(target, workspace_root(ctx)):
+        return []
+    place = _sensitive_place(target)
+    if place is not None:  # "always" never stretches from one secret file to its neighbours
+        return [FileRisk("file-outside", f"outside the workspace, in {place}", f"file-outside:{access}:{target}")]
+    scope = target if access == "list" else target.parent
+    return [FileRisk("file-outside", "outside the workspace", f"file-outside:{access}:{scope}")]
+
+
+def content_risks(ctx: ToolContext, target: Path) -> list[FileRisk]:
+    """Writing `target` runs code later (persistence), or changes memory or a skill directly."""
+    root = workspace_root(ctx)
+    risks = []
+    if is_persistence_path(target):
+        risks.append(FileRisk("persistence", "a file that runs at login or on a schedule",
+                              f"persistence:{target}"))
+    elif target == root / "HEARTBEAT.md" or _is_under(target, root / "cron"):
+        # nanobot itself runs these on a schedule: HEARTBEAT.md's tasks and the cron jobs become turns
+        risks.append(FileRisk("persistence", "a file nanobot runs on a schedule (heartbeat or reminders)",
+                              f"persistence:{target}"))
+    if target == root / "memory" / "MEMORY.md":
+        risks.append(FileRisk("memory-edit", "long-term memory (MEMORY.md), which is in every prompt",
+                              "memory-edit"))
+    elif _is_under(target, root / "skills") and target != root / "skills":
+        skill = target.relative_to(root / "skills").parts[0]
+        risks.append(FileRisk("skill-edit", f"a workspace skill ({skill})", f"skill-edit:{skill}"))
+    return risks
+
+
+# Most severe first: the request takes the kind of the first risk that applies.
+_SEVERITY = ("persistence", "file-outside", "skill-edit", "memory-edit")
+
+
+def _allow_hint(kind: str) -> str:
+    return f"`--approve {kind}` (or \"tools.autoApprove\": [\"{kind}\"] in the config)"
+
+
+async def approve_access(ctx: ToolContext, tool: str, verb: str, target: Path, risks: list[FileRisk],
+                         detail: str = "") -> None:
+    """Ask the approver about `risks`; raise ToolError (the model reads it) when refused."""
+    if not risks:
+        return
+    risks = sorted(risks, key=lambda r: _SEVERITY.index(r.kind) if r.kind in _SEVERITY else len(_SEVERITY))
+    first = risks[0]
+    reasons = "; ".join(dict.fromkeys(r.reason for r in risks))
+    summary = f"{tool} wants to {verb} {target} ({reasons})"
+    request = ApprovalRequest(kind=first.kind, summary=summary, detail=detail, always_key=first.always_key,
+                              allow_hint=_allow_hint(first.kind))
+    decision = await ctx.approver.approve(request)
+    if not decision.allowed:
+        text = f"not allowed to {verb} {target} ({reasons}) — {decision.reason.strip() or 'refused'}"
+        raise ToolError(text.rstrip(".") + ". Do not retry the same call; continue without it or ask the user.")
+
+
+def change_diff(before: str | None, after: str, shown: str) -> str:
+    """The change as a unified diff, for the approval prompt (long diffs are cut)."""
+    import difflib
+
+    old = (before or "").splitlines(keepends=True)
+    lines = list(difflib.unified_diff(old, after.splitlines(keepends=True),
+                                      f"{shown} (now)" if before is not None else "/dev/null",
+                                      f"{shown} (proposed)", n=2))
+    text = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    limit = 4000
+    return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit:,} more characters of diff]\n"
+
+
+# -- opening: the descriptor, not just the path -------------------------------------------------
+
+
+def _fd_path(fd: int) -> Path | None:
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except OSError:
+        return None  # no /proc (macOS): the (dev, inode) comparison below still holds
+
+
+def _kind_of(mode: int) -> str:
+    return ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "not a regular file")
+
+
+async def open_regular(ctx: ToolContext, target: Path, shown: str, tool: str) -> int:
+    """A read-only descriptor on the regular file `target` (the caller closes it).
+
+    Opened with O_NOFOLLOW and O_NONBLOCK (a FIFO must not hang the turn); the descriptor is
+    then checked: a regular file (no devices, FIFOs, sockets), the same file that was checked
+    (a path swapped in between is refused), and, with more than one hard link, approved as a
+    possible way out of the workspace (refused under restrictToWorkspace).
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        before = os.lstat(target)
+    except FileNotFoundError:
+        raise ToolError(f"file not found: {shown}") from None
+    except OSError as exc:
+        raise ToolError(f"cannot read {shown}: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(before.st_mode):
+        if stat.S_ISDIR(before.st_mode):
+            raise ToolError(f"{shown} is a directory; use list_dir to see its contents")
+        raise ToolError(f"{shown} is {_kind_of(before.st_mode)}; file tools only read regular files")
+    try:
+        fd = os.open(target, flags)
+    except PermissionError as exc:
+        raise ToolError(f"permission denied reading {shown}") from exc
+    except OSError as exc:
+        raise ToolError(f"cannot read {shown}: {exc.strerror or exc}") from exc
+    try:
+        st = os.fstat(fd)
+        real = _fd_path(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolError(f"{shown} is {_kind_of(st.st_mode)}; file tools only read regular files")
+        if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino) or (real is not None and real != target):
+            raise ToolError(f"{shown} changed while it was being opened (a link was swapped in); refused")
+        if st.st_nlink > 1 and _is_under(target, workspace_root(ctx)):
+            reason = f"it has {st.st_nlink} hard links, and another of its names may be outside the workspace"
+            if ctx.restrict_to_workspace:
+                raise ToolError(f"refused to read {shown}: {reason} (restrictToWorkspace is on)")
+            await approve_access(ctx, tool, "read", target,
+                                 [FileRisk("file-outside", reason, f"file-outside:hardlink:{target}")])
+        os.set_blocking(fd, True)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_capped(fd: int, cap: int, shown: str) -> bytes:
+    """At most `cap` bytes from `fd`; more than that is refused (a size that lies, e.g. in /proc)."""
+    chunks, total = [], 0
+    while True:
+        chunk = os.read(fd, min(1 << 20, cap + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > cap:
+            raise ToolError(f"{shown} is larger than {cap:,} bytes, too large to load; use exec with head, "
+                            "sed -n or grep to look inside")
+
+
+def open_parent_dir(ctx: ToolContext, target: Path, shown: str) -> int:
+    """A descriptor on `target`'s folder (created if missing), checked to be the folder that was
+    resolved, so the write lands where the check looked even if a link is swapped in later."""
+    parent = target.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_CLOEXEC", 0))
+    except PermissionError as exc:
+        raise ToolError(f"permission denied writing {shown}") from exc
+    except OSError as exc:
+        raise ToolError(f"cannot write {shown}: {exc.strerror or exc}") from exc
+    real = _fd_path(fd)
+    if real is not None and real != parent:
+        os.close(fd)
+        raise ToolError(f"the folder of {shown} changed while it was being opened (a link was swapped in); refused")
+    return fd

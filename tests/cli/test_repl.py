@@ -221,3 +221,27 @@ def test_compact_prints_a_receipt_naming_the_history_entry(repl, fake_llm, isola
     assert "Cat: Miso" in (isolated_home / "workspace" / "memory" / "MEMORY.md").read_text()
     child.sendline("/exit")
     child.expect(pexpect.EOF)
+
+
+def test_a_due_reminder_fires_in_the_chat_and_is_printed_above_the_prompt(repl, fake_llm, isolated_home):
+    from datetime import datetime, timedelta, timezone
+
+    from nanobot.cron.schedule import parse_schedule
+    from nanobot.cron.store import JobStore
+
+    now = datetime.now(timezone.utc)
+    JobStore(isolated_home / "workspace").add(
+        parse_schedule(at=(now + timedelta(seconds=4)).isoformat(), now_ms=int(now.timestamp() * 1000)),
+        "Tell me to stretch", now_ms=int(now.timestamp() * 1000), name="stretch")
+    fake_llm.responder = lambda request: (Reply.text("Time to stretch!") if "Tell me to stretch" in str(
+        request.messages[-1]) else Reply.text("still here"))
+    child = repl()
+    child.expect_exact("⏰ stretch", timeout=30)
+    child.expect_exact("Time to stretch!")
+    child.expect_exact(PROMPT)  # the prompt is drawn again below the reminder
+    child.sendline("are you there?")
+    child.expect_exact("still here")
+    child.expect_exact(PROMPT)
+    child.sendline("/exit")
+    child.expect(pexpect.EOF)
+    assert JobStore(isolated_home / "workspace").jobs() == []  # a one-shot job is gone after it ran

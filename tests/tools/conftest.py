@@ -23,3 +23,25 @@ def make_ctx(ws: Path):
         return ToolContext(workspace=ws, **overrides)
 
     return make
+
+
+class ScriptedApprover:
+    """Answers approval requests from a list ('y' allow, anything else refuses with that reason)
+    and records every request it was asked."""
+
+    def __init__(self, *answers: str, default: str = "y") -> None:
+        self.answers = list(answers)
+        self.default = default
+        self.requests = []
+
+    async def approve(self, request):
+        from nanobot.tools.approval import Decision
+
+        self.requests.append(request)
+        answer = self.answers.pop(0) if self.answers else self.default
+        return Decision(True) if answer == "y" else Decision(False, answer)
+
+
+@pytest.fixture
+def approver():
+    return ScriptedApprover

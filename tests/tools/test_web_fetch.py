@@ -172,9 +172,10 @@ def test_json_passes_through(serve) -> None:
     payload = {"city": "Zürich", "temps": [3, 5, 8], "nested": {"ok": True}}
     site = serve(routes={"/api": lambda h: h.reply(200, json.dumps(payload).encode(), "application/json")})
     out = run(fetch_tool().run(url=f"http://{SITE_HOST}:{site.port}/api"))
-    body = out.split("--- begin content ---\n", 1)[1].split("\n--- end content ---", 1)[0]
+    body = out.split('">\n', 1)[1].split("\n</untrusted-data>", 1)[0]  # inside the fence
     assert json.loads(body) == payload
     assert "Extractor: json" in out
+    assert f'<untrusted-data source="web_fetch http://{SITE_HOST}:{site.port}/api">' in out
 
 
 def test_plain_text_passes_through_and_binary_is_refused(serve) -> None:
@@ -192,7 +193,7 @@ def test_max_chars_truncates_with_a_note(serve) -> None:
     text = "".join(f"{i:05d} " for i in range(5000))
     site = serve(routes={"/long": lambda h: h.reply(200, text.encode(), "text/plain")})
     out = run(fetch_tool().run(url=f"http://{SITE_HOST}:{site.port}/long", maxChars=500))
-    body = out.split("--- begin content ---\n", 1)[1].split("\n--- end content ---", 1)[0]
+    body = out.split('">\n', 1)[1].split("\n</untrusted-data>", 1)[0]  # inside the fence
     assert len(body) == 500
     assert "showing 500 of 30,000 characters" in out
 

@@ -1,0 +1,173 @@
+"""`nanobot cron ...`: list, add, remove, run, pause and resume scheduled jobs.
+
+Only presentation lives here; the rules are in nanobot/cron/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from nanobot.config import Config, load_config
+from nanobot.cron.jobs import MISSED_POLICIES, Job
+from nanobot.cron.schedule import describe, format_ms, parse_schedule
+from nanobot.cron.store import JobStore
+from nanobot.errors import UsageError
+
+cron_app = typer.Typer(help="Scheduled jobs and reminders.", no_args_is_help=True, add_completion=False,
+                       pretty_exceptions_show_locals=False)
+
+IdArg = typer.Argument(..., help="The job's id (see `nanobot cron list`).")
+ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json).")
+WorkspaceOpt = typer.Option(None, "--workspace", "-w", help="Workspace folder.")
+
+
+def _out() -> Console:
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _err() -> Console:
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _config(config: Path | None, workspace: Path | None) -> Config:
+    return load_config(config, overrides={"agents.defaults.workspace": str(workspace) if workspace else None})
+
+
+def _store(cfg: Config) -> JobStore:
+    return JobStore(cfg.workspace_path())
+
+
+def _tell(store: JobStore) -> None:
+    for notice in store.notices:
+        _err().print(f"[yellow]warning:[/yellow] {escape(notice)}")
+    store.notices.clear()
+
+
+def _now() -> int:
+    return int(time.time() * 1000)
+
+
+def _job_json(job: Job) -> dict:
+    data = job.to_json()
+    data["sessionKey"] = job.session_key
+    return data
+
+
+@cron_app.command("list")
+def list_jobs(json_out: bool = typer.Option(False, "--json", help="Print the jobs as JSON (jobs.json's format)."),
+              config: Optional[Path] = ConfigOpt, workspace: Optional[Path] = WorkspaceOpt) -> None:
+    """Every job: id, schedule, state, next and last run."""
+    cfg = _config(config, workspace)
+    store = _store(cfg)
+    jobs = store.jobs()
+    _tell(store)
+    if json_out:
+        print(json.dumps({"jobs": [_job_json(j) for j in jobs]}, indent=2, ensure_ascii=False))
+        return
+    if not jobs:
+        _out().print("No scheduled jobs. Add one with `nanobot cron add -m \"...\" --every 3600` (or ask in the chat).")
+        return
+    tz = cfg.defaults.timezone
+    table = Table("id", "name", "schedule", "state", "next run", "last run", "session")
+    for job in jobs:
+        state = "on" if job.enabled else ("done" if job.schedule.kind == "at" else "paused")
+        if not job.runnable:
+            state = "not run here"  # nanobot's internal jobs, or a job without a message
+        zone = job.schedule.tz or tz
+        last = f"{format_ms(job.last_run_at_ms, zone)} {job.last_status}" if job.last_run_at_ms else "-"
+        table.add_row(job.id, escape(job.name), escape(describe(job.schedule)), state,
+                      format_ms(job.next_run_at_ms, zone), escape(last), escape(job.session_key))
+    _out().print(table)
+    _out().print(f"[dim]{len(jobs)} job(s) in {store.path}; they fire while `nanobot serve` or a chat runs[/dim]")
+
+
+@cron_app.command("add")
+def add_job(
+    message: str = typer.Option(..., "--message", "-m", help="What the assistant should do when the job fires."),
+    every: Optional[int] = typer.Option(None, "--every", help="Repeat every this many seconds."),
+    cron_expr: Optional[str] = typer.Option(None, "--cron", help="Cron expression, e.g. '0 9 * * 1-5'."),
+    tz: Optional[str] = typer.Option(None, "--tz", help="IANA time zone for --cron or a naive --at."),
+    at: Optional[str] = typer.Option(None, "--at", help="Once, at this ISO time, e.g. 2026-03-01T10:30."),
+    name: Optional[str] = typer.Option(None, "--name", help="A short label."),
+    session: Optional[str] = typer.Option(None, "--session", "-s",
+                                          help="Run in this session (default: the job's own, cron:<id>)."),
+    missed: str = typer.Option("run_once", "--missed", help="Runs missed while nothing ran: run_once or skip."),
+    config: Optional[Path] = ConfigOpt, workspace: Optional[Path] = WorkspaceOpt,
+) -> None:
+    """Add a job: exactly one of --every, --cron or --at."""
+    if missed not in MISSED_POLICIES:
+        raise UsageError(f"--missed must be one of {', '.join(MISSED_POLICIES)}, got {missed!r}")
+    cfg = _config(config, workspace)
+    now = _now()
+    schedule = parse_schedule(every_seconds=every, cron_expr=cron_expr, tz=tz, at=at,
+                              default_tz=cfg.defaults.timezone, now_ms=now)
+    store = _store(cfg)
+    job = store.add(schedule, message, now_ms=now, name=name, session=session, missed=missed, channel="cli",
+                    to="direct")
+    _tell(store)
+    _out().print(f"added job {job.id} '{escape(job.name)}', {escape(describe(job.schedule))}; next run "
+                 f"{format_ms(job.next_run_at_ms, job.schedule.tz or cfg.defaults.timezone)}")
+
+
+@cron_app.command("remove")
+def remove_job(job_id: str = IdArg, config: Optional[Path] = ConfigOpt,
+               workspace: Optional[Path] = WorkspaceOpt) -> None:
+    """Delete a job."""
+    store = _store(_config(config, workspace))
+    job = store.remove(job_id)
+    _tell(store)
+    _out().print(f"removed job {job.id} '{escape(job.name)}'")
+
+
+def _set_enabled(job_id: str, enabled: bool, config: Path | None, workspace: Path | None) -> None:
+    cfg = _config(config, workspace)
+    store = _store(cfg)
+    job = store.set_enabled(job_id, enabled, now_ms=_now())
+    _tell(store)
+    if enabled:
+        when = format_ms(job.next_run_at_ms, job.schedule.tz or cfg.defaults.timezone)
+        _out().print(f"resumed job {job.id} '{escape(job.name)}'; next run {when}"
+                     if job.next_run_at_ms else f"job {job.id} has no run left (its time has passed)")
+    else:
+        _out().print(f"paused job {job.id} '{escape(job.name)}'; `nanobot cron resume {job.id}` turns it back on")
+
+
+@cron_app.command("pause")
+def pause_job(job_id: str = IdArg, config: Optional[Path] = ConfigOpt,
+              workspace: Optional[Path] = WorkspaceOpt) -> None:
+    """Stop a job from firing until it is resumed."""
+    _set_enabled(job_id, False, config, workspace)
+
+
+@cron_app.command("resume")
+def resume_job(job_id: str = IdArg, config: Optional[Path] = ConfigOpt,
+               workspace: Optional[Path] = WorkspaceOpt) -> None:
+    """Turn a paused job back on (runs missed while paused are not replayed)."""
+    _set_enabled(job_id, True, config, workspace)
+
+
+@cron_app.command("run")
+def run_job(job_id: str = IdArg, config: Optional[Path] = ConfigOpt,
+            workspace: Optional[Path] = WorkspaceOpt) -> None:
+    """Run a job now, as a turn in its session, and print the answer (its schedule is unchanged)."""
+    from nanobot.app import build_scheduler
+    from nanobot.cli.serve import log_delivery
+
+    cfg = _config(config, workspace)
+    scheduler = build_scheduler(cfg, kind="cron run", deliveries=[log_delivery(cfg)])
+    firing = asyncio.run(scheduler.run_now(job_id))
+    _tell(scheduler.store)
+    if firing.error:
+        _err().print(f"[bold red]error:[/bold red] {escape(firing.error)}")
+        raise typer.Exit(1)
+    _out().print(f"[bold]{escape(firing.title)}[/bold] [dim]({firing.session})[/dim]")
+    _out().print(escape(firing.text or "(no answer)"))

@@ -1,0 +1,1 @@
+"""Reminders and recurring jobs: schedules, the job store, the runner and the heartbeat."""
