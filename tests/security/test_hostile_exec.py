@@ -26,6 +26,7 @@ from canaries import MECHANISMS, confinement_or_skip, host_pids, kill_marked, sn
 from nanobot.app import open_assistant
 from nanobot.config import load_config
 from nanobot.fakellm import Reply
+from nanobot.paths import secure_home
 
 CANARIES = {
     "config": "CANARY-CONFIG-7731",
@@ -192,6 +193,7 @@ def test_hostile_corpus_leaves_no_side_effect(battlefield, mechanism, variant):
     calls.append(("exec", {"command": "echo still-works > control.txt"}))  # the sandbox is not just broken
     b["fake"].script(Reply.tool_calls(calls), Reply.text("done"))
     session_file = b["nb"] / "sessions"
+    secure_home(keep_open=b["ws"])  # what nanobot does to its home at start: not the corpus's doing
     before = snapshot(b["home"], b["outside"], skip=(b["ws"], session_file))
     memory_before = (b["ws"] / "memory" / "MEMORY.md").read_bytes()
     processes_before = _processes()
