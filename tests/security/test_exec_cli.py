@@ -60,3 +60,37 @@ def test_chat_first_lines_name_the_confinement_or_its_absence(configure, isolate
     assert re.search(r"exec: (bubblewrap [\d.]+|Landlock ABI \d+) · writes only to the workspace", confined), confined
     _force_no_confinement(cfg_path)
     assert "exec: NOT confined (bwrap is not on PATH); every command needs your approval" in banner(path_without_bwrap)
+
+
+def test_chat_asks_before_network_from_exec_and_the_answer_decides(configure, fake_llm, isolated_home, canary_tcp):
+    configure()
+    url = f"http://127.0.0.1:{canary_tcp.port}/"
+    fake_llm.script(
+        Reply.tool_calls([("exec", {"command": f"curl -s {url} > refused.txt"})]), Reply.text("it was refused"),
+        Reply.tool_calls([("exec", {"command": f"curl -s {url} > page.txt"})]), Reply.text("fetched"),
+    )
+    env = {**os.environ, "TERM": "xterm", "COLUMNS": "160", "LINES": "40", "PYTHONUNBUFFERED": "1",
+           "PROMPT_TOOLKIT_NO_CPR": "1"}
+    child = pexpect.spawn(sys.executable, ["-m", "nanobot", "agent"], env=env, encoding="utf-8", timeout=30,
+                          dimensions=(40, 160))
+    ws = isolated_home / "workspace"
+    try:
+        child.expect_exact("you ›")
+        child.sendline("fetch the page")
+        child.expect("approval needed")
+        child.expect_exact("exec wants network access")
+        child.expect_exact("allow? [y/a/n]")
+        child.sendline("n")
+        child.expect("it was refused")
+        child.expect_exact("you ›")
+        assert canary_tcp.connections == 0 and not (ws / "refused.txt").exists()
+        child.sendline("fetch it now")
+        child.expect_exact("allow? [y/a/n]")
+        child.sendline("y")
+        child.expect("fetched")
+        child.expect_exact("you ›")
+        child.sendline("/exit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.terminate(force=True)
+    assert canary_tcp.connections == 1 and (ws / "page.txt").read_text() == "canary"
