@@ -4,24 +4,27 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from nanobot.approvals import SessionApprover, check_kinds
 from nanobot.agent.budget import check_fixed_prompt, fit_request, reply_room
 from nanobot.agent.context import ContextBuilder
-from nanobot.config import Config, resolve_model
+from nanobot.agent.events import Notice
+from nanobot.config import Config, resolve_fallbacks, resolve_model
 from nanobot.consolidation import Consolidator
 from nanobot.conversation import Conversation, TurnSettings
 from nanobot.errors import ContextTooSmallError
 from nanobot.providers.base import Provider
 from nanobot.providers.factory import make_provider
+from nanobot.providers.fallback import FallbackCallback
 from nanobot.providers.registry import key_env_names
 from nanobot.providers.retry import RetryCallback, RetryPolicy
 from nanobot.paths import secure_home
 from nanobot.sandbox import Confinement, choose
 from nanobot.session import SessionStore
+from nanobot.session_import import ImportResult, continuing_line, import_all
 from nanobot.subagents import SubagentManager
 from nanobot.tools.approval import Approver
 from nanobot.tools.base import ToolContext
@@ -30,8 +33,9 @@ from nanobot.tools.registry import ToolRegistry
 from nanobot.tokens import default_counter
 from nanobot.tools.spawn import SpawnTool
 
-if TYPE_CHECKING:  # imported where used: the cron modules load only when needed
+if TYPE_CHECKING:  # imported where used: the cron and MCP modules load only when needed
     from nanobot.cron.runner import Clock, Delivery, JobTurns, Scheduler, TurnResult
+    from nanobot.mcp.manager import MCPManager
     from nanobot.tools.cron import CronTool
 
 def exec_rules(cfg: Config) -> ExecRules:
@@ -77,8 +81,11 @@ def build_tools(cfg: Config, workspace: Path, approver: Approver | None = None) 
 
 
 def build_provider(cfg: Config, model: str | None = None, *, on_retry: RetryCallback | None = None,
-                   policy: RetryPolicy | None = None) -> Provider:
-    return make_provider(resolve_model(cfg, model), policy=policy or retry_policy_from_env(), on_retry=on_retry)
+                   policy: RetryPolicy | None = None, on_fallback: FallbackCallback | None = None) -> Provider:
+    """The model's provider; agents.defaults.fallbackModels follow it unless --model named another."""
+    fallbacks = resolve_fallbacks(cfg) if model is None else []
+    return make_provider(resolve_model(cfg, model), policy=policy or retry_policy_from_env(), on_retry=on_retry,
+                         fallbacks=fallbacks, on_fallback=on_fallback)
 
 
 def retry_policy_from_env() -> RetryPolicy:
@@ -91,6 +98,19 @@ def retry_policy_from_env() -> RetryPolicy:
         except ValueError:
             pass
     return policy
+
+
+def start_mcp(cfg: Config, workspace: Path, registries: list[ToolRegistry], approver: Approver | None = None, *,
+              notify: Callable[[str], None] | None = None) -> MCPManager | None:
+    """Start tools.mcpServers in the background; their tools join `registries` (main and subagents)
+    and ask `approver` before each call to a server that is not trusted."""
+    if not cfg.tools.mcp_servers:
+        return None
+    from nanobot.mcp.manager import MCPManager
+
+    manager = MCPManager(cfg.tools.mcp_servers, workspace, tool_context(cfg, workspace, approver), notify)
+    manager.start(registries)
+    return manager
 
 
 def build_context(cfg: Config, workspace: Path) -> ContextBuilder:
@@ -120,6 +140,7 @@ class AssistantTurns:
 
         assistant = open_assistant(self.cfg, session_key, stream=False)  # SessionInUseError when held
         try:
+            await assistant.mcp_ready()  # a job's turn sees the MCP tools too
             outcome = await assistant.conversation.send(prompt)
             if assistant.conversation.running_subagents():
                 await assistant.conversation.wait_for_background(self.cfg.defaults.subagent_wait_seconds)
@@ -149,15 +170,37 @@ class Assistant:
     store: SessionStore
     conversation: Conversation
     approver: SessionApprover | None = None  # answers risky actions; remembers this session's "always"
+    imports: ImportResult = field(default_factory=lambda: ImportResult([], []))  # what came from nanobot
+    mcp: MCPManager | None = None  # MCP servers starting or started in the background
+
+    async def mcp_ready(self) -> None:
+        """Wait for MCP servers still starting (a turn calls this, never the prompt)."""
+        if self.mcp is not None:
+            await self.mcp.wait_ready()
+
+    def startup_notes(self) -> list[str]:
+        """Lines the chat shows before its first prompt: what was imported from nanobot."""
+        session = self.conversation.session
+        key = session.key
+        line = continuing_line(key, len(session.messages))
+        lines = [line] if line else []
+        lines += [f"imported from nanobot: {r.describe()}" for r in self.imports.imported
+                  if not (r.kind == "session" and r.key == key)]
+        lines += [f"not imported from nanobot: {note}" for note in self.imports.kept]
+        return lines
 
     def prewarm(self) -> None:
         """Start loading the provider's SDK in the background (the REPL calls this before its prompt)."""
-        inner = getattr(self.conversation.provider, "inner", None)
-        if hasattr(inner, "prewarm"):
-            inner.prewarm()
+        provider = self.conversation.provider
+        while provider is not None and not hasattr(provider, "prewarm"):
+            provider = getattr(provider, "inner", None)
+        if provider is not None:
+            provider.prewarm()
 
     async def aclose(self) -> None:
         await self.conversation.stop_background()
+        if self.mcp is not None:
+            await self.mcp.aclose()
         await self.conversation.join_consolidation()  # `agent -m` must not exit mid-consolidation
         self.store.close(self.conversation.session)
         await self.conversation.provider.aclose()
@@ -165,18 +208,19 @@ class Assistant:
 
 def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, stream: bool = True,
                    on_retry: RetryCallback | None = None, ask: Approver | None = None,
-                   approve: Iterable[str] = ()) -> Assistant:
+                   approve: Iterable[str] = (), on_fallback: FallbackCallback | None = None) -> Assistant:
     """Resolve the provider (fails fast on a missing key), then lock and load the session.
 
     `ask` answers risky actions (the chat's prompt; None refuses them, as in one-shot mode);
     `approve` lists kinds allowed without asking (--approve), besides tools.autoApprove.
     """
     auto = check_kinds([*cfg.tools.auto_approve], "tools.autoApprove") | check_kinds(approve, "--approve")
-    provider = build_provider(cfg, model, on_retry=on_retry)
+    provider = build_provider(cfg, model, on_retry=on_retry, on_fallback=on_fallback)
     workspace = cfg.workspace_path()
     workspace.mkdir(parents=True, exist_ok=True)
     secure_home(keep_open=workspace)
     store = SessionStore()
+    imports = import_all(workspace, store=store)  # nanobot's own sessions and history, on first use
     session = store.open(session_key)
     d = cfg.defaults
     reply_tokens = reply_room(d.context_window_tokens, d.max_tokens)
@@ -211,4 +255,6 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     except ContextTooSmallError:
         store.close(session)
         raise
-    return Assistant(cfg, workspace, store, conversation, approver)
+    mcp = start_mcp(cfg, workspace, [tools, sub_tools], approver,  # last: nothing after it can fail and leak them
+                    notify=lambda text: conversation.background_emit(Notice(text, "warning")))
+    return Assistant(cfg, workspace, store, conversation, approver, imports, mcp)

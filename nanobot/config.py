@@ -26,6 +26,7 @@ from nanobot.providers import registry
 from nanobot.providers.registry import ProviderSpec
 
 CONFIG_MODE = 0o600  # the file holds API keys
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|AUTH", re.I)  # an env var that holds a secret
 
 
 @dataclass
@@ -39,6 +40,21 @@ class AgentDefaults:
     max_tool_iterations: int = 40  # LLM calls per turn before the turn is stopped
     timezone: str = ""  # IANA name for the runtime context; empty means the system's
     subagent_wait_seconds: float = 300.0  # how long `agent -m` waits for subagents it started
+    reasoning_effort: str = ""  # none/minimal/low/medium/high/xhigh/max; empty keeps the provider's default
+    fallback_models: list[Any] = field(default_factory=list)  # preset names or {model, provider}; tried in order
+    model_preset: str = ""  # a name in modelPresets whose settings replace the ones above (nanobot's meaning)
+
+
+@dataclass
+class ModelPreset:
+    """A named model + settings (nanobot's modelPresets); fallbackModels may name one."""
+
+    model: str = ""
+    provider: str = "auto"
+    max_tokens: int = 0  # 0: agents.defaults.maxTokens
+    context_window_tokens: int = 0  # 0: agents.defaults.contextWindowTokens
+    temperature: float | None = None
+    reasoning_effort: str = ""
 
 
 @dataclass
@@ -51,6 +67,7 @@ class ProviderConfig:
     api_key: str = ""  # secret; never printed
     api_base: str = ""  # OpenAI-compatible base URL, e.g. http://localhost:11434/v1
     extra_headers: dict[str, str] = field(default_factory=dict)  # sent with every request
+    extra_body: dict[str, Any] = field(default_factory=dict)  # OpenAI-compatible: extra request fields
 
 
 @dataclass
@@ -80,11 +97,28 @@ class WebConfig:
 
 
 @dataclass
+class MCPServerConfig:
+    """One MCP server, as nanobot writes it in tools.mcpServers."""
+
+    type: str = ""  # "stdio" | "sse" | "streamableHttp"; empty: stdio with a command, else by the URL
+    command: str = ""  # stdio: the program to start
+    args: list[str] = field(default_factory=list)  # stdio: its arguments
+    env: dict[str, str] = field(default_factory=dict)  # stdio: extra environment variables
+    cwd: str = ""  # stdio: working folder (default: the workspace)
+    url: str = ""  # sse / streamableHttp: the endpoint
+    headers: dict[str, str] = field(default_factory=dict)  # sse / streamableHttp: sent with every request
+    tool_timeout: float = 30.0  # seconds before one tool call is abandoned
+    enabled_tools: list[str] = field(default_factory=lambda: ["*"])  # raw or mcp_<server>_<tool> names; * = all
+    trusted: bool = False  # run this server's tools without asking first
+
+
+@dataclass
 class Tools:
     exec: ExecConfig = field(default_factory=ExecConfig)
     web: WebConfig = field(default_factory=WebConfig)
     restrict_to_workspace: bool = False  # file tools refuse paths outside the workspace; exec sees only it and system folders
     auto_approve: list[str] = field(default_factory=list)  # approval kinds allowed without asking, e.g. ["file-outside"]
+    mcp_servers: dict[str, MCPServerConfig] = field(default_factory=dict)  # MCP servers whose tools the agent gets
 
 
 @dataclass
@@ -104,6 +138,7 @@ class Config:
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
     tools: Tools = field(default_factory=Tools)
     gateway: Gateway = field(default_factory=Gateway)
+    model_presets: dict[str, ModelPreset] = field(default_factory=dict)  # named models for modelPreset / fallbacks
     path: Path | None = field(default=None, metadata={"internal": True})  # where it was read from
 
     @property
@@ -116,7 +151,7 @@ class Config:
         return (Path(raw).expanduser() if raw else paths.default_workspace()).absolute()
 
     def provider_config(self, name: str) -> ProviderConfig:
-        return self.providers.get(name) or ProviderConfig()
+        return self.providers.get(registry.canonical(name)) or ProviderConfig()
 
     def secret_values(self) -> list[str]:
         """Every configured secret, so tools can keep them out of child processes and output."""
@@ -125,6 +160,9 @@ class Config:
                    if v and any(word in k.lower() for word in ("auth", "key", "token", "secret"))]
         if self.tools.web.search.api_key:
             values.append(self.tools.web.search.api_key)
+        for server in self.tools.mcp_servers.values():  # tokens for MCP servers
+            values += [v.split(" ", 1)[-1] for v in server.headers.values() if v]
+            values += [v for k, v in server.env.items() if v and _SECRET_NAME.search(k)]
         return values
 
 
@@ -157,13 +195,18 @@ def _coerce(tp: Any, value: Any, where: str, source: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{source}: {where}: expected an object, got {json.dumps(value)}")
         return {k: _coerce(val_tp, v, f"{where}.{k}", source) for k, v in value.items()}
-    if origin in (typing.Union, types.UnionType):
-        return value
     if origin is list:
         (item_tp,) = typing.get_args(tp)
         if not isinstance(value, list):
             raise ConfigError(f"{source}: {where}: expected a list, got {json.dumps(value)}")
         return [_coerce(item_tp, v, f"{where}[{i}]", source) for i, v in enumerate(value)]
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None or len(args) != 1:
+            return value
+        return _coerce(args[0], value, where, source)
     ok = (
         (tp is bool and isinstance(value, bool))
         or (tp is int and isinstance(value, int) and not isinstance(value, bool))
@@ -194,14 +237,10 @@ def _build(cls: type, data: dict, where: str, source: str) -> Any:
 
 
 def _check_semantics(cfg: Config, source: str) -> None:
-    for name, prov in cfg.providers.items():
-        if registry.find(name) is None and (prov.api_key or prov.api_base):
-            known = ", ".join(spec.name for spec in registry.PROVIDERS)
-            raise ConfigError(f"{source}: providers.{name}: unknown provider {name!r} (known: {known})")
-    explicit = cfg.defaults.provider
-    if explicit and explicit != "auto" and registry.find(explicit) is None:
-        known = ", ".join(spec.name for spec in registry.PROVIDERS)
-        raise ConfigError(f"{source}: agents.defaults.provider: unknown provider {explicit!r} (known: {known})")
+    # Provider names are not checked here: nanobot accepts any name (one with an apiBase is an
+    # OpenAI-compatible server), so an odd one fails when it is used, in resolve_model.
+    cfg.providers = {registry.canonical(name): prov for name, prov in cfg.providers.items()}
+    _check_nanobot_keys(cfg, source)
     for key in ("context_window_tokens", "max_tokens", "max_tool_iterations"):
         if getattr(cfg.defaults, key) <= 0:
             raise ConfigError(f"{source}: agents.defaults.{to_camel(key)}: must be a positive integer")
@@ -227,6 +266,28 @@ def _check_exec(ex: ExecConfig, source: str) -> None:
             except re.error as exc:
                 raise ConfigError(f"{source}: tools.exec.{to_camel(key)}: invalid pattern {pattern!r}: {exc}",
                                   hint="Patterns are Python regular expressions, searched in the command.") from None
+
+
+def _check_nanobot_keys(cfg: Config, source: str) -> None:
+    """fallbackModels, modelPreset and tools.mcpServers: the parts of nanobot's format checked here."""
+    for i, entry in enumerate(cfg.defaults.fallback_models):
+        where = f"{source}: agents.defaults.fallbackModels[{i}]"
+        if isinstance(entry, str):
+            if not entry.strip():
+                raise ConfigError(f"{where}: empty model name")
+        elif isinstance(entry, dict):
+            if not isinstance(entry.get("model"), str) or not entry["model"].strip():
+                raise ConfigError(f"{where}: needs a \"model\" (and usually a \"provider\")",
+                                  hint='Write it as {"model": "gpt-4.1", "provider": "openai"} or a modelPresets name.')
+        else:
+            raise ConfigError(f"{where}: expected a model name or an object, got {json.dumps(entry)}")
+    for name, server in cfg.tools.mcp_servers.items():
+        if server.tool_timeout <= 0:
+            raise ConfigError(f"{source}: tools.mcpServers.{name}.toolTimeout: must be a positive number of seconds")
+    preset = cfg.defaults.model_preset
+    if preset and preset != "default" and preset not in cfg.model_presets:  # "default": nanobot's name for none
+        known = ", ".join(cfg.model_presets) or "none are defined"
+        raise ConfigError(f"{source}: agents.defaults.modelPreset: no preset named {preset!r} (modelPresets: {known})")
 
 
 def read_file(path: Path) -> dict:
@@ -256,7 +317,7 @@ def _env_layer(environ: typing.Mapping[str, str]) -> dict:
     layer: dict = {}
     for spec in registry.PROVIDERS:
         if spec.env_key and environ.get(spec.env_key):
-            layer.setdefault("providers", {}).setdefault(spec.name, {})["apiKey"] = environ[spec.env_key]
+            layer.setdefault("providers", {}).setdefault(to_camel(spec.name), {})["apiKey"] = environ[spec.env_key]
     if environ.get("BRAVE_API_KEY"):
         layer.setdefault("tools", {}).setdefault("web", {}).setdefault("search", {})["apiKey"] = environ[
             "BRAVE_API_KEY"
@@ -287,10 +348,23 @@ def deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
-def _normalize_keys(data: Any) -> Any:
+# Maps whose keys are names the user chose (an MCP server, an environment variable, an HTTP
+# header), not settings: their keys are kept exactly as written.
+_FREE_FORM = ("mcpServers", "env", "headers", "extraHeaders", "extraBody", "modelPresets")
+
+
+def _normalize_keys(data: Any, free_form: bool = False) -> Any:
     """Accept snake_case keys in the file too, storing them camelCase for merging."""
     if isinstance(data, dict):
-        return {to_camel(k) if "_" in k and k.islower() else k: _normalize_keys(v) for k, v in data.items()}
+        out = {}
+        for k, v in data.items():
+            key = k if free_form or not ("_" in k and k.islower()) else to_camel(k)
+            if key == "providers" and isinstance(v, dict):
+                # one spelling per provider, whatever the file used (lm_studio, lmStudio, lm-studio)
+                out[key] = {to_camel(registry.canonical(n)): _normalize_keys(p) for n, p in v.items()}
+                continue
+            out[key] = _normalize_keys(v, free_form=key in _FREE_FORM and not free_form)
+        return out
     return data
 
 
@@ -310,6 +384,7 @@ def load_config(
     cfg = _build(Config, file_data, "", str(path))  # validate the file on its own first
     _check_semantics(cfg, str(path))
     merged = deep_merge(file_data, _env_layer(environ))
+    _apply_preset(merged)
     for dotted, value in (overrides or {}).items():
         if value is None:
             continue
@@ -324,6 +399,18 @@ def load_config(
     secrets_mask.remember_secrets(cfg.secret_values())  # the one masker hides them exactly from now on
     secrets_mask.remember_environment(environ)
     return cfg
+
+
+def _apply_preset(data: dict) -> None:
+    """agents.defaults.modelPreset: the preset's settings replace the defaults' (flags still win)."""
+    defaults = data.get("agents", {}).get("defaults", {})
+    name = defaults.get("modelPreset") if isinstance(defaults, dict) else None
+    preset = (data.get("modelPresets") or {}).get(name) if isinstance(name, str) and name != "default" else None
+    if not isinstance(preset, dict):
+        return
+    for key in ("model", "provider", "maxTokens", "contextWindowTokens", "temperature", "reasoningEffort"):
+        if preset.get(key) is not None:
+            defaults[key] = preset[key]
 
 
 # --- writing ------------------------------------------------------------------------
@@ -406,25 +493,31 @@ class ResolvedModel:
     api_key: str
     api_base: str | None
     extra_headers: dict[str, str]
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    reasoning_effort: str = ""  # agents.defaults.reasoningEffort (or the fallback's own)
+    label: str = ""  # provider/model as the user wrote it, for messages
+    temperature: float | None = None  # a fallback's own temperature; None: the turn's
+    max_tokens: int = 0  # a fallback's own reply cap; 0: the turn's
 
 
-def resolve_model(cfg: Config, model: str | None = None) -> ResolvedModel:
+def resolve_model(cfg: Config, model: str | None = None, *, provider: str | None = None) -> ResolvedModel:
     """Which provider serves the model, with its key and base URL.
 
-    An explicit agents.defaults.provider wins and the model name is passed through;
-    otherwise "provider/model" splits on the first slash, and a bare name resolves by keyword.
+    An explicit provider (agents.defaults.provider, or `provider`) wins and the model name is
+    passed through; otherwise "provider/model" splits on the first slash, and a bare name
+    resolves by keyword. A provider we cannot speak fails here, when it is used, with the reason.
     """
     model = (model or cfg.defaults.model).strip()
     if not model:
         raise ConfigError("no model configured", hint="Set agents.defaults.model in the config or pass --model.")
     spec: ProviderSpec | None = None
     name = model
-    explicit = cfg.defaults.provider
+    explicit = (provider if provider is not None else cfg.defaults.provider).strip()
     if explicit and explicit != "auto":
-        spec = registry.find(explicit)
-    elif "/" in model and registry.find(model.split("/", 1)[0]):
+        spec = _provider_named(cfg, explicit, f"provider {explicit!r}")
+    elif "/" in model and _known_or_configured(cfg, model.split("/", 1)[0]):
         prefix, name = model.split("/", 1)
-        spec = registry.find(prefix)
+        spec = _provider_named(cfg, prefix, f"model {model!r}")
     else:
         spec = registry.by_keyword(model)
     if spec is None:
@@ -435,14 +528,78 @@ def resolve_model(cfg: Config, model: str | None = None) -> ResolvedModel:
         )
     pc = cfg.provider_config(spec.name)
     api_base = pc.api_base or spec.default_api_base
-    if spec.name == "custom" and not api_base:
+    if spec.kind == "openai" and not api_base and spec.name != "openai":
         raise ConfigError(
-            "provider 'custom' needs a base URL",
-            hint="Set providers.custom.apiBase (e.g. http://localhost:8000/v1) in the config.",
+            f"provider {spec.name!r} needs a base URL",
+            hint=f"Set providers.{to_camel(spec.name)}.apiBase (e.g. http://localhost:8000/v1) in the config.",
         )
     if spec.key_required and not pc.api_key:
         raise missing_key_error(spec)
-    return ResolvedModel(spec, name, pc.api_key, api_base, dict(pc.extra_headers))
+    return ResolvedModel(spec, name, pc.api_key, api_base, dict(pc.extra_headers), dict(pc.extra_body),
+                         reasoning_effort=cfg.defaults.reasoning_effort, label=model)
+
+
+def _known_or_configured(cfg: Config, name: str) -> bool:
+    return registry.find(name) is not None or bool(cfg.provider_config(name).api_base)
+
+
+def _provider_named(cfg: Config, name: str, what: str) -> ProviderSpec:
+    spec = registry.find(name)
+    if spec is None:
+        if cfg.provider_config(name).api_base:
+            return registry.dynamic(name)  # nanobot's custom providers: any name with an apiBase
+        known = ", ".join(s.name for s in registry.PROVIDERS if s.kind != "unsupported")
+        raise ConfigError(f"{what}: unknown provider {name!r}",
+                          hint=f"Known providers: {known}; or give providers.{name}.apiBase for an "
+                          "OpenAI-compatible server.")
+    if spec.kind == "unsupported":
+        raise ConfigError(f"{what}: nanobot cannot talk to provider {spec.name!r} yet: {spec.unsupported}.")
+    return spec
+
+
+@dataclass
+class UnusableModel:
+    """A fallback model that cannot be tried; said when it would have been."""
+
+    label: str
+    reason: str
+
+
+def resolve_fallbacks(cfg: Config) -> list[ResolvedModel | UnusableModel]:
+    """agents.defaults.fallbackModels, resolved in order (a preset name or {model, provider, ...})."""
+    out: list[ResolvedModel | UnusableModel] = []
+    for entry in cfg.defaults.fallback_models:
+        try:
+            out.append(_resolve_fallback(cfg, entry))
+        except ConfigError as exc:
+            label = entry if isinstance(entry, str) else str(entry.get("model"))
+            out.append(UnusableModel(label, exc.message))
+    return out
+
+
+def _resolve_fallback(cfg: Config, entry: str | dict) -> ResolvedModel:
+    """One fallbackModels entry: a modelPresets name, a provider/model name, or {model, provider, ...}."""
+    if isinstance(entry, str) and entry in cfg.model_presets:
+        p = cfg.model_presets[entry]
+        settings = {"model": p.model, "provider": p.provider, "temperature": p.temperature,
+                    "maxTokens": p.max_tokens, "reasoningEffort": p.reasoning_effort}
+    elif isinstance(entry, str):
+        settings = {"model": entry}  # not a preset: a provider/model name
+    else:
+        settings = entry
+    resolved = resolve_model(cfg, str(settings["model"]), provider=str(settings.get("provider") or "auto"))
+    effort = settings.get("reasoningEffort", settings.get("reasoning_effort"))
+    if effort:
+        resolved.reasoning_effort = str(effort)
+    temperature = settings.get("temperature")
+    if isinstance(temperature, (int, float)) and not isinstance(temperature, bool):
+        resolved.temperature = float(temperature)
+    cap = settings.get("maxTokens", settings.get("max_tokens"))
+    if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
+        resolved.max_tokens = cap
+    if isinstance(entry, str) and entry in cfg.model_presets:
+        resolved.label = f"{entry} ({resolved.label})"
+    return resolved
 
 
 def missing_key_error(spec: ProviderSpec) -> MissingKeyError:

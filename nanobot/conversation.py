@@ -21,11 +21,7 @@ from nanobot.providers.base import LLMResponse, Provider, Usage
 from nanobot.secrets_mask import REDACTED, find_secrets, mask_secrets, mask_value
 from nanobot.session import Session, SessionStore, TurnCheckpoint, save_turn
 from nanobot.tokens import byte_bound
-from nanobot.subagents import SubagentResult
-
-# When a subagent report arrives in a session with no user message yet, the request still
-# has to start with a user turn; this one is context only and is never saved.
-_BACKGROUND_OPENER = "(A background task you started has reported back; its report follows.)"
+from nanobot.subagents import HelperRecord, SubagentResult
 
 
 @dataclass
@@ -82,7 +78,8 @@ class Conversation:
         self.subagents: Any = None  # nanobot.subagents.SubagentManager, wired by app.py
         self.background_emit: EventSink = ignore  # where injected turns render (set by the CLI)
         self._turn_lock = asyncio.Lock()
-        self._injected: list[asyncio.Task] = []
+        # report turns queued or running -> their result (None once the turn saved its note)
+        self._reports: dict[asyncio.Task, SubagentResult | None] = {}
         # memory consolidation (None: no budget management, e.g. in narrow tests)
         self.consolidator = consolidator
         self.last_consolidation: ConsolidationReport | None = None
@@ -247,24 +244,37 @@ class Conversation:
 
     def deliver(self, result: SubagentResult) -> None:
         """Called when a subagent ends: queue its report as a turn behind any running turn."""
-        self.background_emit(Notice(f"subagent '{result.label}' ({result.id}) {result.status}", "info"))
+        level = "info" if result.status == "completed" else "warning"
+        self.background_emit(Notice(result.record.summary(), level))
         task = asyncio.get_running_loop().create_task(self._process_report(result))
-        self._injected.append(task)
-        task.add_done_callback(lambda t: self._injected.remove(t) if t in self._injected else None)
+        self._reports[task] = result
+        task.add_done_callback(lambda t: self._reports.pop(t, None))
 
     async def _process_report(self, result: SubagentResult) -> TurnOutcome:
+        """A report turn: the request ends with the report as a labelled user message (see
+        nanobot/subagents.py for why); the session keeps only the helper's one-line note there."""
+        report = result.report_message()
         async with self._turn_lock:
-            await self._make_room(text_of(result.as_message().get("content")), self.background_emit)
+            await self._make_room(text_of(report["content"]), self.background_emit)
             history = self.session.get_history()
-            opener = [] if any(m.get("role") == "user" for m in history) else [
-                {"role": "user", "content": _BACKGROUND_OPENER}]
+            save_turn(self.store, self.session, [result.record.note()])
+            me = asyncio.current_task()
+            if me in self._reports:
+                self._reports[me] = None  # the note is saved: a stop adds nothing
             system = {"role": "system", "content": self.context.system_prompt()}
-            # the injected report is context for this turn only: save_skip counts it (and the opener)
-            request = [system, *history, *opener, result.as_message()]
+            request = [system, *history, report]  # the report is context for this turn only
             return await self._run_turn(request, new_from=len(request), emit=self.background_emit)
 
     def running_subagents(self) -> list[tuple[str, str, str]]:
         return self.subagents.running() if self.subagents is not None else []
+
+    def helpers(self) -> list[HelperRecord]:
+        """Every helper this process started, running or ended (for /status)."""
+        return list(self.subagents.records.values()) if self.subagents is not None else []
+
+    def background_pending(self) -> tuple[int, int]:
+        """(running subagents, report turns queued or running)."""
+        return len(self.running_subagents()), sum(1 for t in self._reports if not t.done())
 
     async def wait_for_background(self, timeout: float) -> bool:
         """Wait for subagents and the turns their reports trigger; False if `timeout` passed first."""
@@ -275,7 +285,7 @@ class Conversation:
                 return False
             if self.subagents is not None and not await self.subagents.wait(max(0.0, deadline - loop.time())):
                 return False
-            pending = [t for t in self._injected if not t.done()]
+            pending = [t for t in self._reports if not t.done()]
             if not pending:
                 if not self.running_subagents():
                     return True
@@ -284,13 +294,23 @@ class Conversation:
             if still:
                 return False
 
-    async def stop_background(self) -> int:
-        """/stop: cancel every subagent and any report turn in progress; returns how many subagents."""
-        stopped = await self.subagents.cancel_all() if self.subagents is not None else 0
-        for task in list(self._injected):
+    async def stop_background(self, reason: str = "when nanobot closed") -> list[HelperRecord]:
+        """Stop every subagent and report turn; each one stopped leaves its one-line note in the
+        session, so the model knows on the next turn. `reason` completes "was stopped ...".
+        Call it between turns (it takes the turn lock to write the notes)."""
+        stopped = await self.subagents.cancel_all(reason) if self.subagents is not None else []
+        notes = [record.note() for record in stopped]
+        reports = [(t, r) for t, r in self._reports.items() if t is not asyncio.current_task()]
+        for task, _ in reports:
             task.cancel()
-        if self._injected:
-            await asyncio.gather(*self._injected, return_exceptions=True)
+        if reports:
+            await asyncio.gather(*(task for task, _ in reports), return_exceptions=True)
+        # a report whose turn never started: its helper did finish, but nobody read the report
+        notes += [result.record.note(f"; handling its report was stopped {reason}")
+                  for _, result in reports if result is not None]
+        if notes:
+            async with self._turn_lock:
+                save_turn(self.store, self.session, notes)
         return stopped
 
     async def new_session(self, *, emit: EventSink = ignore) -> ConsolidationReport | None:

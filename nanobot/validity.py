@@ -15,7 +15,11 @@ Rules, in the order they are applied by `make_valid`:
 4. merge: an assistant message without tool_calls is merged into the assistant message that
    follows it (texts joined with a blank line, the later message's tool_calls kept).
 5. empties: blank user messages and blank assistant messages without tool_calls are dropped.
-6. a history that already follows these rules comes back equal (same content, same order).
+6. users (requests only, not `repair_messages`): consecutive user messages are merged into one
+   (texts joined with a blank line, or their parts concatenated). Chat templates with strict
+   alternation (Gemma, Llama 2 on vLLM) reject two in a row; they occur when a turn failed
+   before its answer, and after a subagent's note (nanobot/subagents.py).
+7. a history that already follows these rules comes back equal (same content, same order).
 """
 
 from __future__ import annotations
@@ -46,12 +50,13 @@ class Fixes:
     renamed_ids: int = 0
     merged_assistants: int = 0
     dropped_empty: int = 0
+    merged_users: int = 0
 
     @property
     def total(self) -> int:
         return (
             self.dropped_malformed + self.dropped_leading + self.dropped_orphans + self.backfilled
-            + self.renamed_ids + self.merged_assistants + self.dropped_empty
+            + self.renamed_ids + self.merged_assistants + self.dropped_empty + self.merged_users
         )
 
     def describe(self) -> list[str]:
@@ -63,6 +68,7 @@ class Fixes:
             ("renamed_ids", "duplicate tool-call ids renamed"),
             ("merged_assistants", "consecutive assistant messages merged"),
             ("dropped_empty", "empty messages dropped"),
+            ("merged_users", "consecutive user messages merged"),
         )
         return [f"{getattr(self, name)} {label}" for name, label in labels if getattr(self, name)]
 
@@ -124,8 +130,10 @@ def _fix(
     if drop_leading:
         shaped = _drop_leading(shaped, fixes)
     seen = set(seen_ids or ())
-    paired = _pair_tool_results(shaped, seen, fixes, stamp=stamp)
-    return _merge_assistants(paired, fixes), seen, fixes
+    paired = _merge_assistants(_pair_tool_results(shaped, seen, fixes, stamp=stamp), fixes)
+    if drop_leading:  # a request: the stored record keeps the user's messages as they were
+        paired = _merge_users(paired, fixes)
+    return paired, seen, fixes
 
 
 def _shape(messages: list[Message], fixes: Fixes, *, drop_empty: bool) -> list[Message]:
@@ -274,6 +282,30 @@ def _merge_assistants(messages: list[Message], fixes: Fixes) -> list[Message]:
         else:
             out.append(msg)
     return out
+
+
+def _merge_users(messages: list[Message], fixes: Fixes) -> list[Message]:
+    out: list[Message] = []
+    for msg in messages:
+        prev = out[-1] if out else None
+        if prev is not None and prev["role"] == "user" and msg["role"] == "user":
+            out[-1] = {**prev, **msg, "content": _joined_content(prev.get("content"), msg.get("content"))}
+            fixes.merged_users += 1
+        else:
+            out.append(msg)
+    return out
+
+
+def _joined_content(earlier: Any, later: Any) -> Any:
+    if isinstance(earlier, str) and isinstance(later, str):
+        return f"{earlier}\n\n{later}"
+
+    def parts(content: Any) -> list:
+        if isinstance(content, list):
+            return list(content)
+        return [{"type": "text", "text": str(content or "")}]
+
+    return parts(earlier) + parts(later)
 
 
 def _merged(earlier: Message, later: Message) -> Message:

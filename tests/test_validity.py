@@ -222,3 +222,14 @@ def test_tool_calls_that_are_not_a_list_of_calls_are_dropped_not_crashed_on(odd)
     assert out[1] == {"role": "assistant", "content": "x"}
     assert check_openai_messages(out) == []
     assert repair_messages(history, 0)[0][1] == {"role": "assistant", "content": "x"}
+
+
+def test_consecutive_user_messages_are_merged_in_requests_but_kept_by_repair():
+    note = user("[nanobot note, not from the user] subagent 'x' (sa-1) was stopped by the user.")
+    history = [user("q"), assistant("a"), note, user("what now?")]
+    assert make_valid(history) == [user("q"), assistant("a"), user(note["content"] + "\n\nwhat now?")]
+    image = {"type": "image_url", "image_url": {"url": "https://x/y.png"}}
+    merged = make_valid([user("look"), user([image])])
+    assert merged == [user([{"type": "text", "text": "look"}, image])]
+    repaired, _, fixes = repair_messages(history)
+    assert repaired == history and fixes.merged_users == 0

@@ -42,12 +42,14 @@ def _mount_subcommands() -> None:
     from nanobot.cli.cron_cmd import cron_app
     from nanobot.cli.memory_cmd import history_app, memory_app
     from nanobot.cli.session_cmd import session_app
+    from nanobot.cli.mcp_cmd import mcp_app
     from nanobot.cli.skills_cmd import skills_app
 
-    app.add_typer(session_app, name="session", help="List, show and repair sessions.")
+    app.add_typer(session_app, name="session", help="List, show, repair and import sessions.")
     app.add_typer(memory_app, name="memory", help="What the assistant remembers (MEMORY.md).")
     app.add_typer(history_app, name="history", help="Search the archive of past conversations (HISTORY.md).")
     app.add_typer(skills_app, name="skills", help="Skills the assistant can use.")
+    app.add_typer(mcp_app, name="mcp", help="MCP servers and the tools they give.")
     app.add_typer(cron_app, name="cron", help="Scheduled jobs and reminders (they fire while `nanobot serve` "
                   "or a chat runs).")
 

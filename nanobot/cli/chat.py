@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import signal
+import time
 from pathlib import Path
 
 from rich.console import Console
 
-from nanobot.agent.events import Retrying
+from nanobot.agent.events import Notice, Retrying, TurnDone
 from nanobot.cli.approval_prompt import print_refusals
 from nanobot.cli.render import Renderer, escape, stderr_console, stdout_console
 from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS
+from nanobot.cli.termination import Termination
 from nanobot.config import load_config
 from nanobot.errors import NanobotError
 from nanobot.secrets_mask import mask_secrets
@@ -29,9 +32,10 @@ def run_agent(*, message: str | None, session_key: str, workspace: Path | None, 
     cfg.tools.exec.allow_unconfined = allow_unconfined_exec
     try:
         if message is not None:
-            return asyncio.run(_one_shot(cfg, session_key, message, markdown=markdown, json_out=json_out,
-                                         approve=approve or []))
-        return asyncio.run(Chat(cfg, session_key, markdown=markdown, approve=approve or []).run())
+            return asyncio.run(Termination().run(lambda term: _one_shot(
+                cfg, session_key, message, markdown=markdown, json_out=json_out, approve=approve or [], term=term)))
+        return asyncio.run(Termination().run(
+            lambda term: Chat(cfg, session_key, markdown=markdown, approve=approve or [], term=term).run()))
     except KeyboardInterrupt:
         stderr_console().print("[yellow]interrupted[/yellow] [dim](what already ran is saved)[/dim]")
         return 130
@@ -45,11 +49,38 @@ def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_re
         if renderer_ref:
             renderer_ref[0](Retrying(attempt, delay, mask_secrets(str(error).splitlines()[0])))
 
-    return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry, ask=ask, approve=approve)
+    def on_fallback(text: str) -> None:
+        if renderer_ref:
+            renderer_ref[0](Notice(text, "warning"))
+
+    return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry, ask=ask, approve=approve,
+                          on_fallback=on_fallback)
+
+
+class _Answers:
+    """Passes events on and counts the turns that ended with an answer or an error."""
+
+    def __init__(self, sink) -> None:
+        self.sink = sink
+        self.turns: list[TurnDone] = []
+
+    @property
+    def answered(self) -> int:
+        return sum(1 for t in self.turns if not t.error)
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for t in self.turns if t.error)
+
+    def __call__(self, event) -> None:
+        if isinstance(event, TurnDone):
+            self.turns.append(event)
+        self.sink(event)
 
 
 async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json_out: bool,
-                    approve: list[str]) -> int:
+                    approve: list[str] = (), term: Termination | None = None) -> int:
+    term = term or Termination()
     out = stdout_console(io.StringIO()) if json_out else stdout_console()
     err = stderr_console()
     stream = out.is_terminal and not json_out
@@ -59,7 +90,11 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
     renderer = Renderer(out, markdown=markdown, progress=err, stream_text=stream)
     ref.append(renderer)
     conversation = assistant.conversation
-    conversation.background_emit = Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False)
+    answers = _Answers(renderer)
+    conversation.background_emit = _Answers(
+        Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False))
+    for note in assistant.startup_notes():
+        err.print(f"[dim]{escape(note)}[/dim]", highlight=False)
     for warning in conversation.session.warnings:
         err.print(f"[yellow]warning: {warning}[/yellow]")
     banner = _exec_banner(cfg)
@@ -67,32 +102,49 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
         err.print(banner, highlight=False)
     decided = len(conversation.session.decisions)
     try:
-        outcome = await conversation.send(message, emit=renderer)
+        await assistant.mcp_ready()  # one turn only: let it see every MCP tool that can be had
+        outcome = await conversation.send(message, emit=answers)
         renderer.finish()
-        if conversation.running_subagents():
-            wait = cfg.defaults.subagent_wait_seconds
-            err.print(f"[dim]waiting up to {wait:.0f}s for {len(conversation.running_subagents())} "
-                      f"subagent(s)…[/dim]")
-            if not await conversation.wait_for_background(wait):
-                stopped = await conversation.stop_background()
-                err.print(f"[yellow]stopped waiting after {wait:.0f}s (agents.defaults.subagentWaitSeconds); "
-                          f"{stopped} subagent(s) stopped[/yellow]")
+        await _wait_for_background(conversation, cfg.defaults.subagent_wait_seconds, err)
     finally:
         renderer.finish()
+        interrupted = asyncio.current_task().cancelling() and term.signum is None  # Ctrl-C
+        await conversation.stop_background(term.reason or ("by the user (Ctrl-C)" if interrupted
+                                                           else "when nanobot closed"))
         await assistant.aclose()
         print_refusals(err, conversation.session.decisions[decided:])
+    background = conversation.background_emit
+    # exit 1 when no turn answered and one failed (the only answer failed)
+    failed = not (answers.answered or background.answered) and bool(answers.failed or background.failed)
     if json_out:
         print(json.dumps({
             "answer": outcome.content, "stop_reason": outcome.stop_reason, "error": outcome.error,
             "tool_calls": outcome.tool_calls,
             "usage": {"prompt_tokens": outcome.usage.prompt_tokens,
                       "completion_tokens": outcome.usage.completion_tokens},
+            # the turns that handled subagent reports, in order
+            "background": [{"answer": t.content, "stop_reason": t.stop_reason, "error": t.error,
+                            "tool_calls": t.tool_calls} for t in background.turns],
         }, ensure_ascii=False))
-        return 1 if outcome.error else 0
-    if outcome.error:
-        err.print(f"[bold red]error:[/bold red] {outcome.error}", highlight=False)
-        return 1
-    return 0
+    return 1 if failed else 0
+
+
+async def _wait_for_background(conversation, wait: float, err: Console) -> None:
+    """`agent -m` waits for its helpers and their queued report turns, and says when it gives up."""
+    helpers, reports = conversation.background_pending()
+    if not helpers and not reports:
+        return
+    what = " and ".join(part for part in (f"{helpers} subagent(s)" if helpers else "",
+                                          f"{reports} report turn(s)" if reports else "") if part)
+    err.print(f"[dim]waiting up to {wait:.0f}s for {what}…[/dim]")
+    if await conversation.wait_for_background(wait):
+        return
+    stopped = await conversation.stop_background(f"when one-shot mode stopped waiting ({wait:.0f}s)")
+    err.print(f"[yellow]stopped waiting after {wait:.0f}s (agents.defaults.subagentWaitSeconds); "
+              f"{len(stopped)} subagent(s) stopped[/yellow]")
+
+
+DOUBLE_CTRL_C_SECONDS = 1.0  # a second Ctrl-C on an empty prompt within this leaves the chat
 
 
 def _exec_banner(cfg) -> str:
@@ -105,9 +157,11 @@ def _exec_banner(cfg) -> str:
 class Chat:
     """The REPL: read a line, run a turn as a cancellable task, render its events."""
 
-    def __init__(self, cfg, session_key: str, *, markdown: bool, approve: list[str] = ()) -> None:
+    def __init__(self, cfg, session_key: str, *, markdown: bool, approve: list[str] = (),
+                 term: Termination | None = None) -> None:
         self.cfg = cfg
         self.approve = list(approve)
+        self.term = term or Termination()
         self.session_key = session_key
         self.console = stdout_console()
         self.err = stderr_console()
@@ -117,8 +171,22 @@ class Chat:
         self.background = Renderer(self.console, markdown=markdown, stream_text=False, spinner=False)
         self.assistant = None
         self.turn_task: asyncio.Task | None = None
+        self._ctrl_c_on_text = False
+        self._last_ctrl_c: float | None = None  # when Ctrl-C last hit an empty prompt
         self.reminders = None  # nanobot.cli.chat_reminders.ChatReminders
         self._held_firings: list = []  # reminders that arrived during a turn, shown after it
+
+    def _second_ctrl_c(self) -> bool:
+        """Ctrl-C at the prompt clears the line; twice within a second on an empty prompt leaves."""
+        now = time.monotonic()
+        if self._ctrl_c_on_text:
+            self._last_ctrl_c = None
+            return False
+        if self._last_ctrl_c is not None and now - self._last_ctrl_c <= DOUBLE_CTRL_C_SECONDS:
+            return True
+        self._last_ctrl_c = now
+        self.console.print("[dim](press Ctrl-C again to leave, or Ctrl-D)[/dim]")
+        return False
 
     @property
     def conversation(self):
@@ -136,6 +204,11 @@ class Chat:
         @bindings.add("escape", "enter")
         def _newline(event) -> None:  # Esc-Enter inserts a line break; Enter sends
             event.current_buffer.insert_text("\n")
+
+        @bindings.add("c-c")
+        def _interrupt(event) -> None:  # as prompt_toolkit does, but remembering whether a line was typed
+            self._ctrl_c_on_text = bool(event.current_buffer.text)
+            event.app.exit(exception=KeyboardInterrupt, style="class:aborting")
 
         return PromptSession(history=MaskedFileHistory(input_history_path()), key_bindings=bindings, multiline=False,
                              enable_history_search=True)
@@ -156,6 +229,8 @@ class Chat:
             self.console.print(f"[bold]nanobot[/bold] [dim]· {self.cfg.defaults.model} · session "
                                f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]")
             self.console.print(_exec_banner(self.cfg), highlight=False)
+            for note in self.assistant.startup_notes():
+                self.console.print(f"[dim]{escape(note)}[/dim]", highlight=False)
             for warning in self.conversation.session.warnings:
                 self.console.print(f"[yellow]warning: {warning}[/yellow]")
             for skill in getattr(self.conversation.context.skills, "held", []):
@@ -170,9 +245,12 @@ class Chat:
                     with patch_stdout(raw=True):
                         text = await prompt.prompt_async("you › ")
                 except KeyboardInterrupt:
+                    if self._second_ctrl_c():
+                        break
                     continue
                 except EOFError:
                     break
+                self._last_ctrl_c = None
                 text = text.strip()
                 if not text:
                     continue
@@ -189,12 +267,16 @@ class Chat:
                     continue
                 await self.run_turn(text)
         finally:
-            self.renderer.finish()
+            # after SIGHUP the terminal is gone and printing fails: the session is saved regardless
+            with contextlib.suppress(OSError):
+                self.renderer.finish()
             if self.reminders is not None:
                 await self.reminders.stop()
-            running = len(self.conversation.running_subagents())
-            if running:
-                self.console.print(f"[yellow]stopping {running} subagent(s) still running[/yellow]")
+            with contextlib.suppress(OSError):
+                running = len(self.conversation.running_subagents())
+                if running and self.term.signum is None:
+                    self.console.print(f"[yellow]stopping {running} subagent(s) still running[/yellow]")
+            await self.conversation.stop_background(self.term.reason or "by the user leaving nanobot")
             await self.assistant.aclose()
         self.console.print("[dim]bye[/dim]")
         return 0
@@ -202,12 +284,14 @@ class Chat:
     async def run_turn(self, text: str) -> None:
         """Run one turn; Ctrl-C cancels it and returns to the prompt."""
         loop = asyncio.get_running_loop()
-        self.turn_task = asyncio.ensure_future(self.conversation.send(text, emit=self.renderer))
+        self.turn_task = asyncio.ensure_future(self._send(text))
         loop.add_signal_handler(signal.SIGINT, self.turn_task.cancel)
         self.renderer.thinking()
         try:
             outcome = await self.turn_task
         except asyncio.CancelledError:
+            if self.term.signum is not None:
+                raise  # SIGTERM / SIGHUP: not a Ctrl-C, leave
             self.renderer.finish()
             self.console.print("[yellow]cancelled[/yellow] [dim](what already ran is saved)[/dim]")
             return
@@ -218,9 +302,11 @@ class Chat:
         finally:
             loop.remove_signal_handler(signal.SIGINT)
             self.turn_task = None
-        self.renderer.finish()
-        if outcome.error:
-            self.console.print(f"[bold red]error:[/bold red] {outcome.error}", highlight=False)
+        self.renderer.finish()  # a failed turn's error was shown by the renderer (TurnDone)
+
+    async def _send(self, text: str):
+        await self.assistant.mcp_ready()  # servers started while the user typed; rarely waits
+        return await self.conversation.send(text, emit=self.renderer)
 
     # reminders (nanobot/cli/chat_reminders.py) -----------------------------------------------
     def _start_reminders(self) -> None:
@@ -258,7 +344,8 @@ class Chat:
     def show_help(self) -> None:
         for name, (help_text, _) in SLASH_COMMANDS.items():
             self.console.print(f"  [bold]{name:<10}[/bold] {help_text}")
-        self.console.print("  [dim]Esc-Enter: new line · Ctrl-C: cancel the running turn · Ctrl-D: leave[/dim]")
+        self.console.print("  [dim]Esc-Enter: new line · Ctrl-C: cancel the running turn (twice on an empty "
+                           "prompt: leave) · Ctrl-D: leave[/dim]")
 
     async def _memory_action(self, action, *, on_error: str = "", quiet_when_idle: bool = False) -> bool:
         """Run /new or /compact, print its receipt; False when it failed (nothing was changed)."""
@@ -294,8 +381,8 @@ class Chat:
         (self.renderer if self.turn_task is not None else self.background)(event)
 
     async def stop_background(self) -> None:
-        stopped = await self.conversation.stop_background()
-        self.console.print(f"[yellow]stopped {stopped} subagent(s)[/yellow]" if stopped
+        stopped = await self.conversation.stop_background("by the user (/stop)")
+        self.console.print(f"[yellow]stopped {len(stopped)} subagent(s)[/yellow]" if stopped
                            else "[dim]no subagents are running[/dim]")
 
     def show_status(self) -> None:

@@ -101,6 +101,11 @@ class Renderer:
             self.finish()
             if not self.stream_text and event.content:
                 self.show_answer(event.content)
+            if event.error:  # a failed turn always says so, foreground or background
+                self.show_error(event.error)
+
+    def show_error(self, text: str) -> None:
+        self.progress.print(f"[bold red]error:[/bold red] {escape(text)}", highlight=False)
 
     def show_answer(self, text: str) -> None:
         """Print a whole answer at once (for turns that were not streamed)."""

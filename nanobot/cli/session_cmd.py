@@ -6,6 +6,7 @@ Only presentation lives here; the rules are in nanobot.session and nanobot.valid
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -13,10 +14,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from nanobot import paths
 from nanobot.errors import NanobotError
 from nanobot.messages import text_of
 from nanobot.secrets_mask import mask_message, mask_value
 from nanobot.session import SessionStore
+from nanobot.subagents import NOTE_KEY
 
 session_app = typer.Typer(help="Saved conversations: list, show and repair them.", no_args_is_help=True,
                           add_completion=False, pretty_exceptions_show_locals=False)
@@ -47,9 +50,42 @@ def _warn(warnings: list[str]) -> None:
         _err().print(f"[yellow]warning:[/yellow] {escape(warning)}")
 
 
+def _import_from_nanobot(config: Optional[Path], *, quiet_when_none: bool) -> None:
+    """Bring in nanobot's sessions and history for the configured workspace (session_import.py)."""
+    from nanobot.config import load_config
+    from nanobot.session_import import import_all
+
+    try:
+        workspace = load_config(config).workspace_path()
+    except NanobotError as exc:
+        if not quiet_when_none:
+            raise _fail(exc) from None
+        _warn([f"nanobot's sessions were not looked for: {exc.message}"])  # listing ours still works
+        return
+    result = import_all(workspace)
+    for receipt in result.imported:
+        _out().print(f"imported from nanobot: {escape(receipt.describe())}")
+    for note in result.kept:
+        _out().print(f"[dim]not imported, ours kept: {escape(note)}[/dim]")
+    if not result.imported and not quiet_when_none:
+        _out().print(f"Nothing new to import from nanobot for workspace {escape(str(workspace))}.")
+    if result.imported:
+        _out().print(f"[dim]originals left untouched; receipt: {escape(str(paths.nanobot_home() / 'imports.jsonl'))}[/dim]")
+
+
+ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json).")
+
+
+@session_app.command("import")
+def import_sessions(config: Optional[Path] = ConfigOpt) -> None:
+    """Import nanobot 0.1.x / 0.3.x sessions and 0.3.x history.jsonl for the workspace (originals untouched)."""
+    _import_from_nanobot(config, quiet_when_none=False)
+
+
 @session_app.command("list")
-def list_sessions() -> None:
+def list_sessions(config: Optional[Path] = ConfigOpt) -> None:
     """Every saved session: key, message count, consolidation pointer, last update."""
+    _import_from_nanobot(config, quiet_when_none=True)
     infos = SessionStore().list()
     if not infos:
         _out().print("No saved sessions yet.")
@@ -69,6 +105,7 @@ def show(
     limit: Optional[int] = typer.Option(None, "--last", "-n", help="Only the last N messages."),
 ) -> None:
     """A readable transcript of one session (tool results shortened)."""
+    _import_from_nanobot(None, quiet_when_none=True)
     try:
         session = SessionStore().load(key)
     except NanobotError as exc:
@@ -86,6 +123,12 @@ def show(
         if index == session.last_consolidated and index > 0:
             console.rule("[dim]consolidated into memory above this line[/dim]")
         _print_message(console, msg)
+    helpers = [m[NOTE_KEY] for m in session.messages if isinstance(m.get(NOTE_KEY), dict)]
+    if helpers:
+        console.print(f"\n[bold]helpers[/bold] ({len(helpers)}): what each did and how it ended")
+        for record in helpers:
+            console.print(f"  {escape(str(record.get('summary', '?')))} [dim]— task: "
+                          f"{escape(str(record.get('task', ''))[:80])}[/dim]")
     _print_decisions(console, session.decisions)
 
 
@@ -113,6 +156,10 @@ def _print_message(console: Console, msg: dict) -> None:
         console.print(f"[magenta]tool result[/magenta] {escape(str(msg.get('name', '')))} "
                       f"[dim]({escape(str(msg.get('tool_call_id', '')))})[/dim]{stamp}")
         console.print(escape(text), style="dim")
+        return
+    if isinstance(msg.get(NOTE_KEY), dict):  # a helper's end, written by nanobot in a user message
+        console.print(f"\n[bold yellow]helper[/bold yellow]{stamp}")
+        console.print(escape(str(msg[NOTE_KEY].get("summary") or text)))
         return
     colour = {"user": "green", "assistant": "cyan", "system": "yellow"}.get(role, "red")
     console.print(f"\n[bold {colour}]{escape(role)}[/bold {colour}]{stamp}")

@@ -9,7 +9,8 @@ from rich.console import Console
 from rich.table import Table
 
 from nanobot import paths
-from nanobot.config import ensure_config_file, load_config, mask_key, resolve_model
+from nanobot import ignored_keys
+from nanobot.config import ensure_config_file, load_config, mask_key, read_file, resolve_model
 from nanobot.errors import NanobotError
 from nanobot.providers import registry
 
@@ -73,10 +74,11 @@ def show_status(config_path: Path | None) -> None:
     except NanobotError as exc:
         table.add_row("provider", f"[yellow]{exc.message}[/yellow]")
     keys = []
-    for spec in registry.PROVIDERS:
-        pc = cfg.provider_config(spec.name)
+    for name, pc in cfg.providers.items():
         if pc.api_key or pc.api_base:
-            keys.append(f"{spec.name}: key {mask_key(pc.api_key)}" + (f", base {pc.api_base}" if pc.api_base else ""))
+            spec = registry.find(name)
+            note = " (cannot be used: see ignored)" if spec is not None and spec.kind == "unsupported" else ""
+            keys.append(f"{name}: key {mask_key(pc.api_key)}" + (f", base {pc.api_base}" if pc.api_base else "") + note)
     table.add_row("providers", "\n".join(keys) or "none configured")
     table.add_row("context window", f"{cfg.defaults.context_window_tokens:,} tokens "
                                     f"(reply room {cfg.defaults.max_tokens:,})")
@@ -96,6 +98,14 @@ def show_status(config_path: Path | None) -> None:
     if held:
         table.add_row("skills", f"[yellow]{len(held)} off until approved[/yellow]: "
                       + ", ".join(s.name for s in held) + " (nanobot skills list)")
+    if cfg.tools.mcp_servers:
+        from nanobot.mcp.connection import transport_of
+
+        servers = ", ".join(f"{name} ({transport_of(s) or 'no command or url'}{', trusted' if s.trusted else ''})"
+                            for name, s in cfg.tools.mcp_servers.items())
+        table.add_row("mcp servers", f"{servers}; `nanobot mcp list` starts them and shows their tools")
+    lines = ignored_keys.grouped(ignored_keys.ignored(read_file(path), cfg))
+    table.add_row("ignored", "\n".join(lines) if lines else "nothing: every key in the file is used")
     console.print(table)
 
 

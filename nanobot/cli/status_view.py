@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from nanobot import tokens
+from nanobot.subagents import NOTE_KEY
 
 
 def exec_line(cfg) -> str:
@@ -43,7 +44,8 @@ def status_lines(assistant) -> list[str]:
         f"workspace  {assistant.workspace}",
         f"exec       {exec_line(cfg)}",
         *_last_consolidation(conv),
-        *[f"subagent   {sub_id} '{label}' running: {task[:60]}" for sub_id, label, task in conv.running_subagents()],
+        *_mcp(assistant),
+        *_helpers(conv),
         *_approvals(assistant),
     ]
 
@@ -57,9 +59,30 @@ def _approvals(assistant) -> list[str]:
     return [f"approvals  auto-approved: {auto}; 'always' this session: {always}"]
 
 
+def _helpers(conv, earlier_shown: int = 5) -> list[str]:
+    """This run's helpers (running or ended), after the last few that earlier runs noted in the session."""
+    live = conv.helpers()
+    ids = {record.id for record in live}
+    earlier = [m[NOTE_KEY] for m in conv.session.messages
+               if isinstance(m.get(NOTE_KEY), dict) and m[NOTE_KEY].get("id") not in ids]
+    return ([f"helper     {note.get('summary', '?')} (earlier run)" for note in earlier[-earlier_shown:]]
+            + [f"helper     {record.summary()} — task: {record.task[:60]}" for record in live])
+
+
 def _calibration(conv) -> str:
     ratio = conv.consolidator.calibration.ratio if conv.consolidator is not None else 1.0
     return f", corrected x{ratio:.2f} by the provider's counts" if ratio > 1.0 else ""
+
+
+def _mcp(assistant) -> list[str]:
+    manager = getattr(assistant, "mcp", None)
+    if manager is None:
+        return []
+    parts = []
+    for r in manager.reports():
+        parts.append(f"{r.name} {r.state}" + (f" ({len(r.tools)} tools)" if r.state == "ready" else
+                                              f" ({r.error})" if r.error else ""))
+    return [f"mcp        {'; '.join(parts)}"]
 
 
 def _last_consolidation(conv) -> list[str]:

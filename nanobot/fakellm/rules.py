@@ -10,7 +10,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["check_openai_messages", "check_anthropic_request", "estimate_tokens"]
+__all__ = ["check_openai_messages", "check_anthropic_request", "estimate_tokens", "PREFILL_REJECTED"]
+
+# What current Claude models (and Mistral) answer when a request ends with an assistant message;
+# providers that accept it treat that message as a prefix to *continue*, not a message to answer.
+PREFILL_REJECTED = ("the request ends with an assistant message: this model does not support "
+                    "assistant message prefill; the conversation must end with a user message")
 
 
 def estimate_tokens(obj: Any) -> int:
@@ -132,7 +137,15 @@ def check_openai_messages(messages: list[dict]) -> list[str]:
         prev_role = role
 
     close_pending()
+    out += _final_assistant(messages)
     return out
+
+
+def _final_assistant(messages: list) -> list[str]:
+    last = messages[-1] if messages else None
+    if isinstance(last, dict) and last.get("role") == "assistant":
+        return [f"{_label(len(messages) - 1, last)}: {PREFILL_REJECTED}"]
+    return []
 
 
 # --------------------------------------------------------------------------- Anthropic
@@ -224,4 +237,5 @@ def check_anthropic_request(system: Any, messages: list[dict]) -> list[str]:
                     out.append(f"{label}: tool_use {tool_id!r} has no tool_result in the next "
                                "user message")
         prev = msg
+    out += _final_assistant(messages)
     return out

@@ -71,11 +71,15 @@ class FakeLLMServer:
     Replies queued with `script()` are served in arrival order whatever the protocol; when the
     queue is empty `responder(request)` is asked, and failing that the answer is "ok" and the
     request is marked `unscripted`.
+
+    `strict=True` makes it answer like the strictest real provider: a request with any rule
+    violation (e.g. one ending with an assistant message) gets a 400 instead of a reply.
     """
 
     def __init__(self, context_window: int | None = None, *, host: str = "127.0.0.1",
-                 port: int = 0) -> None:
+                 port: int = 0, strict: bool = False) -> None:
         self.context_window = context_window
+        self.strict = strict
         self.responder: Responder | None = None
         self._host, self._port = host, port
         self._lock = threading.Lock()
@@ -219,11 +223,14 @@ class FakeLLMServer:
             # The reply is taken at arrival, so concurrent requests get replies in arrival order.
             # An over-long prompt is rejected like a real API and leaves the script untouched,
             # so the reply meant for the retry after consolidation is still there.
-            if not self._exceeds_window(rec) and self._queue:
+            if not self._exceeds_window(rec) and not self._rejects(rec) and self._queue:
                 rec.reply = self._queue.popleft()
             self._requests.append(rec)
             self._arrived.notify_all()
         return rec
+
+    def _rejects(self, rec: RecordedRequest) -> bool:
+        return self.strict and bool(rec.violations)
 
     def _exceeds_window(self, rec: RecordedRequest) -> bool:
         return self.context_window is not None and rec.estimated_tokens > self.context_window
@@ -262,6 +269,10 @@ class FakeLLMServer:
                        f"{self.context_window} maximum (context length exceeded)")
                 body = wire.error_body("anthropic", 400, msg)
             handler.send_json(400, body)
+            return
+        if self._rejects(rec):
+            message = "invalid request: " + "; ".join(rec.violations)
+            handler.send_json(400, wire.error_body(rec.protocol, 400, message))
             return
 
         reply = self._choose_reply(rec)

@@ -10,6 +10,7 @@ import httpx2
 
 from nanobot.messages import Message
 from nanobot.providers import anthropic_format as fmt
+from nanobot.providers import reasoning
 from nanobot.providers.base import DeltaCallback, LLMResponse, Provider, ToolCallRequest, Usage
 from nanobot.providers.errors_map import connection_error, status_error
 from nanobot.providers.raw_http import RAW_STREAM_HEADERS, json_body, sse_json, stream_error
@@ -22,8 +23,10 @@ class AnthropicProvider(Provider):
     name = "anthropic"
 
     def __init__(self, model: str, *, api_key: str, api_base: str | None = None,
-                 extra_headers: dict[str, str] | None = None, timeout: float = 600.0) -> None:
+                 extra_headers: dict[str, str] | None = None, timeout: float = 600.0,
+                 reasoning_effort: str | None = None) -> None:
         super().__init__(model)
+        self.reasoning_effort = reasoning_effort  # agents.defaults.reasoningEffort: extended thinking
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key or "none", base_url=api_base or None, max_retries=0, timeout=timeout,
             default_headers=extra_headers or None,
@@ -45,6 +48,9 @@ class AnthropicProvider(Provider):
             choice = fmt.to_anthropic_tool_choice(tool_choice)
             if choice:
                 params["tool_choice"] = choice
+        thinking = reasoning.anthropic_thinking(self.reasoning_effort, max_tokens, tool_choice if tools else None)
+        if thinking:
+            params["thinking"] = thinking
         try:
             response = await self._client.post(
                 "/v1/messages", body=params if on_delta is None else {**params, "stream": True},
@@ -102,6 +108,8 @@ async def _read_stream(response: httpx2.Response, on_delta: DeltaCallback) -> di
                 partial.setdefault(index, []).append(delta.get("partial_json") or "")
             elif dtype == "thinking_delta":
                 block["thinking"] = block.get("thinking", "") + (delta.get("thinking") or "")
+            elif dtype == "signature_delta":
+                block["signature"] = block.get("signature", "") + (delta.get("signature") or "")
         elif kind == "content_block_start":
             block = dict(event.get("content_block") or {})
             blocks[event.get("index")] = block
@@ -126,6 +134,7 @@ async def _read_stream(response: httpx2.Response, on_delta: DeltaCallback) -> di
 def _to_response(message: dict[str, Any]) -> LLMResponse:
     texts: list[str] = []
     thinking: list[str] = []
+    signed: list[dict[str, Any]] = []  # thinking blocks as sent, to replay within the turn
     calls: list[ToolCallRequest] = []
     for block in message.get("content") or []:
         if not isinstance(block, dict):
@@ -135,6 +144,10 @@ def _to_response(message: dict[str, Any]) -> LLMResponse:
             texts.append(block.get("text") or "")
         elif kind == "thinking":
             thinking.append(block.get("thinking") or "")
+            signed.append({"type": "thinking", "thinking": block.get("thinking") or "",
+                           "signature": block.get("signature") or ""})
+        elif kind == "redacted_thinking":
+            signed.append({"type": "redacted_thinking", "data": block.get("data") or ""})
         elif kind == "tool_use":
             value = block.get("input")
             args = value if isinstance(value, dict) else {}
@@ -150,4 +163,5 @@ def _to_response(message: dict[str, Any]) -> LLMResponse:
         finish_reason=_STOP.get(message.get("stop_reason") or "", "tool_calls" if calls else "stop"),
         usage=Usage(prompt, int(usage.get("output_tokens") or 0)),
         reasoning="\n".join(thinking) or None,
+        thinking_blocks=signed,
     )

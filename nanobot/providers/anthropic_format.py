@@ -54,8 +54,13 @@ def _content_blocks(content: Any) -> list[dict]:
     return [{"type": "text", "text": text}] if text.strip() else []
 
 
+_THINKING = ("thinking", "redacted_thinking")
+
+
 def _assistant_blocks(msg: Message) -> list[dict]:
-    blocks = _content_blocks(msg.get("content"))
+    # signed thinking blocks first, as the API requires (providers/reasoning.py)
+    blocks = [dict(b) for b in msg.get("thinking_blocks") or () if isinstance(b, dict) and b.get("type") in _THINKING]
+    blocks += _content_blocks(msg.get("content"))
     for call in msg.get("tool_calls") or []:
         fn = call.get("function") or {}
         args, _ = parse_arguments(fn.get("arguments"))
@@ -86,7 +91,9 @@ def to_anthropic(messages: list[Message]) -> tuple[list[dict] | None, list[dict]
                 others = [b for b in prev + blocks if b["type"] != "tool_result"]
                 out[-1]["content"] = results + others
             else:
-                out[-1]["content"] = prev + blocks
+                merged = prev + blocks  # thinking blocks must still lead the assistant turn
+                out[-1]["content"] = ([b for b in merged if b["type"] in _THINKING]
+                                      + [b for b in merged if b["type"] not in _THINKING])
         else:
             out.append({"role": role, "content": list(blocks)})
 

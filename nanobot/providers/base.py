@@ -40,6 +40,9 @@ class LLMResponse:
     finish_reason: str = "stop"  # "stop" | "tool_calls" | "length" | ...
     usage: Usage = field(default_factory=Usage)
     reasoning: str | None = None
+    # Anthropic's signed thinking blocks, replayed with the tool results of the same turn (the API
+    # requires them there); never a wire key, so later turns and other providers do not get them
+    thinking_blocks: list[dict[str, Any]] = field(default_factory=list)
 
     def to_message(self) -> Message:
         """The assistant message to append to the conversation."""
@@ -47,7 +50,10 @@ class LLMResponse:
             tool_call(c.id, c.name, c.raw_arguments if c.parse_error else c.arguments)
             for c in self.tool_calls
         ]
-        return assistant(self.content, calls, reasoning_content=self.reasoning)
+        msg = assistant(self.content, calls, reasoning_content=self.reasoning)
+        if self.thinking_blocks:
+            msg["thinking_blocks"] = self.thinking_blocks
+        return msg
 
 
 def parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import importlib
 import threading
+from collections.abc import Sequence
 from typing import Any, Callable
 
-from nanobot.config import ResolvedModel
+from nanobot.config import ResolvedModel, UnusableModel
 from nanobot.messages import Message
+from nanobot.providers import reasoning
 from nanobot.providers.base import LLMResponse, Provider
+from nanobot.providers.fallback import Candidate, FallbackCallback, FallbackProvider
 from nanobot.providers.retry import RetryCallback, RetryingProvider, RetryPolicy
 
 _ADAPTERS = {"anthropic": "nanobot.providers.anthropic", "openai": "nanobot.providers.openai_compat"}
@@ -24,11 +27,21 @@ def _build(resolved: ResolvedModel) -> Provider:
         from nanobot.providers.anthropic import AnthropicProvider
 
         return AnthropicProvider(resolved.model, api_key=resolved.api_key, api_base=resolved.api_base,
-                                 extra_headers=resolved.extra_headers)
+                                 extra_headers=resolved.extra_headers,
+                                 reasoning_effort=resolved.reasoning_effort or None)
     from nanobot.providers.openai_compat import OpenAICompatProvider
 
     return OpenAICompatProvider(resolved.model, name=resolved.spec.name, api_key=resolved.api_key,
-                                api_base=resolved.api_base, extra_headers=resolved.extra_headers)
+                                api_base=resolved.api_base, extra_headers=resolved.extra_headers,
+                                **openai_request_options(resolved))
+
+
+def openai_request_options(resolved: ResolvedModel) -> dict[str, Any]:
+    """reasoningEffort and providers.<name>.extraBody as top-level request fields (the adapter posts
+    the body as plain JSON), and whether the temperature goes too."""
+    extra = reasoning.openai_params(resolved.spec, resolved.model, resolved.reasoning_effort or None)
+    fields = {**resolved.extra_body, **extra.pop("extra_body", {}), **extra}
+    return {"extra_params": fields, "send_temperature": not reasoning.drops_temperature(resolved.spec, fields)}
 
 
 class DeferredProvider(Provider):
@@ -57,6 +70,19 @@ class DeferredProvider(Provider):
 
 
 def make_provider(resolved: ResolvedModel, *, policy: RetryPolicy | None = None,
-                  on_retry: RetryCallback | None = None) -> RetryingProvider:
-    """The provider for a config.ResolvedModel: deferred SDK adapter, wrapped in bounded retries."""
-    return RetryingProvider(DeferredProvider(resolved), policy, on_retry)
+                  on_retry: RetryCallback | None = None,
+                  fallbacks: Sequence[ResolvedModel | UnusableModel] = (),
+                  on_fallback: FallbackCallback | None = None) -> Provider:
+    """The provider for a config.ResolvedModel: deferred SDK adapter, wrapped in bounded retries;
+    with fallbacks, each gets its own retries and is tried in turn (providers/fallback.py)."""
+    primary = RetryingProvider(DeferredProvider(resolved), policy, on_retry)
+    if not fallbacks:
+        return primary
+    chain: list[Candidate] = [Candidate(resolved.label or resolved.model, primary)]
+    for fb in fallbacks:
+        if isinstance(fb, UnusableModel):
+            chain.append(Candidate(fb.label, None, unusable=fb.reason))
+            continue
+        chain.append(Candidate(fb.label or fb.model, RetryingProvider(DeferredProvider(fb), policy, on_retry),
+                               temperature=fb.temperature, max_tokens=fb.max_tokens))
+    return FallbackProvider(chain, on_fallback)

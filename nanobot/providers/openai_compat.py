@@ -16,9 +16,13 @@ from nanobot.providers.raw_http import RAW_STREAM_HEADERS, json_body as _json_bo
 
 class OpenAICompatProvider(Provider):
     def __init__(self, model: str, *, name: str = "openai", api_key: str = "", api_base: str | None = None,
-                 extra_headers: dict[str, str] | None = None, timeout: float = 600.0) -> None:
+                 extra_headers: dict[str, str] | None = None, timeout: float = 600.0,
+                 extra_params: dict[str, Any] | None = None, send_temperature: bool = True) -> None:
         super().__init__(model)
         self.name = name
+        # fields added to every request (reasoning_effort; extra_body for server-specific ones)
+        self.extra_params = dict(extra_params or {})
+        self.send_temperature = send_temperature  # OpenAI's reasoning models reject one
         self._client = openai.AsyncOpenAI(
             api_key=api_key or "no-key", base_url=api_base or None, max_retries=0, timeout=timeout,
             default_headers=extra_headers or None,
@@ -37,8 +41,10 @@ class OpenAICompatProvider(Provider):
     async def chat(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None,
                    tool_choice: str | dict[str, Any] | None = None, max_tokens: int = 4096,
                    temperature: float = 0.1, on_delta: DeltaCallback | None = None) -> LLMResponse:
-        params: dict[str, Any] = {"model": self.model, "messages": self._wire_messages(messages),
-                                  "temperature": temperature}
+        params: dict[str, Any] = {**self.extra_params, "model": self.model,
+                                  "messages": self._wire_messages(messages)}
+        if self.send_temperature:
+            params["temperature"] = temperature
         # the official API wants max_completion_tokens (o-series reject max_tokens); compatibles want max_tokens
         params["max_completion_tokens" if self.name == "openai" else "max_tokens"] = max_tokens
         if tools:

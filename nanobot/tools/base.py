@@ -43,6 +43,9 @@ class Tool(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     parameters: ClassVar[dict[str, Any]]  # JSON schema of the arguments (type "object")
+    # unknown argument names are refused unless the schema allows them; MCP tools use the
+    # standard JSON-schema meaning instead (tools/schema_check.py)
+    closed_schema: ClassVar[bool] = True
 
     def __init__(self, ctx: ToolContext) -> None:
         self.ctx = ctx

@@ -100,7 +100,7 @@ class ToolRegistry:
                 "the tool was not run."
             )
         args = drop_null_optionals(tool.parameters, args)
-        problems = validate(tool.parameters, args)
+        problems = validate(tool.parameters, args, closed=tool.closed_schema)
         if problems:
             return _error(
                 f"invalid arguments for {name}; the tool was not run.\n- "

@@ -1,27 +1,26 @@
-"""Check tool arguments against the small JSON-schema subset our tools declare.
+"""Check tool arguments against the tool's JSON schema, with messages the model can act on.
 
-Supported: type (object, string, integer, number, boolean, array, null, or a list of
-those), properties, required, additionalProperties (unknown properties are rejected
-unless it is true), enum, minimum/maximum, minLength/maxLength, items.
-Anything else in a schema is ignored. Messages are written for the model to act on.
+The checking is the `jsonschema` library's (any draft the schema names, 2020-12 by default:
+anyOf, oneOf, $ref/$defs, pattern, formats ignored); only the wording is ours. Two modes:
+- our own tools (`closed=True`): an object schema without `additionalProperties` rejects
+  unknown properties, so a misspelt argument is reported instead of silently ignored;
+- MCP servers' schemas (`closed=False`): the standard meaning, unknown properties allowed
+  unless the schema says otherwise; a schema the library cannot use is not enforced
+  (`usable` says so) and the server judges the call itself.
+jsonschema is imported on the first check, not at start-up (about 70 ms).
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import re
 from typing import Any
 
-__all__ = ["validate", "drop_null_optionals"]
+__all__ = ["validate", "drop_null_optionals", "usable"]
 
-_PY_TYPES: dict[str, tuple[type, ...]] = {
-    "object": (dict,),
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "array": (list, tuple),
-    "null": (type(None),),
-}
+_cache: dict[tuple[int, bool], tuple[dict, Any]] = {}  # (id(schema), closed) -> (schema kept alive, validator)
+_CACHE_LIMIT = 1024
 
 
 def _type_name(value: Any) -> str:
@@ -42,71 +41,118 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def _is_type(value: Any, name: str) -> bool:
-    # bool is an int subclass in Python, but true is not a valid JSON integer.
-    if isinstance(value, bool) and name in ("integer", "number"):
-        return False
-    return isinstance(value, _PY_TYPES.get(name, ()))
-
-
 def _short(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def validate(schema: dict[str, Any], value: Any, where: str = "arguments") -> list[str]:
-    """Return every problem found (empty when `value` fits `schema`)."""
-    errors: list[str] = []
-    _check(schema, value, where, errors)
-    return errors
+def _close_objects(schema: Any) -> Any:
+    """A copy where every object schema that does not say otherwise forbids unknown properties."""
+    if isinstance(schema, list):
+        return [_close_objects(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _close_objects(v) if k not in ("enum", "const", "default", "examples") else v
+           for k, v in schema.items()}
+    if (out.get("type") == "object" or "properties" in out) and "additionalProperties" not in out \
+            and "patternProperties" not in out:
+        out["additionalProperties"] = False
+    return out
 
 
-def _check(schema: dict[str, Any], value: Any, where: str, errors: list[str]) -> None:
-    expected = schema.get("type")
-    if expected is not None:
-        names = [expected] if isinstance(expected, str) else list(expected)
-        if not any(_is_type(value, n) for n in names):
-            errors.append(f"{where}: expected {' or '.join(names)}, got {_type_name(value)} {_short(value)}")
-            return
+def _validator(schema: dict[str, Any], closed: bool) -> Any:
+    key = (id(schema), closed)
+    hit = _cache.get(key)
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    from jsonschema.validators import Draft202012Validator, validator_for
 
-    if "enum" in schema and value not in schema["enum"]:
-        allowed = ", ".join(_short(v) for v in schema["enum"])
-        errors.append(f"{where}: {_short(value)} is not one of the allowed values: {allowed}")
-
-    if _is_type(value, "number"):
-        if "minimum" in schema and value < schema["minimum"]:
-            errors.append(f"{where}: {value} is less than the minimum {schema['minimum']}")
-        if "maximum" in schema and value > schema["maximum"]:
-            errors.append(f"{where}: {value} is greater than the maximum {schema['maximum']}")
-
-    if isinstance(value, str):
-        if "minLength" in schema and len(value) < schema["minLength"]:
-            errors.append(f"{where}: must be at least {schema['minLength']} characters long")
-        if "maxLength" in schema and len(value) > schema["maxLength"]:
-            errors.append(f"{where}: must be at most {schema['maxLength']} characters long")
-
-    if isinstance(value, (list, tuple)) and isinstance(schema.get("items"), dict):
-        for i, item in enumerate(value):
-            _check(schema["items"], item, f"{where}[{i}]", errors)
-
-    if isinstance(value, dict):
-        _check_object(schema, value, where, errors)
+    effective = _close_objects(copy.deepcopy(schema)) if closed else schema
+    cls = validator_for(effective, default=Draft202012Validator)
+    cls.check_schema(effective)
+    validator = cls(effective)
+    if len(_cache) >= _CACHE_LIMIT:
+        _cache.clear()
+    _cache[key] = (schema, validator)
+    return validator
 
 
-def _check_object(schema: dict[str, Any], value: dict[str, Any], where: str, errors: list[str]) -> None:
-    props: dict[str, Any] = schema.get("properties") or {}
-    for name in schema.get("required") or ():
-        if name not in value:
-            errors.append(f"{where}: missing required property {name!r}")
-    extra = schema.get("additionalProperties", False)
-    for name, item in value.items():
-        if name in props:
-            _check(props[name], item, f"{name}" if where == "arguments" else f"{where}.{name}", errors)
-        elif isinstance(extra, dict):
-            _check(extra, item, f"{where}.{name}", errors)
-        elif extra is not True:
-            known = ", ".join(props) or "none"
-            errors.append(f"{where}: unknown property {name!r} (known properties: {known})")
+def usable(schema: dict[str, Any]) -> str:
+    """"" when the schema can be enforced, else why not (a broken schema from an MCP server)."""
+    from jsonschema.exceptions import SchemaError
+
+    try:
+        _validator(schema, False)
+    except SchemaError as exc:
+        return exc.message
+    return ""
+
+
+def validate(schema: dict[str, Any], value: Any, where: str = "arguments", *, closed: bool = True) -> list[str]:
+    """Every problem found, worded for the model (empty when `value` fits `schema`, or when the
+    schema itself is broken: then the tool, an MCP server, judges the call)."""
+    from jsonschema.exceptions import SchemaError
+
+    try:
+        validator = _validator(schema, closed)
+    except SchemaError:
+        return []
+    errors = sorted(validator.iter_errors(value), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+    out: list[str] = []
+    for error in errors:
+        out.extend(_describe(error, where))
+    return out
+
+
+def _where(error: Any, root: str) -> str:
+    parts = list(error.absolute_path)
+    if not parts:
+        return root
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text if root == "arguments" else f"{root}.{text}"
+
+
+def _describe(error: Any, root: str) -> list[str]:
+    where = _where(error, root)
+    kind, want, value = error.validator, error.validator_value, error.instance
+    if kind == "type":
+        names = [want] if isinstance(want, str) else list(want)
+        return [f"{where}: expected {' or '.join(names)}, got {_type_name(value)} {_short(value)}"]
+    if kind == "required":
+        match = re.match(r"^'(.*)' is a required property", error.message)
+        name = match.group(1) if match else error.message
+        return [f"{where}: missing required property {name!r}"]
+    if kind == "additionalProperties" and isinstance(value, dict):
+        props = error.schema.get("properties") or {}
+        patterns = list((error.schema.get("patternProperties") or {}))
+        known = ", ".join(props) or "none"
+        extras = [k for k in value if k not in props and not any(re.search(p, k) for p in patterns)]
+        return [f"{where}: unknown property {name!r} (known properties: {known})" for name in extras]
+    if kind == "enum":
+        return [f"{where}: {_short(value)} is not one of the allowed values: {', '.join(_short(v) for v in want)}"]
+    if kind == "const":
+        return [f"{where}: must be exactly {_short(want)}"]
+    if kind in ("minimum", "exclusiveMinimum"):
+        return [f"{where}: {value} is less than the minimum {want}"]
+    if kind in ("maximum", "exclusiveMaximum"):
+        return [f"{where}: {value} is greater than the maximum {want}"]
+    if kind == "minLength":
+        return [f"{where}: must be at least {want} characters long"]
+    if kind == "maxLength":
+        return [f"{where}: must be at most {want} characters long"]
+    if kind == "pattern":
+        return [f"{where}: {_short(value)} does not match the pattern {want}"]
+    if kind in ("minItems", "maxItems"):
+        return [f"{where}: must have {'at least' if kind == 'minItems' else 'at most'} {want} items"]
+    if kind in ("anyOf", "oneOf"):
+        # the branch whose type fitted but a constraint did not says most; else the first one
+        context = sorted(error.context or (), key=lambda e: e.validator == "type")
+        closest = context[0] if context else None
+        detail = f" (closest: {_describe(closest, root)[0]})" if closest is not None else ""
+        return [f"{where}: {_short(value)} does not match any of the allowed forms{detail}"]
+    return [f"{where}: {error.message}"]
 
 
 def drop_null_optionals(schema: dict[str, Any], args: dict[str, Any]) -> dict[str, Any]:
@@ -120,9 +166,20 @@ def drop_null_optionals(schema: dict[str, Any], args: dict[str, Any]) -> dict[st
     out = {}
     for name, value in args.items():
         if value is None and name in props and name not in required:
-            declared = props[name].get("type")
+            declared = props[name].get("type") if isinstance(props[name], dict) else None
             accepts_null = declared == "null" or (isinstance(declared, list) and "null" in declared)
-            if not accepts_null:
+            if not accepts_null and not _mentions_null(props[name]):
                 continue
         out[name] = value
     return out
+
+
+def _mentions_null(spec: Any) -> bool:
+    """anyOf/oneOf with a null branch (how MCP servers write Optional[...])."""
+    if not isinstance(spec, dict):
+        return False
+    for key in ("anyOf", "oneOf"):
+        for branch in spec.get(key) or ():
+            if isinstance(branch, dict) and branch.get("type") == "null":
+                return True
+    return False

@@ -304,6 +304,10 @@ async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
     return True
 
 
+# Process groups exec started that may still hold a process, for `ExecTool.kill_all_running`.
+_STARTED_GROUPS: set[int] = set()
+
+
 class ExecTool(Tool):
     name = "exec"
     _base_description = (
@@ -334,6 +338,19 @@ class ExecTool(Tool):
     }
 
     kill_grace = 2.0  # seconds between SIGTERM and SIGKILL for the process group
+
+    @staticmethod
+    def kill_all_running() -> int:
+        """SIGKILL every process group any exec call of this process started that still has a
+        process (commands running now, and what they left behind); returns how many. Synchronous,
+        so a signal handler can call it before anything else happens."""
+        killed = 0
+        for pgid in list(_STARTED_GROUPS):
+            if _group_alive(pgid):
+                _signal_group(pgid, signal.SIGKILL)
+                killed += 1
+            _STARTED_GROUPS.discard(pgid)
+        return killed
 
     async def run(self, command: str, working_dir: str | None = None, timeout: float | None = None, **_: Any) -> str:
         if not self.ctx.exec_enabled:
@@ -439,6 +456,9 @@ class ExecTool(Tool):
             raise ToolError(f"could not start the shell: {exc}") from exc
 
         pgid = transport.get_pid()  # start_new_session makes the shell the group leader
+        # Groups found empty are forgotten, so a recycled id is never signalled later.
+        _STARTED_GROUPS.difference_update([g for g in _STARTED_GROUPS if not _group_alive(g)])
+        _STARTED_GROUPS.add(pgid)
         try:
             finished = await _wait_event(collector.finished, limit)
             shell_exited = transport.get_returncode() is not None

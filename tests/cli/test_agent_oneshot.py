@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 
 import pytest
@@ -216,3 +217,136 @@ def test_an_empty_message_is_refused_with_exit_2(nanobot_cmd, fake_llm, configur
     result = run(nanobot_cmd, "agent", "-m", "   ")
     assert result.returncode == 2 and "the message is empty" in result.stderr
     assert fake_llm.requests == []
+
+
+# --------------------------------------------------------------------------- background work in one-shot
+
+
+def _is_subagent(request) -> bool:
+    return "You are a subagent" in json.dumps(request.body)
+
+
+def _is_report(request) -> bool:
+    return "subagent 'helper'" in json.dumps(request.messages[-1])
+
+
+def helper_responder(*, parent_delay: float, helper_delay, answer: str = "handled the report"):
+    """Parent spawns a helper, answers "Started." after `parent_delay`; the helper reports after
+    `helper_delay()`; the report turn answers `answer`."""
+
+    def responder(request):
+        if _is_subagent(request):
+            return Reply.text("the helper's report: 7 files", delay=helper_delay())
+        if _is_report(request):
+            return Reply.text(answer)
+        if any(m.get("role") == "tool" for m in request.messages):
+            return Reply.text("Started.", delay=parent_delay)
+        return Reply.tool_calls([("spawn", {"task": "count files", "label": "helper"})])
+
+    return responder
+
+
+TIMINGS = {
+    # the helper's report is queued while the parent turn still runs (the seed's lost case)
+    "before": dict(parent_delay=0.15, helper_delay=lambda: 0.0),
+    # it lands around the moment the parent turn ends
+    "during": dict(parent_delay=0.05, helper_delay=lambda: random.uniform(0.0, 0.1)),
+    # it arrives while one-shot mode is already waiting
+    "after": dict(parent_delay=0.0, helper_delay=lambda: 0.15),
+}
+
+
+@pytest.mark.parametrize("timing", list(TIMINGS))
+def test_one_shot_loses_no_report_in_20_trials(fake_llm, configure, capsys, timing):
+    """In-process `agent -m` (the real one-shot coroutine, the real SDK against the fake server)."""
+    import asyncio
+
+    from nanobot.cli.chat import _one_shot
+    from nanobot.config import load_config
+    from nanobot.session import SessionStore
+
+    cfg = load_config(configure())
+    fake_llm.responder = helper_responder(**TIMINGS[timing])
+    lost, order = [], []
+    for trial in range(20):
+        fake_llm.reset()
+        code = asyncio.run(_one_shot(cfg, f"cli:trial{trial}", "count the files in the background",
+                                     markdown=False, json_out=False))
+        out = capsys.readouterr().out
+        saved = SessionStore().load(f"cli:trial{trial}").messages
+        handled = [r for r in fake_llm.requests if _is_report(r)]
+        if code != 0 or "handled the report" not in out or not handled or not any(
+                m.get("content") == "handled the report" for m in saved):
+            lost.append(trial)
+        helper = next(r for r in fake_llm.requests if _is_subagent(r))
+        parent_end = next(r for r in fake_llm.requests if r.reply is not None and r.reply.content == "Started.")
+        order.append(helper.t_answered < parent_end.t_answered)
+        fake_llm.assert_all_valid()
+    assert lost == [], f"reports lost in trials {lost}"
+    if timing == "before":
+        assert all(order)
+    elif timing == "after":
+        assert not any(order)
+
+
+def test_a_failed_report_turn_is_shown_on_stderr_and_a_good_answer_keeps_exit_0(fake_llm, configure, capsys):
+    import asyncio
+
+    from nanobot.cli.chat import _one_shot
+    from nanobot.config import load_config
+
+    cfg = load_config(configure())
+    base = helper_responder(parent_delay=0.0, helper_delay=lambda: 0.0)
+
+    def responder(request):
+        if _is_report(request):
+            return Reply.error(400, message="does not support assistant message prefill")
+        return base(request)
+
+    fake_llm.responder = responder
+    code = asyncio.run(_one_shot(cfg, "cli:direct", "go", markdown=False, json_out=False))
+    captured = capsys.readouterr()
+    assert code == 0
+    assert captured.out.splitlines() == ["Started."]
+    assert "error:" in captured.err and "does not support assistant message prefill" in captured.err
+
+
+def test_the_only_answer_failing_in_the_background_exits_1(fake_llm, configure, capsys):
+    import asyncio
+
+    from nanobot.cli.chat import _one_shot
+    from nanobot.config import load_config
+
+    cfg = load_config(configure())
+    state = {"main": 0}
+
+    def responder(request):
+        if _is_subagent(request):
+            return Reply.text("report")
+        state["main"] += 1
+        if state["main"] == 1:
+            return Reply.tool_calls([("spawn", {"task": "t", "label": "helper"})])
+        return Reply.error(400, message=f"boom {state['main']}")  # the user turn, then the report turn
+
+    fake_llm.responder = responder
+    code = asyncio.run(_one_shot(cfg, "cli:direct", "go", markdown=False, json_out=False))
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.out == ""
+    assert "boom 2" in captured.err and "boom 3" in captured.err
+
+
+def test_json_output_lists_the_report_turns(fake_llm, configure, capsys):
+    import asyncio
+
+    from nanobot.cli.chat import _one_shot
+    from nanobot.config import load_config
+
+    cfg = load_config(configure())
+    fake_llm.responder = helper_responder(parent_delay=0.0, helper_delay=lambda: 0.1)
+    code = asyncio.run(_one_shot(cfg, "cli:direct", "go", markdown=False, json_out=True))
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert data["answer"] == "Started."
+    assert data["background"] == [{"answer": "handled the report", "stop_reason": "done", "error": None,
+                                   "tool_calls": []}]

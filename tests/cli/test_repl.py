@@ -130,19 +130,23 @@ def test_second_process_on_the_same_session_is_refused(repl, isolated_home, nano
 def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_home, host_sleepers):
     import json as _json
 
+    from nanobot.session import SessionStore
+
     pidfile = isolated_home / "workspace" / "slow.pid"
 
     def responder(request):
         body = _json.dumps(request.body)
+        last = request.messages[-1]
         if "You are a subagent" in body:
             if "quick job" in body:
                 return Reply.text("quick report: 7 files")
             return Reply.tool_calls([("exec", {"command": "sleep 6072 & echo $! > slow.pid; wait"})])
-        if "Subagent 'quick'" in body:
+        if "subagent 'quick'" in _json.dumps(last):
             return Reply.text("The quick helper counted 7 files.")
-        last = request.messages[-1]
         if last.get("role") == "tool":
             return Reply.text("Helper started.")
+        if "what now" in _json.dumps(last):
+            return Reply.text("noted the stop")
         label = "quick" if "quick" in _json.dumps(last) else "slow"
         return Reply.tool_calls([("spawn", {"task": f"{label} job", "label": label})])
 
@@ -159,7 +163,8 @@ def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_h
         time.sleep(0.05)
     (pid,) = host_sleepers("6072")
     child.sendline("/status")
-    child.expect("subagent +sa-[0-9a-f]+ 'slow' running")
+    child.expect("helper +subagent 'quick' \\(sa-[0-9a-f]+\\) completed after 1 step")
+    child.expect("helper +subagent 'slow' \\(sa-[0-9a-f]+\\) is running: 1 step \\(exec\\) so far")
     child.sendline("/stop")
     child.expect("stopped 1 subagent")
     deadline = time.monotonic() + 5
@@ -171,6 +176,10 @@ def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_h
         time.sleep(0.05)
     else:
         pytest.fail("the subagent's sleep survived /stop")
+    child.sendline("what now?")  # the model sees the stop on the next turn
+    child.expect("noted the stop")
+    seen = _json.dumps(fake_llm.requests[-1].messages)
+    assert "subagent 'slow'" in seen and "was stopped by the user (/stop)" in seen
     fake_llm.assert_all_valid()
     child.sendline("now a slow job")  # a second slow helper, still running when the user leaves
     child.expect("subagent 'slow' \\(sa-[0-9a-f]+\\) started")
@@ -178,6 +187,66 @@ def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_h
     child.sendline("/exit")
     child.expect(r"stopping 1 subagent\(s\) still running")
     child.expect(pexpect.EOF)
+    notes = [m["content"] for m in SessionStore().load("cli:direct").messages if m.get("subagent")]
+    assert len(notes) == 3, notes
+    assert "'quick'" in notes[0] and "completed" in notes[0]
+    assert "'slow'" in notes[1] and "was stopped by the user (/stop)" in notes[1]
+    assert "'slow'" in notes[2] and "was stopped by the user leaving nanobot" in notes[2]
+
+
+def test_a_failed_background_turn_is_shown_above_the_prompt(repl, fake_llm):
+    import json as _json
+
+    def responder(request):
+        last = _json.dumps(request.messages[-1])
+        if "You are a subagent" in _json.dumps(request.body):
+            return Reply.text("report", delay=0.5)
+        if "subagent 'bg'" in last:
+            return Reply.error(400, message="prefill is not supported by this model")
+        if request.messages[-1].get("role") == "tool":
+            return Reply.text("Helper started.")
+        return Reply.tool_calls([("spawn", {"task": "bg job", "label": "bg"})])
+
+    fake_llm.responder = responder
+    child = repl()
+    child.sendline("start it")
+    child.expect("Helper started.")
+    child.expect_exact(PROMPT)
+    child.expect("error:.*prefill is not supported by this model", timeout=20)
+    child.sendline("/exit")
+    child.expect(pexpect.EOF)
+
+
+def test_ctrl_c_twice_on_an_empty_prompt_leaves_once_does_not(repl, fake_llm, isolated_home):
+    marker = isolated_home / "workspace" / "started"
+    fake_llm.script(Reply.tool_calls([("exec", {"command": "touch started; sleep 60"})]), Reply.text("still here"))
+    child = repl()
+    child.sendline("run the slow thing")
+    deadline = time.monotonic() + 10
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child.sendcontrol("c")  # one Ctrl-C cancels the running turn, and does not count toward leaving
+    child.expect("cancelled")
+    child.expect_exact(PROMPT)
+    child.sendcontrol("c")  # one Ctrl-C on the empty prompt: a hint, still running
+    child.expect_exact("press Ctrl-C again to leave")
+    time.sleep(1.3)
+    child.sendcontrol("c")  # more than a second later: a first Ctrl-C again
+    child.expect_exact("press Ctrl-C again to leave")
+    child.send("typed text")
+    child.sendcontrol("c")  # clears a typed line; does not count either
+    child.sendcontrol("c")
+    child.expect_exact("press Ctrl-C again to leave")
+    assert child.isalive()
+    child.sendline("are you there?")
+    child.expect("still here")
+    child.expect_exact(PROMPT)
+    child.sendcontrol("c")
+    child.sendcontrol("c")  # twice within a second on an empty prompt: leave
+    child.expect("bye")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
 
 
 def test_multiline_input_and_history_persist_across_runs(repl, fake_llm, isolated_home):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nanobot.fakellm.rules import check_anthropic_request, check_openai_messages, estimate_tokens
+from nanobot.fakellm.rules import PREFILL_REJECTED, check_anthropic_request, check_openai_messages, estimate_tokens
 
 
 def oa_call(call_id: str, name: str = "read_file") -> dict:
@@ -36,6 +36,7 @@ def test_openai_valid_tool_round_trip_passes():
         {"role": "user", "content": [{"type": "text", "text": "and now?"}]},
         oa_assistant_calls("call_3"), oa_tool("call_3"),
         ANSWER,
+        {"role": "user", "content": "thanks"},
     ]
     assert check_openai_messages(messages) == []
 
@@ -99,8 +100,34 @@ def test_openai_tool_result_after_intervening_user_is_orphan():
 
 
 def test_openai_violation_names_the_message_index():
-    found = check_openai_messages([USER, ANSWER, ANSWER])
+    found = check_openai_messages([USER, ANSWER, ANSWER, USER])
     assert found == ["message 2 (assistant): two consecutive assistant messages"]
+
+
+# --------------------------------------------------------------------------- final assistant ("prefill")
+
+# The seed's injected report: [system, ...history, assistant(report)]. Current Claude models and
+# Mistral reject it; the others are asked to continue the report instead of answering it.
+SEED_REPORT_REQUEST = [SYS, USER, ANSWER, {"role": "assistant", "content": "[Subagent 'x' finished] report"}]
+
+
+def test_openai_request_ending_with_an_assistant_message_is_a_violation():
+    found = check_openai_messages([USER, ANSWER])
+    assert found == ["message 1 (assistant): " + PREFILL_REJECTED]
+    assert any(PREFILL_REJECTED in v for v in check_openai_messages(SEED_REPORT_REQUEST))
+
+
+def test_anthropic_request_ending_with_an_assistant_message_is_a_violation():
+    found = check_anthropic_request(None, [an_user("hi"), an_assistant("hello")])
+    assert found == ["message 1 (assistant): " + PREFILL_REJECTED]
+    found = check_anthropic_request(None, [an_user("hi"), an_assistant([{"type": "text", "text": "so"}])])
+    assert any(PREFILL_REJECTED in v for v in found)
+
+
+def test_requests_ending_with_a_user_or_tool_message_pass_the_final_message_rule():
+    assert check_openai_messages([USER, oa_assistant_calls("call_1"), oa_tool("call_1")]) == []
+    assert check_anthropic_request(None, [an_user("hi"), an_assistant([tool_use("toolu_1")]),
+                                          an_user([tool_result("toolu_1")])]) == []
 
 
 # --------------------------------------------------------------------------- Anthropic
@@ -131,6 +158,7 @@ def test_anthropic_valid_tool_round_trip_passes():
         an_assistant([tool_use("toolu_3")]),
         an_user([tool_result("toolu_3")]),
         an_assistant("all done"),
+        an_user("thanks"),
     ]
     assert check_anthropic_request(system, messages) == []
     assert check_anthropic_request("plain system", [an_user("hi")]) == []

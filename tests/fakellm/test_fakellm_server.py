@@ -101,7 +101,7 @@ def test_responder_that_raises_gives_500_and_a_violation(fake_llm):
 
 def test_invalid_requests_are_recorded_but_still_answered(fake_llm):
     bad_openai = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
-                  {"role": "assistant", "content": "b"}]
+                  {"role": "assistant", "content": "b"}, {"role": "user", "content": "and?"}]
     bad_anthropic = [{"role": "user", "content": "q"}, {"role": "user", "content": "again"}]
     assert post(fake_llm, "openai", oa(bad_openai))[0] == 200
     assert post(fake_llm, "anthropic", an(bad_anthropic))[0] == 200
@@ -116,6 +116,21 @@ def test_invalid_requests_are_recorded_but_still_answered(fake_llm):
     ]
     with pytest.raises(AssertionError, match="request 1: message 1"):
         fake_llm.assert_all_valid()
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_a_request_ending_with_an_assistant_message_is_flagged_and_a_strict_server_rejects_it(fake_llm,
+                                                                                             protocol):
+    seed_report = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "[Subagent 'x'] report"}]
+    build = oa if protocol == "openai" else an
+    assert post(fake_llm, protocol, build(seed_report))[0] == 200  # lenient: answered, but flagged
+    assert any("ends with an assistant message" in v for v in fake_llm.requests[0].violations)
+    with FakeLLMServer(strict=True) as strict:
+        strict.script(Reply.text("kept for the valid request"))
+        status, body = post(strict, protocol, build(seed_report))
+        assert status == 400 and "assistant message prefill" in json.dumps(body)
+        status, body = post(strict, protocol, build(seed_report + [{"role": "user", "content": "well?"}]))
+        assert status == 200 and "kept for the valid request" in json.dumps(body)
 
 
 def test_request_level_checks(fake_llm):

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from nanobot.tools.schema_check import drop_null_optionals, validate
+from nanobot.tools.schema_check import drop_null_optionals, usable, validate
 
 SCHEMA = {
     "type": "object",
@@ -69,3 +69,38 @@ def test_null_for_optional_property_means_default():
 def test_null_for_required_property_is_kept_and_rejected():
     args = drop_null_optionals(SCHEMA, {"path": None})
     assert validate(SCHEMA, args) == ["path: expected string, got null null"]
+
+
+# MCP servers write richer schemas: anyOf, $ref/$defs, pattern (checked by jsonschema)
+MCP_SCHEMA = {
+    "type": "object",
+    "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+                        "required": ["x", "y"]}},
+    "properties": {
+        "where": {"$ref": "#/$defs/Point"},
+        "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+        "limit": {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}], "default": None},
+    },
+    "required": ["where"],
+}
+
+
+def test_ref_anyof_and_pattern_are_enforced_with_the_standard_meaning():
+    assert validate(MCP_SCHEMA, {"where": {"x": 1, "y": 2}, "code": "ABC", "limit": None, "extra": 1}, closed=False) == []
+    errors = validate(MCP_SCHEMA, {"where": {"x": 1}, "code": "abc", "limit": 0}, closed=False)
+    assert "where: missing required property 'y'" in errors
+    assert 'code: "abc" does not match the pattern ^[A-Z]{3}$' in errors
+    assert any(e.startswith("limit: 0 does not match any of the allowed forms") and "minimum 1" in e for e in errors)
+
+
+def test_our_own_tools_keep_refusing_unknown_properties_inside_refs():
+    assert "unknown property 'z'" in " ".join(validate(MCP_SCHEMA, {"where": {"x": 1, "y": 2, "z": 3}}))
+
+
+def test_a_broken_schema_is_not_enforced():
+    broken = {"type": "object", "properties": {"a": {"type": "no-such-type"}}}
+    assert usable(broken) and validate(broken, {"a": 1}, closed=False) == []
+
+
+def test_null_for_an_optional_anyof_with_null_is_kept():
+    assert drop_null_optionals(MCP_SCHEMA, {"where": {}, "limit": None}) == {"where": {}, "limit": None}

@@ -1,0 +1,61 @@
+"""`nanobot mcp list`: every server in tools.mcpServers, whether it starts, and the tools it gives."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+mcp_app = typer.Typer(help="MCP servers from tools.mcpServers.", no_args_is_help=True, add_completion=False,
+                      pretty_exceptions_show_locals=False)
+
+ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json).")
+
+
+async def _probe(cfg):
+    from nanobot.app import tool_context
+    from nanobot.mcp.manager import MCPManager
+    from nanobot.tools.registry import ToolRegistry
+
+    workspace = cfg.workspace_path()
+    manager = MCPManager(cfg.tools.mcp_servers, workspace, tool_context(cfg, workspace))
+    manager.start([ToolRegistry()])
+    try:
+        await manager.wait_ready()
+        return manager.reports()
+    finally:
+        await manager.aclose()
+
+
+@mcp_app.command("list")
+def list_servers(config: Optional[Path] = ConfigOpt) -> None:
+    """Start each configured server once, show its state and tools, and stop it again."""
+    from nanobot.config import load_config
+    from nanobot.mcp.manager import log_path
+
+    cfg = load_config(config)
+    console = Console(highlight=False, soft_wrap=True)
+    if not cfg.tools.mcp_servers:
+        console.print("No MCP servers configured (tools.mcpServers in the config).")
+        return
+    reports = asyncio.run(_probe(cfg))
+    table = Table("server", "transport", "state", "tools")
+    for r in reports:
+        state = "[green]ready[/green]" if r.state == "ready" else f"[red]{escape(r.state)}[/red]: {escape(r.error)}"
+        if r.trusted:
+            state += " [dim](trusted: runs without asking)[/dim]"
+        lines = [escape(name) for name in r.tools] or (["none"] if r.state == "ready" else ["-"])
+        if r.not_enabled:
+            lines.append(f"[dim]not enabled: {escape(', '.join(r.not_enabled))}[/dim]")
+        if r.unknown_enabled:
+            lines.append(f"[yellow]enabledTools names unknown here: {escape(', '.join(r.unknown_enabled))}[/yellow]")
+        table.add_row(escape(r.name), r.transport, state, "\n".join(lines))
+    console.print(table)
+    failed = [r.name for r in reports if r.state != "ready"]
+    if failed:
+        console.print(f"[dim]server output is logged in {escape(str(log_path('<name>')))}[/dim]")

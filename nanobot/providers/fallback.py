@@ -1,0 +1,116 @@
+"""agents.defaults.fallbackModels: the next model when one keeps failing (nanobot's semantics).
+
+Each candidate is a RetryingProvider, so a model is given up only after its own retries are
+spent, and only for failures another model may not share: overload, rate limits, 5xx,
+timeouts and lost connections (the errors marked retryable). A rejected request (400), a bad
+key (401) or a prompt that is too long is raised at once: another model would not fix it.
+Nothing is switched once text has been streamed to the screen (the answer would repeat).
+Every request starts with the primary model; after it failed over three requests in a row
+it is skipped for a minute, then tried again. Each switch is announced in one line.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from nanobot.errors import ProviderError
+from nanobot.messages import Message
+from nanobot.providers.base import LLMResponse, Provider
+
+FallbackCallback = Callable[[str], None]
+
+PRIMARY_FAILURE_THRESHOLD = 3
+PRIMARY_COOLDOWN_SECONDS = 60.0
+
+
+@dataclass
+class Candidate:
+    label: str  # provider/model as the user wrote it
+    provider: Provider | None
+    temperature: float | None = None  # the fallback's own settings, when it has them
+    max_tokens: int = 0
+    unusable: str = ""  # why it cannot be tried (a missing key, a provider we cannot speak)
+
+
+def _reason(error: ProviderError) -> str:
+    return str(error.message).splitlines()[0][:160]
+
+
+class FallbackProvider(Provider):
+    def __init__(self, chain: list[Candidate], on_fallback: FallbackCallback | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        primary = chain[0].provider
+        assert primary is not None
+        super().__init__(primary.model)
+        self.name = primary.name
+        self.inner = primary
+        self.chain = chain
+        self.on_fallback = on_fallback
+        self._clock = clock
+        self._primary_failures = 0
+        self._primary_skipped_until = 0.0
+
+    async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
+        on_delta = kwargs.get("on_delta")
+        streamed = [False]
+        if on_delta is not None:
+            def relay(text: str) -> None:
+                streamed[0] = True
+                on_delta(text)
+            kwargs["on_delta"] = relay
+        last_error: ProviderError | None = None
+        previous = self.chain[0].label
+        for index, candidate in enumerate(self.chain):
+            if index == 0 and self._clock() < self._primary_skipped_until:
+                previous = f"{candidate.label} (skipped for a minute after repeated failures)"
+                continue
+            if candidate.provider is None:
+                self._say(f"fallback model {candidate.label} cannot be used: {candidate.unusable}")
+                continue
+            if index > 0:
+                self._say(f"{previous} failed ({_reason(last_error)}); switching to fallback model {candidate.label}"
+                          if last_error is not None else f"{previous}; using fallback model {candidate.label}")
+            try:
+                response = await candidate.provider.chat(messages, **self._settings(candidate, kwargs))
+            except ProviderError as error:
+                if not error.retryable or streamed[0]:
+                    raise
+                last_error = error
+                previous = candidate.label
+                if index == 0:
+                    self._primary_failures += 1
+                    if self._primary_failures >= PRIMARY_FAILURE_THRESHOLD:
+                        self._primary_skipped_until = self._clock() + PRIMARY_COOLDOWN_SECONDS
+                        self._primary_failures = 0
+                continue
+            if index == 0:
+                self._primary_failures = 0
+            return response
+        if last_error is None:
+            raise ProviderError("no model left to try: every fallback model is unusable")
+        raise last_error
+
+    @staticmethod
+    def _settings(candidate: Candidate, kwargs: dict[str, Any]) -> dict[str, Any]:
+        out = dict(kwargs)
+        if candidate.temperature is not None:
+            out["temperature"] = candidate.temperature
+        if candidate.max_tokens and "max_tokens" in out:
+            out["max_tokens"] = min(out["max_tokens"], candidate.max_tokens)  # never more than the budget allows
+        return out
+
+    def _say(self, text: str) -> None:
+        if self.on_fallback is not None:
+            self.on_fallback(text)
+
+    def prewarm(self) -> None:
+        inner = getattr(self.inner, "inner", None)
+        if hasattr(inner, "prewarm"):
+            inner.prewarm()
+
+    async def aclose(self) -> None:
+        for candidate in self.chain:
+            if candidate.provider is not None:
+                await candidate.provider.aclose()
