@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 # Relative to HOME. All of HOME is hidden anyway; these are listed again so they stay hidden
@@ -97,26 +98,31 @@ def build_policy(workspace: Path, *, restrict: bool, network: bool, limits: Limi
     ws = _resolved(workspace)
     home = _resolved(home or Path(os.path.expanduser("~")))
     nb_home = _resolved(nanobot_home or paths.nanobot_home())
+    hidden, shown = _areas(home, nb_home, os.environ.get("PATH", ""), restrict)
+    return Policy(workspace=ws, read_only=(ws / "memory",), hidden=hidden, restrict=restrict,
+                  network=network, limits=limits or Limits(), toolchains=shown)
+
+
+@lru_cache(maxsize=32)
+def _areas(home: Path, nb_home: Path, path_env: str, restrict: bool) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """(hidden, shown read-only inside hidden areas); the same for every command of a session."""
     hidden = [home, nb_home, *(home / c for c in CREDENTIAL_STORES), *(Path(p) for p in _ALWAYS_HIDDEN)]
-    hidden = [_resolved(h) for h in hidden]
-    unique = tuple(dict.fromkeys(h for h in hidden if h != Path("/")))
+    unique = tuple(dict.fromkeys(h for h in (_resolved(h) for h in hidden) if h != Path("/")))
     # toolchains, the running Python, and the folders on PATH (so ~/bin and pyenv shims work),
     # unless one of them would show a credential store or the nanobot home
-    secret = [home, nb_home, *(home / c for c in CREDENTIAL_STORES)]
-    path_dirs = [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(p)]
+    secret = [home, nb_home, *(_resolved(home / c) for c in CREDENTIAL_STORES)]
+    path_dirs = [Path(p) for p in path_env.split(os.pathsep) if os.path.isabs(p)]
     tools = [home / t for t in TOOLCHAINS] + [Path(sys.base_prefix), Path(sys.prefix)] + path_dirs
     tools = [_resolved(t) for t in tools if t.is_dir()]
 
-
     def reveals_a_secret(t: Path) -> bool:  # inside a credential store or the nanobot home, or above one
-        return any((t.is_relative_to(c) and c != home) or _resolved(c).is_relative_to(t) for c in secret)
+        return any((t.is_relative_to(c) and c != home) or c.is_relative_to(t) for c in secret)
 
     shown = tuple(dict.fromkeys(
         t for t in tools
         if (restrict or any(t.is_relative_to(h) for h in unique)) and not reveals_a_secret(t)
     ))
-    return Policy(workspace=ws, read_only=(ws / "memory",), hidden=unique, restrict=restrict,
-                  network=network, limits=limits or Limits(), toolchains=shown)
+    return unique, shown
 
 
 def beneath_except(root: Path, excluded: list[Path]) -> list[Path]:

@@ -159,42 +159,56 @@ def test_no_capabilities_and_no_escape_through_proc(ws, confinement, config_file
     assert KEY not in out and "NANOBOT_HOME=" not in out
 
 
-def _processes() -> int:
-    return sum(1 for e in os.listdir("/proc") if e.isdigit())
-
-
 def test_fork_bomb_is_bounded_and_the_machine_survives(ws, confinement):
     if "NOT bounded" in confinement.process_limit:
         pytest.skip(f"process limit not enforceable here: {confinement.process_limit}")
     limit = 64
     tool = make_tool(ws, confinement, exec_timeout=4.0, exec_limits=Limits(processes=limit))
-    baseline = _processes()
-    peak = [baseline]
+    # every shell of the bomb sleeps as `sleep 3131` once it has forked: counting those on the host
+    # measures the bomb itself, whatever the other users of this machine start or stop meanwhile
+    peak = [0]
+    tasks = [0]  # the kernel's own count of the tree, where a pids cgroup holds it
     stop = threading.Event()
+    cgroups = f"/sys/fs/cgroup/pids/nanobot-exec-{os.getpid()}-*/pids.current"
 
     def sample() -> None:
+        import glob
+
+        files = []
+        rounds = 0
         while not stop.is_set():
-            peak[0] = max(peak[0], _processes())
-            time.sleep(0.01)
+            if rounds % 25 == 0:  # scanning /proc is slow; the cgroup's counter is cheap to read
+                peak[0] = max(peak[0], len(host_pids("3131")))
+                files = glob.glob(cgroups)
+            for current in files:
+                try:
+                    tasks[0] = max(tasks[0], int(Path(current).read_text()))
+                except (OSError, ValueError):
+                    pass
+            rounds += 1
+            time.sleep(0.002)
 
     sampler = threading.Thread(target=sample)
     sampler.start()
     started = time.monotonic()
+    out = ""
     try:
-        run(tool, "b(){ b & b & sleep 30; }; b")  # sleeping parents keep the tree up until the timeout
-    except ToolError:
-        pass
+        out = run(tool, "b(){ b & b & sleep 3131; }; b")  # sleeping parents keep the tree up until the timeout
+    except ToolError as exc:
+        out = str(exc)
     finally:
         stop.set()
         sampler.join()
     took = time.monotonic() - started
-    # the bomb did grow to the limit (so the bound was what stopped it) ...
-    assert peak[0] >= baseline + limit // 2, (baseline, peak[0])
-    # ... and no further (other engineers share this machine: allow for their churn)
-    assert peak[0] <= baseline + limit + 40, (baseline, peak[0])
+    print(f"fork bomb under {confinement.mechanism}: peak {peak[0]} sleeping shells, {tasks[0]} tasks")
+    # the bomb did grow (sampling a transient on a busy machine sees only part of its peak) ...
+    assert tasks[0] >= limit // 4 or peak[0] >= 4, (tasks[0], peak[0], out[:300])
+    assert tasks[0] <= limit
+    # ... and no further, seen from the host: each sleeping shell is two tasks, itself and its sleep
+    assert peak[0] <= limit // 2, peak[0]
     assert took < 15
     assert subprocess.run(["true"]).returncode == 0  # the machine still forks
-    assert wait_until(lambda: _processes() <= baseline + 20, 5)
+    assert wait_until(lambda: not host_pids("3131"), 5)  # and nothing of the bomb is left
 
 
 def test_file_size_limit_stops_a_runaway_write(ws, confinement):
