@@ -68,11 +68,13 @@ def tool_context(cfg: Config, workspace: Path, approver: Approver | None = None)
 def build_tools(cfg: Config, workspace: Path, approver: Approver | None = None) -> ToolRegistry:
     """The tools a subagent gets; the main agent gets these plus spawn (see open_assistant)."""
     from nanobot.tools.files import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
+    from nanobot.tools.recall import SearchHistoryTool
     from nanobot.tools.shell import ExecTool
     from nanobot.tools.web import WebFetchTool, WebSearchTool
 
     ctx = tool_context(cfg, workspace, approver)
-    registry = ToolRegistry([ReadFileTool(ctx), WriteFileTool(ctx), EditFileTool(ctx), ListDirTool(ctx)])
+    registry = ToolRegistry([ReadFileTool(ctx), WriteFileTool(ctx), EditFileTool(ctx), ListDirTool(ctx),
+                             SearchHistoryTool(ctx)])
     if cfg.tools.exec.enable:
         registry.register(ExecTool(ctx))
     registry.register(WebSearchTool(ctx, api_key=cfg.tools.web.search.api_key or None))
@@ -172,6 +174,7 @@ class Assistant:
     approver: SessionApprover | None = None  # answers risky actions; remembers this session's "always"
     imports: ImportResult = field(default_factory=lambda: ImportResult([], []))  # what came from nanobot
     mcp: MCPManager | None = None  # MCP servers starting or started in the background
+    warnings: list[str] = field(default_factory=list)  # for the user at start-up (damaged memory files, ...)
 
     async def mcp_ready(self) -> None:
         """Wait for MCP servers still starting (a turn calls this, never the prompt)."""
@@ -255,6 +258,7 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     except ContextTooSmallError:
         store.close(session)
         raise
+    warnings = [*session.warnings, *context.memory.startup_check()]
     mcp = start_mcp(cfg, workspace, [tools, sub_tools], approver,  # last: nothing after it can fail and leak them
                     notify=lambda text: conversation.background_emit(Notice(text, "warning")))
-    return Assistant(cfg, workspace, store, conversation, approver, imports, mcp)
+    return Assistant(cfg, workspace, store, conversation, approver, imports, mcp, warnings)

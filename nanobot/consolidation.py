@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from nanobot.agent.events import EventSink, Notice, ignore
 from nanobot.errors import ProviderError
-from nanobot.memory import MemoryStore
+from nanobot.memory import MemoryStore, MemoryUpdateRefused
 from nanobot.messages import Message, text_of, tool_calls_of
 from nanobot.providers.base import Provider
 from nanobot.session import Session, SessionStore, as_sent, with_runtime_context
@@ -283,11 +283,11 @@ class Consolidator:
             emit(Notice(f"compacting {total} message{'s' if total != 1 else ''} into memory…"))
         while session.last_consolidated < end:
             start = session.last_consolidated
-            memory_text = self.memory.read_memory()
+            memory_text = self.memory.state().usable  # an empty or cut-off file is not "nothing remembered"
             piece, request = self._fitting_piece(session.messages, start, self._render_limit(session, end),
                                                  memory_text)
             chunk = session.messages[start:piece]
-            first_line = await self._summarise_with_retries(chunk, request, report, emit)
+            first_line = await self._summarise_with_retries(chunk, request, report, emit, memory_text)
             if first_line:
                 report.history_entries.append(first_line)
             # HISTORY.md (and MEMORY.md) are durable now; only then does the chunk leave the prompt
@@ -350,13 +350,13 @@ class Consolidator:
         return self.calibration.adjust(size + self.counter.count_tools([SAVE_MEMORY_TOOL])) <= self.budget
 
     async def _summarise_with_retries(self, chunk: list[Message], request: list[Message] | None,
-                                      report: ConsolidationReport, emit: EventSink) -> str:
+                                      report: ConsolidationReport, emit: EventSink, base: str) -> str:
         """Summarise the chunk, or archive it raw after repeated failures; returns the entry's first line."""
         reason = "the consolidation request cannot fit the context window"
         attempts = self.max_failures if request is not None else 0
         for _ in range(attempts):
             try:
-                return self._record(chunk, await self._ask(request), report)
+                return self._record(chunk, await self._ask(request), report, base)
             except ConsolidationFailure as exc:
                 reason = str(exc)
                 report.failures.append(reason)
@@ -390,21 +390,76 @@ class Consolidator:
                                         max_tokens=self.reply_tokens, temperature=0.0)
 
     def _record(self, chunk: list[Message], answer: tuple[dict[str, Any], bool],
-                report: ConsolidationReport) -> str:
+                report: ConsolidationReport, base: str) -> str:
+        """Both or neither: the store writes the entry and the update only if both pass its checks."""
         args, truncated = answer
-        outcome = self.memory.apply_update(args["memory_update"], truncated=truncated)
-        if outcome.status == "refused":
-            raise ConsolidationFailure(outcome.message)
+        try:
+            first, outcome = self.memory.record_consolidation(
+                args["history_entry"], args["memory_update"], truncated=truncated, base=base,
+                when=_chunk_time(chunk, self.clock))
+        except MemoryUpdateRefused as exc:
+            raise ConsolidationFailure(exc.message) from None
+        report.notices.extend(outcome.notices)
         if outcome.status == "held_back":
             report.notices.append(outcome.message)
-        first = self.memory.append_history(args["history_entry"], when=_chunk_time(chunk, self.clock))
-        if not first:
-            raise ConsolidationFailure("the history entry was empty")
         return first
 
 
+def _as_markdown(value: Any, depth: int = 0) -> str:
+    """A memory update sent as an object or a list of facts, as MEMORY.md markdown."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        parts = []
+        for key, item in value.items():
+            body = _as_markdown(item, depth + 1).strip("\n")
+            parts.append(f"{'#' * min(depth + 2, 6)} {key}\n\n{body}" if body else f"{'#' * min(depth + 2, 6)} {key}")
+        return "\n\n".join(parts) + "\n"
+    if isinstance(value, (list, tuple)):
+        lines = []
+        for item in value:
+            text = _as_markdown(item, depth + 1).strip()
+            if not text:
+                continue
+            lines.append(text if isinstance(item, (dict, list)) or text.startswith(("- ", "* ", "#")) else f"- {text}")
+        return "\n".join(lines) + "\n"
+    if value is None:
+        return ""
+    return str(value)
+
+
+def _as_entry(value: Any) -> str:
+    """A history entry sent as an object ({date, summary}) or a list of sentences, as one paragraph."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        stamp = next((str(value[k]) for k in ("date", "timestamp", "time", "when") if value.get(k)), "")
+        body = " ".join(_as_entry(v) for k, v in value.items() if k not in ("date", "timestamp", "time", "when"))
+        if stamp and not stamp.startswith("["):
+            stamp = f"[{stamp}]"
+        return f"{stamp} {body}".strip()
+    if isinstance(value, (list, tuple)):
+        return " ".join(_as_entry(v) for v in value).strip()
+    return "" if value is None else str(value)
+
+
+def _decode_json_text(value: Any) -> Any:
+    """A JSON string that holds an object or a list (models double-encode); other text stays text."""
+    if isinstance(value, str) and value.strip()[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
 def parse_save_memory(raw: Any) -> dict[str, str]:
-    """save_memory arguments from a dict, a JSON string or a one-element list; raises ConsolidationFailure."""
+    """save_memory arguments as two texts, from the shapes models really send; raises ConsolidationFailure.
+
+    The arguments may be an object, a JSON string (even double-encoded) or a one-element list;
+    `memory_update` may be markdown text, an object of sections or a list of facts (also as a
+    JSON string); `history_entry` may be text, an object ({date, summary}) or a list.
+    """
     value = raw
     for _ in range(3):  # a JSON string may itself hold a JSON string (double-encoded)
         if isinstance(value, str):
@@ -418,12 +473,14 @@ def parse_save_memory(raw: Any) -> dict[str, str]:
             break
     if not isinstance(value, dict):
         raise ConsolidationFailure(f"save_memory arguments must be an object, got {type(value).__name__}")
+    if "history_entry" not in value and isinstance(value.get("arguments"), (dict, str)):
+        return parse_save_memory(value["arguments"])  # {"name": "save_memory", "arguments": {...}}
     out = {}
-    for name in ("history_entry", "memory_update"):
+    for name, convert in (("history_entry", _as_entry), ("memory_update", _as_markdown)):
         item = value.get(name)
-        if not isinstance(item, str):
+        if item is None or isinstance(item, bool) or isinstance(item, (int, float)):
             raise ConsolidationFailure(f"save_memory argument {name} is missing or not text")
-        out[name] = item
+        out[name] = convert(_decode_json_text(item))
     return out
 
 

@@ -160,3 +160,50 @@ def test_grep_agrees_with_matching_each_entry_alone(tmp_path_factory, bodies, pa
     finally:
         history_log.BLOCK_SIZE = old
     assert got == expected
+
+
+# -- the ripgrep fast path gives exactly what the Python engine gives ------------------------------
+
+TRICKY = (
+    "preamble line without a stamp, lisbon\n\n"
+    "[2026-01-01 10:00] first lisbon entry\n  continued line\n[not a stamp] still the first entry\n\n\n"
+    "[2026-01-02 10:00:30] CRLF entry Lisbon\r\n\r\n"
+    "[2026-01-03T11:00] trailing unicode space lisbon\u00a0\u3000\n\n"
+    "[2026-01-04 12:00] café and naïve, lisbon\n\n"
+    "[2026-01-05 12:00] ends with a file separator lisbon\x1c\n\n"
+    "[2026-01-06 12:00] deadline soon release notes\n\n"
+    "[2026-13-45 99:99] impossible date lisbon\n\n"
+    "[2026-01-07 12:00] last one, no newline at the end: lisbon"
+)
+PATTERNS = ["lisbon", "Lisbon", "^\\[2026-01-0[1-4]", "lisbon$", "deadline \\w+ release", "caf. and",
+            "(first|last) (lisbon|one)", "\\d{2}:\\d{2}\\] [A-Z]", "[0-9]{4}-0[15]", "zzz", "lisbon\\b"]
+
+
+@pytest.mark.parametrize("ignore_case", [False, True])
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_fast_grep_output_is_byte_for_byte_the_python_engines(tmp_path, pattern, ignore_case):
+    path = tmp_path / "HISTORY.md"
+    path.write_bytes(TRICKY.encode() + b"\n\n[2026-02-01 10:00] bad byte \xff lisbon\n")
+    slow = history_log.grep(path, pattern, ignore_case=ignore_case)
+    out, count = history_log.grep_fast_output(path, pattern, ignore_case=ignore_case)
+    assert out == "".join(e.text + "\n\n" for e in slow).encode() and count == len(slow)
+    assert history_log.grep_fast(path, pattern, ignore_case=ignore_case) == slow
+    since = history_log.parse_when("2026-01-02")
+    assert history_log.grep_fast(path, pattern, ignore_case=ignore_case, since=since, last=2) == \
+        history_log.grep(path, pattern, ignore_case=ignore_case, since=since, last=2)
+
+
+def test_fast_grep_with_many_matches_uses_the_entry_table_and_stays_exact(tmp_path, monkeypatch):
+    path = tmp_path / "HISTORY.md"
+    path.write_text(TRICKY * 50)
+    monkeypatch.setattr(history_log, "_FEW_MATCHES", 3)
+    for pattern in ("lisbon", "^\\[2026"):
+        slow = history_log.grep(path, pattern)
+        assert history_log.grep_fast_output(path, pattern)[0] == "".join(e.text + "\n\n" for e in slow).encode()
+
+
+@pytest.mark.parametrize("pattern", ["lisbon\\s+x", "[^a]", "(?s)a.b", "(?<=a)b", "(a)\\1", "x*", "\\n", "a{,2}b"])
+def test_patterns_only_python_can_take_leave_the_fast_path(tmp_path, pattern):
+    path = tmp_path / "HISTORY.md"
+    path.write_text(TRICKY)
+    assert history_log.grep_fast_output(path, pattern) is None

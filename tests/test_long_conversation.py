@@ -138,11 +138,15 @@ def test_300_turns_at_an_8k_window(configure, fake_llm, isolated_home, nanobot_c
     entries = [e for e in re.split(r"\n\n+", history.strip()) if e.strip()]
     assert entries and all(_STAMP.match(e) for e in entries), "every HISTORY.md entry is dated"
     assert "RAW archive" not in history
+    from nanobot.app import tool_context
+    from nanobot.tools.recall import SearchHistoryTool
+
+    recall = SearchHistoryTool(tool_context(cfg, workspace))  # what the model itself would call
     for fact, key in FACTS:
         if key in remembered:
             continue
-        found = subprocess.run([*nanobot_cmd, "history", "grep", key], capture_output=True, text=True, timeout=30)
-        assert found.returncode == 0 and fact in found.stdout, f"forgot {fact!r}: {found.stdout}{found.stderr}"
+        found = asyncio.run(recall.run(query=key))
+        assert fact in found, f"forgot {fact!r}: {found}"
     assert all(f"- {fact}" in remembered for fact, _ in FACTS[:3])
 
 

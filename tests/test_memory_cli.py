@@ -203,3 +203,19 @@ def test_edit_copy_is_private(runner, ws, tmp_path, monkeypatch):
     monkeypatch.setenv("EDITOR", _editor(tmp_path, body))
     run(runner, memory_app, "edit", "-w", str(ws))
     assert int(record.read_text(), 8) & (stat.S_IRWXG | stat.S_IRWXO) == 0
+
+
+def test_edit_while_consolidation_writes_keeps_both_changes(runner, ws, tmp_path, monkeypatch):
+    store = MemoryStore(ws)
+    store.write_memory("# Memory\n\n- Name: Dana\n- Lives in Lisbon\n", reason="a")
+    monkeypatch.delenv("VISUAL", raising=False)
+    # while the editor is open, a consolidation adds a fact to the real file
+    body = (f"from nanobot.memory import MemoryStore\n"
+            f"s = MemoryStore({str(ws)!r}); base = s.read_memory()\n"
+            f"s.apply_update(base + '- Has a cat\\n', truncated=False, base=base)\n"
+            f"text = open(path).read()\nopen(path, 'w').write(text.replace('Lisbon', 'Porto'))")
+    monkeypatch.setenv("EDITOR", _editor(tmp_path, body))
+    result = run(runner, memory_app, "edit", "-w", str(ws))
+    assert result.exit_code == 0, result.stderr
+    assert store.read_memory() == "# Memory\n\n- Name: Dana\n- Lives in Porto\n- Has a cat\n"
+    assert "merged" in result.stderr

@@ -111,7 +111,7 @@ def test_prompt_section_lists_skills_and_inlines_always_bodies(workspace: Path) 
     assert "BLOCKED-BODY-MARKER" not in section  # requirements unmet
     assert str(workspace / "skills" / "lazy" / "SKILL.md") in section
     assert "How your long-term memory works" in section
-    assert "nanobot history grep" in section  # the bundled memory skill is always on
+    assert "search_history" in section  # the bundled memory skill is always on
 
 
 def test_prompt_section_is_deterministic(workspace: Path) -> None:

@@ -172,3 +172,58 @@ def test_two_sessions_at_the_same_time_both_work(configure, fake_llm, isolated_h
     for request in fake_llm.requests:
         body = json.dumps(request.messages)
         assert not ("alpha" in body and "beta" in body)
+
+
+def test_two_processes_consolidating_into_one_workspace_lose_neither_update(
+        configure, fake_llm, isolated_home, nanobot_cmd):
+    """Both summaries are computed from the same MEMORY.md at the same time; the second to land is
+    merged on top of the first (compare-and-swap), so both facts stay."""
+    from nanobot.memory import MemoryStore
+
+    window = 8192
+    configure(contextWindowTokens=window)
+    store = MemoryStore(isolated_home / "workspace")
+    store.write_memory("# Memory\n\n- The user is Ana.\n", reason="setup")
+    sessions = SessionStore(isolated_home / "sessions")
+    for key in ("cli:alpha", "cli:beta"):
+        session = sessions.open(key)
+        for i in range(60):
+            sessions.append(session, [
+                {"role": "user", "content": f"{key} turn {i}: " + "lorem ipsum dolor " * 30,
+                 "timestamp": "2026-01-05T10:00:00"},
+                {"role": "assistant", "content": "ok " * 40, "timestamp": "2026-01-05T10:01:00"}])
+        sessions.close(session)
+
+    import threading
+
+    both_asked = threading.Barrier(2, timeout=90)
+    first_seen: set[str] = set()
+    seen_lock = threading.Lock()
+
+    def brain(req):
+        if not (req.tools and req.tools[0].get("function", {}).get("name") == "save_memory"):
+            return Reply.text("answered")
+        body = json.dumps(req.messages)
+        who = "alpha" if "cli:alpha turn" in body else "beta"
+        current = req.messages[-1]["content"].split("## Current MEMORY.md\n\n", 1)[1].split("\n\n## Conv", 1)[0]
+        with seen_lock:
+            first = who not in first_seen
+            first_seen.add(who)
+        if first:  # answer neither first summary before both were asked: both start from the same text
+            both_asked.wait()
+        return Reply.tool_calls([("save_memory", {"history_entry": f"[2026-01-05 10:00] talked in {who}",
+                                                  "memory_update": current + f"\n- Learned in {who}.\n"})])
+    fake_llm.responder = brain
+    procs = [subprocess.Popen([*nanobot_cmd, "agent", "-s", key, "-m", "hello"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+             for key in ("cli:alpha", "cli:beta")]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    text = store.read_memory()
+    assert "- The user is Ana." in text and "- Learned in alpha." in text and "- Learned in beta." in text
+    history = store.history_file.read_text()
+    assert "talked in alpha" in history and "talked in beta" in history
+    saves = [r for r in fake_llm.requests if r.tools and r.tools[0].get("function", {}).get("name") == "save_memory"]
+    bases = {r.messages[-1]["content"].split("## Conversation")[0] for r in saves[:2]}
+    assert len(bases) == 1, "both updates were computed from the same MEMORY.md"
+    assert any("merged on top" in err for _, err in outs)

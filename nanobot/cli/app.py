@@ -38,20 +38,26 @@ def _root(version: bool = typer.Option(False, "--version", "-V", callback=_versi
     """nanobot — a personal AI assistant in your terminal."""
 
 
-def _mount_subcommands() -> None:
-    from nanobot.cli.cron_cmd import cron_app
-    from nanobot.cli.memory_cmd import history_app, memory_app
-    from nanobot.cli.session_cmd import session_app
-    from nanobot.cli.mcp_cmd import mcp_app
-    from nanobot.cli.skills_cmd import skills_app
+# The command groups, by name: (module, attribute, help). Only the group named on the command line is
+# imported, so `nanobot history grep` does not pay for the session store, the config model or MCP.
+_GROUPS: dict[str, tuple[str, str, str]] = {
+    "session": ("nanobot.cli.session_cmd", "session_app", "List, show, repair and import sessions."),
+    "memory": ("nanobot.cli.memory_cmd", "memory_app", "What the assistant remembers (MEMORY.md)."),
+    "history": ("nanobot.cli.memory_cmd", "history_app", "Search the archive of past conversations (HISTORY.md)."),
+    "skills": ("nanobot.cli.skills_cmd", "skills_app", "Skills the assistant can use."),
+    "mcp": ("nanobot.cli.mcp_cmd", "mcp_app", "MCP servers and the tools they give."),
+    "cron": ("nanobot.cli.cron_cmd", "cron_app",
+             "Scheduled jobs and reminders (they fire while `nanobot serve` or a chat runs)."),
+}
 
-    app.add_typer(session_app, name="session", help="List, show, repair and import sessions.")
-    app.add_typer(memory_app, name="memory", help="What the assistant remembers (MEMORY.md).")
-    app.add_typer(history_app, name="history", help="Search the archive of past conversations (HISTORY.md).")
-    app.add_typer(skills_app, name="skills", help="Skills the assistant can use.")
-    app.add_typer(mcp_app, name="mcp", help="MCP servers and the tools they give.")
-    app.add_typer(cron_app, name="cron", help="Scheduled jobs and reminders (they fire while `nanobot serve` "
-                  "or a chat runs).")
+
+def _mount_subcommands(only: str | None = None) -> None:
+    """Add the command groups (all of them, or only the one named `only`)."""
+    from importlib import import_module
+
+    for name, (module, attr, help_text) in _GROUPS.items():
+        if only is None or only == name:
+            app.add_typer(getattr(import_module(module), attr), name=name, help=help_text)
 
 
 @app.command()
@@ -120,7 +126,8 @@ def main() -> None:
     from nanobot.errors import NanobotError
 
     if sys.argv[1:2] not in (["--version"], ["-V"]):
-        _mount_subcommands()
+        group = sys.argv[1] if len(sys.argv) > 1 else None
+        _mount_subcommands(group if group in _GROUPS else None)
     try:
         app(standalone_mode=True)
     except NanobotError as exc:

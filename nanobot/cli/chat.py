@@ -95,8 +95,8 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
         Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False))
     for note in assistant.startup_notes():
         err.print(f"[dim]{escape(note)}[/dim]", highlight=False)
-    for warning in conversation.session.warnings:
-        err.print(f"[yellow]warning: {warning}[/yellow]")
+    for warning in assistant.warnings:
+        err.print(f"[yellow]warning: {escape(warning)}[/yellow]")
     banner = _exec_banner(cfg)
     if "NOT confined" in banner:
         err.print(banner, highlight=False)
@@ -231,8 +231,8 @@ class Chat:
             self.console.print(_exec_banner(self.cfg), highlight=False)
             for note in self.assistant.startup_notes():
                 self.console.print(f"[dim]{escape(note)}[/dim]", highlight=False)
-            for warning in self.conversation.session.warnings:
-                self.console.print(f"[yellow]warning: {warning}[/yellow]")
+            for warning in self.assistant.warnings:
+                self.console.print(f"[yellow]warning: {escape(warning)}[/yellow]")
             for skill in getattr(self.conversation.context.skills, "held", []):
                 self.console.print(f"[yellow]skill {escape(skill.name)} is off: it {escape(skill.gate)} "
                                    f"({escape(skill.state)}); read it, then run `nanobot skills approve "

@@ -119,6 +119,8 @@ def memory_show(
             _err(f"nothing remembered yet: {info.path} does not exist")
             return
         text = store.read_memory()
+        for warning in store.warnings:
+            _err(f"warning: {warning}")
         if _stdout_is_tty() and not raw:
             from rich.console import Console
             from rich.markdown import Markdown
@@ -164,6 +166,30 @@ def memory_restore(n: int = typer.Argument(..., help="Version number from `nanob
                   f"(undo with `nanobot memory restore 1`)")
 
 
+@memory_app.command("check")
+def memory_check(
+    workspace: Optional[Path] = WorkspaceOpt,
+    window: Optional[int] = typer.Option(None, "--window", min=1,
+                                         help="Context window in tokens (default: from config, else 65536)."),
+    json_out: bool = typer.Option(False, "--json", help="A JSON array of {severity, code, message, fix}."),
+) -> None:
+    """Look for damaged, shrunken or duplicated memory and say how to fix each. Exit 0 clean, 1 problems."""
+    from nanobot.memory_check import check_memory
+
+    with _errors():
+        findings = check_memory(_store(workspace), context_window=window or _context_window())
+    problems = [f for f in findings if f.severity == "problem"]
+    if json_out:
+        print(json.dumps([f.to_json() for f in findings], ensure_ascii=False, indent=1))
+    else:
+        for f in findings:
+            print(f"{'problem' if f.severity == 'problem' else 'ok'}: {f.message}")
+            if f.fix:
+                print(f"  fix: {f.fix}")
+        print(f"{len(problems)} problem(s) found" if problems else "memory looks healthy")
+    raise typer.Exit(1 if problems else 0)
+
+
 def _editor_command() -> list[str]:
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     return shlex.split(editor)
@@ -204,8 +230,11 @@ def memory_edit(workspace: Optional[Path] = WorkspaceOpt) -> None:
         if receipt.masked:
             _err("note: text that looked like a secret (API key, token, password) was replaced by [REDACTED]")
         if receipt.concurrent_change:
-            _err("note: MEMORY.md changed while you were editing (consolidation?); "
-                 "that text was replaced and is saved as version 1 — see `nanobot memory versions`")
+            _err("note: MEMORY.md changed while you were editing (consolidation?); your changes were merged "
+                 "on top of the newer text — the text before the merge is version 1 (`nanobot memory versions`)")
+        if receipt.conflicts:
+            _err(f"note: {len(receipt.conflicts)} of your line(s) conflicted with that change and are under "
+                 "\"Held back update\" at the end of MEMORY.md; `nanobot memory edit` to sort them out")
 
 
 def _cleanup(tmpdir: Path) -> None:
@@ -269,9 +298,21 @@ def history_grep(
         _err(f"nanobot: error: {exc}")
         raise typer.Exit(2) from None
     path = _history_path(workspace)
-    found = history_log.iter_grep(path, rx, since=since_dt, until=until_dt)
-    if last is not None:
+    if not json_out and not _stdout_is_tty():
+        fast = history_log.grep_fast_output(path, pattern, ignore_case=ignore_case, since=since_dt,
+                                            until=until_dt, last=last)
+        if fast is not None:  # ripgrep answered: the same bytes the entry-by-entry path would print
+            sys.stdout.buffer.write(fast[0])
+            sys.stdout.flush()
+            raise typer.Exit(0 if fast[1] else 1)
+    entries = history_log.grep_fast(path, pattern, ignore_case=ignore_case, since=since_dt, until=until_dt,
+                                    last=last)
+    if entries is not None:
+        found = iter(entries)
+    elif last is not None:
         found = iter(history_log.grep(path, rx, since=since_dt, until=until_dt, last=last))
+    else:
+        found = history_log.iter_grep(path, rx, since=since_dt, until=until_dt)
     count = _emit(found, rx, json_out)
     raise typer.Exit(0 if count else 1)
 

@@ -17,11 +17,11 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from nanobot.errors import ToolError
+from nanobot.errors import NanobotError, ToolError
 from nanobot.tools.base import Tool, ToolContext
 from nanobot.tools.workspace_guard import (
     approve_access, change_diff, content_risks, display_path, location_risks, open_parent_dir, open_regular,
-    read_capped, resolve_path,
+    read_capped, resolve_path, workspace_root,
 )
 
 __all__ = ["ReadFileTool", "WriteFileTool", "EditFileTool", "ListDirTool", "READ_CHAR_CAP"]
@@ -164,11 +164,15 @@ class WriteFileTool(Tool):
         target = resolve_path(self.ctx, path)
         shown = display_path(self.ctx, target)
         _refuse_non_regular(target, shown)
+        _refuse_memory_internals(self.ctx, target)
         # ask: outside the workspace, a login/schedule file, memory or a skill (with the diff)
         risks = location_risks(self.ctx, target, "write") + content_risks(self.ctx, target)
         before = _current_text(target)
         await approve_access(self.ctx, self.name, "write", target, risks,
                              detail=change_diff(before, content, shown) if risks else "")
+        routed = _memory_write(self.ctx, target, content, base=None)
+        if routed is not None:
+            return routed
         payload = content.encode("utf-8")
         existed = os.path.lexists(target)
         _write(self.ctx, target, payload, shown)
@@ -239,6 +243,7 @@ class EditFileTool(Tool):
         shown = display_path(self.ctx, target)
         if old_text == "":
             raise ToolError("old_text is empty; to create or overwrite a whole file use write_file")
+        _refuse_memory_internals(self.ctx, target)
         # outside the workspace: ask before reading (the errors below quote the file to the model)
         outside = location_risks(self.ctx, target, "write")
         if outside and os.path.lexists(target):
@@ -263,8 +268,49 @@ class EditFileTool(Tool):
         if not outside:  # inside the workspace: memory, a skill or a git hook still asks, with the diff
             await approve_access(self.ctx, self.name, "edit", target, content_risks(self.ctx, target),
                                  detail=change_diff(content, updated, shown))
+        routed = _memory_write(self.ctx, target, updated, base=content)
+        if routed is not None:
+            return routed
         _write(self.ctx, target, updated.encode("utf-8"), shown)
         return f"Edited {shown}: replaced {count if replace_all else 1} occurrence{'s' if replace_all and count > 1 else ''}"
+
+
+# -- memory routing: MEMORY.md goes through the versioned store; HISTORY.md is append-only ---------
+
+
+def _refuse_memory_internals(ctx, target: Path) -> None:
+    """HISTORY.md and the store's own files (versions, damaged copies) are never rewritten by a tool."""
+    from nanobot.memory import protected_reason
+
+    reason = protected_reason(workspace_root(ctx), target)
+    if reason:
+        raise ToolError(reason)
+
+
+def _memory_write(ctx, target: Path, text: str, *, base: str | None) -> str | None:
+    """Write MEMORY.md through the memory store (versioned, guarded, masked); None for other files."""
+    from nanobot.memory import MemoryStore, MemoryUpdateRefused
+
+    _refuse_memory_internals(ctx, target)
+    store = MemoryStore(workspace_root(ctx))
+    if target != store.memory_file.resolve():
+        return None
+    try:
+        receipt = store.write_memory(text, reason="written by the model with a file tool", base=base, guard=True)
+    except MemoryUpdateRefused as exc:
+        raise ToolError(f"{exc.message}. {exc.hint or ''}".strip()) from None
+    except NanobotError as exc:
+        raise ToolError(f"MEMORY.md was not changed: {exc.message}") from None
+    if not receipt.changed:
+        return "MEMORY.md already holds this text; nothing changed"
+    notes = ["the previous text is kept as a version"] if receipt.version else []
+    if receipt.masked:
+        notes.append("text that looked like a secret was replaced by [REDACTED]")
+    if receipt.concurrent_change:
+        notes.append("MEMORY.md had changed meanwhile, so your change was merged on top of the newer text")
+    if receipt.conflicts:
+        notes.append(f"{len(receipt.conflicts)} line(s) conflicted and were put under \"Held back update\"")
+    return "Saved memory/MEMORY.md" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _match_lines(content: str, needle: str, limit: int = 10) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.errors import ToolError
+from nanobot.memory import watch_memory
 from nanobot.sandbox import Launch, build_policy
 from nanobot.tools.approval import ApprovalRequest
 from nanobot.tools.base import Tool
@@ -353,6 +354,12 @@ class ExecTool(Tool):
         return killed
 
     async def run(self, command: str, working_dir: str | None = None, timeout: float | None = None, **_: Any) -> str:
+        # Where the sandbox does not make memory/ read-only, a command's change to it is undone afterwards.
+        with watch_memory(workspace_root(self.ctx)) as watch:
+            result = await self._run(command, working_dir, timeout)
+        return result + watch.note
+
+    async def _run(self, command: str, working_dir: str | None, timeout: float | None) -> str:
         if not self.ctx.exec_enabled:
             raise ToolError("the exec tool is disabled in this configuration; shell commands cannot be run")
         if not command.strip():
