@@ -128,6 +128,8 @@ def snapshot(*roots: Path, skip: tuple[Path, ...] = ()) -> dict[str, tuple]:
             out[str(here)] = ("dir", os.lstat(here).st_mode)
             for name in filenames:
                 p = here / name
+                if any(p.is_relative_to(s) for s in skip):
+                    continue
                 st = os.lstat(p)
                 digest = "" if not p.is_file() or p.is_symlink() else hashlib.sha256(p.read_bytes()).hexdigest()
                 out[str(p)] = ("file", st.st_mode, st.st_nlink, digest)

@@ -119,7 +119,8 @@ def test_workspace_is_writable_memory_and_outside_are_not(ws, tmp_path, confinem
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "precious.txt").write_text("keep me")
-    before = snapshot(tmp_path, skip=(ws,))
+    own = (ws, isolated_home / "journal")  # nanobot's own memory journal is written by nanobot, not the command
+    before = snapshot(tmp_path, skip=own)
     tool = make_tool(ws, confinement)
     run(tool, f"echo new > note.txt; mkdir -p src && echo 'print(1)' > src/a.py; "
               f"echo evil >> memory/MEMORY.md; rm -f memory/MEMORY.md; mv memory memory.old; "
@@ -127,7 +128,7 @@ def test_workspace_is_writable_memory_and_outside_are_not(ws, tmp_path, confinem
               f"ln -s {outside} out; echo pwn > out/precious.txt; true")
     assert (ws / "note.txt").read_text() == "new\n" and (ws / "src" / "a.py").exists()
     assert (ws / "memory" / "MEMORY.md").read_text() == "# facts\n- the user likes tea\n"
-    assert snapshot(tmp_path, skip=(ws,)) == before
+    assert snapshot(tmp_path, skip=own) == before
 
 
 def test_restricted_shows_only_system_folders_outside_the_workspace(ws, tmp_path, confinement):

@@ -194,7 +194,10 @@ def test_hostile_corpus_leaves_no_side_effect(battlefield, mechanism, variant):
     b["fake"].script(Reply.tool_calls(calls), Reply.text("done"))
     session_file = b["nb"] / "sessions"
     secure_home(keep_open=b["ws"])  # what nanobot does to its home at start: not the corpus's doing
-    before = snapshot(b["home"], b["outside"], skip=(b["ws"], session_file))
+    # nanobot's own bookkeeping (sessions, the memory journal, import receipts), not the corpus's
+    own = (b["ws"], b["nb"] / "journal", b["nb"] / "imports.jsonl", session_file)
+    old_session = (session_file / "cli_old.jsonl").read_bytes()  # sessions: judged by the planted one
+    before = snapshot(b["home"], b["outside"], skip=own)
     memory_before = (b["ws"] / "memory" / "MEMORY.md").read_bytes()
     processes_before = _processes()
 
@@ -213,7 +216,8 @@ def test_hostile_corpus_leaves_no_side_effect(battlefield, mechanism, variant):
             kill_marked(m)
     assert len(outcome.tool_calls) == len(HOSTILE) + 1  # every hostile call was made and answered
     assert (b["ws"] / "control.txt").read_text() == "still-works\n"
-    assert snapshot(b["home"], b["outside"], skip=(b["ws"], session_file)) == before
+    assert snapshot(b["home"], b["outside"], skip=own) == before
+    assert (session_file / "cli_old.jsonl").read_bytes() == old_session
     assert (b["ws"] / "memory" / "MEMORY.md").read_bytes() == memory_before
     assert b["tcp"].connections == 0 and b["udp"].datagrams == 0
     assert not list(b["ws"].glob("META_REACHED*"))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import site
 import subprocess
 import textwrap
 import time
@@ -22,7 +23,7 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 
 PROBE = textwrap.dedent('''
     import asyncio, json, sys
-    sys.path.insert(0, sys.argv[1])
+    sys.path[:0] = [sys.argv[1], *json.loads(sys.argv[5])]  # the checkout, then the test venv's packages
     from pathlib import Path
     from nanobot.sandbox import choose
     from nanobot.tools.base import ToolContext
@@ -45,6 +46,14 @@ def _usable() -> str | None:
         return "needs root to switch to an unprivileged user"
     if not shutil.which("setpriv") or not os.path.exists(SYSTEM_PYTHON):
         return "needs setpriv and /usr/bin/python3"
+    same = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                          text=True).stdout.strip()
+    if same != str(tuple(__import__("sys").version_info[:2])):
+        return "the system python3 is not the test venv's version (its packages would not load)"
+    for packages in site.getsitepackages():
+        for parent in [Path(packages), *Path(packages).parents]:
+            if not os.stat(parent).st_mode & 0o001:
+                return f"{parent} is not searchable by other users"
     for parent in [REPO, *REPO.parents]:
         if not os.stat(parent).st_mode & 0o001:
             return f"{parent} is not searchable by other users"
@@ -85,12 +94,14 @@ def test_an_unprivileged_user_is_confined_too(nobody_root, mechanism, canary_tcp
         f"bash -c 'echo x > /dev/tcp/127.0.0.1/{canary_tcp.port}'",
         "setsid sleep 9411 >/dev/null 2>&1 </dev/null & nohup sleep 9412 >/dev/null 2>&1 &",
     ]
-    before = snapshot(home, outside)
+    own = (home / ".nanobot" / "journal",)  # nanobot's memory journal: written by nanobot, not the commands
+    before = snapshot(home, outside, skip=own)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "NANOBOT_HOME": str(home / ".nanobot"), "LANG": "C.UTF-8"}
     try:
         run = subprocess.run(
             ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", SYSTEM_PYTHON, "-I",
-             str(root / "probe.py"), str(REPO), mechanism, str(ws), json.dumps(commands)],
+             str(root / "probe.py"), str(REPO), mechanism, str(ws), json.dumps(commands),
+             json.dumps(site.getsitepackages())],
             capture_output=True, text=True, env=env, cwd=root, timeout=120,
         )
         time.sleep(0.2)
@@ -105,6 +116,6 @@ def test_an_unprivileged_user_is_confined_too(nobody_root, mechanism, canary_tcp
     text = json.dumps(result["outputs"])
     assert (ws / "made.txt").read_text() == "ok\n"
     assert "CANARY-NOBODY" not in text
-    assert snapshot(home, outside) == before
+    assert snapshot(home, outside, skip=own) == before
     assert canary_tcp.connections == 0
     assert survivors == []
