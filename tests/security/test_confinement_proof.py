@@ -120,6 +120,7 @@ def test_workspace_is_writable_memory_and_outside_are_not(ws, tmp_path, confinem
     outside.mkdir()
     (outside / "precious.txt").write_text("keep me")
     own = (ws, isolated_home / "journal")  # nanobot's own memory journal is written by nanobot, not the command
+    isolated_home.mkdir(parents=True, exist_ok=True)  # (and the journal's parent, the nanobot home)
     before = snapshot(tmp_path, skip=own)
     tool = make_tool(ws, confinement)
     run(tool, f"echo new > note.txt; mkdir -p src && echo 'print(1)' > src/a.py; "
