@@ -165,7 +165,8 @@ def test_fork_bomb_is_bounded_and_the_machine_survives(ws, confinement):
     if "NOT bounded" in confinement.process_limit:
         pytest.skip(f"process limit not enforceable here: {confinement.process_limit}")
     limit = 64
-    tool = make_tool(ws, confinement, exec_timeout=4.0, exec_limits=Limits(processes=limit))
+    # a long timeout: on a loaded machine the bomb needs a few seconds to reach the limit
+    tool = make_tool(ws, confinement, exec_timeout=8.0, exec_limits=Limits(processes=limit))
     # every shell of the bomb sleeps as `sleep 3131` once it has forked: counting those on the host
     # measures the bomb itself, whatever the other users of this machine start or stop meanwhile
     peak = [0]
@@ -208,7 +209,7 @@ def test_fork_bomb_is_bounded_and_the_machine_survives(ws, confinement):
     assert tasks[0] <= limit
     # ... and no further, seen from the host: each sleeping shell is two tasks, itself and its sleep
     assert peak[0] <= limit // 2, peak[0]
-    assert took < 15
+    assert took < 30
     assert subprocess.run(["true"]).returncode == 0  # the machine still forks
     assert wait_until(lambda: not host_pids("3131"), 5)  # and nothing of the bomb is left
 
