@@ -20,6 +20,8 @@ Message = dict[str, Any]
 
 # Keys a provider may receive; everything else (timestamp, ...) is bookkeeping.
 WIRE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
+# The key of a nanobot note's structured record (a helper's end) in a stored user message; never sent.
+NOTE_KEY = "subagent"
 
 
 def now_iso() -> str:

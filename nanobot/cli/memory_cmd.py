@@ -110,8 +110,6 @@ def memory_show(
                                          help="Context window in tokens (default: from config, else 65536)."),
 ) -> None:
     """Print MEMORY.md, then its size in tokens and its share of the context window (on stderr)."""
-    from nanobot.tokens import using_fallback
-
     with _errors():
         store = _store(workspace)
         info = store.memory_info()
@@ -130,7 +128,7 @@ def memory_show(
             sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
             sys.stdout.flush()
         window = window or _context_window()
-        approx = "~" if using_fallback() else ""
+        approx = "" if info.exact else "~"
         changed = f"{info.modified:%Y-%m-%d %H:%M} ({_ago(info.modified)})" if info.modified else "unknown"
         _err(f"{info.path}: {approx}{info.tokens:,} tokens, {_size(info.bytes)}, "
              f"{info.tokens / window:.1%} of a {window:,}-token context window (in every prompt)")

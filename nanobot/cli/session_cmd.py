@@ -16,10 +16,9 @@ from rich.table import Table
 
 from nanobot import paths
 from nanobot.errors import NanobotError
-from nanobot.messages import text_of
+from nanobot.messages import NOTE_KEY, text_of
 from nanobot.secrets_mask import mask_message, mask_value
 from nanobot.session import SessionStore
-from nanobot.subagents import NOTE_KEY
 
 session_app = typer.Typer(help="Saved conversations: list, show and repair them.", no_args_is_help=True,
                           add_completion=False, pretty_exceptions_show_locals=False)
