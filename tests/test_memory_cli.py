@@ -63,10 +63,15 @@ def test_grep_errors_exit_2_with_a_message(runner, ws, args, message):
     assert message in result.stderr
 
 
-def test_grep_on_a_missing_history_exits_2(runner, tmp_path):
-    result = run(runner, history_app, "grep", "x", "-w", str(tmp_path / "empty"))
-    assert result.exit_code == 2
-    assert "no history file" in result.stderr
+def test_a_fresh_install_has_an_empty_history_not_an_error(runner, tmp_path):
+    empty = str(tmp_path / "empty")
+    grep = run(runner, history_app, "grep", "x", "-w", empty)
+    assert grep.exit_code == 1 and grep.stdout == ""  # no match, like grep on an empty file
+    assert "no history yet" in grep.stderr
+    as_json = run(runner, history_app, "grep", "x", "--json", "-w", empty)
+    assert as_json.exit_code == 1 and json.loads(as_json.stdout) == []
+    tail = run(runner, history_app, "tail", "--last", "3", "-w", empty)
+    assert tail.exit_code == 0 and tail.stdout == ""
 
 
 def test_grep_json_since_until_last(runner, ws):
