@@ -34,8 +34,13 @@ def tool_results(request) -> list[str]:
 
 
 def test_model_write_file_and_exec_cannot_wipe_memory_or_history(configure, fake_llm, isolated_home, nanobot_cmd):
-    """Cases 1 and 2: write_file replacing 40 facts by one line; `: > HISTORY.md; sed -i ... MEMORY.md`."""
-    configure()
+    """Cases 1 and 2: write_file replacing 40 facts by one line; `: > HISTORY.md; sed -i ... MEMORY.md`.
+    exec runs unconfined here (the user's choice): with a sandbox memory/ is read-only and the
+    command cannot touch it at all (tests/security); without one, the memory watch undoes it."""
+    path = configure()
+    data = json.loads(path.read_text())
+    data["tools"] = {"exec": {"confinement": "none"}}
+    path.write_text(json.dumps(data))
     store = MemoryStore(workspace(isolated_home))
     store.write_memory(FACTS, reason="setup")
     store.append_history("[2026-01-03 10:00] The user planned the move to Lisbon.")

@@ -16,6 +16,15 @@ from nanobot.tools.base import ToolContext
 from nanobot.tools.files import EditFileTool, WriteFileTool
 from nanobot.tools.shell import ExecTool
 
+def unconfined_ctx(ws: Path) -> ToolContext:
+    """exec with no sandbox, as the user chose (`confinement: "none"`): the case where only the
+    memory watch stands between a command and memory/ (a sandbox makes memory/ read-only)."""
+    from nanobot.sandbox import choose
+    from nanobot.tools.exec_rules import ExecRules
+
+    return ToolContext(workspace=ws, confinement=choose("none"), exec_rules=ExecRules(unconfined_ok=True))
+
+
 def memory_ctx(ws: Path) -> ToolContext:
     """The user approved memory edits (issue 11b's step), so what is tested is the memory door behind it."""
     from nanobot.approvals import SessionApprover
@@ -211,7 +220,7 @@ def test_file_tools_refuse_to_rewrite_history(ws, store, tool, args):
 def test_exec_that_wipes_history_and_cuts_facts_is_undone_and_the_model_told(ws, store):
     store.append_history("[2026-01-01 10:00] the trip to Lisbon")
     history = store.history_file.read_bytes()
-    out = run(ExecTool(ToolContext(workspace=ws)).run(
+    out = run(ExecTool(unconfined_ctx(ws)).run(
         command=": > memory/HISTORY.md; sed -i '/number 1/d' memory/MEMORY.md; echo done"))
     assert "done" in out and "edit_file" in out and "append-only" in out
     assert store.history_file.read_bytes() == history
@@ -220,7 +229,7 @@ def test_exec_that_wipes_history_and_cuts_facts_is_undone_and_the_model_told(ws,
 
 
 def test_exec_that_does_not_touch_memory_adds_nothing(ws, store):
-    out = run(ExecTool(ToolContext(workspace=ws)).run(command="echo hi > notes.txt; cat memory/MEMORY.md | wc -l"))
+    out = run(ExecTool(unconfined_ctx(ws)).run(command="echo hi > notes.txt; cat memory/MEMORY.md | wc -l"))
     assert out.startswith("42") and "nanobot:" not in out
 
 
@@ -261,7 +270,7 @@ def test_exec_that_deletes_the_saved_versions_is_undone(ws, store):
     store.write_memory(FACTS + "- one more\n", reason="second")
     store.write_memory(FACTS + "- two more\n", reason="third")
     before = [(v.path.name, v.path.read_bytes(), v.reason) for v in store.versions()]
-    out = run(ExecTool(ToolContext(workspace=ws)).run(command="rm -rf memory/versions"))
+    out = run(ExecTool(unconfined_ctx(ws)).run(command="rm -rf memory/versions"))
     assert "memory/versions/ were changed or deleted" in out
     assert [(v.path.name, v.path.read_bytes(), v.reason) for v in store.versions()] == before
 
@@ -269,7 +278,7 @@ def test_exec_that_deletes_the_saved_versions_is_undone(ws, store):
 def test_exec_that_swaps_memory_for_a_symlink_is_undone_without_reading_the_target(ws, store, tmp_path):
     secret = tmp_path / "canary.txt"
     secret.write_text("CANARY-SECRET\n")
-    out = run(ExecTool(ToolContext(workspace=ws)).run(command=f"rm memory/MEMORY.md; ln -s {secret} memory/MEMORY.md"))
+    out = run(ExecTool(unconfined_ctx(ws)).run(command=f"rm memory/MEMORY.md; ln -s {secret} memory/MEMORY.md"))
     assert "put back" in out
     assert not store.memory_file.is_symlink() and store.read_memory() == FACTS
     assert not any("CANARY" in store.read_version(v.number) for v in store.versions())

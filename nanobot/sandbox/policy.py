@@ -112,6 +112,8 @@ def _areas(home: Path, nb_home: Path, path_env: str, restrict: bool) -> tuple[tu
     # unless one of them would show a credential store or the nanobot home
     secret = [home, nb_home, *(_resolved(home / c) for c in CREDENTIAL_STORES)]
     path_dirs = [Path(p) for p in path_env.split(os.pathsep) if os.path.isabs(p)]
+    # a version manager's shims folder (pyenv, rbenv, ...) runs the manager itself from its root
+    path_dirs += [p.parent for p in path_dirs if p.name == "shims"]
     tools = [home / t for t in TOOLCHAINS] + [Path(sys.base_prefix), Path(sys.prefix)] + path_dirs
     tools = [_resolved(t) for t in tools if t.is_dir()]
 

@@ -40,6 +40,8 @@ def _run_corpus(cfg_path, fake_llm, commands: list[str]) -> dict[str, str]:
 def _write_exec_config(cfg_path, **exec_cfg) -> None:
     data = json.loads(cfg_path.read_text())
     data.setdefault("tools", {})["exec"] = exec_cfg
+    # the corpus comes as one step; the default cap of 32 calls per step would leave most unrun
+    data["agents"]["defaults"]["maxToolCallsPerStep"] = 1000
     cfg_path.write_text(json.dumps(data))
 
 

@@ -176,6 +176,8 @@ def _configure_exec(cfg_path: Path, mechanism: str, variant: str) -> None:
     data = json.loads(cfg_path.read_text())
     tools = data.setdefault("tools", {})
     tools["exec"] = {"confinement": mechanism, "timeout": 4}
+    # the whole corpus comes as one step; past the default cap of 32 calls the rest would never run
+    data.setdefault("agents", {}).setdefault("defaults", {})["maxToolCallsPerStep"] = len(HOSTILE) + 1
     if variant == "restricted":
         tools["restrictToWorkspace"] = True
     if variant == "no-network":
