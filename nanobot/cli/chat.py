@@ -16,7 +16,7 @@ from nanobot.agent.events import Notice, Retrying, TurnDone
 from nanobot.cli.approval_prompt import print_refusals
 from nanobot.cli.config_load import load as load_config
 from nanobot.cli.errors import print_error, print_warning, report
-from nanobot.cli.render import Renderer, escape, stderr_console, stdout_console
+from nanobot.cli.render import Renderer, escape, print_hanging, stderr_console, stdout_console
 from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS, slash_command
 from nanobot.cli.termination import Termination
 from nanobot.cli.turn_notes import continuation_marker, resume_notice, unsaved_notice
@@ -263,19 +263,19 @@ class Chat:
         self.assistant.prewarm()  # import the SDK while the user types the first message
         try:
             self.console.print(f"[bold]nanobot[/bold] [dim]· {self.cfg.defaults.model} · session "
-                               f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]")
-            self.console.print(_exec_banner(self.cfg), highlight=False)
+                               f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]", soft_wrap=False)
+            self.console.print(_exec_banner(self.cfg), highlight=False, soft_wrap=False)
             for note in self.assistant.startup_notes():
-                self.console.print(f"[dim]{escape(note)}[/dim]", highlight=False)
+                self.console.print(f"[dim]{escape(note)}[/dim]", highlight=False, soft_wrap=False)
             for warning in self.assistant.warnings:
                 print_warning(warning, console=self.console)
             for skill in getattr(self.conversation.context.skills, "held", []):
                 self.console.print(f"[yellow]skill {escape(skill.name)} is off: it {escape(skill.gate)} "
                                    f"({escape(skill.state)}); read it, then run `nanobot skills approve "
-                                   f"{escape(skill.name)}`[/yellow]", highlight=False)
+                                   f"{escape(skill.name)}`[/yellow]", highlight=False, soft_wrap=False)
             resumed = resume_notice(self.conversation.session)
             if resumed:
-                self.console.print(resumed, highlight=False)
+                self.console.print(resumed, highlight=False, soft_wrap=False)
             prompt = self._prompt_session()  # piped stdin never gets here: it becomes a one-shot message
             self._start_reminders()
             while True:
@@ -436,4 +436,4 @@ class Chat:
         from nanobot.cli.status_view import status_lines
 
         for line in status_lines(self.assistant):
-            self.console.print(line, highlight=False)
+            print_hanging(self.console, line, indent=11)

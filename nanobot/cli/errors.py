@@ -34,7 +34,9 @@ def print_error(message: str, hint: str | None = None, *, console: Console | Non
 
 
 def print_warning(message: str, *, console: Console | None = None) -> None:
-    (console or _stderr()).print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False)
+    # soft_wrap off: the chat's stdout console soft-wraps (for streamed answers), which would let
+    # the terminal break a long warning mid-word
+    (console or _stderr()).print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False, soft_wrap=False)
 
 
 def as_nanobot_error(exc: BaseException) -> NanobotError:

@@ -147,6 +147,18 @@ def stderr_console() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def print_hanging(console: Console, line: str, *, indent: int) -> None:
+    """A plain `label  value` line word-wrapped to the terminal, continuation lines indented
+    under the value (the stdout console soft-wraps, which would break words at the edge)."""
+    import textwrap
+
+    from rich.text import Text
+
+    width = max(console.width, indent + 20)
+    wrapped = textwrap.fill(line, width=width, subsequent_indent=" " * indent, break_on_hyphens=False)
+    console.print(Text(wrapped), highlight=False, soft_wrap=True)
+
+
 def stdout_console(file: IO[str] | None = None) -> Console:
     # without an explicit file rich writes to whatever sys.stdout is at print time, so
     # prompt_toolkit's patch_stdout can place background output above the prompt

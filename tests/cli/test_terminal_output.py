@@ -67,3 +67,29 @@ def test_chat_markdown_answer_is_visible_in_full_at_80_columns(long_reply):
         assert_whole_answer_visible_once(term.lines(), long_reply)
     finally:
         term.close()
+
+
+def test_chat_banner_and_status_wrap_between_words_at_80_columns(configure):
+    from nanobot.cli.status_view import exec_line
+    from nanobot.config import load_config
+
+    # a small window makes the long "fixed prompt" warning appear at start-up and in /status
+    configure(contextWindowTokens=8192, maxTokens=2048)
+    expected = exec_line(load_config(None))
+    term = Terminal("agent")
+    try:
+        term.wait_for("you ›")
+        term.send("/status")
+        term.wait_for("approvals")
+        term.wait_for_count("you ›", 2)
+        term.send("/exit")
+        assert term.finish() == 0
+        lines = term.lines()
+    finally:
+        term.close()
+    assert all(len(line) <= 80 for line in lines)
+    words = " ".join(line.strip() for line in lines).split()
+    joined = " ".join(words)
+    # each long line reads whole when its screen lines are joined: no word was cut at the edge
+    assert joined.count(" ".join(expected.split())) == 2  # the banner and the /status row
+    assert "little room is left for the conversation" in joined
