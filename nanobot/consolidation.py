@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from nanobot.agent.events import EventSink, Notice, ignore
 from nanobot.errors import ProviderError

@@ -15,13 +15,13 @@ from nanobot.agent.context import ContextBuilder
 from nanobot.agent.events import EventSink, Notice, TurnDone, ignore
 from nanobot.agent.loop import LoopResult, run_loop
 from nanobot.consolidation import ConsolidationReport, Consolidator
-from nanobot.messages import Message, text_of
 from nanobot.errors import ProviderError, UsageError
+from nanobot.messages import Message, text_of
 from nanobot.providers.base import LLMResponse, Provider, Usage
 from nanobot.secrets_mask import REDACTED, find_secrets, mask_secrets, mask_value
 from nanobot.session import Session, SessionStore, TurnCheckpoint, save_turn
-from nanobot.tokens import byte_bound
 from nanobot.subagents import HelperRecord, SubagentResult
+from nanobot.tokens import byte_bound
 
 
 @dataclass

@@ -14,10 +14,10 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Iterator
 
 __all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest", "grep_fast", "grep_fast_output", "stamp_lines"]
 

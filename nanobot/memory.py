@@ -27,11 +27,12 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Literal
 
 from nanobot.errors import NanobotError, ToolError, UsageError
 from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write, fsync_dir
@@ -196,7 +197,7 @@ def _local_stamp(when: datetime | None = None) -> str:
 
 
 def _utc_name(prefix: str, suffix: str) -> str:
-    return f"{prefix}-{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%f}Z{suffix}"
+    return f"{prefix}-{datetime.now(UTC):%Y%m%dT%H%M%S.%f}Z{suffix}"
 
 
 def _stat_key(path: Path) -> tuple[int, int, int] | None:
@@ -446,7 +447,7 @@ class MemoryStore:
         out = []
         for i, path in enumerate(reversed(self._version_files()), start=1):
             stamp = _VERSION_RE.match(path.name).group(1)  # type: ignore[union-attr]
-            saved = datetime.strptime(stamp, _VERSION_FMT).replace(tzinfo=timezone.utc)
+            saved = datetime.strptime(stamp, _VERSION_FMT).replace(tzinfo=UTC)
             try:
                 size = path.stat().st_size
             except FileNotFoundError:
@@ -480,7 +481,7 @@ class MemoryStore:
         return sorted(names, key=lambda p: p.name)
 
     def _save_version(self, content: str, reason: str) -> Path:
-        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        now = datetime.now(UTC).replace(tzinfo=None)
         files = self._version_files()
         if files:
             # Names must keep sorting in save order even if the clock steps back or repeats.
@@ -710,7 +711,7 @@ class MemoryStore:
             self._record_good(state.text)
         return []
 
-    def snapshot(self) -> "_Snapshot":
+    def snapshot(self) -> _Snapshot:
         """What the memory files look like now, so a command's changes can be found and undone."""
         try:
             with self._locked():
@@ -723,7 +724,7 @@ class MemoryStore:
         return _Snapshot(_stat_key(self.memory_file), _read_bytes(self.memory_file),
                          _stat_key(self.history_file), self._versions_stat())
 
-    def undo_outside_changes(self, before: "_Snapshot") -> str:
+    def undo_outside_changes(self, before: _Snapshot) -> str:
         """Undo what something other than this store did to MEMORY.md / HISTORY.md since `before`.
 
         Returns a note for the model ("" when nothing changed).
@@ -753,7 +754,7 @@ class MemoryStore:
         return ("\n[nanobot: " + "; ".join(notes) + ". Change MEMORY.md only with edit_file or write_file "
                 "(they keep versions); recall past conversations with search_history.]")
 
-    def _undo_memory_change(self, before: "_Snapshot") -> list[str]:
+    def _undo_memory_change(self, before: _Snapshot) -> list[str]:
         # a symlink put in its place is replaced, never read: it could point at any file
         now = None if self.memory_file.is_symlink() else _read_bytes(self.memory_file)
         good = _read_bytes(self.good_copy)

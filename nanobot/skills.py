@@ -19,7 +19,7 @@ import json
 import os
 import shutil
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -182,7 +182,7 @@ class SkillApprovals:
     def approve(self, skill: Skill) -> None:
         self.records[str(skill.path.resolve())] = {
             "name": skill.name, "sha256": skill.digest or skill_digest(skill.path),
-            "approved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "approved_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         atomic_write(self.path, json.dumps(self.records, indent=2) + "\n", mode=PRIVATE_FILE_MODE)
         skill.approved_digest = self.records[str(skill.path.resolve())]["sha256"]

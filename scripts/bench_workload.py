@@ -202,7 +202,7 @@ def user_turns(n: int, seed: int = 5, tool_share: float = 0.4) -> list[str]:
     """The user's side of a scripted conversation: questions, some asking to read a workspace file."""
     rng = random.Random(seed)
     out = []
-    for i in range(n):
+    for _ in range(n):
         text = prose(rng, rng.randint(40, 400))
         if rng.random() < tool_share:
             text = f"{TOOL_MARK} Please read notes/{rng.randint(0, 7)}.md and tell me: {text}"
@@ -307,7 +307,7 @@ class BenchHome:
         self.server.stop()
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def __enter__(self) -> "BenchHome":
+    def __enter__(self) -> BenchHome:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -7,9 +7,13 @@ import random
 import string
 
 import pytest
-
 from nanobot.agent.budget import (
-    MIN_TOOL_RESULT_CHARS, check_fixed_prompt, fit_request, reply_room, request_tokens, shrink_text,
+    MIN_TOOL_RESULT_CHARS,
+    check_fixed_prompt,
+    fit_request,
+    reply_room,
+    request_tokens,
+    shrink_text,
 )
 from nanobot.errors import ContextTooSmallError
 from nanobot.messages import tool_call

@@ -8,9 +8,13 @@ import json
 import re
 
 import pytest
-
 from nanobot.agent.events import Notice
-from nanobot.consolidation import ConsolidationFailure, Consolidator, parse_save_memory, render_transcript
+from nanobot.consolidation import (
+    ConsolidationFailure,
+    Consolidator,
+    parse_save_memory,
+    render_transcript,
+)
 from nanobot.fakellm import FakeLLMServer, Reply
 from nanobot.memory import MemoryStore
 from nanobot.messages import tool_call

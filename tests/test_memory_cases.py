@@ -8,7 +8,6 @@ import json
 import subprocess
 
 import pytest
-
 from nanobot.consolidation import Consolidator
 from nanobot.fakellm import Reply
 from nanobot.memory import MemoryStore

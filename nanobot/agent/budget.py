@@ -9,9 +9,9 @@ start-up when even an empty conversation could not fit.
 
 from __future__ import annotations
 
-from typing import Callable
-
 import math
+from collections.abc import Callable
+
 from nanobot.errors import ContextTooSmallError
 from nanobot.messages import Message, text_of
 from nanobot.tokens import Calibration, TokenCounter, byte_bound

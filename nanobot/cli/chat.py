@@ -275,7 +275,7 @@ class Chat:
         loop.add_signal_handler(signal.SIGINT, self.turn_task.cancel)
         self.renderer.thinking()
         try:
-            outcome = await self.turn_task
+            await self.turn_task
         except asyncio.CancelledError:
             if self.term.signum is not None:
                 raise  # SIGTERM / SIGHUP: not a Ctrl-C, leave

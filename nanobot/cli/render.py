@@ -9,7 +9,15 @@ from rich.live import Live
 from rich.markdown import Markdown
 from rich.status import Status
 
-from nanobot.agent.events import Event, Notice, Retrying, TextDelta, ToolFinished, ToolStarted, TurnDone
+from nanobot.agent.events import (
+    Event,
+    Notice,
+    Retrying,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+    TurnDone,
+)
 
 
 class Renderer:

@@ -8,8 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from nanobot import paths
-from nanobot import ignored_keys
+from nanobot import ignored_keys, paths
 from nanobot.config import ensure_config_file, load_config, mask_key, read_file, resolve_model
 from nanobot.errors import NanobotError
 from nanobot.providers import registry

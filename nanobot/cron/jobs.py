@@ -42,7 +42,7 @@ class RunRecord:
                 "error": self.error, "session": self.session}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "RunRecord":
+    def from_json(cls, data: dict[str, Any]) -> RunRecord:
         return cls(int(data.get("runAtMs") or 0), str(data.get("status") or "ok"),
                    int(data.get("durationMs") or 0), data.get("error"), data.get("session"))
 
@@ -108,7 +108,7 @@ class Job:
         return out
 
     @classmethod
-    def from_json(cls, data: Any, index: int) -> "Job":
+    def from_json(cls, data: Any, index: int) -> Job:
         where = f"jobs[{index}]"
         if not isinstance(data, dict):
             raise JobFormatError(f"{where} is not an object")

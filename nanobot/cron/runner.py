@@ -19,10 +19,16 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from nanobot.cron.heartbeat import HEARTBEAT_SESSION, heartbeat_path, heartbeat_prompt, heartbeat_tasks, is_quiet
+from nanobot.cron.heartbeat import (
+    HEARTBEAT_SESSION,
+    heartbeat_path,
+    heartbeat_prompt,
+    heartbeat_tasks,
+    is_quiet,
+)
 from nanobot.cron.jobs import Job, RunRecord, current_job
 from nanobot.cron.schedule import describe, format_ms, next_run, occurrences_between
 from nanobot.cron.store import JobStore
@@ -53,7 +59,7 @@ class SystemClock:
     async def wait(self, stop: asyncio.Event, seconds: float) -> None:
         try:
             await asyncio.wait_for(stop.wait(), timeout=max(0.0, seconds))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
 
@@ -86,12 +92,12 @@ class Firing:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        data["at"] = datetime.fromtimestamp(self.at_ms / 1000, timezone.utc).isoformat(timespec="seconds")
+        data["at"] = datetime.fromtimestamp(self.at_ms / 1000, UTC).isoformat(timespec="seconds")
         data["text"] = self.text[:RESULT_CHARS]
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Firing":
+    def from_json(cls, data: dict[str, Any]) -> Firing:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**{"kind": "notice", "at_ms": 0, "title": "", **known})
 

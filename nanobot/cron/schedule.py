@@ -13,7 +13,7 @@ Pure functions over epoch milliseconds. Rules:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from nanobot.errors import UsageError
@@ -42,7 +42,7 @@ def zone(name: str | None) -> ZoneInfo | timezone:
     """The IANA zone `name`, or the system's local zone when empty."""
     if not name:
         local = datetime.now().astimezone().tzinfo
-        return local if local is not None else timezone.utc  # type: ignore[return-value]
+        return local if local is not None else UTC  # type: ignore[return-value]
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):

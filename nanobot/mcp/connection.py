@@ -46,10 +46,11 @@ def load_sdk() -> None:
     """Import the SDK (about half a second: pydantic models, httpx, anyio) and jsonschema. Run in a
     worker thread, so the chat's prompt stays responsive while the servers start."""
     import jsonschema  # noqa: F401 - the first argument check then finds it loaded
-    import mcp  # noqa: F401
     import mcp.client.sse  # noqa: F401
     import mcp.client.stdio  # noqa: F401
     import mcp.client.streamable_http  # noqa: F401
+
+    import mcp  # noqa: F401
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -181,8 +182,9 @@ class ServerConnection:
         self._session = session
 
     def _stdio(self, stack: contextlib.AsyncExitStack):
-        from mcp import StdioServerParameters
         from mcp.client.stdio import stdio_client
+
+        from mcp import StdioServerParameters
 
         ensure_private_dir(self.log_path.parent)
         # 0600 like every file in the home: a server may print tokens or paths in its errors

@@ -5,13 +5,21 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-import openai
 import httpx2
+import openai
 
 from nanobot.messages import Message, for_wire
-from nanobot.providers.base import DeltaCallback, LLMResponse, Provider, ToolCallRequest, Usage, parse_arguments
+from nanobot.providers.base import (
+    DeltaCallback,
+    LLMResponse,
+    Provider,
+    ToolCallRequest,
+    Usage,
+    parse_arguments,
+)
 from nanobot.providers.errors_map import connection_error, status_error
-from nanobot.providers.raw_http import RAW_STREAM_HEADERS, json_body as _json_body, sse_json, stream_error
+from nanobot.providers.raw_http import RAW_STREAM_HEADERS, sse_json, stream_error
+from nanobot.providers.raw_http import json_body as _json_body
 
 
 class OpenAICompatProvider(Provider):

@@ -188,7 +188,7 @@ class SafeFetcher:
         """Follow up to max_redirects redirects; read at most max_bytes of the final body."""
         try:
             return await asyncio.wait_for(self._fetch(url, headers or {}), timeout=self.timeout * 2)
-        except asyncio.TimeoutError as exc:
+        except TimeoutError as exc:
             raise ToolError(f"fetching {url} timed out") from exc
 
     async def _fetch(self, url: str, extra_headers: dict[str, str]) -> FetchResult:
