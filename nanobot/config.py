@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from nanobot import paths, secrets_mask
-from nanobot.errors import ConfigError, MissingKeyError
+from nanobot import config_check, paths, secrets_mask
+from nanobot.errors import ConfigError, MissingKeyError, storage_error
 from nanobot.fsio import atomic_write
 from nanobot.providers import registry
 from nanobot.providers.registry import ProviderSpec
@@ -68,6 +68,7 @@ class ProviderConfig:
     api_base: str = ""  # OpenAI-compatible base URL, e.g. http://localhost:11434/v1
     extra_headers: dict[str, str] = field(default_factory=dict)  # sent with every request
     extra_body: dict[str, Any] = field(default_factory=dict)  # OpenAI-compatible: extra request fields
+    timeout: float = 180.0  # seconds the server may stay silent before the request fails
 
 
 @dataclass
@@ -132,6 +133,7 @@ class Config:
     gateway: Gateway = field(default_factory=Gateway)
     model_presets: dict[str, ModelPreset] = field(default_factory=dict)  # named models for modelPreset / fallbacks
     path: Path | None = field(default=None, metadata={"internal": True})  # where it was read from
+    warnings: list[str] = field(default_factory=list, metadata={"internal": True})  # for the user, once
 
     @property
     def defaults(self) -> AgentDefaults:
@@ -242,6 +244,17 @@ def _check_semantics(cfg: Config, source: str) -> None:
         raise ConfigError(f"{source}: gateway.heartbeat.intervalS: must be at least 60 seconds")
     if cfg.defaults.subagent_wait_seconds < 0:
         raise ConfigError(f"{source}: agents.defaults.subagentWaitSeconds: must not be negative")
+    config_check.check_ranges(cfg, source)
+
+
+def _migrate(data: dict) -> dict:
+    """nanobot's older place for restrictToWorkspace (tools.exec) still counts, as it does there."""
+    tools = data.get("tools")
+    exec_cfg = tools.get("exec") if isinstance(tools, dict) else None
+    if isinstance(exec_cfg, dict) and "restrictToWorkspace" in exec_cfg and "restrictToWorkspace" not in tools:
+        data = copy.deepcopy(data)
+        data["tools"]["restrictToWorkspace"] = data["tools"]["exec"].pop("restrictToWorkspace")
+    return data
 
 
 def _check_nanobot_keys(cfg: Config, source: str) -> None:
@@ -356,9 +369,11 @@ def load_config(
     """
     path = Path(path) if path else paths.default_config_path()
     environ = os.environ if environ is None else environ
-    file_data = _normalize_keys(read_file(path))
-    cfg = _build(Config, file_data, "", str(path))  # validate the file on its own first
-    _check_semantics(cfg, str(path))
+    file_data = _migrate(_normalize_keys(read_file(path)))
+    warnings = config_check.key_warnings(Config, file_data, str(path))
+    file_data = config_check.expand_env(file_data, environ, str(path))
+    file_cfg = _build(Config, file_data, "", str(path))  # validate the file on its own first
+    _check_semantics(file_cfg, str(path))
     merged = deep_merge(file_data, _env_layer(environ))
     _apply_preset(merged)
     for dotted, value in (overrides or {}).items():
@@ -372,6 +387,8 @@ def load_config(
     cfg = _build(Config, merged, "", "environment or flags")
     _check_semantics(cfg, "environment or flags")
     cfg.path = path
+    private = config_check.mode_warning(path) if file_cfg.secret_values() else None
+    cfg.warnings = warnings + ([private] if private else [])
     secrets_mask.remember_secrets(cfg.secret_values())  # the one masker hides them exactly from now on
     secrets_mask.remember_environment(environ)
     return cfg
@@ -427,9 +444,12 @@ def fill_missing(existing: dict, defaults: dict) -> dict:
 
 def save_file(path: Path, data: dict) -> None:
     """Write the config atomically with mode 0600 (its folder, when it is the nanobot home, 0700)."""
-    if Path(path).absolute().parent == paths.nanobot_home().absolute():
-        paths.ensure_private_dir(paths.nanobot_home())
-    atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n", mode=CONFIG_MODE)
+    try:
+        if Path(path).absolute().parent == paths.nanobot_home().absolute():
+            paths.ensure_private_dir(paths.nanobot_home())
+        atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n", mode=CONFIG_MODE)
+    except OSError as exc:
+        raise storage_error(exc, "write the config file", path) from None
 
 
 def ensure_config_file(path: Path) -> tuple[bool, list[str]]:
@@ -474,6 +494,7 @@ class ResolvedModel:
     label: str = ""  # provider/model as the user wrote it, for messages
     temperature: float | None = None  # a fallback's own temperature; None: the turn's
     max_tokens: int = 0  # a fallback's own reply cap; 0: the turn's
+    timeout: float = 180.0  # providers.<name>.timeout
 
 
 def resolve_model(cfg: Config, model: str | None = None, *, provider: str | None = None) -> ResolvedModel:
@@ -512,7 +533,7 @@ def resolve_model(cfg: Config, model: str | None = None, *, provider: str | None
     if spec.key_required and not pc.api_key:
         raise missing_key_error(spec)
     return ResolvedModel(spec, name, pc.api_key, api_base, dict(pc.extra_headers), dict(pc.extra_body),
-                         reasoning_effort=cfg.defaults.reasoning_effort, label=model)
+                         reasoning_effort=cfg.defaults.reasoning_effort, label=model, timeout=pc.timeout)
 
 
 def _known_or_configured(cfg: Config, name: str) -> bool:
@@ -579,11 +600,13 @@ def _resolve_fallback(cfg: Config, entry: str | dict) -> ResolvedModel:
 
 
 def missing_key_error(spec: ProviderSpec) -> MissingKeyError:
-    names = ", ".join(registry.key_env_names()[:4]) + ", ..."
+    other = "openai/gpt-4.1 with OPENAI_API_KEY" if spec.name != "openai" else \
+        "anthropic/claude-sonnet-4-5 with ANTHROPIC_API_KEY"
     return MissingKeyError(
         f"no API key for provider {spec.name!r}",
-        hint=f"Set {spec.env_key} in the environment (keys are read from {names}), or put the key in "
-        f"providers.{spec.name}.apiKey in {paths.default_config_path()} (`nanobot onboard` creates that file).",
+        hint=f"Set {spec.env_key} in the environment, or put the key in providers.{spec.name}.apiKey in "
+        f"{paths.default_config_path()} (`nanobot onboard` creates that file). Another provider: "
+        f"--model {other}.",
     )
 
 

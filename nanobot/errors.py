@@ -69,3 +69,31 @@ class ProviderError(NanobotError):
 
 class ToolError(NanobotError):
     """A tool could not do what was asked; becomes an error result for the model."""
+
+
+class StorageError(NanobotError):
+    """A file nanobot needs could not be written or read (disk full, read-only, no permission)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, path: str | None = None,
+                 errno: int | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.path = path
+        self.errno = errno
+
+
+def storage_error(exc: OSError, action: str, path: object = None) -> StorageError:
+    """A StorageError for `exc` that names the file and says what to do, e.g. action="save the session"."""
+    import errno as _errno
+
+    where = str(path if path is not None else exc.filename or "?")
+    reason = exc.strerror or str(exc)
+    code = exc.errno
+    if code in (_errno.ENOSPC, _errno.EDQUOT):
+        hint = "Free some disk space (or raise the quota) on the disk holding that file, then try again."
+    elif code == _errno.EROFS:
+        hint = "That file system is read-only: remount it writable, or set NANOBOT_HOME to a writable folder."
+    elif code in (_errno.EACCES, _errno.EPERM):
+        hint = "Make the folder writable for you (check its owner and mode), or set NANOBOT_HOME to one that is."
+    else:
+        hint = "Check the disk and the folder's permissions, then try again."
+    return StorageError(f"could not {action}: {where}: {reason}", hint=hint, path=where, errno=code)

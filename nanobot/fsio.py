@@ -53,18 +53,32 @@ def atomic_write(path: Path, data: str | bytes, *, mode: int | None = None) -> N
 
 
 def append_durably(path: Path, data: str | bytes) -> None:
-    """Append `data` to `path` and fsync before returning (creates the file if needed)."""
+    """Append `data` to `path` and fsync before returning (creates the file if needed).
+
+    All or nothing: when the write fails (disk full, I/O error) the file is truncated back to
+    its old length before the OSError is raised, so no torn line is left behind.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     created = not path.exists()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # logs hold conversations
     try:
-        view = memoryview(payload)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
+        start = os.fstat(fd).st_size
+        try:
+            view = memoryview(payload)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        except OSError:
+            # a full disk can take half a record: cut back to the last whole one, then report
+            try:
+                os.ftruncate(fd, start)
+                os.fsync(fd)
+            except OSError:
+                pass
+            raise
     finally:
         os.close(fd)
     if created:

@@ -85,6 +85,11 @@ def _reason(path: list[str]) -> str:
     return _UNKNOWN
 
 
+def explains(path: list[str]) -> bool:
+    """True when `path` is a nanobot key this tool knows it does not use (not a typo)."""
+    return _reason(path) != _UNKNOWN
+
+
 def _is_unset(value: Any) -> bool:
     return value is None or value == "" or value == [] or value == {}
 

@@ -95,6 +95,7 @@ class MemoryInfo:
     bytes: int
     modified: datetime | None  # local time
     versions: int
+    exact: bool = True  # False when `tokens` is the fallback estimate (tiktoken could not load)
 
 
 @dataclass(frozen=True)
@@ -279,7 +280,7 @@ class MemoryStore:
             self.warnings.append(message)
 
     def memory_info(self) -> MemoryInfo:
-        from nanobot.tokens import count_text
+        from nanobot.token_cache import cached_count
 
         text = self.read_memory()
         try:
@@ -287,8 +288,8 @@ class MemoryStore:
             modified, size, exists = datetime.fromtimestamp(st.st_mtime), st.st_size, True
         except FileNotFoundError:
             modified, size, exists = None, 0, False
-        return MemoryInfo(self.memory_file, exists, count_text(text), size, modified,
-                          len(self._version_files()))
+        tokens, exact = cached_count(text)
+        return MemoryInfo(self.memory_file, exists, tokens, size, modified, len(self._version_files()), exact)
 
     # ---- writing MEMORY.md (the door) --------------------------------------------------------
 

@@ -13,6 +13,7 @@ Providers translate this shape to their wire format; sessions store it one per l
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Any
 
@@ -20,6 +21,31 @@ Message = dict[str, Any]
 
 # Keys a provider may receive; everything else (timestamp, ...) is bookkeeping.
 WIRE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
+# The key of a nanobot note's structured record (a helper's end) in a stored user message; never sent.
+NOTE_KEY = "subagent"
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+REPLACEMENT = "\ufffd"
+
+
+def clean_unicode(value: Any) -> Any:
+    """`value` with every lone surrogate replaced by U+FFFD, through lists and dicts.
+
+    Lone surrogates are how Python carries bytes that are not UTF-8 (argv, file names, a
+    model's "\\ud800"); they cannot be encoded, so one of them would stop a save or a request.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return _SURROGATE.sub(REPLACEMENT, value)
+    if isinstance(value, list):
+        return [clean_unicode(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_unicode(k): clean_unicode(v) for k, v in value.items()}
+    return value
 
 
 def now_iso() -> str:
@@ -39,11 +65,12 @@ def assistant(content: str | None, tool_calls: list[dict] | None = None, **extra
 
 
 def tool_result(call_id: str, name: str, content: str) -> Message:
-    return {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}
+    return {"role": "tool", "tool_call_id": call_id, "name": name, "content": clean_unicode(content)}
 
 
 def tool_call(call_id: str, name: str, arguments: dict | str) -> dict:
     args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    args = clean_unicode(args)
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": args}}
 
 

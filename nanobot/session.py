@@ -25,9 +25,9 @@ from typing import Any
 
 import orjson
 
-from nanobot.errors import SessionInUseError, UsageError
+from nanobot.errors import SessionInUseError, UsageError, storage_error
 from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write
-from nanobot.messages import Message, for_wire, now_iso
+from nanobot.messages import Message, clean_unicode, for_wire, now_iso
 from nanobot.paths import ensure_private_dir, sessions_dir
 from nanobot.secrets_mask import mask_message, mask_value
 from nanobot.validity import Fixes, make_valid, repair_messages
@@ -199,7 +199,11 @@ def _exact_loads(raw: bytes) -> Any:
 
 def _dumps(record: dict) -> bytes:
     # default=str: an odd value in a message must not cost the user the whole turn on disk.
-    return (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+    text = json.dumps(record, ensure_ascii=False, default=str) + "\n"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (bytes that were not UTF-8): save it as U+FFFD
+        return (json.dumps(clean_unicode(record), ensure_ascii=False, default=str) + "\n").encode("utf-8")
 
 
 def _slug(key: str) -> str:
@@ -313,13 +317,19 @@ class SessionStore:
     def open(self, key: str) -> Session:
         """Lock and load the session (creating it if new); raises SessionInUseError if held."""
         path = self.path_for(key)
-        lock = self._lock(key, path)
+        try:
+            lock = self._lock(key, path)
+        except OSError as exc:
+            raise storage_error(exc, "open the session", path) from None
         try:
             session = self._load_locked(key, path)
             session._lock = lock
             if session.last_consolidated != session._stored_pointer:
                 # Persist the clamped pointer so the warning is given once, not on every open.
                 self.set_pointer(session, session.last_consolidated)
+        except OSError as exc:
+            lock.release()
+            raise storage_error(exc, "open the session", path) from None
         except BaseException:
             lock.release()
             raise
@@ -414,7 +424,10 @@ class SessionStore:
         session.updated_at = now_iso()
         payload = (_dumps(self._meta_record(session)) + b"".join(_dumps(d) for d in session.decisions)
                    + b"".join(_dumps(m) for m in session.messages))
-        atomic_write(session.path, payload)
+        try:
+            atomic_write(session.path, payload)  # the old file stays whole when this fails
+        except OSError as exc:
+            raise storage_error(exc, "rewrite the session", session.path) from None
         session._ends_with_newline = True
         session._stored_pointer = session.last_consolidated
 
@@ -468,7 +481,11 @@ class SessionStore:
         if not session._ends_with_newline:
             # The file ends in a line with no newline: start on a fresh line rather than glue onto it.
             payload = b"\n" + payload
-        append_durably(session.path, payload)
+        try:
+            append_durably(session.path, payload)
+        except OSError as exc:
+            session._ends_with_newline = False  # if the cut-back failed too, start afresh on a new line
+            raise storage_error(exc, "save the session", session.path) from None
         session._ends_with_newline = True
 
     @staticmethod

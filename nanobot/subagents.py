@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.agent.loop import run_loop
-from nanobot.messages import Message
+from nanobot.messages import NOTE_KEY, Message
 from nanobot.providers.base import Provider
 from nanobot.untrusted import fence
 
@@ -36,8 +36,6 @@ MAX_SUBAGENT_ITERATIONS = 15
 
 # Marks the lines nanobot (not the user) writes into the session as user messages.
 NOTE_PREFIX = "[nanobot note, not from the user]"
-# The key of a note's structured record in the session file (never sent to the model).
-NOTE_KEY = "subagent"
 
 
 @dataclass

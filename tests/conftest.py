@@ -56,6 +56,7 @@ def configure(isolated_home: Path, fake_llm):
         isolated_home.mkdir(parents=True, exist_ok=True)
         path = isolated_home / "config.json"
         path.write_text(json.dumps(data))
+        path.chmod(0o600)  # as `nanobot onboard` leaves it (a readable key file gets a warning)
         return path
 
     return write

@@ -61,6 +61,7 @@ def test_a_nanobot_config_file_loads_and_unknown_sections_are_kept(tmp_path):
     cfg = load_config(path, environ={})
     assert cfg.defaults.model == "anthropic/claude-opus-4-5"
     assert resolve_model(cfg).api_key == "sk-ant-x"
+    assert not [w for w in cfg.warnings if "unknown key" in w]  # nanobot's own keys and sections
     ensure_config_file(path)
     after = json.loads(path.read_text())
     assert after["channels"] == nanobot_file["channels"] and after["gateway"] == nanobot_file["gateway"]
@@ -153,3 +154,69 @@ def test_a_relative_workspace_becomes_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = load_config(tmp_path / "none.json", environ={}, overrides={"agents.defaults.workspace": "proj"})
     assert cfg.workspace_path() == tmp_path / "proj"
+
+
+# --- validation: unknown keys, ranges, ${VAR}, file mode (nanobot/config_check.py) ---------------
+
+def test_unknown_keys_in_known_sections_warn_with_the_closest_key(tmp_path):
+    path = write(tmp_path / "c.json", {
+        "agents": {"defaults": {"contxtWindowTokens": 500, "memoryWindow": 50}},  # a typo; a nanobot key
+        "providers": {"openai": {"apiKye": "sk-x"}},
+        "tools": {"web": {"serach": {}}, "mcpServers": {}},
+        "channels": {"telegram": {"whatever": 1}},  # an unknown section: nanobot's, kept quietly
+    })
+    cfg = load_config(path, environ={})
+    assert cfg.defaults.context_window_tokens == 65536  # the typo did not set anything
+    assert cfg.warnings == [
+        f"{path}: agents.defaults.contxtWindowTokens: unknown key, ignored; did you mean contextWindowTokens?",
+        f"{path}: providers.openai.apiKye: unknown key, ignored; did you mean apiKey?",
+        f"{path}: tools.web.serach: unknown key, ignored; did you mean search?",
+    ]
+
+
+def test_a_misspelt_security_setting_stops_and_nanobots_old_place_for_it_counts(tmp_path):
+    path = write(tmp_path / "c.json", {"tools": {"restrictToWorkSpace": True}})
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={})
+    assert "did you mean tools.restrictToWorkspace" in caught.value.message
+    assert "security setting" in caught.value.hint
+    legacy = write(tmp_path / "legacy.json", {"tools": {"exec": {"restrictToWorkspace": True}}})
+    assert load_config(legacy, environ={}).tools.restrict_to_workspace is True
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"agents": {"defaults": {"temperature": -3}}}, "agents.defaults.temperature: -3 is out of range"),
+    ({"agents": {"defaults": {"temperature": 2.5}}}, "agents.defaults.temperature: 2.5 is out of range"),
+    ({"agents": {"defaults": {"maxToolIterations": 100000}}}, "agents.defaults.maxToolIterations: 100000"),
+    ({"tools": {"web": {"search": {"maxResults": 0}}}}, "tools.web.search.maxResults: 0 is out of range"),
+    ({"providers": {"openai": {"timeout": 0}}}, "providers.openai.timeout: 0 seconds is out of range"),
+    ({"providers": {"custom": {"apiBase": "not a url"}}}, "providers.custom.apiBase: 'not a url' is not an http(s) URL"),
+])
+def test_numbers_are_range_checked_and_api_base_must_be_a_url(tmp_path, data, expected):
+    with pytest.raises(ConfigError) as caught:
+        load_config(write(tmp_path / "c.json", data), environ={})
+    assert expected in caught.value.message and caught.value.hint
+
+
+def test_env_references_are_expanded_or_stop_with_the_key_named(tmp_path):
+    path = write(tmp_path / "c.json", {"providers": {"openai": {"apiKey": "${MY_KEY}",
+                                                                "apiBase": "https://${HOST}/v1"}}})
+    cfg = load_config(path, environ={"MY_KEY": "sk-from-env", "HOST": "gw.example"})
+    assert cfg.providers["openai"].api_key == "sk-from-env"
+    assert cfg.providers["openai"].api_base == "https://gw.example/v1"
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ={"HOST": "gw.example"})
+    assert caught.value.message == (f"{path}: providers.openai.apiKey: ${{MY_KEY}} refers to an environment "
+                                    "variable that is not set")
+    assert "export MY_KEY=" in caught.value.hint
+    ensure_config_file(path)  # onboard completes the file but keeps the reference, not the secret
+    assert json.loads(path.read_text())["providers"]["openai"]["apiKey"] == "${MY_KEY}"
+
+
+def test_a_config_with_keys_readable_by_others_is_mentioned(tmp_path):
+    path = write(tmp_path / "c.json", {"providers": {"openai": {"apiKey": "sk-x"}}})
+    os.chmod(path, 0o644)
+    assert any("readable by other users (mode 0644)" in w and "chmod 600" in w
+               for w in load_config(path, environ={}).warnings)
+    os.chmod(path, 0o600)
+    assert load_config(path, environ={}).warnings == []

@@ -62,10 +62,15 @@ def test_grep_errors_exit_2_with_a_message(runner, ws, args, message):
     assert message in result.stderr
 
 
-def test_grep_on_a_missing_history_exits_2(runner, tmp_path):
-    result = run(runner, history_app, "grep", "x", "-w", str(tmp_path / "empty"))
-    assert result.exit_code == 2
-    assert "no history file" in result.stderr
+def test_a_fresh_install_has_an_empty_history_not_an_error(runner, tmp_path):
+    empty = str(tmp_path / "empty")
+    grep = run(runner, history_app, "grep", "x", "-w", empty)
+    assert grep.exit_code == 1 and grep.stdout == ""  # no match, like grep on an empty file
+    assert "no history yet" in grep.stderr
+    as_json = run(runner, history_app, "grep", "x", "--json", "-w", empty)
+    assert as_json.exit_code == 1 and json.loads(as_json.stdout) == []
+    tail = run(runner, history_app, "tail", "--last", "3", "-w", empty)
+    assert tail.exit_code == 0 and tail.stdout == ""
 
 
 def test_grep_json_since_until_last(runner, ws):
@@ -218,3 +223,34 @@ def test_edit_while_consolidation_writes_keeps_both_changes(runner, ws, tmp_path
     assert result.exit_code == 0, result.stderr
     assert store.read_memory() == "# Memory\n\n- Name: Dana\n- Lives in Porto\n- Has a cat\n"
     assert "merged" in result.stderr
+
+
+def test_memory_show_counts_once_and_then_reads_the_cached_count(ws, isolated_home):
+    import subprocess
+    import textwrap
+
+    MemoryStore(ws).write_memory("# Memory\n- Name: Dana\n- Likes tea\n", reason="test")
+    probe = textwrap.dedent(f"""
+        import atexit, sys
+        atexit.register(lambda: print("TIKTOKEN" if "tiktoken" in sys.modules else "NO-TIKTOKEN", file=sys.stderr))
+        sys.argv = ["nanobot", "memory", "show", "-w", {str(ws)!r}]
+        from nanobot.cli.app import main
+        main()
+    """)
+
+    def show() -> str:
+        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    first, second = show(), show()
+    assert "TIKTOKEN" in first.split() and "NO-TIKTOKEN" in second.split()
+    line = [ln for ln in second.splitlines() if "tokens," in ln][0]
+    assert line == [ln for ln in first.splitlines() if "tokens," in ln][0]  # same figure, not "~"
+    cache = isolated_home / "cache" / "token-counts.json"
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o600
+    # a changed file is counted again, never served a stale figure
+    MemoryStore(ws).write_memory("# Memory\n" + "- another fact about Dana\n" * 50, reason="test")
+    third = show()
+    assert "TIKTOKEN" in third.split()
+    assert [ln for ln in third.splitlines() if "tokens," in ln][0] != line

@@ -1,4 +1,4 @@
-"""The `nanobot` command. Errors are translated here, once, into a message and an exit code.
+"""The `nanobot` command. Errors are translated once, by nanobot.cli.errors, into a message and an exit code.
 
 Imports stay light at module level: `nanobot --version` and `--help` must not load the
 provider SDKs; commands import what they need when they run.
@@ -77,6 +77,15 @@ def status(config: Path | None = ConfigOpt) -> None:
 
 
 @app.command()
+def doctor(config: Path | None = ConfigOpt,
+           offline: bool = typer.Option(False, "--offline", help="Do not contact the provider.")) -> None:
+    """Check the setup: config, key, provider and model, token counter, exec confinement, disk, memory, skills."""
+    from nanobot.cli.doctor import run_doctor
+
+    raise typer.Exit(run_doctor(config, offline=offline))
+
+
+@app.command()
 def agent(
     message: str | None = typer.Option(None, "--message", "-m", help="Send one message, print the answer, exit."),
     session: str = typer.Option("cli:direct", "--session", "-s", help="Session key to use or resume."),
@@ -92,9 +101,12 @@ def agent(
 ) -> None:
     """Chat with the assistant (REPL), or send one message with -m. Piped stdin works as the message."""
     from nanobot.cli.chat import run_agent
+    from nanobot.cli.input_text import from_argv, from_stdin
 
-    if message is None and not sys.stdin.isatty():
-        message = sys.stdin.read()
+    if message is not None:
+        message = from_argv(message)
+    elif not sys.stdin.isatty():
+        message = from_stdin()
         if not message.strip():
             from nanobot.errors import UsageError
 
@@ -118,18 +130,34 @@ def serve(
 
 def main() -> None:
     """Console-script entry point: run the app and translate our errors into exit codes."""
+    try:  # recent typer vendors click as typer._click and raises its exceptions
+        from typer._click import exceptions as click_errors
+    except ImportError:
+        from click import exceptions as click_errors
+
+    from nanobot.cli.errors import print_error, report
     from nanobot.errors import NanobotError
 
     if sys.argv[1:2] not in (["--version"], ["-V"]):
         group = sys.argv[1] if len(sys.argv) > 1 else None
         _mount_subcommands(group if group in _GROUPS else None)
     try:
-        app(standalone_mode=True)
-    except NanobotError as exc:
-        print(f"nanobot: error: {exc.message}", file=sys.stderr)
-        if exc.hint:
-            print(exc.hint, file=sys.stderr)
-        sys.exit(exc.exit_code)
+        code = app(standalone_mode=False, prog_name="nanobot")
+    except click_errors.NoArgsIsHelpError as exc:
+        print(exc.format_message())
+        sys.exit(2)
+    except click_errors.UsageError as exc:  # a bad flag or argument: click's words, our format
+        if exc.ctx is not None:
+            print(exc.ctx.get_usage(), file=sys.stderr)
+        where = exc.ctx.command_path if exc.ctx is not None else "nanobot"
+        print_error(exc.format_message(), f"Run `{where} --help` to see what it accepts.")
+        sys.exit(2)
+    except typer.Abort:
+        print("\ninterrupted", file=sys.stderr)
+        sys.exit(130)
+    except (NanobotError, OSError) as exc:
+        sys.exit(report(exc))
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -14,11 +14,13 @@ from rich.console import Console
 
 from nanobot.agent.events import Notice, Retrying, TurnDone
 from nanobot.cli.approval_prompt import print_refusals
+from nanobot.cli.config_load import load as load_config
+from nanobot.cli.errors import print_error, print_warning, report
 from nanobot.cli.render import Renderer, escape, stderr_console, stdout_console
-from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS
+from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS, slash_command
 from nanobot.cli.termination import Termination
-from nanobot.config import load_config
-from nanobot.errors import NanobotError
+from nanobot.cli.turn_notes import continuation_marker, resume_notice, unsaved_notice
+from nanobot.errors import NanobotError, StorageError, UsageError
 from nanobot.secrets_mask import mask_secrets
 
 
@@ -29,6 +31,9 @@ def run_agent(*, message: str | None, session_key: str, workspace: Path | None, 
         "agents.defaults.model": model,
     })
     try:
+        if message is not None and slash_command(message) is not None:
+            return asyncio.run(_one_shot_command(cfg, session_key, message, markdown=markdown,
+                                                 approve=approve or []))
         if message is not None:
             return asyncio.run(Termination().run(lambda term: _one_shot(
                 cfg, session_key, message, markdown=markdown, json_out=json_out, approve=approve or [], term=term)))
@@ -53,6 +58,28 @@ def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_re
 
     return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry, ask=ask, approve=approve,
                           on_fallback=on_fallback)
+
+
+async def _one_shot_command(cfg, session_key: str, message: str, *, markdown: bool, approve: list[str]) -> int:
+    """`agent -m /new` (or /compact, /status, ...) acts on the session, as in the chat."""
+    name, arg = slash_command(message)
+    entry = SLASH_COMMANDS.get(name)
+    if entry is None:
+        raise UsageError(f"unknown command {name}",
+                         hint=f"`nanobot agent -m /help` lists them. To send the text to the model instead, "
+                              f"start it with a space: -m ' {message.strip()}'")
+    chat = Chat(cfg, session_key, markdown=markdown, approve=approve)
+    if name in ("/help", "/exit", "/quit"):
+        await entry[1](chat, arg)
+        return 0
+    chat.assistant = _open(cfg, session_key, stream=False, progress=chat.err, renderer_ref=[chat.renderer],
+                           approve=approve)
+    try:
+        await entry[1](chat, arg)
+    finally:
+        chat.renderer.finish()
+        await chat.assistant.aclose()
+    return 1 if chat.failed else 0
 
 
 class _Answers:
@@ -94,11 +121,18 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
     for note in assistant.startup_notes():
         err.print(f"[dim]{escape(note)}[/dim]", highlight=False)
     for warning in assistant.warnings:
-        err.print(f"[yellow]warning: {escape(warning)}[/yellow]")
+        print_warning(warning, console=err)
     decided = len(conversation.session.decisions)
     try:
         await assistant.mcp_ready()  # one turn only: let it see every MCP tool that can be had
-        outcome = await conversation.send(message, emit=answers)
+        saved_before = len(conversation.session.messages)
+        try:
+            outcome = await conversation.send(message, emit=answers)
+        except StorageError as exc:
+            renderer.finish()
+            report(exc, console=err)
+            err.print(unsaved_notice(conversation, saved_before, one_shot=True), highlight=False)
+            return 1
         renderer.finish()
         await _wait_for_background(conversation, cfg.defaults.subagent_wait_seconds, err)
     finally:
@@ -159,6 +193,8 @@ class Chat:
         self.background = Renderer(self.console, markdown=markdown, stream_text=False, spinner=False)
         self.assistant = None
         self.turn_task: asyncio.Task | None = None
+        self.unsent = ""  # a message that could not be saved, put back at the prompt
+        self.failed = False  # a slash command failed (the exit code of `agent -m /new`)
         self._ctrl_c_on_text = False
         self._last_ctrl_c: float | None = None  # when Ctrl-C last hit an empty prompt
         self.reminders = None  # nanobot.cli.chat_reminders.ChatReminders
@@ -199,7 +235,7 @@ class Chat:
             event.app.exit(exception=KeyboardInterrupt, style="class:aborting")
 
         return PromptSession(history=MaskedFileHistory(input_history_path()), key_bindings=bindings, multiline=False,
-                             enable_history_search=True)
+                             enable_history_search=True, prompt_continuation=continuation_marker)
 
     async def run(self) -> int:
         from prompt_toolkit.patch_stdout import patch_stdout
@@ -219,18 +255,22 @@ class Chat:
             for note in self.assistant.startup_notes():
                 self.console.print(f"[dim]{escape(note)}[/dim]", highlight=False)
             for warning in self.assistant.warnings:
-                self.console.print(f"[yellow]warning: {escape(warning)}[/yellow]")
+                print_warning(warning, console=self.console)
             for skill in getattr(self.conversation.context.skills, "held", []):
                 self.console.print(f"[yellow]skill {escape(skill.name)} is off: it {escape(skill.gate)} "
                                    f"({escape(skill.state)}); read it, then run `nanobot skills approve "
                                    f"{escape(skill.name)}`[/yellow]", highlight=False)
+            resumed = resume_notice(self.conversation.session)
+            if resumed:
+                self.console.print(resumed, highlight=False)
             prompt = self._prompt_session()  # piped stdin never gets here: it becomes a one-shot message
             self._start_reminders()
             while True:
                 self._show_held_firings()
                 try:
                     with patch_stdout(raw=True):
-                        text = await prompt.prompt_async("you › ")
+                        text = await prompt.prompt_async("you › ", default=self.unsent)
+                    self.unsent = ""
                 except KeyboardInterrupt:
                     if self._second_ctrl_c():
                         break
@@ -243,13 +283,14 @@ class Chat:
                     continue
                 if text.lower() in EXIT_WORDS:
                     break
-                if text.startswith("/"):
-                    name, _, arg = text.partition(" ")
-                    entry = SLASH_COMMANDS.get(name.lower())
+                command = slash_command(text)  # "/etc/hosts ..." is text for the model, not a command
+                if command is not None:
+                    name, arg = command
+                    entry = SLASH_COMMANDS.get(name)
                     if entry is None:
                         self.console.print(f"[yellow]unknown command {name}; /help lists them[/yellow]")
                         continue
-                    if not await entry[1](self, arg.strip()):
+                    if not await entry[1](self, arg):
                         break
                     continue
                 await self.run_turn(text)
@@ -274,6 +315,7 @@ class Chat:
         self.turn_task = asyncio.ensure_future(self._send(text))
         loop.add_signal_handler(signal.SIGINT, self.turn_task.cancel)
         self.renderer.thinking()
+        saved_before = len(self.conversation.session.messages)
         try:
             await self.turn_task
         except asyncio.CancelledError:
@@ -284,7 +326,11 @@ class Chat:
             return
         except NanobotError as exc:
             self.renderer.finish()
-            self.console.print(f"[bold red]error:[/bold red] {exc}", highlight=False)
+            report(exc, console=self.console)
+            if isinstance(exc, StorageError):
+                self.console.print(unsaved_notice(self.conversation, saved_before, one_shot=False), highlight=False)
+                if len(self.conversation.session.messages) == saved_before:
+                    self.unsent = text  # offered again at the next prompt
             return
         finally:
             loop.remove_signal_handler(signal.SIGINT)
@@ -339,7 +385,8 @@ class Chat:
         try:
             report = await action(emit=self.renderer)
         except NanobotError as exc:
-            self.console.print(f"[bold red]error:[/bold red] {exc}{on_error}", highlight=False)
+            print_error(exc.message + on_error, exc.hint, console=self.console)
+            self.failed = True
             return False
         finally:
             self.renderer.finish()

@@ -15,7 +15,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nanobot.config import Config, load_config
+from nanobot.cli.config_load import load as load_config
+from nanobot.cli.errors import report_text
+from nanobot.config import Config
 from nanobot.cron.jobs import MISSED_POLICIES, Job
 from nanobot.cron.schedule import describe, format_ms, parse_schedule
 from nanobot.cron.store import JobStore
@@ -166,7 +168,7 @@ def run_job(job_id: str = IdArg, config: Path | None = ConfigOpt,
     firing = asyncio.run(scheduler.run_now(job_id))
     _tell(scheduler.store)
     if firing.error:
-        _err().print(f"[bold red]error:[/bold red] {escape(firing.error)}")
+        report_text(firing.error)
         raise typer.Exit(1)
     _out().print(f"[bold]{escape(firing.title)}[/bold] [dim]({firing.session})[/dim]")
     _out().print(escape(firing.text or "(no answer)"))

@@ -34,7 +34,7 @@ async def _probe(cfg):
 @mcp_app.command("list")
 def list_servers(config: Path | None = ConfigOpt) -> None:
     """Start each configured server once, show its state and tools, and stop it again."""
-    from nanobot.config import load_config
+    from nanobot.cli.config_load import load as load_config
     from nanobot.mcp.manager import log_path
 
     cfg = load_config(config)

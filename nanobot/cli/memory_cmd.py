@@ -12,13 +12,13 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
 import typer
 
+from nanobot.cli.errors import print_error, print_warning, reported
+from nanobot.cli.usage import Command
 from nanobot.errors import NanobotError
 
 DEFAULT_CONTEXT_WINDOW = 65_536
@@ -32,30 +32,35 @@ history_app = typer.Typer(help="Search the archive of past conversations (HISTOR
 WorkspaceOpt = typer.Option(None, "--workspace", "-w", help="Workspace folder (default: from config, else ~/.nanobot/workspace).")
 
 
-def _load_config():
-    from nanobot.config import load_config
+_config_cache: list = []
 
-    return load_config()
+
+def _load_config():
+    """The config, or None when it is invalid (said once, on stderr: memory stays readable)."""
+    from nanobot.cli.config_load import load as load_config
+    from nanobot.errors import ConfigError
+
+    if not _config_cache:
+        try:
+            _config_cache.append(load_config())
+        except ConfigError as exc:
+            print_warning(f"{exc.message}; using the default workspace and context window until it is fixed")
+            _config_cache.append(None)
+    return _config_cache[0]
 
 
 def _context_window() -> int:
     """The configured context window, or 64K when there is no usable config."""
-    try:
-        value = int(_load_config().agents.defaults.context_window_tokens)
-        return value if value > 0 else DEFAULT_CONTEXT_WINDOW
-    except Exception:  # no config module, no file, or an invalid one: the figure is informational
-        return DEFAULT_CONTEXT_WINDOW
+    cfg = _load_config()
+    return cfg.agents.defaults.context_window_tokens if cfg is not None else DEFAULT_CONTEXT_WINDOW
 
 
 def _workspace(option: Path | None) -> Path:
     if option is not None:
         return option.expanduser()
-    try:
-        configured = _load_config().agents.defaults.workspace
-        if configured:
-            return Path(configured).expanduser()
-    except Exception:  # a broken config must not stop anyone from reading their memory
-        pass
+    cfg = _load_config()
+    if cfg is not None:
+        return cfg.workspace_path()
     from nanobot.paths import default_workspace
 
     return default_workspace()
@@ -69,16 +74,9 @@ def _err(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-@contextmanager
-def _errors() -> Iterator[None]:
-    """Our typed errors become a message on stderr and their exit code (standalone sub-apps too)."""
-    try:
-        yield
-    except NanobotError as exc:
-        _err(f"nanobot: error: {exc.message}")
-        if exc.hint:
-            _err(exc.hint)
-        raise typer.Exit(exc.exit_code) from None
+def _fail(message: str, hint: str | None = None, code: int = 2) -> typer.Exit:
+    print_error(message, hint)
+    return typer.Exit(code)
 
 
 def _store(workspace: Path | None):
@@ -110,9 +108,7 @@ def memory_show(
                                          help="Context window in tokens (default: from config, else 65536)."),
 ) -> None:
     """Print MEMORY.md, then its size in tokens and its share of the context window (on stderr)."""
-    from nanobot.tokens import using_fallback
-
-    with _errors():
+    with reported():
         store = _store(workspace)
         info = store.memory_info()
         if not info.exists:
@@ -130,7 +126,7 @@ def memory_show(
             sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
             sys.stdout.flush()
         window = window or _context_window()
-        approx = "~" if using_fallback() else ""
+        approx = "" if info.exact else "~"
         changed = f"{info.modified:%Y-%m-%d %H:%M} ({_ago(info.modified)})" if info.modified else "unknown"
         _err(f"{info.path}: {approx}{info.tokens:,} tokens, {_size(info.bytes)}, "
              f"{info.tokens / window:.1%} of a {window:,}-token context window (in every prompt)")
@@ -140,7 +136,7 @@ def memory_show(
 @memory_app.command("versions")
 def memory_versions(workspace: Path | None = WorkspaceOpt) -> None:
     """List saved versions of MEMORY.md, newest first (1 = the most recently replaced)."""
-    with _errors():
+    with reported():
         store = _store(workspace)
         versions = store.versions()
         if not versions:
@@ -153,11 +149,11 @@ def memory_versions(workspace: Path | None = WorkspaceOpt) -> None:
         _err("restore one with `nanobot memory restore N` (the current file is kept as a version)")
 
 
-@memory_app.command("restore")
-def memory_restore(n: int = typer.Argument(..., help="Version number from `nanobot memory versions`."),
+@memory_app.command("restore", cls=Command)
+def memory_restore(n: int = typer.Argument(..., metavar="N", help="Version number from `nanobot memory versions`."),
                    workspace: Path | None = WorkspaceOpt) -> None:
     """Make version N the current MEMORY.md; the current file is saved as a version first."""
-    with _errors():
+    with reported():
         receipt = _store(workspace).restore(n)
         if not receipt.changed:
             print(f"version {n} is identical to the current MEMORY.md; nothing changed")
@@ -176,7 +172,7 @@ def memory_check(
     """Look for damaged, shrunken or duplicated memory and say how to fix each. Exit 0 clean, 1 problems."""
     from nanobot.memory_check import check_memory
 
-    with _errors():
+    with reported():
         findings = check_memory(_store(workspace), context_window=window or _context_window())
     problems = [f for f in findings if f.severity == "problem"]
     if json_out:
@@ -198,7 +194,7 @@ def _editor_command() -> list[str]:
 @memory_app.command("edit")
 def memory_edit(workspace: Path | None = WorkspaceOpt) -> None:
     """Edit MEMORY.md in $VISUAL / $EDITOR (else vi); saved atomically, the old text kept as a version."""
-    with _errors():
+    with reported():
         store = _store(workspace)
         before = store.read_memory()
         # A private folder: MEMORY.md may hold personal facts.
@@ -208,9 +204,7 @@ def memory_edit(workspace: Path | None = WorkspaceOpt) -> None:
         try:
             result = subprocess.run([*_editor_command(), str(copy)])
         except (FileNotFoundError, ValueError) as exc:
-            _err(f"nanobot: error: cannot start the editor: {exc}")
-            _err("set $EDITOR (e.g. `export EDITOR=nano`)")
-            raise typer.Exit(2) from None
+            raise _fail(f"cannot start the editor: {exc}", "Set $EDITOR (e.g. `export EDITOR=nano`).") from None
         if result.returncode != 0:
             _err(f"editor exited with status {result.returncode}; MEMORY.md unchanged "
                  f"(your edit is kept at {copy})")
@@ -263,19 +257,20 @@ def _print_entry(entry, rx: re.Pattern[str] | None, console) -> None:
     console.print()
 
 
-def _history_path(workspace: Path | None) -> Path:
+def _history_path(workspace: Path | None) -> Path | None:
+    """HISTORY.md, or None (said on stderr) when nothing was archived yet: an empty history, not an error."""
     from nanobot.paths import memory_dir
 
     path = memory_dir(_workspace(workspace)) / "HISTORY.md"
     if not path.is_file():
-        _err(f"nanobot: error: no history file at {path}")
-        raise typer.Exit(2)
+        _err(f"no history yet: {path} does not exist (it is written when older messages are consolidated)")
+        return None
     return path
 
 
-@history_app.command("grep")
+@history_app.command("grep", cls=Command)
 def history_grep(
-    pattern: str = typer.Argument(..., help="Regular expression (Python syntax; ^ and $ match at each line)."),
+    pattern: str = typer.Argument(..., metavar="PATTERN", help="Regular expression (Python syntax; ^ and $ match at each line)."),
     ignore_case: bool = typer.Option(False, "--ignore-case", "-i", help="Ignore case."),
     since: str | None = typer.Option(None, "--since", help="Only entries from this date on (YYYY-MM-DD [HH:MM])."),
     until: str | None = typer.Option(None, "--until", help="Only entries up to this date, inclusive."),
@@ -289,37 +284,39 @@ def history_grep(
     try:
         rx = history_log.compile_pattern(pattern, ignore_case=ignore_case)
     except re.error as exc:
-        _err(f"nanobot: error: bad regular expression {pattern!r}: {exc}")
-        raise typer.Exit(2) from None
+        raise _fail(f"bad regular expression {pattern!r}: {exc}",
+                    "Patterns are Python regular expressions; escape special characters with \\.") from None
     try:
         since_dt = history_log.parse_when(since) if since else None
         until_dt = history_log.parse_when(until, end_of_day=True) if until else None
     except ValueError as exc:
-        _err(f"nanobot: error: {exc}")
-        raise typer.Exit(2) from None
+        raise _fail(str(exc), "Dates look like 2026-03-01 or 2026-03-01 14:30.") from None
     path = _history_path(workspace)
-    if not json_out and not _stdout_is_tty():
-        fast = history_log.grep_fast_output(path, pattern, ignore_case=ignore_case, since=since_dt,
-                                            until=until_dt, last=last)
-        if fast is not None:  # ripgrep answered: the same bytes the entry-by-entry path would print
-            sys.stdout.buffer.write(fast[0])
-            sys.stdout.flush()
-            raise typer.Exit(0 if fast[1] else 1)
-    entries = history_log.grep_fast(path, pattern, ignore_case=ignore_case, since=since_dt, until=until_dt,
-                                    last=last)
-    if entries is not None:
-        found = iter(entries)
-    elif last is not None:
-        found = iter(history_log.grep(path, rx, since=since_dt, until=until_dt, last=last))
+    if path is None:
+        found = iter(())
     else:
-        found = history_log.iter_grep(path, rx, since=since_dt, until=until_dt)
+        if not json_out and not _stdout_is_tty():
+            fast = history_log.grep_fast_output(path, pattern, ignore_case=ignore_case, since=since_dt,
+                                                until=until_dt, last=last)
+            if fast is not None:  # ripgrep answered: the same bytes the entry-by-entry path would print
+                sys.stdout.buffer.write(fast[0])
+                sys.stdout.flush()
+                raise typer.Exit(0 if fast[1] else 1)
+        entries = history_log.grep_fast(path, pattern, ignore_case=ignore_case, since=since_dt, until=until_dt,
+                                        last=last)
+        if entries is not None:
+            found = iter(entries)
+        elif last is not None:
+            found = iter(history_log.grep(path, rx, since=since_dt, until=until_dt, last=last))
+        else:
+            found = history_log.iter_grep(path, rx, since=since_dt, until=until_dt)
     count = _emit(found, rx, json_out)
     raise typer.Exit(0 if count else 1)
 
 
 @history_app.command("tail")
 def history_tail(
-    n: int = typer.Option(5, "--lines", "-n", min=1, help="How many entries."),
+    n: int = typer.Option(5, "--last", "-n", "--lines", min=1, help="How many entries (the last N)."),
     json_out: bool = typer.Option(False, "--json", help="A JSON array of {stamp, line, text}."),
     workspace: Path | None = WorkspaceOpt,
 ) -> None:
@@ -327,7 +324,7 @@ def history_tail(
     from nanobot import history_log
 
     path = _history_path(workspace)
-    _emit(iter(history_log.tail(path, n)), None, json_out)
+    _emit(iter(history_log.tail(path, n)) if path is not None else iter(()), None, json_out)
 
 
 def _emit(entries, rx: re.Pattern[str] | None, json_out: bool) -> int:

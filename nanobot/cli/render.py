@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import IO
 
 from rich.console import Console
-from rich.live import Live
 from rich.markdown import Markdown
 from rich.status import Status
+from rich.text import Text
 
 from nanobot.agent.events import (
     Event,
@@ -18,6 +19,7 @@ from nanobot.agent.events import (
     ToolStarted,
     TurnDone,
 )
+from nanobot.cli.markdown_stream import MarkdownStream
 
 
 class Renderer:
@@ -31,7 +33,7 @@ class Renderer:
         self.stream_text = stream_text
         self.spinner = spinner
         self.buffer = ""
-        self._live: Live | None = None
+        self._live: MarkdownStream | None = None
         self._status: Status | None = None
         self._wrote_plain = False
 
@@ -40,11 +42,12 @@ class Renderer:
         if not (self.spinner and self.progress.is_terminal):
             return
         self._end_text()
+        waiting = Waiting(label)
         if self._status is None:
-            self._status = self.progress.status(f"[dim]{label}[/dim]", spinner="dots")
+            self._status = self.progress.status(waiting, spinner="dots")
             self._status.start()
         else:
-            self._status.update(f"[dim]{label}[/dim]")
+            self._status.update(waiting)
 
     def _stop_spinner(self) -> None:
         if self._status is not None:
@@ -60,11 +63,8 @@ class Renderer:
         self.buffer += chunk
         if self.markdown:
             if self._live is None:
-                self._live = Live(Markdown(self.buffer), console=self.console, refresh_per_second=12,
-                                  vertical_overflow="visible")
-                self._live.start()
-            else:
-                self._live.update(Markdown(self.buffer))
+                self._live = MarkdownStream(self.console)
+            self._live.update(self.buffer)
         else:
             self.console.file.write(chunk)
             self.console.file.flush()
@@ -72,8 +72,7 @@ class Renderer:
 
     def _end_text(self) -> None:
         if self._live is not None:
-            self._live.update(Markdown(self.buffer))
-            self._live.stop()
+            self._live.finish()
             self._live = None
         elif self._wrote_plain and not self.buffer.endswith("\n"):
             self.console.file.write("\n")
@@ -113,18 +112,37 @@ class Renderer:
                 self.show_error(event.error)
 
     def show_error(self, text: str) -> None:
-        self.progress.print(f"[bold red]error:[/bold red] {escape(text)}", highlight=False)
+        from nanobot.cli.errors import report_text
+
+        report_text(text, console=self.progress)  # the one format: error line, then the hint line
 
     def show_answer(self, text: str) -> None:
         """Print a whole answer at once (for turns that were not streamed)."""
         if self.markdown:
-            self.console.print(Markdown(text))
+            self.console.print(Markdown(text), soft_wrap=False)  # soft_wrap would cut lines at the width
         else:
             self.console.print(text, markup=False, highlight=False)
 
     def finish(self) -> None:
         self._stop_spinner()
         self._end_text()
+
+
+class Waiting:
+    """The spinner's label; past a few seconds it says how long it has been waiting (redrawn each tick)."""
+
+    QUIET_SECONDS = 3
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.started = time.monotonic()
+
+    def __rich__(self) -> Text:
+        waited = int(time.monotonic() - self.started)
+        if waited < self.QUIET_SECONDS:
+            return Text(self.label, style="dim")
+        shown = f"{waited}s" if waited < 60 else f"{waited // 60}m {waited % 60:02d}s"
+        return Text(f"{self.label} {shown} (Ctrl-C to stop)", style="dim")
 
 
 def escape(text: str) -> str:

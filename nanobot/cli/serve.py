@@ -11,7 +11,8 @@ import asyncio
 import signal
 import sys
 
-from nanobot.config import Config, load_config
+from nanobot.cli.config_load import load as load_config
+from nanobot.config import Config
 from nanobot.cron.delivery import LogDelivery, NotifySendDelivery
 from nanobot.cron.runner import ONCE_LATE_MS, Scheduler, describe_owner
 from nanobot.cron.store import cron_dir

@@ -14,11 +14,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from nanobot import paths
+from nanobot.cli.errors import print_warning, report
+from nanobot.cli.usage import Command
 from nanobot.errors import NanobotError
-from nanobot.messages import text_of
+from nanobot.messages import NOTE_KEY, text_of
 from nanobot.secrets_mask import mask_message, mask_value
 from nanobot.session import SessionStore
-from nanobot.subagents import NOTE_KEY
 
 session_app = typer.Typer(help="Saved conversations: list, show and repair them.", no_args_is_help=True,
                           add_completion=False, pretty_exceptions_show_locals=False)
@@ -26,7 +27,7 @@ session_app = typer.Typer(help="Saved conversations: list, show and repair them.
 # Long tool output is shortened on screen only; `--json` prints it whole.
 SHOWN_TOOL_RESULT_CHARS = 400
 
-KeyArg = typer.Argument(..., help="The session key, e.g. cli:direct (see `nanobot session list`).")
+KeyArg = typer.Argument(..., metavar="KEY", help="The session key, e.g. cli:direct (see `nanobot session list`).")
 
 
 def _out() -> Console:
@@ -38,20 +39,17 @@ def _err() -> Console:
 
 
 def _fail(exc: NanobotError) -> typer.Exit:
-    _err().print(f"[red]Error:[/red] {escape(exc.message)}")
-    if exc.hint:
-        _err().print(escape(exc.hint))
-    return typer.Exit(exc.exit_code)
+    return typer.Exit(report(exc))
 
 
 def _warn(warnings: list[str]) -> None:
     for warning in warnings:
-        _err().print(f"[yellow]warning:[/yellow] {escape(warning)}")
+        print_warning(warning)
 
 
 def _import_from_nanobot(config: Path | None, *, quiet_when_none: bool) -> None:
     """Bring in nanobot's sessions and history for the configured workspace (session_import.py)."""
-    from nanobot.config import load_config
+    from nanobot.cli.config_load import load as load_config
     from nanobot.session_import import import_all
 
     try:
@@ -97,7 +95,7 @@ def list_sessions(config: Path | None = ConfigOpt) -> None:
     _out().print(table)
 
 
-@session_app.command("show")
+@session_app.command("show", cls=Command)
 def show(
     key: str = KeyArg,
     as_json: bool = typer.Option(False, "--json", help="Print the stored messages as JSON."),
@@ -172,7 +170,7 @@ def _print_message(console: Console, msg: dict) -> None:
                       f"({escape(str(fn.get('arguments', '')))}) [dim]{escape(str(call.get('id', '')))}[/dim]")
 
 
-@session_app.command("repair")
+@session_app.command("repair", cls=Command)
 def repair(key: str = KeyArg) -> None:
     """Rewrite a damaged session cleanly; the original is kept as a backup next to it."""
     try:

@@ -6,11 +6,13 @@ import shutil
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from nanobot import ignored_keys, paths
-from nanobot.config import ensure_config_file, load_config, mask_key, read_file, resolve_model
-from nanobot.errors import NanobotError
+from nanobot.cli.config_load import load as load_config
+from nanobot.config import ensure_config_file, mask_key, read_file, resolve_model
+from nanobot.errors import NanobotError, storage_error
 from nanobot.providers import registry
 
 
@@ -46,15 +48,18 @@ def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
         console.print(f"config: {path} (already complete, left unchanged)")
     cfg = load_config(path, overrides={"agents.defaults.workspace": str(workspace) if workspace else None})
     ws = cfg.workspace_path()
-    created = copy_templates(ws)
+    try:
+        created = copy_templates(ws)
+    except OSError as exc:
+        raise storage_error(exc, "create the workspace", exc.filename or ws) from None
     console.print(f"workspace: {ws} ({len(created)} file(s) created)")
     try:
         resolve_model(cfg)
         console.print(f"model: {cfg.defaults.model} — ready. Start chatting with: nanobot agent")
     except NanobotError as exc:
-        console.print(f"model: {cfg.defaults.model} — [yellow]{exc.message}[/yellow]")
+        console.print(f"model: {cfg.defaults.model} — [yellow]{escape(exc.message)}[/yellow]")
         if exc.hint:
-            console.print(exc.hint)
+            console.print(f"[dim]hint:[/dim] {escape(exc.hint)}", soft_wrap=False)
 
 
 def show_status(config_path: Path | None) -> None:

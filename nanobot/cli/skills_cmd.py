@@ -16,9 +16,9 @@ skills_app = typer.Typer(help="Skills: instructions the agent reads for specific
 
 def _configured_workspace() -> Path:
     """The workspace the agent uses: agents.defaults.workspace from the config, else the default."""
-    from nanobot.config import load_config
+    from nanobot.cli.config_load import load
 
-    return load_config().workspace_path()
+    return load().workspace_path()
 
 
 @skills_app.callback()

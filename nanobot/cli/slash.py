@@ -3,6 +3,7 @@ a row to SLASH_COMMANDS. The handler returns False to leave the chat."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -51,3 +52,14 @@ SLASH_COMMANDS: dict[str, tuple[str, Handler]] = {
 }
 
 EXIT_WORDS = {"exit", "quit", ":q", "/exit", "/quit"}
+
+_COMMAND = re.compile(r"/[A-Za-z][\w-]*")
+
+
+def slash_command(text: str) -> tuple[str, str] | None:
+    """(name, argument) when `text` is a slash command: it starts with `/word` (not a path like
+    /etc/hosts; a leading space sends it to the model as text)."""
+    first, _, arg = text.rstrip().partition(" ")
+    if not _COMMAND.fullmatch(first):
+        return None
+    return first.lower(), arg.strip()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from nanobot import tokens
-from nanobot.subagents import NOTE_KEY
+from nanobot.messages import NOTE_KEY
 
 
 def bar(used: int, total: int, width: int = 24) -> str:

@@ -35,6 +35,7 @@ __all__ = ["FakeLLMServer", "RecordedRequest"]
 
 OPENAI_PATH = "/v1/chat/completions"
 ANTHROPIC_PATH = "/v1/messages"
+MODELS_PATH = "/v1/models"
 
 
 @dataclass
@@ -82,6 +83,8 @@ class FakeLLMServer:
         self.context_window = context_window
         self.strict = strict
         self.responder: Responder | None = None
+        self.models: list[str] = ["test-model", "claude-test"]  # what GET /v1/models lists
+        self.model_requests: list[str] = []  # paths of the GET /v1/models... requests received
         self._host, self._port = host, port
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
@@ -387,6 +390,19 @@ class _Handler(BaseHTTPRequestHandler):
     # ---------------------------------------------------------- routing
 
     def do_GET(self) -> None:  # noqa: N802
+        fake: FakeLLMServer = self.server.fake  # type: ignore[attr-defined]
+        path = urlsplit(self.path).path.rstrip("/")
+        if path == MODELS_PATH:  # OpenAI's list (Anthropic's has the same path and data key)
+            fake.model_requests.append(path)
+            self.send_json(200, {"object": "list", "data": [{"id": m, "object": "model", "type": "model"}
+                                                            for m in fake.models]})
+            return
+        if path.startswith(MODELS_PATH + "/"):
+            fake.model_requests.append(path)
+            model = path[len(MODELS_PATH) + 1:]
+            if model in fake.models:
+                self.send_json(200, {"id": model, "object": "model", "type": "model", "display_name": model})
+                return
         self._not_found()
 
     def do_POST(self) -> None:  # noqa: N802

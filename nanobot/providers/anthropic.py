@@ -8,11 +8,20 @@ from typing import Any
 import anthropic
 import httpx2
 
-from nanobot.messages import Message
+from nanobot.messages import Message, clean_unicode
 from nanobot.providers import anthropic_format as fmt
 from nanobot.providers import reasoning
-from nanobot.providers.base import DeltaCallback, LLMResponse, Provider, ToolCallRequest, Usage
-from nanobot.providers.errors_map import connection_error, status_error
+from nanobot.providers.base import (
+    DEFAULT_TIMEOUT,
+    DeltaCallback,
+    LLMResponse,
+    Provider,
+    ToolCallRequest,
+    Usage,
+    http_timeout,
+    post_encodable,
+)
+from nanobot.providers.errors_map import translate
 from nanobot.providers.raw_http import RAW_STREAM_HEADERS, json_body, sse_json, stream_error
 
 _STOP = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
@@ -23,12 +32,13 @@ class AnthropicProvider(Provider):
     name = "anthropic"
 
     def __init__(self, model: str, *, api_key: str, api_base: str | None = None,
-                 extra_headers: dict[str, str] | None = None, timeout: float = 600.0,
+                 extra_headers: dict[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT,
                  reasoning_effort: str | None = None) -> None:
         super().__init__(model)
+        self.timeout = timeout
         self.reasoning_effort = reasoning_effort  # agents.defaults.reasoningEffort: extended thinking
         self._client = anthropic.AsyncAnthropic(
-            api_key=api_key or "none", base_url=api_base or None, max_retries=0, timeout=timeout,
+            api_key=api_key or "none", base_url=api_base or None, max_retries=0, timeout=http_timeout(timeout),
             default_headers=extra_headers or None,
         )
 
@@ -52,8 +62,8 @@ class AnthropicProvider(Provider):
         if thinking:
             params["thinking"] = thinking
         try:
-            response = await self._client.post(
-                "/v1/messages", body=params if on_delta is None else {**params, "stream": True},
+            response = await post_encodable(
+                self._client.post, "/v1/messages", params if on_delta is None else {**params, "stream": True},
                 cast_to=httpx2.Response, options={"headers": RAW_STREAM_HEADERS})
             try:
                 if on_delta is None:
@@ -62,30 +72,13 @@ class AnthropicProvider(Provider):
                     message = await _read_stream(response, on_delta)
             finally:
                 await response.aclose()
-        except anthropic.APIStatusError as exc:
-            raise status_error("anthropic", exc.status_code, _error_message(exc),
-                               exc.response.headers.get("retry-after")) from None
-        except anthropic.APITimeoutError as exc:
-            raise connection_error("anthropic", exc, timeout=True) from None
-        except anthropic.APIConnectionError as exc:
-            raise connection_error("anthropic", exc) from None
-        except httpx2.TimeoutException as exc:  # a read timeout while streaming escapes the SDK unwrapped
-            raise connection_error("anthropic", exc, timeout=True) from None
-        except httpx2.TransportError as exc:  # so does a stream cut mid-way
-            raise connection_error("anthropic", exc) from None
+        except (anthropic.APIStatusError, anthropic.APIConnectionError, httpx2.TransportError) as exc:
+            # a read timeout or a cut while streaming escapes the SDK as a bare httpx error
+            raise translate("anthropic", exc, url=str(self._client.base_url), seconds=self.timeout) from None
         return _to_response(message)
 
     async def aclose(self) -> None:
         await self._client.close()
-
-
-def _error_message(exc: Any) -> str:
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-    return str(getattr(exc, "message", exc))
 
 
 async def _read_stream(response: httpx2.Response, on_delta: DeltaCallback) -> dict[str, Any]:
@@ -149,7 +142,7 @@ def _to_response(message: dict[str, Any]) -> LLMResponse:
         elif kind == "redacted_thinking":
             signed.append({"type": "redacted_thinking", "data": block.get("data") or ""})
         elif kind == "tool_use":
-            value = block.get("input")
+            value = clean_unicode(block.get("input"))  # a "\\ud800" must not reach a tool or a save
             args = value if isinstance(value, dict) else {}
             error = None if isinstance(value, dict) else "arguments must be a JSON object"
             calls.append(ToolCallRequest(str(block.get("id") or ""), str(block.get("name") or ""), args,

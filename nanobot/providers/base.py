@@ -14,9 +14,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nanobot.messages import Message, assistant, tool_call
+from nanobot.messages import Message, assistant, clean_unicode, tool_call
 
 DeltaCallback = Callable[[str], None]
+
+# Seconds a provider may stay silent (no byte at all) before the request counts as failed; per
+# provider in the config as providers.<name>.timeout. Connecting gets at most CONNECT_TIMEOUT.
+DEFAULT_TIMEOUT = 180.0
+CONNECT_TIMEOUT = 10.0
+
+
+async def post_encodable(post: Callable[..., Any], path: str, body: dict[str, Any], **kwargs: Any) -> Any:
+    """`post(path, body=body)`; a body the JSON encoder refuses (a lone surrogate that slipped past
+    the edges, see messages.clean_unicode) is sent once more with U+FFFD in its place. Free when clean."""
+    try:
+        return await post(path, body=body, **kwargs)
+    except UnicodeEncodeError:
+        return await post(path, body=clean_unicode(body), **kwargs)
+
+
+def http_timeout(seconds: float) -> Any:
+    """The SDK's timeout for `seconds` of silence: reads and writes get all of it, connecting less."""
+    import httpx2
+
+    return httpx2.Timeout(seconds, connect=min(CONNECT_TIMEOUT, seconds))
 
 
 @dataclass
@@ -60,7 +81,7 @@ class LLMResponse:
 def parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
     """Parse tool-call arguments; never guess: malformed input yields ({}, reason)."""
     if isinstance(raw, dict):
-        return raw, None
+        return clean_unicode(raw), None
     if raw is None or raw == "":
         return {}, None
     try:
@@ -69,7 +90,7 @@ def parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
         return {}, f"arguments are not valid JSON ({exc})"
     if not isinstance(value, dict):
         return {}, f"arguments must be a JSON object, got {type(value).__name__}"
-    return value, None
+    return clean_unicode(value), None  # a "\\ud800" in the JSON must not reach a tool or a save
 
 
 class Provider(ABC):

@@ -45,17 +45,43 @@ def parse_retry_after(value: str | None) -> float | None:
         return None
 
 
-def status_error(provider: str, status: int, message: str, retry_after: str | None = None) -> ProviderError:
+# Quota and spend caps: waiting a few seconds cannot help (OpenAI insufficient_quota, Anthropic's
+# "usage limits" / credit balance, OpenRouter's credits, billing hard limits).
+_QUOTA = re.compile(r"insufficient.quota|exceeded your current quota|credit balance|insufficient credits|"
+                    r"out of credits|billing|spend(ing)?.(limit|cap)|usage limits?|monthly limit|budget", re.I)
+# ... unless the provider says when to come back (Gemini words per-minute limits as "quota" too)
+_RETRY_IN = re.compile(r"retry (in|after)|try again in", re.I)
+
+_QUOTA_HINT = ("The account's quota or spending limit is used up: add credit or raise the limit in the provider's "
+               "console, or use another model with --model.")
+
+
+def is_quota(status: int, message: str, error_type: str = "", retry_after: float | None = None) -> bool:
+    """A 429 (or 400/402/403) that says the account is out of quota or credit, not 'slow down'."""
+    if status not in (400, 402, 403, 429):  # Anthropic says "credit balance is too low" with a 400
+        return False
+    if status == 402:
+        return True
+    said = f"{error_type} {message}"
+    return bool(_QUOTA.search(said)) and retry_after is None and not _RETRY_IN.search(said)
+
+
+def status_error(provider: str, status: int, message: str, retry_after: str | None = None,
+                 error_type: str = "", url: str | None = None) -> ProviderError:
     message = mask_secrets(message)  # a 401 body often echoes the key it rejected
-    retryable = status in _RETRYABLE or status >= 500
-    label = "overloaded" if status == 529 else f"HTTP {status}"
+    wait = parse_retry_after(retry_after)
+    quota = is_quota(status, message, error_type, wait)
+    retryable = not quota and (status in _RETRYABLE or status >= 500)
+    label = "overloaded" if status == 529 else "quota or spending limit reached" if quota else f"HTTP {status}"
+    if url and status in (404, 405):  # a wrong apiBase usually shows up as "not found": say where we asked
+        label += f" from {url}"
     overflow = status in (400, 413) and bool(_OVERFLOW.search(message))
     return ProviderError(
         f"{provider}: {label}: {message}".rstrip(": "),
-        hint=_OVERFLOW_HINT if overflow else None if retryable else _HINTS.get(status),
+        hint=_OVERFLOW_HINT if overflow else _QUOTA_HINT if quota else None if retryable else _HINTS.get(status),
         status=status,
         retryable=retryable,
-        retry_after=parse_retry_after(retry_after),
+        retry_after=wait,
         context_overflow=overflow,
         reported_window=_first_int(_WINDOW, message) if overflow else None,
         reported_tokens=_first_int(_TOKENS, message) if overflow else None,
@@ -66,10 +92,45 @@ _OVERFLOW_HINT = ("The prompt was too long for the model: set agents.defaults.co
                   "model's real context window.")
 
 
-def connection_error(provider: str, exc: BaseException, *, timeout: bool = False) -> ProviderError:
-    what = "timed out" if timeout else "could not connect"
-    return ProviderError(
-        mask_secrets(f"{provider}: {what}: {exc}"),
-        hint="Check the network and the provider's apiBase.",
-        retryable=True,
-    )
+def connection_error(provider: str, exc: BaseException, *, timeout: bool = False, url: str | None = None,
+                     seconds: float | None = None) -> ProviderError:
+    where = f" {url}" if url else ""
+    if timeout:
+        waited = f" within {seconds:.0f}s" if seconds else ""
+        message = f"{provider}: no answer from{where or ' the server'}{waited}"
+        hint = (f"The server accepted the connection but did not answer. Check that it is the right server, "
+                f"or raise providers.{provider}.timeout if it is just slow.")
+    else:
+        reason = str(exc).strip() or type(exc).__name__
+        cause = getattr(exc, "__cause__", None)
+        if cause is not None and str(cause).strip() and str(cause) not in reason:
+            reason = f"{reason} ({cause})"
+        message = f"{provider}: could not connect to{where or ' the server'}: {reason}"
+        hint = (f"Check the network, that the server is running, and providers.{provider}.apiBase "
+                "(`nanobot doctor` tries the connection).")
+    return ProviderError(mask_secrets(message), hint=hint, retryable=True)
+
+
+def body_message(body: object, fallback: str) -> tuple[str, str]:
+    """(message, error type or code) from a provider's JSON error body."""
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            kind = " ".join(str(err.get(k)) for k in ("type", "code") if err.get(k))
+            if err.get("message"):
+                return str(err["message"]), kind
+            return fallback, kind
+    return fallback, ""
+
+
+def translate(provider: str, exc: BaseException, *, url: str | None, seconds: float | None) -> ProviderError:
+    """An SDK or transport exception as a ProviderError (status, timeout or connection)."""
+    import httpx2
+
+    status = getattr(exc, "status_code", None)
+    response = getattr(exc, "response", None)
+    if isinstance(status, int) and response is not None:
+        message, kind = body_message(getattr(exc, "body", None), str(getattr(exc, "message", exc)))
+        return status_error(provider, status, message, response.headers.get("retry-after"), kind, url=url)
+    timed_out = isinstance(exc, httpx2.TimeoutException) or type(exc).__name__ == "APITimeoutError"
+    return connection_error(provider, exc, timeout=timed_out, url=url, seconds=seconds)

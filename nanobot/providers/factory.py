@@ -27,13 +27,13 @@ def _build(resolved: ResolvedModel) -> Provider:
         from nanobot.providers.anthropic import AnthropicProvider
 
         return AnthropicProvider(resolved.model, api_key=resolved.api_key, api_base=resolved.api_base,
-                                 extra_headers=resolved.extra_headers,
+                                 extra_headers=resolved.extra_headers, timeout=resolved.timeout,
                                  reasoning_effort=resolved.reasoning_effort or None)
     from nanobot.providers.openai_compat import OpenAICompatProvider
 
     return OpenAICompatProvider(resolved.model, name=resolved.spec.name, api_key=resolved.api_key,
                                 api_base=resolved.api_base, extra_headers=resolved.extra_headers,
-                                **openai_request_options(resolved))
+                                timeout=resolved.timeout, **openai_request_options(resolved))
 
 
 def openai_request_options(resolved: ResolvedModel) -> dict[str, Any]:

@@ -8,31 +8,36 @@ from typing import Any
 import httpx2
 import openai
 
+from nanobot.errors import ProviderError
 from nanobot.messages import Message, for_wire
 from nanobot.providers.base import (
+    DEFAULT_TIMEOUT,
     DeltaCallback,
     LLMResponse,
     Provider,
     ToolCallRequest,
     Usage,
+    http_timeout,
     parse_arguments,
+    post_encodable,
 )
-from nanobot.providers.errors_map import connection_error, status_error
+from nanobot.providers.errors_map import translate
 from nanobot.providers.raw_http import RAW_STREAM_HEADERS, sse_json, stream_error
 from nanobot.providers.raw_http import json_body as _json_body
 
 
 class OpenAICompatProvider(Provider):
     def __init__(self, model: str, *, name: str = "openai", api_key: str = "", api_base: str | None = None,
-                 extra_headers: dict[str, str] | None = None, timeout: float = 600.0,
+                 extra_headers: dict[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT,
                  extra_params: dict[str, Any] | None = None, send_temperature: bool = True) -> None:
         super().__init__(model)
+        self.timeout = timeout
         self.name = name
         # fields added to every request (reasoning_effort; extra_body for server-specific ones)
         self.extra_params = dict(extra_params or {})
         self.send_temperature = send_temperature  # OpenAI's reasoning models reject one
         self._client = openai.AsyncOpenAI(
-            api_key=api_key or "no-key", base_url=api_base or None, max_retries=0, timeout=timeout,
+            api_key=api_key or "no-key", base_url=api_base or None, max_retries=0, timeout=http_timeout(timeout),
             default_headers=extra_headers or None,
         )
 
@@ -66,7 +71,7 @@ class OpenAICompatProvider(Provider):
             if on_delta is None:
                 response = await self._post(params)
                 try:
-                    return _from_completion(_json_body(self.name, response, await response.aread()))
+                    return _from_completion(_json_body(self.name, response, await response.aread()), self.name)
                 finally:
                     await response.aclose()
             response = await self._post({**params, "stream": True, "stream_options": {"include_usage": True}})
@@ -74,17 +79,9 @@ class OpenAICompatProvider(Provider):
                 return await _from_stream(self.name, response, on_delta)
             finally:
                 await response.aclose()
-        except openai.APIStatusError as exc:
-            raise status_error(self.name, exc.status_code, _error_message(exc),
-                               exc.response.headers.get("retry-after")) from None
-        except openai.APITimeoutError as exc:
-            raise connection_error(self.name, exc, timeout=True) from None
-        except openai.APIConnectionError as exc:
-            raise connection_error(self.name, exc) from None
-        except httpx2.TimeoutException as exc:  # a read timeout while streaming escapes the SDK unwrapped
-            raise connection_error(self.name, exc, timeout=True) from None
-        except httpx2.TransportError as exc:  # so does a stream cut mid-way
-            raise connection_error(self.name, exc) from None
+        except (openai.APIStatusError, openai.APIConnectionError, httpx2.TransportError) as exc:
+            # a read timeout or a cut while streaming escapes the SDK as a bare httpx error
+            raise translate(self.name, exc, url=str(self._client.base_url), seconds=self.timeout) from None
 
     async def _post(self, body: dict[str, Any]) -> httpx2.Response:
         """POST the body as plain JSON through the SDK's low-level client (auth, headers, status
@@ -92,20 +89,11 @@ class OpenAICompatProvider(Provider):
         `chat.completions.create` would first walk every message through its request transform
         and then build a pydantic object per streamed chunk; on a long history that is most of a
         turn's local overhead. The wire bytes are the same (tests/providers/test_raw_wire.py)."""
-        return await self._client.post("/chat/completions", body=body, cast_to=httpx2.Response,
-                                       options={"headers": RAW_STREAM_HEADERS})
+        return await post_encodable(self._client.post, "/chat/completions", body, cast_to=httpx2.Response,
+                                    options={"headers": RAW_STREAM_HEADERS})
 
     async def aclose(self) -> None:
         await self._client.close()
-
-
-def _error_message(exc: Any) -> str:
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-    return str(getattr(exc, "message", exc))
 
 
 def _calls(raw_calls: list[tuple[str | None, str, str]]) -> list[ToolCallRequest]:
@@ -124,10 +112,17 @@ def _usage(usage: Any) -> Usage:
     return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
 
 
-def _from_completion(completion: dict[str, Any]) -> LLMResponse:
+def _no_choices(provider: str) -> ProviderError:
+    # OpenRouter and some gateways answer 200 with no choices when the model behind them failed
+    return ProviderError(f"{provider}: the server answered without a message (its reply had no choices)",
+                         hint="Usually the model behind a gateway failed; try again, or another model with --model.",
+                         retryable=True)
+
+
+def _from_completion(completion: dict[str, Any], provider: str = "openai") -> LLMResponse:
     choices = completion.get("choices") or []
     if not choices or not isinstance(choices[0], dict):
-        return LLMResponse(content=None, finish_reason="error", usage=_usage(completion.get("usage")))
+        raise _no_choices(provider)
     choice = choices[0]
     msg = choice.get("message") or {}
     raw = [(c.get("id"), (c.get("function") or {}).get("name") or "", (c.get("function") or {}).get("arguments"))
@@ -168,12 +163,14 @@ async def _from_stream(provider: str, response: httpx2.Response, on_delta: Delta
     slot_of: dict[int, list[str]] = {}  # the server's index -> its slot
     finish = None
     usage = None
+    saw_choice = False
     async for chunk in sse_json(provider, response, whole=_as_chunk):
         if chunk.get("error"):
             raise stream_error(provider, chunk["error"])
         if chunk.get("usage"):
             usage = chunk["usage"]
         for choice in chunk.get("choices") or ():
+            saw_choice = True
             delta = choice.get("delta")
             if not delta:
                 if choice.get("finish_reason"):
@@ -197,6 +194,8 @@ async def _from_stream(provider: str, response: httpx2.Response, on_delta: Delta
                     slot[2] += fn["arguments"]
             if choice.get("finish_reason"):
                 finish = choice["finish_reason"]
+    if not saw_choice:
+        raise _no_choices(provider)
     raw = [(slot[0], slot[1], slot[2]) for slot in calls]
     return LLMResponse(
         content="".join(text) or None,

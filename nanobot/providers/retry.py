@@ -1,4 +1,8 @@
-"""Bounded retries for the failures where trying again can help (429, 5xx, 529, network)."""
+"""Bounded retries for the failures where trying again can help (429, 5xx, 529, network).
+
+Not retried: quota and spend-cap answers (errors_map.is_quota), a Retry-After longer than one
+wait may be, and everything that is not `retryable`.
+"""
 
 from __future__ import annotations
 
@@ -50,6 +54,10 @@ class RetryingProvider(Provider):
                 return await self.inner.chat(messages, **kwargs)
             except ProviderError as error:
                 if not error.retryable or attempt >= self.policy.attempts:
+                    raise
+                if error.retry_after is not None and error.retry_after > self.policy.max_total:
+                    # waiting that long in silence helps nobody: say when it may work again
+                    error.hint = f"The provider asks to wait {error.retry_after:.0f}s before trying again."
                     raise
                 wait = self.policy.delay(attempt, error)
                 if time.monotonic() - started + wait > self.policy.max_total:

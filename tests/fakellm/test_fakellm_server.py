@@ -155,10 +155,15 @@ def test_records_everything_a_test_needs(fake_llm):
 
 
 def test_unknown_route_and_bad_json_get_errors(fake_llm):
-    req = urllib.request.Request(fake_llm.base_url + "/v1/models")
+    req = urllib.request.Request(fake_llm.base_url + "/v1/embeddings")
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(req, timeout=5)
     assert info.value.code == 404
+    with pytest.raises(urllib.error.HTTPError) as info:  # a model it does not serve
+        urllib.request.urlopen(fake_llm.base_url + "/v1/models/nope", timeout=5)
+    assert info.value.code == 404
+    listed = json.loads(urllib.request.urlopen(fake_llm.base_url + "/v1/models", timeout=5).read())
+    assert [m["id"] for m in listed["data"]] == fake_llm.models
     req = urllib.request.Request(fake_llm.openai_base_url + "/chat/completions", data=b"{nope",
                                  headers={"Content-Type": "application/json"})
     with pytest.raises(urllib.error.HTTPError) as info:

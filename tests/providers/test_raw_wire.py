@@ -12,6 +12,7 @@ import pytest
 from nanobot.errors import ProviderError
 from nanobot.fakellm import Reply
 from nanobot.providers.anthropic import AnthropicProvider
+from nanobot.providers.base import DEFAULT_TIMEOUT, http_timeout
 from nanobot.providers.openai_compat import OpenAICompatProvider
 
 TOOLS = [{"type": "function", "function": {"name": "read_file", "description": "Read a file",
@@ -106,7 +107,7 @@ def test_openai_raw_body_is_what_the_typed_sdk_call_sends(fake_llm, stream):
     ours = fake_llm.requests[0]
 
     async def typed():
-        client = openai.AsyncOpenAI(api_key="k", base_url=fake_llm.openai_base_url, max_retries=0, timeout=600.0)
+        client = openai.AsyncOpenAI(api_key="k", base_url=fake_llm.openai_base_url, max_retries=0, timeout=http_timeout(DEFAULT_TIMEOUT))
         params = {"model": "gpt-test", "messages": provider._wire_messages(CONVERSATION), "temperature": 0.1,
                   "max_tokens": 321, "tools": TOOLS}
         if stream:
@@ -135,7 +136,7 @@ def test_anthropic_raw_body_is_what_the_typed_sdk_call_sends(fake_llm, stream):
     ours = fake_llm.requests[0]
 
     async def typed():
-        client = anthropic.AsyncAnthropic(api_key="k", base_url=fake_llm.anthropic_base_url, max_retries=0, timeout=600.0)
+        client = anthropic.AsyncAnthropic(api_key="k", base_url=fake_llm.anthropic_base_url, max_retries=0, timeout=http_timeout(DEFAULT_TIMEOUT))
         system, wire = fmt.to_anthropic(CONVERSATION)
         params = {"model": "claude-test", "messages": fmt.with_history_cache_marker(wire), "max_tokens": 321,
                   "system": system, "tools": fmt.to_anthropic_tools(TOOLS), "tool_choice": {"type": "auto"}}

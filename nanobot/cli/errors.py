@@ -1,0 +1,68 @@
+"""The one error reporter of the CLI. Every failure the user sees has the same shape:
+
+    error: <what went wrong, naming the file, key or URL>
+    hint: <what to do about it>
+
+Typed errors (nanobot.errors) carry their exit code: 1 runtime, 2 usage or config;
+an OSError that reaches the edge is reported like a StorageError (exit 1).
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from nanobot.errors import NanobotError, storage_error
+
+
+def _stderr() -> Console:
+    console = Console(stderr=True, highlight=False)
+    console.soft_wrap = not console.is_terminal  # a terminal wraps at words; a log keeps whole lines
+    return console
+
+
+def print_error(message: str, hint: str | None = None, *, console: Console | None = None) -> None:
+    console = console or _stderr()
+    console.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False)
+    if hint:
+        console.print(f"[dim]hint:[/dim] {escape(hint)}", highlight=False)
+
+
+def print_warning(message: str, *, console: Console | None = None) -> None:
+    (console or _stderr()).print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False)
+
+
+def as_nanobot_error(exc: BaseException) -> NanobotError:
+    if isinstance(exc, NanobotError):
+        return exc
+    if isinstance(exc, OSError):
+        writing = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+        return storage_error(exc, "write" if writing else "access")
+    raise TypeError(f"not a reportable error: {exc!r}")
+
+
+def report(exc: BaseException, *, console: Console | None = None) -> int:
+    """Print `exc` in the one format; returns the exit code for it."""
+    error = as_nanobot_error(exc)
+    print_error(error.message, error.hint, console=console)
+    return error.exit_code
+
+
+def report_text(text: str, *, console: Console | None = None) -> None:
+    """An error that reached us as text (a turn's error): first line the message, the rest the hint."""
+    message, _, hint = text.strip().partition("\n")
+    print_error(message, hint.strip() or None, console=console)
+
+
+@contextmanager
+def reported() -> Iterator[None]:
+    """Around a command body: our errors become the message and their exit code (sub-apps run alone too)."""
+    try:
+        yield
+    except (NanobotError, OSError) as exc:
+        raise typer.Exit(report(exc)) from None

@@ -1,0 +1,34 @@
+"""The user's message from argv or piped stdin, as text that can always be saved and sent.
+
+Bytes that are not UTF-8 become U+FFFD (with a warning), instead of a traceback that loses
+the message.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from nanobot.cli.errors import print_warning
+from nanobot.messages import REPLACEMENT, clean_unicode
+
+
+def _warn(count: int, where: str) -> None:
+    print_warning(f"{count} byte(s) in the message {where} were not valid UTF-8 and were replaced by "
+                  f"{REPLACEMENT}")
+
+
+def from_argv(text: str) -> str:
+    # Python keeps undecodable argv bytes as lone surrogates (surrogateescape)
+    cleaned = clean_unicode(text)
+    if cleaned != text:
+        _warn(sum(1 for a, b in zip(text, cleaned) if a != b), "given with -m")
+    return cleaned
+
+
+def from_stdin() -> str:
+    data = sys.stdin.buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        _warn(len(data) - len(data.decode("utf-8", errors="ignore").encode("utf-8")), "read from stdin")
+        return data.decode("utf-8", errors="replace")

