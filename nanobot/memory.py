@@ -36,8 +36,9 @@ from typing import Literal
 
 from nanobot.errors import NanobotError, ToolError, UsageError
 from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write, fsync_dir
+from nanobot.history_log import STAMP_RE
 from nanobot.memory_merge import merge_update
-from nanobot.messages import Message, text_of, tool_calls_of
+from nanobot.messages import Message, parse_timestamp, text_of, tool_calls_of
 from nanobot.paths import memory_dir, nanobot_home
 from nanobot.secrets_mask import mask_secrets
 
@@ -55,7 +56,6 @@ HOLD_BACK_MIN_CHARS = 0
 HOLD_BACK_KEEP_RATIO = 0.5
 
 # A HISTORY.md entry starts with this stamp (nanobot's format, local time).
-STAMP_RE = re.compile(r"^\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2})?\]")
 _VERSION_RE = re.compile(r"^MEMORY-(\d{8}T\d{6}\.\d{6})Z\.md$")
 _VERSION_FMT = "%Y%m%dT%H%M%S.%f"
 _LOCK_WAIT_SECONDS = 10.0
@@ -599,7 +599,7 @@ class MemoryStore:
 
     def append_raw_archive(self, messages: list[Message], reason: str) -> str:
         """Archive messages the summariser failed on as a RAW entry; returns its first line."""
-        stamps = [s for s in (_parse_iso(m.get("timestamp")) for m in messages) if s]
+        stamps = [s for s in (parse_timestamp(m.get("timestamp")) for m in messages) if s]
         span = ""
         if stamps:
             span = f", {_local_stamp(stamps[0])[1:-1]} to {_local_stamp(stamps[-1])[1:-1]}"
@@ -826,15 +826,6 @@ def watch_memory(workspace: Path) -> Iterator[_Watch]:
         store.undo_outside_changes(watch.before)
         raise
     watch.note = store.undo_outside_changes(watch.before)
-
-
-def _parse_iso(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
 
 
 def _indent(text: str) -> str:
