@@ -34,7 +34,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
-from nanobot.errors import NanobotError, ToolError, UsageError
+from nanobot.errors import (
+    MemoryBusy,
+    MemoryUpdateRefused,
+    ToolError,
+    VersionNotFound,
+)
 from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write, fsync_dir
 from nanobot.history_log import STAMP_RE
 from nanobot.memory_merge import merge_update
@@ -64,18 +69,6 @@ _RAW_TOOL_RESULT_CHARS = 4000
 _RAW_ARGUMENT_CHARS = 500
 
 Damage = Literal["not_utf8", "empty", "cut_off"]
-
-
-class MemoryUpdateRefused(NanobotError):
-    """A MEMORY.md update was refused (empty, truncated, or dropping most facts); the file is unchanged."""
-
-
-class VersionNotFound(UsageError):
-    """`restore N` named a version that does not exist."""
-
-
-class MemoryBusy(NanobotError):
-    """Another process kept the memory folder locked for too long."""
 
 
 @dataclass(frozen=True)

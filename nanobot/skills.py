@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from nanobot.errors import SkillError
 from nanobot.fsio import atomic_write
 from nanobot.paths import PRIVATE_FILE_MODE, bundled_dir, nanobot_home
 from nanobot.untrusted import fence
@@ -62,10 +63,6 @@ class Skill:
     def body(self) -> str:
         """The instructions, without the front matter."""
         return split_front_matter(self.path.read_text(encoding="utf-8"))[1].strip()
-
-
-class SkillError(ValueError):
-    """A SKILL.md whose front matter cannot be used."""
 
 
 def split_front_matter(text: str) -> tuple[str | None, str]:

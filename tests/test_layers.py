@@ -91,3 +91,39 @@ def test_the_agent_loop_imports_no_printing_or_file_modules():
                  if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                  and node.func.id in IO_CALLS]
         assert wrong + calls == [], name
+
+
+# Errors in modules another branch is still changing; they move to errors.py once it has landed.
+PENDING_ERRORS = {"session.py": {"UnknownSessionError"}, "consolidation.py": {"ConsolidationFailure"}}
+
+
+def _exception_classes(tree: ast.Module, known: set[str]) -> set[str]:
+    """Classes whose bases are exceptions (builtin or defined in `known`), followed to a fixed point."""
+    found: set[str] = set()
+    classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+    while True:
+        more = {node.name for node in classes
+                if any((isinstance(base, ast.Name) and (base.id in known | found
+                        or base.id.endswith(("Error", "Exception"))))
+                       for base in node.bases)} - found
+        if not more:
+            return found
+        found |= more
+
+
+def test_every_error_class_lives_in_errors_py_and_is_drawn_in_its_tree():
+    errors_py = PACKAGE / "errors.py"
+    tree = ast.parse(errors_py.read_text(encoding="utf-8"))
+    defined = _exception_classes(tree, set())
+    assert {"NanobotError", "StorageError", "MemoryBusy", "SkillError", "CallFailed"} <= defined
+    drawing = ast.get_docstring(tree) or ""
+    assert [name for name in sorted(defined) if f" {name}" not in drawing] == []
+    elsewhere = []
+    for path in _sources():
+        if path == errors_py:
+            continue
+        local = {name for name in _exception_classes(ast.parse(path.read_text(encoding="utf-8")), defined)
+                 if not name.startswith("_")}
+        local -= PENDING_ERRORS.get(str(path.relative_to(PACKAGE)), set())
+        elsewhere += [f"{path.relative_to(PACKAGE.parent)}: {name}" for name in sorted(local)]
+    assert elsewhere == []

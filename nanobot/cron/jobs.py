@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nanobot.cron.schedule import Schedule
+from nanobot.errors import JobFormatError
 
 __all__ = ["Job", "RunRecord", "JobFormatError", "current_job", "decode_store", "encode_store", "MISSED_POLICIES"]
 
@@ -23,10 +24,6 @@ HISTORY_KEPT = 20  # run records kept inside jobs.json; every run is also in cro
 
 # Set while a job's turn runs, so the cron tool can refuse to add jobs from inside a job.
 current_job: ContextVar[str | None] = ContextVar("nanobot_current_job", default=None)
-
-
-class JobFormatError(ValueError):
-    """jobs.json is valid JSON but not a job list we can read."""
 
 
 @dataclass

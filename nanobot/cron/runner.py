@@ -32,7 +32,7 @@ from nanobot.cron.heartbeat import (
 from nanobot.cron.jobs import Job, RunRecord, current_job
 from nanobot.cron.schedule import describe, format_ms, next_run, occurrences_between
 from nanobot.cron.store import JobStore
-from nanobot.errors import NanobotError, SessionInUseError
+from nanobot.errors import RunnerBusyError, SessionInUseError
 from nanobot.fsio import ExclusiveLock, Timeout, atomic_write
 
 __all__ = ["Clock", "SystemClock", "Firing", "TurnResult", "JobTurns", "Delivery", "RunnerLock", "Scheduler",
@@ -112,15 +112,6 @@ class Delivery(Protocol):
     def deliver(self, firing: Firing) -> None: ...
 
 
-class RunnerBusyError(NanobotError):
-    """Another runner (a nanobot serve, or a chat firing a job) holds the runner lock."""
-
-    def __init__(self, owner: dict[str, Any]) -> None:
-        self.owner = owner
-        super().__init__(f"another runner is firing this workspace's jobs: {describe_owner(owner)}",
-                         hint="One runner per workspace: stop the other `nanobot serve` first.")
-
-
 def describe_owner(owner: dict[str, Any]) -> str:
     if not owner:
         return "another nanobot process"
@@ -147,7 +138,10 @@ class RunnerLock:
 
     def acquire(self) -> None:
         if not self.try_acquire():
-            raise RunnerBusyError(self.state())
+            owner = self.state()
+            raise RunnerBusyError(f"another runner is firing this workspace's jobs: {describe_owner(owner)}",
+                                  hint="One runner per workspace: stop the other `nanobot serve` first.",
+                                  owner=owner)
 
     def release(self) -> None:
         self._lock.release()

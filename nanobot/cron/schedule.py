@@ -16,17 +16,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from nanobot.errors import UsageError
+from nanobot.errors import ScheduleError
 
 __all__ = ["Schedule", "ScheduleError", "next_run", "occurrences_between", "parse_schedule", "zone",
            "describe", "format_ms"]
 
 MIN_EVERY_SECONDS = 60  # as cron: each firing is a model turn, and a runaway interval would burn tokens
 _MAX_COUNT = 10_000  # occurrences counted between two instants (a missed-runs report needs no more)
-
-
-class ScheduleError(UsageError):
-    """A schedule that cannot work as given (bad expression, unknown zone, time in the past)."""
 
 
 @dataclass(frozen=True)

@@ -18,16 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.config import MCPServerConfig
+from nanobot.errors import CallFailed
 from nanobot.paths import ensure_private_dir
 
 STARTUP_TIMEOUT = 20.0  # seconds for a server to start, answer `initialize` and list its tools
 MAX_RESTARTS = 3  # a server that stopped mid-session is started again on its next call, this many times
 CALL_GRACE = 5.0  # seconds beyond toolTimeout before a call is abandoned outright
 PING_TIMEOUT = 2.0  # after a call timed out: is the server still there at all?
-
-
-class CallFailed(Exception):
-    """A tool call that produced no result: timed out, or the server went away."""
 
 
 def transport_of(cfg: MCPServerConfig) -> str:
