@@ -186,7 +186,7 @@ class Usage:
         )
 
     def openai(self) -> dict:
-        out = {"prompt_tokens": self.prompt, "completion_tokens": self.completion,
+        out: dict[str, Any] = {"prompt_tokens": self.prompt, "completion_tokens": self.completion,
                "total_tokens": self.prompt + self.completion}
         if self.cache_read is not None:
             out["prompt_tokens_details"] = {"cached_tokens": self.cache_read}

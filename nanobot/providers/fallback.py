@@ -108,7 +108,7 @@ class FallbackProvider(Provider):
 
     def prewarm(self) -> None:
         inner = getattr(self.inner, "inner", None)
-        if hasattr(inner, "prewarm"):
+        if inner is not None and hasattr(inner, "prewarm"):
             inner.prewarm()
 
     async def aclose(self) -> None:

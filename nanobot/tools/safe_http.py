@@ -96,7 +96,7 @@ class AddressPolicy:
 async def system_resolver(host: str, port: int) -> list[str]:
     """All addresses the OS resolver gives for host (run in a thread: getaddrinfo blocks)."""
     infos = await asyncio.to_thread(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM)
-    return [info[4][0] for info in infos]
+    return [str(info[4][0]) for info in infos]
 
 
 @dataclass
