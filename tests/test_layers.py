@@ -127,3 +127,11 @@ def test_every_error_class_lives_in_errors_py_and_is_drawn_in_its_tree():
         local -= PENDING_ERRORS.get(str(path.relative_to(PACKAGE)), set())
         elsewhere += [f"{path.relative_to(PACKAGE.parent)}: {name}" for name in sorted(local)]
     assert elsewhere == []
+
+
+def test_the_readme_development_map_names_every_top_level_module_and_package():
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Development", 1)[1].split("```", 2)[1]
+    names = {p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")}
+    names |= {p.name + "/" for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert sorted(name for name in names if name not in block.split()) == []
