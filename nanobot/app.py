@@ -22,12 +22,14 @@ from nanobot.providers.factory import make_provider
 from nanobot.providers.fallback import FallbackCallback
 from nanobot.providers.registry import key_env_names
 from nanobot.providers.retry import RetryCallback, RetryPolicy
+from nanobot.sandbox import Confinement, choose
 from nanobot.session import SessionStore
 from nanobot.session_import import ImportResult, continuing_line, import_all
 from nanobot.subagents import SubagentManager
 from nanobot.tokens import default_counter
 from nanobot.tools.approval import Approver
 from nanobot.tools.base import ToolContext
+from nanobot.tools.exec_rules import ExecRules
 from nanobot.tools.registry import ToolRegistry
 from nanobot.tools.spawn import SpawnTool
 
@@ -35,6 +37,17 @@ if TYPE_CHECKING:  # imported where used: the cron and MCP modules load only whe
     from nanobot.cron.runner import Clock, Delivery, JobTurns, Scheduler, TurnResult
     from nanobot.mcp.manager import MCPManager
     from nanobot.tools.cron import CronTool
+
+def exec_rules(cfg: Config) -> ExecRules:
+    ex = cfg.tools.exec
+    return ExecRules.from_lists(allow=ex.allow, ask=ex.ask, deny=ex.deny, legacy_allow=ex.allow_patterns,
+                                legacy_deny=ex.deny_patterns, network=ex.network,
+                                unconfined_ok=ex.confinement == "none" or ex.allow_unconfined)
+
+
+def confinement(cfg: Config) -> Confinement:
+    """What exec runs under with this config; status screens and the exec tool ask this."""
+    return choose(cfg.tools.exec.confinement)
 
 
 def tool_context(cfg: Config, workspace: Path, approver: Approver | None = None) -> ToolContext:
@@ -46,6 +59,8 @@ def tool_context(cfg: Config, workspace: Path, approver: Approver | None = None)
         exec_enabled=cfg.tools.exec.enable,
         exec_timeout=float(cfg.tools.exec.timeout),
         secret_env_names=frozenset(secrets),
+        confinement=confinement(cfg),
+        exec_rules=exec_rules(cfg),
         **({"approver": approver} if approver is not None else {}),
     )
 

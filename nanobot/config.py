@@ -75,6 +75,14 @@ class ProviderConfig:
 class ExecConfig:
     enable: bool = True  # offer the exec tool to the model
     timeout: int = 60  # seconds before a command's whole process group is killed
+    confinement: str = "auto"  # "auto" (bubblewrap, else Landlock), "bwrap", "landlock" or "none" (no sandbox)
+    network: bool | str = "ask"  # network for commands: false, true, or "ask" (approve each that wants it)
+    allow: list[str] = field(default_factory=list)  # regexes: matching commands run without asking
+    ask: list[str] = field(default_factory=list)  # regexes: matching commands need approval
+    deny: list[str] = field(default_factory=list)  # regexes: matching commands are refused
+    allow_patterns: list[str] = field(default_factory=list, metadata={"legacy": True})  # nanobot 0.3.5: only these run
+    deny_patterns: list[str] = field(default_factory=list, metadata={"legacy": True})  # nanobot 0.3.5: same as deny
+    allow_unconfined: bool = field(default=False, metadata={"internal": True})  # --allow-unconfined-exec
 
 
 @dataclass
@@ -109,7 +117,7 @@ class MCPServerConfig:
 class Tools:
     exec: ExecConfig = field(default_factory=ExecConfig)
     web: WebConfig = field(default_factory=WebConfig)
-    restrict_to_workspace: bool = False  # file tools and exec refuse paths outside the workspace
+    restrict_to_workspace: bool = False  # file tools refuse paths outside the workspace; exec sees only it and system folders
     auto_approve: list[str] = field(default_factory=list)  # approval kinds allowed without asking, e.g. ["file-outside"]
     mcp_servers: dict[str, MCPServerConfig] = field(default_factory=dict)  # MCP servers whose tools the agent gets
 
@@ -240,6 +248,7 @@ def _check_semantics(cfg: Config, source: str) -> None:
             raise ConfigError(f"{source}: agents.defaults.{to_camel(key)}: must be a positive integer")
     if cfg.tools.exec.timeout <= 0:
         raise ConfigError(f"{source}: tools.exec.timeout: must be a positive number of seconds")
+    _check_exec(cfg.tools.exec, source)
     if cfg.gateway.heartbeat.interval_s < 60:
         raise ConfigError(f"{source}: gateway.heartbeat.intervalS: must be at least 60 seconds")
     if cfg.defaults.subagent_wait_seconds < 0:
@@ -255,6 +264,21 @@ def _migrate(data: dict) -> dict:
         data = copy.deepcopy(data)
         data["tools"]["restrictToWorkspace"] = data["tools"]["exec"].pop("restrictToWorkspace")
     return data
+
+
+def _check_exec(ex: ExecConfig, source: str) -> None:
+    if ex.confinement not in ("auto", "bwrap", "landlock", "none"):
+        raise ConfigError(f'{source}: tools.exec.confinement: expected "auto", "bwrap", "landlock" or "none", '
+                          f"got {json.dumps(ex.confinement)}")
+    if ex.network not in (False, True, "ask"):
+        raise ConfigError(f'{source}: tools.exec.network: expected false, true or "ask", got {json.dumps(ex.network)}')
+    for key in ("allow", "ask", "deny", "allow_patterns", "deny_patterns"):
+        for pattern in getattr(ex, key):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ConfigError(f"{source}: tools.exec.{to_camel(key)}: invalid pattern {pattern!r}: {exc}",
+                                  hint="Patterns are Python regular expressions, searched in the command.") from None
 
 
 def _check_nanobot_keys(cfg: Config, source: str) -> None:
@@ -413,7 +437,7 @@ def _as_file_dict(obj: Any) -> Any:
         return {
             to_camel(f.name): _as_file_dict(getattr(obj, f.name))
             for f in fields(obj)
-            if not f.metadata.get("internal")
+            if not f.metadata.get("internal") and not f.metadata.get("legacy")
         }
     if isinstance(obj, dict):
         return {k: _as_file_dict(v) for k, v in obj.items()}

@@ -22,6 +22,8 @@ tells the user how to fix the problem. Every error class lives here:
 * ValueError (bad file contents, caught where the file is read)
   + SkillError                      a SKILL.md front matter
   + JobFormatError                  jobs.json
+* OSError
+  + LandlockError                   the kernel refused an exec sandbox's Landlock ruleset
 * Exception
   + CallFailed                      an MCP tool call that produced no result
 """
@@ -143,6 +145,10 @@ class SkillError(ValueError):
 
 class JobFormatError(ValueError):
     """jobs.json is valid JSON but not a job list we can read."""
+
+
+class LandlockError(OSError):
+    """The kernel refused to set up or apply an exec sandbox's Landlock ruleset."""
 
 
 class CallFailed(Exception):

@@ -60,3 +60,24 @@ def configure(isolated_home: Path, fake_llm):
         return path
 
     return write
+
+
+@pytest.fixture
+def host_sleepers():
+    """Host pids of live `sleep <marker>` processes (exec's own PID namespace makes `$!` useless here)."""
+
+    def find(marker: str) -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                args = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if args[:2] == [b"sleep", marker.encode()] and state not in ("Z", "X"):
+                found.append(int(entry))
+        return found
+
+    return find

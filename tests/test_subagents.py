@@ -207,13 +207,13 @@ def pid_alive(pid: int) -> bool:
 
 
 def test_stop_cancels_a_subagent_stuck_in_a_long_exec_and_kills_its_process_group(fake_llm, configure,
-                                                                                 isolated_home):
+                                                                                 isolated_home, host_sleepers):
     cfg_path = configure()
     pidfile = isolated_home / "workspace" / "sleeper.pid"
 
     def responder(request):
         if is_subagent(request):
-            return Reply.tool_calls([("exec", {"command": "sleep 60 & echo $! > sleeper.pid; wait"})])
+            return Reply.tool_calls([("exec", {"command": "sleep 6061 & echo $! > sleeper.pid; wait"})])
         if "subagent 'sleeper'" in json.dumps(request.body):
             return Reply.text("unexpected")
         if any(m.get("role") == "tool" for m in request.messages):
@@ -228,7 +228,8 @@ def test_stop_cancels_a_subagent_stuck_in_a_long_exec_and_kills_its_process_grou
         while not pidfile.exists() or not pidfile.read_text().strip():
             assert time.monotonic() < deadline
             await asyncio.sleep(0.05)
-        pid = int(pidfile.read_text())
+        # exec runs in its own PID namespace: find the sleeper by its command line, not by $!
+        (pid,) = host_sleepers("6061")
         assert pid_alive(pid)
         assert len(conv.running_subagents()) == 1
         stopped = await conv.stop_background()

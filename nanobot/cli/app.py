@@ -94,6 +94,9 @@ def agent(
     model: str | None = typer.Option(None, "--model", help="provider/model, e.g. openai/gpt-4.1."),
     no_markdown: bool = typer.Option(False, "--no-markdown", help="Plain text instead of rendered markdown."),
     json_out: bool = typer.Option(False, "--json", help="One-shot: print answer, tool calls and usage as JSON."),
+    allow_unconfined_exec: bool = typer.Option(
+        False, "--allow-unconfined-exec",
+        help="Where no sandbox is available, let exec run commands anyway, without asking."),
     approve: list[str] | None = typer.Option(
         None, "--approve", metavar="KIND",
         help="Allow this kind of risky action without asking (repeatable; e.g. file-outside, persistence, "
@@ -112,7 +115,8 @@ def agent(
 
             raise UsageError("stdin was empty", hint='Pass the message with -m "..." or pipe some text.')
     code = run_agent(message=message, session_key=session, workspace=workspace, config_path=config,
-                     model=model, markdown=not no_markdown, json_out=json_out, approve=approve)
+                     model=model, markdown=not no_markdown, json_out=json_out, approve=approve,
+                     allow_unconfined_exec=allow_unconfined_exec)
     raise typer.Exit(code)
 
 

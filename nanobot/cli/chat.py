@@ -25,11 +25,13 @@ from nanobot.secrets_mask import mask_secrets
 
 
 def run_agent(*, message: str | None, session_key: str, workspace: Path | None, config_path: Path | None,
-              model: str | None, markdown: bool, json_out: bool, approve: list[str] | None = None) -> int:
+              model: str | None, markdown: bool, json_out: bool, approve: list[str] | None = None,
+              allow_unconfined_exec: bool = False) -> int:
     cfg = load_config(config_path, overrides={
         "agents.defaults.workspace": str(workspace) if workspace else None,
         "agents.defaults.model": model,
     })
+    cfg.tools.exec.allow_unconfined = allow_unconfined_exec
     try:
         if message is not None and slash_command(message) is not None:
             return asyncio.run(_one_shot_command(cfg, session_key, message, markdown=markdown,
@@ -122,6 +124,9 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
         err.print(f"[dim]{escape(note)}[/dim]", highlight=False)
     for warning in assistant.warnings:
         print_warning(warning, console=err)
+    banner = _exec_banner(cfg)
+    if "NOT confined" in banner:
+        err.print(banner, highlight=False)
     decided = len(conversation.session.decisions)
     try:
         await assistant.mcp_ready()  # one turn only: let it see every MCP tool that can be had
@@ -174,6 +179,13 @@ async def _wait_for_background(conversation, wait: float, err: Console) -> None:
 
 
 DOUBLE_CTRL_C_SECONDS = 1.0  # a second Ctrl-C on an empty prompt within this leaves the chat
+
+
+def _exec_banner(cfg) -> str:
+    from nanobot.cli.status_view import exec_line
+
+    line = escape(exec_line(cfg))
+    return f"[yellow]exec: {line}[/yellow]" if line.startswith("NOT") else f"[dim]exec: {line}[/dim]"
 
 
 class Chat:
@@ -252,6 +264,7 @@ class Chat:
         try:
             self.console.print(f"[bold]nanobot[/bold] [dim]· {self.cfg.defaults.model} · session "
                                f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]")
+            self.console.print(_exec_banner(self.cfg), highlight=False)
             for note in self.assistant.startup_notes():
                 self.console.print(f"[dim]{escape(note)}[/dim]", highlight=False)
             for warning in self.assistant.warnings:

@@ -88,6 +88,10 @@ def show_status(config_path: Path | None) -> None:
                                     f"(reply room {cfg.defaults.max_tokens:,})")
     table.add_row("token estimator", tokens.estimator_name())
     table.add_row("sessions", str(paths.sessions_dir()))
+    from nanobot.cli.status_view import exec_line
+
+    line = exec_line(cfg)
+    table.add_row("exec", line if not line.startswith("NOT") else f"[yellow]{line}[/yellow]")
     table.add_row("reminders", _reminders_line(cfg))
     table.add_row("file tools", "workspace only (tools.restrictToWorkspace)" if cfg.tools.restrict_to_workspace
                   else "outside the workspace: asked in the chat, refused in one-shot mode")

@@ -6,6 +6,17 @@ from nanobot import tokens
 from nanobot.messages import NOTE_KEY
 
 
+def exec_line(cfg) -> str:
+    """What confines exec with this config, in one line (the same words everywhere)."""
+    from nanobot.app import confinement
+
+    ex = cfg.tools.exec
+    if not ex.enable:
+        return "disabled (tools.exec.enable is false)"
+    return confinement(cfg).describe(network=ex.network, restrict=cfg.tools.restrict_to_workspace,
+                                     unconfined_ok=ex.confinement == "none" or ex.allow_unconfined)
+
+
 def bar(used: int, total: int, width: int = 24) -> str:
     share = 0.0 if total <= 0 else min(1.0, used / total)
     filled = round(share * width)
@@ -31,6 +42,7 @@ def status_lines(assistant) -> list[str]:
         f"session    {session.key}: {len(session.messages)} messages, "
         f"{len(session.messages) - session.last_consolidated} not yet consolidated",
         f"workspace  {assistant.workspace}",
+        f"exec       {exec_line(cfg)}",
         *_last_consolidation(conv),
         *_mcp(assistant),
         *_helpers(conv),

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from nanobot.sandbox import Confinement, Limits, choose
 from nanobot.tools.approval import Approver, RefuseApprover
+from nanobot.tools.exec_rules import ExecRules
 
 
 @dataclass
@@ -32,6 +34,9 @@ class ToolContext:
     exec_timeout: float = 60.0  # seconds before exec kills the whole process group
     secret_env_names: frozenset[str] = field(default_factory=frozenset)  # removed from exec's env
     approver: Approver = field(default_factory=RefuseApprover)  # who decides risky actions (see tools/approval.py)
+    confinement: Confinement = field(default_factory=choose)  # how exec is sandboxed (see nanobot/sandbox)
+    exec_rules: ExecRules = field(default_factory=ExecRules)  # allow / ask / deny patterns, network
+    exec_limits: Limits = field(default_factory=Limits)  # processes, file size, memory per command
 
 
 class Tool(ABC):

@@ -1,25 +1,33 @@
-"""The exec tool: run a shell command in the workspace, bounded in time and output.
+"""The exec tool: run a shell command in the workspace, confined by the OS, bounded in time and output.
 
-exec is NOT a sandbox. The command runs as the user, with the user's permissions. What
-we do: refuse a short list of obviously destructive commands, start the workspace (or a
-guarded working_dir) as the current directory, strip secrets from the environment, and
-kill the whole process group on timeout or Ctrl-C. With restrictToWorkspace on, only
-`working_dir` is checked; a command can still `cd /` or name any absolute path.
+Each command runs under the confinement nanobot/sandbox chose (bubblewrap, else Landlock):
+the workspace writable, memory/ and system folders read-only, the nanobot home, credential
+stores and the rest of HOME invisible, no network unless allowed, nothing left running when
+it returns, limits on processes, file size and memory. Where no confinement works, every
+command goes to the approver first. The user's allow / ask / deny patterns and the network
+setting (tools/exec_rules.py) decide when to ask. Also: the environment loses its secrets,
+the whole process group is killed on timeout or Ctrl-C, and output keeps head and tail.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import re
 import shlex
 import signal
+import subprocess
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from nanobot.errors import ToolError
 from nanobot.memory import watch_memory
+from nanobot.sandbox import Launch, build_policy
+from nanobot.tools.approval import ApprovalRequest
 from nanobot.tools.base import Tool
+from nanobot.tools.exec_rules import wants_network
 from nanobot.tools.workspace_guard import resolve_path, workspace_root
 
 __all__ = ["ExecTool", "is_secret_env_name", "child_env", "deny_reason", "OUTPUT_CAP"]
@@ -139,7 +147,8 @@ def _segment_reason(words: list[str], depth: int) -> str | None:
 
 
 def deny_reason(command: str, depth: int = 0) -> str | None:
-    """Why `command` is refused, or None. Best effort: it catches accidents, not an adversary."""
+    """Why `command` is refused, or None. It catches accidents (a wiped workspace), not an
+    adversary: the sandbox is what holds against a rewrite of these commands."""
     if _FORK_BOMB.search(command):
         return "fork bomb"
     if _RAW_DISK_WRITE.search(command):
@@ -302,12 +311,23 @@ _STARTED_GROUPS: set[int] = set()
 
 class ExecTool(Tool):
     name = "exec"
-    description = (
+    _base_description = (
         "Run a shell command (/bin/sh -c) in the workspace and return stdout, stderr and the exit code. "
         "No stdin (interactive programs get end-of-file). Long output keeps its head and tail. "
-        "The command and everything it starts are killed at the timeout; start long-running servers "
-        "with output redirected to a file."
+        "The command and everything it starts are killed at the timeout."
     )
+    _confined_note = (
+        " Commands run in a sandbox: only the workspace and /tmp are writable, memory/ is read-only "
+        "the home folder, nanobot's config and credentials are not visible, "
+        "there is no network unless the user allows it, and nothing it starts keeps running after it returns "
+        "(start a server and use it within one command)."
+    )
+
+    @property
+    def description(self) -> str:  # type: ignore[override]  # says what holds on this machine
+        note = self._confined_note if self.ctx.confinement.confined else " Commands run without a sandbox."
+        return self._base_description + note
+
     parameters = {
         "type": "object",
         "properties": {
@@ -344,25 +364,84 @@ class ExecTool(Tool):
             raise ToolError("the exec tool is disabled in this configuration; shell commands cannot be run")
         if not command.strip():
             raise ToolError("command is empty")
-        reason = deny_reason(command)
+        rules = self.ctx.exec_rules
+        reason = rules.denied_by(command) or deny_reason(command)
         if reason:
             raise ToolError(f"command refused by the safety policy ({reason}); it was not run")
         cwd = resolve_path(self.ctx, working_dir) if working_dir else workspace_root(self.ctx)
         if not cwd.is_dir():
             raise ToolError(f"working_dir {working_dir or str(cwd)!r} is not an existing directory")
         limit = self.ctx.exec_timeout if timeout is None else min(float(timeout), self.ctx.exec_timeout)
+        network = await self._approve(command)
+        return await self._execute(command, cwd, limit, network)
 
+    async def _approve(self, command: str) -> bool:
+        """Ask the approver where the rules say so; raise ToolError when refused. Returns: network on?"""
+        rules = self.ctx.exec_rules
+        confined = self.ctx.confinement.confined
+        trusted = rules.allowed(command)
+        asks: list[ApprovalRequest] = []
+        if not confined and not rules.unconfined_ok and not trusted:
+            asks.append(ApprovalRequest(
+                "exec-unconfined", f"run without a sandbox ({self.ctx.confinement.detail}): {command}",
+                detail=command, always_key="exec-unconfined",
+                allow_hint='--allow-unconfined-exec or tools.exec.confinement: "none"'))
+        pattern = None if trusted else rules.asked_by(command)
+        if pattern is not None:
+            asks.append(ApprovalRequest("exec-ask", f"command matches your ask pattern {pattern!r}: {command}",
+                                        detail=command, always_key=f"exec-ask:{command}",
+                                        allow_hint="tools.exec.allow (a pattern that matches it)"))
+        network = rules.network is True or (rules.network == "ask" and trusted)
+        if confined and rules.network == "ask" and not trusted and wants_network(command):
+            asks.append(ApprovalRequest("exec-network", f"exec wants network access: {command}", detail=command,
+                                        always_key="exec-network",
+                                        allow_hint="tools.exec.network: true, or a tools.exec.allow pattern"))
+            network = True
+        for request in asks:
+            decision = await self.ctx.approver.approve(request)
+            if not decision.allowed:
+                why = f": {decision.reason}" if decision.reason else ""
+                raise ToolError(f"the command was not run; approval for {request.kind} was refused{why}")
+        return network
+
+    def _launch(self, command: str, cwd: Path, network: bool) -> Launch:
+        conf = self.ctx.confinement
+        ws = workspace_root(self.ctx)
+        policy = build_policy(ws, restrict=self.ctx.restrict_to_workspace, network=network,
+                              limits=self.ctx.exec_limits)
+        if conf.confined:
+            if not cwd.is_relative_to(ws):
+                if policy.is_hidden(cwd):
+                    raise ToolError(f"working_dir {cwd} is in a folder commands cannot see (the nanobot home, "
+                                    "a home folder or a credential store); use a folder in the workspace")
+                policy = dataclasses.replace(policy, extra_read=(cwd,))
+            (ws / "memory").mkdir(exist_ok=True)  # so rule 2 has a folder to make read-only
+        try:
+            return conf.prepare(policy, cwd, command)
+        except OSError as exc:
+            raise ToolError(f"could not prepare the sandbox ({conf.detail}): {exc}; the command was not run") from exc
+
+    async def _execute(self, command: str, cwd: Path, limit: float, network: bool) -> str:
+        launch = self._launch(command, cwd, network)
+        try:
+            return await self._spawn_and_wait(launch, cwd, limit)
+        finally:
+            launch.finish()
+
+    async def _spawn_and_wait(self, launch: Launch, cwd: Path, limit: float) -> str:
         loop = asyncio.get_running_loop()
+        env = {**child_env(os.environ, self.ctx.secret_env_names), **launch.env}
         spawn = asyncio.ensure_future(
             loop.subprocess_exec(
                 _Collector,
-                "/bin/sh", "-c", command,
+                *launch.argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=str(cwd),
-                env=child_env(os.environ, self.ctx.secret_env_names),
+                env=env,
                 start_new_session=True,  # own process group: one killpg reaches grandchildren too
+                preexec_fn=launch.preexec_fn,
             )
         )
         try:
@@ -372,11 +451,14 @@ class ExecTool(Tool):
             # wait for the pipes, i.e. for every grandchild. Let the start finish, kill the group.
             try:
                 transport, collector = await spawn
-            except OSError:
+            except (OSError, subprocess.SubprocessError):
                 raise asyncio.CancelledError from None
             await self._kill_group(transport.get_pid(), collector)
             transport.close()
             raise
+        except subprocess.SubprocessError as exc:
+            raise ToolError(f"could not confine the command ({self.ctx.confinement.detail}): {exc}; "
+                            "it was not run") from exc
         except OSError as exc:
             raise ToolError(f"could not start the shell: {exc}") from exc
 
@@ -389,6 +471,8 @@ class ExecTool(Tool):
             shell_exited = transport.get_returncode() is not None
             if not finished:
                 await self._kill_group(pgid, collector)
+                if launch.cgroup is not None:  # a setsid'd process is outside the group, not the cgroup
+                    await asyncio.to_thread(launch.cgroup.kill_all)
                 # Pipes close once the group is dead; collect what is still buffered in them.
                 await _wait_event(collector.finished, 1.0)
         except asyncio.CancelledError:
@@ -408,7 +492,7 @@ class ExecTool(Tool):
             raise ToolError(
                 f"{why}; it and every process it started were killed.\n{_format(collector.out, collector.err, None)}"
             )
-        return _format(collector.out, collector.err, transport.get_returncode())
+        return _format(collector.out, collector.err, launch.returncode(transport.get_returncode()))
 
     async def _kill_group(self, pgid: int, collector: _Collector) -> None:
         """SIGTERM the group, give it kill_grace to exit, then SIGKILL whatever is left.

@@ -127,12 +127,12 @@ def test_exec_child_does_not_see_api_keys(nanobot_cmd, fake_llm, configure, isol
 
 
 def test_ctrl_c_during_a_one_shot_turn_exits_130_and_kills_the_command(nanobot_cmd, fake_llm, configure,
-                                                                       isolated_home):
+                                                                       isolated_home, host_sleepers):
     import signal
     import time
 
     configure()
-    fake_llm.script(Reply.tool_calls([("exec", {"command": "sleep 60 & echo $! > sleeper.pid; wait"})]))
+    fake_llm.script(Reply.tool_calls([("exec", {"command": "sleep 6071 & echo $! > sleeper.pid; wait"})]))
     proc = subprocess.Popen([*nanobot_cmd, "agent", "-m", "run it"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     pidfile = isolated_home / "workspace" / "sleeper.pid"
@@ -140,11 +140,11 @@ def test_ctrl_c_during_a_one_shot_turn_exits_130_and_kills_the_command(nanobot_c
     while not (pidfile.exists() and pidfile.read_text().strip()):
         assert time.monotonic() < deadline, "the command never started"
         time.sleep(0.05)
+    (pid,) = host_sleepers("6071")
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
-    pid = int(pidfile.read_text())
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         try:

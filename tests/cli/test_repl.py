@@ -127,7 +127,7 @@ def test_second_process_on_the_same_session_is_refused(repl, isolated_home, nano
     child.expect(pexpect.EOF)
 
 
-def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_home):
+def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_home, host_sleepers):
     import json as _json
 
     from nanobot.session import SessionStore
@@ -140,7 +140,7 @@ def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_h
         if "You are a subagent" in body:
             if "quick job" in body:
                 return Reply.text("quick report: 7 files")
-            return Reply.tool_calls([("exec", {"command": "sleep 60 & echo $! > slow.pid; wait"})])
+            return Reply.tool_calls([("exec", {"command": "sleep 6072 & echo $! > slow.pid; wait"})])
         if "subagent 'quick'" in _json.dumps(last):
             return Reply.text("The quick helper counted 7 files.")
         if last.get("role") == "tool":
@@ -161,7 +161,7 @@ def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_h
     deadline = time.monotonic() + 10
     while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    pid = int(pidfile.read_text())
+    (pid,) = host_sleepers("6072")
     child.sendline("/status")
     child.expect("helper +subagent 'quick' \\(sa-[0-9a-f]+\\) completed after 1 step")
     child.expect("helper +subagent 'slow' \\(sa-[0-9a-f]+\\) is running: 1 step \\(exec\\) so far")

@@ -1,0 +1,73 @@
+"""bubblewrap: the policy as a bwrap command line (mount, PID, network and user namespaces)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+from nanobot.sandbox.policy import Policy
+
+
+@lru_cache(maxsize=8)
+def probe(path_env: str) -> tuple[str | None, str]:
+    """(bwrap path, version) when bwrap is on PATH and can build a sandbox here, else (None, why)."""
+    exe = shutil.which("bwrap", path=path_env)
+    if exe is None:
+        return None, "bwrap is not on PATH"
+    try:
+        run = subprocess.run(
+            [exe, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
+             "--proc", "/proc", "--", "/bin/true"],
+            capture_output=True, timeout=10, stdin=subprocess.DEVNULL,
+        )
+        version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"bwrap could not run: {exc}"
+    if run.returncode != 0:
+        why = run.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit {run.returncode}"]
+        return None, f"bwrap cannot create namespaces here ({why[0]})"
+    return exe, version or "bubblewrap"
+
+
+def _hide(path: Path) -> list[str]:
+    if path.is_dir():
+        return ["--tmpfs", str(path)]
+    if path.exists():
+        return ["--ro-bind", "/dev/null", str(path)]
+    return []
+
+
+def _outermost(paths: list[Path]) -> list[Path]:
+    """Drop paths that lie inside another one of the list (hiding the outer one hides them)."""
+    return [p for p in paths if not any(p != q and p.is_relative_to(q) for q in paths)]
+
+
+def argv(exe: str, policy: Policy, cwd: Path, command: str) -> list[str]:
+    ws = policy.workspace
+    a = [exe, "--die-with-parent", "--new-session", "--unshare-all"]
+    if policy.network:
+        a.append("--share-net")
+    if policy.restrict:  # rule 4: only the system folders outside the workspace
+        for d in policy.system_dirs():
+            a += ["--symlink", os.readlink(d), str(d)] if d.is_symlink() else ["--ro-bind", str(d), str(d)]
+    else:
+        a += ["--ro-bind", "/", "/"]
+    a += ["--dev", "/dev", "--proc", "/proc"]
+    if not policy.restrict:  # rule 3 (in restricted mode nothing of these was bound in the first place)
+        outside = [h for h in policy.hidden if not h.is_relative_to(ws) and h != Path("/tmp")]
+        for h in _outermost(outside):
+            a += _hide(h)
+    a += ["--size", str(policy.limits.tmp_size), "--tmpfs", "/tmp", "--setenv", "TMPDIR", "/tmp"]  # rule 1
+    for extra in (*policy.toolchains, *policy.extra_read):
+        a += ["--ro-bind", str(extra), str(extra)]
+    a += ["--bind", str(ws), str(ws)]
+    for ro in policy.read_only:  # rule 2
+        if ro.is_dir():
+            a += ["--ro-bind", str(ro), str(ro)]
+    for h in _outermost(policy.hidden_inside_workspace()):
+        a += _hide(h)
+    a += ["--chdir", str(cwd), "--", "/bin/sh", "-c", command]
+    return a

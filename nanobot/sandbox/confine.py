@@ -1,0 +1,265 @@
+"""Which confinement this machine gives exec, and how one command is launched under it.
+
+`choose(mode)` is the one owner of "what is active": `nanobot status`, the chat's first
+line and the exec tool all ask it. It never claims a sandbox that is not there: when
+neither bubblewrap nor Landlock works, the answer is mechanism "none" with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from nanobot.sandbox import bwrap, landlock
+from nanobot.sandbox.keeper import (
+    LandlockLaunch,
+    mount_setattr_available,
+    user_namespace_mounts_work,
+)
+from nanobot.sandbox.limits import (
+    PidsCgroup,
+    apply_rlimits,
+    cgroup_available,
+    nproc_counts_command_only,
+)
+from nanobot.sandbox.policy import Limits, Policy, beneath_except
+
+MODES = ("auto", "bwrap", "landlock", "none")
+
+
+@dataclass
+class Launch:
+    """How to start one command: argv, environment additions, a preexec hook, and the cleanup."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    preexec_fn: Callable[[], None] | None = None
+    cleanups: list[Callable[[], None]] = field(default_factory=list)
+    cgroup: PidsCgroup | None = None
+    signal_as_code: bool = False  # bwrap reports a command killed by signal N as exit code 128+N
+
+    def returncode(self, code: int | None) -> int | None:
+        if self.signal_as_code and code is not None and 128 < code <= 128 + 64:
+            return 128 - code  # as subprocess reports it: -N
+        return code
+
+    def close_parent_fds(self, fds: list[int]) -> None:
+        for fd in fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def finish(self) -> None:
+        """After the command: kill whatever is left in its cgroup, remove temp state."""
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
+            self.cgroup.remove()
+        for cleanup in self.cleanups:
+            cleanup()
+
+
+@dataclass(frozen=True)
+class Confinement:
+    mechanism: str  # "bwrap" | "landlock" | "none"
+    detail: str  # "bubblewrap 0.8.0", "Landlock ABI 7", or why there is none
+    process_limit: str = ""  # what bounds a fork bomb here
+    _bwrap: str = ""  # path of the bwrap executable
+    _abi: int = 0
+
+    @property
+    def confined(self) -> bool:
+        return self.mechanism != "none"
+
+    @property
+    def memory_read_only(self) -> bool:
+        """Whether commands cannot change the workspace's memory/ (else: check it after each command)."""
+        return self.mechanism == "bwrap" or (self.mechanism == "landlock" and _can_private_mounts())
+
+    def describe(self, *, network: bool | str = "ask", restrict: bool = False, unconfined_ok: bool = False) -> str:
+        """One line for `nanobot status`, /status and the chat's first line. Claims only what holds."""
+        if not self.confined:
+            then = ("commands run without asking (you chose this)" if unconfined_ok
+                    else "every command needs your approval")
+            return f"NOT confined ({self.detail}); {then}"
+        net = {False: "no network", True: "network allowed", "ask": "network only when approved"}[network]
+        parts = [self.detail, "writes only to the workspace and a private tmp"]
+        if not self.memory_read_only:
+            parts.append("memory/ NOT read-only and chmod/utime outside NOT blocked (need a mount namespace)")
+            if network is not True:
+                net += " (Landlock blocks TCP; UDP is open)" if self._abi >= 4 else " NOT enforced (Landlock ABI < 4)"
+        else:
+            parts.append("memory/ read-only")
+        parts.append("only system folders visible outside it" if restrict else
+                     "home, nanobot files and credential stores hidden")
+        parts += [net, "nothing outlives a command", f"processes {self.process_limit}"]
+        return " · ".join(parts)
+
+    def prepare(self, policy: Policy, cwd: Path, command: str) -> Launch:
+        if self.mechanism == "bwrap":
+            return self._prepare_bwrap(policy, cwd, command)
+        if self.mechanism == "landlock":
+            return self._prepare_landlock(policy, cwd, command)
+        return Launch(["/bin/sh", "-c", command])
+
+    # --- bubblewrap -------------------------------------------------------------------
+    def _prepare_bwrap(self, policy: Policy, cwd: Path, command: str) -> Launch:
+        launch = Launch(bwrap.argv(self._bwrap, policy, cwd, command), signal_as_code=True)
+        _attach_limits(launch, policy.limits, nproc=nproc_counts_command_only())
+        return launch
+
+    # --- Landlock ---------------------------------------------------------------------
+    def _prepare_landlock(self, policy: Policy, cwd: Path, command: str) -> Launch:
+        private = _can_private_mounts()
+        tmp = Path(tempfile.mkdtemp(prefix="nanobot-exec-"))
+        launch = Launch(["/bin/sh", "-c", command], env={"TMPDIR": str(tmp)},
+                        cleanups=[lambda: shutil.rmtree(tmp, ignore_errors=True)])
+        ruleset = landlock.Ruleset(self._abi, block_tcp=not policy.network and not private)
+        try:
+            ws = policy.workspace
+            base = policy.system_dirs() if policy.restrict else _visible_outside(policy.hidden)
+            readable = [*base, *policy.extra_read, *policy.toolchains]
+            for path in readable:
+                ruleset.allow(path, landlock.READ)
+            ruleset.allow(Path("/proc"), landlock.READ)
+            ruleset.allow(Path("/dev"), landlock.READ | landlock.IOCTL_DEV)
+            for dev in ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/pts", "/dev/ptmx"):
+                ruleset.allow(Path(dev), ruleset.all_fs)
+            for path in beneath_except(ws, policy.hidden_inside_workspace()):  # rule 1 (rule 3 inside)
+                ruleset.allow(path, ruleset.all_fs)
+            ruleset.allow(tmp, ruleset.all_fs)
+        except BaseException:
+            ruleset.close()
+            launch.finish()
+            raise
+        hook = LandlockLaunch(
+            ruleset_fd=ruleset.fd, limits=policy.limits, cgroup_fd=-1, private_mounts=private,
+            new_net=private and not policy.network,
+            read_only=tuple(p for p in policy.read_only if p.is_dir()),
+            nproc=os.geteuid() != 0, workspace=ws, tmp=tmp, user_namespace=private and os.geteuid() != 0,
+            shown=(*policy.toolchains, *policy.extra_read),
+        )
+        if private:
+            launch.env["TMPDIR"] = "/tmp"  # the private tmp is mounted there
+        launch.preexec_fn = hook
+        launch.cleanups.append(ruleset.close)
+        cg = PidsCgroup.create(policy.limits)
+        if cg is not None:
+            hook.cgroup_fd = cg.open_procs()
+            launch.cgroup = cg
+            fd = hook.cgroup_fd
+            launch.cleanups.append(lambda: launch.close_parent_fds([fd]))
+        elif hook.nproc and not hook.user_namespace:
+            # without a user namespace RLIMIT_NPROC counts all the user's processes: leave room for them
+            hook.limits = Limits(**{**policy.limits.__dict__, "processes": _user_processes() + policy.limits.processes})
+        return launch
+
+
+def _attach_limits(launch: Launch, limits: Limits, *, nproc: bool) -> None:
+    """rlimits and the pids cgroup for a launch whose argv is the sandbox program itself.
+
+    Through `prlimit` and a one-line shell when they exist, so the spawn can use vfork; a
+    preexec hook (a full fork of this process) costs several milliseconds more per command.
+    """
+    cg = PidsCgroup.create(limits)
+    if cg is not None:
+        launch.cgroup = cg
+    prlimit = shutil.which("prlimit")
+    if prlimit is None:
+        fd = cg.open_procs() if cg is not None else -1
+
+        def preexec() -> None:
+            if fd >= 0:
+                os.write(fd, b"0")
+            apply_rlimits(limits, nproc=nproc)
+
+        launch.preexec_fn = preexec
+        if fd >= 0:
+            launch.cleanups.append(lambda: launch.close_parent_fds([fd]))
+        return
+    caps = [f"--fsize={limits.file_size}", f"--data={limits.memory}", "--core=0"]
+    if nproc:
+        caps.append(f"--nproc={limits.processes}")
+    argv = [prlimit, *caps, "--", *launch.argv]
+    if cg is not None:  # enter the cgroup first, so everything after it is counted; no cgroup, no run
+        argv = ["/bin/sh", "-c", 'echo 0 > "$0" || exit 126; exec "$@"', str(cg.path / "cgroup.procs"), *argv]
+    launch.argv = argv
+
+
+@lru_cache(maxsize=8)
+def _visible_outside(hidden: tuple[Path, ...]) -> list[Path]:
+    """The folders that together show / minus the hidden ones (walked once per process)."""
+    return beneath_except(Path("/"), list(hidden))
+
+
+def _user_processes() -> int:
+    uid = os.getuid()
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                count += os.stat(f"/proc/{entry}").st_uid == uid
+            except OSError:
+                pass
+    return count
+
+
+@lru_cache(maxsize=1)
+def _can_private_mounts() -> bool:
+    """Whether a child may make its own mount and network namespaces and set mounts read-only
+    (root, or an ordinary user where user namespaces are allowed)."""
+    if not mount_setattr_available():
+        return False
+    return os.geteuid() == 0 or user_namespace_mounts_work()
+
+
+@lru_cache(maxsize=8)
+def _process_limit(limits: Limits, mechanism: str) -> str:
+    if cgroup_available(limits):
+        return f"<= {limits.processes} (pids cgroup)"
+    if os.geteuid() != 0:
+        own_ns = mechanism == "bwrap" or _can_private_mounts()
+        where = "per command, user namespace" if own_ns else "counted per user"
+        return f"RLIMIT_NPROC ({where})"
+    return "NOT bounded (root ignores RLIMIT_NPROC and no pids cgroup could be made)"
+
+
+def _landlock(limits: Limits) -> Confinement | str:
+    abi = landlock.abi_version()
+    if abi < 1:
+        return "Landlock is not available in this kernel"
+    return Confinement("landlock", f"Landlock ABI {abi}", _process_limit(limits, "landlock"), _abi=abi)
+
+
+def _bwrap(limits: Limits) -> Confinement | str:
+    exe, detail = bwrap.probe(os.environ.get("PATH", os.defpath))
+    if exe is None:
+        return detail
+    return Confinement("bwrap", detail, _process_limit(limits, "bwrap"), _bwrap=exe)
+
+
+def choose(mode: str = "auto", limits: Limits | None = None) -> Confinement:
+    """The confinement `mode` ("auto", "bwrap", "landlock", "none") gives on this machine."""
+    limits = limits or Limits()
+    if mode == "none":
+        return Confinement("none", 'tools.exec.confinement is "none"')
+    if not sys.platform.startswith("linux"):
+        return Confinement("none", f"no confinement on {sys.platform}")
+    if mode == "bwrap":
+        got = _bwrap(limits)
+    elif mode == "landlock":
+        got = _landlock(limits)
+    else:
+        got = _bwrap(limits)
+        if isinstance(got, str):
+            why = got
+            got = _landlock(limits)
+            if isinstance(got, str):
+                got = f"{why}; {got}"
+    return got if isinstance(got, Confinement) else Confinement("none", got)

@@ -1,0 +1,175 @@
+"""Resource limits for a confined command: rlimits, and a pids cgroup where we may make one.
+
+Why a cgroup: RLIMIT_NPROC is not checked for root (nor for CAP_SYS_RESOURCE), and it
+counts every process of the user, not of the command. A pids cgroup counts exactly the
+command's tree, holds for root, cannot be left without write access to the cgroup file
+system (the sandbox shows it read-only), and lets us kill the whole tree at the end.
+Where no cgroup can be made (no controller, no permission), RLIMIT_NPROC still bounds a
+non-root user; `describe` says which one holds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import resource
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from nanobot.sandbox.policy import Limits
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+_counter = itertools.count()
+
+
+def apply_rlimits(limits: Limits, *, nproc: bool) -> None:
+    """In the child, before exec: file size, data size, no core dumps (and processes if asked)."""
+    pairs = [
+        (resource.RLIMIT_FSIZE, limits.file_size),
+        (resource.RLIMIT_DATA, limits.memory),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    if nproc:
+        pairs.append((resource.RLIMIT_NPROC, limits.processes))
+    for which, value in pairs:
+        try:
+            soft, hard = resource.getrlimit(which)
+            cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(which, (cap, cap))
+        except (ValueError, OSError):
+            pass
+
+
+def nproc_counts_command_only() -> bool:
+    """RLIMIT_NPROC bounds the command only for a non-root user in a fresh user namespace."""
+    return os.geteuid() != 0
+
+
+def _own_path(controller: str) -> tuple[Path, str] | None:
+    """Where our process sits for `controller`: (mount dir, path), cgroup v1 or v2."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, names, path = line.split(":", 2)
+        if controller in names.split(","):
+            mount = CGROUP_ROOT / controller
+            if mount.is_dir():
+                return mount, path.lstrip("/")
+    for line in lines:
+        if line.startswith("0::"):
+            path = line[3:].lstrip("/")
+            base = CGROUP_ROOT
+            if (base / "cgroup.controllers").exists():
+                return base, path
+    return None
+
+
+@dataclass
+class PidsCgroup:
+    """One command's pids cgroup: enter it from the child, kill everything in it, remove it."""
+
+    path: Path
+
+    @classmethod
+    def create(cls, limits: Limits) -> PidsCgroup | None:
+        where = _own_path("pids")
+        if where is None:
+            return None
+        mount, own = where
+        parent = mount / own if own else mount
+        _remove_stale(parent)
+        try:
+            if mount == CGROUP_ROOT:  # v2: the controller must be enabled for our children
+                if "pids" not in (parent / "cgroup.subtree_control").read_text().split():
+                    return None
+            path = parent / f"nanobot-exec-{os.getpid()}-{next(_counter)}"
+            path.mkdir()
+        except OSError:
+            return None
+        cg = cls(path)
+        try:
+            (path / "pids.max").write_text(str(limits.processes))
+            if mount == CGROUP_ROOT and (path / "memory.max").exists():
+                (path / "memory.max").write_text(str(limits.memory))
+        except OSError:
+            cg.remove()
+            return None
+        return cg
+
+    def open_procs(self) -> int:
+        """An fd on cgroup.procs, opened before the fork; the child writes "0" to it to enter."""
+        return os.open(self.path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+
+    def pids(self) -> list[int]:
+        try:
+            return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return []
+
+    def kill_all(self, within: float = 5.0) -> bool:
+        """SIGKILL every process in the cgroup until it is empty; True when it emptied."""
+        kill_file = self.path / "cgroup.kill"
+        deadline = time.monotonic() + within
+        while True:
+            pids = self.pids()
+            if not pids:
+                return True
+            if kill_file.exists():
+                try:
+                    kill_file.write_text("1")
+                except OSError:
+                    pass
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+
+    def remove(self) -> None:
+        for _ in range(200):  # rmdir fails with EBUSY until the last task is reaped
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.01)
+
+
+_swept: set[Path] = set()
+
+
+def _remove_stale(parent: Path) -> None:
+    """Once per process: remove empty cgroups left by nanobot processes that died mid-command."""
+    if parent in _swept:
+        return
+    _swept.add(parent)
+    try:
+        entries = list(parent.glob("nanobot-exec-*"))
+    except OSError:
+        return
+    for path in entries:
+        try:
+            pid = int(path.name.split("-")[2])
+        except (IndexError, ValueError):
+            continue
+        if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
+            try:
+                path.rmdir()  # fails, harmlessly, while a task is still inside
+            except OSError:
+                pass
+
+
+def cgroup_available(limits: Limits) -> bool:
+    cg = PidsCgroup.create(limits)
+    if cg is None:
+        return False
+    cg.remove()
+    return True

@@ -1,0 +1,320 @@
+"""Proof that confinement is active, under bubblewrap and under Landlock, judged by side effects:
+the child cannot read the config, cannot reach a loopback port, leaves nothing running, cannot
+write outside the workspace or into memory/, and a fork bomb leaves the machine usable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from canaries import host_pids, kill_marked, snapshot, wait_until
+from nanobot.errors import ToolError
+from nanobot.sandbox import Limits, choose
+from nanobot.tools.approval import Decision
+from nanobot.tools.base import ToolContext
+from nanobot.tools.exec_rules import ExecRules
+from nanobot.tools.shell import ExecTool
+
+KEY = "sk-ant-canary-9f3c1e7d5b"
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    root = tmp_path / "workspace"
+    (root / "memory").mkdir(parents=True)
+    (root / "memory" / "MEMORY.md").write_text("# facts\n- the user likes tea\n")
+    return root
+
+
+@pytest.fixture
+def config_file(isolated_home: Path) -> Path:
+    isolated_home.mkdir(parents=True, exist_ok=True)
+    path = isolated_home / "config.json"
+    path.write_text(json.dumps({"providers": {"anthropic": {"apiKey": KEY}}}))
+    return path
+
+
+def make_tool(ws: Path, confinement, **kw) -> ExecTool:
+    rules = kw.pop("rules", ExecRules(network=False))
+    tool = ExecTool(ToolContext(workspace=ws, confinement=confinement, exec_rules=rules, **kw))
+    tool.kill_grace = 0.3
+    return tool
+
+
+def run(tool: ExecTool, command: str, **kw) -> str:
+    return asyncio.run(tool.run(command=command, **kw))
+
+
+def test_child_cannot_read_the_config(ws, config_file, confinement):
+    tool = make_tool(ws, confinement)
+    out = run(tool, f"cat {config_file}; cat ~/.nanobot/config.json; cat $NANOBOT_HOME/config.json; "
+                    f"cd ~ && cat .nanobot/config.json; cp {config_file} {ws}/copy.json; "
+                    f"ln {config_file} {ws}/hard.json; ln -s {config_file} {ws}/soft.json; cat {ws}/soft.json")
+    assert KEY not in out
+    assert not (ws / "copy.json").exists() and not (ws / "hard.json").exists()
+    assert all(KEY not in p.read_text(errors="replace") for p in ws.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def test_unconfined_control_does_read_the_config(ws, config_file):
+    """The same command without a sandbox reads the key: the proof above can fail."""
+    tool = make_tool(ws, choose("none"), rules=ExecRules(network=False, unconfined_ok=True))
+    assert KEY in run(tool, f"cat {config_file}")
+
+
+def test_child_cannot_connect_to_a_loopback_port(ws, confinement, canary_tcp, canary_udp):
+    tool = make_tool(ws, confinement)
+    port = canary_tcp.port
+    run(tool, f"curl -s -m 2 http://127.0.0.1:{port}/; bash -c 'echo x > /dev/tcp/127.0.0.1/{port}'; "
+              f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2)\"; "
+              f"python3 -c \"import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)"
+              f".sendto(b'x', ('127.0.0.1', {canary_udp.port}))\"; true")
+    time.sleep(0.3)
+    assert canary_tcp.connections == 0
+    if confinement.mechanism == "landlock" and os.geteuid() != 0:
+        pytest.skip("Landlock without a network namespace blocks TCP only")  # and status says so
+    assert canary_udp.datagrams == 0
+
+
+def test_with_network_allowed_the_same_connection_goes_through(ws, confinement, canary_tcp):
+    """Control: the canary does see a connection when network is allowed."""
+    tool = make_tool(ws, confinement, rules=ExecRules(network=True))
+    run(tool, f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {canary_tcp.port}), 2)\"")
+    assert wait_until(lambda: canary_tcp.connections >= 1)
+
+
+def test_background_children_are_gone_when_exec_returns(ws, confinement):
+    tool = make_tool(ws, confinement)
+    markers = ["7101", "7102", "7103", "7104"]
+    try:
+        started = time.monotonic()
+        out = run(tool, "nohup sleep 7101 >/dev/null 2>&1 & setsid sleep 7102 >/dev/null 2>&1 </dev/null & "
+                        "(sleep 7103 >/dev/null 2>&1 &) ; "
+                        "python3 -c \"import os,time\nif os.fork(): os._exit(0)\nos.setsid()\nif os.fork(): os._exit(0)\n"
+                        "os.closerange(0, 3); time.sleep(7104)\" ; sleep 0.2; echo started")
+        assert out.startswith("started") and time.monotonic() - started < 10
+        assert all(not host_pids(m) for m in markers), [(m, host_pids(m)) for m in markers]
+    finally:
+        for m in markers:
+            kill_marked(m)
+
+
+def test_background_child_survives_without_confinement_control(ws):
+    """Control: unconfined, the same nohup'd child outlives exec (the check above can fail)."""
+    tool = make_tool(ws, choose("none"), rules=ExecRules(network=False, unconfined_ok=True))
+    try:
+        run(tool, "setsid sleep 7105 >/dev/null 2>&1 </dev/null & echo ok")
+        assert wait_until(lambda: bool(host_pids("7105")), 2)
+    finally:
+        kill_marked("7105")
+
+
+def test_workspace_is_writable_memory_and_outside_are_not(ws, tmp_path, confinement, isolated_home):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("keep me")
+    own = (ws, isolated_home / "journal")  # nanobot's own memory journal is written by nanobot, not the command
+    isolated_home.mkdir(parents=True, exist_ok=True)  # (and the journal's parent, the nanobot home)
+    before = snapshot(tmp_path, skip=own)
+    tool = make_tool(ws, confinement)
+    run(tool, f"echo new > note.txt; mkdir -p src && echo 'print(1)' > src/a.py; "
+              f"echo evil >> memory/MEMORY.md; rm -f memory/MEMORY.md; mv memory memory.old; "
+              f"echo pwn > {outside}/precious.txt; rm -rf {outside}; touch {isolated_home.parent}/.bashrc; "
+              f"ln -s {outside} out; echo pwn > out/precious.txt; true")
+    assert (ws / "note.txt").read_text() == "new\n" and (ws / "src" / "a.py").exists()
+    assert (ws / "memory" / "MEMORY.md").read_text() == "# facts\n- the user likes tea\n"
+    assert snapshot(tmp_path, skip=own) == before
+
+
+def test_restricted_shows_only_system_folders_outside_the_workspace(ws, tmp_path, confinement):
+    visible = next((d for d in ("/srv", "/mnt", "/var/lib") if os.access(d, os.W_OK)), None)
+    if visible is None:
+        pytest.skip("no writable folder outside HOME and /tmp to plant a canary in")
+    import tempfile
+
+    canary = Path(tempfile.mkdtemp(dir=visible, prefix="nanobot-canary-"))
+    try:
+        (canary / "data.txt").write_text("outside-data")
+        free = run(make_tool(ws, confinement), f"cat {canary}/data.txt")
+        restricted = run(make_tool(ws, confinement, restrict_to_workspace=True),
+                         f"cat {canary}/data.txt; ls /usr/bin | head -1; echo ok > here.txt")
+        assert "outside-data" in free  # the default shows it read-only ...
+        assert "outside-data" not in restricted  # ... restrictToWorkspace hides it
+        assert (ws / "here.txt").read_text() == "ok\n" and "[exit code: 0]" in restricted
+    finally:
+        import shutil
+
+        shutil.rmtree(canary, ignore_errors=True)
+
+
+def test_no_capabilities_and_no_escape_through_proc(ws, confinement, config_file):
+    tool = make_tool(ws, confinement)
+    nanobot_pid = os.getpid()
+    out = run(tool, f"cat /proc/{nanobot_pid}/environ; cat /proc/{nanobot_pid}/root{config_file}; "
+                    f"ls /proc/{nanobot_pid}/cwd/; true")
+    assert KEY not in out and "NANOBOT_HOME=" not in out
+
+
+def test_fork_bomb_is_bounded_and_the_machine_survives(ws, confinement):
+    if "NOT bounded" in confinement.process_limit:
+        pytest.skip(f"process limit not enforceable here: {confinement.process_limit}")
+    limit = 64
+    # a long timeout: on a loaded machine the bomb needs a few seconds to reach the limit
+    tool = make_tool(ws, confinement, exec_timeout=8.0, exec_limits=Limits(processes=limit))
+    # every shell of the bomb sleeps as `sleep 3131` once it has forked: counting those on the host
+    # measures the bomb itself, whatever the other users of this machine start or stop meanwhile
+    peak = [0]
+    tasks = [0]  # the kernel's own count of the tree, where a pids cgroup holds it
+    stop = threading.Event()
+    cgroups = f"/sys/fs/cgroup/pids/nanobot-exec-{os.getpid()}-*/pids.current"
+
+    def sample() -> None:
+        import glob
+
+        files = []
+        rounds = 0
+        while not stop.is_set():
+            if rounds % 25 == 0:  # scanning /proc is slow; the cgroup's counter is cheap to read
+                peak[0] = max(peak[0], len(host_pids("3131")))
+                files = glob.glob(cgroups)
+            for current in files:
+                try:
+                    tasks[0] = max(tasks[0], int(Path(current).read_text()))
+                except (OSError, ValueError):
+                    pass
+            rounds += 1
+            time.sleep(0.002)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    started = time.monotonic()
+    out = ""
+    try:
+        out = run(tool, "b(){ b & b & sleep 3131; }; b")  # sleeping parents keep the tree up until the timeout
+    except ToolError as exc:
+        out = str(exc)
+    finally:
+        stop.set()
+        sampler.join()
+    took = time.monotonic() - started
+    print(f"fork bomb under {confinement.mechanism}: peak {peak[0]} sleeping shells, {tasks[0]} tasks")
+    # the bomb did grow (sampling a transient on a busy machine sees only part of its peak) ...
+    assert tasks[0] >= limit // 4 or peak[0] >= 4, (tasks[0], peak[0], out[:300])
+    assert tasks[0] <= limit
+    # ... and no further, seen from the host: each sleeping shell is two tasks, itself and its sleep
+    assert peak[0] <= limit // 2, peak[0]
+    assert took < 30
+    assert subprocess.run(["true"]).returncode == 0  # the machine still forks
+    assert wait_until(lambda: not host_pids("3131"), 5)  # and nothing of the bomb is left
+
+
+def test_file_size_limit_stops_a_runaway_write(ws, confinement):
+    tool = make_tool(ws, confinement, exec_limits=Limits(file_size=1 << 20))
+    run(tool, "yes > big.txt; true")
+    assert (ws / "big.txt").stat().st_size <= 1 << 20
+
+
+def test_memory_limit_stops_a_runaway_allocation(ws, confinement):
+    tool = make_tool(ws, confinement, exec_limits=Limits(memory=256 << 20))
+    run(tool, "python3 -c \"x = bytearray(1 << 30); open('allocated', 'w').write('yes')\"; true")
+    assert not (ws / "allocated").exists()
+
+
+class Recorder:
+    def __init__(self, allow: bool) -> None:
+        self.allow = allow
+        self.requests = []
+
+    async def approve(self, request):
+        self.requests.append(request)
+        return Decision(self.allow, "" if self.allow else "the user said no")
+
+
+def test_forced_fallback_asks_before_every_command_and_refusal_runs_nothing(ws):
+    none = choose("none")
+    refuse = Recorder(False)
+    tool = make_tool(ws, none, approver=refuse)
+    with pytest.raises(ToolError, match="refused"):
+        run(tool, "touch ran")
+    assert not (ws / "ran").exists()
+    assert [r.kind for r in refuse.requests] == ["exec-unconfined"]
+    assert "--allow-unconfined-exec" in refuse.requests[0].allow_hint
+    allow = Recorder(True)
+    run(make_tool(ws, none, approver=allow), "touch ran")
+    assert (ws / "ran").exists() and [r.kind for r in allow.requests] == ["exec-unconfined"]
+
+
+def test_default_approver_refuses_unconfined_exec_unless_the_user_chose_it(ws):
+    with pytest.raises(ToolError, match="confinement"):
+        run(make_tool(ws, choose("none")), "touch ran")
+    assert not (ws / "ran").exists()
+    run(make_tool(ws, choose("none"), rules=ExecRules(unconfined_ok=True)), "touch ran")
+    assert (ws / "ran").exists()
+
+
+def test_network_ask_asks_and_a_refusal_reaches_nothing(ws, confinement, canary_tcp):
+    refuse = Recorder(False)
+    tool = make_tool(ws, confinement, approver=refuse, rules=ExecRules(network="ask"))
+    with pytest.raises(ToolError, match="exec-network"):
+        run(tool, f"curl -s http://127.0.0.1:{canary_tcp.port}/ > got.txt")
+    assert canary_tcp.connections == 0 and not (ws / "got.txt").exists()
+    allow = Recorder(True)
+    tool = make_tool(ws, confinement, approver=allow, rules=ExecRules(network="ask"))
+    run(tool, f"curl -s http://127.0.0.1:{canary_tcp.port}/ > got.txt")
+    assert wait_until(lambda: canary_tcp.connections == 1) and (ws / "got.txt").read_text() == "canary"
+    assert [r.kind for r in allow.requests] == ["exec-network"]
+    # a command that does not look like it wants network is not asked about, and gets none
+    silent = Recorder(True)
+    tool = make_tool(ws, confinement, approver=silent, rules=ExecRules(network="ask"))
+    run(tool, f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {canary_tcp.port}), 2)\"; true")
+    assert silent.requests == [] and canary_tcp.connections == 1
+
+
+def test_ask_deny_and_allow_patterns(ws, confinement):
+    rec = Recorder(False)
+    rules = ExecRules.from_lists(ask=[r"^git push"], deny=[r"\bshred\b"], allow=[r"^git push --dry-run"],
+                                 network=False)
+    tool = make_tool(ws, confinement, approver=rec, rules=rules)
+    with pytest.raises(ToolError, match="deny pattern"):
+        run(tool, "touch denied; shred x")
+    with pytest.raises(ToolError, match="exec-ask"):
+        run(tool, "git push origin main; touch asked")
+    run(tool, "git push --dry-run 2>/dev/null; touch allowed")
+    assert [r.kind for r in rec.requests] == ["exec-ask"]
+    assert not (ws / "denied").exists() and not (ws / "asked").exists() and (ws / "allowed").exists()
+
+
+def test_legacy_allow_patterns_keep_their_allowlist_meaning(ws, confinement):
+    rules = ExecRules.from_lists(legacy_allow=[r"^ls\b"], legacy_deny=[r"\bcurl\b"], network=False)
+    tool = make_tool(ws, confinement, rules=rules)
+    assert "[exit code: 0]" in run(tool, "ls")
+    with pytest.raises(ToolError, match="allowPatterns"):
+        run(tool, "touch ran")
+    assert not (ws / "ran").exists()
+
+
+def test_plain_landlock_without_namespaces_still_hides_blocks_tcp_and_reaps(ws, config_file, canary_tcp,
+                                                                             monkeypatch):
+    """Where no mount namespace can be made (user namespaces forbidden), Landlock alone still
+    hides the config, blocks TCP and kills what the command left; status says what it lacks."""
+    from canaries import confinement_or_skip
+    from nanobot.sandbox import confine
+
+    conf = confinement_or_skip("landlock")
+    monkeypatch.setattr(confine, "_can_private_mounts", lambda: False)
+    assert "memory/ NOT read-only" in conf.describe(network=False) and not conf.memory_read_only
+    tool = make_tool(ws, conf)
+    try:
+        out = run(tool, f"cat {config_file}; setsid sleep 7201 >/dev/null 2>&1 </dev/null & "
+                        f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {canary_tcp.port}), 2)\"; "
+                        "echo done")
+        assert KEY not in out and "done" in out
+        assert canary_tcp.connections == 0
+        assert not host_pids("7201")
+    finally:
+        kill_marked("7201")
