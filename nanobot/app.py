@@ -8,14 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nanobot.agent.budget import check_fixed_prompt, fit_request, reply_room
+from nanobot.agent.budget import BudgetSnapshot, ContextBudget
 from nanobot.agent.context import ContextBuilder
 from nanobot.agent.events import Notice
 from nanobot.approvals import SessionApprover, check_kinds
 from nanobot.config import Config, resolve_fallbacks, resolve_model
-from nanobot.consolidation import Consolidator
+from nanobot.consolidation import Consolidator, probe_message
 from nanobot.conversation import Conversation, TurnSettings
 from nanobot.errors import ContextTooSmallError
+from nanobot.history_log import iter_entries
 from nanobot.paths import secure_home
 from nanobot.providers.base import Provider
 from nanobot.providers.factory import make_provider
@@ -209,6 +210,30 @@ class Assistant:
         await self.conversation.provider.aclose()
 
 
+def add_main_agent_tools(tools: ToolRegistry, cfg: Config, workspace: Path, session_key: str,
+                         subagents: SubagentManager | None, approver: Approver | None = None) -> None:
+    """What the main agent has beyond a subagent's tools (spawn, cron); status counts the same schemas."""
+    tools.register(SpawnTool(tool_context(cfg, workspace, approver), subagents))
+    tools.register(cron_tool(cfg, workspace, session_key))
+
+
+def build_budget(cfg: Config) -> ContextBudget:
+    """The one ContextBudget of a run: every request, subagent and status screen asks it."""
+    d = cfg.defaults
+    return ContextBudget(window=d.context_window_tokens, max_tokens=d.max_tokens, counter=default_counter(),
+                         prompt_cap=d.context_block_limit, max_tool_calls=d.max_tool_calls_per_step)
+
+
+def history_receipts(workspace: Path):
+    """The stamps of HISTORY.md's entries, which prove how far a session was archived."""
+    def stamps() -> set[str]:
+        path = workspace / "memory" / "HISTORY.md"
+        if not path.exists():
+            return set()
+        return {e.stamp.strftime("%Y-%m-%d %H:%M") for e in iter_entries(path) if e.stamp is not None}
+    return stamps
+
+
 def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, stream: bool = True,
                    on_retry: RetryCallback | None = None, ask: Approver | None = None,
                    approve: Iterable[str] = (), on_fallback: FallbackCallback | None = None) -> Assistant:
@@ -222,43 +247,48 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     workspace = cfg.workspace_path()
     workspace.mkdir(parents=True, exist_ok=True)
     secure_home(keep_open=workspace)
-    store = SessionStore()
+    store = SessionStore(receipts=history_receipts(workspace))
     imports = import_all(workspace, store=store)  # nanobot's own sessions and history, on first use
     session = store.open(session_key)
     d = cfg.defaults
-    reply_tokens = reply_room(d.context_window_tokens, d.max_tokens)
     channel, _, chat_id = session_key.partition(":")
-    settings = TurnSettings(max_iterations=d.max_tool_iterations, max_tokens=reply_tokens,
-                            temperature=d.temperature, stream=stream, channel=channel or "cli",
-                            chat_id=chat_id or "direct")
+    settings = TurnSettings(max_iterations=d.max_tool_iterations, temperature=d.temperature, stream=stream,
+                            channel=channel or "cli", chat_id=chat_id or "direct")
     approver = SessionApprover(ask, auto=auto,
                                record=lambda **fields: store.record_decision(session, **fields))
     tools = build_tools(cfg, workspace, approver)
     context = build_context(cfg, workspace)
-    consolidator = Consolidator(provider, context.memory, store, context_window=d.context_window_tokens,
-                                reply_tokens=reply_tokens, counter=default_counter())
-    conversation = Conversation(session=session, store=store, provider=provider, tools=tools,
-                                context=context, settings=settings, consolidator=consolidator)
+    budget = build_budget(cfg)
+    consolidator = Consolidator(provider, context.memory, store, budget, timeout=d.consolidation_timeout_seconds)
+    conversation = Conversation(session=session, store=store, provider=provider, tools=tools, context=context,
+                                budget=budget, consolidator=consolidator, settings=settings)
     sub_tools = build_tools(cfg, workspace, approver)  # subagents ask the same way, recorded in this session
-
-    def fit_subagent_request(messages: list[dict]) -> list[dict]:
-        return fit_request(messages, consolidator.budget, consolidator.counter, tools=sub_tools.schemas(),
-                           calibration=consolidator.calibration)
-
     subagents = SubagentManager(provider, sub_tools, workspace, on_done=conversation.deliver,
-                                on_start=conversation.announce_start, max_tokens=reply_tokens,
-                                prepare=fit_subagent_request)
-    tools.register(SpawnTool(tool_context(cfg, workspace, approver), subagents))
-    tools.register(cron_tool(cfg, workspace, session_key))  # main agent only: subagents get sub_tools
+                                on_start=conversation.announce_start, budget=budget)
+    add_main_agent_tools(tools, cfg, workspace, session_key, subagents, approver)
     conversation.subagents = subagents
+    system = context.system_prompt()
     try:
-        check_fixed_prompt(context.system_prompt(), tools.schemas(), reply_tokens, d.context_window_tokens,
-                           consolidator.counter,
-                           memory_tokens=lambda: consolidator.counter.count_text(context.memory.read_memory()))
+        budget.check_fixed(system, tools.schemas(),
+                           memory_tokens=lambda: budget.counter.count_text(context.memory.read_memory()))
     except ContextTooSmallError:
         store.close(session)
         raise
-    warnings = [*session.warnings, *context.memory.startup_check()]
+    warnings = [*session.warnings, *context.memory.startup_check(), *budget.startup_warnings(system, tools.schemas())]
     mcp = start_mcp(cfg, workspace, [tools, sub_tools], approver,  # last: nothing after it can fail and leak them
                     notify=lambda text: conversation.background_emit(Notice(text, "warning")))
     return Assistant(cfg, workspace, store, conversation, approver, imports, mcp, warnings)
+
+
+def status_snapshot(cfg: Config, session_key: str = "cli:direct") -> tuple[BudgetSnapshot, bool]:
+    """What `nanobot status` shows: the budget the next request of `session_key` would be fitted with
+    (built exactly as `open_assistant` builds it), and whether that session exists yet."""
+    workspace = cfg.workspace_path()
+    budget = build_budget(cfg)
+    context = build_context(cfg, workspace)
+    tools = build_tools(cfg, workspace)
+    add_main_agent_tools(tools, cfg, workspace, session_key, None)  # schemas only: nothing is run
+    store = SessionStore(receipts=history_receipts(workspace))
+    session = store.load(session_key) if store.exists(session_key) else None
+    snap = budget.snapshot(session, system_prompt=context.system_prompt, tools=tools.schemas(), probe=probe_message())
+    return snap, session is not None

@@ -34,8 +34,11 @@ class AgentDefaults:
     model: str = "anthropic/claude-sonnet-4-5"  # provider/model; a bare name resolves by keyword
     provider: str = "auto"  # a provider name wins over the model's prefix; "auto" infers it
     workspace: str = ""  # folder the agent works in; empty means ~/.nanobot/workspace
-    context_window_tokens: int = 65_536  # the model's context window; the prompt never exceeds it
-    max_tokens: int = 8_192  # room kept for each reply
+    context_window_tokens: int = 65_536  # the model's context window; prompt + reply room never exceed it
+    max_tokens: int = 8_192  # room kept for each reply (at most a quarter of the window)
+    context_block_limit: int = 0  # optional cap on prompt tokens, for cost (history is consolidated under it); 0: off
+    max_tool_calls_per_step: int = 32  # tool calls run per model step; extra calls get an error result
+    consolidation_timeout_seconds: float = 90.0  # deadline for one consolidation request, retries included
     temperature: float = 0.1
     max_tool_iterations: int = 40  # LLM calls per turn before the turn is stopped
     timezone: str = ""  # IANA name for the runtime context; empty means the system's
@@ -243,9 +246,13 @@ def _check_semantics(cfg: Config, source: str) -> None:
     # OpenAI-compatible server), so an odd one fails when it is used, in resolve_model.
     cfg.providers = {registry.canonical(name): prov for name, prov in cfg.providers.items()}
     _check_nanobot_keys(cfg, source)
-    for key in ("context_window_tokens", "max_tokens", "max_tool_iterations"):
+    for key in ("context_window_tokens", "max_tokens", "max_tool_iterations", "max_tool_calls_per_step"):
         if getattr(cfg.defaults, key) <= 0:
             raise ConfigError(f"{source}: agents.defaults.{to_camel(key)}: must be a positive integer")
+    if cfg.defaults.context_block_limit < 0:
+        raise ConfigError(f"{source}: agents.defaults.contextBlockLimit: must be 0 (off) or a positive number of tokens")
+    if cfg.defaults.consolidation_timeout_seconds <= 0:
+        raise ConfigError(f"{source}: agents.defaults.consolidationTimeoutSeconds: must be a positive number of seconds")
     if cfg.tools.exec.timeout <= 0:
         raise ConfigError(f"{source}: tools.exec.timeout: must be a positive number of seconds")
     _check_exec(cfg.tools.exec, source)

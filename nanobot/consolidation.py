@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from nanobot.agent.budget import ContextBudget
 from nanobot.agent.events import EventSink, Notice, ignore
+from nanobot.config import AgentDefaults
 from nanobot.errors import ProviderError
 from nanobot.memory import MemoryStore, MemoryUpdateRefused
 from nanobot.messages import Message, text_of, tool_calls_of
 from nanobot.providers.base import Provider
-from nanobot.session import Session, SessionStore, as_sent, with_runtime_context
-from nanobot.tokens import Calibration, TokenCounter, byte_bound, default_counter
+from nanobot.session import Session, SessionStore, with_runtime_context
 
 __all__ = [
     "Consolidator", "ConsolidationReport", "SAVE_MEMORY_TOOL", "DEFAULT_PROBE",
@@ -110,100 +111,40 @@ def _short(line: str, limit: int = 80) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-@dataclass
-class _RunningTotal:
-    """Prefix sums of per-message tokens from `base`, so the history estimate is O(new messages)."""
-
-    messages_id: int
-    base: int
-    cum: list[int]
-    last: Any  # the last counted message object, to notice a replaced list of the same length
-
-    def counted_end(self) -> int:
-        return self.base + len(self.cum) - 1
-
-
 class ConsolidationFailure(Exception):
     """One failed attempt to summarise a chunk; the message says why."""
 
 
-MIN_BUDGET = 1024  # below this no request of ours can fit, so shrinking further is pointless
+DEFAULT_TIMEOUT = AgentDefaults.consolidation_timeout_seconds  # seconds for one request, retries included
 
 
 class Consolidator:
-    def __init__(self, provider: Provider, memory: MemoryStore, store: SessionStore, *, context_window: int,
-                 reply_tokens: int, counter: TokenCounter | None = None, calibration: Calibration | None = None,
-                 max_rounds: int = 5, max_failures: int = 3, clock: Callable[[], datetime] = datetime.now) -> None:
+    """Picks where to cut and summarises; whether a prompt fits is the ContextBudget's question."""
+
+    def __init__(self, provider: Provider, memory: MemoryStore, store: SessionStore, budget: ContextBudget, *,
+                 timeout: float = DEFAULT_TIMEOUT, max_rounds: int = 5, max_failures: int = 3,
+                 clock: Callable[[], datetime] = datetime.now) -> None:
         self.provider = provider
         self.memory = memory
         self.store = store
-        self.context_window = context_window
-        self.reply_tokens = reply_tokens
-        self.budget = context_window - reply_tokens
-        self.counter = counter or default_counter()
-        self.calibration = calibration or Calibration()
+        self.budget = budget
+        self.timeout = timeout
         self.max_rounds = max_rounds
         self.max_failures = max_failures
         self.clock = clock
         self._locks: dict[str, asyncio.Lock] = {}
-        self._totals: dict[str, _RunningTotal] = {}
         self._forced_choice_ok = True  # becomes False once the provider rejects a forced tool_choice
-
-    # -- estimating -------------------------------------------------------------------------
-
-    def _cost(self, msg: Message) -> int:
-        # get_history never sends stored system messages
-        return 0 if msg.get("role") == "system" else self.counter.count_message(as_sent(msg))
-
-    def history_tokens(self, session: Session) -> int:
-        """Tokens of the unconsolidated messages, counting only messages not seen before.
-
-        This sums stored messages instead of running get_history: make_valid only drops or merges
-        (never more tokens) except for a synthetic result backfilled after a crash, a few tokens.
-        """
-        msgs, lc = session.messages, session.last_consolidated
-        total = self._totals.get(session.key)
-        if (total is None or total.messages_id != id(msgs) or lc < total.base or len(msgs) < total.counted_end()
-                or (len(total.cum) > 1 and msgs[total.counted_end() - 1] is not total.last)):
-            total = self._totals[session.key] = _RunningTotal(id(msgs), lc, [0], None)
-        elif lc - total.base > 4096 and lc - total.base > len(total.cum) // 2:
-            # drop the consolidated prefix so a long-lived session keeps a small table
-            shift = lc - total.base
-            total.cum = [c - total.cum[shift] for c in total.cum[shift:]]
-            total.base = lc
-        for msg in msgs[total.counted_end():]:
-            total.cum.append(total.cum[-1] + self._cost(msg))
-        if len(msgs) > total.base:
-            total.last = msgs[-1]
-        return total.cum[len(msgs) - total.base] - total.cum[lc - total.base]
 
     def estimate(self, session: Session, *, system_prompt: SystemPrompt, tool_schemas: list[dict] | None,
                  probe: str = DEFAULT_PROBE) -> int:
-        """The next request's size: system + history + tools + the coming message, calibrated."""
-        system = system_prompt() if callable(system_prompt) else system_prompt
-        raw = (self.counter.count_message({"role": "system", "content": system})
-               + self.history_tokens(session)
-               + self.counter.count_tools(tool_schemas)
-               + self.counter.count_message(probe_message(probe)))
-        return self.calibration.adjust(raw)
-
-    def shrink_window(self, reported_window: int | None) -> bool:
-        """The provider said a prompt was too long: work with its real window (or 20% less). False when
-        the remaining budget would be too small to hold a conversation."""
-        smaller = reported_window if reported_window and reported_window < self.context_window else \
-            int(self.context_window * 0.8)
-        if smaller - self.reply_tokens < MIN_BUDGET:
-            return False
-        self.context_window = smaller
-        self.budget = smaller - self.reply_tokens
-        return True
+        """The next request's size as the budget sees it: system + history + tools + the coming message."""
+        return self.budget.estimate(session, system_prompt=system_prompt, tools=tool_schemas,
+                                    probe=probe_message(probe))
 
     def surely_fits(self, session: Session, *, system_prompt: SystemPrompt, tool_schemas: list[dict] | None,
                     probe: str = DEFAULT_PROBE) -> bool:
-        """True when even a hard upper bound on the next request is under the budget (no tokenising)."""
-        system = system_prompt() if callable(system_prompt) else system_prompt
-        history = [as_sent(m) for m in session.unconsolidated() if m.get("role") != "system"]
-        return byte_bound(system, history, tool_schemas or [], probe_message(probe)) < self.budget
+        return self.budget.session_surely_fits(session, system_prompt=system_prompt, tools=tool_schemas,
+                                               probe=probe_message(probe))
 
     # -- choosing what to consolidate -------------------------------------------------------
 
@@ -219,7 +160,7 @@ class Consolidator:
                 best = i
                 if removed >= tokens_to_remove:
                     return i
-            removed += self._cost(msgs[i])
+            removed += self.budget.stored_tokens(msgs[i])
         return best
 
     # -- public entry points ----------------------------------------------------------------
@@ -242,9 +183,9 @@ class Consolidator:
                 return self.estimate(session, system_prompt=system_prompt, tool_schemas=tool_schemas, probe=probe)
 
             estimated = report.before = report.after = measure()
-            if estimated < self.budget:
+            if estimated < self.budget.budget:
                 return report
-            target = self.budget // 2
+            target = self.budget.budget // 2
             while report.rounds < self.max_rounds and estimated > target:
                 end = self.pick_consolidation_boundary(session, estimated - target)
                 if end is None:
@@ -302,13 +243,13 @@ class Consolidator:
         (a /new on a huge unconsolidated tail) would only cost time to render and then be split.
         """
         msgs, start = session.messages, session.last_consolidated
-        limit, total, last = 4 * self.budget, 0, None
+        limit, total, last = 4 * self.budget.budget, 0, None
         for i in range(start, end):
             if i > start and msgs[i].get("role") == "user":
                 if total > limit:
                     return last or i
                 last = i
-            total += self._cost(msgs[i])
+            total += self.budget.stored_tokens(msgs[i])
         return end if total <= limit or last is None else last
 
     def _fitting_piece(self, msgs: list[Message], start: int, end: int,
@@ -347,8 +288,7 @@ class Consolidator:
                 {"role": "user", "content": body}]
 
     def _fits(self, request: list[Message]) -> bool:
-        size = sum(self.counter.count_text(m["content"]) + 4 for m in request)
-        return self.calibration.adjust(size + self.counter.count_tools([SAVE_MEMORY_TOOL])) <= self.budget
+        return self.budget.fits(request, [SAVE_MEMORY_TOOL])
 
     async def _summarise_with_retries(self, chunk: list[Message], request: list[Message] | None,
                                       report: ConsolidationReport, emit: EventSink, base: str) -> str:
@@ -387,8 +327,18 @@ class Consolidator:
         return args, response.finish_reason == "length"
 
     async def _chat(self, request: list[Message], choice: Any):
-        return await self.provider.chat(request, tools=[SAVE_MEMORY_TOOL], tool_choice=choice,
-                                        max_tokens=self.reply_tokens, temperature=0.0)
+        # its own deadline: a hung call must not hold the session for the client's 600 s x retries
+        try:
+            response = await asyncio.wait_for(
+                self.provider.chat(request, tools=[SAVE_MEMORY_TOOL], tool_choice=choice,
+                                   max_tokens=self.budget.reply_tokens, temperature=0.0),
+                timeout=self.timeout)
+        except TimeoutError:
+            raise ConsolidationFailure(f"the consolidation request took longer than {self.timeout:g} s "
+                                       "(agents.defaults.consolidationTimeoutSeconds)") from None
+        # its counts teach the budget too (the request was counted when it was fitted: cached)
+        self.budget.observe(self.budget.raw_tokens(request, [SAVE_MEMORY_TOOL]), response.usage.prompt_tokens)
+        return response
 
     def _record(self, chunk: list[Message], answer: tuple[dict[str, Any], bool],
                 report: ConsolidationReport, base: str) -> str:

@@ -10,28 +10,30 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from nanobot.agent.budget import fit_request, request_tokens
+from nanobot.agent.budget import ContextBudget
 from nanobot.agent.context import ContextBuilder
 from nanobot.agent.events import EventSink, Notice, TurnDone, ignore
 from nanobot.agent.loop import LoopResult, run_loop
-from nanobot.consolidation import ConsolidationReport, Consolidator
-from nanobot.errors import ProviderError, UsageError
+from nanobot.consolidation import ConsolidationReport, Consolidator, probe_message
+from nanobot.errors import UsageError
 from nanobot.messages import Message, text_of
-from nanobot.providers.base import LLMResponse, Provider, Usage
+from nanobot.paste import keep_large_paste
+from nanobot.providers.base import Provider, Usage
 from nanobot.secrets_mask import REDACTED, find_secrets, mask_secrets, mask_value
 from nanobot.session import Session, SessionStore, TurnCheckpoint, save_turn
 from nanobot.subagents import HelperRecord, SubagentResult
-from nanobot.tokens import byte_bound
 
 
 @dataclass
 class TurnSettings:
     max_iterations: int = 40
-    max_tokens: int = 8192
     temperature: float = 0.1
     stream: bool = True
     channel: str = "cli"
     chat_id: str = "direct"
+    # a turn waits this long for consolidation to make room, then goes ahead with older turns
+    # left out of its request while consolidation finishes in the background
+    room_wait_seconds: float = 5.0
 
 
 @dataclass
@@ -43,31 +45,13 @@ class TurnOutcome:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
-class _Metered(Provider):
-    """Passes requests through and reports each response's usage (to calibrate the estimator)."""
-
-    def __init__(self, inner: Provider, on_response: Any) -> None:
-        super().__init__(inner.model)
-        self.inner = inner
-        self.name = inner.name
-        self.on_response = on_response
-
-    async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
-        response = await self.inner.chat(messages, **kwargs)
-        self.on_response(response)
-        return response
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
 class Conversation:
     """Turns of one session. User turns and injected subagent turns share one lock, so a
     subagent's report waits behind a running user turn and reports are handled one by one."""
 
     def __init__(self, *, session: Session, store: SessionStore, provider: Provider, tools: Any,
-                 context: ContextBuilder, settings: TurnSettings | None = None,
-                 consolidator: Consolidator | None = None) -> None:
+                 context: ContextBuilder, budget: ContextBudget, consolidator: Consolidator,
+                 settings: TurnSettings | None = None) -> None:
         self.session = session
         self.store = store
         self.provider = provider
@@ -80,12 +64,11 @@ class Conversation:
         self._turn_lock = asyncio.Lock()
         # report turns queued or running -> their result (None once the turn saved its note)
         self._reports: dict[asyncio.Task, SubagentResult | None] = {}
-        # memory consolidation (None: no budget management, e.g. in narrow tests)
+        self.budget = budget
         self.consolidator = consolidator
         self.last_consolidation: ConsolidationReport | None = None
         self._consolidation: asyncio.Task | None = None
-        self._metered = _Metered(provider, self._observe_usage)
-        self._request_estimate = 0  # raw estimate of the request in flight, for calibration
+        self._waiting_emit: EventSink | None = None  # where consolidation reports while a turn waits for it
 
     def build_request(self) -> list[Message]:
         """System prompt + the session's history, which ends with the saved current user message."""
@@ -97,6 +80,7 @@ class Conversation:
             raise UsageError("the message is empty", hint='Type something, e.g. nanobot agent -m "hello".')
         text = self._mask_user_text(text, emit)
         async with self._turn_lock:
+            text = keep_large_paste(text, self.budget, self.context.workspace, emit)
             await self._make_room(text, emit)
             s = self.settings
             save_turn(self.store, self.session, [self.context.user_message(text, channel=s.channel, chat_id=s.chat_id)])
@@ -125,10 +109,8 @@ class Conversation:
 
         s = self.settings
         result: LoopResult = await run_loop(
-            self._metered, self.tools, request, max_iterations=s.max_iterations, max_tokens=s.max_tokens,
-            temperature=s.temperature, emit=emit, on_step=on_step, stream=s.stream,
-            prepare=self._fit if self.consolidator is not None else None,
-            on_overflow=(lambda exc: self._on_overflow(exc, emit)) if self.consolidator is not None else None,
+            self.provider, self.tools, request, max_iterations=s.max_iterations, temperature=s.temperature,
+            emit=emit, on_step=on_step, stream=s.stream, budget=self.budget,
         )
         if result.stop_reason == "max_iterations" and result.content:
             # the limit notice is a real answer the user sees; keep it so the next turn has the context
@@ -147,81 +129,68 @@ class Conversation:
         return self.tools.schemas() if self.tools is not None else None
 
     def estimate(self, probe: str | None = None) -> int:
-        """The next request's estimated size, as the consolidator sees it (for /status too)."""
-        if self.consolidator is None:
-            return 0
-        kwargs = {"probe": probe} if probe is not None else {}
-        return self.consolidator.estimate(self.session, system_prompt=self.context.system_prompt,
-                                          tool_schemas=self._schemas(), **kwargs)
+        """The next request's estimated size, as the budget sees it (for /status too)."""
+        return self.budget.estimate(self.session, system_prompt=self.context.system_prompt, tools=self._schemas(),
+                                    probe=probe_message(probe) if probe is not None else probe_message())
 
-    def _fit(self, request: list[Message]) -> list[Message]:
-        """Before every LLM call of a turn: cut this turn's largest tool results until it fits."""
-        cons = self.consolidator
-        schemas = self._schemas()
-        if byte_bound(request, schemas or []) < cons.budget:
-            self._request_estimate = 0  # fits for sure; tokenising it would only feed calibration
-            return request
-        fitted = fit_request(request, cons.budget, cons.counter, tools=schemas, calibration=cons.calibration)
-        self._request_estimate = request_tokens(fitted, cons.counter, tools=schemas)
-        return fitted
+    def snapshot(self):
+        """The budget's figures for this session's next request (what /status shows)."""
+        return self.budget.snapshot(self.session, system_prompt=self.context.system_prompt,
+                                    tools=self._schemas(), probe=probe_message())
 
-    def _on_overflow(self, exc: ProviderError, emit: EventSink) -> bool:
-        """The provider rejected a request as too long: learn from it, shrink the budget, retry once."""
-        cons = self.consolidator
-        if exc.reported_tokens and self._request_estimate:
-            cons.calibration.observe(self._request_estimate, exc.reported_tokens)
-        if not cons.shrink_window(exc.reported_window):
-            return False
-        emit(Notice(f"the provider said the prompt was too long for its context window; working within "
-                    f"{cons.context_window:,} tokens from now on (set agents.defaults.contextWindowTokens to "
-                    "the model's real window)", "warning"))
-        return True
+    async def join_consolidation(self, timeout: float | None = None) -> bool:
+        """Wait for the background consolidation, if one runs; False if `timeout` passed first.
 
-    def _observe_usage(self, response: LLMResponse) -> None:
-        if self.consolidator is not None and self._request_estimate:
-            self.consolidator.calibration.observe(self._request_estimate, response.usage.prompt_tokens)
-
-    async def join_consolidation(self) -> None:
-        """Wait for the background consolidation, if one runs (its failures are reported by it)."""
+        Cancelling the waiter (Ctrl-C) never cancels the consolidation; its failures are reported by it."""
         task = self._consolidation
-        if task is not None and not task.done():
-            # shielded: cancelling the waiting turn (Ctrl-C) must not cancel the consolidation
-            await asyncio.wait([asyncio.shield(task)])
+        if task is None or task.done():
+            return True
+        done, _ = await asyncio.wait([task], timeout=timeout)
+        return bool(done)
 
     async def _make_room(self, probe: str, emit: EventSink) -> None:
-        """Before a turn: when the prompt would not fit, consolidate first."""
-        await self.join_consolidation()
-        cons = self.consolidator
-        if cons is None or cons.surely_fits(self.session, system_prompt=self.context.system_prompt,
-                                            tool_schemas=self._schemas(), probe=probe):
-            return
-        if self.estimate(probe) < cons.budget:
-            return
+        """Before a turn: when the prompt would not fit, consolidate first, waiting a few seconds at most.
+
+        If consolidation takes longer, the turn goes ahead: the budget leaves the oldest turns out of
+        this request (marked) and consolidation finishes in the background."""
+        wait = self.settings.room_wait_seconds
+        self._waiting_emit = emit
         try:
-            report = await cons.maybe_consolidate_by_tokens(
-                self.session, system_prompt=self.context.system_prompt, tool_schemas=self._schemas(),
-                probe=probe, emit=emit)
-        except Exception as exc:  # the turn still runs; fit_request keeps the request inside the window
-            emit(Notice(f"memory consolidation failed: {exc}; older messages stay in the prompt", "warning"))
-            return
-        self._report(report, emit)
+            # one still running from the last turn gets a few seconds; otherwise the consolidator
+            # (asking the budget) decides whether this turn needs room, and makes it
+            if await self.join_consolidation(wait):
+                self._start_consolidation(probe)
+                if await self.join_consolidation(wait):
+                    return
+            emit(Notice(f"memory consolidation is taking longer than {wait:g} s; it goes on in the background, and "
+                        "until it is done a request that does not fit leaves the oldest turns out"))
+        finally:
+            self._waiting_emit = None
+
+    def _route(self, event) -> None:
+        (self._waiting_emit or self.background_emit)(event)
 
     def _consolidate_in_background(self) -> None:
-        if self.consolidator is None or (self._consolidation is not None and not self._consolidation.done()):
+        if self._consolidation is not None and not self._consolidation.done():
             return
-        self._consolidation = asyncio.get_running_loop().create_task(self._background_consolidation())
+        self._start_consolidation(None)
 
-    async def _background_consolidation(self) -> None:
-        emit = self.background_emit
+    def _start_consolidation(self, probe: str | None) -> None:
+        self._consolidation = asyncio.get_running_loop().create_task(self._consolidate(probe))
+
+    async def _consolidate(self, probe: str | None) -> None:
+        kwargs = {"probe": probe} if probe is not None else {}
         try:
             report = await self.consolidator.maybe_consolidate_by_tokens(
-                self.session, system_prompt=self.context.system_prompt, tool_schemas=self._schemas(), emit=emit)
+                self.session, system_prompt=self.context.system_prompt, tool_schemas=self._schemas(),
+                emit=self._route, **kwargs)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # never lost: the pointer did not move, the next check tries again
-            emit(Notice(f"memory consolidation failed: {exc}; it will be retried after the next turn", "warning"))
+            self._route(Notice(f"memory consolidation failed: {exc}; nothing was lost, it will be tried again "
+                               "after the next turn", "warning"))
             return
-        self._report(report, emit)
+        self._report(report, self._route)
 
     def _report(self, report: ConsolidationReport, emit: EventSink) -> None:
         if report.ran:
@@ -233,7 +202,7 @@ class Conversation:
         """/compact: consolidate everything but the last exchange now."""
         async with self._turn_lock:
             await self.join_consolidation()
-            report = await self._require_consolidator().compact(self.session, emit=emit)
+            report = await self.consolidator.compact(self.session, emit=emit)
             self._report(report, emit)
             return report
 
@@ -317,14 +286,7 @@ class Conversation:
         """/new: archive every unconsolidated message first, then clear (a crash between loses nothing)."""
         async with self._turn_lock:
             await self.join_consolidation()
-            report = None
-            if self.consolidator is not None:
-                report = await self.consolidator.archive_all(self.session, emit=emit)
-                self._report(report, emit)
+            report = await self.consolidator.archive_all(self.session, emit=emit)
+            self._report(report, emit)
             self.store.clear(self.session)
             return report
-
-    def _require_consolidator(self) -> Consolidator:
-        if self.consolidator is None:
-            raise RuntimeError("this conversation has no consolidator")
-        return self.consolidator

@@ -15,6 +15,7 @@ tells the user how to fix the problem. Every error class lives here:
   | + StoreBusyError                the jobs file's lock
   + ProviderError                   status, retryable, retry_after, context_overflow
   + ToolError                       becomes an error result for the model
+  + RequestTooLarge                 a request that could not fit the context window, not sent
   + StorageError                    path, errno (see storage_error)
   + MemoryUpdateRefused             MEMORY.md left unchanged
   + MemoryBusy                      the memory folder's lock
@@ -95,6 +96,10 @@ class ProviderError(NanobotError):
 
 class ToolError(NanobotError):
     """A tool could not do what was asked; becomes an error result for the model."""
+
+
+class RequestTooLarge(NanobotError):
+    """A request could not be brought inside the context window, so it was not sent."""
 
 
 class StorageError(NanobotError):

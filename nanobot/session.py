@@ -36,6 +36,7 @@ __all__ = [
     "RUNTIME_CONTEXT_OPEN", "RUNTIME_CONTEXT_CLOSE", "MAX_TOOL_RESULT_CHARS",
     "Session", "SessionInfo", "SessionStore", "RepairReport", "UnknownSessionError",
     "TurnCheckpoint", "save_turn", "strip_runtime_context", "with_runtime_context", "prepare_for_save",
+    "as_sent", "cap_tool_result",
 ]
 
 # The context builder prefixes the current user message with this block; it is never saved.
@@ -138,6 +139,8 @@ class _Parsed:
     last_time: str | None  # the time of the last record that carries one
     decisions: list[dict[str, Any]] = field(default_factory=list)
     bad_after: list[int] = field(default_factory=list)  # per bad line: how many messages preceded it
+    # every metadata record's pointer, with how many messages preceded the record
+    pointers: list[tuple[Any, int]] = field(default_factory=list)
 
     def pointer_shift(self, pointer: int) -> int:
         """How many damaged lines stood before message `pointer` as it was written: the pointer
@@ -167,6 +170,7 @@ def _parse(data: bytes, loads: Callable[[bytes], Any] | None = None) -> _Parsed:
             if not parsed.first_meta:
                 parsed.first_meta = record
             parsed.meta = record
+            parsed.pointers.append((record.get("last_consolidated", 0), len(parsed.messages)))
             parsed.last_time = record.get("updated_at") or parsed.last_time
         elif record.get("_type") == DECISION_TYPE:
             parsed.decisions.append(record)
@@ -211,11 +215,19 @@ def _slug(key: str) -> str:
     return slug[:48] or "session"
 
 
-class SessionStore:
-    """Session files in one folder; one writer per session, enforced by an OS lock."""
+Receipts = Callable[[], set[str]]
 
-    def __init__(self, directory: Path | None = None) -> None:
+
+class SessionStore:
+    """Session files in one folder; one writer per session, enforced by an OS lock.
+
+    `receipts` returns the stamps ("YYYY-MM-DD HH:MM") of the HISTORY.md entries; with it, a
+    consolidation pointer that cannot be right falls back to the last position HISTORY.md proves.
+    """
+
+    def __init__(self, directory: Path | None = None, *, receipts: Receipts | None = None) -> None:
         self.directory = Path(directory) if directory is not None else sessions_dir()
+        self.receipts = receipts
 
     # -- naming -------------------------------------------------------------------------------
 
@@ -296,21 +308,46 @@ class SessionStore:
         session.decisions = parsed.decisions
         session._ends_with_newline = parsed.ends_with_newline
         pointer = session._stored_pointer = meta.get("last_consolidated", 0)
-        shift = parsed.pointer_shift(pointer) if isinstance(pointer, int) and not isinstance(pointer, bool) else 0
-        if shift:
-            session.warnings.append(
-                f"session {key}: {shift} damaged line(s) came before the consolidation pointer; moved it back "
-                f"from {pointer} to {pointer - shift} so no message is skipped (some may be summarised again)")
-            pointer -= shift
         count = len(session.messages)
-        if not isinstance(pointer, int) or isinstance(pointer, bool) or not 0 <= pointer <= count:
-            clamped = min(max(pointer, 0), count) if isinstance(pointer, int) else 0
+        if not _plain_int(pointer) or not 0 <= pointer - parsed.pointer_shift(pointer) <= count:
+            proven = self._proven_pointer(parsed, session.messages)
             session.warnings.append(
-                f"session {key}: consolidation pointer {pointer!r} is outside 0..{count}; using {clamped}"
-            )
-            pointer = clamped
+                f"session {key}: consolidation pointer {pointer!r} cannot be right (it must be a whole number "
+                f"from 0 to {count}); using {proven}, " + (
+                    "the last position HISTORY.md shows was archived" if proven else
+                    "the start, since HISTORY.md proves no later position")
+                + " (messages after it are sent again and may be summarised twice, never skipped)")
+            pointer = proven
+        else:
+            shift = parsed.pointer_shift(pointer)
+            if shift:
+                session.warnings.append(
+                    f"session {key}: {shift} damaged line(s) came before the consolidation pointer; moved it back "
+                    f"from {pointer} to {pointer - shift} so no message is skipped (some may be summarised again)")
+                pointer -= shift
         session.last_consolidated = pointer
         return session
+
+    def _proven_pointer(self, parsed: _Parsed, messages: list[Message]) -> int:
+        """The furthest earlier pointer whose chunk has its HISTORY.md entry (stamped with the chunk's
+        first message time), else 0. Every pointer was written only after its chunk was recorded."""
+        if self.receipts is None:
+            return 0
+        try:
+            stamps = self.receipts()
+        except OSError:
+            return 0
+        chain: list[int] = []
+        for value, before in parsed.pointers:
+            if _plain_int(value) and 0 <= value <= before:
+                value -= parsed.pointer_shift(value)
+                if value > (chain[-1] if chain else 0) and value <= len(messages):
+                    chain.append(value)
+        for k in range(len(chain) - 1, -1, -1):
+            start = chain[k - 1] if k else 0
+            if _chunk_stamps(messages[start:chain[k]]) & stamps:
+                return chain[k]
+        return 0
 
     # -- opening for writing ------------------------------------------------------------------
 
@@ -324,7 +361,8 @@ class SessionStore:
         try:
             session = self._load_locked(key, path)
             session._lock = lock
-            if session.last_consolidated != session._stored_pointer:
+            stored = session._stored_pointer
+            if not _plain_int(stored) or session.last_consolidated != stored:
                 # Persist the clamped pointer so the warning is given once, not on every open.
                 self.set_pointer(session, session.last_consolidated)
         except OSError as exc:
@@ -500,6 +538,24 @@ class SessionStore:
         }
 
 
+def _plain_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _chunk_stamps(chunk: list[Message]) -> set[str]:
+    """The minute a HISTORY.md entry for `chunk` is stamped with (as local and as written)."""
+    for msg in chunk:
+        value = msg.get("timestamp")
+        try:
+            when = datetime.fromisoformat(value) if isinstance(value, str) and value else None
+        except ValueError:
+            when = None
+        if when is not None:
+            local = when.astimezone().replace(tzinfo=None) if when.tzinfo else when
+            return {local.strftime("%Y-%m-%d %H:%M"), when.strftime("%Y-%m-%d %H:%M")}
+    return set()
+
+
 def _parse_first_line(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
@@ -550,10 +606,24 @@ def strip_runtime_context(text: str) -> str:
 def as_sent(msg: Message) -> Message:
     """A stored message as the model saw it: a user message gets its runtime-context block back,
     so every request repeats earlier ones byte for byte and the provider's prompt cache keeps hitting."""
-    context = msg.get(RUNTIME_CONTEXT_KEY) if isinstance(msg, dict) else None
-    if not context or msg.get("role") != "user" or not isinstance(msg.get("content"), str):
+    if not isinstance(msg, dict):
         return msg
-    return {**msg, "content": with_runtime_context(context, msg["content"])}
+    content = msg.get("content")
+    if msg.get("role") == "tool" and isinstance(content, str) and len(content) > MAX_TOOL_RESULT_CHARS:
+        # written by another tool or an older version: sent (and counted) at the size a save keeps
+        return {**msg, "content": cap_tool_result(content)}
+    context = msg.get(RUNTIME_CONTEXT_KEY)
+    if not context or msg.get("role") != "user" or not isinstance(content, str):
+        return msg
+    return {**msg, "content": with_runtime_context(context, content)}
+
+
+def cap_tool_result(content: str) -> str:
+    """A tool result at the size a session keeps: the first MAX_TOOL_RESULT_CHARS and a marker."""
+    if len(content) <= MAX_TOOL_RESULT_CHARS:
+        return content
+    cut = len(content) - MAX_TOOL_RESULT_CHARS
+    return content[:MAX_TOOL_RESULT_CHARS] + f"\n... [truncated: {cut} more characters]"
 
 
 def prepare_for_save(msg: Message) -> Message | None:
@@ -577,8 +647,7 @@ def prepare_for_save(msg: Message) -> Message | None:
         if not (content.strip() if isinstance(content, str) else content) and not out.get("tool_calls"):
             return None
     elif role == "tool" and isinstance(content, str) and len(content) > MAX_TOOL_RESULT_CHARS:
-        cut = len(content) - MAX_TOOL_RESULT_CHARS
-        out["content"] = content[:MAX_TOOL_RESULT_CHARS] + f"\n... [truncated: {cut} more characters]"
+        out["content"] = cap_tool_result(content)
     out.setdefault("timestamp", now_iso())
     return out
 

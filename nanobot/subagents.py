@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nanobot.agent.budget import ContextBudget
 from nanobot.agent.loop import run_loop
 from nanobot.messages import NOTE_KEY, Message
 from nanobot.providers.base import Provider
@@ -129,17 +130,15 @@ def subagent_system_prompt(workspace: Path) -> str:
 class SubagentManager:
     def __init__(self, provider: Provider, tools: Any, workspace: Path, *,
                  on_done: Callable[[SubagentResult], None] | None = None,
-                 on_start: Callable[[str, str], None] | None = None, max_tokens: int = 4096,
-                 max_iterations: int = MAX_SUBAGENT_ITERATIONS,
-                 prepare: Callable[[list[dict]], list[dict]] | None = None) -> None:
+                 on_start: Callable[[str, str], None] | None = None,
+                 max_iterations: int = MAX_SUBAGENT_ITERATIONS, budget: ContextBudget | None = None) -> None:
         self.provider = provider
         self.tools = tools  # a ToolRegistry without spawn
         self.workspace = workspace
         self.on_done = on_done
         self.on_start = on_start
-        self.max_tokens = max_tokens
         self.max_iterations = max_iterations
-        self.prepare = prepare  # keeps each request inside the context window (agent/budget.py)
+        self.budget = budget  # keeps each request inside the context window, as for the main agent
         self._running: dict[str, _Running] = {}
         self.records: dict[str, HelperRecord] = {}  # every helper of this process, in start order
         self._counter = itertools.count(1)
@@ -196,7 +195,7 @@ class SubagentManager:
 
         try:
             result = await run_loop(self.provider, self.tools, messages, max_iterations=self.max_iterations,
-                                    max_tokens=self.max_tokens, stream=False, prepare=self.prepare,
+                                    stream=False, budget=self.budget,
                                     on_step=on_step)
             if record.status == "stopped":  # stopped, but the cancel was swallowed (see cancel_all)
                 raise asyncio.CancelledError

@@ -6,7 +6,8 @@ that name downloads its ranks on first use. tiktoken is imported on first count,
 time, so `import nanobot` stays fast.
 
 If the encoding cannot be loaded (or NANOBOT_TOKENIZER=fallback), counts come from a
-conservative byte-based estimate, and `estimator_name()` says so for `nanobot status`.
+byte-based upper bound (UTF-8 bytes plus the per-message overhead), and `estimator_name()` says
+so for `nanobot status`.
 """
 
 from __future__ import annotations
@@ -40,17 +41,16 @@ Encode = Callable[[str], list[int]]
 
 
 def fallback_count(text: str) -> int:
-    """A conservative estimate without a tokenizer: ASCII bytes / 3, other UTF-8 bytes x 2/3.
+    """A true upper bound without a tokenizer: the text's UTF-8 size in bytes.
 
-    Plain bytes / 3 under-counts CJK text and emoji (measured on cl100k: ~1.1 tokens per
-    common Chinese character, 3 bytes each), so non-ASCII bytes weigh double. English prose
-    and code come out at ~1.3x the real count, Chinese at ~1.8x: safe, never 0.
+    Every token of a byte-level BPE (cl100k, and the providers' own tokenizers) covers at least
+    one byte, so no tokenizer can count more. Dividing by 3, as an earlier version did, under-counted
+    dense text (ls listings, CSV, JSON lines, hex, base64) by 1.5-2.2x; this bound is 2.5-4x high on
+    prose, which only makes consolidation run earlier.
     """
     if not text:
         return 0
-    total = len(text.encode("utf-8"))
-    ascii_chars = len(text.encode("ascii", "ignore"))
-    return max(1, math.ceil((2 * total - ascii_chars) / 3))
+    return max(1, len(text.encode("utf-8")))
 
 
 class _Loader:
@@ -252,7 +252,7 @@ def estimator_name() -> str:
     counter = default_counter()
     if counter.exact:
         return "tiktoken cl100k_base (offline)"
-    return (f"fallback: utf-8 bytes / 3, non-ASCII x2 "
+    return (f"fallback: UTF-8 bytes, an upper bound "
             f"(tiktoken encoding unavailable: {counter.fallback_reason})")
 
 

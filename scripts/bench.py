@@ -168,8 +168,8 @@ def instrument(probe: Probe) -> None:
     try:
         import nanobot.agent.budget as budget
 
-        probe.wrap(budget, "fit_request", "fit request to budget")
-        probe.wrap(budget, "check_fixed_prompt", "fixed-prompt check")
+        probe.wrap(budget.ContextBudget, "fit", "fit request to budget")
+        probe.wrap(budget.ContextBudget, "check_fixed", "fixed-prompt check")
     except ImportError:
         pass
 
@@ -485,11 +485,22 @@ async def _scripted_conversation(home: BenchHome, texts: list[str]) -> tuple[int
     return len(assistant.conversation.session.messages), errors
 
 
+def _asked(rec: Any) -> int:
+    return rec.body.get("max_tokens") or rec.body.get("max_completion_tokens") or 0
+
+
 def part_tokens(args: argparse.Namespace) -> None:
     n = args.token_turns or (60 if args.quick else 300)
     window = 8_192
     with BenchHome(context_window=window, server_window=window) as home:
         home.activate()
+        from nanobot.fakellm.rules import count_prompt_tokens
+        from nanobot.tokens import load_offline_encoding
+
+        # a strict server: prompts counted with cl100k like a provider, and prompt + max_tokens checked
+        encode = load_offline_encoding()[0]
+        home.server.prompt_counter = lambda prompt: count_prompt_tokens(prompt, encode)
+        home.server.count_max_tokens = True
         t = time.perf_counter()
         stored, errors = asyncio.run(_scripted_conversation(home, user_turns(n)))
         elapsed = time.perf_counter() - t
@@ -531,6 +542,7 @@ def part_tokens(args: argparse.Namespace) -> None:
         ["  chat requests / consolidation requests",
          f"{sum(r.estimated_tokens for r in main):,} / {sum(r.estimated_tokens for r in cons):,}"],
         ["largest prompt (window 8,192)", f"{max((r.estimated_tokens for r in recs), default=0):,}"],
+        ["largest prompt + max_tokens", f"{max((r.estimated_tokens + _asked(r) for r in recs), default=0):,}"],
         ["requests over the window (rejected)", f"{len(rejected)}"],
         ["consolidation calls (save_memory requests)", f"{len(cons)}"],
         ["unchanged prefix vs previous request, turns w/o consolidation: median / mean / min",
@@ -549,8 +561,8 @@ def part_tokens(args: argparse.Namespace) -> None:
         ["messages stored / wall time", f"{stored:,} / {elapsed:.1f} s"],
     ]
     table(f"4. Token use over a scripted {n}-turn conversation, 8,192-token window", ["measure", "value"], rows,
-          note="Token counts are the fake server's estimate (request JSON chars / 4), which is also the usage "
-               "it reports. 40% of turns ask to read a 0.5-4 KB file (2 requests). Prefix share: characters of "
+          note="Token counts are cl100k counts of each request's texts, ids and arguments (+4 per message, "
+               "+8 per tool), as the fake server's strict mode counts them; they are also the usage it reports. 40% of turns ask to read a 0.5-4 KB file (2 requests). Prefix share: characters of "
                "the serialized request (tools, then messages) equal to the previous chat request's, block by "
                "block.")
 

@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["NANOBOT_HOME"] = str(Path(tmp) / "home")  # before nanobot reads any path
+        from nanobot.agent.budget import ContextBudget
         from nanobot.app import build_context, build_tools
         from nanobot.cli.setup import copy_templates
         from nanobot.config import load_config
@@ -77,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, size, pointer in cases:
             session = build(store, f"bench:{name}", size, pointer)
             # a window so large the check never triggers a consolidation: only the check is timed
-            cons = Consolidator(None, MemoryStore(workspace), store, context_window=10**9, reply_tokens=8192,
-                                counter=counter)
+            cons = Consolidator(None, MemoryStore(workspace), store,
+                                ContextBudget(window=10**9, max_tokens=8192, counter=counter))
 
             def check() -> int:
                 return cons.estimate(session, system_prompt=context.system_prompt, tool_schemas=schemas)

@@ -1,4 +1,4 @@
-"""Budget fitting: no request leaves over the window, and the fixed prompt is checked at start-up."""
+"""ContextBudget.fit: no request leaves over the window; the fixed prompt is checked at start-up."""
 
 from __future__ import annotations
 
@@ -7,17 +7,24 @@ import random
 import string
 
 import pytest
-from nanobot.agent.budget import (
-    MIN_TOOL_RESULT_CHARS,
-    check_fixed_prompt,
-    fit_request,
-    reply_room,
-    request_tokens,
-    shrink_text,
-)
-from nanobot.errors import ContextTooSmallError
+from nanobot.agent.budget import MIN_TOOL_RESULT_CHARS, ContextBudget, reply_room, shrink_text
+from nanobot.errors import ContextTooSmallError, RequestTooLarge
 from nanobot.messages import tool_call
 from nanobot.tokens import Calibration, TokenCounter, default_counter
+
+
+def _budget(prompt_tokens: int, calibration: Calibration | None = None) -> ContextBudget:
+    """A budget whose prompt allowance is exactly `prompt_tokens` (reply room 1)."""
+    return ContextBudget(window=prompt_tokens + 1, max_tokens=1, counter=default_counter(), calibration=calibration)
+
+
+def fit_request(msgs, budget_tokens, counter=None, *, turn_start=None, tools=None, calibration=None):
+    return _budget(budget_tokens, calibration).fit(msgs, tools, turn_start=turn_start).messages
+
+
+def request_tokens(msgs, counter, *, tools=None, calibration=None):
+    raw = counter.count_messages(msgs) + counter.count_tools(tools)
+    return calibration.adjust(raw) if calibration else raw
 
 
 def _file_text(kb: int, seed: int = 1) -> str:
@@ -124,11 +131,22 @@ def test_calibration_and_tools_are_part_of_the_budget():
     assert request_tokens(out, counter) <= 6000 / 1.5
 
 
-def test_nothing_left_to_cut_returns_best_effort_without_looping():
+def test_a_huge_single_message_is_cut_with_a_marker_for_the_request_only():
     counter = _counter()
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "word " * 5000}]
+    original = copy.deepcopy(msgs)
     out = fit_request(msgs, 1000, counter, turn_start=1)
-    assert out == msgs
+    assert msgs == original
+    assert request_tokens(out, counter) <= 1000
+    assert out[1]["content"].startswith("word word") and "characters cut for this request only" in out[1]["content"]
+
+
+def test_a_request_whose_system_prompt_alone_is_too_big_is_refused_with_the_reason():
+    msgs = [{"role": "system", "content": "fact " * 3000}, {"role": "user", "content": "hi"}]
+    with pytest.raises(RequestTooLarge) as info:
+        _budget(1000).fit(msgs)
+    assert "system prompt (with MEMORY.md) takes ~3,0" in info.value.message
+    assert "not sent" in info.value.message and "MEMORY.md" in info.value.hint
 
 
 def test_small_results_that_would_grow_with_the_marker_are_left_alone():
@@ -137,9 +155,15 @@ def test_small_results_that_would_grow_with_the_marker_are_left_alone():
     for i in range(10):  # many small results, none worth cutting
         msgs += [{"role": "assistant", "content": None, "tool_calls": [tool_call(f"k{i}", "exec", {"c": i})]},
                  {"role": "tool", "tool_call_id": f"k{i}", "name": "exec", "content": "z " * 180}]
-    out = fit_request(msgs, 100, counter, turn_start=1)
-    for before, after in zip(msgs, out):
+    from nanobot.agent.budget import _Fitter
+
+    fitter = _Fitter(_budget(100), list(msgs), None, 1)
+    fitter.cut_tool_results()  # the tool-result step alone: nothing it touches may grow
+    for before, after in zip(msgs, fitter.out):
         assert len(str(after.get("content"))) <= len(str(before.get("content")))
+    fitted = _budget(250).fit(msgs)  # as a whole: the earlier steps of the turn are left out
+    assert request_tokens(fitted.messages, counter) <= 250
+    assert "tool step(s) of this turn" in fitted.messages[1]["content"]
 
 
 def test_shrink_text_keeps_head_and_tail():
@@ -156,16 +180,19 @@ def test_reply_room_leaves_room_at_small_windows():
     assert reply_room(200_000, 4096) == 4096
 
 
+def _window(window: int = 8192, max_tokens: int = 8192, **kw) -> ContextBudget:
+    return ContextBudget(window=window, max_tokens=max_tokens, counter=default_counter(), **kw)
+
+
 def test_fixed_prompt_that_fits_returns_its_size():
-    counter = _counter()
-    assert check_fixed_prompt("short system prompt", None, 2048, 8192, counter) > 0
+    assert _window().check_fixed("short system prompt", None) > 0
 
 
 def test_fixed_prompt_too_big_says_by_how_much_and_what_to_change():
     counter = _counter()
     system = "fact " * 7000
     with pytest.raises(ContextTooSmallError) as info:
-        check_fixed_prompt(system, None, 2048, 8192, counter, memory_tokens=6500)
+        _window().check_fixed(system, None, memory_tokens=6500)
     err = info.value
     fixed = counter.count_message({"role": "system", "content": system})
     short_by = fixed + 2048 + 1024 - 8192
@@ -183,5 +210,39 @@ def test_default_workspace_fits_an_8k_window(tmp_path):
     copy_templates(tmp_path / "ws")
     cfg = load_config(None, overrides={"agents.defaults.workspace": str(tmp_path / "ws")})
     context, tools = build_context(cfg, tmp_path / "ws"), build_tools(cfg, tmp_path / "ws")
-    fixed = check_fixed_prompt(context.system_prompt(), tools.schemas(), reply_room(8192, 8192), 8192, _counter())
+    budget = _window()
+    fixed = budget.check_fixed(context.system_prompt(), tools.schemas())
     assert fixed < 8192 - 2048 - 1024
+
+
+def test_oldest_turns_are_left_out_with_a_note_when_history_alone_is_too_big():
+    counter = _counter()
+    msgs = [{"role": "system", "content": "You are nanobot."}]
+    for i in range(40):
+        msgs += [{"role": "user", "content": f"turn {i}: " + "hello there " * 40},
+                 {"role": "assistant", "content": f"answer {i}: " + "fine thanks " * 40}]
+    msgs.append({"role": "user", "content": "and now?"})
+    fitted = _budget(2000).fit(msgs)
+    out = fitted.messages
+    assert request_tokens(out, counter) <= 2000
+    assert out[-1] == msgs[-1] and out[0] == msgs[0]
+    first_kept = out[1]
+    assert first_kept["role"] == "user" and "earlier messages of this conversation are left out" in first_kept["content"]
+    kept_turns = [m["content"] for m in out if m["role"] == "assistant"]
+    answers = [m["content"] for m in msgs if m["role"] == "assistant"]
+    assert 0 < len(kept_turns) < 40 and kept_turns == answers[-len(kept_turns):]  # the newest, whole and in order
+    assert any("older messages out of this request" in c for c in fitted.cuts)
+
+
+def test_calls_over_the_cap_in_a_stored_message_are_left_out_with_their_results():
+    counter = _counter()
+    calls = [tool_call(f"c{i}", "exec", {"command": f"echo {i}"}) for i in range(2000)]
+    msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"},
+            {"role": "assistant", "content": None, "tool_calls": calls},
+            *[{"role": "tool", "tool_call_id": f"c{i}", "name": "exec", "content": f"{i}"} for i in range(2000)],
+            {"role": "assistant", "content": "done"}, {"role": "user", "content": "next"}]
+    out = _budget(4000).fit(msgs).messages
+    assert request_tokens(out, counter) <= 4000
+    sent_calls = out[2]["tool_calls"]
+    assert len(sent_calls) == 32 and "1,968 more tool calls" in out[2]["content"]
+    assert [m["tool_call_id"] for m in out if m["role"] == "tool"] == [f"c{i}" for i in range(32)]

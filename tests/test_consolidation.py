@@ -8,6 +8,7 @@ import json
 import re
 
 import pytest
+from nanobot.agent.budget import ContextBudget
 from nanobot.agent.events import Notice
 from nanobot.consolidation import (
     ConsolidationFailure,
@@ -57,8 +58,8 @@ class Env:
         inner = OpenAICompatProvider("test-model", name="custom", api_key="k", api_base=server.openai_base_url)
         self.provider = RetryingProvider(inner, RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0))
         self.notices: list[Notice] = []
-        self.cons = Consolidator(self.provider, self.memory, self.store, context_window=window, reply_tokens=reply,
-                                 counter=counter or default_counter())
+        self.budget = ContextBudget(window=window, max_tokens=reply, counter=counter or default_counter())
+        self.cons = Consolidator(self.provider, self.memory, self.store, self.budget)
 
     def add_turns(self, n: int, *, start: int = 0, tool: bool = False) -> None:
         for i in range(start, start + n):
@@ -112,7 +113,7 @@ def test_boundary_is_always_just_before_a_user_message(tmp_path, fake_llm):
     for need in (0, 1, 50, 200, 400, 800, 10_000):
         end = env.cons.pick_consolidation_boundary(env.session, need)
         assert end is not None and msgs[end]["role"] == "user" and end > 0
-        removed = sum(env.cons.counter.count_message(m) for m in msgs[:end])
+        removed = sum(env.budget.counter.count_message(m) for m in msgs[:end])
         assert removed >= need or end == max(i for i, m in enumerate(msgs) if m["role"] == "user")
     env.store.set_pointer(env.session, 8)  # start of turn 2
     end = env.cons.pick_consolidation_boundary(env.session, 1)
@@ -128,15 +129,15 @@ def test_no_boundary_inside_a_single_turn(tmp_path, fake_llm):
 def test_history_estimate_matches_get_history_and_counts_only_new_messages(tmp_path, fake_llm):
     env = Env(tmp_path, fake_llm, counter=TokenCounter(default_counter()._encode))
     env.add_turns(5, tool=True)
-    counter = env.cons.counter
-    assert env.cons.history_tokens(env.session) == counter.count_messages(env.session.get_history())
+    counter = env.budget.counter
+    assert env.budget.history_tokens(env.session) == counter.count_messages(env.session.get_history())
     env.store.set_pointer(env.session, 8)
-    assert env.cons.history_tokens(env.session) == counter.count_messages(env.session.get_history())
+    assert env.budget.history_tokens(env.session) == counter.count_messages(env.session.get_history())
     misses = counter.misses
     env.store.append(env.session, _turn(99))
-    env.cons.history_tokens(env.session)
+    env.budget.history_tokens(env.session)
     assert counter.misses - misses == 2  # just the new user and assistant message
-    assert env.cons.history_tokens(env.session) == counter.count_messages(env.session.get_history())
+    assert env.budget.history_tokens(env.session) == counter.count_messages(env.session.get_history())
 
 
 def test_under_budget_sends_nothing(tmp_path, fake_llm):
@@ -154,12 +155,12 @@ def test_consolidation_writes_both_files_then_moves_the_pointer(tmp_path, fake_l
     env.add_turns(12)
     fake_llm.responder = lambda req: _save()
     before = env.cons.estimate(env.session, system_prompt=SYSTEM, tool_schemas=None)
-    assert before >= env.cons.budget
+    assert before >= env.budget.budget
     report = env.run()
     fake_llm.assert_all_valid()
     assert report.ran and report.rounds >= 1 and not report.failures
     assert env.session.messages[env.session.last_consolidated]["role"] == "user"
-    assert report.after <= env.cons.budget // 2 < report.before
+    assert report.after <= env.budget.budget // 2 < report.before
     assert report.messages == env.session.last_consolidated
     reopened = SessionStore(tmp_path / "sessions").load("cli:test")
     assert reopened.last_consolidated == env.session.last_consolidated  # persisted
@@ -355,7 +356,7 @@ def test_consolidation_still_triggers_with_the_fallback_estimator(tmp_path, fake
     assert not counter.exact
     env = Env(tmp_path, fake_llm, counter=counter)
     env.add_turns(12)
-    assert env.cons.estimate(env.session, system_prompt=SYSTEM, tool_schemas=None) > env.cons.budget
+    assert env.cons.estimate(env.session, system_prompt=SYSTEM, tool_schemas=None) > env.budget.budget
     fake_llm.responder = lambda req: _save()
     report = env.run()
     assert report.ran and env.session.last_consolidated > 0

@@ -13,7 +13,7 @@ UI_LIBRARIES = {"typer", "rich", "prompt_toolkit"}
 # errors/messages/paths import the standard library only; fsio adds filelock and nothing else.
 LOWEST_LAYER = {"errors.py": set(), "messages.py": set(), "paths.py": set(), "fsio.py": {"filelock"}}
 # The agent loop never prints or touches files: no file, path, store or UI module reaches it.
-NO_IO_MODULES = ["agent/loop.py", "agent/events.py", "agent/budget.py"]
+NO_IO_MODULES = ["agent/loop.py", "agent/events.py"]
 IO_IMPORTS = {"os", "io", "shutil", "pathlib", "tempfile", "fileinput", "filelock", "builtins",
               "nanobot.fsio", "nanobot.paths", "nanobot.session", "nanobot.memory",
               "nanobot.history_log", "nanobot.cli"} | UI_LIBRARIES

@@ -283,7 +283,7 @@ def test_provider_prompt_counts_calibrate_the_estimate_and_status_shows_it(confi
             await assistant.aclose()
 
     assistant, plain, lines = asyncio.run(go())
-    cal = assistant.conversation.consolidator.calibration
+    cal = assistant.conversation.budget.calibration
     assert cal.ratio > 1.5  # the provider counted far more than our estimate
     shown = "\n".join(lines)
     assert f"~{assistant.conversation.estimate():,} / 6,144 tokens" in shown

@@ -8,6 +8,7 @@ import json
 import subprocess
 
 import pytest
+from nanobot.agent.budget import ContextBudget
 from nanobot.consolidation import Consolidator
 from nanobot.fakellm import Reply
 from nanobot.memory import MemoryStore
@@ -92,7 +93,8 @@ def _consolidator(tmp_path, server, store: MemoryStore):
             {"role": "user", "content": f"turn {i}: my locker number is {1000 + i}", "timestamp": "2026-01-05T10:00:00"},
             {"role": "assistant", "content": f"noted {i}", "timestamp": "2026-01-05T10:01:00"}])
     provider = OpenAICompatProvider("test-model", name="custom", api_key="k", api_base=server.openai_base_url)
-    cons = Consolidator(provider, store, sessions, context_window=4000, reply_tokens=500, counter=default_counter())
+    budget = ContextBudget(window=4000, max_tokens=500, counter=default_counter())
+    cons = Consolidator(provider, store, sessions, budget)
     return cons, session, provider
 
 

@@ -187,12 +187,12 @@ def test_writing_requires_an_open_session(store):
         store.append(snapshot, turn(2))
 
 
-@pytest.mark.parametrize("pointer", [-3, 99, "7", None])
-def test_pointer_out_of_range_is_clamped_with_warning(store, pointer):
+@pytest.mark.parametrize("pointer", [-3, 99, "7", None, True, 2.0])
+def test_pointer_that_cannot_be_right_falls_back_to_the_start_with_warning(store, pointer):
+    # no HISTORY.md receipts are known to this store, so nothing proves a later position
     write_session(store, "k", turn(1) + turn(2), pointer=pointer)
     session = store.open("k")
-    assert 0 <= session.last_consolidated <= 4
-    assert session.last_consolidated == (4 if pointer == 99 else 0)
+    assert session.last_consolidated == 0
     assert any("pointer" in w for w in session.warnings)
     store.close(session)
     assert store.open("k").warnings == []  # the clamped value was recorded once

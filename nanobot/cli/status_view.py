@@ -1,8 +1,8 @@
-"""The /status view: model, context used vs window, last usage, session size."""
+"""The budget as both status screens show it (`/status` and `nanobot status`), and the /status view."""
 
 from __future__ import annotations
 
-from nanobot import tokens
+from nanobot.agent.budget import BudgetSnapshot
 from nanobot.messages import NOTE_KEY
 
 
@@ -23,21 +23,35 @@ def bar(used: int, total: int, width: int = 24) -> str:
     return "█" * filled + "░" * (width - filled) + f" {share:.0%}"
 
 
+def budget_rows(snap: BudgetSnapshot) -> list[tuple[str, str]]:
+    """(label, text) rows from the budget's snapshot: the numbers the next request is fitted with."""
+    window = f"window {snap.window:,}"
+    if snap.window != snap.configured_window:
+        window += f" (configured {snap.configured_window:,}, shrunk after the provider said so)"
+    cap = (f"; prompt capped at {snap.prompt_cap:,} by agents.defaults.contextBlockLimit"
+           if snap.prompt_cap and snap.prompt_cap < snap.window - snap.reply_tokens else "")
+    corrected = f", corrected x{snap.ratio:.2f} by the provider's counts" if snap.ratio > 1.0 else ""
+    return [
+        ("context", f"{bar(snap.estimate, snap.budget)}  ~{snap.estimate:,} / {snap.budget:,} tokens "
+                    f"({window} minus {snap.reply_tokens:,} kept for the reply{cap})"),
+        ("reply room", f"{snap.reply_tokens:,} tokens (max_tokens of every request)"),
+        ("fixed", f"~{snap.fixed:,} tokens for the system prompt, MEMORY.md and tool schemas "
+                  f"({snap.fixed_share:.0%} of the budget)"),
+        ("tool calls", f"at most {snap.max_tool_calls} per step"),
+        ("estimator", snap.estimator + corrected),
+        *[("warning", text) for text in snap.warnings()],
+    ]
+
+
 def status_lines(assistant) -> list[str]:
     conv = assistant.conversation
     cfg = assistant.cfg
-    window = cfg.defaults.context_window_tokens
-    # the consolidator's own estimate (calibrated, with room for the next message), so the bar
-    # reaches 100% exactly when consolidation has to run
-    used = conv.estimate()
-    budget = conv.consolidator.budget if conv.consolidator is not None else window
     session = conv.session
     usage = conv.last_usage
+    rows = budget_rows(conv.snapshot())
     return [
         f"model      {cfg.defaults.model}",
-        f"context    {bar(used, budget)}  ~{used:,} / {budget:,} tokens "
-        f"(window {window:,} minus {window - budget:,} for the reply)",
-        f"estimator  {tokens.estimator_name()}" + _calibration(conv),
+        *[f"{label:<10} {text}" for label, text in rows],
         f"last turn  prompt {usage.prompt_tokens:,} · completion {usage.completion_tokens:,} tokens",
         f"session    {session.key}: {len(session.messages)} messages, "
         f"{len(session.messages) - session.last_consolidated} not yet consolidated",
@@ -67,11 +81,6 @@ def _helpers(conv, earlier_shown: int = 5) -> list[str]:
                if isinstance(m.get(NOTE_KEY), dict) and m[NOTE_KEY].get("id") not in ids]
     return ([f"helper     {note.get('summary', '?')} (earlier run)" for note in earlier[-earlier_shown:]]
             + [f"helper     {record.summary()} — task: {record.task[:60]}" for record in live])
-
-
-def _calibration(conv) -> str:
-    ratio = conv.consolidator.calibration.ratio if conv.consolidator is not None else 1.0
-    return f", corrected x{ratio:.2f} by the provider's counts" if ratio > 1.0 else ""
 
 
 def _mcp(assistant) -> list[str]:

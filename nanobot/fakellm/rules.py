@@ -10,7 +10,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["check_openai_messages", "check_anthropic_request", "estimate_tokens", "PREFILL_REJECTED"]
+__all__ = ["check_openai_messages", "check_anthropic_request", "estimate_tokens", "count_prompt_tokens",
+           "PREFILL_REJECTED"]
+
+# keys whose values are protocol framing, not text the model reads
+_FRAMING_KEYS = {"role", "type", "cache_control", "media_type"}
+_IMAGE_TOKENS = 1600
 
 # What current Claude models (and Mistral) answer when a request ends with an assistant message;
 # providers that accept it treat that message as a prefix to *continue*, not a message to answer.
@@ -25,6 +30,44 @@ def estimate_tokens(obj: Any) -> int:
     against a context window, not a tokenizer's exact answer.
     """
     return len(json.dumps(obj, ensure_ascii=False, default=str)) // 4 + 1
+
+
+def count_prompt_tokens(prompt: dict, encode: Any) -> int:
+    """A provider-like token count of a prompt ({"system"?, "messages", "tools"?}) with a real tokenizer.
+
+    Every text, tool name, id and argument is encoded; each message costs 4 tokens of framing and
+    each tool 8, as chat formats do. Tests use it to check prompt + max_tokens against a window
+    the way a strict API would, with `encode` from tiktoken.
+    """
+    def strings(value: Any) -> int:
+        if isinstance(value, str):
+            return len(encode(value))
+        if isinstance(value, list):
+            return sum(strings(v) for v in value)
+        if isinstance(value, dict):
+            if value.get("type") in ("image", "image_url"):
+                return _IMAGE_TOKENS
+            total = 0
+            for key, item in value.items():
+                if key in _FRAMING_KEYS:
+                    continue
+                if key == "input" and not isinstance(item, str):  # Anthropic tool_use: the arguments as JSON
+                    total += len(encode(json.dumps(item, ensure_ascii=False)))
+                else:
+                    total += strings(item)
+            return total
+        return 0
+
+    total = 0
+    system = prompt.get("system")
+    if system:
+        total += 4 + strings(system)
+    for msg in prompt.get("messages") or []:
+        total += 4 + strings(msg)
+    tools = prompt.get("tools")
+    if tools:
+        total += len(encode(json.dumps(tools, ensure_ascii=False, sort_keys=True))) + 8 * len(tools)
+    return total
 
 
 def _is_blank(content: Any) -> bool:

@@ -82,6 +82,10 @@ class FakeLLMServer:
                  port: int = 0, strict: bool = False) -> None:
         self.context_window = context_window
         self.strict = strict
+        # how a prompt is sized for the window check (default: JSON characters / 4); tests can give
+        # a real tokenizer (rules.count_prompt_tokens), and ask that max_tokens fit too, as strict APIs do
+        self.prompt_counter: Callable[[dict], int] | None = None
+        self.count_max_tokens = False
         self.responder: Responder | None = None
         self.models: list[str] = ["test-model", "claude-test"]  # what GET /v1/models lists
         self.model_requests: list[str] = []  # paths of the GET /v1/models... requests received
@@ -213,10 +217,11 @@ class FakeLLMServer:
         violations += _check_tool_choice(protocol, tools, tool_choice)
         if tools:
             prompt["tools"] = tools
-        tokens = estimate_tokens(prompt)
-        if self.context_window is not None and tokens > self.context_window:
-            violations.append(f"context window exceeded: estimated {tokens} tokens > "
-                              f"{self.context_window}")
+        tokens = self.prompt_counter(prompt) if self.prompt_counter is not None else estimate_tokens(prompt)
+        if self.context_window is not None and self._needed(tokens, body) > self.context_window:
+            violations.append(f"context window exceeded: estimated {tokens} tokens"
+                              + (f" + max_tokens {body.get('max_tokens')}" if self.count_max_tokens else "")
+                              + f" > {self.context_window}")
         with self._arrived:
             rec = RecordedRequest(
                 index=len(self._requests), protocol=protocol, path=path, headers=headers,
@@ -233,11 +238,15 @@ class FakeLLMServer:
             self._arrived.notify_all()
         return rec
 
+    def _needed(self, tokens: int, body: dict) -> int:
+        reply = body.get("max_tokens") or body.get("max_completion_tokens") or 0
+        return tokens + (reply if self.count_max_tokens and isinstance(reply, int) else 0)
+
     def _rejects(self, rec: RecordedRequest) -> bool:
         return self.strict and bool(rec.violations)
 
     def _exceeds_window(self, rec: RecordedRequest) -> bool:
-        return self.context_window is not None and rec.estimated_tokens > self.context_window
+        return self.context_window is not None and self._needed(rec.estimated_tokens, rec.body) > self.context_window
 
     def _choose_reply(self, rec: RecordedRequest) -> Reply:
         if rec.reply is not None:

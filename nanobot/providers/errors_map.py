@@ -22,10 +22,14 @@ _HINTS = {
 
 # How providers say "prompt too long": OpenAI and vLLM ("maximum context length is N tokens ...
 # resulted in M tokens"), Anthropic ("prompt is too long: M tokens > N maximum"), llama.cpp and others.
+# Anthropic also says "input length and `max_tokens` exceed context limit: 8123 + 2048 > 8192", and
+# OpenAI "you requested 10171 tokens (8123 in the messages, 2048 in the completion)".
 _OVERFLOW = re.compile(r"context.length|context window|maximum context|prompt is too long|too many tokens|"
-                       r"reduce the length|exceeds the available context", re.I)
-_WINDOW = (re.compile(r"maximum context length is (\d+)", re.I), re.compile(r"\d+ tokens? > (\d+)", re.I))
-_TOKENS = (re.compile(r"resulted in (\d+) tokens", re.I), re.compile(r"(\d+) tokens? > \d+", re.I))
+                       r"reduce the length|exceeds the available context|exceed context limit", re.I)
+_WINDOW = (re.compile(r"maximum context length is (\d+)", re.I), re.compile(r"\d+ tokens? > (\d+)", re.I),
+           re.compile(r"\d+ \+ \d+ > (\d+)"))
+_TOKENS = (re.compile(r"resulted in (\d+) tokens", re.I), re.compile(r"\((\d+) in the messages", re.I),
+           re.compile(r"(\d+) tokens? > \d+", re.I), re.compile(r"(\d+) \+ \d+ > \d+"))
 
 
 def _first_int(patterns: tuple[re.Pattern, ...], text: str) -> int | None:
