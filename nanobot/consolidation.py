@@ -18,9 +18,9 @@ from typing import Any
 from nanobot.agent.budget import ContextBudget
 from nanobot.agent.events import EventSink, Notice, ignore
 from nanobot.config import AgentDefaults
-from nanobot.errors import ProviderError
+from nanobot.errors import ConsolidationFailure, ProviderError
 from nanobot.memory import MemoryStore, MemoryUpdateRefused
-from nanobot.messages import Message, text_of, tool_calls_of
+from nanobot.messages import Message, parse_timestamp, text_of, tool_calls_of
 from nanobot.providers.base import Provider
 from nanobot.session import Session, SessionStore, with_runtime_context
 
@@ -109,10 +109,6 @@ class ConsolidationReport:
 
 def _short(line: str, limit: int = 80) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-class ConsolidationFailure(Exception):
-    """One failed attempt to summarise a chunk; the message says why."""
 
 
 DEFAULT_TIMEOUT = AgentDefaults.consolidation_timeout_seconds  # seconds for one request, retries included
@@ -438,19 +434,9 @@ def parse_save_memory(raw: Any) -> dict[str, str]:
 # -- transcript ------------------------------------------------------------------------------
 
 
-def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        when = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return when.astimezone().replace(tzinfo=None) if when.tzinfo else when
-
-
 def _chunk_time(chunk: list[Message], clock: Callable[[], datetime]) -> datetime:
     for msg in chunk:
-        when = _parse_time(msg.get("timestamp"))
+        when = parse_timestamp(msg.get("timestamp"))
         if when is not None:
             return when
     return clock()
@@ -472,7 +458,7 @@ def render_transcript(chunk: list[Message], *, tool_chars: int = 2000, text_char
         role = str(msg.get("role", "?"))
         if role == "system":
             continue
-        when = _parse_time(msg.get("timestamp"))
+        when = parse_timestamp(msg.get("timestamp"))
         stamp = f"[{when:%Y-%m-%d %H:%M}] " if when else ""
         text = text_of(msg.get("content")).strip()
         if role == "tool":

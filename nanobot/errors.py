@@ -9,6 +9,7 @@ tells the user how to fix the problem. Every error class lives here:
   | | + MissingKeyError
   | | + ContextTooSmallError
   | + SessionInUseError
+  | + UnknownSessionError
   | + VersionNotFound               memory restore N
   | + ScheduleError                 cron schedules
   | + JobNotFoundError
@@ -26,6 +27,7 @@ tells the user how to fix the problem. Every error class lives here:
 * OSError
   + LandlockError                   the kernel refused an exec sandbox's Landlock ruleset
 * Exception
+  + ConsolidationFailure            one failed summarising attempt, retried or archived raw
   + CallFailed                      an MCP tool call that produced no result
 """
 
@@ -154,6 +156,14 @@ class JobFormatError(ValueError):
 
 class LandlockError(OSError):
     """The kernel refused to set up or apply an exec sandbox's Landlock ruleset."""
+
+
+class UnknownSessionError(UsageError):
+    """No session file exists for the key the user named."""
+
+
+class ConsolidationFailure(Exception):
+    """One failed attempt to summarise a chunk; the message says why (kept inside consolidation)."""
 
 
 class CallFailed(Exception):
