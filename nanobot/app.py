@@ -3,35 +3,35 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
-from nanobot.approvals import SessionApprover, check_kinds
 from nanobot.agent.budget import BudgetSnapshot, ContextBudget
 from nanobot.agent.context import ContextBuilder
 from nanobot.agent.events import Notice
+from nanobot.approvals import SessionApprover, check_kinds
 from nanobot.config import Config, resolve_fallbacks, resolve_model
 from nanobot.consolidation import Consolidator, probe_message
 from nanobot.conversation import Conversation, TurnSettings
 from nanobot.errors import ContextTooSmallError
+from nanobot.history_log import iter_entries
+from nanobot.paths import secure_home
 from nanobot.providers.base import Provider
 from nanobot.providers.factory import make_provider
 from nanobot.providers.fallback import FallbackCallback
 from nanobot.providers.registry import key_env_names
 from nanobot.providers.retry import RetryCallback, RetryPolicy
-from nanobot.paths import secure_home
 from nanobot.sandbox import Confinement, choose
 from nanobot.session import SessionStore
 from nanobot.session_import import ImportResult, continuing_line, import_all
 from nanobot.subagents import SubagentManager
+from nanobot.tokens import default_counter
 from nanobot.tools.approval import Approver
 from nanobot.tools.base import ToolContext
 from nanobot.tools.exec_rules import ExecRules
 from nanobot.tools.registry import ToolRegistry
-from nanobot.tokens import default_counter
-from nanobot.history_log import iter_entries
 from nanobot.tools.spawn import SpawnTool
 
 if TYPE_CHECKING:  # imported where used: the cron and MCP modules load only when needed

@@ -18,8 +18,9 @@ import difflib
 import os
 import re
 import typing
+from collections.abc import Mapping
 from dataclasses import fields, is_dataclass
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlparse
 
 from nanobot.errors import ConfigError

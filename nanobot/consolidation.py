@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from nanobot.agent.budget import ContextBudget
 from nanobot.agent.events import EventSink, Notice, ignore
 from nanobot.config import AgentDefaults
-from nanobot.errors import ProviderError
+from nanobot.errors import ConsolidationFailure, ProviderError
 from nanobot.memory import MemoryStore, MemoryUpdateRefused
-from nanobot.messages import Message, text_of, tool_calls_of
+from nanobot.messages import Message, parse_timestamp, text_of, tool_calls_of
 from nanobot.providers.base import Provider
 from nanobot.session import Session, SessionStore, with_runtime_context
 
@@ -108,10 +109,6 @@ class ConsolidationReport:
 
 def _short(line: str, limit: int = 80) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-class ConsolidationFailure(Exception):
-    """One failed attempt to summarise a chunk; the message says why."""
 
 
 DEFAULT_TIMEOUT = AgentDefaults.consolidation_timeout_seconds  # seconds for one request, retries included
@@ -332,7 +329,7 @@ class Consolidator:
                 self.provider.chat(request, tools=[SAVE_MEMORY_TOOL], tool_choice=choice,
                                    max_tokens=self.budget.reply_tokens, temperature=0.0),
                 timeout=self.timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise ConsolidationFailure(f"the consolidation request took longer than {self.timeout:g} s "
                                        "(agents.defaults.consolidationTimeoutSeconds)") from None
         # its counts teach the budget too (the request was counted when it was fitted: cached)
@@ -437,19 +434,9 @@ def parse_save_memory(raw: Any) -> dict[str, str]:
 # -- transcript ------------------------------------------------------------------------------
 
 
-def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        when = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return when.astimezone().replace(tzinfo=None) if when.tzinfo else when
-
-
 def _chunk_time(chunk: list[Message], clock: Callable[[], datetime]) -> datetime:
     for msg in chunk:
-        when = _parse_time(msg.get("timestamp"))
+        when = parse_timestamp(msg.get("timestamp"))
         if when is not None:
             return when
     return clock()
@@ -471,7 +458,7 @@ def render_transcript(chunk: list[Message], *, tool_chars: int = 2000, text_char
         role = str(msg.get("role", "?"))
         if role == "system":
             continue
-        when = _parse_time(msg.get("timestamp"))
+        when = parse_timestamp(msg.get("timestamp"))
         stamp = f"[{when:%Y-%m-%d %H:%M}] " if when else ""
         text = text_of(msg.get("content")).strip()
         if role == "tool":

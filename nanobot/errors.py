@@ -1,10 +1,39 @@
 """Typed errors raised inside nanobot; the CLI translates them once, at its edge.
 
 Each error carries the exit code the CLI should use and, where possible, a hint that
-tells the user how to fix the problem.
+tells the user how to fix the problem. Every error class lives here:
+
+* NanobotError                      exit code 1
+  + UsageError                      exit code 2: the user asked for something that cannot work
+  | + ConfigError
+  | | + MissingKeyError
+  | | + ContextTooSmallError
+  | + SessionInUseError
+  | + UnknownSessionError
+  | + VersionNotFound               memory restore N
+  | + ScheduleError                 cron schedules
+  | + JobNotFoundError
+  | + StoreBusyError                the jobs file's lock
+  + ProviderError                   status, retryable, retry_after, context_overflow
+  + ToolError                       becomes an error result for the model
+  + RequestTooLarge                 a request that could not fit the context window, not sent
+  + StorageError                    path, errno (see storage_error)
+  + MemoryUpdateRefused             MEMORY.md left unchanged
+  + MemoryBusy                      the memory folder's lock
+  + RunnerBusyError                 owner: the other cron runner
+* ValueError (bad file contents, caught where the file is read)
+  + SkillError                      a SKILL.md front matter
+  + JobFormatError                  jobs.json
+* OSError
+  + LandlockError                   the kernel refused an exec sandbox's Landlock ruleset
+* Exception
+  + ConsolidationFailure            one failed summarising attempt, retried or archived raw
+  + CallFailed                      an MCP tool call that produced no result
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class NanobotError(Exception):
@@ -83,6 +112,62 @@ class StorageError(NanobotError):
         super().__init__(message, hint=hint)
         self.path = path
         self.errno = errno
+
+
+class MemoryUpdateRefused(NanobotError):
+    """A MEMORY.md update was refused (empty, truncated, or dropping most facts); the file is unchanged."""
+
+
+class VersionNotFound(UsageError):
+    """`restore N` named a version that does not exist."""
+
+
+class MemoryBusy(NanobotError):
+    """Another process kept the memory folder locked for too long."""
+
+
+class ScheduleError(UsageError):
+    """A schedule that cannot work as given (bad expression, unknown zone, time in the past)."""
+
+
+class JobNotFoundError(UsageError):
+    """No job has that id."""
+
+
+class StoreBusyError(UsageError):
+    """Another process held the jobs file's lock for too long."""
+
+
+class RunnerBusyError(NanobotError):
+    """Another runner (a nanobot serve, or a chat firing a job) holds the runner lock."""
+
+    def __init__(self, message: str, *, hint: str | None = None, owner: dict[str, Any] | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.owner = owner or {}
+
+
+class SkillError(ValueError):
+    """A SKILL.md whose front matter cannot be used."""
+
+
+class JobFormatError(ValueError):
+    """jobs.json is valid JSON but not a job list we can read."""
+
+
+class LandlockError(OSError):
+    """The kernel refused to set up or apply an exec sandbox's Landlock ruleset."""
+
+
+class UnknownSessionError(UsageError):
+    """No session file exists for the key the user named."""
+
+
+class ConsolidationFailure(Exception):
+    """One failed attempt to summarise a chunk; the message says why (kept inside consolidation)."""
+
+
+class CallFailed(Exception):
+    """A tool call that produced no result: timed out, or the server went away."""
 
 
 def storage_error(exc: OSError, action: str, path: object = None) -> StorageError:

@@ -118,7 +118,7 @@ class ExclusiveLock:
     def held(self) -> bool:
         return self._lock.is_locked
 
-    def __enter__(self) -> "ExclusiveLock":
+    def __enter__(self) -> ExclusiveLock:
         self.acquire()
         return self
 

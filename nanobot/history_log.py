@@ -14,17 +14,17 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Iterator
 
-__all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest", "grep_fast", "grep_fast_output", "stamp_lines"]
+__all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest", "grep_fast", "grep_fast_output", "stamp_lines", "STAMP_RE"]
 
 BLOCK_SIZE = 4 * 1024 * 1024
 _STAMP = r"\[(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?\]"
 _STAMP_LINE = re.compile(r"^" + _STAMP, re.MULTILINE)
-_STAMP_AT = re.compile(_STAMP)
+STAMP_RE = re.compile(_STAMP)  # the one HISTORY.md entry stamp; nanobot.memory uses it too
 _STAMP_AT_B = re.compile(_STAMP.encode())
 _STAMP_LINE_B = re.compile(rb"(?:^|(?<=\n))" + _STAMP.encode())
 
@@ -187,7 +187,7 @@ def _candidates(rx: re.Pattern[str]):
 def _entry_start(text: str, pos: int) -> int:
     """Start of the entry holding offset `pos`: the nearest stamp line at or before it."""
     start = text.rfind("\n", 0, pos) + 1
-    while start > 0 and not _STAMP_AT.match(text, start):
+    while start > 0 and not STAMP_RE.match(text, start):
         start = text.rfind("\n[", 0, start - 1) + 1
     return start
 

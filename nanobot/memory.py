@@ -27,16 +27,23 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Literal
 
-from nanobot.errors import NanobotError, ToolError, UsageError
+from nanobot.errors import (
+    MemoryBusy,
+    MemoryUpdateRefused,
+    ToolError,
+    VersionNotFound,
+)
 from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write, fsync_dir
+from nanobot.history_log import STAMP_RE
 from nanobot.memory_merge import merge_update
-from nanobot.messages import Message, text_of, tool_calls_of
+from nanobot.messages import Message, parse_timestamp, text_of, tool_calls_of
 from nanobot.paths import memory_dir, nanobot_home
 from nanobot.secrets_mask import mask_secrets
 
@@ -54,7 +61,6 @@ HOLD_BACK_MIN_CHARS = 0
 HOLD_BACK_KEEP_RATIO = 0.5
 
 # A HISTORY.md entry starts with this stamp (nanobot's format, local time).
-STAMP_RE = re.compile(r"^\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2})?\]")
 _VERSION_RE = re.compile(r"^MEMORY-(\d{8}T\d{6}\.\d{6})Z\.md$")
 _VERSION_FMT = "%Y%m%dT%H%M%S.%f"
 _LOCK_WAIT_SECONDS = 10.0
@@ -63,18 +69,6 @@ _RAW_TOOL_RESULT_CHARS = 4000
 _RAW_ARGUMENT_CHARS = 500
 
 Damage = Literal["not_utf8", "empty", "cut_off"]
-
-
-class MemoryUpdateRefused(NanobotError):
-    """A MEMORY.md update was refused (empty, truncated, or dropping most facts); the file is unchanged."""
-
-
-class VersionNotFound(UsageError):
-    """`restore N` named a version that does not exist."""
-
-
-class MemoryBusy(NanobotError):
-    """Another process kept the memory folder locked for too long."""
 
 
 @dataclass(frozen=True)
@@ -197,7 +191,7 @@ def _local_stamp(when: datetime | None = None) -> str:
 
 
 def _utc_name(prefix: str, suffix: str) -> str:
-    return f"{prefix}-{datetime.now(timezone.utc):%Y%m%dT%H%M%S.%f}Z{suffix}"
+    return f"{prefix}-{datetime.now(UTC):%Y%m%dT%H%M%S.%f}Z{suffix}"
 
 
 def _stat_key(path: Path) -> tuple[int, int, int] | None:
@@ -447,7 +441,7 @@ class MemoryStore:
         out = []
         for i, path in enumerate(reversed(self._version_files()), start=1):
             stamp = _VERSION_RE.match(path.name).group(1)  # type: ignore[union-attr]
-            saved = datetime.strptime(stamp, _VERSION_FMT).replace(tzinfo=timezone.utc)
+            saved = datetime.strptime(stamp, _VERSION_FMT).replace(tzinfo=UTC)
             try:
                 size = path.stat().st_size
             except FileNotFoundError:
@@ -481,7 +475,7 @@ class MemoryStore:
         return sorted(names, key=lambda p: p.name)
 
     def _save_version(self, content: str, reason: str) -> Path:
-        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        now = datetime.now(UTC).replace(tzinfo=None)
         files = self._version_files()
         if files:
             # Names must keep sorting in save order even if the clock steps back or repeats.
@@ -598,7 +592,7 @@ class MemoryStore:
 
     def append_raw_archive(self, messages: list[Message], reason: str) -> str:
         """Archive messages the summariser failed on as a RAW entry; returns its first line."""
-        stamps = [s for s in (_parse_iso(m.get("timestamp")) for m in messages) if s]
+        stamps = [s for s in (parse_timestamp(m.get("timestamp")) for m in messages) if s]
         span = ""
         if stamps:
             span = f", {_local_stamp(stamps[0])[1:-1]} to {_local_stamp(stamps[-1])[1:-1]}"
@@ -711,7 +705,7 @@ class MemoryStore:
             self._record_good(state.text)
         return []
 
-    def snapshot(self) -> "_Snapshot":
+    def snapshot(self) -> _Snapshot:
         """What the memory files look like now, so a command's changes can be found and undone."""
         try:
             with self._locked():
@@ -724,7 +718,7 @@ class MemoryStore:
         return _Snapshot(_stat_key(self.memory_file), _read_bytes(self.memory_file),
                          _stat_key(self.history_file), self._versions_stat())
 
-    def undo_outside_changes(self, before: "_Snapshot") -> str:
+    def undo_outside_changes(self, before: _Snapshot) -> str:
         """Undo what something other than this store did to MEMORY.md / HISTORY.md since `before`.
 
         Returns a note for the model ("" when nothing changed).
@@ -754,7 +748,7 @@ class MemoryStore:
         return ("\n[nanobot: " + "; ".join(notes) + ". Change MEMORY.md only with edit_file or write_file "
                 "(they keep versions); recall past conversations with search_history.]")
 
-    def _undo_memory_change(self, before: "_Snapshot") -> list[str]:
+    def _undo_memory_change(self, before: _Snapshot) -> list[str]:
         # a symlink put in its place is replaced, never read: it could point at any file
         now = None if self.memory_file.is_symlink() else _read_bytes(self.memory_file)
         good = _read_bytes(self.good_copy)
@@ -825,15 +819,6 @@ def watch_memory(workspace: Path) -> Iterator[_Watch]:
         store.undo_outside_changes(watch.before)
         raise
     watch.note = store.undo_outside_changes(watch.before)
-
-
-def _parse_iso(value: object) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        return None
 
 
 def _indent(text: str) -> str:

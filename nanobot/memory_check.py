@@ -23,11 +23,12 @@ __all__ = ["Finding", "check_memory", "MEMORY_SHARE_LIMIT"]
 
 MEMORY_SHARE_LIMIT = 0.25  # of the context window; above it MEMORY.md crowds the conversation out
 _LISTED = 5  # facts named in one finding
+Severity = Literal["problem", "info"]
 
 
 @dataclass(frozen=True)
 class Finding:
-    severity: Literal["problem", "info"]
+    severity: Severity
     code: str  # stable, for scripts and `doctor`: "memory_damaged", "facts_missing", ...
     message: str
     fix: str = ""
@@ -89,7 +90,7 @@ def check_memory(store: MemoryStore, *, context_window: int | None = None) -> li
 
         tokens = count_text(text)
         share = tokens / context_window
-        sev = "problem" if share > MEMORY_SHARE_LIMIT else "info"
+        sev: Severity = "problem" if share > MEMORY_SHARE_LIMIT else "info"
         out.append(Finding(sev, "memory_share", f"MEMORY.md is {tokens:,} tokens, {share:.1%} of the "
                            f"{context_window:,}-token context window (it is in every prompt)",
                            "`nanobot memory edit`: shorten or drop stale facts" if sev == "problem" else ""))

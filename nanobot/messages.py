@@ -52,6 +52,17 @@ def now_iso() -> str:
     return datetime.now().astimezone().isoformat(timespec="seconds")
 
 
+def parse_timestamp(value: object) -> datetime | None:
+    """A message's ISO-8601 `timestamp` as local naive time; None when missing or unreadable."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when.astimezone().replace(tzinfo=None) if when.tzinfo else when
+
+
 def user(content: Any) -> Message:
     return {"role": "user", "content": content}
 

@@ -17,14 +17,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 
-from nanobot.errors import SessionInUseError, UsageError, storage_error
+from nanobot.errors import SessionInUseError, UnknownSessionError, storage_error
 from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write
 from nanobot.messages import Message, clean_unicode, for_wire, now_iso
 from nanobot.paths import ensure_private_dir, sessions_dir
@@ -47,10 +48,6 @@ DECISION_TYPE = "decision"  # the `_type` of an approval decision record
 
 # Longer tool results are cut when saved (the model saw them whole during the turn).
 MAX_TOOL_RESULT_CHARS = 16_000
-
-
-class UnknownSessionError(UsageError):
-    """No session file exists for the key the user named."""
 
 
 @dataclass

@@ -23,12 +23,11 @@ import binascii
 import hashlib
 import json
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from pathlib import Path
 
 from nanobot import paths
 from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write
-from nanobot.messages import now_iso
+from nanobot.messages import now_iso, parse_timestamp
 from nanobot.session import SessionStore
 
 RECEIPTS_NAME = "imports.jsonl"
@@ -214,17 +213,6 @@ def _history_entries(path: Path) -> list[dict]:
     return entries
 
 
-def _parse_stamp(text: object) -> datetime | None:
-    if not isinstance(text, str):
-        return None
-    for fmt in ("%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S"):
-        try:
-            return datetime.strptime(text[:19], fmt)
-        except ValueError:
-            continue
-    return None
-
-
 def _import_history(home: Path, workspace: Path, receipts: list[Receipt]) -> Receipt | None:
     source = workspace / "memory" / "history.jsonl"
     if not source.is_file():
@@ -238,7 +226,7 @@ def _import_history(home: Path, workspace: Path, receipts: list[Receipt]) -> Rec
         return None
     memory = MemoryStore(workspace)
     for entry in fresh:
-        memory.append_history(entry["content"], when=_parse_stamp(entry.get("timestamp")))
+        memory.append_history(entry["content"], when=parse_timestamp(entry.get("timestamp")))
     receipt = Receipt("history", str(source), hashlib.sha256(data).hexdigest(), len(data), "nanobot-0.3",
                       str(memory.history_file), messages=len(fresh), last_cursor=fresh[-1]["cursor"],
                       imported_at=now_iso())

@@ -19,12 +19,13 @@ import json
 import os
 import shutil
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from nanobot.errors import SkillError
 from nanobot.fsio import atomic_write
 from nanobot.paths import PRIVATE_FILE_MODE, bundled_dir, nanobot_home
 from nanobot.untrusted import fence
@@ -62,10 +63,6 @@ class Skill:
     def body(self) -> str:
         """The instructions, without the front matter."""
         return split_front_matter(self.path.read_text(encoding="utf-8"))[1].strip()
-
-
-class SkillError(ValueError):
-    """A SKILL.md whose front matter cannot be used."""
 
 
 def split_front_matter(text: str) -> tuple[str | None, str]:
@@ -182,7 +179,7 @@ class SkillApprovals:
     def approve(self, skill: Skill) -> None:
         self.records[str(skill.path.resolve())] = {
             "name": skill.name, "sha256": skill.digest or skill_digest(skill.path),
-            "approved_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "approved_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         atomic_write(self.path, json.dumps(self.records, indent=2) + "\n", mode=PRIVATE_FILE_MODE)
         skill.approved_digest = self.records[str(skill.path.resolve())]["sha256"]

@@ -22,9 +22,10 @@ import asyncio
 import collections
 import itertools
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from nanobot.agent.budget import ContextBudget
 from nanobot.agent.loop import run_loop

@@ -17,7 +17,8 @@ import math
 import os
 import threading
 from collections import OrderedDict
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from nanobot.messages import Message, text_of, tool_calls_of
 

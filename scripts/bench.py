@@ -23,14 +23,22 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_probe import Probe  # noqa: E402
-from bench_workload import (TOOL_MARK, BenchHome, is_consolidation, nanobot_argv, server_seconds,  # noqa: E402
-                            user_turns, write_session)
+from bench_workload import (  # noqa: E402
+    TOOL_MARK,
+    BenchHome,
+    is_consolidation,
+    nanobot_argv,
+    server_seconds,
+    user_turns,
+    write_session,
+)
 
 PARTS = ("startup", "turn", "memory", "tokens", "grep")
 MARKDOWN = False
@@ -83,7 +91,7 @@ def machine() -> list[str]:
         cpu = platform.processor() or "unknown"
     ram = "unknown"
     try:
-        kb = int(next(l for l in Path("/proc/meminfo").read_text().splitlines() if l.startswith("MemTotal")).split()[1])
+        kb = int(next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")).split()[1])
         ram = f"{kb / 1024 / 1024:.1f} GiB"
     except (OSError, StopIteration, ValueError):
         pass
@@ -331,7 +339,7 @@ def _child_pid(launcher_pid: int) -> int:
 def _vm(pid: int) -> tuple[int, int]:
     """(VmRSS, VmHWM) in KiB, or zeros once the process is gone."""
     try:
-        fields = dict(l.split(":", 1) for l in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in l)
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
         return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
     except (OSError, KeyError, ValueError):
         return 0, 0

@@ -84,7 +84,6 @@ def _time_corpus(mode: str, ws: Path) -> None:
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "security"))
     from benign_corpus import COMMANDS, prepare, runnable
-
     from nanobot.errors import ToolError
     from nanobot.sandbox import choose
     from nanobot.tools.base import ToolContext

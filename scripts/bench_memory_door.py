@@ -35,11 +35,11 @@ def best_of(runs: int, fn) -> tuple[float, object]:
 
 
 def recall(root: Path, size_mb: float, runs: int) -> None:
-    from bench_history_grep import generate
-
     from nanobot.memory import MemoryStore
     from nanobot.tools.base import ToolContext
     from nanobot.tools.recall import SearchHistoryTool
+
+    from bench_history_grep import generate
 
     ws = root / "recall"
     store = MemoryStore(ws)

@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_workload import TimedFakeLLMServer  # noqa: E402
-
 from nanobot.fakellm.replies import Reply  # noqa: E402
+
+from bench_workload import TimedFakeLLMServer  # noqa: E402
 
 
 def history(n: int) -> list[dict]:

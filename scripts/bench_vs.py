@@ -15,8 +15,8 @@ import shutil
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from bench_workload import BenchHome, nanobot_argv, write_session
 

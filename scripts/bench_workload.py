@@ -21,16 +21,13 @@ from typing import Any
 
 from nanobot.fakellm import FakeLLMServer, Reply
 from nanobot.fakellm import server as _fake_server
+from nanobot.providers.registry import scrubbed_env_names
 
 WORDS = ("the project release notes meeting calendar python rust memory tokens budget config session "
          "server logs error fix deploy tests refactor database migration cache latency request user "
          "file folder script output build branch commit review plan draft schedule invoice report "
          "weather trains lisbon porto coffee dinner friday monday budget numbers table chart").split()
 
-# Keys the benchmark must never pass on to the nanobot it starts.
-SECRET_ENV = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "DEEPSEEK_API_KEY", "BRAVE_API_KEY",
-              "NANOBOT_MODEL", "NANOBOT_API_KEY", "NANOBOT_API_BASE", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL",
-              "VLLM_API_KEY", "OLLAMA_API_KEY")
 TOOL_MARK = "[bench:tool]"  # a user message containing this is answered with a tool call
 MEMORY_MD = """# About the user
 - Name: Ana; works as a backend engineer in Lisbon; prefers short answers.
@@ -202,7 +199,7 @@ def user_turns(n: int, seed: int = 5, tool_share: float = 0.4) -> list[str]:
     """The user's side of a scripted conversation: questions, some asking to read a workspace file."""
     rng = random.Random(seed)
     out = []
-    for i in range(n):
+    for _ in range(n):
         text = prose(rng, rng.randint(40, 400))
         if rng.random() < tool_share:
             text = f"{TOOL_MARK} Please read notes/{rng.randint(0, 7)}.md and tell me: {text}"
@@ -280,8 +277,9 @@ class BenchHome:
     @property
     def env(self) -> dict[str, str]:
         """The environment for a nanobot child process: this home, no keys, no proxies."""
+        secret = scrubbed_env_names(os.environ)
         env = {k: v for k, v in os.environ.items()
-               if k not in SECRET_ENV and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
+               if k not in secret and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
         env.update(NANOBOT_HOME=str(self.home), HOME=str(self.root), NO_PROXY="127.0.0.1,localhost",
                    TIKTOKEN_CACHE_DIR=str(self.root / "tiktoken-cache"), PYTHONDONTWRITEBYTECODE="1")
         return env
@@ -290,7 +288,7 @@ class BenchHome:
         """Point this process at the home (for in-process measurements)."""
         os.environ.update({k: v for k, v in self.env.items() if k in
                            ("NANOBOT_HOME", "NO_PROXY", "TIKTOKEN_CACHE_DIR")})
-        for k in SECRET_ENV:
+        for k in scrubbed_env_names(os.environ) - {"NANOBOT_HOME"}:
             os.environ.pop(k, None)
 
     def session_path(self, key: str = "cli:direct") -> Path:
@@ -307,7 +305,7 @@ class BenchHome:
         self.server.stop()
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def __enter__(self) -> "BenchHome":
+    def __enter__(self) -> BenchHome:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -7,24 +7,19 @@ import sys
 from pathlib import Path
 
 import pytest
-
-SECRET_ENV = (
-    "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENROUTER_API_KEY", "DEEPSEEK_API_KEY",
-    "BRAVE_API_KEY", "NANOBOT_MODEL", "NANOBOT_API_KEY", "NANOBOT_API_BASE",
-    "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL", "VLLM_API_KEY", "OLLAMA_API_KEY",
-)
+from nanobot.providers.registry import scrubbed_env_names
 
 
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """NANOBOT_HOME and HOME point into tmp_path; real keys are removed."""
+    for name in scrubbed_env_names(os.environ):
+        monkeypatch.delenv(name, raising=False)
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("NANOBOT_HOME", str(home / ".nanobot"))
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))
-    for name in SECRET_ENV:
-        monkeypatch.delenv(name, raising=False)
     for proxy in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(proxy, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")

@@ -7,7 +7,6 @@ import random
 import string
 
 import pytest
-
 from nanobot.agent.budget import MIN_TOOL_RESULT_CHARS, ContextBudget, reply_room, shrink_text
 from nanobot.errors import ContextTooSmallError, RequestTooLarge
 from nanobot.messages import tool_call

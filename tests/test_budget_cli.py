@@ -13,9 +13,17 @@ import re
 import string
 import subprocess
 
-from budget_helpers import WINDOW, is_consolidation, make_strict, make_text, over_window, save_memory_reply
 from nanobot.fakellm import Reply
 from nanobot.messages import tool_call
+
+from budget_helpers import (
+    WINDOW,
+    is_consolidation,
+    make_strict,
+    make_text,
+    over_window,
+    save_memory_reply,
+)
 
 
 def run(cmd, *args, input=None, env=None, timeout=90):

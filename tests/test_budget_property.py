@@ -15,12 +15,19 @@ import itertools
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-
-from budget_helpers import (
-    WINDOW, EchoTool, is_consolidation, make_strict, make_text, over_window, save_memory_reply, write_session,
-)
 from nanobot.fakellm import Reply
 from nanobot.messages import tool_call
+
+from budget_helpers import (
+    WINDOW,
+    EchoTool,
+    is_consolidation,
+    make_strict,
+    make_text,
+    over_window,
+    save_memory_reply,
+    write_session,
+)
 
 KINDS = st.sampled_from(["prose", "hex", "cjk", "json"])
 stored_turn = st.fixed_dictionaries({

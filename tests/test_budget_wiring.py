@@ -7,12 +7,19 @@ import asyncio
 import json
 
 import pytest
-
-from budget_helpers import (
-    WINDOW, EchoTool, is_consolidation, make_strict, make_text, over_window, save_memory_reply, write_session,
-)
 from nanobot.fakellm import Reply
 from nanobot.session import SessionStore
+
+from budget_helpers import (
+    WINDOW,
+    EchoTool,
+    is_consolidation,
+    make_strict,
+    make_text,
+    over_window,
+    save_memory_reply,
+    write_session,
+)
 
 
 def _open(cfg, key: str = "cli:direct"):

@@ -8,7 +8,6 @@ import stat
 from pathlib import Path
 
 import pytest
-
 from nanobot.config import ensure_config_file, load_config, mask_key, resolve_model
 from nanobot.errors import ConfigError, MissingKeyError
 

@@ -8,10 +8,14 @@ import json
 import re
 
 import pytest
-
 from nanobot.agent.budget import ContextBudget
 from nanobot.agent.events import Notice
-from nanobot.consolidation import ConsolidationFailure, Consolidator, parse_save_memory, render_transcript
+from nanobot.consolidation import (
+    ConsolidationFailure,
+    Consolidator,
+    parse_save_memory,
+    render_transcript,
+)
 from nanobot.fakellm import FakeLLMServer, Reply
 from nanobot.memory import MemoryStore
 from nanobot.messages import tool_call

@@ -26,7 +26,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -36,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
 from nanobot.fakellm import FakeLLMServer, Reply
 from nanobot.session import SessionStore
 
@@ -255,7 +253,7 @@ class Stats:
     aims: Counter = field(default_factory=Counter)
     failures: list[str] = field(default_factory=list)
 
-    def add(self, other: "Stats") -> None:
+    def add(self, other: Stats) -> None:
         for name in ("trials", "killed", "acked", "lost", "next_requests_checked", "interrupted_closed",
                      "torn_lines", "streamed_seen_not_acked", "streamed_shown_not_saved"):
             setattr(self, name, getattr(self, name) + getattr(other, name))

@@ -9,7 +9,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-
 from nanobot import history_log
 from nanobot.history_log import Entry, grep, iter_entries, parse_when, tail
 

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from nanobot.config import MCPServerConfig
 from nanobot.mcp import connection
 from nanobot.mcp.manager import MCPManager
@@ -339,7 +338,6 @@ def test_the_chat_prompt_comes_first_then_one_line_for_a_failed_server_and_the_t
     import os
 
     import pexpect
-
     from nanobot.fakellm import Reply
 
     path = configure()

@@ -8,7 +8,6 @@ import json
 import subprocess
 
 import pytest
-
 from nanobot.agent.budget import ContextBudget
 from nanobot.consolidation import Consolidator
 from nanobot.fakellm import Reply

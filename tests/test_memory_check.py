@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from typer.testing import CliRunner
-
 from nanobot.cli.memory_cmd import memory_app
 from nanobot.memory import MemoryStore
 from nanobot.memory_check import check_memory
+from typer.testing import CliRunner
 
 FACTS = "# Memory\n\n- Name: Dana\n- Lives in Lisbon\n- Likes tea\n"
 

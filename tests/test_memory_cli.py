@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from nanobot.cli import memory_cmd
 from nanobot.cli.memory_cmd import history_app, memory_app
 from nanobot.memory import MemoryStore
+from typer.testing import CliRunner
 
 HISTORY = """[2026-01-05 09:00] User asked about the Rust borrow checker.
 

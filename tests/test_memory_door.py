@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from nanobot.consolidation import ConsolidationFailure, parse_save_memory
 from nanobot.errors import ToolError
 from nanobot.memory import MemoryStore, MemoryUpdateRefused, watch_memory
@@ -91,7 +90,7 @@ def test_memory_edit_during_a_consolidation_keeps_both(store):
 
 
 def test_non_utf8_memory_is_read_with_replacement_chars_and_the_raw_bytes_are_kept(store):
-    raw = "# Memory\n\n- caf".encode() + b"\xe9 au lait\n"
+    raw = b"# Memory\n\n- caf" + b"\xe9 au lait\n"
     store.memory_file.write_bytes(raw)
     text = store.read_memory()
     assert "caf\ufffd au lait" in text

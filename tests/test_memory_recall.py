@@ -6,7 +6,6 @@ import asyncio
 from pathlib import Path
 
 import pytest
-
 from nanobot import history_log
 from nanobot.memory import MemoryStore
 from nanobot.tools.base import ToolContext

@@ -8,7 +8,6 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-
 from nanobot import history_log
 from nanobot import messages as m
 from nanobot.memory import MemoryStore, MemoryUpdateRefused, VersionNotFound

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from nanobot.secrets_mask import REDACTED, find_secrets, mask_message, mask_secrets
 
 SECRETS = {

@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from typer.testing import CliRunner
-
 from nanobot.cli.session_cmd import session_app
 from nanobot.messages import assistant, tool_call, tool_result, user
 from nanobot.session import SessionStore
+from typer.testing import CliRunner
 
 runner = CliRunner()
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import shutil
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-
 from nanobot.app import open_assistant
 from nanobot.config import load_config
 from nanobot.fakellm import Reply

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from nanobot.fakellm import rules
 from nanobot.messages import assistant, for_wire, tool_call, tool_result, user
 from nanobot.providers import anthropic_format

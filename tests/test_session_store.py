@@ -10,7 +10,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from nanobot.errors import SessionInUseError
 from nanobot.messages import assistant, tool_call, tool_result, user
 from nanobot.session import (

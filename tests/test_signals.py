@@ -12,7 +12,6 @@ import time
 
 import pexpect
 import pytest
-
 from nanobot.fakellm import Reply
 from nanobot.session import SessionStore
 

@@ -5,11 +5,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from nanobot.cli.skills_cmd import skills_app
 from nanobot.paths import bundled_dir
 from nanobot.skills import SkillApprovals, SkillSet
+from typer.testing import CliRunner
 
 BUNDLED = bundled_dir("skills")
 NEW_SKILL = BUNDLED / "skill-creator" / "scripts" / "new_skill.py"

@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import time
 from types import SimpleNamespace
 
 import pytest
-
 from nanobot.app import open_assistant
 from nanobot.config import load_config
 from nanobot.fakellm import Reply
@@ -372,9 +370,8 @@ def test_a_helper_at_its_step_limit_leaves_a_note_the_next_turn_sees(fake_llm, c
 
 def test_leaving_while_a_helper_runs_leaves_a_note_and_session_show_lists_every_helper(fake_llm, configure,
                                                                                     isolated_home):
-    from typer.testing import CliRunner
-
     from nanobot.cli.session_cmd import session_app
+    from typer.testing import CliRunner
 
     cfg_path = configure()
 

@@ -9,7 +9,6 @@ import sys
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from nanobot import messages as m
 from nanobot import tokens
 from nanobot.tokens import Calibration, TokenCounter, fallback_count, load_offline_encoding

@@ -11,12 +11,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pexpect
 import pytest
-
 from nanobot.fakellm import Reply
 from nanobot.session import SessionStore
 

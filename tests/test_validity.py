@@ -5,9 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-
 from nanobot.fakellm.rules import check_openai_messages
-
 from nanobot.messages import assistant, tool_call, tool_result, user
 from nanobot.validity import INTERRUPTED_RESULT, is_valid, make_valid, repair_messages
 

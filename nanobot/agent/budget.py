@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from nanobot.config import AgentDefaults
 from nanobot.errors import ContextTooSmallError, ProviderError, RequestTooLarge
@@ -273,7 +274,7 @@ class ContextBudget:
             raise self._too_large(fitter)
         return Fitted(fitter.out, self.reply_tokens, self.raw_tokens(fitter.out, tools), fitter.cuts)
 
-    def _too_large(self, fitter: "_Fitter") -> RequestTooLarge:
+    def _too_large(self, fitter: _Fitter) -> RequestTooLarge:
         out, tools = fitter.out, fitter.tools
         system = sum(self.counter.count_message(m) for m in out if m.get("role") == "system")
         schemas = self.counter.count_tools(tools)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any
 
 from nanobot.providers.base import Usage
 
@@ -52,7 +53,7 @@ class TurnDone:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
-Event = Union[TextDelta, ToolStarted, ToolFinished, Retrying, Notice, TurnDone]
+Event = TextDelta | ToolStarted | ToolFinished | Retrying | Notice | TurnDone
 EventSink = Callable[[Event], None]
 
 

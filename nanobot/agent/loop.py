@@ -8,8 +8,9 @@ soon as it exists (an assistant message, then each tool result) so the caller ca
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from nanobot.agent.budget import DEFAULT_MAX_TOOL_CALLS, ContextBudget, Fitted
 from nanobot.agent.events import EventSink, Notice, TextDelta, ToolFinished, ToolStarted, ignore

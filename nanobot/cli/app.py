@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -61,8 +60,8 @@ def _mount_subcommands(only: str | None = None) -> None:
 
 
 @app.command()
-def onboard(config: Optional[Path] = ConfigOpt,
-            workspace: Optional[Path] = typer.Option(None, "--workspace", "-w", help="Workspace folder.")) -> None:
+def onboard(config: Path | None = ConfigOpt,
+            workspace: Path | None = typer.Option(None, "--workspace", "-w", help="Workspace folder.")) -> None:
     """Create (or complete) the config file and the workspace. Never overwrites your files."""
     from nanobot.cli.setup import run_onboard
 
@@ -70,7 +69,7 @@ def onboard(config: Optional[Path] = ConfigOpt,
 
 
 @app.command()
-def status(config: Optional[Path] = ConfigOpt) -> None:
+def status(config: Path | None = ConfigOpt) -> None:
     """Config path, workspace, model, providers with a key (masked), context window, token estimator."""
     from nanobot.cli.setup import show_status
 
@@ -78,7 +77,7 @@ def status(config: Optional[Path] = ConfigOpt) -> None:
 
 
 @app.command()
-def doctor(config: Optional[Path] = ConfigOpt,
+def doctor(config: Path | None = ConfigOpt,
            offline: bool = typer.Option(False, "--offline", help="Do not contact the provider.")) -> None:
     """Check the setup: config, key, provider and model, token counter, exec confinement, disk, memory, skills."""
     from nanobot.cli.doctor import run_doctor
@@ -88,24 +87,23 @@ def doctor(config: Optional[Path] = ConfigOpt,
 
 @app.command()
 def agent(
-    message: Optional[str] = typer.Option(None, "--message", "-m", help="Send one message, print the answer, exit."),
+    message: str | None = typer.Option(None, "--message", "-m", help="Send one message, print the answer, exit."),
     session: str = typer.Option("cli:direct", "--session", "-s", help="Session key to use or resume."),
-    workspace: Optional[Path] = typer.Option(None, "--workspace", "-w", help="Workspace folder."),
-    config: Optional[Path] = ConfigOpt,
-    model: Optional[str] = typer.Option(None, "--model", help="provider/model, e.g. openai/gpt-4.1."),
+    workspace: Path | None = typer.Option(None, "--workspace", "-w", help="Workspace folder."),
+    config: Path | None = ConfigOpt,
+    model: str | None = typer.Option(None, "--model", help="provider/model, e.g. openai/gpt-4.1."),
     no_markdown: bool = typer.Option(False, "--no-markdown", help="Plain text instead of rendered markdown."),
     json_out: bool = typer.Option(False, "--json", help="One-shot: print answer, tool calls and usage as JSON."),
     allow_unconfined_exec: bool = typer.Option(
         False, "--allow-unconfined-exec",
         help="Where no sandbox is available, let exec run commands anyway, without asking."),
-    approve: Optional[list[str]] = typer.Option(
+    approve: list[str] | None = typer.Option(
         None, "--approve", metavar="KIND",
         help="Allow this kind of risky action without asking (repeatable; e.g. file-outside, persistence, "
              "memory-edit, skill-edit, or all). One-shot mode refuses risky actions otherwise."),
 ) -> None:
     """Chat with the assistant (REPL), or send one message with -m. Piped stdin works as the message."""
     from nanobot.cli.chat import run_agent
-
     from nanobot.cli.input_text import from_argv, from_stdin
 
     if message is not None:
@@ -125,8 +123,8 @@ def agent(
 @app.command()
 def serve(
     once: bool = typer.Option(False, "--once", help="Run what is due now (jobs, heartbeat), then exit."),
-    workspace: Optional[Path] = typer.Option(None, "--workspace", "-w", help="Workspace folder."),
-    config: Optional[Path] = ConfigOpt,
+    workspace: Path | None = typer.Option(None, "--workspace", "-w", help="Workspace folder."),
+    config: Path | None = ConfigOpt,
 ) -> None:
     """Fire scheduled jobs and the heartbeat until stopped (foreground; for systemd --user or nohup)."""
     from nanobot.cli.serve import run_serve

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 
 from nanobot.tools.approval import ApprovalRequest, Decision
+
+if TYPE_CHECKING:
+    from prompt_toolkit import PromptSession
 
 HELP = "y = yes, once · a = always (this session) · n = no; after n, say why or what to do instead"
 _YES, _ALWAYS, _NO = {"y", "yes"}, {"a", "always"}, {"n", "no"}
@@ -66,7 +70,7 @@ class TerminalApprover:
         self.pause = pause
         self.resume = resume
         self.can_ask = can_ask
-        self._session = None
+        self._session: PromptSession[str] | None = None  # built on first ask
 
     def _prompt(self):
         if self._session is None:

@@ -330,7 +330,7 @@ class Chat:
         self.renderer.thinking()
         saved_before = len(self.conversation.session.messages)
         try:
-            outcome = await self.turn_task
+            await self.turn_task
         except asyncio.CancelledError:
             if self.term.signum is not None:
                 raise  # SIGTERM / SIGHUP: not a Ctrl-C, leave

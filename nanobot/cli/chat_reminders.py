@@ -9,7 +9,8 @@ conversation (behind the user's turn); other jobs open their own session.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from nanobot.cron.runner import Firing, Scheduler, TurnResult
 

@@ -9,7 +9,6 @@ import asyncio
 import json
 import time
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -66,7 +65,7 @@ def _job_json(job: Job) -> dict:
 
 @cron_app.command("list")
 def list_jobs(json_out: bool = typer.Option(False, "--json", help="Print the jobs as JSON (jobs.json's format)."),
-              config: Optional[Path] = ConfigOpt, workspace: Optional[Path] = WorkspaceOpt) -> None:
+              config: Path | None = ConfigOpt, workspace: Path | None = WorkspaceOpt) -> None:
     """Every job: id, schedule, state, next and last run."""
     cfg = _config(config, workspace)
     store = _store(cfg)
@@ -95,15 +94,15 @@ def list_jobs(json_out: bool = typer.Option(False, "--json", help="Print the job
 @cron_app.command("add")
 def add_job(
     message: str = typer.Option(..., "--message", "-m", help="What the assistant should do when the job fires."),
-    every: Optional[int] = typer.Option(None, "--every", help="Repeat every this many seconds."),
-    cron_expr: Optional[str] = typer.Option(None, "--cron", help="Cron expression, e.g. '0 9 * * 1-5'."),
-    tz: Optional[str] = typer.Option(None, "--tz", help="IANA time zone for --cron or a naive --at."),
-    at: Optional[str] = typer.Option(None, "--at", help="Once, at this ISO time, e.g. 2026-03-01T10:30."),
-    name: Optional[str] = typer.Option(None, "--name", help="A short label."),
-    session: Optional[str] = typer.Option(None, "--session", "-s",
+    every: int | None = typer.Option(None, "--every", help="Repeat every this many seconds."),
+    cron_expr: str | None = typer.Option(None, "--cron", help="Cron expression, e.g. '0 9 * * 1-5'."),
+    tz: str | None = typer.Option(None, "--tz", help="IANA time zone for --cron or a naive --at."),
+    at: str | None = typer.Option(None, "--at", help="Once, at this ISO time, e.g. 2026-03-01T10:30."),
+    name: str | None = typer.Option(None, "--name", help="A short label."),
+    session: str | None = typer.Option(None, "--session", "-s",
                                           help="Run in this session (default: the job's own, cron:<id>)."),
     missed: str = typer.Option("run_once", "--missed", help="Runs missed while nothing ran: run_once or skip."),
-    config: Optional[Path] = ConfigOpt, workspace: Optional[Path] = WorkspaceOpt,
+    config: Path | None = ConfigOpt, workspace: Path | None = WorkspaceOpt,
 ) -> None:
     """Add a job: exactly one of --every, --cron or --at."""
     if missed not in MISSED_POLICIES:
@@ -121,8 +120,8 @@ def add_job(
 
 
 @cron_app.command("remove")
-def remove_job(job_id: str = IdArg, config: Optional[Path] = ConfigOpt,
-               workspace: Optional[Path] = WorkspaceOpt) -> None:
+def remove_job(job_id: str = IdArg, config: Path | None = ConfigOpt,
+               workspace: Path | None = WorkspaceOpt) -> None:
     """Delete a job."""
     store = _store(_config(config, workspace))
     job = store.remove(job_id)
@@ -144,22 +143,22 @@ def _set_enabled(job_id: str, enabled: bool, config: Path | None, workspace: Pat
 
 
 @cron_app.command("pause")
-def pause_job(job_id: str = IdArg, config: Optional[Path] = ConfigOpt,
-              workspace: Optional[Path] = WorkspaceOpt) -> None:
+def pause_job(job_id: str = IdArg, config: Path | None = ConfigOpt,
+              workspace: Path | None = WorkspaceOpt) -> None:
     """Stop a job from firing until it is resumed."""
     _set_enabled(job_id, False, config, workspace)
 
 
 @cron_app.command("resume")
-def resume_job(job_id: str = IdArg, config: Optional[Path] = ConfigOpt,
-               workspace: Optional[Path] = WorkspaceOpt) -> None:
+def resume_job(job_id: str = IdArg, config: Path | None = ConfigOpt,
+               workspace: Path | None = WorkspaceOpt) -> None:
     """Turn a paused job back on (runs missed while paused are not replayed)."""
     _set_enabled(job_id, True, config, workspace)
 
 
 @cron_app.command("run")
-def run_job(job_id: str = IdArg, config: Optional[Path] = ConfigOpt,
-            workspace: Optional[Path] = WorkspaceOpt) -> None:
+def run_job(job_id: str = IdArg, config: Path | None = ConfigOpt,
+            workspace: Path | None = WorkspaceOpt) -> None:
     """Run a job now, as a turn in its session, and print the answer (its schedule is unchanged)."""
     from nanobot.app import build_scheduler
     from nanobot.cli.serve import log_delivery

@@ -10,8 +10,8 @@ an OSError that reaches the edge is reported like a StorageError (exit 1).
 from __future__ import annotations
 
 import errno
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import typer
 from rich.console import Console

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -33,7 +32,7 @@ async def _probe(cfg):
 
 
 @mcp_app.command("list")
-def list_servers(config: Optional[Path] = ConfigOpt) -> None:
+def list_servers(config: Path | None = ConfigOpt) -> None:
     """Start each configured server once, show its state and tools, and stop it again."""
     from nanobot.cli.config_load import load as load_config
     from nanobot.mcp.manager import log_path

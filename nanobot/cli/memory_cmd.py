@@ -14,12 +14,11 @@ import sys
 import tempfile
 from datetime import datetime
 from pathlib import Path
-from typing import Optional
 
 import typer
 
-from nanobot.cli.usage import Command
 from nanobot.cli.errors import print_error, print_warning, reported
+from nanobot.cli.usage import Command
 from nanobot.errors import NanobotError
 
 DEFAULT_CONTEXT_WINDOW = 65_536
@@ -56,7 +55,7 @@ def _context_window() -> int:
     return cfg.agents.defaults.context_window_tokens if cfg is not None else DEFAULT_CONTEXT_WINDOW
 
 
-def _workspace(option: Optional[Path]) -> Path:
+def _workspace(option: Path | None) -> Path:
     if option is not None:
         return option.expanduser()
     cfg = _load_config()
@@ -80,7 +79,7 @@ def _fail(message: str, hint: str | None = None, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _store(workspace: Optional[Path]):
+def _store(workspace: Path | None):
     from nanobot.memory import MemoryStore
 
     return MemoryStore(_workspace(workspace))
@@ -103,9 +102,9 @@ def _size(n: int) -> str:
 
 @memory_app.command("show")
 def memory_show(
-    workspace: Optional[Path] = WorkspaceOpt,
+    workspace: Path | None = WorkspaceOpt,
     raw: bool = typer.Option(False, "--raw", help="Print the file as is (the default when piped)."),
-    window: Optional[int] = typer.Option(None, "--window", min=1,
+    window: int | None = typer.Option(None, "--window", min=1,
                                          help="Context window in tokens (default: from config, else 65536)."),
 ) -> None:
     """Print MEMORY.md, then its size in tokens and its share of the context window (on stderr)."""
@@ -135,7 +134,7 @@ def memory_show(
 
 
 @memory_app.command("versions")
-def memory_versions(workspace: Optional[Path] = WorkspaceOpt) -> None:
+def memory_versions(workspace: Path | None = WorkspaceOpt) -> None:
     """List saved versions of MEMORY.md, newest first (1 = the most recently replaced)."""
     with reported():
         store = _store(workspace)
@@ -152,7 +151,7 @@ def memory_versions(workspace: Optional[Path] = WorkspaceOpt) -> None:
 
 @memory_app.command("restore", cls=Command)
 def memory_restore(n: int = typer.Argument(..., metavar="N", help="Version number from `nanobot memory versions`."),
-                   workspace: Optional[Path] = WorkspaceOpt) -> None:
+                   workspace: Path | None = WorkspaceOpt) -> None:
     """Make version N the current MEMORY.md; the current file is saved as a version first."""
     with reported():
         receipt = _store(workspace).restore(n)
@@ -165,8 +164,8 @@ def memory_restore(n: int = typer.Argument(..., metavar="N", help="Version numbe
 
 @memory_app.command("check")
 def memory_check(
-    workspace: Optional[Path] = WorkspaceOpt,
-    window: Optional[int] = typer.Option(None, "--window", min=1,
+    workspace: Path | None = WorkspaceOpt,
+    window: int | None = typer.Option(None, "--window", min=1,
                                          help="Context window in tokens (default: from config, else 65536)."),
     json_out: bool = typer.Option(False, "--json", help="A JSON array of {severity, code, message, fix}."),
 ) -> None:
@@ -193,7 +192,7 @@ def _editor_command() -> list[str]:
 
 
 @memory_app.command("edit")
-def memory_edit(workspace: Optional[Path] = WorkspaceOpt) -> None:
+def memory_edit(workspace: Path | None = WorkspaceOpt) -> None:
     """Edit MEMORY.md in $VISUAL / $EDITOR (else vi); saved atomically, the old text kept as a version."""
     with reported():
         store = _store(workspace)
@@ -258,7 +257,7 @@ def _print_entry(entry, rx: re.Pattern[str] | None, console) -> None:
     console.print()
 
 
-def _history_path(workspace: Optional[Path]) -> Path | None:
+def _history_path(workspace: Path | None) -> Path | None:
     """HISTORY.md, or None (said on stderr) when nothing was archived yet: an empty history, not an error."""
     from nanobot.paths import memory_dir
 
@@ -273,11 +272,11 @@ def _history_path(workspace: Optional[Path]) -> Path | None:
 def history_grep(
     pattern: str = typer.Argument(..., metavar="PATTERN", help="Regular expression (Python syntax; ^ and $ match at each line)."),
     ignore_case: bool = typer.Option(False, "--ignore-case", "-i", help="Ignore case."),
-    since: Optional[str] = typer.Option(None, "--since", help="Only entries from this date on (YYYY-MM-DD [HH:MM])."),
-    until: Optional[str] = typer.Option(None, "--until", help="Only entries up to this date, inclusive."),
-    last: Optional[int] = typer.Option(None, "--last", "-n", min=1, help="Only the last N matching entries."),
+    since: str | None = typer.Option(None, "--since", help="Only entries from this date on (YYYY-MM-DD [HH:MM])."),
+    until: str | None = typer.Option(None, "--until", help="Only entries up to this date, inclusive."),
+    last: int | None = typer.Option(None, "--last", "-n", min=1, help="Only the last N matching entries."),
     json_out: bool = typer.Option(False, "--json", help="A JSON array of {stamp, line, text}."),
-    workspace: Optional[Path] = WorkspaceOpt,
+    workspace: Path | None = WorkspaceOpt,
 ) -> None:
     """Print whole dated HISTORY.md entries that match. Exit 0 if any matched, 1 if none, 2 on error."""
     from nanobot import history_log
@@ -319,7 +318,7 @@ def history_grep(
 def history_tail(
     n: int = typer.Option(5, "--last", "-n", "--lines", min=1, help="How many entries (the last N)."),
     json_out: bool = typer.Option(False, "--json", help="A JSON array of {stamp, line, text}."),
-    workspace: Optional[Path] = WorkspaceOpt,
+    workspace: Path | None = WorkspaceOpt,
 ) -> None:
     """Print the last N entries of HISTORY.md."""
     from nanobot import history_log

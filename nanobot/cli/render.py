@@ -10,7 +10,15 @@ from rich.markdown import Markdown
 from rich.status import Status
 from rich.text import Text
 
-from nanobot.agent.events import Event, Notice, Retrying, TextDelta, ToolFinished, ToolStarted, TurnDone
+from nanobot.agent.events import (
+    Event,
+    Notice,
+    Retrying,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+    TurnDone,
+)
 from nanobot.cli.markdown_stream import MarkdownStream
 
 

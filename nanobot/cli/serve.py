@@ -87,7 +87,7 @@ async def _take_lock(scheduler: Scheduler, stop: asyncio.Event, *, once: bool) -
             told = True
         try:
             await asyncio.wait_for(stop.wait(), WAIT_FOR_CHAT_SECONDS)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
     return False
 

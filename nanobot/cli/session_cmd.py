@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -48,7 +47,7 @@ def _warn(warnings: list[str]) -> None:
         print_warning(warning)
 
 
-def _import_from_nanobot(config: Optional[Path], *, quiet_when_none: bool) -> None:
+def _import_from_nanobot(config: Path | None, *, quiet_when_none: bool) -> None:
     """Bring in nanobot's sessions and history for the configured workspace (session_import.py)."""
     from nanobot.cli.config_load import load as load_config
     from nanobot.session_import import import_all
@@ -75,13 +74,13 @@ ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: ~/.
 
 
 @session_app.command("import")
-def import_sessions(config: Optional[Path] = ConfigOpt) -> None:
+def import_sessions(config: Path | None = ConfigOpt) -> None:
     """Import nanobot 0.1.x / 0.3.x sessions and 0.3.x history.jsonl for the workspace (originals untouched)."""
     _import_from_nanobot(config, quiet_when_none=False)
 
 
 @session_app.command("list")
-def list_sessions(config: Optional[Path] = ConfigOpt) -> None:
+def list_sessions(config: Path | None = ConfigOpt) -> None:
     """Every saved session: key, message count, consolidation pointer, last update."""
     _import_from_nanobot(config, quiet_when_none=True)
     infos = SessionStore().list()
@@ -100,7 +99,7 @@ def list_sessions(config: Optional[Path] = ConfigOpt) -> None:
 def show(
     key: str = KeyArg,
     as_json: bool = typer.Option(False, "--json", help="Print the stored messages as JSON."),
-    limit: Optional[int] = typer.Option(None, "--last", "-n", help="Only the last N messages."),
+    limit: int | None = typer.Option(None, "--last", "-n", help="Only the last N messages."),
 ) -> None:
     """A readable transcript of one session (tool results shortened)."""
     _import_from_nanobot(None, quiet_when_none=True)

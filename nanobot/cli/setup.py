@@ -9,8 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nanobot import paths
-from nanobot import ignored_keys
+from nanobot import ignored_keys, paths
 from nanobot.cli.config_load import load as load_config
 from nanobot.config import ensure_config_file, mask_key, read_file, resolve_model
 from nanobot.errors import NanobotError, storage_error

@@ -4,7 +4,8 @@ a row to SLASH_COMMANDS. The handler returns False to leave the chat."""
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from nanobot.cli.chat import Chat
@@ -12,32 +13,32 @@ if TYPE_CHECKING:
 Handler = Callable[["Chat", str], Awaitable[bool]]
 
 
-async def _help(chat: "Chat", arg: str) -> bool:
+async def _help(chat: Chat, arg: str) -> bool:
     chat.show_help()
     return True
 
 
-async def _new(chat: "Chat", arg: str) -> bool:
+async def _new(chat: Chat, arg: str) -> bool:
     await chat.new_session()
     return True
 
 
-async def _status(chat: "Chat", arg: str) -> bool:
+async def _status(chat: Chat, arg: str) -> bool:
     chat.show_status()
     return True
 
 
-async def _compact(chat: "Chat", arg: str) -> bool:
+async def _compact(chat: Chat, arg: str) -> bool:
     await chat.compact()
     return True
 
 
-async def _stop(chat: "Chat", arg: str) -> bool:
+async def _stop(chat: Chat, arg: str) -> bool:
     await chat.stop_background()
     return True
 
 
-async def _exit(chat: "Chat", arg: str) -> bool:
+async def _exit(chat: Chat, arg: str) -> bool:
     return False
 
 

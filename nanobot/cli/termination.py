@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from nanobot.tools.shell import ExecTool
 
@@ -43,7 +44,7 @@ class Termination:
         if self._task is not None:
             self._task.cancel()
 
-    async def run(self, main: Callable[["Termination"], Awaitable[int]]) -> int:
+    async def run(self, main: Callable[[Termination], Awaitable[int]]) -> int:
         """Run `main(self)`; on a signal return 128 + its number once `main` has cleaned up."""
         loop = asyncio.get_running_loop()
         self._task = asyncio.current_task()

@@ -46,7 +46,7 @@ class NotifySendDelivery:
         return bool(self.binary) and has_desktop
 
     def deliver(self, firing: Firing) -> None:
-        if firing.quiet or not self.available:
+        if firing.quiet or not self.available or self.binary is None:
             return
         body = (firing.error or firing.text or firing.status)[:500]
         subprocess.run([self.binary, "--app-name=nanobot", firing.title, body], timeout=10,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nanobot.cron.schedule import Schedule
+from nanobot.errors import JobFormatError
 
 __all__ = ["Job", "RunRecord", "JobFormatError", "current_job", "decode_store", "encode_store", "MISSED_POLICIES"]
 
@@ -25,9 +26,11 @@ HISTORY_KEPT = 20  # run records kept inside jobs.json; every run is also in cro
 current_job: ContextVar[str | None] = ContextVar("nanobot_current_job", default=None)
 
 
-class JobFormatError(ValueError):
-    """jobs.json is valid JSON but not a job list we can read."""
 
+def _dict_at(data: dict[str, Any], key: str) -> dict[str, Any]:
+    """data[key] when it is an object, else an empty one (a job file may lack or garble it)."""
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
 
 @dataclass
 class RunRecord:
@@ -42,7 +45,7 @@ class RunRecord:
                 "error": self.error, "session": self.session}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "RunRecord":
+    def from_json(cls, data: dict[str, Any]) -> RunRecord:
         return cls(int(data.get("runAtMs") or 0), str(data.get("status") or "ok"),
                    int(data.get("durationMs") or 0), data.get("error"), data.get("session"))
 
@@ -75,7 +78,7 @@ class Job:
     @property
     def runnable(self) -> bool:
         """An agent turn with a message; nanobot's internal jobs (payload.kind system_event) are kept, not run."""
-        payload = self.raw.get("payload") if isinstance(self.raw.get("payload"), dict) else {}
+        payload = _dict_at(self.raw, "payload")
         return payload.get("kind", "agent_turn") in ("agent_turn", None) and bool(self.message.strip())
 
     def due(self, now_ms: int) -> bool:
@@ -93,12 +96,12 @@ class Job:
         out.update({"id": self.id, "name": self.name, "enabled": self.enabled,
                     "schedule": {**out.get("schedule", {}), "kind": s.kind, "atMs": s.at_ms, "everyMs": s.every_ms,
                                  "expr": s.expr, "tz": s.tz}})
-        payload = out.get("payload") if isinstance(out.get("payload"), dict) else {}
+        payload = _dict_at(out, "payload")
         payload.update({"kind": payload.get("kind") or "agent_turn", "message": self.message,
                         "deliver": bool(payload.get("deliver", True)), "channel": self.channel, "to": self.to,
                         "sessionKey": self.session})
         out["payload"] = payload
-        state = out.get("state") if isinstance(out.get("state"), dict) else {}
+        state = _dict_at(out, "state")
         state.update({"nextRunAtMs": self.next_run_at_ms, "lastRunAtMs": self.last_run_at_ms,
                       "lastStatus": self.last_status, "lastError": self.last_error,
                       "runHistory": [r.to_json() for r in self.history]})
@@ -108,15 +111,15 @@ class Job:
         return out
 
     @classmethod
-    def from_json(cls, data: Any, index: int) -> "Job":
+    def from_json(cls, data: Any, index: int) -> Job:
         where = f"jobs[{index}]"
         if not isinstance(data, dict):
             raise JobFormatError(f"{where} is not an object")
         sched = data.get("schedule")
         if not isinstance(sched, dict) or sched.get("kind") not in ("at", "every", "cron"):
             raise JobFormatError(f"{where}.schedule.kind must be at, every or cron")
-        payload = data.get("payload") if isinstance(data.get("payload"), dict) else {}
-        state = data.get("state") if isinstance(data.get("state"), dict) else {}
+        payload = _dict_at(data, "payload")
+        state = _dict_at(data, "state")
         job_id = data.get("id")
         if not isinstance(job_id, str) or not job_id:
             raise JobFormatError(f"{where}.id must be a non-empty string")
@@ -126,7 +129,8 @@ class Job:
                                 expr=sched.get("expr"), tz=sched.get("tz"))
             history = [RunRecord.from_json(r) for r in (state.get("runHistory") or state.get("run_history") or [])
                        if isinstance(r, dict)]
-            missed = data.get("missed") if data.get("missed") in MISSED_POLICIES else "run_once"
+            missed = data.get("missed")
+            missed = missed if isinstance(missed, str) and missed in MISSED_POLICIES else "run_once"
             return cls(
                 id=job_id, name=str(data.get("name") or job_id), schedule=schedule,
                 message=str(payload.get("message") or ""), enabled=bool(data.get("enabled", True)),

@@ -19,14 +19,20 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from nanobot.cron.heartbeat import HEARTBEAT_SESSION, heartbeat_path, heartbeat_prompt, heartbeat_tasks, is_quiet
+from nanobot.cron.heartbeat import (
+    HEARTBEAT_SESSION,
+    heartbeat_path,
+    heartbeat_prompt,
+    heartbeat_tasks,
+    is_quiet,
+)
 from nanobot.cron.jobs import Job, RunRecord, current_job
 from nanobot.cron.schedule import describe, format_ms, next_run, occurrences_between
 from nanobot.cron.store import JobStore
-from nanobot.errors import NanobotError, SessionInUseError
+from nanobot.errors import RunnerBusyError, SessionInUseError
 from nanobot.fsio import ExclusiveLock, Timeout, atomic_write
 
 __all__ = ["Clock", "SystemClock", "Firing", "TurnResult", "JobTurns", "Delivery", "RunnerLock", "Scheduler",
@@ -53,7 +59,7 @@ class SystemClock:
     async def wait(self, stop: asyncio.Event, seconds: float) -> None:
         try:
             await asyncio.wait_for(stop.wait(), timeout=max(0.0, seconds))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
 
@@ -86,12 +92,12 @@ class Firing:
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        data["at"] = datetime.fromtimestamp(self.at_ms / 1000, timezone.utc).isoformat(timespec="seconds")
+        data["at"] = datetime.fromtimestamp(self.at_ms / 1000, UTC).isoformat(timespec="seconds")
         data["text"] = self.text[:RESULT_CHARS]
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Firing":
+    def from_json(cls, data: dict[str, Any]) -> Firing:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
         return cls(**{"kind": "notice", "at_ms": 0, "title": "", **known})
 
@@ -104,15 +110,6 @@ class Firing:
 
 class Delivery(Protocol):
     def deliver(self, firing: Firing) -> None: ...
-
-
-class RunnerBusyError(NanobotError):
-    """Another runner (a nanobot serve, or a chat firing a job) holds the runner lock."""
-
-    def __init__(self, owner: dict[str, Any]) -> None:
-        self.owner = owner
-        super().__init__(f"another runner is firing this workspace's jobs: {describe_owner(owner)}",
-                         hint="One runner per workspace: stop the other `nanobot serve` first.")
 
 
 def describe_owner(owner: dict[str, Any]) -> str:
@@ -141,7 +138,10 @@ class RunnerLock:
 
     def acquire(self) -> None:
         if not self.try_acquire():
-            raise RunnerBusyError(self.state())
+            owner = self.state()
+            raise RunnerBusyError(f"another runner is firing this workspace's jobs: {describe_owner(owner)}",
+                                  hint="One runner per workspace: stop the other `nanobot serve` first.",
+                                  owner=owner)
 
     def release(self) -> None:
         self._lock.release()

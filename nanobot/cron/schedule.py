@@ -13,20 +13,16 @@ Pure functions over epoch milliseconds. Rules:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from nanobot.errors import UsageError
+from nanobot.errors import ScheduleError
 
 __all__ = ["Schedule", "ScheduleError", "next_run", "occurrences_between", "parse_schedule", "zone",
            "describe", "format_ms"]
 
 MIN_EVERY_SECONDS = 60  # as cron: each firing is a model turn, and a runaway interval would burn tokens
 _MAX_COUNT = 10_000  # occurrences counted between two instants (a missed-runs report needs no more)
-
-
-class ScheduleError(UsageError):
-    """A schedule that cannot work as given (bad expression, unknown zone, time in the past)."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +38,7 @@ def zone(name: str | None) -> ZoneInfo | timezone:
     """The IANA zone `name`, or the system's local zone when empty."""
     if not name:
         local = datetime.now().astimezone().tzinfo
-        return local if local is not None else timezone.utc  # type: ignore[return-value]
+        return local if local is not None else UTC  # type: ignore[return-value]
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from nanobot import paths
 from nanobot.cron.jobs import Job, JobFormatError, decode_store, encode_store
 from nanobot.cron.schedule import Schedule, next_run
-from nanobot.errors import UsageError
+from nanobot.errors import JobNotFoundError, StoreBusyError, UsageError
 from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write, rotate_when_larger
 
 __all__ = ["JobStore", "JobNotFoundError", "StoreBusyError"]
@@ -29,14 +29,6 @@ T = TypeVar("T")
 LOCK_WAIT_SECONDS = 10.0
 REREAD_DELAY_SECONDS = 0.3
 LOG_LIMIT_BYTES = 10_000_000  # runs.jsonl and cron.log: past this, the file becomes <name>.1
-
-
-class JobNotFoundError(UsageError):
-    """No job has that id."""
-
-
-class StoreBusyError(UsageError):
-    """Another process held the jobs file's lock for too long."""
 
 
 def cron_dir(workspace: Path) -> Path:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any, Iterator
+from typing import Any
 
 from nanobot.fakellm.rules import estimate_tokens
 
@@ -69,7 +70,7 @@ class Reply:
 
     @classmethod
     def text(cls, text: str, *, usage: dict | None = None, finish_reason: str = "stop",
-             chunks: Any = None, delay: float = 0.0, reasoning: str | None = None) -> "Reply":
+             chunks: Any = None, delay: float = 0.0, reasoning: str | None = None) -> Reply:
         if isinstance(chunks, list) and "".join(chunks) != text:
             raise ValueError("chunks must join to exactly the reply text")
         return cls("text", content=text, usage=usage, finish_reason=finish_reason,
@@ -77,7 +78,7 @@ class Reply:
 
     @classmethod
     def tool_calls(cls, calls: list, *, text: str | None = None, usage: dict | None = None,
-                   delay: float = 0.0) -> "Reply":
+                   delay: float = 0.0) -> Reply:
         """`calls`: (name, args) pairs, or (name, args, id) to force an id (e.g. a duplicate)."""
         parsed = []
         for call in calls:
@@ -96,7 +97,7 @@ class Reply:
     @classmethod
     def error(cls, status: int, *, message: str | None = None,
               retry_after: float | str | None = None, error_type: str | None = None,
-              delay: float = 0.0) -> "Reply":
+              delay: float = 0.0) -> Reply:
         if message is None:
             try:
                 message = f"fake {status} {HTTPStatus(status).phrase}"
@@ -106,11 +107,11 @@ class Reply:
                    error_type=error_type, delay=delay)
 
     @classmethod
-    def cut_stream(cls, text_before: str = "", *, delay: float = 0.0) -> "Reply":
+    def cut_stream(cls, text_before: str = "", *, delay: float = 0.0) -> Reply:
         return cls("cut", content=text_before, delay=delay)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Reply":
+    def from_dict(cls, d: dict) -> Reply:
         """Build a reply from a JSON script entry (used by `python -m nanobot.fakellm --script`).
 
         Shapes: {"text": ...}, {"tool_calls": [[name, args], ...], "text"?: ...},
@@ -167,7 +168,7 @@ class Usage:
     cache_creation: int | None = None
 
     @classmethod
-    def for_reply(cls, reply: Reply, prompt_estimate: int) -> "Usage":
+    def for_reply(cls, reply: Reply, prompt_estimate: int) -> Usage:
         """Estimate from the request and reply text unless the reply overrides some counts."""
         completion = 0
         if reply.content:
@@ -185,7 +186,7 @@ class Usage:
         )
 
     def openai(self) -> dict:
-        out = {"prompt_tokens": self.prompt, "completion_tokens": self.completion,
+        out: dict[str, Any] = {"prompt_tokens": self.prompt, "completion_tokens": self.completion,
                "total_tokens": self.prompt + self.completion}
         if self.cache_read is not None:
             out["prompt_tokens_details"] = {"cached_tokens": self.cache_read}

@@ -17,13 +17,14 @@ from __future__ import annotations
 import collections
 import itertools
 import json
-import sys
 import socket
+import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from nanobot.fakellm import replies as wire
@@ -103,7 +104,7 @@ class FakeLLMServer:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> "FakeLLMServer":
+    def start(self) -> FakeLLMServer:
         if self._httpd is not None:
             return self
         self._stopping.clear()
@@ -136,7 +137,7 @@ class FakeLLMServer:
             self._thread.join(timeout=5)
             self._thread = None
 
-    def __enter__(self) -> "FakeLLMServer":
+    def __enter__(self) -> FakeLLMServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -269,7 +270,7 @@ class FakeLLMServer:
         with self._lock:
             return [c.id or f"{prefix}{next(self._call_ids)}" for c in reply.calls]
 
-    def _serve(self, handler: "_Handler", rec: RecordedRequest) -> None:
+    def _serve(self, handler: _Handler, rec: RecordedRequest) -> None:
         if self._exceeds_window(rec):
             if rec.protocol == "openai":
                 msg = (f"This model's maximum context length is {self.context_window} tokens. "

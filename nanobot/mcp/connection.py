@@ -18,16 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.config import MCPServerConfig
+from nanobot.errors import CallFailed
 from nanobot.paths import ensure_private_dir
 
 STARTUP_TIMEOUT = 20.0  # seconds for a server to start, answer `initialize` and list its tools
 MAX_RESTARTS = 3  # a server that stopped mid-session is started again on its next call, this many times
 CALL_GRACE = 5.0  # seconds beyond toolTimeout before a call is abandoned outright
 PING_TIMEOUT = 2.0  # after a call timed out: is the server still there at all?
-
-
-class CallFailed(Exception):
-    """A tool call that produced no result: timed out, or the server went away."""
 
 
 def transport_of(cfg: MCPServerConfig) -> str:
@@ -46,10 +43,11 @@ def load_sdk() -> None:
     """Import the SDK (about half a second: pydantic models, httpx, anyio) and jsonschema. Run in a
     worker thread, so the chat's prompt stays responsive while the servers start."""
     import jsonschema  # noqa: F401 - the first argument check then finds it loaded
-    import mcp  # noqa: F401
     import mcp.client.sse  # noqa: F401
     import mcp.client.stdio  # noqa: F401
     import mcp.client.streamable_http  # noqa: F401
+
+    import mcp  # noqa: F401
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -181,8 +179,9 @@ class ServerConnection:
         self._session = session
 
     def _stdio(self, stack: contextlib.AsyncExitStack):
-        from mcp import StdioServerParameters
         from mcp.client.stdio import stdio_client
+
+        from mcp import StdioServerParameters
 
         ensure_private_dir(self.log_path.parent)
         # 0600 like every file in the home: a server may print tokens or paths in its errors

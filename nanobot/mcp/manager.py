@@ -8,9 +8,9 @@ is reported once, in one line, and skipped; the others carry on.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from nanobot import paths
 from nanobot.config import MCPServerConfig

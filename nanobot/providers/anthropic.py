@@ -11,8 +11,16 @@ import httpx2
 from nanobot.messages import Message, clean_unicode
 from nanobot.providers import anthropic_format as fmt
 from nanobot.providers import reasoning
-from nanobot.providers.base import (DEFAULT_TIMEOUT, DeltaCallback, LLMResponse, Provider, ToolCallRequest,
-                                    Usage, http_timeout, post_encodable)
+from nanobot.providers.base import (
+    DEFAULT_TIMEOUT,
+    DeltaCallback,
+    LLMResponse,
+    Provider,
+    ToolCallRequest,
+    Usage,
+    http_timeout,
+    post_encodable,
+)
 from nanobot.providers.errors_map import translate
 from nanobot.providers.raw_http import RAW_STREAM_HEADERS, json_body, sse_json, stream_error
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from nanobot.messages import Message, assistant, clean_unicode, tool_call
 
@@ -113,5 +114,5 @@ class Provider(ABC):
     ) -> LLMResponse:
         """One request. Raises ProviderError."""
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - a no-op unless a provider holds connections
         """Release connections."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import importlib
 import threading
-from collections.abc import Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from nanobot.config import ResolvedModel, UnusableModel
 from nanobot.messages import Message

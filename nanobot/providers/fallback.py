@@ -12,8 +12,9 @@ it is skipped for a minute, then tried again. Each switch is announced in one li
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from nanobot.errors import ProviderError
 from nanobot.messages import Message
@@ -107,7 +108,7 @@ class FallbackProvider(Provider):
 
     def prewarm(self) -> None:
         inner = getattr(self.inner, "inner", None)
-        if hasattr(inner, "prewarm"):
+        if inner is not None and hasattr(inner, "prewarm"):
             inner.prewarm()
 
     async def aclose(self) -> None:

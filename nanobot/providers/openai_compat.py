@@ -5,15 +5,25 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-import openai
 import httpx2
+import openai
 
 from nanobot.errors import ProviderError
 from nanobot.messages import Message, for_wire
-from nanobot.providers.base import (DEFAULT_TIMEOUT, DeltaCallback, LLMResponse, Provider, ToolCallRequest, Usage,
-                                    http_timeout, parse_arguments, post_encodable)
+from nanobot.providers.base import (
+    DEFAULT_TIMEOUT,
+    DeltaCallback,
+    LLMResponse,
+    Provider,
+    ToolCallRequest,
+    Usage,
+    http_timeout,
+    parse_arguments,
+    post_encodable,
+)
 from nanobot.providers.errors_map import translate
-from nanobot.providers.raw_http import RAW_STREAM_HEADERS, json_body as _json_body, sse_json, stream_error
+from nanobot.providers.raw_http import RAW_STREAM_HEADERS, sse_json, stream_error
+from nanobot.providers.raw_http import json_body as _json_body
 
 
 class OpenAICompatProvider(Provider):

@@ -11,6 +11,7 @@ A name not in the table that has an apiBase is an OpenAI-compatible server, as i
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -129,3 +130,13 @@ def by_keyword(model: str) -> ProviderSpec | None:
 
 def key_env_names() -> list[str]:
     return list(dict.fromkeys(spec.env_key for spec in PROVIDERS if spec.env_key))
+
+
+# Secrets read outside the provider table: the web-search key and the config's key override.
+OTHER_KEY_ENV = ("BRAVE_API_KEY", "NANOBOT_API_KEY")
+
+
+def scrubbed_env_names(environ: Mapping[str, str]) -> set[str]:
+    """What must not reach a test or benchmark child: every key, base-URL override and NANOBOT_* variable."""
+    return (set(key_env_names()) | set(OTHER_KEY_ENV) | {"OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"}
+            | {name for name in environ if name.startswith("NANOBOT_")})

@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from nanobot.errors import ProviderError
 from nanobot.messages import Message

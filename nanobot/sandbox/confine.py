@@ -17,8 +17,17 @@ from functools import lru_cache
 from pathlib import Path
 
 from nanobot.sandbox import bwrap, landlock
-from nanobot.sandbox.keeper import LandlockLaunch, mount_setattr_available, user_namespace_mounts_work
-from nanobot.sandbox.limits import PidsCgroup, apply_rlimits, cgroup_available, nproc_counts_command_only
+from nanobot.sandbox.keeper import (
+    LandlockLaunch,
+    mount_setattr_available,
+    user_namespace_mounts_work,
+)
+from nanobot.sandbox.limits import (
+    PidsCgroup,
+    apply_rlimits,
+    cgroup_available,
+    nproc_counts_command_only,
+)
 from nanobot.sandbox.policy import Limits, Policy, beneath_except
 
 MODES = ("auto", "bwrap", "landlock", "none")

@@ -13,6 +13,8 @@ import ctypes
 import os
 from pathlib import Path
 
+from nanobot.errors import LandlockError
+
 _SYS_CREATE, _SYS_ADD_RULE, _SYS_RESTRICT = 444, 445, 446  # the same on every architecture
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
@@ -65,10 +67,6 @@ def fs_rights(abi: int) -> int:
     if abi >= 5:
         rights |= IOCTL_DEV
     return rights
-
-
-class LandlockError(OSError):
-    pass
 
 
 class Ruleset:

@@ -75,7 +75,7 @@ class PidsCgroup:
     path: Path
 
     @classmethod
-    def create(cls, limits: Limits) -> "PidsCgroup | None":
+    def create(cls, limits: Limits) -> PidsCgroup | None:
         where = _own_path("pids")
         if where is None:
             return None

@@ -63,7 +63,7 @@ class ExecRules:
     @classmethod
     def from_lists(cls, *, allow: list[str] = (), ask: list[str] = (), deny: list[str] = (),
                    legacy_allow: list[str] = (), legacy_deny: list[str] = (), network: bool | str = "ask",
-                   unconfined_ok: bool = False) -> "ExecRules":
+                   unconfined_ok: bool = False) -> ExecRules:
         if network not in NETWORK_MODES:
             raise ConfigError(f'tools.exec.network: expected false, true or "ask", got {network!r}')
         return cls(

@@ -20,8 +20,16 @@ from typing import Any
 from nanobot.errors import NanobotError, ToolError
 from nanobot.tools.base import Tool, ToolContext
 from nanobot.tools.workspace_guard import (
-    approve_access, change_diff, content_risks, display_path, location_risks, open_parent_dir, open_regular,
-    read_capped, resolve_path, workspace_root,
+    approve_access,
+    change_diff,
+    content_risks,
+    display_path,
+    location_risks,
+    open_parent_dir,
+    open_regular,
+    read_capped,
+    resolve_path,
+    workspace_root,
 )
 
 __all__ = ["ReadFileTool", "WriteFileTool", "EditFileTool", "ListDirTool", "READ_CHAR_CAP"]

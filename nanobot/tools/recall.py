@@ -13,9 +13,9 @@ import re
 from typing import Any
 
 from nanobot.errors import ToolError
-from nanobot.untrusted import fence
 from nanobot.tools.base import Tool
 from nanobot.tools.workspace_guard import workspace_root
+from nanobot.untrusted import fence
 
 __all__ = ["SearchHistoryTool", "query_terms", "MAX_ENTRIES", "ENTRY_CHARS", "RESULT_CHARS"]
 

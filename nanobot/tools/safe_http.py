@@ -96,7 +96,7 @@ class AddressPolicy:
 async def system_resolver(host: str, port: int) -> list[str]:
     """All addresses the OS resolver gives for host (run in a thread: getaddrinfo blocks)."""
     infos = await asyncio.to_thread(socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM)
-    return [info[4][0] for info in infos]
+    return [str(info[4][0]) for info in infos]
 
 
 @dataclass
@@ -188,7 +188,7 @@ class SafeFetcher:
         """Follow up to max_redirects redirects; read at most max_bytes of the final body."""
         try:
             return await asyncio.wait_for(self._fetch(url, headers or {}), timeout=self.timeout * 2)
-        except asyncio.TimeoutError as exc:
+        except TimeoutError as exc:
             raise ToolError(f"fetching {url} timed out") from exc
 
     async def _fetch(self, url: str, extra_headers: dict[str, str]) -> FetchResult:

@@ -126,7 +126,7 @@ def _describe(error: Any, root: str) -> list[str]:
         return [f"{where}: missing required property {name!r}"]
     if kind == "additionalProperties" and isinstance(value, dict):
         props = error.schema.get("properties") or {}
-        patterns = list((error.schema.get("patternProperties") or {}))
+        patterns = list(error.schema.get("patternProperties") or {})
         known = ", ".join(props) or "none"
         extras = [k for k in value if k not in props and not any(re.search(p, k) for p in patterns)]
         return [f"{where}: unknown property {name!r} (known properties: {known})" for name in extras]

@@ -300,7 +300,7 @@ class _Collector(asyncio.SubprocessProtocol):
 async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
     try:
         await asyncio.wait_for(event.wait(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return False
     return True
 

@@ -269,7 +269,8 @@ async def open_regular(ctx: ToolContext, target: Path, shown: str, tool: str) ->
 
 def read_capped(fd: int, cap: int, shown: str) -> bytes:
     """At most `cap` bytes from `fd`; more than that is refused (a size that lies, e.g. in /proc)."""
-    chunks, total = [], 0
+    chunks: list[bytes] = []
+    total = 0
     while True:
         chunk = os.read(fd, min(1 << 20, cap + 1 - total))
         if not chunk:

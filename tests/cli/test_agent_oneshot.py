@@ -8,7 +8,6 @@ import random
 import subprocess
 
 import pytest
-
 from nanobot.fakellm import Reply
 
 

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pexpect
-
 from nanobot.cli.approval_prompt import parse_answer
 from nanobot.fakellm import Reply
 

@@ -8,7 +8,6 @@ import subprocess
 import time
 
 import pytest
-
 from nanobot.errors import StorageError
 from nanobot.fakellm import Reply
 from nanobot.fsio import append_durably

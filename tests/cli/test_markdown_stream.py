@@ -5,10 +5,8 @@ from __future__ import annotations
 import io
 
 import pyte
-
-from rich.console import Console
-
 from nanobot.cli.markdown_stream import MarkdownStream, split_finished
+from rich.console import Console
 
 
 def test_blocks_finish_at_a_blank_line_followed_by_new_text():

@@ -7,7 +7,6 @@ import os
 import subprocess
 
 import pytest
-
 from nanobot.fakellm import Reply
 
 

@@ -6,10 +6,10 @@ import os
 import re
 import sys
 import time
+from datetime import UTC
 
 import pexpect
 import pytest
-
 from nanobot.fakellm import Reply
 
 PROMPT = "you ›"
@@ -293,12 +293,12 @@ def test_compact_prints_a_receipt_naming_the_history_entry(repl, fake_llm, isola
 
 
 def test_a_due_reminder_fires_in_the_chat_and_is_printed_above_the_prompt(repl, fake_llm, isolated_home):
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from nanobot.cron.schedule import parse_schedule
     from nanobot.cron.store import JobStore
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     JobStore(isolated_home / "workspace").add(
         parse_schedule(at=(now + timedelta(seconds=4)).isoformat(), now_ms=int(now.timestamp() * 1000)),
         "Tell me to stretch", now_ms=int(now.timestamp() * 1000), name="stretch")

@@ -8,14 +8,13 @@ import signal
 import subprocess
 import time
 
-from typer.testing import CliRunner
-
 from nanobot.cli.cron_cmd import cron_app
 from nanobot.config import load_config
 from nanobot.cron.schedule import parse_schedule
 from nanobot.cron.store import JobStore
 from nanobot.fakellm import Reply
 from nanobot.session import SessionStore
+from typer.testing import CliRunner
 
 
 def run(cmd, *args, timeout=60):

@@ -8,8 +8,6 @@ import stat
 import subprocess
 import sys
 
-import pytest
-
 from nanobot.config import to_camel
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from nanobot.fakellm import Reply
 from tests.cli.terminal import Terminal
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from nanobot.app import AssistantTurns, build_scheduler, open_assistant
 from nanobot.cli.serve import log_delivery, log_path
@@ -60,7 +60,7 @@ def test_the_model_adds_lists_and_removes_a_job_with_nanobots_parameters(fake_ll
     assert [(j.message, j.schedule.kind) for j in jobs] == [("Remind me to stretch", "cron"), ("Call mum", "at")]
     assert jobs[0].schedule.tz == "America/New_York" and jobs[0].schedule.expr == "0 9 * * 1-5"
     # a naive time is the user's zone (agents.defaults.timezone): 18:00 in Berlin is 16:00 UTC in May
-    assert jobs[1].schedule.at_ms == datetime(2099, 5, 1, 16, 0, tzinfo=timezone.utc).timestamp() * 1000
+    assert jobs[1].schedule.at_ms == datetime(2099, 5, 1, 16, 0, tzinfo=UTC).timestamp() * 1000
     assert jobs[1].schedule.tz == "Europe/Berlin"
     assert (jobs[0].channel, jobs[0].to) == ("cli", "direct")  # where it was created, as nanobot records it
     assert f"id: {jobs[0].id}" in tool_results(fake_llm.requests[1])[0]

@@ -6,12 +6,11 @@ import asyncio
 import json
 from pathlib import Path
 
+from cron_fakes import FakeClock, FakeTurns
 from nanobot.cron.runner import MISSED_GAP_MS, HeartbeatSettings, RunnerLock, Scheduler
 from nanobot.cron.schedule import parse_schedule
 from nanobot.cron.store import JobStore
 from nanobot.paths import bundled_dir
-
-from cron_fakes import FakeClock, FakeTurns
 
 T0 = 1_800_000_000_000  # 2027-01-15, a fixed instant
 

@@ -6,9 +6,15 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import pytest
-
-from nanobot.cron.schedule import (Schedule, ScheduleError, describe, format_ms, next_run, occurrences_between,
-                                   parse_schedule)
+from nanobot.cron.schedule import (
+    Schedule,
+    ScheduleError,
+    describe,
+    format_ms,
+    next_run,
+    occurrences_between,
+    parse_schedule,
+)
 
 NY = ZoneInfo("America/New_York")
 BERLIN = ZoneInfo("Europe/Berlin")

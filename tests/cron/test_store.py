@@ -86,7 +86,6 @@ def test_add_pause_resume_remove_round_trip_through_the_file(workspace):
 
 def test_the_heartbeat_interval_is_nanobots_gateway_key(isolated_home):
     import pytest
-
     from nanobot.config import load_config
     from nanobot.errors import ConfigError
 

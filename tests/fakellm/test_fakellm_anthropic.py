@@ -8,7 +8,6 @@ import anthropic
 import httpx2
 import pytest
 from anthropic import AsyncAnthropic
-
 from nanobot.fakellm import Reply
 from nanobot.fakellm.rules import estimate_tokens
 

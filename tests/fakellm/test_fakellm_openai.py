@@ -8,10 +8,9 @@ import json
 import httpx2
 import openai
 import pytest
-from openai import AsyncOpenAI
-
 from nanobot.fakellm import Reply
 from nanobot.fakellm.rules import estimate_tokens
+from openai import AsyncOpenAI
 
 HI = [{"role": "user", "content": "hi"}]
 TOOLS = [{"type": "function", "function": {

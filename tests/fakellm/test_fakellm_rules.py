@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import pytest
-
-from nanobot.fakellm.rules import PREFILL_REJECTED, check_anthropic_request, check_openai_messages, estimate_tokens
+from nanobot.fakellm.rules import (
+    PREFILL_REJECTED,
+    check_anthropic_request,
+    check_openai_messages,
+    estimate_tokens,
+)
 
 
 def oa_call(call_id: str, name: str = "read_file") -> dict:

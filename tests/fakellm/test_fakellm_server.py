@@ -16,7 +16,6 @@ import urllib.request
 import anthropic
 import openai
 import pytest
-
 from nanobot.fakellm import FakeLLMServer, RecordedRequest, Reply
 
 HI = [{"role": "user", "content": "hi"}]
@@ -45,14 +44,14 @@ def an(messages=HI, **kw) -> dict:
 def test_urls_and_lifecycle():
     server = FakeLLMServer()
     with pytest.raises(RuntimeError):
-        server.base_url
+        _ = server.base_url
     with server:
         assert server.base_url.startswith("http://127.0.0.1:")
         assert server.openai_base_url == server.base_url + "/v1"
         assert server.anthropic_base_url == server.base_url
         assert post(server, "openai", oa())[0] == 200
     with pytest.raises(RuntimeError):
-        server.base_url
+        _ = server.base_url
 
 
 def test_script_is_shared_across_protocols_in_arrival_order(fake_llm):
@@ -223,7 +222,7 @@ def test_client_disconnect_during_delay_does_not_break_the_server(fake_llm):
 def test_stop_does_not_wait_for_a_long_delay():
     server = FakeLLMServer().start()
     server.script(Reply.text("never", delay=30))
-    t = threading.Thread(target=lambda: pytest.raises(Exception, post, server, "openai", oa()),
+    t = threading.Thread(target=lambda: pytest.raises(Exception, post, server, "openai", oa()),  # noqa: B017
                          daemon=True)
     t.start()
     assert server.wait_for_requests(1)

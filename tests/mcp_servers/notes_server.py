@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated, Optional
+from typing import Annotated
 
 import anyio
-from pydantic import BaseModel, Field
-
 from mcp.server.fastmcp import Context, FastMCP
+from pydantic import BaseModel, Field
 
 
 def _log(name: str, detail: str) -> None:
@@ -39,7 +38,7 @@ def build(port: int = 0) -> FastMCP:
         return a + b
 
     @server.tool()
-    def lookup(code: Annotated[str, Field(pattern=r"^[A-Z]{3}$")], limit: Optional[int] = None) -> str:
+    def lookup(code: Annotated[str, Field(pattern=r"^[A-Z]{3}$")], limit: int | None = None) -> str:
         """Look up an airport by its three-letter code."""
         _log("lookup", code)
         return f"{code}: found (limit {limit})"

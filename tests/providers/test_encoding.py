@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from nanobot.fakellm import Reply
 from nanobot.providers.anthropic import AnthropicProvider
 from nanobot.providers.openai_compat import OpenAICompatProvider

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from nanobot.errors import ProviderError
 from nanobot.providers.base import LLMResponse, Provider
 from nanobot.providers.errors_map import status_error

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from nanobot.app import build_provider
 from nanobot.cli.setup import show_status
 from nanobot.config import load_config, resolve_model, to_camel

@@ -6,7 +6,6 @@ import asyncio
 import time
 
 import pytest
-
 from nanobot.errors import ProviderError
 from nanobot.fakellm import Reply
 from nanobot.messages import assistant, tool_call, tool_result, user

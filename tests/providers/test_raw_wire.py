@@ -9,11 +9,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
-from nanobot.providers.base import DEFAULT_TIMEOUT, http_timeout
 from nanobot.errors import ProviderError
 from nanobot.fakellm import Reply
 from nanobot.providers.anthropic import AnthropicProvider
+from nanobot.providers.base import DEFAULT_TIMEOUT, http_timeout
 from nanobot.providers.openai_compat import OpenAICompatProvider
 
 TOOLS = [{"type": "function", "function": {"name": "read_file", "description": "Read a file",
@@ -129,7 +128,6 @@ def test_openai_raw_body_is_what_the_typed_sdk_call_sends(fake_llm, stream):
 @pytest.mark.parametrize("stream", [False, True])
 def test_anthropic_raw_body_is_what_the_typed_sdk_call_sends(fake_llm, stream):
     import anthropic
-
     from nanobot.providers import anthropic_format as fmt
 
     provider = AnthropicProvider("claude-test", api_key="k", api_base=fake_llm.anthropic_base_url)

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from nanobot.sandbox import choose
 
 MECHANISMS = ["bwrap", "landlock"]
@@ -46,7 +45,7 @@ class CanaryTCP:
         while not self._stop.is_set():
             try:
                 conn, _ = self.sock.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             self.connections += 1
             conn.settimeout(0.5)
@@ -79,7 +78,7 @@ class CanaryUDP:
             try:
                 self.sock.recvfrom(65536)
                 self.datagrams += 1
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
 
     def close(self) -> None:

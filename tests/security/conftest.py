@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from canaries import MECHANISMS, CanaryTCP, CanaryUDP, confinement_or_skip
 
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from nanobot.app import open_assistant
 from nanobot.config import load_config
 from nanobot.fakellm import Reply

@@ -10,14 +10,12 @@ import subprocess
 import sys
 
 import pytest
-
+from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/security/hostile_env.py)
 from nanobot.approvals import SessionApprover
 from nanobot.errors import UsageError
 from nanobot.fakellm import Reply
 from nanobot.session import SessionStore
 from nanobot.tools.approval import ApprovalRequest, Decision
-
-from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/security/hostile_env.py)
 
 
 def _cli(*args):

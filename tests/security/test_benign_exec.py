@@ -8,7 +8,6 @@ import json
 import time
 
 import pytest
-
 from benign_corpus import COMMANDS, KNOWN_FAILURES, NETWORK_COMMANDS, prepare, runnable
 from canaries import MECHANISMS, confinement_or_skip
 from nanobot.app import open_assistant

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from canaries import host_pids, kill_marked, snapshot, wait_until
 from nanobot.errors import ToolError
 from nanobot.sandbox import Limits, choose

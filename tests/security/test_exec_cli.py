@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pexpect
-
 from nanobot.fakellm import Reply
 from test_without_bwrap import path_without_bwrap  # noqa: F401  (fixture)
 

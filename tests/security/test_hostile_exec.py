@@ -21,7 +21,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from canaries import MECHANISMS, confinement_or_skip, host_pids, kill_marked, snapshot, wait_until
 from nanobot.app import open_assistant
 from nanobot.config import load_config

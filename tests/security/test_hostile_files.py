@@ -10,7 +10,6 @@ import os
 import resource
 
 import pytest
-
 from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/security/hostile_env.py)
 
 SECRET_READS = {

@@ -9,9 +9,8 @@ import stat
 import subprocess
 import sys
 
-from nanobot.fakellm import Reply
-
 from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/security/hostile_env.py)
+from nanobot.fakellm import Reply
 
 PASTED = "sk-proj-PASTEDpasted0123456789abcdefghijKLMNOP"
 

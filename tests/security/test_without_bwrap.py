@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from nanobot.sandbox import choose
 from nanobot.sandbox.landlock import abi_version
 

@@ -2,12 +2,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import time
 from pathlib import Path
 
 import pytest
-
 from nanobot.errors import ToolError
 from nanobot.tools.registry import ToolRegistry
 from nanobot.tools.shell import OUTPUT_CAP, ExecTool, child_env, deny_reason, is_secret_env_name

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from nanobot.app import exec_rules, tool_context
 from nanobot.config import default_file_dict, load_config
 from nanobot.errors import ConfigError

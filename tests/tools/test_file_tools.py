@@ -5,9 +5,14 @@ import os
 import stat
 
 import pytest
-
 from nanobot.errors import ToolError
-from nanobot.tools.files import READ_CHAR_CAP, EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
+from nanobot.tools.files import (
+    READ_CHAR_CAP,
+    EditFileTool,
+    ListDirTool,
+    ReadFileTool,
+    WriteFileTool,
+)
 from nanobot.tools.registry import ToolRegistry
 
 

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import pytest
-
 from nanobot.tools.schema_check import drop_null_optionals, usable, validate
 
 SCHEMA = {

@@ -4,7 +4,6 @@ import asyncio
 from typing import Any
 
 import pytest
-
 from nanobot.errors import ToolError
 from nanobot.tools.base import Tool, ToolResult
 from nanobot.tools.registry import ToolRegistry

@@ -20,7 +20,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-
 from nanobot.errors import ToolError
 from nanobot.tools.base import ToolContext
 from nanobot.tools.safe_http import AddressPolicy, SafeFetcher, refusal_reason

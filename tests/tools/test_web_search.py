@@ -8,7 +8,6 @@ from pathlib import Path
 
 import httpx2
 import pytest
-
 from nanobot.errors import ToolError
 from nanobot.tools.base import ToolContext
 from nanobot.tools.web import BRAVE_SEARCH_URL, WebSearchTool

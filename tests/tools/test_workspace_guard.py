@@ -4,7 +4,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from nanobot.errors import ToolError
 from nanobot.tools.workspace_guard import display_path, resolve_path
 
