@@ -15,6 +15,7 @@ from nanobot.tools.base import ToolContext
 from nanobot.tools.files import EditFileTool, WriteFileTool
 from nanobot.tools.shell import ExecTool
 
+
 def unconfined_ctx(ws: Path) -> ToolContext:
     """exec with no sandbox, as the user chose (`confinement: "none"`): the case where only the
     memory watch stands between a command and memory/ (a sandbox makes memory/ read-only)."""
