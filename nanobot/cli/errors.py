@@ -34,9 +34,10 @@ def print_error(message: str, hint: str | None = None, *, console: Console | Non
 
 
 def print_warning(message: str, *, console: Console | None = None) -> None:
-    # soft_wrap off: the chat's stdout console soft-wraps (for streamed answers), which would let
-    # the terminal break a long warning mid-word
-    (console or _stderr()).print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False, soft_wrap=False)
+    # On a terminal, wrap between words (the chat's stdout console soft-wraps, for streamed answers,
+    # which lets the terminal cut a long warning mid-word); piped, keep each warning on one line.
+    out = console or _stderr()
+    out.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False, soft_wrap=not out.is_terminal)
 
 
 def as_nanobot_error(exc: BaseException) -> NanobotError:
