@@ -9,14 +9,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nanobot.agent.budget import BudgetSnapshot, ContextBudget
+from nanobot.agent.consolidation import Consolidator, probe_message
 from nanobot.agent.context import ContextBuilder
+from nanobot.agent.conversation import Conversation, TurnSettings
 from nanobot.agent.events import Notice
+from nanobot.agent.subagents import SubagentManager
 from nanobot.approvals import SessionApprover, check_kinds
 from nanobot.config import Config, resolve_fallbacks, resolve_model
-from nanobot.consolidation import Consolidator, probe_message
-from nanobot.conversation import Conversation, TurnSettings
 from nanobot.errors import ContextTooSmallError
-from nanobot.history_log import iter_entries
+from nanobot.memory.history import iter_entries
 from nanobot.paths import secure_home
 from nanobot.providers.base import Provider
 from nanobot.providers.factory import make_provider
@@ -24,9 +25,8 @@ from nanobot.providers.fallback import FallbackCallback
 from nanobot.providers.registry import key_env_names
 from nanobot.providers.retry import RetryCallback, RetryPolicy
 from nanobot.sandbox import Confinement, choose
-from nanobot.session import SessionStore
-from nanobot.session_import import ImportResult, continuing_line, import_all
-from nanobot.subagents import SubagentManager
+from nanobot.session.importer import ImportResult, continuing_line, import_all
+from nanobot.session.store import SessionStore
 from nanobot.tokens import default_counter
 from nanobot.tools.approval import Approver
 from nanobot.tools.base import ToolContext
@@ -117,7 +117,7 @@ def start_mcp(cfg: Config, workspace: Path, registries: list[ToolRegistry], appr
 
 
 def build_context(cfg: Config, workspace: Path) -> ContextBuilder:
-    from nanobot.memory import MemoryStore
+    from nanobot.memory.store import MemoryStore
     from nanobot.skills import SkillSet
 
     return ContextBuilder(workspace, memory=MemoryStore(workspace), skills=SkillSet.discover(workspace),

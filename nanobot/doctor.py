@@ -168,11 +168,11 @@ def check_storage(name: str, folder: Path) -> Check:
 
 
 def check_memory(cfg: Config) -> Check:
-    from nanobot.memory import MemoryStore
+    from nanobot.memory.store import MemoryStore
 
     store = MemoryStore(cfg.workspace_path())
-    if importlib.util.find_spec("nanobot.memory_check") is not None:
-        from nanobot.memory_check import check_memory as findings_of
+    if importlib.util.find_spec("nanobot.memory.check") is not None:
+        from nanobot.memory.check import check_memory as findings_of
 
         problems = [f for f in findings_of(store, context_window=cfg.defaults.context_window_tokens)
                     if f.severity == "problem"]

@@ -139,9 +139,9 @@ def part_startup(args: argparse.Namespace) -> None:
 def instrument(probe: Probe) -> None:
     """Time the pieces of a turn; parts that do not exist yet are skipped."""
     import nanobot.agent.loop as loop
-    import nanobot.session as session
+    import nanobot.session.store as session
     from nanobot.agent.context import ContextBuilder
-    from nanobot.conversation import Conversation
+    from nanobot.agent.conversation import Conversation
     from nanobot.tools.registry import ToolRegistry
 
     probe.wrap(session.SessionStore, "open", "session load (open+parse)")
@@ -159,7 +159,7 @@ def instrument(probe: Probe) -> None:
     except ImportError:
         pass
     try:
-        import nanobot.consolidation as consolidation
+        import nanobot.agent.consolidation as consolidation
 
         probe.wrap(consolidation.Consolidator, "maybe_consolidate_by_tokens", "consolidation check")
         probe.wrap(consolidation.Consolidator, "estimate", "  token estimate")
@@ -423,7 +423,7 @@ def _serial(rec: Any, *, strip_context: bool = False) -> list[str]:
     (the form the session stores), to show what the prefix share would be if the request and
     the stored message matched.
     """
-    from nanobot.session import strip_runtime_context
+    from nanobot.session.store import strip_runtime_context
 
     head = [json.dumps(rec.tools, sort_keys=True)] if rec.tools else []
     if rec.system is not None:

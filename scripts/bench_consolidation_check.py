@@ -58,12 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["NANOBOT_HOME"] = str(Path(tmp) / "home")  # before nanobot reads any path
         from nanobot.agent.budget import ContextBudget
+        from nanobot.agent.consolidation import Consolidator
         from nanobot.app import build_context, build_tools
         from nanobot.cli.setup import copy_templates
         from nanobot.config import load_config
-        from nanobot.consolidation import Consolidator
-        from nanobot.memory import MemoryStore
-        from nanobot.session import SessionStore
+        from nanobot.memory.store import MemoryStore
+        from nanobot.session.store import SessionStore
         from nanobot.tokens import default_counter, estimator_name
 
         workspace = Path(tmp) / "ws"

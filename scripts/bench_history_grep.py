@@ -3,7 +3,7 @@
     python scripts/bench_history_grep.py --size-mb 100
 
 Writes a synthetic HISTORY.md (dated entries separated by blank lines) into a temp folder,
-then times, for a few patterns: the in-process Python engine (nanobot.history_log.grep), the
+then times, for a few patterns: the in-process Python engine (nanobot.memory.history.grep), the
 ripgrep engine in process (history_log.grep_fast_output, what the command uses when piped), the
 real command in a subprocess (`nanobot history grep`, output to /dev/null), `grep -c` and `rg -c`.
 """
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the generated file and print its path")
     args = parser.parse_args()
 
-    from nanobot import history_log
+    from nanobot.memory import history as history_log
 
     tmp = Path(tempfile.mkdtemp(prefix="nanobot-bench-"))
     workspace = tmp / "workspace"

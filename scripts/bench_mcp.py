@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_workload import BenchHome, nanobot_argv  # noqa: E402
 
-SERVER = Path(__file__).resolve().parent.parent / "tests" / "mcp_servers" / "notes_server.py"
+SERVER = Path(__file__).resolve().parent.parent / "tests" / "mcp" / "notes_server.py"
 
 
 def import_ms(statement: str, runs: int) -> float:

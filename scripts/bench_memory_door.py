@@ -35,7 +35,7 @@ def best_of(runs: int, fn) -> tuple[float, object]:
 
 
 def recall(root: Path, size_mb: float, runs: int) -> None:
-    from nanobot.memory import MemoryStore
+    from nanobot.memory.store import MemoryStore
     from nanobot.tools.base import ToolContext
     from nanobot.tools.recall import SearchHistoryTool
 
@@ -64,7 +64,7 @@ def ordinary_turns(root: Path, turns: int) -> None:
     from nanobot.app import open_assistant
     from nanobot.config import load_config
     from nanobot.fakellm import FakeLLMServer, Reply
-    from nanobot.memory import MemoryStore
+    from nanobot.memory.store import MemoryStore
 
     home = root / "home"
     os.environ["NANOBOT_HOME"] = str(home)
@@ -107,7 +107,7 @@ def ordinary_turns(root: Path, turns: int) -> None:
 
 def exec_hook(root: Path, runs: int) -> None:
     import nanobot.tools.shell as shell
-    from nanobot.memory import MemoryStore
+    from nanobot.memory.store import MemoryStore
     from nanobot.tools.base import ToolContext
 
     ws = root / "exec"

@@ -292,7 +292,7 @@ class BenchHome:
             os.environ.pop(k, None)
 
     def session_path(self, key: str = "cli:direct") -> Path:
-        from nanobot.session import SessionStore
+        from nanobot.session.store import SessionStore
 
         return SessionStore(self.home / "sessions").path_for(key)
 

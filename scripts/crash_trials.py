@@ -1,6 +1,6 @@
 """Kill a real `nanobot agent -m` at random moments, many times, and count lost turns.
 
-Runs the engine of tests/test_crash_durability.py (same aims, same checks) against local fake LLM
+Runs the engine of tests/session/test_crash_durability.py (same aims, same checks) against local fake LLM
 servers, in a throwaway NANOBOT_HOME; nothing touches the network or your ~/.nanobot.
 
     python scripts/crash_trials.py                 # 200 trials
@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def load_engine():
-    spec = importlib.util.spec_from_file_location("crash_engine", REPO / "tests" / "test_crash_durability.py")
+    spec = importlib.util.spec_from_file_location("crash_engine", REPO / "tests" / "session" / "test_crash_durability.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)

@@ -36,7 +36,7 @@ def load_engine():
 
 
 def handled(key: str, out: str) -> bool:
-    from nanobot.session import SessionStore
+    from nanobot.session.store import SessionStore
 
     saved = SessionStore().load(key).messages
     return "handled the report" in out and any(m.get("content") == "handled the report" for m in saved)

@@ -15,8 +15,8 @@ LOWEST_LAYER = {"errors.py": set(), "messages.py": set(), "paths.py": set(), "fs
 # The agent loop never prints or touches files: no file, path, store or UI module reaches it.
 NO_IO_MODULES = ["agent/loop.py", "agent/events.py"]
 IO_IMPORTS = {"os", "io", "shutil", "pathlib", "tempfile", "fileinput", "filelock", "builtins",
-              "nanobot.fsio", "nanobot.paths", "nanobot.session", "nanobot.memory",
-              "nanobot.history_log", "nanobot.cli"} | UI_LIBRARIES
+              "nanobot.fsio", "nanobot.paths", "nanobot.session.store", "nanobot.memory.store",
+              "nanobot.memory.history", "nanobot.cli"} | UI_LIBRARIES
 IO_CALLS = {"print", "open", "input"}
 
 
@@ -34,10 +34,18 @@ def _imports(path: Path) -> list[tuple[int, str]]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-node.level])
-                found.append((node.lineno, f"{package}.{node.module}" if node.module else package))
+                module = f"{package}.{node.module}" if node.module else package
             else:
-                found.append((node.lineno, node.module or ""))
+                module = node.module or ""
+            # `from nanobot.x import y` imports the module nanobot.x.y when y is one
+            submodules = [f"{module}.{alias.name}" for alias in node.names if _is_module(f"{module}.{alias.name}")]
+            found += [(node.lineno, name) for name in submodules or [module]]
     return found
+
+
+def _is_module(dotted: str) -> bool:
+    path = PACKAGE.parent.joinpath(*dotted.split("."))
+    return dotted.startswith("nanobot.") and (path.with_suffix(".py").exists() or path.is_dir())
 
 
 def _root(module: str) -> str:
@@ -124,9 +132,76 @@ def test_every_error_class_lives_in_errors_py_and_is_drawn_in_its_tree():
     assert elsewhere == []
 
 
-def test_the_readme_development_map_names_every_top_level_module_and_package():
+# Leaf data modules of the provider table; `config.py` reads them (the map's one named exception).
+PROVIDER_TABLE = {"nanobot.providers.registry", "nanobot.providers.reasoning"}
+# tests/ folders that mirror a package under another name.
+TEST_FOLDER_FOR = {"sandbox": "security"}
+
+
+def _map_entries() -> list[tuple[list[str], str]]:
+    """The README's Development map as (names on the entry's first line, the entry's whole text)."""
     readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
     block = readme.split("## Development", 1)[1].split("```", 2)[1]
-    names = {p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")}
-    names |= {p.name + "/" for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-    assert sorted(name for name in names if name not in block.split()) == []
+    entries: list[tuple[list[str], str]] = []
+    for line in block.splitlines()[2:]:
+        if line.startswith("  ") and not line.startswith("   "):
+            names = line.strip().split("  ")[0].split()
+            entries.append((names, line))
+        elif entries and line.strip():
+            entries[-1] = (entries[-1][0], entries[-1][1] + " " + line)
+    return entries
+
+
+def _unit(module: str) -> str | None:
+    """The map's name for where `nanobot.x.y` lives: `x.py` or `x/`."""
+    parts = module.split(".")
+    if parts[0] != "nanobot" or len(parts) < 2:
+        return None
+    if (PACKAGE / parts[1]).is_dir():
+        return parts[1] + "/"
+    return parts[1] + ".py" if (PACKAGE / f"{parts[1]}.py").exists() else None
+
+
+def test_the_readme_development_map_names_every_module():
+    entries = _map_entries()
+    named = {name for names, _ in entries for name in names}
+    units = {p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")}
+    units |= {p.name + "/" for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert sorted(units - named) == []
+    missing = []
+    for names, text in entries:
+        words = set(text.replace(",", " ").replace("(", " ").replace(")", " ").split())
+        for package in (PACKAGE / n.rstrip("/") for n in names if n.endswith("/")):
+            missing += [f"{package.name}/{p.stem}" for p in sorted(package.glob("*.py"))
+                        if p.stem != "__init__" and p.stem not in words]
+    assert missing == []
+
+
+def test_every_import_points_down_the_readme_development_map():
+    rank = {name: i for i, (names, _) in enumerate(_map_entries()) for name in names}
+    upward = []
+    for path in _sources():
+        here = path.relative_to(PACKAGE).parts
+        unit = here[0] + "/" if len(here) > 1 else here[0]
+        for line, module in _imports(path):
+            target = _unit(module)
+            if target is None or target == unit or module in PROVIDER_TABLE:
+                continue
+            if rank[target] > rank[unit]:
+                upward.append(f"{_where(path, line)} imports {module} (below it in the map)")
+    assert upward == []
+
+
+def test_the_provider_table_imports_only_the_standard_library():
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    for module in PROVIDER_TABLE:
+        path = PACKAGE.parent / (module.replace(".", "/") + ".py")
+        assert [m for _, m in _imports(path) if _root(m) not in stdlib and m not in PROVIDER_TABLE] == [], module
+
+
+def test_tests_mirror_the_package():
+    tests = Path(__file__).parent
+    packages = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
+    expected = {TEST_FOLDER_FOR.get(name, name) for name in packages}
+    assert sorted(expected - folders) == [] and sorted(folders - expected) == []

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from nanobot import history_log, memory
+from nanobot.memory import history as history_log
+from nanobot.memory import store as memory
 from nanobot.messages import parse_timestamp
 
 

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from nanobot.messages import Message
 from nanobot.secrets_mask import mask_secrets
-from nanobot.session import with_runtime_context
+from nanobot.session.store import with_runtime_context
 from nanobot.untrusted import FENCE_RULES, fence
 
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md")
@@ -27,7 +27,7 @@ BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md")
 class ContextBuilder:
     def __init__(self, workspace: Path, *, memory: Any = None, skills: Any = None, timezone: str = "") -> None:
         self.workspace = workspace
-        self.memory = memory  # nanobot.memory.MemoryStore
+        self.memory = memory  # nanobot.memory.store.MemoryStore
         self.skills = skills  # nanobot.skills.SkillSet
         self.timezone = timezone
 

@@ -17,7 +17,7 @@ from nanobot.agent.events import EventSink, Notice, TextDelta, ToolFinished, Too
 from nanobot.errors import ProviderError, RequestTooLarge
 from nanobot.messages import Message, tool_result
 from nanobot.providers.base import LLMResponse, Provider, ToolCallRequest, Usage
-from nanobot.validity import make_valid
+from nanobot.session.validity import make_valid
 
 _THINK = re.compile(r"<think>.*?(?:</think>|\Z)\s*", re.S)
 

@@ -1,6 +1,6 @@
 """`nanobot memory ...` and `nanobot history ...`: look at, restore and search what is remembered.
 
-Only presentation lives here; the rules are in nanobot.memory and nanobot.history_log.
+Only presentation lives here; the rules are in nanobot.memory.store and nanobot.memory.history.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def _fail(message: str, hint: str | None = None, code: int = 2) -> typer.Exit:
 
 
 def _store(workspace: Path | None):
-    from nanobot.memory import MemoryStore
+    from nanobot.memory.store import MemoryStore
 
     return MemoryStore(_workspace(workspace))
 
@@ -170,7 +170,7 @@ def memory_check(
     json_out: bool = typer.Option(False, "--json", help="A JSON array of {severity, code, message, fix}."),
 ) -> None:
     """Look for damaged, shrunken or duplicated memory and say how to fix each. Exit 0 clean, 1 problems."""
-    from nanobot.memory_check import check_memory
+    from nanobot.memory.check import check_memory
 
     with reported():
         findings = check_memory(_store(workspace), context_window=window or _context_window())
@@ -279,7 +279,7 @@ def history_grep(
     workspace: Path | None = WorkspaceOpt,
 ) -> None:
     """Print whole dated HISTORY.md entries that match. Exit 0 if any matched, 1 if none, 2 on error."""
-    from nanobot import history_log
+    from nanobot.memory import history as history_log
 
     try:
         rx = history_log.compile_pattern(pattern, ignore_case=ignore_case)
@@ -321,7 +321,7 @@ def history_tail(
     workspace: Path | None = WorkspaceOpt,
 ) -> None:
     """Print the last N entries of HISTORY.md."""
-    from nanobot import history_log
+    from nanobot.memory import history as history_log
 
     path = _history_path(workspace)
     _emit(iter(history_log.tail(path, n)) if path is not None else iter(()), None, json_out)

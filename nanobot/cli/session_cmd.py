@@ -1,6 +1,6 @@
 """`nanobot session ...`: list, read and repair the saved conversations.
 
-Only presentation lives here; the rules are in nanobot.session and nanobot.validity.
+Only presentation lives here; the rules are in nanobot.session.store and nanobot.session.validity.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from nanobot.cli.usage import Command
 from nanobot.errors import NanobotError
 from nanobot.messages import NOTE_KEY, text_of
 from nanobot.secrets_mask import mask_message, mask_value
-from nanobot.session import SessionStore
+from nanobot.session.store import SessionStore
 
 session_app = typer.Typer(help="Saved conversations: list, show and repair them.", no_args_is_help=True,
                           add_completion=False, pretty_exceptions_show_locals=False)
@@ -48,9 +48,9 @@ def _warn(warnings: list[str]) -> None:
 
 
 def _import_from_nanobot(config: Path | None, *, quiet_when_none: bool) -> None:
-    """Bring in nanobot's sessions and history for the configured workspace (session_import.py)."""
+    """Bring in nanobot's sessions and history for the configured workspace (session/importer.py)."""
     from nanobot.cli.config_load import load as load_config
-    from nanobot.session_import import import_all
+    from nanobot.session.importer import import_all
 
     try:
         workspace = load_config(config).workspace_path()

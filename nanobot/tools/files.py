@@ -288,7 +288,7 @@ class EditFileTool(Tool):
 
 def _refuse_memory_internals(ctx, target: Path) -> None:
     """HISTORY.md and the store's own files (versions, damaged copies) are never rewritten by a tool."""
-    from nanobot.memory import protected_reason
+    from nanobot.memory.store import protected_reason
 
     reason = protected_reason(workspace_root(ctx), target)
     if reason:
@@ -297,7 +297,7 @@ def _refuse_memory_internals(ctx, target: Path) -> None:
 
 def _memory_write(ctx, target: Path, text: str, *, base: str | None) -> str | None:
     """Write MEMORY.md through the memory store (versioned, guarded, masked); None for other files."""
-    from nanobot.memory import MemoryStore, MemoryUpdateRefused
+    from nanobot.memory.store import MemoryStore, MemoryUpdateRefused
 
     _refuse_memory_internals(ctx, target)
     store = MemoryStore(workspace_root(ctx))

@@ -1,7 +1,7 @@
 """search_history: the model's recall of archived conversations (memory/HISTORY.md).
 
 HISTORY.md holds the dated summaries consolidation wrote and the RAW archives of chunks it
-could not summarise. This tool reads it from the end (nanobot.history_log.search_newest), so it
+could not summarise. This tool reads it from the end (nanobot.memory.history.search_newest), so it
 works offline, with exec disabled or confined, and answers fast on a file of any size. What it
 returns is bounded: at most MAX_ENTRIES whole entries, each cut at ENTRY_CHARS, the whole at
 RESULT_CHARS.
@@ -52,8 +52,8 @@ class SearchHistoryTool(Tool):
 
     async def run(self, query: str, since: str | None = None, until: str | None = None,
                   limit: int = DEFAULT_ENTRIES, **_: Any) -> str:
-        from nanobot import history_log
-        from nanobot.memory import MemoryStore
+        from nanobot.memory import history as history_log
+        from nanobot.memory.store import MemoryStore
 
         terms = query_terms(query if isinstance(query, str) else "")
         if not terms:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.errors import ToolError
-from nanobot.memory import watch_memory
+from nanobot.memory.store import watch_memory
 from nanobot.sandbox import Launch, build_policy
 from nanobot.tools.approval import ApprovalRequest
 from nanobot.tools.base import Tool

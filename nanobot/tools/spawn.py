@@ -26,7 +26,7 @@ class SpawnTool(Tool):
 
     def __init__(self, ctx: ToolContext, manager: Any) -> None:
         super().__init__(ctx)
-        self.manager = manager  # nanobot.subagents.SubagentManager
+        self.manager = manager  # nanobot.agent.subagents.SubagentManager
 
     def hint(self, args: dict[str, Any]) -> str:
         return f'spawn("{args.get("label") or str(args.get("task", ""))[:40]}")'

@@ -191,7 +191,7 @@ def test_prompt_too_long_is_recovered_by_learning_the_real_window(nanobot_cmd, f
 
 def test_a_session_file_with_malformed_tool_calls_still_works_and_keeps_the_message(nanobot_cmd, fake_llm,
                                                                                     configure, isolated_home):
-    from nanobot.session import SessionStore
+    from nanobot.session.store import SessionStore
 
     configure()
     path = SessionStore().path_for("cli:direct")
@@ -262,7 +262,7 @@ def test_one_shot_loses_no_report_in_20_trials(fake_llm, configure, capsys, timi
 
     from nanobot.cli.chat import _one_shot
     from nanobot.config import load_config
-    from nanobot.session import SessionStore
+    from nanobot.session.store import SessionStore
 
     cfg = load_config(configure())
     fake_llm.responder = helper_responder(**TIMINGS[timing])

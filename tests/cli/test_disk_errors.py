@@ -11,7 +11,7 @@ import pytest
 from nanobot.errors import StorageError
 from nanobot.fakellm import Reply
 from nanobot.fsio import append_durably
-from nanobot.session import SessionStore
+from nanobot.session.store import SessionStore
 from tests.cli.disks import fill, remount_read_only, tmpfs
 
 

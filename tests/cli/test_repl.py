@@ -130,7 +130,7 @@ def test_second_process_on_the_same_session_is_refused(repl, isolated_home, nano
 def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_home, host_sleepers):
     import json as _json
 
-    from nanobot.session import SessionStore
+    from nanobot.session.store import SessionStore
 
     pidfile = isolated_home / "workspace" / "slow.pid"
 

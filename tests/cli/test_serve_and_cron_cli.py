@@ -13,7 +13,7 @@ from nanobot.config import load_config
 from nanobot.cron.schedule import parse_schedule
 from nanobot.cron.store import JobStore
 from nanobot.fakellm import Reply
-from nanobot.session import SessionStore
+from nanobot.session.store import SessionStore
 from typer.testing import CliRunner
 
 

@@ -202,7 +202,7 @@ def test_an_ordinary_bad_request_is_not_mistaken_for_an_overflow():
 def test_user_turns_of_odd_parts_never_become_empty_for_anthropic(content):
     from nanobot.fakellm.rules import check_anthropic_request
     from nanobot.providers.anthropic_format import to_anthropic
-    from nanobot.validity import make_valid
+    from nanobot.session.validity import make_valid
 
     history = make_valid([{"role": "user", "content": content}, {"role": "assistant", "content": "ok"},
                           {"role": "user", "content": "and?"}])

@@ -14,7 +14,7 @@ from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/security/ho
 from nanobot.approvals import SessionApprover
 from nanobot.errors import UsageError
 from nanobot.fakellm import Reply
-from nanobot.session import SessionStore
+from nanobot.session.store import SessionStore
 from nanobot.tools.approval import ApprovalRequest, Decision
 
 

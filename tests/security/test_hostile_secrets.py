@@ -112,7 +112,7 @@ def test_keys_in_exec_output_are_masked(hostile):
 def test_session_show_masks_keys_saved_by_an_older_version(hostile):
     sessions = hostile.nanobot_home / "sessions"
     sessions.mkdir(parents=True, exist_ok=True)
-    from nanobot.session import SessionStore
+    from nanobot.session.store import SessionStore
 
     path = SessionStore().path_for("old:one")
     path.write_text(json.dumps({"_type": "metadata", "key": "old:one", "last_consolidated": 0}) + "\n"

@@ -1,0 +1,698 @@
+"""Sessions: an honest, append-only JSONL log on disk and a valid copy of it for the model.
+
+File format (compatible with HKUDS/nanobot v0.1.x, which also lets the last metadata record win):
+
+    {"_type": "metadata", "key": ..., "created_at": ..., "updated_at": ..., "metadata": {}, "last_consolidated": N}
+    {"role": "user", "content": "...", "timestamp": "..."}
+    ...
+    {"_type": "metadata", ...}      # a later pointer update, appended; the last one wins
+    {"_type": "decision", ...}      # an approval decision (never a message: get_history skips it)
+
+The per-turn path only appends (one write + one fsync per call); compaction, repair and /new
+rewrite atomically. A damaged line costs only that line: its bytes go to `<file>.corrupt`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from nanobot.errors import SessionInUseError, UnknownSessionError, storage_error
+from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write
+from nanobot.messages import Message, clean_unicode, for_wire, now_iso
+from nanobot.paths import ensure_private_dir, sessions_dir
+from nanobot.secrets_mask import mask_message, mask_value
+from nanobot.session.validity import Fixes, make_valid, repair_messages
+
+__all__ = [
+    "RUNTIME_CONTEXT_OPEN", "RUNTIME_CONTEXT_CLOSE", "MAX_TOOL_RESULT_CHARS",
+    "Session", "SessionInfo", "SessionStore", "RepairReport", "UnknownSessionError",
+    "TurnCheckpoint", "save_turn", "strip_runtime_context", "with_runtime_context", "prepare_for_save",
+    "as_sent", "cap_tool_result",
+]
+
+# The context builder prefixes the current user message with this block; it is never saved.
+RUNTIME_CONTEXT_OPEN = "[Runtime Context]"
+RUNTIME_CONTEXT_CLOSE = "[/Runtime Context]"
+RUNTIME_CONTEXT_KEY = "runtime_context"  # stored beside a user message's text; never a wire key
+
+DECISION_TYPE = "decision"  # the `_type` of an approval decision record
+
+# Longer tool results are cut when saved (the model saw them whole during the turn).
+MAX_TOOL_RESULT_CHARS = 16_000
+
+
+@dataclass
+class Session:
+    """One conversation: the stored messages and the consolidation pointer."""
+
+    key: str
+    path: Path
+    messages: list[Message] = field(default_factory=list)
+    last_consolidated: int = 0  # messages before this index are summarised into memory
+    created_at: str = field(default_factory=now_iso)
+    updated_at: str = field(default_factory=now_iso)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # load problems the user should be told about
+    decisions: list[dict[str, Any]] = field(default_factory=list)  # approval decisions, oldest first
+    _lock: ExclusiveLock | None = field(default=None, repr=False)
+    _ends_with_newline: bool = field(default=True, repr=False)
+    _stored_pointer: Any = field(default=0, repr=False)  # the pointer as the file records it
+
+    @property
+    def created(self) -> str:
+        return self.created_at
+
+    @property
+    def is_open(self) -> bool:
+        """True while this process holds the session's lock (required for writing)."""
+        return self._lock is not None and self._lock.held
+
+    def unconsolidated(self) -> list[Message]:
+        return self.messages[self.last_consolidated:]
+
+    def get_history(self, max_messages: int | None = None) -> list[Message]:
+        """The copy sent to the model: unconsolidated, last N, made valid, wire keys only."""
+        recent = self.unconsolidated()
+        if max_messages is not None:
+            recent = recent[-max_messages:] if max_messages > 0 else []
+        # The system prompt is built fresh for every request; a stored one would be a second one.
+        recent = [as_sent(m) for m in recent if not (isinstance(m, dict) and m.get("role") == "system")]
+        return [for_wire(m) for m in make_valid(recent)]
+
+
+@dataclass
+class SessionInfo:
+    key: str
+    path: Path
+    message_count: int
+    last_consolidated: int
+    updated_at: str
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RepairReport:
+    key: str
+    path: Path
+    backup: Path | None  # None when nothing needed fixing
+    damaged_lines: int
+    corrupt_file: Path | None
+    fixes: Fixes
+    pointer_before: int
+    pointer_after: int
+
+    @property
+    def changed(self) -> bool:
+        return self.backup is not None
+
+    def describe(self) -> list[str]:
+        lines = []
+        if self.damaged_lines:
+            lines.append(f"{self.damaged_lines} damaged lines moved to {self.corrupt_file}")
+        lines.extend(self.fixes.describe())
+        if self.pointer_before != self.pointer_after:
+            lines.append(f"consolidation pointer moved from {self.pointer_before} to {self.pointer_after}")
+        return lines
+
+
+@dataclass
+class _Parsed:
+    messages: list[Message]
+    meta: dict[str, Any]  # the last metadata record (empty if none)
+    first_meta: dict[str, Any]
+    good_lines: list[bytes]  # raw bytes of every readable line, in order
+    bad_lines: list[bytes]  # raw bytes of unreadable lines (torn or corrupt)
+    ends_with_newline: bool
+    last_time: str | None  # the time of the last record that carries one
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    bad_after: list[int] = field(default_factory=list)  # per bad line: how many messages preceded it
+    # every metadata record's pointer, with how many messages preceded the record
+    pointers: list[tuple[Any, int]] = field(default_factory=list)
+
+    def pointer_shift(self, pointer: int) -> int:
+        """How many damaged lines stood before message `pointer` as it was written: the pointer
+        counted them, so it must move back by as many (re-summarising beats never summarising)."""
+        return sum(1 for i, good in enumerate(self.bad_after) if good + i < pointer)
+
+
+def _parse(data: bytes, loads: Callable[[bytes], Any] | None = None) -> _Parsed:
+    loads = loads or _loads
+    lines = data.split(b"\n")
+    ends_with_newline = not data or data.endswith(b"\n")
+    if ends_with_newline:
+        lines.pop()  # the empty piece after the final newline
+    parsed = _Parsed([], {}, {}, [], [], ends_with_newline, None)
+    for raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            record = loads(raw)
+        except (UnicodeDecodeError, ValueError):
+            record = None
+        if not isinstance(record, dict):
+            parsed.bad_lines.append(raw)
+            parsed.bad_after.append(len(parsed.messages))
+            continue
+        if record.get("_type") == "metadata":
+            if not parsed.first_meta:
+                parsed.first_meta = record
+            parsed.meta = record
+            parsed.pointers.append((record.get("last_consolidated", 0), len(parsed.messages)))
+            parsed.last_time = record.get("updated_at") or parsed.last_time
+        elif record.get("_type") == DECISION_TYPE:
+            parsed.decisions.append(record)
+        elif "_type" in record:
+            pass  # a record kind from a newer version: keep its line, ignore it here
+        elif isinstance(record.get("role"), str):
+            parsed.messages.append(record)
+            parsed.last_time = record.get("timestamp") or parsed.last_time
+        else:
+            parsed.bad_lines.append(raw)
+            parsed.bad_after.append(len(parsed.messages))
+            continue
+        parsed.good_lines.append(raw)
+    return parsed
+
+
+def _loads(raw: bytes) -> Any:
+    """One JSONL line, fast. orjson parses a long session about twice as fast as json; a line it
+    refuses but json reads (NaN, for instance) still loads, through json. orjson reads an integer
+    past 64 bits as a float, so whatever writes messages back (repair) parses with `_exact_loads`."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw.decode("utf-8"))
+
+
+def _exact_loads(raw: bytes) -> Any:
+    return json.loads(raw.decode("utf-8"))
+
+
+def _dumps(record: dict) -> bytes:
+    # default=str: an odd value in a message must not cost the user the whole turn on disk.
+    text = json.dumps(record, ensure_ascii=False, default=str) + "\n"
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (bytes that were not UTF-8): save it as U+FFFD
+        return (json.dumps(clean_unicode(record), ensure_ascii=False, default=str) + "\n").encode("utf-8")
+
+
+def _slug(key: str) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", key).strip("._-")
+    return slug[:48] or "session"
+
+
+Receipts = Callable[[], set[str]]
+
+
+class SessionStore:
+    """Session files in one folder; one writer per session, enforced by an OS lock.
+
+    `receipts` returns the stamps ("YYYY-MM-DD HH:MM") of the HISTORY.md entries; with it, a
+    consolidation pointer that cannot be right falls back to the last position HISTORY.md proves.
+    """
+
+    def __init__(self, directory: Path | None = None, *, receipts: Receipts | None = None) -> None:
+        self.directory = Path(directory) if directory is not None else sessions_dir()
+        self.receipts = receipts
+
+    # -- naming -------------------------------------------------------------------------------
+
+    def path_for(self, key: str) -> Path:
+        """A readable slug plus a hash of the exact key, so two keys never share a file."""
+        digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
+        return self.directory / f"{_slug(key)}-{digest}.jsonl"
+
+    def _legacy_path(self, key: str) -> Path:
+        # nanobot v0.1.x named files after the key with ':' replaced, minus unsafe characters.
+        name = re.sub(r'[<>:"/\\|?*]', "_", key.replace(":", "_")).strip()
+        return self.directory / f"{name}.jsonl"
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def exists(self, key: str) -> bool:
+        return self.path_for(key).exists() or self._legacy_file(key) is not None
+
+    def load(self, key: str) -> Session:
+        """A read-only snapshot (no lock, nothing written); raises UnknownSessionError."""
+        path = self.path_for(key)
+        source = path if path.exists() else self._legacy_file(key)
+        if source is None:
+            raise UnknownSessionError(
+                f"no session named {key!r}", hint=self._known_keys_hint()
+            )
+        parsed = _parse(source.read_bytes())
+        session = self._build(key, path, parsed)
+        if parsed.bad_lines:
+            session.warnings.insert(0, (
+                f"session {key}: {len(parsed.bad_lines)} damaged line(s) in {source} could not be read; "
+                f"they will be moved to {path}.corrupt when the session is next opened"
+            ))
+        return session
+
+    def list(self) -> list[SessionInfo]:
+        """Every session in the folder, read without taking locks, newest first."""
+        infos: dict[str, SessionInfo] = {}
+        if not self.directory.is_dir():
+            return []
+        for path in sorted(self.directory.glob("*.jsonl")):
+            try:
+                parsed = _parse(path.read_bytes())
+            except OSError:
+                continue
+            key = parsed.meta.get("key") or parsed.first_meta.get("key") or path.stem.replace("_", ":", 1)
+            if not isinstance(key, str):
+                continue
+            canonical = path == self.path_for(key)
+            if key in infos and not canonical:
+                continue  # a v0.1.x file that was already imported
+            session = self._build(key, path, parsed)
+            warnings = session.warnings + ([f"{len(parsed.bad_lines)} damaged line(s)"] if parsed.bad_lines else [])
+            infos[key] = SessionInfo(
+                key, path, len(session.messages), session.last_consolidated, session.updated_at, warnings
+            )
+        return sorted(infos.values(), key=lambda info: _sort_time(info.updated_at), reverse=True)
+
+    def _legacy_file(self, key: str) -> Path | None:
+        legacy = self._legacy_path(key)
+        if legacy == self.path_for(key) or not legacy.is_file():
+            return None
+        meta = _parse_first_line(legacy)
+        if meta.get("key", key) != key:
+            return None
+        return legacy
+
+    def _known_keys_hint(self) -> str:
+        keys = [info.key for info in self.list()]
+        return "known sessions: " + ", ".join(keys) if keys else "there are no saved sessions yet"
+
+    def _build(self, key: str, path: Path, parsed: _Parsed) -> Session:
+        meta = parsed.meta
+        session = Session(key=key, path=path, messages=parsed.messages)
+        session.created_at = str(parsed.first_meta.get("created_at") or session.created_at)
+        session.updated_at = str(parsed.last_time or session.created_at)
+        session.metadata = meta.get("metadata") if isinstance(meta.get("metadata"), dict) else {}
+        session.decisions = parsed.decisions
+        session._ends_with_newline = parsed.ends_with_newline
+        pointer = session._stored_pointer = meta.get("last_consolidated", 0)
+        count = len(session.messages)
+        if not _plain_int(pointer) or not 0 <= pointer - parsed.pointer_shift(pointer) <= count:
+            proven = self._proven_pointer(parsed, session.messages)
+            session.warnings.append(
+                f"session {key}: consolidation pointer {pointer!r} cannot be right (it must be a whole number "
+                f"from 0 to {count}); using {proven}, " + (
+                    "the last position HISTORY.md shows was archived" if proven else
+                    "the start, since HISTORY.md proves no later position")
+                + " (messages after it are sent again and may be summarised twice, never skipped)")
+            pointer = proven
+        else:
+            shift = parsed.pointer_shift(pointer)
+            if shift:
+                session.warnings.append(
+                    f"session {key}: {shift} damaged line(s) came before the consolidation pointer; moved it back "
+                    f"from {pointer} to {pointer - shift} so no message is skipped (some may be summarised again)")
+                pointer -= shift
+        session.last_consolidated = pointer
+        return session
+
+    def _proven_pointer(self, parsed: _Parsed, messages: list[Message]) -> int:
+        """The furthest earlier pointer whose chunk has its HISTORY.md entry (stamped with the chunk's
+        first message time), else 0. Every pointer was written only after its chunk was recorded."""
+        if self.receipts is None:
+            return 0
+        try:
+            stamps = self.receipts()
+        except OSError:
+            return 0
+        chain: list[int] = []
+        for value, before in parsed.pointers:
+            if _plain_int(value) and 0 <= value <= before:
+                value -= parsed.pointer_shift(value)
+                if value > (chain[-1] if chain else 0) and value <= len(messages):
+                    chain.append(value)
+        for k in range(len(chain) - 1, -1, -1):
+            start = chain[k - 1] if k else 0
+            if _chunk_stamps(messages[start:chain[k]]) & stamps:
+                return chain[k]
+        return 0
+
+    # -- opening for writing ------------------------------------------------------------------
+
+    def open(self, key: str) -> Session:
+        """Lock and load the session (creating it if new); raises SessionInUseError if held."""
+        path = self.path_for(key)
+        try:
+            lock = self._lock(key, path)
+        except OSError as exc:
+            raise storage_error(exc, "open the session", path) from None
+        try:
+            session = self._load_locked(key, path)
+            session._lock = lock
+            stored = session._stored_pointer
+            if not _plain_int(stored) or session.last_consolidated != stored:
+                # Persist the clamped pointer so the warning is given once, not on every open.
+                self.set_pointer(session, session.last_consolidated)
+        except OSError as exc:
+            lock.release()
+            raise storage_error(exc, "open the session", path) from None
+        except BaseException:
+            lock.release()
+            raise
+        return session
+
+    def close(self, session: Session) -> None:
+        if session._lock is not None:
+            session._lock.release()
+            session._lock = None
+
+    def _lock(self, key: str, path: Path) -> ExclusiveLock:
+        ensure_private_dir(self.directory)
+        lock = ExclusiveLock(path)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise SessionInUseError(
+                f"session {key} is in use by another nanobot process",
+                hint="close the other nanobot (or pick another session) and try again",
+            ) from None
+        return lock
+
+    def _load_locked(self, key: str, path: Path) -> Session:
+        if path.exists() and path.stat().st_size == 0:
+            path.unlink()  # created but never written (a crash right after creation): start afresh
+        if not path.exists():
+            legacy = self._legacy_file(key)
+            if legacy is not None:
+                # Import a v0.1.x file byte for byte; the original stays where it was.
+                atomic_write(path, legacy.read_bytes())
+            else:
+                session = Session(key=key, path=path)
+                append_durably(path, _dumps(self._meta_record(session)))
+                return session
+        parsed = _parse(path.read_bytes())
+        session = self._build(key, path, parsed)
+        if parsed.bad_lines:
+            side = self._move_aside(path, parsed.bad_lines)
+            # Rewrite with the readable lines verbatim, so the damage is reported once, not every load.
+            atomic_write(path, b"".join(line + b"\n" for line in parsed.good_lines))
+            session._ends_with_newline = True
+            session.warnings.insert(0, (
+                f"session {key}: {len(parsed.bad_lines)} damaged line(s) could not be read; "
+                f"their bytes were moved to {side}"
+            ))
+        return session
+
+    def _move_aside(self, path: Path, lines: list[bytes]) -> Path:
+        side = Path(str(path) + ".corrupt")
+        append_durably(side, b"".join(line + b"\n" for line in lines))
+        return side
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def append(self, session: Session, messages: list[Message]) -> None:
+        """Append messages durably: one write and one fsync, whatever the session's size."""
+        if not messages:
+            return
+        self._require_lock(session)
+        stamped = [m if "timestamp" in m else {**m, "timestamp": now_iso()} for m in messages]
+        payload = b"".join(_dumps(m) for m in stamped)
+        self._append_bytes(session, payload)
+        session.messages.extend(stamped)
+        session.updated_at = stamped[-1]["timestamp"]
+
+    def set_pointer(self, session: Session, last_consolidated: int) -> None:
+        """Record a new consolidation pointer by appending a metadata record (the last one wins)."""
+        self._require_lock(session)
+        if not 0 <= last_consolidated <= len(session.messages):
+            raise ValueError(f"pointer {last_consolidated} outside 0..{len(session.messages)}")
+        session.last_consolidated = session._stored_pointer = last_consolidated
+        session.updated_at = now_iso()
+        self._append_bytes(session, _dumps(self._meta_record(session)))
+
+    def set_metadata(self, session: Session, **values: Any) -> None:
+        self._require_lock(session)
+        session.metadata.update(values)
+        session.updated_at = now_iso()
+        self._append_bytes(session, _dumps(self._meta_record(session)))
+
+    def record_decision(self, session: Session, **fields: Any) -> dict[str, Any]:
+        """Append an approval decision (kind, summary, allowed, by, reason) durably, secrets masked."""
+        self._require_lock(session)
+        record = {"_type": DECISION_TYPE, "timestamp": now_iso(), **mask_value(fields)}
+        self._append_bytes(session, _dumps(record))
+        session.decisions.append(record)
+        return record
+
+    def rewrite(self, session: Session) -> None:
+        """Replace the file with one metadata record, the decisions and the messages (temp, fsync, rename)."""
+        self._require_lock(session)
+        session.updated_at = now_iso()
+        payload = (_dumps(self._meta_record(session)) + b"".join(_dumps(d) for d in session.decisions)
+                   + b"".join(_dumps(m) for m in session.messages))
+        try:
+            atomic_write(session.path, payload)  # the old file stays whole when this fails
+        except OSError as exc:
+            raise storage_error(exc, "rewrite the session", session.path) from None
+        session._ends_with_newline = True
+        session._stored_pointer = session.last_consolidated
+
+    def clear(self, session: Session) -> None:
+        """Empty the session for /new (the caller archives the old messages first)."""
+        session.messages = []
+        session.last_consolidated = 0
+        self.rewrite(session)
+
+    def repair(self, key: str) -> RepairReport:
+        """Rewrite a damaged session cleanly; the original file is kept as `<file>.bak-<time>`."""
+        path = self.path_for(key)
+        if not self.exists(key):
+            raise UnknownSessionError(f"no session named {key!r}", hint=self._known_keys_hint())
+        lock = self._lock(key, path)
+        try:
+            source = path if path.exists() else self._legacy_file(key)
+            original = source.read_bytes()
+            parsed = _parse(original, _exact_loads)  # these messages are written back
+            session = self._build(key, path, parsed)
+            fixed, pointer, fixes = repair_messages(session.messages, session.last_consolidated)
+            pointer_before = parsed.meta.get("last_consolidated", 0)
+            needs_rewrite = (
+                parsed.bad_lines or fixes.total or pointer != pointer_before
+                or not parsed.ends_with_newline or source != path
+            )
+            report = RepairReport(key, path, None, len(parsed.bad_lines), None, fixes,
+                                  pointer_before if isinstance(pointer_before, int) else 0, pointer)
+            if not needs_rewrite:
+                return report
+            stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+            backup = Path(f"{path}.bak-{stamp}")
+            atomic_write(backup, original)
+            report.backup = backup
+            if parsed.bad_lines:
+                report.corrupt_file = self._move_aside(path, parsed.bad_lines)
+            session.messages, session.last_consolidated = fixed, pointer
+            session._lock = lock
+            self.rewrite(session)
+            return report
+        finally:
+            lock.release()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _require_lock(self, session: Session) -> None:
+        if not session.is_open:
+            raise RuntimeError(f"session {session.key} is not open for writing (use SessionStore.open)")
+
+    def _append_bytes(self, session: Session, payload: bytes) -> None:
+        if not session._ends_with_newline:
+            # The file ends in a line with no newline: start on a fresh line rather than glue onto it.
+            payload = b"\n" + payload
+        try:
+            append_durably(session.path, payload)
+        except OSError as exc:
+            session._ends_with_newline = False  # if the cut-back failed too, start afresh on a new line
+            raise storage_error(exc, "save the session", session.path) from None
+        session._ends_with_newline = True
+
+    @staticmethod
+    def _meta_record(session: Session) -> dict[str, Any]:
+        return {
+            "_type": "metadata",
+            "key": session.key,
+            "created_at": session.created_at,
+            "updated_at": session.updated_at,
+            "metadata": session.metadata,
+            "last_consolidated": session.last_consolidated,
+        }
+
+
+def _plain_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _chunk_stamps(chunk: list[Message]) -> set[str]:
+    """The minute a HISTORY.md entry for `chunk` is stamped with (as local and as written)."""
+    for msg in chunk:
+        value = msg.get("timestamp")
+        try:
+            when = datetime.fromisoformat(value) if isinstance(value, str) and value else None
+        except ValueError:
+            when = None
+        if when is not None:
+            local = when.astimezone().replace(tzinfo=None) if when.tzinfo else when
+            return {local.strftime("%Y-%m-%d %H:%M"), when.strftime("%Y-%m-%d %H:%M")}
+    return set()
+
+
+def _parse_first_line(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            record = json.loads(fh.readline().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return record if isinstance(record, dict) and record.get("_type") == "metadata" else {}
+
+
+def _sort_time(stamp: str) -> float:
+    try:
+        parsed = datetime.fromisoformat(stamp)
+    except (TypeError, ValueError):
+        return 0.0
+    if parsed.tzinfo is None:
+        parsed = parsed.astimezone()  # v0.1.x wrote naive local times
+    return parsed.timestamp()
+
+
+# -- saving a turn ----------------------------------------------------------------------------
+
+
+def with_runtime_context(context: str, text: str) -> str:
+    """The current user message as the context builder sends it: the context block, then the text."""
+    return f"{RUNTIME_CONTEXT_OPEN}\n{context}\n{RUNTIME_CONTEXT_CLOSE}\n\n{text}"
+
+
+def split_runtime_context(text: str) -> tuple[str | None, str]:
+    """(the runtime-context block's body or None, the user's own text)."""
+    if not text.startswith(RUNTIME_CONTEXT_OPEN + "\n"):
+        return None, text
+    end = text.find("\n" + RUNTIME_CONTEXT_CLOSE, len(RUNTIME_CONTEXT_OPEN))
+    if end == -1:
+        return None, text  # no closing line: this is not our block, keep the user's text whole
+    rest = text[end + 1 + len(RUNTIME_CONTEXT_CLOSE):]
+    if rest and not rest.startswith("\n"):
+        return None, text  # the close marker must be a whole line
+    rest = rest[1:]  # the end of the close line
+    context = text[len(RUNTIME_CONTEXT_OPEN) + 1:end]
+    return context, rest[1:] if rest.startswith("\n") else rest  # the blank line after the block
+
+
+def strip_runtime_context(text: str) -> str:
+    """The user's own text: a leading runtime-context block (and its blank line) removed."""
+    return split_runtime_context(text)[1]
+
+
+def as_sent(msg: Message) -> Message:
+    """A stored message as the model saw it: a user message gets its runtime-context block back,
+    so every request repeats earlier ones byte for byte and the provider's prompt cache keeps hitting."""
+    if not isinstance(msg, dict):
+        return msg
+    content = msg.get("content")
+    if msg.get("role") == "tool" and isinstance(content, str) and len(content) > MAX_TOOL_RESULT_CHARS:
+        # written by another tool or an older version: sent (and counted) at the size a save keeps
+        return {**msg, "content": cap_tool_result(content)}
+    context = msg.get(RUNTIME_CONTEXT_KEY)
+    if not context or msg.get("role") != "user" or not isinstance(content, str):
+        return msg
+    return {**msg, "content": with_runtime_context(context, content)}
+
+
+def cap_tool_result(content: str) -> str:
+    """A tool result at the size a session keeps: the first MAX_TOOL_RESULT_CHARS and a marker."""
+    if len(content) <= MAX_TOOL_RESULT_CHARS:
+        return content
+    cut = len(content) - MAX_TOOL_RESULT_CHARS
+    return content[:MAX_TOOL_RESULT_CHARS] + f"\n... [truncated: {cut} more characters]"
+
+
+def prepare_for_save(msg: Message) -> Message | None:
+    """The stored form of one new message (secrets masked), or None when it should not be saved."""
+    role = msg.get("role")
+    out = mask_message(msg)
+    content = out.get("content")
+    if isinstance(content, list):
+        content = out["content"] = _stored_parts(content, strip_context=role == "user")
+    if role == "user":
+        if isinstance(content, str):
+            context, stripped = split_runtime_context(content)
+            if context is not None and not stripped.strip():
+                return None  # the message was only the runtime context
+            out["content"] = stripped
+            if context is not None:
+                out[RUNTIME_CONTEXT_KEY] = context  # kept beside the text, never inside it
+        elif isinstance(content, list) and not content:
+            return None
+    elif role == "assistant":
+        if not (content.strip() if isinstance(content, str) else content) and not out.get("tool_calls"):
+            return None
+    elif role == "tool" and isinstance(content, str) and len(content) > MAX_TOOL_RESULT_CHARS:
+        out["content"] = cap_tool_result(content)
+    out.setdefault("timestamp", now_iso())
+    return out
+
+
+def _stored_parts(parts: list, *, strip_context: bool) -> str | list:
+    stored: list = []
+    for index, part in enumerate(parts):
+        if isinstance(part, dict) and part.get("type") == "image_url":
+            url = (part.get("image_url") or {}).get("url", "") if isinstance(part.get("image_url"), dict) else ""
+            if isinstance(url, str) and url.startswith("data:"):
+                hint = part.get("path") or part.get("_path") or (part.get("image_url") or {}).get("_path")
+                stored.append({"type": "text", "text": f"[image: {hint or 'inline image'}]"})
+                continue
+        if strip_context and index == 0 and isinstance(part, dict) and part.get("type") == "text":
+            text = strip_runtime_context(str(part.get("text", "")))
+            if text != part.get("text") and not text.strip():
+                continue
+            part = {**part, "text": text}
+        stored.append(part)
+    if stored and all(isinstance(p, dict) and p.get("type") == "text" for p in stored):
+        return "\n".join(str(p.get("text", "")) for p in stored)
+    return stored
+
+
+def save_turn(store: SessionStore, session: Session, messages: list[Message], skip: int = 0) -> list[Message]:
+    """Append this turn's new messages durably; returns what was stored.
+
+    `skip` is the number of messages at the START of `messages` not to save (e.g. an injected
+    subagent result, or the system prompt and history when the caller passes the whole request).
+    """
+    stored = [m for m in (prepare_for_save(msg) for msg in messages[skip:]) if m is not None]
+    store.append(session, stored)
+    return stored
+
+
+class TurnCheckpoint:
+    """Saves a growing turn step by step: each `save` appends only what was not saved yet.
+
+    The agent loop creates one per turn with the full request list and `skip` = the number of
+    messages that are not new (system prompt, history, injected messages), then calls `save`
+    after the user message and after every finished tool step.
+    """
+
+    def __init__(self, store: SessionStore, session: Session, skip: int = 0) -> None:
+        self.store = store
+        self.session = session
+        self.saved_up_to = skip
+
+    def save(self, messages: list[Message]) -> list[Message]:
+        stored = save_turn(self.store, self.session, messages, skip=self.saved_up_to)
+        self.saved_up_to = len(messages)
+        return stored

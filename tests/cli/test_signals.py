@@ -1,0 +1,143 @@
+"""SIGTERM, SIGHUP and a closed terminal: every process group nanobot and its helpers started
+dies, the session is saved (and loads), and the exit code is 128 + the signal."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pexpect
+import pytest
+from nanobot.fakellm import Reply
+from nanobot.session.store import SessionStore
+
+# Each command marks that it runs, then writes one line 3 s later unless it was killed first.
+MAIN_CMD = 'touch main.started; sh -c "sleep 3; echo x >> main.late"'
+HELPER_CMD = 'touch helper.started; sh -c "sleep 3; echo x >> helper.late"'
+
+
+def responder(request):
+    body = json.dumps(request.body)
+    last = request.messages[-1]
+    if "You are a subagent" in body:
+        return Reply.tool_calls([("exec", {"command": HELPER_CMD})])
+    if last.get("role") == "tool" and "runs in the background" in json.dumps(last):
+        return Reply.tool_calls([("exec", {"command": MAIN_CMD})])
+    if last.get("role") == "tool":
+        return Reply.text("done")
+    return Reply.tool_calls([("spawn", {"task": "background sleeper", "label": "sleeper"})])
+
+
+def wait_for(path, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.05)
+
+
+def assert_nothing_survived_and_session_loads(workspace, reason: str):
+    time.sleep(3.5)  # both commands would have written their line by now
+    assert not (workspace / "main.late").exists(), "the main agent's command survived"
+    assert not (workspace / "helper.late").exists(), "the helper's command survived"
+    session = SessionStore().load("cli:direct")
+    assert session.warnings == []
+    assert any(m.get("role") == "user" and m.get("content") == "go" for m in session.messages)
+    notes = [m for m in session.messages if m.get("subagent")]
+    assert len(notes) == 1 and "subagent 'sleeper'" in notes[0]["content"] and reason in notes[0]["content"]
+
+
+@pytest.fixture
+def started(configure, fake_llm, isolated_home):
+    configure()
+    fake_llm.responder = responder
+    return isolated_home / "workspace"
+
+
+@pytest.mark.parametrize("sig, code, reason", [
+    (signal.SIGTERM, 143, "was stopped when nanobot was terminated (SIGTERM)"),
+    (signal.SIGHUP, 129, "was stopped when the terminal closed (SIGHUP)"),
+])
+def test_signal_in_one_shot_kills_every_command_saves_and_exits(started, nanobot_cmd, sig, code, reason):
+    workspace = started
+    proc = subprocess.Popen([*nanobot_cmd, "agent", "-m", "go"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    wait_for(workspace / "main.started")
+    wait_for(workspace / "helper.started")
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    assert_nothing_survived_and_session_loads(workspace, reason)
+
+
+def test_closing_the_terminal_kills_every_command_saves_and_exits_129(started):
+    workspace = started
+    env = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
+    child = pexpect.spawn(sys.executable, ["-m", "nanobot", "agent"], env=env, encoding="utf-8", timeout=20,
+                          dimensions=(40, 100))
+    child.expect_exact("you ›")
+    child.sendline("go")
+    wait_for(workspace / "main.started")
+    wait_for(workspace / "helper.started")
+    os.close(child.child_fd)  # the terminal goes away: the kernel hangs up its session (SIGHUP)
+    child.child_fd = -1
+    _, status = os.waitpid(child.pid, 0)
+    child.closed = True  # already reaped: keep pexpect from signalling a recycled pid
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 129, status
+    assert_nothing_survived_and_session_loads(workspace, "was stopped when the terminal closed (SIGHUP)")
+
+
+def idle_responder(request):
+    if "You are a subagent" in json.dumps(request.body):
+        return Reply.tool_calls([("exec", {"command": HELPER_CMD})])
+    if request.messages[-1].get("role") == "tool":
+        return Reply.text("it runs in the background")
+    return Reply.tool_calls([("spawn", {"task": "background sleeper", "label": "sleeper"})])
+
+
+def idle_chat_with_a_helper_running(workspace):
+    env = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
+    child = pexpect.spawn(sys.executable, ["-m", "nanobot", "agent"], env=env, encoding="utf-8", timeout=20,
+                          dimensions=(40, 100))
+    child.expect_exact("you ›")
+    child.sendline("go")
+    child.expect("it runs in the background")
+    child.expect_exact("you ›")
+    wait_for(workspace / "helper.started")
+    return child
+
+
+def assert_helper_killed_and_noted(workspace, reason):
+    time.sleep(3.5)
+    assert not (workspace / "helper.late").exists()
+    notes = [m["content"] for m in SessionStore().load("cli:direct").messages if m.get("subagent")]
+    assert len(notes) == 1 and reason in notes[0], notes
+
+
+def test_sigterm_at_the_idle_prompt_with_a_helper_running_exits_143(configure, fake_llm, isolated_home):
+    configure()
+    fake_llm.responder = idle_responder
+    workspace = isolated_home / "workspace"
+    child = idle_chat_with_a_helper_running(workspace)
+    child.kill(signal.SIGTERM)
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 143, (child.exitstatus, child.signalstatus)
+    assert_helper_killed_and_noted(workspace, "was stopped when nanobot was terminated (SIGTERM)")
+
+
+def test_closing_the_terminal_at_the_idle_prompt_exits_129(configure, fake_llm, isolated_home):
+    configure()
+    fake_llm.responder = idle_responder
+    workspace = isolated_home / "workspace"
+    child = idle_chat_with_a_helper_running(workspace)
+    os.close(child.child_fd)
+    child.child_fd = -1
+    _, status = os.waitpid(child.pid, 0)
+    child.closed = True
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 129, status
+    assert_helper_killed_and_noted(workspace, "was stopped when the terminal closed (SIGHUP)")

@@ -1,0 +1,93 @@
+"""`nanobot session list|show|repair`, driven through typer's runner with a throwaway home."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from nanobot.cli.session_cmd import session_app
+from nanobot.messages import assistant, tool_call, tool_result, user
+from nanobot.session.store import SessionStore
+from typer.testing import CliRunner
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def store() -> SessionStore:
+    return SessionStore()  # sessions_dir() under the test's NANOBOT_HOME
+
+
+def make(store: SessionStore, key: str, messages: list[dict], pointer: int = 0) -> None:
+    session = store.open(key)
+    store.append(session, messages)
+    if pointer:
+        store.set_pointer(session, pointer)
+    store.close(session)
+
+
+def test_list_shows_each_session(store):
+    make(store, "cli:direct", [user("hi"), assistant("hello")], pointer=2)
+    make(store, "telegram:7", [user("yo")])
+    result = runner.invoke(session_app, ["list"])
+    assert result.exit_code == 0, result.output
+    assert "cli:direct" in result.output and "telegram:7" in result.output
+    row = next(line for line in result.output.splitlines() if "cli:direct" in line)
+    assert " 2 " in row
+
+
+def test_list_with_no_sessions():
+    result = runner.invoke(session_app, ["list"])
+    assert result.exit_code == 0 and "No saved sessions" in result.output
+
+
+def test_show_prints_roles_tool_calls_and_shortened_results(store):
+    make(store, "cli:direct", [user("list files"), assistant(None, [tool_call("c1", "list_dir", {"path": "."})]),
+                               tool_result("c1", "list_dir", "f" * 5000), assistant("Many files.")])
+    result = runner.invoke(session_app, ["show", "cli:direct"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "user" in out and "list files" in out and "list_dir" in out and "Many files." in out
+    assert "f" * 5000 not in out and "4600 more characters" in out
+
+
+def test_show_json_prints_the_stored_messages(store):
+    make(store, "k", [user("q"), assistant("a")])
+    result = runner.invoke(session_app, ["show", "k", "--json"])
+    assert result.exit_code == 0
+    messages = json.loads(result.stdout)
+    assert [(m["role"], m["content"]) for m in messages] == [("user", "q"), ("assistant", "a")]
+
+
+def test_show_unknown_key_exits_2_and_lists_known_keys(store):
+    make(store, "cli:direct", [user("q")])
+    result = runner.invoke(session_app, ["show", "nope"])
+    assert result.exit_code == 2
+    assert "nope" in result.output and "cli:direct" in result.output
+
+
+def test_repair_reports_fixes_and_backup(store):
+    make(store, "k", [user("q"), assistant("a"), assistant("b")])
+    path = store.path_for("k")
+    path.write_bytes(path.read_bytes() + b"{torn")
+    result = runner.invoke(session_app, ["repair", "k"])
+    assert result.exit_code == 0, result.output
+    assert "1 damaged lines moved to" in result.output
+    assert "1 consecutive assistant messages merged" in result.output
+    backups = list(path.parent.glob(path.name + ".bak-*"))
+    assert len(backups) == 1 and str(backups[0]) in result.output.replace("\n", "")
+    again = runner.invoke(session_app, ["repair", "k"])
+    assert again.exit_code == 0 and "needs no repair" in again.output
+
+
+def test_repair_unknown_key_exits_2():
+    result = runner.invoke(session_app, ["repair", "ghost"])
+    assert result.exit_code == 2 and "no saved sessions" in result.output
+
+
+def test_repair_of_session_in_use_exits_2(store):
+    session = store.open("k")
+    store.append(session, [user("q")])
+    result = runner.invoke(session_app, ["repair", "k"])
+    assert result.exit_code == 2 and "in use" in result.output
+    store.close(session)
