@@ -12,12 +12,15 @@ from nanobot.agent.budget import BudgetSnapshot, ContextBudget
 from nanobot.agent.consolidation import Consolidator, probe_message
 from nanobot.agent.context import ContextBuilder
 from nanobot.agent.conversation import Conversation, TurnSettings
-from nanobot.agent.events import Notice
+from nanobot.agent.events import EventSink, Notice, ignore
+from nanobot.agent.loop import LoopSpec
+from nanobot.agent.reports import ReportTurns
 from nanobot.agent.subagents import SubagentManager
 from nanobot.approvals import SessionApprover, check_kinds
 from nanobot.config import Config, resolve_fallbacks, resolve_model
 from nanobot.errors import ContextTooSmallError
 from nanobot.memory.history import iter_entries
+from nanobot.memory.store import MemoryStore
 from nanobot.paths import secure_home
 from nanobot.providers.base import Provider
 from nanobot.providers.factory import make_provider
@@ -28,11 +31,11 @@ from nanobot.sandbox import Confinement, choose
 from nanobot.session.importer import ImportResult, continuing_line, import_all
 from nanobot.session.store import SessionStore
 from nanobot.tokens import default_counter
-from nanobot.tools.approval import Approver
+from nanobot.tools.approval import Approver, RefuseApprover
 from nanobot.tools.base import ToolContext
 from nanobot.tools.exec_rules import ExecRules
 from nanobot.tools.registry import ToolRegistry
-from nanobot.tools.spawn import SpawnTool
+from nanobot.tools.spawn import Spawner, SpawnTool
 
 if TYPE_CHECKING:  # imported where used: the cron and MCP modules load only when needed
     from nanobot.cron.runner import Clock, Delivery, JobTurns, Scheduler, TurnResult
@@ -62,7 +65,7 @@ def tool_context(cfg: Config, workspace: Path, approver: Approver | None = None)
         secret_env_names=frozenset(secrets),
         confinement=confinement(cfg),
         exec_rules=exec_rules(cfg),
-        **({"approver": approver} if approver is not None else {}),
+        approver=approver if approver is not None else RefuseApprover(),
     )
 
 
@@ -116,11 +119,11 @@ def start_mcp(cfg: Config, workspace: Path, registries: list[ToolRegistry], appr
     return manager
 
 
-def build_context(cfg: Config, workspace: Path) -> ContextBuilder:
-    from nanobot.memory.store import MemoryStore
+def build_context(cfg: Config, workspace: Path, memory: MemoryStore | None = None) -> ContextBuilder:
+    """The prompt's builder, reading MEMORY.md through `memory` (a new store on `workspace` by default)."""
     from nanobot.skills import SkillSet
 
-    return ContextBuilder(workspace, memory=MemoryStore(workspace), skills=SkillSet.discover(workspace),
+    return ContextBuilder(workspace, memory=memory or MemoryStore(workspace), skills=SkillSet.discover(workspace),
                           timezone=cfg.defaults.timezone)
 
 
@@ -145,8 +148,8 @@ class AssistantTurns:
         try:
             await assistant.mcp_ready()  # a job's turn sees the MCP tools too
             outcome = await assistant.conversation.send(prompt)
-            if assistant.conversation.running_subagents():
-                await assistant.conversation.wait_for_background(self.cfg.defaults.subagent_wait_seconds)
+            if assistant.subagents.running():
+                await assistant.subagents.wait(self.cfg.defaults.subagent_wait_seconds)
         finally:
             await assistant.aclose()
         return TurnResult(outcome.content, outcome.error)
@@ -172,6 +175,7 @@ class Assistant:
     workspace: Path
     store: SessionStore
     conversation: Conversation
+    subagents: SubagentManager  # this run's helpers, and the report turns they lead to
     approver: SessionApprover | None = None  # answers risky actions; remembers this session's "always"
     imports: ImportResult = field(default_factory=lambda: ImportResult([], []))  # what came from nanobot
     mcp: MCPManager | None = None  # MCP servers starting or started in the background
@@ -195,14 +199,14 @@ class Assistant:
 
     def prewarm(self) -> None:
         """Start loading the provider's SDK in the background (the REPL calls this before its prompt)."""
-        provider = self.conversation.provider
+        provider: object = self.conversation.provider
         while provider is not None and not hasattr(provider, "prewarm"):
             provider = getattr(provider, "inner", None)
         if provider is not None:
             provider.prewarm()
 
     async def aclose(self) -> None:
-        await self.conversation.stop_background()
+        await self.subagents.stop()
         if self.mcp is not None:
             await self.mcp.aclose()
         await self.conversation.join_consolidation()  # `agent -m` must not exit mid-consolidation
@@ -210,8 +214,15 @@ class Assistant:
         await self.conversation.provider.aclose()
 
 
+class _NoSpawner:
+    """Stands in for the helpers where only the tools' schemas are wanted (status)."""
+
+    def spawn(self, task: str, label: str | None = None) -> tuple[str, str]:
+        raise RuntimeError("nanobot status starts no helpers")
+
+
 def add_main_agent_tools(tools: ToolRegistry, cfg: Config, workspace: Path, session_key: str,
-                         subagents: SubagentManager | None, approver: Approver | None = None) -> None:
+                         subagents: Spawner, approver: Approver | None = None) -> None:
     """What the main agent has beyond a subagent's tools (spawn, cron); status counts the same schemas."""
     tools.register(SpawnTool(tool_context(cfg, workspace, approver), subagents))
     tools.register(cron_tool(cfg, workspace, session_key))
@@ -224,7 +235,7 @@ def build_budget(cfg: Config) -> ContextBudget:
                          prompt_cap=d.context_block_limit, max_tool_calls=d.max_tool_calls_per_step)
 
 
-def history_receipts(workspace: Path):
+def history_receipts(workspace: Path) -> Callable[[], set[str]]:
     """The stamps of HISTORY.md's entries, which prove how far a session was archived."""
     def stamps() -> set[str]:
         path = workspace / "memory" / "HISTORY.md"
@@ -236,11 +247,14 @@ def history_receipts(workspace: Path):
 
 def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, stream: bool = True,
                    on_retry: RetryCallback | None = None, ask: Approver | None = None,
-                   approve: Iterable[str] = (), on_fallback: FallbackCallback | None = None) -> Assistant:
+                   approve: Iterable[str] = (), on_fallback: FallbackCallback | None = None,
+                   background: EventSink = ignore) -> Assistant:
     """Resolve the provider (fails fast on a missing key), then lock and load the session.
 
     `ask` answers risky actions (the chat's prompt; None refuses them, as in one-shot mode);
-    `approve` lists kinds allowed without asking (--approve), besides tools.autoApprove.
+    `approve` lists kinds allowed without asking (--approve), besides tools.autoApprove;
+    `background` renders what happens between the user's turns (helpers' reports, consolidation
+    finishing, MCP servers failing).
     """
     auto = check_kinds([*cfg.tools.auto_approve], "tools.autoApprove") | check_kinds(approve, "--approve")
     provider = build_provider(cfg, model, on_retry=on_retry, on_fallback=on_fallback)
@@ -252,32 +266,36 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     session = store.open(session_key)
     d = cfg.defaults
     channel, _, chat_id = session_key.partition(":")
-    settings = TurnSettings(max_iterations=d.max_tool_iterations, temperature=d.temperature, stream=stream,
-                            channel=channel or "cli", chat_id=chat_id or "direct")
     approver = SessionApprover(ask, auto=auto,
                                record=lambda **fields: store.record_decision(session, **fields))
-    tools = build_tools(cfg, workspace, approver)
-    context = build_context(cfg, workspace)
+    memory = MemoryStore(workspace)
+    context = build_context(cfg, workspace, memory)
     budget = build_budget(cfg)
-    consolidator = Consolidator(provider, context.memory, store, budget, timeout=d.consolidation_timeout_seconds)
-    conversation = Conversation(session=session, store=store, provider=provider, tools=tools, context=context,
-                                budget=budget, consolidator=consolidator, settings=settings)
+    # in one pass, each object built from the ones before it: the conversation runs turns; report
+    # turns bring it what helpers found; the helpers tell the report turns when they end; the
+    # main agent's spawn tool starts helpers (registered last, in the registry the loop holds)
+    tools = build_tools(cfg, workspace, approver)
+    loop = LoopSpec(provider, tools, budget, max_iterations=d.max_tool_iterations, temperature=d.temperature,
+                    stream=stream)
+    conversation = Conversation(
+        session=session, store=store, context=context, loop=loop, background=background,
+        consolidator=Consolidator(provider, memory, store, budget, timeout=d.consolidation_timeout_seconds),
+        settings=TurnSettings(channel=channel or "cli", chat_id=chat_id or "direct"))
     sub_tools = build_tools(cfg, workspace, approver)  # subagents ask the same way, recorded in this session
-    subagents = SubagentManager(provider, sub_tools, workspace, on_done=conversation.deliver,
-                                on_start=conversation.announce_start, budget=budget)
+    subagents = SubagentManager(provider, sub_tools, workspace, reports=ReportTurns(conversation, background),
+                                budget=budget)
     add_main_agent_tools(tools, cfg, workspace, session_key, subagents, approver)
-    conversation.subagents = subagents
     system = context.system_prompt()
     try:
         budget.check_fixed(system, tools.schemas(),
-                           memory_tokens=lambda: budget.counter.count_text(context.memory.read_memory()))
+                           memory_tokens=lambda: budget.counter.count_text(memory.read_memory()))
     except ContextTooSmallError:
         store.close(session)
         raise
-    warnings = [*session.warnings, *context.memory.startup_check(), *budget.startup_warnings(system, tools.schemas())]
+    warnings = [*session.warnings, *memory.startup_check(), *budget.startup_warnings(system, tools.schemas())]
     mcp = start_mcp(cfg, workspace, [tools, sub_tools], approver,  # last: nothing after it can fail and leak them
-                    notify=lambda text: conversation.background_emit(Notice(text, "warning")))
-    return Assistant(cfg, workspace, store, conversation, approver, imports, mcp, warnings)
+                    notify=lambda text: background(Notice(text, "warning")))
+    return Assistant(cfg, workspace, store, conversation, subagents, approver, imports, mcp, warnings)
 
 
 def status_snapshot(cfg: Config, session_key: str = "cli:direct") -> tuple[BudgetSnapshot, bool]:
@@ -287,7 +305,7 @@ def status_snapshot(cfg: Config, session_key: str = "cli:direct") -> tuple[Budge
     budget = build_budget(cfg)
     context = build_context(cfg, workspace)
     tools = build_tools(cfg, workspace)
-    add_main_agent_tools(tools, cfg, workspace, session_key, None)  # schemas only: nothing is run
+    add_main_agent_tools(tools, cfg, workspace, session_key, _NoSpawner())  # schemas only: nothing is run
     store = SessionStore(receipts=history_receipts(workspace))
     session = store.load(session_key) if store.exists(session_key) else None
     snap = budget.snapshot(session, system_prompt=context.system_prompt, tools=tools.schemas(), probe=probe_message())

@@ -290,8 +290,8 @@ class Consolidator:
                                       report: ConsolidationReport, emit: EventSink, base: str) -> str:
         """Summarise the chunk, or archive it raw after repeated failures; returns the entry's first line."""
         reason = "the consolidation request cannot fit the context window"
-        attempts = self.max_failures if request is not None else 0
-        for _ in range(attempts):
+        for _ in range(self.max_failures if request is not None else 0):
+            assert request is not None
             try:
                 return self._record(chunk, await self._ask(request), report, base)
             except ConsolidationFailure as exc:

@@ -13,7 +13,7 @@ import platform
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from nanobot.messages import Message
@@ -24,11 +24,24 @@ from nanobot.untrusted import FENCE_RULES, fence
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md")
 
 
+class MemoryReader(Protocol):
+    """Where MEMORY.md is read from (nanobot.memory.store.MemoryStore is one)."""
+
+    def read_memory(self) -> str: ...
+
+
+class SkillsSection(Protocol):
+    """The skills list for the prompt (nanobot.skills.SkillSet is one)."""
+
+    def prompt_section(self) -> str: ...
+
+
 class ContextBuilder:
-    def __init__(self, workspace: Path, *, memory: Any = None, skills: Any = None, timezone: str = "") -> None:
+    def __init__(self, workspace: Path, *, memory: MemoryReader | None = None, skills: SkillsSection | None = None,
+                 timezone: str = "") -> None:
         self.workspace = workspace
-        self.memory = memory  # nanobot.memory.store.MemoryStore
-        self.skills = skills  # nanobot.skills.SkillSet
+        self.memory = memory
+        self.skills = skills
         self.timezone = timezone
 
     def identity(self) -> str:

@@ -1,34 +1,36 @@
 """One session's turns: build the request, run the loop, save every step durably.
 
 This is where the pure agent loop meets the session store. Printing stays in the CLI,
-which receives events; this module only orchestrates.
+which receives events; this module only orchestrates. A turn is the user's (`send`) or one
+nobody typed (`inject`: a helper's report, brought by nanobot.agent.reports); both share one
+lock, so a report waits behind a running user turn and reports are handled one by one.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, replace
 
-from nanobot.agent.budget import ContextBudget
-from nanobot.agent.consolidation import ConsolidationReport, Consolidator, probe_message
+from nanobot.agent.budget import BudgetSnapshot
+from nanobot.agent.consolidation import (
+    DEFAULT_PROBE,
+    ConsolidationReport,
+    Consolidator,
+    probe_message,
+)
 from nanobot.agent.context import ContextBuilder
-from nanobot.agent.events import EventSink, Notice, TurnDone, ignore
-from nanobot.agent.loop import LoopResult, run_loop
+from nanobot.agent.events import Event, EventSink, Notice, StopReason, TurnDone, TurnOutcome, ignore
+from nanobot.agent.loop import LoopHooks, LoopSpec, run_loop
 from nanobot.agent.paste import keep_large_paste
-from nanobot.agent.subagents import HelperRecord, SubagentResult
 from nanobot.errors import UsageError
-from nanobot.messages import Message, text_of
-from nanobot.providers.base import Provider, Usage
+from nanobot.messages import NOTE_KEY, Message, text_of
+from nanobot.providers.base import Usage
 from nanobot.secrets_mask import REDACTED, find_secrets, mask_secrets, mask_value
 from nanobot.session.store import Session, SessionStore, TurnCheckpoint, save_turn
 
 
-@dataclass
+@dataclass(frozen=True)
 class TurnSettings:
-    max_iterations: int = 40
-    temperature: float = 0.1
-    stream: bool = True
     channel: str = "cli"
     chat_id: str = "direct"
     # a turn waits this long for consolidation to make room, then goes ahead with older turns
@@ -36,36 +38,40 @@ class TurnSettings:
     room_wait_seconds: float = 5.0
 
 
-@dataclass
-class TurnOutcome:
-    content: str | None
-    stop_reason: str  # "done" | "max_iterations" | "error"
-    error: str | None = None
-    usage: Usage = field(default_factory=Usage)
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+class _Checkpoint(LoopHooks):
+    """A turn's hooks: every new message is saved as it appears, every event goes to `emit`."""
+
+    def __init__(self, checkpoint: TurnCheckpoint, transcript: list[Message], emit: EventSink) -> None:
+        self.checkpoint = checkpoint
+        self.transcript = transcript
+        self.emit = emit
+
+    def on_message(self, messages: list[Message]) -> None:
+        self.transcript.extend(messages)
+        self.checkpoint.save(self.transcript)
+
+    def on_event(self, event: Event) -> None:
+        self.emit(event)
 
 
 class Conversation:
-    """Turns of one session. User turns and injected subagent turns share one lock, so a
-    subagent's report waits behind a running user turn and reports are handled one by one."""
+    """Turns of one session, and the consolidation that keeps its requests inside the window."""
 
-    def __init__(self, *, session: Session, store: SessionStore, provider: Provider, tools: Any,
-                 context: ContextBuilder, budget: ContextBudget, consolidator: Consolidator,
-                 settings: TurnSettings | None = None) -> None:
+    def __init__(self, *, session: Session, store: SessionStore, context: ContextBuilder, loop: LoopSpec,
+                 consolidator: Consolidator, background: EventSink = ignore,
+                 settings: TurnSettings = TurnSettings()) -> None:
         self.session = session
         self.store = store
-        self.provider = provider
-        self.tools = tools
         self.context = context
-        self.settings = settings or TurnSettings()
-        self.last_usage = Usage()
-        self.subagents: Any = None  # nanobot.agent.subagents.SubagentManager, wired by app.py
-        self.background_emit: EventSink = ignore  # where injected turns render (set by the CLI)
-        self._turn_lock = asyncio.Lock()
-        # report turns queued or running -> their result (None once the turn saved its note)
-        self._reports: dict[asyncio.Task, SubagentResult | None] = {}
-        self.budget = budget
+        self.loop = loop
+        self.provider = loop.provider
+        self.tools = loop.tools
+        self.budget = loop.budget
         self.consolidator = consolidator
+        self.background = background  # where what happens between the user's turns renders
+        self.settings = settings
+        self.last_usage = Usage()
+        self._turn_lock = asyncio.Lock()
         self.last_consolidation: ConsolidationReport | None = None
         self._consolidation: asyncio.Task | None = None
         self._waiting_emit: EventSink | None = None  # where consolidation reports while a turn waits for it
@@ -102,38 +108,31 @@ class Conversation:
         checkpoint = TurnCheckpoint(self.store, self.session, skip=new_from)
         transcript = list(request)
         checkpoint.save(transcript)
-
-        def on_step(new: list[Message]) -> None:
-            transcript.extend(new)
-            checkpoint.save(transcript)
-
-        s = self.settings
-        result: LoopResult = await run_loop(
-            self.provider, self.tools, request, max_iterations=s.max_iterations, temperature=s.temperature,
-            emit=emit, on_step=on_step, stream=s.stream, budget=self.budget,
-        )
-        if result.stop_reason == "max_iterations" and result.content:
+        hooks = _Checkpoint(checkpoint, transcript, emit)
+        result = await run_loop(self.loop, request, hooks)
+        outcome = result.outcome
+        if outcome.stop_reason is StopReason.MAX_ITERATIONS and outcome.content:
             # the limit notice is a real answer the user sees; keep it so the next turn has the context
-            on_step([{"role": "assistant", "content": result.content}])
+            hooks.on_message([{"role": "assistant", "content": outcome.content}])
         if result.requests:
-            self.last_usage = result.usage
-        outcome = TurnOutcome(result.content, result.stop_reason, mask_secrets(result.error), result.usage,
-                              mask_value(result.tool_calls))
+            self.last_usage = outcome.usage
+        outcome = replace(outcome, error=mask_secrets(outcome.error) if outcome.error else None,
+                          tool_calls=mask_value(outcome.tool_calls))
         self._consolidate_in_background()
-        emit(TurnDone(outcome.content, outcome.stop_reason, outcome.usage, outcome.error, outcome.tool_calls))
+        emit(TurnDone(outcome))
         return outcome
 
     # -- token budget and consolidation ----------------------------------------------------------
 
-    def _schemas(self) -> list[dict] | None:
-        return self.tools.schemas() if self.tools is not None else None
+    def _schemas(self) -> list[dict]:
+        return self.tools.schemas()
 
-    def estimate(self, probe: str | None = None) -> int:
+    def estimate(self, probe: str = DEFAULT_PROBE) -> int:
         """The next request's estimated size, as the budget sees it (for /status too)."""
         return self.budget.estimate(self.session, system_prompt=self.context.system_prompt, tools=self._schemas(),
-                                    probe=probe_message(probe) if probe is not None else probe_message())
+                                    probe=probe_message(probe))
 
-    def snapshot(self):
+    def snapshot(self) -> BudgetSnapshot:
         """The budget's figures for this session's next request (what /status shows)."""
         return self.budget.snapshot(self.session, system_prompt=self.context.system_prompt,
                                     tools=self._schemas(), probe=probe_message())
@@ -167,23 +166,22 @@ class Conversation:
         finally:
             self._waiting_emit = None
 
-    def _route(self, event) -> None:
-        (self._waiting_emit or self.background_emit)(event)
+    def _route(self, event: Event) -> None:
+        (self._waiting_emit or self.background)(event)
 
     def _consolidate_in_background(self) -> None:
         if self._consolidation is not None and not self._consolidation.done():
             return
-        self._start_consolidation(None)
+        self._start_consolidation(DEFAULT_PROBE)
 
-    def _start_consolidation(self, probe: str | None) -> None:
+    def _start_consolidation(self, probe: str) -> None:
         self._consolidation = asyncio.get_running_loop().create_task(self._consolidate(probe))
 
-    async def _consolidate(self, probe: str | None) -> None:
-        kwargs = {"probe": probe} if probe is not None else {}
+    async def _consolidate(self, probe: str) -> None:
         try:
             report = await self.consolidator.maybe_consolidate_by_tokens(
                 self.session, system_prompt=self.context.system_prompt, tool_schemas=self._schemas(),
-                emit=self._route, **kwargs)
+                probe=probe, emit=self._route)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # never lost: the pointer did not move, the next check tries again
@@ -206,81 +204,27 @@ class Conversation:
             self._report(report, emit)
             return report
 
-    # -- subagent reports ----------------------------------------------------------------------
+    # -- turns nobody typed -----------------------------------------------------------------------
 
-    def announce_start(self, sub_id: str, label: str) -> None:
-        self.background_emit(Notice(f"subagent '{label}' ({sub_id}) started"))
-
-    def deliver(self, result: SubagentResult) -> None:
-        """Called when a subagent ends: queue its report as a turn behind any running turn."""
-        level = "info" if result.status == "completed" else "warning"
-        self.background_emit(Notice(result.record.summary(), level))
-        task = asyncio.get_running_loop().create_task(self._process_report(result))
-        self._reports[task] = result
-        task.add_done_callback(lambda t: self._reports.pop(t, None))
-
-    async def _process_report(self, result: SubagentResult) -> TurnOutcome:
-        """A report turn: the request ends with the report as a labelled user message (see
-        nanobot/agent/subagents.py for why); the session keeps only the helper's one-line note there."""
-        report = result.report_message()
+    async def inject(self, message: Message, note: Message, *, emit: EventSink) -> TurnOutcome:
+        """A turn nobody typed (a helper's report): the request ends with `message` as a labelled user
+        message (see nanobot/agent/subagents.py for why); the session keeps only `note` in its place."""
         async with self._turn_lock:
-            await self._make_room(text_of(report["content"]), self.background_emit)
+            await self._make_room(text_of(message["content"]), emit)
             history = self.session.get_history()
-            save_turn(self.store, self.session, [result.record.note()])
-            me = asyncio.current_task()
-            if me in self._reports:
-                self._reports[me] = None  # the note is saved: a stop adds nothing
-            system = {"role": "system", "content": self.context.system_prompt()}
-            request = [system, *history, report]  # the report is context for this turn only
-            return await self._run_turn(request, new_from=len(request), emit=self.background_emit)
+            save_turn(self.store, self.session, [note])
+            system: Message = {"role": "system", "content": self.context.system_prompt()}
+            request = [system, *history, message]  # `message` is context for this turn only
+            return await self._run_turn(request, new_from=len(request), emit=emit)
 
-    def running_subagents(self) -> list[tuple[str, str, str]]:
-        return self.subagents.running() if self.subagents is not None else []
-
-    def helpers(self) -> list[HelperRecord]:
-        """Every helper this process started, running or ended (for /status)."""
-        return list(self.subagents.records.values()) if self.subagents is not None else []
-
-    def background_pending(self) -> tuple[int, int]:
-        """(running subagents, report turns queued or running)."""
-        return len(self.running_subagents()), sum(1 for t in self._reports if not t.done())
-
-    async def wait_for_background(self, timeout: float) -> bool:
-        """Wait for subagents and the turns their reports trigger; False if `timeout` passed first."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            if loop.time() > deadline:
-                return False
-            if self.subagents is not None and not await self.subagents.wait(max(0.0, deadline - loop.time())):
-                return False
-            pending = [t for t in self._reports if not t.done()]
-            if not pending:
-                if not self.running_subagents():
-                    return True
-                continue
-            _, still = await asyncio.wait(pending, timeout=max(0.0, deadline - loop.time()))
-            if still:
-                return False
-
-    async def stop_background(self, reason: str = "when nanobot closed") -> list[HelperRecord]:
-        """Stop every subagent and report turn; each one stopped leaves its one-line note in the
-        session, so the model knows on the next turn. `reason` completes "was stopped ...".
-        Call it between turns (it takes the turn lock to write the notes)."""
-        stopped = await self.subagents.cancel_all(reason) if self.subagents is not None else []
-        notes = [record.note() for record in stopped]
-        reports = [(t, r) for t, r in self._reports.items() if t is not asyncio.current_task()]
-        for task, _ in reports:
-            task.cancel()
-        if reports:
-            await asyncio.gather(*(task for task, _ in reports), return_exceptions=True)
-        # a report whose turn never started: its helper did finish, but nobody read the report
-        notes += [result.record.note(f"; handling its report was stopped {reason}")
-                  for _, result in reports if result is not None]
-        if notes:
-            async with self._turn_lock:
-                save_turn(self.store, self.session, notes)
-        return stopped
+    async def save_notes(self, notes: list[Message]) -> None:
+        """Save nanobot's notes about helpers, between turns. One note per helper: a helper this
+        session already has a note of (its report turn saved it) is skipped."""
+        async with self._turn_lock:
+            noted = {m[NOTE_KEY].get("id") for m in self.session.messages if isinstance(m.get(NOTE_KEY), dict)}
+            fresh = [note for note in notes if note.get(NOTE_KEY, {}).get("id") not in noted]
+            if fresh:
+                save_turn(self.store, self.session, fresh)
 
     async def new_session(self, *, emit: EventSink = ignore) -> ConsolidationReport | None:
         """/new: archive every unconsolidated message first, then clear (a crash between loses nothing)."""

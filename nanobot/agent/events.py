@@ -1,9 +1,11 @@
-"""Events the agent loop emits. The CLI renders them; saving and consolidation hang off them."""
+"""Events the agent loop emits, and how a turn ends. The CLI renders them; saving and
+consolidation hang off them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from nanobot.providers.base import Usage
@@ -44,13 +46,28 @@ class Notice:
     level: str = "info"  # "info" | "warning" | "error"
 
 
+class StopReason(StrEnum):
+    """Why a turn (of the main agent or a helper) ended; the value is what `agent -m --json` prints."""
+
+    DONE = "done"  # the model gave its final answer
+    MAX_ITERATIONS = "max_iterations"  # the step limit was reached first
+    ERROR = "error"  # the provider failed, or the request could not be made to fit
+
+
+@dataclass
+class TurnOutcome:
+    """How one turn ended, as the user sees it (and `agent -m --json` prints it)."""
+
+    stop_reason: StopReason = StopReason.DONE
+    content: str | None = None
+    error: str | None = None
+    usage: Usage = field(default_factory=Usage)  # of the turn's last request
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {"name", "arguments", "is_error"}
+
+
 @dataclass
 class TurnDone:
-    content: str | None
-    stop_reason: str
-    usage: Usage = field(default_factory=Usage)
-    error: str | None = None
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    outcome: TurnOutcome
 
 
 Event = TextDelta | ToolStarted | ToolFinished | Retrying | Notice | TurnDone

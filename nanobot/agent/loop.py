@@ -1,8 +1,11 @@
 """The agent loop: LLM <-> tools until a final answer or the iteration limit.
 
-It knows messages, a provider and a tool registry, nothing else: it never prints and
-never touches files. Progress goes out as events; `on_step` receives every new message as
-soon as it exists (an assistant message, then each tool result) so the caller can checkpoint it.
+It knows messages, a provider, a tool runner and the context budget (a `LoopSpec`), nothing
+else: it never prints and never touches files. What the caller does with a run hangs off a
+`LoopHooks`: `on_event` gets progress (text, tool starts and ends, notices), `on_message` gets
+every new message as soon as it exists (an assistant message, then each tool result) so the
+caller can checkpoint it. One step is a model call (`_Run.call_model`) and then, if the model
+asked for tools, a tool step (`_Run.run_tools`); the run ends with a `StopReason`.
 """
 
 from __future__ import annotations
@@ -10,10 +13,18 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from nanobot.agent.budget import DEFAULT_MAX_TOOL_CALLS, ContextBudget, Fitted
-from nanobot.agent.events import EventSink, Notice, TextDelta, ToolFinished, ToolStarted, ignore
+from nanobot.agent.budget import ContextBudget, Fitted
+from nanobot.agent.events import (
+    Event,
+    Notice,
+    StopReason,
+    TextDelta,
+    ToolFinished,
+    ToolStarted,
+    TurnOutcome,
+)
 from nanobot.errors import ProviderError, RequestTooLarge
 from nanobot.messages import Message, tool_result
 from nanobot.providers.base import LLMResponse, Provider, ToolCallRequest, Usage
@@ -21,7 +32,47 @@ from nanobot.session.validity import make_valid
 
 _THINK = re.compile(r"<think>.*?(?:</think>|\Z)\s*", re.S)
 
-StepCallback = Callable[[list[Message]], None]
+
+class ToolOutput(Protocol):
+    """What running one tool call gives back (nanobot.tools.base.ToolResult is one)."""
+
+    @property
+    def content(self) -> str: ...
+
+    @property
+    def is_error(self) -> bool: ...
+
+
+class ToolRunner(Protocol):
+    """What the loop needs of its tools (nanobot.tools.registry.ToolRegistry is one)."""
+
+    def schemas(self) -> list[dict[str, Any]]: ...
+
+    def hint(self, name: str, args: Any) -> str: ...
+
+    async def execute(self, name: str, args: Any, parse_error: str | None = None) -> ToolOutput: ...
+
+
+@dataclass(frozen=True)
+class LoopSpec:
+    """Everything a run of the loop needs besides its messages and hooks."""
+
+    provider: Provider
+    tools: ToolRunner
+    budget: ContextBudget  # fits every request to the window and sets its max_tokens
+    max_iterations: int = 40  # model calls per run (agents.defaults.maxToolIterations)
+    temperature: float = 0.1
+    stream: bool = True  # pass text deltas on as they arrive (TextDelta events)
+
+
+class LoopHooks:
+    """What a caller hangs off a run; subclass and override. The defaults do nothing."""
+
+    def on_message(self, messages: list[Message]) -> None:
+        """New messages of the run, as soon as they exist: save them here (one call, one append)."""
+
+    def on_event(self, event: Event) -> None:
+        """Progress for the screen: text deltas, tool starts and ends, notices."""
 
 
 def strip_think(text: str | None) -> str | None:
@@ -80,13 +131,9 @@ class HoldLast:
 
 @dataclass
 class LoopResult:
-    content: str | None
-    stop_reason: str  # "done" | "max_iterations" | "error"
+    outcome: TurnOutcome = field(default_factory=TurnOutcome)
     new_messages: list[Message] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)  # of the last request
-    total_usage: Usage = field(default_factory=Usage)
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    error: str | None = None
+    total_usage: Usage = field(default_factory=Usage)  # of every request (outcome.usage: the last)
     requests: int = 0
 
 
@@ -101,128 +148,140 @@ def over_cap_result(call: ToolCallRequest, asked: int, cap: int) -> Message:
         "(agents.defaults.maxToolCallsPerStep). Ask again for the calls you still need, fewer at a time."))
 
 
-async def run_loop(
-    provider: Provider,
-    tools: Any,  # nanobot.tools.registry.ToolRegistry
-    messages: list[Message],
-    *,
-    max_iterations: int = 40,
-    max_tokens: int = 4096,
-    temperature: float = 0.1,
-    emit: EventSink = ignore,
-    on_step: StepCallback | None = None,
-    budget: ContextBudget | None = None,
-    stream: bool = True,
-) -> LoopResult:
-    """Run one turn. `messages` is the full request (system, history, current user message).
+async def run_loop(spec: LoopSpec, messages: list[Message], hooks: LoopHooks | None = None) -> LoopResult:
+    """Run one turn. `messages` is the full request (system, history, current user message)."""
+    run = _Run(spec, messages, hooks or LoopHooks())
+    for _ in range(spec.max_iterations):
+        response = await run.call_model()
+        if response is None:
+            return run.result
+        if not response.tool_calls:
+            return run.finish(response)
+        # checkpoint the call before running it, and each result as it lands, so a crash or
+        # Ctrl-C mid-step never loses a side effect that already happened
+        run.record([response.to_message()])
+        run.shown.flush()
+        await run.run_tools(response.tool_calls)
+    return run.stop(StopReason.MAX_ITERATIONS, content=max_iterations_message(spec.max_iterations))
 
-    With a `budget`, every request is fitted to it (and max_tokens comes from it); without one
-    (narrow tests) requests go as they are with `max_tokens`.
-    """
-    conversation = list(messages)
-    result = LoopResult(content=None, stop_reason="done")
-    schemas = tools.schemas() if tools is not None else None
-    cap = budget.max_tool_calls if budget is not None else DEFAULT_MAX_TOOL_CALLS
-    told: set[str] = set()
-    for _ in range(max_iterations):
+
+class _Run:
+    """One run of the loop: the request as it grows, the result so far, the notices already given."""
+
+    def __init__(self, spec: LoopSpec, messages: list[Message], hooks: LoopHooks) -> None:
+        self.spec = spec
+        self.hooks = hooks
+        self.messages = list(messages)
+        self.result = LoopResult()
+        self.schemas = spec.tools.schemas()
+        self.told: set[str] = set()
+        self.shown = HoldLast(self._text)  # the streamed text of the current model call
+        self.max_tokens = spec.budget.max_tokens  # asked for by the current model call
+
+    def _text(self, text: str) -> None:
+        self.hooks.on_event(TextDelta(text))
+
+    def record(self, new: list[Message]) -> None:
+        """Every new message goes through here: into the request, into the result, to the hooks."""
+        self.messages.extend(new)
+        self.result.new_messages.extend(new)
+        self.hooks.on_message(new)
+
+    def stop(self, reason: StopReason, *, content: str | None = None, error: str | None = None) -> LoopResult:
+        self.result.outcome.stop_reason = reason
+        self.result.outcome.content = content
+        self.result.outcome.error = error
+        return self.result
+
+    def _fit(self) -> Fitted:
+        fitted = self.spec.budget.fit(make_valid(self.messages), self.schemas)
+        for cut in fitted.cuts:
+            if cut not in self.told and cut != "cut tool results":
+                self.told.add(cut)
+                self.hooks.on_event(Notice(f"to fit the context window, nanobot {cut} (this request only; the "
+                                           "session keeps everything)"))
+        return fitted
+
+    async def call_model(self) -> LLMResponse | None:
+        """The model-call step: fit the request, send it, account for it. None: the run stopped."""
+        budget = self.spec.budget
         for attempt in (1, 2):
-            request = make_valid(conversation)
             try:
-                fitted = budget.fit(request, schemas) if budget is not None else Fitted(request, max_tokens)
+                fitted = self._fit()
             except RequestTooLarge as exc:
-                result.stop_reason, result.error = "error", str(exc)
-                return result
-            for cut in fitted.cuts:
-                if cut not in told and cut != "cut tool results":
-                    told.add(cut)
-                    emit(Notice(f"to fit the context window, nanobot {cut} (this request only; the session keeps "
-                                "everything)"))
-            shown = HoldLast(lambda text: emit(TextDelta(text)))
-            think = ThinkFilter(shown)
+                self.stop(StopReason.ERROR, error=str(exc))
+                return None
+            self.shown = HoldLast(self._text)
+            think = ThinkFilter(self.shown)
             try:
-                response = await provider.chat(
-                    fitted.messages, tools=schemas or None, max_tokens=fitted.max_tokens, temperature=temperature,
-                    on_delta=think.feed if stream else None,
+                response = await self.spec.provider.chat(
+                    fitted.messages, tools=self.schemas or None, max_tokens=fitted.max_tokens,
+                    temperature=self.spec.temperature, on_delta=think.feed if self.spec.stream else None,
                 )
-                if budget is not None:
-                    budget.observe(fitted.estimate, response.usage.prompt_tokens)
-                break
             except ProviderError as exc:
-                shown.flush()
-                if exc.context_overflow and budget is not None:
-                    sent = budget.calibration.adjust(fitted.estimate) if fitted.estimate else 0
-                    budget.observe(fitted.estimate, exc.reported_tokens)
-                    # "prompt too long": once, shrink to the window the provider reported, refit, send again
-                    if attempt == 1 and budget.shrink(exc.reported_window):
-                        emit(Notice(f"the provider said the prompt was too long for its context window; working "
-                                    f"within {budget.window:,} tokens from now on (set "
-                                    "agents.defaults.contextWindowTokens to the model's real window)", "warning"))
-                        continue
-                    exc = budget.overflow_error(exc, sent)
-                result.stop_reason, result.error = "error", str(exc)
-                return result
-        max_tokens = fitted.max_tokens
+                self.shown.flush()
+                if not exc.context_overflow:
+                    self.stop(StopReason.ERROR, error=str(exc))
+                    return None
+                sent = budget.calibration.adjust(fitted.estimate) if fitted.estimate else 0
+                budget.observe(fitted.estimate, exc.reported_tokens)
+                # "prompt too long": once, shrink to the window the provider reported, refit, send again
+                if attempt == 1 and budget.shrink(exc.reported_window):
+                    self.hooks.on_event(Notice(
+                        f"the provider said the prompt was too long for its context window; working within "
+                        f"{budget.window:,} tokens from now on (set agents.defaults.contextWindowTokens to the "
+                        "model's real window)", "warning"))
+                    continue
+                self.stop(StopReason.ERROR, error=str(budget.overflow_error(exc, sent)))
+                return None
+            budget.observe(fitted.estimate, response.usage.prompt_tokens)
+            return self._received(response, fitted.max_tokens)
+        raise AssertionError("unreachable: the second attempt always returns")
+
+    def _received(self, response: LLMResponse, max_tokens: int) -> LLMResponse | None:
+        self.max_tokens = max_tokens
+        result = self.result
         result.requests += 1
-        result.usage = response.usage
+        result.outcome.usage = response.usage
         result.total_usage.prompt_tokens += response.usage.prompt_tokens
         result.total_usage.completion_tokens += response.usage.completion_tokens
         if response.finish_reason == "error":
-            shown.flush()
-            result.stop_reason, result.error = "error", response.content or "the provider returned an error"
-            return result
+            self.shown.flush()
+            self.stop(StopReason.ERROR, error=response.content or "the provider returned an error")
+            return None
         response.content = strip_think(response.content)
-        assistant_msg = response.to_message()
-        if not response.tool_calls:
-            result.content = response.content
-            if not response.content:
-                emit(Notice("the model returned an empty answer; try rephrasing or ask again", "warning"))
-            elif response.finish_reason == "length":
-                emit(Notice(f"the answer reached the reply limit ({max_tokens:,} tokens) and may be cut off; "
-                            "ask me to continue, or raise agents.defaults.maxTokens", "warning"))
-            if response.content:
-                conversation.append(assistant_msg)
-                result.new_messages.append(assistant_msg)
-                if on_step:
-                    on_step([assistant_msg])
-            shown.flush()
-            return result
-        # checkpoint the call before running it, and each result as it lands, so a crash or
-        # Ctrl-C mid-step never loses a side effect that already happened
-        conversation.append(assistant_msg)
-        result.new_messages.append(assistant_msg)
-        if on_step:
-            on_step([assistant_msg])
-        shown.flush()
-        await _run_calls(tools, response, cap, conversation, result, emit, on_step)
-    result.stop_reason = "max_iterations"
-    result.content = max_iterations_message(max_iterations)
-    return result
+        return response
 
+    def finish(self, response: LLMResponse) -> LoopResult:
+        """The model answered without tool calls: the run is done."""
+        if not response.content:
+            self.hooks.on_event(Notice("the model returned an empty answer; try rephrasing or ask again", "warning"))
+        elif response.finish_reason == "length":
+            self.hooks.on_event(Notice(f"the answer reached the reply limit ({self.max_tokens:,} tokens) and may be "
+                                       "cut off; ask me to continue, or raise agents.defaults.maxTokens", "warning"))
+        if response.content:
+            self.record([response.to_message()])
+        self.shown.flush()  # after the answer is saved: an answer fully on screen is on disk
+        return self.stop(StopReason.DONE, content=response.content)
 
-async def _run_calls(tools: Any, response: LLMResponse, cap: int, conversation: list[Message],
-                     result: LoopResult, emit: EventSink, on_step: StepCallback | None) -> None:
-    """Run the step's tool calls, up to `cap`; each call past it gets an error result instead."""
-    calls = response.tool_calls
-    for call in calls[:cap]:
-        hint = tools.hint(call.name, call.arguments)
-        emit(ToolStarted(call.id, call.name, hint))
-        outcome = await tools.execute(call.name, call.arguments, parse_error=call.parse_error)
-        message = tool_result(call.id, call.name, outcome.content)
-        conversation.append(message)
-        result.new_messages.append(message)
-        if on_step:
-            on_step([message])
-        result.tool_calls.append({"name": call.name, "arguments": call.arguments, "is_error": outcome.is_error})
-        first_line = outcome.content.strip().splitlines()[0] if outcome.content.strip() else ""
-        emit(ToolFinished(call.id, call.name, outcome.is_error, first_line[:200]))
-    extra = calls[cap:]
-    if not extra:
-        return
-    refused = [over_cap_result(call, len(calls), cap) for call in extra]
-    conversation.extend(refused)
-    result.new_messages.extend(refused)
-    if on_step:
-        on_step(refused)  # one durable append for all of them
-    result.tool_calls.extend({"name": c.name, "arguments": c.arguments, "is_error": True} for c in extra)
-    emit(Notice(f"the model asked for {len(calls):,} tool calls in one step; ran the first {cap} and answered "
-                f"the other {len(extra):,} with an error (agents.defaults.maxToolCallsPerStep)", "warning"))
+    async def run_tools(self, calls: list[ToolCallRequest]) -> None:
+        """The tool step: run the calls, up to the per-step cap; each call past it gets an error result."""
+        cap = self.spec.budget.max_tool_calls
+        tools = self.spec.tools
+        for call in calls[:cap]:
+            self.hooks.on_event(ToolStarted(call.id, call.name, tools.hint(call.name, call.arguments)))
+            output = await tools.execute(call.name, call.arguments, parse_error=call.parse_error)
+            self.record([tool_result(call.id, call.name, output.content)])
+            self.result.outcome.tool_calls.append(
+                {"name": call.name, "arguments": call.arguments, "is_error": output.is_error})
+            first_line = output.content.strip().splitlines()[0] if output.content.strip() else ""
+            self.hooks.on_event(ToolFinished(call.id, call.name, output.is_error, first_line[:200]))
+        extra = calls[cap:]
+        if not extra:
+            return
+        self.record([over_cap_result(call, len(calls), cap) for call in extra])  # one durable append for all
+        self.result.outcome.tool_calls.extend(
+            {"name": c.name, "arguments": c.arguments, "is_error": True} for c in extra)
+        self.hooks.on_event(Notice(
+            f"the model asked for {len(calls):,} tool calls in one step; ran the first {cap} and answered the other "
+            f"{len(extra):,} with an error (agents.defaults.maxToolCallsPerStep)", "warning"))

@@ -1,10 +1,11 @@
 """Background subagents: a short agent loop with restricted tools, reporting back when done.
 
-A subagent never prints and never touches the session. When it ends (finished, failed,
-stopped at its limit) the manager hands a SubagentResult to `on_done`, and the conversation
-runs a report turn; when it is stopped (/stop, leaving, a signal) `cancel_all` returns its
-record, and the conversation saves its one-line note. Every helper of this process keeps a
-HelperRecord (what it did, how it ended) for /status.
+A subagent never prints and never touches the session. The manager tells a `ReportSink`
+(nanobot.agent.reports.ReportTurns) when a helper starts and when it ends (finished, failed,
+stopped at its limit), with a SubagentResult; the sink runs the report turn. When helpers are
+stopped (/stop, leaving, a signal), `stop` hands their records to the sink, which saves their
+one-line notes. Every helper of this process keeps a HelperRecord (what it did, how it ended)
+for /status.
 
 How a report reaches the model: as a labelled *user* message with the report fenced as
 untrusted data (`report_message`). Not as the seed's assistant message: current Claude
@@ -22,13 +23,13 @@ import asyncio
 import collections
 import itertools
 import secrets
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from nanobot.agent.budget import ContextBudget
-from nanobot.agent.loop import run_loop
+from nanobot.agent.events import StopReason
+from nanobot.agent.loop import LoopHooks, LoopSpec, ToolRunner, run_loop
 from nanobot.messages import NOTE_KEY, Message
 from nanobot.providers.base import Provider
 from nanobot.untrusted import fence
@@ -127,16 +128,47 @@ def subagent_system_prompt(workspace: Path) -> str:
     )
 
 
+class ReportSink(Protocol):
+    """Where helpers' starts and ends go, and the report turns they lead to."""
+
+    def started(self, record: HelperRecord) -> None: ...
+
+    def ended(self, result: SubagentResult) -> None:
+        """A helper ended by itself: handle its report (as a turn, behind any running turn)."""
+
+    def pending(self) -> int:
+        """Report turns queued or running."""
+
+    async def wait(self, timeout: float) -> bool:
+        """Wait for the report turns queued or running now; False if `timeout` passed first."""
+
+    async def stop(self, reason: str, stopped: list[HelperRecord]) -> None:
+        """Stop every report turn; save the notes of `stopped` helpers and of reports nobody read."""
+
+
+class _StepCounter(LoopHooks):
+    """Counts a helper's steps and the tools it used, for its record."""
+
+    def __init__(self, record: HelperRecord) -> None:
+        self.record = record
+
+    def on_message(self, messages: list[Message]) -> None:
+        for msg in messages:  # one assistant message per step (model call); tool results follow it
+            if msg.get("role") == "assistant":
+                self.record.steps += 1
+                calls = msg.get("tool_calls") or []
+                self.record.tools.update(str((c.get("function") or {}).get("name", "?")) for c in calls)
+
+
 class SubagentManager:
-    def __init__(self, provider: Provider, tools: Any, workspace: Path, *,
-                 on_done: Callable[[SubagentResult], None] | None = None,
-                 on_start: Callable[[str, str], None] | None = None,
-                 max_iterations: int = MAX_SUBAGENT_ITERATIONS, budget: ContextBudget | None = None) -> None:
+    """This process's helpers: start them, list them, wait for them and their reports, stop them."""
+
+    def __init__(self, provider: Provider, tools: ToolRunner, workspace: Path, *, reports: ReportSink,
+                 budget: ContextBudget, max_iterations: int = MAX_SUBAGENT_ITERATIONS) -> None:
         self.provider = provider
         self.tools = tools  # a ToolRegistry without spawn
         self.workspace = workspace
-        self.on_done = on_done
-        self.on_start = on_start
+        self.reports = reports
         self.max_iterations = max_iterations
         self.budget = budget  # keeps each request inside the context window, as for the main agent
         self._running: dict[str, _Running] = {}
@@ -153,12 +185,15 @@ class SubagentManager:
         self._running[sub_id] = _Running(record, handle)
         # however the task ends (even cancelled before its first step), it stops counting as running
         handle.add_done_callback(lambda _t: self._running.pop(sub_id, None))
-        if self.on_start is not None:
-            self.on_start(sub_id, label)
+        self.reports.started(record)
         return sub_id, label
 
     def running(self) -> list[tuple[str, str, str]]:
         return [(r.record.id, r.record.label, r.record.task) for r in self._running.values()]
+
+    def pending(self) -> tuple[int, int]:
+        """(helpers running, report turns queued or running)."""
+        return len(self._running), self.reports.pending()
 
     async def cancel_all(self, reason: str = "before it finished") -> list[HelperRecord]:
         """Stop every running subagent (their exec process groups are killed); returns their records."""
@@ -174,38 +209,45 @@ class SubagentManager:
             _, pending = await asyncio.wait(pending, timeout=0.2)
         return [r.record for r in running]
 
+    async def stop(self, reason: str = "when nanobot closed") -> list[HelperRecord]:
+        """Stop every helper and report turn; each one stopped leaves its one-line note in the
+        session, so the model knows on the next turn. `reason` completes "was stopped ...".
+        Call it between turns (saving the notes waits for the turn lock)."""
+        stopped = await self.cancel_all(reason)
+        await self.reports.stop(reason, stopped)
+        return stopped
+
     async def wait(self, timeout: float) -> bool:
-        """Wait until no subagent runs; False if the timeout passed first."""
-        handles = [r.handle for r in self._running.values()]
-        if not handles:
-            return True
-        _, pending = await asyncio.wait(handles, timeout=timeout)
-        return not pending
+        """Wait for every helper and the report turns they lead to; False if `timeout` passed first."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._running or self.reports.pending():
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            handles = [r.handle for r in self._running.values()]
+            if handles:  # a report turn may start another helper: look again after each wait
+                await asyncio.wait(handles, timeout=left)
+            elif not await self.reports.wait(left):
+                return False
+        return True
 
     async def _run(self, record: HelperRecord) -> None:
-        messages = [{"role": "system", "content": subagent_system_prompt(self.workspace)},
-                    {"role": "user", "content": record.task}]
-
-        def on_step(new: list[Message]) -> None:
-            for msg in new:  # one assistant message per step (model call); tool results follow it
-                if msg.get("role") == "assistant":
-                    record.steps += 1
-                    calls = msg.get("tool_calls") or []
-                    record.tools.update(str((c.get("function") or {}).get("name", "?")) for c in calls)
-
+        messages: list[Message] = [{"role": "system", "content": subagent_system_prompt(self.workspace)},
+                                   {"role": "user", "content": record.task}]
+        spec = LoopSpec(self.provider, self.tools, self.budget, max_iterations=self.max_iterations, stream=False)
         try:
-            result = await run_loop(self.provider, self.tools, messages, max_iterations=self.max_iterations,
-                                    stream=False, budget=self.budget,
-                                    on_step=on_step)
+            result = await run_loop(spec, messages, _StepCounter(record))
             if record.status == "stopped":  # stopped, but the cancel was swallowed (see cancel_all)
                 raise asyncio.CancelledError
-            if result.stop_reason == "error":
-                record.status, record.reason = "failed", result.error or "unknown error"
+            outcome = result.outcome
+            if outcome.stop_reason is StopReason.ERROR:
+                record.status, record.reason = "failed", outcome.error or "unknown error"
                 content = record.reason
-            elif result.stop_reason == "max_iterations":
+            elif outcome.stop_reason is StopReason.MAX_ITERATIONS:
                 record.status, content = "limit", _last_text(result.new_messages)
             else:
-                record.status, content = "completed", result.content or ""
+                record.status, content = "completed", outcome.content or ""
         except asyncio.CancelledError:
             if record.status == "running":  # cancelled from outside cancel_all (e.g. loop shutdown)
                 record.status = "stopped"
@@ -213,12 +255,11 @@ class SubagentManager:
         except Exception as exc:  # a crashed helper is reported, never silently lost
             record.status, record.reason = "failed", f"{type(exc).__name__}: {exc}"
             content = record.reason
-        self._running.pop(record.id, None)  # before on_done, so the report's turn sees it finished
-        if self.on_done is not None:
-            self.on_done(SubagentResult(record, content))
+        self._running.pop(record.id, None)  # before its report is handed on, so the report's turn sees it ended
+        self.reports.ended(SubagentResult(record, content))
 
 
-def _last_text(messages: list[dict]) -> str:
+def _last_text(messages: list[Message]) -> str:
     for msg in reversed(messages):
         if msg.get("role") == "assistant" and msg.get("content"):
             return str(msg["content"])

@@ -8,11 +8,14 @@ import io
 import json
 import signal
 import time
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from nanobot.agent.events import Notice, Retrying, TurnDone
+from nanobot.agent.consolidation import ConsolidationReport
+from nanobot.agent.events import Event, EventSink, Notice, Retrying, TurnDone, TurnOutcome, ignore
 from nanobot.cli.approval_prompt import print_refusals
 from nanobot.cli.config_load import load as load_config
 from nanobot.cli.errors import print_error, print_warning, report
@@ -22,6 +25,14 @@ from nanobot.cli.termination import Termination
 from nanobot.cli.turn_notes import continuation_marker, resume_notice, unsaved_notice
 from nanobot.errors import NanobotError, StorageError, UsageError
 from nanobot.secrets_mask import mask_secrets
+from nanobot.tools.approval import Approver
+
+if TYPE_CHECKING:
+    from nanobot.agent.conversation import Conversation
+    from nanobot.agent.subagents import SubagentManager
+    from nanobot.app import Assistant
+    from nanobot.cli.chat_reminders import ChatReminders
+    from nanobot.config import Config
 
 
 def run_agent(*, message: str | None, session_key: str, workspace: Path | None, config_path: Path | None,
@@ -46,8 +57,8 @@ def run_agent(*, message: str | None, session_key: str, workspace: Path | None, 
         return 130
 
 
-def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_ref: list, ask=None,
-          approve: list[str] = ()):
+def _open(cfg: Config, session_key: str, *, stream: bool, renderer_ref: list[Renderer],
+          ask: Approver | None = None, approve: Sequence[str] = (), background: EventSink = ignore) -> Assistant:
     from nanobot.app import open_assistant
 
     def on_retry(attempt: int, delay: float, error: Exception) -> None:
@@ -59,12 +70,15 @@ def _open(cfg, session_key: str, *, stream: bool, progress: Console, renderer_re
             renderer_ref[0](Notice(text, "warning"))
 
     return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry, ask=ask, approve=approve,
-                          on_fallback=on_fallback)
+                          on_fallback=on_fallback, background=background)
 
 
-async def _one_shot_command(cfg, session_key: str, message: str, *, markdown: bool, approve: list[str]) -> int:
+async def _one_shot_command(cfg: Config, session_key: str, message: str, *, markdown: bool,
+                            approve: list[str]) -> int:
     """`agent -m /new` (or /compact, /status, ...) acts on the session, as in the chat."""
-    name, arg = slash_command(message)
+    command = slash_command(message)
+    assert command is not None  # run_agent checked
+    name, arg = command
     entry = SLASH_COMMANDS.get(name)
     if entry is None:
         raise UsageError(f"unknown command {name}",
@@ -74,52 +88,51 @@ async def _one_shot_command(cfg, session_key: str, message: str, *, markdown: bo
     if name in ("/help", "/exit", "/quit"):
         await entry[1](chat, arg)
         return 0
-    chat.assistant = _open(cfg, session_key, stream=False, progress=chat.err, renderer_ref=[chat.renderer],
-                           approve=approve)
+    chat.assistant = assistant = _open(cfg, session_key, stream=False, renderer_ref=[chat.renderer],
+                                       approve=approve)
     try:
         await entry[1](chat, arg)
     finally:
         chat.renderer.finish()
-        await chat.assistant.aclose()
+        await assistant.aclose()
     return 1 if chat.failed else 0
 
 
 class _Answers:
     """Passes events on and counts the turns that ended with an answer or an error."""
 
-    def __init__(self, sink) -> None:
+    def __init__(self, sink: EventSink) -> None:
         self.sink = sink
         self.turns: list[TurnDone] = []
 
     @property
     def answered(self) -> int:
-        return sum(1 for t in self.turns if not t.error)
+        return sum(1 for t in self.turns if not t.outcome.error)
 
     @property
     def failed(self) -> int:
-        return sum(1 for t in self.turns if t.error)
+        return sum(1 for t in self.turns if t.outcome.error)
 
-    def __call__(self, event) -> None:
+    def __call__(self, event: Event) -> None:
         if isinstance(event, TurnDone):
             self.turns.append(event)
         self.sink(event)
 
 
-async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json_out: bool,
-                    approve: list[str] = (), term: Termination | None = None) -> int:
+async def _one_shot(cfg: Config, session_key: str, message: str, *, markdown: bool, json_out: bool,
+                    approve: Sequence[str] = (), term: Termination | None = None) -> int:
     term = term or Termination()
     out = stdout_console(io.StringIO()) if json_out else stdout_console()
     err = stderr_console()
     stream = out.is_terminal and not json_out
-    ref: list = []
+    ref: list[Renderer] = []
+    background = _Answers(Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False))
     # nobody can answer a question here: risky actions are refused, naming the flag that allows them
-    assistant = _open(cfg, session_key, stream=stream, progress=err, renderer_ref=ref, approve=approve)
+    assistant = _open(cfg, session_key, stream=stream, renderer_ref=ref, approve=approve, background=background)
     renderer = Renderer(out, markdown=markdown, progress=err, stream_text=stream)
     ref.append(renderer)
     conversation = assistant.conversation
     answers = _Answers(renderer)
-    conversation.background_emit = _Answers(
-        Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False))
     for note in assistant.startup_notes():
         err.print(f"[dim]{escape(note)}[/dim]", highlight=False)
     for warning in assistant.warnings:
@@ -139,15 +152,15 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
             err.print(unsaved_notice(conversation, saved_before, one_shot=True), highlight=False)
             return 1
         renderer.finish()
-        await _wait_for_background(conversation, cfg.defaults.subagent_wait_seconds, err)
+        await _wait_for_background(assistant.subagents, cfg.defaults.subagent_wait_seconds, err)
     finally:
         renderer.finish()
-        interrupted = asyncio.current_task().cancelling() and term.signum is None  # Ctrl-C
-        await conversation.stop_background(term.reason or ("by the user (Ctrl-C)" if interrupted
-                                                           else "when nanobot closed"))
+        me = asyncio.current_task()
+        interrupted = me is not None and me.cancelling() and term.signum is None  # Ctrl-C
+        await assistant.subagents.stop(term.reason or ("by the user (Ctrl-C)" if interrupted
+                                                       else "when nanobot closed"))
         await assistant.aclose()
         print_refusals(err, conversation.session.decisions[decided:])
-    background = conversation.background_emit
     # exit 1 when no turn answered and one failed (the only answer failed)
     failed = not (answers.answered or background.answered) and bool(answers.failed or background.failed)
     if json_out:
@@ -158,22 +171,22 @@ async def _one_shot(cfg, session_key: str, message: str, *, markdown: bool, json
                       "completion_tokens": outcome.usage.completion_tokens},
             # the turns that handled subagent reports, in order
             "background": [{"answer": t.content, "stop_reason": t.stop_reason, "error": t.error,
-                            "tool_calls": t.tool_calls} for t in background.turns],
+                            "tool_calls": t.tool_calls} for t in (d.outcome for d in background.turns)],
         }, ensure_ascii=False))
     return 1 if failed else 0
 
 
-async def _wait_for_background(conversation, wait: float, err: Console) -> None:
+async def _wait_for_background(subagents: SubagentManager, wait: float, err: Console) -> None:
     """`agent -m` waits for its helpers and their queued report turns, and says when it gives up."""
-    helpers, reports = conversation.background_pending()
+    helpers, reports = subagents.pending()
     if not helpers and not reports:
         return
     what = " and ".join(part for part in (f"{helpers} subagent(s)" if helpers else "",
                                           f"{reports} report turn(s)" if reports else "") if part)
     err.print(f"[dim]waiting up to {wait:.0f}s for {what}…[/dim]")
-    if await conversation.wait_for_background(wait):
+    if await subagents.wait(wait):
         return
-    stopped = await conversation.stop_background(f"when one-shot mode stopped waiting ({wait:.0f}s)")
+    stopped = await subagents.stop(f"when one-shot mode stopped waiting ({wait:.0f}s)")
     err.print(f"[yellow]stopped waiting after {wait:.0f}s (agents.defaults.subagentWaitSeconds); "
               f"{len(stopped)} subagent(s) stopped[/yellow]")
 
@@ -181,7 +194,7 @@ async def _wait_for_background(conversation, wait: float, err: Console) -> None:
 DOUBLE_CTRL_C_SECONDS = 1.0  # a second Ctrl-C on an empty prompt within this leaves the chat
 
 
-def _exec_banner(cfg) -> str:
+def _exec_banner(cfg: Config) -> str:
     from nanobot.cli.status_view import exec_line
 
     line = escape(exec_line(cfg))
@@ -191,7 +204,7 @@ def _exec_banner(cfg) -> str:
 class Chat:
     """The REPL: read a line, run a turn as a cancellable task, render its events."""
 
-    def __init__(self, cfg, session_key: str, *, markdown: bool, approve: list[str] = (),
+    def __init__(self, cfg: Config, session_key: str, *, markdown: bool, approve: Sequence[str] = (),
                  term: Termination | None = None) -> None:
         self.cfg = cfg
         self.approve = list(approve)
@@ -203,13 +216,13 @@ class Chat:
         self.renderer = Renderer(self.console, markdown=markdown)
         # subagent reports can arrive while the prompt is shown: render them whole, no spinner
         self.background = Renderer(self.console, markdown=markdown, stream_text=False, spinner=False)
-        self.assistant = None
+        self._assistant: Assistant | None = None  # opened by run() (or by a one-shot command)
         self.turn_task: asyncio.Task | None = None
         self.unsent = ""  # a message that could not be saved, put back at the prompt
         self.failed = False  # a slash command failed (the exit code of `agent -m /new`)
         self._ctrl_c_on_text = False
         self._last_ctrl_c: float | None = None  # when Ctrl-C last hit an empty prompt
-        self.reminders = None  # nanobot.cli.chat_reminders.ChatReminders
+        self.reminders: ChatReminders | None = None
         self._held_firings: list = []  # reminders that arrived during a turn, shown after it
 
     def _second_ctrl_c(self) -> bool:
@@ -225,7 +238,17 @@ class Chat:
         return False
 
     @property
-    def conversation(self):
+    def assistant(self) -> Assistant:
+        if self._assistant is None:
+            raise RuntimeError("the chat's assistant is not open yet")
+        return self._assistant
+
+    @assistant.setter
+    def assistant(self, assistant: Assistant) -> None:
+        self._assistant = assistant
+
+    @property
+    def conversation(self) -> Conversation:
         return self.assistant.conversation
 
     def _prompt_session(self):
@@ -257,9 +280,8 @@ class Chat:
         ref = [self.renderer]
         ask = TerminalApprover(self.console, pause=self._pause_display, resume=self._resume_display,
                                can_ask=lambda: self.turn_task is not None)
-        self.assistant = _open(self.cfg, self.session_key, stream=True, progress=self.console, renderer_ref=ref,
-                               ask=ask, approve=self.approve)
-        self.conversation.background_emit = self._background_event
+        self.assistant = _open(self.cfg, self.session_key, stream=True, renderer_ref=ref, ask=ask,
+                               approve=self.approve, background=self._background_event)
         self.assistant.prewarm()  # import the SDK while the user types the first message
         try:
             self.console.print(f"[bold]nanobot[/bold] [dim]· {self.cfg.defaults.model} · session "
@@ -314,10 +336,10 @@ class Chat:
             if self.reminders is not None:
                 await self.reminders.stop()
             with contextlib.suppress(OSError):
-                running = len(self.conversation.running_subagents())
+                running = len(self.assistant.subagents.running())
                 if running and self.term.signum is None:
                     self.console.print(f"[yellow]stopping {running} subagent(s) still running[/yellow]")
-            await self.conversation.stop_background(self.term.reason or "by the user leaving nanobot")
+            await self.assistant.subagents.stop(self.term.reason or "by the user leaving nanobot")
             await self.assistant.aclose()
         self.console.print("[dim]bye[/dim]")
         return 0
@@ -350,7 +372,7 @@ class Chat:
             self.turn_task = None
         self.renderer.finish()  # a failed turn's error was shown by the renderer (TurnDone)
 
-    async def _send(self, text: str):
+    async def _send(self, text: str) -> TurnOutcome:
         await self.assistant.mcp_ready()  # servers started while the user typed; rarely waits
         return await self.conversation.send(text, emit=self.renderer)
 
@@ -393,7 +415,8 @@ class Chat:
         self.console.print("  [dim]Esc-Enter: new line · Ctrl-C: cancel the running turn (twice on an empty "
                            "prompt: leave) · Ctrl-D: leave[/dim]")
 
-    async def _memory_action(self, action, *, on_error: str = "", quiet_when_idle: bool = False) -> bool:
+    async def _memory_action(self, action: Callable[..., Awaitable[ConsolidationReport | None]], *,
+                             on_error: str = "", quiet_when_idle: bool = False) -> bool:
         """Run /new or /compact, print its receipt; False when it failed (nothing was changed)."""
         try:
             report = await action(emit=self.renderer)
@@ -423,12 +446,12 @@ class Chat:
         if self.turn_task is not None:
             self.renderer.thinking()
 
-    def _background_event(self, event) -> None:
+    def _background_event(self, event: Event) -> None:
         # while a user turn runs, its renderer owns the screen; notices still go through it
         (self.renderer if self.turn_task is not None else self.background)(event)
 
     async def stop_background(self) -> None:
-        stopped = await self.conversation.stop_background("by the user (/stop)")
+        stopped = await self.assistant.subagents.stop("by the user (/stop)")
         self.console.print(f"[yellow]stopped {len(stopped)} subagent(s)[/yellow]" if stopped
                            else "[dim]no subagents are running[/dim]")
 

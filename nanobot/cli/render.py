@@ -106,10 +106,10 @@ class Renderer:
             self.progress.print(f"[{style}]{escape(event.text)}[/{style}]", highlight=False)
         elif isinstance(event, TurnDone):
             self.finish()
-            if not self.stream_text and event.content:
-                self.show_answer(event.content)
-            if event.error:  # a failed turn always says so, foreground or background
-                self.show_error(event.error)
+            if not self.stream_text and event.outcome.content:
+                self.show_answer(event.outcome.content)
+            if event.outcome.error:  # a failed turn always says so, foreground or background
+                self.show_error(event.outcome.error)
 
     def show_error(self, text: str) -> None:
         from nanobot.cli.errors import report_text

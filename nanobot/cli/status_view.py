@@ -59,7 +59,7 @@ def status_lines(assistant) -> list[str]:
         f"exec       {exec_line(cfg)}",
         *_last_consolidation(conv),
         *_mcp(assistant),
-        *_helpers(conv),
+        *_helpers(assistant),
         *_approvals(assistant),
     ]
 
@@ -73,9 +73,10 @@ def _approvals(assistant) -> list[str]:
     return [f"approvals  auto-approved: {auto}; 'always' this session: {always}"]
 
 
-def _helpers(conv, earlier_shown: int = 5) -> list[str]:
+def _helpers(assistant, earlier_shown: int = 5) -> list[str]:
     """This run's helpers (running or ended), after the last few that earlier runs noted in the session."""
-    live = conv.helpers()
+    conv = assistant.conversation
+    live = list(assistant.subagents.records.values())
     ids = {record.id for record in live}
     earlier = [m[NOTE_KEY] for m in conv.session.messages
                if isinstance(m.get(NOTE_KEY), dict) and m[NOTE_KEY].get("id") not in ids]

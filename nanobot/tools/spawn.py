@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from nanobot.errors import ToolError
 from nanobot.tools.base import Tool, ToolContext
+
+
+class Spawner(Protocol):
+    """What starts a helper (nanobot.agent.subagents.SubagentManager is one)."""
+
+    def spawn(self, task: str, label: str | None = None) -> tuple[str, str]:
+        """Start `task` in the background; returns (id, label) at once."""
 
 
 class SpawnTool(Tool):
@@ -24,9 +31,9 @@ class SpawnTool(Tool):
         "required": ["task"],
     }
 
-    def __init__(self, ctx: ToolContext, manager: Any) -> None:
+    def __init__(self, ctx: ToolContext, manager: Spawner) -> None:
         super().__init__(ctx)
-        self.manager = manager  # nanobot.agent.subagents.SubagentManager
+        self.manager = manager
 
     def hint(self, args: dict[str, Any]) -> str:
         return f'spawn("{args.get("label") or str(args.get("task", ""))[:40]}")'

@@ -148,10 +148,10 @@ def test_subagent_requests_fit_the_window_too(configure, fake_llm):
     async def go():
         assistant = _open(cfg)
         conv = assistant.conversation
-        conv.subagents.tools.register(EchoTool(tool_context(cfg, cfg.workspace_path())))
+        assistant.subagents.tools.register(EchoTool(tool_context(cfg, cfg.workspace_path())))
         try:
             await conv.send("look at the log in the background")
-            assert await conv.wait_for_background(30)
+            assert await assistant.subagents.wait(30)
         finally:
             await assistant.aclose()
 

@@ -39,10 +39,11 @@ def run(coro):
     return asyncio.run(coro)
 
 
-async def with_assistant(cfg_path, fn):
-    assistant = open_assistant(load_config(cfg_path), "cli:direct", stream=False)
+async def with_assistant(cfg_path, fn, **options):
+    """Run `fn(conversation, helpers)` in an open assistant (helpers: its SubagentManager)."""
+    assistant = open_assistant(load_config(cfg_path), "cli:direct", stream=False, **options)
     try:
-        return await fn(assistant.conversation)
+        return await fn(assistant.conversation, assistant.subagents)
     finally:
         await assistant.aclose()
 
@@ -75,9 +76,9 @@ def test_seed_scenario_injected_report_answered_with_a_tool_call_then_next_user_
 
     fake_llm.responder = responder
 
-    async def scenario(conv):
+    async def scenario(conv, helpers):
         await conv.send("please research the answer")
-        assert await conv.wait_for_background(10)
+        assert await helpers.wait(10)
         await conv.send("what did it find?")
         return conv
 
@@ -124,7 +125,7 @@ def test_session_file_with_consecutive_assistants_from_before_the_fix_gives_vali
     ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     fake_llm.script(Reply.text("hello again"))
-    run(with_assistant(cfg_path, lambda conv: conv.send("and now?")))
+    run(with_assistant(cfg_path, lambda conv, _: conv.send("and now?")))
     fake_llm.assert_all_valid()
     roles = [m["role"] for m in fake_llm.requests[0].messages]
     assert roles == ["user", "assistant", "user", "assistant", "user"]
@@ -149,13 +150,12 @@ def test_two_reports_finishing_during_a_user_turn_are_processed_after_it_in_orde
     fake_llm.responder = responder
     events = []
 
-    async def scenario(conv):
-        conv.background_emit = events.append
+    async def scenario(conv, helpers):
         outcome = await conv.send("start two helpers")
         assert outcome.content == "both started"
-        assert await conv.wait_for_background(10)
+        assert await helpers.wait(10)
 
-    run(with_assistant(cfg_path, scenario))
+    run(with_assistant(cfg_path, scenario, background=events.append))
     fake_llm.assert_all_valid()
     main = [r for r in fake_llm.requests if not is_subagent(r)]
     assert len(main) == 4
@@ -181,9 +181,10 @@ def test_report_on_an_empty_session_still_starts_with_a_user_turn(fake_llm, conf
     fake_llm.script(Reply.text("noted"))
     from nanobot.agent.subagents import HelperRecord, SubagentResult
 
-    async def scenario(conv):
+    async def scenario(conv, helpers):
         record = HelperRecord("sa-1", "late", "t", status="completed")
-        await conv._process_report(SubagentResult(record, "result text"))
+        helpers.reports.ended(SubagentResult(record, "result text"))  # as a helper's end hands it on
+        assert await helpers.wait(10)
 
     run(with_assistant(cfg_path, scenario))
     fake_llm.assert_all_valid()
@@ -222,7 +223,7 @@ def test_stop_cancels_a_subagent_stuck_in_a_long_exec_and_kills_its_process_grou
 
     fake_llm.responder = responder
 
-    async def scenario(conv):
+    async def scenario(conv, helpers):
         await conv.send("start the sleeper")
         deadline = time.monotonic() + 10
         while not pidfile.exists() or not pidfile.read_text().strip():
@@ -231,8 +232,8 @@ def test_stop_cancels_a_subagent_stuck_in_a_long_exec_and_kills_its_process_grou
         # exec runs in its own PID namespace: find the sleeper by its command line, not by $!
         (pid,) = host_sleepers("6061")
         assert pid_alive(pid)
-        assert len(conv.running_subagents()) == 1
-        stopped = await conv.stop_background()
+        assert len(helpers.running()) == 1
+        stopped = await helpers.stop()
         return stopped, pid
 
     stopped, pid = run(with_assistant(cfg_path, scenario))
@@ -312,9 +313,9 @@ def test_subagent_requests_stay_inside_the_window_when_it_reads_a_huge_file(fake
 
     fake_llm.responder = responder
 
-    async def scenario(conv):
+    async def scenario(conv, helpers):
         await conv.send("look at the huge file in the background")
-        assert await conv.wait_for_background(20)
+        assert await helpers.wait(20)
 
     run(with_assistant(cfg_path, scenario))
     fake_llm.assert_all_valid()  # includes "no prompt over the window"
@@ -323,10 +324,33 @@ def test_subagent_requests_stay_inside_the_window_when_it_reads_a_huge_file(fake
 
 
 def test_a_subagent_cancelled_before_it_starts_does_not_stay_running(tmp_path):
+    from nanobot.agent.budget import ContextBudget
     from nanobot.agent.subagents import SubagentManager
 
+    class Reports:  # the manager's ReportSink, recording what it is told
+        def __init__(self):
+            self.starts, self.ends = [], []
+
+        def started(self, record):
+            self.starts.append(record)
+
+        def ended(self, result):
+            self.ends.append(result)
+
+        def pending(self):
+            return 0
+
+        async def wait(self, timeout):
+            return True
+
+        async def stop(self, reason, stopped):
+            pass
+
+    reports = Reports()
+
     async def scenario():
-        manager = SubagentManager(provider=None, tools=None, workspace=tmp_path)
+        manager = SubagentManager(provider=None, tools=None, workspace=tmp_path, reports=reports,
+                                  budget=ContextBudget(window=8192, max_tokens=1024))
         manager.spawn("never runs", "ghost")
         stopped = await manager.cancel_all()  # cancelled before its first step
         await asyncio.sleep(0)
@@ -334,6 +358,7 @@ def test_a_subagent_cancelled_before_it_starts_does_not_stay_running(tmp_path):
 
     stopped, running, done = asyncio.run(scenario())
     assert [r.status for r in stopped] == ["stopped"] and running == [] and done
+    assert [r.label for r in reports.starts] == ["ghost"] and reports.ends == []  # no report to handle
 
 
 def test_a_helper_at_its_step_limit_leaves_a_note_the_next_turn_sees(fake_llm, configure):
@@ -353,10 +378,10 @@ def test_a_helper_at_its_step_limit_leaves_a_note_the_next_turn_sees(fake_llm, c
 
     fake_llm.responder = responder
 
-    async def scenario(conv):
-        conv.subagents.max_iterations = 2
+    async def scenario(conv, helpers):
+        helpers.max_iterations = 2
         await conv.send("start the looper")
-        assert await conv.wait_for_background(10)
+        assert await helpers.wait(10)
         await conv.send("status?")
 
     run(with_assistant(cfg_path, scenario))
@@ -390,12 +415,12 @@ def test_leaving_while_a_helper_runs_leaves_a_note_and_session_show_lists_every_
 
     fake_llm.responder = responder
 
-    async def scenario(conv):
+    async def scenario(conv, helpers):
         await conv.send("a quick helper")
-        assert await conv.wait_for_background(10)
+        assert await helpers.wait(10)
         await conv.send("a slow helper")
-        assert [label for _, label, _ in conv.running_subagents()] == ["slow"]
-        while conv.helpers()[-1].steps < 1:  # its command runs
+        assert [label for _, label, _ in helpers.running()] == ["slow"]
+        while list(helpers.records.values())[-1].steps < 1:  # its command runs
             await asyncio.sleep(0.02)
         # leaving: Assistant.aclose stops what still runs
 
@@ -407,11 +432,12 @@ def test_leaving_while_a_helper_runs_leaves_a_note_and_session_show_lists_every_
     assert "subagent 'slow'" in helpers and "was stopped when nanobot closed" in helpers
     assert "(exec)" in helpers  # what it did
 
-    async def status(conv):  # the next run's /status still names them
+    async def status(conv, helpers):  # the next run's /status still names them
         from nanobot.cli.status_view import status_lines
 
-        return [line for line in status_lines(SimpleNamespace(conversation=conv, cfg=load_config(cfg_path),
-                                                               workspace=isolated_home)) if line.startswith("helper")]
+        assistant = SimpleNamespace(conversation=conv, subagents=helpers, cfg=load_config(cfg_path),
+                                    workspace=isolated_home)
+        return [line for line in status_lines(assistant) if line.startswith("helper")]
 
     lines = run(with_assistant(cfg_path, status))
     assert len(lines) == 2 and all(line.endswith("(earlier run)") for line in lines)
@@ -436,15 +462,15 @@ def test_stop_with_a_report_still_queued_leaves_a_note_instead_of_losing_it_sile
 
     fake_llm.responder = responder
 
-    async def scenario(conv):
+    async def scenario(conv, helpers):
         await conv.send("two helpers")
         deadline = time.monotonic() + 10
-        while conv.background_pending() != (0, 2):  # one report turn runs, the other waits behind it
-            assert time.monotonic() < deadline, conv.background_pending()
+        while helpers.pending() != (0, 2):  # one report turn runs, the other waits behind it
+            assert time.monotonic() < deadline, helpers.pending()
             await asyncio.sleep(0.02)
         assert fake_llm.wait_for_requests(5)
-        stopped = await conv.stop_background("by the user (/stop)")
-        assert stopped == [] and conv.background_pending() == (0, 0)
+        stopped = await helpers.stop("by the user (/stop)")
+        assert stopped == [] and helpers.pending() == (0, 0)
 
     run(with_assistant(cfg_path, scenario))
     notes = [m["content"] for m in SessionStore().load("cli:direct").messages if m.get("subagent")]

@@ -124,7 +124,7 @@ def test_a_subagent_has_no_cron_tool_and_its_attempt_adds_nothing(fake_llm, conf
         assistant = open_assistant(cfg, "cli:direct", stream=False)
         try:
             await assistant.conversation.send("start a helper")
-            assert await assistant.conversation.wait_for_background(20)
+            assert await assistant.subagents.wait(20)
         finally:
             await assistant.aclose()
 

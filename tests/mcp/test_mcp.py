@@ -302,7 +302,7 @@ def test_the_agent_and_its_subagents_get_mcp_tools_from_a_nanobot_config(configu
         try:
             await assistant.mcp_ready()
             outcome = await assistant.conversation.send("what is 20 + 22?")
-            return outcome, assistant.conversation.subagents.tools.names()  # subagents: see the next test
+            return outcome, assistant.subagents.tools.names()  # subagents: see the next test
         finally:
             await assistant.aclose()
 
@@ -394,7 +394,7 @@ def test_a_subagent_calls_an_mcp_tool(configure, fake_llm, call_log):
         try:
             await assistant.mcp_ready()
             await assistant.conversation.send("please delegate the sum")
-            assert await assistant.conversation.wait_for_background(30)
+            assert await assistant.subagents.wait(30)
         finally:
             await assistant.aclose()
 
