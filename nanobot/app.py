@@ -16,6 +16,7 @@ from nanobot.agent.events import EventSink, Notice, ignore
 from nanobot.agent.loop import LoopSpec
 from nanobot.agent.reports import ReportTurns
 from nanobot.agent.subagents import SubagentManager
+from nanobot.agent.upkeep import MemoryUpkeep
 from nanobot.approvals import SessionApprover, check_kinds
 from nanobot.config import Config, resolve_fallbacks, resolve_model
 from nanobot.errors import ContextTooSmallError
@@ -209,7 +210,7 @@ class Assistant:
         await self.subagents.stop()
         if self.mcp is not None:
             await self.mcp.aclose()
-        await self.conversation.join_consolidation()  # `agent -m` must not exit mid-consolidation
+        await self.conversation.upkeep.join()  # `agent -m` must not exit mid-consolidation
         self.store.close(self.conversation.session)
         await self.conversation.provider.aclose()
 
@@ -271,15 +272,17 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     memory = MemoryStore(workspace)
     context = build_context(cfg, workspace, memory)
     budget = build_budget(cfg)
-    # in one pass, each object built from the ones before it: the conversation runs turns; report
-    # turns bring it what helpers found; the helpers tell the report turns when they end; the
-    # main agent's spawn tool starts helpers (registered last, in the registry the loop holds)
+    # in one pass, each object built from the ones before it: the conversation runs turns (its
+    # upkeep consolidates around them); report turns bring it what helpers found; the helpers tell
+    # the report turns when they end; the main agent's spawn tool starts helpers (registered
+    # last, in the registry the loop holds)
     tools = build_tools(cfg, workspace, approver)
     loop = LoopSpec(provider, tools, budget, max_iterations=d.max_tool_iterations, temperature=d.temperature,
                     stream=stream)
+    consolidator = Consolidator(provider, memory, store, budget, timeout=d.consolidation_timeout_seconds)
     conversation = Conversation(
-        session=session, store=store, context=context, loop=loop, background=background,
-        consolidator=Consolidator(provider, memory, store, budget, timeout=d.consolidation_timeout_seconds),
+        session=session, store=store, context=context, loop=loop,
+        upkeep=MemoryUpkeep(consolidator, session, context, tools, background=background),
         settings=TurnSettings(channel=channel or "cli", chat_id=chat_id or "direct"))
     sub_tools = build_tools(cfg, workspace, approver)  # subagents ask the same way, recorded in this session
     subagents = SubagentManager(provider, sub_tools, workspace, reports=ReportTurns(conversation, background),

@@ -4,6 +4,8 @@ This is where the pure agent loop meets the session store. Printing stays in the
 which receives events; this module only orchestrates. A turn is the user's (`send`) or one
 nobody typed (`inject`: a helper's report, brought by nanobot.agent.reports); both share one
 lock, so a report waits behind a running user turn and reports are handled one by one.
+Consolidation hangs off the turns through `upkeep` (nanobot.agent.upkeep): room made before a
+turn that would not fit, a background check after each.
 """
 
 from __future__ import annotations
@@ -12,16 +14,12 @@ import asyncio
 from dataclasses import dataclass, replace
 
 from nanobot.agent.budget import BudgetSnapshot
-from nanobot.agent.consolidation import (
-    DEFAULT_PROBE,
-    ConsolidationReport,
-    Consolidator,
-    probe_message,
-)
+from nanobot.agent.consolidation import DEFAULT_PROBE, ConsolidationReport, probe_message
 from nanobot.agent.context import ContextBuilder
 from nanobot.agent.events import Event, EventSink, Notice, StopReason, TurnDone, TurnOutcome, ignore
 from nanobot.agent.loop import LoopHooks, LoopSpec, run_loop
 from nanobot.agent.paste import keep_large_paste
+from nanobot.agent.upkeep import MemoryUpkeep
 from nanobot.errors import UsageError
 from nanobot.messages import NOTE_KEY, Message, text_of
 from nanobot.providers.base import Usage
@@ -31,11 +29,8 @@ from nanobot.session.store import Session, SessionStore, TurnCheckpoint, save_tu
 
 @dataclass(frozen=True)
 class TurnSettings:
-    channel: str = "cli"
+    channel: str = "cli"  # named in the runtime context of each user message
     chat_id: str = "direct"
-    # a turn waits this long for consolidation to make room, then goes ahead with older turns
-    # left out of its request while consolidation finishes in the background
-    room_wait_seconds: float = 5.0
 
 
 class _Checkpoint(LoopHooks):
@@ -55,11 +50,10 @@ class _Checkpoint(LoopHooks):
 
 
 class Conversation:
-    """Turns of one session, and the consolidation that keeps its requests inside the window."""
+    """The turns of one session."""
 
     def __init__(self, *, session: Session, store: SessionStore, context: ContextBuilder, loop: LoopSpec,
-                 consolidator: Consolidator, background: EventSink = ignore,
-                 settings: TurnSettings = TurnSettings()) -> None:
+                 upkeep: MemoryUpkeep, settings: TurnSettings = TurnSettings()) -> None:
         self.session = session
         self.store = store
         self.context = context
@@ -67,14 +61,10 @@ class Conversation:
         self.provider = loop.provider
         self.tools = loop.tools
         self.budget = loop.budget
-        self.consolidator = consolidator
-        self.background = background  # where what happens between the user's turns renders
+        self.upkeep = upkeep
         self.settings = settings
         self.last_usage = Usage()
         self._turn_lock = asyncio.Lock()
-        self.last_consolidation: ConsolidationReport | None = None
-        self._consolidation: asyncio.Task | None = None
-        self._waiting_emit: EventSink | None = None  # where consolidation reports while a turn waits for it
 
     def build_request(self) -> list[Message]:
         """System prompt + the session's history, which ends with the saved current user message."""
@@ -87,7 +77,7 @@ class Conversation:
         text = self._mask_user_text(text, emit)
         async with self._turn_lock:
             text = keep_large_paste(text, self.budget, self.context.workspace, emit)
-            await self._make_room(text, emit)
+            await self.upkeep.make_room(text, emit)
             s = self.settings
             save_turn(self.store, self.session, [self.context.user_message(text, channel=s.channel, chat_id=s.chat_id)])
             request = self.build_request()
@@ -118,11 +108,11 @@ class Conversation:
             self.last_usage = outcome.usage
         outcome = replace(outcome, error=mask_secrets(outcome.error) if outcome.error else None,
                           tool_calls=mask_value(outcome.tool_calls))
-        self._consolidate_in_background()
+        self.upkeep.after_turn()
         emit(TurnDone(outcome))
         return outcome
 
-    # -- token budget and consolidation ----------------------------------------------------------
+    # -- the next request's size --------------------------------------------------------------------
 
     def _schemas(self) -> list[dict]:
         return self.tools.schemas()
@@ -137,72 +127,10 @@ class Conversation:
         return self.budget.snapshot(self.session, system_prompt=self.context.system_prompt,
                                     tools=self._schemas(), probe=probe_message())
 
-    async def join_consolidation(self, timeout: float | None = None) -> bool:
-        """Wait for the background consolidation, if one runs; False if `timeout` passed first.
-
-        Cancelling the waiter (Ctrl-C) never cancels the consolidation; its failures are reported by it."""
-        task = self._consolidation
-        if task is None or task.done():
-            return True
-        done, _ = await asyncio.wait([task], timeout=timeout)
-        return bool(done)
-
-    async def _make_room(self, probe: str, emit: EventSink) -> None:
-        """Before a turn: when the prompt would not fit, consolidate first, waiting a few seconds at most.
-
-        If consolidation takes longer, the turn goes ahead: the budget leaves the oldest turns out of
-        this request (marked) and consolidation finishes in the background."""
-        wait = self.settings.room_wait_seconds
-        self._waiting_emit = emit
-        try:
-            # one still running from the last turn gets a few seconds; otherwise the consolidator
-            # (asking the budget) decides whether this turn needs room, and makes it
-            if await self.join_consolidation(wait):
-                self._start_consolidation(probe)
-                if await self.join_consolidation(wait):
-                    return
-            emit(Notice(f"memory consolidation is taking longer than {wait:g} s; it goes on in the background, and "
-                        "until it is done a request that does not fit leaves the oldest turns out"))
-        finally:
-            self._waiting_emit = None
-
-    def _route(self, event: Event) -> None:
-        (self._waiting_emit or self.background)(event)
-
-    def _consolidate_in_background(self) -> None:
-        if self._consolidation is not None and not self._consolidation.done():
-            return
-        self._start_consolidation(DEFAULT_PROBE)
-
-    def _start_consolidation(self, probe: str) -> None:
-        self._consolidation = asyncio.get_running_loop().create_task(self._consolidate(probe))
-
-    async def _consolidate(self, probe: str) -> None:
-        try:
-            report = await self.consolidator.maybe_consolidate_by_tokens(
-                self.session, system_prompt=self.context.system_prompt, tool_schemas=self._schemas(),
-                probe=probe, emit=self._route)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # never lost: the pointer did not move, the next check tries again
-            self._route(Notice(f"memory consolidation failed: {exc}; nothing was lost, it will be tried again "
-                               "after the next turn", "warning"))
-            return
-        self._report(report, self._route)
-
-    def _report(self, report: ConsolidationReport, emit: EventSink) -> None:
-        if report.ran:
-            self.last_consolidation = report
-        for message in report.notices:
-            emit(Notice(message, "warning"))
-
     async def compact(self, *, emit: EventSink = ignore) -> ConsolidationReport:
         """/compact: consolidate everything but the last exchange now."""
         async with self._turn_lock:
-            await self.join_consolidation()
-            report = await self.consolidator.compact(self.session, emit=emit)
-            self._report(report, emit)
-            return report
+            return await self.upkeep.compact(emit=emit)
 
     # -- turns nobody typed -----------------------------------------------------------------------
 
@@ -210,7 +138,7 @@ class Conversation:
         """A turn nobody typed (a helper's report): the request ends with `message` as a labelled user
         message (see nanobot/agent/subagents.py for why); the session keeps only `note` in its place."""
         async with self._turn_lock:
-            await self._make_room(text_of(message["content"]), emit)
+            await self.upkeep.make_room(text_of(message["content"]), emit)
             history = self.session.get_history()
             save_turn(self.store, self.session, [note])
             system: Message = {"role": "system", "content": self.context.system_prompt()}
@@ -226,11 +154,9 @@ class Conversation:
             if fresh:
                 save_turn(self.store, self.session, fresh)
 
-    async def new_session(self, *, emit: EventSink = ignore) -> ConsolidationReport | None:
+    async def new_session(self, *, emit: EventSink = ignore) -> ConsolidationReport:
         """/new: archive every unconsolidated message first, then clear (a crash between loses nothing)."""
         async with self._turn_lock:
-            await self.join_consolidation()
-            report = await self.consolidator.archive_all(self.session, emit=emit)
-            self._report(report, emit)
+            report = await self.upkeep.archive_all(emit=emit)
             self.store.clear(self.session)
             return report

@@ -96,5 +96,5 @@ def _mcp(assistant) -> list[str]:
 
 
 def _last_consolidation(conv) -> list[str]:
-    report = conv.last_consolidation
+    report = conv.upkeep.last
     return [f"memory     last consolidation {report.receipt()}"] if report is not None else []
