@@ -205,7 +205,8 @@ class _Run:
     async def call_model(self) -> LLMResponse | None:
         """The model-call step: fit the request, send it, account for it. None: the run stopped."""
         budget = self.spec.budget
-        for attempt in (1, 2):
+        shrunk = False
+        while True:
             try:
                 fitted = self._fit()
             except RequestTooLarge as exc:
@@ -226,7 +227,8 @@ class _Run:
                 sent = budget.calibration.adjust(fitted.estimate) if fitted.estimate else 0
                 budget.observe(fitted.estimate, exc.reported_tokens)
                 # "prompt too long": once, shrink to the window the provider reported, refit, send again
-                if attempt == 1 and budget.shrink(exc.reported_window):
+                if not shrunk and budget.shrink(exc.reported_window):
+                    shrunk = True
                     self.hooks.on_event(Notice(
                         f"the provider said the prompt was too long for its context window; working within "
                         f"{budget.window:,} tokens from now on (set agents.defaults.contextWindowTokens to the "
@@ -236,7 +238,6 @@ class _Run:
                 return None
             budget.observe(fitted.estimate, response.usage.prompt_tokens)
             return self._received(response, fitted.max_tokens)
-        raise AssertionError("unreachable: the second attempt always returns")
 
     def _received(self, response: LLMResponse, max_tokens: int) -> LLMResponse | None:
         self.max_tokens = max_tokens

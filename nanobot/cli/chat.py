@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from nanobot.agent.consolidation import ConsolidationReport
 from nanobot.agent.events import Event, EventSink, Notice, Retrying, TurnDone, TurnOutcome, ignore
 from nanobot.cli.approval_prompt import print_refusals
 from nanobot.cli.config_load import load as load_config
@@ -25,14 +24,15 @@ from nanobot.cli.termination import Termination
 from nanobot.cli.turn_notes import continuation_marker, resume_notice, unsaved_notice
 from nanobot.errors import NanobotError, StorageError, UsageError
 from nanobot.secrets_mask import mask_secrets
-from nanobot.tools.approval import Approver
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: these load when the chat opens its assistant
+    from nanobot.agent.consolidation import ConsolidationReport
     from nanobot.agent.conversation import Conversation
     from nanobot.agent.subagents import SubagentManager
     from nanobot.app import Assistant
     from nanobot.cli.chat_reminders import ChatReminders
     from nanobot.config import Config
+    from nanobot.tools.approval import Approver
 
 
 def run_agent(*, message: str | None, session_key: str, workspace: Path | None, config_path: Path | None,

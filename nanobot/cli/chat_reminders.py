@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
-from nanobot.cron.runner import Firing, Scheduler, TurnResult
+from nanobot.cron.runner import Firing, JobTurns, Scheduler, TurnResult
+
+if TYPE_CHECKING:
+    from nanobot.agent.conversation import Conversation
 
 CHECK_SECONDS = 5.0  # at most this long between looks (sooner when a job is due sooner)
 
@@ -20,10 +23,10 @@ CHECK_SECONDS = 5.0  # at most this long between looks (sooner when a job is due
 class ChatTurns:
     """Runs a job's turn: in the chat's own conversation when it targets it, else in its own session."""
 
-    def __init__(self, chat_session: str, conversation: Any, fallback: Any) -> None:
+    def __init__(self, chat_session: str, conversation: Conversation, fallback: JobTurns) -> None:
         self.chat_session = chat_session
         self.conversation = conversation
-        self.fallback = fallback  # nanobot.app.AssistantTurns
+        self.fallback = fallback  # other sessions' jobs (nanobot.app.AssistantTurns)
 
     async def run(self, session_key: str, prompt: str) -> TurnResult:
         if session_key == self.chat_session:
