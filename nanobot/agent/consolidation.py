@@ -21,7 +21,7 @@ from nanobot.config import AgentDefaults
 from nanobot.errors import ConsolidationFailure, ProviderError
 from nanobot.memory.store import MemoryStore, MemoryUpdateRefused
 from nanobot.messages import Message, parse_timestamp, text_of, tool_calls_of
-from nanobot.providers.base import Provider
+from nanobot.providers.base import LLMResponse, Provider
 from nanobot.session.store import Session, SessionStore, with_runtime_context
 
 __all__ = [
@@ -322,7 +322,7 @@ class Consolidator:
         args = parse_save_memory(call.raw_arguments if call.parse_error else call.arguments)
         return args, response.finish_reason == "length"
 
-    async def _chat(self, request: list[Message], choice: Any):
+    async def _chat(self, request: list[Message], choice: Any) -> LLMResponse:
         # its own deadline: a hung call must not hold the session for the client's 600 s x retries
         try:
             response = await asyncio.wait_for(

@@ -26,12 +26,15 @@ from nanobot.errors import NanobotError, StorageError, UsageError
 from nanobot.secrets_mask import mask_secrets
 
 if TYPE_CHECKING:  # annotations only: these load when the chat opens its assistant
+    from prompt_toolkit import PromptSession
+
     from nanobot.agent.consolidation import ConsolidationReport
     from nanobot.agent.conversation import Conversation
     from nanobot.agent.subagents import SubagentManager
     from nanobot.app import Assistant
     from nanobot.cli.chat_reminders import ChatReminders
     from nanobot.config import Config
+    from nanobot.cron.runner import Firing
     from nanobot.tools.approval import Approver
 
 
@@ -223,7 +226,7 @@ class Chat:
         self._ctrl_c_on_text = False
         self._last_ctrl_c: float | None = None  # when Ctrl-C last hit an empty prompt
         self.reminders: ChatReminders | None = None
-        self._held_firings: list = []  # reminders that arrived during a turn, shown after it
+        self._held_firings: list[Firing] = []  # reminders that arrived during a turn, shown after it
 
     def _second_ctrl_c(self) -> bool:
         """Ctrl-C at the prompt clears the line; twice within a second on an empty prompt leaves."""
@@ -251,9 +254,9 @@ class Chat:
     def conversation(self) -> Conversation:
         return self.assistant.conversation
 
-    def _prompt_session(self):
+    def _prompt_session(self) -> PromptSession[str]:
         from prompt_toolkit import PromptSession
-        from prompt_toolkit.key_binding import KeyBindings
+        from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
         from nanobot.cli.input_history import MaskedFileHistory
         from nanobot.paths import input_history_path
@@ -261,11 +264,11 @@ class Chat:
         bindings = KeyBindings()
 
         @bindings.add("escape", "enter")
-        def _newline(event) -> None:  # Esc-Enter inserts a line break; Enter sends
+        def _newline(event: KeyPressEvent) -> None:  # Esc-Enter inserts a line break; Enter sends
             event.current_buffer.insert_text("\n")
 
         @bindings.add("c-c")
-        def _interrupt(event) -> None:  # as prompt_toolkit does, but remembering whether a line was typed
+        def _interrupt(event: KeyPressEvent) -> None:  # as prompt_toolkit does, but remembering whether a line was typed
             self._ctrl_c_on_text = bool(event.current_buffer.text)
             event.app.exit(exception=KeyboardInterrupt, style="class:aborting")
 
@@ -391,7 +394,7 @@ class Chat:
         self.reminders = ChatReminders(scheduler, self._show_firing)
         self.reminders.start()
 
-    def _show_firing(self, firing) -> None:
+    def _show_firing(self, firing: Firing) -> None:
         """Printed above the prompt; held while a turn is on screen."""
         if self.turn_task is not None:
             self._held_firings.append(firing)
