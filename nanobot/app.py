@@ -124,11 +124,11 @@ def build_context(cfg: Config, workspace: Path) -> ContextBuilder:
                           timezone=cfg.defaults.timezone)
 
 
-def cron_tool(cfg: Config, workspace: Path, session_key: str) -> CronTool:
+def cron_tool(cfg: Config, workspace: Path, session_key: str, approver: Approver | None = None) -> CronTool:
     from nanobot.cron.store import JobStore
     from nanobot.tools.cron import CronTool
 
-    return CronTool(tool_context(cfg, workspace), JobStore(workspace), default_tz=cfg.defaults.timezone,
+    return CronTool(tool_context(cfg, workspace, approver), JobStore(workspace), default_tz=cfg.defaults.timezone,
                     origin=session_key)
 
 
@@ -214,7 +214,7 @@ def add_main_agent_tools(tools: ToolRegistry, cfg: Config, workspace: Path, sess
                          subagents: SubagentManager | None, approver: Approver | None = None) -> None:
     """What the main agent has beyond a subagent's tools (spawn, cron); status counts the same schemas."""
     tools.register(SpawnTool(tool_context(cfg, workspace, approver), subagents))
-    tools.register(cron_tool(cfg, workspace, session_key))
+    tools.register(cron_tool(cfg, workspace, session_key, approver))
 
 
 def build_budget(cfg: Config) -> ContextBudget:

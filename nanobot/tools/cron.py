@@ -15,6 +15,7 @@ from nanobot.cron.jobs import MISSED_POLICIES, current_job
 from nanobot.cron.schedule import describe, format_ms, parse_schedule
 from nanobot.cron.store import JobStore
 from nanobot.errors import ToolError, UsageError
+from nanobot.tools.approval import ApprovalRequest
 from nanobot.tools.base import Tool, ToolContext
 
 
@@ -60,7 +61,7 @@ class CronTool(Tool):
     async def run(self, action: str = "", **args: Any) -> str:
         try:
             if action == "add":
-                return self._add(**args) + self._notices()
+                return await self._add(**args) + self._notices()
             if action == "list":
                 return self._list() + self._notices()
             if action == "remove":
@@ -75,7 +76,7 @@ class CronTool(Tool):
         self.store.notices.clear()
         return notes
 
-    def _add(self, message: str = "", every_seconds: int | None = None, cron_expr: str | None = None,
+    async def _add(self, message: str = "", every_seconds: int | None = None, cron_expr: str | None = None,
              tz: str | None = None, at: str | None = None, name: str | None = None, session: str | None = None,
              missed: str | None = None, **_: Any) -> str:
         running = current_job.get()
@@ -89,12 +90,23 @@ class CronTool(Tool):
         now = int(time.time() * 1000)
         schedule = parse_schedule(every_seconds=every_seconds, cron_expr=cron_expr, tz=tz, at=at,
                                   default_tz=self.default_tz, now_ms=now)
+        await self._approve(describe(schedule), message)
         channel, _, chat_id = self.origin.partition(":")
         job = self.store.add(schedule, message, now_ms=now, name=name, session=session,
                              missed=missed or "run_once", channel=channel or "cli", to=chat_id or "direct")
         return (f"Created job '{job.name}' (id: {job.id}), {describe(job.schedule)}; next run "
                 f"{format_ms(job.next_run_at_ms, job.schedule.tz or self.default_tz)}. It fires while "
                 "`nanobot serve` or a chat is running.")
+
+    async def _approve(self, when: str, message: str) -> None:
+        """A job runs on a schedule, later, with nobody watching: the user decides (DESIGN: safety)."""
+        decision = await self.ctx.approver.approve(ApprovalRequest(
+            kind="persistence", summary=f"cron wants to schedule a job, {when}: {message.strip()[:80]!r}",
+            detail=message, always_key="cron-add",
+            allow_hint='`--approve persistence` (or "tools.autoApprove": ["persistence"] in the config)'))
+        if not decision.allowed:
+            raise ToolError(f"the job was not scheduled — {decision.reason.strip() or 'refused'}. Do not retry "
+                            "the same call; tell the user what you would schedule, or ask them.")
 
     def _list(self) -> str:
         jobs = self.store.jobs()
