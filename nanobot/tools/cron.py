@@ -22,27 +22,22 @@ from nanobot.tools.base import Tool, ToolContext
 class CronTool(Tool):
     name = "cron"
     description = (
-        "Schedule reminders and recurring tasks. Actions: add, list, remove. For add give `message` (what you "
-        "should do or tell the user when it fires; it runs as a new turn) and exactly one of every_seconds "
-        "(repeat), cron_expr (with optional tz, an IANA zone) or at (one ISO time; naive times use tz or the "
-        "user's zone). Jobs fire while `nanobot serve` or a chat is running. remove needs job_id."
+        "Schedule reminders and recurring tasks (add, list, remove). add: `message` runs as a new turn when "
+        "the job fires; give one of every_seconds, cron_expr or at. Jobs fire while `nanobot serve` or a chat runs."
     )
     parameters = {
         "type": "object",
         "properties": {
-            "action": {"type": "string", "enum": ["add", "list", "remove"], "description": "What to do"},
-            "message": {"type": "string", "description": "add: the instruction to run when the job fires"},
-            "every_seconds": {"type": "integer", "description": "add: repeat every this many seconds"},
-            "cron_expr": {"type": "string", "description": "add: cron expression, e.g. '0 9 * * 1-5'"},
-            "tz": {"type": "string", "description": "add: IANA time zone for cron_expr or a naive at, "
-                                                    "e.g. 'Europe/Berlin'"},
-            "at": {"type": "string", "description": "add: one-shot ISO time, e.g. '2026-03-01T10:30:00'"},
-            "job_id": {"type": "string", "description": "remove: the job's id (from list)"},
-            "name": {"type": "string", "description": "add: a short label (default: the message's start)"},
-            "session": {"type": "string", "description": "add: run in this session (e.g. the current one, to "
-                                                         "continue this conversation); default: the job's own"},
-            "missed": {"type": "string", "enum": ["run_once", "skip"],
-                       "description": "add: runs missed while nothing ran: run once on start (default) or skip"},
+            "action": {"type": "string", "enum": ["add", "list", "remove"]},
+            "message": {"type": "string", "description": "what to do or say when it fires"},
+            "every_seconds": {"type": "integer"},
+            "cron_expr": {"type": "string", "description": "e.g. '0 9 * * 1-5'"},
+            "tz": {"type": "string", "description": "IANA zone for cron_expr or a naive at"},
+            "at": {"type": "string", "description": "one ISO time, e.g. '2026-03-01T10:30'"},
+            "job_id": {"type": "string", "description": "for remove (ids are in list)"},
+            "name": {"type": "string", "description": "short label"},
+            "session": {"type": "string", "description": "run in this session (default: the job's own)"},
+            "missed": {"type": "string", "enum": ["run_once", "skip"], "description": "runs missed while off"},
         },
         "required": ["action"],
     }
