@@ -195,11 +195,7 @@ class Assistant:
 
     def prewarm(self) -> None:
         """Start loading the provider's SDK in the background (the REPL calls this before its prompt)."""
-        provider = self.conversation.provider
-        while provider is not None and not hasattr(provider, "prewarm"):
-            provider = getattr(provider, "inner", None)
-        if provider is not None:
-            provider.prewarm()
+        self.conversation.provider.prewarm()
 
     async def aclose(self) -> None:
         await self.conversation.stop_background()

@@ -14,7 +14,7 @@ tells the user how to fix the problem. Every error class lives here:
   | + ScheduleError                 cron schedules
   | + JobNotFoundError
   | + StoreBusyError                the jobs file's lock
-  + ProviderError                   status, retryable, retry_after, context_overflow
+  + ProviderError                   status, retryable, retry_after, context_overflow, tool_choice_refused
   + ToolError                       becomes an error result for the model
   + RequestTooLarge                 a request that could not fit the context window, not sent
   + StorageError                    path, errno (see storage_error)
@@ -86,6 +86,7 @@ class ProviderError(NanobotError):
         context_overflow: bool = False,
         reported_window: int | None = None,
         reported_tokens: int | None = None,
+        tool_choice_refused: bool = False,
     ) -> None:
         super().__init__(message, hint=hint)
         self.status = status
@@ -94,6 +95,7 @@ class ProviderError(NanobotError):
         self.context_overflow = context_overflow  # the provider said the prompt is too long
         self.reported_window = reported_window  # its real context window, when it said so
         self.reported_tokens = reported_tokens  # its count of our prompt, when it said so
+        self.tool_choice_refused = tool_choice_refused  # a 400 saying it cannot force a tool (errors_map)
 
 
 class ToolError(NanobotError):

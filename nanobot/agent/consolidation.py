@@ -129,7 +129,6 @@ class Consolidator:
         self.max_failures = max_failures
         self.clock = clock
         self._locks: dict[str, asyncio.Lock] = {}
-        self._forced_choice_ok = True  # becomes False once the provider rejects a forced tool_choice
 
     def estimate(self, session: Session, *, system_prompt: SystemPrompt, tool_schemas: list[dict] | None,
                  probe: str = DEFAULT_PROBE) -> int:
@@ -305,13 +304,14 @@ class Consolidator:
 
     async def _ask(self, request: list[Message]) -> tuple[dict[str, Any], bool]:
         """One summarising call; returns (save_memory arguments, reply cut off by the length limit)."""
-        choice: Any = {"name": "save_memory"} if self._forced_choice_ok else "auto"
+        capabilities = self.provider.capabilities
+        choice: Any = {"name": "save_memory"} if capabilities.forced_tool_choice else "auto"
         try:
             response = await self._chat(request, choice)
         except ProviderError as exc:
-            if choice == "auto" or exc.status != 400 or "tool_choice" not in str(exc).lower():
+            if choice == "auto" or not exc.tool_choice_refused:
                 raise ConsolidationFailure(f"provider error: {str(exc).splitlines()[0]}") from exc
-            self._forced_choice_ok = False  # this provider cannot force a tool; ask nicely from now on
+            capabilities.forced_tool_choice = False  # this provider cannot force a tool; ask nicely from now on
             try:
                 response = await self._chat(request, "auto")
             except ProviderError as again:
