@@ -30,7 +30,8 @@ from typing import Any
 from nanobot.config import AgentDefaults
 from nanobot.errors import ContextTooSmallError, ProviderError, RequestTooLarge
 from nanobot.messages import Message, text_of, tool_calls_of
-from nanobot.session.store import Session, as_sent
+from nanobot.session.save_policy import as_sent
+from nanobot.session.store import Session
 from nanobot.tokens import Calibration, TokenCounter, byte_bound, default_counter, estimator_name
 
 __all__ = [

@@ -22,7 +22,9 @@ from nanobot.errors import ConsolidationFailure, ProviderError
 from nanobot.memory.store import MemoryStore, MemoryUpdateRefused
 from nanobot.messages import Message, parse_timestamp, text_of, tool_calls_of
 from nanobot.providers.base import Provider
-from nanobot.session.store import Session, SessionStore, with_runtime_context
+from nanobot.session.runtime_context import user_with_context
+from nanobot.session.save_policy import as_sent
+from nanobot.session.store import Session, SessionStore
 
 __all__ = [
     "Consolidator", "ConsolidationReport", "SAVE_MEMORY_TOOL", "DEFAULT_PROBE",
@@ -81,7 +83,8 @@ SystemPrompt = str | Callable[[], str]
 
 
 def probe_message(text: str = DEFAULT_PROBE) -> Message:
-    return {"role": "user", "content": with_runtime_context(_SAMPLE_CONTEXT, text)}
+    """A stand-in for the next user message, at the size it is sent (with a runtime-context block)."""
+    return as_sent(user_with_context(text, _SAMPLE_CONTEXT))
 
 
 @dataclass
