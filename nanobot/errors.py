@@ -21,14 +21,13 @@ tells the user how to fix the problem. Every error class lives here:
   + MemoryUpdateRefused             MEMORY.md left unchanged
   + MemoryBusy                      the memory folder's lock
   + RunnerBusyError                 owner: the other cron runner
+  + ConsolidationFailure            one failed summarising attempt, retried or archived raw
+  + CallFailed                      an MCP tool call that produced no result
 * ValueError (bad file contents, caught where the file is read)
   + SkillError                      a SKILL.md front matter
   + JobFormatError                  jobs.json
 * OSError
   + LandlockError                   the kernel refused an exec sandbox's Landlock ruleset
-* Exception
-  + ConsolidationFailure            one failed summarising attempt, retried or archived raw
-  + CallFailed                      an MCP tool call that produced no result
 """
 
 from __future__ import annotations
@@ -164,11 +163,11 @@ class UnknownSessionError(UsageError):
     """No session file exists for the key the user named."""
 
 
-class ConsolidationFailure(Exception):
+class ConsolidationFailure(NanobotError):
     """One failed attempt to summarise a chunk; the message says why (kept inside consolidation)."""
 
 
-class CallFailed(Exception):
+class CallFailed(NanobotError):
     """A tool call that produced no result: timed out, or the server went away."""
 
 

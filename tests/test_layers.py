@@ -132,6 +132,32 @@ def test_every_error_class_lives_in_errors_py_and_is_drawn_in_its_tree():
     assert elsewhere == []
 
 
+def _drawn_parents(drawing: str) -> dict[str, str | None]:
+    """The tree in errors.py's docstring as {class: its parent in the drawing}."""
+    parents: dict[str, str | None] = {}
+    stack: list[str] = []
+    for line in drawing.splitlines():
+        stripped = line.lstrip(" |")
+        if not stripped.startswith(("* ", "+ ")):
+            continue
+        name = stripped[2:].split()[0]
+        depth = 0 if stripped.startswith("* ") else (len(line) - len(stripped)) // 2
+        del stack[depth:]
+        parents[name] = stack[-1] if stack else None
+        stack.append(name)
+    return parents
+
+
+def test_the_error_tree_drawing_matches_the_classes():
+    tree = ast.parse((PACKAGE / "errors.py").read_text(encoding="utf-8"))
+    drawn = _drawn_parents(ast.get_docstring(tree) or "")
+    actual = {node.name: node.bases[0].id for node in tree.body
+              if isinstance(node, ast.ClassDef) and node.bases and isinstance(node.bases[0], ast.Name)}
+    # a root of the drawing (`* NanobotError`) derives from Exception itself
+    assert {name: drawn.get(name, "(not drawn)") or "Exception" for name in actual} == actual
+    assert actual["ConsolidationFailure"] == actual["CallFailed"] == "NanobotError"
+
+
 # Leaf data modules of the provider table; `config.py` reads them (the map's one named exception).
 PROVIDER_TABLE = {"nanobot.providers.registry", "nanobot.providers.reasoning"}
 # tests/ folders that mirror a package under another name.
