@@ -20,7 +20,7 @@ from nanobot.agent.events import EventSink, Notice, ignore
 from nanobot.config import AgentDefaults
 from nanobot.errors import ConsolidationFailure, ProviderError
 from nanobot.memory.store import MemoryStore, MemoryUpdateRefused
-from nanobot.messages import Message, parse_timestamp, text_of, tool_calls_of
+from nanobot.messages import Message, parse_timestamp, transcript_lines
 from nanobot.providers.base import Provider
 from nanobot.session.runtime_context import user_with_context
 from nanobot.session.save_policy import as_sent
@@ -445,34 +445,12 @@ def _chunk_time(chunk: list[Message], clock: Callable[[], datetime]) -> datetime
     return clock()
 
 
-def _cut(text: str, limit: int | None, how_to_get_rest: str = "") -> str:
-    if limit is None or len(text) <= limit:
-        return text
-    head = limit * 2 // 3
-    tail = limit - head
-    return (f"{text[:head]} …[{len(text) - limit} characters cut{how_to_get_rest}]… "
-            f"{text[len(text) - tail:] if tail else ''}")
-
-
 def render_transcript(chunk: list[Message], *, tool_chars: int = 2000, text_chars: int | None = None) -> str:
     """`[YYYY-MM-DD HH:MM] ROLE: text` lines; tool calls summarised, long tool results cut."""
     lines = []
     for msg in chunk:
-        role = str(msg.get("role", "?"))
-        if role == "system":
-            continue
         when = parse_timestamp(msg.get("timestamp"))
         stamp = f"[{when:%Y-%m-%d %H:%M}] " if when else ""
-        text = text_of(msg.get("content")).strip()
-        if role == "tool":
-            name = msg.get("name") or "tool"
-            lines.append(f"{stamp}TOOL RESULT ({name}): {_cut(text, tool_chars)}")
-            continue
-        if text:
-            lines.append(f"{stamp}{role.upper()}: {_cut(text, text_chars)}")
-        for call in tool_calls_of(msg):
-            fn = call.get("function") or {}
-            args = fn.get("arguments")
-            args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-            lines.append(f"{stamp}{role.upper()} called {fn.get('name', '?')}({_cut(args, _ARG_CHARS)})")
+        lines += [stamp + line for line in transcript_lines(msg, text_chars=text_chars, tool_chars=tool_chars,
+                                                            arg_chars=_ARG_CHARS)]
     return "\n".join(lines)

@@ -27,7 +27,7 @@ import orjson
 
 from nanobot.errors import SessionInUseError, UnknownSessionError, storage_error
 from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write
-from nanobot.messages import Message, clean_unicode, for_wire, now_iso
+from nanobot.messages import Message, clean_unicode, for_wire, now_iso, parse_iso, parse_timestamp
 from nanobot.paths import ensure_private_dir, sessions_dir
 from nanobot.secrets_mask import mask_value
 from nanobot.session.save_policy import as_sent
@@ -529,11 +529,7 @@ def _plain_int(value: Any) -> bool:
 def _chunk_stamps(chunk: list[Message]) -> set[str]:
     """The minute a HISTORY.md entry for `chunk` is stamped with (as local and as written)."""
     for msg in chunk:
-        value = msg.get("timestamp")
-        try:
-            when = datetime.fromisoformat(value) if isinstance(value, str) and value else None
-        except ValueError:
-            when = None
+        when = parse_iso(msg.get("timestamp"))
         if when is not None:
             local = when.astimezone().replace(tzinfo=None) if when.tzinfo else when
             return {local.strftime("%Y-%m-%d %H:%M"), when.strftime("%Y-%m-%d %H:%M")}
@@ -550,10 +546,5 @@ def _parse_first_line(path: Path) -> dict[str, Any]:
 
 
 def _sort_time(stamp: str) -> float:
-    try:
-        parsed = datetime.fromisoformat(stamp)
-    except (TypeError, ValueError):
-        return 0.0
-    if parsed.tzinfo is None:
-        parsed = parsed.astimezone()  # v0.1.x wrote naive local times
-    return parsed.timestamp()
+    parsed = parse_timestamp(stamp)  # v0.1.x wrote naive local times; naive reads as local here
+    return parsed.timestamp() if parsed is not None else 0.0
