@@ -22,6 +22,11 @@ def alive(pid: int) -> bool:
     return _state(pid) not in (None, "Z", "X")
 
 
+def process_count() -> int:
+    """How many processes the host has (a fork bomb's mark)."""
+    return sum(1 for entry in os.listdir("/proc") if entry.isdigit())
+
+
 def host_pids(marker: str, *, command: str | None = None) -> list[int]:
     """Host pids of live processes with `marker` as an argument; with `command`, only `command marker`."""
     found = []
