@@ -110,3 +110,9 @@ def test_one_list_of_secret_variable_names(tmp_path):
 
 def test_one_scanner_finds_host_processes():
     assert _spelled('os.listdir("/proc")', under=("tests",)) == ["tests/host_procs.py"]
+
+
+def test_the_runtime_context_block_is_written_in_one_place():
+    writers = _spelled("with_runtime_context(", under=("nanobot",))
+    assert writers == ["nanobot/session/runtime_context.py", "nanobot/session/save_policy.py"]
+    assert _spelled('"[Runtime Context]"', under=("nanobot",)) == ["nanobot/session/runtime_context.py"]
