@@ -9,7 +9,7 @@ from pathlib import Path
 from nanobot.agent.budget import shrink_text
 from nanobot.agent.consolidation import render_transcript
 from nanobot.app import tool_context
-from nanobot.config import Config
+from nanobot.config import Config, MCPServerConfig
 from nanobot.memory import history as history_log
 from nanobot.memory import store as memory
 from nanobot.messages import (
@@ -22,6 +22,8 @@ from nanobot.messages import (
     user,
 )
 from nanobot.providers.registry import PROVIDERS, scrubbed_env_names, secret_env_names
+from nanobot.secrets_mask import secret_env_values
+from nanobot.tools.shell import child_env
 
 
 def test_message_timestamps_parse_to_local_naive_time():
@@ -116,3 +118,16 @@ def test_the_runtime_context_block_is_written_in_one_place():
     writers = _spelled("with_runtime_context(", under=("nanobot",))
     assert writers == ["nanobot/session/runtime_context.py", "nanobot/session/save_policy.py"]
     assert _spelled('"[Runtime Context]"', under=("nanobot",)) == ["nanobot/session/runtime_context.py"]
+
+
+def test_one_rule_says_which_variable_names_hold_a_secret():
+    assert _spelled('"CREDENTIALS"', under=("nanobot",)) == ["nanobot/secrets_mask.py"]
+    environ = {"PGPASSWORD": "pg-pass-0123456", "GITLAB_PAT": "glpat-0123456789", "SSH_AUTH_SOCK": "/tmp/agent.1",
+               "TOKENIZERS_PARALLELISM": "false-ish-value"}
+    # exec's children, the masker and the config's MCP secrets agree on every name
+    assert set(child_env(environ)) == {"SSH_AUTH_SOCK", "TOKENIZERS_PARALLELISM"}
+    assert set(secret_env_values(environ)) == {"pg-pass-0123456", "glpat-0123456789"}
+    cfg = Config()
+    cfg.tools.mcp_servers["db"] = MCPServerConfig(command="db-mcp", env=environ)
+    assert {"pg-pass-0123456", "glpat-0123456789"} <= set(cfg.secret_values())
+    assert not {"/tmp/agent.1", "false-ish-value"} & set(cfg.secret_values())

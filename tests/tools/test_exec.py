@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 from nanobot.errors import ToolError
+from nanobot.secrets_mask import is_secret_name
 from nanobot.tools.registry import ToolRegistry
-from nanobot.tools.shell import OUTPUT_CAP, ExecTool, child_env, deny_reason, is_secret_env_name
+from nanobot.tools.shell import OUTPUT_CAP, ExecTool, child_env, deny_reason
 
 import host_procs
 from host_procs import alive
@@ -190,10 +191,11 @@ def test_secrets_are_not_in_child_env(make_ctx, monkeypatch):
         ("STRIPE_KEY", True), ("GOOGLE_APPLICATION_CREDENTIALS", True),
         ("PATH", False), ("HOME", False), ("SSH_AUTH_SOCK", False), ("TOKENIZERS_PARALLELISM", False),
         ("KEYBOARD_LAYOUT", False), ("MONKEY", False), ("LANG", False),
+        ("HF_TOKEN", True), ("GITLAB_PAT", True), ("NPM_AUTH", True), ("AUTHOR", False), ("DB_PASSWORD_FILE", True),
     ],
 )
 def test_secret_name_rule(name, secret):
-    assert is_secret_env_name(name) is secret
+    assert is_secret_name(name) is secret
 
 
 def test_child_env_drops_configured_names_case_insensitively():
