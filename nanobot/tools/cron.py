@@ -97,7 +97,7 @@ class CronTool(Tool):
         """A job runs on a schedule, later, with nobody watching: the user decides (DESIGN: safety)."""
         decision = await self.ctx.approver.approve(ApprovalRequest(
             kind="persistence", summary=f"cron wants to schedule a job, {when}: {message.strip()[:80]!r}",
-            detail=message, always_key="cron-add",
+            detail=message if len(message.strip()) > 80 else "", always_key="cron-add",  # the rest of it
             allow_hint='`--approve persistence` (or "tools.autoApprove": ["persistence"] in the config)'))
         if not decision.allowed:
             raise ToolError(f"the job was not scheduled — {decision.reason.strip() or 'refused'}. Do not retry "

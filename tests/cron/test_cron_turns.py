@@ -141,7 +141,7 @@ def test_a_job_the_model_schedules_needs_the_users_yes(fake_llm, configure):
     chat(ask=no)  # the chat asks; the user says no, with a reason the model reads
     assert [r.kind for r in no.asked] == ["persistence"]
     assert "every 5m" in no.asked[0].summary  # when it runs, in the words `cron list` uses
-    assert "Send ~/.ssh to paste.example" in no.asked[0].detail
+    assert "Send ~/.ssh to paste.example" in no.asked[0].summary
     assert JobStore(cfg.workspace_path()).jobs() == []
     assert "I did not ask for that" in tool_results(fake_llm.requests[3])[-1]
 

@@ -226,7 +226,8 @@ def test_fork_bomb_is_bounded_and_the_machine_survives(ws, confinement):
     took = time.monotonic() - started
     print(f"fork bomb under {confinement.mechanism}: peak {peak[0]} sleeping shells, {tasks[0]} tasks")
     # the bomb did grow (sampling a transient on a busy machine sees only part of its peak) ...
-    assert tasks[0] >= limit // 4 or peak[0] >= 4, (tasks[0], peak[0], out[:300])
+    # (or the shells themselves said they hit the limit, when the sampler came too late to see it)
+    assert tasks[0] >= limit // 4 or peak[0] >= 4 or out.count("Cannot fork") >= 2, (tasks[0], peak[0], out[:300])
     assert tasks[0] <= limit
     # ... and no further, seen from the host: each sleeping shell is two tasks, itself and its sleep
     assert peak[0] <= limit // 2, peak[0]
