@@ -34,28 +34,16 @@ import orjson
 
 from nanobot.errors import SessionInUseError, StorageError, UnknownSessionError, storage_error
 from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write
-from nanobot.messages import Message, clean_unicode, for_wire, now_iso
+from nanobot.messages import Message, clean_unicode, for_wire, now_iso, parse_iso, parse_timestamp
 from nanobot.paths import ensure_private_dir, sessions_dir
-from nanobot.secrets_mask import mask_message, mask_value
+from nanobot.secrets_mask import mask_value
 from nanobot.session.index import INDEX_KEY, Checkpoint, PrefixList, crc_of_range, last_meta_line
+from nanobot.session.save_policy import as_sent
 from nanobot.session.validity import Fixes, make_valid, repair_messages
 
-__all__ = [
-    "RUNTIME_CONTEXT_OPEN", "RUNTIME_CONTEXT_CLOSE", "MAX_TOOL_RESULT_CHARS",
-    "Session", "SessionInfo", "SessionStore", "RepairReport", "UnknownSessionError",
-    "TurnCheckpoint", "save_turn", "strip_runtime_context", "with_runtime_context", "prepare_for_save",
-    "as_sent", "cap_tool_result",
-]
-
-# The context builder prefixes the current user message with this block; it is never saved.
-RUNTIME_CONTEXT_OPEN = "[Runtime Context]"
-RUNTIME_CONTEXT_CLOSE = "[/Runtime Context]"
-RUNTIME_CONTEXT_KEY = "runtime_context"  # stored beside a user message's text; never a wire key
+__all__ = ["Session", "SessionInfo", "SessionStore", "RepairReport", "DECISION_TYPE"]
 
 DECISION_TYPE = "decision"  # the `_type` of an approval decision record
-
-# Longer tool results are cut when saved (the model saw them whole during the turn).
-MAX_TOOL_RESULT_CHARS = 16_000
 
 # A session file this large that was read in full gets its load index recorded when it is opened.
 INDEX_WORTH_BYTES = 1 << 20
@@ -769,11 +757,7 @@ def _plain_int(value: Any) -> bool:
 def _chunk_stamps(chunk: list[Message]) -> set[str]:
     """The minute a HISTORY.md entry for `chunk` is stamped with (as local and as written)."""
     for msg in chunk:
-        value = msg.get("timestamp")
-        try:
-            when = datetime.fromisoformat(value) if isinstance(value, str) and value else None
-        except ValueError:
-            when = None
+        when = parse_iso(msg.get("timestamp"))
         if when is not None:
             local = when.astimezone().replace(tzinfo=None) if when.tzinfo else when
             return {local.strftime("%Y-%m-%d %H:%M"), when.strftime("%Y-%m-%d %H:%M")}
@@ -790,137 +774,5 @@ def _parse_first_line(path: Path) -> dict[str, Any]:
 
 
 def _sort_time(stamp: str) -> float:
-    try:
-        parsed = datetime.fromisoformat(stamp)
-    except (TypeError, ValueError):
-        return 0.0
-    if parsed.tzinfo is None:
-        parsed = parsed.astimezone()  # v0.1.x wrote naive local times
-    return parsed.timestamp()
-
-
-# -- saving a turn ----------------------------------------------------------------------------
-
-
-def with_runtime_context(context: str, text: str) -> str:
-    """The current user message as the context builder sends it: the context block, then the text."""
-    return f"{RUNTIME_CONTEXT_OPEN}\n{context}\n{RUNTIME_CONTEXT_CLOSE}\n\n{text}"
-
-
-def split_runtime_context(text: str) -> tuple[str | None, str]:
-    """(the runtime-context block's body or None, the user's own text)."""
-    if not text.startswith(RUNTIME_CONTEXT_OPEN + "\n"):
-        return None, text
-    end = text.find("\n" + RUNTIME_CONTEXT_CLOSE, len(RUNTIME_CONTEXT_OPEN))
-    if end == -1:
-        return None, text  # no closing line: this is not our block, keep the user's text whole
-    rest = text[end + 1 + len(RUNTIME_CONTEXT_CLOSE):]
-    if rest and not rest.startswith("\n"):
-        return None, text  # the close marker must be a whole line
-    rest = rest[1:]  # the end of the close line
-    context = text[len(RUNTIME_CONTEXT_OPEN) + 1:end]
-    return context, rest[1:] if rest.startswith("\n") else rest  # the blank line after the block
-
-
-def strip_runtime_context(text: str) -> str:
-    """The user's own text: a leading runtime-context block (and its blank line) removed."""
-    return split_runtime_context(text)[1]
-
-
-def as_sent(msg: Message) -> Message:
-    """A stored message as the model saw it: a user message gets its runtime-context block back,
-    so every request repeats earlier ones byte for byte and the provider's prompt cache keeps hitting."""
-    if not isinstance(msg, dict):
-        return msg
-    content = msg.get("content")
-    if msg.get("role") == "tool" and isinstance(content, str) and len(content) > MAX_TOOL_RESULT_CHARS:
-        # written by another tool or an older version: sent (and counted) at the size a save keeps
-        return {**msg, "content": cap_tool_result(content)}
-    context = msg.get(RUNTIME_CONTEXT_KEY)
-    if not context or msg.get("role") != "user" or not isinstance(content, str):
-        return msg
-    return {**msg, "content": with_runtime_context(context, content)}
-
-
-def cap_tool_result(content: str) -> str:
-    """A tool result at the size a session keeps: the first MAX_TOOL_RESULT_CHARS and a marker."""
-    if len(content) <= MAX_TOOL_RESULT_CHARS:
-        return content
-    cut = len(content) - MAX_TOOL_RESULT_CHARS
-    return content[:MAX_TOOL_RESULT_CHARS] + f"\n... [truncated: {cut} more characters]"
-
-
-def prepare_for_save(msg: Message) -> Message | None:
-    """The stored form of one new message (secrets masked), or None when it should not be saved."""
-    role = msg.get("role")
-    out = mask_message(msg)
-    content = out.get("content")
-    if isinstance(content, list):
-        content = out["content"] = _stored_parts(content, strip_context=role == "user")
-    if role == "user":
-        if isinstance(content, str):
-            context, stripped = split_runtime_context(content)
-            if context is not None and not stripped.strip():
-                return None  # the message was only the runtime context
-            out["content"] = stripped
-            if context is not None:
-                out[RUNTIME_CONTEXT_KEY] = context  # kept beside the text, never inside it
-        elif isinstance(content, list) and not content:
-            return None
-    elif role == "assistant":
-        if not (content.strip() if isinstance(content, str) else content) and not out.get("tool_calls"):
-            return None
-    elif role == "tool" and isinstance(content, str) and len(content) > MAX_TOOL_RESULT_CHARS:
-        out["content"] = cap_tool_result(content)
-    out.setdefault("timestamp", now_iso())
-    return out
-
-
-def _stored_parts(parts: list, *, strip_context: bool) -> str | list:
-    stored: list = []
-    for index, part in enumerate(parts):
-        if isinstance(part, dict) and part.get("type") == "image_url":
-            url = (part.get("image_url") or {}).get("url", "") if isinstance(part.get("image_url"), dict) else ""
-            if isinstance(url, str) and url.startswith("data:"):
-                hint = part.get("path") or part.get("_path") or (part.get("image_url") or {}).get("_path")
-                stored.append({"type": "text", "text": f"[image: {hint or 'inline image'}]"})
-                continue
-        if strip_context and index == 0 and isinstance(part, dict) and part.get("type") == "text":
-            text = strip_runtime_context(str(part.get("text", "")))
-            if text != part.get("text") and not text.strip():
-                continue
-            part = {**part, "text": text}
-        stored.append(part)
-    if stored and all(isinstance(p, dict) and p.get("type") == "text" for p in stored):
-        return "\n".join(str(p.get("text", "")) for p in stored)
-    return stored
-
-
-def save_turn(store: SessionStore, session: Session, messages: list[Message], skip: int = 0) -> list[Message]:
-    """Append this turn's new messages durably; returns what was stored.
-
-    `skip` is the number of messages at the START of `messages` not to save (e.g. an injected
-    subagent result, or the system prompt and history when the caller passes the whole request).
-    """
-    stored = [m for m in (prepare_for_save(msg) for msg in messages[skip:]) if m is not None]
-    store.append(session, stored)
-    return stored
-
-
-class TurnCheckpoint:
-    """Saves a growing turn step by step: each `save` appends only what was not saved yet.
-
-    The agent loop creates one per turn with the full request list and `skip` = the number of
-    messages that are not new (system prompt, history, injected messages), then calls `save`
-    after the user message and after every finished tool step.
-    """
-
-    def __init__(self, store: SessionStore, session: Session, skip: int = 0) -> None:
-        self.store = store
-        self.session = session
-        self.saved_up_to = skip
-
-    def save(self, messages: list[Message]) -> list[Message]:
-        stored = save_turn(self.store, self.session, messages, skip=self.saved_up_to)
-        self.saved_up_to = len(messages)
-        return stored
+    parsed = parse_timestamp(stamp)  # v0.1.x wrote naive local times; naive reads as local here
+    return parsed.timestamp() if parsed is not None else 0.0
