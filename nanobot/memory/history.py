@@ -537,10 +537,7 @@ def _rg_parse(returncode: int, stdout: bytes) -> list[int] | None:
         return []
     if returncode != 0:
         return None  # e.g. a pattern its syntax rejects: then the Python engine decides
-    rows = stdout.split(b":\n")
-    if rows and not rows[-1]:
-        rows.pop()  # the empty piece after the last row
-    return list(map(int, rows))
+    return [int(x) for x in stdout.split(b":\n") if x]
 
 
 def _rg_run(path: Path, args: list[str]) -> list[int] | None:
@@ -621,18 +618,11 @@ def _matching_spans(path: Path, pattern: str, ignore_case: bool, since: datetime
         else:
             import tempfile
 
-            # Two ripgrep runs side by side, into files (a full pipe would stall one of them): the
-            # matches, and every entry's stamp line, which ripgrep finds in a third of the CPU time
-            # Python's regex takes over the whole file.
-            with tempfile.TemporaryFile() as sink, tempfile.TemporaryFile() as stamps:
+            # into a file, not a pipe: a full pipe would stall ripgrep until Python is done indexing
+            with tempfile.TemporaryFile() as sink:
                 proc = subprocess.Popen(_rg_argv(path, ["--no-line-number", *args]), stdout=sink,
                                         stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-                lines = subprocess.Popen(_rg_argv(path, ["--no-line-number", "--regexp", _STAMP_LINE_RG]),
-                                         stdout=stamps, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-                lines.wait()
-                stamps.seek(0)
-                found_starts = _rg_parse(lines.returncode, stamps.read())
-                starts = _starts_table(found_starts, len(data)) if found_starts is not None else _entry_starts(data)
+                starts = _entry_starts(data)
                 proc.wait()
                 sink.seek(0)
                 offsets = _rg_parse(proc.returncode, sink.read())
@@ -666,17 +656,6 @@ def _entry_starts(data) -> list[int]:
     starts = [m.start() + 1 for m in _STAMP_NL_B.finditer(data)]
     starts.insert(0, 0)
     starts.append(len(data))
-    return starts
-
-
-_STAMP_LINE_RG = r"^\[\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(?::\d{2})?\]"  # _STAMP at a line start, for rg
-
-
-def _starts_table(stamp_lines: list[int], size: int) -> list[int]:
-    """_entry_starts from the offsets of the stamp lines: 0 first (text before the first stamp is an
-    entry of its own), the file's length last."""
-    starts = stamp_lines if stamp_lines[:1] == [0] else [0, *stamp_lines]
-    starts.append(size)
     return starts
 
 
