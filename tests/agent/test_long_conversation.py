@@ -270,7 +270,7 @@ def test_provider_prompt_counts_calibrate_the_estimate_and_status_shows_it(confi
     assert cal.ratio > 1.5  # the provider counted far more than our estimate
     shown = "\n".join(lines)
     assert f"~{assistant.conversation.estimate():,} / 6,144 tokens" in shown
-    assert "estimator  tiktoken cl100k_base (offline), corrected x" in shown
+    assert "estimator  cl100k_base, exact (offline ranks), corrected x" in shown
 
 
 def test_one_shot_waits_for_its_background_consolidation(configure, fake_llm, nanobot_cmd):
