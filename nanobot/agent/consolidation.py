@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -226,7 +226,7 @@ class Consolidator:
             memory_text = self.memory.state().usable  # an empty or cut-off file is not "nothing remembered"
             piece, request = self._fitting_piece(session.messages, start, self._render_limit(session, end),
                                                  memory_text)
-            chunk = session.messages[start:piece]
+            chunk = list(session.messages[start:piece])
             first_line = await self._summarise_with_retries(chunk, request, report, emit, memory_text)
             if first_line:
                 report.history_entries.append(first_line)
@@ -250,7 +250,7 @@ class Consolidator:
             total += self.budget.stored_tokens(msgs[i])
         return end if total <= limit or last is None else last
 
-    def _fitting_piece(self, msgs: list[Message], start: int, end: int,
+    def _fitting_piece(self, msgs: Sequence[Message], start: int, end: int,
                        memory_text: str) -> tuple[int, list[Message] | None]:
         """The furthest user boundary whose consolidation request fits, and that request.
 
@@ -278,7 +278,7 @@ class Consolidator:
                 return piece, request
         return piece, None
 
-    def _request(self, chunk: list[Message], memory_text: str, **limits: Any) -> list[Message]:
+    def _request(self, chunk: Sequence[Message], memory_text: str, **limits: Any) -> list[Message]:
         stamp = _chunk_time(chunk, self.clock).strftime("[%Y-%m-%d %H:%M]")
         body = (f"## Current MEMORY.md\n\n{memory_text.strip() or '(empty)'}\n\n"
                 f"## Conversation excerpt ({len(chunk)} messages)\n\n{render_transcript(chunk, **limits)}")
@@ -437,7 +437,7 @@ def parse_save_memory(raw: Any) -> dict[str, str]:
 # -- transcript ------------------------------------------------------------------------------
 
 
-def _chunk_time(chunk: list[Message], clock: Callable[[], datetime]) -> datetime:
+def _chunk_time(chunk: Sequence[Message], clock: Callable[[], datetime]) -> datetime:
     for msg in chunk:
         when = parse_timestamp(msg.get("timestamp"))
         if when is not None:
@@ -445,7 +445,7 @@ def _chunk_time(chunk: list[Message], clock: Callable[[], datetime]) -> datetime
     return clock()
 
 
-def render_transcript(chunk: list[Message], *, tool_chars: int = 2000, text_chars: int | None = None) -> str:
+def render_transcript(chunk: Sequence[Message], *, tool_chars: int = 2000, text_chars: int | None = None) -> str:
     """`[YYYY-MM-DD HH:MM] ROLE: text` lines; tool calls summarised, long tool results cut."""
     lines = []
     for msg in chunk:

@@ -8,7 +8,7 @@ never drawn over, and resumed after the answer.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -113,7 +113,7 @@ class TerminalApprover:
         self.console.print(f"[dim]{HELP}[/dim]", highlight=False)
 
 
-def print_refusals(err: Console, decisions: list[dict]) -> None:
+def print_refusals(err: Console, decisions: Sequence[dict]) -> None:
     """One-shot mode cannot ask: name the risky actions it refused and the flag that allows each kind."""
     refused = [d for d in decisions if not d.get("allowed")]
     if not refused:
