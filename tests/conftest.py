@@ -81,3 +81,13 @@ def host_sleepers():
         return found
 
     return find
+
+
+@pytest.fixture
+def nanobot_run():
+    """Runs the real `nanobot` command in this process: `nanobot_run("agent", "-m", "hi", input=...,
+    env=..., cwd=...)` returns a subprocess.CompletedProcess (see tests/cli_runner.py for what is
+    kept apart). Tests of what only a real process shows use `nanobot_cmd` instead."""
+    from cli_runner import run_cli
+
+    return run_cli
