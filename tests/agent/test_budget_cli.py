@@ -23,11 +23,6 @@ from nanobot.fakellm import Reply
 from nanobot.messages import tool_call
 
 
-def run(cmd, *args, input=None, env=None, timeout=90):
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, input=input, timeout=timeout,
-                          env={**os.environ, **(env or {})})
-
-
 def _turns(server) -> list:
     return [r for r in server.requests if not is_consolidation(r)]
 
@@ -49,16 +44,16 @@ def _stored(home) -> list[dict]:
     return [json.loads(line) for line in _session_file(home).read_text().splitlines()]
 
 
-def test_after_a_long_answer_the_next_request_leaves_room_for_the_reply(nanobot_cmd, fake_llm, configure):
+def test_after_a_long_answer_the_next_request_leaves_room_for_the_reply(nanobot_run, fake_llm, configure):
     configure(contextWindowTokens=WINDOW)
     make_strict(fake_llm)
     rng = random.Random(5)
     essay = " ".join("".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 9)))
                      for _ in range(3000))  # 3,000 words, ~6,000 tokens: alone nearly the whole budget
     fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text(essay)
-    assert run(nanobot_cmd, "agent", "-m", "write me a long essay about logs").returncode == 0
+    assert nanobot_run("agent", "-m", "write me a long essay about logs").returncode == 0
     fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text("glad to help")
-    second = run(nanobot_cmd, "agent", "-m", "thanks, that was great")
+    second = nanobot_run("agent", "-m", "thanks, that was great")
     assert second.returncode == 0, second.stderr
     assert "glad to help" in second.stdout
     _assert_inside(fake_llm)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 
 import pytest
 from nanobot.agent.budget import ContextBudget
@@ -23,16 +22,11 @@ def workspace(home):
     return home / "workspace"
 
 
-def one_shot(nanobot_cmd, *args, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([*nanobot_cmd, *args], capture_output=True, text=True, timeout=90,
-                          stdin=subprocess.DEVNULL, **kw)
-
-
 def tool_results(request) -> list[str]:
     return [json.dumps(m.get("content")) for m in request.messages if m.get("role") == "tool"]
 
 
-def test_model_write_file_and_exec_cannot_wipe_memory_or_history(configure, fake_llm, isolated_home, nanobot_cmd):
+def test_model_write_file_and_exec_cannot_wipe_memory_or_history(configure, fake_llm, isolated_home, nanobot_run):
     """Cases 1 and 2: write_file replacing 40 facts by one line; `: > HISTORY.md; sed -i ... MEMORY.md`.
     exec runs unconfined here (the user's choice): with a sandbox memory/ is read-only and the
     command cannot touch it at all (tests/security); without one, the memory watch undoes it."""
@@ -52,7 +46,7 @@ def test_model_write_file_and_exec_cannot_wipe_memory_or_history(configure, fake
         Reply.text("done"),
     )
     # memory edits ask the user first (issue 11b); approved here, so the memory door is what is tested
-    run = one_shot(nanobot_cmd, "agent", "-m", "tidy up", "--approve", "memory-edit")
+    run = nanobot_run("agent", "-m", "tidy up", "--approve", "memory-edit")
     assert run.returncode == 0, run.stderr
     text = store.read_memory()
     assert all(f"- fact {i}: the user owns item {i}" in text for i in range(40))
@@ -65,7 +59,7 @@ def test_model_write_file_and_exec_cannot_wipe_memory_or_history(configure, fake
     fake_llm.assert_all_valid()
 
 
-def test_a_bad_byte_in_memory_stops_nothing(configure, fake_llm, isolated_home, nanobot_cmd):
+def test_a_bad_byte_in_memory_stops_nothing(configure, fake_llm, isolated_home, nanobot_run):
     """Case 4: a Latin-1 byte in MEMORY.md; turns and `memory show` keep working. And a HISTORY.md
     cut short meanwhile is completed at start-up, with a line saying so."""
     configure()
@@ -75,7 +69,7 @@ def test_a_bad_byte_in_memory_stops_nothing(configure, fake_llm, isolated_home, 
     store.history_file.write_bytes(history[:30])
     store.memory_file.write_bytes(b"# Memory\n\n- the user drinks caf\xe9 au lait\n")
     fake_llm.script(Reply.text("noted"))
-    run = one_shot(nanobot_cmd, "agent", "-m", "remember my coffee")
+    run = nanobot_run("agent", "-m", "remember my coffee")
     assert run.returncode == 0 and "noted" in run.stdout, run.stderr
     assert "not valid UTF-8" in run.stderr and "memory restore" in run.stderr
     assert "restored from the journal" in run.stderr and store.history_file.read_bytes() == history
@@ -83,7 +77,7 @@ def test_a_bad_byte_in_memory_stops_nothing(configure, fake_llm, isolated_home, 
     sessions = list((isolated_home / "sessions").glob("*.jsonl"))
     assert any("remember my coffee" in p.read_text() for p in sessions)
     assert list(store.damaged_dir.glob("MEMORY-*.raw"))[0].read_bytes().endswith(b"caf\xe9 au lait\n")
-    show = one_shot(nanobot_cmd, "memory", "show")
+    show = nanobot_run("memory", "show")
     assert show.returncode == 0 and "au lait" in show.stdout and "Traceback" not in show.stderr
 
 
