@@ -91,3 +91,19 @@ def nanobot_run():
     from cli_runner import run_cli
 
     return run_cli
+
+
+# The whole suite (`python -m pytest`, no paths given) runs on this many pytest-xdist workers; a
+# file or test named on the command line runs in one process, as do `-n 0` and `-p no:xdist`.
+WHOLE_SUITE_WORKERS = 2
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    whole_suite = config.args_source == pytest.Config.ArgsSource.TESTPATHS
+    worker = hasattr(config, "workerinput")  # a worker must not start workers of its own
+    if (whole_suite and not worker and config.pluginmanager.hasplugin("xdist")
+            and config.option.numprocesses is None and not config.getoption("usepdb", False)):
+        config.option.numprocesses = WHOLE_SUITE_WORKERS
+        if config.option.dist == "no":
+            config.option.dist = "worksteal"  # long tests (the crash trials) do not hold up the rest

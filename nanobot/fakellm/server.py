@@ -112,7 +112,9 @@ class FakeLLMServer:
         httpd.daemon_threads = True
         httpd.fake = self  # type: ignore[attr-defined]
         self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+        # serve_forever notices stop() only between polls: a short poll makes each test's server stop
+        # at once (at 0.05 s, stopping was most of a short test's time), for 200 idle wake-ups of a few µs a second
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.005},
                                         name="fakellm", daemon=True)
         self._thread.start()
         return self
