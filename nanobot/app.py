@@ -17,7 +17,7 @@ from nanobot.agent.subagents import SubagentManager
 from nanobot.approvals import SessionApprover, check_kinds
 from nanobot.config import Config, resolve_fallbacks, resolve_model
 from nanobot.errors import ContextTooSmallError
-from nanobot.memory.history import iter_entries
+from nanobot.memory.history import history_receipts
 from nanobot.paths import secure_home
 from nanobot.providers.base import Provider
 from nanobot.providers.factory import make_provider
@@ -124,11 +124,11 @@ def build_context(cfg: Config, workspace: Path) -> ContextBuilder:
                           timezone=cfg.defaults.timezone)
 
 
-def cron_tool(cfg: Config, workspace: Path, session_key: str) -> CronTool:
+def cron_tool(cfg: Config, workspace: Path, session_key: str, approver: Approver | None = None) -> CronTool:
     from nanobot.cron.store import JobStore
     from nanobot.tools.cron import CronTool
 
-    return CronTool(tool_context(cfg, workspace), JobStore(workspace), default_tz=cfg.defaults.timezone,
+    return CronTool(tool_context(cfg, workspace, approver), JobStore(workspace), default_tz=cfg.defaults.timezone,
                     origin=session_key)
 
 
@@ -214,7 +214,7 @@ def add_main_agent_tools(tools: ToolRegistry, cfg: Config, workspace: Path, sess
                          subagents: SubagentManager | None, approver: Approver | None = None) -> None:
     """What the main agent has beyond a subagent's tools (spawn, cron); status counts the same schemas."""
     tools.register(SpawnTool(tool_context(cfg, workspace, approver), subagents))
-    tools.register(cron_tool(cfg, workspace, session_key))
+    tools.register(cron_tool(cfg, workspace, session_key, approver))
 
 
 def build_budget(cfg: Config) -> ContextBudget:
@@ -222,16 +222,6 @@ def build_budget(cfg: Config) -> ContextBudget:
     d = cfg.defaults
     return ContextBudget(window=d.context_window_tokens, max_tokens=d.max_tokens, counter=default_counter(),
                          prompt_cap=d.context_block_limit, max_tool_calls=d.max_tool_calls_per_step)
-
-
-def history_receipts(workspace: Path):
-    """The stamps of HISTORY.md's entries, which prove how far a session was archived."""
-    def stamps() -> set[str]:
-        path = workspace / "memory" / "HISTORY.md"
-        if not path.exists():
-            return set()
-        return {e.stamp.strftime("%Y-%m-%d %H:%M") for e in iter_entries(path) if e.stamp is not None}
-    return stamps
 
 
 def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, stream: bool = True,

@@ -13,7 +13,9 @@ Its invariant, for every request sent: estimated prompt tokens (after calibratio
 3. any single message larger than a quarter of the budget is cut (tool arguments, an answer, ...);
 4. the oldest turns are left out (consolidation has not caught up yet), with a marker;
 5. the earliest tool steps of this turn are left out (the latest step stays), with a marker;
-6. the largest remaining messages are cut down to their marker.
+6. the largest remaining messages are cut down to their marker;
+7. a step with many calls keeps only as many of them as fit, the others' results left out with a
+   note (dozens of results, each already at its marker, can still outgrow a small window).
 
 If even that cannot fit, it raises RequestTooLarge, naming what is too big: the request is
 not sent.
@@ -369,7 +371,8 @@ class _Fitter:
                  self.drop_old_turns, self.drop_early_steps,
                  # the turn's own message (with any note about what was left out) goes last
                  lambda: self.cut_largest(0, LAST_RESORT_CHARS, spare=self.turn_start),
-                 lambda: self.cut_largest(0, LAST_RESORT_CHARS))
+                 lambda: self.cut_largest(0, LAST_RESORT_CHARS),
+                 self.drop_calls_to_fit)
         for step in steps:
             if not self.over():
                 return
@@ -378,28 +381,36 @@ class _Fitter:
     # 1. tool calls past the cap
     def drop_excess_calls(self) -> None:
         cap = self.b.max_tool_calls
-        dropped_ids: set[str] = set()
-        for i, msg in enumerate(self.out):
-            calls = tool_calls_of(msg)
-            if msg.get("role") != "assistant" or len(calls) <= cap:
-                continue
-            extra = calls[cap:]
-            dropped_ids |= {str(c.get("id")) for c in extra}
-            note = (f"[{len(extra):,} more tool calls of this message, over the limit of {cap} per step, were "
-                    "not run and are left out of this request]")
-            text = text_of(msg.get("content"))
-            self.out[i] = {**msg, "tool_calls": calls[:cap], "content": f"{text}\n\n{note}".strip()}
-        if not dropped_ids:
+        out, dropped = _calls_cut_to(self.out, cap, lambda n: (
+            f"[{n:,} more tool calls of this message, over the limit of {cap} per step, were "
+            "not run and are left out of this request]"))
+        if dropped:
+            self._replace(out)
+            self.cuts.append(f"left out {dropped:,} tool calls over the per-step limit")
+
+    # 7. fewer of a step's calls (and their results), when each is already at its minimum
+    def drop_calls_to_fit(self) -> None:
+        most = max((len(tool_calls_of(m)) for m in self.out if m.get("role") == "assistant"), default=0)
+        base = self.out
+
+        def build(k: int) -> list[Message]:
+            return _calls_cut_to(base, k, lambda n: (
+                f"[the results of {n:,} more tool calls of this message are left out of this request to fit the "
+                "context window; they are kept in the session]"))[0]
+
+        chosen = self._least_cut(list(range(most - 1, 0, -1)), build)
+        if chosen is None:
             return
-        kept = []
-        for i, msg in enumerate(self.out):
-            if msg.get("role") == "tool" and str(msg.get("tool_call_id")) in dropped_ids:
-                if i < self.turn_start:
-                    self.turn_start -= 1
-                continue
-            kept.append(msg)
-        self.out = kept
-        self.cuts.append(f"left out {len(dropped_ids):,} tool calls over the per-step limit")
+        k, out = chosen
+        self._replace(out)
+        self.cuts.append(f"kept {k} tool call(s) per step in this request")
+
+    def _replace(self, out: list[Message]) -> None:
+        """`out` in place of the request; only tool results were left out, so the turn's start moves back."""
+        if self.turn_start < len(self.out):
+            start = self.out[self.turn_start]
+            self.turn_start = next((i for i, m in enumerate(out) if m is start), self.turn_start)
+        self.out = out
         self._update()
 
     # 2. tool results, this turn first
@@ -517,6 +528,25 @@ class _Fitter:
         n, self.out = chosen
         self.cuts.append(f"left the first {n} tool step(s) of this turn out of this request")
         self._update()
+
+
+def _calls_cut_to(messages: list[Message], k: int, note: Callable[[int], str]) -> tuple[list[Message], int]:
+    """`messages` with every assistant message keeping its first `k` tool calls, a note saying how many
+    more there were, and the results of the others left out; and how many calls were left out."""
+    dropped_ids: set[str] = set()
+    out: list[Message] = []
+    for msg in messages:
+        calls = tool_calls_of(msg)
+        if msg.get("role") == "assistant" and len(calls) > k:
+            extra = calls[k:]
+            dropped_ids |= {str(c.get("id")) for c in extra}
+            text = f"{text_of(msg.get('content'))}\n\n{note(len(extra))}".strip()
+            msg = {**msg, "tool_calls": calls[:k], "content": text}
+        out.append(msg)
+    if not dropped_ids:
+        return messages, 0
+    kept = [m for m in out if not (m.get("role") == "tool" and str(m.get("tool_call_id")) in dropped_ids)]
+    return kept, len(dropped_ids)
 
 
 def _with_note(msg: Message, left_out: int = 0, *, note: str | None = None) -> Message:

@@ -47,8 +47,27 @@ def _warn(warnings: list[str]) -> None:
         print_warning(warning)
 
 
-def _import_from_nanobot(config: Path | None, *, quiet_when_none: bool) -> None:
-    """Bring in nanobot's sessions and history for the configured workspace (session/importer.py)."""
+def _store(workspace: Path | None) -> SessionStore:
+    """The session store, with the workspace's HISTORY.md as proof of a damaged pointer (as the chat has)."""
+    from nanobot.memory.history import history_receipts
+
+    return SessionStore(receipts=history_receipts(workspace) if workspace is not None else None)
+
+
+def _workspace(config: Path | None) -> Path | None:
+    """The configured workspace, or None (with a warning) when the config cannot be read."""
+    from nanobot.cli.config_load import load as load_config
+
+    try:
+        return load_config(config).workspace_path()
+    except NanobotError as exc:
+        _warn([f"the config was not read, so HISTORY.md cannot vouch for a damaged pointer: {exc.message}"])
+        return None
+
+
+def _import_from_nanobot(config: Path | None, *, quiet_when_none: bool) -> Path | None:
+    """Bring in nanobot's sessions and history for the configured workspace (session/importer.py);
+    returns the workspace (None when the config cannot be read)."""
     from nanobot.cli.config_load import load as load_config
     from nanobot.session.importer import import_all
 
@@ -58,7 +77,7 @@ def _import_from_nanobot(config: Path | None, *, quiet_when_none: bool) -> None:
         if not quiet_when_none:
             raise _fail(exc) from None
         _warn([f"nanobot's sessions were not looked for: {exc.message}"])  # listing ours still works
-        return
+        return None
     result = import_all(workspace)
     for receipt in result.imported:
         _out().print(f"imported from nanobot: {escape(receipt.describe())}")
@@ -68,6 +87,7 @@ def _import_from_nanobot(config: Path | None, *, quiet_when_none: bool) -> None:
         _out().print(f"Nothing new to import from nanobot for workspace {escape(str(workspace))}.")
     if result.imported:
         _out().print(f"[dim]originals left untouched; receipt: {escape(str(paths.nanobot_home() / 'imports.jsonl'))}[/dim]")
+    return workspace
 
 
 ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json).")
@@ -82,8 +102,7 @@ def import_sessions(config: Path | None = ConfigOpt) -> None:
 @session_app.command("list")
 def list_sessions(config: Path | None = ConfigOpt) -> None:
     """Every saved session: key, message count, consolidation pointer, last update."""
-    _import_from_nanobot(config, quiet_when_none=True)
-    infos = SessionStore().list()
+    infos = _store(_import_from_nanobot(config, quiet_when_none=True)).list()
     if not infos:
         _out().print("No saved sessions yet.")
         return
@@ -102,9 +121,9 @@ def show(
     limit: int | None = typer.Option(None, "--last", "-n", help="Only the last N messages."),
 ) -> None:
     """A readable transcript of one session (tool results shortened)."""
-    _import_from_nanobot(None, quiet_when_none=True)
+    store = _store(_import_from_nanobot(None, quiet_when_none=True))
     try:
-        session = SessionStore().load(key)
+        session = store.load(key)
     except NanobotError as exc:
         raise _fail(exc) from None
     _warn(session.warnings)
@@ -174,7 +193,7 @@ def _print_message(console: Console, msg: dict) -> None:
 def repair(key: str = KeyArg) -> None:
     """Rewrite a damaged session cleanly; the original is kept as a backup next to it."""
     try:
-        report = SessionStore().repair(key)
+        report = _store(_workspace(None)).repair(key)
     except NanobotError as exc:
         raise _fail(exc) from None
     console = _out()

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-__all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest", "grep_fast", "grep_fast_output", "stamp_lines", "STAMP_RE"]
+from nanobot.paths import memory_dir
+
+__all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest", "grep_fast", "grep_fast_output", "stamp_lines", "STAMP_RE", "history_receipts"]
 
 BLOCK_SIZE = 4 * 1024 * 1024
 _STAMP = r"\[(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?\]"
@@ -705,3 +707,15 @@ def grep_fast(path: Path, pattern: str, *, ignore_case: bool = False, since: dat
         at = start
         out.append(Entry(_stamp_of_b(data, start), text, line))
     return out
+
+
+def history_receipts(workspace: Path):
+    """A callable giving the stamps ("YYYY-MM-DD HH:MM") of the workspace's HISTORY.md entries: the
+    proof of how far a session was archived (SessionStore reads it only for a damaged pointer)."""
+    path = memory_dir(workspace) / "HISTORY.md"
+
+    def stamps() -> set[str]:
+        if not path.exists():
+            return set()
+        return {e.stamp.strftime("%Y-%m-%d %H:%M") for e in iter_entries(path) if e.stamp is not None}
+    return stamps

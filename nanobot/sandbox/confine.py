@@ -91,11 +91,11 @@ class Confinement:
         net = {False: "no network", True: "network allowed", "ask": "network only when approved"}[network]
         parts = [self.detail, "writes only to the workspace and a private tmp"]
         if not self.memory_read_only:
-            parts.append("memory/ NOT read-only and chmod/utime outside NOT blocked (need a mount namespace)")
+            parts.append("memory/ and cron/ NOT read-only, chmod/utime outside NOT blocked (need a mount namespace)")
             if network is not True:
                 net += " (Landlock blocks TCP; UDP is open)" if self._abi >= 4 else " NOT enforced (Landlock ABI < 4)"
         else:
-            parts.append("memory/ read-only")
+            parts.append("memory/ and cron/ read-only")
         parts.append("only system folders visible outside it" if restrict else
                      "home, nanobot files and credential stores hidden")
         parts += [net, "nothing outlives a command", f"processes {self.process_limit}"]

@@ -5,7 +5,8 @@ Landlock confines files (and TCP), but it makes no namespaces, so three things a
   (PR_SET_CHILD_SUBREAPER): whatever the command leaves behind (`nohup`, `setsid`, a double
   fork) is re-parented to it, and when the command's shell exits the keeper kills all of
   them before it exits itself. That is the "nothing outlives the command" a PID namespace
-  gives bubblewrap;
+  gives bubblewrap. When nanobot dies, even by SIGKILL, the kernel sends the keeper SIGTERM
+  (PR_SET_PDEATHSIG), and it does the same;
 - where we may (root, or an ordinary user allowed user namespaces; Linux 5.12+), a private mount namespace makes every mount read-only
   but the workspace and the private tmp, and `memory/` read-only again inside the workspace
   (Landlock cannot take a subfolder back, nor does it cover chmod, chown or utime), and a
@@ -207,7 +208,9 @@ class LandlockLaunch:
     def __call__(self) -> None:  # preexec_fn
         if self.cgroup_fd >= 0:
             os.write(self.cgroup_fd, b"0")
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # nanobot gone (even SIGKILLed): the keeper gets SIGTERM, which it catches to kill the command
+        # and then everything left behind; a SIGKILL here would orphan what the command started
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if self.private_mounts:
             if self.user_namespace:
                 enter_user_namespace()

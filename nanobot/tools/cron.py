@@ -15,33 +15,29 @@ from nanobot.cron.jobs import MISSED_POLICIES, current_job
 from nanobot.cron.schedule import describe, format_ms, parse_schedule
 from nanobot.cron.store import JobStore
 from nanobot.errors import ToolError, UsageError
+from nanobot.tools.approval import ApprovalRequest
 from nanobot.tools.base import Tool, ToolContext
 
 
 class CronTool(Tool):
     name = "cron"
     description = (
-        "Schedule reminders and recurring tasks. Actions: add, list, remove. For add give `message` (what you "
-        "should do or tell the user when it fires; it runs as a new turn) and exactly one of every_seconds "
-        "(repeat), cron_expr (with optional tz, an IANA zone) or at (one ISO time; naive times use tz or the "
-        "user's zone). Jobs fire while `nanobot serve` or a chat is running. remove needs job_id."
+        "Schedule reminders and recurring tasks (add, list, remove). add: `message` runs as a new turn when "
+        "the job fires; give one of every_seconds, cron_expr or at. Jobs fire while `nanobot serve` or a chat runs."
     )
     parameters = {
         "type": "object",
         "properties": {
-            "action": {"type": "string", "enum": ["add", "list", "remove"], "description": "What to do"},
-            "message": {"type": "string", "description": "add: the instruction to run when the job fires"},
-            "every_seconds": {"type": "integer", "description": "add: repeat every this many seconds"},
-            "cron_expr": {"type": "string", "description": "add: cron expression, e.g. '0 9 * * 1-5'"},
-            "tz": {"type": "string", "description": "add: IANA time zone for cron_expr or a naive at, "
-                                                    "e.g. 'Europe/Berlin'"},
-            "at": {"type": "string", "description": "add: one-shot ISO time, e.g. '2026-03-01T10:30:00'"},
-            "job_id": {"type": "string", "description": "remove: the job's id (from list)"},
-            "name": {"type": "string", "description": "add: a short label (default: the message's start)"},
-            "session": {"type": "string", "description": "add: run in this session (e.g. the current one, to "
-                                                         "continue this conversation); default: the job's own"},
-            "missed": {"type": "string", "enum": ["run_once", "skip"],
-                       "description": "add: runs missed while nothing ran: run once on start (default) or skip"},
+            "action": {"type": "string", "enum": ["add", "list", "remove"]},
+            "message": {"type": "string", "description": "what to do or say when it fires"},
+            "every_seconds": {"type": "integer"},
+            "cron_expr": {"type": "string", "description": "e.g. '0 9 * * 1-5'"},
+            "tz": {"type": "string", "description": "IANA zone for cron_expr or a naive at"},
+            "at": {"type": "string", "description": "one ISO time, e.g. '2026-03-01T10:30'"},
+            "job_id": {"type": "string", "description": "for remove (ids are in list)"},
+            "name": {"type": "string", "description": "short label"},
+            "session": {"type": "string", "description": "run in this session (default: the job's own)"},
+            "missed": {"type": "string", "enum": ["run_once", "skip"], "description": "runs missed while off"},
         },
         "required": ["action"],
     }
@@ -60,7 +56,7 @@ class CronTool(Tool):
     async def run(self, action: str = "", **args: Any) -> str:
         try:
             if action == "add":
-                return self._add(**args) + self._notices()
+                return await self._add(**args) + self._notices()
             if action == "list":
                 return self._list() + self._notices()
             if action == "remove":
@@ -75,7 +71,7 @@ class CronTool(Tool):
         self.store.notices.clear()
         return notes
 
-    def _add(self, message: str = "", every_seconds: int | None = None, cron_expr: str | None = None,
+    async def _add(self, message: str = "", every_seconds: int | None = None, cron_expr: str | None = None,
              tz: str | None = None, at: str | None = None, name: str | None = None, session: str | None = None,
              missed: str | None = None, **_: Any) -> str:
         running = current_job.get()
@@ -89,12 +85,23 @@ class CronTool(Tool):
         now = int(time.time() * 1000)
         schedule = parse_schedule(every_seconds=every_seconds, cron_expr=cron_expr, tz=tz, at=at,
                                   default_tz=self.default_tz, now_ms=now)
+        await self._approve(describe(schedule), message)
         channel, _, chat_id = self.origin.partition(":")
         job = self.store.add(schedule, message, now_ms=now, name=name, session=session,
                              missed=missed or "run_once", channel=channel or "cli", to=chat_id or "direct")
         return (f"Created job '{job.name}' (id: {job.id}), {describe(job.schedule)}; next run "
                 f"{format_ms(job.next_run_at_ms, job.schedule.tz or self.default_tz)}. It fires while "
                 "`nanobot serve` or a chat is running.")
+
+    async def _approve(self, when: str, message: str) -> None:
+        """A job runs on a schedule, later, with nobody watching: the user decides (DESIGN: safety)."""
+        decision = await self.ctx.approver.approve(ApprovalRequest(
+            kind="persistence", summary=f"cron wants to schedule a job, {when}: {message.strip()[:80]!r}",
+            detail=message if len(message.strip()) > 80 else "", always_key="cron-add",  # the rest of it
+            allow_hint='`--approve persistence` (or "tools.autoApprove": ["persistence"] in the config)'))
+        if not decision.allowed:
+            raise ToolError(f"the job was not scheduled — {decision.reason.strip() or 'refused'}. Do not retry "
+                            "the same call; tell the user what you would schedule, or ask them.")
 
     def _list(self) -> str:
         jobs = self.store.jobs()

@@ -20,11 +20,13 @@ from typing import Any
 from nanobot.errors import NanobotError, ToolError
 from nanobot.tools.base import Tool, ToolContext
 from nanobot.tools.workspace_guard import (
+    DIR_FLAGS,
     approve_access,
     change_diff,
     content_risks,
     display_path,
     location_risks,
+    open_dir,
     open_parent_dir,
     open_regular,
     read_capped,
@@ -388,10 +390,11 @@ class ListDirTool(Tool):
         await approve_access(self.ctx, self.name, "list", target, location_risks(self.ctx, target, "list"))
         if not target.is_dir():
             raise ToolError(f"{shown} is a file, not a directory; use read_file to read it")
+        fd = open_dir(target, shown)  # what is listed is the folder that was checked, by descriptor
+        entries = _walk(fd) if recursive else iter(_entries(fd, ""))
+        shown_entries: list[str] = []
+        extra = 0
         try:
-            entries = _walk(target) if recursive else _entries(target, "")
-            shown_entries: list[str] = []
-            extra = 0
             for entry in entries:
                 if len(shown_entries) < max_entries:
                     shown_entries.append(entry)
@@ -401,6 +404,10 @@ class ListDirTool(Tool):
                     break
         except PermissionError as exc:
             raise ToolError(f"permission denied listing {shown}") from exc
+        finally:
+            if hasattr(entries, "close"):
+                entries.close()  # the walk's open descriptors, now
+            os.close(fd)
         if not shown_entries:
             return f"({shown} is empty)"
         if extra:
@@ -409,11 +416,14 @@ class ListDirTool(Tool):
         return "\n".join(shown_entries)
 
 
-def _entries(folder: Path, prefix: str) -> list[str]:
+def _sorted(fd: int) -> list[os.DirEntry]:
+    with os.scandir(fd) as it:
+        return sorted(it, key=lambda e: e.name)
+
+
+def _entries(fd: int, prefix: str) -> list[str]:
     out = []
-    with os.scandir(folder) as it:
-        items = sorted(it, key=lambda e: e.name)
-    for item in items:
+    for item in _sorted(fd):
         try:
             is_dir = item.is_dir()
         except OSError:
@@ -422,11 +432,11 @@ def _entries(folder: Path, prefix: str) -> list[str]:
     return out
 
 
-def _walk(root: Path, prefix: str = ""):
-    """Depth-first, sorted, directories before their contents; symlinked dirs are not entered."""
-    with os.scandir(root) as it:
-        items = sorted(it, key=lambda e: e.name)
-    for item in items:
+def _walk(fd: int, prefix: str = ""):
+    """Depth-first, sorted, directories before their contents; symlinked dirs are not entered.
+    Each subfolder is opened relative to its parent's descriptor without following links, so a
+    link swapped in during the walk is not entered either."""
+    for item in _sorted(fd):
         if item.name in SKIPPED_DIRS:
             continue
         try:
@@ -434,12 +444,22 @@ def _walk(root: Path, prefix: str = ""):
             is_link = item.is_symlink()
         except OSError:
             is_dir, is_link = False, False
-        if is_dir:
-            yield f"{prefix}{item.name}/"
-            if not is_link:
-                try:
-                    yield from _walk(Path(item.path), f"{prefix}{item.name}/")
-                except PermissionError:
-                    yield f"{prefix}{item.name}/ [permission denied]"
-        else:
+        if not is_dir:
             yield f"{prefix}{item.name}"
+            continue
+        yield f"{prefix}{item.name}/"
+        if is_link:
+            continue
+        try:
+            child = os.open(item.name, DIR_FLAGS, dir_fd=fd)
+        except PermissionError:
+            yield f"{prefix}{item.name}/ [permission denied]"
+            continue
+        except OSError:  # swapped for a link or removed since it was listed
+            continue
+        try:
+            yield from _walk(child, f"{prefix}{item.name}/")
+        except PermissionError:
+            yield f"{prefix}{item.name}/ [permission denied]"
+        finally:
+            os.close(child)

@@ -415,7 +415,8 @@ class ExecTool(Tool):
                     raise ToolError(f"working_dir {cwd} is in a folder commands cannot see (the nanobot home, "
                                     "a home folder or a credential store); use a folder in the workspace")
                 policy = dataclasses.replace(policy, extra_read=(cwd,))
-            (ws / "memory").mkdir(exist_ok=True)  # so rule 2 has a folder to make read-only
+            for folder in policy.read_only:  # so rule 2 has folders to make read-only
+                folder.mkdir(exist_ok=True)
         try:
             return conf.prepare(policy, cwd, command)
         except OSError as exc:

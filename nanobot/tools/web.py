@@ -126,14 +126,15 @@ class WebSearchTool(Tool):
 def format_results(query: str, results: list[dict[str, str]]) -> str:
     if not results:
         return f"No results for: {query}"
-    lines = [f"Results for: {query}", ""]
+    lines: list[str] = []
     for n, item in enumerate(results, 1):
         lines.append(f"{n}. {_strip_tags(item['title']).strip() or '(untitled)'}")
         lines.append(f"   {item['url']}")
         snippet = _strip_tags(item["snippet"]).strip()
         if snippet:
             lines.append(f"   {snippet}")
-    return "\n".join(lines)
+    # titles and snippets are written by the pages' authors: they reach the prompt only fenced
+    return f"Results for: {query}\n\n" + fence("\n".join(lines), f"web_search {query}")
 
 
 def _strip_tags(text: str) -> str:

@@ -282,20 +282,43 @@ def read_capped(fd: int, cap: int, shown: str) -> bytes:
                             "sed -n or grep to look inside")
 
 
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def open_dir(target: Path, shown: str) -> int:
+    """A descriptor on the folder `target`, checked to be the folder that was resolved and
+    approved: a link swapped in after the check is refused, not followed (the caller closes it)."""
+    try:
+        fd = os.open(target, DIR_FLAGS)
+    except PermissionError as exc:
+        raise ToolError(f"permission denied listing {shown}") from exc
+    except OSError as exc:
+        if target.is_symlink():  # it was the resolved folder when checked: a link was swapped in since
+            raise ToolError(f"{shown} changed while it was being opened (a link was swapped in); refused") from None
+        if isinstance(exc, NotADirectoryError):
+            raise ToolError(f"{shown} is a file, not a directory; use read_file to read it") from None
+        raise ToolError(f"cannot list {shown}: {exc.strerror or exc}") from exc
+    return _checked(fd, target, shown)
+
+
+def _checked(fd: int, folder: Path, what: str) -> int:
+    """`fd`, when it is open on `folder` itself (not on where a link swapped in since points)."""
+    real = _fd_path(fd)
+    if real is not None and real != folder:
+        os.close(fd)
+        raise ToolError(f"{what} changed while it was being opened (a link was swapped in); refused")
+    return fd
+
+
 def open_parent_dir(ctx: ToolContext, target: Path, shown: str) -> int:
     """A descriptor on `target`'s folder (created if missing), checked to be the folder that was
     resolved, so the write lands where the check looked even if a link is swapped in later."""
     parent = target.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0)
-                     | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(parent, DIR_FLAGS)
     except PermissionError as exc:
         raise ToolError(f"permission denied writing {shown}") from exc
     except OSError as exc:
         raise ToolError(f"cannot write {shown}: {exc.strerror or exc}") from exc
-    real = _fd_path(fd)
-    if real is not None and real != parent:
-        os.close(fd)
-        raise ToolError(f"the folder of {shown} changed while it was being opened (a link was swapped in); refused")
-    return fd
+    return _checked(fd, parent, f"the folder of {shown}")

@@ -246,3 +246,22 @@ def test_calls_over_the_cap_in_a_stored_message_are_left_out_with_their_results(
     sent_calls = out[2]["tool_calls"]
     assert len(sent_calls) == 32 and "1,968 more tool calls" in out[2]["content"]
     assert [m["tool_call_id"] for m in out if m["role"] == "tool"] == [f"c{i}" for i in range(32)]
+
+
+def test_a_step_of_many_dense_results_keeps_as_many_calls_as_fit_and_says_so():
+    from nanobot.session.validity import make_valid
+
+    cjk = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(3000))  # ~1 token per character
+    calls = [tool_call(f"c{i}", "echo", {"text": cjk}) for i in range(32)]
+    msgs = [{"role": "system", "content": "You are nanobot."}, {"role": "user", "content": "echo it all"},
+            {"role": "assistant", "content": None, "tool_calls": calls},
+            *({"role": "tool", "tool_call_id": f"c{i}", "name": "echo", "content": cjk} for i in range(32))]
+    original = copy.deepcopy(msgs)
+    counter = _counter()
+    out = fit_request(msgs, 1500, counter)  # each call and result at its marker is still ~80 tokens: 32 cannot fit
+    assert request_tokens(out, counter) <= 1500
+    kept = out[2]["tool_calls"]
+    assert 1 <= len(kept) < 32 and [m["tool_call_id"] for m in out[3:]] == [c["id"] for c in kept]
+    assert f"results of {32 - len(kept)} more tool calls" in out[2]["content"]
+    assert make_valid(copy.deepcopy(out)) == out  # calls and results still pair up
+    assert msgs == original  # the session's messages are untouched

@@ -79,7 +79,7 @@ class Model:
         return Reply.tool_calls([("echo", args)] * n)
 
 
-# The fixed prompt (system, the always-on memory skill, ten tool schemas) is about 3.5k tokens, so at
+# The fixed prompt (system, the always-on memory skill, ten tool schemas) is about 3k tokens, so at
 # 8k a turn whose irreducible part (the user's message excerpt, its markers) is large may be refused
 # as unsendable, which is correct but leaves nothing to check; 12k keeps every drawn case sendable.
 PROPERTY_WINDOW = 12_288

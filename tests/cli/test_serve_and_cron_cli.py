@@ -8,6 +8,7 @@ import signal
 import subprocess
 import time
 
+import pytest
 from nanobot.cli.cron_cmd import cron_app
 from nanobot.config import load_config
 from nanobot.cron.schedule import parse_schedule
@@ -118,3 +119,40 @@ def test_cron_errors_say_what_to_do_and_exit_2(nanobot_run, configure):
     assert bad.returncode == 2 and "exactly one of" in bad.stderr and "every_seconds=3600" in bad.stderr
     missing = nanobot_run("cron", "remove", "nope")
     assert missing.returncode == 2 and "no job with id 'nope'" in missing.stderr and "cron list" in missing.stderr
+
+
+@pytest.mark.parametrize("mechanism", ["landlock"])  # bwrap: its PID namespace, proved elsewhere
+def test_sigterm_while_a_job_runs_a_command_kills_it_and_everything_it_started(nanobot_cmd, configure, fake_llm,
+                                                                              host_sleepers, mechanism):
+    path = configure()
+    data = json.loads(path.read_text())
+    data["tools"] = {"exec": {"confinement": mechanism}}
+    path.write_text(json.dumps(data))
+    cfg = load_config(path)
+    workspace = cfg.workspace_path()
+    fake_llm.script(
+        Reply.tool_calls([("exec", {"command": "setsid sleep 7311 >/dev/null 2>&1 </dev/null & sleep 7312",
+                                    "timeout": 120})]),
+        Reply.text("done"),
+    )
+    job = due_job(workspace, "Run the long check")
+    proc = subprocess.Popen([*nanobot_cmd, "serve"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline and not (host_sleepers("7311") and host_sleepers("7312")):
+            time.sleep(0.1)
+        assert host_sleepers("7311") and host_sleepers("7312"), proc.stderr.read() if proc.poll() else "not started"
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=20)
+        gone_at_exit = not host_sleepers("7311") and not host_sleepers("7312")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in host_sleepers("7311") + host_sleepers("7312"):
+            os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 0, err
+    assert gone_at_exit  # nothing the job's command started outlives serve
+    assert out.rstrip().endswith("nanobot serve stopped")
+    record = json.loads((workspace / "cron" / "runs.jsonl").read_text().splitlines()[-1])
+    assert record["job_id"] == job.id and record["status"] != "ok"

@@ -141,3 +141,38 @@ def test_closing_the_terminal_at_the_idle_prompt_exits_129(configure, fake_llm, 
     child.closed = True
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 129, status
     assert_helper_killed_and_noted(workspace, "was stopped when the terminal closed (SIGHUP)")
+
+
+@pytest.mark.parametrize("mechanism", ["bwrap", "landlock"])
+def test_sigkill_of_nanobot_leaves_nothing_a_command_started(configure, fake_llm, isolated_home, nanobot_cmd,
+                                                            host_sleepers, mechanism):
+    """No cleanup code runs on SIGKILL: what a command started must still die with nanobot."""
+    from nanobot.sandbox.confine import choose
+
+    if choose(mechanism).mechanism != mechanism:
+        pytest.skip(f"{mechanism} is not available here")
+    path = configure()
+    data = json.loads(path.read_text())
+    data["tools"] = {"exec": {"confinement": mechanism}}
+    path.write_text(json.dumps(data))
+    fake_llm.script(Reply.tool_calls([("exec", {"command": "setsid sleep 7411 >/dev/null 2>&1 </dev/null & "
+                                                           "nohup sleep 7412 >/dev/null 2>&1 & sleep 7413",
+                                                "timeout": 120})]), Reply.text("done"))
+    proc = subprocess.Popen([*nanobot_cmd, "agent", "-m", "go"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    markers = ("7411", "7412", "7413")
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not all(host_sleepers(m) for m in markers):
+            time.sleep(0.05)
+        assert all(host_sleepers(m) for m in markers), "the command never started"
+        proc.kill()
+        proc.communicate(timeout=20)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(host_sleepers(m) for m in markers):
+            time.sleep(0.05)
+        left = [m for m in markers if host_sleepers(m)]
+    finally:
+        for m in markers:
+            for pid in host_sleepers(m):
+                os.kill(pid, signal.SIGKILL)
+    assert left == []

@@ -131,6 +131,28 @@ def test_workspace_is_writable_memory_and_outside_are_not(ws, tmp_path, confinem
     assert snapshot(tmp_path, skip=own) == before
 
 
+def test_a_command_cannot_plant_or_change_a_scheduled_job(ws, confinement):
+    from nanobot.cron.schedule import parse_schedule
+    from nanobot.cron.store import JobStore
+
+    store = JobStore(ws)
+    store.add(parse_schedule(every_seconds=3600, now_ms=0), "water the plants", now_ms=0)
+    jobs = ws / "cron" / "jobs.json"
+    before = jobs.read_bytes()
+    planted = '{"version": 1, "jobs": [{"id": "evil", "name": "evil", "enabled": true}]}'
+    out = run(make_tool(ws, confinement),
+              f"echo '{planted}' > cron/jobs.json; rm -f cron/jobs.json; mv cron cron.old; "
+              "echo x > cron/new.json; ls cron; true")
+    assert jobs.read_bytes() == before and [j.message for j in JobStore(ws).jobs()] == ["water the plants"]
+    assert not (ws / "cron.old").exists() and not (ws / "cron" / "new.json").exists()
+    assert "jobs.json" in out  # the command could still read it
+
+
+def test_a_first_command_leaves_cron_read_only_before_any_job_exists(ws, confinement):
+    run(make_tool(ws, confinement), "mkdir -p cron; echo '{}' > cron/jobs.json; true")
+    assert (ws / "cron").is_dir() and list((ws / "cron").iterdir()) == []
+
+
 def test_restricted_shows_only_system_folders_outside_the_workspace(ws, tmp_path, confinement):
     visible = next((d for d in ("/srv", "/mnt", "/var/lib") if os.access(d, os.W_OK)), None)
     if visible is None:
@@ -204,7 +226,8 @@ def test_fork_bomb_is_bounded_and_the_machine_survives(ws, confinement):
     took = time.monotonic() - started
     print(f"fork bomb under {confinement.mechanism}: peak {peak[0]} sleeping shells, {tasks[0]} tasks")
     # the bomb did grow (sampling a transient on a busy machine sees only part of its peak) ...
-    assert tasks[0] >= limit // 4 or peak[0] >= 4, (tasks[0], peak[0], out[:300])
+    # (or the shells themselves said they hit the limit, when the sampler came too late to see it)
+    assert tasks[0] >= limit // 4 or peak[0] >= 4 or out.count("Cannot fork") >= 2, (tasks[0], peak[0], out[:300])
     assert tasks[0] <= limit
     # ... and no further, seen from the host: each sleeping shell is two tasks, itself and its sleep
     assert peak[0] <= limit // 2, peak[0]
@@ -307,7 +330,7 @@ def test_plain_landlock_without_namespaces_still_hides_blocks_tcp_and_reaps(ws, 
 
     conf = confinement_or_skip("landlock")
     monkeypatch.setattr(confine, "_can_private_mounts", lambda: False)
-    assert "memory/ NOT read-only" in conf.describe(network=False) and not conf.memory_read_only
+    assert "memory/ and cron/ NOT read-only" in conf.describe(network=False) and not conf.memory_read_only
     tool = make_tool(ws, conf)
     try:
         out = run(tool, f"cat {config_file}; setsid sleep 7201 >/dev/null 2>&1 </dev/null & "

@@ -456,3 +456,50 @@ def test_always_for_a_folder_never_stretches_to_a_secret_file_in_it(make_ctx, tm
     for name in ("notes.txt", "notes.txt", ".bash_history", ".env", ".env"):
         run(ReadFileTool(ctx), path=str(home / name))
     assert [r.summary.split(" (")[0].rsplit("/", 1)[1] for r in asked] == ["notes.txt", ".bash_history", ".env"]
+
+
+@pytest.mark.parametrize("recursive", [False, True])
+def test_list_dir_lists_the_folder_that_was_approved_not_a_link_swapped_in(make_ctx, tmp_path, approver, recursive):
+    shared = tmp_path / "shared"
+    (shared / "public").mkdir(parents=True)
+    (shared / "public" / "notes.txt").write_text("x")
+    secret = tmp_path / "secret"
+    (secret / "inner").mkdir(parents=True)
+    (secret / "canary-id_rsa").write_text("key")
+    (secret / "inner" / "canary-deep.txt").write_text("key")
+
+    class SwapWhileAsking(approver):
+        async def approve(self, request):
+            decision = await super().approve(request)
+            os.rename(shared / "public", shared / "public.old")  # a background process, during the question
+            os.symlink(secret, shared / "public")
+            return decision
+
+    with pytest.raises(ToolError, match="changed while|cannot list"):
+        run(ListDirTool(make_ctx(approver=SwapWhileAsking("y"))), path=str(shared / "public"), recursive=recursive)
+
+
+def test_a_recursive_list_does_not_enter_a_subfolder_swapped_for_a_link_mid_walk(make_ctx, ws, tmp_path):
+    from nanobot.tools import files
+
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    (secret / "canary-id_rsa").write_text("key")
+    for name in ("a", "b"):
+        (ws / name).mkdir()
+        (ws / name / f"{name}.txt").write_text("x")
+    real_sorted = files._sorted
+
+    def swapping_sorted(fd):
+        entries = real_sorted(fd)
+        if any(e.name == "b" for e in entries):  # the top level was just read: swap b before it is entered
+            os.rename(ws / "b", ws / "b.old")
+            os.symlink(secret, ws / "b")
+        return entries
+
+    files._sorted = swapping_sorted
+    try:
+        out = run(ListDirTool(make_ctx()), path=".", recursive=True)
+    finally:
+        files._sorted = real_sorted
+    assert "canary-id_rsa" not in out and "a/a.txt" in out
