@@ -107,3 +107,13 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
         config.option.numprocesses = WHOLE_SUITE_WORKERS
         if config.option.dist == "no":
             config.option.dist = "worksteal"  # long tests (the crash trials) do not hold up the rest
+
+
+@pytest.fixture
+def scripted_llm():
+    """The fake LLM answered in this process (tests/scripted_llm.py): the same script, replies and
+    request rules as `fake_llm`, and `scripted_llm.provider("openai" | "anthropic")`, the real
+    adapter and SDK talking to it without a socket."""
+    from scripted_llm import ScriptedLLM
+
+    return ScriptedLLM()
