@@ -90,7 +90,7 @@ class Brain:
         return Reply.tool_calls([("save_memory", {"history_entry": entry, "memory_update": memory})])
 
 
-def test_300_turns_at_an_8k_window(configure, fake_llm, isolated_home, nanobot_cmd):
+def test_300_turns_at_an_8k_window(configure, fake_llm, isolated_home):
     from nanobot.app import open_assistant
     from nanobot.cli.setup import copy_templates
     from nanobot.config import load_config
