@@ -22,7 +22,7 @@ from nanobot.paths import secure_home
 from nanobot.providers.base import Provider
 from nanobot.providers.factory import make_provider
 from nanobot.providers.fallback import FallbackCallback
-from nanobot.providers.registry import key_env_names
+from nanobot.providers.registry import secret_env_names
 from nanobot.providers.retry import RetryCallback, RetryPolicy
 from nanobot.sandbox import Confinement, choose
 from nanobot.session.importer import ImportResult, continuing_line, import_all
@@ -52,7 +52,7 @@ def confinement(cfg: Config) -> Confinement:
 
 
 def tool_context(cfg: Config, workspace: Path, approver: Approver | None = None) -> ToolContext:
-    secrets = set(key_env_names()) | {"BRAVE_API_KEY", "NANOBOT_API_KEY"}
+    secrets = set(secret_env_names())
     secrets |= {name for name, value in os.environ.items() if value and value in cfg.secret_values()}
     return ToolContext(
         workspace=workspace,
@@ -195,11 +195,7 @@ class Assistant:
 
     def prewarm(self) -> None:
         """Start loading the provider's SDK in the background (the REPL calls this before its prompt)."""
-        provider = self.conversation.provider
-        while provider is not None and not hasattr(provider, "prewarm"):
-            provider = getattr(provider, "inner", None)
-        if provider is not None:
-            provider.prewarm()
+        self.conversation.provider.prewarm()
 
     async def aclose(self) -> None:
         await self.conversation.stop_background()

@@ -26,7 +26,6 @@ from nanobot.providers import registry
 from nanobot.providers.registry import ProviderSpec
 
 CONFIG_MODE = 0o600  # the file holds API keys
-_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|AUTH", re.I)  # an env var that holds a secret
 
 
 @dataclass
@@ -167,7 +166,7 @@ class Config:
             values.append(self.tools.web.search.api_key)
         for server in self.tools.mcp_servers.values():  # tokens for MCP servers
             values += [v.split(" ", 1)[-1] for v in server.headers.values() if v]
-            values += [v for k, v in server.env.items() if v and _SECRET_NAME.search(k)]
+            values += [v for k, v in server.env.items() if v and secrets_mask.is_secret_name(k)]
         return values
 
 

@@ -14,21 +14,20 @@ tells the user how to fix the problem. Every error class lives here:
   | + ScheduleError                 cron schedules
   | + JobNotFoundError
   | + StoreBusyError                the jobs file's lock
-  + ProviderError                   status, retryable, retry_after, context_overflow
+  + ProviderError                   status, retryable, retry_after, context_overflow, tool_choice_refused
   + ToolError                       becomes an error result for the model
   + RequestTooLarge                 a request that could not fit the context window, not sent
   + StorageError                    path, errno (see storage_error)
   + MemoryUpdateRefused             MEMORY.md left unchanged
   + MemoryBusy                      the memory folder's lock
   + RunnerBusyError                 owner: the other cron runner
+  + ConsolidationFailure            one failed summarising attempt, retried or archived raw
+  + CallFailed                      an MCP tool call that produced no result
 * ValueError (bad file contents, caught where the file is read)
   + SkillError                      a SKILL.md front matter
   + JobFormatError                  jobs.json
 * OSError
   + LandlockError                   the kernel refused an exec sandbox's Landlock ruleset
-* Exception
-  + ConsolidationFailure            one failed summarising attempt, retried or archived raw
-  + CallFailed                      an MCP tool call that produced no result
 """
 
 from __future__ import annotations
@@ -86,6 +85,7 @@ class ProviderError(NanobotError):
         context_overflow: bool = False,
         reported_window: int | None = None,
         reported_tokens: int | None = None,
+        tool_choice_refused: bool = False,
     ) -> None:
         super().__init__(message, hint=hint)
         self.status = status
@@ -94,6 +94,7 @@ class ProviderError(NanobotError):
         self.context_overflow = context_overflow  # the provider said the prompt is too long
         self.reported_window = reported_window  # its real context window, when it said so
         self.reported_tokens = reported_tokens  # its count of our prompt, when it said so
+        self.tool_choice_refused = tool_choice_refused  # a 400 saying it cannot force a tool (errors_map)
 
 
 class ToolError(NanobotError):
@@ -162,11 +163,11 @@ class UnknownSessionError(UsageError):
     """No session file exists for the key the user named."""
 
 
-class ConsolidationFailure(Exception):
+class ConsolidationFailure(NanobotError):
     """One failed attempt to summarise a chunk; the message says why (kept inside consolidation)."""
 
 
-class CallFailed(Exception):
+class CallFailed(NanobotError):
     """A tool call that produced no result: timed out, or the server went away."""
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -52,13 +53,21 @@ def now_iso() -> str:
     return datetime.now().astimezone().isoformat(timespec="seconds")
 
 
-def parse_timestamp(value: object) -> datetime | None:
-    """A message's ISO-8601 `timestamp` as local naive time; None when missing or unreadable."""
-    if not isinstance(value, str) or not value:
+def parse_iso(value: object) -> datetime | None:
+    """An ISO-8601 time as written (aware when it names an offset or Z); None when missing or unreadable.
+    The one ISO parser: message timestamps, session times and `cron --at` all go through it."""
+    if not isinstance(value, str) or not value.strip():
         return None
     try:
-        when = datetime.fromisoformat(value)
+        return datetime.fromisoformat(value.strip())
     except ValueError:
+        return None
+
+
+def parse_timestamp(value: object) -> datetime | None:
+    """A message's ISO-8601 `timestamp` as local naive time; None when missing or unreadable."""
+    when = parse_iso(value)
+    if when is None:
         return None
     return when.astimezone().replace(tzinfo=None) if when.tzinfo else when
 
@@ -113,3 +122,42 @@ def tool_calls_of(msg: Message) -> list[dict]:
 def for_wire(msg: Message) -> Message:
     """A copy of `msg` with only the keys a provider may receive."""
     return {k: msg[k] for k in WIRE_KEYS if k in msg}
+
+
+def cut_middle(text: str, keep: int, marker: Callable[[int], str]) -> str:
+    """`text` whole when it has at most `keep` characters; otherwise its first two thirds of `keep`,
+    `marker(characters cut)`, and its last third. The one head-and-tail cut: the budget's shrinking,
+    transcripts, the RAW archive and large pastes all cut this way."""
+    keep = max(0, keep)
+    if len(text) <= keep:
+        return text
+    head = keep * 2 // 3
+    tail = keep - head
+    return text[:head] + marker(len(text) - keep) + (text[len(text) - tail:] if tail else "")
+
+
+def transcript_lines(msg: Message, *, text_chars: int | None = None, tool_chars: int | None = None,
+                     arg_chars: int | None = None, note: str = "") -> list[str]:
+    """One message as transcript lines, the one rendering of a message as text (consolidation's
+    transcript, HISTORY.md's RAW archive): `ROLE: text`, `TOOL RESULT (name): text` and
+    `ROLE called name(args)`; a system message gives none. Text over its limit keeps its head and
+    tail around a marker saying how much was cut (and `note`, e.g. where the rest is)."""
+    def cut(text: str, limit: int | None) -> str:
+        if limit is None:
+            return text
+        return cut_middle(text, limit, lambda n: f" …[{n} characters cut{note}]… ")
+
+    role = str(msg.get("role", "?"))
+    if role == "system":
+        return []
+    text = text_of(msg.get("content")).strip()
+    if role == "tool":
+        name = msg.get("name") or msg.get("tool_call_id") or "tool"
+        return [f"TOOL RESULT ({name}): {cut(text, tool_chars)}"]
+    lines = [f"{role.upper()}: {cut(text, text_chars)}"] if text else []
+    for call in tool_calls_of(msg):
+        fn = call.get("function") or {}
+        args = fn.get("arguments")
+        args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        lines.append(f"{role.upper()} called {fn.get('name', '?')}({cut(args, arg_chars)})")
+    return lines

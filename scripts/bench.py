@@ -423,7 +423,7 @@ def _serial(rec: Any, *, strip_context: bool = False) -> list[str]:
     (the form the session stores), to show what the prefix share would be if the request and
     the stored message matched.
     """
-    from nanobot.session.store import strip_runtime_context
+    from nanobot.session.runtime_context import strip_runtime_context
 
     head = [json.dumps(rec.tools, sort_keys=True)] if rec.tools else []
     if rec.system is not None:

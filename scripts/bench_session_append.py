@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 from nanobot.messages import assistant, tool_call, tool_result, user
-from nanobot.session.store import SessionStore, save_turn
+from nanobot.session.save_policy import save_turn
+from nanobot.session.store import SessionStore
 
 
 def build(store: SessionStore, key: str, size: int) -> None:

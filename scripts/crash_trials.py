@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from nanobot.providers.registry import scrubbed_env_names
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -63,10 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     per_chain = math.ceil(args.trials / chains)
     root = Path(tempfile.mkdtemp(prefix="nanobot-crash-"))
     # keep the child processes away from the real home and real keys
+    for name in [*scrubbed_env_names(os.environ), *(n for n in os.environ if n.lower().endswith("_proxy"))]:
+        os.environ.pop(name, None)
     os.environ.update(HOME=str(root), NANOBOT_HOME=str(root / "unused"), NO_PROXY="127.0.0.1,localhost")
-    for name in list(os.environ):
-        if name.endswith("_API_KEY") or name.lower().endswith("_proxy"):
-            os.environ.pop(name)
     print(f"running {chains} x {per_chain} trials, seed {seed}, {args.workers} at a time, in {root}", flush=True)
     start = time.monotonic()
     try:

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from nanobot.providers.registry import scrubbed_env_names
 
+from host_procs import host_pids
+
 
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -65,22 +67,7 @@ def configure(isolated_home: Path, fake_llm):
 @pytest.fixture
 def host_sleepers():
     """Host pids of live `sleep <marker>` processes (exec's own PID namespace makes `$!` useless here)."""
-
-    def find(marker: str) -> list[int]:
-        found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                args = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            except (OSError, IndexError):
-                continue
-            if args[:2] == [b"sleep", marker.encode()] and state not in ("Z", "X"):
-                found.append(int(entry))
-        return found
-
-    return find
+    return lambda marker: host_pids(marker, command="sleep")
 
 
 @pytest.fixture

@@ -25,7 +25,8 @@ def test_probe():
 
 
 def test_exported_keys_and_nanobot_variables_do_not_reach_a_test(tmp_path):
-    shutil.copy(Path(__file__).parent / "conftest.py", tmp_path / "conftest.py")
+    for name in ("conftest.py", "host_procs.py"):  # the fixture file and the helper it imports
+        shutil.copy(Path(__file__).parent / name, tmp_path / name)
     (tmp_path / "test_probe.py").write_text(PROBE)
     env = dict(os.environ)
     keys = {spec.env_key for spec in PROVIDERS if spec.env_key}

@@ -132,6 +132,57 @@ def test_every_error_class_lives_in_errors_py_and_is_drawn_in_its_tree():
     assert elsewhere == []
 
 
+def _drawn_parents(drawing: str) -> dict[str, str | None]:
+    """The tree in errors.py's docstring as {class: its parent in the drawing}."""
+    parents: dict[str, str | None] = {}
+    stack: list[str] = []
+    for line in drawing.splitlines():
+        stripped = line.lstrip(" |")
+        if not stripped.startswith(("* ", "+ ")):
+            continue
+        name = stripped[2:].split()[0]
+        depth = 0 if stripped.startswith("* ") else (len(line) - len(stripped)) // 2
+        del stack[depth:]
+        parents[name] = stack[-1] if stack else None
+        stack.append(name)
+    return parents
+
+
+def test_the_error_tree_drawing_matches_the_classes():
+    tree = ast.parse((PACKAGE / "errors.py").read_text(encoding="utf-8"))
+    drawn = _drawn_parents(ast.get_docstring(tree) or "")
+    actual = {node.name: node.bases[0].id for node in tree.body
+              if isinstance(node, ast.ClassDef) and node.bases and isinstance(node.bases[0], ast.Name)}
+    # a root of the drawing (`* NanobotError`) derives from Exception itself
+    assert {name: drawn.get(name, "(not drawn)") or "Exception" for name in actual} == actual
+    assert actual["ConsolidationFailure"] == actual["CallFailed"] == "NanobotError"
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def test_every_name_in_an_all_list_is_defined_in_its_module():
+    drifted = []
+    for path in _sources():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+                listed = [e.value for e in getattr(node.value, "elts", []) if isinstance(e, ast.Constant)]
+                drifted += [f"{path.relative_to(PACKAGE.parent)}: {name}" for name in listed
+                            if name not in _top_level_names(tree)]
+    assert drifted == []
+
+
 # Leaf data modules of the provider table; `config.py` reads them (the map's one named exception).
 PROVIDER_TABLE = {"nanobot.providers.registry", "nanobot.providers.reasoning"}
 # tests/ folders that mirror a package under another name.

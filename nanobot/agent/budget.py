@@ -31,8 +31,9 @@ from typing import Any
 
 from nanobot.config import AgentDefaults
 from nanobot.errors import ContextTooSmallError, ProviderError, RequestTooLarge
-from nanobot.messages import Message, text_of, tool_calls_of
-from nanobot.session.store import Session, as_sent
+from nanobot.messages import Message, cut_middle, text_of, tool_calls_of
+from nanobot.session.save_policy import as_sent
+from nanobot.session.store import Session
 from nanobot.tokens import Calibration, TokenCounter, byte_bound, default_counter, estimator_name
 
 __all__ = [
@@ -68,23 +69,15 @@ def reply_room(window: int, max_tokens: int) -> int:
     return max(1, min(max_tokens, window // 4))
 
 
-def _cut_middle(text: str, keep: int, marker: Callable[[int], str]) -> str:
-    if len(text) <= keep:
-        return text
-    head = keep * 2 // 3 if keep < 3 else max(1, keep * 2 // 3)
-    tail = max(0, keep - head)
-    return text[:head] + marker(len(text) - head - tail) + (text[-tail:] if tail else "")
-
-
 def shrink_text(text: str, keep: int) -> str:
     """Head and tail of a tool result with a marker saying how much was cut and how to get it."""
-    return _cut_middle(text, keep, lambda cut: (
+    return cut_middle(text, keep, lambda cut: (
         f"\n\n[... {cut:,} characters cut from the middle of this tool result to fit the context "
         f"window; {_HOW_TO_READ_REST} ...]\n\n"))
 
 
 def _shrink_message_text(text: str, keep: int) -> str:
-    return _cut_middle(text, keep, lambda cut: f"\n[... {cut:,} characters cut for this request only; the session keeps them ...]\n")
+    return cut_middle(text, keep, lambda cut: f"\n[... {cut:,} characters cut for this request only; the session keeps them ...]\n")
 
 
 @dataclass

@@ -20,9 +20,11 @@ from nanobot.agent.events import EventSink, Notice, ignore
 from nanobot.config import AgentDefaults
 from nanobot.errors import ConsolidationFailure, ProviderError
 from nanobot.memory.store import MemoryStore, MemoryUpdateRefused
-from nanobot.messages import Message, parse_timestamp, text_of, tool_calls_of
+from nanobot.messages import Message, parse_timestamp, transcript_lines
 from nanobot.providers.base import Provider
-from nanobot.session.store import Session, SessionStore, with_runtime_context
+from nanobot.session.runtime_context import user_with_context
+from nanobot.session.save_policy import as_sent
+from nanobot.session.store import Session, SessionStore
 
 __all__ = [
     "Consolidator", "ConsolidationReport", "SAVE_MEMORY_TOOL", "DEFAULT_PROBE",
@@ -81,7 +83,8 @@ SystemPrompt = str | Callable[[], str]
 
 
 def probe_message(text: str = DEFAULT_PROBE) -> Message:
-    return {"role": "user", "content": with_runtime_context(_SAMPLE_CONTEXT, text)}
+    """A stand-in for the next user message, at the size it is sent (with a runtime-context block)."""
+    return as_sent(user_with_context(text, _SAMPLE_CONTEXT))
 
 
 @dataclass
@@ -129,7 +132,6 @@ class Consolidator:
         self.max_failures = max_failures
         self.clock = clock
         self._locks: dict[str, asyncio.Lock] = {}
-        self._forced_choice_ok = True  # becomes False once the provider rejects a forced tool_choice
 
     def estimate(self, session: Session, *, system_prompt: SystemPrompt, tool_schemas: list[dict] | None,
                  probe: str = DEFAULT_PROBE) -> int:
@@ -305,13 +307,14 @@ class Consolidator:
 
     async def _ask(self, request: list[Message]) -> tuple[dict[str, Any], bool]:
         """One summarising call; returns (save_memory arguments, reply cut off by the length limit)."""
-        choice: Any = {"name": "save_memory"} if self._forced_choice_ok else "auto"
+        capabilities = self.provider.capabilities
+        choice: Any = {"name": "save_memory"} if capabilities.forced_tool_choice else "auto"
         try:
             response = await self._chat(request, choice)
         except ProviderError as exc:
-            if choice == "auto" or exc.status != 400 or "tool_choice" not in str(exc).lower():
+            if choice == "auto" or not exc.tool_choice_refused:
                 raise ConsolidationFailure(f"provider error: {str(exc).splitlines()[0]}") from exc
-            self._forced_choice_ok = False  # this provider cannot force a tool; ask nicely from now on
+            capabilities.forced_tool_choice = False  # this provider cannot force a tool; ask nicely from now on
             try:
                 response = await self._chat(request, "auto")
             except ProviderError as again:
@@ -442,34 +445,12 @@ def _chunk_time(chunk: list[Message], clock: Callable[[], datetime]) -> datetime
     return clock()
 
 
-def _cut(text: str, limit: int | None, how_to_get_rest: str = "") -> str:
-    if limit is None or len(text) <= limit:
-        return text
-    head = limit * 2 // 3
-    tail = limit - head
-    return (f"{text[:head]} …[{len(text) - limit} characters cut{how_to_get_rest}]… "
-            f"{text[len(text) - tail:] if tail else ''}")
-
-
 def render_transcript(chunk: list[Message], *, tool_chars: int = 2000, text_chars: int | None = None) -> str:
     """`[YYYY-MM-DD HH:MM] ROLE: text` lines; tool calls summarised, long tool results cut."""
     lines = []
     for msg in chunk:
-        role = str(msg.get("role", "?"))
-        if role == "system":
-            continue
         when = parse_timestamp(msg.get("timestamp"))
         stamp = f"[{when:%Y-%m-%d %H:%M}] " if when else ""
-        text = text_of(msg.get("content")).strip()
-        if role == "tool":
-            name = msg.get("name") or "tool"
-            lines.append(f"{stamp}TOOL RESULT ({name}): {_cut(text, tool_chars)}")
-            continue
-        if text:
-            lines.append(f"{stamp}{role.upper()}: {_cut(text, text_chars)}")
-        for call in tool_calls_of(msg):
-            fn = call.get("function") or {}
-            args = fn.get("arguments")
-            args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-            lines.append(f"{stamp}{role.upper()} called {fn.get('name', '?')}({_cut(args, _ARG_CHARS)})")
+        lines += [stamp + line for line in transcript_lines(msg, text_chars=text_chars, tool_chars=tool_chars,
+                                                            arg_chars=_ARG_CHARS)]
     return "\n".join(lines)

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from nanobot.messages import Message
+from nanobot.messages import Message, for_wire
 from nanobot.secrets_mask import mask_secrets
-from nanobot.session.store import with_runtime_context
+from nanobot.session.runtime_context import user_with_context
+from nanobot.session.save_policy import as_sent
 from nanobot.untrusted import FENCE_RULES, fence
 
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md")
@@ -103,11 +104,12 @@ background subagents for longer independent tasks.
                 f"Channel: {channel}\nChat ID: {chat_id}")
 
     def user_message(self, text: str, *, channel: str = "cli", chat_id: str = "direct") -> Message:
-        """The current user message: ONE message, runtime-context prefix + the user's text."""
-        return {"role": "user", "content": with_runtime_context(self.runtime_context(channel, chat_id), text)}
+        """The current user message: the user's text, and the runtime context beside it (not in it);
+        it is saved that way, and the block is written only when the message is sent (save_policy.as_sent)."""
+        return user_with_context(text, self.runtime_context(channel, chat_id))
 
     def build_messages(self, history: list[Message], text: str | None = None, *, channel: str = "cli",
                        chat_id: str = "direct", system_prompt: str | None = None) -> list[Message]:
         """system prompt + history (+ the current user message when `text` is given)."""
-        current = [self.user_message(text, channel=channel, chat_id=chat_id)] if text is not None else []
+        current = [for_wire(as_sent(self.user_message(text, channel=channel, chat_id=chat_id)))] if text is not None else []
         return [{"role": "system", "content": system_prompt or self.system_prompt()}, *history, *current]

@@ -21,7 +21,8 @@ from nanobot.errors import UsageError
 from nanobot.messages import Message, text_of
 from nanobot.providers.base import Provider, Usage
 from nanobot.secrets_mask import REDACTED, find_secrets, mask_secrets, mask_value
-from nanobot.session.store import Session, SessionStore, TurnCheckpoint, save_turn
+from nanobot.session.save_policy import TurnCheckpoint, save_turn
+from nanobot.session.store import Session, SessionStore
 
 
 @dataclass

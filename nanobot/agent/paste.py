@@ -13,6 +13,7 @@ from pathlib import Path
 from nanobot.agent.budget import ContextBudget
 from nanobot.agent.events import EventSink, Notice
 from nanobot.fsio import atomic_write
+from nanobot.messages import cut_middle
 
 __all__ = ["keep_large_paste", "INBOX"]
 
@@ -51,7 +52,7 @@ def keep_large_paste(text: str, budget: ContextBudget, workspace: Path, emit: Ev
     relative = path.relative_to(workspace)
     chars_per_token = max(1.0, len(text) / max(1, tokens))
     keep = min(_EXCERPT_MAX_CHARS, int(budget.budget // _EXCERPT_SHARE * chars_per_token))
-    head, tail = text[: keep * 2 // 3], text[len(text) - keep // 3:] if keep // 3 else ""
+    excerpt = cut_middle(text, keep, lambda cut: f"\n--- [{cut:,} characters not shown] ---\n")
     lines = text.count("\n") + 1
     emit(Notice(f"your message ({len(text):,} characters, ~{tokens:,} tokens) is too large for the context window; "
                 f"saved it whole as {relative} in the workspace and gave the model its beginning, its end and the path"))
@@ -59,5 +60,4 @@ def keep_large_paste(text: str, budget: ContextBudget, workspace: Path, emit: Ev
             f"half of the context window, so it was saved whole as the workspace file {relative} ({path}). "
             "Its beginning and end follow; read the rest in parts with read_file (offset/limit, in lines) "
             "or exec (e.g. head -c, sed -n, grep) before answering.]\n\n"
-            f"--- beginning ---\n{head}\n--- [{len(text) - len(head) - len(tail):,} characters not shown] ---\n"
-            f"{tail}\n--- end ---")
+            f"--- beginning ---\n{excerpt}\n--- end ---")

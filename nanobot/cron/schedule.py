@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from nanobot.errors import ScheduleError
+from nanobot.messages import parse_iso
 
 __all__ = ["Schedule", "ScheduleError", "next_run", "occurrences_between", "parse_schedule", "zone",
            "describe", "format_ms"]
@@ -78,11 +79,10 @@ def parse_schedule(*, every_seconds: int | None = None, cron_expr: str | None = 
             raise ScheduleError(f"cron expression {expr!r} never fires")
         return schedule
     assert at is not None
-    try:
-        when = datetime.fromisoformat(at.strip().replace("Z", "+00:00") if at.strip().endswith("Z") else at.strip())
-    except ValueError:
+    when = parse_iso(at)
+    if when is None:
         raise ScheduleError(f"invalid ISO time {at!r}", hint="Write it like 2026-03-01T10:30 or "
-                                                              "2026-03-01T10:30:00+01:00.") from None
+                                                              "2026-03-01T10:30:00+01:00.")
     if when.tzinfo is None:
         when = when.replace(tzinfo=zone(tz or default_tz))
     at_ms = int(when.timestamp() * 1000)

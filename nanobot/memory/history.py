@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from nanobot.messages import parse_timestamp
 from nanobot.paths import memory_dir
 
 __all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest", "grep_fast", "grep_fast_output", "stamp_lines", "STAMP_RE", "history_receipts"]
 
 BLOCK_SIZE = 4 * 1024 * 1024
 _STAMP = r"\[(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?\]"
+_BARE_DATE = re.compile(r"\d{4}-\d{2}-\d{2}$")
 _STAMP_LINE = re.compile(r"^" + _STAMP, re.MULTILINE)
 STAMP_RE = re.compile(_STAMP)  # the one HISTORY.md entry stamp; nanobot.memory.store uses it too
 _STAMP_AT_B = re.compile(_STAMP.encode())
@@ -51,16 +53,11 @@ def parse_when(text: str, *, end_of_day: bool = False) -> datetime:
     """'YYYY-MM-DD' or 'YYYY-MM-DD HH:MM' as a naive datetime; a bare date with
     `end_of_day` means the last minute of that day (so --until is inclusive). Raises ValueError."""
     text = text.strip()
-    for fmt in ("%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S"):
-        try:
-            return datetime.strptime(text, fmt)
-        except ValueError:
-            pass
-    try:
-        day = datetime.strptime(text, "%Y-%m-%d")
-    except ValueError:
-        raise ValueError(f"not a date: {text!r} (use YYYY-MM-DD or 'YYYY-MM-DD HH:MM')") from None
-    return day + timedelta(days=1) - timedelta(microseconds=1) if end_of_day else day
+    when = parse_timestamp(text)  # a time with an offset is compared in local time, like the stamps
+    if when is None:
+        raise ValueError(f"not a date: {text!r} (use YYYY-MM-DD or 'YYYY-MM-DD HH:MM')")
+    bare_date = _BARE_DATE.match(text) is not None
+    return when + timedelta(days=1) - timedelta(microseconds=1) if end_of_day and bare_date else when
 
 
 def _stamp_of(m: re.Match[str]) -> datetime | None:

@@ -43,7 +43,7 @@ from nanobot.errors import (
 from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write, fsync_dir
 from nanobot.memory.history import STAMP_RE
 from nanobot.memory.merge import merge_update
-from nanobot.messages import Message, parse_timestamp, text_of, tool_calls_of
+from nanobot.messages import Message, parse_timestamp, transcript_lines
 from nanobot.paths import memory_dir, nanobot_home
 from nanobot.secrets_mask import mask_secrets
 
@@ -827,19 +827,5 @@ def _indent(text: str) -> str:
 
 
 def _raw_lines(msg: Message) -> list[str]:
-    role = str(msg.get("role", "?")).upper()
-    text = text_of(msg.get("content"))
-    if role == "TOOL":
-        name = msg.get("name") or msg.get("tool_call_id") or "tool"
-        if len(text) > _RAW_TOOL_RESULT_CHARS:
-            text = text[:_RAW_TOOL_RESULT_CHARS] + f" … [{len(text) - _RAW_TOOL_RESULT_CHARS} more characters not archived]"
-        return [f"TOOL ({name}): {_indent(text)}"]
-    out = [f"{role}: {_indent(text)}".rstrip()] if text or not msg.get("tool_calls") else []
-    for call in tool_calls_of(msg):
-        fn = call.get("function") or {}
-        args = fn.get("arguments")
-        args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-        if len(args) > _RAW_ARGUMENT_CHARS:
-            args = args[:_RAW_ARGUMENT_CHARS] + "…"
-        out.append(f"{role}: [called {fn.get('name', '?')}({_indent(args)})]")
-    return out
+    return [_indent(line) for line in transcript_lines(msg, tool_chars=_RAW_TOOL_RESULT_CHARS,
+                                                       arg_chars=_RAW_ARGUMENT_CHARS, note=", not archived")]

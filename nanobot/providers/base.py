@@ -93,6 +93,16 @@ def parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
     return clean_unicode(value), None  # a "\\ud800" in the JSON must not reach a tool or a save
 
 
+@dataclass
+class Capabilities:
+    """What a provider can do. Wrappers (retry, fallback, deferred) share their inner provider's
+    object, so what one caller learns through a wrapper every caller sees."""
+
+    # tool_choice may name a tool; False once the provider refused one (ProviderError.tool_choice_refused)
+    forced_tool_choice: bool = True
+    prewarm: bool = False  # prewarm() starts loading what the first request needs (the SDK)
+
+
 class Provider(ABC):
     """An LLM endpoint. `model` is the provider-side model name (no "provider/" prefix)."""
 
@@ -100,6 +110,10 @@ class Provider(ABC):
 
     def __init__(self, model: str) -> None:
         self.model = model
+        self.capabilities = Capabilities()
+
+    def prewarm(self) -> None:  # noqa: B027 - a no-op unless capabilities.prewarm says otherwise
+        """Start loading what the first request needs, in the background; returns at once."""
 
     @abstractmethod
     async def chat(

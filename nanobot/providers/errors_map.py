@@ -32,6 +32,10 @@ _TOKENS = (re.compile(r"resulted in (\d+) tokens", re.I), re.compile(r"\((\d+) i
            re.compile(r"(\d+) tokens? > \d+", re.I), re.compile(r"(\d+) \+ \d+ > \d+"))
 
 
+# How a provider says it cannot force a tool call ("tool_choice of type 'function' is not supported").
+_TOOL_CHOICE = re.compile(r"tool.choice", re.I)
+
+
 def _first_int(patterns: tuple[re.Pattern, ...], text: str) -> int | None:
     for pattern in patterns:
         match = pattern.search(text)
@@ -80,6 +84,7 @@ def status_error(provider: str, status: int, message: str, retry_after: str | No
     if url and status in (404, 405):  # a wrong apiBase usually shows up as "not found": say where we asked
         label += f" from {url}"
     overflow = status in (400, 413) and bool(_OVERFLOW.search(message))
+    tool_choice_refused = status == 400 and not overflow and bool(_TOOL_CHOICE.search(message))
     return ProviderError(
         f"{provider}: {label}: {message}".rstrip(": "),
         hint=_OVERFLOW_HINT if overflow else _QUOTA_HINT if quota else None if retryable else _HINTS.get(status),
@@ -89,6 +94,7 @@ def status_error(provider: str, status: int, message: str, retry_after: str | No
         context_overflow=overflow,
         reported_window=_first_int(_WINDOW, message) if overflow else None,
         reported_tokens=_first_int(_TOKENS, message) if overflow else None,
+        tool_choice_refused=tool_choice_refused,
     )
 
 

@@ -53,6 +53,7 @@ class DeferredProvider(Provider):
         self._resolved = resolved
         self._build = build
         self._inner: Provider | None = None
+        self.capabilities.prewarm = True
 
     def prewarm(self) -> None:
         """Start importing the SDK in a background thread (the first request then finds it loaded)."""
@@ -62,6 +63,7 @@ class DeferredProvider(Provider):
     async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
         if self._inner is None:
             self._inner = self._build(self._resolved)
+            self._inner.capabilities = self.capabilities  # one object: what the adapter learns, callers see
         return await self._inner.chat(messages, **kwargs)
 
     async def aclose(self) -> None:

@@ -46,7 +46,8 @@ class FallbackProvider(Provider):
         assert primary is not None
         super().__init__(primary.model)
         self.name = primary.name
-        self.inner = primary
+        self.primary = primary
+        self.capabilities = primary.capabilities  # every request starts with the primary
         self.chain = chain
         self.on_fallback = on_fallback
         self._clock = clock
@@ -107,9 +108,7 @@ class FallbackProvider(Provider):
             self.on_fallback(text)
 
     def prewarm(self) -> None:
-        inner = getattr(self.inner, "inner", None)
-        if inner is not None and hasattr(inner, "prewarm"):
-            inner.prewarm()
+        self.primary.prewarm()
 
     async def aclose(self) -> None:
         for candidate in self.chain:

@@ -136,7 +136,12 @@ def key_env_names() -> list[str]:
 OTHER_KEY_ENV = ("BRAVE_API_KEY", "NANOBOT_API_KEY")
 
 
+def secret_env_names() -> frozenset[str]:
+    """The one list of variables holding a key nanobot reads: the table's and OTHER_KEY_ENV."""
+    return frozenset(key_env_names()) | frozenset(OTHER_KEY_ENV)
+
+
 def scrubbed_env_names(environ: Mapping[str, str]) -> set[str]:
     """What must not reach a test or benchmark child: every key, base-URL override and NANOBOT_* variable."""
-    return (set(key_env_names()) | set(OTHER_KEY_ENV) | {"OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"}
+    return (set(secret_env_names()) | {"OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"}
             | {name for name in environ if name.startswith("NANOBOT_")})

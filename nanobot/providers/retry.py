@@ -42,6 +42,7 @@ class RetryingProvider(Provider):
         super().__init__(inner.model)
         self.inner = inner
         self.name = inner.name
+        self.capabilities = inner.capabilities
         self.policy = policy or RetryPolicy()
         self.on_retry = on_retry
 
@@ -65,6 +66,9 @@ class RetryingProvider(Provider):
                 if self.on_retry:
                     self.on_retry(attempt, wait, error)
                 await asyncio.sleep(wait)
+
+    def prewarm(self) -> None:
+        self.inner.prewarm()
 
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -99,8 +99,14 @@ def _record(home: Path, receipt: Receipt) -> None:
     append_durably(_receipts_path(home), json.dumps(asdict(receipt), ensure_ascii=False) + "\n")
 
 
-def _first_meta(data: bytes) -> dict:
-    first = data.split(b"\n", 1)[0]
+def _first_meta(path: Path) -> dict:
+    """The file's first line, when it is a metadata record (only that line is read: a session
+    file can be tens of megabytes, and this runs for every file on every start)."""
+    try:
+        with path.open("rb") as fh:
+            first = fh.readline().rstrip(b"\n")
+    except OSError:
+        return {}
     try:
         record = json.loads(first.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
@@ -151,14 +157,14 @@ def find_sessions(home: Path, workspace: Path, store: SessionStore) -> list[_Fou
     found: list[_Found] = []
     for folder in _v03_folders(home, workspace):
         for path in sorted(folder.glob("*.jsonl")):
-            key = _first_meta(path.read_bytes()).get("key") or _key_from_v03_name(path.stem)
+            key = _first_meta(path).get("key") or _key_from_v03_name(path.stem)
             if isinstance(key, str) and key:
                 found.append(_Found(key, path, "nanobot-0.3"))
     for folder in (workspace / "sessions", store.directory):  # 0.1.x; older 0.1.x beside our own files
         if not folder.is_dir():
             continue
         for path in sorted(folder.glob("*.jsonl")):
-            key = _first_meta(path.read_bytes()).get("key") or _key_from_v01_name(path.stem)
+            key = _first_meta(path).get("key") or _key_from_v01_name(path.stem)
             if isinstance(key, str) and key and path != store.path_for(key):
                 found.append(_Found(key, path, "nanobot-0.1"))
     return found

@@ -8,6 +8,10 @@ File format (compatible with HKUDS/nanobot v0.1.x, which also lets the last meta
     {"_type": "metadata", ...}      # a later pointer update, appended; the last one wins
     {"_type": "decision", ...}      # an approval decision (never a message: get_history skips it)
 
+A metadata record may carry an `index` (session/index.py): the byte offset of the consolidation
+pointer and a CRC of the bytes before it, so a load parses only the unconsolidated part; the
+consolidated messages are read if someone asks for them. A stale or wrong index means a full read.
+
 The per-turn path only appends (one write + one fsync per call); compaction, repair and /new
 rewrite atomically. A damaged line costs only that line: its bytes go to `<file>.corrupt`.
 """
@@ -16,8 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
-from collections.abc import Callable
+import zlib
+from bisect import bisect_left
+from collections.abc import Callable, MutableSequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -25,29 +32,21 @@ from typing import Any
 
 import orjson
 
-from nanobot.errors import SessionInUseError, UnknownSessionError, storage_error
+from nanobot.errors import SessionInUseError, StorageError, UnknownSessionError, storage_error
 from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write
-from nanobot.messages import Message, clean_unicode, for_wire, now_iso
+from nanobot.messages import Message, clean_unicode, for_wire, now_iso, parse_iso, parse_timestamp
 from nanobot.paths import ensure_private_dir, sessions_dir
-from nanobot.secrets_mask import mask_message, mask_value
+from nanobot.secrets_mask import mask_value
+from nanobot.session.index import INDEX_KEY, Checkpoint, PrefixList, crc_of_range, last_meta_line
+from nanobot.session.save_policy import as_sent
 from nanobot.session.validity import Fixes, make_valid, repair_messages
 
-__all__ = [
-    "RUNTIME_CONTEXT_OPEN", "RUNTIME_CONTEXT_CLOSE", "MAX_TOOL_RESULT_CHARS",
-    "Session", "SessionInfo", "SessionStore", "RepairReport", "UnknownSessionError",
-    "TurnCheckpoint", "save_turn", "strip_runtime_context", "with_runtime_context", "prepare_for_save",
-    "as_sent", "cap_tool_result",
-]
-
-# The context builder prefixes the current user message with this block; it is never saved.
-RUNTIME_CONTEXT_OPEN = "[Runtime Context]"
-RUNTIME_CONTEXT_CLOSE = "[/Runtime Context]"
-RUNTIME_CONTEXT_KEY = "runtime_context"  # stored beside a user message's text; never a wire key
+__all__ = ["Session", "SessionInfo", "SessionStore", "RepairReport", "DECISION_TYPE"]
 
 DECISION_TYPE = "decision"  # the `_type` of an approval decision record
 
-# Longer tool results are cut when saved (the model saw them whole during the turn).
-MAX_TOOL_RESULT_CHARS = 16_000
+# A session file this large that was read in full gets its load index recorded when it is opened.
+INDEX_WORTH_BYTES = 1 << 20
 
 
 @dataclass
@@ -56,16 +55,20 @@ class Session:
 
     key: str
     path: Path
-    messages: list[Message] = field(default_factory=list)
+    # a plain list, or a PrefixList whose consolidated part is read from disk on first use
+    messages: MutableSequence[Message] = field(default_factory=list)
     last_consolidated: int = 0  # messages before this index are summarised into memory
     created_at: str = field(default_factory=now_iso)
     updated_at: str = field(default_factory=now_iso)
     metadata: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # load problems the user should be told about
-    decisions: list[dict[str, Any]] = field(default_factory=list)  # approval decisions, oldest first
+    decisions: MutableSequence[dict[str, Any]] = field(default_factory=list)  # approval decisions, oldest first
     _lock: ExclusiveLock | None = field(default=None, repr=False)
     _ends_with_newline: bool = field(default=True, repr=False)
     _stored_pointer: Any = field(default=0, repr=False)  # the pointer as the file records it
+    _head: int | None = field(default=None, repr=False)  # bytes of the first line, when it is a metadata record
+    _checkpoint: Checkpoint | None = field(default=None, repr=False)  # a true index of the file, if known
+    _indexed_on_disk: bool = field(default=False, repr=False)  # the file's last metadata record carries it
 
     @property
     def created(self) -> str:
@@ -126,17 +129,23 @@ class RepairReport:
 
 @dataclass
 class _Parsed:
-    messages: list[Message]
+    messages: MutableSequence[Message]
     meta: dict[str, Any]  # the last metadata record (empty if none)
     first_meta: dict[str, Any]
-    good_lines: list[bytes]  # raw bytes of every readable line, in order
+    good_lines: list[bytes]  # raw bytes of every readable line, in order (after `checkpoint` when indexed)
     bad_lines: list[bytes]  # raw bytes of unreadable lines (torn or corrupt)
     ends_with_newline: bool
     last_time: str | None  # the time of the last record that carries one
-    decisions: list[dict[str, Any]] = field(default_factory=list)
+    decisions: MutableSequence[dict[str, Any]] = field(default_factory=list)
     bad_after: list[int] = field(default_factory=list)  # per bad line: how many messages preceded it
     # every metadata record's pointer, with how many messages preceded the record
     pointers: list[tuple[Any, int]] = field(default_factory=list)
+    head: int | None = None  # length of the first line with its newline, when it is a metadata record
+    msg_starts: list[int] = field(default_factory=list)  # byte offset of each message's line
+    decision_starts: list[int] = field(default_factory=list)
+    bad_starts: list[int] = field(default_factory=list)
+    checkpoint: Checkpoint | None = None  # a true index of the file (verified, or computed from it)
+    indexed: bool = False  # read from `checkpoint` on: the lines before it were not parsed
 
     def pointer_shift(self, pointer: int) -> int:
         """How many damaged lines stood before message `pointer` as it was written: the pointer
@@ -144,42 +153,184 @@ class _Parsed:
         return sum(1 for i, good in enumerate(self.bad_after) if good + i < pointer)
 
 
-def _parse(data: bytes, loads: Callable[[bytes], Any] | None = None) -> _Parsed:
-    loads = loads or _loads
+# what a line is: the one rule, for the full parse and for the index
+BAD, MESSAGE, META, DECISION, OTHER = range(5)
+
+
+def _classify(raw: bytes, loads: Callable[[bytes], Any] | None = None) -> tuple[int, Any]:
+    try:
+        record = (loads or _loads)(raw)
+    except (UnicodeDecodeError, ValueError):
+        return BAD, None
+    if not isinstance(record, dict):
+        return BAD, None
+    kind = record.get("_type")
+    if kind == "metadata":
+        return META, record
+    if kind == DECISION_TYPE:
+        return DECISION, record
+    if "_type" in record:
+        return OTHER, record  # a record kind from a newer version: keep its line, ignore it here
+    if isinstance(record.get("role"), str):
+        return MESSAGE, record
+    return BAD, None
+
+
+def _parse(data: bytes, loads: Callable[[bytes], Any] | None = None, *, base: int = 0) -> _Parsed:
+    """Every line of `data`, which starts at byte `base` of its file."""
     lines = data.split(b"\n")
     ends_with_newline = not data or data.endswith(b"\n")
     if ends_with_newline:
         lines.pop()  # the empty piece after the final newline
     parsed = _Parsed([], {}, {}, [], [], ends_with_newline, None)
+    messages, good_lines = parsed.messages, parsed.good_lines
+    msg_starts = parsed.msg_starts
+    pos = base
     for raw in lines:
+        start = pos
+        pos += len(raw) + 1
         if not raw.strip():
             continue
-        try:
-            record = loads(raw)
-        except (UnicodeDecodeError, ValueError):
-            record = None
-        if not isinstance(record, dict):
-            parsed.bad_lines.append(raw)
-            parsed.bad_after.append(len(parsed.messages))
-            continue
-        if record.get("_type") == "metadata":
+        kind, record = _classify(raw, loads)
+        if kind == MESSAGE:
+            messages.append(record)
+            msg_starts.append(start)
+            parsed.last_time = record.get("timestamp") or parsed.last_time
+        elif kind == META:
             if not parsed.first_meta:
                 parsed.first_meta = record
+            if start == 0:
+                parsed.head = pos
             parsed.meta = record
-            parsed.pointers.append((record.get("last_consolidated", 0), len(parsed.messages)))
+            parsed.pointers.append((record.get("last_consolidated", 0), len(messages)))
             parsed.last_time = record.get("updated_at") or parsed.last_time
-        elif record.get("_type") == DECISION_TYPE:
+        elif kind == DECISION:
             parsed.decisions.append(record)
-        elif "_type" in record:
-            pass  # a record kind from a newer version: keep its line, ignore it here
-        elif isinstance(record.get("role"), str):
-            parsed.messages.append(record)
-            parsed.last_time = record.get("timestamp") or parsed.last_time
-        else:
+            parsed.decision_starts.append(start)
+        elif kind == BAD:
             parsed.bad_lines.append(raw)
-            parsed.bad_after.append(len(parsed.messages))
+            parsed.bad_after.append(len(messages))
+            parsed.bad_starts.append(start)
             continue
-        parsed.good_lines.append(raw)
+        good_lines.append(raw)
+    return parsed
+
+
+def _checkpoint_in(parsed: _Parsed, data: bytes) -> Checkpoint | None:
+    """The index at the file's recorded pointer, from a full parse of `data`; None when the lines
+    before it are not all readable (the index promises a clean prefix)."""
+    pointer = parsed.meta.get("last_consolidated", 0)
+    if parsed.head is None or not _plain_int(pointer) or not 0 <= pointer <= len(parsed.messages):
+        return None
+    if pointer < len(parsed.msg_starts):
+        offset = parsed.msg_starts[pointer]
+    elif parsed.ends_with_newline:
+        offset = len(data)
+    else:
+        return None
+    if parsed.bad_starts and parsed.bad_starts[0] < offset:
+        return None
+    decisions = bisect_left(parsed.decision_starts, offset)
+    return Checkpoint(offset, pointer, decisions, zlib.crc32(memoryview(data)[parsed.head:offset]))
+
+
+class _Prefix:
+    """Reads the indexed prefix of a session file once, when a PrefixList first needs it."""
+
+    def __init__(self, path: Path, head: int, checkpoint: Checkpoint) -> None:
+        self.path, self.head, self.checkpoint = path, head, checkpoint
+        self._parsed: _Parsed | None = None
+
+    def _read(self) -> _Parsed:
+        if self._parsed is None:
+            cp = self.checkpoint
+            try:
+                with self.path.open("rb") as fh:
+                    fh.seek(self.head)
+                    data = fh.read(cp.offset - self.head)
+            except OSError as exc:
+                raise storage_error(exc, "read the session", self.path) from None
+            parsed = _parse(data, base=self.head) if len(data) == cp.offset - self.head else None
+            if (parsed is None or zlib.crc32(data) != cp.crc or parsed.bad_lines
+                    or len(parsed.messages) != cp.messages or len(parsed.decisions) != cp.decisions):
+                raise StorageError(
+                    f"the session file {self.path} was changed by another program while nanobot had it open",
+                    hint="nothing was lost from it; close nanobot and open the session again", path=str(self.path))
+            self._parsed = parsed
+        return self._parsed
+
+    def messages(self) -> list[Message]:
+        return list(self._read().messages)
+
+    def decisions(self) -> list[dict[str, Any]]:
+        return list(self._read().decisions)
+
+
+def _record(raw: bytes) -> dict[str, Any] | None:
+    kind, record = _classify(raw)
+    return record if kind == META else None
+
+
+def _read_indexed(path: Path) -> _Parsed | None:
+    """The file parsed from its index on, when the index holds; None means: read it all."""
+    try:
+        fh = path.open("rb")
+    except OSError:
+        return None
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        first = fh.readline()
+        head = len(first)
+        meta0 = _record(first[:-1]) if first.endswith(b"\n") else None
+        if meta0 is None:
+            return None
+        found = last_meta_line(fh, size, head - 1)
+        meta = _record(found[1]) if found else meta0
+        cp = Checkpoint.from_record(meta.get(INDEX_KEY)) if meta else None
+        pointer = meta.get("last_consolidated", 0) if meta else None
+        if (meta is None or cp is None or not head <= cp.offset <= size or (found and found[0] < cp.offset)
+                or not _plain_int(pointer) or pointer < cp.messages):
+            return None
+        if cp.offset > head:
+            fh.seek(cp.offset - 1)
+            if fh.read(1) != b"\n":
+                return None
+        if crc_of_range(fh, head, cp.offset) != cp.crc:
+            return None
+        fh.seek(cp.offset)
+        tail = fh.read()
+    parsed = _parse(tail, base=cp.offset)
+    if parsed.meta != (meta if found else {}):
+        return None  # the record holding the index is not the file's last metadata record
+    count = cp.messages + len(parsed.messages)
+    bad_after = [n + cp.messages for n in parsed.bad_after]
+    shift = sum(1 for i, good in enumerate(bad_after) if good + i < pointer)
+    if parsed.last_time is None and not found or not 0 <= pointer - shift <= count:
+        return None  # the answer needs the lines before the index
+    prefix = _Prefix(path, head, cp)
+    parsed.messages = PrefixList(list(parsed.messages), cp.messages, prefix.messages)
+    parsed.decisions = PrefixList(list(parsed.decisions), cp.decisions, prefix.decisions)
+    parsed.first_meta = meta0
+    parsed.meta = meta if found else meta0
+    parsed.last_time = parsed.last_time or meta0.get("updated_at")
+    parsed.bad_after = bad_after
+    parsed.pointers = [(value, n + cp.messages) for value, n in parsed.pointers]
+    parsed.head, parsed.checkpoint, parsed.indexed = head, cp, True
+    if not tail:
+        parsed.ends_with_newline = True  # the prefix ends at a line start
+    return parsed
+
+
+def _read(path: Path, *, checkpoint: bool = False) -> _Parsed:
+    """The whole file's records: through its index when that holds, else every line. With
+    `checkpoint`, a full read also works out the index at the file's pointer."""
+    parsed = _read_indexed(path)
+    if parsed is not None:
+        return parsed
+    data = path.read_bytes()
+    parsed = _parse(data)
+    if checkpoint:
+        parsed.checkpoint = _checkpoint_in(parsed, data)
     return parsed
 
 
@@ -250,7 +401,7 @@ class SessionStore:
             raise UnknownSessionError(
                 f"no session named {key!r}", hint=self._known_keys_hint()
             )
-        parsed = _parse(source.read_bytes())
+        parsed = _read(source)
         session = self._build(key, path, parsed)
         if parsed.bad_lines:
             session.warnings.insert(0, (
@@ -266,7 +417,7 @@ class SessionStore:
             return []
         for path in sorted(self.directory.glob("*.jsonl")):
             try:
-                parsed = _parse(path.read_bytes())
+                parsed = _read(path)
             except OSError:
                 continue
             key = parsed.meta.get("key") or parsed.first_meta.get("key") or path.stem.replace("_", ":", 1)
@@ -303,6 +454,7 @@ class SessionStore:
         session.metadata = meta.get("metadata") if isinstance(meta.get("metadata"), dict) else {}
         session.decisions = parsed.decisions
         session._ends_with_newline = parsed.ends_with_newline
+        session._head, session._checkpoint, session._indexed_on_disk = parsed.head, parsed.checkpoint, parsed.indexed
         pointer = session._stored_pointer = meta.get("last_consolidated", 0)
         count = len(session.messages)
         if not _plain_int(pointer) or not 0 <= pointer - parsed.pointer_shift(pointer) <= count:
@@ -361,6 +513,11 @@ class SessionStore:
             if not _plain_int(stored) or session.last_consolidated != stored:
                 # Persist the clamped pointer so the warning is given once, not on every open.
                 self.set_pointer(session, session.last_consolidated)
+            elif (not session._indexed_on_disk and session._checkpoint is not None
+                  and session._checkpoint.messages and path.stat().st_size >= INDEX_WORTH_BYTES):
+                # Read in full (an older file, or a stale index): record the index once, so the
+                # next open reads from the pointer on.
+                self.set_pointer(session, session.last_consolidated)
         except OSError as exc:
             lock.release()
             raise storage_error(exc, "open the session", path) from None
@@ -396,14 +553,23 @@ class SessionStore:
                 atomic_write(path, legacy.read_bytes())
             else:
                 session = Session(key=key, path=path)
-                append_durably(path, _dumps(self._meta_record(session)))
+                first = _dumps(self._meta_record(session))
+                append_durably(path, first)
+                session._head = len(first)
                 return session
-        parsed = _parse(path.read_bytes())
+        parsed = _read(path, checkpoint=True)
         session = self._build(key, path, parsed)
         if parsed.bad_lines:
             side = self._move_aside(path, parsed.bad_lines)
             # Rewrite with the readable lines verbatim, so the damage is reported once, not every load.
-            atomic_write(path, b"".join(line + b"\n" for line in parsed.good_lines))
+            # An index's prefix is clean and stays byte for byte; a full read's index is redone later.
+            prefix = b""
+            if parsed.indexed and parsed.checkpoint is not None:
+                with path.open("rb") as fh:
+                    prefix = fh.read(parsed.checkpoint.offset)
+            else:
+                session._checkpoint = None
+            atomic_write(path, prefix + b"".join(line + b"\n" for line in parsed.good_lines))
             session._ends_with_newline = True
             session.warnings.insert(0, (
                 f"session {key}: {len(parsed.bad_lines)} damaged line(s) could not be read; "
@@ -434,9 +600,11 @@ class SessionStore:
         self._require_lock(session)
         if not 0 <= last_consolidated <= len(session.messages):
             raise ValueError(f"pointer {last_consolidated} outside 0..{len(session.messages)}")
+        session._checkpoint = self._checkpoint_at(session, last_consolidated)
         session.last_consolidated = session._stored_pointer = last_consolidated
         session.updated_at = now_iso()
         self._append_bytes(session, _dumps(self._meta_record(session)))
+        session._indexed_on_disk = session._checkpoint is not None
 
     def set_metadata(self, session: Session, **values: Any) -> None:
         self._require_lock(session)
@@ -456,14 +624,25 @@ class SessionStore:
         """Replace the file with one metadata record, the decisions and the messages (temp, fsync, rename)."""
         self._require_lock(session)
         session.updated_at = now_iso()
-        payload = (_dumps(self._meta_record(session)) + b"".join(_dumps(d) for d in session.decisions)
-                   + b"".join(_dumps(m) for m in session.messages))
+        lines = [_dumps(m) for m in session.messages]
+        prefix = b"".join(_dumps(d) for d in session.decisions) + b"".join(lines[:session.last_consolidated])
+        session._checkpoint = None
+        record = self._meta_record(session)
+        offset = 0  # the first line holds the index, whose offset counts that line: settle its length
+        for _ in range(4):
+            checkpoint = Checkpoint(offset, session.last_consolidated, len(session.decisions), zlib.crc32(prefix))
+            first = _dumps({**record, INDEX_KEY: checkpoint.record()})
+            if len(first) + len(prefix) == offset:
+                break
+            offset = len(first) + len(prefix)
+        payload = first + prefix + b"".join(lines[session.last_consolidated:])
         try:
             atomic_write(session.path, payload)  # the old file stays whole when this fails
         except OSError as exc:
             raise storage_error(exc, "rewrite the session", session.path) from None
         session._ends_with_newline = True
         session._stored_pointer = session.last_consolidated
+        session._head, session._checkpoint, session._indexed_on_disk = len(first), checkpoint, True
 
     def clear(self, session: Session) -> None:
         """Empty the session for /new (the caller archives the old messages first)."""
@@ -524,7 +703,7 @@ class SessionStore:
 
     @staticmethod
     def _meta_record(session: Session) -> dict[str, Any]:
-        return {
+        record = {
             "_type": "metadata",
             "key": session.key,
             "created_at": session.created_at,
@@ -532,6 +711,43 @@ class SessionStore:
             "metadata": session.metadata,
             "last_consolidated": session.last_consolidated,
         }
+        checkpoint = session._checkpoint
+        if checkpoint is not None and checkpoint.messages <= session.last_consolidated:
+            record[INDEX_KEY] = checkpoint.record()
+        return record
+
+    @staticmethod
+    def _checkpoint_at(session: Session, pointer: int) -> Checkpoint | None:
+        """The index at message `pointer`, moved on from the one the session has by reading only the
+        lines between; None when it cannot be proved (a damaged line, no clean first line)."""
+        base = session._checkpoint
+        if base is None:
+            if session._head is None:
+                return None
+            base = Checkpoint(session._head, 0, 0, 0)
+        if pointer <= base.messages:
+            return base if pointer == base.messages else None
+        try:
+            with session.path.open("rb") as fh:
+                fh.seek(base.offset)
+                data = fh.read()
+        except OSError:
+            return None
+        pos, messages, decisions = 0, base.messages, base.decisions
+        for raw in data.split(b"\n")[:-1]:  # whole lines only
+            if messages == pointer:
+                break
+            pos += len(raw) + 1
+            if not raw.strip():
+                continue
+            kind, _ = _classify(raw)
+            if kind == BAD:
+                return None
+            messages += kind == MESSAGE
+            decisions += kind == DECISION
+        if messages != pointer:
+            return None
+        return Checkpoint(base.offset + pos, pointer, decisions, zlib.crc32(memoryview(data)[:pos], base.crc))
 
 
 def _plain_int(value: Any) -> bool:
@@ -541,11 +757,7 @@ def _plain_int(value: Any) -> bool:
 def _chunk_stamps(chunk: list[Message]) -> set[str]:
     """The minute a HISTORY.md entry for `chunk` is stamped with (as local and as written)."""
     for msg in chunk:
-        value = msg.get("timestamp")
-        try:
-            when = datetime.fromisoformat(value) if isinstance(value, str) and value else None
-        except ValueError:
-            when = None
+        when = parse_iso(msg.get("timestamp"))
         if when is not None:
             local = when.astimezone().replace(tzinfo=None) if when.tzinfo else when
             return {local.strftime("%Y-%m-%d %H:%M"), when.strftime("%Y-%m-%d %H:%M")}
@@ -562,137 +774,5 @@ def _parse_first_line(path: Path) -> dict[str, Any]:
 
 
 def _sort_time(stamp: str) -> float:
-    try:
-        parsed = datetime.fromisoformat(stamp)
-    except (TypeError, ValueError):
-        return 0.0
-    if parsed.tzinfo is None:
-        parsed = parsed.astimezone()  # v0.1.x wrote naive local times
-    return parsed.timestamp()
-
-
-# -- saving a turn ----------------------------------------------------------------------------
-
-
-def with_runtime_context(context: str, text: str) -> str:
-    """The current user message as the context builder sends it: the context block, then the text."""
-    return f"{RUNTIME_CONTEXT_OPEN}\n{context}\n{RUNTIME_CONTEXT_CLOSE}\n\n{text}"
-
-
-def split_runtime_context(text: str) -> tuple[str | None, str]:
-    """(the runtime-context block's body or None, the user's own text)."""
-    if not text.startswith(RUNTIME_CONTEXT_OPEN + "\n"):
-        return None, text
-    end = text.find("\n" + RUNTIME_CONTEXT_CLOSE, len(RUNTIME_CONTEXT_OPEN))
-    if end == -1:
-        return None, text  # no closing line: this is not our block, keep the user's text whole
-    rest = text[end + 1 + len(RUNTIME_CONTEXT_CLOSE):]
-    if rest and not rest.startswith("\n"):
-        return None, text  # the close marker must be a whole line
-    rest = rest[1:]  # the end of the close line
-    context = text[len(RUNTIME_CONTEXT_OPEN) + 1:end]
-    return context, rest[1:] if rest.startswith("\n") else rest  # the blank line after the block
-
-
-def strip_runtime_context(text: str) -> str:
-    """The user's own text: a leading runtime-context block (and its blank line) removed."""
-    return split_runtime_context(text)[1]
-
-
-def as_sent(msg: Message) -> Message:
-    """A stored message as the model saw it: a user message gets its runtime-context block back,
-    so every request repeats earlier ones byte for byte and the provider's prompt cache keeps hitting."""
-    if not isinstance(msg, dict):
-        return msg
-    content = msg.get("content")
-    if msg.get("role") == "tool" and isinstance(content, str) and len(content) > MAX_TOOL_RESULT_CHARS:
-        # written by another tool or an older version: sent (and counted) at the size a save keeps
-        return {**msg, "content": cap_tool_result(content)}
-    context = msg.get(RUNTIME_CONTEXT_KEY)
-    if not context or msg.get("role") != "user" or not isinstance(content, str):
-        return msg
-    return {**msg, "content": with_runtime_context(context, content)}
-
-
-def cap_tool_result(content: str) -> str:
-    """A tool result at the size a session keeps: the first MAX_TOOL_RESULT_CHARS and a marker."""
-    if len(content) <= MAX_TOOL_RESULT_CHARS:
-        return content
-    cut = len(content) - MAX_TOOL_RESULT_CHARS
-    return content[:MAX_TOOL_RESULT_CHARS] + f"\n... [truncated: {cut} more characters]"
-
-
-def prepare_for_save(msg: Message) -> Message | None:
-    """The stored form of one new message (secrets masked), or None when it should not be saved."""
-    role = msg.get("role")
-    out = mask_message(msg)
-    content = out.get("content")
-    if isinstance(content, list):
-        content = out["content"] = _stored_parts(content, strip_context=role == "user")
-    if role == "user":
-        if isinstance(content, str):
-            context, stripped = split_runtime_context(content)
-            if context is not None and not stripped.strip():
-                return None  # the message was only the runtime context
-            out["content"] = stripped
-            if context is not None:
-                out[RUNTIME_CONTEXT_KEY] = context  # kept beside the text, never inside it
-        elif isinstance(content, list) and not content:
-            return None
-    elif role == "assistant":
-        if not (content.strip() if isinstance(content, str) else content) and not out.get("tool_calls"):
-            return None
-    elif role == "tool" and isinstance(content, str) and len(content) > MAX_TOOL_RESULT_CHARS:
-        out["content"] = cap_tool_result(content)
-    out.setdefault("timestamp", now_iso())
-    return out
-
-
-def _stored_parts(parts: list, *, strip_context: bool) -> str | list:
-    stored: list = []
-    for index, part in enumerate(parts):
-        if isinstance(part, dict) and part.get("type") == "image_url":
-            url = (part.get("image_url") or {}).get("url", "") if isinstance(part.get("image_url"), dict) else ""
-            if isinstance(url, str) and url.startswith("data:"):
-                hint = part.get("path") or part.get("_path") or (part.get("image_url") or {}).get("_path")
-                stored.append({"type": "text", "text": f"[image: {hint or 'inline image'}]"})
-                continue
-        if strip_context and index == 0 and isinstance(part, dict) and part.get("type") == "text":
-            text = strip_runtime_context(str(part.get("text", "")))
-            if text != part.get("text") and not text.strip():
-                continue
-            part = {**part, "text": text}
-        stored.append(part)
-    if stored and all(isinstance(p, dict) and p.get("type") == "text" for p in stored):
-        return "\n".join(str(p.get("text", "")) for p in stored)
-    return stored
-
-
-def save_turn(store: SessionStore, session: Session, messages: list[Message], skip: int = 0) -> list[Message]:
-    """Append this turn's new messages durably; returns what was stored.
-
-    `skip` is the number of messages at the START of `messages` not to save (e.g. an injected
-    subagent result, or the system prompt and history when the caller passes the whole request).
-    """
-    stored = [m for m in (prepare_for_save(msg) for msg in messages[skip:]) if m is not None]
-    store.append(session, stored)
-    return stored
-
-
-class TurnCheckpoint:
-    """Saves a growing turn step by step: each `save` appends only what was not saved yet.
-
-    The agent loop creates one per turn with the full request list and `skip` = the number of
-    messages that are not new (system prompt, history, injected messages), then calls `save`
-    after the user message and after every finished tool step.
-    """
-
-    def __init__(self, store: SessionStore, session: Session, skip: int = 0) -> None:
-        self.store = store
-        self.session = session
-        self.saved_up_to = skip
-
-    def save(self, messages: list[Message]) -> list[Message]:
-        stored = save_turn(self.store, self.session, messages, skip=self.saved_up_to)
-        self.saved_up_to = len(messages)
-        return stored
+    parsed = parse_timestamp(stamp)  # v0.1.x wrote naive local times; naive reads as local here
+    return parsed.timestamp() if parsed is not None else 0.0

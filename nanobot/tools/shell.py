@@ -25,33 +25,21 @@ from typing import Any
 from nanobot.errors import ToolError
 from nanobot.memory.store import watch_memory
 from nanobot.sandbox import Launch, build_policy
+from nanobot.secrets_mask import is_secret_name
 from nanobot.tools.approval import ApprovalRequest
 from nanobot.tools.base import Tool
 from nanobot.tools.exec_rules import wants_network
 from nanobot.tools.workspace_guard import resolve_path, workspace_root
 
-__all__ = ["ExecTool", "is_secret_env_name", "child_env", "deny_reason", "OUTPUT_CAP"]
+__all__ = ["ExecTool", "child_env", "deny_reason", "OUTPUT_CAP"]
 
 OUTPUT_CAP = 10_000  # characters of output returned to the model (head + tail)
 _CAPTURE_BYTES = 64 * 1024  # per stream, head and tail each; the middle of huge output is counted, not kept
 
-# The one rule for "this variable holds a secret": segment-wise so SSH_AUTH_SOCK or
-# TOKENIZERS_PARALLELISM survive, while *_API_KEY, *_TOKEN, *SECRET*, *PASSWORD* go.
-_SECRET_NAME = re.compile(
-    r"SECRET|PASSWORD|PASSWD|PASSPHRASE"
-    r"|(?:^|_)(?:API_?KEY|APIKEY|KEY|TOKEN|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)(?:_|$)"
-)
-
-
-def is_secret_env_name(name: str) -> bool:
-    """True for names that look like they hold a credential (AWS_SECRET_ACCESS_KEY, GH_TOKEN, ...)."""
-    return bool(_SECRET_NAME.search(name.upper()))
-
-
 def child_env(environ: Mapping[str, str], secret_names: Iterable[str] = ()) -> dict[str, str]:
     """A copy of `environ` without the configured secret names and anything that looks secret."""
     drop = {n.upper() for n in secret_names}
-    return {k: v for k, v in environ.items() if k.upper() not in drop and not is_secret_env_name(k)}
+    return {k: v for k, v in environ.items() if k.upper() not in drop and not is_secret_name(k)}
 
 
 # --- the deny policy -----------------------------------------------------------------

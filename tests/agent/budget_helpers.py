@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from typing import Any
@@ -83,3 +84,22 @@ def write_session(store, key: str, messages: list[dict], pointer: Any = 0) -> No
     lines = [json.dumps(meta)] + [json.dumps({"timestamp": "2026-01-05T10:00:00", **m}, ensure_ascii=False)
                                   for m in messages]
     store.path_for(key).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def open_quiet(cfg, key: str = "cli:direct"):
+    """The assistant `nanobot agent -m` opens, without streaming."""
+    from nanobot.app import open_assistant
+
+    return open_assistant(cfg, key, stream=False)
+
+
+def talk(cfg, body, key: str = "cli:direct"):
+    """`await body(assistant)` on an assistant opened for `key`, closed whatever happens; its result."""
+    async def go():
+        assistant = open_quiet(cfg, key)
+        try:
+            return await body(assistant)
+        finally:
+            await assistant.aclose()
+
+    return asyncio.run(go())

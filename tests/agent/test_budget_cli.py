@@ -120,7 +120,8 @@ def test_a_long_message_echoed_in_tool_arguments_is_cut_for_the_request_only(nan
 def test_an_oversized_stored_tool_result_counts_at_its_capped_size(nanobot_run, fake_llm, configure,
                                                                    isolated_home):
     from budget_helpers import write_session
-    from nanobot.session.store import MAX_TOOL_RESULT_CHARS, SessionStore
+    from nanobot.session.save_policy import MAX_TOOL_RESULT_CHARS
+    from nanobot.session.store import SessionStore
 
     configure(contextWindowTokens=16_384)
     make_strict(fake_llm, 16_384)

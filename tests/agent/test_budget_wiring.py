@@ -3,7 +3,6 @@ recovery and the /status figures (in-process, real SDKs against the fake server)
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
@@ -15,17 +14,11 @@ from budget_helpers import (
     make_text,
     over_window,
     save_memory_reply,
+    talk,
     write_session,
 )
 from nanobot.fakellm import Reply
 from nanobot.session.store import SessionStore
-
-
-def _open(cfg, key: str = "cli:direct"):
-    from nanobot.app import open_assistant
-
-    return open_assistant(cfg, key, stream=False)
-
 
 # -- a pointer that cannot be right ------------------------------------------------------------
 
@@ -83,16 +76,12 @@ def test_context_block_limit_caps_every_prompt_and_consolidates_under_it(configu
                     {"role": "assistant", "content": make_text("prose", 400, i + 1)}]
     write_session(SessionStore(), "cli:direct", history)
 
-    async def go():
-        assistant = _open(cfg)
-        try:
-            snap = assistant.conversation.snapshot()
-            out = await assistant.conversation.send("and what now?")
-            return snap, out, assistant.conversation.session.last_consolidated
-        finally:
-            await assistant.aclose()
+    async def go(assistant):
+        snap = assistant.conversation.snapshot()
+        out = await assistant.conversation.send("and what now?")
+        return snap, out, assistant.conversation.session.last_consolidated
 
-    snap, out, pointer = asyncio.run(go())
+    snap, out, pointer = talk(cfg, go)
     assert not out.error and pointer > 0
     assert snap.budget == 5000 and snap.reply_tokens == 8192 and snap.prompt_cap == 5000
     turns = [r for r in fake_llm.requests if not is_consolidation(r)]
@@ -145,17 +134,13 @@ def test_subagent_requests_fit_the_window_too(configure, fake_llm):
     fake_llm.responder = model
     cfg = load_config(None)
 
-    async def go():
-        assistant = _open(cfg)
+    async def go(assistant):
         conv = assistant.conversation
         conv.subagents.tools.register(EchoTool(tool_context(cfg, cfg.workspace_path())))
-        try:
-            await conv.send("look at the log in the background")
-            assert await conv.wait_for_background(30)
-        finally:
-            await assistant.aclose()
+        await conv.send("look at the log in the background")
+        assert await conv.wait_for_background(30)
 
-    asyncio.run(go())
+    talk(cfg, go)
     sub = [r for r in fake_llm.requests if "You are a subagent" in json.dumps(r.messages[:1])]
     assert len(sub) >= 2
     assert over_window(fake_llm) == []
@@ -179,15 +164,11 @@ def test_a_smaller_real_window_is_learned_and_the_request_refitted(configure, fa
     write_session(SessionStore(), "cli:direct", history)
     events: list = []
 
-    async def go():
-        assistant = _open(cfg)
-        try:
-            out = await assistant.conversation.send("hello", emit=events.append)
-            return out, assistant.conversation.snapshot(), status_lines(assistant)
-        finally:
-            await assistant.aclose()
+    async def go(assistant):
+        out = await assistant.conversation.send("hello", emit=events.append)
+        return out, assistant.conversation.snapshot(), status_lines(assistant)
 
-    out, snap, lines = asyncio.run(go())
+    out, snap, lines = talk(cfg, go)
     assert not out.error, out.error
     rejected, accepted = fake_llm.requests[0], fake_llm.requests[-1]
     assert rejected.estimated_tokens > WINDOW and accepted.estimated_tokens <= WINDOW - accepted.body["max_tokens"]
@@ -206,14 +187,10 @@ def test_an_overflow_that_persists_names_the_real_cause(configure, fake_llm):
     fake_llm.script(too_long, too_long)
     cfg = load_config(None)
 
-    async def go():
-        assistant = _open(cfg)
-        try:
-            return await assistant.conversation.send("hi")
-        finally:
-            await assistant.aclose()
+    async def go(assistant):
+        return await assistant.conversation.send("hi")
 
-    out = asyncio.run(go())
+    out = talk(cfg, go)
     assert len(fake_llm.requests) == 2  # today's recovery: shrink, refit, send once more
     assert out.error and "the provider counted more tokens than nanobot estimated" in out.error
     assert "fits each request to 6,553 tokens" in out.error  # the window it shrank to
@@ -232,14 +209,10 @@ def test_a_provider_that_counts_far_more_gets_a_refusal_that_says_so(configure, 
     fake_llm.prompt_counter = lambda prompt: 3 * count_prompt_tokens(prompt, encode)  # a far hungrier tokenizer
     cfg = load_config(None)
 
-    async def go():
-        assistant = _open(cfg)
-        try:
-            return await assistant.conversation.send("hi " + make_text("prose", 4000))
-        finally:
-            await assistant.aclose()
+    async def go(assistant):
+        return await assistant.conversation.send("hi " + make_text("prose", 4000))
 
-    out = asyncio.run(go())
+    out = talk(cfg, go)
     assert len(fake_llm.requests) == 1  # after learning the real count, the refitted request was not sent
     assert out.error and "not sent" in out.error and "the provider counts about 2.0x" in out.error
     assert "bug in nanobot" not in out.error
@@ -257,18 +230,14 @@ def test_status_shows_what_the_next_request_uses(configure, fake_llm):
     fake_llm.script(Reply.text("first"), Reply.text("second"))
     cfg = load_config(None)
 
-    async def go():
-        assistant = _open(cfg)
-        try:
-            await assistant.conversation.send("hello there")
-            snap = assistant.conversation.snapshot()
-            lines = status_lines(assistant)
-            await assistant.conversation.send(DEFAULT_PROBE)  # the message the estimate assumes
-            return snap, lines
-        finally:
-            await assistant.aclose()
+    async def go(assistant):
+        await assistant.conversation.send("hello there")
+        snap = assistant.conversation.snapshot()
+        lines = status_lines(assistant)
+        await assistant.conversation.send(DEFAULT_PROBE)  # the message the estimate assumes
+        return snap, lines
 
-    snap, lines = asyncio.run(go())
+    snap, lines = talk(cfg, go)
     shown = "\n".join(lines)
     request = fake_llm.requests[-1]
     assert f"~{snap.estimate:,} / {snap.budget:,} tokens (window 8,192 minus 2,048 kept for the reply)" in shown

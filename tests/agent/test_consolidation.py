@@ -398,3 +398,34 @@ def test_one_consolidation_at_a_time_per_session(tmp_path, scripted_llm):
     first, second = asyncio.run(twice())
     assert first.ran and not second.ran  # the second waited, then found the prompt under budget
     assert env.history().count("Ana talked about fact0") == len(first.history_entries)
+
+
+def test_a_refused_forced_tool_choice_is_remembered_by_the_provider_not_the_consolidator(tmp_path, scripted_llm):
+    env = Env(tmp_path, scripted_llm)
+    env.add_turns(12)
+    scripted_llm.script(Reply.error(400, message="tool_choice of type 'function' is not supported by this model"))
+    scripted_llm.responder = lambda req: _save()
+    seen: list[int] = []
+
+    async def twice():
+        await env.maybe()
+        seen.append(len(scripted_llm.requests))
+        # a new consolidator on the same provider asks nicely at once
+        env.cons = Consolidator(env.provider, env.memory, env.store, env.budget)
+        env.add_turns(12, start=12)
+        return await env.maybe()
+
+    assert env.run(twice).ran
+    assert env.provider.capabilities.forced_tool_choice is False
+    later = [r.tool_choice for r in scripted_llm.requests[seen[0]:]]
+    assert later and all(c == "auto" for c in later)
+
+
+def test_a_400_that_is_not_about_tool_choice_is_not_retried_with_auto(tmp_path, scripted_llm):
+    env = Env(tmp_path, scripted_llm)
+    env.add_turns(12)
+    scripted_llm.responder = lambda req: Reply.error(400, message="messages: roles must alternate")
+    report = env.run()
+    assert report.raw_archived and "RAW archive" in env.history()
+    assert {str(r.tool_choice) for r in scripted_llm.requests} == {str({"type": "function", "function": {"name": "save_memory"}})}
+    assert env.provider.capabilities.forced_tool_choice is True

@@ -6,6 +6,7 @@ import asyncio
 import re
 from typing import Any
 
+from budget_helpers import open_quiet, talk
 from nanobot.fakellm import Reply
 from nanobot.tools.base import Tool
 
@@ -152,15 +153,9 @@ def test_300_turns_at_an_8k_window(configure, fake_llm, isolated_home):
 # -- the conversation around consolidation (in-process unless the real command matters) ----------
 
 
-def _open(cfg, key: str = "cli:direct"):
-    from nanobot.app import open_assistant
-
-    return open_assistant(cfg, key, stream=False)
-
-
 def _prefill(cfg, turns: int, key: str = "cli:direct", *, until_below: int | None = None) -> int:
     """Store `turns` old exchanges (or as many as keep the estimate under `until_below`)."""
-    assistant = _open(cfg, key)
+    assistant = open_quiet(cfg, key)
     conv = assistant.conversation
     try:
         for turn in range(turns):
@@ -186,16 +181,12 @@ def test_turn_over_budget_consolidates_first_with_a_notice(configure, fake_llm):
     stored = _prefill(cfg, 40)
     events: list = []
 
-    async def go():
-        assistant = _open(cfg)
-        try:
-            before = assistant.conversation.estimate("hello again")
-            outcome = await assistant.conversation.send("hello again", emit=events.append)
-            return before, outcome, assistant.conversation.session.last_consolidated
-        finally:
-            await assistant.aclose()
+    async def go(assistant):
+        before = assistant.conversation.estimate("hello again")
+        outcome = await assistant.conversation.send("hello again", emit=events.append)
+        return before, outcome, assistant.conversation.session.last_consolidated
 
-    before, outcome, pointer = asyncio.run(go())
+    before, outcome, pointer = talk(cfg, go)
     assert before > WINDOW - 2048 and not outcome.error
     kinds = ["save_memory" if r.tools and r.tools[0]["function"]["name"] == "save_memory" else "turn"
              for r in fake_llm.requests]
@@ -217,7 +208,7 @@ def test_new_archives_first_and_clears_second(configure, fake_llm, isolated_home
     _prefill(cfg, 3)
 
     async def new(fail_clear: bool):
-        assistant = _open(cfg)
+        assistant = open_quiet(cfg)
         try:
             if fail_clear:
                 def crash(session):
@@ -249,15 +240,11 @@ def test_compact_keeps_the_last_exchange(configure, fake_llm):
     cfg = load_config(None)
     _prefill(cfg, 4)
 
-    async def go():
-        assistant = _open(cfg)
-        try:
-            report = await assistant.conversation.compact()
-            return report, assistant.conversation.session.get_history()
-        finally:
-            await assistant.aclose()
+    async def go(assistant):
+        report = await assistant.conversation.compact()
+        return report, assistant.conversation.session.get_history()
 
-    report, history = asyncio.run(go())
+    report, history = talk(cfg, go)
     assert report.messages == 6 and "[2026-01-04 09:30]" in report.receipt()
     assert [m["role"] for m in history] == ["user", "assistant"] and "turn 106" in history[0]["content"]
 
@@ -272,21 +259,17 @@ def test_provider_prompt_counts_calibrate_the_estimate_and_status_shows_it(confi
     fake_llm.script(Reply.text("hello", usage={"prompt_tokens": 9000, "completion_tokens": 3}))
     cfg = load_config(None)
 
-    async def go():
-        assistant = _open(cfg)
-        try:
-            plain = assistant.conversation.estimate()
-            await assistant.conversation.send("hi there")
-            return assistant, plain, status_lines(assistant)
-        finally:
-            await assistant.aclose()
+    async def go(assistant):
+        plain = assistant.conversation.estimate()
+        await assistant.conversation.send("hi there")
+        return assistant, plain, status_lines(assistant)
 
-    assistant, plain, lines = asyncio.run(go())
+    assistant, plain, lines = talk(cfg, go)
     cal = assistant.conversation.budget.calibration
     assert cal.ratio > 1.5  # the provider counted far more than our estimate
     shown = "\n".join(lines)
     assert f"~{assistant.conversation.estimate():,} / 6,144 tokens" in shown
-    assert "estimator  tiktoken cl100k_base (offline), corrected x" in shown
+    assert "estimator  cl100k_base, exact (offline ranks), corrected x" in shown
 
 
 def test_one_shot_waits_for_its_background_consolidation(configure, fake_llm, nanobot_run):

@@ -236,8 +236,8 @@ def test_raw_archive_keeps_every_message_readably(store):
     assert "RAW" in first and "4 message(s)" in first and "summariser failed 3 times" in first
     text = store.history_file.read_text()
     assert "USER: Please rename" in text
-    assert "ASSISTANT: [called exec(" in text and "mv a b" in text
-    assert "TOOL (exec): ok" in text
+    assert "ASSISTANT called exec(" in text and "mv a b" in text  # as consolidation's transcript says it
+    assert "TOOL RESULT (exec): ok" in text
     assert KEY not in text
     entries = list(history_log.iter_entries(store.history_file))
     assert len(entries) == 1  # message text that looks like a stamp does not split the entry

@@ -59,3 +59,14 @@ def test_retry_stops_at_once_for_quota_and_for_a_wait_past_the_budget():
     brief = _Scripted([status_error("openai", 429, "slow down", "0")])
     assert asyncio.run(RetryingProvider(brief, RetryPolicy(base_delay=0)).chat([])).content == "ok"
     assert brief.calls == 2
+
+
+@pytest.mark.parametrize("status, message, refused", [
+    (400, "tool_choice of type 'function' is not supported by this model", True),
+    (400, "Invalid value for 'tool-choice': forced function calling is unavailable", True),
+    (400, "messages: roles must alternate", False),
+    (500, "tool_choice handler crashed", False),  # a server failure, not a refusal to force a tool
+    (400, "This model's maximum context length is 8192 tokens (tool_choice counted)", False),  # an overflow
+])
+def test_a_refused_forced_tool_choice_is_a_flag_on_the_error(status, message, refused):
+    assert status_error("custom", status, message).tool_choice_refused is refused

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from nanobot.sandbox import choose
 
+from host_procs import host_pids
+
 MECHANISMS = ["bwrap", "landlock"]
 
 
@@ -89,22 +91,6 @@ class CanaryUDP:
 
 
 
-
-
-def host_pids(marker: str) -> list[int]:
-    """Host pids of live processes whose command line contains `marker` as an argument."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            args = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if marker.encode() in args and state not in ("Z", "X"):
-            found.append(int(entry))
-    return found
 
 
 def kill_marked(marker: str) -> None:

@@ -27,6 +27,8 @@ from nanobot.config import load_config
 from nanobot.fakellm import Reply
 from nanobot.paths import secure_home
 
+from host_procs import process_count
+
 CANARIES = {
     "config": "CANARY-CONFIG-7731",
     "session": "CANARY-SESSION-2209",
@@ -167,10 +169,6 @@ def battlefield(tmp_path, isolated_home, configure, fake_llm, canary_tcp, canary
                 tcp=canary_tcp, udp=canary_udp, fake=fake_llm, tmp=tmp_path)
 
 
-def _processes() -> int:
-    return sum(1 for e in os.listdir("/proc") if e.isdigit())
-
-
 def _configure_exec(cfg_path: Path, mechanism: str, variant: str) -> None:
     data = json.loads(cfg_path.read_text())
     tools = data.setdefault("tools", {})
@@ -200,7 +198,7 @@ def test_hostile_corpus_leaves_no_side_effect(battlefield, mechanism, variant):
     old_session = (session_file / "cli_old.jsonl").read_bytes()  # sessions: judged by the planted one
     before = snapshot(b["home"], b["outside"], skip=own)
     memory_before = (b["ws"] / "memory" / "MEMORY.md").read_bytes()
-    processes_before = _processes()
+    processes_before = process_count()
 
     async def turn():
         assistant = open_assistant(load_config(b["cfg_path"]), "cli:direct", stream=False)
@@ -223,7 +221,7 @@ def test_hostile_corpus_leaves_no_side_effect(battlefield, mechanism, variant):
     assert b["tcp"].connections == 0 and b["udp"].datagrams == 0
     assert not list(b["ws"].glob("META_REACHED*"))
     assert survivors == {}
-    assert wait_until(lambda: _processes() <= processes_before + 20, 5)  # the bombs are gone too
+    assert wait_until(lambda: process_count() <= processes_before + 20, 5)  # the bombs are gone too
     leaked_files = {
         str(p): name for p in b["ws"].rglob("*") if p.is_file() and not p.is_symlink()
         for name, value in CANARIES.items() if value in p.read_text(errors="replace")

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import pytest
 from nanobot.fakellm import FakeLLMServer, Reply
+from nanobot.providers.registry import scrubbed_env_names
 from nanobot.session.store import SessionStore
 
 BASE_SEED = int(os.environ.get("NANOBOT_CRASH_SEED", "20260301"))
@@ -308,7 +309,8 @@ class Chain:
     # -- helpers ---------------------------------------------------------------------------
 
     def _env(self) -> dict:
-        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+        secret = scrubbed_env_names(os.environ)
+        env = {k: v for k, v in os.environ.items() if k not in secret}
         env.update(NANOBOT_HOME=str(self.home), HOME=str(self.home), PYTHONUNBUFFERED="1", TERM="xterm", COLUMNS="400",
                    NO_PROXY="127.0.0.1,localhost")
         return env

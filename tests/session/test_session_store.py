@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from nanobot.errors import SessionInUseError
+from nanobot.errors import SessionInUseError, UnknownSessionError
 from nanobot.messages import assistant, tool_call, tool_result, user
-from nanobot.session.store import (
-    MAX_TOOL_RESULT_CHARS,
-    RUNTIME_CONTEXT_CLOSE,
-    RUNTIME_CONTEXT_OPEN,
-    SessionStore,
-    TurnCheckpoint,
-    UnknownSessionError,
-    save_turn,
-    strip_runtime_context,
-    with_runtime_context,
-)
+from nanobot.session.store import SessionStore
 from nanobot.session.validity import INTERRUPTED_RESULT
 
 
@@ -389,123 +378,6 @@ def test_repair_refuses_a_session_in_use(store):
     store.close(session)
 
 
-# -- save_turn ----------------------------------------------------------------------------------
-
-
-def saved(store: SessionStore, key: str = "k") -> list[dict]:
-    return [r for r in records(store.path_for(key)) if r.get("_type") != "metadata"]
-
-
-def test_strip_runtime_context():
-    text = with_runtime_context("Current Time: 2026-03-01 10:00\nChannel: cli", "hello\n\nworld")
-    assert text.startswith(RUNTIME_CONTEXT_OPEN + "\n") and f"\n{RUNTIME_CONTEXT_CLOSE}\n\n" in text
-    assert strip_runtime_context(text) == "hello\n\nworld"
-    assert strip_runtime_context("plain") == "plain"
-    assert strip_runtime_context(f"{RUNTIME_CONTEXT_OPEN}\nno close\nhello") == f"{RUNTIME_CONTEXT_OPEN}\nno close\nhello"
-    assert strip_runtime_context(f"say {RUNTIME_CONTEXT_OPEN}\nx\n{RUNTIME_CONTEXT_CLOSE}\n\nhi").startswith("say")
-
-
-def test_save_turn_strips_runtime_context_from_user_message(store):
-    session = store.open("k")
-    save_turn(store, session, [user(with_runtime_context("Time: now", "what's up?")), assistant("not much")])
-    assert [m["content"] for m in saved(store)] == ["what's up?", "not much"]
-    store.close(session)
-
-
-def test_save_turn_drops_user_message_that_was_only_context(store):
-    session = store.open("k")
-    save_turn(store, session, [user(with_runtime_context("Time: now", "")), assistant("hi")])
-    assert [m["role"] for m in saved(store)] == ["assistant"]
-    store.close(session)
-
-
-def test_save_turn_truncates_long_tool_results_with_marker(store):
-    session = store.open("k")
-    big = "x" * (MAX_TOOL_RESULT_CHARS + 1234)
-    save_turn(store, session, [user("q"), assistant(None, [tool_call("A", "f", {})]), tool_result("A", "f", big),
-                               tool_result("B", "f", "y" * MAX_TOOL_RESULT_CHARS)])
-    stored = saved(store)
-    assert stored[2]["content"] == "x" * MAX_TOOL_RESULT_CHARS + "\n... [truncated: 1234 more characters]"
-    assert stored[3]["content"] == "y" * MAX_TOOL_RESULT_CHARS
-    store.close(session)
-
-
-def test_save_turn_skips_empty_assistant_messages(store):
-    session = store.open("k")
-    save_turn(store, session, [user("q"), assistant(""), assistant("  "), assistant(None),
-                               assistant(None, [tool_call("A", "f", {})]), assistant("real")])
-    assert [(m["role"], m.get("content")) for m in saved(store)] == [
-        ("user", "q"), ("assistant", None), ("assistant", "real")]
-    store.close(session)
-
-
-def test_save_turn_skip_counts_messages_at_the_start(store):
-    session = store.open("k")
-    injected = assistant("[Subagent 'scan' finished] 3 files found")
-    save_turn(store, session, [injected, assistant("Here is what the helper found")], skip=1)
-    assert [m["content"] for m in saved(store)] == ["Here is what the helper found"]
-    store.close(session)
-
-
-def test_save_turn_replaces_inline_images_with_placeholder(store):
-    session = store.open("k")
-    png = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
-    content = [{**png, "path": "/tmp/cat.png"}, png, {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
-               {"type": "text", "text": "what are these?"}]
-    save_turn(store, session, [user(content)])
-    stored = saved(store)[0]["content"]
-    assert "base64" not in json.dumps(stored)
-    assert stored[0] == {"type": "text", "text": "[image: /tmp/cat.png]"}
-    assert stored[1] == {"type": "text", "text": "[image: inline image]"}
-    assert stored[2]["type"] == "image_url"
-    store.close(session)
-
-
-def test_save_turn_collapses_text_only_parts_and_strips_context(store):
-    session = store.open("k")
-    content = [{"type": "text", "text": with_runtime_context("Time: now", "describe")},
-               {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,/9j/4AAQ"}, "_path": "shot.jpg"}]
-    save_turn(store, session, [user(content)])
-    assert saved(store)[0]["content"] == "describe\n[image: shot.jpg]"
-    store.close(session)
-
-
-def test_save_turn_adds_timestamp_and_keeps_existing(store):
-    session = store.open("k")
-    save_turn(store, session, [{"role": "user", "content": "q", "timestamp": "2020-01-01T00:00:00"}, assistant("a")])
-    stored = saved(store)
-    assert stored[0]["timestamp"] == "2020-01-01T00:00:00" and stored[1]["timestamp"]
-    store.close(session)
-
-
-def test_save_turn_does_not_mutate_callers_messages(store):
-    session = store.open("k")
-    messages = [user(with_runtime_context("ctx", "q")), tool_result("A", "f", "z" * 20_000)]
-    snapshot = json.dumps(messages)
-    save_turn(store, session, messages)
-    assert json.dumps(messages) == snapshot
-    store.close(session)
-
-
-def test_checkpoint_saves_each_step_once(store):
-    session = store.open("k")
-    store.append(session, turn(1))
-    history = session.get_history()
-    request = [{"role": "system", "content": "sys"}, *history, user(with_runtime_context("ctx", "run ls"))]
-    checkpoint = TurnCheckpoint(store, session, skip=1 + len(history))
-    checkpoint.save(request)  # the user message is on disk before the LLM is called
-    assert saved(store)[-1]["content"] == "run ls"
-    request += [assistant(None, [tool_call("A", "exec", {"cmd": "ls"})]), tool_result("A", "exec", "a.txt")]
-    checkpoint.save(request)
-    request.append(assistant("There is a.txt"))
-    checkpoint.save(request)
-    checkpoint.save(request)  # nothing new: nothing written
-    assert [m["role"] for m in saved(store)] == ["user", "assistant", "user", "assistant", "tool", "assistant"]
-    assert len(session.messages) == 6
-    store.close(session)
-    assert os.path.getsize(store.path_for("k")) > 0
-
-
 def test_empty_file_from_a_crash_at_creation_gets_a_metadata_record(store):
     store.directory.mkdir(parents=True)
     store.path_for("k").touch()
@@ -514,13 +386,6 @@ def test_empty_file_from_a_crash_at_creation_gets_a_metadata_record(store):
     store.close(session)
     assert records(store.path_for("k"))[0]["_type"] == "metadata"
     assert len(store.load("k").messages) == 2
-
-
-def test_non_json_values_are_stored_as_text_rather_than_losing_the_turn(store):
-    session = store.open("k")
-    save_turn(store, session, [user("q"), tool_result("A", "f", Path("/tmp/x"))])
-    store.close(session)
-    assert saved(store)[1]["content"] == "/tmp/x"
 
 
 def test_damage_before_the_pointer_moves_it_back_so_no_unsummarised_message_is_skipped(tmp_path):

@@ -1,14 +1,17 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 
 import pytest
 from nanobot.errors import ToolError
+from nanobot.secrets_mask import is_secret_name
 from nanobot.tools.registry import ToolRegistry
-from nanobot.tools.shell import OUTPUT_CAP, ExecTool, child_env, deny_reason, is_secret_env_name
+from nanobot.tools.shell import OUTPUT_CAP, ExecTool, child_env, deny_reason
+
+import host_procs
+from host_procs import alive
 
 
 def make_exec(ctx, grace: float = 0.3) -> ExecTool:
@@ -21,30 +24,8 @@ def run(tool, **kwargs):
     return asyncio.run(tool.run(**kwargs))
 
 
-def alive(pid: int) -> bool:
-    """Running, as opposed to gone or a zombie waiting for a slow init to reap it."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
 def host_pids(marker: str) -> list[int]:
-    """Host pids of running processes whose command line is `sleep <marker>`.
-
-    Confined commands live in their own PID namespace, so a `$!` they report is not a host pid.
-    """
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmd = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if cmd[:2] == [b"sleep", marker.encode()] and alive(int(entry)):
-                found.append(int(entry))
-    return found
+    return host_procs.host_pids(marker, command="sleep")
 
 
 def wait_gone(marker: str, within: float = 2.0) -> bool:
@@ -210,10 +191,11 @@ def test_secrets_are_not_in_child_env(make_ctx, monkeypatch):
         ("STRIPE_KEY", True), ("GOOGLE_APPLICATION_CREDENTIALS", True),
         ("PATH", False), ("HOME", False), ("SSH_AUTH_SOCK", False), ("TOKENIZERS_PARALLELISM", False),
         ("KEYBOARD_LAYOUT", False), ("MONKEY", False), ("LANG", False),
+        ("HF_TOKEN", True), ("GITLAB_PAT", True), ("NPM_AUTH", True), ("AUTHOR", False), ("DB_PASSWORD_FILE", True),
     ],
 )
 def test_secret_name_rule(name, secret):
-    assert is_secret_env_name(name) is secret
+    assert is_secret_name(name) is secret
 
 
 def test_child_env_drops_configured_names_case_insensitively():

@@ -1,0 +1,43 @@
+"""Host processes as /proc shows them: the one scanner tests use to find what a command left running.
+
+Confined commands live in their own PID namespace, so a `$!` they report is not a host pid; tests
+find their processes by a marker argument instead (`sleep 6061`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _state(pid: int | str) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Running, as opposed to gone or a zombie waiting for a slow init to reap it."""
+    return _state(pid) not in (None, "Z", "X")
+
+
+def process_count() -> int:
+    """How many processes the host has (a fork bomb's mark)."""
+    return sum(1 for entry in os.listdir("/proc") if entry.isdigit())
+
+
+def host_pids(marker: str, *, command: str | None = None) -> list[int]:
+    """Host pids of live processes with `marker` as an argument; with `command`, only `command marker`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            args = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        wanted = args[:2] == [command.encode(), marker.encode()] if command else marker.encode() in args
+        if wanted and alive(int(entry)):
+            found.append(int(entry))
+    return found

