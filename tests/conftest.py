@@ -68,3 +68,39 @@ def configure(isolated_home: Path, fake_llm):
 def host_sleepers():
     """Host pids of live `sleep <marker>` processes (exec's own PID namespace makes `$!` useless here)."""
     return lambda marker: host_pids(marker, command="sleep")
+
+
+@pytest.fixture
+def nanobot_run():
+    """Runs the real `nanobot` command in this process: `nanobot_run("agent", "-m", "hi", input=...,
+    env=..., cwd=...)` returns a subprocess.CompletedProcess (see tests/cli_runner.py for what is
+    kept apart). Tests of what only a real process shows use `nanobot_cmd` instead."""
+    from cli_runner import run_cli
+
+    return run_cli
+
+
+# The whole suite (`python -m pytest`, no paths given) runs on this many pytest-xdist workers; a
+# file or test named on the command line runs in one process, as do `-n 0` and `-p no:xdist`.
+WHOLE_SUITE_WORKERS = 2
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    whole_suite = config.args_source == pytest.Config.ArgsSource.TESTPATHS
+    worker = hasattr(config, "workerinput")  # a worker must not start workers of its own
+    if (whole_suite and not worker and config.pluginmanager.hasplugin("xdist")
+            and config.option.numprocesses is None and not config.getoption("usepdb", False)):
+        config.option.numprocesses = WHOLE_SUITE_WORKERS
+        if config.option.dist == "no":
+            config.option.dist = "worksteal"  # long tests (the crash trials) do not hold up the rest
+
+
+@pytest.fixture
+def scripted_llm():
+    """The fake LLM answered in this process (tests/scripted_llm.py): the same script, replies and
+    request rules as `fake_llm`, and `scripted_llm.provider("openai" | "anthropic")`, the real
+    adapter and SDK talking to it without a socket."""
+    from scripted_llm import ScriptedLLM
+
+    return ScriptedLLM()

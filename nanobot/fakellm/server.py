@@ -31,7 +31,7 @@ from nanobot.fakellm import replies as wire
 from nanobot.fakellm.replies import Reply, Usage
 from nanobot.fakellm.rules import check_anthropic_request, check_openai_messages, estimate_tokens
 
-__all__ = ["FakeLLMServer", "RecordedRequest"]
+__all__ = ["FakeLLMServer", "RecordedRequest", "Answer"]
 
 OPENAI_PATH = "/v1/chat/completions"
 ANTHROPIC_PATH = "/v1/messages"
@@ -112,7 +112,9 @@ class FakeLLMServer:
         httpd.daemon_threads = True
         httpd.fake = self  # type: ignore[attr-defined]
         self._httpd = httpd
-        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+        # serve_forever notices stop() only between polls: a short poll makes each test's server stop
+        # at once (at 0.05 s, stopping was most of a short test's time), for 200 idle wake-ups of a few µs a second
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.005},
                                         name="fakellm", daemon=True)
         self._thread.start()
         return self
@@ -196,6 +198,26 @@ class FakeLLMServer:
             self._queue.clear()
             self._requests.clear()
 
+    # ------------------------------------------------------------------ in process, without HTTP
+
+    def answer(self, path: str, headers: dict[str, str], body: dict) -> Answer:
+        """Record and answer one POST exactly as the HTTP server would (same rules, script, window
+        and strictness), for a client in this process (tests' in-process transport). Blocks for
+        the reply's delay: call it from a thread."""
+        protocol = {OPENAI_PATH: "openai", ANTHROPIC_PATH: "anthropic"}.get(urlsplit(path).path.rstrip("/"))
+        out = Answer()
+        if protocol is None:
+            out.send_json(404, wire.error_body("openai", 404, f"fake LLM has no route {path}"))
+            return out
+        out.rec = self._record(protocol, path, {k.lower(): v for k, v in headers.items()}, body)
+        try:
+            self._serve(out, out.rec)
+        except _Cut:
+            out.cut = True
+        finally:
+            out._mark_answered()
+        return out
+
     # ------------------------------------------------------------------ request handling
 
     def _record(self, protocol: str, path: str, headers: dict, body: dict) -> RecordedRequest:
@@ -270,7 +292,7 @@ class FakeLLMServer:
         with self._lock:
             return [c.id or f"{prefix}{next(self._call_ids)}" for c in reply.calls]
 
-    def _serve(self, handler: _Handler, rec: RecordedRequest) -> None:
+    def _serve(self, handler: _Handler | Answer, rec: RecordedRequest) -> None:
         if self._exceeds_window(rec):
             if rec.protocol == "openai":
                 msg = (f"This model's maximum context length is {self.context_window} tokens. "
@@ -338,6 +360,48 @@ class FakeLLMServer:
             if cut:
                 raise _Cut()
             handler.end_sse()
+
+
+def _sse_event(event: str | None, data: dict) -> bytes:
+    return ((f"event: {event}\n" if event else "") + f"data: {json.dumps(data)}\n\n").encode()
+
+
+class Answer:
+    """What `_serve` wrote for one request, kept in memory: status, headers and body bytes (SSE
+    events already framed), and whether the connection would have been dropped (`cut`)."""
+
+    def __init__(self) -> None:
+        self.status = 200
+        self.headers: dict[str, str] = {}
+        self.chunks: list[bytes] = []
+        self.cut = False
+        self.rec: RecordedRequest | None = None
+
+    @property
+    def content(self) -> bytes:
+        return b"".join(self.chunks)
+
+    def _mark_answered(self) -> None:
+        if self.rec is not None and self.rec.t_answered is None:
+            self.rec.t_answered = time.monotonic()
+
+    def send_json(self, status: int, body: dict, headers: dict | None = None) -> None:
+        self.status = status
+        self.headers = {"content-type": "application/json", **{k.lower(): v for k, v in (headers or {}).items()}}
+        self._mark_answered()
+        self.chunks.append(json.dumps(body).encode())
+
+    def start_sse(self) -> None:
+        self.headers = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"}
+
+    def send_sse(self, event: str | None, data: dict) -> None:
+        self.send_sse_raw(_sse_event(event, data))
+
+    def send_sse_raw(self, data: bytes) -> None:
+        self.chunks.append(data)
+
+    def end_sse(self) -> None:
+        self._mark_answered()
 
 
 def _check_tool_choice(protocol: str, tools: Any, choice: Any) -> list[str]:
@@ -476,8 +540,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def send_sse(self, event: str | None, data: dict) -> None:
-        text = (f"event: {event}\n" if event else "") + f"data: {json.dumps(data)}\n\n"
-        self.send_sse_raw(text.encode())
+        self.send_sse_raw(_sse_event(event, data))
 
     def send_sse_raw(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

@@ -33,13 +33,14 @@ class AnthropicProvider(Provider):
 
     def __init__(self, model: str, *, api_key: str, api_base: str | None = None,
                  extra_headers: dict[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT,
+                 http_client: httpx2.AsyncClient | None = None,
                  reasoning_effort: str | None = None) -> None:
         super().__init__(model)
         self.timeout = timeout
         self.reasoning_effort = reasoning_effort  # agents.defaults.reasoningEffort: extended thinking
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key or "none", base_url=api_base or None, max_retries=0, timeout=http_timeout(timeout),
-            default_headers=extra_headers or None,
+            default_headers=extra_headers or None, http_client=http_client,  # tests: an in-process transport
         )
 
     async def chat(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None,

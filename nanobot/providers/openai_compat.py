@@ -29,6 +29,7 @@ from nanobot.providers.raw_http import json_body as _json_body
 class OpenAICompatProvider(Provider):
     def __init__(self, model: str, *, name: str = "openai", api_key: str = "", api_base: str | None = None,
                  extra_headers: dict[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT,
+                 http_client: httpx2.AsyncClient | None = None,
                  extra_params: dict[str, Any] | None = None, send_temperature: bool = True) -> None:
         super().__init__(model)
         self.timeout = timeout
@@ -38,7 +39,7 @@ class OpenAICompatProvider(Provider):
         self.send_temperature = send_temperature  # OpenAI's reasoning models reject one
         self._client = openai.AsyncOpenAI(
             api_key=api_key or "no-key", base_url=api_base or None, max_retries=0, timeout=http_timeout(timeout),
-            default_headers=extra_headers or None,
+            default_headers=extra_headers or None, http_client=http_client,  # tests: an in-process transport
         )
 
     def _wire_messages(self, messages: list[Message]) -> list[dict]:

@@ -7,11 +7,9 @@ over the 8,192-token window; each test checks what reached it, what is on disk, 
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import string
-import subprocess
 
 from budget_helpers import (
     WINDOW,
@@ -23,11 +21,6 @@ from budget_helpers import (
 )
 from nanobot.fakellm import Reply
 from nanobot.messages import tool_call
-
-
-def run(cmd, *args, input=None, env=None, timeout=90):
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, input=input, timeout=timeout,
-                          env={**os.environ, **(env or {})})
 
 
 def _turns(server) -> list:
@@ -51,16 +44,16 @@ def _stored(home) -> list[dict]:
     return [json.loads(line) for line in _session_file(home).read_text().splitlines()]
 
 
-def test_after_a_long_answer_the_next_request_leaves_room_for_the_reply(nanobot_cmd, fake_llm, configure):
+def test_after_a_long_answer_the_next_request_leaves_room_for_the_reply(nanobot_run, fake_llm, configure):
     configure(contextWindowTokens=WINDOW)
     make_strict(fake_llm)
     rng = random.Random(5)
     essay = " ".join("".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 9)))
                      for _ in range(3000))  # 3,000 words, ~6,000 tokens: alone nearly the whole budget
     fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text(essay)
-    assert run(nanobot_cmd, "agent", "-m", "write me a long essay about logs").returncode == 0
+    assert nanobot_run("agent", "-m", "write me a long essay about logs").returncode == 0
     fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text("glad to help")
-    second = run(nanobot_cmd, "agent", "-m", "thanks, that was great")
+    second = nanobot_run("agent", "-m", "thanks, that was great")
     assert second.returncode == 0, second.stderr
     assert "glad to help" in second.stdout
     _assert_inside(fake_llm)
@@ -71,7 +64,7 @@ def test_after_a_long_answer_the_next_request_leaves_room_for_the_reply(nanobot_
     assert essay not in _body_text(follow_up)
 
 
-def test_huge_pastes_are_kept_as_workspace_files_and_the_next_turn_works(nanobot_cmd, fake_llm, configure,
+def test_huge_pastes_are_kept_as_workspace_files_and_the_next_turn_works(nanobot_run, fake_llm, configure,
                                                                          isolated_home):
     configure(contextWindowTokens=WINDOW)
     make_strict(fake_llm)
@@ -79,7 +72,7 @@ def test_huge_pastes_are_kept_as_workspace_files_and_the_next_turn_works(nanobot
     inbox = isolated_home / "workspace" / "inbox"
     for size in (100_000, 1_000_000):
         paste = make_text("json", size, size)
-        result = run(nanobot_cmd, "agent", input=paste)
+        result = nanobot_run("agent", input=paste)
         assert result.returncode == 0, result.stderr
         said = [line for line in result.stderr.splitlines() if "saved it whole as" in line]
         assert len(said) == 1 and f"{size:,} characters" in said[0]
@@ -87,19 +80,19 @@ def test_huge_pastes_are_kept_as_workspace_files_and_the_next_turn_works(nanobot
         assert len(kept) == 1, "the paste is on disk whole"
         request = _turns(fake_llm)[-1]
         assert f"inbox/{kept[0].name}" in _body_text(request) and "read_file" in _body_text(request)
-    after = run(nanobot_cmd, "agent", "-m", "what was in the second one?")
+    after = nanobot_run("agent", "-m", "what was in the second one?")
     assert after.returncode == 0 and "read it" in after.stdout, after.stderr
     _assert_inside(fake_llm)
     stored = [m for m in _stored(isolated_home) if m.get("role") == "user"]
     assert all(len(m["content"]) < 20_000 for m in stored), "the session holds the excerpt, the file the rest"
 
 
-def test_two_thousand_tool_calls_run_only_up_to_the_cap(nanobot_cmd, fake_llm, configure, isolated_home):
+def test_two_thousand_tool_calls_run_only_up_to_the_cap(nanobot_run, fake_llm, configure, isolated_home):
     configure(contextWindowTokens=WINDOW)
     make_strict(fake_llm)
     calls = [("write_file", {"path": f"out/f{i}.txt", "content": "x"}) for i in range(2000)]
     fake_llm.script(Reply.tool_calls(calls), Reply.text("made them"))
-    result = run(nanobot_cmd, "agent", "-m", "make 2000 files")
+    result = nanobot_run("agent", "-m", "make 2000 files")
     assert result.returncode == 0, result.stderr
     assert len(list((isolated_home / "workspace" / "out").iterdir())) == 32  # the rest never ran
     assert "asked for 2,000 tool calls in one step; ran the first 32" in result.stderr
@@ -108,14 +101,14 @@ def test_two_thousand_tool_calls_run_only_up_to_the_cap(nanobot_cmd, fake_llm, c
     assert len(refused) == 1968
 
 
-def test_a_long_message_echoed_in_tool_arguments_is_cut_for_the_request_only(nanobot_cmd, fake_llm, configure,
+def test_a_long_message_echoed_in_tool_arguments_is_cut_for_the_request_only(nanobot_run, fake_llm, configure,
                                                                             isolated_home):
     configure(contextWindowTokens=WINDOW)
     make_strict(fake_llm)
     message = "please save this text: " + make_text("prose", 13_500)  # just under half the budget
     fake_llm.script(Reply.tool_calls([("write_file", {"path": "saved.txt", "content": message})]),
                     Reply.text("saved"))
-    result = run(nanobot_cmd, "agent", "-m", message)
+    result = nanobot_run("agent", "-m", message)
     assert result.returncode == 0 and "saved" in result.stdout, result.stderr
     _assert_inside(fake_llm)
     assert (isolated_home / "workspace" / "saved.txt").read_text() == message  # the tool got the whole text
@@ -124,7 +117,7 @@ def test_a_long_message_echoed_in_tool_arguments_is_cut_for_the_request_only(nan
     assert json.loads(call["tool_calls"][0]["function"]["arguments"])["content"] == message  # whole on disk
 
 
-def test_an_oversized_stored_tool_result_counts_at_its_capped_size(nanobot_cmd, fake_llm, configure,
+def test_an_oversized_stored_tool_result_counts_at_its_capped_size(nanobot_run, fake_llm, configure,
                                                                    isolated_home):
     from budget_helpers import write_session
     from nanobot.session.save_policy import MAX_TOOL_RESULT_CHARS
@@ -142,7 +135,7 @@ def test_an_oversized_stored_tool_result_counts_at_its_capped_size(nanobot_cmd, 
         {"role": "assistant", "content": "it is long"},
     ])
     fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text("ok")
-    result = run(nanobot_cmd, "agent", "-m", "and now?")
+    result = nanobot_run("agent", "-m", "and now?")
     assert result.returncode == 0, result.stderr
     assert not [r for r in fake_llm.requests if is_consolidation(r)], "nothing was summarised away for it"
     sent = _body_text(fake_llm.requests[0])
@@ -150,7 +143,7 @@ def test_an_oversized_stored_tool_result_counts_at_its_capped_size(nanobot_cmd, 
     _assert_inside(fake_llm, 16_384)
 
 
-def test_the_fallback_estimator_keeps_dense_tool_output_inside_the_window(nanobot_cmd, fake_llm, configure,
+def test_the_fallback_estimator_keeps_dense_tool_output_inside_the_window(nanobot_run, fake_llm, configure,
                                                                           isolated_home):
     # counting bytes, the fixed prompt alone is ~10k "tokens": the fallback needs a larger window than 8k
     window = 32_768
@@ -163,14 +156,14 @@ def test_the_fallback_estimator_keeps_dense_tool_output_inside_the_window(nanobo
     fake_llm.script(Reply.tool_calls([("read_file", {"path": n}) for n in ("dump.hex", "rows.jsonl", "notes.txt")]),
                     Reply.text("all read"))
     fake_llm.responder = save_memory_reply
-    result = run(nanobot_cmd, "agent", "-m", "read the three files", env={"NANOBOT_TOKENIZER": "fallback"})
+    result = nanobot_run("agent", "-m", "read the three files", env={"NANOBOT_TOKENIZER": "fallback"})
     assert result.returncode == 0 and "all read" in result.stdout, result.stderr
-    status = run(nanobot_cmd, "status", env={"NANOBOT_TOKENIZER": "fallback"})
+    status = nanobot_run("status", env={"NANOBOT_TOKENIZER": "fallback"})
     assert "fallback: UTF-8 bytes, an upper bound" in " ".join(status.stdout.split())
     _assert_inside(fake_llm, window)
 
 
-def test_a_pointer_that_cannot_be_right_falls_back_to_what_history_proves(nanobot_cmd, fake_llm, configure,
+def test_a_pointer_that_cannot_be_right_falls_back_to_what_history_proves(nanobot_run, fake_llm, configure,
                                                                           isolated_home):
     from nanobot.session.store import SessionStore
 
@@ -190,7 +183,7 @@ def test_a_pointer_that_cannot_be_right_falls_back_to_what_history_proves(nanobo
     memory.mkdir(parents=True)
     (memory / "HISTORY.md").write_text("[2026-01-05 10:00] Asked questions 0 and 1.\n\n")
     fake_llm.responder = lambda req: Reply.text("ok")
-    result = run(nanobot_cmd, "agent", "-m", "what did I ask?")
+    result = nanobot_run("agent", "-m", "what did I ask?")
     assert result.returncode == 0, result.stderr
     assert len(re.findall("consolidation pointer", result.stderr)) == 1
     sent = _body_text(fake_llm.requests[0])
@@ -199,7 +192,7 @@ def test_a_pointer_that_cannot_be_right_falls_back_to_what_history_proves(nanobo
     _assert_inside(fake_llm)
 
 
-def test_a_hung_consolidation_call_does_not_hold_the_turn(nanobot_cmd, fake_llm, configure, isolated_home):
+def test_a_hung_consolidation_call_does_not_hold_the_turn(nanobot_run, fake_llm, configure, isolated_home):
     from budget_helpers import write_session
     from nanobot.session.store import SessionStore
 
@@ -211,7 +204,7 @@ def test_a_hung_consolidation_call_does_not_hold_the_turn(nanobot_cmd, fake_llm,
                     {"role": "assistant", "content": f"answer {i}: " + make_text("prose", 300, i + 1)}]
     write_session(SessionStore(), "cli:direct", history)
     fake_llm.responder = lambda req: (Reply.error(500, delay=30) if is_consolidation(req) else Reply.text("here"))
-    result = run(nanobot_cmd, "agent", "-m", "still there?")
+    result = nanobot_run("agent", "-m", "still there?")
     assert result.returncode == 0 and "here" in result.stdout, result.stderr
     consolidation = [r for r in fake_llm.requests if is_consolidation(r)]
     turn = _turns(fake_llm)[0]
@@ -223,14 +216,14 @@ def test_a_hung_consolidation_call_does_not_hold_the_turn(nanobot_cmd, fake_llm,
     _assert_inside(fake_llm)
 
 
-def test_status_and_the_next_request_agree(nanobot_cmd, fake_llm, configure, isolated_home):
+def test_status_and_the_next_request_agree(nanobot_run, fake_llm, configure, isolated_home):
     configure(contextWindowTokens=WINDOW)
     make_strict(fake_llm)
     memory = isolated_home / "workspace" / "memory"
     memory.mkdir(parents=True)
     (memory / "MEMORY.md").write_text("# Memory\n\n" + "".join(f"- fact {i}: {make_text('prose', 60, i)}\n"
                                                                 for i in range(40)))
-    status = run(nanobot_cmd, "status")
+    status = nanobot_run("status")
     assert status.returncode == 0, status.stderr
     out = " ".join(status.stdout.split())
     assert "reply room 2,048 tokens" in out
@@ -238,7 +231,7 @@ def test_status_and_the_next_request_agree(nanobot_cmd, fake_llm, configure, iso
     assert budget == WINDOW - 2048
     assert "warning" in out and "the fixed prompt" in out  # with MEMORY.md it is more than half the budget
     fake_llm.script(Reply.text("hi"))
-    turn = run(nanobot_cmd, "agent", "-m", "Can you look at the file we talked about earlier?")
+    turn = nanobot_run("agent", "-m", "Can you look at the file we talked about earlier?")
     assert turn.returncode == 0, turn.stderr
     assert "the fixed prompt" in turn.stderr  # the start-up check warns the same way
     request = fake_llm.requests[0]

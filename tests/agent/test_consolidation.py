@@ -19,10 +19,11 @@ from nanobot.agent.events import Notice
 from nanobot.fakellm import FakeLLMServer, Reply
 from nanobot.memory.store import MemoryStore
 from nanobot.messages import tool_call
-from nanobot.providers.openai_compat import OpenAICompatProvider
 from nanobot.providers.retry import RetryingProvider, RetryPolicy
 from nanobot.session.store import SessionStore
 from nanobot.tokens import TokenCounter, default_counter
+
+from scripted_llm import ScriptedLLM
 
 SYSTEM = "You are nanobot, a helpful assistant."
 MEMORY = "# Memory\n\n- The user is Ana, a geologist.\n- Ana lives in Porto.\n"
@@ -55,7 +56,7 @@ class Env:
         self.memory = MemoryStore(tmp_path / "ws")
         if memory:
             self.memory.write_memory(memory, reason="test setup")
-        inner = OpenAICompatProvider("test-model", name="custom", api_key="k", api_base=server.openai_base_url)
+        inner = server.provider("openai")  # the real adapter and SDK, answered in process
         self.provider = RetryingProvider(inner, RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0))
         self.notices: list[Notice] = []
         self.budget = ContextBudget(window=window, max_tokens=reply, counter=counter or default_counter())
@@ -106,8 +107,8 @@ def _echo_responder(req):
 # -- boundaries and estimates --------------------------------------------------------------------
 
 
-def test_boundary_is_always_just_before_a_user_message(tmp_path, fake_llm):
-    env = Env(tmp_path, fake_llm)
+def test_boundary_is_always_just_before_a_user_message(tmp_path, scripted_llm):
+    env = Env(tmp_path, scripted_llm)
     env.add_turns(6, tool=True)
     msgs = env.session.messages
     for need in (0, 1, 50, 200, 400, 800, 10_000):
@@ -120,14 +121,14 @@ def test_boundary_is_always_just_before_a_user_message(tmp_path, fake_llm):
     assert end == 12
 
 
-def test_no_boundary_inside_a_single_turn(tmp_path, fake_llm):
-    env = Env(tmp_path, fake_llm)
+def test_no_boundary_inside_a_single_turn(tmp_path, scripted_llm):
+    env = Env(tmp_path, scripted_llm)
     env.add_turns(1, tool=True)
     assert env.cons.pick_consolidation_boundary(env.session, 1) is None
 
 
-def test_history_estimate_matches_get_history_and_counts_only_new_messages(tmp_path, fake_llm):
-    env = Env(tmp_path, fake_llm, counter=TokenCounter(default_counter()._encode))
+def test_history_estimate_matches_get_history_and_counts_only_new_messages(tmp_path, scripted_llm):
+    env = Env(tmp_path, scripted_llm, counter=TokenCounter(default_counter()._encode))
     env.add_turns(5, tool=True)
     counter = env.budget.counter
     assert env.budget.history_tokens(env.session) == counter.count_messages(env.session.get_history())
@@ -140,24 +141,24 @@ def test_history_estimate_matches_get_history_and_counts_only_new_messages(tmp_p
     assert env.budget.history_tokens(env.session) == counter.count_messages(env.session.get_history())
 
 
-def test_under_budget_sends_nothing(tmp_path, fake_llm):
-    env = Env(tmp_path, fake_llm, window=50_000)
+def test_under_budget_sends_nothing(tmp_path, scripted_llm):
+    env = Env(tmp_path, scripted_llm, window=50_000)
     env.add_turns(3)
     report = env.run()
-    assert not report.ran and fake_llm.requests == [] and env.session.last_consolidated == 0
+    assert not report.ran and scripted_llm.requests == [] and env.session.last_consolidated == 0
 
 
 # -- the happy path ------------------------------------------------------------------------------
 
 
-def test_consolidation_writes_both_files_then_moves_the_pointer(tmp_path, fake_llm):
-    env = Env(tmp_path, fake_llm)
+def test_consolidation_writes_both_files_then_moves_the_pointer(tmp_path, scripted_llm):
+    env = Env(tmp_path, scripted_llm)
     env.add_turns(12)
-    fake_llm.responder = lambda req: _save()
+    scripted_llm.responder = lambda req: _save()
     before = env.cons.estimate(env.session, system_prompt=SYSTEM, tool_schemas=None)
     assert before >= env.budget.budget
     report = env.run()
-    fake_llm.assert_all_valid()
+    scripted_llm.assert_all_valid()
     assert report.ran and report.rounds >= 1 and not report.failures
     assert env.session.messages[env.session.last_consolidated]["role"] == "user"
     assert report.after <= env.budget.budget // 2 < report.before
@@ -168,7 +169,7 @@ def test_consolidation_writes_both_files_then_moves_the_pointer(tmp_path, fake_l
     assert env.history().startswith("[2026-01-05 10:00] Ana talked about fact0")
     assert report.history_entries[0].startswith("[2026-01-05 10:00]")
     assert "[2026-01-05 10:00]" in report.receipt()
-    req = fake_llm.requests[0]
+    req = scripted_llm.requests[0]
     assert req.tool_choice == {"type": "function", "function": {"name": "save_memory"}}
     assert [t["function"]["name"] for t in req.tools] == ["save_memory"]
     body = req.messages[-1]["content"]
@@ -177,10 +178,10 @@ def test_consolidation_writes_both_files_then_moves_the_pointer(tmp_path, fake_l
     assert any("compacting" in n.text and n.level == "info" for n in env.notices)
 
 
-def test_pointer_moves_only_after_memory_and_history_are_on_disk(tmp_path, fake_llm):
-    env = Env(tmp_path, fake_llm)
+def test_pointer_moves_only_after_memory_and_history_are_on_disk(tmp_path, scripted_llm):
+    env = Env(tmp_path, scripted_llm)
     env.add_turns(12)
-    fake_llm.responder = lambda req: _save()
+    scripted_llm.responder = lambda req: _save()
     seen = []
     real = env.store.set_pointer
 
@@ -193,11 +194,11 @@ def test_pointer_moves_only_after_memory_and_history_are_on_disk(tmp_path, fake_
     assert seen and all("Ana talked about fact0" in h and "fact0 is blue" in m for h, m in seen)
 
 
-def test_arguments_as_a_one_element_list_are_accepted(tmp_path, fake_llm):
-    env = Env(tmp_path, fake_llm)
+def test_arguments_as_a_one_element_list_are_accepted(tmp_path, scripted_llm):
+    env = Env(tmp_path, scripted_llm)
     env.add_turns(12)
     args = [{"history_entry": "[2026-01-05 10:00] listed entry", "memory_update": MEMORY + "- listed.\n"}]
-    fake_llm.responder = lambda req: Reply.tool_calls([("save_memory", json.dumps(args))])
+    scripted_llm.responder = lambda req: Reply.tool_calls([("save_memory", json.dumps(args))])
     report = env.run()
     assert report.ran and not report.failures and "listed entry" in env.history()
 
@@ -213,24 +214,24 @@ def test_parse_save_memory_shapes():
             parse_save_memory(bad)
 
 
-def test_forced_tool_choice_rejected_then_auto_works(tmp_path, fake_llm):
-    env = Env(tmp_path, fake_llm)
+def test_forced_tool_choice_rejected_then_auto_works(tmp_path, scripted_llm):
+    env = Env(tmp_path, scripted_llm)
     env.add_turns(12)
-    fake_llm.script(Reply.error(400, message="tool_choice of type 'function' is not supported by this model"))
-    fake_llm.responder = lambda req: _save()
+    scripted_llm.script(Reply.error(400, message="tool_choice of type 'function' is not supported by this model"))
+    scripted_llm.responder = lambda req: _save()
     report = env.run()
     assert report.ran and not report.failures and not report.raw_archived
-    choices = [r.tool_choice for r in fake_llm.requests]
+    choices = [r.tool_choice for r in scripted_llm.requests]
     assert choices[0] == {"type": "function", "function": {"name": "save_memory"}}
     assert all(c == "auto" for c in choices[1:])  # remembered for later rounds
     assert "Ana talked about fact0" in env.history()
 
 
-def test_held_back_memory_update_still_records_the_chunk(tmp_path, fake_llm):
+def test_held_back_memory_update_still_records_the_chunk(tmp_path, scripted_llm):
     facts = "# Memory\n\n" + "".join(f"- long standing fact number {i} about Ana.\n" for i in range(8))
-    env = Env(tmp_path, fake_llm, memory=facts)
+    env = Env(tmp_path, scripted_llm, memory=facts)
     env.add_turns(12)
-    fake_llm.responder = lambda req: _save(memory="# Memory\n\n- only one new fact.\n")
+    scripted_llm.responder = lambda req: _save(memory="# Memory\n\n- only one new fact.\n")
     report = env.run()
     assert report.ran and not report.raw_archived
     assert report.notices and "held back" in report.notices[0]
@@ -254,10 +255,10 @@ ADVERSARIAL = {
 
 
 @pytest.mark.parametrize("kind", sorted(ADVERSARIAL))
-def test_adversarial_reply_loses_nothing_and_never_wipes_memory(tmp_path, fake_llm, kind):
-    env = Env(tmp_path, fake_llm)
+def test_adversarial_reply_loses_nothing_and_never_wipes_memory(tmp_path, scripted_llm, kind):
+    env = Env(tmp_path, scripted_llm)
     env.add_turns(12)
-    fake_llm.responder = lambda req: ADVERSARIAL[kind]()
+    scripted_llm.responder = lambda req: ADVERSARIAL[kind]()
     report = env.run()
     assert env.memory.read_memory() == MEMORY
     env.assert_nothing_lost()
@@ -266,15 +267,15 @@ def test_adversarial_reply_loses_nothing_and_never_wipes_memory(tmp_path, fake_l
     assert env.session.messages[env.session.last_consolidated]["role"] == "user"
     assert any(n.level == "warning" and "archived" in n.text for n in env.notices)
     if kind == "http_500":
-        assert len(fake_llm.requests) >= 9  # three failures, each after the provider's own retries
-    fake_llm.assert_all_valid()
+        assert len(scripted_llm.requests) >= 9  # three failures, each after the provider's own retries
+    scripted_llm.assert_all_valid()
 
 
-def test_one_bad_reply_then_good_is_a_normal_consolidation(tmp_path, fake_llm):
-    env = Env(tmp_path, fake_llm)
+def test_one_bad_reply_then_good_is_a_normal_consolidation(tmp_path, scripted_llm):
+    env = Env(tmp_path, scripted_llm)
     env.add_turns(12)
-    fake_llm.script(ADVERSARIAL["no_tool_call"]())
-    fake_llm.responder = lambda req: _save()
+    scripted_llm.script(ADVERSARIAL["no_tool_call"]())
+    scripted_llm.responder = lambda req: _save()
     report = env.run()
     assert len(report.failures) == 1 and not report.raw_archived
     assert "Ana talked about fact0" in env.history() and "RAW" not in env.history()
@@ -284,7 +285,7 @@ def test_one_bad_reply_then_good_is_a_normal_consolidation(tmp_path, fake_llm):
 
 
 def test_chunk_too_big_for_one_request_is_split_at_user_boundaries(tmp_path):
-    with FakeLLMServer(context_window=1500) as server:
+    with ScriptedLLM(context_window=1500) as server:
         env = Env(tmp_path, server, window=1500, reply=300)
         env.add_turns(30)
         server.responder = _echo_responder
@@ -301,7 +302,7 @@ def test_chunk_too_big_for_one_request_is_split_at_user_boundaries(tmp_path):
 
 
 def test_single_huge_turn_is_summarised_with_cut_tool_results(tmp_path):
-    with FakeLLMServer(context_window=2500) as server:
+    with ScriptedLLM(context_window=2500) as server:
         env = Env(tmp_path, server, window=2500, reply=400)
         huge = [
             {"role": "user", "content": "turn 0: read the log", "timestamp": "2026-01-05T10:00:00"},
@@ -333,10 +334,10 @@ def test_render_transcript_is_readable():
 # -- /new, /compact, tokenizer fallback, crash, concurrency --------------------------------------
 
 
-def test_compact_keeps_the_last_exchange_and_archive_all_takes_everything(tmp_path, fake_llm):
-    env = Env(tmp_path, fake_llm, window=50_000)
+def test_compact_keeps_the_last_exchange_and_archive_all_takes_everything(tmp_path, scripted_llm):
+    env = Env(tmp_path, scripted_llm, window=50_000)
     env.add_turns(4, tool=True)
-    fake_llm.responder = lambda req: _save()
+    scripted_llm.responder = lambda req: _save()
     pointers = []
 
     async def both():
@@ -350,22 +351,22 @@ def test_compact_keeps_the_last_exchange_and_archive_all_takes_everything(tmp_pa
     assert env.history().count("Ana talked about fact0") == 2
 
 
-def test_consolidation_still_triggers_with_the_fallback_estimator(tmp_path, fake_llm, monkeypatch):
+def test_consolidation_still_triggers_with_the_fallback_estimator(tmp_path, scripted_llm, monkeypatch):
     monkeypatch.setenv("NANOBOT_TOKENIZER", "fallback")
     counter = default_counter()
     assert not counter.exact
-    env = Env(tmp_path, fake_llm, counter=counter)
+    env = Env(tmp_path, scripted_llm, counter=counter)
     env.add_turns(12)
     assert env.cons.estimate(env.session, system_prompt=SYSTEM, tool_schemas=None) > env.budget.budget
-    fake_llm.responder = lambda req: _save()
+    scripted_llm.responder = lambda req: _save()
     report = env.run()
     assert report.ran and env.session.last_consolidated > 0
 
 
-def test_crash_between_history_append_and_pointer_write_loses_nothing(tmp_path, fake_llm):
-    env = Env(tmp_path, fake_llm)
+def test_crash_between_history_append_and_pointer_write_loses_nothing(tmp_path, scripted_llm):
+    env = Env(tmp_path, scripted_llm)
     env.add_turns(12)
-    fake_llm.responder = lambda req: _save()
+    scripted_llm.responder = lambda req: _save()
 
     def crash(session, value):
         raise RuntimeError("power cut")
@@ -376,17 +377,17 @@ def test_crash_between_history_append_and_pointer_write_loses_nothing(tmp_path, 
     assert "Ana talked about fact0" in env.history()
     env.store.close(env.session)
 
-    again = Env(tmp_path, fake_llm, memory="")  # a fresh process: the session is read from disk
+    again = Env(tmp_path, scripted_llm, memory="")  # a fresh process: the session is read from disk
     assert again.session.last_consolidated == 0 and len(again.session.messages) == 24
     report = again.run()
     assert report.ran and again.session.last_consolidated > 0
     assert again.history().count("Ana talked about fact0") == 1 + len(report.history_entries)  # a duplicate, not a loss
 
 
-def test_one_consolidation_at_a_time_per_session(tmp_path, fake_llm):
-    env = Env(tmp_path, fake_llm)
+def test_one_consolidation_at_a_time_per_session(tmp_path, scripted_llm):
+    env = Env(tmp_path, scripted_llm)
     env.add_turns(12)
-    fake_llm.responder = lambda req: dataclasses.replace(_save(), delay=0.2)
+    scripted_llm.responder = lambda req: dataclasses.replace(_save(), delay=0.2)
 
     async def twice():
         try:
@@ -399,16 +400,16 @@ def test_one_consolidation_at_a_time_per_session(tmp_path, fake_llm):
     assert env.history().count("Ana talked about fact0") == len(first.history_entries)
 
 
-def test_a_refused_forced_tool_choice_is_remembered_by_the_provider_not_the_consolidator(tmp_path, fake_llm):
-    env = Env(tmp_path, fake_llm)
+def test_a_refused_forced_tool_choice_is_remembered_by_the_provider_not_the_consolidator(tmp_path, scripted_llm):
+    env = Env(tmp_path, scripted_llm)
     env.add_turns(12)
-    fake_llm.script(Reply.error(400, message="tool_choice of type 'function' is not supported by this model"))
-    fake_llm.responder = lambda req: _save()
+    scripted_llm.script(Reply.error(400, message="tool_choice of type 'function' is not supported by this model"))
+    scripted_llm.responder = lambda req: _save()
     seen: list[int] = []
 
     async def twice():
         await env.maybe()
-        seen.append(len(fake_llm.requests))
+        seen.append(len(scripted_llm.requests))
         # a new consolidator on the same provider asks nicely at once
         env.cons = Consolidator(env.provider, env.memory, env.store, env.budget)
         env.add_turns(12, start=12)
@@ -416,15 +417,15 @@ def test_a_refused_forced_tool_choice_is_remembered_by_the_provider_not_the_cons
 
     assert env.run(twice).ran
     assert env.provider.capabilities.forced_tool_choice is False
-    later = [r.tool_choice for r in fake_llm.requests[seen[0]:]]
+    later = [r.tool_choice for r in scripted_llm.requests[seen[0]:]]
     assert later and all(c == "auto" for c in later)
 
 
-def test_a_400_that_is_not_about_tool_choice_is_not_retried_with_auto(tmp_path, fake_llm):
-    env = Env(tmp_path, fake_llm)
+def test_a_400_that_is_not_about_tool_choice_is_not_retried_with_auto(tmp_path, scripted_llm):
+    env = Env(tmp_path, scripted_llm)
     env.add_turns(12)
-    fake_llm.responder = lambda req: Reply.error(400, message="messages: roles must alternate")
+    scripted_llm.responder = lambda req: Reply.error(400, message="messages: roles must alternate")
     report = env.run()
     assert report.raw_archived and "RAW archive" in env.history()
-    assert {str(r.tool_choice) for r in fake_llm.requests} == {str({"type": "function", "function": {"name": "save_memory"}})}
+    assert {str(r.tool_choice) for r in scripted_llm.requests} == {str({"type": "function", "function": {"name": "save_memory"}})}
     assert env.provider.capabilities.forced_tool_choice is True

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import subprocess
 from typing import Any
 
 from budget_helpers import open_quiet, talk
@@ -92,7 +91,7 @@ class Brain:
         return Reply.tool_calls([("save_memory", {"history_entry": entry, "memory_update": memory})])
 
 
-def test_300_turns_at_an_8k_window(configure, fake_llm, isolated_home, nanobot_cmd):
+def test_300_turns_at_an_8k_window(configure, fake_llm, isolated_home):
     from nanobot.app import open_assistant
     from nanobot.cli.setup import copy_templates
     from nanobot.config import load_config
@@ -273,7 +272,7 @@ def test_provider_prompt_counts_calibrate_the_estimate_and_status_shows_it(confi
     assert "estimator  cl100k_base, exact (offline ranks), corrected x" in shown
 
 
-def test_one_shot_waits_for_its_background_consolidation(configure, fake_llm, nanobot_cmd):
+def test_one_shot_waits_for_its_background_consolidation(configure, fake_llm, nanobot_run):
     import dataclasses
 
     from nanobot.config import load_config
@@ -287,7 +286,7 @@ def test_one_shot_waits_for_its_background_consolidation(configure, fake_llm, na
     long_answer = "Here is a long answer. " + _words(7, 400)
     fake_llm.responder = lambda req: (dataclasses.replace(brain(req), delay=1.0) if req.tools and any(
         t["function"]["name"] == "save_memory" for t in req.tools) else Reply.text(long_answer))
-    run = subprocess.run([*nanobot_cmd, "agent", "-m", "hi"], capture_output=True, text=True, timeout=60)
+    run = nanobot_run("agent", "-m", "hi")
     assert run.returncode == 0, run.stderr
     assert long_answer in run.stdout and "compacting" in run.stdout + run.stderr
     assert "talked through turns" in MemoryStore(cfg.workspace_path()).history_file.read_text()
@@ -295,8 +294,8 @@ def test_one_shot_waits_for_its_background_consolidation(configure, fake_llm, na
     assert len(session.messages) == stored + 2 and session.last_consolidated > 0
 
 
-def test_start_up_refuses_a_window_too_small_for_the_fixed_prompt(configure, nanobot_cmd):
+def test_start_up_refuses_a_window_too_small_for_the_fixed_prompt(configure, nanobot_run):
     configure(contextWindowTokens=3000)
-    run = subprocess.run([*nanobot_cmd, "agent", "-m", "hi"], capture_output=True, text=True, timeout=60)
+    run = nanobot_run("agent", "-m", "hi")
     assert run.returncode == 2
     assert "more than the window of 3,000" in run.stderr and "contextWindowTokens" in run.stderr

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import time
 from types import SimpleNamespace
 
@@ -244,7 +243,7 @@ def test_stop_cancels_a_subagent_stuck_in_a_long_exec_and_kills_its_process_grou
     assert not pid_alive(pid)
 
 
-def test_one_shot_handles_a_report_queued_before_its_turn_ended(nanobot_cmd, fake_llm, configure):
+def test_one_shot_handles_a_report_queued_before_its_turn_ended(nanobot_run, fake_llm, configure):
     """The real CLI, the case that lost the report 3 times in 3: the helper finishes while the parent
     turn still runs, so when the turn ends no subagent runs but a report turn waits in the queue."""
     configure()
@@ -259,7 +258,7 @@ def test_one_shot_handles_a_report_queued_before_its_turn_ended(nanobot_cmd, fak
         return Reply.tool_calls([("spawn", {"task": "do it", "label": "helper"})])
 
     fake_llm.responder = responder
-    result = subprocess.run([*nanobot_cmd, "agent", "-m", "go"], capture_output=True, text=True, timeout=60)
+    result = nanobot_run("agent", "-m", "go")
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["Started a helper.", "Final: the helper reported back."]
     assert "waiting up to 300s for 1 report turn(s)" in result.stderr
@@ -271,7 +270,7 @@ def test_one_shot_handles_a_report_queued_before_its_turn_ended(nanobot_cmd, fak
     assert saved[-1]["content"] == "Final: the helper reported back."
 
 
-def test_one_shot_stops_waiting_after_the_configured_timeout(nanobot_cmd, fake_llm, configure, isolated_home):
+def test_one_shot_stops_waiting_after_the_configured_timeout(nanobot_run, fake_llm, configure, isolated_home):
     configure(subagentWaitSeconds=1)
 
     def responder(request):
@@ -283,7 +282,7 @@ def test_one_shot_stops_waiting_after_the_configured_timeout(nanobot_cmd, fake_l
 
     fake_llm.responder = responder
     started = time.monotonic()
-    result = subprocess.run([*nanobot_cmd, "agent", "-m", "go"], capture_output=True, text=True, timeout=60)
+    result = nanobot_run("agent", "-m", "go")
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started < 20
     assert "stopped waiting after 1s" in result.stderr and "1 subagent(s) stopped" in result.stderr

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import subprocess
 
@@ -11,13 +10,8 @@ import pytest
 from nanobot.fakellm import Reply
 
 
-def run(cmd, *args, input=None, env=None, timeout=60):
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, input=input, timeout=timeout,
-                          env={**os.environ, **(env or {})})
-
-
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
-def test_one_shot_turn_with_two_tool_calls_writes_file_and_prints_answer(nanobot_cmd, fake_llm, configure,
+def test_one_shot_turn_with_two_tool_calls_writes_file_and_prints_answer(nanobot_run, fake_llm, configure,
                                                                         isolated_home, protocol):
     configure(protocol)
     fake_llm.script(
@@ -25,7 +19,7 @@ def test_one_shot_turn_with_two_tool_calls_writes_file_and_prints_answer(nanobot
                           ("read_file", {"path": "notes/todo.md"})]),
         Reply.text("I wrote notes/todo.md with your list."),
     )
-    result = run(nanobot_cmd, "agent", "-m", "make me a todo list")
+    result = nanobot_run("agent", "-m", "make me a todo list")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "I wrote notes/todo.md with your list."
     assert (isolated_home / "workspace" / "notes" / "todo.md").read_text() == "- buy milk\n"
@@ -39,12 +33,12 @@ def test_one_shot_turn_with_two_tool_calls_writes_file_and_prints_answer(nanobot
     assert "- buy milk" in json.dumps(results[1])
 
 
-def test_runtime_context_is_in_the_user_message_and_system_prompt_is_stable(nanobot_cmd, fake_llm, configure,
+def test_runtime_context_is_in_the_user_message_and_system_prompt_is_stable(nanobot_run, fake_llm, configure,
                                                                              isolated_home):
     configure()
     fake_llm.script(Reply.text("one"), Reply.text("two"))
-    assert run(nanobot_cmd, "agent", "-m", "first").returncode == 0
-    assert run(nanobot_cmd, "agent", "-m", "second").returncode == 0
+    assert nanobot_run("agent", "-m", "first").returncode == 0
+    assert nanobot_run("agent", "-m", "second").returncode == 0
     first, second = fake_llm.requests
     assert first.messages[0]["role"] == "system"
     assert first.messages[0]["content"] == second.messages[0]["content"]
@@ -62,20 +56,20 @@ def test_runtime_context_is_in_the_user_message_and_system_prompt_is_stable(nano
     assert all(m["runtime_context"].startswith("Current time:") for m in users)
 
 
-def test_piped_stdin_is_the_message(nanobot_cmd, fake_llm, configure):
+def test_piped_stdin_is_the_message(nanobot_run, fake_llm, configure):
     configure()
     fake_llm.script(Reply.text("piped ok"))
-    result = run(nanobot_cmd, "agent", input="what is this?\n")
+    result = nanobot_run("agent", input="what is this?\n")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "piped ok"
     assert fake_llm.requests[0].messages[-1]["content"].endswith("what is this?\n")
 
 
-def test_json_output(nanobot_cmd, fake_llm, configure):
+def test_json_output(nanobot_run, fake_llm, configure):
     configure()
     fake_llm.script(Reply.tool_calls([("list_dir", {"path": "."})]),
                     Reply.text("empty folder", usage={"prompt_tokens": 77, "completion_tokens": 3}))
-    result = run(nanobot_cmd, "agent", "-m", "ls", "--json")
+    result = nanobot_run("agent", "-m", "ls", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["answer"] == "empty folder"
@@ -83,10 +77,10 @@ def test_json_output(nanobot_cmd, fake_llm, configure):
     assert data["usage"] == {"prompt_tokens": 77, "completion_tokens": 3}
 
 
-def test_provider_error_is_shown_not_saved_and_exit_code_1(nanobot_cmd, fake_llm, configure, isolated_home):
+def test_provider_error_is_shown_not_saved_and_exit_code_1(nanobot_run, fake_llm, configure, isolated_home):
     configure()
     fake_llm.script(Reply.error(401, message="invalid x-api-key"))
-    result = run(nanobot_cmd, "agent", "-m", "hello")
+    result = nanobot_run("agent", "-m", "hello")
     assert result.returncode == 1
     assert "invalid x-api-key" in result.stderr and "API key" in result.stderr
     assert "Traceback" not in result.stderr
@@ -95,29 +89,29 @@ def test_provider_error_is_shown_not_saved_and_exit_code_1(nanobot_cmd, fake_llm
     assert "invalid x-api-key" not in session_text  # the error is not history
 
 
-def test_max_iterations_ends_with_a_clear_message(nanobot_cmd, fake_llm, configure):
+def test_max_iterations_ends_with_a_clear_message(nanobot_run, fake_llm, configure):
     configure(maxToolIterations=3)
     fake_llm.script(*[Reply.tool_calls([("list_dir", {"path": "."})]) for _ in range(3)])
-    result = run(nanobot_cmd, "agent", "-m", "loop forever")
+    result = nanobot_run("agent", "-m", "loop forever")
     assert result.returncode == 0
     assert "stopped after 3 steps" in result.stdout
     assert len(fake_llm.requests) == 3
     fake_llm.assert_all_valid()
 
 
-def test_think_blocks_are_stripped_from_shown_and_saved_text(nanobot_cmd, fake_llm, configure, isolated_home):
+def test_think_blocks_are_stripped_from_shown_and_saved_text(nanobot_run, fake_llm, configure, isolated_home):
     configure()
     fake_llm.script(Reply.text("<think>secret reasoning</think>The answer is 4."))
-    result = run(nanobot_cmd, "agent", "-m", "2+2?")
+    result = nanobot_run("agent", "-m", "2+2?")
     assert result.stdout.strip() == "The answer is 4."
     session_text = "".join(p.read_text() for p in (isolated_home / "sessions").glob("*.jsonl"))
     assert "secret reasoning" not in session_text and "The answer is 4." in session_text
 
 
-def test_exec_child_does_not_see_api_keys(nanobot_cmd, fake_llm, configure, isolated_home):
+def test_exec_child_does_not_see_api_keys(nanobot_run, fake_llm, configure, isolated_home):
     configure()
     fake_llm.script(Reply.tool_calls([("exec", {"command": "env > env.txt"})]), Reply.text("done"))
-    result = run(nanobot_cmd, "agent", "-m", "dump env",
+    result = nanobot_run("agent", "-m", "dump env",
                  env={"OPENAI_API_KEY": "sk-parent-secret", "MY_SERVICE_TOKEN": "tok-123", "HARMLESS": "yes"})
     assert result.returncode == 0, result.stderr
     dumped = (isolated_home / "workspace" / "env.txt").read_text()
@@ -160,19 +154,19 @@ def test_ctrl_c_during_a_one_shot_turn_exits_130_and_kills_the_command(nanobot_c
     assert '"run it"' in session_text and "sleeper.pid" in session_text  # the turn so far is kept
 
 
-def test_empty_and_cut_off_answers_are_flagged(nanobot_cmd, fake_llm, configure):
+def test_empty_and_cut_off_answers_are_flagged(nanobot_run, fake_llm, configure):
     configure()
     fake_llm.script(Reply.text(""), Reply.text("This answer was cut mid-sen", finish_reason="length"))
-    empty = run(nanobot_cmd, "agent", "-m", "say nothing")
+    empty = nanobot_run("agent", "-m", "say nothing")
     assert empty.returncode == 0 and empty.stdout == ""
     assert "empty answer" in empty.stderr
-    cut = run(nanobot_cmd, "agent", "-m", "say a lot")
+    cut = nanobot_run("agent", "-m", "say a lot")
     assert cut.stdout.strip() == "This answer was cut mid-sen"
     assert "reached the reply limit" in cut.stderr and "maxTokens" in cut.stderr
 
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
-def test_prompt_too_long_is_recovered_by_learning_the_real_window(nanobot_cmd, fake_llm, configure, isolated_home,
+def test_prompt_too_long_is_recovered_by_learning_the_real_window(nanobot_run, fake_llm, configure, isolated_home,
                                                                   protocol):
     configure(protocol, contextWindowTokens=16384)
     fake_llm.context_window = 8000  # the model's real window is smaller than configured
@@ -180,7 +174,7 @@ def test_prompt_too_long_is_recovered_by_learning_the_real_window(nanobot_cmd, f
     workspace.mkdir(parents=True, exist_ok=True)
     (workspace / "big.log").write_text("".join(f"{i:06d} worker processed job {i * 7} fine\n" for i in range(3000)))
     fake_llm.script(Reply.tool_calls([("read_file", {"path": "big.log"})]), Reply.text("The log looks healthy."))
-    result = run(nanobot_cmd, "agent", "-m", "check big.log")
+    result = nanobot_run("agent", "-m", "check big.log")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "The log looks healthy."
     assert "working within 8,000 tokens" in result.stderr and "contextWindowTokens" in result.stderr
@@ -189,7 +183,7 @@ def test_prompt_too_long_is_recovered_by_learning_the_real_window(nanobot_cmd, f
     assert fake_llm.requests[-1].estimated_tokens <= 8000
 
 
-def test_a_session_file_with_malformed_tool_calls_still_works_and_keeps_the_message(nanobot_cmd, fake_llm,
+def test_a_session_file_with_malformed_tool_calls_still_works_and_keeps_the_message(nanobot_run, fake_llm,
                                                                                     configure, isolated_home):
     from nanobot.session.store import SessionStore
 
@@ -202,18 +196,18 @@ def test_a_session_file_with_malformed_tool_calls_still_works_and_keeps_the_mess
              {"role": "assistant", "content": "y", "tool_calls": []}]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     fake_llm.script(Reply.text("all good"))
-    result = run(nanobot_cmd, "agent", "-m", "remember: my name is Ana")
+    result = nanobot_run("agent", "-m", "remember: my name is Ana")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "all good"
     assert "my name is Ana" in path.read_text()
     fake_llm.assert_all_valid()
-    repair = run(nanobot_cmd, "session", "repair", "cli:direct")
+    repair = nanobot_run("session", "repair", "cli:direct")
     assert repair.returncode == 0, repair.stderr
 
 
-def test_an_empty_message_is_refused_with_exit_2(nanobot_cmd, fake_llm, configure):
+def test_an_empty_message_is_refused_with_exit_2(nanobot_run, fake_llm, configure):
     configure()
-    result = run(nanobot_cmd, "agent", "-m", "   ")
+    result = nanobot_run("agent", "-m", "   ")
     assert result.returncode == 2 and "the message is empty" in result.stderr
     assert fake_llm.requests == []
 

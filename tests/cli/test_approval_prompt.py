@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pexpect
@@ -25,7 +24,7 @@ def test_answers_parse_as_users_type_them():
     assert parse_answer("maybe") is None and parse_answer("") is None and parse_answer("y please") is None
 
 
-def test_y_a_n_in_the_chat_while_a_turn_runs(isolated_home, configure, fake_llm):
+def test_y_a_n_in_the_chat_while_a_turn_runs(isolated_home, configure, fake_llm, nanobot_run):
     configure()
     home = isolated_home.parent
     (home / ".bashrc").write_text("export SECRET_SAUCE=1\n")
@@ -92,8 +91,7 @@ def test_y_a_n_in_the_chat_while_a_turn_runs(isolated_home, configure, fake_llm)
     assert len(fake_llm.requests) == 7
     fake_llm.assert_all_valid()
 
-    shown = subprocess.run([sys.executable, "-m", "nanobot", "session", "show", "cli:direct"],
-                           capture_output=True, text=True, timeout=30, env={**os.environ, "COLUMNS": "300"}).stdout
+    shown = nanobot_run("session", "show", "cli:direct", env={"COLUMNS": "300"}).stdout
     decisions = shown[shown.index("approval decisions"):]
     assert "approval decisions (4)" in decisions
     assert "refused (file-outside, by the user)" in decisions and "read the copy in the workspace" in decisions

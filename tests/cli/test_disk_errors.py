@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 import time
 
 import pytest
@@ -15,23 +14,19 @@ from nanobot.session.store import SessionStore
 from tests.cli.disks import fill, remount_read_only, tmpfs
 
 
-def run(cmd, *args, timeout=60):
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
-
-
 def session_bytes(sessions) -> dict:
     return {p.name: p.read_bytes() for p in sessions.glob("*.jsonl")}
 
 
-def test_full_disk_during_the_session_append(nanobot_cmd, fake_llm, configure, isolated_home):
+def test_full_disk_during_the_session_append(nanobot_run, fake_llm, configure, isolated_home):
     configure()
     fake_llm.script(Reply.text("first answer"), Reply.text("saved this time"))
     with tmpfs(isolated_home / "sessions", size="64k") as sessions:
-        assert run(nanobot_cmd, "agent", "-m", "hello").returncode == 0
+        assert nanobot_run("agent", "-m", "hello").returncode == 0
         before = session_bytes(sessions)
         filler = fill(sessions, leave=4096)  # room for part of the next message only
         big = "please remember this: " + "x" * 20_000
-        full = run(nanobot_cmd, "agent", "-m", big)
+        full = nanobot_run("agent", "-m", big)
         assert full.returncode == 1
         assert "Traceback" not in full.stderr
         assert "error: could not save the session" in full.stderr and "No space left on device" in full.stderr
@@ -40,21 +35,21 @@ def test_full_disk_during_the_session_append(nanobot_cmd, fake_llm, configure, i
         assert session_bytes(sessions) == before  # no torn partial line
         assert len(fake_llm.requests) == 1  # the model was not called with an unsaved message
         filler.unlink()
-        again = run(nanobot_cmd, "agent", "-m", big)
+        again = nanobot_run("agent", "-m", big)
         assert again.returncode == 0, again.stderr
         assert again.stdout.strip() == "saved this time"
         assert fake_llm.requests[-1].messages[-1]["content"].endswith(big)
 
 
-def test_read_only_home_for_onboard_and_agent(nanobot_cmd, fake_llm, configure, isolated_home):
+def test_read_only_home_for_onboard_and_agent(nanobot_run, fake_llm, configure, isolated_home):
     with tmpfs(isolated_home, size="1m"):
         configure()
-        assert run(nanobot_cmd, "onboard").returncode == 0
+        assert nanobot_run("onboard").returncode == 0
         remount_read_only(isolated_home)
         (isolated_home / "config.json")  # stays readable
         for args, what in ((["onboard", "-w", str(isolated_home / "other")], "could not"),
                            (["agent", "-m", "hi"], "could not open the session")):
-            result = run(nanobot_cmd, *args)
+            result = nanobot_run(*args)
             assert result.returncode in (1, 2), result.stderr
             assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) <= 4, result.stderr
             assert what in result.stderr and "Read-only file system" in result.stderr

@@ -45,12 +45,11 @@ def test_invalid_utf8_in_argv_tool_arguments_and_file_names(nanobot_cmd, fake_ll
     fake_llm.assert_all_valid()
 
 
-def test_invalid_utf8_on_piped_stdin(nanobot_cmd, fake_llm, configure, isolated_home):
+def test_invalid_utf8_on_piped_stdin(nanobot_run, fake_llm, configure, isolated_home):
     configure()
     fake_llm.script(Reply.text("read it"))
-    result = subprocess.run([*nanobot_cmd, "agent"], input=b"price: 5\x80 \xc3(\n", capture_output=True,
-                            env=dict(os.environ), timeout=60)
-    stderr = result.stderr.decode("utf-8", "replace")
+    result = nanobot_run("agent", input=b"price: 5\x80 \xc3(\n")
+    stderr = result.stderr
     assert result.returncode == 0, stderr
     assert "2 byte(s) in the message read from stdin were not valid UTF-8" in stderr
     assert [m["content"] for m in stored_lines(isolated_home) if m.get("role") == "user"] == [

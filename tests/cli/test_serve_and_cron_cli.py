@@ -18,17 +18,12 @@ from nanobot.session.store import SessionStore
 from typer.testing import CliRunner
 
 
-def run(cmd, *args, timeout=60):
-    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
-
-
 def due_job(workspace, message, **kwargs):
     now = int(time.time() * 1000) - 65_000  # added 65 s ago, every 60 s: due now, not "missed"
     return JobStore(workspace).add(parse_schedule(every_seconds=60, now_ms=now), message, now_ms=now, **kwargs)
 
 
-def test_serve_once_fires_the_due_job_and_the_heartbeat_then_exits(nanobot_cmd, configure, fake_llm):
+def test_serve_once_fires_the_due_job_and_the_heartbeat_then_exits(nanobot_run, configure, fake_llm):
     cfg = load_config(configure())
     workspace = cfg.workspace_path()
     job = due_job(workspace, "Tell me to stretch")
@@ -41,7 +36,7 @@ def test_serve_once_fires_the_due_job_and_the_heartbeat_then_exits(nanobot_cmd, 
         return Reply.text("Time to stretch!")
 
     fake_llm.responder = responder
-    result = run(nanobot_cmd, "serve", "--once")
+    result = nanobot_run("serve", "--once")
     assert result.returncode == 0, result.stderr
     assert "Time to stretch!" in result.stdout and "FAILED since Tuesday" in result.stdout
     assert "ran 2 due job(s)/heartbeat; done" in result.stdout
@@ -54,7 +49,8 @@ def test_serve_once_fires_the_due_job_and_the_heartbeat_then_exits(nanobot_cmd, 
     fake_llm.assert_all_valid()
 
 
-def test_serve_runs_until_sigterm_and_a_second_runner_fires_nothing(nanobot_cmd, configure, fake_llm, capsys):
+def test_serve_runs_until_sigterm_and_a_second_runner_fires_nothing(nanobot_cmd, nanobot_run, configure, fake_llm,
+                                                                    capsys):
     from nanobot.cli.setup import show_status
 
     cfg_path = configure()
@@ -67,10 +63,10 @@ def test_serve_runs_until_sigterm_and_a_second_runner_fires_nothing(nanobot_cmd,
         first_line = proc.stdout.readline()
         assert first_line.startswith("nanobot serve · workspace"), first_line + proc.stderr.read()
         job = due_job(workspace, "Tell me to stretch")  # added while serve runs: it rereads the store
-        second = run(nanobot_cmd, "serve", "--once")
+        second = nanobot_run("serve", "--once")
         assert second.returncode == 0 and "another runner is firing" in second.stdout
         assert "nanobot serve (pid" in second.stdout
-        third = run(nanobot_cmd, "serve")  # a second long-running serve refuses to start
+        third = nanobot_run("serve")  # a second long-running serve refuses to start
         assert third.returncode == 1 and "not starting a second one" in third.stderr
         show_status(cfg_path)
         assert f"1 job(s), 1 on · fired by nanobot serve (pid {proc.pid})" in capsys.readouterr().out
@@ -117,11 +113,11 @@ def test_cron_commands_add_list_pause_resume_run_remove(configure, fake_llm):
     assert JobStore(cfg.workspace_path()).jobs() == []
 
 
-def test_cron_errors_say_what_to_do_and_exit_2(nanobot_cmd, configure):
+def test_cron_errors_say_what_to_do_and_exit_2(nanobot_run, configure):
     configure()
-    bad = run(nanobot_cmd, "cron", "add", "-m", "x", "--every", "60", "--cron", "* * * * *")
+    bad = nanobot_run("cron", "add", "-m", "x", "--every", "60", "--cron", "* * * * *")
     assert bad.returncode == 2 and "exactly one of" in bad.stderr and "every_seconds=3600" in bad.stderr
-    missing = run(nanobot_cmd, "cron", "remove", "nope")
+    missing = nanobot_run("cron", "remove", "nope")
     assert missing.returncode == 2 and "no job with id 'nope'" in missing.stderr and "cron list" in missing.stderr
 
 

@@ -316,8 +316,7 @@ def test_the_agent_and_its_subagents_get_mcp_tools_from_a_nanobot_config(configu
     fake_llm.assert_all_valid()
 
 
-def test_mcp_list_shows_servers_state_and_tools(configure, call_log, nanobot_cmd, monkeypatch):
-    import os
+def test_mcp_list_shows_servers_state_and_tools(configure, call_log, nanobot_run, monkeypatch):
 
     path = configure()
     data = json.loads(path.read_text())
@@ -325,8 +324,7 @@ def test_mcp_list_shows_servers_state_and_tools(configure, call_log, nanobot_cmd
                                               "enabledTools": ["add", "lookup"]},
                                     "broken": {"command": "/nonexistent/mcp-server"}}}
     path.write_text(json.dumps(data))
-    out = subprocess.run([*nanobot_cmd, "mcp", "list"], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "COLUMNS": "200"})
+    out = nanobot_run("mcp", "list", env={"COLUMNS": "200"})
     assert out.returncode == 0, out.stderr
     assert "notes" in out.stdout and "ready" in out.stdout
     assert "mcp_notes_add" in out.stdout and "mcp_notes_lookup" in out.stdout

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 
 import pytest
 from nanobot.agent.budget import ContextBudget
 from nanobot.agent.consolidation import Consolidator
 from nanobot.fakellm import Reply
 from nanobot.memory.store import MemoryStore
-from nanobot.providers.openai_compat import OpenAICompatProvider
 from nanobot.session.store import SessionStore
 from nanobot.tokens import default_counter
 
@@ -23,16 +21,11 @@ def workspace(home):
     return home / "workspace"
 
 
-def one_shot(nanobot_cmd, *args, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([*nanobot_cmd, *args], capture_output=True, text=True, timeout=90,
-                          stdin=subprocess.DEVNULL, **kw)
-
-
 def tool_results(request) -> list[str]:
     return [json.dumps(m.get("content")) for m in request.messages if m.get("role") == "tool"]
 
 
-def test_model_write_file_and_exec_cannot_wipe_memory_or_history(configure, fake_llm, isolated_home, nanobot_cmd):
+def test_model_write_file_and_exec_cannot_wipe_memory_or_history(configure, fake_llm, isolated_home, nanobot_run):
     """Cases 1 and 2: write_file replacing 40 facts by one line; `: > HISTORY.md; sed -i ... MEMORY.md`.
     exec runs unconfined here (the user's choice): with a sandbox memory/ is read-only and the
     command cannot touch it at all (tests/security); without one, the memory watch undoes it."""
@@ -52,7 +45,7 @@ def test_model_write_file_and_exec_cannot_wipe_memory_or_history(configure, fake
         Reply.text("done"),
     )
     # memory edits ask the user first (issue 11b); approved here, so the memory door is what is tested
-    run = one_shot(nanobot_cmd, "agent", "-m", "tidy up", "--approve", "memory-edit")
+    run = nanobot_run("agent", "-m", "tidy up", "--approve", "memory-edit")
     assert run.returncode == 0, run.stderr
     text = store.read_memory()
     assert all(f"- fact {i}: the user owns item {i}" in text for i in range(40))
@@ -65,7 +58,7 @@ def test_model_write_file_and_exec_cannot_wipe_memory_or_history(configure, fake
     fake_llm.assert_all_valid()
 
 
-def test_a_bad_byte_in_memory_stops_nothing(configure, fake_llm, isolated_home, nanobot_cmd):
+def test_a_bad_byte_in_memory_stops_nothing(configure, fake_llm, isolated_home, nanobot_run):
     """Case 4: a Latin-1 byte in MEMORY.md; turns and `memory show` keep working. And a HISTORY.md
     cut short meanwhile is completed at start-up, with a line saying so."""
     configure()
@@ -75,7 +68,7 @@ def test_a_bad_byte_in_memory_stops_nothing(configure, fake_llm, isolated_home, 
     store.history_file.write_bytes(history[:30])
     store.memory_file.write_bytes(b"# Memory\n\n- the user drinks caf\xe9 au lait\n")
     fake_llm.script(Reply.text("noted"))
-    run = one_shot(nanobot_cmd, "agent", "-m", "remember my coffee")
+    run = nanobot_run("agent", "-m", "remember my coffee")
     assert run.returncode == 0 and "noted" in run.stdout, run.stderr
     assert "not valid UTF-8" in run.stderr and "memory restore" in run.stderr
     assert "restored from the journal" in run.stderr and store.history_file.read_bytes() == history
@@ -83,7 +76,7 @@ def test_a_bad_byte_in_memory_stops_nothing(configure, fake_llm, isolated_home, 
     sessions = list((isolated_home / "sessions").glob("*.jsonl"))
     assert any("remember my coffee" in p.read_text() for p in sessions)
     assert list(store.damaged_dir.glob("MEMORY-*.raw"))[0].read_bytes().endswith(b"caf\xe9 au lait\n")
-    show = one_shot(nanobot_cmd, "memory", "show")
+    show = nanobot_run("memory", "show")
     assert show.returncode == 0 and "au lait" in show.stdout and "Traceback" not in show.stderr
 
 
@@ -97,7 +90,7 @@ def _consolidator(tmp_path, server, store: MemoryStore):
         sessions.append(session, [
             {"role": "user", "content": f"turn {i}: my locker number is {1000 + i}", "timestamp": "2026-01-05T10:00:00"},
             {"role": "assistant", "content": f"noted {i}", "timestamp": "2026-01-05T10:01:00"}])
-    provider = OpenAICompatProvider("test-model", name="custom", api_key="k", api_base=server.openai_base_url)
+    provider = server.provider("openai")  # the real adapter and SDK, answered in process
     budget = ContextBudget(window=4000, max_tokens=500, counter=default_counter())
     cons = Consolidator(provider, store, sessions, budget)
     return cons, session, provider
@@ -117,7 +110,7 @@ def _current_memory(request) -> str:
     return body.split("## Current MEMORY.md\n\n", 1)[1].split("\n\n## Conversation excerpt", 1)[0]
 
 
-def test_an_empty_memory_file_is_not_consolidated_as_empty(tmp_path, fake_llm):
+def test_an_empty_memory_file_is_not_consolidated_as_empty(tmp_path, scripted_llm):
     """Case 3: a 0-byte MEMORY.md while versions hold the facts."""
     store = MemoryStore(tmp_path / "ws")
     store.write_memory(FACTS, reason="setup")
@@ -127,15 +120,15 @@ def test_an_empty_memory_file_is_not_consolidated_as_empty(tmp_path, fake_llm):
         current = _current_memory(request)
         return Reply.tool_calls([("save_memory", {"history_entry": "[2026-01-05 10:00] lockers",
                                                   "memory_update": current + "\n- locker numbers 1000-1005\n"})])
-    fake_llm.responder = brain
-    report = _archive(*_consolidator(tmp_path, fake_llm, store))
-    assert "- fact 39: the user owns item 39" in _current_memory(fake_llm.requests[0])
+    scripted_llm.responder = brain
+    report = _archive(*_consolidator(tmp_path, scripted_llm, store))
+    assert "- fact 39: the user owns item 39" in _current_memory(scripted_llm.requests[0])
     text = store.read_memory()
     assert all(f"- fact {i}: the user owns item {i}" in text for i in range(40)) and "locker numbers" in text
     assert any("was empty" in n for n in report.notices)
 
 
-def test_a_user_edit_during_consolidation_survives(tmp_path, fake_llm):
+def test_a_user_edit_during_consolidation_survives(tmp_path, scripted_llm):
     """Case 5b: the user saves MEMORY.md while the summary is being written."""
     store = MemoryStore(tmp_path / "ws")
     store.write_memory(FACTS, reason="setup")
@@ -144,24 +137,24 @@ def test_a_user_edit_during_consolidation_survives(tmp_path, fake_llm):
         MemoryStore(tmp_path / "ws").write_memory(FACTS + "- the user's own edit\n", reason="edited by the user")
         return Reply.tool_calls([("save_memory", {"history_entry": "[2026-01-05 10:00] lockers",
                                                   "memory_update": FACTS + "- locker numbers 1000-1005\n"})])
-    fake_llm.responder = brain
-    report = _archive(*_consolidator(tmp_path, fake_llm, store))
+    scripted_llm.responder = brain
+    report = _archive(*_consolidator(tmp_path, scripted_llm, store))
     text = store.read_memory()
     assert "- the user's own edit" in text and "- locker numbers 1000-1005" in text
     assert any("merged on top" in n for n in report.notices)
 
 
-def test_a_half_rejected_attempt_writes_nothing_and_an_object_shaped_call_is_saved(tmp_path, fake_llm):
+def test_a_half_rejected_attempt_writes_nothing_and_an_object_shaped_call_is_saved(tmp_path, scripted_llm):
     """Cases 6 and 7: an empty history entry with a valid update; then object-valued arguments."""
     store = MemoryStore(tmp_path / "ws")
     store.write_memory(FACTS, reason="setup")
-    fake_llm.script(
+    scripted_llm.script(
         Reply.tool_calls([("save_memory", {"history_entry": "  ", "memory_update": FACTS + "- half\n"})]),
         Reply.tool_calls([("save_memory", {"history_entry": {"date": "2026-01-05 10:00", "summary": "Lockers."},
                                            "memory_update": {"Facts": FACTS.split("\n\n", 1)[1].splitlines()
                                                              + ["- locker numbers 1000-1005"]}})]),
     )
-    report = _archive(*_consolidator(tmp_path, fake_llm, store))
+    report = _archive(*_consolidator(tmp_path, scripted_llm, store))
     text = store.read_memory()
     assert "half" not in text and "- locker numbers 1000-1005" in text
     assert "[2026-01-05 10:00] Lockers." in store.history_file.read_text()

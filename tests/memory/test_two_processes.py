@@ -43,9 +43,9 @@ def leave(child: pexpect.spawn) -> None:
     child.wait()
 
 
-def one_shot(nanobot_cmd: list[str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*nanobot_cmd, "agent", *args], capture_output=True, text=True, timeout=90,
-                          stdin=subprocess.DEVNULL)
+def one_shot(nanobot_run, *args: str) -> subprocess.CompletedProcess:
+    """`nanobot agent ...` in the test process: a second process beside the chat's pty child."""
+    return nanobot_run("agent", *args)
 
 
 def stored(home: Path, key: str) -> tuple[list[dict], bytes]:
@@ -69,7 +69,7 @@ def children():
 
 
 def test_second_process_on_a_busy_session_is_refused_and_the_first_loses_nothing(
-        configure, fake_llm, isolated_home, nanobot_cmd, children):
+        configure, fake_llm, isolated_home, nanobot_run, children):
     configure()
     fake_llm.script(
         Reply.text("first answer"),
@@ -83,7 +83,7 @@ def test_second_process_on_a_busy_session_is_refused_and_the_first_loses_nothing
 
     # between turns: refused, exit code 2, nothing written
     before = stored(isolated_home, "cli:direct")[1]
-    second = one_shot(nanobot_cmd, "-m", "second question")
+    second = one_shot(nanobot_run, "-m", "second question")
     assert second.returncode == 2, second.stderr
     assert IN_USE in second.stderr
     assert "Traceback" not in second.stderr
@@ -93,7 +93,7 @@ def test_second_process_on_a_busy_session_is_refused_and_the_first_loses_nothing
     # during a turn (a tool is running): refused again, and the turn finishes normally
     repl.sendline("third question")
     repl.expect_exact("exec(")
-    during = one_shot(nanobot_cmd, "-m", "second question again", "--session", "cli:direct")
+    during = one_shot(nanobot_run, "-m", "second question again", "--session", "cli:direct")
     assert during.returncode == 2 and IN_USE in during.stderr
     assert len(fake_llm.requests) == 2  # the first process's turn is still inside its tool call
     (isolated_home / "workspace" / "go").write_text("")
@@ -119,7 +119,7 @@ def test_second_process_on_a_busy_session_is_refused_and_the_first_loses_nothing
 
     # once the first process has gone, the session is free again and holds both earlier turns
     fake_llm.script(Reply.text("fourth answer"))
-    after = one_shot(nanobot_cmd, "-m", "fourth question")
+    after = one_shot(nanobot_run, "-m", "fourth question")
     assert after.returncode == 0, after.stderr
     assert after.stdout.strip() == "fourth answer"
     sent = [m.get("content") for m in fake_llm.requests[-1].messages[1:-1]]

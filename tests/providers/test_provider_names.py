@@ -226,17 +226,14 @@ def test_magistral_gets_no_reasoning_effort_because_it_always_reasons(tmp_path, 
     assert "reasoning_effort" not in fake_llm.requests[0].body
 
 
-def test_the_one_shot_chat_says_it_switched_models_on_one_line(configure, fake_llm, nanobot_cmd):
-    import os
-    import subprocess
+def test_the_one_shot_chat_says_it_switched_models_on_one_line(configure, fake_llm, nanobot_run):
 
     path = configure()
     data = json.loads(path.read_text())
     data["agents"]["defaults"]["fallbackModels"] = [{"model": "backup-model", "provider": "custom"}]
     path.write_text(json.dumps(data))
     fake_llm.script(*[Reply.error(503)] * 4, Reply.text("Answered by the backup."))
-    run = subprocess.run([*nanobot_cmd, "agent", "-m", "hello"], capture_output=True, text=True, timeout=60,
-                         stdin=subprocess.DEVNULL, env={**os.environ, "NANOBOT_RETRY_BASE_DELAY": "0"})
+    run = nanobot_run("agent", "-m", "hello", env={"NANOBOT_RETRY_BASE_DELAY": "0"})
     assert run.returncode == 0, run.stderr
     assert "Answered by the backup." in run.stdout
     lines = [ln for ln in run.stderr.splitlines() if "switching to fallback model backup-model" in ln]

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/security/hostile_env.py)
@@ -17,10 +14,11 @@ from nanobot.fakellm import Reply
 from nanobot.session.store import SessionStore
 from nanobot.tools.approval import ApprovalRequest, Decision
 
+from cli_runner import run_cli
+
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "nanobot", *args], capture_output=True, text=True,
-                          env={**os.environ, "COLUMNS": "300"}, timeout=60)
+    return run_cli(*args, env={"COLUMNS": "300"})
 
 
 def test_one_shot_refuses_with_the_flag_that_allows_it_then_the_flag_allows_it(hostile):

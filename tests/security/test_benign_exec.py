@@ -13,6 +13,7 @@ from canaries import MECHANISMS, confinement_or_skip
 from nanobot.app import open_assistant
 from nanobot.config import load_config
 from nanobot.fakellm import Reply
+from nanobot.sandbox.confine import choose
 
 
 def _run_corpus(cfg_path, fake_llm, commands: list[str]) -> dict[str, str]:
@@ -44,6 +45,11 @@ def _write_exec_config(cfg_path, **exec_cfg) -> None:
     cfg_path.write_text(json.dumps(data))
 
 
+# "auto" picks bwrap or Landlock where one works, and that mechanism's own case runs the whole
+# corpus; auto then runs its first commands (git, files, text tools), to show the default reaches exec.
+AUTO_SAMPLE = 30
+
+
 @pytest.mark.parametrize("mechanism", ["auto", *MECHANISMS])
 def test_benign_corpus_runs_under_the_default_policy(configure, fake_llm, isolated_home, mechanism, capsys):
     if mechanism != "auto":
@@ -54,6 +60,8 @@ def test_benign_corpus_runs_under_the_default_policy(configure, fake_llm, isolat
     prepare(ws)
     commands = runnable(COMMANDS)
     assert len(commands) >= 150, f"only {len(commands)} of the corpus's programs are installed here"
+    if mechanism == "auto" and choose("auto").mechanism in MECHANISMS:
+        commands = commands[:AUTO_SAMPLE]
     started = time.monotonic()
     results = _run_corpus(cfg_path, fake_llm, commands)
     took = time.monotonic() - started
@@ -61,7 +69,7 @@ def test_benign_corpus_runs_under_the_default_policy(configure, fake_llm, isolat
     with capsys.disabled():
         print(f"\nbenign corpus [{mechanism}]: {len(commands)} commands in {took:.1f} s, {len(failed)} failed")
     assert len(results) == len(commands)
-    assert set(failed) == set(KNOWN_FAILURES), failed  # the list in benign_corpus.py is the truth
+    assert set(failed) == set(KNOWN_FAILURES) & set(commands), failed  # the list in benign_corpus.py is the truth
     assert len(failed) <= 0.02 * len(commands)
     fake_llm.assert_all_valid()
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 
 import pexpect
@@ -21,14 +20,13 @@ def _force_no_confinement(cfg_path) -> None:
     cfg_path.write_text(json.dumps(data))
 
 
-def test_one_shot_refuses_unconfined_exec_unless_the_flag_allows_it(nanobot_cmd, fake_llm, configure,
+def test_one_shot_refuses_unconfined_exec_unless_the_flag_allows_it(nanobot_run, fake_llm, configure,
                                                                     isolated_home, path_without_bwrap):
     _force_no_confinement(configure())
-    env = {**os.environ, "PATH": path_without_bwrap}
+    env = {"PATH": path_without_bwrap}
     ws = isolated_home / "workspace"
     fake_llm.script(Reply.tool_calls([("exec", {"command": "touch ran"})]), Reply.text("done"))
-    run = subprocess.run([*nanobot_cmd, "agent", "-m", "make a file"], env=env, capture_output=True, text=True,
-                         timeout=60)
+    run = nanobot_run("agent", "-m", "make a file", env=env)
     assert run.returncode == 0, run.stderr
     assert "NOT confined (bwrap is not on PATH)" in " ".join(run.stderr.split())
     assert not (ws / "ran").exists()
@@ -36,8 +34,7 @@ def test_one_shot_refuses_unconfined_exec_unless_the_flag_allows_it(nanobot_cmd,
     assert "--allow-unconfined-exec" in json.dumps(tool_result)  # the model (and the user) learn what allows it
 
     fake_llm.script(Reply.tool_calls([("exec", {"command": "touch ran"})]), Reply.text("done"))
-    run = subprocess.run([*nanobot_cmd, "agent", "-m", "make a file", "--allow-unconfined-exec"], env=env,
-                         capture_output=True, text=True, timeout=60)
+    run = nanobot_run("agent", "-m", "make a file", "--allow-unconfined-exec", env=env)
     assert run.returncode == 0, run.stderr
     assert (ws / "ran").exists()
 

@@ -4,13 +4,12 @@ and the modes of everything nanobot keeps under its home."""
 from __future__ import annotations
 
 import json
-import os
 import stat
-import subprocess
-import sys
 
 from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/security/hostile_env.py)
 from nanobot.fakellm import Reply
+
+from cli_runner import run_cli
 
 PASTED = "sk-proj-PASTEDpasted0123456789abcdefghijKLMNOP"
 
@@ -57,9 +56,7 @@ def test_keys_in_tool_output_are_masked_exactly_and_by_shape(hostile):
 
 
 def _run_cli(args, env_extra=None, input_text=None):
-    env = {**os.environ, **(env_extra or {})}
-    return subprocess.run([sys.executable, "-m", "nanobot", *args], capture_output=True, text=True, env=env,
-                          timeout=60, input=input_text)
+    return run_cli(*args, env=env_extra, input=input_text)
 
 
 def test_a_key_echoed_in_a_401_body_is_not_printed_or_saved(hostile):

@@ -43,14 +43,14 @@ def test_auto_falls_back_to_landlock_when_bwrap_is_not_on_path(path_without_bwra
     assert choose("bwrap").mechanism == "none"  # asked for bwrap explicitly: no silent substitute
 
 
-def test_status_names_the_mechanism_and_says_when_there_is_none(path_without_bwrap, nanobot_cmd, isolated_home):
-    env = {**os.environ, "PATH": path_without_bwrap}
-    out = subprocess.run([*nanobot_cmd, "status"], capture_output=True, text=True, env=env, timeout=60).stdout
+def test_status_names_the_mechanism_and_says_when_there_is_none(path_without_bwrap, nanobot_run, isolated_home):
+    env = {"PATH": path_without_bwrap}
+    out = nanobot_run("status", env=env).stdout
     flat = " ".join(out.split())
     assert ("Landlock ABI" in flat) if abi_version() >= 1 else ("NOT confined" in flat)
     isolated_home.mkdir(parents=True, exist_ok=True)
     (isolated_home / "config.json").write_text('{"tools": {"exec": {"confinement": "none"}}}')
-    out = subprocess.run([*nanobot_cmd, "status"], capture_output=True, text=True, timeout=60).stdout
+    out = nanobot_run("status").stdout
     assert 'NOT confined (tools.exec.confinement is "none")' in " ".join(out.split())
 
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -132,18 +130,16 @@ def test_a_damaged_nanobot_session_goes_through_the_same_validity_rules(isolated
     assert original.read_bytes() == damaged
 
 
-def test_session_import_command_and_the_chat_line(nanobot_home, isolated_home, fake_llm, nanobot_cmd):
+def test_session_import_command_and_the_chat_line(nanobot_home, isolated_home, fake_llm, nanobot_run):
     nanobot_home("v0_1_4_post6")
-    env = dict(os.environ)
-    listed = subprocess.run([*nanobot_cmd, "session", "list"], capture_output=True, text=True, env=env, timeout=60)
+    listed = nanobot_run("session", "list")
     assert listed.returncode == 0, listed.stderr
     assert "imported from nanobot: session cli:direct: 6 messages" in listed.stdout
     assert "No saved sessions yet" not in listed.stdout and "│ cli:direct │ 6 " in listed.stdout
-    again = subprocess.run([*nanobot_cmd, "session", "import"], capture_output=True, text=True, env=env, timeout=60)
+    again = nanobot_run("session", "import")
     assert again.returncode == 0 and "Nothing new to import from nanobot" in again.stdout
     fake_llm.script(Reply.text("Hello again."))
-    run = subprocess.run([*nanobot_cmd, "agent", "-m", "hi again"], capture_output=True, text=True, env=env,
-                         timeout=60, stdin=subprocess.DEVNULL)
+    run = nanobot_run("agent", "-m", "hi again")
     assert run.returncode == 0, run.stderr
     assert "Hello again." in run.stdout
     # imported by `session import`; the first chat in it still says where it came from
@@ -151,11 +147,10 @@ def test_session_import_command_and_the_chat_line(nanobot_home, isolated_home, f
     assert len(SessionStore().load("cli:direct").messages) == 8
 
 
-def test_the_one_shot_chat_says_it_continues_the_nanobot_session(nanobot_home, fake_llm, nanobot_cmd):
+def test_the_one_shot_chat_says_it_continues_the_nanobot_session(nanobot_home, fake_llm, nanobot_run):
     nanobot_home("v0_3_5")
     fake_llm.script(Reply.text("Yes, Miso."))
-    run = subprocess.run([*nanobot_cmd, "agent", "-m", "my cat?"], capture_output=True, text=True,
-                         env=dict(os.environ), timeout=60, stdin=subprocess.DEVNULL)
+    run = nanobot_run("agent", "-m", "my cat?")
     assert run.returncode == 0, run.stderr
     assert "continuing your nanobot session cli:direct (2 messages)" in run.stderr
 
