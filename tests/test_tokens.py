@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import socket
 import subprocess
 import sys
@@ -15,6 +16,16 @@ from nanobot.tokens import Calibration, TokenCounter, fallback_count, load_offli
 
 ENGLISH = "The quick brown fox jumps over the lazy dog while the user asks about their calendar."
 CHINESE = "我们今天讨论了项目的进度，决定下周一开始重构记忆系统。用户喜欢简洁的回答，并且使用深色主题。"
+
+
+@functools.cache
+def exact_encode():
+    """The exact cl100k encoder, loaded once for the whole file (a load reads and indexes the ranks)."""
+    encode, reason = load_offline_encoding()
+    assert encode is not None, reason
+    return encode
+
+
 CODE = 'def atomic_write(path, data):\n    fd, tmp = tempfile.mkstemp(dir=path.parent)\n    os.replace(tmp, path)\n'
 
 
@@ -101,7 +112,7 @@ def test_fallback_is_a_true_upper_bound_on_dense_tool_output(kind):
 @given(st.text(alphabet=st.characters(codec="utf-8"), max_size=300))
 @settings(max_examples=150, deadline=None)
 def test_fallback_is_never_below_tiktoken(text):
-    assert fallback_count(text) >= TokenCounter(load_offline_encoding()[0]).count_text(text)
+    assert fallback_count(text) >= TokenCounter(exact_encode()).count_text(text)
 
 
 def test_message_count_includes_tool_calls_and_ids():
@@ -201,7 +212,7 @@ def test_a_missing_encoding_falls_back_and_status_says_why(monkeypatch):
 def test_byte_bound_is_never_below_the_exact_count(texts):
     from nanobot.tokens import byte_bound
 
-    counter = TokenCounter(load_offline_encoding()[0])
+    counter = TokenCounter(exact_encode())
     messages = [{"role": "user", "content": t} for t in texts]
     assert byte_bound(messages) >= counter.count_messages(messages)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 from typing import Any
@@ -15,9 +16,17 @@ from nanobot.tools.base import Tool
 WINDOW = 8192
 
 
+@functools.cache
+def exact_encode():
+    """The exact cl100k encoder, loaded once per test process (a load reads and indexes the ranks)."""
+    encode, reason = load_offline_encoding()
+    assert encode is not None, reason
+    return encode
+
+
 def make_strict(server, window: int = WINDOW) -> None:
     """Size prompts with cl100k like a provider, and reject prompt + max_tokens over the window."""
-    encode = load_offline_encoding()[0]
+    encode = exact_encode()
     server.context_window = window
     server.prompt_counter = lambda prompt: count_prompt_tokens(prompt, encode)
     server.count_max_tokens = True
