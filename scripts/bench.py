@@ -613,6 +613,16 @@ def part_grep(args: argparse.Namespace) -> None:
 
 # -- main ----------------------------------------------------------------------------------------
 
+def _compile_ours() -> None:
+    """Bytecode for our package, as `pip install` leaves it (a peer installed by pip has its own):
+    otherwise a checkout run with PYTHONDONTWRITEBYTECODE is timed compiling its source."""
+    import compileall
+
+    import nanobot
+
+    compileall.compile_dir(str(Path(nanobot.__file__).parent), quiet=1)
+
+
 def main(argv: list[str] | None = None) -> int:
     global MARKDOWN
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n", 2)[2],
@@ -633,6 +643,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print("nanobot benchmarks: " + " · ".join(machine()))
     print("command: python scripts/bench.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    _compile_ours()
     started = time.perf_counter()
     parts = {"startup": part_startup, "turn": part_turn, "memory": part_memory, "tokens": part_tokens,
              "grep": part_grep}

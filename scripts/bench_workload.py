@@ -278,10 +278,13 @@ class BenchHome:
     def env(self) -> dict[str, str]:
         """The environment for a nanobot child process: this home, no keys, no proxies."""
         secret = scrubbed_env_names(os.environ)
+        # bytecode allowed, as an installed package has it (pip compiles at install): a checkout's
+        # first (warm-up) run writes it, so neither side is timed compiling its source
         env = {k: v for k, v in os.environ.items()
-               if k not in secret and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
+               if k not in secret and k != "PYTHONDONTWRITEBYTECODE"
+               and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
         env.update(NANOBOT_HOME=str(self.home), HOME=str(self.root), NO_PROXY="127.0.0.1,localhost",
-                   TIKTOKEN_CACHE_DIR=str(self.root / "tiktoken-cache"), PYTHONDONTWRITEBYTECODE="1")
+                   TIKTOKEN_CACHE_DIR=str(self.root / "tiktoken-cache"))
         return env
 
     def activate(self) -> None:
