@@ -341,3 +341,28 @@ def test_plain_landlock_without_namespaces_still_hides_blocks_tcp_and_reaps(ws, 
         assert not host_pids("7201")
     finally:
         kill_marked("7201")
+
+
+def test_a_pids_cgroup_left_by_a_nanobot_that_died_is_removed_by_the_next_one(monkeypatch):
+    """README: a SIGKILLed nanobot's empty pids cgroup folder is removed by the next nanobot that runs a command."""
+    from nanobot.sandbox import limits as limits_mod
+
+    probe = limits_mod.PidsCgroup.create(Limits())
+    if probe is None:
+        pytest.skip("no writable pids cgroup here")
+    parent = probe.path.parent
+    probe.remove()
+    dead = parent / "nanobot-exec-4194999-0"  # above any pid_max: that nanobot is surely gone
+    dead.mkdir()
+    alive = parent / f"nanobot-exec-{os.getppid()}-0"  # a living process's folder must stay
+    alive.mkdir()
+    try:
+        monkeypatch.setattr(limits_mod, "_swept", set())  # as in a fresh process
+        fresh = limits_mod.PidsCgroup.create(Limits())
+        assert fresh is not None
+        fresh.remove()
+        assert not dead.exists() and alive.exists()
+    finally:
+        for folder in (dead, alive):
+            if folder.exists():
+                folder.rmdir()
