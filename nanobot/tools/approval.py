@@ -28,6 +28,11 @@ class Decision:
     always: bool = False  # the user answered "always for this session" (remembered by always_key)
 
 
+def approve_flag_hint(kind: str) -> str:
+    """The flag and config key that allow `kind` without asking (for a one-shot refusal)."""
+    return f"`--approve {kind}` (or \"tools.autoApprove\": [\"{kind}\"] in the config)"
+
+
 class Approver(Protocol):
     async def approve(self, request: ApprovalRequest) -> Decision: ...
 

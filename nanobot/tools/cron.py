@@ -15,7 +15,7 @@ from nanobot.cron.jobs import MISSED_POLICIES, current_job
 from nanobot.cron.schedule import describe, format_ms, parse_schedule
 from nanobot.cron.store import JobStore
 from nanobot.errors import ToolError, UsageError
-from nanobot.tools.approval import ApprovalRequest
+from nanobot.tools.approval import ApprovalRequest, approve_flag_hint
 from nanobot.tools.base import Tool, ToolContext
 
 
@@ -98,7 +98,7 @@ class CronTool(Tool):
         decision = await self.ctx.approver.approve(ApprovalRequest(
             kind="persistence", summary=f"cron wants to schedule a job, {when}: {message.strip()[:80]!r}",
             detail=message if len(message.strip()) > 80 else "", always_key="cron-add",  # the rest of it
-            allow_hint='`--approve persistence` (or "tools.autoApprove": ["persistence"] in the config)'))
+            allow_hint=approve_flag_hint("persistence")))
         if not decision.allowed:
             raise ToolError(f"the job was not scheduled — {decision.reason.strip() or 'refused'}. Do not retry "
                             "the same call; tell the user what you would schedule, or ask them.")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nanobot.errors import ToolError
-from nanobot.tools.approval import ApprovalRequest
+from nanobot.tools.approval import ApprovalRequest, approve_flag_hint
 from nanobot.tools.base import ToolContext
 
 __all__ = ["resolve_path", "workspace_root", "display_path", "FileRisk", "location_risks", "content_risks",
@@ -172,10 +172,6 @@ def content_risks(ctx: ToolContext, target: Path) -> list[FileRisk]:
 _SEVERITY = ("persistence", "file-outside", "skill-edit", "memory-edit")
 
 
-def _allow_hint(kind: str) -> str:
-    return f"`--approve {kind}` (or \"tools.autoApprove\": [\"{kind}\"] in the config)"
-
-
 async def approve_access(ctx: ToolContext, tool: str, verb: str, target: Path, risks: list[FileRisk],
                          detail: str = "") -> None:
     """Ask the approver about `risks`; raise ToolError (the model reads it) when refused."""
@@ -186,7 +182,7 @@ async def approve_access(ctx: ToolContext, tool: str, verb: str, target: Path, r
     reasons = "; ".join(dict.fromkeys(r.reason for r in risks))
     summary = f"{tool} wants to {verb} {target} ({reasons})"
     request = ApprovalRequest(kind=first.kind, summary=summary, detail=detail, always_key=first.always_key,
-                              allow_hint=_allow_hint(first.kind))
+                              allow_hint=approve_flag_hint(first.kind))
     decision = await ctx.approver.approve(request)
     if not decision.allowed:
         text = f"not allowed to {verb} {target} ({reasons}) — {decision.reason.strip() or 'refused'}"
