@@ -24,11 +24,11 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.script, encoding="utf-8") as f:
             server.script(*(Reply.from_dict(d) for d in json.load(f)))
     server.start()
-    # The first line is the base URL alone, so a script can read it with `head -1`.
-    print(server.base_url, flush=True)
-    print(f"  openai:    {server.openai_base_url}\n  anthropic: {server.anthropic_base_url}\n"
-          "  Ctrl-C to stop", file=sys.stderr, flush=True)
-    try:
+    try:  # before the URL is printed: a Ctrl-C right after it still stops cleanly
+        # The first line is the base URL alone, so a script can read it with `head -1`.
+        print(server.base_url, flush=True)
+        print(f"  openai:    {server.openai_base_url}\n  anthropic: {server.anthropic_base_url}\n"
+              "  Ctrl-C to stop", file=sys.stderr, flush=True)
         threading.Event().wait()
     except KeyboardInterrupt:
         pass
