@@ -271,6 +271,22 @@ def _record(raw: bytes) -> dict[str, Any] | None:
     return record if kind == META else None
 
 
+def _first_line(record: dict[str, Any], prefix: bytes, messages: int, decisions: int) -> tuple[bytes, Checkpoint]:
+    """A rewritten file's first line, whose index points past itself and the `prefix` after it.
+
+    The line's length depends on the numbers in it (the offset, the seal), so instead of searching
+    for a length that agrees with itself (which can swing between two), the offset is fixed with
+    room to spare and the line is padded to exactly fill it."""
+    crc = zlib.crc32(prefix)
+    widest = _dumps({**record, INDEX_KEY: Checkpoint(0, messages, decisions, crc).record(), "pad": ""})
+    offset = len(widest) + len(prefix) + 40  # room for any offset and seal width (at most +25 digits)
+    checkpoint = Checkpoint(offset, messages, decisions, crc)
+    bare = _dumps({**record, INDEX_KEY: checkpoint.record(), "pad": ""})
+    first = _dumps({**record, INDEX_KEY: checkpoint.record(), "pad": " " * (offset - len(prefix) - len(bare))})
+    assert len(first) + len(prefix) == offset
+    return first, checkpoint
+
+
 def _read_indexed(path: Path) -> _Parsed | None:
     """The file parsed from its index on, when the index holds; None means: read it all."""
     try:
@@ -628,13 +644,7 @@ class SessionStore:
         prefix = b"".join(_dumps(d) for d in session.decisions) + b"".join(lines[:session.last_consolidated])
         session._checkpoint = None
         record = self._meta_record(session)
-        offset = 0  # the first line holds the index, whose offset counts that line: settle its length
-        for _ in range(4):
-            checkpoint = Checkpoint(offset, session.last_consolidated, len(session.decisions), zlib.crc32(prefix))
-            first = _dumps({**record, INDEX_KEY: checkpoint.record()})
-            if len(first) + len(prefix) == offset:
-                break
-            offset = len(first) + len(prefix)
+        first, checkpoint = _first_line(record, prefix, session.last_consolidated, len(session.decisions))
         payload = first + prefix + b"".join(lines[session.last_consolidated:])
         try:
             atomic_write(session.path, payload)  # the old file stays whole when this fails

@@ -247,3 +247,15 @@ def test_random_histories_and_damage_load_the_same_through_the_index(tmp_path, s
             lines[k] = lines[k].replace(b"question", b"qu\"stion", 1)
     path.write_bytes(b"\n".join(lines))
     assert snapshot(store.load(KEY)) == full_read(store, path, tmp_path)
+
+
+def test_every_rewrite_leaves_an_index_that_holds_whatever_its_numbers(store):
+    """The first line's length depends on the offset and seal it holds; no prefix may leave it wrong."""
+    session = store.open(KEY)
+    store.append(session, turn(0) + turn(1))
+    for n in range(120):  # different prefixes: different CRCs and seals, of every width
+        session.messages[0] = user(f"question {n} " + "x" * (n % 17))
+        session.last_consolidated = 4
+        store.rewrite(session)
+        assert not store.load(KEY).messages.loaded, n  # read from the index, not in full
+    store.close(session)
