@@ -40,8 +40,9 @@ def transport_of(cfg: MCPServerConfig) -> str:
 
 
 def load_sdk() -> None:
-    """Import the SDK (about half a second: pydantic models, httpx, anyio) and jsonschema. Run in a
-    worker thread, so the chat's prompt stays responsive while the servers start."""
+    """Import the SDK (about half a second: pydantic models, anyio) and jsonschema, in a
+    worker thread so the chat's prompt stays responsive while the servers start (httpx comes first,
+    on the loop's thread: see ServerConnection._run)."""
     import jsonschema  # noqa: F401 - the first argument check then finds it loaded
     import mcp.client.sse  # noqa: F401
     import mcp.client.stdio  # noqa: F401
@@ -104,6 +105,11 @@ class ServerConnection:
 
     async def _run(self) -> None:
         try:
+            # httpx (about 60 ms) is imported here, on the loop's thread, not in the worker: the openai
+            # SDK looks httpx up in sys.modules while it sends and reads, and one half-imported by
+            # another thread makes the user's request fail with AttributeError
+            import httpx  # noqa: F401
+
             await asyncio.to_thread(load_sdk)
             async with contextlib.AsyncExitStack() as stack:
                 # asyncio.timeout, not wait_for: the SDK's contexts must stay in this task

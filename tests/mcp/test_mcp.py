@@ -450,3 +450,56 @@ def test_in_the_assistant_an_mcp_call_asks_the_session_approver_and_is_recorded(
     (decision,) = SessionStore().load("cli:direct").decisions
     assert decision["kind"] == "mcp" and decision["allowed"] is False and "mcp_notes" not in decision["summary"]
     assert "MCP server notes wants to run its tool add" in decision["summary"]
+
+
+HALF_IMPORTED_HTTPX = r'''
+import asyncio, importlib.machinery, sys, threading, time
+from pathlib import Path
+
+started = threading.Event()
+
+class SlowHttpx:
+    """Holds httpx half-imported for a second, in whichever thread imports it."""
+    def find_spec(self, name, path=None, target=None):
+        if name != "httpx":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        run = spec.loader.exec_module
+        def slow(module):
+            started.set()
+            time.sleep(1.0)
+            run(module)
+        spec.loader.exec_module = slow
+        return spec
+
+sys.meta_path.insert(0, SlowHttpx())
+from nanobot.config import MCPServerConfig
+from nanobot.fakellm import FakeLLMServer, Reply
+from nanobot.mcp.connection import ServerConnection
+from nanobot.providers.openai_compat import OpenAICompatProvider
+
+async def main():
+    server = FakeLLMServer().start()
+    server.script(Reply.text("answered"))
+    provider = OpenAICompatProvider("m", api_key="k", api_base=server.openai_base_url)
+    work = Path(sys.argv[1])
+    conn = ServerConnection("late", MCPServerConfig(command=sys.executable, args=["-c", "pass"]), work, work / "late.log")
+    conn.start()  # loads the MCP SDK (and with it httpx) while the first request is under way
+    assert await asyncio.to_thread(started.wait, 20)
+    reply = await provider.chat([{"role": "user", "content": "hi"}])
+    print("REPLY", reply.content)
+    conn._stop.set()
+    await provider.aclose()
+    server.stop()
+
+asyncio.run(main())
+'''
+
+
+def test_a_request_while_an_mcp_server_is_starting_gets_its_answer(tmp_path):
+    # the openai SDK looks up a loaded httpx on every response; one half-imported by the MCP SDK's
+    # background load made the user's first answer fail with AttributeError (seen in CI)
+    script = tmp_path / "race.py"
+    script.write_text(HALF_IMPORTED_HTTPX)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert "REPLY answered" in done.stdout, done.stderr[-2000:]
