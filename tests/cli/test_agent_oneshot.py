@@ -125,15 +125,15 @@ def test_exec_child_does_not_see_api_keys(nanobot_run, fake_llm, configure, isol
     assert "sk-test-key-123456" not in dumped  # the key from the config file either
 
 
-def test_ctrl_c_during_a_one_shot_turn_exits_130_and_kills_the_command(nanobot_cmd, fake_llm, configure,
-                                                                       isolated_home, host_sleepers):
+def test_ctrl_c_during_a_one_shot_turn_exits_130_and_kills_the_command(nanobot_cmd, nanobot_forkserver, fake_llm,
+                                                                       configure, isolated_home, host_sleepers):
     import signal
     import time
 
     configure()
     fake_llm.script(Reply.tool_calls([("exec", {"command": "sleep 6071 & echo $! > sleeper.pid; wait"})]))
-    proc = subprocess.Popen([*nanobot_cmd, "agent", "-m", "run it"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-m", "run it"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
     pidfile = isolated_home / "workspace" / "sleeper.pid"
     deadline = time.monotonic() + 20
     while not (pidfile.exists() and pidfile.read_text().strip()):

@@ -536,14 +536,14 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_turn(tmp_path, nanobot_
 
 
 def test_kill_while_a_tool_runs_closes_the_call_as_interrupted_in_the_next_request(
-        fake_llm, configure, isolated_home, nanobot_cmd):
+        fake_llm, configure, isolated_home, nanobot_cmd, nanobot_forkserver):
     configure()
     fake_llm.script(Reply.tool_calls([("exec", {"command": "echo done-first"}),
                                       ("exec", {"command": "sleep 5"})]), Reply.text("never shown"))
     sessions = isolated_home / "sessions"
     path = SessionStore(sessions).path_for("cli:direct")
-    proc = subprocess.Popen([*nanobot_cmd, "agent", "-m", "run two things"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    proc = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-m", "run two things"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # the first result is checkpointed, the sleep is running
@@ -566,8 +566,7 @@ def test_kill_while_a_tool_runs_closes_the_call_as_interrupted_in_the_next_reque
 
     fake_llm.reset()
     fake_llm.script(Reply.text("picked up where we left off"))
-    result = subprocess.run([*nanobot_cmd, "agent", "-m", "what happened?"], capture_output=True, text=True,
-                            timeout=60)
+    result = nanobot_forkserver.run([*nanobot_cmd, "agent", "-m", "what happened?"], text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "picked up where we left off"
     fake_llm.assert_all_valid()
@@ -583,7 +582,7 @@ def test_kill_while_a_tool_runs_closes_the_call_as_interrupted_in_the_next_reque
     assert stored_after[-1] == {**stored_after[-1], "role": "assistant", "content": "picked up where we left off"}
 
 
-def test_a_streamed_answer_fully_on_screen_is_on_disk(tmp_path, nanobot_cmd):
+def test_a_streamed_answer_fully_on_screen_is_on_disk(tmp_path, nanobot_cmd, nanobot_forkserver):
     chain = Chain(0, BASE_SEED, tmp_path, nanobot_cmd, "openai")
     try:
         for attempt in range(3):  # one loss is enough to show the window; 3 clean runs would mean it is closed
@@ -591,7 +590,8 @@ def test_a_streamed_answer_fully_on_screen_is_on_disk(tmp_path, nanobot_cmd):
             chain.server.reset()
             chain.server.script(Reply.text(answer, chunks=30))
             proc = Proc([*nanobot_cmd, "agent", "-m", f"stream {attempt}", "-s", chain.key, "--no-markdown"],
-                        chain._env(), use_pty=True, stderr_path=tmp_path / "stderr.log", start=subprocess.Popen)
+                        chain._env(), use_pty=True, stderr_path=tmp_path / "stderr.log",
+                        start=nanobot_forkserver.popen)
             try:
                 assert proc.wait_output(answer, timeout=60), proc.output()
             finally:
