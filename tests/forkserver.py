@@ -31,6 +31,7 @@ imports, or of start-up time, must use a plain subprocess).
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import io
 import json
@@ -38,14 +39,21 @@ import os
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
+
+if __name__ == "__main__":  # the helper: its children would carry pexpect, which nanobot never imports
+    fdspawn = object
+else:
+    from pexpect.fdpexpect import fdspawn
 
 # What `agent -m` imports on either wire, so a child imports nothing of weight.
 PRELOAD = (
@@ -167,6 +175,10 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
     """In the forked child: turn into `python -m <module> <args>` and run it."""
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
+    if request.get("session"):
+        os.setsid()  # as Popen(start_new_session=True), and pexpect, which then takes the terminal
+    if request.get("terminal"):
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
     keep = {0, 1, 2}
     for entry in os.listdir("/proc/self/fd"):
         fd = int(entry)
@@ -392,6 +404,97 @@ class ForkedProcess:
         return results.get("out"), results.get("err")
 
 
+class ForkedTerminal(fdspawn):
+    """The pexpect side of a child in a pseudo-terminal: `pexpect.spawn`'s interface (expect, send,
+    sendcontrol, sendintr, sendeof, isalive, kill, terminate, wait, close, exitstatus, signalstatus,
+    pid, child_fd, getwinsize/setwinsize) over a fork server child."""
+
+    def __init__(self, proc: ForkedProcess, master: int, *, encoding: str | None, timeout: float) -> None:
+        super().__init__(master, args=proc.args, timeout=timeout, encoding=encoding, use_poll=True)
+        self.proc = proc
+        self.pid = proc.pid
+        self.exitstatus: int | None = None
+        self.signalstatus: int | None = None
+        self.status: int | None = None
+        self.terminated = False
+
+    def _ended(self, code: int) -> None:
+        if code < 0:
+            self.exitstatus, self.signalstatus = None, -code
+        else:
+            self.exitstatus, self.signalstatus = code, None
+        self.status = code
+        self.terminated = True
+
+    def isalive(self) -> bool:
+        code = self.proc.poll()
+        if code is None:
+            return True
+        self._ended(code)
+        return False
+
+    def kill(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+    def terminate(self, force: bool = False) -> bool:
+        """As pexpect: SIGHUP, SIGCONT, SIGINT, then (with force) SIGKILL, until the child ends."""
+        for sig in (signal.SIGHUP, signal.SIGCONT, signal.SIGINT) + ((signal.SIGKILL,) if force else ()):
+            if not self.isalive():
+                return True
+            self.proc.send_signal(sig)
+            try:
+                self._ended(self.proc.wait(timeout=self.delayafterterminate))
+                return True
+            except subprocess.TimeoutExpired:
+                continue
+        return not self.isalive()
+
+    def wait(self) -> int | None:
+        self._ended(self.proc.wait())
+        return self.exitstatus
+
+    def close(self, force: bool = True) -> None:
+        if self.child_fd != -1:
+            os.close(self.child_fd)
+            self.child_fd = -1
+        self.closed = True
+        if self.isalive() and force:
+            self.terminate(force=True)
+        if not self.isalive():
+            return
+        self.wait()
+
+    def _control(self, index: int, default: str) -> int:
+        """Send the terminal's character for `index` (VINTR, VEOF), as a str (both modes take one)."""
+        try:
+            char = termios.tcgetattr(self.child_fd)[6][index]
+        except termios.error:
+            return self.send(default)
+        return self.send(char.decode("latin-1") if isinstance(char, bytes) else chr(char))
+
+    def sendintr(self) -> int:
+        return self._control(termios.VINTR, "\x03")
+
+    def sendeof(self) -> int:
+        return self._control(termios.VEOF, "\x04")
+
+    def sendcontrol(self, char: str) -> int:
+        char = char.lower()
+        code = ord(char)
+        if 97 <= code <= 122:
+            return self.send(chr(code - 96))
+        specials = {"@": 0, "`": 0, "[": 27, "{": 27, "\\": 28, "|": 28, "]": 29, "}": 29, "^": 30, "~": 30,
+                    "_": 31, "?": 127}
+        return self.send(chr(specials[char])) if char in specials else 0
+
+    def getwinsize(self) -> tuple[int, int]:
+        rows, columns, _, _ = struct.unpack("HHHH", fcntl.ioctl(self.child_fd, termios.TIOCGWINSZ, b"\0" * 8))
+        return rows, columns
+
+    def setwinsize(self, rows: int, columns: int) -> None:
+        fcntl.ioctl(self.child_fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+
+
 class ForkServer:
     """One helper process that has imported nanobot; `popen` forks a fresh-acting child from it.
 
@@ -441,7 +544,8 @@ class ForkServer:
 
     def popen(self, argv: Sequence[str], *, stdin: Any = None, stdout: Any = None, stderr: Any = None,
               env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
-              text: bool = False) -> ForkedProcess:
+              text: bool = False, start_new_session: bool = False,
+              _terminal: bool = False) -> ForkedProcess:
         """Like `subprocess.Popen(argv, ...)` for argv = [sys.executable, "-m", "nanobot", *args] (or
         another module: it is imported in the child, unless the server preloaded it)."""
         argv = [os.fsdecode(a) for a in argv]
@@ -464,7 +568,7 @@ class ForkServer:
             else:
                 child_err, our_err = _stdio(stderr, 2, closers)
             request = {"argv": argv, "env": env, "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
-                       "umask": _umask()}
+                       "umask": _umask(), "session": start_new_session or _terminal, "terminal": _terminal}
             socket.send_fds(conn, [json.dumps(request).encode()], [child_in, child_out, child_err])
             ready, _, _ = select.select([conn], [], [], 60)
             data, fds, _, _ = socket.recv_fds(conn, _MAX_MESSAGE, 1) if ready else (b"", [], 0, None)
@@ -477,6 +581,23 @@ class ForkServer:
                     os.close(fd)
             raise ForkServerError("the fork server did not start the child")
         return ForkedProcess(conn, json.loads(data)["pid"], fds[0], argv, (our_in, our_out, our_err), text)
+
+    def spawn(self, argv: Sequence[str], *, dimensions: tuple[int, int] = (24, 80),
+              env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
+              encoding: str | None = None, timeout: float = 30) -> ForkedTerminal:
+        """Like `pexpect.spawn(argv[0], argv[1:], ...)`: the child in a new session whose controlling
+        terminal is a new pseudo-terminal of `dimensions` (rows, columns); returns its pexpect side."""
+        master, slave = os.openpty()
+        rows, columns = dimensions
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+        try:
+            proc = self.popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd, _terminal=True)
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)
+        return ForkedTerminal(proc, master, encoding=encoding, timeout=timeout)
 
     def run(self, argv: Sequence[str], *, input: str | bytes | None = None, timeout: float | None = None,
             **kwargs: Any) -> subprocess.CompletedProcess[Any]:
@@ -534,6 +655,9 @@ class ForkServers:
     def run(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
             **kwargs: Any) -> subprocess.CompletedProcess[Any]:
         return self.server_for(env).run(argv, env=env, **kwargs)
+
+    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, **kwargs: Any) -> ForkedTerminal:
+        return self.server_for(env).spawn(argv, env=env, **kwargs)
 
     def close(self) -> None:
         with self._lock:

@@ -54,7 +54,8 @@ def state() -> dict:
         "root_logger": [logging.getLogger().level, len(logging.getLogger().handlers)],
         "flags": list(sys.flags), "main_module": sys.modules["__main__"].__spec__.name,
         "tz": [time.timezone, time.tzname], "pgid_is_parents": os.getpgid(0) == os.getpgid(os.getppid()),
-        "executable": sys.executable,
+        "executable": sys.executable, "session_leader": os.getsid(0) == os.getpid(),
+        "foreground": os.tcgetpgrp(0) == os.getpgrp() if os.isatty(0) else None,
         "random": random.random(),  # a new value in every process
     }
 

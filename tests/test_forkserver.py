@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pexpect
 import pytest
 from nanobot.fakellm import Reply
 from nanobot.session.store import SessionStore
@@ -41,19 +42,35 @@ def plain_env():
 
 
 @pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "PYTHONUNBUFFERED"])
-@pytest.mark.parametrize("stdout_kind", ["pipe", "terminal"])
+@pytest.mark.parametrize("stdout_kind", ["pipe", "terminal", "controlling terminal"])
 def test_a_child_starts_with_the_state_of_a_fresh_interpreter(plain_env, tmp_path, unbuffered, stdout_kind):
     # a server that preloads little, so the fresh process to compare with need not import nanobot
     # (that importing nanobot starts no thread and changes no signal handler, the server checks)
     env = {**plain_env, "PYTHONUNBUFFERED": "1"} if unbuffered else plain_env
     env["PROBE_MARK"] = str(tmp_path)
     with ForkServer(env=env, preload=["json"]) as server:
-        states = [_state(start, env, stdout_kind) for start in (subprocess.Popen, server.popen)]
+        if stdout_kind == "controlling terminal":  # pexpect's way: a new session that the pty controls
+            states = [_spawned_state(start, env) for start in (_pexpect_spawn, server.spawn)]
+        else:
+            states = [_state(start, env, stdout_kind) for start in (subprocess.Popen, server.popen)]
     fresh, forked = states
-    assert fresh["stdout"]["isatty"] is (stdout_kind == "terminal")
+    assert fresh["stdout"]["isatty"] is (stdout_kind != "pipe")
+    assert fresh["session_leader"] is (stdout_kind == "controlling terminal")
     assert fresh["env"]["PROBE_MARK"] == str(tmp_path) and fresh["cwd"] == str(TESTS)
     assert fresh.pop("random") != forked.pop("random")
     assert forked == fresh
+
+
+def _pexpect_spawn(argv, **kwargs):
+    return pexpect.spawn(argv[0], argv[1:], **kwargs)
+
+
+def _spawned_state(spawn, env) -> dict:
+    child = spawn([*PROBE, "state"], env=env, cwd=TESTS, dimensions=(30, 90))
+    out = child.read()
+    child.close()
+    assert child.exitstatus == 0, out
+    return json.loads(out.replace(b"\r\n", b"\n"))
 
 
 def _state(start, env, stdout_kind) -> dict:
@@ -171,3 +188,32 @@ def test_closing_the_server_ends_the_children_it_forked(tmp_path):
     while Path(f"/proc/{pid}/stat").exists():
         assert time.monotonic() < deadline, "the child outlived its server"
         time.sleep(0.01)
+
+
+def test_a_chat_in_a_terminal_answers_and_ends_on_sigterm(nanobot_forkserver, nanobot_cmd, fake_llm, configure):
+    """spawn: the child's controlling terminal is a new pty (what pexpect gives a fresh process)."""
+    configure()
+    fake_llm.script(Reply.text("hello from the model"))
+    env = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
+    child = nanobot_forkserver.spawn([*nanobot_cmd, "agent"], env=env, encoding="utf-8", dimensions=(30, 90))
+    try:
+        child.expect_exact("you ›")
+        assert child.getwinsize() == (30, 90)
+        child.sendline("hi")
+        child.expect_exact("hello from the model")
+        child.expect_exact("you ›")
+        child.kill(signal.SIGTERM)
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 143 and not child.isalive()
+    assert any(m.get("content") == "hello from the model" for m in SessionStore().load("cli:direct").messages)
+
+
+def test_closing_the_terminal_hangs_up_the_child(nanobot_forkserver):
+    child = nanobot_forkserver.spawn([*PROBE, "sleep"], cwd=TESTS)
+    child.expect_exact("sleeping")
+    os.close(child.child_fd)  # the kernel sends SIGHUP to the session the terminal controls
+    child.child_fd = -1
+    child.wait()
+    assert child.signalstatus == signal.SIGHUP
