@@ -86,11 +86,10 @@ def nanobot_forkserver():
     `nanobot_forkserver.popen([*nanobot_cmd, "agent", ...], stdout=..., env=...)` returns a
     Popen-like child forked from a helper that imported nanobot once (tests/forkserver.py says what
     the child gets and what it refuses). For tests that start many processes to kill or signal."""
-    from forkserver import ForkServers
+    import forkserver
 
-    servers = ForkServers()
-    yield servers
-    servers.close()
+    yield forkserver.shared()
+    forkserver.close_shared()
 
 
 # The whole suite (`python -m pytest`, no paths given) runs on this many pytest-xdist workers; a

@@ -666,6 +666,28 @@ class ForkServers:
             server.close()
 
 
+_shared: ForkServers | None = None
+_shared_lock = threading.Lock()
+
+
+def shared() -> ForkServers:
+    """The test process's fork servers (the `nanobot_forkserver` fixture; helpers such as
+    tests/cli/terminal.py take them from here). The session's end closes them."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = ForkServers()
+        return _shared
+
+
+def close_shared() -> None:
+    global _shared
+    with _shared_lock:
+        servers, _shared = _shared, None
+    if servers is not None:
+        servers.close()
+
+
 def _umask() -> int:
     """This process's umask, read without setting it (another thread may be creating files)."""
     for line in Path("/proc/self/status").read_text().splitlines():

@@ -95,19 +95,18 @@ def test_signal_in_one_shot_kills_every_command_saves_and_exits(started, nanobot
     assert_nothing_survived_and_session_loads(workspace, reason)
 
 
-def test_closing_the_terminal_kills_every_command_saves_and_exits_129(started):
+def test_closing_the_terminal_kills_every_command_saves_and_exits_129(started, nanobot_forkserver):
     workspace = started
     env = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = pexpect.spawn(sys.executable, ["-m", "nanobot", "agent"], env=env, encoding="utf-8", timeout=20,
-                          dimensions=(40, 100))
+    child = nanobot_forkserver.spawn([sys.executable, "-m", "nanobot", "agent"], env=env, encoding="utf-8",
+                                     timeout=20, dimensions=(40, 100))
     child.expect_exact("you ›")
     child.sendline("go")
     wait_until_running(workspace, "main", "helper")
     os.close(child.child_fd)  # the terminal goes away: the kernel hangs up its session (SIGHUP)
     child.child_fd = -1
-    _, status = os.waitpid(child.pid, 0)
-    child.closed = True  # already reaped: keep pexpect from signalling a recycled pid
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 129, status
+    child.wait()
+    assert (child.exitstatus, child.signalstatus) == (129, None)
     assert_nothing_survived_and_session_loads(workspace, "was stopped when the terminal closed (SIGHUP)")
 
 
@@ -119,10 +118,10 @@ def idle_responder(request):
     return Reply.tool_calls([("spawn", {"task": "background sleeper", "label": "sleeper"})])
 
 
-def idle_chat_with_a_helper_running(workspace):
+def idle_chat_with_a_helper_running(workspace, forkserver):
     env = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = pexpect.spawn(sys.executable, ["-m", "nanobot", "agent"], env=env, encoding="utf-8", timeout=20,
-                          dimensions=(40, 100))
+    child = forkserver.spawn([sys.executable, "-m", "nanobot", "agent"], env=env, encoding="utf-8", timeout=20,
+                             dimensions=(40, 100))
     child.expect_exact("you ›")
     child.sendline("go")
     child.expect("it runs in the background")
@@ -137,11 +136,12 @@ def assert_helper_killed_and_noted(workspace, reason):
     assert len(notes) == 1 and reason in notes[0], notes
 
 
-def test_sigterm_at_the_idle_prompt_with_a_helper_running_exits_143(configure, fake_llm, isolated_home):
+def test_sigterm_at_the_idle_prompt_with_a_helper_running_exits_143(configure, fake_llm, isolated_home,
+                                                                   nanobot_forkserver):
     configure()
     fake_llm.responder = idle_responder
     workspace = isolated_home / "workspace"
-    child = idle_chat_with_a_helper_running(workspace)
+    child = idle_chat_with_a_helper_running(workspace, nanobot_forkserver)
     child.kill(signal.SIGTERM)
     child.expect(pexpect.EOF)
     child.close()
@@ -149,16 +149,15 @@ def test_sigterm_at_the_idle_prompt_with_a_helper_running_exits_143(configure, f
     assert_helper_killed_and_noted(workspace, "was stopped when nanobot was terminated (SIGTERM)")
 
 
-def test_closing_the_terminal_at_the_idle_prompt_exits_129(configure, fake_llm, isolated_home):
+def test_closing_the_terminal_at_the_idle_prompt_exits_129(configure, fake_llm, isolated_home, nanobot_forkserver):
     configure()
     fake_llm.responder = idle_responder
     workspace = isolated_home / "workspace"
-    child = idle_chat_with_a_helper_running(workspace)
+    child = idle_chat_with_a_helper_running(workspace, nanobot_forkserver)
     os.close(child.child_fd)
     child.child_fd = -1
-    _, status = os.waitpid(child.pid, 0)
-    child.closed = True
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 129, status
+    child.wait()
+    assert (child.exitstatus, child.signalstatus) == (129, None)
     assert_helper_killed_and_noted(workspace, "was stopped when the terminal closed (SIGHUP)")
 
 
