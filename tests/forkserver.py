@@ -426,6 +426,11 @@ class ForkedTerminal(fdspawn):
         self.status = code
         self.terminated = True
 
+    def send(self, s: str | bytes) -> int:
+        if self.delaybeforesend is not None:  # pexpect.spawn waits 50 ms before each send; tests time by it
+            time.sleep(self.delaybeforesend)
+        return super().send(s)
+
     def isalive(self) -> bool:
         code = self.proc.poll()
         if code is None:
@@ -457,6 +462,7 @@ class ForkedTerminal(fdspawn):
         if self.child_fd != -1:
             os.close(self.child_fd)
             self.child_fd = -1
+            time.sleep(self.delayafterclose)  # as pexpect.spawn: the child may leave on the hangup
         self.closed = True
         if self.isalive() and force:
             self.terminate(force=True)

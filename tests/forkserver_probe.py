@@ -34,6 +34,17 @@ def _handlers() -> dict:
     return found
 
 
+def _terminal() -> list | None:
+    """The settings of the terminal on stdin (modes, control characters, size), if it is one."""
+    if not os.isatty(0):
+        return None
+    import termios
+
+    attrs = termios.tcgetattr(0)
+    return [*attrs[:6], [c if isinstance(c, int) else c.decode("latin-1") for c in attrs[6]],
+            list(os.get_terminal_size(0))]
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -56,6 +67,7 @@ def state() -> dict:
         "tz": [time.timezone, time.tzname], "pgid_is_parents": os.getpgid(0) == os.getpgid(os.getppid()),
         "executable": sys.executable, "session_leader": os.getsid(0) == os.getpid(),
         "foreground": os.tcgetpgrp(0) == os.getpgrp() if os.isatty(0) else None,
+        "terminal": _terminal(),
         "random": random.random(),  # a new value in every process
     }
 
