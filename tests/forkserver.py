@@ -7,7 +7,9 @@ helper fork a child that becomes `python -m nanobot` with that argv, environment
 standard streams, and runs it through runpy exactly as `-m` does. The child is a real, separate
 process with its own pid: it can be SIGKILLed at any moment, it writes its own files, and its exit
 code (or the signal that killed it, as a negative returncode) comes back as `subprocess.Popen`
-reports it.
+reports it. `spawn(argv, ...)` starts it as pexpect does: in a new session whose controlling
+terminal is a new pty, returned with pexpect's interface (`ForkedTerminal`). `ForkServers` (and
+`shared()`, the `nanobot_forkserver` fixture) start a server per distinct interpreter setting.
 
 What the child gets, as a fresh interpreter would:
 - argv (`sys.argv`, `sys.orig_argv`), the environment (`os.environ` and the C environment, TZ
@@ -19,14 +21,17 @@ What the child gets, as a fresh interpreter would:
   helper only imports, and checks that importing started no thread and changed no handler);
 - a reseeded `random` (CPython's own at-fork hook), and the interpreter's normal exit: non-daemon
   threads joined, exit handlers run, streams flushed, an uncaught exception printed with exit 1,
-  an uncaught KeyboardInterrupt re-raised as SIGINT.
+  an uncaught KeyboardInterrupt re-raised as SIGINT;
+- the imported objects are frozen out of the garbage collector (`gc.freeze()`, as pre-fork servers
+  do), so no collection copies the shared pages; cyclic garbage made while importing is never freed.
 
 What it cannot get, so `popen` refuses instead of differing silently: a different value of any
 variable the interpreter reads at start (PYTHON*, the locale's LANG/LC_*), or of any variable a
 module read while the helper imported (the helper records those reads). Start the server with the
 environment the children will share. What stays different: the string hash seed is the helper's,
-`os.getppid()` is the helper, and modules are already imported (a test of which modules start-up
-imports, or of start-up time, must use a plain subprocess).
+`os.getppid()` is the helper, `/proc/<pid>/cmdline` is the helper's command line, and modules are
+already imported (a test of which modules start-up imports, or of start-up time, must use a plain
+subprocess).
 """
 
 from __future__ import annotations
