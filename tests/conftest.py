@@ -88,8 +88,13 @@ def nanobot_forkserver():
     the child gets and what it refuses). For tests that start many processes to kill or signal."""
     import forkserver
 
-    yield forkserver.shared()
-    forkserver.close_shared()
+    return forkserver.shared()  # closed when the session finishes
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    forkserver = sys.modules.get("forkserver")  # helpers use forkserver.shared() without the fixture too
+    if forkserver is not None:
+        forkserver.close_shared()
 
 
 # The whole suite (`python -m pytest`, no paths given) runs on this many pytest-xdist workers; a

@@ -175,6 +175,12 @@ def test_an_environment_the_server_cannot_give_is_refused(nanobot_forkserver, na
     server = nanobot_forkserver.server_for(dict(os.environ))
     with pytest.raises(ForkServerError, match="PYTHONHASHSEED"):
         server.popen([*nanobot_cmd, "--version"], env={**os.environ, "PYTHONHASHSEED": "7"})
+    # the openai SDK reads OPENAI_LOG when it is imported: a child cannot have another value
+    assert "OPENAI_LOG" not in os.environ
+    with pytest.raises(ForkServerError, match="OPENAI_LOG"):
+        server.popen([*nanobot_cmd, "--version"], env={**os.environ, "OPENAI_LOG": "debug"})
+    # a variable nothing read at import is the child's own
+    assert server.run([*nanobot_cmd, "--version"], env={**os.environ, "NANOBOT_UNREAD": "x"}).returncode == 0
     with pytest.raises(ForkServerError, match="-m <module>"):
         server.popen([sys.executable, "-c", "pass"])
 
