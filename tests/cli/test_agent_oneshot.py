@@ -228,16 +228,28 @@ def _is_report(request) -> bool:
     return "subagent 'helper'" in json.dumps(request.messages[-1])
 
 
-def helper_responder(*, parent_delay: float, helper_delay, answer: str = "handled the report"):
+def helper_responder(*, parent_delay: float, helper_delay, answer: str = "handled the report",
+                     first: str | None = None):
     """Parent spawns a helper, answers "Started." after `parent_delay`; the helper reports after
-    `helper_delay()`; the report turn answers `answer`."""
+    `helper_delay()`; the report turn answers `answer`. With `first` ("helper" or "parent"), the
+    other's reply also waits until that one has been answered, so however busy the machine, the
+    delay is counted from there."""
+    answered = {"helper": threading.Event(), "parent": threading.Event()}
+
+    def after_first(who: str) -> None:
+        if first is not None and first != who:
+            answered[first].wait(timeout=30)
 
     def responder(request):
         if _is_subagent(request):
+            after_first("helper")
+            answered["helper"].set()
             return Reply.text("the helper's report: 7 files", delay=helper_delay())
         if _is_report(request):
             return Reply.text(answer)
         if any(m.get("role") == "tool" for m in request.messages):
+            after_first("parent")
+            answered["parent"].set()
             return Reply.text("Started.", delay=parent_delay)
         return Reply.tool_calls([("spawn", {"task": "count files", "label": "helper"})])
 
@@ -246,11 +258,11 @@ def helper_responder(*, parent_delay: float, helper_delay, answer: str = "handle
 
 TIMINGS = {
     # the helper's report is queued while the parent turn still runs (the seed's lost case)
-    "before": dict(parent_delay=0.15, helper_delay=lambda: 0.0),
+    "before": dict(parent_delay=0.15, helper_delay=lambda: 0.0, first="helper"),
     # it lands around the moment the parent turn ends
     "during": dict(parent_delay=0.05, helper_delay=lambda: random.uniform(0.0, 0.1)),
     # it arrives while one-shot mode is already waiting
-    "after": dict(parent_delay=0.0, helper_delay=lambda: 0.15),
+    "after": dict(parent_delay=0.0, helper_delay=lambda: 0.15, first="parent"),
 }
 
 
@@ -315,9 +327,9 @@ def _run_trials(timing: str, home, monkeypatch) -> list[_Trial]:
                 "providers": {"custom": {"apiKey": "sk-test-key-123456", "apiBase": server.openai_base_url}}}))
             path.chmod(0o600)
             cfg = load_config(path)
-            server.responder = helper_responder(**TIMINGS[timing])
             for trial in range(first, TRIALS, AT_ONCE):
                 server.reset()
+                server.responder = helper_responder(**TIMINGS[timing])  # its own events for each trial
                 code = asyncio.run(_one_shot(cfg, f"cli:trial{trial}", "count the files in the background",
                                              markdown=False, json_out=False))
                 server.assert_all_valid()
