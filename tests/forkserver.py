@@ -60,12 +60,21 @@ if __name__ == "__main__":  # the helper: its children would carry pexpect, whic
 else:
     from pexpect.fdpexpect import fdspawn
 
-# What `agent -m` imports on either wire, so a child imports nothing of weight.
+# What `agent -m` and the chat import on either wire (measured with PYTHONPROFILEIMPORTTIME), so
+# a child imports nothing of weight.
 PRELOAD = (
     "nanobot.cli.app", "nanobot.cli.chat", "nanobot.app",
     "nanobot.providers.openai_compat", "nanobot.providers.anthropic",
     "openai", "openai.resources.chat", "openai.types.chat",
     "anthropic", "anthropic.resources.messages", "anthropic.types",
+    # imported on the way through a turn
+    "nanobot.cli.input_text", "nanobot.cli.status_view", "nanobot.cli.usage", "nanobot.skills",
+    "nanobot.tools.cron", "nanobot.tools.files", "nanobot.tools.recall", "nanobot.tools.web",
+    "httpcore2", "h11", "yaml", "jsonschema",
+    # and by the chat: the prompt, markdown on a terminal, reminders
+    "nanobot.cli.approval_prompt", "nanobot.cli.chat_reminders", "nanobot.cli.input_history",
+    "nanobot.cli.markdown_stream", "nanobot.cli.serve", "nanobot.cron.runner",
+    "prompt_toolkit", "prompt_toolkit.shortcuts", "prompt_toolkit.patch_stdout", "rich.markdown", "rich.syntax",
 )
 
 _MAX_MESSAGE = 1 << 20
