@@ -119,8 +119,10 @@ def test_status_and_new(repl, fake_llm, isolated_home):
 
 
 def test_second_process_on_the_same_session_is_refused(repl, isolated_home, nanobot_cmd):
+    import subprocess
+
     child = repl()
-    result = forkserver.shared().run([*nanobot_cmd, "agent", "-m", "hi"], text=True, timeout=30)
+    result = subprocess.run([*nanobot_cmd, "agent", "-m", "hi"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 2
     assert "session cli:direct is in use by another nanobot process" in result.stderr
     child.sendline("/exit")
