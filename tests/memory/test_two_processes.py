@@ -214,8 +214,8 @@ def test_two_processes_consolidating_into_one_workspace_lose_neither_update(
         return Reply.tool_calls([("save_memory", {"history_entry": f"[2026-01-05 10:00] talked in {who}",
                                                   "memory_update": current + f"\n- Learned in {who}.\n"})])
     fake_llm.responder = brain
-    procs = [forkserver.shared().popen([*nanobot_cmd, "agent", "-s", key, "-m", "hello"], stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    procs = [subprocess.Popen([*nanobot_cmd, "agent", "-s", key, "-m", "hello"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
              for key in ("cli:alpha", "cli:beta")]
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
