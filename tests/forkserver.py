@@ -316,7 +316,11 @@ def _differences(hello: dict[str, dict[str, str | None]], env: Mapping[str, str]
 def _stdio(spec: Any, default_fd: int, closers: list[int]) -> tuple[int, int | None]:
     """(descriptor the child gets, our end of a pipe or None) for a Popen-style stdio argument."""
     if spec is None:
-        return default_fd, None
+        try:
+            os.fstat(default_fd)
+            return default_fd, None
+        except OSError:  # this process has none (CI may run without stdin): the child gets /dev/null
+            spec = subprocess.DEVNULL
     if spec == subprocess.DEVNULL:
         fd = os.open(os.devnull, os.O_RDWR)
         closers.append(fd)
