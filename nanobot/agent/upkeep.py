@@ -14,11 +14,12 @@ from nanobot.agent.consolidation import DEFAULT_PROBE, ConsolidationReport, Cons
 from nanobot.agent.context import ContextBuilder
 from nanobot.agent.events import Event, EventSink, Notice, ignore
 from nanobot.agent.loop import ToolRunner
+from nanobot.config import AgentDefaults
 from nanobot.session.store import Session
 
 # a turn waits this long for consolidation to make room, then goes ahead with older turns left
 # out of its request while consolidation finishes in the background
-ROOM_WAIT_SECONDS = 5.0
+ROOM_WAIT_SECONDS = AgentDefaults.consolidation_wait_seconds
 
 
 class MemoryUpkeep:
