@@ -116,11 +116,9 @@ def test_status_and_new(repl, fake_llm, isolated_home):
     child.expect(pexpect.EOF)
 
 
-def test_second_process_on_the_same_session_is_refused(repl, isolated_home, nanobot_cmd):
-    import subprocess
-
+def test_second_process_on_the_same_session_is_refused(repl, isolated_home, nanobot_run):
     child = repl()
-    result = subprocess.run([*nanobot_cmd, "agent", "-m", "hi"], capture_output=True, text=True, timeout=30)
+    result = nanobot_run("agent", "-m", "hi")  # this test's process is the second one, beside the chat's pty child
     assert result.returncode == 2
     assert "session cli:direct is in use by another nanobot process" in result.stderr
     child.sendline("/exit")
