@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 
@@ -43,6 +44,19 @@ class Terminal:
                 if text in self.text():
                     return
                 raise AssertionError(f"{text!r} never appeared; screen:\n{self.text()}")
+
+    def wait_for_drawn(self, text: str) -> None:
+        """Read until `text` has been drawn, even if it was drawn over since (a spinner's label): the
+        output is searched as it came, without its escape sequences, however the reads split it."""
+        deadline = time.monotonic() + self.timeout
+        while text not in self.drawn():
+            if time.monotonic() > deadline or not self._pump(0.2):
+                if text in self.drawn():
+                    return
+                raise AssertionError(f"{text!r} was never drawn; screen:\n{self.text()}")
+
+    def drawn(self) -> str:
+        return re.sub(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|[()][0-9A-Za-z]|[=>78])", "", self.raw.decode("utf-8", "replace"))
 
     def wait_for_count(self, text: str, count: int) -> None:
         deadline = time.monotonic() + self.timeout

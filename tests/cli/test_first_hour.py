@@ -139,7 +139,7 @@ def test_chat_says_it_resumed_marks_continuation_lines_and_counts_the_wait(nanob
         term.child.send("line two")
         term.wait_for("… line two")
         term.child.send("\r")
-        term.wait_for("s (Ctrl-C to stop)")  # the spinner says how long it has waited
+        term.wait_for_drawn("s (Ctrl-C to stop)")  # the spinner says how long it has waited
         term.wait_for("slow answer")
         term.wait_for_count("you ›", 2)
         term.send("/exit")
