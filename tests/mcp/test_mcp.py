@@ -260,21 +260,23 @@ def test_enabled_tools_accepts_raw_and_wrapped_names(tmp_path, call_log):
 
 
 def test_untrusted_servers_ask_first_and_a_refusal_sends_nothing(tmp_path, call_log):
-    no = Recorder(allow=False)
+    user = Recorder(allow=False)
 
     async def body(registry, manager, notices):
-        return await registry.execute("mcp_notes_add", {"a": 1, "b": 2})
+        refused = await registry.execute("mcp_notes_add", {"a": 1, "b": 2})
+        seen_after_refusal = calls(call_log)
+        user.allow = True  # asked again, the user says yes
+        allowed = await registry.execute("mcp_notes_add", {"a": 1, "b": 2})
+        return refused, seen_after_refusal, allowed
 
-    refused = run({"notes": stdio(call_log)}, body, approver=no, tmp_path=tmp_path)
+    refused, seen_after_refusal, allowed = run({"notes": stdio(call_log)}, body, approver=user, tmp_path=tmp_path)
     assert refused.is_error and "the user said no" in refused.content
-    assert calls(call_log) == []  # the server never saw the call
-    (request,) = no.asked
-    assert request.kind == "mcp" and request.always_key == "mcp:notes:add"
-    assert "tools.mcpServers.notes" in request.allow_hint
-
-    yes = Recorder(allow=True)
-    allowed = run({"notes": stdio(call_log)}, body, approver=yes, tmp_path=tmp_path)
-    assert "3" in allowed.content and calls(call_log) == ["add 1 2"] and len(yes.asked) == 1
+    assert seen_after_refusal == []  # the server never saw the refused call
+    first, second = user.asked  # each call asked first
+    assert first.kind == "mcp" and first.always_key == "mcp:notes:add"
+    assert "tools.mcpServers.notes" in first.allow_hint
+    assert second.always_key == "mcp:notes:add"
+    assert "3" in allowed.content and calls(call_log) == ["add 1 2"]
 
 
 def test_the_default_approver_refuses_an_untrusted_server_with_the_way_to_allow_it(tmp_path, call_log):
