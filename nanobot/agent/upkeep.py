@@ -61,7 +61,8 @@ class MemoryUpkeep:
                 self._start(probe)
                 if await self.join(wait):
                     return
-            emit(Notice(f"memory consolidation is taking longer than {wait:g} s; it goes on in the background, and "
+            emit(Notice(f"memory consolidation is taking longer than {wait:g} s "
+                        "(agents.defaults.consolidationWaitSeconds); it goes on in the background, and "
                         "until it is done a request that does not fit leaves the oldest turns out"))
         finally:
             self._waiting = None

@@ -212,6 +212,7 @@ def test_a_hung_consolidation_call_does_not_hold_the_turn(nanobot_run, fake_llm,
     assert consolidation and turn.t_received < consolidation[0].t_received + 30  # asked before the hang ended
     assert "earlier messages of this conversation are left out of this request" in _body_text(turn)
     assert "took longer than 0.4 s" in result.stderr
+    assert "taking longer than 0.2 s (agents.defaults.consolidationWaitSeconds)" in result.stderr  # went ahead
     history_md = (isolated_home / "workspace" / "memory" / "HISTORY.md").read_text()
     assert "RAW archive" in history_md  # after three timeouts the chunk is archived raw: nothing lost
     _assert_inside(fake_llm)
