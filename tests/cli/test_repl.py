@@ -118,11 +118,9 @@ def test_status_and_new(repl, fake_llm, isolated_home):
     child.expect(pexpect.EOF)
 
 
-def test_second_process_on_the_same_session_is_refused(repl, isolated_home, nanobot_cmd):
-    import subprocess
-
+def test_second_process_on_the_same_session_is_refused(repl, isolated_home, nanobot_run):
     child = repl()
-    result = subprocess.run([*nanobot_cmd, "agent", "-m", "hi"], capture_output=True, text=True, timeout=30)
+    result = nanobot_run("agent", "-m", "hi")  # this test's process is the second one, beside the chat's pty child
     assert result.returncode == 2
     assert "session cli:direct is in use by another nanobot process" in result.stderr
     child.sendline("/exit")
@@ -294,19 +292,21 @@ def test_compact_prints_a_receipt_naming_the_history_entry(repl, fake_llm, isola
     child.expect(pexpect.EOF)
 
 
-def test_a_due_reminder_fires_in_the_chat_and_is_printed_above_the_prompt(repl, fake_llm, isolated_home):
+def test_a_due_reminder_fires_in_the_chat_and_is_printed_above_the_prompt(repl, fake_llm, isolated_home,
+                                                                          monkeypatch):
     from datetime import datetime, timedelta
 
     from nanobot.cron.schedule import parse_schedule
     from nanobot.cron.store import JobStore
 
-    now = datetime.now(UTC)
-    JobStore(isolated_home / "workspace").add(
-        parse_schedule(at=(now + timedelta(seconds=4)).isoformat(), now_ms=int(now.timestamp() * 1000)),
-        "Tell me to stretch", now_ms=int(now.timestamp() * 1000), name="stretch")
+    monkeypatch.setenv("NANOBOT_GATEWAY__JOBS_POLL_S", "0.2")  # gateway.jobsPollS: the chat rereads the jobs often
     fake_llm.responder = lambda request: (Reply.text("Time to stretch!") if "Tell me to stretch" in str(
         request.messages[-1]) else Reply.text("still here"))
-    child = repl()
+    child = repl()  # the prompt is up; then a job is added, as `nanobot cron add` in another terminal does
+    now = datetime.now(UTC)
+    JobStore(isolated_home / "workspace").add(
+        parse_schedule(at=(now + timedelta(seconds=1)).isoformat(), now_ms=int(now.timestamp() * 1000)),
+        "Tell me to stretch", now_ms=int(now.timestamp() * 1000), name="stretch")
     child.expect_exact("⏰ stretch", timeout=30)
     child.expect_exact("Time to stretch!")
     child.expect_exact(PROMPT)  # the prompt is drawn again below the reminder
