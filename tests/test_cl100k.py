@@ -29,6 +29,8 @@ FIXED = [
     "數字 123456789 ١٢٣ ²³ Ⅷ ½", "emoji 🎉🎉👩‍👩‍👧 naïve café", "x" * 5000, "aGVsbG8gd29ybGQ=" * 300,
     "<|endoftext|> and <|fim_prefix|> stay text", "def f(x):\n    return x**2  # comment\n",
     "\u00a0\u2003\u200b\ufeff", "a\r\n\r\nb\n\n\n c", "1234567890" * 50, "🙂" * 100,
+    # letters first assigned in Unicode 16 (Garay) and 17 (CJK extension J, U+3D000): tiktoken knows 16
+    "\U00010d50:L", "\U000323b0:L \U0003d000:L",
 ]
 
 
