@@ -241,29 +241,31 @@ def _group_alive(pgid: int) -> bool:
 
     Orphaned grandchildren are reparented to PID 1, which in containers may reap them
     late; killpg(pgid, 0) would report those zombies as alive and stall the grace period.
+    So it is asked first only for its cheap "no process at all" (the usual answer once a
+    command returned), and /proc is scanned only when some process of the group exists.
     """
-    proc_dir = "/proc"
-    if os.path.isdir(proc_dir):
-        for entry in os.listdir(proc_dir):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"{proc_dir}/{entry}/stat", "rb") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            # Fields after the last ")" (the command name may contain spaces or parentheses).
-            fields = stat[stat.rfind(b")") + 2 :].split()
-            if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-                return True
-        return False
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    proc_dir = "/proc"
+    if not os.path.isdir(proc_dir):
         return True
-    return True
+    for entry in os.listdir(proc_dir):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"{proc_dir}/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # Fields after the last ")" (the command name may contain spaces or parentheses).
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
 
 
 class _Collector(asyncio.SubprocessProtocol):
