@@ -6,7 +6,7 @@ its result. Printed per mechanism: wall and CPU milliseconds per call (the turn'
 turn with no calls, divided by N), beside the same call made straight through ExecTool.run and a
 bare `subprocess.run` of the command, so the three layers' shares are visible.
 
-    python scripts/bench_exec.py [--calls 100] [--command true] [--mechanism bwrap --mechanism landlock]
+    python scripts/bench_exec.py [--calls 100] [--command true] [--mechanism landlock --mechanism landlock-fork]
 
 Runs in a throwaway home and workspace (nothing in ~/.nanobot is touched), no network.
 CPU counts nanobot and every child process it reaped; on a busy machine wall time is mostly
@@ -37,9 +37,13 @@ def _cpu() -> float:
 
 
 def _timed(fn: Callable[[], Any]) -> tuple[float, float]:
-    """(wall s, CPU s) of one call of fn."""
+    """(wall s, CPU s) of one call of fn; the Landlock launcher is stopped and reaped inside, so
+    its CPU and its keepers' are counted too."""
+    from nanobot.sandbox import launcher
+
     w0, c0 = time.perf_counter(), _cpu()
     fn()
+    launcher.close()
     return time.perf_counter() - w0, _cpu() - c0
 
 
@@ -84,7 +88,7 @@ def _write_config(nb_home: Path, base_url: str, mode: str, calls: int) -> Path:
     return path
 
 
-def turn(mode: str, nb_home: Path, command: str, calls: int) -> tuple[float, float, list[str]]:
+def turn(mode: str, nb_home: Path, command: str, calls: int, label: str = "") -> tuple[float, float, list[str]]:
     """(wall s, CPU s, the tool results) of one turn making `calls` exec calls."""
     from nanobot.app import open_assistant
     from nanobot.config import load_config
@@ -96,7 +100,7 @@ def turn(mode: str, nb_home: Path, command: str, calls: int) -> tuple[float, flo
         fake.script(*replies, Reply.text("done"))
 
         async def one_turn() -> list[str]:
-            assistant = open_assistant(cfg, f"cli:bench-{mode}-{calls}", stream=False)
+            assistant = open_assistant(cfg, f"cli:bench-{label}-{calls}", stream=False)
             try:
                 await assistant.conversation.send("run it")
                 msgs = assistant.conversation.session.messages
@@ -113,10 +117,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--command", default="true")
-    parser.add_argument("--mechanism", action="append", choices=["none", "bwrap", "landlock"],
-                        help="repeatable; default: none, bwrap and landlock")
+    parser.add_argument("--mechanism", action="append", choices=["none", "bwrap", "landlock", "landlock-fork"],
+                        help="repeatable; default: all. landlock-fork: Landlock forked from nanobot itself, "
+                             "as before the launcher")
     args = parser.parse_args()
-    modes = args.mechanism or ["none", "bwrap", "landlock"]
+    modes = args.mechanism or ["none", "bwrap", "landlock", "landlock-fork"]
     with tempfile.TemporaryDirectory(prefix="nanobot-bench-exec-") as tmp:
         home = Path(tmp) / "home"
         home.mkdir()
@@ -125,7 +130,7 @@ def main() -> None:
         os.environ["NO_PROXY"] = "127.0.0.1,localhost"
         for proxy in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
             os.environ.pop(proxy, None)
-        from nanobot.sandbox import choose
+        from nanobot.sandbox import choose, launcher
 
         ws = home / ".nanobot" / "workspace"
         ws.mkdir(parents=True)
@@ -133,19 +138,21 @@ def main() -> None:
         print(f"exec {args.command!r}, {args.calls} calls, load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
               f"{os.cpu_count()} cores")
         wall, cpu = bare_subprocess(args.command, args.calls)
-        print(f"{'subprocess':10} {wall * 1000:6.1f} ms wall {cpu * 1000:6.1f} ms CPU per call (bare /bin/sh -c)")
-        for mode in modes:
+        print(f"{'subprocess':13} {wall * 1000:6.1f} ms wall {cpu * 1000:6.1f} ms CPU per call (bare /bin/sh -c)")
+        for label in modes:
+            mode = label.removesuffix("-fork")
+            launcher.ENABLED = label != "landlock-fork"
             conf = choose(mode)
             if conf.mechanism != mode:
-                print(f"{mode:10} unavailable: {conf.detail}")
+                print(f"{label:13} unavailable: {conf.detail}")
                 continue
             t_wall, t_cpu = tool_only(mode, ws, args.command, args.calls)
-            turn(mode, home / ".nanobot", args.command, 1)  # warm-up: imports, SDK, probes
-            w0, c0, _ = turn(mode, home / ".nanobot", args.command, 0)
-            w1, c1, results = turn(mode, home / ".nanobot", args.command, args.calls)
+            turn(mode, home / ".nanobot", args.command, 1, label)  # warm-up: imports, SDK, probes
+            w0, c0, _ = turn(mode, home / ".nanobot", args.command, 0, label)
+            w1, c1, results = turn(mode, home / ".nanobot", args.command, args.calls, label)
             ok = sum(r.rstrip().endswith("[exit code: 0]") for r in results)
             per_wall, per_cpu = (w1 - w0) / args.calls, (c1 - c0) / args.calls
-            print(f"{mode:10} {per_wall * 1000:6.1f} ms wall {per_cpu * 1000:6.1f} ms CPU per call in a turn "
+            print(f"{label:13} {per_wall * 1000:6.1f} ms wall {per_cpu * 1000:6.1f} ms CPU per call in a turn "
                   f"({ok}/{len(results)} exit 0); ExecTool.run alone {t_wall * 1000:6.1f} ms wall "
                   f"{t_cpu * 1000:6.1f} ms CPU")
 

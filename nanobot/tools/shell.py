@@ -18,13 +18,13 @@ import re
 import shlex
 import signal
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from nanobot.errors import ToolError
 from nanobot.memory.store import watch_memory
-from nanobot.sandbox import Launch, build_policy
+from nanobot.sandbox import Launch, build_policy, launcher
 from nanobot.secrets_mask import is_secret_name
 from nanobot.tools.approval import ApprovalRequest
 from nanobot.tools.base import Tool
@@ -422,8 +422,11 @@ class ExecTool(Tool):
     async def _spawn_and_wait(self, launch: Launch, cwd: Path, limit: float) -> str:
         loop = asyncio.get_running_loop()
         env = {**child_env(os.environ, self.ctx.secret_env_names), **launch.env}
-        spawn = asyncio.ensure_future(
-            loop.subprocess_exec(
+        if launch.keeper is not None and launcher.ENABLED:  # no fork of nanobot itself (launcher.py)
+            start: Awaitable[tuple[Any, _Collector]] = launcher.launch(
+                _Collector, launch.argv, env=env, cwd=str(cwd), hook=launch.keeper)
+        else:
+            start = loop.subprocess_exec(
                 _Collector,
                 *launch.argv,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -434,7 +437,7 @@ class ExecTool(Tool):
                 start_new_session=True,  # own process group: one killpg reaches grandchildren too
                 preexec_fn=launch.preexec_fn,
             )
-        )
+        spawn = asyncio.ensure_future(start)
         try:
             transport, collector = await asyncio.shield(spawn)
         except asyncio.CancelledError:
