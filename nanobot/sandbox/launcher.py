@@ -34,9 +34,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from nanobot.errors import LauncherError, LauncherUnavailable
 from nanobot.sandbox.keeper import LandlockLaunch
 
 _STATUS = struct.Struct("=ii")  # pid, raw wait status
+_READY = b"ready"  # the launcher's first message: it imported what it needs
+_READY_WITHIN = 20.0  # seconds; a python start on a loaded machine can take a few
 _MAX_MSG = 1 << 20
 
 
@@ -96,6 +99,7 @@ def serve(ctl_fd: int, status_fd: int) -> None:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     keepers: set[int] = set()
+    ctl.send(_READY)
 
     def reap() -> None:
         while keepers:
@@ -154,10 +158,6 @@ _BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from nanobot.sandbox.laun
 ENABLED = True  # False: fork in nanobot itself, as before the launcher (scripts/bench_exec.py compares)
 
 
-class LauncherError(subprocess.SubprocessError):
-    """The launcher could not start a command (the message says why); the command did not run."""
-
-
 class _Connection:
     """One launcher process: its control socket, and who waits for which keeper's exit."""
 
@@ -171,13 +171,25 @@ class _Connection:
                 pass_fds=(ctl_child.fileno(), status_child.fileno()), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, start_new_session=True,  # Ctrl-C in the chat is nanobot's to handle
             )
-        except BaseException:
+        except OSError as exc:
             for sock in (ctl, status):
                 sock.close()
-            raise
+            raise LauncherUnavailable(f"the exec launcher could not be started: {exc}") from exc
         finally:
             ctl_child.close()
             status_child.close()
+        ctl.settimeout(_READY_WITHIN)
+        try:
+            ready = ctl.recv(len(_READY))
+        except OSError:
+            ready = b""
+        ctl.settimeout(None)
+        if ready != _READY:
+            self.proc.kill()
+            self.proc.wait()
+            ctl.close()
+            status.close()
+            raise LauncherUnavailable("the exec launcher did not start")
         self.ctl = ctl
         self.alive = True
         self.lock = threading.Lock()
@@ -239,17 +251,27 @@ class Launcher:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._conn: _Connection | None = None
+        self.unavailable = False
 
     def start(self, argv: list[str], env: dict[str, str], cwd: str, hook: LandlockLaunch,
               fds: list[int], on_exit: Callable[[int], None]) -> int:
         """Start `argv` under `hook` with fds [stdout, stderr]; on_exit(wait status) runs on another thread."""
         request = pickle.dumps({"argv": argv, "env": env, "cwd": cwd, "hook": hook})
         passed = [*fds, hook.ruleset_fd] + ([hook.cgroup_fd] if hook.cgroup_fd >= 0 else [])
+        return self.ensure().start(request, passed, on_exit)
+
+    def ensure(self) -> _Connection:
+        """The running launcher, started (again) if needed; LauncherUnavailable when none can be."""
         with self._lock:
+            if self.unavailable:
+                raise LauncherUnavailable("the exec launcher could not be started")
             if self._conn is None or not self._conn.alive:
-                self._conn = _Connection()
-            conn = self._conn
-        return conn.start(request, passed, on_exit)
+                try:
+                    self._conn = _Connection()
+                except LauncherUnavailable:
+                    self.unavailable = True  # not tried again for every command
+                    raise
+            return self._conn
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the launcher (it SIGTERMs any keeper left) and reap it, so its CPU is counted as
@@ -272,6 +294,17 @@ atexit.register(_launcher.close)
 
 def close() -> None:
     _launcher.close()
+
+
+def available() -> bool:
+    """Whether Landlock commands go through the launcher (starting it if needed); False: fork here."""
+    if not ENABLED:
+        return False
+    try:
+        _launcher.ensure()
+    except LauncherUnavailable:
+        return False
+    return True
 
 
 class _Pipe(asyncio.Protocol):

@@ -422,7 +422,7 @@ class ExecTool(Tool):
     async def _spawn_and_wait(self, launch: Launch, cwd: Path, limit: float) -> str:
         loop = asyncio.get_running_loop()
         env = {**child_env(os.environ, self.ctx.secret_env_names), **launch.env}
-        if launch.keeper is not None and launcher.ENABLED:  # no fork of nanobot itself (launcher.py)
+        if launch.keeper is not None and launcher.available():  # no fork of nanobot itself (launcher.py)
             start: Awaitable[tuple[Any, _Collector]] = launcher.launch(
                 _Collector, launch.argv, env=env, cwd=str(cwd), hook=launch.keeper)
         else:

@@ -137,3 +137,17 @@ def test_a_start_that_fails_in_the_launcher_runs_nothing(ws, landlock):
         launch.finish()
     assert not marker.exists()
     assert run(make_tool(ws, landlock), "echo fine") == "fine\n[exit code: 0]"  # the launcher lives on
+
+
+def test_where_no_launcher_starts_commands_still_run_confined(ws, landlock, monkeypatch):
+    monkeypatch.setattr(launcher, "_BOOT", "import sys; sys.exit(1)")  # say, an import failing under -I -S
+    monkeypatch.setattr(launcher, "_launcher", launcher.Launcher())
+    out = run(make_tool(ws, landlock), "cat /proc/$PPID/stat; grep -E '^(NoNewPrivs|CapEff)' /proc/self/status; "
+                                       "echo inside > in.txt; echo x > memory/x.txt")
+    assert int(out.split("\n")[0].rsplit(")", 1)[1].split()[1]) == os.getpid()  # forked here, as before
+    assert "NoNewPrivs:\t1" in out  # the hook ran: Landlock needs no_new_privs
+    if os.geteuid() == 0:
+        assert "CapEff:\t0000000000000000" in out
+    assert (ws / "in.txt").read_text() == "inside\n"
+    if landlock.memory_read_only:
+        assert not (ws / "memory" / "x.txt").exists()
