@@ -1,3 +1,3 @@
-from nanobot.cli.app import main
+from nanobot.cli.app import run
 
-main()
+run()

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import time
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from rich.console import Console
-from rich.markdown import Markdown
 from rich.status import Status
 from rich.text import Text
 
@@ -19,7 +18,12 @@ from nanobot.agent.events import (
     ToolStarted,
     TurnDone,
 )
-from nanobot.cli.markdown_stream import MarkdownStream
+
+if TYPE_CHECKING:
+    from nanobot.cli.markdown_stream import MarkdownStream
+
+# rich.markdown (with markdown-it and pygments, ~40 ms) is imported only when an answer is drawn as
+# markdown on a terminal: a piped one-shot answer is written as plain text without it
 
 
 class Renderer:
@@ -63,6 +67,8 @@ class Renderer:
         self.buffer += chunk
         if self.markdown:
             if self._live is None:
+                from nanobot.cli.markdown_stream import MarkdownStream
+
                 self._live = MarkdownStream(self.console)
             self._live.update(self.buffer)
         else:
@@ -119,6 +125,8 @@ class Renderer:
     def show_answer(self, text: str) -> None:
         """Print a whole answer at once (for turns that were not streamed)."""
         if self.markdown:
+            from rich.markdown import Markdown
+
             self.console.print(Markdown(text), soft_wrap=False)  # soft_wrap would cut lines at the width
         else:
             self.console.print(text, markup=False, highlight=False)

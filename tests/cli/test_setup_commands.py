@@ -91,3 +91,17 @@ def test_config_flag_picks_another_file(nanobot_run, tmp_path):
 
 def test_camel_case_mapping():
     assert to_camel("context_window_tokens") == "contextWindowTokens"
+
+
+def test_a_piped_one_shot_answer_does_not_load_the_markdown_renderer(configure, fake_llm):
+    from nanobot.fakellm import Reply
+
+    configure()
+    fake_llm.script(Reply.text("# Title\n\nSome *markdown*."))
+    code = ("import sys; sys.argv=['nanobot', 'agent', '-m', 'hi']\n"
+            "from nanobot.cli.app import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('LOADED', [m for m in ('rich.markdown', 'pygments', 'markdown_it') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert "# Title\n\nSome *markdown*." in out.stdout  # written as it came: stdout is not a terminal
+    assert "LOADED []" in out.stdout, out.stderr
