@@ -170,6 +170,7 @@ class _Connection:
                 [sys.executable, "-I", "-S", "-c", _BOOT, root, str(ctl_child.fileno()), str(status_child.fileno())],
                 pass_fds=(ctl_child.fileno(), status_child.fileno()), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, start_new_session=True,  # Ctrl-C in the chat is nanobot's to handle
+                env={},  # each request carries its command's environment; none of nanobot's keys sit here
             )
         except OSError as exc:
             for sock in (ctl, status):

@@ -65,6 +65,7 @@ def test_commands_start_from_the_small_launcher_not_from_nanobot(ws, landlock):
     assert keeper_parent in _launchers()
     rss_kb = int(Path(f"/proc/{keeper_parent}/status").read_text().split("VmRSS:")[1].split()[0])
     assert rss_kb < 64 * 1024  # what each command's fork copies: tens of MB, not nanobot's hundreds
+    assert Path(f"/proc/{keeper_parent}/environ").read_bytes() == b""  # nanobot's keys are not kept there
 
 
 def test_output_and_exit_status_come_back_through_the_launcher(ws, landlock):
