@@ -111,7 +111,10 @@ def serve(ctl_fd: int, status_fd: int) -> None:
                 return
             if pid in keepers:
                 keepers.discard(pid)
-                status.send(_STATUS.pack(pid, st))
+                try:
+                    status.send(_STATUS.pack(pid, st))
+                except OSError:  # nanobot is gone; `ctl` says so next
+                    pass
 
     try:
         while True:
@@ -152,7 +155,7 @@ def serve(ctl_fd: int, status_fd: int) -> None:
 
 
 # --- nanobot's side ------------------------------------------------------------------------------
-_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); from nanobot.sandbox.launcher import serve; "
+_BOOT = ("import sys; sys.path.append(sys.argv[1]); from nanobot.sandbox.launcher import serve; "
          "serve(int(sys.argv[2]), int(sys.argv[3]))")
 
 ENABLED = True  # False: fork in nanobot itself, as before the launcher (scripts/bench_exec.py compares)
@@ -169,7 +172,8 @@ class _Connection:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", _BOOT, root, str(ctl_child.fileno()), str(status_child.fileno())],
                 pass_fds=(ctl_child.fileno(), status_child.fileno()), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, start_new_session=True,  # Ctrl-C in the chat is nanobot's to handle
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,  # a failed start says so through `ctl`
+                start_new_session=True,  # Ctrl-C in the chat is nanobot's to handle
                 env={},  # each request carries its command's environment; none of nanobot's keys sit here
             )
         except OSError as exc:

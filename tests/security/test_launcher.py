@@ -152,3 +152,12 @@ def test_where_no_launcher_starts_commands_still_run_confined(ws, landlock, monk
     assert (ws / "in.txt").read_text() == "inside\n"
     if landlock.memory_read_only:
         assert not (ws / "memory" / "x.txt").exists()
+
+
+def test_commands_running_at_once_each_get_their_own_output_and_status(ws, landlock):
+    tool = make_tool(ws, landlock)
+
+    async def together() -> list[str]:
+        return await asyncio.gather(*(tool.run(command=f"sleep 0.{i}; echo {i}; exit {i}") for i in range(1, 5)))
+
+    assert asyncio.run(together()) == [f"{i}\n[exit code: {i}]" for i in range(1, 5)]
