@@ -8,9 +8,12 @@ bare `subprocess.run` of the command, so the three layers' shares are visible.
 
     python scripts/bench_exec.py [--calls 100] [--command true] [--mechanism landlock --mechanism landlock-fork]
 
-Runs in a throwaway home and workspace (nothing in ~/.nanobot is touched), no network.
-CPU counts nanobot and every child process it reaped; on a busy machine wall time is mostly
-waiting for a core, so read both (the load is printed).
+"landlock-fork" is Landlock with the launcher switched off: the hook forked from nanobot itself,
+as before nanobot/sandbox/launcher.py. Runs in a throwaway home and workspace (nothing in
+~/.nanobot is touched), no network. CPU counts nanobot and every child process it reaped, the
+launcher and its keepers included (it is stopped and reaped inside each measurement); bwrap's
+sandboxed processes are not reaped by nanobot, so its CPU leaves them out. On a busy machine
+wall time is mostly waiting for a core, so read both (the load is printed).
 """
 
 from __future__ import annotations
