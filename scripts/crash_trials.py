@@ -5,6 +5,7 @@ servers, in a throwaway NANOBOT_HOME; nothing touches the network or your ~/.nan
 
     python scripts/crash_trials.py                 # 200 trials
     python scripts/crash_trials.py -n 60 --seed 7 --chains 3 --workers 3
+    python scripts/crash_trials.py -n 1000 --fork   # each trial forked from a helper that imported nanobot
 
 Prints how many trials ran, how many turns were acknowledged (their answer reached stdout) and how
 many of those were lost (must be 0), plus every failed check. Exit code 1 if anything failed.
@@ -17,6 +18,7 @@ import importlib.util
 import math
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -56,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=3, help="chains run at the same time (default 3)")
     parser.add_argument("--seed", type=int, default=None, help="base random seed (default: the test's seed)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary homes for inspection")
+    parser.add_argument("--fork", action="store_true",
+                        help="fork each trial's process from a helper that imported nanobot once "
+                             "(tests/forkserver.py, as the test does): about a fifth of the CPU per trial")
     args = parser.parse_args(argv)
 
     engine = load_engine()
@@ -70,10 +75,18 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(HOME=str(root), NANOBOT_HOME=str(root / "unused"), NO_PROXY="127.0.0.1,localhost")
     print(f"running {chains} x {per_chain} trials, seed {seed}, {args.workers} at a time, in {root}", flush=True)
     start = time.monotonic()
+    servers = None
+    if args.fork:
+        sys.path.insert(0, str(REPO / "tests"))
+        from forkserver import ForkServers
+
+        servers = ForkServers()
     try:
-        stats = engine.run_trials(chains, per_chain, root, [sys.executable, "-m", "nanobot"],
-                                  base_seed=seed, workers=args.workers)
+        stats = engine.run_trials(chains, per_chain, root, [sys.executable, "-m", "nanobot"], base_seed=seed,
+                                  workers=args.workers, start=servers.popen if servers else subprocess.Popen)
     finally:
+        if servers is not None:
+            servers.close()
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
     elapsed = time.monotonic() - start

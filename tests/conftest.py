@@ -80,6 +80,23 @@ def nanobot_run():
     return run_cli
 
 
+@pytest.fixture(scope="session")
+def nanobot_forkserver():
+    """Starts real `python -m nanobot` processes without paying the imports each time:
+    `nanobot_forkserver.popen([*nanobot_cmd, "agent", ...], stdout=..., env=...)` returns a
+    Popen-like child forked from a helper that imported nanobot once (tests/forkserver.py says what
+    the child gets and what it refuses). For tests that start many processes to kill or signal."""
+    import forkserver
+
+    return forkserver.shared()  # closed when the session finishes
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    forkserver = sys.modules.get("forkserver")  # helpers use forkserver.shared() without the fixture too
+    if forkserver is not None:
+        forkserver.close_shared()
+
+
 # The whole suite (`python -m pytest`, no paths given) runs on this many pytest-xdist workers; a
 # file or test named on the command line runs in one process, as do `-n 0` and `-p no:xdist`.
 WHOLE_SUITE_WORKERS = 2

@@ -41,3 +41,20 @@ def host_pids(marker: str, *, command: str | None = None) -> list[int]:
         if wanted and alive(int(entry)):
             found.append(int(entry))
     return found
+
+
+def host_pids_naming(text: str) -> list[int]:
+    """Host pids of live processes with `text` anywhere in their command line (a shell running a
+    script that contains it, say)."""
+    found = []
+    needle = text.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmdline and alive(int(entry)):
+            found.append(int(entry))
+    return found

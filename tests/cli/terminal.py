@@ -9,6 +9,8 @@ import time
 import pexpect
 import pyte
 
+import forkserver
+
 
 class Terminal:
     """Runs `nanobot ...` in a pty of `columns` x `rows`; `lines()` is the scrollback plus the screen."""
@@ -20,8 +22,9 @@ class Terminal:
         self.stream = pyte.ByteStream(self.screen)
         full_env = {**os.environ, **(env or {}), "TERM": "xterm", "COLUMNS": str(columns), "LINES": str(rows),
                     "PYTHONUNBUFFERED": "1", "PROMPT_TOOLKIT_NO_CPR": "1"}
-        self.child = pexpect.spawn(sys.executable, ["-m", "nanobot", *args], env=full_env,
-                                   dimensions=(rows, columns), timeout=timeout)
+        # a real process in a real pty, forked from a helper that has imported nanobot (tests/forkserver.py)
+        self.child = forkserver.shared().spawn([sys.executable, "-m", "nanobot", *args], env=full_env,
+                                               dimensions=(rows, columns), timeout=timeout)
         self.raw = b""
 
     def _pump(self, wait: float) -> bool:

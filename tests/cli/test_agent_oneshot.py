@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import subprocess
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import pytest
 from nanobot.fakellm import Reply
@@ -120,15 +125,15 @@ def test_exec_child_does_not_see_api_keys(nanobot_run, fake_llm, configure, isol
     assert "sk-test-key-123456" not in dumped  # the key from the config file either
 
 
-def test_ctrl_c_during_a_one_shot_turn_exits_130_and_kills_the_command(nanobot_cmd, fake_llm, configure,
-                                                                       isolated_home, host_sleepers):
+def test_ctrl_c_during_a_one_shot_turn_exits_130_and_kills_the_command(nanobot_cmd, nanobot_forkserver, fake_llm,
+                                                                       configure, isolated_home, host_sleepers):
     import signal
     import time
 
     configure()
     fake_llm.script(Reply.tool_calls([("exec", {"command": "sleep 6071 & echo $! > sleeper.pid; wait"})]))
-    proc = subprocess.Popen([*nanobot_cmd, "agent", "-m", "run it"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-m", "run it"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
     pidfile = isolated_home / "workspace" / "sleeper.pid"
     deadline = time.monotonic() + 20
     while not (pidfile.exists() and pidfile.read_text().strip()):
@@ -223,16 +228,28 @@ def _is_report(request) -> bool:
     return "subagent 'helper'" in json.dumps(request.messages[-1])
 
 
-def helper_responder(*, parent_delay: float, helper_delay, answer: str = "handled the report"):
+def helper_responder(*, parent_delay: float, helper_delay, answer: str = "handled the report",
+                     first: str | None = None):
     """Parent spawns a helper, answers "Started." after `parent_delay`; the helper reports after
-    `helper_delay()`; the report turn answers `answer`."""
+    `helper_delay()`; the report turn answers `answer`. With `first` ("helper" or "parent"), the
+    other's reply also waits until that one has been answered, so however busy the machine, the
+    delay is counted from there."""
+    answered = {"helper": threading.Event(), "parent": threading.Event()}
+
+    def after_first(who: str) -> None:
+        if first is not None and first != who:
+            answered[first].wait(timeout=30)
 
     def responder(request):
         if _is_subagent(request):
+            after_first("helper")
+            answered["helper"].set()
             return Reply.text("the helper's report: 7 files", delay=helper_delay())
         if _is_report(request):
             return Reply.text(answer)
         if any(m.get("role") == "tool" for m in request.messages):
+            after_first("parent")
+            answered["parent"].set()
             return Reply.text("Started.", delay=parent_delay)
         return Reply.tool_calls([("spawn", {"task": "count files", "label": "helper"})])
 
@@ -241,40 +258,104 @@ def helper_responder(*, parent_delay: float, helper_delay, answer: str = "handle
 
 TIMINGS = {
     # the helper's report is queued while the parent turn still runs (the seed's lost case)
-    "before": dict(parent_delay=0.15, helper_delay=lambda: 0.0),
+    "before": dict(parent_delay=0.15, helper_delay=lambda: 0.0, first="helper"),
     # it lands around the moment the parent turn ends
     "during": dict(parent_delay=0.05, helper_delay=lambda: random.uniform(0.0, 0.1)),
     # it arrives while one-shot mode is already waiting
-    "after": dict(parent_delay=0.0, helper_delay=lambda: 0.15),
+    "after": dict(parent_delay=0.0, helper_delay=lambda: 0.15, first="parent"),
 }
 
 
-@pytest.mark.parametrize("timing", list(TIMINGS))
-def test_one_shot_loses_no_report_in_20_trials(fake_llm, configure, capsys, timing):
-    """In-process `agent -m` (the real one-shot coroutine, the real SDK against the fake server)."""
+TRIALS = 20
+AT_ONCE = 4  # trials side by side, each on its own thread, event loop and fake server; mostly they wait
+
+
+class _PerThreadStream(io.TextIOBase):
+    """sys.stdout or sys.stderr while trials run side by side: each thread writes to its own buffer."""
+
+    encoding = "utf-8"
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def take(self) -> str:
+        """What this thread wrote since the last take."""
+        text = self._buffer().getvalue()
+        self._local.buffer = io.StringIO()
+        return text
+
+    def _buffer(self) -> io.StringIO:
+        if not hasattr(self._local, "buffer"):
+            self._local.buffer = io.StringIO()
+        return self._local.buffer
+
+    def write(self, text: str) -> int:
+        return self._buffer().write(text)
+
+    def isatty(self) -> bool:
+        return False
+
+
+@dataclass
+class _Trial:
+    code: int
+    out: str
+    saved: list
+    requests: list
+
+
+def _run_trials(timing: str, home, monkeypatch) -> list[_Trial]:
+    """TRIALS in-process `agent -m` runs (the real one-shot coroutine, the real SDK against a fake
+    server), AT_ONCE at a time, each with its own session."""
     import asyncio
 
     from nanobot.cli.chat import _one_shot
     from nanobot.config import load_config
+    from nanobot.fakellm import FakeLLMServer
     from nanobot.session.store import SessionStore
 
-    cfg = load_config(configure())
-    fake_llm.responder = helper_responder(**TIMINGS[timing])
+    out = _PerThreadStream()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", _PerThreadStream())
+    results: dict[int, _Trial] = {}
+
+    def slot(first: int) -> None:
+        with FakeLLMServer() as server:
+            path = home / f"config-{first}.json"
+            path.write_text(json.dumps({
+                "agents": {"defaults": {"model": "custom/test-model", "provider": "custom"}},
+                "providers": {"custom": {"apiKey": "sk-test-key-123456", "apiBase": server.openai_base_url}}}))
+            path.chmod(0o600)
+            cfg = load_config(path)
+            for trial in range(first, TRIALS, AT_ONCE):
+                server.reset()
+                server.responder = helper_responder(**TIMINGS[timing])  # its own events for each trial
+                code = asyncio.run(_one_shot(cfg, f"cli:trial{trial}", "count the files in the background",
+                                             markdown=False, json_out=False))
+                server.assert_all_valid()
+                results[trial] = _Trial(code, out.take(), SessionStore().load(f"cli:trial{trial}").messages,
+                                        list(server.requests))
+
+    home.mkdir(parents=True, exist_ok=True)
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        for done in [pool.submit(slot, first) for first in range(AT_ONCE)]:
+            done.result()
+    return [results[trial] for trial in range(TRIALS)]
+
+
+@pytest.mark.parametrize("timing", list(TIMINGS))
+def test_one_shot_loses_no_report_in_20_trials(isolated_home, monkeypatch, timing):
+    trials = _run_trials(timing, isolated_home, monkeypatch)
+    assert len(trials) == 20
     lost, order = [], []
-    for trial in range(20):
-        fake_llm.reset()
-        code = asyncio.run(_one_shot(cfg, f"cli:trial{trial}", "count the files in the background",
-                                     markdown=False, json_out=False))
-        out = capsys.readouterr().out
-        saved = SessionStore().load(f"cli:trial{trial}").messages
-        handled = [r for r in fake_llm.requests if _is_report(r)]
-        if code != 0 or "handled the report" not in out or not handled or not any(
-                m.get("content") == "handled the report" for m in saved):
-            lost.append(trial)
-        helper = next(r for r in fake_llm.requests if _is_subagent(r))
-        parent_end = next(r for r in fake_llm.requests if r.reply is not None and r.reply.content == "Started.")
+    for number, trial in enumerate(trials):
+        handled = [r for r in trial.requests if _is_report(r)]
+        if trial.code != 0 or "handled the report" not in trial.out or not handled or not any(
+                m.get("content") == "handled the report" for m in trial.saved):
+            lost.append(number)
+        helper = next(r for r in trial.requests if _is_subagent(r))
+        parent_end = next(r for r in trial.requests if r.reply is not None and r.reply.content == "Started.")
         order.append(helper.t_answered < parent_end.t_answered)
-        fake_llm.assert_all_valid()
     assert lost == [], f"reports lost in trials {lost}"
     if timing == "before":
         assert all(order)

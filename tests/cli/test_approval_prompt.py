@@ -10,6 +10,8 @@ import pexpect
 from nanobot.cli.approval_prompt import parse_answer
 from nanobot.fakellm import Reply
 
+import forkserver
+
 PROMPT = "you ›"
 PASTED = "sk-proj-PASTEDpasted0123456789abcdefghijKLMNOP"
 ASK = "allow? [y/a/n]"
@@ -43,8 +45,8 @@ def test_y_a_n_in_the_chat_while_a_turn_runs(isolated_home, configure, fake_llm,
     )
     env = {**os.environ, "TERM": "xterm", "COLUMNS": "120", "LINES": "40", "PYTHONUNBUFFERED": "1",
            "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = pexpect.spawn(sys.executable, ["-m", "nanobot", "agent"], env=env, encoding="utf-8", timeout=20,
-                          dimensions=(40, 120))
+    child = forkserver.shared().spawn([sys.executable, "-m", "nanobot", "agent"], env=env, encoding="utf-8",
+                          timeout=20, dimensions=(40, 120))
     try:
         child.expect("skill daily is off")  # the chat's first lines name a held skill
         child.expect_exact("nanobot skills approve daily")

@@ -12,13 +12,15 @@ import pexpect
 import pytest
 from nanobot.fakellm import Reply
 
+import forkserver
+
 PROMPT = "you ›"
 
 
 def spawn(isolated_home, *args):
     env = {**os.environ, "TERM": "xterm", "COLUMNS": "100", "LINES": "40", "PYTHONUNBUFFERED": "1", "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = pexpect.spawn(sys.executable, ["-m", "nanobot", "agent", *args], env=env, encoding="utf-8",
-                          timeout=20, dimensions=(40, 100))
+    child = forkserver.shared().spawn([sys.executable, "-m", "nanobot", "agent", *args], env=env,
+                                      encoding="utf-8", timeout=20, dimensions=(40, 100))
     child.expect_exact(PROMPT)
     return child
 

@@ -15,9 +15,14 @@ import pytest
 from nanobot.fakellm import Reply
 from nanobot.session.store import SessionStore
 
-# Each command marks that it runs, then writes one line 3 s later unless it was killed first.
-MAIN_CMD = 'touch main.started; sh -c "sleep 3; echo x >> main.late"'
-HELPER_CMD = 'touch helper.started; sh -c "sleep 3; echo x >> helper.late"'
+from host_procs import host_pids_naming
+
+# Each command marks that it runs, then writes one line 3 s later unless it was killed first. The
+# token (an unused $0 of the inner shell) is in the command line of every process that could still
+# write the line, so the tests see at once whether one survived instead of waiting 3 s for the write.
+TOKEN = f"nanobot-signals-{os.getpid()}"
+MAIN_CMD = f'touch main.started; sh -c "sleep 3; echo x >> main.late" {TOKEN}-main'
+HELPER_CMD = f'touch helper.started; sh -c "sleep 3; echo x >> helper.late" {TOKEN}-helper'
 
 
 def responder(request):
@@ -32,6 +37,17 @@ def responder(request):
     return Reply.tool_calls([("spawn", {"task": "background sleeper", "label": "sleeper"})])
 
 
+def assert_no_writer_survived(workspace, *names: str) -> None:
+    """No process that could still write `<name>.late` is alive (give the kernel a moment to finish
+    the kills), and none wrote it: so none ever will."""
+    deadline = time.monotonic() + 5
+    while (left := [n for n in names if host_pids_naming(f"{TOKEN}-{n}")]) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert left == [], f"the {left} command survived nanobot"
+    for name in names:
+        assert not (workspace / f"{name}.late").exists(), f"the {name} command wrote after nanobot ended"
+
+
 def wait_for(path, timeout=20.0):
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -39,10 +55,15 @@ def wait_for(path, timeout=20.0):
         time.sleep(0.05)
 
 
+def wait_until_running(workspace, *names: str) -> None:
+    """The commands marked that they run, and their writers are seen (what the check after relies on)."""
+    for name in names:
+        wait_for(workspace / f"{name}.started")
+        assert host_pids_naming(f"{TOKEN}-{name}"), f"the {name} command runs but is not seen"
+
+
 def assert_nothing_survived_and_session_loads(workspace, reason: str):
-    time.sleep(3.5)  # both commands would have written their line by now
-    assert not (workspace / "main.late").exists(), "the main agent's command survived"
-    assert not (workspace / "helper.late").exists(), "the helper's command survived"
+    assert_no_writer_survived(workspace, "main", "helper")
     session = SessionStore().load("cli:direct")
     assert session.warnings == []
     assert any(m.get("role") == "user" and m.get("content") == "go" for m in session.messages)
@@ -61,12 +82,12 @@ def started(configure, fake_llm, isolated_home):
     (signal.SIGTERM, 143, "was stopped when nanobot was terminated (SIGTERM)"),
     (signal.SIGHUP, 129, "was stopped when the terminal closed (SIGHUP)"),
 ])
-def test_signal_in_one_shot_kills_every_command_saves_and_exits(started, nanobot_cmd, sig, code, reason):
+def test_signal_in_one_shot_kills_every_command_saves_and_exits(started, nanobot_cmd, nanobot_forkserver, sig,
+                                                                code, reason):
     workspace = started
-    proc = subprocess.Popen([*nanobot_cmd, "agent", "-m", "go"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    wait_for(workspace / "main.started")
-    wait_for(workspace / "helper.started")
+    proc = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-m", "go"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+    wait_until_running(workspace, "main", "helper")
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == code, err
@@ -74,20 +95,18 @@ def test_signal_in_one_shot_kills_every_command_saves_and_exits(started, nanobot
     assert_nothing_survived_and_session_loads(workspace, reason)
 
 
-def test_closing_the_terminal_kills_every_command_saves_and_exits_129(started):
+def test_closing_the_terminal_kills_every_command_saves_and_exits_129(started, nanobot_forkserver):
     workspace = started
     env = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = pexpect.spawn(sys.executable, ["-m", "nanobot", "agent"], env=env, encoding="utf-8", timeout=20,
-                          dimensions=(40, 100))
+    child = nanobot_forkserver.spawn([sys.executable, "-m", "nanobot", "agent"], env=env, encoding="utf-8",
+                                     timeout=20, dimensions=(40, 100))
     child.expect_exact("you ›")
     child.sendline("go")
-    wait_for(workspace / "main.started")
-    wait_for(workspace / "helper.started")
+    wait_until_running(workspace, "main", "helper")
     os.close(child.child_fd)  # the terminal goes away: the kernel hangs up its session (SIGHUP)
     child.child_fd = -1
-    _, status = os.waitpid(child.pid, 0)
-    child.closed = True  # already reaped: keep pexpect from signalling a recycled pid
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 129, status
+    child.wait()
+    assert (child.exitstatus, child.signalstatus) == (129, None)
     assert_nothing_survived_and_session_loads(workspace, "was stopped when the terminal closed (SIGHUP)")
 
 
@@ -99,30 +118,30 @@ def idle_responder(request):
     return Reply.tool_calls([("spawn", {"task": "background sleeper", "label": "sleeper"})])
 
 
-def idle_chat_with_a_helper_running(workspace):
+def idle_chat_with_a_helper_running(workspace, forkserver):
     env = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = pexpect.spawn(sys.executable, ["-m", "nanobot", "agent"], env=env, encoding="utf-8", timeout=20,
-                          dimensions=(40, 100))
+    child = forkserver.spawn([sys.executable, "-m", "nanobot", "agent"], env=env, encoding="utf-8", timeout=20,
+                             dimensions=(40, 100))
     child.expect_exact("you ›")
     child.sendline("go")
     child.expect("it runs in the background")
     child.expect_exact("you ›")
-    wait_for(workspace / "helper.started")
+    wait_until_running(workspace, "helper")
     return child
 
 
 def assert_helper_killed_and_noted(workspace, reason):
-    time.sleep(3.5)
-    assert not (workspace / "helper.late").exists()
+    assert_no_writer_survived(workspace, "helper")
     notes = [m["content"] for m in SessionStore().load("cli:direct").messages if m.get("subagent")]
     assert len(notes) == 1 and reason in notes[0], notes
 
 
-def test_sigterm_at_the_idle_prompt_with_a_helper_running_exits_143(configure, fake_llm, isolated_home):
+def test_sigterm_at_the_idle_prompt_with_a_helper_running_exits_143(configure, fake_llm, isolated_home,
+                                                                   nanobot_forkserver):
     configure()
     fake_llm.responder = idle_responder
     workspace = isolated_home / "workspace"
-    child = idle_chat_with_a_helper_running(workspace)
+    child = idle_chat_with_a_helper_running(workspace, nanobot_forkserver)
     child.kill(signal.SIGTERM)
     child.expect(pexpect.EOF)
     child.close()
@@ -130,22 +149,21 @@ def test_sigterm_at_the_idle_prompt_with_a_helper_running_exits_143(configure, f
     assert_helper_killed_and_noted(workspace, "was stopped when nanobot was terminated (SIGTERM)")
 
 
-def test_closing_the_terminal_at_the_idle_prompt_exits_129(configure, fake_llm, isolated_home):
+def test_closing_the_terminal_at_the_idle_prompt_exits_129(configure, fake_llm, isolated_home, nanobot_forkserver):
     configure()
     fake_llm.responder = idle_responder
     workspace = isolated_home / "workspace"
-    child = idle_chat_with_a_helper_running(workspace)
+    child = idle_chat_with_a_helper_running(workspace, nanobot_forkserver)
     os.close(child.child_fd)
     child.child_fd = -1
-    _, status = os.waitpid(child.pid, 0)
-    child.closed = True
-    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 129, status
+    child.wait()
+    assert (child.exitstatus, child.signalstatus) == (129, None)
     assert_helper_killed_and_noted(workspace, "was stopped when the terminal closed (SIGHUP)")
 
 
 @pytest.mark.parametrize("mechanism", ["bwrap", "landlock"])
 def test_sigkill_of_nanobot_leaves_nothing_a_command_started(configure, fake_llm, isolated_home, nanobot_cmd,
-                                                            host_sleepers, mechanism):
+                                                            nanobot_forkserver, host_sleepers, mechanism):
     """No cleanup code runs on SIGKILL: what a command started must still die with nanobot."""
     from nanobot.sandbox.confine import choose
 
@@ -158,7 +176,8 @@ def test_sigkill_of_nanobot_leaves_nothing_a_command_started(configure, fake_llm
     fake_llm.script(Reply.tool_calls([("exec", {"command": "setsid sleep 7411 >/dev/null 2>&1 </dev/null & "
                                                            "nohup sleep 7412 >/dev/null 2>&1 & sleep 7413",
                                                 "timeout": 120})]), Reply.text("done"))
-    proc = subprocess.Popen([*nanobot_cmd, "agent", "-m", "go"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-m", "go"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
     markers = ("7411", "7412", "7413")
     try:
         deadline = time.monotonic() + 30

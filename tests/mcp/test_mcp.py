@@ -18,6 +18,8 @@ from nanobot.tools.approval import ApprovalRequest, Decision
 from nanobot.tools.base import ToolContext
 from nanobot.tools.registry import ToolRegistry
 
+import forkserver
+
 SERVER = str(Path(__file__).parent / "notes_server.py")
 
 
@@ -346,8 +348,8 @@ def test_the_chat_prompt_comes_first_then_one_line_for_a_failed_server_and_the_t
     path.write_text(json.dumps(data))
     fake_llm.script(Reply.tool_calls([("mcp_notes_add", {"a": 4, "b": 5})]), Reply.text("Nine."))
     env = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1", "PYTHONUNBUFFERED": "1"}
-    child = pexpect.spawn(sys.executable, ["-m", "nanobot", "agent"], env=env, encoding="utf-8", timeout=30,
-                          dimensions=(40, 160))
+    child = forkserver.shared().spawn([sys.executable, "-m", "nanobot", "agent"], env=env, encoding="utf-8",
+                          timeout=30, dimensions=(40, 160))
     try:
         child.expect_exact("you ›")
         child.expect_exact("MCP server broken failed to start: command not found: /nonexistent/mcp-server")

@@ -18,6 +18,8 @@ import pytest
 from nanobot.fakellm import Reply
 from nanobot.session.store import SessionStore
 
+import forkserver
+
 PROMPT = "you ›"
 IN_USE = "session cli:direct is in use by another nanobot process"
 
@@ -25,8 +27,8 @@ IN_USE = "session cli:direct is in use by another nanobot process"
 def spawn_repl(*args: str) -> pexpect.spawn:
     env = {**os.environ, "TERM": "xterm", "COLUMNS": "120", "LINES": "40", "PYTHONUNBUFFERED": "1",
            "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = pexpect.spawn(sys.executable, ["-m", "nanobot", "agent", "--no-markdown", *args], env=env,
-                          encoding="utf-8", timeout=60, dimensions=(40, 120))
+    child = forkserver.shared().spawn([sys.executable, "-m", "nanobot", "agent", "--no-markdown", *args],
+                                      env=env, encoding="utf-8", timeout=60, dimensions=(40, 120))
     child.expect_exact(PROMPT)  # the session is open (and locked) before the first prompt
     return child
 

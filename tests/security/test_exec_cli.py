@@ -13,6 +13,8 @@ import pexpect
 from nanobot.fakellm import Reply
 from test_without_bwrap import path_without_bwrap  # noqa: F401  (fixture)
 
+import forkserver
+
 
 def _force_no_confinement(cfg_path) -> None:
     data = json.loads(cfg_path.read_text())
@@ -44,8 +46,8 @@ def test_chat_first_lines_name_the_confinement_or_its_absence(configure, isolate
 
     def banner(path: str) -> str:
         env = {**os.environ, "PATH": path, "TERM": "xterm", "COLUMNS": "200", "PROMPT_TOOLKIT_NO_CPR": "1"}
-        child = pexpect.spawn(sys.executable, ["-m", "nanobot", "agent"], env=env, encoding="utf-8", timeout=30,
-                              dimensions=(40, 200))
+        child = forkserver.shared().spawn([sys.executable, "-m", "nanobot", "agent"], env=env, encoding="utf-8",
+                              timeout=30, dimensions=(40, 200))
         try:
             child.expect_exact("you ›")
             return " ".join(re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", child.before).split())
@@ -67,8 +69,8 @@ def test_chat_asks_before_network_from_exec_and_the_answer_decides(configure, fa
     )
     env = {**os.environ, "TERM": "xterm", "COLUMNS": "160", "LINES": "40", "PYTHONUNBUFFERED": "1",
            "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = pexpect.spawn(sys.executable, ["-m", "nanobot", "agent"], env=env, encoding="utf-8", timeout=30,
-                          dimensions=(40, 160))
+    child = forkserver.shared().spawn([sys.executable, "-m", "nanobot", "agent"], env=env, encoding="utf-8",
+                          timeout=30, dimensions=(40, 160))
     ws = isolated_home / "workspace"
     try:
         child.expect_exact("you ›")

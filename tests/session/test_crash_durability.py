@@ -30,14 +30,18 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from nanobot.fakellm import FakeLLMServer, Reply
 from nanobot.providers.registry import scrubbed_env_names
 from nanobot.session.store import SessionStore
+
+Start = Callable[..., Any]  # subprocess.Popen, or a fork server's popen
 
 BASE_SEED = int(os.environ.get("NANOBOT_CRASH_SEED", "20260301"))
 CHAINS = 3
@@ -67,20 +71,22 @@ AIMS = {
 
 
 class Proc:
-    """`nanobot agent -m` with stdout on a pipe (or a pseudo-terminal, for streamed answers)."""
+    """`nanobot agent -m` with stdout on a pipe (or a pseudo-terminal, for streamed answers).
 
-    def __init__(self, argv: list[str], env: dict, *, use_pty: bool, stderr_path: Path) -> None:
+    `start` makes the process: `subprocess.Popen`, or the test fork server's `popen` (a real
+    process too, forked from a helper that has already imported nanobot; tests/forkserver.py)."""
+
+    def __init__(self, argv: list[str], env: dict, *, use_pty: bool, stderr_path: Path, start: Start) -> None:
         self._buf = bytearray()
         self._cond = threading.Condition()
         self._stderr = open(stderr_path, "ab")
         if use_pty:
             master, slave = pty.openpty()
-            self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=self._stderr, env=env)
+            self.p = start(argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=self._stderr, env=env)
             os.close(slave)
             fd = master
         else:
-            self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                      stderr=self._stderr, env=env, bufsize=0)
+            self.p = start(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr, env=env)
             fd = self.p.stdout.fileno()
         self._fd, self._pty = fd, use_pty
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -116,7 +122,7 @@ class Proc:
 
     def kill(self) -> None:
         if self.p.poll() is None:
-            os.kill(self.p.pid, signal.SIGKILL)
+            self.p.kill()
             self.killed_at = time.monotonic()
 
     def finish(self, timeout: float = 60) -> int:
@@ -271,7 +277,8 @@ class Stats:
 
 
 class Chain:
-    def __init__(self, index: int, seed: int, root: Path, nanobot_cmd: list[str], protocol: str) -> None:
+    def __init__(self, index: int, seed: int, root: Path, nanobot_cmd: list[str], protocol: str,
+                 start: Start = subprocess.Popen) -> None:
         self.name = f"c{index}"
         self.rng = random.Random(seed)
         self.seed = seed
@@ -280,6 +287,7 @@ class Chain:
         self.home.mkdir(parents=True, exist_ok=True)
         self.key = f"crash:{self.name}"
         self.cmd = nanobot_cmd
+        self.start = start
         self.server = FakeLLMServer().start()
         self.store_dir = self.home / "sessions"
         self.path = SessionStore(self.store_dir).path_for(self.key)
@@ -365,7 +373,8 @@ class Chain:
         argv = [*self.cmd, "agent", "-m", user, "-s", self.key, "--no-markdown"]
         calls_before = self._count_lines('"tool_calls"')
         t0 = time.monotonic()
-        proc = Proc(argv, self._env(), use_pty=aim == "stream", stderr_path=self.home / "stderr.log")
+        proc = Proc(argv, self._env(), use_pty=aim == "stream", stderr_path=self.home / "stderr.log",
+                    start=self.start)
         try:
             self._aim(aim, proc, tag, answer, d1, d2, float(sleep_cmd.split()[1]), t0, calls_before)
         finally:
@@ -481,9 +490,10 @@ class Chain:
         proc.kill()
 
 
-def run_chain(index: int, seed: int, trials: int, root: Path, nanobot_cmd: list[str]) -> Stats:
+def run_chain(index: int, seed: int, trials: int, root: Path, nanobot_cmd: list[str],
+              start: Start = subprocess.Popen) -> Stats:
     protocol = "anthropic" if index % 2 else "openai"
-    chain = Chain(index, seed, root, nanobot_cmd, protocol)
+    chain = Chain(index, seed, root, nanobot_cmd, protocol, start)
     try:
         aims, weights = zip(*AIMS.items())
         # every aim at least once per chain when there is room, then random ones
@@ -499,10 +509,10 @@ def run_chain(index: int, seed: int, trials: int, root: Path, nanobot_cmd: list[
 
 
 def run_trials(n_chains: int, trials_per_chain: int, root: Path, nanobot_cmd: list[str],
-               base_seed: int = BASE_SEED, workers: int = WORKERS) -> Stats:
+               base_seed: int = BASE_SEED, workers: int = WORKERS, start: Start = subprocess.Popen) -> Stats:
     total = Stats()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(run_chain, i, base_seed + i, trials_per_chain, root, nanobot_cmd)
+        futures = [pool.submit(run_chain, i, base_seed + i, trials_per_chain, root, nanobot_cmd, start)
                    for i in range(n_chains)]
         for future in futures:
             total.add(future.result())
@@ -513,9 +523,11 @@ def run_trials(n_chains: int, trials_per_chain: int, root: Path, nanobot_cmd: li
 # the tests
 
 
-@pytest.mark.timeout(600)  # ~55 real processes; about a minute on two idle cores, longer on a busy box
-def test_sigkill_at_random_moments_loses_no_acknowledged_turn(tmp_path, nanobot_cmd):
-    stats = run_trials(CHAINS, TRIALS_PER_CHAIN, tmp_path / "chains", nanobot_cmd)
+@pytest.mark.timeout(600)  # ~55 real processes
+def test_sigkill_at_random_moments_loses_no_acknowledged_turn(tmp_path, nanobot_cmd, nanobot_forkserver):
+    # every trial is a real process, forked from a helper that imported nanobot once (a fresh
+    # interpreter's imports took a second of CPU per trial); scripts/crash_trials.py starts fresh ones
+    stats = run_trials(CHAINS, TRIALS_PER_CHAIN, tmp_path / "chains", nanobot_cmd, start=nanobot_forkserver.popen)
     print("\ncrash trials:", stats.summary())
     assert not stats.failures, "\n".join(stats.failures[:30])
     assert stats.trials >= 50
@@ -524,14 +536,14 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_turn(tmp_path, nanobot_
 
 
 def test_kill_while_a_tool_runs_closes_the_call_as_interrupted_in_the_next_request(
-        fake_llm, configure, isolated_home, nanobot_cmd):
+        fake_llm, configure, isolated_home, nanobot_cmd, nanobot_forkserver):
     configure()
     fake_llm.script(Reply.tool_calls([("exec", {"command": "echo done-first"}),
                                       ("exec", {"command": "sleep 5"})]), Reply.text("never shown"))
     sessions = isolated_home / "sessions"
     path = SessionStore(sessions).path_for("cli:direct")
-    proc = subprocess.Popen([*nanobot_cmd, "agent", "-m", "run two things"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    proc = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-m", "run two things"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # the first result is checkpointed, the sleep is running
@@ -554,8 +566,7 @@ def test_kill_while_a_tool_runs_closes_the_call_as_interrupted_in_the_next_reque
 
     fake_llm.reset()
     fake_llm.script(Reply.text("picked up where we left off"))
-    result = subprocess.run([*nanobot_cmd, "agent", "-m", "what happened?"], capture_output=True, text=True,
-                            timeout=60)
+    result = nanobot_forkserver.run([*nanobot_cmd, "agent", "-m", "what happened?"], text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "picked up where we left off"
     fake_llm.assert_all_valid()
@@ -571,7 +582,7 @@ def test_kill_while_a_tool_runs_closes_the_call_as_interrupted_in_the_next_reque
     assert stored_after[-1] == {**stored_after[-1], "role": "assistant", "content": "picked up where we left off"}
 
 
-def test_a_streamed_answer_fully_on_screen_is_on_disk(tmp_path, nanobot_cmd):
+def test_a_streamed_answer_fully_on_screen_is_on_disk(tmp_path, nanobot_cmd, nanobot_forkserver):
     chain = Chain(0, BASE_SEED, tmp_path, nanobot_cmd, "openai")
     try:
         for attempt in range(3):  # one loss is enough to show the window; 3 clean runs would mean it is closed
@@ -579,7 +590,8 @@ def test_a_streamed_answer_fully_on_screen_is_on_disk(tmp_path, nanobot_cmd):
             chain.server.reset()
             chain.server.script(Reply.text(answer, chunks=30))
             proc = Proc([*nanobot_cmd, "agent", "-m", f"stream {attempt}", "-s", chain.key, "--no-markdown"],
-                        chain._env(), use_pty=True, stderr_path=tmp_path / "stderr.log")
+                        chain._env(), use_pty=True, stderr_path=tmp_path / "stderr.log",
+                        start=nanobot_forkserver.popen)
             try:
                 assert proc.wait_output(answer, timeout=60), proc.output()
             finally:
