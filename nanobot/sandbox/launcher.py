@@ -197,6 +197,7 @@ class _Connection:
             raise LauncherUnavailable("the exec launcher did not start")
         self.ctl = ctl
         self.alive = True
+        self.owner = os.getpid()
         self.lock = threading.Lock()
         self.waiters: dict[int, Callable[[int], None]] = {}
         self.early: dict[int, int] = {}
@@ -270,6 +271,8 @@ class Launcher:
         with self._lock:
             if self.unavailable:
                 raise LauncherUnavailable("the exec launcher could not be started")
+            if self._conn is not None and self._conn.owner != os.getpid():
+                self._conn = None  # a fork of the process that started it: that launcher is not ours
             if self._conn is None or not self._conn.alive:
                 try:
                     self._conn = _Connection()
@@ -283,7 +286,7 @@ class Launcher:
         nanobot's; the next start makes a new one. Runs at exit."""
         with self._lock:
             conn, self._conn = self._conn, None
-        if conn is None:
+        if conn is None or conn.owner != os.getpid():
             return
         conn.ctl.close()
         try:
