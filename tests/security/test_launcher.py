@@ -161,3 +161,24 @@ def test_commands_running_at_once_each_get_their_own_output_and_status(ws, landl
         return await asyncio.gather(*(tool.run(command=f"sleep 0.{i}; echo {i}; exit {i}") for i in range(1, 5)))
 
     assert asyncio.run(together()) == [f"{i}\n[exit code: {i}]" for i in range(1, 5)]
+
+
+def test_a_forked_copy_of_nanobot_starts_its_own_launcher_and_leaves_the_parents_alone(ws, landlock):
+    tool = make_tool(ws, landlock)
+    assert run(tool, "echo parent") == "parent\n[exit code: 0]"
+    parents_launcher = _launchers()
+    rd, wr = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # as the tests' fork server's children are made
+        try:
+            out = run(tool, "cat /proc/$PPID/stat")
+            os.write(wr, out.rsplit(")", 1)[1].split()[1].encode())
+        finally:
+            os._exit(0)
+    os.close(wr)
+    with os.fdopen(rd, "rb") as fh:
+        childs_launcher = int(fh.read() or b"0")
+    os.waitpid(pid, 0)
+    assert childs_launcher and childs_launcher not in parents_launcher
+    assert _launchers() == parents_launcher  # the child's exit did not stop ours
+    assert run(tool, "echo still") == "still\n[exit code: 0]"
