@@ -165,7 +165,8 @@ def build_scheduler(cfg: Config, *, kind: str, heartbeat: bool = False, turns: J
     store = JobStore(cfg.workspace_path())
     hb = cfg.gateway.heartbeat
     return Scheduler(store, turns or AssistantTurns(cfg), RunnerLock(store, kind), clock or SystemClock(),
-                     list(deliveries or []), HeartbeatSettings(hb.enabled and heartbeat, hb.interval_s))
+                     list(deliveries or []), HeartbeatSettings(hb.enabled and heartbeat, hb.interval_s),
+                     poll_s=cfg.gateway.jobs_poll_s)
 
 
 @dataclass
@@ -268,7 +269,8 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     consolidator = Consolidator(provider, memory, store, budget, timeout=d.consolidation_timeout_seconds)
     conversation = Conversation(
         session=session, store=store, context=context, loop=loop,
-        upkeep=MemoryUpkeep(consolidator, session, context, tools, background=background),
+        upkeep=MemoryUpkeep(consolidator, session, context, tools, background=background,
+                            room_wait_seconds=d.consolidation_wait_seconds),
         settings=TurnSettings(channel=channel or "cli", chat_id=chat_id or "direct"))
     sub_tools = build_tools(cfg, workspace, approver)  # subagents ask the same way, recorded in this session
     subagents = SubagentManager(provider, sub_tools, workspace, reports=ReportTurns(conversation, background),

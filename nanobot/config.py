@@ -38,6 +38,7 @@ class AgentDefaults:
     context_block_limit: int = 0  # optional cap on prompt tokens, for cost (history is consolidated under it); 0: off
     max_tool_calls_per_step: int = 32  # tool calls run per model step; extra calls get an error result
     consolidation_timeout_seconds: float = 90.0  # deadline for one consolidation request, retries included
+    consolidation_wait_seconds: float = 5.0  # a turn waits this long for consolidation to make room, then goes ahead
     temperature: float = 0.1
     max_tool_iterations: int = 40  # LLM calls per turn before the turn is stopped
     timezone: str = ""  # IANA name for the runtime context; empty means the system's
@@ -133,6 +134,7 @@ class HeartbeatConfig:
 @dataclass
 class Gateway:
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)  # nanobot's host/port are ignored
+    jobs_poll_s: float = 5.0  # seconds between a waiting runner's (serve's, a chat's) rereads of the jobs file
 
 
 @dataclass
@@ -257,6 +259,10 @@ def _check_semantics(cfg: Config, source: str) -> None:
     _check_exec(cfg.tools.exec, source)
     if cfg.gateway.heartbeat.interval_s < 60:
         raise ConfigError(f"{source}: gateway.heartbeat.intervalS: must be at least 60 seconds")
+    if cfg.gateway.jobs_poll_s <= 0:
+        raise ConfigError(f"{source}: gateway.jobsPollS: must be a positive number of seconds")
+    if cfg.defaults.consolidation_wait_seconds < 0:
+        raise ConfigError(f"{source}: agents.defaults.consolidationWaitSeconds: must not be negative")
     if cfg.defaults.subagent_wait_seconds < 0:
         raise ConfigError(f"{source}: agents.defaults.subagentWaitSeconds: must not be negative")
     config_check.check_ranges(cfg, source)

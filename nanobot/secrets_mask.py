@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -182,11 +184,33 @@ def _sub_lines(pattern: re.Pattern[str], text: str, hints: tuple[str, ...]) -> t
     return ("\n".join(lines), total) if total else (text, 0)
 
 
+# Long texts masked lately, with the exact-value pattern they were masked under: the system prompt
+# is masked several times a turn (each budget estimate, then the request) and is the same text.
+_MEMO_MIN_CHARS = 1024
+_MEMO_SIZE = 8
+_memo: OrderedDict[str, tuple[re.Pattern[str] | None, str]] = OrderedDict()
+_memo_lock = threading.Lock()
+
+
 def mask_secrets(text: str) -> str:
     """`text` with secrets replaced by [REDACTED]; applying it twice changes nothing more."""
     if not text or not isinstance(text, str):
         return text
-    return _scan(text, None)
+    if len(text) < _MEMO_MIN_CHARS:
+        return _scan(text, None)
+    known = _known_re  # a new secret makes a new pattern, so a text masked before it is masked again
+    with _memo_lock:
+        hit = _memo.get(text)
+        if hit is not None and hit[0] is known:
+            _memo.move_to_end(text)
+            return hit[1]
+    masked = _scan(text, None)
+    with _memo_lock:
+        _memo[text] = (known, masked)
+        _memo.move_to_end(text)
+        if len(_memo) > _MEMO_SIZE:
+            _memo.popitem(last=False)
+    return masked
 
 
 def find_secrets(text: str) -> tuple[str, list[str]]:

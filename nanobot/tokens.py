@@ -35,6 +35,11 @@ MESSAGE_OVERHEAD = 4
 # An image part costs about this much on Anthropic (~1.15 MP) and more than OpenAI's high-detail tile sum.
 IMAGE_TOKENS = 1600
 TOOL_OVERHEAD = 8
+# Texts at least this long have their count cached by content too: the same tool output, paste or
+# argument often sits in several messages (forty calls returning one file, a result saved again
+# with a new call id), and encoding it is what a turn's token budget costs.
+TEXT_CACHE_MIN_CHARS = 512
+TEXT_CACHE_SIZE = 4096
 
 Encode = Callable[[str], list[int]]
 
@@ -96,6 +101,8 @@ class TokenCounter:
     The cache key is built from the message's content (role, text hash and length, tool call
     ids/names/arguments), not from the dict's identity: the same message loaded twice hits the
     cache, and nothing private is stored in the message dict (dicts go to disk as they are).
+    Long texts are also cached by their own content (length and hash), so one text in many
+    messages is encoded once.
     """
 
     def __init__(self, encode: Encode | None = None, *, fallback_reason: str | None = None,
@@ -106,6 +113,7 @@ class TokenCounter:
         self._reason = fallback_reason if encode is None else None
         self._cache: OrderedDict[tuple, int] = OrderedDict()
         self._max_cache = max_cache
+        self._texts: OrderedDict[tuple[int, int], int] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -136,10 +144,24 @@ class TokenCounter:
     def count_text(self, text: str) -> int:
         if not text:
             return 0
-        if self._encode is None:
+        encode = self._encode
+        if encode is None:
             return fallback_count(text)
-        # A real tokenizer never gives 0 for non-empty text, but guard: 0 turns consolidation off.
-        return max(1, len(self._encode(text)))
+        if len(text) < TEXT_CACHE_MIN_CHARS:
+            # A real tokenizer never gives 0 for non-empty text, but guard: 0 turns consolidation off.
+            return max(1, len(encode(text)))
+        key = (len(text), hash(text))
+        with self._lock:
+            cached = self._texts.get(key)
+            if cached is not None:
+                self._texts.move_to_end(key)
+                return cached
+        n = max(1, len(encode(text)))
+        with self._lock:
+            self._texts[key] = n
+            if len(self._texts) > TEXT_CACHE_SIZE:
+                self._texts.popitem(last=False)
+        return n
 
     def count_message(self, msg: Message) -> int:
         key = _message_key(msg)

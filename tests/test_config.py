@@ -82,6 +82,8 @@ def test_a_nanobot_config_file_loads_and_unknown_sections_are_kept(tmp_path):
     ('{"agents": {"defaults": {"contextWindowTokens": 0}}}', "must be a positive integer"),
     ('{"tools": {"exec": {"timeout": 0}}}', "tools.exec.timeout: must be a positive number"),
     ('{"agents": {"defaults": {"subagentWaitSeconds": -1}}}', "subagentWaitSeconds: must not be negative"),
+    ('{"agents": {"defaults": {"consolidationWaitSeconds": -1}}}', "consolidationWaitSeconds: must not be negative"),
+    ('{"gateway": {"jobsPollS": 0}}', "gateway.jobsPollS: must be a positive number of seconds"),
 ])
 def test_invalid_file_names_file_key_and_reason_and_is_never_rewritten(tmp_path, content, expected):
     path = write(tmp_path / "c.json", content)

@@ -142,3 +142,17 @@ def test_tool_call_arguments_stay_valid_json_when_masked():
     args = json.loads(out["tool_calls"][0]["function"]["arguments"])
     assert "b3BlbnNzaC1" not in args["content"] and SECRETS["openai"] not in args["content"]
     assert msg["tool_calls"][0]["function"]["arguments"] != out["tool_calls"][0]["function"]["arguments"]
+
+
+def test_a_long_text_masked_before_a_secret_was_known_is_masked_again_after(monkeypatch):
+    from nanobot import secrets_mask
+
+    monkeypatch.setattr(secrets_mask, "_known", set())
+    monkeypatch.setattr(secrets_mask, "_known_re", None)
+    value = "local-server-password-41"  # no known key shape: only the exact value gives it away
+    prompt = "## USER.md\n\n" + "The user works on the build scripts.\n" * 40 + f"db login: {value}\n"
+    assert mask_secrets(prompt) == prompt  # not a secret yet (and remembered as masked)
+    assert mask_secrets(prompt) == prompt
+    secrets_mask.remember_secrets([value])
+    assert value not in mask_secrets(prompt) and REDACTED in mask_secrets(prompt)
+    assert mask_secrets(prompt) == mask_secrets(prompt.replace(value, REDACTED))

@@ -155,6 +155,24 @@ def test_a_message_is_tokenised_once():
     assert len(calls) > n_calls
 
 
+def test_one_long_text_in_many_messages_is_encoded_once():
+    calls = []
+    encode = load_offline_encoding()[0]
+
+    def spy(text):
+        calls.append(text)
+        return encode(text)
+
+    output = CODE * 40  # one file's contents, returned by forty calls that read it
+    counter = TokenCounter(spy)
+    results = [m.tool_result(f"c{i}", "read_file", output) for i in range(40)]
+    counts = [counter.count_message(r) for r in results]
+    assert calls.count(output) == 1
+    assert counts == [TokenCounter(encode).count_message(r) for r in results]  # the same as counting each
+    assert len(set(counts)) == 1 and counts[0] > len(encode(output))
+    assert counter.count_text(output + "!") != 0 and calls.count(output + "!") == 1  # other text: counted anew
+
+
 def test_cache_is_bounded():
     counter = TokenCounter(None, max_cache=3)
     for i in range(10):

@@ -14,11 +14,12 @@ from nanobot.agent.consolidation import DEFAULT_PROBE, ConsolidationReport, Cons
 from nanobot.agent.context import ContextBuilder
 from nanobot.agent.events import Event, EventSink, Notice, ignore
 from nanobot.agent.loop import ToolRunner
+from nanobot.config import AgentDefaults
 from nanobot.session.store import Session
 
 # a turn waits this long for consolidation to make room, then goes ahead with older turns left
 # out of its request while consolidation finishes in the background
-ROOM_WAIT_SECONDS = 5.0
+ROOM_WAIT_SECONDS = AgentDefaults.consolidation_wait_seconds
 
 
 class MemoryUpkeep:
@@ -60,7 +61,8 @@ class MemoryUpkeep:
                 self._start(probe)
                 if await self.join(wait):
                     return
-            emit(Notice(f"memory consolidation is taking longer than {wait:g} s; it goes on in the background, and "
+            emit(Notice(f"memory consolidation is taking longer than {wait:g} s "
+                        "(agents.defaults.consolidationWaitSeconds); it goes on in the background, and "
                         "until it is done a request that does not fit leaves the oldest turns out"))
         finally:
             self._waiting = None

@@ -10,7 +10,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from rich.console import Console
 
@@ -24,6 +24,8 @@ from nanobot.cli.termination import Termination
 from nanobot.cli.turn_notes import continuation_marker, resume_notice, unsaved_notice
 from nanobot.errors import NanobotError, StorageError, UsageError
 from nanobot.secrets_mask import mask_secrets
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:  # annotations only: these load when the chat opens its assistant
     from prompt_toolkit import PromptSession
@@ -225,8 +227,32 @@ class Chat:
         self.failed = False  # a slash command failed (the exit code of `agent -m /new`)
         self._ctrl_c_on_text = False
         self._last_ctrl_c: float | None = None  # when Ctrl-C last hit an empty prompt
+        self._idle_ctrl_c: float | None = None  # a Ctrl-C while neither the prompt nor a turn had it
         self.reminders: ChatReminders | None = None
         self._held_firings: list[Firing] = []  # reminders that arrived during a turn, shown after it
+
+    def _on_idle_sigint(self, signum: int, frame: object) -> None:
+        """Ctrl-C while neither the prompt (which reads it as a key) nor a turn or /compact (which it
+        cancels) has it: the few milliseconds between two prompts, or start-up. It counts as a Ctrl-C
+        on an empty prompt at the next prompt; a second one within a second leaves, as before."""
+        now = time.monotonic()
+        if self._idle_ctrl_c is not None and now - self._idle_ctrl_c <= DOUBLE_CTRL_C_SECONDS:
+            raise KeyboardInterrupt
+        self._idle_ctrl_c = now
+
+    def _catch_idle_sigint(self) -> None:
+        signal.signal(signal.SIGINT, self._on_idle_sigint)
+
+    async def _ctrl_c_cancels(self, work: Awaitable[T]) -> T:
+        """Await `work` with Ctrl-C cancelling it (CancelledError), the chat staying."""
+        loop = asyncio.get_running_loop()
+        task = asyncio.ensure_future(work)
+        loop.add_signal_handler(signal.SIGINT, task.cancel)
+        try:
+            return await task
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+            self._catch_idle_sigint()
 
     def _second_ctrl_c(self) -> bool:
         """Ctrl-C at the prompt clears the line; twice within a second on an empty prompt leaves."""
@@ -303,8 +329,13 @@ class Chat:
                 self.console.print(resumed, highlight=False, soft_wrap=False)
             prompt = self._prompt_session()  # piped stdin never gets here: it becomes a one-shot message
             self._start_reminders()
+            self._catch_idle_sigint()  # from here on a stray Ctrl-C never ends the chat at once
             while True:
                 self._show_held_firings()
+                if self._idle_ctrl_c is not None:  # pressed just before this prompt: as if at it
+                    self._idle_ctrl_c, self._ctrl_c_on_text = None, False
+                    if self._second_ctrl_c():
+                        break
                 try:
                     with patch_stdout(raw=True):
                         text = await prompt.prompt_async("you › ", default=self.unsent)
@@ -333,6 +364,7 @@ class Chat:
                     continue
                 await self.run_turn(text)
         finally:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             # after SIGHUP the terminal is gone and printing fails: the session is saved regardless
             with contextlib.suppress(OSError):
                 self.renderer.finish()
@@ -372,6 +404,7 @@ class Chat:
             return
         finally:
             loop.remove_signal_handler(signal.SIGINT)
+            self._catch_idle_sigint()
             self.turn_task = None
         self.renderer.finish()  # a failed turn's error was shown by the renderer (TurnDone)
 
@@ -422,7 +455,12 @@ class Chat:
                              on_error: str = "", quiet_when_idle: bool = False) -> bool:
         """Run /new or /compact, print its receipt; False when it failed (nothing was changed)."""
         try:
-            report = await action(emit=self.renderer)
+            report = await self._ctrl_c_cancels(action(emit=self.renderer))
+        except asyncio.CancelledError:
+            if self.term.signum is not None:
+                raise  # SIGTERM / SIGHUP: leave
+            self.console.print("[yellow]cancelled[/yellow]")
+            return False
         except NanobotError as exc:
             print_error(exc.message + on_error, exc.hint, console=self.console)
             self.failed = True

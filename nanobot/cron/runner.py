@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from nanobot.config import Gateway
 from nanobot.cron.heartbeat import (
     HEARTBEAT_SESSION,
     heartbeat_path,
@@ -41,7 +42,7 @@ __all__ = ["Clock", "SystemClock", "Firing", "TurnResult", "JobTurns", "Delivery
 MISSED_GAP_MS = 120_000  # no tick for this long: what fell due meanwhile was missed
 ONCE_LATE_MS = 3_600_000  # `serve --once`: up to an hour overdue is late, not missed
 TICK_RECORD_MS = MISSED_GAP_MS // 4  # how often a live runner notes that it is alive (an fsync)
-POLL_SECONDS = 5.0  # how often a waiting runner rereads the store (jobs added by a chat or `nanobot cron add`)
+POLL_SECONDS = Gateway.jobs_poll_s  # how often a waiting runner rereads the store (jobs added by a chat or `nanobot cron add`)
 RESULT_CHARS = 4000  # of a turn's answer, kept in runs.jsonl
 
 

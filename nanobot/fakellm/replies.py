@@ -32,6 +32,9 @@ _OPENAI_ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error
                        403: "invalid_request_error", 404: "invalid_request_error",
                        429: "rate_limit_exceeded", 500: "server_error", 503: "server_error"}
 
+# A streamed text arrives in at most this many deltas, and a tool call's arguments in pieces of
+# 16 characters, or in this many longer ones when they are long (40 KB of arguments in 16-character
+# deltas would be 2,500 events for one call).
 _MAX_TEXT_CHUNKS = 100
 _ARG_PIECE = 16
 
@@ -155,7 +158,8 @@ def _split_even(text: str, n: int) -> list[str]:
 
 
 def _arg_pieces(s: str) -> list[str]:
-    return [s[k:k + _ARG_PIECE] for k in range(0, len(s), _ARG_PIECE)] or [""]
+    size = max(_ARG_PIECE, -(-len(s) // _MAX_TEXT_CHUNKS))
+    return [s[k:k + size] for k in range(0, len(s), size)] or [""]
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ def over_window(server, window: int = WINDOW) -> list[str]:
     return out
 
 
+@functools.lru_cache(maxsize=512)  # the property tests ask for the same texts in every example
 def make_text(kind: str, n: int, seed: int = 0) -> str:
     """`n` characters of prose, hex, CJK or JSON lines: the densities tool output and pastes come in."""
     if n <= 0:

@@ -284,7 +284,7 @@ def test_one_shot_waits_for_its_background_consolidation(configure, fake_llm, na
     cfg = load_config(None)
     stored = _prefill(cfg, 200, until_below=WINDOW - 2048)
     long_answer = "Here is a long answer. " + _words(7, 400)
-    fake_llm.responder = lambda req: (dataclasses.replace(brain(req), delay=1.0) if req.tools and any(
+    fake_llm.responder = lambda req: (dataclasses.replace(brain(req), delay=0.3) if req.tools and any(
         t["function"]["name"] == "save_memory" for t in req.tools) else Reply.text(long_answer))
     run = nanobot_run("agent", "-m", "hi")
     assert run.returncode == 0, run.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 
@@ -47,6 +48,19 @@ class Terminal:
                     return
                 raise AssertionError(f"{text!r} never appeared; screen:\n{self.text()}")
 
+    def wait_for_drawn(self, text: str) -> None:
+        """Read until `text` has been drawn, even if it was drawn over since (a spinner's label): the
+        output is searched as it came, without its escape sequences, however the reads split it."""
+        deadline = time.monotonic() + self.timeout
+        while text not in self.drawn():
+            if time.monotonic() > deadline or not self._pump(0.2):
+                if text in self.drawn():
+                    return
+                raise AssertionError(f"{text!r} was never drawn; screen:\n{self.text()}")
+
+    def drawn(self) -> str:
+        return re.sub(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|[()][0-9A-Za-z]|[=>78])", "", self.raw.decode("utf-8", "replace"))
+
     def wait_for_count(self, text: str, count: int) -> None:
         deadline = time.monotonic() + self.timeout
         while self.text().count(text) < count:
@@ -55,6 +69,12 @@ class Terminal:
 
     def send(self, line: str) -> None:
         self.child.send(line + "\r")
+
+    def paste(self, text: str) -> None:
+        """Paste `text` and press Enter, as a terminal sends a paste (bracketed: one event, not a
+        key press per character, which takes prompt_toolkit about half a millisecond each)."""
+        self.child.send("\x1b[200~" + text + "\x1b[201~")
+        self.child.send("\r")
 
     def finish(self) -> int | None:
         """Read until the program exits; its exit status."""

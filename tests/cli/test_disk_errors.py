@@ -104,7 +104,7 @@ def test_chat_puts_an_unsaved_message_back_at_the_prompt(fake_llm, configure, is
         try:
             term.wait_for("you ›")
             filler = fill(sessions)
-            term.send("remember: " + "y" * 6000)  # more than the session file's last page holds
+            term.paste("remember: " + "y" * 6000)  # more than the session file's last page holds
             term.wait_for("your message was not saved and was not sent to the model")
             time.sleep(0.5)
             assert fake_llm.requests == []

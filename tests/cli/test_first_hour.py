@@ -125,19 +125,12 @@ def test_config_mistakes_are_said_not_passed_over(nanobot_run, fake_llm, configu
     assert "agents.defaults.temperature: -3 is out of range; using the default workspace" in shown.stderr
 
 
-def test_chat_says_it_resumed_marks_continuation_lines_and_counts_the_wait(fake_llm, configure):
+def test_chat_says_it_resumed_marks_continuation_lines_and_counts_the_wait(nanobot_run, fake_llm, configure):
     configure()
-    fake_llm.script(Reply.text("first"), Reply.text("slow answer", delay=5))
-    term = Terminal("agent")
-    try:
-        term.wait_for("you ›")
-        assert "resumed cli:" not in term.text()
-        term.send("hello")
-        term.wait_for_count("you ›", 2)
-        term.send("/exit")
-        term.finish()
-    finally:
-        term.close()
+    # the spinner starts counting after 3 s (render.Waiting.QUIET_SECONDS); the answer comes at 4
+    fake_llm.script(Reply.text("first"), Reply.text("slow answer", delay=4))
+    first = run(nanobot_run, "agent", "-m", "hello")  # the earlier conversation: one turn in cli:direct
+    assert first.returncode == 0 and "resumed" not in first.stdout + first.stderr, first.stderr
     term = Terminal("agent")
     try:
         term.wait_for("resumed cli:direct: 2 earlier message(s), 2 in the prompt")
@@ -146,7 +139,7 @@ def test_chat_says_it_resumed_marks_continuation_lines_and_counts_the_wait(fake_
         term.child.send("line two")
         term.wait_for("… line two")
         term.child.send("\r")
-        term.wait_for("s (Ctrl-C to stop)")  # the spinner says how long it has waited
+        term.wait_for_drawn("s (Ctrl-C to stop)")  # the spinner says how long it has waited
         term.wait_for("slow answer")
         term.wait_for_count("you ›", 2)
         term.send("/exit")

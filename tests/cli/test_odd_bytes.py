@@ -16,8 +16,8 @@ def stored_lines(home):
 
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
-def test_invalid_utf8_in_argv_tool_arguments_and_file_names(nanobot_cmd, fake_llm, configure, isolated_home,
-                                                            protocol):
+def test_invalid_utf8_in_argv_tool_arguments_and_file_names(nanobot_cmd, nanobot_run, fake_llm, configure,
+                                                            isolated_home, protocol):
     configure(protocol)
     workspace = isolated_home / "workspace"
     (workspace / "odd").mkdir(parents=True)
@@ -27,12 +27,16 @@ def test_invalid_utf8_in_argv_tool_arguments_and_file_names(nanobot_cmd, fake_ll
                           ("list_dir", {"path": "odd"})]),
         Reply.text("done"),
     )
-    result = subprocess.run([*nanobot_cmd, "agent", "-m", b"r\xe9sum\xe9 of \xff"], capture_output=True,
-                            env=dict(os.environ), timeout=60)
-    stderr = result.stderr.decode("utf-8", "replace")
-    assert result.returncode == 0, stderr
+    argv = ["agent", "-m", b"r\xe9sum\xe9 of \xff"]
+    if protocol == "openai":  # a real process: Python itself decodes the argv bytes
+        done = subprocess.run([*nanobot_cmd, *argv], capture_output=True, env=dict(os.environ), timeout=60)
+        returncode, stdout, stderr = done.returncode, done.stdout.decode(), done.stderr.decode("utf-8", "replace")
+    else:  # in this process, given the str Python makes of those bytes (os.fsdecode: surrogateescape)
+        ran = nanobot_run(*(os.fsdecode(arg) for arg in argv))
+        returncode, stdout, stderr = ran.returncode, ran.stdout, ran.stderr
+    assert returncode == 0, stderr
     assert "Traceback" not in stderr and "not valid UTF-8" in stderr
-    assert result.stdout.decode().strip() == "done"
+    assert stdout.strip() == "done"
     lines = stored_lines(isolated_home)
     user = [m for m in lines if m.get("role") == "user"]
     assert user[0]["content"] == "r\ufffdsum\ufffd of \ufffd"

@@ -118,11 +118,9 @@ def test_status_and_new(repl, fake_llm, isolated_home):
     child.expect(pexpect.EOF)
 
 
-def test_second_process_on_the_same_session_is_refused(repl, isolated_home, nanobot_cmd):
-    import subprocess
-
+def test_second_process_on_the_same_session_is_refused(repl, isolated_home, nanobot_run):
     child = repl()
-    result = subprocess.run([*nanobot_cmd, "agent", "-m", "hi"], capture_output=True, text=True, timeout=30)
+    result = nanobot_run("agent", "-m", "hi")  # this test's process is the second one, beside the chat's pty child
     assert result.returncode == 2
     assert "session cli:direct is in use by another nanobot process" in result.stderr
     child.sendline("/exit")
@@ -294,19 +292,21 @@ def test_compact_prints_a_receipt_naming_the_history_entry(repl, fake_llm, isola
     child.expect(pexpect.EOF)
 
 
-def test_a_due_reminder_fires_in_the_chat_and_is_printed_above_the_prompt(repl, fake_llm, isolated_home):
+def test_a_due_reminder_fires_in_the_chat_and_is_printed_above_the_prompt(repl, fake_llm, isolated_home,
+                                                                          monkeypatch):
     from datetime import datetime, timedelta
 
     from nanobot.cron.schedule import parse_schedule
     from nanobot.cron.store import JobStore
 
-    now = datetime.now(UTC)
-    JobStore(isolated_home / "workspace").add(
-        parse_schedule(at=(now + timedelta(seconds=4)).isoformat(), now_ms=int(now.timestamp() * 1000)),
-        "Tell me to stretch", now_ms=int(now.timestamp() * 1000), name="stretch")
+    monkeypatch.setenv("NANOBOT_GATEWAY__JOBS_POLL_S", "0.2")  # gateway.jobsPollS: the chat rereads the jobs often
     fake_llm.responder = lambda request: (Reply.text("Time to stretch!") if "Tell me to stretch" in str(
         request.messages[-1]) else Reply.text("still here"))
-    child = repl()
+    child = repl()  # the prompt is up; then a job is added, as `nanobot cron add` in another terminal does
+    now = datetime.now(UTC)
+    JobStore(isolated_home / "workspace").add(
+        parse_schedule(at=(now + timedelta(seconds=1)).isoformat(), now_ms=int(now.timestamp() * 1000)),
+        "Tell me to stretch", now_ms=int(now.timestamp() * 1000), name="stretch")
     child.expect_exact("⏰ stretch", timeout=30)
     child.expect_exact("Time to stretch!")
     child.expect_exact(PROMPT)  # the prompt is drawn again below the reminder
@@ -316,3 +316,46 @@ def test_a_due_reminder_fires_in_the_chat_and_is_printed_above_the_prompt(repl, 
     child.sendline("/exit")
     child.expect(pexpect.EOF)
     assert JobStore(isolated_home / "workspace").jobs() == []  # a one-shot job is gone after it ran
+
+
+def test_ctrl_c_cancels_a_slow_compact_and_the_chat_stays(repl, fake_llm, isolated_home):
+    memory = isolated_home / "workspace" / "memory" / "MEMORY.md"
+    fake_llm.script(Reply.text("noted your cat"), Reply.text("noted your dog"),
+                    Reply.tool_calls([("save_memory", {"history_entry": "[2026-01-05 10:00] User has a cat.",
+                                                       "memory_update": "# Memory\n\n- Cat"})], delay=60),
+                    Reply.text("still here"))
+    child = repl()
+    child.sendline("my cat is Miso")
+    child.expect("noted your cat")
+    child.sendline("my dog is Rex")
+    child.expect("noted your dog")
+    child.expect_exact(PROMPT)
+    before = memory.read_bytes() if memory.exists() else None
+    child.sendline("/compact")
+    assert fake_llm.wait_for_requests(3, timeout=20)  # the consolidation call is under way (and slow)
+    child.sendcontrol("c")  # before: the chat left with "interrupted" (exit 130)
+    child.expect("cancelled")
+    child.expect_exact(PROMPT)
+    assert (memory.read_bytes() if memory.exists() else None) == before
+    assert not (isolated_home / "workspace" / "memory" / "HISTORY.md").exists()
+    child.sendline("are you there?")
+    child.expect("still here")
+    child.expect_exact(PROMPT)
+    child.sendline("/exit")
+    child.expect("bye")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_a_ctrl_c_between_two_prompts_waits_for_the_next_prompt_and_two_still_leave():
+    # the few ms between prompts, when neither the prompt nor a turn owns Ctrl-C: a signal, not a key
+    from types import SimpleNamespace
+
+    from nanobot.cli.chat import Chat
+
+    chat = SimpleNamespace(_idle_ctrl_c=None)
+    Chat._on_idle_sigint(chat, 2, None)  # noted for the next prompt, which counts it as a Ctrl-C there
+    assert chat._idle_ctrl_c is not None
+    with pytest.raises(KeyboardInterrupt):  # a second within a second: leave, as two at the prompt do
+        Chat._on_idle_sigint(chat, 2, None)

@@ -57,8 +57,10 @@ def test_serve_runs_until_sigterm_and_a_second_runner_fires_nothing(nanobot_cmd,
     cfg = load_config(cfg_path)
     workspace = cfg.workspace_path()
     fake_llm.responder = lambda request: Reply.text("Stretch now.")
+    # serve rereads the jobs file every 0.2 s instead of 5 (gateway.jobsPollS), from the environment
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "NANOBOT_GATEWAY__JOBS_POLL_S": "0.2"}
     proc = subprocess.Popen([*nanobot_cmd, "serve"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            stdin=subprocess.DEVNULL, env=env)
     try:
         first_line = proc.stdout.readline()
         assert first_line.startswith("nanobot serve · workspace"), first_line + proc.stderr.read()

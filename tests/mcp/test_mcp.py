@@ -198,12 +198,14 @@ def test_a_stdio_server_never_sees_our_api_keys(tmp_path, call_log, monkeypatch)
     assert "OPENAI_API_KEY" not in result.content and "ANTHROPIC_API_KEY" not in result.content
 
 
-def test_an_http_server_that_dies_mid_call_is_reported_and_its_tools_then_say_so(tmp_path, call_log, http_server,
-                                                                                  monkeypatch):
-    monkeypatch.setattr(connection, "STARTUP_TIMEOUT", 3.0)  # the restart finds nobody listening
-    cfg = MCPServerConfig(url=http_server("streamable-http"), trusted=True, tool_timeout=5)
+def test_an_http_server_that_dies_mid_call_is_reported_and_its_tools_then_say_so(tmp_path, call_log, http_server):
+    # over HTTP a dead server is silence: the call waits out its toolTimeout (2 s, so that even under
+    # load the server has died by then, and does not answer the ping that follows)
+    cfg = MCPServerConfig(url=http_server("streamable-http"), trusted=True, tool_timeout=2)
 
     async def body(registry, manager, notices):
+        (conn,) = manager.connections
+        conn.startup_timeout = 0.5  # it started; the restart then finds nobody listening
         crashed = await registry.execute("mcp_notes_crash", {})
         later = await registry.execute("mcp_notes_add", {"a": 1, "b": 2})
         return crashed, later
@@ -235,7 +237,7 @@ def test_servers_that_never_start_are_reported_once_and_the_rest_start(tmp_path,
         result = await registry.execute("mcp_notes_add", {"a": 5, "b": 5})
         return notices, {r.name: r for r in manager.reports()}, result
 
-    notices, reports, result = run(servers, body, tmp_path=tmp_path, startup_timeouts={"hangs": 2.0})
+    notices, reports, result = run(servers, body, tmp_path=tmp_path, startup_timeouts={"hangs": 0.5})
     assert "10" in result.content
     assert reports["notes"].state == "ready"
     for name in ("missing", "exits", "hangs", "refused"):
@@ -245,7 +247,7 @@ def test_servers_that_never_start_are_reported_once_and_the_rest_start(tmp_path,
     assert "no licence" in reports["exits"].error  # the server's own last words
     log = isolated_home / "logs" / "mcp-exits.log"
     assert "no licence" in log.read_text() and log.stat().st_mode & 0o777 == 0o600
-    assert "did not start within 2s" in reports["hangs"].error
+    assert "did not start within 0.5s" in reports["hangs"].error
     assert len(notices) == 4
 
 
@@ -260,21 +262,23 @@ def test_enabled_tools_accepts_raw_and_wrapped_names(tmp_path, call_log):
 
 
 def test_untrusted_servers_ask_first_and_a_refusal_sends_nothing(tmp_path, call_log):
-    no = Recorder(allow=False)
+    user = Recorder(allow=False)
 
     async def body(registry, manager, notices):
-        return await registry.execute("mcp_notes_add", {"a": 1, "b": 2})
+        refused = await registry.execute("mcp_notes_add", {"a": 1, "b": 2})
+        seen_after_refusal = calls(call_log)
+        user.allow = True  # asked again, the user says yes
+        allowed = await registry.execute("mcp_notes_add", {"a": 1, "b": 2})
+        return refused, seen_after_refusal, allowed
 
-    refused = run({"notes": stdio(call_log)}, body, approver=no, tmp_path=tmp_path)
+    refused, seen_after_refusal, allowed = run({"notes": stdio(call_log)}, body, approver=user, tmp_path=tmp_path)
     assert refused.is_error and "the user said no" in refused.content
-    assert calls(call_log) == []  # the server never saw the call
-    (request,) = no.asked
-    assert request.kind == "mcp" and request.always_key == "mcp:notes:add"
-    assert "tools.mcpServers.notes" in request.allow_hint
-
-    yes = Recorder(allow=True)
-    allowed = run({"notes": stdio(call_log)}, body, approver=yes, tmp_path=tmp_path)
-    assert "3" in allowed.content and calls(call_log) == ["add 1 2"] and len(yes.asked) == 1
+    assert seen_after_refusal == []  # the server never saw the refused call
+    first, second = user.asked  # each call asked first
+    assert first.kind == "mcp" and first.always_key == "mcp:notes:add"
+    assert "tools.mcpServers.notes" in first.allow_hint
+    assert second.always_key == "mcp:notes:add"
+    assert "3" in allowed.content and calls(call_log) == ["add 1 2"]
 
 
 def test_the_default_approver_refuses_an_untrusted_server_with_the_way_to_allow_it(tmp_path, call_log):
