@@ -28,10 +28,14 @@ tells the user how to fix the problem. Every error class lives here:
   + JobFormatError                  jobs.json
 * OSError
   + LandlockError                   the kernel refused an exec sandbox's Landlock ruleset
+  + LauncherUnavailable             no exec launcher can start here: Landlock commands fork in nanobot
+* subprocess.SubprocessError
+  + LauncherError                   the exec launcher could not start one command; it did not run
 """
 
 from __future__ import annotations
 
+import subprocess
 from typing import Any
 
 
@@ -187,3 +191,12 @@ def storage_error(exc: OSError, action: str, path: object = None) -> StorageErro
     else:
         hint = "Check the disk and the folder's permissions, then try again."
     return StorageError(f"could not {action}: {where}: {reason}", hint=hint, path=where, errno=code)
+
+
+class LauncherUnavailable(OSError):
+    """No exec launcher could be started here (no usable interpreter, an import failing under
+    -I -S): Landlock commands are forked in nanobot itself instead, as before the launcher."""
+
+
+class LauncherError(subprocess.SubprocessError):
+    """The exec launcher could not start a command (the message says why); the command did not run."""

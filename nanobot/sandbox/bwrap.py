@@ -61,7 +61,7 @@ def argv(exe: str, policy: Policy, cwd: Path, command: str) -> list[str]:
         for h in _outermost(outside):
             a += _hide(h)
     a += ["--size", str(policy.limits.tmp_size), "--tmpfs", "/tmp", "--setenv", "TMPDIR", "/tmp"]  # rule 1
-    for extra in (*policy.toolchains, *policy.extra_read):
+    for extra in _outermost([*policy.toolchains, *policy.extra_read]):  # an outer bind shows what is inside it
         a += ["--ro-bind", str(extra), str(extra)]
     a += ["--bind", str(ws), str(ws)]
     for ro in policy.read_only:  # rule 2

@@ -40,6 +40,7 @@ class Launch:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     preexec_fn: Callable[[], None] | None = None
+    keeper: LandlockLaunch | None = None  # the same hook, for the launcher to run (launcher.py) instead of a fork here
     cleanups: list[Callable[[], None]] = field(default_factory=list)
     cgroup: PidsCgroup | None = None
     signal_as_code: bool = False  # bwrap reports a command killed by signal N as exit code 128+N
@@ -147,7 +148,7 @@ class Confinement:
         )
         if private:
             launch.env["TMPDIR"] = "/tmp"  # the private tmp is mounted there
-        launch.preexec_fn = hook
+        launch.preexec_fn = launch.keeper = hook
         launch.cleanups.append(ruleset.close)
         cg = PidsCgroup.create(policy.limits)
         if cg is not None:

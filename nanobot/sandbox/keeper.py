@@ -183,8 +183,9 @@ def _keep(command_pid: int) -> None:
             status = st
             break
     _kill_descendants()
-    if os.WIFSIGNALED(status):
-        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+    if os.WIFSIGNALED(status):  # die of the same signal, so nanobot reports it as the command's
+        if os.WTERMSIG(status) not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be (and are) default
+            signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
         os.kill(os.getpid(), os.WTERMSIG(status))
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 

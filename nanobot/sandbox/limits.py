@@ -132,15 +132,22 @@ class PidsCgroup:
                 return False
             time.sleep(0.005)
 
-    def remove(self) -> None:
-        for _ in range(200):  # rmdir fails with EBUSY until the last task is reaped
+    def remove(self, within: float = 2.0) -> None:
+        # rmdir fails with EBUSY until the kernel has released the last task, usually a few ms
+        # after it was reaped: poll often at first (a fixed 10 ms sleep cost ~5 ms per command)
+        deadline = time.monotonic() + within
+        pause = 0.0005
+        while True:
             try:
                 self.path.rmdir()
                 return
             except FileNotFoundError:
                 return
             except OSError:
-                time.sleep(0.01)
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(pause)
+                pause = min(pause * 2, 0.01)
 
 
 _swept: set[Path] = set()

@@ -18,13 +18,13 @@ import re
 import shlex
 import signal
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from nanobot.errors import ToolError
 from nanobot.memory.store import watch_memory
-from nanobot.sandbox import Launch, build_policy
+from nanobot.sandbox import Launch, build_policy, launcher
 from nanobot.secrets_mask import is_secret_name
 from nanobot.tools.approval import ApprovalRequest
 from nanobot.tools.base import Tool
@@ -241,29 +241,31 @@ def _group_alive(pgid: int) -> bool:
 
     Orphaned grandchildren are reparented to PID 1, which in containers may reap them
     late; killpg(pgid, 0) would report those zombies as alive and stall the grace period.
+    So it is asked first only for its cheap "no process at all" (the usual answer once a
+    command returned), and /proc is scanned only when some process of the group exists.
     """
-    proc_dir = "/proc"
-    if os.path.isdir(proc_dir):
-        for entry in os.listdir(proc_dir):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"{proc_dir}/{entry}/stat", "rb") as fh:
-                    stat = fh.read()
-            except OSError:
-                continue
-            # Fields after the last ")" (the command name may contain spaces or parentheses).
-            fields = stat[stat.rfind(b")") + 2 :].split()
-            if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-                return True
-        return False
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    proc_dir = "/proc"
+    if not os.path.isdir(proc_dir):
         return True
-    return True
+    for entry in os.listdir(proc_dir):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"{proc_dir}/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # Fields after the last ")" (the command name may contain spaces or parentheses).
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
 
 
 class _Collector(asyncio.SubprocessProtocol):
@@ -420,8 +422,11 @@ class ExecTool(Tool):
     async def _spawn_and_wait(self, launch: Launch, cwd: Path, limit: float) -> str:
         loop = asyncio.get_running_loop()
         env = {**child_env(os.environ, self.ctx.secret_env_names), **launch.env}
-        spawn = asyncio.ensure_future(
-            loop.subprocess_exec(
+        if launch.keeper is not None and launcher.available():  # no fork of nanobot itself (launcher.py)
+            start: Awaitable[tuple[Any, _Collector]] = launcher.launch(
+                _Collector, launch.argv, env=env, cwd=str(cwd), hook=launch.keeper)
+        else:
+            start = loop.subprocess_exec(
                 _Collector,
                 *launch.argv,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -432,7 +437,7 @@ class ExecTool(Tool):
                 start_new_session=True,  # own process group: one killpg reaches grandchildren too
                 preexec_fn=launch.preexec_fn,
             )
-        )
+        spawn = asyncio.ensure_future(start)
         try:
             transport, collector = await asyncio.shield(spawn)
         except asyncio.CancelledError:

@@ -129,6 +129,10 @@ HOSTILE = [
     ("forkbomb", "python3 -c \"import os\nwhile True:\n    os.fork()\""),
 ]
 MARKERS = ["8101", "8102", "8103", "8104", "8105"]
+# A bomb reaches its process limit within milliseconds and then spins until its call's timeout:
+# the model asks for a shorter one than the config's 4 s (the limit, the kill at the timeout and
+# the no-survivor check are what is judged; the spinning after the limit proves nothing more).
+BOMB_TIMEOUT = {"forkbomb": {"timeout": 1.5}}
 
 
 @pytest.fixture
@@ -188,7 +192,7 @@ def test_hostile_corpus_leaves_no_side_effect(battlefield, mechanism, variant):
     confinement_or_skip(mechanism)
     b = battlefield
     _configure_exec(b["cfg_path"], mechanism, variant)
-    calls = [("exec", {"command": cmd.format(**b["values"])}) for _, cmd in HOSTILE]
+    calls = [("exec", {"command": cmd.format(**b["values"]), **BOMB_TIMEOUT.get(kind, {})}) for kind, cmd in HOSTILE]
     calls.append(("exec", {"command": "echo still-works > control.txt"}))  # the sandbox is not just broken
     b["fake"].script(Reply.tool_calls(calls), Reply.text("done"))
     session_file = b["nb"] / "sessions"
