@@ -17,6 +17,14 @@ def _state(pid: int | str) -> str | None:
         return None
 
 
+def parent(pid: int | str) -> int | None:
+    """The parent pid /proc gives, or None when the process is gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def alive(pid: int) -> bool:
     """Running, as opposed to gone or a zombie waiting for a slow init to reap it."""
     return _state(pid) not in (None, "Z", "X")

@@ -17,7 +17,7 @@ from nanobot.tools.base import ToolContext
 from nanobot.tools.exec_rules import ExecRules
 from nanobot.tools.shell import ExecTool
 
-from host_procs import host_pids
+from host_procs import host_pids, host_pids_naming, parent
 
 
 @pytest.fixture
@@ -44,18 +44,7 @@ def run(tool: ExecTool, command: str, **kw) -> str:
 
 def _launchers() -> list[int]:
     """This process's launcher children, found the way a user would: by their command line."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == os.getpid() and b"nanobot.sandbox.launcher" in cmdline:
-            found.append(int(entry))
-    return found
+    return [pid for pid in host_pids_naming("nanobot.sandbox.launcher") if parent(pid) == os.getpid()]
 
 
 def test_commands_start_from_the_small_launcher_not_from_nanobot(ws, landlock):
