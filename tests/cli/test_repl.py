@@ -273,16 +273,21 @@ def test_multiline_input_and_history_persist_across_runs(repl, fake_llm, isolate
     again.expect(pexpect.EOF)
 
 
-def test_compact_prints_a_receipt_naming_the_history_entry(repl, fake_llm, isolated_home):
-    fake_llm.script(Reply.text("noted your cat"), Reply.text("noted your dog"),
-                    Reply.tool_calls([("save_memory", {"history_entry": "[2026-01-05 10:00] User has a cat named Miso.",
-                                                       "memory_update": "# Memory\n\n- Cat: Miso"})]))
-    child = repl()
+def two_turns(child) -> None:
+    """Two user turns, answered "noted your cat" and "noted your dog": something for /compact to archive."""
     child.sendline("my cat is Miso")
     child.expect("noted your cat")
     child.sendline("my dog is Rex")
     child.expect("noted your dog")
     child.expect_exact(PROMPT)
+
+
+def test_compact_prints_a_receipt_naming_the_history_entry(repl, fake_llm, isolated_home):
+    fake_llm.script(Reply.text("noted your cat"), Reply.text("noted your dog"),
+                    Reply.tool_calls([("save_memory", {"history_entry": "[2026-01-05 10:00] User has a cat named Miso.",
+                                                       "memory_update": "# Memory\n\n- Cat: Miso"})]))
+    child = repl()
+    two_turns(child)
     child.sendline("/compact")
     child.expect(r"archived 2 message\(s\) in HISTORY.md: \[2026-01-05 10:00\] User has a cat")
     child.expect_exact(PROMPT)
@@ -325,11 +330,7 @@ def test_ctrl_c_cancels_a_slow_compact_and_the_chat_stays(repl, fake_llm, isolat
                                                        "memory_update": "# Memory\n\n- Cat"})], delay=60),
                     Reply.text("still here"))
     child = repl()
-    child.sendline("my cat is Miso")
-    child.expect("noted your cat")
-    child.sendline("my dog is Rex")
-    child.expect("noted your dog")
-    child.expect_exact(PROMPT)
+    two_turns(child)
     before = memory.read_bytes() if memory.exists() else None
     child.sendline("/compact")
     assert fake_llm.wait_for_requests(3, timeout=20)  # the consolidation call is under way (and slow)
