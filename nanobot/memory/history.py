@@ -537,7 +537,10 @@ def _rg_parse(returncode: int, stdout: bytes) -> list[int] | None:
         return []
     if returncode != 0:
         return None  # e.g. a pattern its syntax rejects: then the Python engine decides
-    return [int(x) for x in stdout.split(b":\n") if x]
+    parts = stdout.split(b":\n")  # each match is "offset:" and a newline
+    if parts[-1] == b"":
+        parts.pop()
+    return list(map(int, parts))
 
 
 def _rg_run(path: Path, args: list[str]) -> list[int] | None:
@@ -555,19 +558,23 @@ def _rg_run(path: Path, args: list[str]) -> list[int] | None:
 
 
 def _rg_probe(path: Path, args: list[str], lines: int) -> tuple[list[int], bool] | None:
-    """Offsets of the matches in the first `lines` matching lines, and whether that was all of them."""
+    """Offsets of the matches in the first `lines` matching lines, and whether that was all of them.
+
+    Fewer than `lines` matches means fewer matching lines, so all of them. With `lines` matches or
+    more it says "maybe more" without parsing them: the full run that follows finds the same ones."""
     import subprocess
 
     try:
-        proc = subprocess.run(_rg_argv(path, ["--line-number", "--max-count", str(lines), *args]),
+        proc = subprocess.run(_rg_argv(path, ["--no-line-number", "--max-count", str(lines), *args]),
                               capture_output=True, stdin=subprocess.DEVNULL)
     except OSError:
         return None
     if proc.returncode not in (0, 1):
         return None
-    rows = [x.split(b":") for x in proc.stdout.split(b":\n") if x]
-    matched_lines = len({r[0] for r in rows})
-    return [int(r[1]) for r in rows], matched_lines < lines
+    if proc.stdout.count(b"\n") >= lines:
+        return [], False
+    offsets = _rg_parse(proc.returncode, proc.stdout)
+    return (offsets, True) if offsets is not None else None
 
 
 def _stamp_of_b(data, pos: int) -> datetime | None:
@@ -593,7 +600,7 @@ def _matching_spans(path: Path, pattern: str, ignore_case: bool, since: datetime
                     until: datetime | None, last: int | None):
     """(file bytes or map, [(start, end)] of matching entries) through ripgrep, or None (see grep_fast).
 
-    A first ripgrep run stops after _FEW_MATCHES matching lines. When that was all, each entry's
+    A first ripgrep run stops after _FEW_MATCHES matching lines. When fewer matched, each entry's
     edges are found around its match in a memory map. When there are more, the full run goes on in
     a second process while Python reads the file and indexes every entry start, on the other core.
     """
@@ -607,7 +614,7 @@ def _matching_spans(path: Path, pattern: str, ignore_case: bool, since: datetime
     if probe is None:
         return None
     offsets, complete = probe
-    if not offsets:
+    if complete and not offsets:
         return b"", []
     import mmap
 
@@ -622,13 +629,13 @@ def _matching_spans(path: Path, pattern: str, ignore_case: bool, since: datetime
             with tempfile.TemporaryFile() as sink:
                 proc = subprocess.Popen(_rg_argv(path, ["--no-line-number", *args]), stdout=sink,
                                         stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
-                starts = _entry_starts(data)
+                marks = _entry_marks(data)
                 proc.wait()
                 sink.seek(0)
                 offsets = _rg_parse(proc.returncode, sink.read())
             if offsets is None:
                 return None
-            spans = _spans_by_table(starts, offsets)
+            spans = _spans_by_table(marks, offsets)
     if since is not None or until is not None:
         spans = [sp for sp in spans if _in_range(Entry(_stamp_of_b(data, sp[0]), "", 0), since, until)]
     if last is not None:
@@ -651,22 +658,27 @@ def _spans_by_search(data, offsets: list[int]) -> list[tuple[int, int]]:
     return spans
 
 
-def _entry_starts(data) -> list[int]:
-    """Offsets of every entry start, with 0 first and the file's length last."""
-    starts = [m.start() + 1 for m in _STAMP_NL_B.finditer(data)]
-    starts.insert(0, 0)
-    starts.append(len(data))
-    return starts
+def _entry_marks(data) -> list[int]:
+    """One less than every entry start (the newline before its stamp), with -1 first (the file's
+    start) and the file's length - 1 last. The newline's own offset, not the start, because
+    map(Match.start) over the matches costs half of a loop that adds one to each."""
+    marks = list(map(re.Match.start, _STAMP_NL_B.finditer(data)))
+    marks.insert(0, -1)
+    marks.append(len(data) - 1)
+    return marks
 
 
-def _spans_by_table(starts: list[int], offsets: list[int]) -> list[tuple[int, int]]:
+def _spans_by_table(marks: list[int], offsets: list[int]) -> list[tuple[int, int]]:
+    """(start, end) of each entry holding a match: the entry of `pos` runs from marks[i-1] + 1 to
+    marks[i] + 1, where marks[i] is the first mark at or after pos."""
     spans, end, lo = [], -1, 0
+    append = spans.append
     for pos in offsets:  # in file order: each entry is looked up once, at its first match
         if pos < end:
             continue
-        lo = bisect_right(starts, pos, lo)
-        end = starts[lo]
-        spans.append((starts[lo - 1], end))
+        lo = bisect_left(marks, pos, lo)
+        end = marks[lo] + 1
+        append((marks[lo - 1] + 1, end))
     return spans
 
 

@@ -201,6 +201,20 @@ def test_fast_grep_with_many_matches_uses_the_entry_table_and_stays_exact(tmp_pa
         assert history_log.grep_fast_output(path, pattern)[0] == "".join(e.text + "\n\n" for e in slow).encode()
 
 
+def test_fast_grep_with_many_matches_on_few_lines_stays_exact(tmp_path, monkeypatch):
+    # the probe counts matches, not lines: 5 matches on 2 lines is "maybe more" at 3, and the full
+    # run then finds both entries (and no others) as the Python engine does
+    path = tmp_path / "HISTORY.md"
+    path.write_text("[2026-01-01 10:00] lisbon lisbon lisbon\n\n[2026-01-02 10:00] porto\n\n"
+                    "[2026-01-03 10:00] lisbon again, lisbon\n  more lines\n\n[2026-01-04 10:00] end\n")
+    monkeypatch.setattr(history_log, "_FEW_MATCHES", 3)
+    slow = history_log.grep(path, "lisbon")
+    out, count = history_log.grep_fast_output(path, "lisbon")
+    assert count == len(slow) == 2
+    assert out == "".join(e.text + "\n\n" for e in slow).encode()
+    assert history_log.grep_fast(path, "lisbon") == slow
+
+
 @pytest.mark.parametrize("pattern", ["lisbon\\s+x", "[^a]", "(?s)a.b", "(?<=a)b", "(a)\\1", "x*", "\\n", "a{,2}b"])
 def test_patterns_only_python_can_take_leave_the_fast_path(tmp_path, pattern):
     path = tmp_path / "HISTORY.md"
