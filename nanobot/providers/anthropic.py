@@ -22,7 +22,13 @@ from nanobot.providers.base import (
     post_encodable,
 )
 from nanobot.providers.errors_map import translate
-from nanobot.providers.raw_http import RAW_STREAM_HEADERS, json_body, sse_json, stream_error
+from nanobot.providers.raw_http import (
+    RAW_STREAM_HEADERS,
+    json_body,
+    shared_tls_context,
+    sse_json,
+    stream_error,
+)
 
 _STOP = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
          "refusal": "stop", "pause_turn": "stop", "model_context_window_exceeded": "length"}
@@ -40,7 +46,9 @@ class AnthropicProvider(Provider):
         self.reasoning_effort = reasoning_effort  # agents.defaults.reasoningEffort: extended thinking
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key or "none", base_url=api_base or None, max_retries=0, timeout=http_timeout(timeout),
-            default_headers=extra_headers or None, http_client=http_client,  # tests: an in-process transport
+            default_headers=extra_headers or None,
+            # the SDK's own default client, with the process's one TLS context (tests pass an in-process transport)
+            http_client=http_client or anthropic.DefaultAsyncHttpxClient(verify=shared_tls_context()),
         )
 
     async def chat(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None,

@@ -22,7 +22,12 @@ from nanobot.providers.base import (
     post_encodable,
 )
 from nanobot.providers.errors_map import translate
-from nanobot.providers.raw_http import RAW_STREAM_HEADERS, sse_json, stream_error
+from nanobot.providers.raw_http import (
+    RAW_STREAM_HEADERS,
+    shared_tls_context,
+    sse_json,
+    stream_error,
+)
 from nanobot.providers.raw_http import json_body as _json_body
 
 
@@ -39,7 +44,9 @@ class OpenAICompatProvider(Provider):
         self.send_temperature = send_temperature  # OpenAI's reasoning models reject one
         self._client = openai.AsyncOpenAI(
             api_key=api_key or "no-key", base_url=api_base or None, max_retries=0, timeout=http_timeout(timeout),
-            default_headers=extra_headers or None, http_client=http_client,  # tests: an in-process transport
+            default_headers=extra_headers or None,
+            # the SDK's own default client, with the process's one TLS context (tests pass an in-process transport)
+            http_client=http_client or openai.DefaultAsyncHttpxClient(verify=shared_tls_context()),
         )
 
     def _wire_messages(self, messages: list[Message]) -> list[dict]:

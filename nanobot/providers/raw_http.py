@@ -10,6 +10,8 @@ or anything that is not the API's JSON, gets a message that names what it sent.
 from __future__ import annotations
 
 import json
+import os
+import ssl
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -18,10 +20,25 @@ import httpx2
 from nanobot.errors import ProviderError
 from nanobot.providers.errors_map import status_error
 
-__all__ = ["RAW_STREAM_HEADERS", "json_body", "sse_json", "stream_error"]
+__all__ = ["RAW_STREAM_HEADERS", "json_body", "shared_tls_context", "sse_json", "stream_error"]
 
 # The SDKs' switch (X-Stainless-Raw-Response) for "return the httpx response, unread".
 RAW_STREAM_HEADERS = {"X-Stainless-Raw-Response": "stream"}
+
+
+_TLS_CONTEXTS: dict[tuple[str | None, str | None], ssl.SSLContext] = {}
+
+
+def shared_tls_context() -> ssl.SSLContext:
+    """The TLS context httpx2 builds for `verify=True`, built once per process and given to every
+    SDK client. Building it loads the system's CA certificates (about 25 ms), which each client did
+    again: the fallback models', each test's. An SSLContext is made to be shared between
+    connections. A new one is built when SSL_CERT_FILE or SSL_CERT_DIR changes."""
+    key = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    ctx = _TLS_CONTEXTS.get(key)
+    if ctx is None:
+        ctx = _TLS_CONTEXTS[key] = httpx2.create_ssl_context()
+    return ctx
 
 
 def _not_api(provider: str, response: httpx2.Response, data: bytes) -> ProviderError:

@@ -1,0 +1,100 @@
+"""Every SDK client gets the process's one TLS context (providers/raw_http.shared_tls_context):
+certificates are still verified, SSL_CERT_FILE still counts, and it is built once, not per client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import ssl
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from nanobot.errors import ProviderError
+from nanobot.providers.anthropic import AnthropicProvider
+from nanobot.providers.openai_compat import OpenAICompatProvider
+from nanobot.providers.raw_http import shared_tls_context
+
+ANSWERS = {
+    "/v1/chat/completions": {"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
+                             "choices": [{"index": 0, "finish_reason": "stop",
+                                          "message": {"role": "assistant", "content": "secure hello"}}],
+                             "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}},
+    "/v1/messages": {"id": "m1", "type": "message", "role": "assistant", "model": "m", "stop_reason": "end_turn",
+                     "content": [{"type": "text", "text": "secure hello"}],
+                     "usage": {"input_tokens": 3, "output_tokens": 2}},
+}
+
+
+@pytest.fixture
+def tls_server(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", str(key),
+                    "-out", str(cert), "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True, timeout=60)
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            seen.append(self.path)
+            body = json.dumps(ANSWERS[self.path]).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    httpd.socket = server_ctx.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+    yield f"https://127.0.0.1:{httpd.server_address[1]}", cert, seen
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def ask(provider) -> str:
+    async def go():
+        try:
+            return (await provider.chat([{"role": "user", "content": "hi"}])).content
+        finally:
+            await provider.aclose()
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_certificates_are_verified_and_ssl_cert_file_counts(tls_server, monkeypatch, kind):
+    base, cert, seen = tls_server
+
+    def provider():
+        if kind == "openai":
+            return OpenAICompatProvider("m", api_key="k", api_base=f"{base}/v1", timeout=10)
+        return AnthropicProvider("m", api_key="k", api_base=base, timeout=10)
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    with pytest.raises(ProviderError):
+        ask(provider())  # a self-signed certificate the system does not trust
+    assert seen == []  # refused at the handshake: no request reached the server
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    assert ask(provider()) == "secure hello"
+    assert len(seen) == 1
+
+
+def test_the_context_is_built_once_and_verifies(monkeypatch, tmp_path):
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    ctx = shared_tls_context()
+    assert ctx is shared_tls_context()
+    assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))
+    assert shared_tls_context() is not ctx
