@@ -15,7 +15,7 @@ import pytest
 from nanobot.fakellm import Reply
 from nanobot.session.store import SessionStore
 
-from host_procs import host_pids_naming
+from host_procs import alive, host_pids_naming, parent
 
 # Each command marks that it runs, then writes one line 3 s later unless it was killed first. The
 # token (an unused $0 of the inner shell) is in the command line of every process that could still
@@ -184,12 +184,16 @@ def test_sigkill_of_nanobot_leaves_nothing_a_command_started(configure, fake_llm
         while time.monotonic() < deadline and not all(host_sleepers(m) for m in markers):
             time.sleep(0.05)
         assert all(host_sleepers(m) for m in markers), "the command never started"
+        # under Landlock the command was forked by nanobot's launcher process: it must go too
+        launchers = [pid for pid in host_pids_naming("nanobot.sandbox.launcher") if parent(pid) == proc.pid]
+        assert bool(launchers) == (mechanism == "landlock")
         proc.kill()
         proc.communicate(timeout=20)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and any(host_sleepers(m) for m in markers):
+        while time.monotonic() < deadline and (any(host_sleepers(m) for m in markers)
+                                               or any(alive(pid) for pid in launchers)):
             time.sleep(0.05)
-        left = [m for m in markers if host_sleepers(m)]
+        left = [m for m in markers if host_sleepers(m)] + [f"launcher {pid}" for pid in launchers if alive(pid)]
     finally:
         for m in markers:
             for pid in host_sleepers(m):

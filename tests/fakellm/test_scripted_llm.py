@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from nanobot.errors import ProviderError
 from nanobot.fakellm import Reply
 from nanobot.messages import assistant, user
+
+from provider_calls import chat_once
 
 
 def system(text: str) -> dict:
@@ -19,14 +19,6 @@ TOOLS = [{"type": "function", "function": {"name": "read_file", "description": "
                                                           "required": ["path"]}}}]
 
 
-def ask(provider, messages, **kwargs):
-    async def go():
-        try:
-            return await provider.chat(messages, **kwargs)
-        finally:
-            await provider.aclose()
-
-    return asyncio.run(go())
 
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
@@ -36,12 +28,12 @@ def test_a_scripted_tool_call_and_answer_reach_the_real_adapter(scripted_llm, pr
                         Reply.text("The notes say hi.", usage={"prompt_tokens": 40, "completion_tokens": 5}))
     deltas: list[str] = []
     on_delta = deltas.append if stream else None
-    first = ask(scripted_llm.provider(protocol), [system("be brief"), user("read notes.md")], tools=TOOLS,
+    first = chat_once(scripted_llm.provider(protocol), [system("be brief"), user("read notes.md")], tools=TOOLS,
                 on_delta=on_delta)
     assert [(c.name, c.arguments) for c in first.tool_calls] == [("read_file", {"path": "notes.md"})]
     history = [system("be brief"), user("read notes.md"), first.to_message(),
                {"role": "tool", "tool_call_id": first.tool_calls[0].id, "name": "read_file", "content": "hi"}]
-    second = ask(scripted_llm.provider(protocol), history, tools=TOOLS, on_delta=on_delta)
+    second = chat_once(scripted_llm.provider(protocol), history, tools=TOOLS, on_delta=on_delta)
     assert second.content == "The notes say hi." and second.usage.completion_tokens == 5
     assert ("".join(deltas) == "The notes say hi.") if stream else deltas == []
     sent = scripted_llm.requests
@@ -54,7 +46,7 @@ def test_a_scripted_tool_call_and_answer_reach_the_real_adapter(scripted_llm, pr
 def test_an_invalid_request_is_a_violation_and_a_strict_endpoint_refuses_it(scripted_llm, protocol):
     ending_with_assistant = [system("s"), user("hi"), assistant("I was saying")]
     scripted_llm.script(Reply.text("continued"))
-    assert ask(scripted_llm.provider(protocol), ending_with_assistant).content == "continued"
+    assert chat_once(scripted_llm.provider(protocol), ending_with_assistant).content == "continued"
     with pytest.raises(AssertionError, match="assistant"):
         scripted_llm.assert_all_valid()
 
@@ -62,7 +54,7 @@ def test_an_invalid_request_is_a_violation_and_a_strict_endpoint_refuses_it(scri
     scripted_llm.strict = True
     scripted_llm.script(Reply.text("never served"))
     with pytest.raises(ProviderError) as refused:
-        ask(scripted_llm.provider(protocol), ending_with_assistant)
+        chat_once(scripted_llm.provider(protocol), ending_with_assistant)
     assert refused.value.status == 400 and not refused.value.retryable
     assert scripted_llm.queued == 1  # the scripted reply waits for a valid request
 
@@ -71,17 +63,17 @@ def test_an_invalid_request_is_a_violation_and_a_strict_endpoint_refuses_it(scri
 def test_errors_a_cut_stream_and_a_full_window_come_back_as_provider_errors(scripted_llm, protocol):
     scripted_llm.script(Reply.error(429, message="slow down", retry_after=1))
     with pytest.raises(ProviderError) as limited:
-        ask(scripted_llm.provider(protocol), [user("hi")])
+        chat_once(scripted_llm.provider(protocol), [user("hi")])
     assert limited.value.status == 429 and limited.value.retryable
 
     scripted_llm.script(Reply.cut_stream("half an ans"))
     pieces: list[str] = []
     with pytest.raises(ProviderError):
-        ask(scripted_llm.provider(protocol), [user("hi")], on_delta=pieces.append)
+        chat_once(scripted_llm.provider(protocol), [user("hi")], on_delta=pieces.append)
     assert "".join(pieces).startswith("half")
 
     scripted_llm.context_window = 50
     with pytest.raises(ProviderError) as overflow:
-        ask(scripted_llm.provider(protocol), [user("word " * 400)])
+        chat_once(scripted_llm.provider(protocol), [user("word " * 400)])
     assert overflow.value.context_overflow
     assert scripted_llm.requests[-1].estimated_tokens > 50

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from nanobot.config import load_config, resolve_fallbacks, resolve_model
 from nanobot.fakellm import Reply
 from nanobot.messages import user
@@ -11,6 +9,8 @@ from nanobot.providers.base import Capabilities, LLMResponse, Provider
 from nanobot.providers.factory import DeferredProvider, make_provider
 from nanobot.providers.fallback import Candidate, FallbackProvider
 from nanobot.providers.retry import RetryingProvider, RetryPolicy
+
+from provider_calls import chat_once
 
 
 class _Plain(Provider):
@@ -51,11 +51,5 @@ def test_the_deferred_adapter_says_it_can_prewarm_and_keeps_one_object_once_buil
     assert isinstance(deferred, DeferredProvider)
     fake_llm.script(Reply.text("hi"))
 
-    async def go():
-        try:
-            return await provider.chat([user("hello")], max_tokens=16)
-        finally:
-            await provider.aclose()
-
-    assert asyncio.run(go()).content == "hi"
+    assert chat_once(provider, [user("hello")], max_tokens=16).content == "hi"
     assert deferred._inner is not None and deferred._inner.capabilities is provider.capabilities

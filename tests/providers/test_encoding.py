@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from nanobot.fakellm import Reply
 from nanobot.providers.anthropic import AnthropicProvider
 from nanobot.providers.openai_compat import OpenAICompatProvider
+
+from provider_calls import chat_once
 
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
@@ -18,12 +18,6 @@ def test_a_lone_surrogate_in_a_request_goes_out_as_replacement_character(fake_ll
         provider = AnthropicProvider("claude-test", api_key="k", api_base=fake_llm.anthropic_base_url)
     fake_llm.script(Reply.text("fine"))
 
-    async def call():
-        try:
-            return await provider.chat([{"role": "user", "content": "caf\udce9 menu"}])
-        finally:
-            await provider.aclose()
-
-    assert asyncio.run(call()).content == "fine"
+    assert chat_once(provider, [{"role": "user", "content": "caf\udce9 menu"}]).content == "fine"
     sent = fake_llm.requests[0].messages[-1]["content"]
     assert (sent if isinstance(sent, str) else sent[0]["text"]) == "caf\ufffd menu"

@@ -16,6 +16,8 @@ from nanobot.messages import user
 from nanobot.providers import registry
 from nanobot.providers.retry import RetryPolicy
 
+from provider_calls import chat_once
+
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "nanobot_homes"
 V035_CONFIG = FIXTURES / "v0_3_5" / ".nanobot" / "config.json"
 FAST = RetryPolicy(attempts=2, base_delay=0.0, max_delay=0.01, max_total=5)
@@ -28,12 +30,7 @@ def write_config(tmp_path: Path, data: dict) -> Path:
 
 
 def ask(provider, text: str = "hi", **kwargs):
-    async def go():
-        try:
-            return await provider.chat([user(text)], max_tokens=100, **kwargs)
-        finally:
-            await provider.aclose()
-    return asyncio.run(go())
+    return chat_once(provider, [user(text)], max_tokens=100, **kwargs)
 
 
 def test_every_provider_name_nanobot_0_3_5_writes_loads_and_is_known():

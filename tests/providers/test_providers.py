@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
@@ -12,6 +11,8 @@ from nanobot.messages import assistant, tool_call, tool_result, user
 from nanobot.providers.anthropic import AnthropicProvider
 from nanobot.providers.openai_compat import OpenAICompatProvider
 from nanobot.providers.retry import RetryingProvider, RetryPolicy
+
+from provider_calls import chat_once
 
 TOOLS = [{"type": "function", "function": {"name": "read_file", "description": "Read a file",
                                            "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
@@ -25,13 +26,6 @@ def make(kind: str, server):
     return AnthropicProvider("claude-test", api_key="k", api_base=server.anthropic_base_url)
 
 
-def chat(provider, messages, **kwargs):
-    async def go():
-        try:
-            return await provider.chat(messages, **kwargs)
-        finally:
-            await provider.aclose()
-    return asyncio.run(go())
 
 
 CONVERSATION = [
@@ -49,7 +43,7 @@ CONVERSATION = [
 def test_text_reply_with_usage(fake_llm, kind, streaming):
     fake_llm.script(Reply.text("Hello there, friend.", usage={"prompt_tokens": 42, "completion_tokens": 5}))
     deltas: list[str] = []
-    resp = chat(make(kind, fake_llm), CONVERSATION, tools=TOOLS,
+    resp = chat_once(make(kind, fake_llm), CONVERSATION, tools=TOOLS,
                 on_delta=deltas.append if streaming else None)
     assert resp.content == "Hello there, friend."
     assert resp.finish_reason == "stop"
@@ -67,7 +61,7 @@ def test_text_reply_with_usage(fake_llm, kind, streaming):
 @pytest.mark.parametrize("streaming", [False, True])
 def test_tool_calls_are_parsed(fake_llm, kind, streaming):
     fake_llm.script(Reply.tool_calls([("read_file", {"path": "a.md"}), ("read_file", {"path": "b.md"})]))
-    resp = chat(make(kind, fake_llm), [user("read both")], tools=TOOLS,
+    resp = chat_once(make(kind, fake_llm), [user("read both")], tools=TOOLS,
                 on_delta=(lambda _t: None) if streaming else None)
     assert [c.arguments for c in resp.tool_calls] == [{"path": "a.md"}, {"path": "b.md"}]
     assert all(c.name == "read_file" and c.id for c in resp.tool_calls)
@@ -77,7 +71,7 @@ def test_tool_calls_are_parsed(fake_llm, kind, streaming):
 
 def test_anthropic_request_shape_tool_blocks_and_cache(fake_llm):
     fake_llm.script(Reply.text("ok"))
-    chat(make("anthropic", fake_llm), CONVERSATION, tools=TOOLS)
+    chat_once(make("anthropic", fake_llm), CONVERSATION, tools=TOOLS)
     body = fake_llm.requests[0].body
     assert body["system"][0]["text"] == "You are a test."
     assert body["system"][-1]["cache_control"] == {"type": "ephemeral"}
@@ -92,7 +86,7 @@ def test_anthropic_request_shape_tool_blocks_and_cache(fake_llm):
 
 def test_anthropic_merges_consecutive_same_role_turns(fake_llm):
     fake_llm.script(Reply.text("ok"))
-    chat(make("anthropic", fake_llm), [user("one"), user("two"), assistant("a"), assistant("b"), user("three")])
+    chat_once(make("anthropic", fake_llm), [user("one"), user("two"), assistant("a"), assistant("b"), user("three")])
     roles = [m["role"] for m in fake_llm.requests[0].body["messages"]]
     assert roles == ["user", "assistant", "user"]
     fake_llm.assert_all_valid()
@@ -100,7 +94,7 @@ def test_anthropic_merges_consecutive_same_role_turns(fake_llm):
 
 def test_malformed_tool_arguments_are_flagged_not_guessed(fake_llm):
     fake_llm.script(Reply.tool_calls([("read_file", '{"path": "a.md"')]))
-    resp = chat(make("openai", fake_llm), [user("x")], tools=TOOLS)
+    resp = chat_once(make("openai", fake_llm), [user("x")], tools=TOOLS)
     call = resp.tool_calls[0]
     assert call.parse_error and "not valid JSON" in call.parse_error
     assert call.arguments == {}
@@ -112,7 +106,7 @@ def test_retryable_errors_are_retried_honouring_retry_after(fake_llm, kind, stat
     retries = []
     provider = RetryingProvider(make(kind, fake_llm), FAST, on_retry=lambda a, d, e: retries.append((a, d, e.status)))
     started = time.monotonic()
-    resp = chat(provider, [user("hi")])
+    resp = chat_once(provider, [user("hi")])
     assert resp.content == "recovered"
     assert len(fake_llm.requests) == 2
     assert retries == [(1, 0.05, status)]  # Retry-After honoured, capped by the policy's max_delay
@@ -125,7 +119,7 @@ def test_client_errors_are_not_retried_and_explain_the_fix(fake_llm, kind, statu
     fake_llm.script(Reply.error(status, message="nope"), Reply.text("should not be reached"))
     provider = RetryingProvider(make(kind, fake_llm), FAST)
     with pytest.raises(ProviderError) as info:
-        chat(provider, [user("hi")])
+        chat_once(provider, [user("hi")])
     assert len(fake_llm.requests) == 1
     assert info.value.status == status and not info.value.retryable
     assert word in str(info.value).lower()
@@ -135,7 +129,7 @@ def test_client_errors_are_not_retried_and_explain_the_fix(fake_llm, kind, statu
 def test_retries_are_bounded(fake_llm):
     fake_llm.script(*[Reply.error(500) for _ in range(10)])
     with pytest.raises(ProviderError) as info:
-        chat(RetryingProvider(make("openai", fake_llm), FAST), [user("hi")])
+        chat_once(RetryingProvider(make("openai", fake_llm), FAST), [user("hi")])
     assert len(fake_llm.requests) == FAST.attempts
     assert info.value.status == 500
 
@@ -143,7 +137,7 @@ def test_retries_are_bounded(fake_llm):
 def test_connection_refused_is_a_clear_retryable_error():
     provider = OpenAICompatProvider("m", name="custom", api_base="http://127.0.0.1:9/v1")
     with pytest.raises(ProviderError) as info:
-        chat(provider, [user("hi")])
+        chat_once(provider, [user("hi")])
     assert info.value.retryable
     assert "could not connect" in str(info.value)
 
@@ -152,7 +146,7 @@ def test_connection_refused_is_a_clear_retryable_error():
 def test_cut_stream_is_retried_as_a_connection_error(fake_llm, kind):
     fake_llm.script(Reply.cut_stream("partial"), Reply.text("full answer"))
     deltas: list[str] = []
-    resp = chat(RetryingProvider(make(kind, fake_llm), FAST), [user("hi")], on_delta=deltas.append)
+    resp = chat_once(RetryingProvider(make(kind, fake_llm), FAST), [user("hi")], on_delta=deltas.append)
     assert resp.content == "full answer"
     assert len(fake_llm.requests) == 2
 

@@ -3,7 +3,6 @@ certificates are still verified, SSL_CERT_FILE still counts, and it is built onc
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import ssl
@@ -16,6 +15,8 @@ from nanobot.errors import ProviderError
 from nanobot.providers.anthropic import AnthropicProvider
 from nanobot.providers.openai_compat import OpenAICompatProvider
 from nanobot.providers.raw_http import shared_tls_context
+
+from provider_calls import chat_once
 
 ANSWERS = {
     "/v1/chat/completions": {"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
@@ -63,12 +64,7 @@ def tls_server(tmp_path):
 
 
 def ask(provider) -> str:
-    async def go():
-        try:
-            return (await provider.chat([{"role": "user", "content": "hi"}])).content
-        finally:
-            await provider.aclose()
-    return asyncio.run(go())
+    return chat_once(provider, [{"role": "user", "content": "hi"}]).content
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
