@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -112,7 +113,65 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
             and config.option.numprocesses is None and not config.getoption("usepdb", False)):
         config.option.numprocesses = WHOLE_SUITE_WORKERS
         if config.option.dist == "no":
-            config.option.dist = "worksteal"  # long tests (the crash trials) do not hold up the rest
+            # one shared queue in collection order, handed out a test at a time: with the long
+            # tests first (below), no worker is left running a long test alone at the end
+            config.option.dist = "load"
+            config.option.maxschedchunk = 1
+
+
+# Tests that take seconds (idle machine, 3 workers), run first in the whole suite, longest first,
+# so the short ones fill in around them. A name is a test function ("file::name", all its
+# parameters) or one case of it ("file::name[param]"). A name that no longer matches is reported.
+LONG_TESTS = {
+    "security/test_benign_exec.py::test_benign_corpus_runs_under_the_default_policy": 15.0,
+    "security/test_benign_exec.py::test_benign_corpus_runs_under_the_default_policy[auto]": 2.5,
+    "security/test_hostile_exec.py::test_hostile_corpus_leaves_no_side_effect": 6.0,
+    "agent/test_long_conversation.py::test_300_turns_at_an_8k_window": 6.0,
+    "session/test_crash_durability.py::test_sigkill_at_random_moments_loses_no_acknowledged_turn": 7.0,
+    "agent/test_budget_property.py::test_every_request_fits_the_window_and_is_valid": 5.0,
+    "mcp/test_mcp.py::test_an_http_server_that_dies_mid_call_is_reported_and_its_tools_then_say_so": 4.5,
+    "cli/test_first_hour.py::test_provider_failures_say_what_happened_and_where": 4.5,
+    "cli/test_first_hour.py::test_chat_says_it_resumed_marks_continuation_lines_and_counts_the_wait": 4.5,
+    "test_env_scrub.py::test_exported_keys_and_nanobot_variables_do_not_reach_a_test": 4.5,
+    "security/test_without_bwrap.py::test_exec_tests_pass_with_bwrap_hidden_and_skip_its_cases": 4.5,
+    "cli/test_serve_and_cron_cli.py::test_sigterm_while_a_job_runs_a_command_kills_it_and_everything_it_started": 4.0,
+    "memory/test_two_processes.py::test_second_process_on_a_busy_session_is_refused_and_the_first_loses_nothing": 4.0,
+    "cli/test_agent_oneshot.py::test_ctrl_c_during_a_one_shot_turn_exits_130_and_kills_the_command": 3.5,
+    "test_forkserver.py::test_two_children_draw_different_random_numbers": 3.5,
+    "test_forkserver.py::test_a_nanobot_turn_forked_is_the_turn_a_fresh_process_runs": 3.0,
+    "providers/test_providers.py::test_opening_the_assistant_defers_the_sdk_import_until_prewarm_or_first_request": 3.0,
+    "session/test_session_properties.py::test_history_from_any_damaged_file_is_valid_for_both_providers": 3.0,
+    "memory/test_two_processes.py::test_two_processes_consolidating_into_one_workspace_lose_neither_update": 3.0,
+    "test_tokens.py::test_an_ordinary_one_shot_turn_does_not_load_the_encoding": 3.0,
+    "mcp/test_mcp.py::test_a_server_that_crashes_mid_call_is_reported_and_started_again_a_few_times": 3.0,
+    "agent/test_budget_cli.py::test_two_thousand_tool_calls_run_only_up_to_the_cap": 2.5,
+    "cli/test_quick_exit.py::test_a_real_one_shot_turn_prints_saves_and_exits_0": 2.5,
+    "cli/test_repl.py::test_ctrl_c_twice_on_an_empty_prompt_leaves_once_does_not": 2.5,
+    "agent/test_budget_cli.py::test_a_hung_consolidation_call_does_not_hold_the_turn": 2.5,
+}
+
+
+def _test_names(item: pytest.Item) -> tuple[str, str]:
+    """'file::function[param]' and 'file::function' under tests/, as LONG_TESTS names them."""
+    path = item.path.relative_to(Path(__file__).parent).as_posix()
+    return f"{path}::{item.name}", f"{path}::{getattr(item, 'originalname', item.name)}"
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    # on xdist the workers' collection order is the queue's order
+    if not (hasattr(config, "workerinput") or config.args_source == pytest.Config.ArgsSource.TESTPATHS):
+        return  # a file or test named on the command line keeps its own order
+    names = {item.nodeid: _test_names(item) for item in items}
+    stale = set(LONG_TESTS).difference(*names.values())
+    if stale and len(items) > 1000:  # the whole suite, not a -k selection of it
+        warnings.warn(pytest.PytestConfigWarning(f"conftest.LONG_TESTS names tests that no longer exist: {sorted(stale)}"),
+                      stacklevel=1)
+
+    def seconds(item: pytest.Item) -> float:
+        case, function = names[item.nodeid]
+        return LONG_TESTS.get(case, LONG_TESTS.get(function, 0.0))
+
+    items.sort(key=lambda item: -seconds(item))  # stable: the rest keep their order
 
 
 @pytest.fixture

@@ -129,10 +129,12 @@ HOSTILE = [
     ("forkbomb", "python3 -c \"import os\nwhile True:\n    os.fork()\""),
 ]
 MARKERS = ["8101", "8102", "8103", "8104", "8105"]
-# A bomb reaches its process limit within milliseconds and then spins until its call's timeout:
-# the model asks for a shorter one than the config's 4 s (the limit, the kill at the timeout and
-# the no-survivor check are what is judged; the spinning after the limit proves nothing more).
-BOMB_TIMEOUT = {"forkbomb": {"timeout": 1.5}}
+# A bomb reaches its process limit within a fraction of a second (0.1-0.3 s here, idle or busy)
+# and then spins on both cores until its call's timeout: the model asks for a shorter one than
+# the config's 4 s. What is judged: each bomb's own output shows forks refused (the limit held it),
+# the kill at the timeout, and no survivors; the spinning after the limit proves nothing more.
+BOMB_TIMEOUT = {"forkbomb": {"timeout": 1}}  # the tool's minimum
+FORK_REFUSED = ("Cannot fork", "Resource temporarily unavailable")  # sh's words, Python's BlockingIOError
 
 
 @pytest.fixture
@@ -231,6 +233,9 @@ def test_hostile_corpus_leaves_no_side_effect(battlefield, mechanism, variant):
         for name, value in CANARIES.items() if value in p.read_text(errors="replace")
     }
     assert leaked_files == {}
+    results = [m["content"] for m in b["fake"].requests[-1].body["messages"] if m["role"] == "tool"]  # in call order
+    bombs = [out for out, (kind, _) in zip(results, HOSTILE, strict=False) if kind == "forkbomb"]
+    assert len(bombs) == 2 and all(any(word in out for word in FORK_REFUSED) for out in bombs), bombs
     provider_saw = json.dumps([r.body for r in b["fake"].requests])
     assert [name for name, value in CANARIES.items() if value in provider_saw] == []
     b["fake"].assert_all_valid()
