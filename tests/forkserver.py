@@ -215,11 +215,17 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
     os.umask(request["umask"])
     argv = request["argv"]
     sys.orig_argv = list(argv)
+    import runpy
+
+    if argv[1] != "-m":  # `python script.py args`: the script's folder leads sys.path
+        sys.argv = argv[1:]
+        if not sys.flags.safe_path:
+            sys.path[0] = os.path.dirname(os.path.realpath(argv[1]))
+        runpy.run_path(argv[1], run_name="__main__")
+        return
     sys.argv = ["-m", *argv[3:]]
     if not sys.flags.safe_path:
         sys.path[0] = os.getcwd()
-    import runpy
-
     runpy._run_module_as_main(argv[2])  # type: ignore[attr-defined]  # what `python -m` calls
 
 
@@ -527,17 +533,31 @@ class ForkServer:
     Use as a context manager, or call `close()`; the helper also ends when this process does."""
 
     def __init__(self, env: Mapping[str, str] | None = None, preload: Sequence[str] = PRELOAD) -> None:
+        self.preload = tuple(preload)
         self._dir = tempfile.mkdtemp(prefix="nanobot-forkserver-")
         self._path = str(Path(self._dir) / "socket")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         listener.bind(self._path)
         listener.listen(64)
         self._log = open(Path(self._dir) / "helper.log", "w+b")
-        self._helper = subprocess.Popen(
+        self._helper: subprocess.Popen[bytes] | None = subprocess.Popen(
             [sys.executable, __file__, str(listener.fileno()), ",".join(preload)],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._log,
             env=dict(os.environ if env is None else env), pass_fds=[listener.fileno()], cwd="/")
         listener.close()
+
+    @property
+    def path(self) -> str:
+        """Where the helper listens: another process reaches it with `ForkServer.attach(path)`."""
+        return self._path
+
+    @classmethod
+    def attach(cls, path: str) -> ForkServer:
+        """A client of the helper another process started (its `path`): popen, run and spawn work;
+        it starts and closes nothing."""
+        client = cls.__new__(cls)
+        client._path, client._helper = path, None
+        return client
 
     def accepts(self, env: Mapping[str, str]) -> bool:
         """Whether a child with environment `env` can be forked from this server."""
@@ -559,6 +579,8 @@ class ForkServer:
         ready, _, _ = select.select([conn], [], [], 120)
         data = conn.recv(_MAX_MESSAGE) if ready else b""
         if not data:
+            if self._helper is None:  # attached: the log is the starter's
+                raise ForkServerError(f"the fork server at {self._path} is not answering")
             self._log.seek(0)
             raise ForkServerError(f"the fork server is not answering; its stderr: {self._log.read()[-4000:]!r}")
         hello = json.loads(data)
@@ -571,10 +593,14 @@ class ForkServer:
               text: bool = False, start_new_session: bool = False,
               _terminal: bool = False) -> ForkedProcess:
         """Like `subprocess.Popen(argv, ...)` for argv = [sys.executable, "-m", "nanobot", *args] (or
-        another module: it is imported in the child, unless the server preloaded it)."""
+        another module: it is imported in the child, unless the server preloaded it), or
+        [sys.executable, "script.py", *args]."""
         argv = [os.fsdecode(a) for a in argv]
-        if len(argv) < 3 or argv[1] != "-m" or os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
-            raise ForkServerError(f"the fork server runs `{sys.executable} -m <module> ...`, not {argv[:3]}")
+        module = len(argv) >= 3 and argv[1] == "-m"
+        script = len(argv) >= 2 and not argv[1].startswith("-")
+        if not (module or script) or os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
+            raise ForkServerError(f"the fork server runs `{sys.executable} -m <module> ...` or "
+                                  f"`{sys.executable} <script> ...`, not {argv[:3]}")
         env = dict(os.environ if env is None else env)
         conn = self._connect()
         fixed = self._hello(conn)
@@ -637,6 +663,8 @@ class ForkServer:
         return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
 
     def close(self) -> None:
+        if self._helper is None:
+            return  # attached: the starter closes it
         if self._helper.stdin and not self._helper.stdin.closed:
             self._helper.stdin.close()  # the helper kills what is still running and exits
         try:
@@ -662,13 +690,14 @@ class ForkServers:
         self._servers: list[ForkServer] = []
         self._lock = threading.Lock()
 
-    def server_for(self, env: Mapping[str, str] | None = None) -> ForkServer:
+    def server_for(self, env: Mapping[str, str] | None = None, preload: Sequence[str] = PRELOAD) -> ForkServer:
+        """A server that preloaded `preload` and accepts `env` (started with `env` if none does)."""
         env = dict(os.environ if env is None else env)
         with self._lock:
             for server in self._servers:
-                if server.accepts(env):
+                if server.preload == tuple(preload) and server.accepts(env):
                     return server
-            server = ForkServer(env=env)
+            server = ForkServer(env=env, preload=preload)
             self._servers.append(server)
             return server
 

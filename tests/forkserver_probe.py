@@ -1,4 +1,4 @@
-"""`python -m forkserver_probe WHAT` (from tests/): prints, as JSON, the process state a fork
+"""`python -m forkserver_probe WHAT` (from tests/), or `python tests/forkserver_probe.py WHAT`: prints, as JSON, the process state a fork
 server child must share with a fresh interpreter, then ends the way WHAT says. tests/test_forkserver.py
 runs it both ways and compares."""
 
@@ -63,7 +63,7 @@ def state() -> dict:
         "threads": threading.active_count(), "main_thread": threading.current_thread() is threading.main_thread(),
         "exit_handlers": atexit._ncallbacks(), "gc_enabled": gc.isenabled(),
         "root_logger": [logging.getLogger().level, len(logging.getLogger().handlers)],
-        "flags": list(sys.flags), "main_module": sys.modules["__main__"].__spec__.name,
+        "flags": list(sys.flags), "main_module": getattr(sys.modules["__main__"].__spec__, "name", None),  # None for a script
         "tz": [time.timezone, time.tzname], "pgid_is_parents": os.getpgid(0) == os.getpgid(os.getppid()),
         "executable": sys.executable, "session_leader": os.getsid(0) == os.getpid(),
         "foreground": os.tcgetpgrp(0) == os.getpgrp() if os.isatty(0) else None,

@@ -61,6 +61,22 @@ def test_a_child_starts_with_the_state_of_a_fresh_interpreter(plain_env, tmp_pat
     assert forked == fresh
 
 
+def test_a_script_child_starts_as_python_script_py_starts(plain_env, tmp_path):
+    """`python path/to/script.py args` (the MCP tests' servers): argv, sys.path[0], __main__ as fresh."""
+    with ForkServer(env=plain_env, preload=["json"]) as server:
+        states = []
+        for start in (subprocess.Popen, server.popen):
+            proc = start([sys.executable, str(TESTS / "forkserver_probe.py"), "state"], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=plain_env, cwd=tmp_path)
+            out, err = proc.communicate(timeout=60)
+            assert proc.returncode == 0, err
+            states.append(json.loads(out))
+    fresh, forked = states
+    assert fresh["path0"] == str(TESTS) and fresh["argv0"] == "forkserver_probe.py" and fresh["main_module"] is None
+    assert fresh.pop("random") != forked.pop("random")
+    assert forked == fresh
+
+
 def _pexpect_spawn(argv, **kwargs):
     return pexpect.spawn(argv[0], argv[1:], **kwargs)
 

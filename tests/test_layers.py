@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -25,10 +26,17 @@ def _sources() -> list[Path]:
     return sorted(p for p in PACKAGE.rglob("*.py") if p.relative_to(PACKAGE) != Path("__main__.py"))
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once per test process (the tests only read it)."""
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
+@functools.cache
 def _imports(path: Path) -> list[tuple[int, str]]:
     """Every module a file imports, at any depth (function-level imports included)."""
     found: list[tuple[int, str]] = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -90,7 +98,7 @@ def test_lowest_layer_imports_only_the_standard_library():
 def test_the_agent_loop_imports_no_printing_or_file_modules():
     for name in NO_IO_MODULES:
         path = PACKAGE / name
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = _tree(path)
         wrong = [f"{_where(path, line)} imports {module}" for line, module in _imports(path)
                  if module in IO_IMPORTS or _root(module) in IO_IMPORTS
                  or any(module.startswith(m + ".") for m in IO_IMPORTS)]
@@ -117,7 +125,7 @@ def _exception_classes(tree: ast.Module, known: set[str]) -> set[str]:
 
 def test_every_error_class_lives_in_errors_py_and_is_drawn_in_its_tree():
     errors_py = PACKAGE / "errors.py"
-    tree = ast.parse(errors_py.read_text(encoding="utf-8"))
+    tree = _tree(errors_py)
     defined = _exception_classes(tree, set())
     assert {"NanobotError", "StorageError", "MemoryBusy", "SkillError", "CallFailed"} <= defined
     drawing = ast.get_docstring(tree) or ""
@@ -126,7 +134,7 @@ def test_every_error_class_lives_in_errors_py_and_is_drawn_in_its_tree():
     for path in _sources():
         if path == errors_py:
             continue
-        local = {name for name in _exception_classes(ast.parse(path.read_text(encoding="utf-8")), defined)
+        local = {name for name in _exception_classes(_tree(path), defined)
                  if not name.startswith("_")}
         elsewhere += [f"{path.relative_to(PACKAGE.parent)}: {name}" for name in sorted(local)]
     assert elsewhere == []
@@ -149,7 +157,7 @@ def _drawn_parents(drawing: str) -> dict[str, str | None]:
 
 
 def test_the_error_tree_drawing_matches_the_classes():
-    tree = ast.parse((PACKAGE / "errors.py").read_text(encoding="utf-8"))
+    tree = _tree(PACKAGE / "errors.py")
     drawn = _drawn_parents(ast.get_docstring(tree) or "")
     actual = {node.name: node.bases[0].id for node in tree.body
               if isinstance(node, ast.ClassDef) and node.bases and isinstance(node.bases[0], ast.Name)}
@@ -174,7 +182,7 @@ def _top_level_names(tree: ast.Module) -> set[str]:
 def test_every_name_in_an_all_list_is_defined_in_its_module():
     drifted = []
     for path in _sources():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = _tree(path)
         for node in tree.body:
             if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
                 listed = [e.value for e in getattr(node.value, "elts", []) if isinstance(e, ast.Constant)]

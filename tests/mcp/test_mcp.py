@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -21,6 +22,31 @@ from nanobot.tools.registry import ToolRegistry
 import forkserver
 
 SERVER = str(Path(__file__).parent / "notes_server.py")
+FORKED = str(Path(__file__).parent / "forked_notes.py")  # runs SERVER forked from a helper that imported the SDK
+# What notes_server.py imports on either transport, imported once (a fresh server spends about
+# 0.6 s of CPU on it before it answers).
+SDK_PRELOAD = ("anyio", "pydantic", "mcp.server.fastmcp", "rich.logging", "anyio._core._sockets",
+               "anyio._core._streams", "uvicorn.protocols.http.h11_impl")
+
+
+def sdk_env() -> dict[str, str]:
+    """This environment with the interpreter settings forked_notes.py has under a stdio client's
+    minimal one: no PYTHON*, LANG or LC_*, so Python sets LC_CTYPE=C.UTF-8 itself (PEP 538)."""
+    env = {k: v for k, v in os.environ.items() if not forkserver._interpreter_variable(k)}
+    return {**env, "LC_CTYPE": "C.UTF-8"}
+
+
+def sdk_forkserver() -> forkserver.ForkServer:
+    """The fork server for notes servers (forked_notes.py asks it for each one)."""
+    return forkserver.shared().server_for(sdk_env(), preload=SDK_PRELOAD)
+
+
+def notes_command(fresh: bool = False) -> dict:
+    """The stdio notes server as a config's command and args: forked_notes.py, which has it forked,
+    or (`fresh`) a new interpreter, for a test of what the server's own process holds."""
+    if fresh:
+        return {"command": sys.executable, "args": [SERVER, "stdio"]}
+    return {"command": sys.executable, "args": [FORKED, sdk_forkserver().path, "stdio"]}
 
 
 class Recorder:
@@ -59,7 +85,7 @@ def http_server(call_log):
 
     def start(transport: str = "streamable-http") -> str:
         port = free_port()
-        procs.append(subprocess.Popen([sys.executable, SERVER, transport, str(port)],
+        procs.append(subprocess.Popen([sys.executable, FORKED, sdk_forkserver().path, transport, str(port)], env=sdk_env(),
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
@@ -75,9 +101,8 @@ def http_server(call_log):
         proc.wait()
 
 
-def stdio(call_log: Path, **extra) -> MCPServerConfig:
-    return MCPServerConfig(command=sys.executable, args=[SERVER, "stdio"], env={"NOTES_CALL_LOG": str(call_log)},
-                           **extra)
+def stdio(call_log: Path, fresh: bool = False, **extra) -> MCPServerConfig:
+    return MCPServerConfig(**notes_command(fresh), env={"NOTES_CALL_LOG": str(call_log)}, **extra)
 
 
 @pytest.fixture(params=["stdio", "streamable-http"])
@@ -193,7 +218,8 @@ def test_a_stdio_server_never_sees_our_api_keys(tmp_path, call_log, monkeypatch)
     async def body(registry, manager, notices):
         return await registry.execute("mcp_notes_env_names", {})
 
-    result = run({"notes": stdio(call_log, trusted=True)}, body, tmp_path=tmp_path)
+    # a fresh interpreter: a forked server would carry the fork helper's memory
+    result = run({"notes": stdio(call_log, fresh=True, trusted=True)}, body, tmp_path=tmp_path)
     assert "NOTES_CALL_LOG" in result.content and "PATH" in result.content  # its own env, and a usable PATH
     assert "OPENAI_API_KEY" not in result.content and "ANTHROPIC_API_KEY" not in result.content
 
@@ -297,7 +323,7 @@ def test_the_agent_and_its_subagents_get_mcp_tools_from_a_nanobot_config(configu
 
     path = configure()
     data = json.loads(path.read_text())
-    data["tools"] = {"mcpServers": {"notes": {"command": sys.executable, "args": [SERVER, "stdio"],
+    data["tools"] = {"mcpServers": {"notes": {**notes_command(),
                                               "env": {"NOTES_CALL_LOG": str(call_log)}, "toolTimeout": 20,
                                               "trusted": True}}}
     path.write_text(json.dumps(data))
@@ -326,7 +352,7 @@ def test_mcp_list_shows_servers_state_and_tools(configure, call_log, nanobot_run
 
     path = configure()
     data = json.loads(path.read_text())
-    data["tools"] = {"mcpServers": {"notes": {"command": sys.executable, "args": [SERVER, "stdio"],
+    data["tools"] = {"mcpServers": {"notes": {**notes_command(),
                                               "enabledTools": ["add", "lookup"]},
                                     "broken": {"command": "/nonexistent/mcp-server"}}}
     path.write_text(json.dumps(data))
@@ -346,7 +372,7 @@ def test_the_chat_prompt_comes_first_then_one_line_for_a_failed_server_and_the_t
 
     path = configure()
     data = json.loads(path.read_text())
-    data["tools"] = {"mcpServers": {"notes": {"command": sys.executable, "args": [SERVER, "stdio"], "trusted": True,
+    data["tools"] = {"mcpServers": {"notes": {**notes_command(), "trusted": True,
                                               "env": {"NOTES_CALL_LOG": str(call_log)}},
                                     "broken": {"command": "/nonexistent/mcp-server"}}}
     path.write_text(json.dumps(data))
@@ -375,7 +401,7 @@ def test_a_subagent_calls_an_mcp_tool(configure, fake_llm, call_log):
 
     path = configure()
     data = json.loads(path.read_text())
-    data["tools"] = {"mcpServers": {"notes": {"command": sys.executable, "args": [SERVER, "stdio"], "trusted": True,
+    data["tools"] = {"mcpServers": {"notes": {**notes_command(), "trusted": True,
                                               "env": {"NOTES_CALL_LOG": str(call_log)}}}}
     path.write_text(json.dumps(data))
     state = {"main": 0, "sub": 0}
@@ -432,7 +458,7 @@ def test_in_the_assistant_an_mcp_call_asks_the_session_approver_and_is_recorded(
 
     path = configure()
     data = json.loads(path.read_text())
-    data["tools"] = {"mcpServers": {"notes": {"command": sys.executable, "args": [SERVER, "stdio"],
+    data["tools"] = {"mcpServers": {"notes": {**notes_command(),
                                               "env": {"NOTES_CALL_LOG": str(call_log)}}}}
     path.write_text(json.dumps(data))
     fake_llm.script(Reply.tool_calls([("mcp_notes_add", {"a": 1, "b": 1})]), Reply.text("Not allowed, sorry."))
