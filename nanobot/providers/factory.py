@@ -17,6 +17,7 @@ from nanobot.messages import Message
 from nanobot.providers import reasoning
 from nanobot.providers.base import LLMResponse, Provider
 from nanobot.providers.fallback import Candidate, FallbackCallback, FallbackProvider
+from nanobot.providers.raw_http import prewarm_tls_context
 from nanobot.providers.retry import RetryCallback, RetryingProvider, RetryPolicy
 
 _ADAPTERS = {"anthropic": "nanobot.providers.anthropic", "openai": "nanobot.providers.openai_compat"}
@@ -58,10 +59,12 @@ class DeferredProvider(Provider):
     def prewarm(self) -> None:
         """Start importing the SDK in a background thread (the first request then finds it loaded)."""
         module = _ADAPTERS[self._resolved.spec.kind]
+        prewarm_tls_context()
         threading.Thread(target=importlib.import_module, args=(module,), name="sdk-prewarm", daemon=True).start()
 
     async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
         if self._inner is None:
+            prewarm_tls_context()  # the CA file loads on another core while the SDK is imported here
             self._inner = self._build(self._resolved)
             self._inner.capabilities = self.capabilities  # one object: what the adapter learns, callers see
         return await self._inner.chat(messages, **kwargs)
