@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from nanobot import __version__
+from nanobot import __version__, gc_pause
 
 app = typer.Typer(
     name="nanobot",
@@ -181,6 +181,7 @@ def run() -> None:
     hooks (logging's flush among them), flush stdout and stderr, and leave with os._exit.
     Tests call main() in process; this function is only the console script and `python -m`.
     """
+    gc_pause.pause()  # while the command loads its code (nanobot/gc_pause.py)
     try:
         main()
         code = 0
