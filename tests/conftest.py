@@ -12,6 +12,14 @@ from nanobot.providers.registry import scrubbed_env_names
 
 from host_procs import host_pids
 
+# The tests write bytecode caches (`__pycache__/`, ignored by git) even where the environment says
+# PYTHONDONTWRITEBYTECODE: without them each xdist worker compiles every test module (assertion
+# rewriting, 5 of its 10 CPU-s of collection) and every fresh `python -m nanobot` compiles nanobot
+# again. Set here, before any test module is imported or any worker or subprocess started, so all
+# of them agree (the fork server refuses a child whose PYTHON* variables differ from its own).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -113,10 +121,25 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
             and config.option.numprocesses is None and not config.getoption("usepdb", False)):
         config.option.numprocesses = WHOLE_SUITE_WORKERS
         if config.option.dist == "no":
-            # one shared queue in collection order, handed out a test at a time: with the long
-            # tests first (below), no worker is left running a long test alone at the end
-            config.option.dist = "load"
-            config.option.maxschedchunk = 1
+            # one shared queue in collection order (the long tests first, below), handed out a few
+            # tests at a time, so no worker is left running a long test alone at the end
+            config.option.dist = "loadscope"
+            config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's loadscope, with one test function's cases as the unit: they never run at the same
+    time, as some watch the whole machine for their marked processes (`sleep 3131`), which a
+    sibling case on another worker would also start. (loadgroup's marks no longer reach the
+    scheduler under pytest 9.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FunctionScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return nodeid.split("[", 1)[0]
+
+    return FunctionScheduling(config, log)
 
 
 # Tests that take seconds (idle machine, 3 workers), run first in the whole suite, longest first,
@@ -166,12 +189,12 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if stale and len(items) > 1000:  # the whole suite, not a -k selection of it
         warnings.warn(pytest.PytestConfigWarning(f"conftest.LONG_TESTS names tests that no longer exist: {sorted(stale)}"),
                       stacklevel=1)
-
-    def seconds(item: pytest.Item) -> float:
-        case, function = names[item.nodeid]
-        return LONG_TESTS.get(case, LONG_TESTS.get(function, 0.0))
-
-    items.sort(key=lambda item: -seconds(item))  # stable: the rest keep their order
+    units: dict[str, list[pytest.Item]] = {}  # a test function's cases: one unit on xdist (above)
+    for item in items:
+        units.setdefault(names[item.nodeid][1], []).append(item)
+    seconds = {function: sum(LONG_TESTS.get(names[c.nodeid][0], LONG_TESTS.get(function, 0.0)) for c in cases)
+               for function, cases in units.items()}
+    items[:] = [case for function in sorted(units, key=lambda f: -seconds[f]) for case in units[function]]
 
 
 @pytest.fixture
