@@ -229,6 +229,10 @@ def test_stop_cancels_a_subagent_stuck_in_a_long_exec_and_kills_its_process_grou
             assert time.monotonic() < deadline
             await asyncio.sleep(0.05)
         # exec runs in its own PID namespace: find the sleeper by its command line, not by $!
+        # ($! is written when the shell has forked it, which may be before it has become `sleep`)
+        while not host_sleepers("6061"):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
         (pid,) = host_sleepers("6061")
         assert pid_alive(pid)
         assert len(helpers.running()) == 1

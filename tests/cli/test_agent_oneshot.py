@@ -136,7 +136,8 @@ def test_ctrl_c_during_a_one_shot_turn_exits_130_and_kills_the_command(nanobot_c
                                     stderr=subprocess.PIPE, text=True)
     pidfile = isolated_home / "workspace" / "sleeper.pid"
     deadline = time.monotonic() + 20
-    while not (pidfile.exists() and pidfile.read_text().strip()):
+    # $! is written once the shell has forked the sleeper, maybe before it has become `sleep`
+    while not (pidfile.exists() and pidfile.read_text().strip() and host_sleepers("6071")):
         assert time.monotonic() < deadline, "the command never started"
         time.sleep(0.05)
     (pid,) = host_sleepers("6071")

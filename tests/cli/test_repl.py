@@ -159,7 +159,8 @@ def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_h
     child.expect("subagent 'slow' \\(sa-[0-9a-f]+\\) started")
     child.expect_exact(PROMPT)
     deadline = time.monotonic() + 10
-    while not (pidfile.exists() and pidfile.read_text().strip()) and time.monotonic() < deadline:
+    # $! is written once the shell has forked the sleeper, maybe before it has become `sleep`
+    while not (pidfile.exists() and pidfile.read_text().strip() and host_sleepers("6072")) and time.monotonic() < deadline:
         time.sleep(0.05)
     (pid,) = host_sleepers("6072")
     child.sendline("/status")
