@@ -296,12 +296,10 @@ def history_grep(
         found = iter(())
     else:
         if not json_out and not _stdout_is_tty():
-            fast = history_log.grep_fast_output(path, pattern, ignore_case=ignore_case, since=since_dt,
-                                                until=until_dt, last=last)
-            if fast is not None:  # ripgrep answered: the same bytes the entry-by-entry path would print
-                sys.stdout.buffer.write(fast[0])
-                sys.stdout.flush()
-                raise typer.Exit(0 if fast[1] else 1)
+            pieces = history_log.grep_fast_pieces(path, pattern, ignore_case=ignore_case, since=since_dt,
+                                                  until=until_dt, last=last)
+            if pieces is not None:  # ripgrep answered: the same bytes the entry-by-entry path would print
+                raise typer.Exit(0 if _write_pieces(pieces) else 1)
         entries = history_log.grep_fast(path, pattern, ignore_case=ignore_case, since=since_dt, until=until_dt,
                                         last=last)
         if entries is not None:
@@ -325,6 +323,17 @@ def history_tail(
 
     path = _history_path(workspace)
     _emit(iter(history_log.tail(path, n)) if path is not None else iter(()), None, json_out)
+
+
+def _write_pieces(pieces) -> int:
+    """Write grep_fast_pieces to stdout as they come; returns how many entries."""
+    out = sys.stdout.buffer
+    count = 0
+    for chunk, n in pieces:
+        out.write(chunk)
+        count += n
+    out.flush()
+    return count
 
 
 def _emit(entries, rx: re.Pattern[str] | None, json_out: bool) -> int:

@@ -22,7 +22,7 @@ from pathlib import Path
 from nanobot.messages import parse_timestamp
 from nanobot.paths import memory_dir
 
-__all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest", "grep_fast", "grep_fast_output", "stamp_lines", "STAMP_RE", "history_receipts"]
+__all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest", "grep_fast", "grep_fast_output", "grep_fast_pieces", "stamp_lines", "STAMP_RE", "history_receipts"]
 
 BLOCK_SIZE = 4 * 1024 * 1024
 _STAMP = r"\[(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?\]"
@@ -645,7 +645,6 @@ def _matching_spans(path: Path, pattern: str, ignore_case: bool, since: datetime
 
 _FEW_MATCHES = 50_000  # matching lines; up to this, find each entry's edges around its match
 _STAMP_NL_B = re.compile(rb"\n" + _STAMP.encode())
-_STR_ONLY_SPACE = tuple(bytes([c]) for c in range(0x1C, 0x20))  # whitespace to str.rstrip, not bytes.rstrip
 
 
 def _spans_by_search(data, offsets: list[int]) -> list[tuple[int, int]]:
@@ -682,21 +681,65 @@ def _spans_by_table(marks: list[int], offsets: list[int]) -> list[tuple[int, int
     return spans
 
 
-def grep_fast_output(path: Path, pattern: str, *, ignore_case: bool = False, since: datetime | None = None,
-                     until: datetime | None = None, last: int | None = None) -> tuple[bytes, int] | None:
-    """What `nanobot history grep` prints when piped (each entry's text and a blank line), and how many
-    entries, through ripgrep; None when the fast path cannot answer (no rg, or a pattern it can't take)."""
+def grep_fast_pieces(path: Path, pattern: str, *, ignore_case: bool = False, since: datetime | None = None,
+                     until: datetime | None = None, last: int | None = None) -> Iterator[tuple[bytes, int]] | None:
+    """What `nanobot history grep` prints when piped (each entry's text and a blank line), in pieces of
+    (bytes, how many entries), through ripgrep; None when the fast path cannot answer (no rg, or a
+    pattern it can't take)."""
     found = _matching_spans(path, pattern, ignore_case, since, until, last)
     if found is None:
         return None
-    data, spans = found
-    texts = [t for t in [data[a:b].rstrip() for a, b in spans] if t]
-    out = b"\n\n".join([*texts, b""]) if texts else b""
-    if not out.isascii() or any(sep in out for sep in _STR_ONLY_SPACE):  # let str rules decide, entry by entry
-        texts = [t for t in (_exact_text(data[a:b]) for a, b in spans) if t]
-        texts = [t.decode("utf-8", "replace").encode("utf-8") for t in texts]
-        out = b"\n\n".join([*texts, b""]) if texts else b""
-    return out, len(texts)
+    return _pieces(*found)
+
+
+def grep_fast_output(path: Path, pattern: str, *, ignore_case: bool = False, since: datetime | None = None,
+                     until: datetime | None = None, last: int | None = None) -> tuple[bytes, int] | None:
+    """grep_fast_pieces joined: the bytes printed and how many entries; None when it can't answer."""
+    pieces = grep_fast_pieces(path, pattern, ignore_case=ignore_case, since=since, until=until, last=last)
+    if pieces is None:
+        return None
+    chunks, count = [], 0
+    for chunk, n in pieces:
+        chunks.append(chunk)
+        count += n
+    return b"".join(chunks), count
+
+
+# An entry whose bytes end in one of these (a character that str.rstrip keeps, then one blank line)
+# is printed exactly as it stands in the file, so a run of such entries is one slice of the file.
+_CLEAN_ENDS = frozenset(bytes([c]) + b"\n\n" for c in range(128) if not chr(c).isspace())
+
+
+def _pieces(data, spans: list[tuple[int, int]]) -> Iterator[tuple[bytes, int]]:
+    """The output for `spans` (matching entries, in file order): adjacent entries are cut from the file
+    as one slice while each but the last ends cleanly (_CLEAN_ENDS); the last is cut to its text."""
+    first = last = end = -1
+    n = 0
+    for start, stop in spans:
+        if start == end and data[end - 3:end] in _CLEAN_ENDS:
+            last, end = start, stop
+            n += 1
+            continue
+        if n:
+            yield _run(data, first, last, end, n)
+        first = last = start
+        end = stop
+        n = 1
+    if n:
+        yield _run(data, first, last, end, n)
+
+
+def _run(data, first: int, last: int, end: int, n: int) -> tuple[bytes, int]:
+    """data[first:end] (n entries, the last one starting at `last`) as printed: text and a blank line each."""
+    if data[end - 3:end] in _CLEAN_ENDS:  # (only a blank preamble is shorter: its slice comes out short)
+        chunk = data[first:end]
+    else:
+        text = _exact_text(data[last:end])
+        chunk = data[first:last] + text + b"\n\n" if text else data[first:last]
+        n -= not text  # only the undated preamble can be blank, and then it is not printed
+    if not chunk.isascii():  # bytes that are not UTF-8 are printed as U+FFFD, as str would
+        chunk = chunk.decode("utf-8", "replace").encode("utf-8")
+    return chunk, n
 
 
 def grep_fast(path: Path, pattern: str, *, ignore_case: bool = False, since: datetime | None = None,
