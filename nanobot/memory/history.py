@@ -675,7 +675,10 @@ def _spans_by_table(marks: list[int], offsets: list[int]) -> list[tuple[int, int
     for pos in offsets:  # in file order: each entry is looked up once, at its first match
         if pos < end:
             continue
-        lo = bisect_left(marks, pos, lo)
+        if marks[lo + 1] >= pos:  # the next entry (matches are dense when there are many)
+            lo += 1
+        else:
+            lo = bisect_left(marks, pos, lo)
         end = marks[lo] + 1
         append((marks[lo - 1] + 1, end))
     return spans
