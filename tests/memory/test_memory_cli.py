@@ -86,6 +86,32 @@ def test_grep_json_since_until_last(runner, ws):
     assert result.exit_code == 1 and json.loads(result.stdout) == []
 
 
+ODD_HISTORY = (b"notes from before\n\n"
+               b"[2026-01-01 10:00] first\nsecond line\nlast line lisbon\n\n"
+               b"[2026-01-02 10:00] lisbon at once\n\n"
+               b"[2026-01-03 10:00] CRLF lisbon\r\n\r\n"
+               b"[2026-01-04 10:00] bad byte \xff and caf\xc3\xa9 lisbon\n\n\n"
+               b"[2026-01-05 10:00] porto\n\n"
+               b"[2026-01-06 10:00] lisbon, then a no-break space\xc2\xa0\n\n"
+               b"[2026-01-07 10:00] the end, lisbon")
+
+
+@pytest.mark.parametrize("args", [["lisbon"], ["-i", "LISBON"], ["lisbon", "--since", "2026-01-02", "-n", "3"],
+                                  ["^\\[2026-01-0[2-5]"], ["zebra"]])
+def test_grep_piped_prints_the_same_bytes_with_and_without_ripgrep(runner, tmp_path, monkeypatch, args):
+    from nanobot.memory import history as history_log
+
+    assert history_log._rg_binary() is not None  # the ripgrep wheel is a dependency
+    workspace = tmp_path / "ws"
+    (workspace / "memory").mkdir(parents=True)
+    (workspace / "memory" / "HISTORY.md").write_bytes(ODD_HISTORY)
+    fast = run(runner, history_app, "grep", *args, "-w", str(workspace))
+    monkeypatch.setattr(history_log, "_rg_binary", lambda: None)  # the entry-by-entry engine
+    slow = run(runner, history_app, "grep", *args, "-w", str(workspace))
+    assert (fast.exit_code, fast.stdout_bytes) == (slow.exit_code, slow.stdout_bytes)
+    assert fast.exit_code == (0 if args[0] != "zebra" else 1) and bool(fast.stdout_bytes) == (fast.exit_code == 0)
+
+
 def test_grep_highlights_matches_on_a_terminal(runner, ws, monkeypatch):
     monkeypatch.setattr(memory_cmd, "_stdout_is_tty", lambda: True)
     monkeypatch.setenv("FORCE_COLOR", "1")
