@@ -452,7 +452,7 @@ def _search_older_with_rg(path: Path, before: int, anchor: bytes, exact: list[by
 
 # ---- ripgrep fast path for `nanobot history grep` ------------------------------------------------
 #
-# ripgrep finds the byte offset of every match at disk speed; Python then cuts the whole entries
+# ripgrep finds where every matching line starts, at disk speed; Python then cuts the whole entries
 # around those offsets from a memory map. The output is byte-for-byte what `iter_grep` gives, so
 # the fast path is used only for patterns that mean the same to both engines and cannot match
 # across a line break (ripgrep is line-oriented, an entry may span lines): see `_line_bound`.
@@ -526,10 +526,13 @@ def _rg_usable(pattern: str, ignore_case: bool) -> bool:
 
 
 def _rg_argv(path: Path, args: list[str]) -> list[str]:
-    # --replace '' keeps the output small; it also shifts the reported offset of a second match on a
-    # line back by the matches before it, which stays inside that line: all that is used is the entry.
-    return [str(_rg_binary()), "--no-config", "--text", "--byte-offset", "--only-matching", "--replace", "",
+    # One line of output per matching line: the offset of the line's start, then (--max-columns 1)
+    # a short "omitted" note instead of the line. All that is used is the entry the line is in.
+    return [str(_rg_binary()), "--no-config", "--text", "--byte-offset", "--max-columns", "1",
             "--no-filename", "--color", "never", "--no-heading", *args, "--", str(path)]
+
+
+_RG_LINE = re.compile(rb"(\d+):[^\n]*\n")
 
 
 def _rg_parse(returncode: int, stdout: bytes) -> list[int] | None:
@@ -537,14 +540,11 @@ def _rg_parse(returncode: int, stdout: bytes) -> list[int] | None:
         return []
     if returncode != 0:
         return None  # e.g. a pattern its syntax rejects: then the Python engine decides
-    parts = stdout.split(b":\n")  # each match is "offset:" and a newline
-    if parts[-1] == b"":
-        parts.pop()
-    return list(map(int, parts))
+    return list(map(int, _RG_LINE.findall(stdout)))
 
 
 def _rg_run(path: Path, args: list[str]) -> list[int] | None:
-    """Byte offsets of ripgrep's matches for `args`, in file order; None without rg or when it fails."""
+    """Where each line ripgrep matches with `args` starts, in file order; None without rg or when it fails."""
     import subprocess
 
     if _rg_binary() is None:
@@ -558,10 +558,8 @@ def _rg_run(path: Path, args: list[str]) -> list[int] | None:
 
 
 def _rg_probe(path: Path, args: list[str], lines: int) -> tuple[list[int], bool] | None:
-    """Offsets of the matches in the first `lines` matching lines, and whether that was all of them.
-
-    Fewer than `lines` matches means fewer matching lines, so all of them. With `lines` matches or
-    more it says "maybe more" without parsing them: the full run that follows finds the same ones."""
+    """Where the first `lines` matching lines start, and whether that was all of them; with `lines`
+    or more it says "maybe more" without parsing them: the full run that follows finds the same ones."""
     import subprocess
 
     try:

@@ -270,3 +270,15 @@ def test_adjacent_matching_entries_and_a_match_on_an_entrys_last_line(tmp_path):
                    b"[2026-01-02 10:00] lisbon at once\n\n"
                    b"[2026-01-03 10:00] CRLF lisbon\n\n"
                    b"[2026-01-05 10:00] the end, lisbon\n\n")
+
+
+@pytest.mark.parametrize("pattern", ["b", "7", "^7$", "b7"])
+def test_fast_grep_finds_entries_by_one_character_lines(tmp_path, pattern):
+    # ripgrep reports each matching line by where it starts; a line as short as its note (or made of
+    # digits, like the offsets) must still be read as one line
+    path = tmp_path / "HISTORY.md"
+    path.write_text("[2026-01-01 10:00] a\nb\n7\n\n[2026-01-02 10:00] c\n\n[2026-01-03 10:00] b7\n7")
+    slow = history_log.grep(path, pattern)
+    assert slow
+    assert history_log.grep_fast_output(path, pattern) == ("".join(e.text + "\n\n" for e in slow).encode(), len(slow))
+    assert history_log.grep_fast(path, pattern) == slow
