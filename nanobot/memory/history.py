@@ -709,38 +709,57 @@ def grep_fast_output(path: Path, pattern: str, *, ignore_case: bool = False, sin
 # An entry whose bytes end in one of these (a character that str.rstrip keeps, then one blank line)
 # is printed exactly as it stands in the file, so a run of such entries is one slice of the file.
 _CLEAN_ENDS = frozenset(bytes([c]) + b"\n\n" for c in range(128) if not chr(c).isspace())
+_PIECE = 1 << 20  # bytes per piece of output
 
 
 def _pieces(data, spans: list[tuple[int, int]]) -> Iterator[tuple[bytes, int]]:
-    """The output for `spans` (matching entries, in file order): adjacent entries are cut from the file
-    as one slice while each but the last ends cleanly (_CLEAN_ENDS); the last is cut to its text."""
+    """The output for `spans` (matching entries, in file order) in pieces of about _PIECE bytes, each
+    with how many entries it holds. Adjacent entries are cut from the file as one slice while each
+    but the last ends cleanly (_CLEAN_ENDS); the last is cut to its text. A piece is joined straight
+    from the file's map."""
+    view = memoryview(data)
+    parts: list = []
+    size = count = n = 0
     first = last = end = -1
-    n = 0
     for start, stop in spans:
         if start == end and data[end - 3:end] in _CLEAN_ENDS:
             last, end = start, stop
             n += 1
             continue
         if n:
-            yield _run(data, first, last, end, n)
+            count += _add_run(data, view, first, last, end, n, parts)
+            size += end - first
+            if size >= _PIECE:
+                yield _joined(parts), count
+                parts, size, count = [], 0, 0
         first = last = start
         end = stop
         n = 1
     if n:
-        yield _run(data, first, last, end, n)
+        count += _add_run(data, view, first, last, end, n, parts)
+    if parts:
+        yield _joined(parts), count
 
 
-def _run(data, first: int, last: int, end: int, n: int) -> tuple[bytes, int]:
-    """data[first:end] (n entries, the last one starting at `last`) as printed: text and a blank line each."""
+def _add_run(data, view: memoryview, first: int, last: int, end: int, n: int, parts: list) -> int:
+    """Add the output for the n entries in data[first:end] (the last starts at `last`) to `parts`;
+    returns how many are printed."""
     if data[end - 3:end] in _CLEAN_ENDS:  # (only a blank preamble is shorter: its slice comes out short)
-        chunk = data[first:end]
-    else:
-        text = _exact_text(data[last:end])
-        chunk = data[first:last] + text + b"\n\n" if text else data[first:last]
-        n -= not text  # only the undated preamble can be blank, and then it is not printed
+        parts.append(view[first:end])
+        return n
+    parts.append(view[first:last])
+    text = _exact_text(data[last:end])
+    if not text:  # only the undated preamble can be blank, and then it is not printed
+        return n - 1
+    parts.append(text + b"\n\n")
+    return n
+
+
+def _joined(parts: list) -> bytes:
+    chunk = b"".join(parts)
     if not chunk.isascii():  # bytes that are not UTF-8 are printed as U+FFFD, as str would
         chunk = chunk.decode("utf-8", "replace").encode("utf-8")
-    return chunk, n
+    return chunk
 
 
 def grep_fast(path: Path, pattern: str, *, ignore_case: bool = False, since: datetime | None = None,

@@ -237,9 +237,9 @@ _FAST_PATTERNS = ["lisbon", "lisbon$", "^\\[2026", "caf. l", "(lisbon|porto)", "
        entries=st.lists(st.tuples(st.lists(st.sampled_from(_LINES), min_size=1, max_size=3),
                                   st.sampled_from(_ENDINGS)), min_size=1, max_size=8),
        final=st.sampled_from([b"", b"\n", b"\n\n", b" "]), pattern=st.sampled_from(_FAST_PATTERNS),
-       ignore_case=st.booleans(), few=st.sampled_from([1, 50_000]))
+       ignore_case=st.booleans(), few=st.sampled_from([1, 50_000]), piece=st.sampled_from([1, 40, 1 << 20]))
 def test_fast_grep_prints_what_the_python_engine_prints_however_entries_end(
-        tmp_path_factory, preamble, entries, final, pattern, ignore_case, few):
+        tmp_path_factory, preamble, entries, final, pattern, ignore_case, few, piece):
     parts = [preamble]
     for i, (lines, ending) in enumerate(entries):
         parts.append(b"[2026-01-%02d 10:00] " % (1 + i) + b"\n".join(lines) + ending)
@@ -247,12 +247,13 @@ def test_fast_grep_prints_what_the_python_engine_prints_however_entries_end(
     path = tmp_path_factory.mktemp("h") / "HISTORY.md"
     path.write_bytes(data)
     slow = history_log.grep(path, pattern, ignore_case=ignore_case)
-    old = history_log._FEW_MATCHES
+    old = history_log._FEW_MATCHES, history_log._PIECE
     history_log._FEW_MATCHES = few  # 1: through the entry table; 50,000: each entry found around its match
+    history_log._PIECE = piece  # 1: every run of entries is a piece of its own
     try:
         got = history_log.grep_fast_output(path, pattern, ignore_case=ignore_case)
     finally:
-        history_log._FEW_MATCHES = old
+        history_log._FEW_MATCHES, history_log._PIECE = old
     assert got == ("".join(e.text + "\n\n" for e in slow).encode(), len(slow))
 
 
