@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from nanobot import __version__
+from nanobot import __version__, gc_pause
 
 app = typer.Typer(
     name="nanobot",
@@ -51,6 +51,11 @@ _GROUPS: dict[str, tuple[str, str, str]] = {
     "cron": ("nanobot.cli.cron_cmd", "cron_app",
              "Scheduled jobs and reminders (they fire while `nanobot serve` or a chat runs)."),
 }
+
+
+def _commands() -> set[str]:
+    """The top-level commands (`agent`, `serve`, ...): they need none of the groups mounted."""
+    return {c.name or (c.callback.__name__ if c.callback else "") for c in app.registered_commands}
 
 
 def _mount_subcommands(only: str | None = None) -> None:
@@ -145,9 +150,11 @@ def main() -> None:
     from nanobot.cli.errors import print_error, report
     from nanobot.errors import NanobotError
 
-    if sys.argv[1:2] not in (["--version"], ["-V"]):
-        group = sys.argv[1] if len(sys.argv) > 1 else None
-        _mount_subcommands(group if group in _GROUPS else None)
+    first = sys.argv[1] if len(sys.argv) > 1 else None
+    if first in _GROUPS:
+        _mount_subcommands(first)
+    elif first not in _commands() and first not in ("--version", "-V"):
+        _mount_subcommands()  # help, or a name click must list or suggest from: every group
     try:
         code = app(standalone_mode=False, prog_name="nanobot")
     except click_errors.NoArgsIsHelpError as exc:
@@ -181,6 +188,7 @@ def run() -> None:
     hooks (logging's flush among them), flush stdout and stderr, and leave with os._exit.
     Tests call main() in process; this function is only the console script and `python -m`.
     """
+    gc_pause.pause()  # while the command loads its code (nanobot/gc_pause.py)
     try:
         main()
         code = 0

@@ -12,11 +12,13 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from nanobot import gc_pause
 from nanobot.config import ResolvedModel, UnusableModel
 from nanobot.messages import Message
 from nanobot.providers import reasoning
 from nanobot.providers.base import LLMResponse, Provider
 from nanobot.providers.fallback import Candidate, FallbackCallback, FallbackProvider
+from nanobot.providers.raw_http import prewarm_tls_context
 from nanobot.providers.retry import RetryCallback, RetryingProvider, RetryPolicy
 
 _ADAPTERS = {"anthropic": "nanobot.providers.anthropic", "openai": "nanobot.providers.openai_compat"}
@@ -44,6 +46,11 @@ def openai_request_options(resolved: ResolvedModel) -> dict[str, Any]:
     return {"extra_params": fields, "send_temperature": not reasoning.drops_temperature(resolved.spec, fields)}
 
 
+def _load(module: str) -> None:
+    importlib.import_module(module)
+    gc_pause.resume()
+
+
 class DeferredProvider(Provider):
     """Builds the real adapter (and so imports its SDK) on the first request."""
 
@@ -58,11 +65,14 @@ class DeferredProvider(Provider):
     def prewarm(self) -> None:
         """Start importing the SDK in a background thread (the first request then finds it loaded)."""
         module = _ADAPTERS[self._resolved.spec.kind]
-        threading.Thread(target=importlib.import_module, args=(module,), name="sdk-prewarm", daemon=True).start()
+        prewarm_tls_context()
+        threading.Thread(target=_load, args=(module,), name="sdk-prewarm", daemon=True).start()
 
     async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
         if self._inner is None:
+            prewarm_tls_context()  # the CA file loads on another core while the SDK is imported here
             self._inner = self._build(self._resolved)
+            gc_pause.resume()  # the SDK was the last big import
             self._inner.capabilities = self.capabilities  # one object: what the adapter learns, callers see
         return await self._inner.chat(messages, **kwargs)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import ssl
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -20,13 +21,15 @@ import httpx2
 from nanobot.errors import ProviderError
 from nanobot.providers.errors_map import status_error
 
-__all__ = ["RAW_STREAM_HEADERS", "json_body", "shared_tls_context", "sse_json", "stream_error"]
+__all__ = ["RAW_STREAM_HEADERS", "json_body", "prewarm_tls_context", "shared_tls_context", "sse_json",
+           "stream_error"]
 
 # The SDKs' switch (X-Stainless-Raw-Response) for "return the httpx response, unread".
 RAW_STREAM_HEADERS = {"X-Stainless-Raw-Response": "stream"}
 
 
 _TLS_CONTEXTS: dict[tuple[str | None, str | None], ssl.SSLContext] = {}
+_TLS_LOCK = threading.Lock()  # one build at a time: a caller waits for a prewarm already under way
 
 
 def shared_tls_context() -> ssl.SSLContext:
@@ -35,10 +38,18 @@ def shared_tls_context() -> ssl.SSLContext:
     again: the fallback models', each test's. An SSLContext is made to be shared between
     connections. A new one is built when SSL_CERT_FILE or SSL_CERT_DIR changes."""
     key = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
-    ctx = _TLS_CONTEXTS.get(key)
-    if ctx is None:
-        ctx = _TLS_CONTEXTS[key] = httpx2.create_ssl_context()
+    with _TLS_LOCK:
+        ctx = _TLS_CONTEXTS.get(key)
+        if ctx is None:
+            ctx = _TLS_CONTEXTS[key] = httpx2.create_ssl_context()
     return ctx
+
+
+def prewarm_tls_context() -> None:
+    """Start building the shared context in a background thread. OpenSSL parses the CA file with
+    the GIL released, so on a second core it overlaps the SDK import that comes before the first
+    request; the client then finds the context built (or waits for the rest of the build)."""
+    threading.Thread(target=shared_tls_context, name="tls-prewarm", daemon=True).start()
 
 
 def _not_api(provider: str, response: httpx2.Response, data: bytes) -> ProviderError:

@@ -93,7 +93,8 @@ def test_camel_case_mapping():
     assert to_camel("context_window_tokens") == "contextWindowTokens"
 
 
-def test_a_piped_one_shot_answer_does_not_load_the_markdown_renderer(configure, fake_llm):
+def test_a_piped_one_shot_answer_does_not_load_the_markdown_renderer_or_the_command_groups(
+        configure, fake_llm, nanobot_run):
     from nanobot.fakellm import Reply
 
     configure()
@@ -101,7 +102,13 @@ def test_a_piped_one_shot_answer_does_not_load_the_markdown_renderer(configure, 
     code = ("import sys; sys.argv=['nanobot', 'agent', '-m', 'hi']\n"
             "from nanobot.cli.app import main\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "print('LOADED', [m for m in ('rich.markdown', 'pygments', 'markdown_it') if m in sys.modules])")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+            "print('LOADED', [m for m in ('rich.markdown', 'pygments', 'markdown_it', *GROUPS) if m in sys.modules])")
+    groups = ", ".join(f"'nanobot.cli.{name}_cmd'" for name in ("session", "memory", "skills", "mcp", "cron"))
+    out = subprocess.run([sys.executable, "-c", f"GROUPS = [{groups}]\n" + code], capture_output=True, text=True,
+                         timeout=120, stdin=subprocess.DEVNULL)
     assert "# Title\n\nSome *markdown*." in out.stdout  # written as it came: stdout is not a terminal
     assert "LOADED []" in out.stdout, out.stderr
+    listing = nanobot_run("--help").stdout  # the groups are still there for whoever asks
+    assert all(f"{name} " in listing for name in ("session", "memory", "history", "skills", "mcp", "cron"))
+    typo = nanobot_run("agnt")
+    assert typo.returncode == 2 and "Did you mean 'agent'?" in typo.stderr

@@ -94,3 +94,52 @@ def test_the_context_is_built_once_and_verifies(monkeypatch, tmp_path):
     assert ctx.verify_mode == ssl.CERT_REQUIRED and ctx.check_hostname
     monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))
     assert shared_tls_context() is not ctx
+
+
+def test_the_first_request_builds_the_context_in_the_background_and_uses_it(monkeypatch, tmp_path, tls_server):
+    """A deferred provider's first request starts the context build on its own thread before it
+    imports the SDK, and the client it then makes uses that one context (it verifies: a server
+    the context does not trust is refused, one SSL_CERT_FILE names is answered)."""
+    from nanobot.config import ResolvedModel
+    from nanobot.providers import raw_http
+    from nanobot.providers.factory import DeferredProvider
+    from nanobot.providers.registry import find
+
+    base, cert, seen = tls_server
+    builds: list[str] = []
+    real = raw_http.httpx2.create_ssl_context
+
+    def recording(*args, **kwargs):
+        builds.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(raw_http.httpx2, "create_ssl_context", recording)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))  # a key no earlier test built a context for
+    spec = find("custom")
+    assert spec is not None
+    resolved = ResolvedModel(spec=spec, model="m", api_key="k", api_base=f"{base}/v1", extra_headers={}, timeout=10)
+    answer = chat_once(DeferredProvider(resolved), [{"role": "user", "content": "hi"}])
+    assert answer.content == "secure hello" and len(seen) == 1
+    assert builds == ["tls-prewarm"]  # built once, off the thread that imported the SDK
+
+
+def test_a_caller_waits_for_a_build_under_way_and_gets_the_same_context(monkeypatch, tmp_path):
+    from nanobot.providers import raw_http
+
+    started, release = threading.Event(), threading.Event()
+    made: list[ssl.SSLContext] = []
+
+    def slow(*args, **kwargs):
+        started.set()
+        release.wait(5)
+        made.append(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
+        return made[-1]
+
+    monkeypatch.setattr(raw_http.httpx2, "create_ssl_context", slow)
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))
+    raw_http.prewarm_tls_context()
+    assert started.wait(5)
+    threading.Timer(0.2, release.set).start()
+    ctx = raw_http.shared_tls_context()
+    assert made == [ctx]  # the caller did not build a second one while the first was under way
