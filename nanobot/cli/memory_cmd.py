@@ -326,14 +326,28 @@ def history_tail(
 
 
 def _write_pieces(pieces) -> int:
-    """Write grep_fast_pieces to stdout as they come; returns how many entries."""
+    """Write grep_fast_pieces to stdout as they come; returns how many entries. A reader that stops
+    early (`| head`) ends the writing, not the count: the exit status still says that some matched."""
     out = sys.stdout.buffer
     count = 0
-    for chunk, n in pieces:
-        out.write(chunk)
-        count += n
-    out.flush()
+    try:
+        for chunk, n in pieces:
+            count += n
+            out.write(chunk)
+        out.flush()
+    except BrokenPipeError:
+        _drop_stdout()
     return count
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null once its reader is gone, so that the exit's flush has nowhere to fail."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError):  # no real file behind stdout (a test's capture)
+        pass
 
 
 def _emit(entries, rx: re.Pattern[str] | None, json_out: bool) -> int:
@@ -352,10 +366,13 @@ def _emit(entries, rx: re.Pattern[str] | None, json_out: bool) -> int:
         from rich.console import Console
 
         console = Console(highlight=False)
-    for entry in entries:
-        _print_entry(entry, rx, console)
-        count += 1
-    sys.stdout.flush()
+    try:
+        for entry in entries:
+            count += 1
+            _print_entry(entry, rx, console)
+        sys.stdout.flush()
+    except BrokenPipeError:  # as in _write_pieces
+        _drop_stdout()
     return count
 
 
