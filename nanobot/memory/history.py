@@ -18,9 +18,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from nanobot.messages import parse_timestamp
 from nanobot.paths import memory_dir
+
+if TYPE_CHECKING:
+    import mmap
 
 __all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest", "grep_fast", "grep_fast_output", "grep_fast_pieces", "stamp_lines", "STAMP_RE", "history_receipts"]
 
@@ -594,9 +598,22 @@ def _exact_text(raw: bytes) -> bytes:
     return text
 
 
-def _matching_spans(path: Path, pattern: str, ignore_case: bool, since: datetime | None,
-                    until: datetime | None, last: int | None):
-    """(file bytes or map, [(start, end)] of matching entries) through ripgrep, or None (see grep_fast).
+class _Hits(NamedTuple):
+    """Matching entries: entry k runs from marks[k - 1] + 1 to marks[k] + 1 in `data` (the file's
+    bytes or map), and `hits` holds the k of each matching entry, in file order."""
+
+    data: bytes | mmap.mmap
+    marks: list[int]
+    hits: list[int]
+
+    def spans(self) -> list[tuple[int, int]]:
+        marks = self.marks
+        return [(marks[k - 1] + 1, marks[k] + 1) for k in self.hits]
+
+
+def _matching_entries(path: Path, pattern: str, ignore_case: bool, since: datetime | None,
+                      until: datetime | None, last: int | None) -> _Hits | None:
+    """The entries that match, through ripgrep, or None (see grep_fast).
 
     A first ripgrep run stops after _FEW_MATCHES matching lines. When fewer matched, each entry's
     edges are found around its match in a memory map. When there are more, the full run goes on in
@@ -613,13 +630,13 @@ def _matching_spans(path: Path, pattern: str, ignore_case: bool, since: datetime
         return None
     offsets, complete = probe
     if complete and not offsets:
-        return b"", []
+        return _Hits(b"", [], [])
     import mmap
 
     with open(path, "rb") as fh:
         data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)  # slices copy only the entries printed
         if complete:
-            spans = _spans_by_search(data, offsets)
+            marks, hits = _hits_by_search(data, offsets)
         else:
             import tempfile
 
@@ -630,29 +647,36 @@ def _matching_spans(path: Path, pattern: str, ignore_case: bool, since: datetime
                 marks = _entry_marks(data)
                 proc.wait()
                 sink.seek(0)
-                offsets = _rg_parse(proc.returncode, sink.read())
-            if offsets is None:
+                found = _rg_parse(proc.returncode, sink.read())
+            if found is None:
                 return None
-            spans = _spans_by_table(marks, offsets)
+            hits = _hits_by_table(marks, found)
     if since is not None or until is not None:
-        spans = [sp for sp in spans if _in_range(Entry(_stamp_of_b(data, sp[0]), "", 0), since, until)]
+        hits = [k for k in hits if _in_range(Entry(_stamp_of_b(data, marks[k - 1] + 1), "", 0), since, until)]
     if last is not None:
-        spans = spans[-last:] if last > 0 else []
-    return data, spans
+        hits = hits[-last:] if last > 0 else []
+    return _Hits(data, marks, hits)
 
 
 _FEW_MATCHES = 50_000  # matching lines; up to this, find each entry's edges around its match
 _STAMP_NL_B = re.compile(rb"\n" + _STAMP.encode())
 
 
-def _spans_by_search(data, offsets: list[int]) -> list[tuple[int, int]]:
-    spans, i, n = [], 0, len(offsets)
+def _hits_by_search(data, offsets: list[int]) -> tuple[list[int], list[int]]:
+    """Marks and hits (see _Hits) for the entries around `offsets`, each found by looking around its
+    match: the marks are only the edges of the matching entries."""
+    marks: list[int] = []
+    hits: list[int] = []
+    i, n = 0, len(offsets)
     while i < n:
         pos = offsets[i]
         start, end = _entry_start_b(data, pos), _entry_end_b(data, pos + 1)
-        spans.append((start, end))
+        if not marks or marks[-1] != start - 1:  # not right after the previous one
+            marks.append(start - 1)
+        marks.append(end - 1)
+        hits.append(len(marks) - 1)
         i = bisect_left(offsets, end, i + 1)
-    return spans
+    return marks, hits
 
 
 def _entry_marks(data) -> list[int]:
@@ -665,21 +689,20 @@ def _entry_marks(data) -> list[int]:
     return marks
 
 
-def _spans_by_table(marks: list[int], offsets: list[int]) -> list[tuple[int, int]]:
-    """(start, end) of each entry holding a match: the entry of `pos` runs from marks[i-1] + 1 to
-    marks[i] + 1, where marks[i] is the first mark at or after pos."""
-    spans, end, lo = [], -1, 0
-    append = spans.append
+def _hits_by_table(marks: list[int], offsets: list[int]) -> list[int]:
+    """The entry of each offset (each entry once): the first k with marks[k] at or after it."""
+    hits, end, k = [], -1, 0
+    append = hits.append
     for pos in offsets:  # in file order: each entry is looked up once, at its first match
         if pos < end:
             continue
-        if marks[lo + 1] >= pos:  # the next entry (matches are dense when there are many)
-            lo += 1
+        if marks[k + 1] >= pos:  # the next entry (matches are dense when there are many)
+            k += 1
         else:
-            lo = bisect_left(marks, pos, lo)
-        end = marks[lo] + 1
-        append((marks[lo - 1] + 1, end))
-    return spans
+            k = bisect_left(marks, pos, k)
+        end = marks[k] + 1
+        append(k)
+    return hits
 
 
 def grep_fast_pieces(path: Path, pattern: str, *, ignore_case: bool = False, since: datetime | None = None,
@@ -687,7 +710,7 @@ def grep_fast_pieces(path: Path, pattern: str, *, ignore_case: bool = False, sin
     """What `nanobot history grep` prints when piped (each entry's text and a blank line), in pieces of
     (bytes, how many entries), through ripgrep; None when the fast path cannot answer (no rg, or a
     pattern it can't take)."""
-    found = _matching_spans(path, pattern, ignore_case, since, until, last)
+    found = _matching_entries(path, pattern, ignore_case, since, until, last)
     if found is None:
         return None
     return _pieces(*found)
@@ -712,18 +735,18 @@ _CLEAN_ENDS = frozenset(bytes([c]) + b"\n\n" for c in range(128) if not chr(c).i
 _PIECE = 1 << 20  # bytes per piece of output
 
 
-def _pieces(data, spans: list[tuple[int, int]]) -> Iterator[tuple[bytes, int]]:
-    """The output for `spans` (matching entries, in file order) in pieces of about _PIECE bytes, each
-    with how many entries it holds. Adjacent entries are cut from the file as one slice while each
-    but the last ends cleanly (_CLEAN_ENDS); the last is cut to its text. A piece is joined straight
+def _pieces(data, marks: list[int], hits: list[int]) -> Iterator[tuple[bytes, int]]:
+    """The output for the matching entries (see _Hits) in pieces of about _PIECE bytes, each with
+    how many entries it holds. Adjacent entries are cut from the file as one slice while each but
+    the last ends cleanly (_CLEAN_ENDS); the last is cut to its text. A piece is joined straight
     from the file's map."""
     view = memoryview(data)
     parts: list = []
     size = count = n = 0
-    first = last = end = -1
-    for start, stop in spans:
-        if start == end and data[end - 3:end] in _CLEAN_ENDS:
-            last, end = start, stop
+    first = last = end = prev = -2
+    for k in hits:
+        if k == prev + 1 and data[end - 3:end] in _CLEAN_ENDS:
+            last, end, prev = end, marks[k] + 1, k
             n += 1
             continue
         if n:
@@ -732,8 +755,8 @@ def _pieces(data, spans: list[tuple[int, int]]) -> Iterator[tuple[bytes, int]]:
             if size >= _PIECE:
                 yield _joined(parts), count
                 parts, size, count = [], 0, 0
-        first = last = start
-        end = stop
+        first = last = marks[k - 1] + 1
+        end, prev = marks[k] + 1, k
         n = 1
     if n:
         count += _add_run(data, view, first, last, end, n, parts)
@@ -765,13 +788,13 @@ def _joined(parts: list) -> bytes:
 def grep_fast(path: Path, pattern: str, *, ignore_case: bool = False, since: datetime | None = None,
               until: datetime | None = None, last: int | None = None) -> list[Entry] | None:
     """The entries `grep` would return (line numbers included), through ripgrep; None when it can't."""
-    found = _matching_spans(path, pattern, ignore_case, since, until, last)
+    found = _matching_entries(path, pattern, ignore_case, since, until, last)
     if found is None:
         return None
-    data, spans = found
+    data = found.data
     out: list[Entry] = []
     line, at = 1, 0
-    for start, end in spans:
+    for start, end in found.spans():
         text = _exact_text(data[start:end]).decode("utf-8", "replace")
         if not text:
             continue
