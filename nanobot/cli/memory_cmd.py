@@ -354,12 +354,15 @@ def _emit(entries, rx: re.Pattern[str] | None, json_out: bool) -> int:
     """Stream entries to stdout (a JSON array when asked); returns how many."""
     count = 0
     if json_out:
-        sys.stdout.write("[")
-        for entry in entries:
-            sys.stdout.write(("," if count else "") + "\n" + json.dumps(entry.to_json(), ensure_ascii=False))
-            count += 1
-        sys.stdout.write("\n]\n" if count else "]\n")
-        sys.stdout.flush()
+        try:
+            sys.stdout.write("[")
+            for entry in entries:
+                sys.stdout.write(("," if count else "") + "\n" + json.dumps(entry.to_json(), ensure_ascii=False))
+                count += 1
+            sys.stdout.write("\n]\n" if count else "]\n")
+            sys.stdout.flush()
+        except BrokenPipeError:  # as in _write_pieces
+            _drop_stdout()
         return count
     console = None
     if _stdout_is_tty():

@@ -282,8 +282,12 @@ def test_memory_show_counts_once_and_then_reads_the_cached_count(ws, isolated_ho
     assert [ln for ln in third.splitlines() if "tokens," in ln][0] != line
 
 
-@pytest.mark.parametrize("pattern", ["lisbon", "lisbon\\s+trains"])  # ripgrep's path, then Python's engine
-def test_grep_into_a_reader_that_stops_early_exits_0_quietly(tmp_path, nanobot_cmd, pattern):
+@pytest.mark.parametrize("args, head", [
+    (["lisbon"], b"[2026-01-01 10:00] a trip to lisbon"),  # ripgrep's path
+    (["lisbon\\s+trains"], b"[2026-01-01 10:00] a trip to lisbon"),  # Python's engine
+    (["lisbon", "--json"], b'[\n{"stamp": "2026-01-01T10:00:00"'),
+])
+def test_grep_into_a_reader_that_stops_early_exits_0_quietly(tmp_path, nanobot_cmd, args, head):
     # `nanobot history grep ... | head`: the reader closes the pipe while entries are still being
     # written; the status must still say that entries matched (click alone would exit 1, "none")
     import subprocess
@@ -292,9 +296,9 @@ def test_grep_into_a_reader_that_stops_early_exits_0_quietly(tmp_path, nanobot_c
     (workspace / "memory").mkdir(parents=True)
     entry = "[2026-01-{:02d} 10:00] a trip to lisbon  trains " + "x" * 200 + "\n\n"
     (workspace / "memory" / "HISTORY.md").write_text("".join(entry.format(1 + i % 28) for i in range(5000)))
-    proc = subprocess.Popen([*nanobot_cmd, "history", "grep", pattern, "-w", str(workspace)],
+    proc = subprocess.Popen([*nanobot_cmd, "history", "grep", *args, "-w", str(workspace)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    assert proc.stdout.read(100).startswith(b"[2026-01-01 10:00] a trip to lisbon")
+    assert proc.stdout.read(100).startswith(head)
     proc.stdout.close()
     assert proc.wait(timeout=60) == 0
     assert proc.stderr.read() == b""
