@@ -4,7 +4,7 @@
 
 Writes a synthetic HISTORY.md (dated entries separated by blank lines) into a temp folder,
 then times, for a few patterns: the in-process Python engine (nanobot.memory.history.grep), the
-ripgrep engine in process (history_log.grep_fast_output, what the command uses when piped), the
+ripgrep engine in process (history_log.grep_fast_output: what the command prints when piped), the
 real command in a subprocess (`nanobot history grep`, output to /dev/null), `grep -c` and `rg -c`.
 """
 
@@ -14,6 +14,7 @@ import argparse
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,12 +53,18 @@ def generate(path: Path, size_mb: float, seed: int = 1) -> int:
     return count
 
 
-def best_of(runs: int, fn) -> tuple[float, object]:
-    best, result = float("inf"), None
+def timed(runs: int, fn) -> tuple[float, float, object]:
+    """(best, median, last result) of `runs` calls."""
+    times, result = [], None
     for _ in range(runs):
         t = time.perf_counter()
         result = fn()
-        best = min(best, time.perf_counter() - t)
+        times.append(time.perf_counter() - t)
+    return min(times), statistics.median(times), result
+
+
+def best_of(runs: int, fn) -> tuple[float, object]:
+    best, _, result = timed(runs, fn)
     return best, result
 
 
@@ -105,7 +112,7 @@ def main() -> None:
         t_fn, found = best_of(args.runs, lambda: history_log.grep(path, pattern, ignore_case=ic))
         t_fast, fast = best_of(args.runs, lambda: history_log.grep_fast_output(path, pattern, ignore_case=ic))
         assert fast is None or fast[0] == "".join(e.text + "\n\n" for e in found).encode(), "engines differ"
-        t_cmd, _ = best_of(args.runs, lambda: subprocess.run(
+        t_cmd, med_cmd, _ = timed(args.runs, lambda: subprocess.run(
             [*argv, pattern, *flags, "-w", str(workspace)], stdout=subprocess.DEVNULL, env=env))
         t_grep, out = best_of(args.runs, lambda: subprocess.run(
             [grep_bin, "-c", "-E", *flags, pattern, str(path)], capture_output=True, text=True, env=env)
@@ -114,7 +121,8 @@ def main() -> None:
         rg_bin = history_log._rg_binary()
         t_rg, _ = best_of(args.runs, lambda: subprocess.run([rg_bin, "-c", *flags, pattern, str(path)],
                                                             capture_output=True)) if rg_bin else (float("nan"), None)
-        rows.append((label, len(found), lines, t_fn, t_fast if fast is not None else float("nan"), t_cmd, t_grep, t_rg))
+        rows.append((label, len(found), lines, t_fn, t_fast if fast is not None else float("nan"), t_cmd, med_cmd,
+                     t_grep, t_rg))
 
     t_iter, n_iter = best_of(1, lambda: sum(1 for _ in history_log.iter_entries(path)))
     t_tail, _ = best_of(args.runs, lambda: history_log.tail(path, 10))
@@ -122,13 +130,15 @@ def main() -> None:
     print()
     print(f"load: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{'pattern':<17}{'entries':>9}{'grep lines':>12}{'python':>9}{'rg engine':>11}{'command':>10}"
-          f"{'grep -c':>10}{'rg -c':>8}")
-    for label, n, lines, t_fn, t_fast, t_cmd, t_grep, t_rg in rows:
-        print(f"{label:<17}{n:>9,}{lines:>12}{t_fn:>8.3f}s{t_fast:>10.3f}s{t_cmd:>9.3f}s{t_grep:>9.3f}s{t_rg:>7.3f}s")
+          f"{'(median)':>10}{'grep -c':>10}{'rg -c':>8}")
+    for label, n, lines, t_fn, t_fast, t_cmd, med_cmd, t_grep, t_rg in rows:
+        print(f"{label:<17}{n:>9,}{lines:>12}{t_fn:>8.3f}s{t_fast:>10.3f}s{t_cmd:>9.3f}s{med_cmd:>9.3f}s"
+              f"{t_grep:>9.3f}s{t_rg:>7.3f}s")
     print(f"\niter_entries over all {n_iter:,} entries: {t_iter:.2f}s; tail -n 10: {t_tail * 1000:.1f} ms")
     t_ver, _ = best_of(args.runs, lambda: subprocess.run([sys.executable, "-m", "nanobot", "--version"],
                                                           capture_output=True))
-    print(f"best of {args.runs}; the command includes Python start-up (`nanobot --version`: {t_ver:.3f}s)")
+    print(f"best of {args.runs} (and the command's median); the command includes Python start-up "
+          f"(`nanobot --version`: {t_ver:.3f}s)")
     if args.keep:
         print(f"kept: {path}")
     else:

@@ -14,6 +14,7 @@ import argparse
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -56,6 +57,18 @@ def _timed(argv: list[str], home: BenchHome, extra: list[str]) -> float:
     return time.monotonic() - t
 
 
+def _floor(home: BenchHome) -> float:
+    """Wall time of scripts/startup_floor.py against the same fake server."""
+    script = Path(__file__).with_name("startup_floor.py")
+    target = home.root / "floor.jsonl"
+    t = time.monotonic()
+    p = subprocess.run([sys.executable, str(script), home.server.openai_base_url, str(target)], env=home.env,
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"startup_floor.py failed: {p.stderr.strip()[-400:]}")
+    return time.monotonic() - t
+
+
 def part_vs(args: argparse.Namespace, table: Callable, ms: Callable, maxrss: Callable) -> None:
     runs = args.runs or (5 if args.quick else 15)
     big = 10_000 if args.quick else 50_000
@@ -83,6 +96,7 @@ def part_vs(args: argparse.Namespace, table: Callable, ms: Callable, maxrss: Cal
                 add("`agent -m hi`, spawn to first request", name, first)
                 whole, _ = _one_shot(argv, big_homes[name])
                 add(f"`agent -m hi` on a {big:,}-message session", name, whole)
+            add("floor: python + `import openai` + one SDK request + fsync", "ours", _floor(homes["ours"]))
         for _ in range(max(3, runs // 5)):
             for name, argv in argvs.items():
                 code, rss = maxrss([*argv, "agent", "-m", "hi", "--no-markdown"], homes[name].env)
@@ -90,13 +104,18 @@ def part_vs(args: argparse.Namespace, table: Callable, ms: Callable, maxrss: Cal
                     add("peak memory, `agent -m hi` (MiB)", name, rss / 1024)
         rows = []
         for label, by in samples.items():
-            ours, peer = statistics.median(by["ours"]), statistics.median(by["peer"])
             fmt = (lambda v: f"{v:.0f} MiB") if "MiB" in label else ms
+            ours = statistics.median(by["ours"])
+            if not by["peer"]:  # the floor: ours only
+                rows.append([label, fmt(ours), "-", "-"])
+                continue
+            peer = statistics.median(by["peer"])
             rows.append([label, fmt(ours), fmt(peer), f"{ours / peer:.2f}"])
         table(f"vs. {argvs['peer'][0]} (median of {runs} paired runs; ratio = ours / peer)",
               ["measure", "ours", "peer", "ratio"], rows,
               note="Runs alternate ours and the peer. 'first request' = spawn until the fake server "
-                   "received the chat request.")
+                   "received the chat request. The floor (scripts/startup_floor.py) is what any one-shot "
+                   "turn on the official openai SDK costs at least.")
     finally:
         for home in (*homes.values(), *big_homes.values()):
             home.close()

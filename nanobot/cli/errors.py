@@ -12,21 +12,30 @@ from __future__ import annotations
 import errno
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from nanobot.errors import NanobotError, storage_error
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# rich is imported when something is printed, not with this module: the read-only commands
+# (`history grep`, `memory show`) import it only on a terminal or on an error.
+
 
 def _stderr() -> Console:
+    from rich.console import Console
+
     console = Console(stderr=True, highlight=False)
     console.soft_wrap = not console.is_terminal  # a terminal wraps at words; a log keeps whole lines
     return console
 
 
 def print_error(message: str, hint: str | None = None, *, console: Console | None = None) -> None:
+    from rich.markup import escape
+
     console = console or _stderr()
     console.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False)
     if hint:
@@ -36,6 +45,8 @@ def print_error(message: str, hint: str | None = None, *, console: Console | Non
 def print_warning(message: str, *, console: Console | None = None) -> None:
     # On a terminal, wrap between words (the chat's stdout console soft-wraps, for streamed answers,
     # which lets the terminal cut a long warning mid-word); piped, keep each warning on one line.
+    from rich.markup import escape
+
     out = console or _stderr()
     out.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False, soft_wrap=not out.is_terminal)
 

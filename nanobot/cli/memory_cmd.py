@@ -296,12 +296,10 @@ def history_grep(
         found = iter(())
     else:
         if not json_out and not _stdout_is_tty():
-            fast = history_log.grep_fast_output(path, pattern, ignore_case=ignore_case, since=since_dt,
-                                                until=until_dt, last=last)
-            if fast is not None:  # ripgrep answered: the same bytes the entry-by-entry path would print
-                sys.stdout.buffer.write(fast[0])
-                sys.stdout.flush()
-                raise typer.Exit(0 if fast[1] else 1)
+            pieces = history_log.grep_fast_pieces(path, pattern, ignore_case=ignore_case, since=since_dt,
+                                                  until=until_dt, last=last)
+            if pieces is not None:  # ripgrep answered: the same bytes the entry-by-entry path would print
+                raise typer.Exit(0 if _write_pieces(pieces) else 1)
         entries = history_log.grep_fast(path, pattern, ignore_case=ignore_case, since=since_dt, until=until_dt,
                                         last=last)
         if entries is not None:
@@ -327,26 +325,57 @@ def history_tail(
     _emit(iter(history_log.tail(path, n)) if path is not None else iter(()), None, json_out)
 
 
+def _write_pieces(pieces) -> int:
+    """Write grep_fast_pieces to stdout as they come; returns how many entries. A reader that stops
+    early (`| head`) ends the writing, not the count: the exit status still says that some matched."""
+    out = sys.stdout.buffer
+    count = 0
+    try:
+        for chunk, n in pieces:
+            count += n
+            out.write(chunk)
+        out.flush()
+    except BrokenPipeError:
+        _drop_stdout()
+    return count
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null once its reader is gone, so that the exit's flush has nowhere to fail."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError):  # no real file behind stdout (a test's capture)
+        pass
+
+
 def _emit(entries, rx: re.Pattern[str] | None, json_out: bool) -> int:
     """Stream entries to stdout (a JSON array when asked); returns how many."""
     count = 0
     if json_out:
-        sys.stdout.write("[")
-        for entry in entries:
-            sys.stdout.write(("," if count else "") + "\n" + json.dumps(entry.to_json(), ensure_ascii=False))
-            count += 1
-        sys.stdout.write("\n]\n" if count else "]\n")
-        sys.stdout.flush()
+        try:
+            sys.stdout.write("[")
+            for entry in entries:
+                sys.stdout.write(("," if count else "") + "\n" + json.dumps(entry.to_json(), ensure_ascii=False))
+                count += 1
+            sys.stdout.write("\n]\n" if count else "]\n")
+            sys.stdout.flush()
+        except BrokenPipeError:  # as in _write_pieces
+            _drop_stdout()
         return count
     console = None
     if _stdout_is_tty():
         from rich.console import Console
 
         console = Console(highlight=False)
-    for entry in entries:
-        _print_entry(entry, rx, console)
-        count += 1
-    sys.stdout.flush()
+    try:
+        for entry in entries:
+            count += 1
+            _print_entry(entry, rx, console)
+        sys.stdout.flush()
+    except BrokenPipeError:  # as in _write_pieces
+        _drop_stdout()
     return count
 
 

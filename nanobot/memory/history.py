@@ -18,11 +18,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from nanobot.messages import parse_timestamp
 from nanobot.paths import memory_dir
 
-__all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest", "grep_fast", "grep_fast_output", "stamp_lines", "STAMP_RE", "history_receipts"]
+if TYPE_CHECKING:
+    import mmap
+
+__all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest", "grep_fast", "grep_fast_output", "grep_fast_pieces", "stamp_lines", "STAMP_RE", "history_receipts"]
 
 BLOCK_SIZE = 4 * 1024 * 1024
 _STAMP = r"\[(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?\]"
@@ -452,7 +456,7 @@ def _search_older_with_rg(path: Path, before: int, anchor: bytes, exact: list[by
 
 # ---- ripgrep fast path for `nanobot history grep` ------------------------------------------------
 #
-# ripgrep finds the byte offset of every match at disk speed; Python then cuts the whole entries
+# ripgrep finds where every matching line starts, at disk speed; Python then cuts the whole entries
 # around those offsets from a memory map. The output is byte-for-byte what `iter_grep` gives, so
 # the fast path is used only for patterns that mean the same to both engines and cannot match
 # across a line break (ripgrep is line-oriented, an entry may span lines): see `_line_bound`.
@@ -526,10 +530,13 @@ def _rg_usable(pattern: str, ignore_case: bool) -> bool:
 
 
 def _rg_argv(path: Path, args: list[str]) -> list[str]:
-    # --replace '' keeps the output small; it also shifts the reported offset of a second match on a
-    # line back by the matches before it, which stays inside that line: all that is used is the entry.
-    return [str(_rg_binary()), "--no-config", "--text", "--byte-offset", "--only-matching", "--replace", "",
+    # One line of output per matching line: the offset of the line's start, then (--max-columns 1)
+    # a short "omitted" note instead of the line. All that is used is the entry the line is in.
+    return [str(_rg_binary()), "--no-config", "--text", "--byte-offset", "--max-columns", "1",
             "--no-filename", "--color", "never", "--no-heading", *args, "--", str(path)]
+
+
+_RG_LINE = re.compile(rb"(\d+):[^\n]*\n")
 
 
 def _rg_parse(returncode: int, stdout: bytes) -> list[int] | None:
@@ -537,14 +544,11 @@ def _rg_parse(returncode: int, stdout: bytes) -> list[int] | None:
         return []
     if returncode != 0:
         return None  # e.g. a pattern its syntax rejects: then the Python engine decides
-    parts = stdout.split(b":\n")  # each match is "offset:" and a newline
-    if parts[-1] == b"":
-        parts.pop()
-    return list(map(int, parts))
+    return list(map(int, _RG_LINE.findall(stdout)))
 
 
 def _rg_run(path: Path, args: list[str]) -> list[int] | None:
-    """Byte offsets of ripgrep's matches for `args`, in file order; None without rg or when it fails."""
+    """Where each line ripgrep matches with `args` starts, in file order; None without rg or when it fails."""
     import subprocess
 
     if _rg_binary() is None:
@@ -558,10 +562,8 @@ def _rg_run(path: Path, args: list[str]) -> list[int] | None:
 
 
 def _rg_probe(path: Path, args: list[str], lines: int) -> tuple[list[int], bool] | None:
-    """Offsets of the matches in the first `lines` matching lines, and whether that was all of them.
-
-    Fewer than `lines` matches means fewer matching lines, so all of them. With `lines` matches or
-    more it says "maybe more" without parsing them: the full run that follows finds the same ones."""
+    """Where the first `lines` matching lines start, and whether that was all of them; with `lines`
+    or more it says "maybe more" without parsing them: the full run that follows finds the same ones."""
     import subprocess
 
     try:
@@ -596,9 +598,22 @@ def _exact_text(raw: bytes) -> bytes:
     return text
 
 
-def _matching_spans(path: Path, pattern: str, ignore_case: bool, since: datetime | None,
-                    until: datetime | None, last: int | None):
-    """(file bytes or map, [(start, end)] of matching entries) through ripgrep, or None (see grep_fast).
+class _Hits(NamedTuple):
+    """Matching entries: entry k runs from marks[k - 1] + 1 to marks[k] + 1 in `data` (the file's
+    bytes or map), and `hits` holds the k of each matching entry, in file order."""
+
+    data: bytes | mmap.mmap
+    marks: list[int]
+    hits: list[int]
+
+    def spans(self) -> list[tuple[int, int]]:
+        marks = self.marks
+        return [(marks[k - 1] + 1, marks[k] + 1) for k in self.hits]
+
+
+def _matching_entries(path: Path, pattern: str, ignore_case: bool, since: datetime | None,
+                      until: datetime | None, last: int | None) -> _Hits | None:
+    """The entries that match, through ripgrep, or None (see grep_fast).
 
     A first ripgrep run stops after _FEW_MATCHES matching lines. When fewer matched, each entry's
     edges are found around its match in a memory map. When there are more, the full run goes on in
@@ -615,13 +630,13 @@ def _matching_spans(path: Path, pattern: str, ignore_case: bool, since: datetime
         return None
     offsets, complete = probe
     if complete and not offsets:
-        return b"", []
+        return _Hits(b"", [], [])
     import mmap
 
     with open(path, "rb") as fh:
         data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)  # slices copy only the entries printed
         if complete:
-            spans = _spans_by_search(data, offsets)
+            marks, hits = _hits_by_search(data, offsets)
         else:
             import tempfile
 
@@ -632,30 +647,36 @@ def _matching_spans(path: Path, pattern: str, ignore_case: bool, since: datetime
                 marks = _entry_marks(data)
                 proc.wait()
                 sink.seek(0)
-                offsets = _rg_parse(proc.returncode, sink.read())
-            if offsets is None:
+                found = _rg_parse(proc.returncode, sink.read())
+            if found is None:
                 return None
-            spans = _spans_by_table(marks, offsets)
+            hits = _hits_by_table(marks, found)
     if since is not None or until is not None:
-        spans = [sp for sp in spans if _in_range(Entry(_stamp_of_b(data, sp[0]), "", 0), since, until)]
+        hits = [k for k in hits if _in_range(Entry(_stamp_of_b(data, marks[k - 1] + 1), "", 0), since, until)]
     if last is not None:
-        spans = spans[-last:] if last > 0 else []
-    return data, spans
+        hits = hits[-last:] if last > 0 else []
+    return _Hits(data, marks, hits)
 
 
 _FEW_MATCHES = 50_000  # matching lines; up to this, find each entry's edges around its match
 _STAMP_NL_B = re.compile(rb"\n" + _STAMP.encode())
-_STR_ONLY_SPACE = tuple(bytes([c]) for c in range(0x1C, 0x20))  # whitespace to str.rstrip, not bytes.rstrip
 
 
-def _spans_by_search(data, offsets: list[int]) -> list[tuple[int, int]]:
-    spans, i, n = [], 0, len(offsets)
+def _hits_by_search(data, offsets: list[int]) -> tuple[list[int], list[int]]:
+    """Marks and hits (see _Hits) for the entries around `offsets`, each found by looking around its
+    match: the marks are only the edges of the matching entries."""
+    marks: list[int] = []
+    hits: list[int] = []
+    i, n = 0, len(offsets)
     while i < n:
         pos = offsets[i]
         start, end = _entry_start_b(data, pos), _entry_end_b(data, pos + 1)
-        spans.append((start, end))
+        if not marks or marks[-1] != start - 1:  # not right after the previous one
+            marks.append(start - 1)
+        marks.append(end - 1)
+        hits.append(len(marks) - 1)
         i = bisect_left(offsets, end, i + 1)
-    return spans
+    return marks, hits
 
 
 def _entry_marks(data) -> list[int]:
@@ -668,47 +689,112 @@ def _entry_marks(data) -> list[int]:
     return marks
 
 
-def _spans_by_table(marks: list[int], offsets: list[int]) -> list[tuple[int, int]]:
-    """(start, end) of each entry holding a match: the entry of `pos` runs from marks[i-1] + 1 to
-    marks[i] + 1, where marks[i] is the first mark at or after pos."""
-    spans, end, lo = [], -1, 0
-    append = spans.append
+def _hits_by_table(marks: list[int], offsets: list[int]) -> list[int]:
+    """The entry of each offset (each entry once): the first k with marks[k] at or after it."""
+    hits, end, k = [], -1, 0
+    append = hits.append
     for pos in offsets:  # in file order: each entry is looked up once, at its first match
         if pos < end:
             continue
-        lo = bisect_left(marks, pos, lo)
-        end = marks[lo] + 1
-        append((marks[lo - 1] + 1, end))
-    return spans
+        if marks[k + 1] >= pos:  # the next entry (matches are dense when there are many)
+            k += 1
+        else:
+            k = bisect_left(marks, pos, k)
+        end = marks[k] + 1
+        append(k)
+    return hits
+
+
+def grep_fast_pieces(path: Path, pattern: str, *, ignore_case: bool = False, since: datetime | None = None,
+                     until: datetime | None = None, last: int | None = None) -> Iterator[tuple[bytes, int]] | None:
+    """What `nanobot history grep` prints when piped (each entry's text and a blank line), in pieces of
+    (bytes, how many entries), through ripgrep; None when the fast path cannot answer (no rg, or a
+    pattern it can't take)."""
+    found = _matching_entries(path, pattern, ignore_case, since, until, last)
+    if found is None:
+        return None
+    return _pieces(*found)
 
 
 def grep_fast_output(path: Path, pattern: str, *, ignore_case: bool = False, since: datetime | None = None,
                      until: datetime | None = None, last: int | None = None) -> tuple[bytes, int] | None:
-    """What `nanobot history grep` prints when piped (each entry's text and a blank line), and how many
-    entries, through ripgrep; None when the fast path cannot answer (no rg, or a pattern it can't take)."""
-    found = _matching_spans(path, pattern, ignore_case, since, until, last)
-    if found is None:
+    """grep_fast_pieces joined: the bytes printed and how many entries; None when it can't answer."""
+    pieces = grep_fast_pieces(path, pattern, ignore_case=ignore_case, since=since, until=until, last=last)
+    if pieces is None:
         return None
-    data, spans = found
-    texts = [t for t in [data[a:b].rstrip() for a, b in spans] if t]
-    out = b"\n\n".join([*texts, b""]) if texts else b""
-    if not out.isascii() or any(sep in out for sep in _STR_ONLY_SPACE):  # let str rules decide, entry by entry
-        texts = [t for t in (_exact_text(data[a:b]) for a, b in spans) if t]
-        texts = [t.decode("utf-8", "replace").encode("utf-8") for t in texts]
-        out = b"\n\n".join([*texts, b""]) if texts else b""
-    return out, len(texts)
+    chunks, count = [], 0
+    for chunk, n in pieces:
+        chunks.append(chunk)
+        count += n
+    return b"".join(chunks), count
+
+
+# An entry whose bytes end in one of these (a character that str.rstrip keeps, then one blank line)
+# is printed exactly as it stands in the file, so a run of such entries is one slice of the file.
+_CLEAN_ENDS = frozenset(bytes([c]) + b"\n\n" for c in range(128) if not chr(c).isspace())
+_PIECE = 1 << 20  # bytes per piece of output
+
+
+def _pieces(data, marks: list[int], hits: list[int]) -> Iterator[tuple[bytes, int]]:
+    """The output for the matching entries (see _Hits) in pieces of about _PIECE bytes, each with
+    how many entries it holds. Adjacent entries are cut from the file as one slice while each but
+    the last ends cleanly (_CLEAN_ENDS); the last is cut to its text. A piece is joined straight
+    from the file's map."""
+    view = memoryview(data)
+    parts: list = []
+    size = count = n = 0
+    first = last = end = prev = -2
+    for k in hits:
+        if k == prev + 1 and data[end - 3:end] in _CLEAN_ENDS:
+            last, end, prev = end, marks[k] + 1, k
+            n += 1
+            continue
+        if n:
+            count += _add_run(data, view, first, last, end, n, parts)
+            size += end - first
+            if size >= _PIECE:
+                yield _joined(parts), count
+                parts, size, count = [], 0, 0
+        first = last = marks[k - 1] + 1
+        end, prev = marks[k] + 1, k
+        n = 1
+    if n:
+        count += _add_run(data, view, first, last, end, n, parts)
+    if parts:
+        yield _joined(parts), count
+
+
+def _add_run(data, view: memoryview, first: int, last: int, end: int, n: int, parts: list) -> int:
+    """Add the output for the n entries in data[first:end] (the last starts at `last`) to `parts`;
+    returns how many are printed."""
+    if data[end - 3:end] in _CLEAN_ENDS:  # (only a blank preamble is shorter: its slice comes out short)
+        parts.append(view[first:end])
+        return n
+    parts.append(view[first:last])
+    text = _exact_text(data[last:end])
+    if not text:  # only the undated preamble can be blank, and then it is not printed
+        return n - 1
+    parts.append(text + b"\n\n")
+    return n
+
+
+def _joined(parts: list) -> bytes:
+    chunk = b"".join(parts)
+    if not chunk.isascii():  # bytes that are not UTF-8 are printed as U+FFFD, as str would
+        chunk = chunk.decode("utf-8", "replace").encode("utf-8")
+    return chunk
 
 
 def grep_fast(path: Path, pattern: str, *, ignore_case: bool = False, since: datetime | None = None,
               until: datetime | None = None, last: int | None = None) -> list[Entry] | None:
     """The entries `grep` would return (line numbers included), through ripgrep; None when it can't."""
-    found = _matching_spans(path, pattern, ignore_case, since, until, last)
+    found = _matching_entries(path, pattern, ignore_case, since, until, last)
     if found is None:
         return None
-    data, spans = found
+    data = found.data
     out: list[Entry] = []
     line, at = 1, 0
-    for start, end in spans:
+    for start, end in found.spans():
         text = _exact_text(data[start:end]).decode("utf-8", "replace")
         if not text:
             continue

@@ -220,3 +220,66 @@ def test_patterns_only_python_can_take_leave_the_fast_path(tmp_path, pattern):
     path = tmp_path / "HISTORY.md"
     path.write_text(TRICKY)
     assert history_log.grep_fast_output(path, pattern) is None
+
+
+# -- the fast path cuts runs of adjacent entries as one slice of the file; every way an entry can
+# end (and begin) must still print exactly what the entry-by-entry engine prints
+
+_ENDINGS = [b"\n\n", b"\n", b"\n\n\n", b" \n\n", b"\t\n\n", b"\r\n\r\n", b"\r\n", b"\xc2\xa0\n\n",
+            b"\xe3\x80\x80\n\n", b"\x1c\n\n", b"\x1f\n", "é\n\n".encode(), b"\xff\n\n", b"\xe3\x80\n\n", b"\n\n\x0b\n"]
+_LINES = [b"lisbon", b"porto and lisbon", b"Lisbon", "café lisbon".encode(), b"  continued", b"[not a stamp] lisbon",
+          b"", b"porto", b"tea \xff\xfe lisbon", b"[2026-13-45 99:99] impossible date lisbon"]
+_FAST_PATTERNS = ["lisbon", "lisbon$", "^\\[2026", "caf. l", "(lisbon|porto)", "^porto", "on$", "\\d\\] L"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(preamble=st.sampled_from([b"", b"\n", b"\n\n", b"  \n", b"notes lisbon\n\n", b"x\n", b"porto\r\n"]),
+       entries=st.lists(st.tuples(st.lists(st.sampled_from(_LINES), min_size=1, max_size=3),
+                                  st.sampled_from(_ENDINGS)), min_size=1, max_size=8),
+       final=st.sampled_from([b"", b"\n", b"\n\n", b" "]), pattern=st.sampled_from(_FAST_PATTERNS),
+       ignore_case=st.booleans(), few=st.sampled_from([1, 50_000]), piece=st.sampled_from([1, 40, 1 << 20]))
+def test_fast_grep_prints_what_the_python_engine_prints_however_entries_end(
+        tmp_path_factory, preamble, entries, final, pattern, ignore_case, few, piece):
+    parts = [preamble]
+    for i, (lines, ending) in enumerate(entries):
+        parts.append(b"[2026-01-%02d 10:00] " % (1 + i) + b"\n".join(lines) + ending)
+    data = b"".join(parts).rstrip(b"\n") + final if final != b"\n\n" else b"".join(parts)
+    path = tmp_path_factory.mktemp("h") / "HISTORY.md"
+    path.write_bytes(data)
+    slow = history_log.grep(path, pattern, ignore_case=ignore_case)
+    old = history_log._FEW_MATCHES, history_log._PIECE
+    history_log._FEW_MATCHES = few  # 1: through the entry table; 50,000: each entry found around its match
+    history_log._PIECE = piece  # 1: every run of entries is a piece of its own
+    try:
+        got = history_log.grep_fast_output(path, pattern, ignore_case=ignore_case)
+    finally:
+        history_log._FEW_MATCHES, history_log._PIECE = old
+    assert got == ("".join(e.text + "\n\n" for e in slow).encode(), len(slow))
+
+
+def test_adjacent_matching_entries_and_a_match_on_an_entrys_last_line(tmp_path):
+    # entries 1-3 match (1 on its last line) and touch; 4 does not; 5 matches, has no final newline
+    path = tmp_path / "HISTORY.md"
+    path.write_bytes(b"[2026-01-01 10:00] first\nsecond line\nlast line lisbon\n\n"
+                     b"[2026-01-02 10:00] lisbon at once\n\n"
+                     b"[2026-01-03 10:00] CRLF lisbon\r\n\r\n"
+                     b"[2026-01-04 10:00] porto\n\n"
+                     b"[2026-01-05 10:00] the end, lisbon")
+    out, count = history_log.grep_fast_output(path, "lisbon")
+    assert count == 4
+    assert out == (b"[2026-01-01 10:00] first\nsecond line\nlast line lisbon\n\n"
+                   b"[2026-01-02 10:00] lisbon at once\n\n"
+                   b"[2026-01-03 10:00] CRLF lisbon\n\n"
+                   b"[2026-01-05 10:00] the end, lisbon\n\n")
+
+
+@pytest.mark.parametrize("pattern", ["b", "7", "^7$", "b7"])
+def test_fast_grep_finds_entries_by_one_character_lines(tmp_path, pattern):
+    # ripgrep reports each matching line by where it starts; a line as short as its note (or made of
+    # digits, like the offsets) must still be read as one line
+    path = tmp_path / "HISTORY.md"
+    path.write_text("[2026-01-01 10:00] a\nb\n7\n\n[2026-01-02 10:00] c\n\n[2026-01-03 10:00] b7\n7")
+    slow = history_log.grep(path, pattern)
+    assert slow
+    assert history_log.grep_fast_output(path, pattern) == ("".join(e.text + "\n\n" for e in slow).encode(), len(slow))
+    assert history_log.grep_fast(path, pattern) == slow

@@ -86,6 +86,32 @@ def test_grep_json_since_until_last(runner, ws):
     assert result.exit_code == 1 and json.loads(result.stdout) == []
 
 
+ODD_HISTORY = (b"notes from before\n\n"
+               b"[2026-01-01 10:00] first\nsecond line\nlast line lisbon\n\n"
+               b"[2026-01-02 10:00] lisbon at once\n\n"
+               b"[2026-01-03 10:00] CRLF lisbon\r\n\r\n"
+               b"[2026-01-04 10:00] bad byte \xff and caf\xc3\xa9 lisbon\n\n\n"
+               b"[2026-01-05 10:00] porto\n\n"
+               b"[2026-01-06 10:00] lisbon, then a no-break space\xc2\xa0\n\n"
+               b"[2026-01-07 10:00] the end, lisbon")
+
+
+@pytest.mark.parametrize("args", [["lisbon"], ["-i", "LISBON"], ["lisbon", "--since", "2026-01-02", "-n", "3"],
+                                  ["^\\[2026-01-0[2-5]"], ["zebra"]])
+def test_grep_piped_prints_the_same_bytes_with_and_without_ripgrep(runner, tmp_path, monkeypatch, args):
+    from nanobot.memory import history as history_log
+
+    assert history_log._rg_binary() is not None  # the ripgrep wheel is a dependency
+    workspace = tmp_path / "ws"
+    (workspace / "memory").mkdir(parents=True)
+    (workspace / "memory" / "HISTORY.md").write_bytes(ODD_HISTORY)
+    fast = run(runner, history_app, "grep", *args, "-w", str(workspace))
+    monkeypatch.setattr(history_log, "_rg_binary", lambda: None)  # the entry-by-entry engine
+    slow = run(runner, history_app, "grep", *args, "-w", str(workspace))
+    assert (fast.exit_code, fast.stdout_bytes) == (slow.exit_code, slow.stdout_bytes)
+    assert fast.exit_code == (0 if args[0] != "zebra" else 1) and bool(fast.stdout_bytes) == (fast.exit_code == 0)
+
+
 def test_grep_highlights_matches_on_a_terminal(runner, ws, monkeypatch):
     monkeypatch.setattr(memory_cmd, "_stdout_is_tty", lambda: True)
     monkeypatch.setenv("FORCE_COLOR", "1")
@@ -254,3 +280,25 @@ def test_memory_show_counts_once_and_then_reads_the_cached_count(ws, isolated_ho
     third = show()
     assert "TIKTOKEN" in third.split()
     assert [ln for ln in third.splitlines() if "tokens," in ln][0] != line
+
+
+@pytest.mark.parametrize("args, head", [
+    (["lisbon"], b"[2026-01-01 10:00] a trip to lisbon"),  # ripgrep's path
+    (["lisbon\\s+trains"], b"[2026-01-01 10:00] a trip to lisbon"),  # Python's engine
+    (["lisbon", "--json"], b'[\n{"stamp": "2026-01-01T10:00:00"'),
+])
+def test_grep_into_a_reader_that_stops_early_exits_0_quietly(tmp_path, nanobot_cmd, args, head):
+    # `nanobot history grep ... | head`: the reader closes the pipe while entries are still being
+    # written; the status must still say that entries matched (click alone would exit 1, "none")
+    import subprocess
+
+    workspace = tmp_path / "ws"
+    (workspace / "memory").mkdir(parents=True)
+    entry = "[2026-01-{:02d} 10:00] a trip to lisbon  trains " + "x" * 200 + "\n\n"
+    (workspace / "memory" / "HISTORY.md").write_text("".join(entry.format(1 + i % 28) for i in range(5000)))
+    proc = subprocess.Popen([*nanobot_cmd, "history", "grep", *args, "-w", str(workspace)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    assert proc.stdout.read(100).startswith(head)
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 0
+    assert proc.stderr.read() == b""
