@@ -31,8 +31,30 @@ def alive(pid: int) -> bool:
 
 
 def process_count() -> int:
-    """How many processes the host has (a fork bomb's mark)."""
-    return sum(1 for entry in os.listdir("/proc") if entry.isdigit())
+    """How many processes the host has (a fork bomb's mark), less those of the other pytest-xdist
+    workers of this run: their tests start processes of their own meanwhile (the crash trials
+    start dozens), which are not this test's doing. Everything else on the host counts, including
+    whatever left this process's tree."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            parents[int(entry)] = parent(entry)
+    others = _sibling_workers(parents)
+    count = 0
+    for pid in parents:
+        seen, up = 0, pid
+        while up is not None and up not in others and seen < 64:
+            up, seen = parents.get(up), seen + 1
+        count += up not in others
+    return count
+
+
+def _sibling_workers(parents: dict[int, int | None]) -> set[int]:
+    """The other xdist workers of this run (children of our controller), or none outside xdist."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return set()
+    controller = os.getppid()
+    return {pid for pid, ppid in parents.items() if ppid == controller and pid != os.getpid()}
 
 
 def host_pids(marker: str, *, command: str | None = None) -> list[int]:

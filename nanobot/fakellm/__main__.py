@@ -29,7 +29,11 @@ def main(argv: list[str] | None = None) -> int:
         print(server.base_url, flush=True)
         print(f"  openai:    {server.openai_base_url}\n  anthropic: {server.anthropic_base_url}\n"
               "  Ctrl-C to stop", file=sys.stderr, flush=True)
-        threading.Event().wait()
+        # Wake now and then: the kernel may hand Ctrl-C's SIGINT to a server thread, and a wait
+        # without a timeout would then never return to let the main thread raise KeyboardInterrupt.
+        forever = threading.Event()
+        while not forever.wait(0.2):
+            pass
     except KeyboardInterrupt:
         pass
     finally:
