@@ -6,7 +6,6 @@ import time
 from typing import IO, TYPE_CHECKING
 
 from rich.console import Console
-from rich.status import Status
 from rich.text import Text
 
 from nanobot.agent.events import (
@@ -20,6 +19,8 @@ from nanobot.agent.events import (
 )
 
 if TYPE_CHECKING:
+    from rich.status import Status  # the spinner's; Console.status() imports it when one is drawn
+
     from nanobot.cli.markdown_stream import MarkdownStream
 
 # rich.markdown (with markdown-it and pygments, ~40 ms) is imported only when an answer is drawn as

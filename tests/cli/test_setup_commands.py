@@ -102,7 +102,7 @@ def test_a_piped_one_shot_answer_does_not_load_the_markdown_renderer_or_the_comm
     code = ("import sys; sys.argv=['nanobot', 'agent', '-m', 'hi']\n"
             "from nanobot.cli.app import main\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "print('LOADED', [m for m in ('rich.markdown', 'pygments', 'markdown_it', *GROUPS) if m in sys.modules])")
+            "print('LOADED', [m for m in ('rich.markdown', 'pygments', 'markdown_it', 'rich.status', *GROUPS) if m in sys.modules])")
     groups = ", ".join(f"'nanobot.cli.{name}_cmd'" for name in ("session", "memory", "skills", "mcp", "cron"))
     out = subprocess.run([sys.executable, "-c", f"GROUPS = [{groups}]\n" + code], capture_output=True, text=True,
                          timeout=120, stdin=subprocess.DEVNULL)
