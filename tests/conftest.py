@@ -21,6 +21,17 @@ from host_procs import host_pids
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
+# Collecting imports the test modules and with them nanobot and both SDKs (about 1.7 s per worker,
+# most of it anthropic's and openai's types): nearly no garbage, so the collector is off while it
+# runs, as the `nanobot` command does while it loads (nanobot/gc_pause.py). After collection what is
+# loaded is frozen, so no collection during the tests walks those objects again.
+gc.disable()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    gc.freeze()
+    gc.enable()
+
 
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
