@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
+
+from nanobot.threads import start_quiet
 
 RESUME_AFTER_S = 10.0
 
@@ -33,10 +36,12 @@ def pause() -> None:
             return
         gc.disable()
         _paused = True
-    timer = threading.Timer(RESUME_AFTER_S, resume)
-    timer.daemon = True
-    timer.name = "gc-resume"
-    timer.start()
+    start_quiet(_resume_later, RESUME_AFTER_S, name="gc-resume")
+
+
+def _resume_later(seconds: float) -> None:
+    time.sleep(seconds)
+    resume()
 
 
 def resume() -> None:

@@ -8,7 +8,6 @@ import can be warmed in a background thread while the user is still typing.
 from __future__ import annotations
 
 import importlib
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +19,7 @@ from nanobot.providers.base import LLMResponse, Provider
 from nanobot.providers.fallback import Candidate, FallbackCallback, FallbackProvider
 from nanobot.providers.raw_http import prewarm_tls_context
 from nanobot.providers.retry import RetryCallback, RetryingProvider, RetryPolicy
+from nanobot.threads import start_quiet
 
 _ADAPTERS = {"anthropic": "nanobot.providers.anthropic", "openai": "nanobot.providers.openai_compat"}
 
@@ -66,7 +66,7 @@ class DeferredProvider(Provider):
         """Start importing the SDK in a background thread (the first request then finds it loaded)."""
         module = _ADAPTERS[self._resolved.spec.kind]
         prewarm_tls_context()
-        threading.Thread(target=_load, args=(module,), name="sdk-prewarm", daemon=True).start()
+        start_quiet(_load, module, name="sdk-prewarm")
 
     async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
         if self._inner is None:

@@ -20,6 +20,7 @@ import httpx2
 
 from nanobot.errors import ProviderError
 from nanobot.providers.errors_map import status_error
+from nanobot.threads import start_quiet
 
 __all__ = ["RAW_STREAM_HEADERS", "json_body", "prewarm_tls_context", "shared_tls_context", "sse_json",
            "stream_error"]
@@ -49,7 +50,7 @@ def prewarm_tls_context() -> None:
     """Start building the shared context in a background thread. OpenSSL parses the CA file with
     the GIL released, so on a second core it overlaps the SDK import that comes before the first
     request; the client then finds the context built (or waits for the rest of the build)."""
-    threading.Thread(target=shared_tls_context, name="tls-prewarm", daemon=True).start()
+    start_quiet(shared_tls_context, name="tls-prewarm")
 
 
 def _not_api(provider: str, response: httpx2.Response, data: bytes) -> ProviderError:

@@ -1,0 +1,65 @@
+"""nanobot's background threads block every signal (nanobot/threads.py), so Ctrl-C and SIGTERM
+always land on the main thread: read from the kernel's own record of each thread's mask."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+from nanobot.threads import start_quiet
+
+
+def _blocked(tid: int) -> set[int]:
+    """The signals the kernel says thread `tid` of this process blocks (/proc/self/task/<tid>/status)."""
+    with open(f"/proc/self/task/{tid}/status") as fh:
+        mask = int(next(line for line in fh if line.startswith("SigBlk:")).split()[1], 16)
+    return {n for n in range(1, 65) if mask & (1 << (n - 1))}
+
+
+def test_a_quiet_thread_blocks_ctrl_c_and_sigterm_and_runs_its_target():
+    seen: dict[str, object] = {}
+    ready, done = threading.Event(), threading.Event()
+
+    def work(value: int) -> None:
+        seen["tid"] = threading.get_native_id()
+        seen["value"] = value
+        ready.set()
+        done.wait(5)
+
+    thread = start_quiet(work, 42, name="quiet-test")
+    assert ready.wait(5)
+    try:
+        blocked = _blocked(int(seen["tid"]))  # type: ignore[arg-type]
+        assert {signal.SIGINT, signal.SIGTERM, signal.SIGHUP} <= blocked
+        assert seen["value"] == 42 and thread.daemon and thread.name == "quiet-test"
+        assert signal.SIGINT not in _blocked(threading.get_native_id())  # the caller's mask is its own
+    finally:
+        done.set()
+        thread.join(5)
+
+
+def test_the_prewarm_and_resume_threads_are_quiet(monkeypatch):
+    """The threads nanobot starts for the SDK import, the TLS context and the collector's resume."""
+    from nanobot import gc_pause
+    from nanobot.providers import raw_http
+
+    started: list[str] = []
+    real = raw_http.start_quiet
+
+    def recording(target, *args, name):
+        started.append(name)
+        return real(target, *args, name=name)
+
+    monkeypatch.setattr(raw_http, "start_quiet", recording)
+    monkeypatch.setattr(gc_pause, "start_quiet", recording)
+    monkeypatch.setattr(gc_pause, "RESUME_AFTER_S", 0.01)
+    import gc
+
+    try:
+        gc_pause.pause()
+        raw_http.prewarm_tls_context()
+    finally:
+        gc_pause.resume()
+        gc.unfreeze()
+        gc.enable()
+    assert sorted(started) == ["gc-resume", "tls-prewarm"]
