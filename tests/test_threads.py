@@ -38,7 +38,7 @@ def test_a_quiet_thread_blocks_ctrl_c_and_sigterm_and_runs_its_target():
         thread.join(5)
 
 
-def test_the_prewarm_and_resume_threads_are_quiet(monkeypatch):
+def test_the_prewarm_and_resume_threads_are_quiet(monkeypatch, tmp_path):
     """The threads nanobot starts for the SDK import, the TLS context and the collector's resume."""
     from nanobot import gc_pause
     from nanobot.providers import raw_http
@@ -53,6 +53,7 @@ def test_the_prewarm_and_resume_threads_are_quiet(monkeypatch):
     monkeypatch.setattr(raw_http, "start_quiet", recording)
     monkeypatch.setattr(gc_pause, "start_quiet", recording)
     monkeypatch.setattr(gc_pause, "RESUME_AFTER_S", 0.01)
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))  # a context not built yet in this process
     import gc
 
     try:

@@ -38,7 +38,7 @@ def shared_tls_context() -> ssl.SSLContext:
     SDK client. Building it loads the system's CA certificates (about 25 ms), which each client did
     again: the fallback models', each test's. An SSLContext is made to be shared between
     connections. A new one is built when SSL_CERT_FILE or SSL_CERT_DIR changes."""
-    key = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    key = _tls_key()
     with _TLS_LOCK:
         ctx = _TLS_CONTEXTS.get(key)
         if ctx is None:
@@ -50,7 +50,12 @@ def prewarm_tls_context() -> None:
     """Start building the shared context in a background thread. OpenSSL parses the CA file with
     the GIL released, so on a second core it overlaps the SDK import that comes before the first
     request; the client then finds the context built (or waits for the rest of the build)."""
-    start_quiet(shared_tls_context, name="tls-prewarm")
+    if _tls_key() not in _TLS_CONTEXTS:  # the chat's prewarm built it before the first request
+        start_quiet(shared_tls_context, name="tls-prewarm")
+
+
+def _tls_key() -> tuple[str | None, str | None]:
+    return os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR")
 
 
 def _not_api(provider: str, response: httpx2.Response, data: bytes) -> ProviderError:
