@@ -57,16 +57,18 @@ def _timed(argv: list[str], home: BenchHome, extra: list[str]) -> float:
     return time.monotonic() - t
 
 
-def _floor(home: BenchHome) -> float:
-    """Wall time of scripts/startup_floor.py against the same fake server."""
+def _floor(home: BenchHome, *flags: str) -> tuple[float, float]:
+    """Wall time of scripts/startup_floor.py against the same fake server, and its time to the request."""
     script = Path(__file__).with_name("startup_floor.py")
     target = home.root / "floor.jsonl"
+    home.server.reset()
     t = time.monotonic()
-    p = subprocess.run([sys.executable, str(script), home.server.openai_base_url, str(target)], env=home.env,
-                       capture_output=True, text=True)
-    if p.returncode != 0:
+    p = subprocess.run([sys.executable, str(script), home.server.openai_base_url, str(target), *flags],
+                       env=home.env, capture_output=True, text=True)
+    end = time.monotonic()
+    if p.returncode != 0 or not home.server.requests:
         raise RuntimeError(f"startup_floor.py failed: {p.stderr.strip()[-400:]}")
-    return time.monotonic() - t
+    return end - t, home.server.requests[0].t_received - t
 
 
 def part_vs(args: argparse.Namespace, table: Callable, ms: Callable, maxrss: Callable) -> None:
@@ -96,7 +98,10 @@ def part_vs(args: argparse.Namespace, table: Callable, ms: Callable, maxrss: Cal
                 add("`agent -m hi`, spawn to first request", name, first)
                 whole, _ = _one_shot(argv, big_homes[name])
                 add(f"`agent -m hi` on a {big:,}-message session", name, whole)
-            add("floor: python + `import openai` + one SDK request + fsync", "ours", _floor(homes["ours"]))
+            for flags, how in (((), "as shipped"), (("--on-demand",), "re-exports on demand, as nanobot")):
+                whole, first = _floor(homes["ours"], *flags)
+                add(f"floor ({how}): python + `import openai` + one SDK request + fsync", "ours", whole)
+                add(f"floor ({how}): spawn to first request", "ours", first)
         for _ in range(max(3, runs // 5)):
             for name, argv in argvs.items():
                 code, rss = maxrss([*argv, "agent", "-m", "hi", "--no-markdown"], homes[name].env)
@@ -115,7 +120,8 @@ def part_vs(args: argparse.Namespace, table: Callable, ms: Callable, maxrss: Cal
               ["measure", "ours", "peer", "ratio"], rows,
               note="Runs alternate ours and the peer. 'first request' = spawn until the fake server "
                    "received the chat request. The floor (scripts/startup_floor.py) is what any one-shot "
-                   "turn on the official openai SDK costs at least.")
+                   "turn on the official openai SDK costs at least: with the SDK imported as shipped, "
+                   "and imported as nanobot imports it (providers/sdk_imports.py).")
     finally:
         for home in (*homes.values(), *big_homes.values()):
             home.close()

@@ -1,18 +1,25 @@
 """The floor under `nanobot agent -m hi` with the official SDK: Python's start-up, `import openai`,
 one streamed request through the SDK's low-level client, the answer read, one fsync'd append.
 
-    python scripts/startup_floor.py http://127.0.0.1:PORT/v1 FILE
+    python scripts/startup_floor.py http://127.0.0.1:PORT/v1 FILE [--on-demand]
 
-bench.py --vs runs it beside both nanobots, so the table shows how much of a one-shot turn is this
-floor and how much is nanobot's own work. It prints nothing; it is timed from outside.
+With --on-demand the SDK is imported as nanobot imports it: its re-export packages load on demand
+(nanobot/providers/sdk_imports.py). bench.py --vs runs both beside the two nanobots, so the table
+shows how much of a one-shot turn is this floor and how much is nanobot's own work. It prints
+nothing; it is timed from outside.
 """
 
 import asyncio
 import os
 import sys
 
-import httpx2
-import openai
+if "--on-demand" in sys.argv:
+    from nanobot.providers import sdk_imports
+
+    sdk_imports.install()
+
+import httpx2  # noqa: E402
+import openai  # noqa: E402
 
 
 async def main(base_url: str) -> None:

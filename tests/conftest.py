@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from nanobot.providers import sdk_imports
 from nanobot.providers.registry import scrubbed_env_names
 
 from host_procs import host_pids
@@ -26,6 +27,10 @@ sys.dont_write_bytecode = False
 # runs, as the `nanobot` command does while it loads (nanobot/gc_pause.py). After collection what is
 # loaded is frozen, so no collection during the tests walks those objects again.
 gc.disable()
+
+# The tests import the SDKs as nanobot does: their re-export packages load on demand
+# (nanobot/providers/sdk_imports.py), so what the tests use is what a user's nanobot loads.
+sdk_imports.install()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from nanobot.config import ResolvedModel
 from nanobot.errors import ProviderError
+from nanobot.providers import sdk_imports
 from nanobot.providers.base import http_timeout
 from nanobot.providers.errors_map import translate
 
@@ -24,6 +25,7 @@ class ProbeResult:
 
 async def probe(resolved: ResolvedModel, *, timeout: float = 10.0) -> ProbeResult:
     """Raises ProviderError when the server cannot be reached or rejects the key."""
+    sdk_imports.install()
     if resolved.spec.kind == "anthropic":
         import anthropic as sdk
 

@@ -1,0 +1,144 @@
+"""Load the SDKs' re-export packages on demand.
+
+Most of `import openai` (and `import anthropic`) is spent in packages such as `openai.types` and
+`openai.types.responses`, whose `__init__.py` does nothing but re-export names from hundreds of
+submodules (`from .batch import Batch as Batch`). The client imports a few of those submodules
+directly; the rest only matter to code that asks for them by name.
+
+`install()` puts a finder first on `sys.meta_path` for the SDK packages. For a package whose
+`__init__.py` is only such relative re-exports (plus comments and `from __future__`), the package
+module is made without running that file: each name it would have bound is imported from its
+submodule the first time someone reads it (module `__getattr__`, PEP 562), through the ordinary
+import system with its locks. Names, objects and classes are the ones the eager file gives.
+A package whose `__init__.py` holds anything else is imported as usual, so an SDK release that
+adds code there loses only the speed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec, PathFinder
+from types import ModuleType
+from typing import Any
+
+__all__ = ["install", "re_exports"]
+
+_ROOTS = ("openai.", "anthropic.")
+
+# One statement of a pure re-export file: a comment line, `from __future__ import x`, or
+# `from .sub import A as A, B` with or without parentheses (which may hold comments).
+_STATEMENT = re.compile(
+    r"[ \t]*(?:\#[^\n]*)?\n"
+    r"|from[ \t]+__future__[ \t]+import[ \t]+(?P<future>\w+)[ \t]*\n"
+    r"|from[ \t]+\.(?P<sub>[\w.]*)[ \t]+import[ \t]+(?:\((?P<group>[^)]*)\)|(?P<line>[^\n(#]+))[ \t]*(?:\#[^\n]*)?\n"
+)
+_NAME = re.compile(r"(\w+)(?:\s+as\s+(\w+))?")
+_COMMENT = re.compile(r"#[^\n]*")
+
+
+def re_exports(source: str) -> dict[str, tuple[str, str | None]] | None:
+    """What a package's `__init__.py` binds: name -> (module to import, relative when it starts with
+    a dot; the attribute to take from it, or None for the module itself). None when the file does
+    anything but re-export."""
+    if not source.endswith("\n"):
+        source += "\n"
+    bound: dict[str, tuple[str, str | None]] = {}
+    pos = 0
+    while pos < len(source):
+        m = _STATEMENT.match(source, pos)
+        if m is None:
+            return None
+        pos = m.end()
+        if m["future"]:  # the eager file binds the feature's name too
+            bound[m["future"]] = ("__future__", m["future"])
+        if m["sub"] is None:
+            continue
+        sub = m["sub"]
+        if sub:  # importing `.a.b` binds `a` on the package, as the eager file does
+            head = sub.split(".")[0]
+            bound.setdefault(head, ("." + head, None))
+        names = _COMMENT.sub("", m["group"] if m["group"] is not None else m["line"])
+        for item in filter(None, (part.strip() for part in names.split(","))):
+            nm = _NAME.fullmatch(item)
+            if nm is None:
+                return None
+            original, alias = nm[1], nm[2] or nm[1]
+            bound[alias] = ("." + sub, original) if sub else ("." + original, None)  # `from . import x`
+    return bound
+
+
+class _OnDemandPackage:
+    """Loader for a pure re-export package: its names resolve on first read."""
+
+    def __init__(self, real: Any, bound: dict[str, tuple[str, str | None]]) -> None:
+        self._real = real
+        self._bound = bound
+
+    def create_module(self, spec: ModuleSpec) -> None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        bound = self._bound
+        package = module.__name__
+
+        def __getattr__(name: str) -> Any:
+            if name in bound:
+                where, attr = bound[name]
+                target = importlib.import_module(where, package)
+                value = target if attr is None else getattr(target, attr)
+            elif not name.startswith("__") and importlib.util.find_spec(f"{package}.{name}") is not None:
+                # a submodule that, eagerly, a sibling's import would have bound here by now
+                value = importlib.import_module(f"{package}.{name}")
+            else:
+                raise AttributeError(f"module {package!r} has no attribute {name!r}")
+            module.__dict__[name] = value
+            return value
+
+        def __dir__() -> list[str]:
+            return sorted(set(module.__dict__) | set(bound))
+
+        module.__dict__.update(__getattr__=__getattr__, __dir__=__dir__,
+                               __all__=[name for name in bound if not name.startswith("_")])
+
+    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...: the file's loader
+        return getattr(self._real, name)
+
+
+class _Finder:
+    """Finds the subpackages under `roots` as the path finder does, and swaps the loader of pure
+    re-export ones."""
+
+    def __init__(self, roots: tuple[str, ...] = _ROOTS) -> None:
+        self._roots = roots
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
+        if not fullname.startswith(self._roots):
+            return None
+        spec = PathFinder.find_spec(fullname, path)
+        if spec is None or not spec.submodule_search_locations or not spec.origin:
+            return spec
+        try:
+            with open(spec.origin, encoding="utf-8") as f:
+                bound = re_exports(f.read())
+        except (OSError, UnicodeDecodeError):
+            bound = None
+        if bound is not None:
+            spec.loader = _OnDemandPackage(spec.loader, bound)  # type: ignore[assignment]
+        return spec
+
+    def invalidate_caches(self) -> None:
+        pass
+
+
+_FINDER = _Finder()
+
+
+def install() -> None:
+    """Put the finder first on sys.meta_path (once). SDK packages already imported stay as they are."""
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
