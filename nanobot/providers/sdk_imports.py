@@ -29,24 +29,30 @@ __all__ = ["install", "re_exports"]
 
 _ROOTS = ("openai.", "anthropic.")
 
-# One statement of a pure re-export file: a comment line, `from __future__ import x`, or
-# `from .sub import A as A, B` with or without parentheses (which may hold comments).
+# One statement of a pure re-export file: a comment line, `from __future__ import x`,
+# `from .sub import A as A, B` with or without parentheses (which may hold comments), or
+# `__all__ = [...]`, a list of names in quotes.
 _STATEMENT = re.compile(
     r"[ \t]*(?:\#[^\n]*)?\n"
     r"|from[ \t]+__future__[ \t]+import[ \t]+(?P<future>\w+)[ \t]*\n"
     r"|from[ \t]+\.(?P<sub>[\w.]*)[ \t]+import[ \t]+(?:\((?P<group>[^)]*)\)|(?P<line>[^\n(#]+))[ \t]*(?:\#[^\n]*)?\n"
+    r"|__all__[ \t]*=[ \t]*\[(?P<all>[^\]]*)\][ \t]*(?:\#[^\n]*)?\n"
 )
 _NAME = re.compile(r"(\w+)(?:\s+as\s+(\w+))?")
+_QUOTED = re.compile(r"""\s*(?:"(\w+)"|'(\w+)')\s*""")
 _COMMENT = re.compile(r"#[^\n]*")
 
+Bindings = dict[str, tuple[str, str | None]]
 
-def re_exports(source: str) -> dict[str, tuple[str, str | None]] | None:
+
+def re_exports(source: str) -> tuple[Bindings, list[str] | None] | None:
     """What a package's `__init__.py` binds: name -> (module to import, relative when it starts with
-    a dot; the attribute to take from it, or None for the module itself). None when the file does
-    anything but re-export."""
+    a dot; the attribute to take from it, or None for the module itself), and its `__all__` if it
+    sets one. None when the file does anything but re-export."""
     if not source.endswith("\n"):
         source += "\n"
-    bound: dict[str, tuple[str, str | None]] = {}
+    bound: Bindings = {}
+    exported: list[str] | None = None
     pos = 0
     while pos < len(source):
         m = _STATEMENT.match(source, pos)
@@ -55,6 +61,10 @@ def re_exports(source: str) -> dict[str, tuple[str, str | None]] | None:
         pos = m.end()
         if m["future"]:  # the eager file binds the feature's name too
             bound[m["future"]] = ("__future__", m["future"])
+        if m["all"] is not None:
+            exported = _names_in_quotes(m["all"])
+            if exported is None:
+                return None
         if m["sub"] is None:
             continue
         sub = m["sub"]
@@ -68,15 +78,24 @@ def re_exports(source: str) -> dict[str, tuple[str, str | None]] | None:
                 return None
             original, alias = nm[1], nm[2] or nm[1]
             bound[alias] = ("." + sub, original) if sub else ("." + original, None)  # `from . import x`
-    return bound
+    return bound, exported
+
+
+def _names_in_quotes(listed: str) -> list[str] | None:
+    items = _COMMENT.sub("", listed).split(",")
+    if items and not items[-1].strip():
+        items.pop()  # a trailing comma
+    found = [_QUOTED.fullmatch(item) for item in items]
+    return [m[1] or m[2] for m in found if m] if all(found) else None
 
 
 class _OnDemandPackage:
     """Loader for a pure re-export package: its names resolve on first read."""
 
-    def __init__(self, real: Any, bound: dict[str, tuple[str, str | None]]) -> None:
+    def __init__(self, real: Any, bound: Bindings, exported: list[str] | None) -> None:
         self._real = real
         self._bound = bound
+        self._exported = exported
 
     def create_module(self, spec: ModuleSpec) -> None:
         return None
@@ -101,8 +120,10 @@ class _OnDemandPackage:
         def __dir__() -> list[str]:
             return sorted(set(module.__dict__) | set(bound))
 
-        module.__dict__.update(__getattr__=__getattr__, __dir__=__dir__,
-                               __all__=[name for name in bound if not name.startswith("_")])
+        exported = self._exported
+        if exported is None:  # `from package import *` then gives what the eager package's would
+            exported = [name for name in bound if not name.startswith("_")]
+        module.__dict__.update(__getattr__=__getattr__, __dir__=__dir__, __all__=exported)
 
     def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...: the file's loader
         return getattr(self._real, name)
@@ -124,11 +145,11 @@ class _Finder:
             return spec
         try:
             with open(spec.origin, encoding="utf-8") as f:
-                bound = re_exports(f.read())
+                read = re_exports(f.read())
         except (OSError, UnicodeDecodeError):
-            bound = None
-        if bound is not None:
-            spec.loader = _OnDemandPackage(spec.loader, bound)  # type: ignore[assignment]
+            read = None
+        if read is not None:
+            spec.loader = _OnDemandPackage(spec.loader, *read)  # type: ignore[assignment]
         return spec
 
     def invalidate_caches(self) -> None:

@@ -15,10 +15,21 @@ from nanobot.providers import sdk_imports
 from nanobot.providers.sdk_imports import re_exports
 
 
-def _bindings(source: str) -> dict[str, tuple[str, str | None]] | None:
-    """What Python's own grammar says a re-export file binds, read with ast; None if it does more."""
+def _bindings(source: str) -> tuple[dict, list[str] | None] | None:
+    """What Python's own grammar says a re-export file binds (and its __all__), read with ast; None
+    if it does more."""
     bound: dict[str, tuple[str, str | None]] = {}
-    for node in ast.parse(source).body:
+    exported = None
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        return None
+    for node in body:
+        if (isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__all__"]
+                and isinstance(node.value, ast.List)
+                and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.value.elts)):
+            exported = [e.value for e in node.value.elts]  # type: ignore[attr-defined]
+            continue
         if not isinstance(node, ast.ImportFrom) or any(a.name == "*" for a in node.names):
             return None
         if node.module == "__future__" and node.level == 0:
@@ -32,11 +43,11 @@ def _bindings(source: str) -> dict[str, tuple[str, str | None]] | None:
             bound.update({a.asname or a.name: ("." + node.module, a.name) for a in node.names})
         else:
             bound.update({a.asname or a.name: ("." + a.name, None) for a in node.names})
-    return bound
+    return bound, exported
 
 
 @pytest.mark.parametrize("root, big", [("openai", ["types", "types.chat", "types.responses", "lib"]),
-                                       ("anthropic", ["types", "types.beta"])])
+                                       ("anthropic", ["types", "types.beta", "resources", "resources.beta"])])
 def test_every_sdk_re_export_file_is_read_as_python_reads_it(root: str, big: list[str]) -> None:
     base = Path(importlib.util.find_spec(root).origin).parent
     read = {}
@@ -147,17 +158,22 @@ def test_a_package_that_does_more_than_re_export_runs_as_usual(tmp_path: Path) -
 
 
 @pytest.mark.parametrize("source, expected", [
-    ("from .a import X as X\n", {"a": (".a", None), "X": (".a", "X")}),
+    ("from .a import X as X\n", ({"a": (".a", None), "X": (".a", "X")}, None)),
     ("from __future__ import annotations\nfrom .a.b import X\n",
-     {"annotations": ("__future__", "annotations"), "a": (".a", None), "X": (".a.b", "X")}),
-    ("from . import chat as chat, beta\n", {"chat": (".chat", None), "beta": (".beta", None)}),
-    ("from .a import (\n    X as Y,  # note\n    Z,\n)\n", {"a": (".a", None), "Y": (".a", "X"), "Z": (".a", "Z")}),
-    ("# only a comment", {}),
+     ({"annotations": ("__future__", "annotations"), "a": (".a", None), "X": (".a.b", "X")}, None)),
+    ("from . import chat as chat, beta\n", ({"chat": (".chat", None), "beta": (".beta", None)}, None)),
+    ("from .a import (\n    X as Y,  # note\n    Z,\n)\n",
+     ({"a": (".a", None), "Y": (".a", "X"), "Z": (".a", "Z")}, None)),
+    ("from .a import X\n__all__ = [\n    \"X\",  # the one\n    'a',\n]\n", ({"a": (".a", None), "X": (".a", "X")}, ["X", "a"])),
+    ("# only a comment", ({}, None)),
     ("from .a import X\nprint('side effect')\n", None),
     ("import typing as _t\n", None),
     ("from .a import *\n", None),
     ("from openai.types import X\n", None),
     ("from .a import X as\n", None),
+    ("__all__ = [name for name in dir()]\n", None),
+    ("__all__ = ['X', other]\n", None),
 ])
-def test_what_counts_as_a_pure_re_export_file(source: str, expected: dict | None) -> None:
+def test_what_counts_as_a_pure_re_export_file(source: str, expected: tuple | None) -> None:
     assert re_exports(source) == expected
+    assert _bindings(source) == expected  # the test's reading, by Python's grammar, agrees

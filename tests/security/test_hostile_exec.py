@@ -133,7 +133,9 @@ MARKERS = ["8101", "8102", "8103", "8104", "8105"]
 # and then spins on both cores until its call's timeout: the model asks for a shorter one than
 # the config's 4 s. What is judged: each bomb's own output shows forks refused (the limit held it),
 # the kill at the timeout, and no survivors; the spinning after the limit proves nothing more.
-BOMB_TIMEOUT = {"forkbomb": {"timeout": 1}}  # the tool's minimum
+# The shell bomb gets the tool's minimum, 1 s; the Python one 1.5 s, because under the whole suite's
+# load its interpreter was once still starting when 1 s was up (its output empty, nothing proved).
+BOMB_TIMEOUT = {"forkbomb": {"timeout": 1}, "forkbomb-python": {"timeout": 1.5}}
 FORK_REFUSED = ("Cannot fork", "Resource temporarily unavailable")  # sh's words, Python's BlockingIOError
 
 
@@ -194,7 +196,9 @@ def test_hostile_corpus_leaves_no_side_effect(battlefield, mechanism, variant):
     confinement_or_skip(mechanism)
     b = battlefield
     _configure_exec(b["cfg_path"], mechanism, variant)
-    calls = [("exec", {"command": cmd.format(**b["values"]), **BOMB_TIMEOUT.get(kind, {})}) for kind, cmd in HOSTILE]
+    calls = [("exec", {"command": cmd.format(**b["values"]),
+                       **BOMB_TIMEOUT.get(kind + ("-python" if cmd.startswith("python3") else ""), {})})
+             for kind, cmd in HOSTILE]
     calls.append(("exec", {"command": "echo still-works > control.txt"}))  # the sandbox is not just broken
     b["fake"].script(Reply.tool_calls(calls), Reply.text("done"))
     session_file = b["nb"] / "sessions"
