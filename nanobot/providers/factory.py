@@ -49,7 +49,6 @@ def openai_request_options(resolved: ResolvedModel) -> dict[str, Any]:
 
 
 def _load(module: str) -> None:
-    sdk_imports.install()
     importlib.import_module(module)
     gc_pause.resume()
 
@@ -69,6 +68,7 @@ class DeferredProvider(Provider):
         """Start importing the SDK in a background thread (the first request then finds it loaded)."""
         module = _ADAPTERS[self._resolved.spec.kind]
         prewarm_tls_context()
+        sdk_imports.install()  # here, not in the thread: sys.meta_path changes only on the main thread
         start_quiet(_load, module, name="sdk-prewarm")
 
     async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
