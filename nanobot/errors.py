@@ -31,11 +31,14 @@ tells the user how to fix the problem. Every error class lives here:
   + LauncherUnavailable             no exec launcher can start here: Landlock commands fork in nanobot
 * subprocess.SubprocessError
   + LauncherError                   the exec launcher could not start one command; it did not run
+* TimeoutError
+  + LockHeld                        another process holds a file's lock (fsio.ExclusiveLock)
 """
 
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 from typing import Any
 
 
@@ -200,3 +203,12 @@ class LauncherUnavailable(OSError):
 
 class LauncherError(subprocess.SubprocessError):
     """The exec launcher could not start a command (the message says why); the command did not run."""
+
+
+class LockHeld(TimeoutError):
+    """Another process holds the lock ExclusiveLock.acquire asked for (after its wait, if any).
+    Callers turn it into the error their case means (SessionInUseError, MemoryBusy, ...)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"the lock {path} is held by another process")
+        self.lock_file = str(path)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
+import time
+import weakref
 from pathlib import Path
 
-from filelock import FileLock, Timeout
+from nanobot.errors import LockHeld
 
-__all__ = ["atomic_write", "append_durably", "fsync_dir", "rotate_when_larger", "ExclusiveLock", "Timeout"]
+__all__ = ["atomic_write", "append_durably", "fsync_dir", "rotate_when_larger", "ExclusiveLock", "held_locks"]
 
 
 def fsync_dir(path: Path) -> None:
@@ -96,27 +99,65 @@ def rotate_when_larger(path: Path, limit: int) -> None:
     fsync_dir(path.parent)
 
 
+_HELD: weakref.WeakSet[ExclusiveLock] = weakref.WeakSet()
+_POLL_SECONDS = 0.05
+
+
 class ExclusiveLock:
     """An OS-level lock on `<path>.lock`, taken without waiting (or waiting up to `timeout` seconds).
 
-    `acquire()` raises `filelock.Timeout` when another process holds it.
+    It is `flock(2)` on a file nanobot never removes: the kernel drops it when the process ends
+    however it ends (a crash, SIGKILL), and the descriptor is not inherited by the commands nanobot
+    starts. A waiter whose file was replaced between its open and its lock tries again on the file
+    now at the path. `acquire()` raises `LockHeld` when another process holds it.
     """
 
     def __init__(self, path: Path, *, timeout: float = 0) -> None:
         self.path = Path(str(path) + ".lock")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = FileLock(str(self.path), timeout=timeout, thread_local=False, mode=0o600)
+        self.timeout = timeout
+        self._fd: int | None = None
 
     def acquire(self) -> None:
-        self._lock.acquire()
+        if self._fd is not None:
+            return
+        deadline = time.monotonic() + self.timeout
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # not inheritable (PEP 446)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                if time.monotonic() >= deadline:
+                    raise LockHeld(self.path) from None
+                time.sleep(_POLL_SECONDS)
+                continue
+            except BaseException:
+                os.close(fd)
+                raise
+            if self._still_in_place(fd):
+                self._fd = fd
+                _HELD.add(self)
+                return
+            os.close(fd)  # locked a file someone removed meanwhile: lock the one now at the path
+
+    def _still_in_place(self, fd: int) -> bool:
+        try:
+            on_disk = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        held = os.fstat(fd)
+        return (held.st_dev, held.st_ino) == (on_disk.st_dev, on_disk.st_ino)
 
     def release(self) -> None:
-        if self._lock.is_locked:
-            self._lock.release()
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            _HELD.discard(self)
+            os.close(fd)  # closing the only descriptor drops the flock
 
     @property
     def held(self) -> bool:
-        return self._lock.is_locked
+        return self._fd is not None
 
     def __enter__(self) -> ExclusiveLock:
         self.acquire()
@@ -124,3 +165,12 @@ class ExclusiveLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+    def __del__(self) -> None:
+        self.release()
+
+
+def held_locks() -> list[ExclusiveLock]:
+    """The locks this process holds now (the in-process CLI tests release what a command left held,
+    as the end of its process would)."""
+    return [lock for lock in list(_HELD) if lock.held]

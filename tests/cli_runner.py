@@ -176,9 +176,9 @@ def _logging_to(stderr: io.TextIOWrapper) -> Iterator[None]:
 def _at_exit(argv: Sequence[str]) -> Iterator[None]:
     """Fails on an exit handler the command registers (a module's import-time one is fine: a new
     process would register it too), and releases the file locks it still holds, as exit does."""
-    from filelock._core._shutdown import LIVE_LOCKS
+    from nanobot.fsio import held_locks
 
-    held_before = {id(lock) for lock in LIVE_LOCKS.values() if lock.is_locked}
+    held_before = {id(lock) for lock in held_locks()}
     registered: list[str] = []
     register = atexit.register
 
@@ -193,9 +193,9 @@ def _at_exit(argv: Sequence[str]) -> Iterator[None]:
         yield
     finally:
         atexit.register = register
-        for lock in list(LIVE_LOCKS.values()):
-            if lock.is_locked and id(lock) not in held_before:
-                lock.release(force=True)
+        for lock in held_locks():
+            if id(lock) not in held_before:
+                lock.release()
     if registered:
         raise AssertionError(f"`nanobot {' '.join(argv[1:])}` registered exit handlers {registered}, which only "
                              "a real process runs: test it through subprocess")

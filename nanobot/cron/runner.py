@@ -33,8 +33,8 @@ from nanobot.cron.heartbeat import (
 from nanobot.cron.jobs import Job, RunRecord, current_job
 from nanobot.cron.schedule import describe, format_ms, next_run, occurrences_between
 from nanobot.cron.store import JobStore
-from nanobot.errors import RunnerBusyError, SessionInUseError
-from nanobot.fsio import ExclusiveLock, Timeout, atomic_write
+from nanobot.errors import LockHeld, RunnerBusyError, SessionInUseError
+from nanobot.fsio import ExclusiveLock, atomic_write
 
 __all__ = ["Clock", "SystemClock", "Firing", "TurnResult", "JobTurns", "Delivery", "RunnerLock", "Scheduler",
            "RunnerBusyError"]
@@ -130,7 +130,7 @@ class RunnerLock:
     def try_acquire(self) -> bool:
         try:
             self._lock.acquire()
-        except Timeout:
+        except LockHeld:
             return False
         state = self.state()
         if state.get("pid") != os.getpid() or state.get("kind") != self.kind:
@@ -170,7 +170,7 @@ def current_runner(store: JobStore) -> dict[str, Any] | None:
     probe = RunnerLock(store, "status")
     try:
         probe._lock.acquire()  # not try_acquire: a probe must not write itself in as the owner
-    except Timeout:
+    except LockHeld:
         return probe.state()
     probe.release()
     return None

@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 from nanobot import paths
 from nanobot.cron.jobs import Job, JobFormatError, decode_store, encode_store
 from nanobot.cron.schedule import Schedule, next_run
-from nanobot.errors import JobNotFoundError, StoreBusyError, UsageError
-from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write, rotate_when_larger
+from nanobot.errors import JobNotFoundError, LockHeld, StoreBusyError, UsageError
+from nanobot.fsio import ExclusiveLock, append_durably, atomic_write, rotate_when_larger
 
 __all__ = ["JobStore", "JobNotFoundError", "StoreBusyError"]
 
@@ -145,7 +145,7 @@ class JobStore:
         lock = ExclusiveLock(self.path, timeout=LOCK_WAIT_SECONDS)
         try:
             lock.acquire()
-        except Timeout:
+        except LockHeld:
             raise StoreBusyError(f"{self.path} stayed locked by another nanobot process for "
                                  f"{LOCK_WAIT_SECONDS:.0f}s", hint="Try again in a moment.") from None
         try:

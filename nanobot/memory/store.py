@@ -35,12 +35,13 @@ from pathlib import Path
 from typing import Literal
 
 from nanobot.errors import (
+    LockHeld,
     MemoryBusy,
     MemoryUpdateRefused,
     ToolError,
     VersionNotFound,
 )
-from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write, fsync_dir
+from nanobot.fsio import ExclusiveLock, append_durably, atomic_write, fsync_dir
 from nanobot.memory.history import STAMP_RE
 from nanobot.memory.merge import merge_update
 from nanobot.messages import Message, parse_timestamp, transcript_lines
@@ -543,7 +544,7 @@ class MemoryStore:
             try:
                 lock.acquire()
                 break
-            except Timeout:
+            except LockHeld:
                 if time.monotonic() > deadline:
                     raise MemoryBusy(f"the memory folder is locked by another process ({lock.path})",
                                      hint="wait for it to finish, then try again") from None

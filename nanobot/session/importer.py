@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from nanobot import paths
-from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write
+from nanobot.errors import LockHeld
+from nanobot.fsio import ExclusiveLock, append_durably, atomic_write
 from nanobot.messages import now_iso, parse_timestamp
 from nanobot.session.store import SessionStore
 
@@ -188,7 +189,7 @@ def _import_session(store: SessionStore, home: Path, found: _Found, kept: list[s
     lock = ExclusiveLock(target)
     try:
         lock.acquire()
-    except Timeout:  # the session is open in another nanobot process, so it is ours already
+    except LockHeld:  # the session is open in another nanobot process, so it is ours already
         kept.append(f"{found.key} ({found.path}): the session here is in use")
         return None
     try:

@@ -32,8 +32,14 @@ from typing import Any
 
 import orjson
 
-from nanobot.errors import SessionInUseError, StorageError, UnknownSessionError, storage_error
-from nanobot.fsio import ExclusiveLock, Timeout, append_durably, atomic_write
+from nanobot.errors import (
+    LockHeld,
+    SessionInUseError,
+    StorageError,
+    UnknownSessionError,
+    storage_error,
+)
+from nanobot.fsio import ExclusiveLock, append_durably, atomic_write
 from nanobot.messages import Message, clean_unicode, for_wire, now_iso, parse_iso, parse_timestamp
 from nanobot.paths import ensure_private_dir, sessions_dir
 from nanobot.secrets_mask import mask_value
@@ -552,7 +558,7 @@ class SessionStore:
         lock = ExclusiveLock(path)
         try:
             lock.acquire()
-        except Timeout:
+        except LockHeld:
             raise SessionInUseError(
                 f"session {key} is in use by another nanobot process",
                 hint="close the other nanobot (or pick another session) and try again",
