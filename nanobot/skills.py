@@ -23,11 +23,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from nanobot.errors import SkillError
 from nanobot.fsio import atomic_write
 from nanobot.paths import PRIVATE_FILE_MODE, bundled_dir, nanobot_home
+from nanobot.text_cache import TextCache
 from nanobot.untrusted import fence
 
 SKILL_FILE = "SKILL.md"
@@ -77,8 +76,15 @@ def split_front_matter(text: str) -> tuple[str | None, str]:
     return None, text
 
 
-def parse_skill(path: Path, source: str) -> Skill:
-    """Read one SKILL.md; raise SkillError when its front matter is unusable."""
+def front_matter_cache() -> TextCache:
+    """Parsed front matter by the YAML text's SHA-256, so a start whose skills did not change
+    imports no YAML parser (`~/.nanobot/cache/front-matter.json`)."""
+    return TextCache("front-matter", keep=256, valid=lambda v: isinstance(v, dict))
+
+
+def parse_skill(path: Path, source: str, cache: TextCache | None = None) -> Skill:
+    """Read one SKILL.md; raise SkillError when its front matter is unusable. With `cache`, the
+    front matter is looked up there first and remembered there (the caller saves it)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -86,10 +92,11 @@ def parse_skill(path: Path, source: str) -> Skill:
     raw, _ = split_front_matter(text)
     if raw is None:
         raise SkillError("no front matter (expected a '---' block with name and description)")
-    try:
-        meta = yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
-        raise SkillError(f"invalid YAML front matter: {exc}".replace("\n", " ")) from exc
+    meta = cache.get(raw) if cache is not None else None
+    if meta is None:
+        meta = _load_yaml(raw)
+        if cache is not None and isinstance(meta, dict) and _same_as_json(meta):
+            cache.remember(raw, meta)
     if not isinstance(meta, dict):
         raise SkillError("front matter is not a mapping of keys to values")
 
@@ -115,6 +122,24 @@ def parse_skill(path: Path, source: str) -> Skill:
         always=always,
         missing=_missing(requires),
     )
+
+
+def _load_yaml(raw: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise SkillError(f"invalid YAML front matter: {exc}".replace("\n", " ")) from exc
+
+
+def _same_as_json(meta: dict[str, Any]) -> bool:
+    """Whether the parsed YAML comes back unchanged from JSON (not so for dates, or keys that are
+    not strings): only such front matter is cached."""
+    try:
+        return bool(json.loads(json.dumps(meta)) == meta)
+    except (TypeError, ValueError):
+        return False
 
 
 def _nanobot_metadata(metadata: Any) -> dict[str, Any]:
@@ -201,10 +226,11 @@ class SkillSet:
         warnings: list[str] = []
         roots = [(bundled if bundled is not None else bundled_dir("skills"), "bundled")]
         roots.append((Path(workspace) / "skills", "workspace"))
+        cache = front_matter_cache()
         for root, source in roots:
             for skill_file in _skill_files(root):
                 try:
-                    skill = parse_skill(skill_file, source)
+                    skill = parse_skill(skill_file, source, cache)
                 except SkillError as exc:
                     warnings.append(f"skipped skill {skill_file}: {exc}")
                     continue
@@ -214,6 +240,7 @@ class SkillSet:
                         held.append(skill)
                         continue
                 found[skill.name] = skill
+        cache.save()
         return cls(skills=sorted(found.values(), key=lambda s: s.name), warnings=warnings,
                    held=sorted(held, key=lambda s: s.name))
 

@@ -271,3 +271,56 @@ def test_skills_commands_use_the_configured_workspace(isolated_home: Path, tmp_p
     assert "mine" in runner.invoke(skills_app, ["list"]).stdout
     assert runner.invoke(skills_app, ["approve", "mine", "--yes"]).exit_code == 0
     assert SkillSet.discover(elsewhere).get("mine") is not None
+
+
+# Discovers the skills of the workspace in argv[1] in a fresh process and prints what a user of
+# them sees (name, description, missing, always), and whether PyYAML was imported.
+_DISCOVER = """
+import json, sys
+from pathlib import Path
+from nanobot.skills import SkillSet
+found = SkillSet.discover(Path(sys.argv[1]))
+print(json.dumps({"skills": [[s.name, s.description, s.always, s.missing] for s in found.skills + found.held],
+                  "warnings": found.warnings, "yaml": "yaml" in sys.modules}))
+"""
+
+
+def _discover(workspace: Path) -> dict:
+    import json
+
+    p = subprocess.run([sys.executable, "-c", _DISCOVER, str(workspace)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_unchanged_front_matter_is_read_from_the_cache_without_a_yaml_parser(workspace: Path,
+                                                                               isolated_home: Path) -> None:
+    write_skill(workspace / "skills", "notes", "name: notes\ndescription: >\n  Keep notes\n  tidy.\n"
+                "metadata: {\"nanobot\": {\"requires\": {\"bins\": [\"no-such-tool-xyz\"]}}}")
+    first = _discover(workspace)
+    assert first["yaml"] is True  # nothing cached yet
+    assert ["notes", "Keep notes tidy.", False, ["bin: no-such-tool-xyz"]] in first["skills"]
+    cache = isolated_home / "cache" / "front-matter.json"
+    assert cache.is_file() and oct(cache.stat().st_mode & 0o777) == "0o600"
+    second = _discover(workspace)
+    assert second == {**first, "yaml": False}  # the same skills, and PyYAML never loaded
+
+    write_skill(workspace / "skills", "notes", "name: notes\ndescription: Now about lists.")
+    changed = _discover(workspace)
+    assert changed["yaml"] is True
+    assert ["notes", "Now about lists.", False, []] in changed["skills"]
+
+
+def test_a_damaged_cache_or_front_matter_json_cannot_hold_is_simply_parsed(workspace: Path,
+                                                                           isolated_home: Path) -> None:
+    write_skill(workspace / "skills", "dated", "name: dated\ndescription: Since\nsince: 2026-01-02")
+    cache = isolated_home / "cache" / "front-matter.json"
+    cache.parent.mkdir(parents=True)
+    cache.write_text("{not json")
+    for _ in range(2):  # a date does not survive JSON: it is parsed each time, never served wrong
+        got = _discover(workspace)
+        assert got["yaml"] is True and got["warnings"] == []
+        assert "dated" in [s[0] for s in got["skills"]]
+    broken = write_skill(workspace / "skills", "broken", "name: [unclosed")
+    got = _discover(workspace)
+    assert [w for w in got["warnings"] if str(broken) in w and "invalid YAML" in w]

@@ -26,6 +26,7 @@ from nanobot.app import open_assistant
 from nanobot.config import load_config
 from nanobot.fakellm import Reply
 from nanobot.paths import secure_home
+from nanobot.skills import SkillSet
 
 from host_procs import process_count
 
@@ -203,6 +204,7 @@ def test_hostile_corpus_leaves_no_side_effect(battlefield, mechanism, variant):
     b["fake"].script(Reply.tool_calls(calls), Reply.text("done"))
     session_file = b["nb"] / "sessions"
     secure_home(keep_open=b["ws"])  # what nanobot does to its home at start: not the corpus's doing
+    SkillSet.discover(b["ws"])  # nanobot's front-matter cache, written once: judged unchanged after
     # nanobot's own bookkeeping (sessions, the memory journal, import receipts), not the corpus's
     own = (b["ws"], b["nb"] / "journal", b["nb"] / "imports.jsonl", session_file)
     old_session = (session_file / "cli_old.jsonl").read_bytes()  # sessions: judged by the planted one
