@@ -23,9 +23,9 @@ _HOLDER = textwrap.dedent("""
     lock = ExclusiveLock(Path(sys.argv[1]))
     lock.acquire()
     if sys.argv[2] == "spawn":
-        child = subprocess.Popen(["sleep", "30"])
-        print(child.pid, flush=True)
+        child = subprocess.Popen(["sleep", "30"], close_fds=False)  # only close-on-exec guards the lock
         lock.release()
+        print(child.pid, flush=True)
     else:
         print("held", flush=True)
     time.sleep(30)
