@@ -167,7 +167,10 @@ class ExclusiveLock:
         self.release()
 
     def __del__(self) -> None:
-        self.release()
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - late in interpreter shutdown; the exit drops the lock anyway
+            pass
 
 
 def held_locks() -> list[ExclusiveLock]:
