@@ -131,6 +131,11 @@ def _preload(modules: Sequence[str]) -> dict[str, Any]:
     handlers = _handlers()
     reads = _Reads()
     try:
+        # as nanobot imports the SDKs (its first request installs this): their re-export packages load
+        # on demand, here and in each child
+        from nanobot.providers import sdk_imports
+
+        sdk_imports.install()
         for name in modules:
             __import__(name)
     finally:
