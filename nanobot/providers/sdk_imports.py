@@ -7,10 +7,10 @@ directly; the rest only matter to code that asks for them by name.
 
 `install()` puts a finder first on `sys.meta_path` for the SDK packages. For a package whose
 `__init__.py` is only such relative re-exports (plus comments, `from __future__` and a literal
-`__all__` list), the package
-module is made without running that file: each name it would have bound is imported from its
-submodule the first time someone reads it (module `__getattr__`, PEP 562), through the ordinary
-import system with its locks. Names, objects and classes are the ones the eager file gives.
+`__all__` list), the package module is made without running that file: each name it would have
+bound is imported from its submodule the first time someone reads it (module `__getattr__`,
+PEP 562), through the ordinary import system with its locks. Names, objects and classes are the
+ones the eager file gives.
 A package whose `__init__.py` holds anything else is imported as usual, so an SDK release that
 adds code there loses only the speed.
 """
