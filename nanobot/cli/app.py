@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from nanobot import __version__, gc_pause
+from nanobot import __version__, code_cache, gc_pause
 
 app = typer.Typer(
     name="nanobot",
@@ -189,6 +189,7 @@ def run() -> None:
     Tests call main() in process; this function is only the console script and `python -m`.
     """
     gc_pause.pause()  # while the command loads its code (nanobot/gc_pause.py)
+    code_cache.install()  # dataclasses' and typing's generated code, compiled once (nanobot/code_cache.py)
     try:
         main()
         code = 0
