@@ -28,7 +28,7 @@ from nanobot.providers.factory import make_provider
 from nanobot.providers.fallback import FallbackCallback
 from nanobot.providers.registry import secret_env_names
 from nanobot.providers.retry import RetryCallback, RetryPolicy
-from nanobot.sandbox import Confinement, choose
+from nanobot.sandbox import Confinement, choose, prefetch
 from nanobot.session.importer import ImportResult, continuing_line, import_all
 from nanobot.session.store import SessionStore
 from nanobot.tokens import default_counter
@@ -246,6 +246,8 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     """
     auto = check_kinds([*cfg.tools.auto_approve], "tools.autoApprove") | check_kinds(approve, "--approve")
     provider = build_provider(cfg, model, on_retry=on_retry, on_fallback=on_fallback)
+    if cfg.tools.exec.enable:
+        prefetch(cfg.tools.exec.confinement)  # its probes wait on child processes while the session loads
     workspace = cfg.workspace_path()
     workspace.mkdir(parents=True, exist_ok=True)
     secure_home(keep_open=workspace)

@@ -5,7 +5,7 @@ it; limits.py bounds processes, file size and memory; confine.py chooses and lau
 """
 
 from nanobot.sandbox import launcher
-from nanobot.sandbox.confine import MODES, Confinement, Launch, choose
+from nanobot.sandbox.confine import MODES, Confinement, Launch, choose, prefetch
 from nanobot.sandbox.policy import Limits, Policy, build_policy
 
-__all__ = ["MODES", "Confinement", "Launch", "Limits", "Policy", "build_policy", "choose", "launcher"]
+__all__ = ["MODES", "Confinement", "Launch", "Limits", "Policy", "build_policy", "choose", "launcher", "prefetch"]

@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -29,6 +30,7 @@ from nanobot.sandbox.limits import (
     nproc_counts_command_only,
 )
 from nanobot.sandbox.policy import Limits, Policy, beneath_except
+from nanobot.threads import start_quiet
 
 MODES = ("auto", "bwrap", "landlock", "none")
 
@@ -245,9 +247,23 @@ def _bwrap(limits: Limits) -> Confinement | str:
     return Confinement("bwrap", detail, _process_limit(limits, "bwrap"), _bwrap=exe)
 
 
+_choosing = threading.Lock()  # one probe at a time: a caller waits for a prefetch under way, then finds it cached
+
+
+def prefetch(mode: str = "auto") -> None:
+    """Start choose(mode)'s probes on a background thread. They mostly wait on child processes
+    (bwrap runs twice, about 6 ms), so they overlap the caller's own work; its first choose()
+    then waits for whatever of them is left and finds the answer cached."""
+    start_quiet(choose, mode, name="confinement-probe")
+
+
 def choose(mode: str = "auto", limits: Limits | None = None) -> Confinement:
     """The confinement `mode` ("auto", "bwrap", "landlock", "none") gives on this machine."""
-    limits = limits or Limits()
+    with _choosing:
+        return _choose(mode, limits or Limits())
+
+
+def _choose(mode: str, limits: Limits) -> Confinement:
     if mode == "none":
         return Confinement("none", 'tools.exec.confinement is "none"')
     if not sys.platform.startswith("linux"):

@@ -143,3 +143,42 @@ def test_a_caller_waits_for_a_build_under_way_and_gets_the_same_context(monkeypa
     threading.Timer(0.2, release.set).start()
     ctx = raw_http.shared_tls_context()
     assert made == [ctx]  # the caller did not build a second one while the first was under way
+
+
+PREWARM = """
+import json, sys, threading
+from nanobot.providers import raw_http
+raw_http.prewarm_tls_context()
+imported_first = "httpcore2" in sys.modules
+before = set(sys.modules)
+next(t for t in threading.enumerate() if t.name == "tls-prewarm").join(30)
+by_thread = sorted(set(sys.modules) - before)
+log = open(sys.argv[1]).read() if __import__("os").path.exists(sys.argv[1]) else ""
+import openai._base_client as base
+platform_name = base.get_platform()  # what the SDK asks on its first request
+print(json.dumps({"imported_first": imported_first, "by_thread": by_thread, "platform": str(platform_name),
+                  "log_before_sdk": log}))
+"""
+
+
+def test_the_background_build_imports_nothing_heavy_and_reads_the_platform_facts_first(tmp_path):
+    """httpcore2 is imported by the caller (so the thread is nearly all OpenSSL, which releases the
+    GIL), and the thread also runs the `uname -p` the SDKs' platform header needs: the SDK's own
+    call afterwards starts no child."""
+    import os
+    import sys
+
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    log = tmp_path / "uname.log"
+    (fake_bin / "uname").write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec /bin/uname "$@"\n')
+    (fake_bin / "uname").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}"}
+    out = subprocess.run([sys.executable, "-c", PREWARM, str(log)], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert result["imported_first"]
+    assert not [m for m in result["by_thread"] if m.split(".")[0] in ("httpcore2", "h11", "anyio", "httpx2")]
+    assert result["platform"] == "Linux"
+    assert result["log_before_sdk"] == "-p\n"  # run on the prewarm thread, before the SDK asked
+    assert log.read_text() == "-p\n"  # and not again for the SDK
