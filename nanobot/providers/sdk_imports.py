@@ -13,12 +13,21 @@ PEP 562), through the ordinary import system with its locks. Names, objects and 
 ones the eager file gives.
 A package whose `__init__.py` holds anything else is imported as usual, so an SDK release that
 adds code there loses only the speed.
+
+anthropic's own `__init__.py` runs as written, except for its closing imports of other clouds'
+clients (`from .lib.foundry import AnthropicFoundry`, `from .lib.vertex import *`, Bedrock,
+AWS, Google Cloud): they pulled in the whole beta API's types, half of `import anthropic` (about
+0.3 s, 1,200 modules). Such a `from .lib... import` statement is left out, and its names are
+bound on first read, when nothing else in the file uses them, they are not in `__all__`, and
+(for `*`) the module is a pure re-export package whose names can be read without running it.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -26,9 +35,10 @@ from importlib.machinery import ModuleSpec, PathFinder
 from types import ModuleType
 from typing import Any
 
-__all__ = ["install", "re_exports"]
+__all__ = ["install", "lazy_lib_imports", "re_exports"]
 
 _ROOTS = ("openai.", "anthropic.")
+_LAZY_TAIL = ("anthropic",)  # root packages whose `from .lib... import` conveniences load on demand
 
 # One statement of a pure re-export file: a comment line, `from __future__ import x`,
 # `from .sub import A as A, B` with or without parentheses (which may hold comments), or
@@ -90,6 +100,103 @@ def _names_in_quotes(listed: str) -> list[str] | None:
     return [m[1] or m[2] for m in found if m] if all(found) else None
 
 
+def lazy_lib_imports(source: str, package_dir: str) -> tuple[ast.Module, Bindings] | None:
+    """The module without its top-level `from .lib... import` statements that may load on demand,
+    and what they would have bound; None when no statement qualifies (or the file defines its
+    own module `__getattr__`)."""
+    tree = ast.parse(source)
+    exported: set[str] = set()
+    used: set[str] = set()
+    candidates: list[ast.ImportFrom] = []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and (node.module or "").startswith("lib."):
+            candidates.append(node)
+            continue
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name):
+                used.add(sub.id)
+            elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                used.add(sub.name)
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            if not isinstance(node.value, (ast.List, ast.Tuple)):
+                return None
+            exported |= {e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+    if "__getattr__" in used:
+        return None
+    lazy: Bindings = {}
+    dropped: list[ast.ImportFrom] = []
+    for node in candidates:
+        where = "." + (node.module or "")
+        if [a.name for a in node.names] == ["*"]:
+            names = _star_names(os.path.join(package_dir, *(node.module or "").split(".")))
+            if names is None:
+                continue
+            bound = {name: (where, name) for name in names}
+        else:
+            bound = {a.asname or a.name: (where, a.name) for a in node.names}
+        if bound and not (set(bound) & (exported | used)):
+            lazy.update(bound)
+            dropped.append(node)
+    if not lazy:
+        return None
+    tree.body = [node for node in tree.body if not any(node is d for d in dropped)]
+    return tree, lazy
+
+
+def _star_names(folder: str) -> list[str] | None:
+    """The names `from <folder's package> import *` binds, when its `__init__.py` is pure re-exports."""
+    try:
+        with open(os.path.join(folder, "__init__.py"), encoding="utf-8") as f:
+            read = re_exports(f.read())
+    except (OSError, UnicodeDecodeError):
+        return None
+    if read is None:
+        return None
+    bound, exported = read
+    return exported if exported is not None else [name for name in bound if not name.startswith("_")]
+
+
+class _LazyTail:
+    """Loader for a root package whose `.lib` conveniences load on demand (see the top)."""
+
+    def __init__(self, real: Any, origin: str) -> None:
+        self._real = real
+        self._origin = origin
+
+    def create_module(self, spec: ModuleSpec) -> None:
+        return None
+
+    def exec_module(self, module: ModuleType) -> None:
+        try:
+            with open(self._origin, encoding="utf-8") as f:
+                planned = lazy_lib_imports(f.read(), os.path.dirname(self._origin))
+        except (OSError, UnicodeDecodeError, SyntaxError):
+            planned = None
+        if planned is None:
+            self._real.exec_module(module)
+            return
+        tree, lazy = planned
+        package = module.__name__
+
+        def __getattr__(name: str) -> Any:
+            if name not in lazy:
+                raise AttributeError(f"module {package!r} has no attribute {name!r}")
+            where, attr = lazy[name]
+            target = importlib.import_module(where, package)
+            value = target if attr is None else getattr(target, attr)
+            module.__dict__[name] = value
+            return value
+
+        def __dir__() -> list[str]:
+            return sorted(set(module.__dict__) | set(lazy))
+
+        module.__dict__.update(__getattr__=__getattr__, __dir__=__dir__)
+        exec(compile(tree, self._origin, "exec", dont_inherit=True), module.__dict__)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
 class _OnDemandPackage:
     """Loader for a pure re-export package: its names resolve on first read."""
 
@@ -134,11 +241,17 @@ class _Finder:
     """Finds the subpackages under `roots` as the path finder does, and swaps the loader of pure
     re-export ones."""
 
-    def __init__(self, roots: tuple[str, ...] = _ROOTS) -> None:
+    def __init__(self, roots: tuple[str, ...] = _ROOTS, lazy_tail: tuple[str, ...] = _LAZY_TAIL) -> None:
         self._roots = roots
+        self._lazy_tail = lazy_tail
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
                   target: ModuleType | None = None) -> ModuleSpec | None:
+        if fullname in self._lazy_tail:
+            spec = PathFinder.find_spec(fullname, path)
+            if spec is not None and spec.origin and spec.submodule_search_locations:
+                spec.loader = _LazyTail(spec.loader, spec.origin)  # type: ignore[assignment]
+            return spec
         if not fullname.startswith(self._roots):
             return None
         spec = PathFinder.find_spec(fullname, path)

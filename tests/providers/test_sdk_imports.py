@@ -177,3 +177,101 @@ def test_a_package_that_does_more_than_re_export_runs_as_usual(tmp_path: Path) -
 def test_what_counts_as_a_pure_re_export_file(source: str, expected: tuple | None) -> None:
     assert re_exports(source) == expected
     assert _bindings(source) == expected  # the test's reading, by Python's grammar, agrees
+
+
+ANTHROPIC_NAMES = ["AnthropicFoundry", "AsyncAnthropicFoundry", "AnthropicVertex", "AsyncAnthropicVertex",
+                   "AnthropicBedrock", "AnthropicAWS", "AnthropicGoogleCloud", "AsyncAnthropicGoogleCloud"]
+
+
+def test_anthropic_loads_other_clouds_clients_only_when_asked_and_gives_the_same_objects() -> None:
+    code = f"""
+        import json, sys, importlib
+        import anthropic
+        client = anthropic.AsyncAnthropic(api_key="k", base_url="http://127.0.0.1:9")
+        loaded = len([m for m in sys.modules if m.startswith("anthropic")])
+        foundry_before = "anthropic.lib.foundry" in sys.modules
+        where = {{n: getattr(anthropic, n).__module__ + "." + getattr(anthropic, n).__qualname__
+                 for n in {ANTHROPIC_NAMES!r}}}
+        same = all(getattr(anthropic, n) is vars(anthropic)[n] for n in {ANTHROPIC_NAMES!r})
+        star = {{}}
+        exec("from anthropic import *", star)
+        print(json.dumps({{"loaded": loaded, "foundry_before": foundry_before, "where": where, "same": same,
+                          "dir": sorted(dir(anthropic)), "all": anthropic.__all__,
+                          "star": sorted(k for k in star if k != "__builtins__"),
+                          "module": anthropic.NotFoundError.__module__, "client": type(client).__name__}}))
+    """
+    eager, lazy = _run(code, on_demand=False), _run(code, on_demand=True)
+    assert eager["foundry_before"] and not lazy["foundry_before"]
+    assert lazy["loaded"] < eager["loaded"] * 0.6
+    assert lazy["where"] == eager["where"]  # the same classes, from the same modules
+    assert lazy["same"]  # bound on the package once read
+    assert lazy["all"] == eager["all"] and lazy["star"] == eager["star"]
+    assert set(eager["dir"]) <= set(lazy["dir"])
+    assert lazy["module"] == eager["module"] == "anthropic"  # the file's own closing loop still ran
+    assert lazy["client"] == "AsyncAnthropic"
+
+
+def _root_package(tmp_path: Path, init: str) -> Path:
+    root = tmp_path / "sdkdemo"
+    (root / "lib" / "cloud").mkdir(parents=True)
+    (root / "lib" / "__init__.py").write_text("")
+    (root / "__init__.py").write_text(textwrap.dedent(init))
+    for name in ("extra", "cloud/_client"):
+        title = name.split("/")[-1].strip("_").title()
+        (root / "lib" / f"{name}.py").write_text(
+            f"import builtins\nbuiltins.LOADED = [*getattr(builtins, 'LOADED', []), {name!r}]\n"
+            f"class {title}:\n    pass\nclass Async{title}:\n    pass\n")
+    (root / "lib" / "cloud" / "__init__.py").write_text("from ._client import Client as Client, AsyncClient as AsyncClient\n")
+    return tmp_path
+
+
+def _demo(path: Path, body: str) -> dict:
+    code = f"""
+        import builtins, json, sys
+        sys.path.insert(0, {str(path)!r})
+        from nanobot.providers import sdk_imports
+        sys.meta_path.insert(0, sdk_imports._Finder(("sdkdemo.",), ("sdkdemo",)))
+        import sdkdemo
+        seen = [list(getattr(builtins, "LOADED", []))]
+    """
+    return _run(textwrap.dedent(code) + textwrap.dedent(body), on_demand=False)
+
+
+def test_a_root_package_runs_its_lib_conveniences_only_when_their_names_are_read(tmp_path: Path) -> None:
+    path = _root_package(tmp_path, """
+        __all__ = ["VERSION"]
+        VERSION = "1"
+        from .lib.extra import Extra as Extra, AsyncExtra
+        from .lib.cloud import *
+        for _name in __all__:
+            pass
+    """)
+    got = _demo(path, """
+        extra = sdkdemo.Extra
+        seen.append(list(builtins.LOADED))
+        from sdkdemo import Client
+        seen.append(list(builtins.LOADED))
+        try:
+            sdkdemo.Missing
+        except AttributeError as e:
+            missing = str(e)
+        print(json.dumps({"seen": seen, "extra": extra.__module__, "client": Client.__module__,
+                          "dir": [n for n in dir(sdkdemo) if not n.startswith("_")], "missing": missing}))
+    """)
+    assert got["seen"] == [[], ["extra"], ["extra", "cloud/_client"]]
+    assert got["extra"] == "sdkdemo.lib.extra" and got["client"] == "sdkdemo.lib.cloud._client"
+    assert got["dir"] == ["AsyncClient", "AsyncExtra", "Client", "Extra", "VERSION", "lib"]
+    assert "has no attribute 'Missing'" in got["missing"]
+
+
+@pytest.mark.parametrize("init, eager", [
+    ('__all__ = ["Extra"]\nfrom .lib.extra import Extra\n', ["extra"]),  # exported: the loop over __all__ reads it
+    ("from .lib.extra import Extra\nDEFAULT = Extra\n", ["extra"]),  # used by the file itself
+    ("from .lib.extra import Extra\ndef __getattr__(name):\n    raise AttributeError(name)\n", ["extra"]),
+    ("from .lib.extra import *\n", ["extra"]),  # not a pure re-export package: its names are unknown unrun
+    ("from .lib.cloud import *\nfrom .lib.extra import Extra\nExtra\n", ["extra"]),  # only the unused one waits
+])
+def test_a_lib_import_the_file_needs_runs_as_written(tmp_path: Path, init: str, eager: list[str]) -> None:
+    path = _root_package(tmp_path, init)
+    got = _demo(path, 'print(json.dumps({"seen": seen}))\n')
+    assert got["seen"] == [eager]
