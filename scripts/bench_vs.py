@@ -11,6 +11,7 @@ started with HOME set to its home's parent, so it finds ~/.nanobot there (nanobo
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 import subprocess
@@ -37,6 +38,16 @@ def _prepare(home: BenchHome, size: int, peer: bool) -> None:
         theirs = home.workspace / "sessions" / "cli_direct.jsonl"
         theirs.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ours, theirs)
+
+
+def _anthropic(home: BenchHome) -> BenchHome:
+    """`home` with the model `nanobot onboard` sets up: Anthropic's protocol, through its SDK."""
+    path = home.home / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg["agents"]["defaults"] = {"model": "anthropic/claude-bench"}
+    cfg["providers"] = {"anthropic": {"apiKey": "sk-ant-bench-key-123456", "apiBase": home.server.anthropic_base_url}}
+    path.write_text(json.dumps(cfg))
+    return home
 
 
 def _one_shot(argv: list[str], home: BenchHome) -> tuple[float, float | None]:
@@ -77,7 +88,9 @@ def part_vs(args: argparse.Namespace, table: Callable, ms: Callable, maxrss: Cal
     argvs = {"ours": nanobot_argv(), "peer": peer_argv(args.vs)}
     homes = {"ours": BenchHome(), "peer": BenchHome()}
     big_homes = {"ours": BenchHome(), "peer": BenchHome()}
+    claude = _anthropic(BenchHome())
     try:
+        _prepare(claude, 10, False)
         for name in argvs:
             _prepare(homes[name], 10, name == "peer")
             _prepare(big_homes[name], big, name == "peer")
@@ -90,6 +103,7 @@ def part_vs(args: argparse.Namespace, table: Callable, ms: Callable, maxrss: Cal
         for name in argvs:  # warm the page cache and the peer's first-run setup
             _timed(argvs[name], homes[name], ["--version"])
             _one_shot(argvs[name], homes[name])
+        _one_shot(argvs["ours"], claude)
         for _ in range(runs):
             for name, argv in argvs.items():
                 add("`--version`", name, _timed(argv, homes[name], ["--version"]))
@@ -98,6 +112,9 @@ def part_vs(args: argparse.Namespace, table: Callable, ms: Callable, maxrss: Cal
                 add("`agent -m hi`, spawn to first request", name, first)
                 whole, _ = _one_shot(argv, big_homes[name])
                 add(f"`agent -m hi` on a {big:,}-message session", name, whole)
+            whole, first = _one_shot(argvs["ours"], claude)
+            add("`agent -m hi`, Anthropic protocol (onboard's default model): whole run", "ours", whole)
+            add("`agent -m hi`, Anthropic protocol: spawn to first request", "ours", first)
             for flags, how in (((), "as shipped"), (("--on-demand",), "re-exports on demand, as nanobot")):
                 whole, first = _floor(homes["ours"], *flags)
                 add(f"floor ({how}): python + `import openai` + one SDK request + fsync", "ours", whole)
@@ -121,7 +138,8 @@ def part_vs(args: argparse.Namespace, table: Callable, ms: Callable, maxrss: Cal
               note="Runs alternate ours and the peer. 'first request' = spawn until the fake server "
                    "received the chat request. The floor (scripts/startup_floor.py) is what any one-shot "
                    "turn on the official openai SDK costs at least: with the SDK imported as shipped, "
-                   "and imported as nanobot imports it (providers/sdk_imports.py).")
+                   "and imported as nanobot imports it (providers/sdk_imports.py). The Anthropic rows "
+                   "are ours only: the same turn with the model `nanobot onboard` configures.")
     finally:
-        for home in (*homes.values(), *big_homes.values()):
+        for home in (*homes.values(), *big_homes.values(), claude):
             home.close()
