@@ -41,8 +41,10 @@ _FUTURE_FLAGS = 0
 for _name in __future__.all_feature_names:
     _FUTURE_FLAGS |= getattr(__future__, _name).compiler_flag
 
-_HEADER = importlib.util.MAGIC_NUMBER + b"nanobot code cache 1\n"
-_MAX_ENTRIES = 20_000  # past this, a save keeps only what this process used (old versions' text)
+_HEADER = importlib.util.MAGIC_NUMBER + b"nanobot code cache 2\n"
+# Past this many texts a save keeps only what this process used: what is left of older versions.
+# A one-shot turn uses about 1,700; the chat, the tools and every command together some 2,500.
+_MAX_ENTRIES = 5_000
 
 _installed: CodeCache | None = None
 
@@ -59,11 +61,13 @@ class CodeCache:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.misses = 0  # texts compiled by this process (not found in the file)
-        self._code = self._load(path)
+        # a code object, or its marshal bytes until it is first asked for (loading the file costs
+        # the copy of its bytes, not the making of thousands of code objects this run may not need)
+        self._code: dict[str, CodeType | bytes] = self._load(path)
         self._used: set[str] = set()
 
     @staticmethod
-    def _load(path: Path) -> dict[str, CodeType]:
+    def _load(path: Path) -> dict[str, CodeType | bytes]:
         try:
             data = path.read_bytes()
         except OSError:
@@ -76,17 +80,26 @@ class CodeCache:
             return {}
         if not isinstance(table, dict):
             return {}
-        return {k: v for k, v in table.items() if isinstance(k, str) and isinstance(v, CodeType)}
+        return {k: v for k, v in table.items() if isinstance(k, str) and isinstance(v, bytes)}
 
     def compiled(self, source: str, mode: str, flags: int, optimize: int = -1) -> CodeType:
         """What `compile(source, "<string>", mode, flags, dont_inherit=True, optimize)` returns."""
         level = sys.flags.optimize if optimize == -1 else optimize
         key = f"{mode} {flags} {level}\n{source}"
-        code = self._code.get(key)
+        found = self._code.get(key)
+        code: CodeType | None = None
+        if isinstance(found, bytes):
+            try:
+                loaded = marshal.loads(found)
+            except (EOFError, ValueError, TypeError):
+                loaded = None
+            code = loaded if isinstance(loaded, CodeType) else None
+        elif found is not None:
+            code = found
         if code is None:
             code = compile(source, "<string>", mode, flags, True, level)
-            self._code[key] = code
             self.misses += 1
+        self._code[key] = code
         self._used.add(key)
         return code
 
@@ -97,12 +110,13 @@ class CodeCache:
         """Write the table if this process compiled anything new; False when nothing was written."""
         if not self.misses or sys.dont_write_bytecode:
             return False
-        keep = self._code if len(self._code) <= _MAX_ENTRIES else {k: self._code[k] for k in self._used}
+        keys = self._code if len(self._code) <= _MAX_ENTRIES else self._used
+        table = {k: v if isinstance(v, bytes) else marshal.dumps(v) for k in keys for v in (self._code[k],)}
         tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(tmp, "wb") as fh:
-                fh.write(_HEADER + marshal.dumps(keep))
+                fh.write(_HEADER + marshal.dumps(table))
             os.replace(tmp, self.path)
         except OSError:  # a read-only install: every start compiles, as without the cache
             try:

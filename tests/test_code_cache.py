@@ -86,8 +86,10 @@ def test_a_damaged_or_foreign_file_is_ignored_and_replaced(tmp_path):
     _run(path)
     good = path.read_bytes()
     plain = _run("-")
+    header = good[: 4 + good[4:].index(b"\n") + 1]  # the bytecode magic number, then one line
+    every_entry_garbage = header + marshal.dumps({k: b"garbage" for k in marshal.loads(good[len(header):])})
     for damaged in (b"", b"not a cache at all", good[: len(good) // 2], b"\0\0\0\0" + good[4:],
-                    good[:40] + marshal.dumps(["a", "list"])):
+                    header + marshal.dumps(["a", "list"]), every_entry_garbage):
         path.write_bytes(damaged)
         result = _run(path)
         assert result["misses"] >= 10 and _same_classes(result, plain)
@@ -169,3 +171,23 @@ def test_a_one_shot_turn_compiles_its_generated_code_only_once(configure, fake_l
     saved = [json.loads(line) for p in (isolated_home / "sessions").glob("*.jsonl")
              for line in p.read_text().splitlines()]
     assert [m.get("content") for m in saved if m.get("role") == "assistant"] == ["first answer", "second answer"]
+
+
+def test_past_its_size_a_save_keeps_only_what_this_process_used(tmp_path, monkeypatch):
+    from nanobot import code_cache
+
+    path = tmp_path / "cache.bin"
+    first = CodeCache(path)
+    for n in range(4):
+        first.compiled(f"x = {n}\n", "exec", 0)
+    assert first.save() and len(CodeCache(path)) == 4
+    monkeypatch.setattr(code_cache, "_MAX_ENTRIES", 4)
+    later = CodeCache(path)
+    later.compiled("x = 0\n", "exec", 0)  # from the file
+    later.compiled("y = 1\n", "exec", 0)  # new: five texts now, one over the limit
+    assert later.misses == 1 and later.save()
+    kept = CodeCache(path)
+    assert len(kept) == 2
+    kept.compiled("x = 0\n", "exec", 0)
+    kept.compiled("y = 1\n", "exec", 0)
+    assert kept.misses == 0
