@@ -28,12 +28,14 @@ import builtins
 import dataclasses
 import importlib.util
 import marshal
-import os
 import sys
 import typing
 from pathlib import Path
 from types import CodeType
 from typing import Any
+
+from nanobot.fsio import save_beside_bytecode
+from nanobot.paths import beside_bytecode
 
 __all__ = ["CodeCache", "default_path", "install", "installed"]
 
@@ -51,8 +53,7 @@ _installed: CodeCache | None = None
 
 def default_path() -> Path:
     """This interpreter's cache file beside nanobot's bytecode."""
-    pyc = Path(importlib.util.cache_from_source(str(Path(__file__).with_name("__init__.py"))))
-    return pyc.with_name(f"generated-code.{sys.implementation.cache_tag}.bin")
+    return beside_bytecode("generated-code")
 
 
 class CodeCache:
@@ -108,21 +109,11 @@ class CodeCache:
 
     def save(self) -> bool:
         """Write the table if this process compiled anything new; False when nothing was written."""
-        if not self.misses or sys.dont_write_bytecode:
+        if not self.misses:
             return False
         keys = self._code if len(self._code) <= _MAX_ENTRIES else self._used
         table = {k: v if isinstance(v, bytes) else marshal.dumps(v) for k in keys for v in (self._code[k],)}
-        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as fh:
-                fh.write(_HEADER + marshal.dumps(table))
-            os.replace(tmp, self.path)
-        except OSError:  # a read-only install: every start compiles, as without the cache
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:
-                pass
+        if not save_beside_bytecode(self.path, _HEADER + marshal.dumps(table)):
             return False
         self.misses = 0
         return True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sys
 import tempfile
 import time
 import weakref
@@ -11,7 +12,8 @@ from pathlib import Path
 
 from nanobot.errors import LockHeld
 
-__all__ = ["atomic_write", "append_durably", "fsync_dir", "rotate_when_larger", "ExclusiveLock", "held_locks"]
+__all__ = ["atomic_write", "append_durably", "fsync_dir", "rotate_when_larger", "save_beside_bytecode", "ExclusiveLock",
+           "held_locks"]
 
 
 def fsync_dir(path: Path) -> None:
@@ -53,6 +55,19 @@ def atomic_write(path: Path, data: str | bytes, *, mode: int | None = None) -> N
             pass
         raise
     fsync_dir(path.parent)
+
+
+def save_beside_bytecode(path: Path, data: bytes) -> bool:
+    """Write a cache kept beside nanobot's bytecode (paths.beside_bytecode), atomically; False, and
+    nothing written, when bytecode writing is off (PYTHONDONTWRITEBYTECODE) or the folder is
+    read-only: the next start then works it out again, as without the cache."""
+    if sys.dont_write_bytecode:
+        return False
+    try:
+        atomic_write(path, data)
+    except OSError:
+        return False
+    return True
 
 
 def append_durably(path: Path, data: str | bytes) -> None:
