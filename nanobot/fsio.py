@@ -64,7 +64,7 @@ def save_beside_bytecode(path: Path, data: bytes) -> bool:
     if sys.dont_write_bytecode:
         return False
     try:
-        atomic_write(path, data)
+        atomic_write(path, data, mode=0o644)  # as readable as the .pyc files beside it: nothing private
     except OSError:
         return False
     return True

@@ -59,3 +59,43 @@ def test_a_wrong_ranks_file_is_refused(tmp_path):
     fake.write_bytes(b"aGk= 0\n")
     with pytest.raises(ValueError, match="SHA-256"):
         Encoder(fake)
+
+
+def _official_copy(tmp_path):
+    from nanobot.cl100k import ranks_path
+
+    source = tmp_path / "cl100k_base.tiktoken"
+    source.write_bytes(ranks_path().read_bytes())
+    return source
+
+
+def test_the_indexed_table_is_kept_and_used_while_the_ranks_file_is_unchanged(tmp_path, theirs):
+    import os
+
+    source, table = _official_copy(tmp_path), tmp_path / "table.bin"
+    first = Encoder(source, table=table)
+    assert table.is_file()
+    st = source.stat()
+    # the same size and time, other bytes: only a load from the kept table can still give the ids
+    data = bytearray(source.read_bytes())
+    data[:4] = b"XXXX"
+    source.write_bytes(bytes(data))
+    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns))
+    second = Encoder(source, table=table)
+    for text in FIXED:
+        assert second.encode(text) == first.encode(text) == theirs.encode_ordinary(text), text[:80]
+    os.utime(source, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # the file changed: read again
+    with pytest.raises(ValueError, match="SHA-256"):
+        Encoder(source, table=table)
+
+
+def test_a_damaged_table_is_ignored_and_rebuilt(tmp_path, theirs):
+    source, table = _official_copy(tmp_path), tmp_path / "table.bin"
+    Encoder(source, table=table)
+    good = table.read_bytes()
+    stamp = good[: good.index(b"\n") + 1]
+    for damaged in (b"", b"garbage", good[: len(good) // 2], stamp + b"\x00" * 64, stamp + good[len(stamp) + 10:]):
+        table.write_bytes(damaged)
+        encoder = Encoder(source, table=table)
+        assert encoder.encode("hello world, naïve café 🎉") == theirs.encode_ordinary("hello world, naïve café 🎉")
+        assert table.read_bytes() == good  # rebuilt and kept again
