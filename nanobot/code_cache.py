@@ -5,7 +5,16 @@ and runs it with `exec`; typing compiles each annotation written as a string (a 
 one-shot turn does that about 1,800 times, and parsing and compiling that text was a fifth of all
 the work the run did (callgrind: 351 of 1,808 million instructions). The text is the same on
 every start, so its compiled code is kept: `install()` gives the two modules stand-ins for `exec`
-and `compile` that look the text up first, and what was new is written at exit.
+and `compile` that look the text up first (and `re` one for its patterns, below), and what was
+new is written at exit.
+
+Regular expressions go the same way: about 190 are compiled as a one-shot turn's modules load
+(nanobot's own, the SDKs', the standard library's), 23-32 ms of parsing in Python. For each
+pattern and flags compiled while a module is being imported (a module's own text, never what the
+program was given later: a glob from the user, a secret to mask), the program `re` hands to its C
+engine (`_sre.compile`) is kept and given to the engine again, which checks it as it always does;
+`Pattern` objects compare equal exactly when their programs do, and tests/test_code_cache.py
+holds every kept one to what `re` makes itself.
 
 The key is everything the compiled code depends on: the text, the mode, the `__future__` flags the
 caller passes on, and the optimization level; the file also names the interpreter's bytecode
@@ -23,15 +32,20 @@ Only the `nanobot` command installs it (cli/app.py `run`); importing nanobot cha
 from __future__ import annotations
 import __future__
 
+import _sre  # type: ignore[import-not-found]
 import atexit
 import builtins
 import dataclasses
 import importlib.util
 import marshal
+import os
+import re
 import sys
 import typing
 from pathlib import Path
-from types import CodeType
+from re import _compiler as sre_compile  # type: ignore[attr-defined]
+from re import _parser as sre_parse  # type: ignore[attr-defined]
+from types import CodeType, FrameType
 from typing import Any
 
 from nanobot.fsio import save_beside_bytecode
@@ -43,7 +57,7 @@ _FUTURE_FLAGS = 0
 for _name in __future__.all_feature_names:
     _FUTURE_FLAGS |= getattr(__future__, _name).compiler_flag
 
-_HEADER = importlib.util.MAGIC_NUMBER + b"nanobot code cache 2\n"
+_HEADER = importlib.util.MAGIC_NUMBER + b"nanobot code cache 3\n"
 # Past this many texts a save keeps only what this process used: what is left of older versions.
 # A one-shot turn uses about 1,700; the chat, the tools and every command together some 2,500.
 _MAX_ENTRIES = 5_000
@@ -104,6 +118,42 @@ class CodeCache:
         self._used.add(key)
         return code
 
+    def regex(self, pattern: str | bytes, flags: int) -> re.Pattern[Any]:
+        """What `re.compile(pattern, flags)` makes, from the kept program when there is one."""
+        text = pattern.decode("latin-1") if isinstance(pattern, bytes) else pattern
+        key = f"regex {flags} {'b' if isinstance(pattern, bytes) else 's'}\n{text}"
+        found = self._code.get(key)
+        if isinstance(found, bytes):
+            try:
+                compiled: re.Pattern[Any] = _sre.compile(pattern, *marshal.loads(found))
+            except Exception:  # a damaged entry, or one the engine refuses: made again below
+                pass
+            else:
+                self._used.add(key)
+                return compiled
+        parsed = sre_parse.parse(pattern, flags)
+        program = [int(op) for op in sre_compile._code(parsed, flags)]  # opcodes are int subclasses
+        groupindex = dict(parsed.state.groupdict)
+        names: list[str | None] = [None] * parsed.state.groups
+        for name, index in groupindex.items():
+            names[index] = name
+        parts = (int(flags | parsed.state.flags), program, parsed.state.groups - 1, groupindex, tuple(names))
+        compiled = _sre.compile(pattern, *parts)
+        self._code[key] = marshal.dumps(parts)
+        self._used.add(key)
+        self.misses += 1
+        return compiled
+
+    def patterns(self) -> list[tuple[str | bytes, int]]:
+        """The (pattern, flags) pairs whose programs are kept."""
+        found = []
+        for key in self._code:
+            if key.startswith("regex "):
+                head, _, text = key.partition("\n")
+                _, flags, kind = head.split(" ")
+                found.append((text.encode("latin-1") if kind == "b" else text, int(flags)))
+        return found
+
     def __len__(self) -> int:
         return len(self._code)
 
@@ -152,13 +202,50 @@ def _compile_with(cache: CodeCache) -> Any:
     return cached_compile
 
 
+def _regex_with(cache: CodeCache) -> Any:
+    real_compile = sre_compile.compile
+
+    def cached_regex(pattern: Any, flags: int = 0) -> Any:
+        if isinstance(pattern, (str, bytes)) and not flags & re.DEBUG and _importing():
+            return cache.regex(pattern, int(flags))
+        return real_compile(pattern, flags)
+
+    return cached_regex
+
+
+def _importing() -> bool:
+    """Whether a module is being imported further up the stack: a pattern compiled there is the
+    module's own text. Patterns compiled later may hold what the program was given (a file name
+    in a glob, a secret to mask) and are never written to the file."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _regex_program_matches() -> bool:
+    """Whether this Python's `re` builds patterns the way CodeCache.regex rebuilds them (checked
+    once, on a pattern with a named group, flags and a look-behind)."""
+    try:
+        probe = CodeCache(Path(os.devnull))
+        sample = r"(?i)(?P<word>\w+)\s*(?<!x)=\s*(\d{2,})$"
+        return probe.regex(sample, 0) == sre_compile.compile(sample, 0)
+    except Exception:
+        return False
+
+
 def install(path: Path | None = None) -> CodeCache:
-    """Give dataclasses and typing the cached exec and compile, and save at exit. Once per process."""
+    """Give dataclasses and typing the cached exec and compile, and `re` its kept programs, and
+    save at exit. Once per process."""
     global _installed
     if _installed is None:
         cache = CodeCache(path or default_path())
         dataclasses.exec = _exec_with(cache)  # type: ignore[attr-defined]  # a module global shadows the builtin
         typing.compile = _compile_with(cache)  # type: ignore[attr-defined]
+        if _regex_program_matches():
+            sre_compile.compile = _regex_with(cache)
         atexit.register(cache.save)
         _installed = cache
     return _installed

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from re import _compiler as sre_compile  # type: ignore[attr-defined]
 
 from nanobot.code_cache import CodeCache
 
@@ -166,8 +167,16 @@ def test_a_one_shot_turn_compiles_its_generated_code_only_once(configure, fake_l
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0 and answer in out.stdout, out.stderr[-2000:]
         misses.append(int(next(ln for ln in out.stderr.splitlines() if ln.startswith("MISSES")).split()[1]))
-    assert misses[0] > 300  # nanobot's own dataclasses and the SDK's
+    assert misses[0] > 300  # nanobot's own dataclasses and the SDK's, and the regular expressions
     assert misses[1] == 0
+    kept = CodeCache(path)
+    patterns = kept.patterns()
+    assert len(patterns) > 100  # nanobot's (the secret masker's among them), the SDKs', the standard library's
+    for pattern, flags in patterns:
+        ours, theirs = kept.regex(pattern, flags), sre_compile.compile(pattern, flags)
+        assert ours == theirs, pattern  # the same engine program and flags
+        assert (ours.groups, ours.groupindex) == (theirs.groups, theirs.groupindex), pattern
+    assert kept.misses == 0
     saved = [json.loads(line) for p in (isolated_home / "sessions").glob("*.jsonl")
              for line in p.read_text().splitlines()]
     assert [m.get("content") for m in saved if m.get("role") == "assistant"] == ["first answer", "second answer"]
@@ -191,3 +200,22 @@ def test_past_its_size_a_save_keeps_only_what_this_process_used(tmp_path, monkey
     kept.compiled("x = 0\n", "exec", 0)
     kept.compiled("y = 1\n", "exec", 0)
     assert kept.misses == 0
+
+
+def test_only_the_patterns_modules_compile_as_they_load_are_kept(tmp_path):
+    """A module's own pattern is kept; one compiled later from what the program was given (here a
+    secret, as the masker would) never reaches the file."""
+    (tmp_path / "patterned.py").write_text("import re\nOWN = re.compile(r'module-pattern-(?P<n>\\d+)')\n")
+    code = ("import re, sys\nfrom pathlib import Path\nfrom nanobot import code_cache\n"
+            f"sys.path.insert(0, {str(tmp_path)!r})\n"
+            "cache = code_cache.install(Path(sys.argv[1]))\n"
+            "import patterned\n"
+            "secret = re.compile(re.escape('sk-live-' + 'abcdef1234567890'))\n"
+            "assert patterned.OWN.match('module-pattern-42')['n'] == '42' and secret.search('x sk-live-abcdef1234567890')\n")
+    path = tmp_path / "cache.bin"
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    data = path.read_bytes()
+    assert b"module-pattern-" in data
+    assert b"abcdef1234567890" not in data
+    assert (r"module-pattern-(?P<n>\d+)", 0) in CodeCache(path).patterns()
