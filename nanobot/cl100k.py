@@ -77,12 +77,13 @@ def _load_table(table: Path, stamp: bytes) -> tuple[tuple[bytes, ...], array[int
     if not data.startswith(stamp):
         return None
     try:
-        tokens, ranks = marshal.loads(data[len(stamp):])
+        tokens, ranks = marshal.loads(memoryview(data)[len(stamp):])
     except (EOFError, ValueError, TypeError):
         return None
     if not (isinstance(tokens, tuple) and isinstance(ranks, bytes) and len(ranks) == 4 * len(tokens) == 4 * 100_256
             and all(type(t) is bytes for t in tokens)):
         return None
+    del data
     order = array("I")
     order.frombytes(ranks)
     return tokens, order

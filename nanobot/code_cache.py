@@ -61,6 +61,10 @@ _HEADER = importlib.util.MAGIC_NUMBER + b"nanobot code cache 3\n"
 # Past this many texts a save keeps only what this process used: what is left of older versions.
 # A one-shot turn uses about 1,700; the chat, the tools and every command together some 2,500.
 _MAX_ENTRIES = 5_000
+# A save waits for this many new texts: a few turn up on every start (tokenize's pattern is built
+# from a set, so its text changes with each process's hash seed), and rewriting the file for them
+# would cost every start a write. The first start, an upgrade or a new command brings hundreds.
+_WORTH_SAVING = 20
 
 _installed: CodeCache | None = None
 
@@ -76,13 +80,14 @@ class CodeCache:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.misses = 0  # texts compiled by this process (not found in the file)
-        # a code object, or its marshal bytes until it is first asked for (loading the file costs
-        # the copy of its bytes, not the making of thousands of code objects this run may not need)
-        self._code: dict[str, CodeType | bytes] = self._load(path)
+        # text -> marshal bytes: loading the file costs the copy of its bytes, not the making of
+        # thousands of code objects this run may not need, and a code object handed out is not
+        # kept alive here after its caller is done with it
+        self._code: dict[str, bytes] = self._load(path)
         self._used: set[str] = set()
 
     @staticmethod
-    def _load(path: Path) -> dict[str, CodeType | bytes]:
+    def _load(path: Path) -> dict[str, bytes]:
         try:
             data = path.read_bytes()
         except OSError:
@@ -90,7 +95,7 @@ class CodeCache:
         if not data.startswith(_HEADER):
             return {}
         try:
-            table = marshal.loads(data[len(_HEADER):])
+            table = marshal.loads(memoryview(data)[len(_HEADER):])
         except (EOFError, ValueError, TypeError):
             return {}
         if not isinstance(table, dict):
@@ -103,18 +108,16 @@ class CodeCache:
         key = f"{mode} {flags} {level}\n{source}"
         found = self._code.get(key)
         code: CodeType | None = None
-        if isinstance(found, bytes):
+        if found is not None:
             try:
                 loaded = marshal.loads(found)
             except (EOFError, ValueError, TypeError):
                 loaded = None
             code = loaded if isinstance(loaded, CodeType) else None
-        elif found is not None:
-            code = found
         if code is None:
             code = compile(source, "<string>", mode, flags, True, level)
+            self._code[key] = marshal.dumps(code)
             self.misses += 1
-        self._code[key] = code
         self._used.add(key)
         return code
 
@@ -123,7 +126,7 @@ class CodeCache:
         text = pattern.decode("latin-1") if isinstance(pattern, bytes) else pattern
         key = f"regex {flags} {'b' if isinstance(pattern, bytes) else 's'}\n{text}"
         found = self._code.get(key)
-        if isinstance(found, bytes):
+        if found is not None:
             try:
                 compiled: re.Pattern[Any] = _sre.compile(pattern, *marshal.loads(found))
             except Exception:  # a damaged entry, or one the engine refuses: made again below
@@ -158,11 +161,11 @@ class CodeCache:
         return len(self._code)
 
     def save(self) -> bool:
-        """Write the table if this process compiled anything new; False when nothing was written."""
-        if not self.misses:
+        """Write the table if this process compiled enough new texts; False when nothing was written."""
+        if self.misses < _WORTH_SAVING:
             return False
         keys = self._code if len(self._code) <= _MAX_ENTRIES else self._used
-        table = {k: v if isinstance(v, bytes) else marshal.dumps(v) for k in keys for v in (self._code[k],)}
+        table = {k: self._code[k] for k in keys}
         if not save_beside_bytecode(self.path, _HEADER + marshal.dumps(table)):
             return False
         self.misses = 0
