@@ -25,7 +25,8 @@ Where: beside the package's own bytecode (`nanobot/__pycache__/`, or under PYTHO
 one marshal file per interpreter. It has the trust of the `.pyc` files next to it: whoever can
 write there can change nanobot's bytecode anyway. Confined commands see that folder read-only
 (sandbox policy rule 4). Nothing is written when bytecode writing is off
-(PYTHONDONTWRITEBYTECODE), when the folder is read-only, or when nothing was new.
+(PYTHONDONTWRITEBYTECODE), when the folder is read-only, or when fewer than _WORTH_SAVING texts
+were new.
 Only the `nanobot` command installs it (cli/app.py `run`); importing nanobot changes nothing.
 """
 
