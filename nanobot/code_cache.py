@@ -58,7 +58,8 @@ _FUTURE_FLAGS = 0
 for _name in __future__.all_feature_names:
     _FUTURE_FLAGS |= getattr(__future__, _name).compiler_flag
 
-_HEADER = importlib.util.MAGIC_NUMBER + b"nanobot code cache 3\n"
+# the bytecode's version and the regular expression engine's: entries made by another are not used
+_HEADER = importlib.util.MAGIC_NUMBER + f"nanobot code cache 3 sre {_sre.MAGIC}\n".encode()
 # Past this many texts a save keeps only what this process used: what is left of older versions.
 # A one-shot turn uses about 1,700; the chat, the tools and every command together some 2,500.
 _MAX_ENTRIES = 5_000
