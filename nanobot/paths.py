@@ -101,4 +101,3 @@ def beside_bytecode(name: str) -> Path:
     and confined commands see the folder read-only (sandbox policy rule 4)."""
     pyc = Path(importlib.util.cache_from_source(str(Path(__file__).with_name("__init__.py"))))
     return pyc.with_name(f"{name}.{sys.implementation.cache_tag}.bin")
-

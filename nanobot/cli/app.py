@@ -189,7 +189,7 @@ def run() -> None:
     Tests call main() in process; this function is only the console script and `python -m`.
     """
     gc_pause.pause()  # while the command loads its code (nanobot/gc_pause.py)
-    code_cache.install()  # dataclasses' and typing's generated code, compiled once (nanobot/code_cache.py)
+    code_cache.install()  # generated code and import-time regexes, compiled once (nanobot/code_cache.py)
     try:
         main()
         code = 0

@@ -49,6 +49,7 @@ def openai_request_options(resolved: ResolvedModel) -> dict[str, Any]:
 
 
 def _load(module: str) -> None:
+    prewarm_tls_context()  # here, so httpcore2's import keeps off the main thread too
     importlib.import_module(module)
     gc_pause.resume()
 
@@ -67,7 +68,6 @@ class DeferredProvider(Provider):
     def prewarm(self) -> None:
         """Start importing the SDK in a background thread (the first request then finds it loaded)."""
         module = _ADAPTERS[self._resolved.spec.kind]
-        prewarm_tls_context()
         sdk_imports.install()  # here, not in the thread: sys.meta_path changes only on the main thread
         start_quiet(_load, module, name="sdk-prewarm")
 
