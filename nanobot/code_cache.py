@@ -166,8 +166,8 @@ class CodeCache:
         """Write the table if this process compiled enough new texts; False when nothing was written."""
         if self.misses < _WORTH_SAVING:
             return False
-        keys = self._code if len(self._code) <= _MAX_ENTRIES else self._used
-        table = {k: self._code[k] for k in keys}
+        entries = dict(self._code)  # a copy taken at once: a daemon thread may still be importing
+        table = entries if len(entries) <= _MAX_ENTRIES else {k: entries[k] for k in set(self._used) & set(entries)}
         if not save_beside_bytecode(self.path, _HEADER + marshal.dumps(table)):
             return False
         self.misses = 0
@@ -241,6 +241,13 @@ def _regex_program_matches() -> bool:
         return False
 
 
+def _save_at_exit(cache: CodeCache) -> None:
+    try:
+        cache.save()
+    except Exception:  # a cache: never a traceback on the way out, the next start compiles again
+        pass
+
+
 def install(path: Path | None = None) -> CodeCache:
     """Give dataclasses and typing the cached exec and compile, and `re` its kept programs, and
     save at exit. Once per process."""
@@ -251,7 +258,7 @@ def install(path: Path | None = None) -> CodeCache:
         typing.compile = _compile_with(cache)  # type: ignore[attr-defined]
         if _regex_program_matches():
             sre_compile.compile = _regex_with(cache)
-        atexit.register(cache.save)
+        atexit.register(_save_at_exit, cache)
         _installed = cache
     return _installed
 

@@ -102,12 +102,13 @@ def _names_in_quotes(listed: str) -> list[str] | None:
 
 def lazy_lib_imports(source: str, package_dir: str) -> tuple[ast.Module, Bindings] | None:
     """The module without its top-level `from .lib... import` statements that may load on demand,
-    and what they would have bound; None when no statement qualifies (or the file defines its
-    own module `__getattr__`)."""
+    and what they would have bound; None when no statement qualifies, or when the file defines
+    its own module `__getattr__` or builds `__all__` other than as one literal list."""
     tree = ast.parse(source)
     exported: set[str] = set()
     used: set[str] = set()
     candidates: list[ast.ImportFrom] = []
+    all_lists = 0
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.level == 1 and (node.module or "").startswith("lib."):
             candidates.append(node)
@@ -117,8 +118,13 @@ def lazy_lib_imports(source: str, package_dir: str) -> tuple[ast.Module, Binding
                 used.add(sub.id)
             elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 used.add(sub.name)
+            if (isinstance(sub, ast.AugAssign) and isinstance(sub.target, ast.Name) and sub.target.id == "__all__"
+                    or isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name)
+                    and sub.value.id == "__all__"):
+                return None  # `__all__ += ...`, `__all__.extend(...)`: names this reading cannot see
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
-            if not isinstance(node.value, (ast.List, ast.Tuple)):
+            all_lists += 1
+            if not isinstance(node.value, (ast.List, ast.Tuple)) or all_lists > 1:
                 return None
             exported |= {e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
     if "__getattr__" in used:

@@ -273,6 +273,8 @@ def test_a_root_package_runs_its_lib_conveniences_only_when_their_names_are_read
     ("from .lib.extra import Extra\ndef __getattr__(name):\n    raise AttributeError(name)\n", ["extra"]),
     ("from .lib.extra import *\n", ["extra"]),  # not a pure re-export package: its names are unknown unrun
     ("from .lib.cloud import *\nfrom .lib.extra import Extra\nExtra\n", ["extra"]),  # only the unused one waits
+    ('__all__ = []\n__all__ += ["Extra"]\nfrom .lib.extra import Extra\n', ["extra"]),  # __all__ grown: eager
+    ('__all__ = []\n__all__.append("Extra")\nfrom .lib.extra import Extra\n', ["extra"]),
 ])
 def test_a_lib_import_the_file_needs_runs_as_written(tmp_path: Path, init: str, eager: list[str]) -> None:
     path = _root_package(tmp_path, init)
