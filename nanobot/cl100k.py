@@ -22,13 +22,12 @@ import hashlib
 import heapq
 import importlib.util
 import io
-import marshal
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable
 from pathlib import Path
 
-from nanobot.fsio import save_beside_bytecode
+from nanobot.fsio import load_beside_bytecode, save_beside_bytecode
 from nanobot.paths import beside_bytecode
 
 RANKS_FILE = "cl100k_base.tiktoken"
@@ -70,20 +69,13 @@ def _stamp(source: Path) -> bytes:
 
 def _load_table(table: Path, stamp: bytes) -> tuple[tuple[bytes, ...], array[int]] | None:
     """The kept table, when it was made from the ranks file as it is now; None otherwise."""
-    try:
-        data = table.read_bytes()
-    except OSError:
+    kept = load_beside_bytecode(table, stamp)
+    if not (isinstance(kept, tuple) and len(kept) == 2):
         return None
-    if not data.startswith(stamp):
-        return None
-    try:
-        tokens, ranks = marshal.loads(memoryview(data)[len(stamp):])
-    except (EOFError, ValueError, TypeError):
-        return None
+    tokens, ranks = kept
     if not (isinstance(tokens, tuple) and isinstance(ranks, bytes) and len(ranks) == 4 * len(tokens) == 4 * 100_256
             and all(type(t) is bytes for t in tokens)):
         return None
-    del data
     order = array("I")
     order.frombytes(ranks)
     return tokens, order
@@ -105,7 +97,7 @@ class Encoder:
         if loaded is None:
             loaded = _index(source.read_bytes())
             if table is not None:
-                save_beside_bytecode(table, stamp + marshal.dumps((loaded[0], loaded[1].tobytes())))
+                save_beside_bytecode(table, stamp, (loaded[0], loaded[1].tobytes()))
         self._tokens, self._ranks = loaded
         self._split: Callable[[str], list[str]] = regex.compile(PATTERN).findall
         self._cache: dict[str, tuple[int, ...]] = {}

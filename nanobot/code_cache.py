@@ -49,7 +49,7 @@ from re import _parser as sre_parse  # type: ignore[attr-defined]
 from types import CodeType, FrameType
 from typing import Any
 
-from nanobot.fsio import save_beside_bytecode
+from nanobot.fsio import load_beside_bytecode, save_beside_bytecode
 from nanobot.paths import beside_bytecode
 
 __all__ = ["CodeCache", "default_path", "install", "installed"]
@@ -90,16 +90,7 @@ class CodeCache:
 
     @staticmethod
     def _load(path: Path) -> dict[str, bytes]:
-        try:
-            data = path.read_bytes()
-        except OSError:
-            return {}
-        if not data.startswith(_HEADER):
-            return {}
-        try:
-            table = marshal.loads(memoryview(data)[len(_HEADER):])
-        except (EOFError, ValueError, TypeError):
-            return {}
+        table = load_beside_bytecode(path, _HEADER)
         if not isinstance(table, dict):
             return {}
         return {k: v for k, v in table.items() if isinstance(k, str) and isinstance(v, bytes)}
@@ -168,7 +159,7 @@ class CodeCache:
             return False
         entries = dict(self._code)  # a copy taken at once: a daemon thread may still be importing
         table = entries if len(entries) <= _MAX_ENTRIES else {k: entries[k] for k in set(self._used) & set(entries)}
-        if not save_beside_bytecode(self.path, _HEADER + marshal.dumps(table)):
+        if not save_beside_bytecode(self.path, _HEADER, table):
             return False
         self.misses = 0
         return True

@@ -145,7 +145,8 @@ def lazy_lib_imports(source: str, package_dir: str) -> tuple[ast.Module, Binding
             dropped.append(node)
     if not lazy:
         return None
-    tree.body = [node for node in tree.body if not any(node is d for d in dropped)]
+    gone = {id(node) for node in dropped}
+    tree.body = [node for node in tree.body if id(node) not in gone]
     return tree, lazy
 
 
@@ -160,6 +161,31 @@ def _star_names(folder: str) -> list[str] | None:
         return None
     bound, exported = read
     return exported if exported is not None else [name for name in bound if not name.startswith("_")]
+
+
+def _bind_on_demand(module: ModuleType, bound: Bindings, *, submodules: bool) -> None:
+    """Give `module` a `__getattr__` that imports each name of `bound` when it is first read and
+    keeps it on the module (PEP 562), and a `__dir__` that lists them. With `submodules`, another
+    name that is one of the package's submodules is imported too: eagerly, a sibling's import
+    would have bound it there by then."""
+    package = module.__name__
+
+    def __getattr__(name: str) -> Any:
+        if name in bound:
+            where, attr = bound[name]
+            target = importlib.import_module(where, package)
+            value = target if attr is None else getattr(target, attr)
+        elif submodules and not name.startswith("__") and importlib.util.find_spec(f"{package}.{name}") is not None:
+            value = importlib.import_module(f"{package}.{name}")
+        else:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module.__dict__[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(module.__dict__) | set(bound))
+
+    module.__dict__.update(__getattr__=__getattr__, __dir__=__dir__)
 
 
 class _LazyTail:
@@ -182,21 +208,7 @@ class _LazyTail:
             self._real.exec_module(module)
             return
         tree, lazy = planned
-        package = module.__name__
-
-        def __getattr__(name: str) -> Any:
-            if name not in lazy:
-                raise AttributeError(f"module {package!r} has no attribute {name!r}")
-            where, attr = lazy[name]
-            target = importlib.import_module(where, package)
-            value = target if attr is None else getattr(target, attr)
-            module.__dict__[name] = value
-            return value
-
-        def __dir__() -> list[str]:
-            return sorted(set(module.__dict__) | set(lazy))
-
-        module.__dict__.update(__getattr__=__getattr__, __dir__=__dir__)
+        _bind_on_demand(module, lazy, submodules=False)
         exec(compile(tree, self._origin, "exec", dont_inherit=True), module.__dict__)
 
     def __getattr__(self, name: str) -> Any:
@@ -216,28 +228,11 @@ class _OnDemandPackage:
 
     def exec_module(self, module: ModuleType) -> None:
         bound = self._bound
-        package = module.__name__
-
-        def __getattr__(name: str) -> Any:
-            if name in bound:
-                where, attr = bound[name]
-                target = importlib.import_module(where, package)
-                value = target if attr is None else getattr(target, attr)
-            elif not name.startswith("__") and importlib.util.find_spec(f"{package}.{name}") is not None:
-                # a submodule that, eagerly, a sibling's import would have bound here by now
-                value = importlib.import_module(f"{package}.{name}")
-            else:
-                raise AttributeError(f"module {package!r} has no attribute {name!r}")
-            module.__dict__[name] = value
-            return value
-
-        def __dir__() -> list[str]:
-            return sorted(set(module.__dict__) | set(bound))
-
+        _bind_on_demand(module, bound, submodules=True)
         exported = self._exported
         if exported is None:  # `from package import *` then gives what the eager package's would
             exported = [name for name in bound if not name.startswith("_")]
-        module.__dict__.update(__getattr__=__getattr__, __dir__=__dir__, __all__=exported)
+        module.__dict__["__all__"] = exported
 
     def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...: the file's loader
         return getattr(self._real, name)
