@@ -73,6 +73,7 @@ class PidsCgroup:
     """One command's pids cgroup: enter it from the child, kill everything in it, remove it."""
 
     path: Path
+    limit: int  # its pids.max: tasks alive at once
 
     @classmethod
     def create(cls, limits: Limits) -> PidsCgroup | None:
@@ -90,7 +91,7 @@ class PidsCgroup:
             path.mkdir()
         except OSError:
             return None
-        cg = cls(path)
+        cg = cls(path, limits.processes)
         try:
             (path / "pids.max").write_text(str(limits.processes))
             if mount == CGROUP_ROOT and (path / "memory.max").exists():
@@ -109,6 +110,14 @@ class PidsCgroup:
             return [int(x) for x in (self.path / "cgroup.procs").read_text().split()]
         except (OSError, ValueError):
             return []
+
+    def refused(self) -> int:
+        """How many forks the limit has refused so far (pids.events' "max" count; 0 if unreadable)."""
+        try:
+            words = (self.path / "pids.events").read_text().split()
+            return int(words[words.index("max") + 1])
+        except (OSError, ValueError, IndexError):
+            return 0
 
     def kill_all(self, within: float = 5.0) -> bool:
         """SIGKILL every process in the cgroup until it is empty; True when it emptied."""

@@ -25,6 +25,7 @@ from typing import Any
 from nanobot.errors import ToolError
 from nanobot.memory.store import watch_memory
 from nanobot.sandbox import Launch, build_policy, launcher
+from nanobot.sandbox.limits import PidsCgroup
 from nanobot.secrets_mask import is_secret_name
 from nanobot.tools.approval import ApprovalRequest
 from nanobot.tools.base import Tool
@@ -295,6 +296,40 @@ async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
     return True
 
 
+# A command whose forks its pids cgroup keeps refusing is a fork bomb, or as good as one: it is
+# stopped once refusals came in RUNAWAY_CHECKS successive checks RUNAWAY_EVERY seconds apart,
+# instead of spinning on every core until its timeout. A command that meets the limit and waits
+# (bash retries a refused fork a second later) is left to run.
+RUNAWAY_EVERY = 0.05
+RUNAWAY_CHECKS = 4
+
+
+async def _until_runaway(cgroup: PidsCgroup) -> None:
+    """Returns once `cgroup` has refused forks in RUNAWAY_CHECKS successive checks."""
+    last, streak = cgroup.refused(), 0
+    while streak < RUNAWAY_CHECKS:
+        await asyncio.sleep(RUNAWAY_EVERY)
+        now = cgroup.refused()
+        streak = streak + 1 if now > last else 0
+        last = now
+
+
+async def _wait_finished(collector: _Collector, cgroup: PidsCgroup | None, timeout: float) -> str:
+    """How the wait for a command ended: "finished", "timeout" or "runaway"."""
+    done = asyncio.ensure_future(collector.finished.wait())
+    waits = {done}
+    if cgroup is not None:
+        waits.add(asyncio.ensure_future(_until_runaway(cgroup)))
+    try:
+        ended, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+    if done in ended or collector.finished.is_set():
+        return "finished"
+    return "runaway" if ended else "timeout"
+
+
 # Process groups exec started that may still hold a process, for `ExecTool.kill_all_running`.
 _STARTED_GROUPS: set[int] = set()
 
@@ -460,9 +495,13 @@ class ExecTool(Tool):
         # Groups found empty are forgotten, so a recycled id is never signalled later.
         _STARTED_GROUPS.difference_update([g for g in _STARTED_GROUPS if not _group_alive(g)])
         _STARTED_GROUPS.add(pgid)
+        started = loop.time()
         try:
-            finished = await _wait_event(collector.finished, limit)
+            ended = await _wait_finished(collector, launch.cgroup, limit)
+            finished = ended == "finished"
             shell_exited = transport.get_returncode() is not None
+            if ended == "runaway" and launch.cgroup is not None:  # no grace: SIGKILL the whole tree now
+                await asyncio.to_thread(launch.cgroup.kill_all)
             if not finished:
                 await self._kill_group(pgid, collector)
                 if launch.cgroup is not None:  # a setsid'd process is outside the group, not the cgroup
@@ -477,12 +516,14 @@ class ExecTool(Tool):
             transport.close()
 
         if not finished:
-            why = (
-                f"the command exited but something it started in the background kept its output open "
-                f"for {limit:g}s (redirect a background process's output to a file)"
-                if shell_exited
-                else f"the command did not finish within {limit:g}s"
-            )
+            if ended == "runaway" and launch.cgroup is not None:
+                why = (f"the command kept trying to start processes past its limit of {launch.cgroup.limit} "
+                       f"at once (a fork bomb?) and was stopped after {loop.time() - started:.1f}s")
+            elif shell_exited:
+                why = (f"the command exited but something it started in the background kept its output open "
+                       f"for {limit:g}s (redirect a background process's output to a file)")
+            else:
+                why = f"the command did not finish within {limit:g}s"
             raise ToolError(
                 f"{why}; it and every process it started were killed.\n{_format(collector.out, collector.err, None)}"
             )

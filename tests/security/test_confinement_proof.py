@@ -261,6 +261,50 @@ def test_fork_bomb_is_bounded_and_the_machine_survives(ws, confinement):
     assert wait_until(lambda: not host_pids("3131"), 5)  # and nothing of the bomb is left
 
 
+def test_a_spinning_fork_bomb_is_stopped_at_its_limit_long_before_its_timeout(ws, confinement):
+    """A bomb whose processes keep forking would spin on every core until its timeout; the tool
+    ends it once the pids cgroup keeps refusing, and nothing of it is left."""
+    if "pids cgroup" not in confinement.process_limit:
+        pytest.skip(f"no pids cgroup here: {confinement.process_limit}")
+    timeout = 30.0
+    tool = make_tool(ws, confinement, exec_timeout=timeout, exec_limits=Limits(processes=64))
+    started = time.monotonic()
+    with pytest.raises(ToolError) as ended:
+        # each process forks forever and shrugs off a refusal: it never ends by itself
+        run(tool, "python3 -c 'import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
+                  "        pass\n' 6161")
+    took = time.monotonic() - started
+    out = str(ended.value)
+    assert "past its limit of 64" in out, out[:400]
+    assert took < timeout / 3, took  # stopped for what it did, not by the clock
+    assert wait_until(lambda: not host_pids("6161"), 5)  # nothing of it survives
+    assert subprocess.run(["true"]).returncode == 0
+
+
+def test_a_command_that_meets_the_process_limit_once_is_not_stopped(ws, confinement):
+    """Only forks refused again and again end a command early: a program that starts more children
+    than the limit allows is refused the extra ones, then waits for the rest and finishes."""
+    if "pids cgroup" not in confinement.process_limit:
+        pytest.skip(f"no pids cgroup here: {confinement.process_limit}")
+    (ws / "kids.py").write_text(
+        "import subprocess\n"
+        "kids, refused = [], 0\n"
+        "for _ in range(24):\n"
+        "    try:\n"
+        "        kids.append(subprocess.Popen(['sleep', '0.6']))\n"
+        "    except OSError:\n"
+        "        refused += 1\n"
+        "for kid in kids:\n"
+        "    kid.wait()\n"
+        "open('done.txt', 'w').write(f'{len(kids)} {refused}')\n"
+    )
+    tool = make_tool(ws, confinement, exec_timeout=30.0, exec_limits=Limits(processes=16))
+    out = run(tool, "python3 kids.py")
+    ran, refused = (int(w) for w in (ws / "done.txt").read_text().split())  # it ran to its end
+    assert refused > 0 and ran + refused == 24, (ran, refused)  # the limit did refuse some
+    assert out.rstrip().endswith("[exit code: 0]"), out[-300:]
+
+
 def test_file_size_limit_stops_a_runaway_write(ws, confinement):
     tool = make_tool(ws, confinement, exec_limits=Limits(file_size=1 << 20))
     run(tool, "yes > big.txt; true")

@@ -130,12 +130,13 @@ HOSTILE = [
     ("forkbomb", "python3 -c \"import os\nwhile True:\n    os.fork()\""),
 ]
 MARKERS = ["8101", "8102", "8103", "8104", "8105"]
-# A bomb reaches its process limit within a fraction of a second (0.1-0.3 s here, idle or busy)
-# and then spins on both cores until its call's timeout: the model asks for a shorter one than
-# the config's 4 s. What is judged: each bomb's own output shows forks refused (the limit held it),
-# the kill at the timeout, and no survivors; the spinning after the limit proves nothing more.
-# The shell bomb gets the tool's minimum, 1 s; the Python one 1.5 s, because under the whole suite's
-# load its interpreter was once still starting when 1 s was up (its output empty, nothing proved).
+# A bomb reaches its process limit within a fraction of a second (0.1-0.3 s here, idle or busy).
+# Where a pids cgroup counts the tree, the tool stops a bomb whose forks keep being refused (0.3-0.8 s
+# in all); elsewhere it would spin on both cores until its call's timeout, so the model asks for a
+# shorter one than the config's 4 s. What is judged: each bomb's own output shows forks refused (the
+# limit held it), its end, and no survivors. The shell bomb gets the tool's minimum, 1 s; the Python
+# one 1.5 s, because under the whole suite's load its interpreter was once still starting when 1 s
+# was up (its output empty, nothing proved).
 BOMB_TIMEOUT = {"forkbomb": {"timeout": 1}, "forkbomb-python": {"timeout": 1.5}}
 FORK_REFUSED = ("Cannot fork", "Resource temporarily unavailable")  # sh's words, Python's BlockingIOError
 
