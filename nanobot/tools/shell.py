@@ -297,10 +297,10 @@ async def _wait_event(event: asyncio.Event, timeout: float) -> bool:
 
 
 # A command whose forks its pids cgroup keeps refusing is a fork bomb, or as good as one: it is
-# stopped once refusals came in RUNAWAY_CHECKS successive checks RUNAWAY_EVERY seconds apart,
+# stopped once refusals came in RUNAWAY_CHECKS successive checks RUNAWAY_EVERY seconds apart (75 ms),
 # instead of spinning on every core until its timeout. A command that meets the limit and waits
 # (bash retries a refused fork a second later) is left to run.
-RUNAWAY_EVERY = 0.05
+RUNAWAY_EVERY = 0.025
 RUNAWAY_CHECKS = 4
 
 
@@ -501,6 +501,7 @@ class ExecTool(Tool):
             finished = ended == "finished"
             shell_exited = transport.get_returncode() is not None
             if ended == "runaway" and launch.cgroup is not None:  # no grace: SIGKILL the whole tree now
+                _signal_group(pgid, signal.SIGKILL)  # one call reaches the group; the cgroup, the rest
                 await asyncio.to_thread(launch.cgroup.kill_all)
             if not finished:
                 await self._kill_group(pgid, collector)
