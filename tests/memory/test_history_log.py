@@ -122,13 +122,14 @@ def test_block_boundaries_never_split_entries(tmp_path, monkeypatch, block_size)
 
 
 def test_large_file_is_streamed_not_loaded(tmp_path, monkeypatch):
-    monkeypatch.setattr(history_log, "BLOCK_SIZE", 256 * 1024)
-    path, texts = _synthetic(tmp_path, 60_000)
+    # the file is 40 blocks long: read whole, the peak would be its size; streamed, a few blocks
+    monkeypatch.setattr(history_log, "BLOCK_SIZE", 64 * 1024)
+    path, texts = _synthetic(tmp_path, 20_000)
     size = path.stat().st_size
-    assert size > 8 * 1024 * 1024
+    assert size > 40 * 64 * 1024
     tracemalloc.start()
     count = sum(1 for _ in iter_entries(path))
-    found = grep(path, "entry 59999:")
+    found = grep(path, "entry 19999:")
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert count == len(texts)
