@@ -35,6 +35,9 @@ sdk_imports.install()
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
+    # the tests make many short-lived objects: a young collection every 10,000 allocations instead
+    # of 700 (agent, session, memory and providers: 1,566 collections, 1.1 s -> 121, 0.7 s)
+    gc.set_threshold(10_000)
     gc.enable()
 
 
