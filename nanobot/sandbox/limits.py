@@ -119,15 +119,19 @@ class PidsCgroup:
         except (OSError, ValueError, IndexError):
             return 0
 
-    def kill_all(self, within: float = 5.0) -> bool:
-        """SIGKILL every process in the cgroup until it is empty; True when it emptied."""
+    def kill_all(self, within: float = 5.0, *, spare: int | None = None) -> bool:
+        """SIGKILL every process in the cgroup until it is empty; True when it emptied.
+
+        `spare`: one process left alive (the Landlock keeper, a subreaper): it reaps what dies
+        here, where otherwise the zombies would wait for PID 1, which in a container may be late
+        or never."""
         kill_file = self.path / "cgroup.kill"
         deadline = time.monotonic() + within
         while True:
-            pids = self.pids()
+            pids = [pid for pid in self.pids() if pid != spare]
             if not pids:
                 return True
-            if kill_file.exists():
+            if spare is None and kill_file.exists():
                 try:
                     kill_file.write_text("1")
                 except OSError:

@@ -500,9 +500,10 @@ class ExecTool(Tool):
             ended = await _wait_finished(collector, launch.cgroup, limit)
             finished = ended == "finished"
             shell_exited = transport.get_returncode() is not None
-            if ended == "runaway" and launch.cgroup is not None:  # no grace: SIGKILL the whole tree now
-                _signal_group(pgid, signal.SIGKILL)  # one call reaches the group; the cgroup, the rest
-                await asyncio.to_thread(launch.cgroup.kill_all)
+            if ended == "runaway" and launch.cgroup is not None:  # no grace: SIGKILL the whole tree now,
+                # but the Landlock keeper (the group leader), which reaps it and then exits itself
+                spare = pgid if launch.keeper is not None else None
+                await asyncio.to_thread(launch.cgroup.kill_all, spare=spare)
             if not finished:
                 await self._kill_group(pgid, collector)
                 if launch.cgroup is not None:  # a setsid'd process is outside the group, not the cgroup
