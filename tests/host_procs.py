@@ -88,3 +88,19 @@ def host_pids_naming(text: str) -> list[int]:
         if needle in cmdline and alive(int(entry)):
             found.append(int(entry))
     return found
+
+
+def named(comm: str) -> list[int]:
+    """Host pids whose process name (/proc's comm) is `comm`, zombies included: a zombie keeps its
+    name but has no command line."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.find("(") + 1:stat.rfind(")")] == comm:
+            found.append(int(entry))
+    return found

@@ -21,6 +21,8 @@ from nanobot.tools.base import ToolContext
 from nanobot.tools.exec_rules import ExecRules
 from nanobot.tools.shell import ExecTool
 
+from host_procs import named
+
 KEY = "sk-ant-canary-9f3c1e7d5b"
 
 
@@ -280,21 +282,9 @@ def test_a_spinning_fork_bomb_is_stopped_at_its_limit_long_before_its_timeout(ws
     assert took < timeout / 3, took  # stopped for what it did, not by the clock
     # nothing of it is left, not even zombies waiting for PID 1 (this VM's reaps them a second or
     # more later, and in a container PID 1 may never): the sandbox reaped them itself
-    assert wait_until(lambda: not _named("bomb6161"), 0.5), len(_named("bomb6161"))
+    assert wait_until(lambda: not named("bomb6161"), 0.5), len(named("bomb6161"))
     assert subprocess.run(["true"]).returncode == 0
 
-
-def _named(comm: str) -> list[int]:
-    """Host pids whose process name is `comm`, zombies included."""
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except (OSError, ValueError):
-            continue
-        if stat[stat.find("(") + 1:stat.rfind(")")] == comm:
-            found.append(int(entry))
-    return found
 
 
 def test_a_command_that_meets_the_process_limit_once_is_not_stopped(ws, confinement):
