@@ -169,10 +169,18 @@ def _kill_descendants() -> None:
             return
 
 
+def _kill_command(pid: int) -> None:
+    """The keeper's SIGTERM: SIGKILL the command, unless it already ended (then nothing to do)."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def _keep(command_pid: int) -> None:
     """The keeper: wait for the command, kill what it left, exit with the command's status."""
     os.closerange(0, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") > 0 else 4096)
-    signal.signal(signal.SIGTERM, lambda *_: os.kill(command_pid, signal.SIGKILL))
+    signal.signal(signal.SIGTERM, lambda *_: _kill_command(command_pid))
     status = 0
     while True:
         try:

@@ -501,11 +501,14 @@ class ExecTool(Tool):
             finished = ended == "finished"
             shell_exited = transport.get_returncode() is not None
             if ended == "runaway" and launch.cgroup is not None:  # no grace: SIGKILL the whole tree now,
-                # but the Landlock keeper (the group leader), which reaps it and then exits itself
+                # but the Landlock keeper (the group leader), which reaps it and then exits by itself
                 spare = pgid if launch.keeper is not None else None
                 await asyncio.to_thread(launch.cgroup.kill_all, spare=spare)
-            if not finished:
+                if not await _wait_event(collector.exited, 1.0):
+                    _signal_group(pgid, signal.SIGKILL)
+            elif not finished:
                 await self._kill_group(pgid, collector)
+            if not finished:
                 if launch.cgroup is not None:  # a setsid'd process is outside the group, not the cgroup
                     await asyncio.to_thread(launch.cgroup.kill_all)
                 # Pipes close once the group is dead; collect what is still buffered in them.
