@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -273,8 +275,10 @@ def test_a_spinning_fork_bomb_is_stopped_at_its_limit_long_before_its_timeout(ws
     started = time.monotonic()
     with pytest.raises(ToolError) as ended:
         # each process forks forever and shrugs off a refusal: it never ends by itself. Run under
-        # its own name (a link to python3), so even its zombies can be told apart on the host.
-        run(tool, "ln -sf \"$(command -v python3)\" bomb6161 && ./bomb6161 -c 'import os\nwhile True:\n"
+        # its own name (a link to this interpreter's binary, not to a version manager's shim), so
+        # even its zombies can be told apart on the host.
+        python = shlex.quote(os.path.realpath(sys.executable))
+        run(tool, f"ln -sf {python} bomb6161 && ./bomb6161 -c 'import os\nwhile True:\n"
                   "    try:\n        os.fork()\n    except OSError:\n        pass\n'")
     took = time.monotonic() - started
     out = str(ended.value)
