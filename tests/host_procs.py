@@ -7,6 +7,7 @@ find their processes by a marker argument instead (`sleep 6061`).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -57,50 +58,35 @@ def _sibling_workers(parents: dict[int, int | None]) -> set[int]:
     return {pid for pid, ppid in parents.items() if ppid == controller and pid != os.getpid()}
 
 
+def _each(name: str) -> Iterator[tuple[int, bytes]]:
+    """(pid, the bytes of /proc/<pid>/<name>) for every process still there when it is read."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                yield int(entry), Path(f"/proc/{entry}/{name}").read_bytes()
+            except OSError:
+                continue
+
+
 def host_pids(marker: str, *, command: str | None = None) -> list[int]:
     """Host pids of live processes with `marker` as an argument; with `command`, only `command marker`."""
+    want = [command.encode(), marker.encode()] if command else None
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            args = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        wanted = args[:2] == [command.encode(), marker.encode()] if command else marker.encode() in args
-        if wanted and alive(int(entry)):
-            found.append(int(entry))
+    for pid, cmdline in _each("cmdline"):
+        args = cmdline.split(b"\0")
+        if (args[:2] == want if want else marker.encode() in args) and alive(pid):
+            found.append(pid)
     return found
 
 
 def host_pids_naming(text: str) -> list[int]:
     """Host pids of live processes with `text` anywhere in their command line (a shell running a
     script that contains it, say)."""
-    found = []
     needle = text.encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if needle in cmdline and alive(int(entry)):
-            found.append(int(entry))
-    return found
+    return [pid for pid, cmdline in _each("cmdline") if needle in cmdline and alive(pid)]
 
 
 def named(comm: str) -> list[int]:
     """Host pids whose process name (/proc's comm) is `comm`, zombies included: a zombie keeps its
     name but has no command line."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        if stat[stat.find("(") + 1:stat.rfind(")")] == comm:
-            found.append(int(entry))
-    return found
+    return [pid for pid, stat in _each("stat") if stat[stat.find(b"(") + 1:stat.rfind(b")")] == comm.encode()]
