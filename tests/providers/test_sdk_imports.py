@@ -104,6 +104,23 @@ def _package(tmp_path: Path, init: str) -> Path:
     return tmp_path
 
 
+def _demo(path: Path, body: str, *, finder: str = '("sdkdemo.",)', module: str = "import sdkdemo.types as t") -> dict:
+    """Runs `body` in a fresh interpreter that has `path` on sys.path and our finder for the demo
+    package installed (`finder`: its arguments), after `module` and the first `seen` of LOADED."""
+    code = f"""
+        import builtins, json, sys
+        sys.path.insert(0, {str(path)!r})
+        from nanobot.providers import sdk_imports
+        sys.meta_path.insert(0, sdk_imports._Finder{finder})
+        {module}
+        seen = [list(getattr(builtins, "LOADED", []))]
+    """
+    return _run(textwrap.dedent(code) + textwrap.dedent(body), on_demand=False)
+
+
+_ROOT = {"finder": '(("sdkdemo.",), ("sdkdemo",))', "module": "import sdkdemo"}  # the root package's finder
+
+
 def test_a_pure_re_export_package_runs_a_submodule_only_when_its_name_is_read(tmp_path: Path) -> None:
     path = _package(tmp_path, """
         # generated
@@ -116,13 +133,8 @@ def test_a_pure_re_export_package_runs_a_submodule_only_when_its_name_is_read(tm
         )
     """)
     finder = sdk_imports._Finder(("sdkdemo.",))
-    code = f"""
-        import builtins, json, sys
-        sys.path.insert(0, {str(path)!r})
-        from nanobot.providers import sdk_imports
-        sys.meta_path.insert(0, sdk_imports._Finder(("sdkdemo.",)))
-        import sdkdemo.types as t
-        seen = [list(getattr(builtins, "LOADED", []))]
+    assert finder.find_spec("other.types") is None
+    got = _demo(path, """
         alpha = t.Alpha
         seen.append(list(builtins.LOADED))
         from sdkdemo.types import Renamed
@@ -131,11 +143,9 @@ def test_a_pure_re_export_package_runs_a_submodule_only_when_its_name_is_read(tm
             t.Missing
         except AttributeError as e:
             missing = str(e)
-        print(json.dumps({{"seen": seen, "alpha": alpha.__module__, "renamed": Renamed is t.Beta,
-                          "dir": [n for n in dir(t) if not n.startswith("_")], "missing": missing}}))
-    """
-    assert finder.find_spec("other.types") is None
-    got = _run(code, on_demand=False)
+        print(json.dumps({"seen": seen, "alpha": alpha.__module__, "renamed": Renamed is t.Beta,
+                          "dir": [n for n in dir(t) if not n.startswith("_")], "missing": missing}))
+    """)
     assert got["seen"] == [[], ["alpha"], ["alpha", "beta"]]
     assert got["alpha"] == "sdkdemo.types.alpha"
     assert got["renamed"] is True
@@ -149,15 +159,7 @@ def test_a_package_that_does_more_than_re_export_runs_as_usual(tmp_path: Path) -
         if True:
             from .beta import Beta as Beta
     """)
-    code = f"""
-        import builtins, json, sys
-        sys.path.insert(0, {str(path)!r})
-        from nanobot.providers import sdk_imports
-        sys.meta_path.insert(0, sdk_imports._Finder(("sdkdemo.",)))
-        import sdkdemo.types
-        print(json.dumps({{"loaded": builtins.LOADED}}))
-    """
-    assert _run(code, on_demand=False)["loaded"] == ["alpha", "beta"]
+    assert _demo(path, 'print(json.dumps({"loaded": builtins.LOADED}))\n')["loaded"] == ["alpha", "beta"]
 
 
 @pytest.mark.parametrize("source, expected", [
@@ -228,18 +230,6 @@ def _root_package(tmp_path: Path, init: str) -> Path:
     return tmp_path
 
 
-def _demo(path: Path, body: str) -> dict:
-    code = f"""
-        import builtins, json, sys
-        sys.path.insert(0, {str(path)!r})
-        from nanobot.providers import sdk_imports
-        sys.meta_path.insert(0, sdk_imports._Finder(("sdkdemo.",), ("sdkdemo",)))
-        import sdkdemo
-        seen = [list(getattr(builtins, "LOADED", []))]
-    """
-    return _run(textwrap.dedent(code) + textwrap.dedent(body), on_demand=False)
-
-
 def test_a_root_package_runs_its_lib_conveniences_only_when_their_names_are_read(tmp_path: Path) -> None:
     path = _root_package(tmp_path, """
         __all__ = ["VERSION"]
@@ -260,7 +250,7 @@ def test_a_root_package_runs_its_lib_conveniences_only_when_their_names_are_read
             missing = str(e)
         print(json.dumps({"seen": seen, "extra": extra.__module__, "client": Client.__module__,
                           "dir": [n for n in dir(sdkdemo) if not n.startswith("_")], "missing": missing}))
-    """)
+    """, **_ROOT)
     assert got["seen"] == [[], ["extra"], ["extra", "cloud/_client"]]
     assert got["extra"] == "sdkdemo.lib.extra" and got["client"] == "sdkdemo.lib.cloud._client"
     assert got["dir"] == ["AsyncClient", "AsyncExtra", "Client", "Extra", "VERSION", "lib"]
@@ -278,5 +268,5 @@ def test_a_root_package_runs_its_lib_conveniences_only_when_their_names_are_read
 ])
 def test_a_lib_import_the_file_needs_runs_as_written(tmp_path: Path, init: str, eager: list[str]) -> None:
     path = _root_package(tmp_path, init)
-    got = _demo(path, 'print(json.dumps({"seen": seen}))\n')
+    got = _demo(path, 'print(json.dumps({"seen": seen}))\n', **_ROOT)
     assert got["seen"] == [eager]
