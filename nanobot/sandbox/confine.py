@@ -27,6 +27,7 @@ from nanobot.sandbox.limits import (
     PidsCgroup,
     apply_rlimits,
     cgroup_available,
+    left_by_dead_processes,
     nproc_counts_command_only,
 )
 from nanobot.sandbox.policy import Limits, Policy, beneath_except
@@ -120,7 +121,7 @@ class Confinement:
     # --- Landlock ---------------------------------------------------------------------
     def _prepare_landlock(self, policy: Policy, cwd: Path, command: str) -> Launch:
         private = _can_private_mounts()
-        tmp = Path(tempfile.mkdtemp(prefix="nanobot-exec-"))
+        tmp = _private_tmp()
         launch = Launch(["/bin/sh", "-c", command], env={"TMPDIR": str(tmp)},
                         cleanups=[lambda: shutil.rmtree(tmp, ignore_errors=True)])
         ruleset = landlock.Ruleset(self._abi, block_tcp=not policy.network and not private)
@@ -193,6 +194,15 @@ def _attach_limits(launch: Launch, limits: Limits, *, nproc: bool) -> None:
     if cg is not None:  # enter the cgroup first, so everything after it is counted; no cgroup, no run
         argv = ["/bin/sh", "-c", 'echo 0 > "$0" || exit 126; exec "$@"', str(cg.path / "cgroup.procs"), *argv]
     launch.argv = argv
+
+
+def _private_tmp() -> Path:
+    """A new TMPDIR for one Landlock command, named after this process so that the folders of a
+    nanobot killed mid-command (its cleanups never ran) are removed by the next one."""
+    parent = Path(tempfile.gettempdir())
+    for stale in left_by_dead_processes(parent):
+        shutil.rmtree(stale, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"nanobot-exec-{os.getpid()}-", dir=parent))
 
 
 @lru_cache(maxsize=8)

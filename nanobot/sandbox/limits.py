@@ -168,23 +168,32 @@ _swept: set[Path] = set()
 
 def _remove_stale(parent: Path) -> None:
     """Once per process: remove empty cgroups left by nanobot processes that died mid-command."""
+    for path in left_by_dead_processes(parent):
+        try:
+            path.rmdir()  # fails, harmlessly, while a task is still inside
+        except OSError:
+            pass
+
+
+def left_by_dead_processes(parent: Path) -> list[Path]:
+    """`parent`'s `nanobot-exec-<pid>-...` entries whose process is gone, once per process and
+    folder (the later calls return nothing): what a nanobot killed mid-command left behind."""
     if parent in _swept:
-        return
+        return []
     _swept.add(parent)
     try:
         entries = list(parent.glob("nanobot-exec-*"))
     except OSError:
-        return
+        return []
+    stale = []
     for path in entries:
         try:
             pid = int(path.name.split("-")[2])
         except (IndexError, ValueError):
             continue
         if pid != os.getpid() and not Path(f"/proc/{pid}").exists():
-            try:
-                path.rmdir()  # fails, harmlessly, while a task is still inside
-            except OSError:
-                pass
+            stale.append(path)
+    return stale
 
 
 def cgroup_available(limits: Limits) -> bool:

@@ -163,12 +163,17 @@ def test_closing_the_terminal_at_the_idle_prompt_exits_129(configure, fake_llm, 
 
 @pytest.mark.parametrize("mechanism", ["bwrap", "landlock"])
 def test_sigkill_of_nanobot_leaves_nothing_a_command_started(configure, fake_llm, isolated_home, nanobot_cmd,
-                                                            nanobot_forkserver, host_sleepers, mechanism):
-    """No cleanup code runs on SIGKILL: what a command started must still die with nanobot."""
+                                                            nanobot_forkserver, host_sleepers, mechanism,
+                                                            tmp_path, monkeypatch):
+    """No cleanup code runs on SIGKILL: what a command started must still die with nanobot, and
+    what it left on disk (a Landlock command's TMPDIR folder) goes at the next nanobot's command."""
     from nanobot.sandbox.confine import choose
 
     if choose(mechanism).mechanism != mechanism:
         pytest.skip(f"{mechanism} is not available here")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
     path = configure()
     data = json.loads(path.read_text())
     data["tools"] = {"exec": {"confinement": mechanism}}
@@ -199,3 +204,15 @@ def test_sigkill_of_nanobot_leaves_nothing_a_command_started(configure, fake_llm
             for pid in host_sleepers(m):
                 os.kill(pid, signal.SIGKILL)
     assert left == []
+    left_on_disk = sorted(p.name for p in tmp.iterdir())
+    if mechanism == "landlock":
+        assert [name.split("-")[2] for name in left_on_disk] == [str(proc.pid)]  # its TMPDIR, named after it
+    else:
+        assert left_on_disk == []  # bwrap's /tmp is a tmpfs that went with it
+    fake_llm.reset()
+    fake_llm.script(Reply.tool_calls([("exec", {"command": "echo next > \"$TMPDIR/x\" && cat \"$TMPDIR/x\""})]),
+                    Reply.text("done"))
+    nxt = nanobot_forkserver.run([*nanobot_cmd, "agent", "-m", "again"], text=True, timeout=60)
+    assert nxt.returncode == 0, nxt.stderr
+    assert "next" in fake_llm.requests[1].messages[-1]["content"]
+    assert list(tmp.iterdir()) == []  # the dead one's folder removed, and the new command's own after it

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import stat
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,16 @@ def ws(tmp_path: Path) -> Path:
     store.dir.mkdir(parents=True)
     store.history_file.write_text(HISTORY)
     return workspace
+
+
+@pytest.fixture
+def edit_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where `memory edit` makes its private copy: in the test's folder, not the machine's /tmp
+    (a refused or failed edit keeps it there for the user)."""
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
 
 
 def run(runner: CliRunner, app, *args: str):
@@ -183,7 +194,7 @@ def _editor(tmp_path: Path, body: str) -> str:
     return f"{sys.executable} {script}"
 
 
-def test_edit_saves_changes_and_keeps_the_old_version(runner, ws, tmp_path, monkeypatch):
+def test_edit_saves_changes_and_keeps_the_old_version(runner, ws, tmp_path, monkeypatch, edit_tmp):
     store = MemoryStore(ws)
     store.write_memory("- Name: Dana\n", reason="a")
     monkeypatch.delenv("VISUAL", raising=False)
@@ -194,7 +205,7 @@ def test_edit_saves_changes_and_keeps_the_old_version(runner, ws, tmp_path, monk
     assert store.read_version(1) == "- Name: Dana\n"
 
 
-def test_edit_prefers_visual_and_reports_no_changes(runner, ws, tmp_path, monkeypatch):
+def test_edit_prefers_visual_and_reports_no_changes(runner, ws, tmp_path, monkeypatch, edit_tmp):
     MemoryStore(ws).write_memory("- Name: Dana\n", reason="a")
     monkeypatch.setenv("VISUAL", _editor(tmp_path, "pass"))
     monkeypatch.setenv("EDITOR", "/nonexistent/editor")
@@ -204,7 +215,7 @@ def test_edit_prefers_visual_and_reports_no_changes(runner, ws, tmp_path, monkey
     assert MemoryStore(ws).versions() == []
 
 
-def test_edit_to_empty_is_refused(runner, ws, tmp_path, monkeypatch):
+def test_edit_to_empty_is_refused(runner, ws, tmp_path, monkeypatch, edit_tmp):
     store = MemoryStore(ws)
     store.write_memory("- Name: Dana\n", reason="a")
     monkeypatch.delenv("VISUAL", raising=False)
@@ -213,9 +224,11 @@ def test_edit_to_empty_is_refused(runner, ws, tmp_path, monkeypatch):
     assert result.exit_code == 1
     assert "empty" in result.stderr
     assert store.read_memory() == "- Name: Dana\n"
+    [kept] = edit_tmp.glob("nanobot-memory-*/MEMORY.md")
+    assert str(kept) in result.stderr.replace("\n", "")
 
 
-def test_edit_with_a_failing_editor_changes_nothing(runner, ws, tmp_path, monkeypatch):
+def test_edit_with_a_failing_editor_changes_nothing(runner, ws, tmp_path, monkeypatch, edit_tmp):
     store = MemoryStore(ws)
     store.write_memory("- Name: Dana\n", reason="a")
     monkeypatch.delenv("VISUAL", raising=False)
@@ -223,9 +236,12 @@ def test_edit_with_a_failing_editor_changes_nothing(runner, ws, tmp_path, monkey
     result = run(runner, memory_app, "edit", "-w", str(ws))
     assert result.exit_code == 1
     assert store.read_memory() == "- Name: Dana\n"
+    [kept] = edit_tmp.glob("nanobot-memory-*/MEMORY.md")  # the user's edit is not lost
+    assert kept.read_text() == "junk"
+    assert str(kept) in result.stderr.replace("\n", "")
 
 
-def test_edit_copy_is_private(runner, ws, tmp_path, monkeypatch):
+def test_edit_copy_is_private(runner, ws, tmp_path, monkeypatch, edit_tmp):
     MemoryStore(ws).write_memory("- Name: Dana\n", reason="a")
     record = tmp_path / "mode.txt"
     body = f"import os, stat\nopen({str(record)!r}, 'w').write(oct(stat.S_IMODE(os.stat(os.path.dirname(path)).st_mode)))"
@@ -235,7 +251,7 @@ def test_edit_copy_is_private(runner, ws, tmp_path, monkeypatch):
     assert int(record.read_text(), 8) & (stat.S_IRWXG | stat.S_IRWXO) == 0
 
 
-def test_edit_while_consolidation_writes_keeps_both_changes(runner, ws, tmp_path, monkeypatch):
+def test_edit_while_consolidation_writes_keeps_both_changes(runner, ws, tmp_path, monkeypatch, edit_tmp):
     store = MemoryStore(ws)
     store.write_memory("# Memory\n\n- Name: Dana\n- Lives in Lisbon\n", reason="a")
     monkeypatch.delenv("VISUAL", raising=False)
