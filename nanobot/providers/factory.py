@@ -48,8 +48,8 @@ def openai_request_options(resolved: ResolvedModel) -> dict[str, Any]:
     return {"extra_params": fields, "send_temperature": not reasoning.drops_temperature(resolved.spec, fields)}
 
 
-def _load(module: str) -> None:
-    prewarm_tls_context()  # here, so httpcore2's import keeps off the main thread too
+def _load(module: str, api_base: str | None) -> None:
+    prewarm_tls_context(api_base)  # here, so httpcore2's import keeps off the main thread too
     importlib.import_module(module)
     gc_pause.resume()
 
@@ -69,11 +69,11 @@ class DeferredProvider(Provider):
         """Start importing the SDK in a background thread (the first request then finds it loaded)."""
         module = _ADAPTERS[self._resolved.spec.kind]
         sdk_imports.install()  # here, not in the thread: sys.meta_path changes only on the main thread
-        start_quiet(_load, module, name="sdk-prewarm")
+        start_quiet(_load, module, self._resolved.api_base, name="sdk-prewarm")
 
     async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
         if self._inner is None:
-            prewarm_tls_context()  # the CA file loads on another core while the SDK is imported here
+            prewarm_tls_context(self._resolved.api_base)  # the CA file loads on another core while the SDK is imported
             self._inner = self._build(self._resolved)
             gc_pause.resume()  # the SDK was the last big import
             self._inner.capabilities = self.capabilities  # one object: what the adapter learns, callers see

@@ -1,5 +1,6 @@
 """Every SDK client gets the process's one TLS context (providers/raw_http.shared_tls_context):
-certificates are still verified, SSL_CERT_FILE still counts, and it is built once, not per client."""
+certificates are still verified, SSL_CERT_FILE still counts, it is built once, not per client,
+and its CA certificates are loaded only when an https server is to be talked to."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import ssl
 import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from nanobot.errors import ProviderError
@@ -96,53 +98,135 @@ def test_the_context_is_built_once_and_verifies(monkeypatch, tmp_path):
     assert shared_tls_context() is not ctx
 
 
-def test_the_first_request_builds_the_context_in_the_background_and_uses_it(monkeypatch, tmp_path, tls_server):
-    """A deferred provider's first request starts the context build on its own thread before it
-    imports the SDK, and the client it then makes uses that one context (it verifies: a server
-    the context does not trust is refused, one SSL_CERT_FILE names is answered)."""
+def _deferred(api_base: str):
     from nanobot.config import ResolvedModel
-    from nanobot.providers import raw_http
     from nanobot.providers.factory import DeferredProvider
     from nanobot.providers.registry import find
 
-    base, cert, seen = tls_server
-    builds: list[str] = []
-    real = raw_http.httpx2.create_ssl_context
-
-    def recording(*args, **kwargs):
-        builds.append(threading.current_thread().name)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(raw_http.httpx2, "create_ssl_context", recording)
-    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
-    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))  # a key no earlier test built a context for
     spec = find("custom")
     assert spec is not None
-    resolved = ResolvedModel(spec=spec, model="m", api_key="k", api_base=f"{base}/v1", extra_headers={}, timeout=10)
-    answer = chat_once(DeferredProvider(resolved), [{"role": "user", "content": "hi"}])
-    assert answer.content == "secure hello" and len(seen) == 1
-    assert builds == ["tls-prewarm"]  # built once, off the thread that imported the SDK
+    return DeferredProvider(ResolvedModel(spec=spec, model="m", api_key="k", api_base=api_base, extra_headers={},
+                                          timeout=10))
 
 
-def test_a_caller_waits_for_a_build_under_way_and_gets_the_same_context(monkeypatch, tmp_path):
+def _record_loads(monkeypatch) -> list[str]:
+    """The names of the threads that load a shared context's CA certificates, as they do it."""
     from nanobot.providers import raw_http
 
-    started, release = threading.Event(), threading.Event()
-    made: list[ssl.SSLContext] = []
+    loads: list[str] = []
+    real = raw_http.CertsAtFirstHandshake.load_verify_locations
 
-    def slow(*args, **kwargs):
+    def recording(self, *args, **kwargs):
+        loads.append(threading.current_thread().name)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(raw_http.CertsAtFirstHandshake, "load_verify_locations", recording)
+    return loads
+
+
+def _join_prewarm() -> None:
+    for thread in threading.enumerate():
+        if thread.name == "tls-prewarm":
+            thread.join(30)
+
+
+def test_the_first_request_builds_the_context_in_the_background_and_uses_it(monkeypatch, tmp_path, tls_server):
+    """A deferred provider's first request to an https server starts loading the certificates on
+    its own thread before it imports the SDK, and the client it then makes uses that one context
+    (it verifies: a server the context does not trust is refused, one SSL_CERT_FILE names is answered)."""
+    base, cert, seen = tls_server
+    loads = _record_loads(monkeypatch)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))  # a key no earlier test made a context for
+    answer = chat_once(_deferred(f"{base}/v1"), [{"role": "user", "content": "hi"}])
+    assert answer.content == "secure hello" and len(seen) == 1
+    assert loads == ["tls-prewarm"]  # loaded once, off the thread that imported the SDK
+
+
+def test_a_plain_http_model_never_loads_the_certificates_and_https_still_verifies(monkeypatch, tmp_path, tls_server,
+                                                                                  fake_llm):
+    """A model served over plain http (on this machine, say) costs no CA load, at the prewarm or
+    at the request; the same context then loads them for the first https handshake, and verifies."""
+    from nanobot.fakellm import Reply
+
+    base, cert, seen = tls_server
+    loads = _record_loads(monkeypatch)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path / "fresh"))  # a new key: a new context
+    fake_llm.script(Reply.text("plain hello"))
+    assert chat_once(_deferred(fake_llm.openai_base_url), [{"role": "user", "content": "hi"}]).content == "plain hello"
+    _join_prewarm()
+    ctx = shared_tls_context()
+    assert loads == [] and ctx.cert_store_stats()["x509_ca"] == 0
+    answer = chat_once(OpenAICompatProvider("m", api_key="k", api_base=f"{base}/v1", timeout=10),
+                       [{"role": "user", "content": "hi"}])
+    assert answer.content == "secure hello" and len(seen) == 1
+    assert len(loads) == 1 and ctx.cert_store_stats()["x509_ca"] == 1  # the handshake loaded them
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "other.pem"))
+    (tmp_path / "other.pem").write_text(Path(ssl.get_default_verify_paths().openssl_cafile).read_text())
+    with pytest.raises(ProviderError):  # the system's authorities do not vouch for the test server
+        chat_once(OpenAICompatProvider("m", api_key="k", api_base=f"{base}/v1", timeout=10),
+                  [{"role": "user", "content": "hi"}])
+    assert len(seen) == 1
+
+
+@pytest.mark.parametrize("env", ["none", "SSL_CERT_FILE", "SSL_CERT_DIR"])
+def test_the_loaded_context_is_the_one_httpx2_builds(monkeypatch, tmp_path, env):
+    """Settings and certificates as httpx2.create_ssl_context() gives them, in each of the ways it
+    finds the certificates (a drift here means httpx2 or Python changed what verify=True is)."""
+    import httpx2
+
+    paths = ssl.get_default_verify_paths()
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    if env == "SSL_CERT_FILE":
+        bundle = tmp_path / "bundle.pem"
+        bundle.write_text(Path(paths.openssl_cafile).read_text())
+        monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    elif env == "SSL_CERT_DIR":
+        monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))
+    monkeypatch.setenv("SSLKEYLOGFILE", str(tmp_path / "keys.log"))
+    from nanobot.providers import raw_http
+
+    monkeypatch.setattr(raw_http, "_TLS_CONTEXTS", {})
+    ctx = shared_tls_context()
+    assert isinstance(ctx, raw_http.CertsAtFirstHandshake)
+    reference = httpx2.create_ssl_context()
+    ctx.load_certificates()
+    for setting in ("protocol", "verify_mode", "check_hostname", "options", "verify_flags", "minimum_version",
+                    "maximum_version", "post_handshake_auth", "security_level", "keylog_filename",
+                    "hostname_checks_common_name"):
+        assert getattr(ctx, setting) == getattr(reference, setting), setting
+    assert ctx.get_ca_certs() == reference.get_ca_certs()
+    assert ctx.cert_store_stats() == reference.cert_store_stats()
+    if env != "SSL_CERT_DIR":
+        assert ctx.cert_store_stats()["x509_ca"] > 0
+
+
+def test_a_caller_waits_for_a_load_under_way_and_it_happens_once(monkeypatch, tmp_path, tls_server):
+    from nanobot.providers import raw_http
+
+    base, cert, seen = tls_server
+    started, release = threading.Event(), threading.Event()
+    loads: list[str] = []
+    real = raw_http.CertsAtFirstHandshake.load_verify_locations
+
+    def slow(self, *args, **kwargs):
+        loads.append(threading.current_thread().name)
         started.set()
         release.wait(5)
-        made.append(ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT))
-        return made[-1]
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(raw_http.httpx2, "create_ssl_context", slow)
+    monkeypatch.setattr(raw_http.CertsAtFirstHandshake, "load_verify_locations", slow)
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
     monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))
-    raw_http.prewarm_tls_context()
+    raw_http.prewarm_tls_context(f"{base}/v1")
     assert started.wait(5)
     threading.Timer(0.2, release.set).start()
-    ctx = raw_http.shared_tls_context()
-    assert made == [ctx]  # the caller did not build a second one while the first was under way
+    answer = chat_once(OpenAICompatProvider("m", api_key="k", api_base=f"{base}/v1", timeout=10),
+                       [{"role": "user", "content": "hi"}])  # its handshake waits for the prewarm's load
+    assert answer.content == "secure hello"
+    assert loads == ["tls-prewarm"]
 
 
 PREWARM = """
