@@ -15,11 +15,11 @@ from nanobot.sandbox.landlock import abi_version
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def path_without_bwrap(tmp_path: Path) -> str:
-    """A PATH with every program of the current one except bwrap (linked into one folder)."""
-    bin_dir = tmp_path / "bin-without-bwrap"
-    bin_dir.mkdir()
+@pytest.fixture(scope="module")
+def path_without_bwrap(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A PATH with every program of the current one except bwrap (linked into one folder, once
+    for this file's tests: some 1,400 links)."""
+    bin_dir = tmp_path_factory.mktemp("bin-without-bwrap")
     for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
         if not os.path.isdir(folder):
             continue
