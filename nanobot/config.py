@@ -638,11 +638,12 @@ def _resolve_fallback(cfg: Config, entry: str | dict) -> ResolvedModel:
 def missing_key_error(spec: ProviderSpec) -> MissingKeyError:
     other = "openai/gpt-4.1 with OPENAI_API_KEY" if spec.name != "openai" else \
         "anthropic/claude-sonnet-4-5 with ANTHROPIC_API_KEY"
+    config = paths.default_config_path()
+    make_it = "" if config.exists() else " (`nanobot onboard` creates that file)"
     return MissingKeyError(
         f"no API key for provider {spec.name!r}",
         hint=f"Set {spec.env_key} in the environment, or put the key in providers.{spec.name}.apiKey in "
-        f"{paths.default_config_path()} (`nanobot onboard` creates that file). Another provider: "
-        f"--model {other}.",
+        f"{config}{make_it}. Another provider: --model {other}.",
     )
 
 

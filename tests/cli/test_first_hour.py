@@ -158,7 +158,12 @@ def test_one_style_for_usage_errors_key_errors_and_a_misspelt_security_setting(n
     no_key = run(nanobot_run, "agent", "-m", "hi")
     assert_one_error(no_key, "no API key for provider 'anthropic'", code=2)
     assert no_key.stderr.count("ANTHROPIC_API_KEY") == 1  # the hint says it once
+    assert "`nanobot onboard` creates that file" in " ".join(no_key.stderr.split())  # there is none yet
     isolated_home.mkdir(parents=True, exist_ok=True)
+    (isolated_home / "config.json").write_text("{}")
+    with_config = run(nanobot_run, "agent", "-m", "hi")
+    assert_one_error(with_config, "no API key for provider 'anthropic'", code=2)
+    assert "onboard" not in with_config.stderr and str(isolated_home / "config.json") in with_config.stderr
     (isolated_home / "config.json").write_text(json.dumps({"tools": {"restrictToWorkSpace": True}}))
     assert_one_error(run(nanobot_run, "agent", "-m", "hi"), "did you mean tools.restrictToWorkspace?",
                      "security setting", code=2)
