@@ -120,6 +120,25 @@ def nanobot_forkserver():
     return forkserver.shared()  # closed when the session finishes
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    # The xdist controller starts the fork server its workers' nanobot children come from, so the
+    # imports are paid once (1.4 CPU-s) rather than by each worker's own. Its environment is the
+    # tests' (no real keys; each child gets its own on top) with the PYTHONUNBUFFERED the tests'
+    # children run with; a child it does not accept gets a server of its worker's, as without xdist.
+    # The same for the MCP tests' notes servers.
+    import forkserver
+    import mcp_sdk
+
+    env = {k: v for k, v in os.environ.items() if k not in scrubbed_env_names(os.environ)}
+    servers = [forkserver.ForkServer(env={**env, "PYTHONUNBUFFERED": "1"}),
+               forkserver.ForkServer(env=mcp_sdk.sdk_env(env), preload=mcp_sdk.SDK_PRELOAD)]
+    for server in servers:
+        config.add_cleanup(server.close)
+    forkserver.offer(servers)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     forkserver = sys.modules.get("forkserver")  # helpers use forkserver.shared() without the fixture too
     if forkserver is not None:

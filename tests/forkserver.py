@@ -687,12 +687,32 @@ class ForkServer:
         self.close()
 
 
+# Fork servers another process started for this one and its children to use (the whole suite's
+# controller starts one for its xdist workers: tests/conftest.py): JSON, [{"path", "preload"}].
+SHARED_SERVERS = "TESTS_FORKSERVERS"
+
+
+def offer(servers: Sequence[ForkServer]) -> None:
+    """Let the processes this one starts from now on use `servers` (see SHARED_SERVERS)."""
+    os.environ[SHARED_SERVERS] = json.dumps([{"path": s.path, "preload": list(s.preload)} for s in servers])
+
+
+def _offered() -> list[ForkServer]:
+    servers = []
+    for entry in json.loads(os.environ.get(SHARED_SERVERS) or "[]"):
+        server = ForkServer.attach(entry["path"])
+        server.preload = tuple(entry["preload"])
+        servers.append(server)
+    return servers
+
+
 class ForkServers:
     """Fork servers started as needed: `popen` uses one whose start-up environment agrees with the
-    child's (the first child with new interpreter settings, PYTHONUNBUFFERED say, starts one)."""
+    child's (the first child with new interpreter settings, PYTHONUNBUFFERED say, starts one). Those
+    another process offered (`offer`) come first."""
 
     def __init__(self) -> None:
-        self._servers: list[ForkServer] = []
+        self._servers: list[ForkServer] = _offered()
         self._lock = threading.Lock()
 
     def server_for(self, env: Mapping[str, str] | None = None, preload: Sequence[str] = PRELOAD) -> ForkServer:

@@ -234,6 +234,9 @@ def test_ctrl_c_twice_on_an_empty_prompt_leaves_once_does_not(repl, fake_llm, is
     time.sleep(1.3)
     child.sendcontrol("c")  # more than a second later: a first Ctrl-C again
     child.expect_exact("press Ctrl-C again to leave")
+    # typing only once the next prompt is up: between two prompts the terminal is in cooked mode,
+    # where Ctrl-C is SIGINT and discards what was typed before it
+    child.expect_exact(PROMPT)
     child.send("typed text")
     child.sendcontrol("c")  # clears a typed line; does not count either
     child.sendcontrol("c")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -20,27 +19,10 @@ from nanobot.tools.base import ToolContext
 from nanobot.tools.registry import ToolRegistry
 
 import forkserver
+from mcp_sdk import sdk_env, sdk_forkserver
 
 SERVER = str(Path(__file__).parent / "notes_server.py")
 FORKED = str(Path(__file__).parent / "forked_notes.py")  # runs SERVER forked from a helper that imported the SDK
-# What notes_server.py imports on either transport, imported once (a fresh server spends about
-# 0.6 s of CPU on it before it answers).
-SDK_PRELOAD = ("anyio", "pydantic", "mcp.server.fastmcp", "rich.logging", "anyio._core._sockets",
-               "anyio._core._streams", "uvicorn.protocols.http.h11_impl")
-
-
-def sdk_env() -> dict[str, str]:
-    """This environment with the interpreter settings forked_notes.py has under a stdio client's
-    minimal one: no PYTHON*, LANG or LC_*, so Python sets LC_CTYPE=C.UTF-8 itself (PEP 538)."""
-    env = {k: v for k, v in os.environ.items() if not forkserver._interpreter_variable(k)}
-    return {**env, "LC_CTYPE": "C.UTF-8"}
-
-
-def sdk_forkserver() -> forkserver.ForkServer:
-    """The fork server for notes servers (forked_notes.py asks it for each one)."""
-    return forkserver.shared().server_for(sdk_env(), preload=SDK_PRELOAD)
-
-
 def notes_command(fresh: bool = False) -> dict:
     """The stdio notes server as a config's command and args: forked_notes.py, which has it forked,
     or (`fresh`) a new interpreter, for a test of what the server's own process holds."""
