@@ -239,3 +239,28 @@ def test_closing_the_terminal_hangs_up_the_child(nanobot_forkserver):
     child.child_fd = -1
     child.wait()
     assert child.signalstatus == signal.SIGHUP
+
+
+def test_an_offered_server_is_used_by_the_processes_started_after_and_a_refused_child_gets_its_own(
+        plain_env, monkeypatch):
+    """The whole suite's controller offers its helpers to its workers (forkserver.offer): a worker's
+    ForkServers forks from the offered helper, and starts its own for a child it would not accept."""
+    import forkserver
+
+    with ForkServer(env=plain_env, preload=["json"]) as offered:
+        monkeypatch.delenv(forkserver.SHARED_SERVERS, raising=False)
+        forkserver.offer([offered])
+        servers = forkserver.ForkServers()  # as a worker makes them, from the variable it inherited
+        try:
+            argv = [sys.executable, str(TESTS / "forkserver_probe.py"), "state"]
+            used = servers.server_for(plain_env, preload=["json"])
+            assert used.path == offered.path
+            child = used.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=plain_env)
+            child.communicate(timeout=60)
+            assert child.returncode == 0
+            own = servers.server_for({**plain_env, "PYTHONUNBUFFERED": "1"}, preload=["json"])
+            assert own.path != offered.path  # other interpreter settings: a helper of this process
+            assert servers.server_for(plain_env, preload=["os"]).path not in (offered.path, own.path)
+        finally:
+            servers.close()
+        assert Path(offered.path).exists()  # closing the worker's servers left the offered one alone
