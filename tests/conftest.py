@@ -121,13 +121,14 @@ def nanobot_forkserver():
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+    whole_suite = config.args_source == pytest.Config.ArgsSource.TESTPATHS
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None) or not whole_suite:
         return
-    # The xdist controller starts the fork server its workers' nanobot children come from, so the
-    # imports are paid once (1.4 CPU-s) rather than by each worker's own. Its environment is the
-    # tests' (no real keys; each child gets its own on top) with the PYTHONUNBUFFERED the tests'
-    # children run with; a child it does not accept gets a server of its worker's, as without xdist.
-    # The same for the MCP tests' notes servers.
+    # On a whole-suite run (every worker needs them) the xdist controller starts the fork server
+    # its workers' nanobot children come from, so the imports are paid once (1.4 CPU-s) rather
+    # than by each worker. Its environment is the tests' (no real keys; each child gets its own on
+    # top) with the PYTHONUNBUFFERED the tests' children run with; a child it does not accept gets
+    # a server of its worker's, as without xdist. The same for the MCP tests' notes servers.
     import forkserver
     import mcp_sdk
 
