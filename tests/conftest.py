@@ -121,8 +121,7 @@ def nanobot_forkserver():
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    whole_suite = config.args_source == pytest.Config.ArgsSource.TESTPATHS
-    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None) or not whole_suite:
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None) or not _whole_suite(config):
         return
     # On a whole-suite run (every worker needs them) the xdist controller starts the fork server
     # its workers' nanobot children come from, so the imports are paid once (1.4 CPU-s) rather
@@ -162,11 +161,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 WHOLE_SUITE_WORKERS = 4
 
 
+def _whole_suite(config: pytest.Config) -> bool:
+    """`python -m pytest` with no paths: the run that gets the workers (and their shared helpers)."""
+    return config.args_source == pytest.Config.ArgsSource.TESTPATHS
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
-    whole_suite = config.args_source == pytest.Config.ArgsSource.TESTPATHS
     worker = hasattr(config, "workerinput")  # a worker must not start workers of its own
-    if (whole_suite and not worker and config.pluginmanager.hasplugin("xdist")
+    if (_whole_suite(config) and not worker and config.pluginmanager.hasplugin("xdist")
             and config.option.numprocesses is None and not config.getoption("usepdb", False)):
         config.option.numprocesses = WHOLE_SUITE_WORKERS
         if config.option.dist == "no":

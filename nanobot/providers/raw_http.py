@@ -48,8 +48,7 @@ def shared_tls_context() -> ssl.SSLContext:
     with _TLS_LOCK:
         ctx = _TLS_CONTEXTS.get(key)
         if ctx is None:
-            where = _verify_locations(*key)
-            ctx = _TLS_CONTEXTS[key] = CertsAtFirstHandshake(**where) if where else httpx2.create_ssl_context()
+            ctx = _TLS_CONTEXTS[key] = _deferred_context(*key) or httpx2.create_ssl_context()
     return ctx
 
 
@@ -88,22 +87,20 @@ class CertsAtFirstHandshake(ssl.SSLContext):
         return super().wrap_socket(*args, **kwargs)
 
 
-def _verify_locations(cert_file: str | None, cert_dir: str | None) -> dict[str, Any] | None:
-    """CertsAtFirstHandshake's arguments for the CA file and folder httpx2 loads for `verify=True`:
-    SSL_CERT_FILE, else SSL_CERT_DIR, else OpenSSL's compiled-in file (and its folder when there is
-    one). None where httpx2 does something else (the platform's trust store on Windows and macOS,
-    a list of candidates when that file is missing): that context is built as httpx2 builds it."""
+def _deferred_context(cert_file: str | None, cert_dir: str | None) -> CertsAtFirstHandshake | None:
+    """httpx2's `verify=True` context with its loading deferred, for the CA file or folder it
+    loads: SSL_CERT_FILE, else SSL_CERT_DIR, else OpenSSL's compiled-in file (and its folder when
+    there is one). None where httpx2 does something else (the platform's trust store on Windows and
+    macOS, a list of candidates when that file is missing): that context is built as httpx2 builds it."""
     if platform.system() in ("Windows", "Darwin"):
         return None
-    if cert_file:
-        return {"cafile": cert_file, "capath": None, "from_env": True}
-    if cert_dir:
-        return {"cafile": None, "capath": cert_dir, "from_env": True}
+    if cert_file or cert_dir:
+        return CertsAtFirstHandshake(cert_file, None if cert_file else cert_dir, from_env=True)
     paths = ssl.get_default_verify_paths()
     if not os.path.isfile(paths.openssl_cafile):
         return None
-    return {"cafile": paths.openssl_cafile, "capath": paths.openssl_capath if os.path.isdir(paths.openssl_capath)
-            else None, "from_env": False}
+    capath = paths.openssl_capath if os.path.isdir(paths.openssl_capath) else None
+    return CertsAtFirstHandshake(paths.openssl_cafile, capath, from_env=False)
 
 
 def prewarm_tls_context(api_base: str | None = None) -> None:
