@@ -123,15 +123,18 @@ def nanobot_forkserver():
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None) or not _whole_suite(config):
         return
-    # On a whole-suite run (every worker needs them) the xdist controller starts the fork server
-    # its workers' nanobot children come from, so the imports are paid once (1.4 CPU-s) rather
-    # than by each worker. Its environment is the tests' (no real keys; each child gets its own on
-    # top) with the PYTHONUNBUFFERED the tests' children run with; a child it does not accept gets
-    # a server of its worker's, as without xdist. The same for the MCP tests' notes servers.
+    # On a whole-suite run (every worker needs them) the xdist controller writes the bytecode caches
+    # a fresh clone lacks (tests/bytecode_warmup.py), then starts the fork server its workers'
+    # nanobot children come from, so the imports are paid once (1.4 CPU-s) rather than by each
+    # worker. Its environment is the tests' (no real keys; each child gets its own on top) with the
+    # PYTHONUNBUFFERED the tests' children run with; a child it does not accept gets a server of its
+    # worker's, as without xdist. The same for the MCP tests' notes servers.
+    import bytecode_warmup
     import forkserver
     import mcp_sdk
 
     env = {k: v for k, v in os.environ.items() if k not in scrubbed_env_names(os.environ)}
+    bytecode_warmup.warm(env)  # a fresh clone's: the workers, and the servers' imports, then find them
     servers = [forkserver.ForkServer(env={**env, "PYTHONUNBUFFERED": "1"}),
                forkserver.ForkServer(env=mcp_sdk.sdk_env(env), preload=mcp_sdk.SDK_PRELOAD)]
     for server in servers:
