@@ -40,17 +40,16 @@ def test_a_quiet_thread_blocks_ctrl_c_and_sigterm_and_runs_its_target():
 
 def test_the_prewarm_and_resume_threads_are_quiet(monkeypatch, tmp_path):
     """The threads nanobot starts for the SDK import, the TLS context and the collector's resume."""
-    from nanobot import gc_pause
-    from nanobot.providers import raw_http
+    from nanobot import gc_pause, tls
 
     started: list[str] = []
-    real = raw_http.start_quiet
+    real = tls.start_quiet
 
     def recording(target, *args, name):
         started.append(name)
         return real(target, *args, name=name)
 
-    monkeypatch.setattr(raw_http, "start_quiet", recording)
+    monkeypatch.setattr(tls, "start_quiet", recording)
     monkeypatch.setattr(gc_pause, "start_quiet", recording)
     monkeypatch.setattr(gc_pause, "RESUME_AFTER_S", 0.01)
     monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))  # a context not built yet in this process
@@ -58,7 +57,7 @@ def test_the_prewarm_and_resume_threads_are_quiet(monkeypatch, tmp_path):
 
     try:
         gc_pause.pause()
-        raw_http.prewarm_tls_context()
+        tls.prewarm_tls_context()
     finally:
         gc_pause.resume()
         gc.unfreeze()

@@ -25,10 +25,10 @@ from nanobot.providers.errors_map import translate
 from nanobot.providers.raw_http import (
     RAW_STREAM_HEADERS,
     json_body,
-    shared_tls_context,
     sse_json,
     stream_error,
 )
+from nanobot.tls import shared_tls_context
 
 _STOP = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
          "refusal": "stop", "pause_turn": "stop", "model_context_window_exceeded": "length"}

@@ -18,9 +18,9 @@ from nanobot.messages import Message
 from nanobot.providers import reasoning, sdk_imports
 from nanobot.providers.base import LLMResponse, Provider
 from nanobot.providers.fallback import Candidate, FallbackCallback, FallbackProvider
-from nanobot.providers.raw_http import prewarm_tls_context
 from nanobot.providers.retry import RetryCallback, RetryingProvider, RetryPolicy
 from nanobot.threads import start_quiet
+from nanobot.tls import prewarm_tls_context
 
 _ADAPTERS = {"anthropic": "nanobot.providers.anthropic", "openai": "nanobot.providers.openai_compat"}
 

@@ -24,11 +24,11 @@ from nanobot.providers.base import (
 from nanobot.providers.errors_map import translate
 from nanobot.providers.raw_http import (
     RAW_STREAM_HEADERS,
-    shared_tls_context,
     sse_json,
     stream_error,
 )
 from nanobot.providers.raw_http import json_body as _json_body
+from nanobot.tls import shared_tls_context
 
 
 class OpenAICompatProvider(Provider):

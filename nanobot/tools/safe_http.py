@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import httpx2
 
 from nanobot.errors import ToolError
+from nanobot.tls import shared_tls_context
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -195,8 +196,10 @@ class SafeFetcher:
         redirects: list[str] = []
         current = url
         # trust_env=False: a proxy would do its own DNS lookup and undo the address check.
+        # verify=True: the process's one context (nanobot/tls.py), not a new load of the CA file
+        verify = shared_tls_context() if self.verify is True else self.verify
         async with httpx2.AsyncClient(
-            trust_env=False, follow_redirects=False, timeout=self.timeout, verify=self.verify
+            trust_env=False, follow_redirects=False, timeout=self.timeout, verify=verify
         ) as client:
             while True:
                 parsed, ip = await self.check_url(current)

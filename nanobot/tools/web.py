@@ -16,6 +16,7 @@ from typing import Any
 import httpx2
 
 from nanobot.errors import ToolError
+from nanobot.tls import shared_tls_context
 from nanobot.tools.base import Tool, ToolContext
 from nanobot.tools.safe_http import FetchResult, SafeFetcher
 from nanobot.untrusted import fence
@@ -89,7 +90,8 @@ class WebSearchTool(Tool):
     async def _brave(self, query: str, count: int) -> list[dict[str, str]]:
         headers = {"Accept": "application/json", "X-Subscription-Token": self.api_key}
         try:
-            async with httpx2.AsyncClient(transport=self.transport, timeout=self.timeout) as client:
+            async with httpx2.AsyncClient(transport=self.transport, timeout=self.timeout,
+                                          verify=shared_tls_context()) as client:
                 response = await client.get(
                     BRAVE_SEARCH_URL, params={"q": query, "count": count}, headers=headers
                 )

@@ -1,4 +1,4 @@
-"""Every SDK client gets the process's one TLS context (providers/raw_http.shared_tls_context):
+"""Every SDK client gets the process's one TLS context (providers/tls.shared_tls_context):
 certificates are still verified, SSL_CERT_FILE still counts, it is built once, not per client,
 and its CA certificates are loaded only when an https server is to be talked to."""
 
@@ -16,7 +16,7 @@ import pytest
 from nanobot.errors import ProviderError
 from nanobot.providers.anthropic import AnthropicProvider
 from nanobot.providers.openai_compat import OpenAICompatProvider
-from nanobot.providers.raw_http import shared_tls_context
+from nanobot.tls import shared_tls_context
 
 from provider_calls import chat_once
 
@@ -111,16 +111,16 @@ def _deferred(api_base: str):
 
 def _record_loads(monkeypatch) -> list[str]:
     """The names of the threads that load a shared context's CA certificates, as they do it."""
-    from nanobot.providers import raw_http
+    from nanobot import tls
 
     loads: list[str] = []
-    real = raw_http.CertsAtFirstHandshake.load_verify_locations
+    real = tls.CertsAtFirstHandshake.load_verify_locations
 
     def recording(self, *args, **kwargs):
         loads.append(threading.current_thread().name)
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(raw_http.CertsAtFirstHandshake, "load_verify_locations", recording)
+    monkeypatch.setattr(tls.CertsAtFirstHandshake, "load_verify_locations", recording)
     return loads
 
 
@@ -186,11 +186,11 @@ def test_the_loaded_context_is_the_one_httpx2_builds(monkeypatch, tmp_path, env)
     elif env == "SSL_CERT_DIR":
         monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))
     monkeypatch.setenv("SSLKEYLOGFILE", str(tmp_path / "keys.log"))
-    from nanobot.providers import raw_http
+    from nanobot import tls
 
-    monkeypatch.setattr(raw_http, "_TLS_CONTEXTS", {})
+    monkeypatch.setattr(tls, "_TLS_CONTEXTS", {})
     ctx = shared_tls_context()
-    assert isinstance(ctx, raw_http.CertsAtFirstHandshake)
+    assert isinstance(ctx, tls.CertsAtFirstHandshake)
     reference = httpx2.create_ssl_context()
     ctx.load_certificates()
     for setting in ("protocol", "verify_mode", "check_hostname", "options", "verify_flags", "minimum_version",
@@ -204,12 +204,12 @@ def test_the_loaded_context_is_the_one_httpx2_builds(monkeypatch, tmp_path, env)
 
 
 def test_a_caller_waits_for_a_load_under_way_and_it_happens_once(monkeypatch, tmp_path, tls_server):
-    from nanobot.providers import raw_http
+    from nanobot import tls
 
     base, cert, seen = tls_server
     started, release = threading.Event(), threading.Event()
     loads: list[str] = []
-    real = raw_http.CertsAtFirstHandshake.load_verify_locations
+    real = tls.CertsAtFirstHandshake.load_verify_locations
 
     def slow(self, *args, **kwargs):
         loads.append(threading.current_thread().name)
@@ -217,10 +217,10 @@ def test_a_caller_waits_for_a_load_under_way_and_it_happens_once(monkeypatch, tm
         release.wait(5)
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(raw_http.CertsAtFirstHandshake, "load_verify_locations", slow)
+    monkeypatch.setattr(tls.CertsAtFirstHandshake, "load_verify_locations", slow)
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
     monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))
-    raw_http.prewarm_tls_context(f"{base}/v1")
+    tls.prewarm_tls_context(f"{base}/v1")
     assert started.wait(5)
     threading.Timer(0.2, release.set).start()
     answer = chat_once(OpenAICompatProvider("m", api_key="k", api_base=f"{base}/v1", timeout=10),
@@ -231,8 +231,8 @@ def test_a_caller_waits_for_a_load_under_way_and_it_happens_once(monkeypatch, tm
 
 PREWARM = """
 import json, sys, threading
-from nanobot.providers import raw_http
-raw_http.prewarm_tls_context()
+from nanobot import tls
+tls.prewarm_tls_context()
 imported_first = "httpcore2" in sys.modules
 before = set(sys.modules)
 next(t for t in threading.enumerate() if t.name == "tls-prewarm").join(30)

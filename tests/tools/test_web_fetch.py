@@ -407,9 +407,9 @@ def test_public_addresses_pass_the_policy() -> None:
 # --- HTTPS pinning ---------------------------------------------------------------
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
-def test_https_connects_to_pinned_ip_and_verifies_the_hostname(tmp_path: Path, serve) -> None:
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+def _site_certificate(folder: Path) -> tuple[Path, ssl.SSLContext]:
+    """A self-signed certificate for site.test, and a server context that presents it."""
+    key, cert = folder / "key.pem", folder / "cert.pem"
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
          "-keyout", str(key), "-out", str(cert), "-subj", "/CN=site.test",
@@ -418,6 +418,12 @@ def test_https_connects_to_pinned_ip_and_verifies_the_hostname(tmp_path: Path, s
     )
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ctx.load_cert_chain(cert, key)
+    return cert, server_ctx
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_https_connects_to_pinned_ip_and_verifies_the_hostname(tmp_path: Path, serve) -> None:
+    cert, server_ctx = _site_certificate(tmp_path)
     site = serve(routes={"*": lambda h: h.reply(200, b"secure hello", "text/plain")}, tls=server_ctx)
     client_ctx = ssl.create_default_context(cafile=str(cert))
 
@@ -430,3 +436,38 @@ def test_https_connects_to_pinned_ip_and_verifies_the_hostname(tmp_path: Path, s
     # Same server under another name: the certificate check must use the name, not the IP.
     with pytest.raises(ToolError, match="failed"):
         run(site_fetcher(resolver=wrong_name, verify=client_ctx).fetch(f"https://other.test:{site.port}/"))
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_fetches_share_one_tls_context_loaded_only_for_https_and_still_verify(tmp_path: Path, serve, monkeypatch) -> None:
+    """Without a `verify` of its own a fetch uses the process's one context (nanobot/tls.py): a
+    plain http page loads no CA file, the first https page loads it once, and a certificate it
+    does not vouch for is refused; SSL_CERT_FILE is honoured, as httpx2's own default does."""
+    from nanobot import tls
+
+    loads: list[tuple] = []
+    real = ssl.SSLContext.load_verify_locations
+
+    def recording(self, *args, **kwargs):
+        loads.append(args or tuple(kwargs.values()))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", recording)
+    monkeypatch.setattr(tls, "_TLS_CONTEXTS", {})
+    cert, server_ctx = _site_certificate(tmp_path)
+    page = serve(routes={"*": lambda h: h.reply(200, b"plain hello", "text/plain")})
+    secure = serve(routes={"*": lambda h: h.reply(200, b"secure hello", "text/plain")}, tls=server_ctx)
+    loads.clear()  # the server's own context
+
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    for _ in range(2):
+        assert run(site_fetcher().fetch(f"http://{SITE_HOST}:{page.port}/")).content == b"plain hello"
+    assert loads == []
+    for _ in range(2):
+        assert run(site_fetcher(resolver=evil_resolver).fetch(f"https://site.test:{secure.port}/")).content == b"secure hello"
+    assert loads == [(str(cert), None)]
+    assert secure.connections == 2
+
+    monkeypatch.delenv("SSL_CERT_FILE")  # the system's authorities: they do not vouch for site.test
+    with pytest.raises(ToolError, match="CERTIFICATE_VERIFY_FAILED"):
+        run(site_fetcher(resolver=evil_resolver).fetch(f"https://site.test:{secure.port}/"))
