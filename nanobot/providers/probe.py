@@ -14,6 +14,7 @@ from nanobot.errors import ProviderError
 from nanobot.providers import sdk_imports
 from nanobot.providers.base import http_timeout
 from nanobot.providers.errors_map import translate
+from nanobot.tls import shared_tls_context
 
 
 @dataclass
@@ -31,13 +32,15 @@ async def probe(resolved: ResolvedModel, *, timeout: float = 10.0) -> ProbeResul
 
         client = sdk.AsyncAnthropic(api_key=resolved.api_key or "none", base_url=resolved.api_base or None,
                                     max_retries=0, timeout=http_timeout(timeout),
-                                    default_headers=resolved.extra_headers or None)
+                                    default_headers=resolved.extra_headers or None,
+                                    http_client=sdk.DefaultAsyncHttpxClient(verify=shared_tls_context()))
     else:
         import openai as sdk
 
         client = sdk.AsyncOpenAI(api_key=resolved.api_key or "no-key", base_url=resolved.api_base or None,
                                  max_retries=0, timeout=http_timeout(timeout),
-                                 default_headers=resolved.extra_headers or None)
+                                 default_headers=resolved.extra_headers or None,
+                                 http_client=sdk.DefaultAsyncHttpxClient(verify=shared_tls_context()))
     url = str(client.base_url)
     try:
         if resolved.spec.kind == "anthropic":

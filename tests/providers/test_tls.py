@@ -1,4 +1,4 @@
-"""Every SDK client gets the process's one TLS context (providers/tls.shared_tls_context):
+"""Every SDK client gets the process's one TLS context (nanobot/tls.py, shared_tls_context):
 certificates are still verified, SSL_CERT_FILE still counts, it is built once, not per client,
 and its CA certificates are loaded only when an https server is to be talked to."""
 
@@ -266,3 +266,30 @@ def test_the_background_build_imports_nothing_heavy_and_reads_the_platform_facts
     assert result["platform"] == "Linux"
     assert result["log_before_sdk"] == "-p\n"  # run on the prewarm thread, before the SDK asked
     assert log.read_text() == "-p\n"  # and not again for the SDK
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_doctors_probe_shares_the_context_and_loads_nothing_for_a_plain_http_model(monkeypatch, fake_llm, protocol):
+    import asyncio
+
+    from nanobot import tls
+    from nanobot.config import ResolvedModel
+    from nanobot.providers.probe import probe
+    from nanobot.providers.registry import find
+
+    loads: list[tuple] = []
+    real = ssl.SSLContext.load_verify_locations
+
+    def recording(self, *args, **kwargs):
+        loads.append(args)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", recording)
+    monkeypatch.setattr(tls, "_TLS_CONTEXTS", {})
+    spec = find("anthropic" if protocol == "anthropic" else "custom")
+    assert spec is not None
+    base = fake_llm.anthropic_base_url if protocol == "anthropic" else fake_llm.openai_base_url
+    result = asyncio.run(probe(ResolvedModel(spec=spec, model="test-model", api_key="k", api_base=base,
+                                             extra_headers={}, timeout=10)))
+    assert result.url.startswith("http://127.0.0.1") and result.model_known is True  # the server answered
+    assert loads == []
