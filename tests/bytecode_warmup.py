@@ -1,6 +1,6 @@
 """Writes the bytecode caches a fresh clone lacks, once, before the whole suite's workers start.
 
-Without them each of the four xdist workers rewrites the asserts of every test module and compiles
+Without them each of the xdist workers rewrites the asserts of every test module and compiles
 it (pytest keeps the result in `__pycache__/<module>.<tag>-pytest-<version>.pyc`), and compiles the
 nanobot modules it imports: about 3 CPU-s more collection per worker. Here the rewriting is done
 once, by pytest's own rewriter, split between two processes (this file, run with a list of files)
