@@ -1,7 +1,8 @@
-"""The process's one TLS context for `verify=True`, shared by every HTTP client nanobot makes.
+"""The process's one TLS context for `verify=True`, shared by the httpx2 clients nanobot makes.
 
-The SDK clients (providers/), `web_fetch` and Brave search all verify against the context httpx2
-builds for `verify=True`. Building one loads the CA certificates, about 25 ms of CPU; made once per
+The SDK clients (providers/, `nanobot doctor`'s probe), `web_fetch` and Brave search all verify
+against the context httpx2 builds for `verify=True`. (The MCP SDK's HTTP transports use httpx,
+with its own certificate bundle; they keep their own context.) Building one loads the CA certificates, about 25 ms of CPU; made once per
 process and shared (an SSLContext is made to be shared between connections), and on Linux loaded
 at the first TLS handshake rather than when it is made, a process that only talks plain http (a
 model served on this machine) never loads them at all.
@@ -29,8 +30,8 @@ _TLS_LOCK = threading.Lock()  # one build at a time: a caller waits for a prewar
 
 def shared_tls_context() -> ssl.SSLContext:
     """The TLS context httpx2 builds for `verify=True`, made once per process and given to every
-    SDK client. Loading the CA certificates takes about 25 ms of CPU, which each client did again:
-    the fallback models', each test's. An SSLContext is made to be shared between connections. A
+    httpx2 client nanobot makes. Loading the CA certificates takes about 25 ms of CPU, which each
+    client did again: the fallback models', each fetch's, each test's. An SSLContext is made to be shared between connections. A
     new one is made when SSL_CERT_FILE or SSL_CERT_DIR changes.
 
     On Linux the certificates are loaded at the first TLS handshake (or by `prewarm_tls_context`
