@@ -2,10 +2,10 @@
 
 The SDK clients (providers/, `nanobot doctor`'s probe), `web_fetch` and Brave search all verify
 against the context httpx2 builds for `verify=True`. (The MCP SDK's HTTP transports use httpx,
-with its own certificate bundle; they keep their own context.) Building one loads the CA certificates, about 25 ms of CPU; made once per
-process and shared (an SSLContext is made to be shared between connections), and on Linux loaded
-at the first TLS handshake rather than when it is made, a process that only talks plain http (a
-model served on this machine) never loads them at all.
+with its own certificate bundle; they keep their own context.) Building one loads the CA
+certificates, about 25 ms of CPU; made once per process and shared (an SSLContext is made to be
+shared between connections), and on Linux loaded at the first TLS handshake rather than when it is
+made, a process that only talks plain http (a model served on this machine) never loads them at all.
 """
 
 from __future__ import annotations
