@@ -471,3 +471,14 @@ def test_fetches_share_one_tls_context_loaded_only_for_https_and_still_verify(tm
     monkeypatch.delenv("SSL_CERT_FILE")  # the system's authorities: they do not vouch for site.test
     with pytest.raises(ToolError, match="CERTIFICATE_VERIFY_FAILED"):
         run(site_fetcher(resolver=evil_resolver).fetch(f"https://site.test:{secure.port}/"))
+
+
+def test_a_configured_proxy_is_never_used(serve, canary, monkeypatch) -> None:
+    """A proxy would resolve the name itself and undo the address check: fetches go direct."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.setenv(name, f"http://127.0.0.1:{canary.port}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    page = serve(routes={"*": lambda h: h.reply(200, b"direct hello", "text/plain")})
+    assert run(site_fetcher().fetch(f"http://{SITE_HOST}:{page.port}/")).content == b"direct hello"
+    assert page.connections == 1 and canary.connections == 0
