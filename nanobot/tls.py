@@ -31,8 +31,8 @@ _TLS_LOCK = threading.Lock()  # one build at a time: a caller waits for a prewar
 def shared_tls_context() -> ssl.SSLContext:
     """The TLS context httpx2 builds for `verify=True`, made once per process and given to every
     httpx2 client nanobot makes. Loading the CA certificates takes about 25 ms of CPU, which each
-    client did again: the fallback models', each fetch's, each test's. An SSLContext is made to be shared between connections. A
-    new one is made when SSL_CERT_FILE or SSL_CERT_DIR changes.
+    client did again: the fallback models', each fetch's, each test's. An SSLContext is made to be
+    shared between connections. A new one is made when SSL_CERT_FILE or SSL_CERT_DIR changes.
 
     On Linux the certificates are loaded at the first TLS handshake (or by `prewarm_tls_context`
     for an https server), not when the context is made: a client that only ever talks plain http

@@ -5,7 +5,6 @@ and its CA certificates are loaded only when an https server is to be talked to.
 from __future__ import annotations
 
 import json
-import shutil
 import ssl
 import subprocess
 import threading
@@ -19,6 +18,7 @@ from nanobot.providers.openai_compat import OpenAICompatProvider
 from nanobot.tls import shared_tls_context
 
 from provider_calls import chat_once
+from tls_helpers import record_ca_loads, self_signed
 
 ANSWERS = {
     "/v1/chat/completions": {"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
@@ -33,12 +33,7 @@ ANSWERS = {
 
 @pytest.fixture
 def tls_server(tmp_path):
-    if shutil.which("openssl") is None:
-        pytest.skip("needs the openssl command")
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", str(key),
-                    "-out", str(cert), "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
-                   check=True, capture_output=True, timeout=60)
+    cert, server_ctx = self_signed(tmp_path, "127.0.0.1")
     seen: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -56,8 +51,6 @@ def tls_server(tmp_path):
             pass
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server_ctx.load_cert_chain(cert, key)
     httpd.socket = server_ctx.wrap_socket(httpd.socket, server_side=True)
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
     yield f"https://127.0.0.1:{httpd.server_address[1]}", cert, seen
@@ -277,14 +270,7 @@ def test_doctors_probe_shares_the_context_and_loads_nothing_for_a_plain_http_mod
     from nanobot.providers.probe import probe
     from nanobot.providers.registry import find
 
-    loads: list[tuple] = []
-    real = ssl.SSLContext.load_verify_locations
-
-    def recording(self, *args, **kwargs):
-        loads.append(args)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", recording)
+    loads = record_ca_loads(monkeypatch)
     monkeypatch.setattr(tls, "_TLS_CONTEXTS", {})
     spec = find("anthropic" if protocol == "anthropic" else "custom")
     assert spec is not None

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import socket
 import ssl
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,6 +22,8 @@ from nanobot.errors import ToolError
 from nanobot.tools.base import ToolContext
 from nanobot.tools.safe_http import AddressPolicy, SafeFetcher, refusal_reason
 from nanobot.tools.web import UNTRUSTED_BANNER, WebFetchTool
+
+from tls_helpers import record_ca_loads, self_signed
 
 SITE_HOST = "127.0.0.2"
 ARTICLE = """<!DOCTYPE html>
@@ -407,23 +407,8 @@ def test_public_addresses_pass_the_policy() -> None:
 # --- HTTPS pinning ---------------------------------------------------------------
 
 
-def _site_certificate(folder: Path) -> tuple[Path, ssl.SSLContext]:
-    """A self-signed certificate for site.test, and a server context that presents it."""
-    key, cert = folder / "key.pem", folder / "cert.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=site.test",
-         "-addext", "subjectAltName=DNS:site.test"],
-        check=True, capture_output=True, timeout=60,
-    )
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server_ctx.load_cert_chain(cert, key)
-    return cert, server_ctx
-
-
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 def test_https_connects_to_pinned_ip_and_verifies_the_hostname(tmp_path: Path, serve) -> None:
-    cert, server_ctx = _site_certificate(tmp_path)
+    cert, server_ctx = self_signed(tmp_path, "site.test")
     site = serve(routes={"*": lambda h: h.reply(200, b"secure hello", "text/plain")}, tls=server_ctx)
     client_ctx = ssl.create_default_context(cafile=str(cert))
 
@@ -438,26 +423,17 @@ def test_https_connects_to_pinned_ip_and_verifies_the_hostname(tmp_path: Path, s
         run(site_fetcher(resolver=wrong_name, verify=client_ctx).fetch(f"https://other.test:{site.port}/"))
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 def test_fetches_share_one_tls_context_loaded_only_for_https_and_still_verify(tmp_path: Path, serve, monkeypatch) -> None:
     """Without a `verify` of its own a fetch uses the process's one context (nanobot/tls.py): a
     plain http page loads no CA file, the first https page loads it once, and a certificate it
     does not vouch for is refused; SSL_CERT_FILE is honoured, as httpx2's own default does."""
     from nanobot import tls
 
-    loads: list[tuple] = []
-    real = ssl.SSLContext.load_verify_locations
-
-    def recording(self, *args, **kwargs):
-        loads.append(args or tuple(kwargs.values()))
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", recording)
+    cert, server_ctx = self_signed(tmp_path, "site.test")
+    loads = record_ca_loads(monkeypatch)
     monkeypatch.setattr(tls, "_TLS_CONTEXTS", {})
-    cert, server_ctx = _site_certificate(tmp_path)
     page = serve(routes={"*": lambda h: h.reply(200, b"plain hello", "text/plain")})
     secure = serve(routes={"*": lambda h: h.reply(200, b"secure hello", "text/plain")}, tls=server_ctx)
-    loads.clear()  # the server's own context
 
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
     for _ in range(2):
