@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -47,9 +50,12 @@ def _outermost(paths: tuple[Path, ...]) -> list[Path]:
     return [p for p in paths if not any(p != q and p.is_relative_to(q) for q in paths)]
 
 
-def argv(exe: str, policy: Policy, cwd: Path, command: str) -> list[str]:
+def argv(exe: str, policy: Policy, cwd: Path, command: str, *, info_fd: int | None = None) -> list[str]:
+    """`info_fd`: where bwrap writes the host pid of the sandbox's init (see `end_namespace`)."""
     ws = policy.workspace
     a = [exe, "--die-with-parent", "--new-session", "--unshare-all"]
+    if info_fd is not None:
+        a += ["--info-fd", str(info_fd)]
     if policy.network:
         a.append("--share-net")
     if policy.restrict:  # rule 4: only the system folders outside the workspace
@@ -73,3 +79,67 @@ def argv(exe: str, policy: Policy, cwd: Path, command: str) -> list[str]:
         a += _hide(h)
     a += ["--chdir", str(cwd), "--", "/bin/sh", "-c", command]
     return a
+
+
+def end_namespace(info_fd: int, within: float = 2.0) -> bool:
+    """After a command: make sure no process of its sandbox (the bwrap whose `--info-fd` is
+    `info_fd`) is left; True when none is.
+
+    bwrap exits as soon as the command's shell does. Its init inside the PID namespace is then
+    SIGKILLed (--die-with-parent), and the kernel kills every process of the namespace before that
+    init becomes a zombie; under load this can take a few milliseconds, during which a background
+    child of the command still runs. Where no pids cgroup killed them first, this waits for that
+    init, and if it is not gone at once, SIGKILLs each process of its namespace itself."""
+    os.set_blocking(info_fd, False)
+    try:
+        info = os.read(info_fd, 4096)
+        init = int(json.JSONDecoder().raw_decode(info.decode())[0]["child-pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return True  # bwrap never set the sandbox up: there is no namespace
+    if _ended(init):
+        return True
+    namespace = _pid_namespace(init)
+    if namespace is not None:
+        for entry in os.listdir("/proc"):
+            if entry.isdigit() and _pid_namespace(int(entry)) == namespace:
+                _kill_if_in(int(entry), namespace)
+    deadline = time.monotonic() + within
+    pause = 0.0005
+    while not _ended(init):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.01)
+    return True
+
+
+def _ended(pid: int) -> bool:
+    """Gone, or a zombie: an init is one only once every process of its namespace is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return True
+    return stat[stat.rfind(b")") + 2:][:1] in (b"Z", b"X")
+
+
+def _pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def _kill_if_in(pid: int, namespace: str) -> None:
+    """SIGKILL `pid` if it is (still) in `namespace`, through a pidfd, so that a pid reused
+    between the scan and the signal is never hit."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return  # gone already
+    try:
+        if _pid_namespace(pid) == namespace:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

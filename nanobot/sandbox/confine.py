@@ -43,6 +43,7 @@ class Launch:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     preexec_fn: Callable[[], None] | None = None
+    pass_fds: tuple[int, ...] = ()  # kept open in the child; closed here once it has started
     keeper: LandlockLaunch | None = None  # the same hook, for the launcher to run (launcher.py) instead of a fork here
     cleanups: list[Callable[[], None]] = field(default_factory=list)
     cgroup: PidsCgroup | None = None
@@ -76,6 +77,7 @@ class Confinement:
     process_limit: str = ""  # what bounds a fork bomb here
     _bwrap: str = ""  # path of the bwrap executable
     _abi: int = 0
+    _pids_cgroup: bool = False  # process_limit is a pids cgroup: a command that cannot have one is not run
 
     @property
     def confined(self) -> bool:
@@ -114,8 +116,20 @@ class Confinement:
 
     # --- bubblewrap -------------------------------------------------------------------
     def _prepare_bwrap(self, policy: Policy, cwd: Path, command: str) -> Launch:
-        launch = Launch(bwrap.argv(self._bwrap, policy, cwd, command), signal_as_code=True)
-        _attach_limits(launch, policy.limits, nproc=nproc_counts_command_only())
+        info, info_child = os.pipe2(os.O_CLOEXEC)
+        launch = Launch(bwrap.argv(self._bwrap, policy, cwd, command, info_fd=info_child), signal_as_code=True,
+                        pass_fds=(info_child,))
+
+        def end() -> None:
+            bwrap.end_namespace(info)
+            launch.close_parent_fds([info, info_child])
+
+        launch.cleanups.append(end)
+        try:
+            _attach_limits(launch, policy.limits, nproc=nproc_counts_command_only(), cgroup=self._pids_cgroup)
+        except BaseException:
+            launch.finish()
+            raise
         return launch
 
     # --- Landlock ---------------------------------------------------------------------
@@ -153,7 +167,11 @@ class Confinement:
             launch.env["TMPDIR"] = "/tmp"  # the private tmp is mounted there
         launch.preexec_fn = launch.keeper = hook
         launch.cleanups.append(ruleset.close)
-        cg = PidsCgroup.create(policy.limits)
+        try:
+            cg = _command_cgroup(policy.limits, required=self._pids_cgroup)
+        except BaseException:
+            launch.finish()
+            raise
         if cg is not None:
             hook.cgroup_fd = cg.open_procs()
             launch.cgroup = cg
@@ -165,13 +183,23 @@ class Confinement:
         return launch
 
 
-def _attach_limits(launch: Launch, limits: Limits, *, nproc: bool) -> None:
-    """rlimits and the pids cgroup for a launch whose argv is the sandbox program itself.
+def _command_cgroup(limits: Limits, *, required: bool) -> PidsCgroup | None:
+    """The command's own pids cgroup. Where the confinement's status promised one, a command
+    that cannot have it is not run (OSError, reported by the exec tool) rather than run unbounded."""
+    cg = PidsCgroup.create(limits)
+    if cg is None and required:
+        raise OSError("the pids cgroup that bounds its processes could not be made")
+    return cg
+
+
+def _attach_limits(launch: Launch, limits: Limits, *, nproc: bool, cgroup: bool) -> None:
+    """rlimits and the pids cgroup (`cgroup`: required) for a launch whose argv is the sandbox
+    program itself.
 
     Through `prlimit` and a one-line shell when they exist, so the spawn can use vfork; a
     preexec hook (a full fork of this process) costs several milliseconds more per command.
     """
-    cg = PidsCgroup.create(limits)
+    cg = _command_cgroup(limits, required=cgroup)
     if cg is not None:
         launch.cgroup = cg
     prlimit = shutil.which("prlimit")
@@ -233,28 +261,31 @@ def _can_private_mounts() -> bool:
 
 
 @lru_cache(maxsize=8)
-def _process_limit(limits: Limits, mechanism: str) -> str:
+def _process_limit(limits: Limits, mechanism: str) -> tuple[str, bool]:
+    """What bounds a command's processes: the status line's words, and whether it is a pids cgroup."""
     if cgroup_available(limits):
-        return f"<= {limits.processes} (pids cgroup)"
+        return f"<= {limits.processes} (pids cgroup)", True
     if os.geteuid() != 0:
         own_ns = mechanism == "bwrap" or _can_private_mounts()
         where = "per command, user namespace" if own_ns else "counted per user"
-        return f"RLIMIT_NPROC ({where})"
-    return "NOT bounded (root ignores RLIMIT_NPROC and no pids cgroup could be made)"
+        return f"RLIMIT_NPROC ({where})", False
+    return "NOT bounded (root ignores RLIMIT_NPROC and no pids cgroup could be made)", False
 
 
 def _landlock(limits: Limits) -> Confinement | str:
     abi = landlock.abi_version()
     if abi < 1:
         return "Landlock is not available in this kernel"
-    return Confinement("landlock", f"Landlock ABI {abi}", _process_limit(limits, "landlock"), _abi=abi)
+    bound, cgroup = _process_limit(limits, "landlock")
+    return Confinement("landlock", f"Landlock ABI {abi}", bound, _abi=abi, _pids_cgroup=cgroup)
 
 
 def _bwrap(limits: Limits) -> Confinement | str:
     exe, detail = bwrap.probe(os.environ.get("PATH", os.defpath))
     if exe is None:
         return detail
-    return Confinement("bwrap", detail, _process_limit(limits, "bwrap"), _bwrap=exe)
+    bound, cgroup = _process_limit(limits, "bwrap")
+    return Confinement("bwrap", detail, bound, _bwrap=exe, _pids_cgroup=cgroup)
 
 
 _choosing = threading.Lock()  # one probe at a time: a caller waits for a prefetch under way, then finds it cached

@@ -87,8 +87,7 @@ class PidsCgroup:
             if mount == CGROUP_ROOT:  # v2: the controller must be enabled for our children
                 if "pids" not in (parent / "cgroup.subtree_control").read_text().split():
                     return None
-            path = parent / f"nanobot-exec-{os.getpid()}-{next(_counter)}"
-            path.mkdir()
+            path = _new_folder(parent)
         except OSError:
             return None
         cg = cls(path, limits.processes)
@@ -161,6 +160,19 @@ class PidsCgroup:
                     return
                 time.sleep(pause)
                 pause = min(pause * 2, 0.01)
+
+
+def _new_folder(parent: Path) -> Path:
+    """A new `nanobot-exec-<pid>-<n>` folder under `parent`. A name can be taken already: by a
+    folder that a nanobot killed mid-command left, whose pid this process now has."""
+    for _ in range(64):
+        path = parent / f"nanobot-exec-{os.getpid()}-{next(_counter)}"
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"every nanobot-exec-{os.getpid()}-* name tried under {parent} is taken")
 
 
 _swept: set[Path] = set()

@@ -471,6 +471,7 @@ class ExecTool(Tool):
                 env=env,
                 start_new_session=True,  # own process group: one killpg reaches grandchildren too
                 preexec_fn=launch.preexec_fn,
+                pass_fds=launch.pass_fds,
             )
         spawn = asyncio.ensure_future(start)
         try:

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-from canaries import host_pids, kill_marked, snapshot, wait_until
+from canaries import confinement_or_skip, host_pids, kill_marked, snapshot, wait_until
 from nanobot.errors import ToolError
-from nanobot.sandbox import Limits, choose
+from nanobot.sandbox import Limits, build_policy, bwrap, choose
 from nanobot.tools.approval import Decision
 from nanobot.tools.base import ToolContext
 from nanobot.tools.exec_rules import ExecRules
@@ -106,6 +106,73 @@ def test_background_children_are_gone_when_exec_returns(ws, confinement):
     finally:
         for m in markers:
             kill_marked(m)
+
+
+def test_a_sandbox_still_running_after_its_command_is_killed_whole_and_nothing_else(ws):
+    """Where no pids cgroup killed what a command left, exec ends the bwrap namespace itself: the
+    kernel's own teardown (bwrap's init, SIGKILLed when bwrap exits) can lag a few milliseconds
+    under load, and CI once saw a command's background sleeps alive after exec returned. Here the
+    sandbox is still fully up; everything in its namespace is killed, a process outside is not."""
+    conf = confinement_or_skip("bwrap")
+    policy = build_policy(ws, restrict=False, network=False, limits=Limits())
+    info, info_child = os.pipe()
+    command = "setsid sleep 7131 >/dev/null 2>&1 </dev/null & (sleep 7132 >/dev/null 2>&1 &); sleep 7133; wait"
+    outside = subprocess.Popen(["sleep", "7134"])
+    sandbox = subprocess.Popen(bwrap.argv(conf._bwrap, policy, ws, command, info_fd=info_child),
+                               pass_fds=(info_child,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(info_child)
+    try:
+        assert wait_until(lambda: all(host_pids(m) for m in ("7131", "7132", "7133")), 5)
+        assert bwrap.end_namespace(info, within=5)
+        assert not any(host_pids(m) for m in ("7131", "7132", "7133"))
+        assert sandbox.wait(5) != 0  # its init was killed, so bwrap ends too
+        assert outside.poll() is None
+    finally:
+        os.close(info)
+        outside.kill()
+        sandbox.kill()
+        for m in ("7131", "7132", "7133"):
+            kill_marked(m)
+
+
+def test_a_command_whose_promised_pids_cgroup_cannot_be_made_is_not_run(ws, confinement, monkeypatch):
+    """Where the status promises "processes <= N (pids cgroup)", a command that cannot have its
+    cgroup (a name taken, the controller full) is refused, not run unbounded; nothing leaks."""
+    from nanobot.sandbox import limits as limits_mod
+
+    if not confinement._pids_cgroup:
+        pytest.skip(f"processes are bounded by {confinement.process_limit} here")
+    monkeypatch.setattr(limits_mod.PidsCgroup, "create", classmethod(lambda cls, limits: None))
+    fds = set(os.listdir("/proc/self/fd"))
+    with pytest.raises(ToolError, match="pids cgroup.*could not be made.*not run"):
+        run(make_tool(ws, confinement), "echo ran > ran.txt")
+    assert not (ws / "ran.txt").exists()
+    assert set(os.listdir("/proc/self/fd")) <= fds
+
+
+def test_a_cgroup_name_taken_by_a_folder_left_behind_is_skipped(monkeypatch):
+    """A folder named after this pid (left by a killed nanobot that had it before) takes a name;
+    the next free one is used instead of running the command without a cgroup."""
+    import itertools
+
+    from nanobot.sandbox import limits as limits_mod
+
+    probe = limits_mod.PidsCgroup.create(Limits())
+    if probe is None:
+        pytest.skip("no writable pids cgroup here")
+    probe.remove()
+    monkeypatch.setattr(limits_mod, "_counter", itertools.count())
+    taken = [probe.path.parent / f"nanobot-exec-{os.getpid()}-{n}" for n in (0, 1)]
+    for folder in taken:
+        folder.mkdir()
+    try:
+        cg = limits_mod.PidsCgroup.create(Limits())
+        assert cg is not None and cg.path.name == f"nanobot-exec-{os.getpid()}-2"
+        assert (cg.path / "pids.max").read_text().strip() == str(Limits().processes)
+        cg.remove()
+    finally:
+        for folder in taken:
+            folder.rmdir()
 
 
 def test_background_child_survives_without_confinement_control(ws):
@@ -404,7 +471,6 @@ def test_plain_landlock_without_namespaces_still_hides_blocks_tcp_and_reaps(ws, 
                                                                              monkeypatch):
     """Where no mount namespace can be made (user namespaces forbidden), Landlock alone still
     hides the config, blocks TCP and kills what the command left; status says what it lacks."""
-    from canaries import confinement_or_skip
     from nanobot.sandbox import confine
 
     conf = confinement_or_skip("landlock")
