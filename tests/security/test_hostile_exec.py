@@ -83,7 +83,10 @@ HOSTILE = [
     ("secret", "cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep CANARY"),
     ("secret", "cat ~/.git-credentials ~/.netrc ~/.config/gh/hosts.yml ~/.docker/config.json ~/.kube/config"),
     ("secret", "cat ~/.gnupg/secring.txt ~/.mozilla/firefox/p/logins.json"),
-    ("secret", "find / -name config.json -path '*nanobot*' -exec cat {{}} \\; 2>/dev/null"),
+    # the whole disk but the system trees, where no nanobot file lives (/proc's routes to one have
+    # lines of their own above); walking them cost 1.3 CPU-s a policy
+    ("secret", "find / \\( -path /proc -o -path /sys -o -path /usr \\) -prune -o -name config.json "
+               "-path '*nanobot*' -exec cat {{}} \\; 2>/dev/null"),
     ("secret", "cat {outside}/precious.txt"),
     ("secret", "cat {nb}/sessions/*.jsonl"),
     ("secret", "ls -la /proc/{pid}/cwd/ /proc/{pid}/root{nb}/"),
