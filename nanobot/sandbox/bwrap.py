@@ -88,8 +88,9 @@ def end_namespace(info_fd: int, within: float = 2.0) -> bool:
     bwrap exits as soon as the command's shell does. Its init inside the PID namespace is then
     SIGKILLed (--die-with-parent), and the kernel kills every process of the namespace before that
     init becomes a zombie; under load this can take a few milliseconds, during which a background
-    child of the command still runs. Where no pids cgroup killed them first, this waits for that
-    init, and if it is not gone at once, SIGKILLs each process of its namespace itself."""
+    child of the command still runs (CI once saw three). So this waits for that init, and if it is
+    not gone at once, SIGKILLs each process of its namespace itself. Where a pids cgroup is, its
+    kill comes first (`Launch.finish`), and this mostly finds the init gone."""
     os.set_blocking(info_fd, False)
     try:
         info = os.read(info_fd, 4096)

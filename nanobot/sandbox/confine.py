@@ -43,7 +43,7 @@ class Launch:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     preexec_fn: Callable[[], None] | None = None
-    pass_fds: tuple[int, ...] = ()  # kept open in the child; closed here once it has started
+    pass_fds: tuple[int, ...] = ()  # left open in the child (a cleanup closes the parent's copies)
     keeper: LandlockLaunch | None = None  # the same hook, for the launcher to run (launcher.py) instead of a fork here
     cleanups: list[Callable[[], None]] = field(default_factory=list)
     cgroup: PidsCgroup | None = None
