@@ -567,7 +567,7 @@ def resolve_model(cfg: Config, model: str | None = None, *, provider: str | None
             hint=f"Set providers.{to_camel(spec.name)}.apiBase (e.g. http://localhost:8000/v1) in the config.",
         )
     if spec.key_required and not pc.api_key:
-        raise missing_key_error(spec)
+        raise missing_key_error(spec, cfg.path)
     return ResolvedModel(spec, name, pc.api_key, api_base, dict(pc.extra_headers), dict(pc.extra_body),
                          reasoning_effort=cfg.defaults.reasoning_effort, label=model, timeout=pc.timeout)
 
@@ -635,16 +635,58 @@ def _resolve_fallback(cfg: Config, entry: str | dict) -> ResolvedModel:
     return resolved
 
 
-def missing_key_error(spec: ProviderSpec) -> MissingKeyError:
+def missing_key_error(spec: ProviderSpec, config: Path | None = None) -> MissingKeyError:
+    """`config`: the file the key would go in (the default one when not given)."""
     other = "openai/gpt-4.1 with OPENAI_API_KEY" if spec.name != "openai" else \
         "anthropic/claude-sonnet-4-5 with ANTHROPIC_API_KEY"
-    config = paths.default_config_path()
+    config = config or paths.default_config_path()
     make_it = "" if config.exists() else " (`nanobot onboard` creates that file)"
     return MissingKeyError(
         f"no API key for provider {spec.name!r}",
-        hint=f"Set {spec.env_key} in the environment, or put the key in providers.{spec.name}.apiKey in "
+        hint=f"Set {spec.env_key} in the environment, or put the key in providers.{to_camel(spec.name)}.apiKey in "
         f"{config}{make_it}. Another provider: --model {other}.",
+        provider=spec.name, env_key=spec.env_key, config=config,
     )
+
+
+def written_api_key(path: Path, provider: str) -> str:
+    """providers.<provider>.apiKey as the file at `path` spells it ("" when absent): a reference
+    such as "${MY_KEY}" whose variable is not set counts as written."""
+    entry = _provider_entry(read_file(path), provider)
+    value = next((entry[k] for k in ("apiKey", "api_key") if k in entry), "") if entry else ""
+    return value if isinstance(value, str) else ""
+
+
+def save_api_key(path: Path, provider: str, key: str) -> None:
+    """Put `key` in providers.<provider>.apiKey of the config file at `path` (a complete new
+    file when there is none), keeping everything else in it as the user wrote it; mode 0600.
+    A key the file already holds (or refers to) is never replaced here."""
+    data = read_file(path) if path.exists() else default_file_dict()
+    if written_api_key(path, provider):
+        raise ConfigError(f"{path}: providers.{to_camel(provider)}.apiKey is already set there",
+                          hint="Edit the file by hand to change it.")
+    providers = data.setdefault("providers", {})
+    if not isinstance(providers, dict):
+        raise ConfigError(f"{path}: providers must be an object", hint="Fix the file by hand.")
+    entry = _provider_entry(data, provider)
+    if entry is None:
+        entry = providers[to_camel(provider)] = {}
+    entry.pop("api_key", None)
+    entry["apiKey"] = key
+    save_file(path, data)
+
+
+def _provider_entry(data: dict, provider: str) -> dict | None:
+    """The file's object for `provider`, however the file spells its name (lmStudio, lm_studio)."""
+    providers = data.get("providers")
+    if not isinstance(providers, dict):
+        return None
+    for name, entry in providers.items():
+        if registry.canonical(name) == registry.canonical(provider):
+            if not isinstance(entry, dict):
+                raise ConfigError(f"providers.{name} must be an object", hint="Fix the file by hand.")
+            return entry
+    return None
 
 
 def mask_key(key: str) -> str:

@@ -67,7 +67,13 @@ class ConfigError(UsageError):
 
 
 class MissingKeyError(ConfigError):
-    """No API key is configured for the provider the model needs."""
+    """No API key is configured for the provider the model needs: `provider` (its config name),
+    `env_key` (the variable that would give it), `config` (the file it would go in)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, provider: str = "", env_key: str = "",
+                 config: Path | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.provider, self.env_key, self.config = provider, env_key, config
 
 
 class SessionInUseError(UsageError):

@@ -10,9 +10,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from nanobot import ignored_keys, paths
+from nanobot.cli import key_prompt
 from nanobot.cli.config_load import load as load_config
 from nanobot.config import ensure_config_file, mask_key, read_file, resolve_model
-from nanobot.errors import NanobotError, storage_error
+from nanobot.errors import MissingKeyError, NanobotError, storage_error
 from nanobot.providers import registry
 
 
@@ -46,7 +47,8 @@ def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
         console.print(f"config: {path} (added {len(added)} missing setting(s))")
     else:
         console.print(f"config: {path} (already complete, left unchanged)")
-    cfg = load_config(path, overrides={"agents.defaults.workspace": str(workspace) if workspace else None})
+    overrides = {"agents.defaults.workspace": str(workspace) if workspace else None}
+    cfg = load_config(path, overrides=overrides)
     ws = cfg.workspace_path()
     try:
         created = copy_templates(ws)
@@ -55,11 +57,23 @@ def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
     console.print(f"workspace: {ws} ({len(created)} file(s) created)")
     try:
         resolve_model(cfg)
-        console.print(f"model: {cfg.defaults.model} — ready. Start chatting with: nanobot agent")
+    except MissingKeyError as exc:
+        console.print(f"model: {cfg.defaults.model} — [yellow]{escape(exc.message)}[/yellow]")
+        if not key_prompt.can_ask(exc):
+            if exc.hint:
+                console.print(f"[dim]hint:[/dim] {escape(exc.hint)}", soft_wrap=False)
+            return
+        if not key_prompt.ask_and_save(exc, console):
+            console.print(f"skipped: no key saved. Set {escape(exc.env_key)}, or run `nanobot onboard` again "
+                          "to paste one.", soft_wrap=False)
+            return
+        resolve_model(load_config(path, overrides=overrides))
     except NanobotError as exc:
         console.print(f"model: {cfg.defaults.model} — [yellow]{escape(exc.message)}[/yellow]")
         if exc.hint:
             console.print(f"[dim]hint:[/dim] {escape(exc.hint)}", soft_wrap=False)
+        return
+    console.print(f"model: {cfg.defaults.model} — ready. Start chatting with: nanobot agent")
 
 
 def show_status(config_path: Path | None, session_key: str = "cli:direct") -> None:
