@@ -67,7 +67,8 @@ def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
             console.print(f"skipped: no key saved. Set {escape(exc.env_key)}, or run `nanobot onboard` again "
                           "to paste one.", soft_wrap=False)
             return
-        resolve_model(load_config(path, overrides=overrides))
+        cfg = load_config(path, overrides=overrides)  # as saved, with whatever else changed meanwhile
+        resolve_model(cfg)
     except NanobotError as exc:
         console.print(f"model: {cfg.defaults.model} — [yellow]{escape(exc.message)}[/yellow]")
         if exc.hint:
