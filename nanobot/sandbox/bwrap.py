@@ -91,9 +91,8 @@ def end_namespace(info_fd: int, within: float = 2.0) -> bool:
     child of the command still runs (CI once saw three). So this waits for that init, and if it is
     not gone at once, SIGKILLs each process of its namespace itself. Where a pids cgroup is, its
     kill comes first (`Launch.finish`), and this mostly finds the init gone."""
-    os.set_blocking(info_fd, False)
     try:
-        info = os.read(info_fd, 4096)
+        info = os.pread(info_fd, 4096, 0)
         init = int(json.JSONDecoder().raw_decode(info.decode())[0]["child-pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return True  # bwrap never set the sandbox up: there is no namespace

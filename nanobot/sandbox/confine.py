@@ -116,13 +116,15 @@ class Confinement:
 
     # --- bubblewrap -------------------------------------------------------------------
     def _prepare_bwrap(self, policy: Policy, cwd: Path, command: str) -> Launch:
-        info, info_child = os.pipe2(os.O_CLOEXEC)
-        launch = Launch(bwrap.argv(self._bwrap, policy, cwd, command, info_fd=info_child), signal_as_code=True,
-                        pass_fds=(info_child,))
+        # a file in memory, not a pipe: a write to a pipe whose reader died (nanobot SIGKILLed) would
+        # kill bwrap with SIGPIPE in the middle of its setup, orphaning the sandbox's init for good
+        info = os.memfd_create("nanobot-bwrap-info", os.MFD_CLOEXEC)
+        launch = Launch(bwrap.argv(self._bwrap, policy, cwd, command, info_fd=info), signal_as_code=True,
+                        pass_fds=(info,))
 
         def end() -> None:
             bwrap.end_namespace(info)
-            launch.close_parent_fds([info, info_child])
+            launch.close_parent_fds([info])
 
         launch.cleanups.append(end)
         try:

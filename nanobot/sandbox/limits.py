@@ -179,12 +179,14 @@ _swept: set[Path] = set()
 
 
 def _remove_stale(parent: Path) -> None:
-    """Once per process: remove empty cgroups left by nanobot processes that died mid-command."""
+    """Once per process: remove the cgroups left by nanobot processes that died mid-command, and
+    kill what is still inside one. Nothing should be: a command dies with its nanobot. But bwrap
+    has a known race (containers/bubblewrap#633): killed during its setup, it can leave the
+    sandbox's init waiting forever, in its command's cgroup."""
     for path in left_by_dead_processes(parent):
-        try:
-            path.rmdir()  # fails, harmlessly, while a task is still inside
-        except OSError:
-            pass
+        stale = PidsCgroup(path, 0)
+        stale.kill_all(within=1.0)
+        stale.remove(within=0.5)
 
 
 def left_by_dead_processes(parent: Path) -> list[Path]:

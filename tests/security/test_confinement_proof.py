@@ -5,9 +5,11 @@ write outside the workspace or into memory/, and a fork bomb leaves the machine 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -17,13 +19,13 @@ from pathlib import Path
 import pytest
 from canaries import confinement_or_skip, host_pids, kill_marked, snapshot, wait_until
 from nanobot.errors import ToolError
-from nanobot.sandbox import Limits, build_policy, bwrap, choose
+from nanobot.sandbox import Limits, build_policy, choose
 from nanobot.tools.approval import Decision
 from nanobot.tools.base import ToolContext
 from nanobot.tools.exec_rules import ExecRules
 from nanobot.tools.shell import ExecTool
 
-from host_procs import named
+from host_procs import host_pids_naming, named
 
 KEY = "sk-ant-canary-9f3c1e7d5b"
 
@@ -108,31 +110,74 @@ def test_background_children_are_gone_when_exec_returns(ws, confinement):
             kill_marked(m)
 
 
-def test_a_sandbox_still_running_after_its_command_is_killed_whole_and_nothing_else(ws):
+@pytest.fixture
+def no_cgroup(monkeypatch):
+    """Commands get no pids cgroup (as where none can be made): what kills their leftovers then is
+    the sandbox alone."""
+    from nanobot.sandbox import limits as limits_mod
+
+    monkeypatch.setattr(limits_mod.PidsCgroup, "create", classmethod(lambda cls, limits: None))
+
+
+def test_a_sandbox_still_running_after_its_command_is_killed_whole_and_nothing_else(ws, no_cgroup):
     """Where no pids cgroup killed what a command left, exec ends the bwrap namespace itself: the
     kernel's own teardown (bwrap's init, SIGKILLed when bwrap exits) can lag a few milliseconds
     under load, and CI once saw a command's background sleeps alive after exec returned. Here the
-    sandbox is still fully up; everything in its namespace is killed, a process outside is not."""
-    conf = confinement_or_skip("bwrap")
+    sandbox is still fully up when the launch is finished; everything in its namespace is killed,
+    a process outside is not."""
+    conf = dataclasses.replace(confinement_or_skip("bwrap"), _pids_cgroup=False)
     policy = build_policy(ws, restrict=False, network=False, limits=Limits())
-    info, info_child = os.pipe()
-    command = "setsid sleep 7131 >/dev/null 2>&1 </dev/null & (sleep 7132 >/dev/null 2>&1 &); sleep 7133; wait"
+    launch = conf.prepare(policy, ws, "setsid sleep 7131 >/dev/null 2>&1 </dev/null & "
+                                      "(sleep 7132 >/dev/null 2>&1 &); sleep 7133; wait")
     outside = subprocess.Popen(["sleep", "7134"])
-    sandbox = subprocess.Popen(bwrap.argv(conf._bwrap, policy, ws, command, info_fd=info_child),
-                               pass_fds=(info_child,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    os.close(info_child)
+    sandbox = subprocess.Popen(launch.argv, pass_fds=launch.pass_fds, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
     try:
         assert wait_until(lambda: all(host_pids(m) for m in ("7131", "7132", "7133")), 5)
-        assert bwrap.end_namespace(info, within=5)
+        launch.finish()
         assert not any(host_pids(m) for m in ("7131", "7132", "7133"))
         assert sandbox.wait(5) != 0  # its init was killed, so bwrap ends too
         assert outside.poll() is None
     finally:
-        os.close(info)
         outside.kill()
         sandbox.kill()
         for m in ("7131", "7132", "7133"):
             kill_marked(m)
+
+
+# A stand-in for nanobot: it starts one bwrap command the way exec does, then is SIGKILLed at once.
+_DIES_AS_IT_STARTS = """
+import dataclasses, os, signal, subprocess, sys
+from pathlib import Path
+from nanobot.sandbox import Limits, build_policy, choose, limits
+limits.PidsCgroup.create = classmethod(lambda cls, limits: None)
+conf = dataclasses.replace(choose("bwrap"), _pids_cgroup=False)
+ws = Path(sys.argv[1])
+launch = conf.prepare(build_policy(ws, restrict=False, network=False, limits=Limits()), ws, sys.argv[2])
+subprocess.Popen(launch.argv, pass_fds=launch.pass_fds, start_new_session=True,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_bwrap_sandbox_whose_nanobot_dies_as_it_starts_leaves_no_process(ws):
+    """nanobot SIGKILLed just as bwrap sets the sandbox up: nothing of it may stay behind once the
+    command is over. (bwrap reports its init's pid on --info-fd; when that was a pipe, bwrap's
+    write after nanobot's death killed it by SIGPIPE mid-setup and left the init waiting forever:
+    the crash trials left 13 such processes.)"""
+    confinement_or_skip("bwrap")
+    leftovers = []
+    try:
+        for _ in range(5):
+            helper = subprocess.run([sys.executable, "-c", _DIES_AS_IT_STARTS, str(ws), "sleep 0.2; echo marker-7141"],
+                                    capture_output=True, timeout=30)
+            assert helper.returncode == -signal.SIGKILL, helper.stderr
+        wait_until(lambda: not host_pids_naming("marker-7141"), 3)
+        leftovers = host_pids_naming("marker-7141")
+    finally:
+        for pid in host_pids_naming("marker-7141"):
+            os.kill(pid, signal.SIGKILL)
+    assert leftovers == []
 
 
 def test_a_command_whose_promised_pids_cgroup_cannot_be_made_is_not_run(ws, confinement, monkeypatch):
@@ -489,7 +534,9 @@ def test_plain_landlock_without_namespaces_still_hides_blocks_tcp_and_reaps(ws, 
 
 
 def test_a_pids_cgroup_left_by_a_nanobot_that_died_is_removed_by_the_next_one(monkeypatch):
-    """README: a SIGKILLed nanobot's empty pids cgroup folder is removed by the next nanobot that runs a command."""
+    """README: a SIGKILLed nanobot's pids cgroup folder is removed by the next nanobot that runs a
+    command, and whatever is still inside it killed (bwrap's init, orphaned by bwrap's own race
+    when nanobot dies during its setup); a living nanobot's folder and its process are left alone."""
     from nanobot.sandbox import limits as limits_mod
 
     probe = limits_mod.PidsCgroup.create(Limits())
@@ -499,18 +546,29 @@ def test_a_pids_cgroup_left_by_a_nanobot_that_died_is_removed_by_the_next_one(mo
     probe.remove()
     dead = parent / "nanobot-exec-4194999-0"  # above any pid_max: that nanobot is surely gone
     dead.mkdir()
+    dead_full = parent / "nanobot-exec-4194998-3"
+    dead_full.mkdir()
     alive = parent / f"nanobot-exec-{os.getppid()}-0"  # a living process's folder must stay
     alive.mkdir()
+    orphan = subprocess.Popen(["sleep", "7151"])  # stands in for the orphaned init
+    living = subprocess.Popen(["sleep", "7152"])  # a living nanobot's command
     try:
+        (dead_full / "cgroup.procs").write_text(str(orphan.pid))
+        (alive / "cgroup.procs").write_text(str(living.pid))
         monkeypatch.setattr(limits_mod, "_swept", set())  # as in a fresh process
         fresh = limits_mod.PidsCgroup.create(Limits())
         assert fresh is not None
         fresh.remove()
-        assert not dead.exists() and alive.exists()
+        assert orphan.wait(5) == -signal.SIGKILL
+        assert not dead.exists() and not dead_full.exists()
+        assert alive.exists() and living.poll() is None
     finally:
-        for folder in (dead, alive):
+        for proc in (orphan, living):
+            proc.kill()
+            proc.wait()
+        for folder in (dead, dead_full, alive):
             if folder.exists():
-                folder.rmdir()
+                limits_mod.PidsCgroup(folder, 0).remove()
 
 
 def test_child_cannot_change_the_caches_kept_beside_nanobots_bytecode(ws, confinement, tmp_path):
