@@ -651,7 +651,7 @@ def missing_key_error(spec: ProviderSpec, config: Path | None = None) -> Missing
 
 def written_api_key(path: Path, provider: str) -> str:
     """providers.<provider>.apiKey as the file at `path` spells it ("" when absent): a reference
-    such as "${MY_KEY}" whose variable is not set counts as written."""
+    such as "${MY_KEY}" counts as written, even while its variable is empty."""
     entry = _provider_entry(read_file(path), provider)
     value = next((entry[k] for k in ("apiKey", "api_key") if k in entry), "") if entry else ""
     return value if isinstance(value, str) else ""
