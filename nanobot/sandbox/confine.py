@@ -116,9 +116,7 @@ class Confinement:
 
     # --- bubblewrap -------------------------------------------------------------------
     def _prepare_bwrap(self, policy: Policy, cwd: Path, command: str) -> Launch:
-        # a file in memory, not a pipe: a write to a pipe whose reader died (nanobot SIGKILLed) would
-        # kill bwrap with SIGPIPE in the middle of its setup, orphaning the sandbox's init for good
-        info = os.memfd_create("nanobot-bwrap-info", os.MFD_CLOEXEC)
+        info = _info_file()
         launch = Launch(bwrap.argv(self._bwrap, policy, cwd, command, info_fd=info), signal_as_code=True,
                         pass_fds=(info,))
 
@@ -183,6 +181,17 @@ class Confinement:
             # without a user namespace RLIMIT_NPROC counts all the user's processes: leave room for them
             hook.limits = Limits(**{**policy.limits.__dict__, "processes": _user_processes() + policy.limits.processes})
         return launch
+
+
+def _info_file() -> int:
+    """A descriptor for bwrap's --info-fd: a file, not a pipe. bwrap writing to a pipe whose reader
+    has died (nanobot SIGKILLed) is killed by SIGPIPE in the middle of its setup, which leaves the
+    sandbox's init waiting forever. A file in memory, or an unlinked one where memfd is refused."""
+    try:
+        return os.memfd_create("nanobot-bwrap-info", os.MFD_CLOEXEC)
+    except OSError:
+        with tempfile.TemporaryFile() as file:
+            return os.dup(file.fileno())  # O_CLOEXEC: os.dup makes it non-inheritable
 
 
 def _command_cgroup(limits: Limits, *, required: bool) -> PidsCgroup | None:

@@ -119,12 +119,17 @@ def no_cgroup(monkeypatch):
     monkeypatch.setattr(limits_mod.PidsCgroup, "create", classmethod(lambda cls, limits: None))
 
 
-def test_a_sandbox_still_running_after_its_command_is_killed_whole_and_nothing_else(ws, no_cgroup):
+@pytest.mark.parametrize("memfd", ["memfd", "memfd refused"])
+def test_a_sandbox_still_running_after_its_command_is_killed_whole_and_nothing_else(ws, no_cgroup, memfd,
+                                                                                    monkeypatch):
     """Where no pids cgroup killed what a command left, exec ends the bwrap namespace itself: the
     kernel's own teardown (bwrap's init, SIGKILLed when bwrap exits) can lag a few milliseconds
     under load, and CI once saw a command's background sleeps alive after exec returned. Here the
     sandbox is still fully up when the launch is finished; everything in its namespace is killed,
-    a process outside is not."""
+    a process outside is not. (bwrap names its init in a file in memory, or in an unlinked file
+    where memfd_create is refused.)"""
+    if memfd == "memfd refused":
+        monkeypatch.setattr(os, "memfd_create", lambda *a: (_ for _ in ()).throw(OSError(38, "refused")))
     conf = dataclasses.replace(confinement_or_skip("bwrap"), _pids_cgroup=False)
     policy = build_policy(ws, restrict=False, network=False, limits=Limits())
     launch = conf.prepare(policy, ws, "setsid sleep 7131 >/dev/null 2>&1 </dev/null & "
