@@ -43,10 +43,10 @@ if TYPE_CHECKING:  # annotations only: these load when the chat opens its assist
 def run_agent(*, message: str | None, session_key: str, workspace: Path | None, config_path: Path | None,
               model: str | None, markdown: bool, json_out: bool, approve: list[str] | None = None,
               allow_unconfined_exec: bool = False) -> int:
-    cfg = load_config(config_path, overrides={
-        "agents.defaults.workspace": str(workspace) if workspace else None,
-        "agents.defaults.model": model,
-    })
+    overrides = {"agents.defaults.workspace": str(workspace) if workspace else None, "agents.defaults.model": model}
+    cfg = load_config(config_path, overrides=overrides)
+    if message is None and _asked_for_the_key(cfg):
+        cfg = load_config(config_path, overrides=overrides)
     cfg.tools.exec.allow_unconfined = allow_unconfined_exec
     try:
         if message is not None and slash_command(message) is not None:
@@ -60,6 +60,24 @@ def run_agent(*, message: str | None, session_key: str, workspace: Path | None, 
     except KeyboardInterrupt:
         stderr_console().print("[yellow]interrupted[/yellow] [dim](what already ran is saved)[/dim]")
         return 130
+
+
+def _asked_for_the_key(cfg: Config) -> bool:
+    """The chat in a terminal, with no key for its model: ask for it, as `nanobot onboard` does
+    (nanobot/cli/key_prompt.py); True when one was saved. Skipped, the chat then fails as usual."""
+    from nanobot.cli import key_prompt
+    from nanobot.config import resolve_model
+    from nanobot.errors import MissingKeyError
+
+    try:
+        resolve_model(cfg)
+    except MissingKeyError as exc:
+        if key_prompt.can_ask(exc):
+            stdout_console().print(f"[yellow]{escape(exc.message)}[/yellow] (model {escape(cfg.defaults.model)})")
+            return key_prompt.ask_and_save(exc, stdout_console())
+    except NanobotError:
+        pass  # reported by the chat itself, as before
+    return False
 
 
 def _open(cfg: Config, session_key: str, *, stream: bool, renderer_ref: list[Renderer],

@@ -1,4 +1,4 @@
-"""`nanobot onboard` in a terminal: ask for the model's missing API key and keep it in the config.
+"""`nanobot onboard` and the chat in a terminal: ask for the model's missing API key, keep it in the config.
 
 The key is read with echo off (getpass, from the terminal itself) and written into
 providers.<name>.apiKey of the config file, mode 0600, with the rest of the file as it was. Only

@@ -95,3 +95,38 @@ def test_the_missing_key_hint_names_the_config_file_in_use(isolated_home, tmp_pa
     assert result.returncode == 2
     hint = " ".join(result.stderr.split())
     assert f"providers.openrouter.apiKey in {other}." in hint and str(isolated_home) not in hint
+
+
+def test_the_chat_without_onboard_asks_too_and_a_skip_ends_it_with_the_usual_error(isolated_home, fake_llm):
+    """`nanobot agent` in a terminal with no config file at all: asked, the key saved in a new
+    complete config (mode 0600), the chat starts and the provider gets the key; skipped, the chat
+    ends with the missing-key error (exit 2) and no file is written."""
+    env = {"NANOBOT_PROVIDERS__ANTHROPIC__API_BASE": fake_llm.anthropic_base_url,
+           "NANOBOT_AGENTS__DEFAULTS__MODEL": "anthropic/claude-test"}
+    term = Terminal("agent", env=env)
+    try:
+        term.wait_for("API key (not shown):")
+        term.child.send("\r")
+        term.wait_for("error: no API key for provider 'anthropic'")
+        assert term.finish() == 2
+    finally:
+        term.close()
+    assert not (isolated_home / "config.json").exists()
+
+    fake_llm.script(Reply.text("hello in the chat"))
+    term = Terminal("agent", env=env)
+    try:
+        term.wait_for("API key (not shown):")
+        term.child.send(TYPED + "\r")
+        term.wait_for("you ›")
+        term.send("hi")
+        term.wait_for("hello in the chat")
+        term.send("/exit")
+        assert term.finish() == 0
+    finally:
+        term.close()
+    assert TYPED not in term.drawn()
+    assert _saved(isolated_home)["providers"]["anthropic"]["apiKey"] == TYPED
+    assert stat.S_IMODE((isolated_home / "config.json").stat().st_mode) == 0o600
+    headers = fake_llm.requests[0].headers
+    assert TYPED in (headers.get("x-api-key"), headers.get("authorization", "").removeprefix("Bearer "))
