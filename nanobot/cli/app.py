@@ -13,10 +13,25 @@ import threading
 from pathlib import Path
 
 import typer
+from typer.core import TyperGroup
 
 from nanobot import __version__, code_cache, gc_pause
 
+
+class _Commands(TyperGroup):
+    """The top-level group. A Ctrl-C while a command runs says "interrupted", as everywhere else:
+    typer itself turns it into exit code 130 without a word."""
+
+    def invoke(self, ctx):  # type: ignore[no-untyped-def]  # click's signature
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            print("\ninterrupted", file=sys.stderr)
+            raise
+
+
 app = typer.Typer(
+    cls=_Commands,
     name="nanobot",
     help="nanobot — a personal AI assistant in your terminal.",
     no_args_is_help=True,

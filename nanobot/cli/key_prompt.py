@@ -11,6 +11,7 @@ from __future__ import annotations
 import getpass
 import sys
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 
@@ -39,7 +40,7 @@ def ask_and_save(error: MissingKeyError, console: Console) -> bool:
         key = ""
     except KeyboardInterrupt:
         console.print("\n[yellow]interrupted[/yellow]: no key saved")
-        raise
+        raise typer.Exit(130) from None
     if not key:
         return False
     if not key.isprintable() or any(c.isspace() for c in key):

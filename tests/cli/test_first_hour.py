@@ -170,3 +170,29 @@ def test_one_style_for_usage_errors_key_errors_and_a_misspelt_security_setting(n
     tail = run(nanobot_run, "history", "tail", "-n", "2")  # -n is --last, as in grep and session show
     assert tail.returncode == 0 and "warning: " in tail.stderr  # memory stays readable with a broken config
     assert "restrictToWorkspace" in tail.stderr and "no history yet" in tail.stderr
+
+
+def test_ctrl_c_in_any_command_says_interrupted_and_exits_130(isolated_home):
+    """typer turns a Ctrl-C inside a command into exit code 130 without a word; every command says
+    "interrupted", as the chat does. Here `doctor` is waiting on a model server that never answers."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(4)
+    isolated_home.mkdir(parents=True, exist_ok=True)
+    config = isolated_home / "config.json"
+    config.write_text(json.dumps({"agents": {"defaults": {"model": "custom/m", "provider": "custom"}},
+                                  "providers": {"custom": {"apiKey": "sk-test-key-123456",
+                                                           "apiBase": f"http://127.0.0.1:{silent.getsockname()[1]}/v1"}}}))
+    config.chmod(0o600)
+    term = Terminal("doctor")
+    try:
+        silent.settimeout(30)
+        conn, _ = silent.accept()  # the probe is under way: the Ctrl-C lands inside the command
+        term.child.sendintr()
+        term.wait_for("interrupted")
+        assert term.finish() == 130
+        conn.close()
+    finally:
+        term.close()
+        silent.close()
+    assert "Traceback" not in term.text()
