@@ -64,8 +64,8 @@ def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
                 console.print(f"[dim]hint:[/dim] {escape(exc.hint)}", soft_wrap=False)
             return
         if not key_prompt.ask_and_save(exc, console):
-            console.print(f"skipped: no key saved. Set {escape(exc.env_key)}, or run `nanobot onboard` again "
-                          "to paste one.", soft_wrap=False)
+            console.print(f"skipped: no key saved. Set {escape(exc.env_key)}, or paste one when the chat "
+                          "(`nanobot agent`) asks.", soft_wrap=False)
             return
         cfg = load_config(path, overrides=overrides)  # as saved, with whatever else changed meanwhile
         resolve_model(cfg)
