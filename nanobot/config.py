@@ -652,7 +652,11 @@ def missing_key_error(spec: ProviderSpec, config: Path | None = None) -> Missing
 def written_api_key(path: Path, provider: str) -> str:
     """providers.<provider>.apiKey as the file at `path` spells it ("" when absent): a reference
     such as "${MY_KEY}" counts as written, even while its variable is empty."""
-    entry = _provider_entry(read_file(path), provider)
+    return _written_key(read_file(path), provider)
+
+
+def _written_key(data: dict, provider: str) -> str:
+    entry = _provider_entry(data, provider)
     value = next((entry[k] for k in ("apiKey", "api_key") if k in entry), "") if entry else ""
     return value if isinstance(value, str) else ""
 
@@ -662,7 +666,7 @@ def save_api_key(path: Path, provider: str, key: str) -> None:
     file when there is none), keeping everything else in it as the user wrote it; mode 0600.
     A key the file already holds (or refers to) is never replaced here."""
     data = read_file(path) if path.exists() else default_file_dict()
-    if written_api_key(path, provider):
+    if _written_key(data, provider):
         raise ConfigError(f"{path}: providers.{to_camel(provider)}.apiKey is already set there",
                           hint="Edit the file by hand to change it.")
     providers = data.setdefault("providers", {})

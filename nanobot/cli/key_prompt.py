@@ -22,7 +22,7 @@ from nanobot.secrets_mask import remember_secrets
 
 def can_ask(error: MissingKeyError) -> bool:
     """Whether this run may ask for the key `error` is about: a terminal on both ends, and no key
-    written in the file for that provider (a reference to an unset variable is the user's choice)."""
+    written in the file for that provider (a reference to a variable, even an empty one, is the user's choice)."""
     if not (sys.stdin.isatty() and sys.stdout.isatty()) or error.config is None or not error.provider:
         return False
     return not written_api_key(error.config, error.provider)

@@ -11,6 +11,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
+from nanobot.sandbox.limits import is_running, stat_fields
 from nanobot.sandbox.policy import Policy
 
 
@@ -115,11 +116,7 @@ def end_namespace(info_fd: int, within: float = 2.0) -> bool:
 
 def _ended(pid: int) -> bool:
     """Gone, or a zombie: an init is one only once every process of its namespace is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return True
-    return stat[stat.rfind(b")") + 2:][:1] in (b"Z", b"X")
+    return not is_running(stat_fields(pid))
 
 
 def _pid_namespace(pid: int) -> str | None:

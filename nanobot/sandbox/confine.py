@@ -12,7 +12,8 @@ import shutil
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -60,6 +61,15 @@ class Launch:
                 os.close(fd)
             except OSError:
                 pass
+
+    @contextmanager
+    def undone_on_error(self) -> Iterator[None]:
+        """Around the rest of a launch's preparation: if it raises, what is ready so far is cleaned up."""
+        try:
+            yield
+        except BaseException:
+            self.finish()
+            raise
 
     def finish(self) -> None:
         """After the command: kill whatever is left in its cgroup, remove temp state."""
@@ -125,11 +135,8 @@ class Confinement:
             launch.close_parent_fds([info])
 
         launch.cleanups.append(end)
-        try:
+        with launch.undone_on_error():
             _attach_limits(launch, policy.limits, nproc=nproc_counts_command_only(), cgroup=self._pids_cgroup)
-        except BaseException:
-            launch.finish()
-            raise
         return launch
 
     # --- Landlock ---------------------------------------------------------------------
@@ -139,7 +146,8 @@ class Confinement:
         launch = Launch(["/bin/sh", "-c", command], env={"TMPDIR": str(tmp)},
                         cleanups=[lambda: shutil.rmtree(tmp, ignore_errors=True)])
         ruleset = landlock.Ruleset(self._abi, block_tcp=not policy.network and not private)
-        try:
+        launch.cleanups.append(ruleset.close)
+        with launch.undone_on_error():
             ws = policy.workspace
             base = policy.system_dirs() if policy.restrict else _visible_outside(policy.hidden)
             readable = [*base, *policy.extra_read, *policy.toolchains]
@@ -152,34 +160,25 @@ class Confinement:
             for path in beneath_except(ws, policy.hidden_inside_workspace()):  # rule 1 (rule 3 inside)
                 ruleset.allow(path, ruleset.all_fs)
             ruleset.allow(tmp, ruleset.all_fs)
-        except BaseException:
-            ruleset.close()
-            launch.finish()
-            raise
-        hook = LandlockLaunch(
-            ruleset_fd=ruleset.fd, limits=policy.limits, cgroup_fd=-1, private_mounts=private,
-            new_net=private and not policy.network,
-            read_only=tuple(p for p in policy.read_only if p.is_dir()),
-            nproc=os.geteuid() != 0, workspace=ws, tmp=tmp, user_namespace=private and os.geteuid() != 0,
-            shown=(*policy.toolchains, *policy.extra_read),
-        )
-        if private:
-            launch.env["TMPDIR"] = "/tmp"  # the private tmp is mounted there
-        launch.preexec_fn = launch.keeper = hook
-        launch.cleanups.append(ruleset.close)
-        try:
+            hook = LandlockLaunch(
+                ruleset_fd=ruleset.fd, limits=policy.limits, cgroup_fd=-1, private_mounts=private,
+                new_net=private and not policy.network,
+                read_only=tuple(p for p in policy.read_only if p.is_dir()),
+                nproc=os.geteuid() != 0, workspace=ws, tmp=tmp, user_namespace=private and os.geteuid() != 0,
+                shown=(*policy.toolchains, *policy.extra_read),
+            )
+            if private:
+                launch.env["TMPDIR"] = "/tmp"  # the private tmp is mounted there
+            launch.preexec_fn = launch.keeper = hook
             cg = _command_cgroup(policy.limits, required=self._pids_cgroup)
-        except BaseException:
-            launch.finish()
-            raise
-        if cg is not None:
-            hook.cgroup_fd = cg.open_procs()
-            launch.cgroup = cg
-            fd = hook.cgroup_fd
-            launch.cleanups.append(lambda: launch.close_parent_fds([fd]))
-        elif hook.nproc and not hook.user_namespace:
-            # without a user namespace RLIMIT_NPROC counts all the user's processes: leave room for them
-            hook.limits = Limits(**{**policy.limits.__dict__, "processes": _user_processes() + policy.limits.processes})
+            if cg is not None:
+                launch.cgroup = cg
+                hook.cgroup_fd = fd = cg.open_procs()
+                launch.cleanups.append(lambda: launch.close_parent_fds([fd]))
+            elif hook.nproc and not hook.user_namespace:
+                # without a user namespace RLIMIT_NPROC counts all the user's processes: leave room for them
+                hook.limits = Limits(**{**policy.limits.__dict__,
+                                        "processes": _user_processes() + policy.limits.processes})
         return launch
 
 

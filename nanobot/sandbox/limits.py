@@ -24,6 +24,21 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 _counter = itertools.count()
 
 
+def stat_fields(pid: int | str) -> list[bytes] | None:
+    """/proc/<pid>/stat's fields after the command name, the state first (Z: a zombie, X: dead);
+    None when the process is gone. (The name may hold spaces and parentheses: cut at the last ")".)"""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2:].split()
+
+
+def is_running(fields: list[bytes] | None) -> bool:
+    """From stat_fields: there, and neither a zombie nor dead."""
+    return fields is not None and fields[:1] not in ([b"Z"], [b"X"])
+
+
 def apply_rlimits(limits: Limits, *, nproc: bool) -> None:
     """In the child, before exec: file size, data size, no core dumps (and processes if asked)."""
     pairs = [

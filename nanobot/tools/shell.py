@@ -25,7 +25,7 @@ from typing import Any
 from nanobot.errors import ToolError
 from nanobot.memory.store import watch_memory
 from nanobot.sandbox import Launch, build_policy, launcher
-from nanobot.sandbox.limits import PidsCgroup
+from nanobot.sandbox.limits import PidsCgroup, is_running, stat_fields
 from nanobot.secrets_mask import is_secret_name
 from nanobot.tools.approval import ApprovalRequest
 from nanobot.tools.base import Tool
@@ -257,14 +257,8 @@ def _group_alive(pgid: int) -> bool:
     for entry in os.listdir(proc_dir):
         if not entry.isdigit():
             continue
-        try:
-            with open(f"{proc_dir}/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        # Fields after the last ")" (the command name may contain spaces or parentheses).
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+        fields = stat_fields(entry)
+        if fields is not None and len(fields) > 2 and int(fields[2]) == pgid and is_running(fields):
             return True
     return False
 
