@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -21,6 +22,12 @@ from host_procs import host_pids
 # of them agree (the fork server refuses a child whose PYTHON* variables differ from its own).
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+
+# A suite started in the background (`python -m pytest &` in a script, nohup) inherits SIGINT
+# ignored, and so would every nanobot it starts: the Ctrl-C tests would then see a child that
+# cannot be interrupted. With a handler here, each child execs with the default disposition.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Collecting imports the test modules and with them nanobot and both SDKs (about 1.7 s per worker,
 # most of it anthropic's and openai's types): nearly no garbage, so the collector is off while it
