@@ -23,7 +23,7 @@ from host_procs import host_pids
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
 
-# A suite started in the background (`python -m pytest &` in a script, nohup) inherits SIGINT
+# A suite started in the background (`python -m pytest &` in a non-interactive shell) inherits SIGINT
 # ignored, and so would every nanobot it starts: the Ctrl-C tests would then see a child that
 # cannot be interrupted. With a handler here, each child execs with the default disposition.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
