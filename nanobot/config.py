@@ -39,7 +39,7 @@ class AgentDefaults:
     max_tool_calls_per_step: int = 32  # tool calls run per model step; extra calls get an error result
     consolidation_timeout_seconds: float = 90.0  # deadline for one consolidation request, retries included
     consolidation_wait_seconds: float = 5.0  # a turn waits this long for consolidation to make room, then goes ahead
-    temperature: float = 0.1
+    temperature: float = 0.1  # sampling temperature, 0-2; OpenAI-compatible providers only
     max_tool_iterations: int = 40  # LLM calls per turn before the turn is stopped
     timezone: str = ""  # IANA name for the runtime context; empty means the system's
     subagent_wait_seconds: float = 300.0  # how long `agent -m` waits for subagents it started
@@ -52,12 +52,12 @@ class AgentDefaults:
 class ModelPreset:
     """A named model + settings (nanobot's modelPresets); fallbackModels may name one."""
 
-    model: str = ""
-    provider: str = "auto"
+    model: str = ""  # provider/model, as in agents.defaults.model
+    provider: str = "auto"  # as agents.defaults.provider
     max_tokens: int = 0  # 0: agents.defaults.maxTokens
     context_window_tokens: int = 0  # 0: agents.defaults.contextWindowTokens
-    temperature: float | None = None
-    reasoning_effort: str = ""
+    temperature: float | None = None  # as agents.defaults.temperature; null: keep that one
+    reasoning_effort: str = ""  # as agents.defaults.reasoningEffort
 
 
 @dataclass
@@ -92,7 +92,7 @@ class ExecConfig:
 class SearchConfig:
     provider: str = "brave"  # "brave" when a key is set, otherwise keyless DuckDuckGo
     api_key: str = ""  # Brave Search key (or BRAVE_API_KEY)
-    max_results: int = 5
+    max_results: int = 5  # nanobot's key, range-checked but unused: the model picks the count (1-10, default 5)
 
 
 @dataclass
@@ -140,7 +140,7 @@ class Gateway:
 @dataclass
 class Config:
     agents: Agents = field(default_factory=Agents)
-    providers: dict[str, ProviderConfig] = field(default_factory=dict)
+    providers: dict[str, ProviderConfig] = field(default_factory=dict)  # keys and URLs per provider name (anthropic, openai, custom, ...)
     tools: Tools = field(default_factory=Tools)
     gateway: Gateway = field(default_factory=Gateway)
     model_presets: dict[str, ModelPreset] = field(default_factory=dict)  # named models for modelPreset / fallbacks

@@ -1,4 +1,4 @@
-"""The import layers the README's Development map states, read from the source with `ast`."""
+"""The import layers the package map in docs/dev/architecture.md states, read from the source with `ast`."""
 
 from __future__ import annotations
 
@@ -198,9 +198,9 @@ TEST_FOLDER_FOR = {"sandbox": "security"}
 
 
 def _map_entries() -> list[tuple[list[str], str]]:
-    """The README's Development map as (names on the entry's first line, the entry's whole text)."""
-    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
-    block = readme.split("## Development", 1)[1].split("```", 2)[1]
+    """The package map (docs/dev/architecture.md) as (names on the entry's first line, the entry's whole text)."""
+    page = (PACKAGE.parent / "docs" / "dev" / "architecture.md").read_text(encoding="utf-8")
+    block = page.split("## The package map", 1)[1].split("```", 2)[1]
     entries: list[tuple[list[str], str]] = []
     for line in block.splitlines()[2:]:
         if line.startswith("  ") and not line.startswith("   "):
@@ -221,7 +221,7 @@ def _unit(module: str) -> str | None:
     return parts[1] + ".py" if (PACKAGE / f"{parts[1]}.py").exists() else None
 
 
-def test_the_readme_development_map_names_every_module():
+def test_the_package_map_names_every_module():
     entries = _map_entries()
     named = {name for names, _ in entries for name in names}
     units = {p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")}
@@ -236,7 +236,7 @@ def test_the_readme_development_map_names_every_module():
     assert missing == []
 
 
-def test_every_import_points_down_the_readme_development_map():
+def test_every_import_points_down_the_package_map():
     rank = {name: i for i, (names, _) in enumerate(_map_entries()) for name in names}
     upward = []
     for path in _sources():
