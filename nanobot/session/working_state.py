@@ -44,8 +44,8 @@ SUFFIX = ".working-state"
 SOURCE = ("working state of this conversation: nanobot's own checkpoint, written by the assistant itself "
           "when older messages were compacted")
 # the fixed shape asked of the model (and written by the fake model)
-SHAPE = ("Goal: ...\nStatus: ...\nDecisions: ...\nOpen questions: ...\nNext step: ...\n"
-         "Identifiers: every exact path, id, URL, number and name still in play\n")
+SHAPE = ("Goal: ...\nStatus: ...\nDecisions:\n- ...\nOpen questions:\n- ...\nNext step: ...\n"
+         "Identifiers (every exact path, id, URL, number, name still in play):\n- ...\n")
 _OPEN = f'<untrusted-data source="{SOURCE}">'
 
 
