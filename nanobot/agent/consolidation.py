@@ -23,9 +23,9 @@ from nanobot.errors import ConsolidationFailure, NanobotError, ProviderError
 from nanobot.memory.store import MemoryStore, MemoryUpdateRefused
 from nanobot.messages import Message, cut_middle, parse_timestamp, transcript_lines
 from nanobot.providers.base import LLMResponse, Provider
+from nanobot.secrets_mask import mask_secrets
 from nanobot.session.runtime_context import user_with_context
 from nanobot.session.save_policy import as_sent
-from nanobot.secrets_mask import mask_secrets
 from nanobot.session.store import Session, SessionStore
 from nanobot.session.working_state import SHAPE, WorkingStateLog, count_items
 

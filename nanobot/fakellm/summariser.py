@@ -47,7 +47,7 @@ def _section(body: str, title: str) -> str:
 
 def _parse_checkpoint(text: str) -> dict[str, list[str]]:
     fields: dict[str, list[str]] = {name: [] for name in _ORDER}
-    current = None
+    current = ""
     for line in text.splitlines():
         if line.startswith("- ") and current in _LISTS:
             fields[current].append(line[2:].strip())
