@@ -7,7 +7,14 @@ import json
 from nanobot.agent.budget import ContextBudget
 from nanobot.messages import Message
 from nanobot.session.store import SessionStore
-from nanobot.session.working_state import SOURCE, WorkingStateLog, carry_block, count_items, state_path, with_block
+from nanobot.session.working_state import (
+    SOURCE,
+    WorkingStateLog,
+    carry_block,
+    count_items,
+    state_path,
+    with_block,
+)
 from nanobot.tokens import default_counter
 
 STATE = "Goal: ship 1.2\nStatus: testing\nDecisions:\n- no Friday deploys\nOpen questions: none\nNext step: tag it\n" \
