@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -213,6 +214,37 @@ def check_skills(cfg: Config) -> Check:
     return Check("skills", "ok", f"{ready} ready")
 
 
+def check_compactions() -> Check:
+    """Sessions whose last compaction failed (recorded with the session, not only said on stderr)."""
+    from nanobot.session.working_state import SUFFIX, WorkingStateLog
+
+    failed = []
+    folder = paths.sessions_dir()
+    for state_file in sorted(folder.glob(f"*.jsonl{SUFFIX}")) if folder.is_dir() else []:
+        session_file = state_file.with_name(state_file.name[: -len(SUFFIX)])
+        try:
+            record = WorkingStateLog(session_file).read().failed
+        except NanobotError:
+            continue
+        if record is not None:
+            failed.append(f"{_session_key(session_file)} ({record.get('at', '?')}: {record.get('reason', '?')})")
+    if failed:
+        return Check("compaction", "warn", f"the last compaction failed in {len(failed)} session(s): "
+                     + "; ".join(failed),
+                     "Nothing was lost; it is tried again after the session's next turn. Run /compact in that "
+                     "session (`nanobot agent -s KEY -m /compact`) to retry now and see the reason.")
+    return Check("compaction", "ok", "no session's last compaction failed")
+
+
+def _session_key(path: Path) -> str:
+    try:
+        with path.open("rb") as fh:
+            key = json.loads(fh.readline()).get("key")
+    except (OSError, ValueError, AttributeError):
+        key = None
+    return key if isinstance(key, str) else path.stem
+
+
 def run_checks(config_path: Path | None = None, *, offline: bool = False) -> list[Check]:
     path = config_path or paths.default_config_path()
     first, cfg = check_config(path)
@@ -221,5 +253,5 @@ def run_checks(config_path: Path | None = None, *, offline: bool = False) -> lis
         return checks  # nothing else can be judged without a config
     checks += [check_key(cfg), check_provider(cfg, offline=offline), check_tokens(), check_confinement(cfg),
                check_storage("workspace", cfg.workspace_path()), check_storage("sessions", paths.sessions_dir()),
-               check_memory(cfg), check_skills(cfg)]
+               check_memory(cfg), check_skills(cfg), check_compactions()]
     return checks

@@ -32,6 +32,7 @@ from typing import Any
 from nanobot.config import AgentDefaults
 from nanobot.errors import ContextTooSmallError, ProviderError, RequestTooLarge
 from nanobot.messages import Message, cut_middle, text_of, tool_calls_of
+from nanobot.session import working_state
 from nanobot.session.save_policy import as_sent
 from nanobot.session.store import Session
 from nanobot.tokens import Calibration, TokenCounter, byte_bound, default_counter, estimator_name
@@ -209,16 +210,22 @@ class ContextBudget:
         """The next request's size: system + history + tools + the coming message, calibrated."""
         system = system_prompt() if callable(system_prompt) else system_prompt
         raw = (self.counter.count_message({"role": "system", "content": system})
-               + self.history_tokens(session)
+               + self.history_tokens(session) + self.working_state_tokens(session)
                + self.counter.count_tools(tools)
                + self.counter.count_message(probe))
         return self.calibration.adjust(raw)
+
+    def working_state_tokens(self, session: Session) -> int:
+        """The checkpoint block every request of the session carries (as a message: a few tokens over)."""
+        text = session.working_state
+        return self.counter.count_message({"role": "user", "content": working_state.block(text)}) if text else 0
 
     def session_surely_fits(self, session: Session, *, system_prompt: SystemPrompt, tools: list[dict] | None,
                             probe: Message) -> bool:
         system = system_prompt() if callable(system_prompt) else system_prompt
         history = [as_sent(m) for m in session.unconsolidated() if m.get("role") != "system"]
-        return self.surely_fits(system, history, tools or [], probe)
+        state = working_state.block(session.working_state) if session.working_state else ""
+        return self.surely_fits(system, history, tools or [], probe, state)
 
     # -- learning from the provider ---------------------------------------------------------
 
@@ -491,8 +498,9 @@ class _Fitter:
         bounds = [i for i in range(first + 1, min(self.turn_start, len(self.out) - 1) + 1)
                   if self.out[i].get("role") == "user"]
         base = self.out
-        chosen = self._least_cut(bounds, lambda end: base[:first] + [_with_note(base[end], end - first)]
-                                 + base[end + 1:])
+        # the working-state block at the start of the first message stays in the request
+        chosen = self._least_cut(bounds, lambda end: base[:first] + [
+            working_state.carry_block(base[first], _with_note(base[end], end - first))] + base[end + 1:])
         if chosen is None:
             return
         end, self.out = chosen

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,13 +19,15 @@ from typing import Any
 from nanobot.agent.budget import ContextBudget
 from nanobot.agent.events import EventSink, Notice, ignore
 from nanobot.config import AgentDefaults
-from nanobot.errors import ConsolidationFailure, ProviderError
+from nanobot.errors import ConsolidationFailure, NanobotError, ProviderError
 from nanobot.memory.store import MemoryStore, MemoryUpdateRefused
-from nanobot.messages import Message, parse_timestamp, transcript_lines
+from nanobot.messages import Message, cut_middle, parse_timestamp, transcript_lines
 from nanobot.providers.base import LLMResponse, Provider
+from nanobot.secrets_mask import mask_secrets
 from nanobot.session.runtime_context import user_with_context
 from nanobot.session.save_policy import as_sent
 from nanobot.session.store import Session, SessionStore
+from nanobot.session.working_state import SHAPE, WorkingStateLog, count_items
 
 __all__ = [
     "Consolidator", "ConsolidationReport", "SAVE_MEMORY_TOOL", "DEFAULT_PROBE",
@@ -49,6 +52,10 @@ SAVE_MEMORY_TOOL: dict[str, Any] = {
                     "description": "The complete new MEMORY.md: every still-true existing fact plus the new "
                                    "lasting facts from this excerpt (markdown).",
                 },
+                "session_checkpoint": {
+                    "type": "string",
+                    "description": "The working state of this conversation, replacing the previous one.",
+                },
             },
             "required": ["history_entry", "memory_update"],
         },
@@ -64,7 +71,10 @@ assistant's context. Call the save_memory tool exactly once:
 - memory_update: the COMPLETE new MEMORY.md. Keep every existing fact that is still true (do not
   shorten or drop them), add lasting facts learned in the excerpt (who the user is, preferences,
   projects, decisions, names), and correct facts the excerpt contradicts. If nothing new was
-  learned, return the current MEMORY.md unchanged. Never return an empty text."""
+  learned, return the current MEMORY.md unchanged. Never return an empty text.
+- session_checkpoint: the task in hand in THIS conversation, replacing the previous checkpoint (keep
+  what still matters, drop what is done), short, in this shape:
+{shape}"""
 
 # A typical runtime-context block, so the probe costs what the real current message costs.
 _SAMPLE_CONTEXT = ("Current time: 2026-01-01 00:00 (Wednesday) America/Argentina/Buenos_Aires (UTC-03:00)\n"
@@ -95,6 +105,8 @@ class ConsolidationReport:
     raw_archived: bool = False
     failures: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)  # for the user (held-back memory updates, ...)
+    checkpoint: str = ""  # the session's working state after this run (session/working_state.py)
+    checkpoint_version: int = 0  # the version this run wrote last (0: none)
     before: int = 0  # estimated prompt tokens
     after: int = 0
 
@@ -184,13 +196,14 @@ class Consolidator:
             if estimated < self.budget.budget:
                 return report
             target = self.budget.budget // 2
-            while report.rounds < self.max_rounds and estimated > target:
-                end = self.pick_consolidation_boundary(session, estimated - target)
-                if end is None:
-                    break
-                report.rounds += 1
-                await self._consolidate_range(session, end, report, emit)
-                estimated = report.after = measure()
+            with self._outcome(session, report, emit):
+                while report.rounds < self.max_rounds and estimated > target:
+                    end = self.pick_consolidation_boundary(session, estimated - target)
+                    if end is None:
+                        break
+                    report.rounds += 1
+                    await self._consolidate_range(session, end, report, emit)
+                    estimated = report.after = measure()
         return report
 
     async def archive_all(self, session: Session, *, emit: EventSink = ignore) -> ConsolidationReport:
@@ -199,7 +212,8 @@ class Consolidator:
         async with self.lock_for(session.key):
             if len(session.messages) > session.last_consolidated:
                 report.rounds = 1
-                await self._consolidate_range(session, len(session.messages), report, emit)
+                with self._outcome(session, report, emit):
+                    await self._consolidate_range(session, len(session.messages), report, emit)
         return report
 
     async def compact(self, session: Session, *, emit: EventSink = ignore) -> ConsolidationReport:
@@ -210,8 +224,35 @@ class Consolidator:
             end = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].get("role") == "user"), None)
             if end is not None and end > session.last_consolidated:
                 report.rounds = 1
-                await self._consolidate_range(session, end, report, emit)
+                with self._outcome(session, report, emit):
+                    await self._consolidate_range(session, end, report, emit)
+            report.checkpoint = session.working_state
         return report
+
+    @contextmanager
+    def _outcome(self, session: Session, report: ConsolidationReport, emit: EventSink) -> Iterator[None]:
+        """The closing line of a compaction, and its outcome kept with the session (for status and doctor)."""
+        log = WorkingStateLog(session.path)
+        try:
+            yield
+        except BaseException as exc:
+            if not isinstance(exc, asyncio.CancelledError):
+                with suppress(NanobotError):
+                    log.record_compaction(ok=False, archived=report.messages,
+                                          reason=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            raise
+        report.checkpoint = session.working_state
+        items = count_items(session.working_state)
+        if report.raw_archived:
+            reason = report.failures[-1] if report.failures else "the summary failed"
+            log.record_compaction(ok=False, archived=report.messages, reason=reason, items=items)
+        elif report.messages:
+            log.record_compaction(ok=True, archived=report.messages, items=items)
+        if report.messages:
+            archived = f"{report.messages} message{'s' if report.messages != 1 else ''} archived"
+            kept = (f"kept {items} item{'s' if items != 1 else ''} of working state" if session.working_state
+                    else "no working state kept")
+            emit(Notice(f"compaction done: {kept}; {archived}"))
 
     # -- the work -----------------------------------------------------------------------------
 
@@ -225,9 +266,9 @@ class Consolidator:
             start = session.last_consolidated
             memory_text = self.memory.state().usable  # an empty or cut-off file is not "nothing remembered"
             piece, request = self._fitting_piece(session.messages, start, self._render_limit(session, end),
-                                                 memory_text)
+                                                 memory_text, session.working_state)
             chunk = list(session.messages[start:piece])
-            first_line = await self._summarise_with_retries(chunk, request, report, emit, memory_text)
+            first_line = await self._summarise_with_retries(chunk, request, report, emit, memory_text, session)
             if first_line:
                 report.history_entries.append(first_line)
             # HISTORY.md (and MEMORY.md) are durable now; only then does the chunk leave the prompt
@@ -251,20 +292,20 @@ class Consolidator:
         return end if total <= limit or last is None else last
 
     def _fitting_piece(self, msgs: Sequence[Message], start: int, end: int,
-                       memory_text: str) -> tuple[int, list[Message] | None]:
+                       memory_text: str, state: str = "") -> tuple[int, list[Message] | None]:
         """The furthest user boundary whose consolidation request fits, and that request.
 
         A single turn that does not fit even alone is rendered with ever shorter tool results
         and texts; None as the request means nothing makes it fit (MEMORY.md alone is too big).
         """
         bounds = [i for i in range(start + 1, end) if msgs[i].get("role") == "user"] + [end]
-        request = self._request(msgs[start:end], memory_text)
+        request = self._request(msgs[start:end], memory_text, state)
         if self._fits(request):
             return end, request
         lo, hi, best = 0, len(bounds) - 2, None  # bounds[-1] == end did not fit
         while lo <= hi:
             mid = (lo + hi) // 2
-            candidate = self._request(msgs[start:bounds[mid]], memory_text)
+            candidate = self._request(msgs[start:bounds[mid]], memory_text, state)
             if self._fits(candidate):
                 best, lo = (bounds[mid], candidate), mid + 1
             else:
@@ -273,29 +314,32 @@ class Consolidator:
             return best
         piece = bounds[0]
         for tool_chars, text_chars in _RENDER_LADDER[1:]:
-            request = self._request(msgs[start:piece], memory_text, tool_chars=tool_chars, text_chars=text_chars)
+            request = self._request(msgs[start:piece], memory_text, state, tool_chars=tool_chars,
+                                    text_chars=text_chars)
             if self._fits(request):
                 return piece, request
         return piece, None
 
-    def _request(self, chunk: Sequence[Message], memory_text: str, **limits: Any) -> list[Message]:
+    def _request(self, chunk: Sequence[Message], memory_text: str, state: str = "", **limits: Any) -> list[Message]:
         stamp = _chunk_time(chunk, self.clock).strftime("[%Y-%m-%d %H:%M]")
-        body = (f"## Current MEMORY.md\n\n{memory_text.strip() or '(empty)'}\n\n"
+        body = (f"## Previous session checkpoint\n\n{state.strip() or '(none yet)'}\n\n"
+                f"## Current MEMORY.md\n\n{memory_text.strip() or '(empty)'}\n\n"
                 f"## Conversation excerpt ({len(chunk)} messages)\n\n{render_transcript(chunk, **limits)}")
-        return [{"role": "system", "content": _INSTRUCTIONS.format(stamp=stamp)},
+        return [{"role": "system", "content": _INSTRUCTIONS.format(stamp=stamp, shape=SHAPE)},
                 {"role": "user", "content": body}]
 
     def _fits(self, request: list[Message]) -> bool:
         return self.budget.fits(request, [SAVE_MEMORY_TOOL])
 
     async def _summarise_with_retries(self, chunk: list[Message], request: list[Message] | None,
-                                      report: ConsolidationReport, emit: EventSink, base: str) -> str:
+                                      report: ConsolidationReport, emit: EventSink, base: str,
+                                      session: Session) -> str:
         """Summarise the chunk, or archive it raw after repeated failures; returns the entry's first line."""
         reason = "the consolidation request cannot fit the context window"
         for _ in range(self.max_failures if request is not None else 0):
             assert request is not None
             try:
-                return self._record(chunk, await self._ask(request), report, base)
+                return self._record(chunk, await self._ask(request), report, base, session)
             except ConsolidationFailure as exc:
                 reason = str(exc)
                 report.failures.append(reason)
@@ -340,8 +384,9 @@ class Consolidator:
         return response
 
     def _record(self, chunk: list[Message], answer: tuple[dict[str, Any], bool],
-                report: ConsolidationReport, base: str) -> str:
-        """Both or neither: the store writes the entry and the update only if both pass its checks."""
+                report: ConsolidationReport, base: str, session: Session) -> str:
+        """Both or neither: the store writes the entry and the update only if both pass its checks;
+        then the session's new working state, before the caller moves the pointer past the chunk."""
         args, truncated = answer
         try:
             first, outcome = self.memory.record_consolidation(
@@ -352,7 +397,26 @@ class Consolidator:
         report.notices.extend(outcome.notices)
         if outcome.status == "held_back":
             report.notices.append(outcome.message)
+        self._keep_checkpoint(session, args.get("session_checkpoint", ""), len(chunk), report)
         return first
+
+    def _keep_checkpoint(self, session: Session, text: str, archived: int, report: ConsolidationReport) -> None:
+        """A new version of the session's working state, durable before the pointer moves; a reply
+        without one keeps the previous version (an older model), and says so."""
+        text = mask_secrets(text.strip())
+        if not text:
+            kept = "the previous working state is kept" if session.working_state else "no working state is kept yet"
+            if "session_checkpoint" not in " ".join(report.notices):
+                report.notices.append(f"the model returned no session_checkpoint with its summary; {kept}")
+            return
+        limit = max(256, self.budget.budget // 8)  # it rides on every request: a small share of the budget
+        if self.budget.counter.count_text(text) > limit:
+            text = cut_middle(text, limit * 3, lambda n: f"\n[... {n:,} characters of the checkpoint cut ...]\n")
+            report.notices.append(f"the model's session_checkpoint was longer than {limit:,} tokens; its middle "
+                                  "was cut")
+        version = WorkingStateLog(session.path).add_version(text, archived=archived)
+        session.working_state = text
+        report.checkpoint, report.checkpoint_version = text, version.number
 
 
 def _as_markdown(value: Any, depth: int = 0) -> str:
@@ -431,6 +495,9 @@ def parse_save_memory(raw: Any) -> dict[str, str]:
         if item is None or isinstance(item, bool) or isinstance(item, (int, float)):
             raise ConsolidationFailure(f"save_memory argument {name} is missing or not text")
         out[name] = convert(_decode_json_text(item))
+    checkpoint = value.get("session_checkpoint")  # optional: an older model leaves it out
+    if checkpoint is not None and not isinstance(checkpoint, bool):
+        out["session_checkpoint"] = _as_markdown(_decode_json_text(checkpoint))
     return out
 
 

@@ -20,6 +20,7 @@ from nanobot.messages import Message, for_wire
 from nanobot.secrets_mask import mask_secrets
 from nanobot.session.runtime_context import user_with_context
 from nanobot.session.save_policy import as_sent
+from nanobot.session.working_state import with_block
 from nanobot.untrusted import FENCE_RULES, fence
 
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md")
@@ -122,7 +123,10 @@ background subagents for longer independent tasks.
         return user_with_context(text, self.runtime_context(channel, chat_id))
 
     def build_messages(self, history: list[Message], text: str | None = None, *, channel: str = "cli",
-                       chat_id: str = "direct", system_prompt: str | None = None) -> list[Message]:
-        """system prompt + history (+ the current user message when `text` is given)."""
+                       chat_id: str = "direct", system_prompt: str | None = None,
+                       working_state: str = "") -> list[Message]:
+        """system prompt + history (+ the current user message when `text` is given); the session's
+        working state, if any, opens the first user message (session/working_state.py says why there)."""
         current = [for_wire(as_sent(self.user_message(text, channel=channel, chat_id=chat_id)))] if text is not None else []
-        return [{"role": "system", "content": system_prompt or self.system_prompt()}, *history, *current]
+        return [{"role": "system", "content": system_prompt or self.system_prompt()},
+                *with_block([*history, *current], working_state)]

@@ -26,6 +26,7 @@ from nanobot.providers.base import Usage
 from nanobot.secrets_mask import REDACTED, find_secrets, mask_secrets, mask_value
 from nanobot.session.save_policy import TurnCheckpoint, save_turn
 from nanobot.session.store import Session, SessionStore
+from nanobot.session.working_state import WorkingStateLog, with_block
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class Conversation:
 
     def build_request(self) -> list[Message]:
         """System prompt + the session's history, which ends with the saved current user message."""
-        return self.context.build_messages(self.session.get_history())
+        return self.context.build_messages(self.session.get_history(), working_state=self.session.working_state)
 
     async def send(self, text: str, *, emit: EventSink = ignore) -> TurnOutcome:
         """Run one user turn. The user's message is saved first: nothing after it can lose it."""
@@ -143,7 +144,8 @@ class Conversation:
             history = self.session.get_history()
             save_turn(self.store, self.session, [note])
             system: Message = {"role": "system", "content": self.context.system_prompt()}
-            request = [system, *history, message]  # `message` is context for this turn only
+            # `message` is context for this turn only
+            request = [system, *with_block([*history, message], self.session.working_state)]
             return await self._run_turn(request, new_from=len(request), emit=emit)
 
     async def save_notes(self, notes: list[Message]) -> None:
@@ -159,5 +161,7 @@ class Conversation:
         """/new: archive every unconsolidated message first, then clear (a crash between loses nothing)."""
         async with self._turn_lock:
             report = await self.upkeep.archive_all(emit=emit)
+            WorkingStateLog(self.session.path).close_for_new()  # its state is archived with it, kept on disk
+            self.session.working_state = ""
             self.store.clear(self.session)
             return report

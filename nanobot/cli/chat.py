@@ -495,7 +495,18 @@ class Chat:
             self.console.print("[dim]started a new conversation[/dim]")
 
     async def compact(self) -> None:
-        await self._memory_action(self.conversation.compact)
+        reports: list[ConsolidationReport] = []
+
+        async def compact(*, emit: EventSink) -> ConsolidationReport:
+            reports.append(await self.conversation.compact(emit=emit))
+            return reports[-1]
+
+        if await self._memory_action(compact) and reports and reports[0].checkpoint:
+            report = reports[0]
+            version = f"version {report.checkpoint_version}" if report.checkpoint_version else "unchanged"
+            self.console.print(f"[bold]working state[/bold] [dim]({version}; sent with every request)[/dim]",
+                               highlight=False)
+            self.console.print(escape(report.checkpoint), highlight=False)
 
     def _pause_display(self) -> None:  # an approval question must not be drawn over
         self.renderer.finish()

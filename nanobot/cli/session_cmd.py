@@ -20,6 +20,7 @@ from nanobot.errors import NanobotError
 from nanobot.messages import NOTE_KEY, text_of
 from nanobot.secrets_mask import mask_message, mask_value
 from nanobot.session.store import SessionStore
+from nanobot.session.working_state import WorkingState, WorkingStateLog
 
 session_app = typer.Typer(help="Saved conversations: list, show and repair them.", no_args_is_help=True,
                           add_completion=False, pretty_exceptions_show_locals=False)
@@ -128,8 +129,14 @@ def show(
         raise _fail(exc) from None
     _warn(session.warnings)
     messages = session.messages if limit is None else session.messages[-limit:] if limit > 0 else []
+    try:
+        state = WorkingStateLog(session.path).read()
+    except NanobotError as exc:
+        raise _fail(exc) from None
     if as_json:
-        typer.echo(json.dumps(mask_value(messages), ensure_ascii=False, indent=2))  # files from before masking
+        shown = {"key": key, "last_consolidated": session.last_consolidated, "messages": list(messages),
+                 "working_state": state.as_json()}
+        typer.echo(json.dumps(mask_value(shown), ensure_ascii=False, indent=2))  # files from before masking
         return
     console = _out()
     console.print(f"[bold]{escape(key)}[/bold]  {len(session.messages)} messages, "
@@ -146,6 +153,31 @@ def show(
             console.print(f"  {escape(str(record.get('summary', '?')))} [dim]— task: "
                           f"{escape(str(record.get('task', ''))[:80])}[/dim]")
     _print_decisions(console, session.decisions)
+    _print_working_state(console, state)
+
+
+def _print_working_state(console: Console, state: WorkingState) -> None:
+    """The checkpoint in force (sent with every request of the session), then the earlier versions."""
+    if not state.versions and state.last_compaction is None:
+        return
+    current = state.current
+    console.print("\n[bold]working state[/bold]" + (
+        f" (version {current.number}, {current.items} items, written {escape(current.at)}; sent with every request)"
+        if current is not None else " (none in force: /new archived the last one)" if state.versions else ""))
+    if current is not None:
+        console.print(escape(current.text))
+    earlier = [v for v in state.versions if v is not current]
+    if earlier:
+        console.print(f"[dim]earlier versions ({len(earlier)}):[/dim]")
+        for v in earlier:
+            first = v.text.strip().splitlines()[0] if v.text.strip() else ""
+            closed = ", archived by /new" if v.closed else ""
+            console.print(f"  [dim]version {v.number} · {escape(v.at)} · {v.items} items{closed} ·[/dim] "
+                          f"{escape(first[:80])}")
+    failed = state.failed
+    if failed is not None:
+        console.print(f"[yellow]the last compaction failed[/yellow] ({escape(str(failed.get('at', '')))}): "
+                      f"{escape(str(failed.get('reason', '?')))}")
 
 
 def _print_decisions(console: Console, decisions: list[dict]) -> None:

@@ -104,6 +104,13 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
     table.add_row("session", session_key + ("" if exists else " (new)"))
     for label, text in budget_rows(snap):
         table.add_row(label if label != "warning" else "[yellow]warning[/yellow]", text)
+    from nanobot.cli.status_view import working_state_rows
+    from nanobot.session.store import SessionStore
+    from nanobot.session.working_state import WorkingStateLog
+
+    if exists:
+        for label, text in working_state_rows(WorkingStateLog(SessionStore().path_for(session_key)).read()):
+            table.add_row(label if label != "warning" else "[yellow]warning[/yellow]", escape(text))
     table.add_row("sessions", str(paths.sessions_dir()))
     from nanobot.cli.status_view import exec_line
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from nanobot.agent.budget import BudgetSnapshot
 from nanobot.messages import NOTE_KEY
+from nanobot.session.working_state import WorkingState, WorkingStateLog
 
 
 def exec_line(cfg) -> str:
@@ -43,6 +44,19 @@ def budget_rows(snap: BudgetSnapshot) -> list[tuple[str, str]]:
     ]
 
 
+def working_state_rows(state: WorkingState) -> list[tuple[str, str]]:
+    """(label, text) rows: the checkpoint in force, and a failed last compaction (both status screens)."""
+    current = state.current
+    rows = [("working", f"version {current.number}: {current.items} items, written {current.at} "
+                        f"(`nanobot session show` prints it)" if current is not None else
+                        "no checkpoint yet (the first compaction writes one)")]
+    failed = state.failed
+    if failed is not None:
+        rows.append(("warning", f"the last compaction failed ({failed.get('at', '?')}): {failed.get('reason', '?')}; "
+                                "nothing was lost, it is tried again after the next turn (or run /compact)"))
+    return rows
+
+
 def status_lines(assistant) -> list[str]:
     conv = assistant.conversation
     cfg = assistant.cfg
@@ -58,6 +72,7 @@ def status_lines(assistant) -> list[str]:
         f"workspace  {assistant.workspace}",
         f"exec       {exec_line(cfg)}",
         *_last_consolidation(conv),
+        *[f"{label:<10} {text}" for label, text in working_state_rows(WorkingStateLog(session.path).read())],
         *_mcp(assistant),
         *_helpers(assistant),
         *_approvals(assistant),

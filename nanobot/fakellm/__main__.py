@@ -20,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     server = FakeLLMServer(context_window=args.context_window, port=args.port)
+    server.summarise = True  # consolidation requests get a save_memory call, as from a real model
     if args.script:
         with open(args.script, encoding="utf-8") as f:
             server.script(*(Reply.from_dict(d) for d in json.load(f)))

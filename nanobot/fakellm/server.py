@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from nanobot.fakellm import replies as wire
+from nanobot.fakellm import summariser
 from nanobot.fakellm.replies import Reply, Usage
 from nanobot.fakellm.rules import check_anthropic_request, check_openai_messages, estimate_tokens
 
@@ -87,6 +88,9 @@ class FakeLLMServer:
         self.prompt_counter: Callable[[dict], int] | None = None
         self.count_max_tokens = False
         self.responder: Responder | None = None
+        # answer consolidation requests (tools: save_memory) itself, before the responder: a summary,
+        # MEMORY.md kept, and a session_checkpoint filled from the request (fakellm/summariser.py)
+        self.summarise = False
         self.models: list[str] = ["test-model", "claude-test"]  # what GET /v1/models lists
         self.model_requests: list[str] = []  # paths of the GET /v1/models... requests received
         self._host, self._port = host, port
@@ -275,6 +279,9 @@ class FakeLLMServer:
             return rec.reply
         responder = self.responder
         reply = None
+        if self.summarise and summariser.is_consolidation(rec):
+            reply = rec.reply = summariser.save_memory_reply(rec)
+            return reply
         if responder is not None:
             try:
                 reply = responder(rec)

@@ -46,6 +46,7 @@ from nanobot.secrets_mask import mask_value
 from nanobot.session.index import INDEX_KEY, Checkpoint, PrefixList, crc_of_range, last_meta_line
 from nanobot.session.save_policy import as_sent
 from nanobot.session.validity import Fixes, make_valid, repair_messages
+from nanobot.session.working_state import WorkingStateLog
 
 __all__ = ["Session", "SessionInfo", "SessionStore", "RepairReport", "DECISION_TYPE"]
 
@@ -69,6 +70,7 @@ class Session:
     metadata: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # load problems the user should be told about
     decisions: MutableSequence[dict[str, Any]] = field(default_factory=list)  # approval decisions, oldest first
+    working_state: str = ""  # the latest checkpoint, sent with every request (session/working_state.py)
     _lock: ExclusiveLock | None = field(default=None, repr=False)
     _ends_with_newline: bool = field(default=True, repr=False)
     _stored_pointer: Any = field(default=0, repr=False)  # the pointer as the file records it
@@ -425,6 +427,7 @@ class SessionStore:
             )
         parsed = _read(source)
         session = self._build(key, path, parsed)
+        session.working_state = WorkingStateLog(path).read().text
         if parsed.bad_lines:
             session.warnings.insert(0, (
                 f"session {key}: {len(parsed.bad_lines)} damaged line(s) in {source} could not be read; "
@@ -531,6 +534,9 @@ class SessionStore:
         try:
             session = self._load_locked(key, path)
             session._lock = lock
+            state, damaged = WorkingStateLog(path).open()
+            session.working_state = state.text
+            session.warnings.extend(f"session {key}: {line}" for line in damaged)
             stored = session._stored_pointer
             if not _plain_int(stored) or session.last_consolidated != stored:
                 # Persist the clamped pointer so the warning is given once, not on every open.

@@ -285,8 +285,10 @@ def test_one_bad_reply_then_good_is_a_normal_consolidation(tmp_path, scripted_ll
 
 
 def test_chunk_too_big_for_one_request_is_split_at_user_boundaries(tmp_path):
-    with ScriptedLLM(context_window=1500) as server:
-        env = Env(tmp_path, server, window=1500, reply=300)
+    # the request's fixed part (instructions, the previous checkpoint, MEMORY.md growing by one line a
+    # piece) takes ~700 of this window's 1,300 prompt tokens by the last piece: each piece is a few turns
+    with ScriptedLLM(context_window=1600) as server:
+        env = Env(tmp_path, server, window=1600, reply=300)
         env.add_turns(30)
         server.responder = _echo_responder
         report = env.run(lambda: env.cons.archive_all(env.session, emit=env.notices.append))

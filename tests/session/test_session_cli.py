@@ -55,8 +55,9 @@ def test_show_json_prints_the_stored_messages(store):
     make(store, "k", [user("q"), assistant("a")])
     result = runner.invoke(session_app, ["show", "k", "--json"])
     assert result.exit_code == 0
-    messages = json.loads(result.stdout)
-    assert [(m["role"], m["content"]) for m in messages] == [("user", "q"), ("assistant", "a")]
+    shown = json.loads(result.stdout)
+    assert [(m["role"], m["content"]) for m in shown["messages"]] == [("user", "q"), ("assistant", "a")]
+    assert shown["working_state"] == {"current": None, "versions": [], "last_compaction": None}
 
 
 def test_show_unknown_key_exits_2_and_lists_known_keys(store):
