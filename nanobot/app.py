@@ -70,16 +70,20 @@ def tool_context(cfg: Config, workspace: Path, approver: Approver | None = None)
     )
 
 
-def build_tools(cfg: Config, workspace: Path, approver: Approver | None = None) -> ToolRegistry:
-    """The tools a subagent gets; the main agent gets these plus spawn (see open_assistant)."""
+def build_tools(cfg: Config, workspace: Path, approver: Approver | None = None,
+                session_key: str | None = None) -> ToolRegistry:
+    """The tools a subagent gets; the main agent gets these plus spawn (see open_assistant).
+    `session_key`: the session they work for (recall labels other sessions' messages by it)."""
     from nanobot.tools.files import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
-    from nanobot.tools.recall import SearchHistoryTool
+    from nanobot.tools.recall import ReadHistoryTool, SearchHistoryTool
     from nanobot.tools.shell import ExecTool
     from nanobot.tools.web import WebFetchTool, WebSearchTool
 
     ctx = tool_context(cfg, workspace, approver)
+    scope = cfg.tools.recall.scope
     registry = ToolRegistry([ReadFileTool(ctx), WriteFileTool(ctx), EditFileTool(ctx), ListDirTool(ctx),
-                             SearchHistoryTool(ctx)])
+                             SearchHistoryTool(ctx, session_key=session_key, scope=scope),
+                             ReadHistoryTool(ctx, session_key=session_key, scope=scope)])
     if cfg.tools.exec.enable:
         registry.register(ExecTool(ctx))
     registry.register(WebSearchTool(ctx, api_key=cfg.tools.web.search.api_key or None))
@@ -265,7 +269,7 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     # upkeep consolidates around them); report turns bring it what helpers found; the helpers tell
     # the report turns when they end; the main agent's spawn tool starts helpers (registered
     # last, in the registry the loop holds)
-    tools = build_tools(cfg, workspace, approver)
+    tools = build_tools(cfg, workspace, approver, session_key)
     loop = LoopSpec(provider, tools, budget, max_iterations=d.max_tool_iterations, temperature=d.temperature,
                     stream=stream)
     consolidator = Consolidator(provider, memory, store, budget, timeout=d.consolidation_timeout_seconds)
@@ -274,7 +278,7 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
         upkeep=MemoryUpkeep(consolidator, session, context, tools, background=background,
                             room_wait_seconds=d.consolidation_wait_seconds),
         settings=TurnSettings(channel=channel or "cli", chat_id=chat_id or "direct"))
-    sub_tools = build_tools(cfg, workspace, approver)  # subagents ask the same way, recorded in this session
+    sub_tools = build_tools(cfg, workspace, approver, session_key)  # subagents ask the same way, recorded in this session
     subagents = SubagentManager(provider, sub_tools, workspace, reports=ReportTurns(conversation, background),
                                 budget=budget)
     add_main_agent_tools(tools, cfg, workspace, session_key, subagents, approver)

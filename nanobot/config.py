@@ -117,9 +117,15 @@ class MCPServerConfig:
 
 
 @dataclass
+class RecallConfig:
+    scope: str = "all"  # search_history / read_history reach "all" sessions (others labelled) or only this "session"
+
+
+@dataclass
 class Tools:
     exec: ExecConfig = field(default_factory=ExecConfig)
     web: WebConfig = field(default_factory=WebConfig)
+    recall: RecallConfig = field(default_factory=RecallConfig)  # the recall tools over archived conversations
     restrict_to_workspace: bool = False  # file tools refuse paths outside the workspace; exec sees only it and system folders
     auto_approve: list[str] = field(default_factory=list)  # approval kinds allowed without asking, e.g. ["file-outside"]
     mcp_servers: dict[str, MCPServerConfig] = field(default_factory=dict)  # MCP servers whose tools the agent gets
@@ -257,6 +263,8 @@ def _check_semantics(cfg: Config, source: str) -> None:
     if cfg.tools.exec.timeout <= 0:
         raise ConfigError(f"{source}: tools.exec.timeout: must be a positive number of seconds")
     _check_exec(cfg.tools.exec, source)
+    if cfg.tools.recall.scope not in ("all", "session"):
+        raise ConfigError(f'{source}: tools.recall.scope: expected "all" or "session", got {json.dumps(cfg.tools.recall.scope)}')
     if cfg.gateway.heartbeat.interval_s < 60:
         raise ConfigError(f"{source}: gateway.heartbeat.intervalS: must be at least 60 seconds")
     if cfg.gateway.jobs_poll_s <= 0:

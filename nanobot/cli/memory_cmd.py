@@ -25,7 +25,7 @@ DEFAULT_CONTEXT_WINDOW = 65_536
 
 memory_app = typer.Typer(help="What the assistant remembers (MEMORY.md).", no_args_is_help=True,
                          add_completion=False, pretty_exceptions_show_locals=False, rich_markup_mode=None)
-history_app = typer.Typer(help="Search the archive of past conversations (HISTORY.md).",
+history_app = typer.Typer(help="Search the archive of past conversations (sessions and HISTORY.md).",
                           no_args_is_help=True, add_completion=False,
                           pretty_exceptions_show_locals=False, rich_markup_mode=None)
 
@@ -378,6 +378,9 @@ def _emit(entries, rx: re.Pattern[str] | None, json_out: bool) -> int:
         _drop_stdout()
     return count
 
+
+# `history search` and `memory tidy` live in their own module; importing it registers them here.
+from nanobot.cli import recall_cmd as _recall_cmd  # noqa: E402,F401
 
 if __name__ == "__main__":
     # `python -m nanobot.cli.memory_cmd history grep ...` runs these commands without the main CLI.

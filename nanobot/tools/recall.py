@@ -1,92 +1,245 @@
-"""search_history: the model's recall of archived conversations (memory/HISTORY.md).
+"""search_history and read_history: the model's recall of everything archived.
 
-HISTORY.md holds the dated summaries consolidation wrote and the RAW archives of chunks it
-could not summarise. This tool reads it from the end (nanobot.memory.history.search_newest), so it
-works offline, with exec disabled or confined, and answers fast on a file of any size. What it
-returns is bounded: at most MAX_ENTRIES whole entries, each cut at ENTRY_CHARS, the whole at
-RESULT_CHARS.
+Both ask the recall index (nanobot.memory.recall_index): every message of every session and every
+HISTORY.md entry, ranked by BM25. The index is brought up to date when a search starts, for at
+most REFRESH_SECONDS (the rest waits for the next search; `nanobot history search` finishes it),
+in a worker thread, so the chat stays responsive. What comes back is bounded (RESULT_CHARS) and
+fenced as data: these are past conversations, web pages and files included.
+
+`tools.recall.scope`: "all" (default) searches every session, labelling hits from other sessions;
+"session" keeps to this session and HISTORY.md.
 """
 
 from __future__ import annotations
 
-import re
+import asyncio
 from typing import Any
 
 from nanobot.errors import ToolError
-from nanobot.tools.base import Tool
+from nanobot.memory.recall_index import (
+    HISTORY_LABEL,
+    Hit,
+    RecallIndex,
+    Unit,
+    best_window,
+    default_index_path,
+    query_terms,
+    query_words,
+)
+from nanobot.tools.base import Tool, ToolContext
 from nanobot.tools.workspace_guard import workspace_root
 from nanobot.untrusted import fence
 
-__all__ = ["SearchHistoryTool", "query_terms", "MAX_ENTRIES", "ENTRY_CHARS", "RESULT_CHARS"]
+__all__ = ["SearchHistoryTool", "ReadHistoryTool", "query_terms", "MAX_HITS", "RESULT_CHARS", "open_index",
+           "render_hits", "SCOPES"]
 
-DEFAULT_ENTRIES = 5
-MAX_ENTRIES = 20
-ENTRY_CHARS = 3000
-RESULT_CHARS = 12000
+DEFAULT_HITS = 5
+MAX_HITS = 20
+RESULT_CHARS = 12000  # the whole result, as before the index
+HIT_CHARS = 1500  # one hit's own text
+NEIGHBOUR_CHARS = 300  # the message before and after it
+READ_CHARS = 10000  # read_history's whole result
+READ_UNIT_CHARS = 2000
+REFRESH_SECONDS = 3.0
+SCOPES = ("all", "session")
+ROLES = ("user", "assistant", "tool", "summary", "archive")
+_SOURCE = "archived past conversations (sessions and memory/HISTORY.md)"
 
 
-def query_terms(query: str) -> list[str]:
-    """Words of the query; "quoted text" stays one phrase."""
-    return [a or b for a, b in re.findall(r'"([^"]+)"|(\S+)', query) if (a or b).strip()]
+def open_index(ctx: ToolContext) -> RecallIndex:
+    """The recall index over this home's sessions and the workspace's HISTORY.md."""
+    from nanobot.memory.store import MemoryStore
+    from nanobot.paths import sessions_dir
+
+    return RecallIndex(default_index_path(), sessions=sessions_dir(),
+                       history=MemoryStore(workspace_root(ctx)).history_file)
 
 
-class SearchHistoryTool(Tool):
+def _when(unit: Unit) -> str:
+    return unit.when[:16] if unit.when else "undated"
+
+
+def _label(unit: Unit, current: str | None) -> str:
+    if unit.session == HISTORY_LABEL:
+        return HISTORY_LABEL + (" (RAW archive)" if unit.role == "archive" else "")
+    if current is None:
+        return f"session {unit.session}"
+    return f"session {unit.session}" + (" (this session, earlier)" if unit.session == current
+                                        else " (another session)")
+
+
+def _cut(text: str, words: list[str], size: int) -> str:
+    if len(text) <= size:
+        return text
+    start, end = best_window(text, words, size)
+    return ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")
+
+
+def _line(text: str, size: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= size else flat[:size] + "…"
+
+
+def render_hits(hits: list[Hit], query: str, *, current: str | None = None,
+                budget: int = RESULT_CHARS) -> str:
+    """The hits as the model (and `history search`) reads them: each with its date, where it was said,
+    who said it, a ref for read_history, and the message before and after; at most `budget` characters."""
+    words = query_words(query)
+    share = max(400, budget // max(1, len(hits)))
+    main = min(HIT_CHARS, share - 200)
+    side = min(NEIGHBOUR_CHARS, max(0, (share - main - 150) // 2))
+    parts: list[str] = []
+    used = 0
+    for i, hit in enumerate(hits, 1):
+        u = hit.unit
+        part = f" (part {u.part + 1})" if u.part else ""
+        lines = [f"[{i}] {_when(u)} · {_label(u, current)} · {u.role}{part} · ref {u.ref}"]
+        if side and hit.before is not None:
+            lines.append(f"    before ({hit.before.role}): {_line(hit.before.text, side)}")
+        lines.append("  " + _cut(u.text, words, main).replace("\n", "\n  "))
+        if side and hit.after is not None:
+            lines.append(f"    after ({hit.after.role}): {_line(hit.after.text, side)}")
+        block = "\n".join(lines)
+        if used + len(block) > budget:
+            break
+        parts.append(block)
+        used += len(block) + 2
+    return "\n\n".join(parts)
+
+
+class _RecallTool(Tool):
+    def __init__(self, ctx: ToolContext, *, session_key: str | None = None, scope: str = "all") -> None:
+        super().__init__(ctx)
+        self.session_key = session_key
+        self.scope = scope if scope in SCOPES else "all"
+
+    def _only(self) -> set[str] | None:
+        if self.scope == "session":
+            return {self.session_key} if self.session_key else set()
+        return None
+
+
+class SearchHistoryTool(_RecallTool):
     name = "search_history"
     description = (
-        "Search the archive of past conversations (memory/HISTORY.md: dated summaries and raw archived "
-        "messages). Returns whole dated entries that contain EVERY word of the query (case-insensitive; "
-        "\"quoted words\" match as a phrase), newest first. Use it when the user refers to something that "
-        "is not in MEMORY.md or the current conversation; try other or fewer words if nothing is found."
+        "Search everything archived from past conversations: every message of every session (this one's "
+        "older part and other sessions) and memory/HISTORY.md (dated summaries, raw archives). Words are "
+        "OR-ed and ranked by relevance (BM25), so give the distinctive words you expect in the answer, "
+        "e.g. 'dentist appointment Tuesday'; \"quoted words\" match as a phrase. Each hit has its date, "
+        "session, speaker, the message before and after, and a ref: call read_history(ref) to read on. "
+        "Use it when the user refers to something not in MEMORY.md or the current conversation."
     )
     parameters = {
         "type": "object",
         "properties": {
-            "query": {"type": "string", "description": "Words that must all appear in an entry, e.g. 'lisbon flight'."},
-            "since": {"type": "string", "description": "Only entries from this date on (YYYY-MM-DD or 'YYYY-MM-DD HH:MM')."},
-            "until": {"type": "string", "description": "Only entries up to this date, inclusive."},
-            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_ENTRIES,
-                      "description": f"How many entries at most (default {DEFAULT_ENTRIES})."},
+            "query": {"type": "string", "description": "Words to look for (any may match; the best hits first)."},
+            "since": {"type": "string", "description": "Only from this date on (YYYY-MM-DD or 'YYYY-MM-DD HH:MM')."},
+            "until": {"type": "string", "description": "Only up to this date, inclusive."},
+            "session": {"type": "string", "description": "Only this session (its key), or 'memory/HISTORY.md'."},
+            "role": {"type": "string", "enum": list(ROLES),
+                     "description": "Only what this speaker said (summary/archive: HISTORY.md entries)."},
+            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_HITS,
+                      "description": f"How many hits at most (default {DEFAULT_HITS})."},
         },
         "required": ["query"],
     }
 
-    async def run(self, query: str, since: str | None = None, until: str | None = None,
-                  limit: int = DEFAULT_ENTRIES, **_: Any) -> str:
-        from nanobot.memory import history as history_log
-        from nanobot.memory.store import MemoryStore
+    def hint(self, args: dict[str, Any]) -> str:
+        return f'search_history("{str(args.get("query", ""))[:40]}")'
 
-        terms = query_terms(query if isinstance(query, str) else "")
-        if not terms:
+    async def run(self, query: str, since: str | None = None, until: str | None = None, session: str | None = None,
+                  role: str | None = None, limit: int = DEFAULT_HITS, **_: Any) -> str:
+        from nanobot.memory import history as history_log
+        from nanobot.memory.recall_index import fts_query
+
+        query = query if isinstance(query, str) else ""
+        if fts_query(query) is None:
             raise ToolError("query is empty; give one or more words to look for")
         try:
             since_dt = history_log.parse_when(since) if since else None
             until_dt = history_log.parse_when(until, end_of_day=True) if until else None
         except ValueError as exc:
             raise ToolError(str(exc)) from None
-        limit = max(1, min(int(limit or DEFAULT_ENTRIES), MAX_ENTRIES))
-        path = MemoryStore(workspace_root(self.ctx)).history_file
-        if not path.is_file():
-            return "There is no archived history yet (memory/HISTORY.md does not exist)."
-        entries = history_log.search_newest(path, terms, limit=limit, since=since_dt, until=until_dt)
-        shown = ", ".join(repr(t) for t in terms)
-        if not entries:
-            return f"No entry in memory/HISTORY.md contains all of {shown}. Try fewer or other words."
-        head = (f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'} of memory/HISTORY.md containing "
-                f"{shown}, newest first" + (" (there may be older ones: raise limit or narrow with since/until)"
-                                            if len(entries) == limit else "") + ":")
-        parts: list[str] = []
-        used = len(head)
-        for entry in entries:
-            text = entry.text
-            if len(text) > ENTRY_CHARS:
-                text = text[:ENTRY_CHARS] + f" …[entry cut: {len(entry.text) - ENTRY_CHARS:,} more characters]"
-            if used + len(text) > RESULT_CHARS:
-                more = (f"\n\n[{len(entries) - len(parts)} more matching entr(ies) not shown: the result is "
-                        "capped; search with more specific words or a date range]")
+        if role is not None and role not in ROLES:
+            raise ToolError(f"role must be one of {', '.join(ROLES)}")
+        only = self._only()
+        if session and only is not None and session not in only and session != HISTORY_LABEL:
+            raise ToolError("this assistant keeps sessions apart (tools.recall.scope is \"session\"); "
+                            "search this session or memory/HISTORY.md")
+        limit = max(1, min(int(limit or DEFAULT_HITS), MAX_HITS))
+        index = open_index(self.ctx)
+
+        def work() -> tuple[list[Hit], bool]:
+            try:
+                report = index.refresh(budget_seconds=REFRESH_SECONDS)
+                hits = index.search(query, limit=limit, since=since_dt, until=until_dt, session=session or None,
+                                    role=role, exclude_live=self.session_key, only_sessions=only)
+                return hits, report.complete
+            finally:
+                index.close()
+
+        hits, complete = await asyncio.to_thread(work)
+        note = "" if complete else (" The index of past conversations is still being built, so older ones may "
+                                    "be missing; search again in a moment.")
+        if not hits:
+            return f"Nothing archived matches {query!r}. Try other words (names, places, rarer words).{note}"
+        head = (f"{len(hits)} hit{'s' if len(hits) != 1 else ''} for {query!r}, best first "
+                "(read on around one with read_history(ref)):" + note)
+        body = render_hits(hits, query, current=self.session_key, budget=RESULT_CHARS - len(head) - 200)
+        return head + "\n" + fence(body, _SOURCE)
+
+
+class ReadHistoryTool(_RecallTool):
+    name = "read_history"
+    description = (
+        "Read the archived conversation around a search_history hit: the messages (or HISTORY.md entries) "
+        "before and after the one its ref names, in order, with dates and speakers."
+    )
+    parameters = {
+        "type": "object",
+        "properties": {
+            "ref": {"type": "string", "description": "A hit's ref from search_history, e.g. 'cli:direct#42'."},
+            "before": {"type": "integer", "minimum": 0, "maximum": 20, "description": "Messages before it (default 4)."},
+            "after": {"type": "integer", "minimum": 0, "maximum": 20, "description": "Messages after it (default 4)."},
+        },
+        "required": ["ref"],
+    }
+
+    def hint(self, args: dict[str, Any]) -> str:
+        return f'read_history("{str(args.get("ref", ""))[:40]}")'
+
+    async def run(self, ref: str = "", before: int = 4, after: int = 4, **_: Any) -> str:
+        session, _, number = str(ref).strip().rpartition("#")
+        if not session or not number.strip().isdigit():
+            raise ToolError("ref must look like 'SESSION#NUMBER', as search_history shows it (e.g. 'cli:direct#42')")
+        only = self._only()
+        if only is not None and session not in only and session != HISTORY_LABEL:
+            raise ToolError("this assistant keeps sessions apart (tools.recall.scope is \"session\")")
+        seq = int(number)
+        before = max(0, min(int(before), 20))
+        after = max(0, min(int(after), 20))
+        index = open_index(self.ctx)
+
+        def work() -> list[Unit]:
+            try:
+                index.refresh(budget_seconds=REFRESH_SECONDS)
+                return index.around(session, seq, before=before, after=after)
+            finally:
+                index.close()
+
+        units = await asyncio.to_thread(work)
+        if not units:
+            return f"Nothing archived at {ref!r} (the ref may come from before the session was cleared)."
+        lines: list[str] = []
+        used = 0
+        for u in units:
+            mark = " ◀" if u.seq == seq else ""
+            text = u.text if len(u.text) <= READ_UNIT_CHARS else u.text[:READ_UNIT_CHARS] + "…"
+            block = (f"#{u.seq} {_when(u)} {u.role}{mark}:\n  " if not u.part else "  ") + text.replace("\n", "\n  ")
+            if used + len(block) > READ_CHARS:
+                lines.append(f"[cut: the result is capped at {READ_CHARS} characters; read from a later ref]")
                 break
-            parts.append(text)
-            used += len(text) + 2
-        else:
-            more = ""
-        # summaries written from past conversations (web pages and files included): data, not orders
-        return head + "\n" + fence("\n\n".join(parts), "memory/HISTORY.md, archived past conversations") + more
+            lines.append(block)
+            used += len(block) + 1
+        head = f"{_label(units[0], self.session_key)}, around #{seq}:"
+        return head + "\n" + fence("\n".join(lines), _SOURCE)

@@ -1,0 +1,693 @@
+"""The recall index: one SQLite FTS5 table (BM25) over every session message and HISTORY.md entry.
+
+Derived data, never the source of truth. The files stay what they are (session JSONL appended per
+turn, HISTORY.md appended per entry); this index is brought up to date lazily, when someone
+searches, by reading each file from the byte offset it was indexed to. So the turn path pays
+nothing at all, and whatever was written before a search is found by it. Rules:
+
+1. A source (a session file, HISTORY.md) is indexed in whole lines up to its last newline; the
+   offset reached, the file's inode and a fingerprint of the bytes before the offset are stored
+   in the same transaction as its rows, so a kill at any moment leaves the index as it was before
+   the transaction or after it, never in between.
+2. A source whose inode, size or fingerprint no longer agrees (a rewrite by compaction, /new or
+   repair; a hand edit) is indexed again from its start; a source that is gone loses its rows.
+3. A message's unit is its transcript text (messages.transcript_lines: tool results and call
+   arguments cut to a bounded size), a HISTORY.md entry's is the entry; a unit longer than
+   PASSAGE_CHARS becomes several passages cut at line ends. Secrets are masked before anything
+   is stored.
+4. An index that cannot be read (missing, damaged, another schema) is deleted and built again from
+   the files. One writer at a time (SQLite's lock); a search that finds the index being written by
+   another process searches what is there.
+5. A query's words are OR-ed and ranked by BM25; "quoted text" stays a phrase; every word is
+   quoted for FTS5, so no query text is ever FTS5 syntax.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from nanobot.memory.history import STAMP_RE
+from nanobot.messages import parse_timestamp, transcript_lines
+from nanobot.paths import PRIVATE_FILE_MODE, nanobot_home
+from nanobot.secrets_mask import mask_secrets
+
+__all__ = ["RecallIndex", "Hit", "Unit", "RefreshReport", "query_terms", "fts_query", "default_index_path",
+           "HISTORY_LABEL", "PASSAGE_CHARS", "best_window"]
+
+SCHEMA_VERSION = 1
+PASSAGE_CHARS = 1500  # a longer unit is stored as passages of at most this many characters
+TOOL_RESULT_CHARS = 2000  # a tool result is indexed as its head and tail, this long
+ARGUMENT_CHARS = 300  # the arguments of a tool call, likewise
+HISTORY_LABEL = "memory/HISTORY.md"  # the `session` of HISTORY.md entries
+_FINGERPRINT_BYTES = 256
+_COMMIT_BYTES = 8 << 20  # a long source is committed in steps of about this many bytes read
+_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+_TS_FORMAT = "%Y-%m-%d %H:%M:%S"
+_STOPWORDS = frozenset(
+    "a an and are as at be been but by can could did do does for from had has have he her his how i if in "
+    "into is it its me my of on or our she so than that the their them then there these they this to "
+    "us was we were what when where which who whom why will with would you your about did do".split())
+
+
+def default_index_path() -> Path:
+    return nanobot_home() / "recall.sqlite3"
+
+
+# ---- the query ------------------------------------------------------------------------------------
+
+def query_terms(query: str) -> list[str]:
+    """Words of the query; "quoted text" stays one phrase."""
+    return [a or b for a, b in re.findall(r'"([^"]+)"|(\S+)', query) if (a or b).strip()]
+
+
+def _spaced(text: str) -> str:
+    """CJK characters as separate words (the tokenizer would take a whole run as one)."""
+    return _CJK.sub(r" \g<0> ", text) if _CJK.search(text) else text
+
+
+def fts_query(query: str) -> str | None:
+    """The FTS5 MATCH expression for a user's or model's query (see rule 5); None when it has no word.
+    Common words are left out when there are others: they would rank nothing and cost time."""
+    terms = [t for t in query_terms(query) if any(c.isalnum() for c in t)]
+    content = [t for t in terms if " " in t.strip() or t.strip(".,;:!?'\"()").lower() not in _STOPWORDS]
+    phrases = []
+    for term in content or terms:
+        quoted = '"' + _spaced(term).replace('"', '""') + '"'
+        if quoted not in phrases:
+            phrases.append(quoted)
+    return " OR ".join(phrases) if phrases else None
+
+
+def query_words(query: str) -> list[str]:
+    """The lowercased words of a query, for picking the part of a long text worth showing."""
+    return [w for w in re.findall(r"\w+", query.lower()) if w not in _STOPWORDS]
+
+
+def best_window(text: str, words: list[str], size: int) -> tuple[int, int]:
+    """The span of at most `size` characters of `text` that holds the most distinct query words
+    (rarer ones count more), widened to line or word edges where that is cheap."""
+    if len(text) <= size:
+        return 0, len(text)
+    low = text.lower()
+    hits: list[tuple[int, str]] = []
+    for word in set(words):
+        stem = word[:max(4, len(word) - 2)] if len(word) > 4 else word
+        start = low.find(stem)
+        count = 0
+        while start >= 0 and count < 50:
+            hits.append((start, word))
+            count += 1
+            start = low.find(stem, start + 1)
+    if not hits:
+        return 0, size
+    freq: dict[str, int] = {}
+    for _, w in hits:
+        freq[w] = freq.get(w, 0) + 1
+    hits.sort()
+    best, best_at = -1.0, 0
+    for i, (pos, _) in enumerate(hits):
+        seen = {w for p, w in hits[i:] if p < pos + size * 2 // 3}
+        score = sum(1.0 / freq[w] + 1.0 for w in seen)
+        if score > best:
+            best, best_at = score, pos
+    start = max(0, best_at - size // 3)
+    line = text.rfind("\n", max(0, start - 80), best_at)
+    if line >= 0:
+        start = line + 1
+    start = min(start, len(text) - size)
+    return start, start + size
+
+
+# ---- units ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Unit:
+    """One stored passage: a message (or part of one) of a session, or an entry (or part) of HISTORY.md."""
+
+    id: int
+    session: str  # the session key, or HISTORY_LABEL
+    seq: int  # the message's number in its session (0-based), or the entry's number in HISTORY.md
+    part: int  # 0 for a unit's first passage
+    when: str  # "YYYY-MM-DD HH:MM:SS" local, "" when unknown
+    role: str  # user / assistant / tool for messages; summary / archive for HISTORY.md entries
+    text: str
+
+    @property
+    def ref(self) -> str:
+        """How read_history names this place: `<session>#<seq>`."""
+        return f"{self.session}#{self.seq}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ref": self.ref, "session": self.session, "message": self.seq, "part": self.part,
+                "date": self.when or None, "role": self.role, "text": self.text}
+
+
+@dataclass(frozen=True)
+class Hit:
+    unit: Unit
+    score: float  # BM25 as SQLite gives it: lower is better
+    before: Unit | None  # the unit just before, in the same source
+    after: Unit | None
+
+
+@dataclass
+class RefreshReport:
+    complete: bool  # every source is indexed up to its end
+    bytes_done: int  # bytes read this time
+    bytes_left: int  # bytes still to read (0 when complete)
+
+
+def _passages(text: str) -> list[str]:
+    """`text` in pieces of at most PASSAGE_CHARS, cut at line ends (or spaces in a long line)."""
+    if len(text) <= PASSAGE_CHARS:
+        return [text]
+    out: list[str] = []
+    cur = ""
+    for line in text.split("\n"):
+        while len(line) > PASSAGE_CHARS:
+            cut = line.rfind(" ", PASSAGE_CHARS // 2, PASSAGE_CHARS)
+            cut = cut if cut > 0 else PASSAGE_CHARS
+            if cur:
+                out.append(cur)
+                cur = ""
+            out.append(line[:cut])
+            line = line[cut:].lstrip(" ")
+        if cur and len(cur) + 1 + len(line) > PASSAGE_CHARS:
+            out.append(cur)
+            cur = line
+        else:
+            cur = f"{cur}\n{line}" if cur else line
+    if cur.strip():
+        out.append(cur)
+    return [p for p in out if p.strip()] or [text[:PASSAGE_CHARS]]
+
+
+def _local(when: datetime | None) -> str:
+    return when.strftime(_TS_FORMAT) if when is not None else ""
+
+
+def _message_text(record: dict[str, Any]) -> str:
+    """The transcript lines of a message, without the "USER: " its speaker already says."""
+    text = "\n".join(transcript_lines(record, tool_chars=TOOL_RESULT_CHARS, arg_chars=ARGUMENT_CHARS))
+    prefix = f"{str(record.get('role', '')).upper()}: "
+    return text[len(prefix):] if text.startswith(prefix) else text
+
+
+# ---- the index ------------------------------------------------------------------------------------
+
+_SCHEMA = """
+CREATE TABLE sources (
+    id INTEGER PRIMARY KEY,
+    path TEXT UNIQUE NOT NULL,
+    kind TEXT NOT NULL,            -- 'session' or 'history'
+    session TEXT NOT NULL,         -- the session key, or HISTORY_LABEL
+    inode INTEGER NOT NULL,
+    done INTEGER NOT NULL,         -- bytes indexed (a line start)
+    fingerprint INTEGER NOT NULL,  -- CRC of the bytes just before `done`
+    seq INTEGER NOT NULL,          -- messages / entries indexed
+    n INTEGER NOT NULL,            -- units indexed
+    pointer INTEGER NOT NULL,      -- a session's consolidation pointer, as its last metadata record says
+    last_when TEXT NOT NULL,       -- the last stamp seen (an undated entry inherits it)
+    last_role TEXT NOT NULL
+);
+CREATE TABLE units (
+    id INTEGER PRIMARY KEY,
+    src INTEGER NOT NULL,
+    n INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    part INTEGER NOT NULL,
+    ts TEXT NOT NULL,
+    role TEXT NOT NULL,
+    body BLOB NOT NULL             -- the masked text, zlib-compressed
+);
+CREATE INDEX units_place ON units (src, n);
+CREATE INDEX units_seq ON units (src, seq);
+CREATE VIRTUAL TABLE fts USING fts5(text, content='', tokenize='porter unicode61 remove_diacritics 2');
+"""
+
+
+class IndexDamaged(Exception):
+    """The index file cannot be used; it is rebuilt from the files."""
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+
+
+@dataclass
+class _Source:
+    path: Path
+    kind: str
+    session: str
+
+
+class RecallIndex:
+    """The index at `path` over the session files in `sessions` and the HISTORY.md at `history`."""
+
+    def __init__(self, path: Path, *, sessions: Path, history: Path | None) -> None:
+        self.path = Path(path)
+        self.sessions = Path(sessions)
+        self.history = Path(history) if history is not None else None
+        self._db: sqlite3.Connection | None = None
+        self.rebuilt = False  # set when this object found the index unusable and started it again
+
+    # -- the connection -------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._db is not None:
+            return self._db
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for attempt in range(2):
+            try:
+                db = self._open()
+                self._db = db
+                return db
+            except sqlite3.Error as exc:
+                if _is_busy(exc):
+                    raise
+                if attempt:
+                    raise IndexDamaged(str(exc)) from None
+                self._delete()
+        raise AssertionError("unreachable")
+
+    def _open(self) -> sqlite3.Connection:
+        fresh = not self.path.exists()
+        db = sqlite3.connect(self.path, timeout=0.2, isolation_level=None, check_same_thread=False)
+        try:
+            if fresh:
+                os.chmod(self.path, PRIVATE_FILE_MODE)  # it holds the conversations: as private as they are
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                db.execute("BEGIN IMMEDIATE")  # (another process may be creating it this moment)
+                try:
+                    version = db.execute("PRAGMA user_version").fetchone()[0]
+                    if version == 0 and not db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                        for statement in _SCHEMA.split(";"):
+                            if statement.strip():
+                                db.execute(statement)
+                        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                        self.rebuilt = self.rebuilt or not fresh
+                    elif version != SCHEMA_VERSION:
+                        raise sqlite3.DatabaseError(f"index schema {version}, expected {SCHEMA_VERSION}")
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+            db.execute("SELECT count(*) FROM sources").fetchone()
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _delete(self) -> None:
+        self.close()
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            try:
+                os.unlink(f"{self.path}{suffix}")
+            except FileNotFoundError:
+                pass
+        self.rebuilt = True
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def _guarded(self, work: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run `work`; an index found damaged on the way is deleted and `work` runs once more on a new one."""
+        for attempt in range(2):
+            try:
+                return work(self._connect())
+            except sqlite3.Error as exc:
+                if _is_busy(exc) or attempt:
+                    raise
+                self._delete()
+        raise AssertionError("unreachable")
+
+    # -- bringing it up to date -----------------------------------------------------------------
+
+    def _sources(self) -> list[_Source]:
+        found: list[_Source] = []
+        if self.sessions.is_dir():
+            for path in sorted(self.sessions.glob("*.jsonl")):
+                found.append(_Source(path, "session", ""))
+        if self.history is not None and self.history.is_file():
+            found.append(_Source(self.history, "history", HISTORY_LABEL))
+        return found
+
+    def pending_bytes(self) -> int:
+        """How many bytes a refresh would read (an estimate: a rewritten file counts whole)."""
+        def work(db: sqlite3.Connection) -> int:
+            known = {row[0]: row[1:] for row in db.execute("SELECT path, inode, done FROM sources")}
+            total = 0
+            for src in self._sources():
+                try:
+                    st = src.path.stat()
+                except OSError:
+                    continue
+                inode, done = known.get(str(src.path), (None, 0))
+                total += st.st_size - done if inode == st.st_ino and done <= st.st_size else st.st_size
+            return total
+        return int(self._guarded(work))
+
+    def refresh(self, *, budget_seconds: float | None = None,
+                progress: Callable[[int, int], None] | None = None) -> RefreshReport:
+        """Index what was written since the last refresh (rules 1, 2); stops after `budget_seconds`.
+        Another process writing the index meanwhile: returns at once, incomplete."""
+        try:
+            return self._guarded(lambda db: self._refresh(db, budget_seconds, progress))
+        except sqlite3.OperationalError as exc:
+            if _is_busy(exc):
+                return RefreshReport(False, 0, 0)
+            raise
+
+    def _refresh(self, db: sqlite3.Connection, budget: float | None,
+                 progress: Callable[[int, int], None] | None) -> RefreshReport:
+        deadline = time.monotonic() + budget if budget is not None else None
+        sources = self._sources()
+        paths = {str(s.path) for s in sources}
+        gone = [row for row in db.execute("SELECT id, path FROM sources") if row[1] not in paths]
+        for src_id, _ in gone:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                self._forget(db, src_id)
+                db.execute("DELETE FROM sources WHERE id = ?", (src_id,))
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        total = self.pending_bytes() if progress is not None else 0
+        done_bytes = 0
+        complete = True
+        for src in sources:
+            if deadline is not None and time.monotonic() > deadline:
+                complete = False
+                break
+            for got in self._index_source(db, src, deadline):
+                done_bytes += got
+                if progress is not None:
+                    progress(done_bytes, max(total, done_bytes))
+            row = db.execute("SELECT done FROM sources WHERE path = ?", (str(src.path),)).fetchone()
+            try:
+                size = src.path.stat().st_size
+            except OSError:
+                continue
+            if row is None or row[0] < _last_newline_bound(src.path, size, row[0]):
+                complete = False
+        left = self.pending_bytes() if not complete else 0
+        return RefreshReport(complete, done_bytes, left)
+
+    def _forget(self, db: sqlite3.Connection, src_id: int) -> None:
+        """Remove a source's rows (the FTS5 rows of a contentless table are removed by their text)."""
+        rows = db.execute("SELECT id, body FROM units WHERE src = ?", (src_id,)).fetchall()
+        db.executemany("INSERT INTO fts(fts, rowid, text) VALUES('delete', ?, ?)",
+                       ((uid, _spaced(zlib.decompress(body).decode("utf-8"))) for uid, body in rows))
+        db.execute("DELETE FROM units WHERE src = ?", (src_id,))
+
+    def _index_source(self, db: sqlite3.Connection, src: _Source, deadline: float | None) -> Iterator[int]:
+        """Index one source from where it was left, in transactions of about _COMMIT_BYTES; yields bytes read."""
+        while True:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                got = self._index_step(db, src)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            if not got:
+                return
+            yield got
+            if deadline is not None and time.monotonic() > deadline:
+                return
+
+    def _index_step(self, db: sqlite3.Connection, src: _Source) -> int:
+        try:
+            fh = open(src.path, "rb")
+        except OSError:
+            return 0
+        with fh:
+            st = os.fstat(fh.fileno())
+            row = db.execute("SELECT id, inode, done, fingerprint, seq, n, pointer, last_when, last_role, session "
+                             "FROM sources WHERE path = ?", (str(src.path),)).fetchone()
+            if row is not None:
+                src_id, inode, done, fingerprint, seq, n, pointer, last_when, last_role, session = row
+                if inode != st.st_ino or done > st.st_size or _fingerprint(fh, done) != fingerprint:
+                    self._forget(db, src_id)  # rewritten or changed: start it again (rule 2)
+                    done, seq, n, pointer, last_when, last_role = 0, 0, 0, 0, "", ""
+                    session = src.session
+            else:
+                done, seq, n, pointer, last_when, last_role, session = 0, 0, 0, 0, "", "", src.session
+                cur = db.execute("INSERT INTO sources (path, kind, session, inode, done, fingerprint, seq, n, "
+                                 "pointer, last_when, last_role) VALUES (?, ?, ?, ?, 0, 0, 0, 0, 0, '', '')",
+                                 (str(src.path), src.kind, session, st.st_ino))
+                src_id = cur.lastrowid
+            if done >= st.st_size:
+                return 0
+            fh.seek(done)
+            data = fh.read(_COMMIT_BYTES)
+            if len(data) == _COMMIT_BYTES:
+                extra = fh.readline()  # to the end of the line the block cut
+                data += extra
+            end = data.rfind(b"\n") + 1
+            if end == 0:
+                return 0  # no whole line yet
+            if src.kind == "history" and fh.tell() < st.st_size and len(data) >= _COMMIT_BYTES:
+                # stop before the entry the block cut, so an entry is one unit even in a huge file
+                cut = _last_entry_start(data, end)
+                end = cut if cut > 0 else end
+            data = data[:end]
+            rows: list[tuple[int, int, int, str, str, str]] = []
+            if src.kind == "session":
+                if done == 0:
+                    session = _session_key(data, src.path)
+                seq, pointer, last_when = _session_units(data, seq, pointer, last_when, rows)
+            else:
+                seq, last_when, last_role = _history_units(data, seq, last_when, last_role, rows)
+            self._insert(db, src_id, n, rows)
+            n += len(rows)
+            new_done = done + len(data)
+            db.execute("UPDATE sources SET inode = ?, done = ?, fingerprint = ?, seq = ?, n = ?, pointer = ?, "
+                       "last_when = ?, last_role = ?, session = ? WHERE id = ?",
+                       (st.st_ino, new_done, _fingerprint_of(data, done, fh, new_done), seq, n, pointer,
+                        last_when, last_role, session, src_id))
+            return len(data)
+
+    def _insert(self, db: sqlite3.Connection, src_id: int, n: int,
+                rows: list[tuple[int, int, int, str, str, str]]) -> None:
+        if not rows:
+            return
+        first = db.execute("SELECT coalesce(max(id), 0) + 1 FROM units").fetchone()[0]
+        units = []
+        fts = []
+        for k, (seq, part, _, when, role, text) in enumerate(rows):
+            uid = first + k
+            units.append((uid, src_id, n + k, seq, part, when, role, zlib.compress(text.encode("utf-8"), 1)))
+            fts.append((uid, _spaced(text)))
+        db.executemany("INSERT INTO units (id, src, n, seq, part, ts, role, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       units)
+        db.executemany("INSERT INTO fts (rowid, text) VALUES (?, ?)", fts)
+
+    # -- asking it --------------------------------------------------------------------------------
+
+    def search(self, query: str, *, limit: int = 5, since: datetime | None = None, until: datetime | None = None,
+               session: str | None = None, role: str | None = None, exclude_live: str | None = None,
+               only_sessions: set[str] | None = None, neighbours: bool = True) -> list[Hit]:
+        """The best `limit` units for `query` (rule 5) within the filters. `exclude_live` (a session key):
+        that session's unconsolidated messages (already in the prompt) are left out;
+        `only_sessions` keeps hits from those sessions (and HISTORY.md) only."""
+        match = fts_query(query)
+        if match is None or limit <= 0:
+            return []
+        where = ["fts MATCH ?"]
+        args: list[Any] = [match]
+        if since is not None:
+            where.append("u.ts >= ?")
+            args.append(_local(since))
+        if until is not None:
+            where.append("u.ts != '' AND u.ts <= ?")
+            args.append(_local(until))
+        if session is not None:
+            where.append("s.session = ?")
+            args.append(session)
+        if role is not None:
+            where.append("u.role = ?")
+            args.append(role)
+        if exclude_live is not None:
+            where.append("NOT (s.session = ? AND s.kind = 'session' AND u.seq >= s.pointer)")
+            args.append(exclude_live)
+        if only_sessions is not None:
+            marks = ", ".join("?" for _ in only_sessions)
+            where.append(f"(s.kind = 'history' OR s.session IN ({marks}))")
+            args.extend(sorted(only_sessions))
+        sql = ("SELECT u.id, s.session, u.seq, u.part, u.ts, u.role, u.body, bm25(fts) AS score, u.src, u.n "
+               "FROM fts JOIN units u ON u.id = fts.rowid JOIN sources s ON s.id = u.src "
+               f"WHERE {' AND '.join(where)} ORDER BY score, u.ts DESC LIMIT ?")
+        args.append(limit)
+
+        def work(db: sqlite3.Connection) -> list[Hit]:
+            hits = []
+            for uid, sess, seq, part, ts, role_, body, score, src, n in db.execute(sql, args).fetchall():
+                unit = Unit(uid, sess, seq, part, ts, role_, zlib.decompress(body).decode("utf-8"))
+                before = after = None
+                if neighbours:
+                    before = self._unit_at(db, src, n - 1)
+                    after = self._unit_at(db, src, n + 1)
+                hits.append(Hit(unit, score, before, after))
+            return hits
+        return self._guarded(work)
+
+    def _unit_at(self, db: sqlite3.Connection, src: int, n: int) -> Unit | None:
+        row = db.execute("SELECT u.id, s.session, u.seq, u.part, u.ts, u.role, u.body FROM units u "
+                         "JOIN sources s ON s.id = u.src WHERE u.src = ? AND u.n = ?", (src, n)).fetchone()
+        return _unit(row) if row else None
+
+    def around(self, session: str, seq: int, *, before: int = 3, after: int = 3) -> list[Unit]:
+        """The units of messages (or entries) seq-before .. seq+after of `session` (or HISTORY_LABEL)."""
+        def work(db: sqlite3.Connection) -> list[Unit]:
+            rows = db.execute(
+                "SELECT u.id, s.session, u.seq, u.part, u.ts, u.role, u.body FROM units u "
+                "JOIN sources s ON s.id = u.src WHERE s.session = ? AND u.seq BETWEEN ? AND ? "
+                "ORDER BY u.src, u.n", (session, seq - before, seq + after)).fetchall()
+            return [_unit(row) for row in rows]
+        return self._guarded(work)
+
+    def sessions_known(self) -> list[str]:
+        def work(db: sqlite3.Connection) -> list[str]:
+            return [row[0] for row in db.execute("SELECT DISTINCT session FROM sources ORDER BY session")]
+        return self._guarded(work)
+
+    def stats(self) -> dict[str, int]:
+        """Units, sources and bytes indexed (for the benchmark and `doctor`-style reports)."""
+        def work(db: sqlite3.Connection) -> dict[str, int]:
+            units = db.execute("SELECT count(*) FROM units").fetchone()[0]
+            sources, done = db.execute("SELECT count(*), coalesce(sum(done), 0) FROM sources").fetchone()
+            return {"units": units, "sources": sources, "bytes_indexed": done}
+        return self._guarded(work)
+
+
+def _unit(row: tuple[Any, ...]) -> Unit:
+    uid, sess, seq, part, ts, role, body = row
+    return Unit(uid, sess, seq, part, ts, role, zlib.decompress(body).decode("utf-8"))
+
+
+# ---- reading sources ------------------------------------------------------------------------------
+
+def _fingerprint(fh: Any, done: int) -> int:
+    if done <= 0:
+        return 0
+    start = max(0, done - _FINGERPRINT_BYTES)
+    fh.seek(start)
+    return zlib.crc32(fh.read(done - start))
+
+
+def _fingerprint_of(data: bytes, base: int, fh: Any, done: int) -> int:
+    if len(data) >= _FINGERPRINT_BYTES or base == 0:
+        return zlib.crc32(data[-_FINGERPRINT_BYTES:]) if done else 0
+    return _fingerprint(fh, done)
+
+
+def _last_newline_bound(path: Path, size: int, done: int) -> int:
+    """The end of the last whole line of the file (what a refresh could reach); `done` when unknown."""
+    if size <= done:
+        return done
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(done, size - 65536))
+            tail = fh.read()
+    except OSError:
+        return done
+    cut = tail.rfind(b"\n")
+    return size - len(tail) + cut + 1 if cut >= 0 else done
+
+
+def _last_entry_start(data: bytes, end: int) -> int:
+    i = data.rfind(b"\n[", 0, end - 1)
+    while i >= 0:
+        if STAMP_RE.match(data[i + 1:i + 40].decode("utf-8", "replace")):
+            return i + 1
+        i = data.rfind(b"\n[", 0, i)
+    return -1
+
+
+def _session_key(data: bytes, path: Path) -> str:
+    first = data.split(b"\n", 1)[0]
+    try:
+        record = orjson.loads(first)
+    except orjson.JSONDecodeError:
+        record = None
+    if isinstance(record, dict) and record.get("_type") == "metadata" and isinstance(record.get("key"), str):
+        return str(record["key"])
+    return path.stem.rsplit("-", 1)[0] if "-" in path.stem else path.stem
+
+
+def _session_units(data: bytes, seq: int, pointer: int, last_when: str,
+                   rows: list[tuple[int, int, int, str, str, str]]) -> tuple[int, int, str]:
+    """Append a unit per passage of each message in `data` (whole lines); returns the new counters."""
+    for raw in data.split(b"\n"):
+        if not raw.strip():
+            continue
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            continue  # a damaged line: the session store sets it aside; it was never a message
+        if not isinstance(record, dict):
+            continue
+        kind = record.get("_type")
+        if kind == "metadata":
+            value = record.get("last_consolidated")
+            if isinstance(value, int) and not isinstance(value, bool):
+                pointer = value
+            continue
+        if kind is not None or not isinstance(record.get("role"), str):
+            continue
+        role = record["role"]
+        when = _local(parse_timestamp(record.get("timestamp"))) or last_when
+        last_when = when
+        if role != "system":
+            text = mask_secrets(_message_text(record))
+            if text.strip():
+                for part, passage in enumerate(_passages(text)):
+                    rows.append((seq, part, 0, when, role, passage))
+        seq += 1
+    return seq, pointer, last_when
+
+
+def _history_units(data: bytes, seq: int, last_when: str, last_role: str,
+                   rows: list[tuple[int, int, int, str, str, str]]) -> tuple[int, str, str]:
+    """Append a unit per passage of each HISTORY.md entry in `data` (whole entries, or the continuation
+    of the last one, which keeps its stamp); returns the new counters."""
+    text = data.decode("utf-8", "replace")
+    starts = [m.start() for m in re.finditer(r"(?m)^\[", text) if STAMP_RE.match(text, m.start())]
+    if not starts or starts[0] != 0:
+        starts.insert(0, 0)
+    for i, start in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else len(text)
+        entry = text[start:end].strip()
+        if not entry:
+            continue
+        m = STAMP_RE.match(entry)
+        if m is not None:
+            y, mo, d, h, mi, s = m.groups()
+            try:
+                last_when = _local(datetime(int(y), int(mo), int(d), int(h), int(mi), int(s or 0)))
+            except ValueError:
+                pass
+            first_line = entry.split("\n", 1)[0]
+            last_role = "archive" if " RAW archive of " in first_line else "summary"
+        role = last_role or "summary"
+        for part, passage in enumerate(_passages(mask_secrets(entry))):
+            rows.append((seq, part, 0, last_when, role, passage))
+        seq += 1
+    return seq, last_when, last_role
