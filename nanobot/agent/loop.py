@@ -142,6 +142,13 @@ def max_iterations_message(limit: int) -> str:
             "Tell me to continue, or raise agents.defaults.maxToolIterations in the config.")
 
 
+def cut_off_result(call: ToolCallRequest, max_tokens: int) -> Message:
+    return tool_result(call.id, call.name, (
+        f"Error: not run. Your reply reached the length limit ({max_tokens:,} tokens) and was cut off, so this "
+        "call may be incomplete even where its arguments parse; no call of that reply was run. Send the calls "
+        "again with less in them (write a long file in several smaller steps)."))
+
+
 def over_cap_result(call: ToolCallRequest, asked: int, cap: int) -> Message:
     return tool_result(call.id, call.name, (
         f"Error: not run. This step asked for {asked:,} tool calls; at most {cap} run per step "
@@ -161,6 +168,9 @@ async def run_loop(spec: LoopSpec, messages: list[Message], hooks: LoopHooks | N
         # Ctrl-C mid-step never loses a side effect that already happened
         run.record([response.to_message()])
         run.shown.flush()
+        if response.finish_reason == "length":  # a cut-off reply never acts
+            run.refuse_cut_off(response.tool_calls)
+            continue
         await run.run_tools(response.tool_calls)
     return run.stop(StopReason.MAX_ITERATIONS, content=max_iterations_message(spec.max_iterations))
 
@@ -264,6 +274,16 @@ class _Run:
             self.record([response.to_message()])
         self.shown.flush()  # after the answer is saved: an answer fully on screen is on disk
         return self.stop(StopReason.DONE, content=response.content)
+
+    def refuse_cut_off(self, calls: list[ToolCallRequest]) -> None:
+        """The reply ended at the length limit: answer each of its calls with an error, run none."""
+        self.record([cut_off_result(call, self.max_tokens) for call in calls])  # one durable append for all
+        self.result.outcome.tool_calls.extend(
+            {"name": c.name, "arguments": c.arguments, "is_error": True} for c in calls)
+        self.hooks.on_event(Notice(
+            f"the model's reply reached the reply limit ({self.max_tokens:,} tokens) in the middle of "
+            f"{len(calls)} tool call(s); none was run and the model was asked to retry with less "
+            "(or raise agents.defaults.maxTokens)", "warning"))
 
     async def run_tools(self, calls: list[ToolCallRequest]) -> None:
         """The tool step: run the calls, up to the per-step cap; each call past it gets an error result."""

@@ -81,8 +81,9 @@ class Reply:
 
     @classmethod
     def tool_calls(cls, calls: list, *, text: str | None = None, usage: dict | None = None,
-                   delay: float = 0.0) -> Reply:
-        """`calls`: (name, args) pairs, or (name, args, id) to force an id (e.g. a duplicate)."""
+                   delay: float = 0.0, finish_reason: str = "tool_calls") -> Reply:
+        """`calls`: (name, args) pairs, or (name, args, id) to force an id (e.g. a duplicate);
+        `finish_reason="length"`: a reply the length limit cut off (Anthropic: max_tokens)."""
         parsed = []
         for call in calls:
             if isinstance(call, ToolCall):
@@ -95,7 +96,7 @@ class Reply:
         if not parsed:
             raise ValueError("Reply.tool_calls needs at least one call")
         return cls("tool_calls", content=text, calls=tuple(parsed), usage=usage,
-                   finish_reason="tool_calls", delay=delay)
+                   finish_reason=finish_reason, delay=delay)
 
     @classmethod
     def error(cls, status: int, *, message: str | None = None,
@@ -129,7 +130,8 @@ class Reply:
             return cls.cut_stream(d["cut_stream"], **common)
         if "tool_calls" in d:
             return cls.tool_calls([tuple(c) for c in d["tool_calls"]], text=d.get("text"),
-                                  usage=d.get("usage"), **common)
+                                  usage=d.get("usage"), finish_reason=d.get("finish_reason", "tool_calls"),
+                                  **common)
         if "text" in d:
             return cls.text(d["text"], usage=d.get("usage"),
                             finish_reason=d.get("finish_reason", "stop"),

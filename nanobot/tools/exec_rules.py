@@ -1,11 +1,15 @@
 """The user's exec rules: allow / ask / deny patterns and the network setting.
 
 These decide when to *ask*; they are not the boundary (the OS sandbox is, see
-nanobot/sandbox). A pattern is a Python regular expression searched in the command,
-case-insensitively. Order: deny wins, then allow, then ask.
-- deny: the command is refused and not run;
-- allow: the command runs without asking (it also gets network when network is "ask");
-- ask: the command runs only after the user approves it.
+nanobot/sandbox). A pattern is a Python regular expression searched case-insensitively in
+each command the line runs (nanobot/policy/commands.py parses it: each side of `&&`, `;`,
+pipes, substitutions, what `env`, `find -exec`, `xargs`, `sh -c` run ...). Order: deny wins,
+then allow, then ask.
+- deny: refused and not run when the whole line or any one of its commands matches;
+- allow: runs without asking (and gets network when network is "ask") only when EVERY
+  command of the line matches an allow pattern; a line the parser cannot read, or a command
+  decided at run time (`$cmd`, `sh -c "$x"`), is never allowed by a pattern;
+- ask: asked when the whole line or any one of its commands matches.
 nanobot 0.3.5's `denyPatterns` are read as deny, its `allowPatterns` as allow; and since
 0.3.5 refused every command matching none of its allowPatterns, that stays true when the
 old key is used (`allow_only`).
@@ -17,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from nanobot.errors import ConfigError
+from nanobot.policy.commands import Command, Unparsable, parse
 
 NETWORK_MODES = (False, True, "ask")
 
@@ -38,6 +43,18 @@ _NETWORKY = re.compile(
 
 def wants_network(command: str) -> bool:
     return bool(_NETWORKY.search(command))
+
+
+def _commands(command: str) -> list[Command] | None:
+    try:
+        return parse(command)
+    except Unparsable:
+        return None
+
+
+def _texts(command: str) -> list[str]:
+    """The whole line, then each command it runs (the whole line alone when it cannot be parsed)."""
+    return [command, *(c.text for c in _commands(command) or ())]
 
 
 def _compile(patterns: list[str], where: str) -> tuple[re.Pattern[str], ...]:
@@ -75,18 +92,25 @@ class ExecRules:
 
     def denied_by(self, command: str) -> str | None:
         """The deny pattern that refuses `command` (or why allow_only refuses it), else None."""
+        texts = _texts(command) if self.deny else []
         for p in self.deny:
-            if p.search(command):
+            if any(p.search(t) for t in texts):
                 return f"it matches the deny pattern {p.pattern!r} (tools.exec.deny)"
         if self.allow_only and not self.allowed(command):
             return "it matches none of tools.exec.allowPatterns (only those commands may run)"
         return None
 
     def allowed(self, command: str) -> bool:
-        return any(p.search(command) for p in self.allow)
+        """Every command the line runs matches an allow pattern (and the line could be parsed)."""
+        if not self.allow:
+            return False
+        commands = _commands(command)
+        return bool(commands) and all(
+            not c.opaque and any(p.search(c.text) for p in self.allow) for c in commands or ())
 
     def asked_by(self, command: str) -> str | None:
+        texts = _texts(command) if self.ask else []
         for p in self.ask:
-            if p.search(command):
+            if any(p.search(t) for t in texts):
                 return p.pattern
         return None

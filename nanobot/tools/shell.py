@@ -24,6 +24,7 @@ from typing import Any
 
 from nanobot.errors import ToolError
 from nanobot.memory.store import watch_memory
+from nanobot.policy.commands import Command, Unparsable, parse
 from nanobot.sandbox import Launch, build_policy, launcher
 from nanobot.sandbox.limits import PidsCgroup, is_running, stat_fields
 from nanobot.secrets_mask import is_secret_name
@@ -50,6 +51,8 @@ _RAW_DISK = r"/dev/(?:sd[a-z]|hd[a-z]|vd[a-z]|xvd[a-z]|nvme\d|mmcblk\d|disk\d|ma
 _RAW_DISK_WRITE = re.compile(r">\s*" + _RAW_DISK)
 _SEGMENT_SPLIT = re.compile(r"&&|\|\||[;&|\n()`]|\$\(")
 _WRAPPERS = {"sudo", "doas", "command", "exec", "nohup", "time", "env", "nice", "ionice", "builtin", "busybox"}
+# reserved words a text segment may start with (only for lines the parser cannot read)
+_KEYWORDS = {"{", "}", "!", "if", "then", "elif", "else", "do", "while", "until"}
 _SHELLS = {"sh", "bash", "dash", "zsh", "ksh"}
 _POWER = {"shutdown", "reboot", "halt", "poweroff"}
 _SYSTEM_DIRS = {
@@ -87,7 +90,7 @@ def _command_words(segment: str) -> list[str]:
     i = 0
     while i < len(words):
         word = words[i]
-        if word in _WRAPPERS or _ASSIGNMENT.match(word) or word.isdigit():
+        if word in _WRAPPERS or word in _KEYWORDS or _ASSIGNMENT.match(word) or word.isdigit():
             i += 1
         elif word.startswith("-") and i > 0:
             i += 2 if word in _FLAGS_WITH_VALUE else 1
@@ -135,15 +138,30 @@ def _segment_reason(words: list[str], depth: int) -> str | None:
     return None
 
 
+def _argv(command: Command) -> list[str]:
+    """A parsed command's words as the accident list reads them (`"$HOME"` as `$HOME`)."""
+    return [w.value if w.value is not None else w.raw.replace('"', "") for w in command.words]
+
+
 def deny_reason(command: str, depth: int = 0) -> str | None:
     """Why `command` is refused, or None. It catches accidents (a wiped workspace), not an
-    adversary: the sandbox is what holds against a rewrite of these commands."""
+    adversary: the sandbox is what holds against a rewrite of these commands.
+
+    Every command the line runs is judged (nanobot/policy/commands.py: `{ rm -rf /; }`, an if or
+    for body, `! rm -rf /`, `sh -c '...'`, `find -exec`); a line the parser cannot read is split
+    as text instead, which is what this did before the parser."""
     if _FORK_BOMB.search(command):
         return "fork bomb"
     if _RAW_DISK_WRITE.search(command):
         return "redirecting output onto a raw disk device"
-    for segment in _SEGMENT_SPLIT.split(command):
-        reason = _segment_reason(_command_words(segment), depth)
+    try:
+        commands = parse(command)
+    except Unparsable:
+        segments = [_command_words(segment) for segment in _SEGMENT_SPLIT.split(command)]
+    else:
+        segments, depth = [_argv(c) for c in commands], 3  # the parser already opened sh -c and eval
+    for words in segments:
+        reason = _segment_reason(words, depth)
         if reason:
             return reason
     return None
