@@ -12,7 +12,6 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from nanobot import gc_pause
 from nanobot.config import ResolvedModel, UnusableModel
 from nanobot.messages import Message
 from nanobot.providers import reasoning, sdk_imports
@@ -51,7 +50,6 @@ def openai_request_options(resolved: ResolvedModel) -> dict[str, Any]:
 def _load(module: str, api_base: str | None) -> None:
     prewarm_tls_context(api_base)  # here, so httpcore2's import keeps off the main thread too
     importlib.import_module(module)
-    gc_pause.resume()
 
 
 class DeferredProvider(Provider):
@@ -75,7 +73,6 @@ class DeferredProvider(Provider):
         if self._inner is None:
             prewarm_tls_context(self._resolved.api_base)  # the CA file loads on another core while the SDK is imported
             self._inner = self._build(self._resolved)
-            gc_pause.resume()  # the SDK was the last big import
             self._inner.capabilities = self.capabilities  # one object: what the adapter learns, callers see
         return await self._inner.chat(messages, **kwargs)
 

@@ -579,26 +579,19 @@ def test_a_pids_cgroup_left_by_a_nanobot_that_died_is_removed_by_the_next_one(mo
                 limits_mod.PidsCgroup(folder, 0).remove()
 
 
-def test_child_cannot_change_the_caches_kept_beside_nanobots_bytecode(ws, confinement, tmp_path):
-    """The code cache is executed by the next `nanobot` start (nanobot/code_cache.py): a confined
-    command must not be able to write it, nor anything else in that folder or the package."""
-    from nanobot.paths import beside_bytecode
+def test_child_cannot_change_nanobots_own_code(ws, confinement, tmp_path):
+    """The next `nanobot` start runs what is in its package and its bytecode folder: a confined
+    command must not be able to add to either."""
+    import nanobot
 
-    cache = beside_bytecode("generated-code")
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    planted = not cache.exists()
-    if planted:
-        cache.write_bytes(b"not a cache yet")
-    before = cache.read_bytes()
-    package = cache.parent.parent
+    package = Path(nanobot.__file__).parent
+    pycache = package / "__pycache__"
+    pycache.mkdir(exist_ok=True)
     try:
-        out = run(make_tool(ws, confinement),
-                  f"printf x > {cache}; cp /bin/true {cache}; rm -f {cache}; "
-                  f"touch {cache.parent}/planted.bin; echo 'import os' >> {package}/code_cache.py; true")
-        assert cache.read_bytes() == before
-        assert not (cache.parent / "planted.bin").exists()
-        assert not (package / "code_cache.py").read_text().endswith("import os\n")
-        assert "[exit code: 0]" in out  # the command ran; only its writes were refused
+        out = run(make_tool(ws, confinement), f"touch {pycache}/planted.pyc {package}/planted.py; true")
+        assert not (pycache / "planted.pyc").exists()
+        assert not (package / "planted.py").exists()
     finally:
-        if planted:
-            cache.unlink(missing_ok=True)
+        (pycache / "planted.pyc").unlink(missing_ok=True)
+        (package / "planted.py").unlink(missing_ok=True)
+    assert "[exit code: 0]" in out  # the command ran; only its writes were refused
