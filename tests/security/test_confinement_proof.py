@@ -542,7 +542,7 @@ def test_plain_landlock_without_namespaces_still_hides_blocks_tcp_and_reaps(ws, 
 
 
 def test_a_pids_cgroup_left_by_a_nanobot_that_died_is_removed_by_the_next_one(monkeypatch):
-    """README: a SIGKILLed nanobot's pids cgroup folder is removed by the next nanobot that runs a
+    """docs/safety.md: a SIGKILLed nanobot's pids cgroup folder is removed by the next nanobot that runs a
     command, and whatever is still inside it killed (bwrap's init, orphaned by bwrap's own race
     when nanobot dies during its setup); a living nanobot's folder and its process are left alone."""
     from nanobot.sandbox import limits as limits_mod
@@ -552,17 +552,25 @@ def test_a_pids_cgroup_left_by_a_nanobot_that_died_is_removed_by_the_next_one(mo
         pytest.skip("no writable pids cgroup here")
     parent = probe.path.parent
     probe.remove()
-    dead = parent / "nanobot-exec-4194999-0"  # above any pid_max: that nanobot is surely gone
-    dead.mkdir()
-    dead_full = parent / "nanobot-exec-4194998-3"
-    dead_full.mkdir()
-    alive = parent / f"nanobot-exec-{os.getppid()}-0"  # a living process's folder must stay
-    alive.mkdir()
+    # Other nanobots on this machine (another test run, a user's) sweep the same folder, and may
+    # sweep these before we do: names unique to this process, and a setup that tolerates that.
+    me = os.getpid()
+    dead = parent / f"nanobot-exec-4194999-{me}-0"  # above any pid_max: that nanobot is surely gone
+    dead_full = parent / f"nanobot-exec-4194998-{me}-3"
+    alive = parent / f"nanobot-exec-{os.getppid()}-{me}-0"  # a living process's folder must stay
     orphan = subprocess.Popen(["sleep", "7151"])  # stands in for the orphaned init
     living = subprocess.Popen(["sleep", "7152"])  # a living nanobot's command
     try:
-        (dead_full / "cgroup.procs").write_text(str(orphan.pid))
+        dead.mkdir(exist_ok=True)
+        alive.mkdir(exist_ok=True)
         (alive / "cgroup.procs").write_text(str(living.pid))
+        for _ in range(20):  # another nanobot's sweep may remove the folder between the two steps
+            dead_full.mkdir(exist_ok=True)
+            try:
+                (dead_full / "cgroup.procs").write_text(str(orphan.pid))
+                break
+            except FileNotFoundError:
+                continue
         monkeypatch.setattr(limits_mod, "_swept", set())  # as in a fresh process
         fresh = limits_mod.PidsCgroup.create(Limits())
         assert fresh is not None
