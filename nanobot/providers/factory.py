@@ -3,7 +3,7 @@
 Importing an SDK is the slowest part of start-up (about 1 s for anthropic, 0.45 s for openai as
 shipped, most of it their type modules), so the adapter is built on the first request, the import
 can be warmed in a background thread while the user is still typing, and the SDKs load what the
-client does not read on demand (providers/sdk_imports.py: about 0.36 s and 0.2 s).
+client does not read on demand (providers/_sdk_on_demand.py: about 0.36 s and 0.2 s).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from nanobot.config import ResolvedModel, UnusableModel
 from nanobot.messages import Message
-from nanobot.providers import reasoning, sdk_imports
+from nanobot.providers import _sdk_on_demand, reasoning
 from nanobot.providers.base import LLMResponse, Provider
 from nanobot.providers.fallback import Candidate, FallbackCallback, FallbackProvider
 from nanobot.providers.retry import RetryCallback, RetryingProvider, RetryPolicy
@@ -25,7 +25,7 @@ _ADAPTERS = {"anthropic": "nanobot.providers.anthropic", "openai": "nanobot.prov
 
 
 def _build(resolved: ResolvedModel) -> Provider:
-    sdk_imports.install()
+    _sdk_on_demand.install()
     if resolved.spec.kind == "anthropic":
         from nanobot.providers.anthropic import AnthropicProvider
 
@@ -66,7 +66,7 @@ class DeferredProvider(Provider):
     def prewarm(self) -> None:
         """Start importing the SDK in a background thread (the first request then finds it loaded)."""
         module = _ADAPTERS[self._resolved.spec.kind]
-        sdk_imports.install()  # here, not in the thread: sys.meta_path changes only on the main thread
+        _sdk_on_demand.install()  # here, not in the thread: sys.meta_path changes only on the main thread
         start_quiet(_load, module, self._resolved.api_base, name="sdk-prewarm")
 
     async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
