@@ -59,9 +59,26 @@ def _giant_runs(n: int) -> re.Pattern[str]:
     return re.compile(rf"(?<!\S)\S{{{n},}}|(?<!\s)\s{{{n},}}")
 
 
+_SPACE = re.compile(r"\s")
+_NON_SPACE = re.compile(r"\S")
+
+
+def _may_hold_giant_run(text: str, limit: int) -> bool:
+    """False when `text` surely holds no run of `limit` characters: every aligned window of half
+    that length has a space and a non-space in it (a run that long covers a whole window). About a
+    thousand searches per MB that each stop within a few characters, instead of a regular
+    expression tried at every position."""
+    step = max(1, limit // 2)
+    for start in range(0, len(text) - step + 1, step):
+        end = start + step
+        if not _SPACE.search(text, start, end) or not _NON_SPACE.search(text, start, end):
+            return True
+    return False
+
+
 def encoded_length(encode: Encode, text: str, limit: int = GIANT_RUN_CHARS) -> int:
     """len(encode(text)), except that each run of `limit` characters or more counts its UTF-8 bytes."""
-    if len(text) < limit:
+    if len(text) < limit or not _may_hold_giant_run(text, limit):
         return len(encode(text))
     total = done = 0
     for run in _giant_runs(limit).finditer(text):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import socket
 import subprocess
 import sys
@@ -311,3 +312,5 @@ def test_counting_giant_runs_by_bytes_never_counts_less_than_the_tokenizer(text)
     exact = len(exact_encode()(text))
     bounded = tokens.encoded_length(exact_encode(), text, limit=8)  # every run of 8+ is "giant" here
     assert exact <= bounded <= len(text.encode("utf-8"))
+    if any(len(run) >= 8 for run in re.findall(r"\S+|\s+", text)):  # the quick check misses none
+        assert tokens._may_hold_giant_run(text, 8)
