@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import fcntl
-import marshal
 import os
-import sys
 import tempfile
 import time
 import weakref
 from pathlib import Path
-from typing import Any
 
 from nanobot.errors import LockHeld
 
-__all__ = ["atomic_write", "append_durably", "fsync_dir", "rotate_when_larger", "load_beside_bytecode", "save_beside_bytecode",
+__all__ = ["atomic_write", "append_durably", "fsync_dir", "rotate_when_larger",
            "ExclusiveLock", "held_locks"]
 
 
@@ -57,37 +54,6 @@ def atomic_write(path: Path, data: str | bytes, *, mode: int | None = None) -> N
             pass
         raise
     fsync_dir(path.parent)
-
-
-def load_beside_bytecode(path: Path, header: bytes) -> Any:
-    """The value a save_beside_bytecode(path, header, value) wrote, or None when the file is
-    missing, starts with another header (another format, another Python) or is damaged. The
-    caller checks the value's shape: the file is a cache, never trusted to be whole."""
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return None
-    if not data.startswith(header):
-        return None
-    try:
-        return marshal.loads(memoryview(data)[len(header):])
-    except (EOFError, ValueError, TypeError):
-        return None
-
-
-def save_beside_bytecode(path: Path, header: bytes, value: Any) -> bool:
-    """Write `header` and `value` (marshal) as a cache kept beside nanobot's bytecode
-    (paths.beside_bytecode), atomically; False, and nothing written, when bytecode writing is off
-    (PYTHONDONTWRITEBYTECODE) or the folder is read-only: the next start then works it out again,
-    as without the cache."""
-    if sys.dont_write_bytecode:
-        return False
-    try:
-        # as readable as the .pyc files beside it: nothing private
-        atomic_write(path, header + marshal.dumps(value), mode=0o644)
-    except OSError:
-        return False
-    return True
 
 
 def append_durably(path: Path, data: str | bytes) -> None:

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
 
 
@@ -93,11 +91,3 @@ def bundled_dir(name: str) -> Path:
         return packaged
     return Path(__file__).resolve().parent.parent / name
 
-
-def beside_bytecode(name: str) -> Path:
-    """This interpreter's file `name` in the folder Python keeps nanobot's own bytecode in
-    (`nanobot/__pycache__/`, or under PYTHONPYCACHEPREFIX). Caches kept there have the trust of
-    the `.pyc` files beside them: whoever can write there can change nanobot's bytecode anyway,
-    and confined commands see the folder read-only (sandbox policy rule 4)."""
-    pyc = Path(importlib.util.cache_from_source(str(Path(__file__).with_name("__init__.py"))))
-    return pyc.with_name(f"{name}.{sys.implementation.cache_tag}.bin")

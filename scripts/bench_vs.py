@@ -138,7 +138,7 @@ def part_vs(args: argparse.Namespace, table: Callable, ms: Callable, maxrss: Cal
               note="Runs alternate ours and the peer. 'first request' = spawn until the fake server "
                    "received the chat request. The floor (scripts/startup_floor.py) is what any one-shot "
                    "turn on the official openai SDK costs at least: with the SDK imported as shipped, "
-                   "and imported as nanobot imports it (providers/sdk_imports.py). The Anthropic rows "
+                   "and imported as nanobot imports it (providers/_sdk_on_demand.py). The Anthropic rows "
                    "are ours only: the same turn with the model `nanobot onboard` configures.")
     finally:
         for home in (*homes.values(), *big_homes.values(), claude):

@@ -4,7 +4,7 @@ one streamed request through the SDK's low-level client, the answer read, one fs
     python scripts/startup_floor.py http://127.0.0.1:PORT/v1 FILE [--on-demand]
 
 With --on-demand the SDK is imported as nanobot imports it: its re-export packages load on demand
-(nanobot/providers/sdk_imports.py). bench.py --vs runs both beside the two nanobots, so the table
+(nanobot/providers/_sdk_on_demand.py). bench.py --vs runs both beside the two nanobots, so the table
 shows how much of a one-shot turn is this floor and how much is nanobot's own work. It prints
 nothing; it is timed from outside.
 """
@@ -14,9 +14,9 @@ import os
 import sys
 
 if "--on-demand" in sys.argv:
-    from nanobot.providers import sdk_imports
+    from nanobot.providers import _sdk_on_demand
 
-    sdk_imports.install()
+    _sdk_on_demand.install()
 
 import httpx2  # noqa: E402
 import openai  # noqa: E402
@@ -37,4 +37,3 @@ fd = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 os.write(fd, b'{"role": "assistant", "content": "hello"}\n')
 os.fsync(fd)
 os.close(fd)
-os._exit(0)  # as nanobot's quick exit

@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 
 import pytest
-from nanobot.providers import sdk_imports
+from nanobot.providers import _sdk_on_demand
 from nanobot.providers.registry import scrubbed_env_names
 
 from host_procs import host_pids
@@ -31,13 +31,13 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 
 # Collecting imports the test modules and with them nanobot and both SDKs (about 1.7 s per worker,
 # most of it anthropic's and openai's types): nearly no garbage, so the collector is off while it
-# runs, as the `nanobot` command does while it loads (nanobot/gc_pause.py). After collection what is
-# loaded is frozen, so no collection during the tests walks those objects again.
+# runs. After collection what is loaded is frozen, so no collection during the tests walks those
+# objects again. (This is the test run's own housekeeping; the `nanobot` command does no such thing.)
 gc.disable()
 
 # The tests import the SDKs as nanobot does: their re-export packages load on demand
-# (nanobot/providers/sdk_imports.py), so what the tests use is what a user's nanobot loads.
-sdk_imports.install()
+# (nanobot/providers/_sdk_on_demand.py), so what the tests use is what a user's nanobot loads.
+_sdk_on_demand.install()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

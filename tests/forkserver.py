@@ -133,9 +133,9 @@ def _preload(modules: Sequence[str]) -> dict[str, Any]:
     try:
         # as nanobot imports the SDKs (its first request installs this): their re-export packages load
         # on demand, here and in each child
-        from nanobot.providers import sdk_imports
+        from nanobot.providers import _sdk_on_demand
 
-        sdk_imports.install()
+        _sdk_on_demand.install()
         for name in modules:
             __import__(name)
     finally:

@@ -38,9 +38,9 @@ def test_a_quiet_thread_blocks_ctrl_c_and_sigterm_and_runs_its_target():
         thread.join(5)
 
 
-def test_the_prewarm_and_resume_threads_are_quiet(monkeypatch, tmp_path):
-    """The threads nanobot starts for the SDK import, the TLS context and the collector's resume."""
-    from nanobot import gc_pause, tls
+def test_the_prewarm_thread_is_quiet(monkeypatch, tmp_path):
+    """The thread nanobot starts for the TLS context while the SDK is imported."""
+    from nanobot import tls
 
     started: list[str] = []
     real = tls.start_quiet
@@ -50,16 +50,6 @@ def test_the_prewarm_and_resume_threads_are_quiet(monkeypatch, tmp_path):
         return real(target, *args, name=name)
 
     monkeypatch.setattr(tls, "start_quiet", recording)
-    monkeypatch.setattr(gc_pause, "start_quiet", recording)
-    monkeypatch.setattr(gc_pause, "RESUME_AFTER_S", 0.01)
     monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path))  # a context not built yet in this process
-    import gc
-
-    try:
-        gc_pause.pause()
-        tls.prewarm_tls_context()
-    finally:
-        gc_pause.resume()
-        gc.unfreeze()
-        gc.enable()
-    assert sorted(started) == ["gc-resume", "tls-prewarm"]
+    tls.prewarm_tls_context()
+    assert started == ["tls-prewarm"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import socket
 import subprocess
 import sys
@@ -54,7 +55,7 @@ def test_known_counts_with_the_real_encoding():
 
 def test_importing_nanobot_tokens_does_not_import_tiktoken():
     code = ("import sys, nanobot.tokens, nanobot.memory.store; "
-            "print(any(m in sys.modules for m in ('tiktoken', 'nanobot.cl100k', 'regex')))")
+            "print(any(m in sys.modules for m in ('tiktoken', 'regex')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -261,3 +262,55 @@ def test_an_ordinary_one_shot_turn_does_not_load_the_encoding(configure, fake_ll
             "try:\n    main()\nexcept SystemExit:\n    pass\nprint('LOADS', len(loads))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "hello" in out.stdout and "LOADS 0" in out.stdout, out.stderr[-2000:]
+
+
+# -- giant runs: a pasted line without spaces is not handed to the tokenizer whole ---------------
+
+def _recording(encode):
+    seen: list[int] = []
+
+    def wrapped(text: str) -> list[int]:
+        seen.append(len(text))
+        return encode(text)
+
+    return wrapped, seen
+
+
+def test_a_giant_word_is_counted_by_its_bytes_and_never_encoded_whole():
+    encode, seen = _recording(exact_encode())
+    counter = TokenCounter(encode)
+    word = "ab9Z" * 250_000  # 1 MB without a space: one piece to cl100k, minutes of merging
+    text = f"Here is the blob I pasted:\n{word}\nWhat is in it? ünïcödé done."
+    n = counter.count_text(text)
+    assert max(seen) < tokens.GIANT_RUN_CHARS  # the 1 MB run never reached the encoder
+    head, tail = text.split(word)
+    exact_around = len(exact_encode()(head)) + len(exact_encode()(tail))
+    assert n == exact_around + len(word.encode("utf-8"))  # the run by its bytes, the rest exactly
+    assert n <= len(text.encode("utf-8"))  # sane: never above the text's own byte bound
+
+
+def test_a_giant_run_of_spaces_or_symbols_is_bounded_too():
+    encode, seen = _recording(exact_encode())
+    counter = TokenCounter(encode)
+    for run in (" " * 300_000, "=" * 300_000, "\n" * 300_000, "写" * 100_000):
+        seen.clear()
+        n = counter.count_text(f"before {run} after")
+        assert max(seen) < tokens.GIANT_RUN_CHARS
+        assert len(exact_encode()("before after")) <= n <= len(f"before {run} after".encode())
+
+
+def test_ordinary_text_is_still_counted_exactly():
+    text = (ENGLISH + " " + CHINESE + "\n" + CODE) * 40  # long, but no run near the limit
+    assert len(text) > tokens.GIANT_RUN_CHARS
+    assert TokenCounter(exact_encode()).count_text(text) == len(exact_encode()(text))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["word", " ", "  ", "\n", "x" * 9, "=" * 9, " " * 9, "12345", "é写",
+                                 "'s", "\r\n", "\t", ".", "abc=def"]), max_size=40).map("".join))
+def test_counting_giant_runs_by_bytes_never_counts_less_than_the_tokenizer(text):
+    exact = len(exact_encode()(text))
+    bounded = tokens.encoded_length(exact_encode(), text, limit=8)  # every run of 8+ is "giant" here
+    assert exact <= bounded <= len(text.encode("utf-8"))
+    if any(len(run) >= 8 for run in re.findall(r"\S+|\s+", text)):  # the quick check misses none
+        assert tokens._may_hold_giant_run(text, 8)

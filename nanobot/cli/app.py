@@ -6,16 +6,13 @@ provider SDKs; commands import what they need when they run.
 
 from __future__ import annotations
 
-import atexit
-import os
 import sys
-import threading
 from pathlib import Path
 
 import typer
 from typer.core import TyperGroup
 
-from nanobot import __version__, code_cache, gc_pause
+from nanobot import __version__
 
 
 class _Commands(TyperGroup):
@@ -193,41 +190,5 @@ def main() -> None:
 
 
 def run() -> None:
-    """The `nanobot` command: main(), then a quick exit.
-
-    By the time main() returns, the command's work is saved (sessions and memory are written,
-    flushed and fsynced as they go). What a normal exit would do next is tear the interpreter
-    down, freeing every object of every module; with the SDKs loaded that is over 1,000 modules
-    and about 0.3 s nobody needs (measured: `agent -m hi` 1.26 s -> 0.93 s). So: wait for
-    non-daemon threads as the interpreter would, run the atexit
-    hooks (logging's flush among them), flush stdout and stderr, and leave with os._exit.
-    Tests call main() in process; this function is only the console script and `python -m`.
-    """
-    gc_pause.pause()  # while the command loads its code (nanobot/gc_pause.py)
-    code_cache.install()  # generated code and import-time regexes, compiled once (nanobot/code_cache.py)
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = _exit_status(exc.code)
-    threading._shutdown()  # what the interpreter's own exit does first: executors told to stop, threads joined
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError, AttributeError):  # a closed pipe: what Python's own exit reports as 120
-            code = code or 120
-    os._exit(code)
-
-
-def _exit_status(code: object) -> int:
-    """The process status SystemExit(code) gives: None is 0, an int itself, anything else printed and 1."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    try:
-        print(code, file=sys.stderr)
-    except (OSError, ValueError):
-        pass
-    return 1
+    """The `nanobot` command (the console script and `python -m nanobot`); tests call main() in process."""
+    main()

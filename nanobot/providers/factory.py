@@ -3,7 +3,7 @@
 Importing an SDK is the slowest part of start-up (about 1 s for anthropic, 0.45 s for openai as
 shipped, most of it their type modules), so the adapter is built on the first request, the import
 can be warmed in a background thread while the user is still typing, and the SDKs load what the
-client does not read on demand (providers/sdk_imports.py: about 0.36 s and 0.2 s).
+client does not read on demand (providers/_sdk_on_demand.py: about 0.36 s and 0.2 s).
 """
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from nanobot import gc_pause
 from nanobot.config import ResolvedModel, UnusableModel
 from nanobot.messages import Message
-from nanobot.providers import reasoning, sdk_imports
+from nanobot.providers import _sdk_on_demand, reasoning
 from nanobot.providers.base import LLMResponse, Provider
 from nanobot.providers.fallback import Candidate, FallbackCallback, FallbackProvider
 from nanobot.providers.retry import RetryCallback, RetryingProvider, RetryPolicy
@@ -26,7 +25,7 @@ _ADAPTERS = {"anthropic": "nanobot.providers.anthropic", "openai": "nanobot.prov
 
 
 def _build(resolved: ResolvedModel) -> Provider:
-    sdk_imports.install()
+    _sdk_on_demand.install()
     if resolved.spec.kind == "anthropic":
         from nanobot.providers.anthropic import AnthropicProvider
 
@@ -51,7 +50,6 @@ def openai_request_options(resolved: ResolvedModel) -> dict[str, Any]:
 def _load(module: str, api_base: str | None) -> None:
     prewarm_tls_context(api_base)  # here, so httpcore2's import keeps off the main thread too
     importlib.import_module(module)
-    gc_pause.resume()
 
 
 class DeferredProvider(Provider):
@@ -68,14 +66,13 @@ class DeferredProvider(Provider):
     def prewarm(self) -> None:
         """Start importing the SDK in a background thread (the first request then finds it loaded)."""
         module = _ADAPTERS[self._resolved.spec.kind]
-        sdk_imports.install()  # here, not in the thread: sys.meta_path changes only on the main thread
+        _sdk_on_demand.install()  # here, not in the thread: sys.meta_path changes only on the main thread
         start_quiet(_load, module, self._resolved.api_base, name="sdk-prewarm")
 
     async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
         if self._inner is None:
             prewarm_tls_context(self._resolved.api_base)  # the CA file loads on another core while the SDK is imported
             self._inner = self._build(self._resolved)
-            gc_pause.resume()  # the SDK was the last big import
             self._inner.capabilities = self.capabilities  # one object: what the adapter learns, callers see
         return await self._inner.chat(messages, **kwargs)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from nanobot.config import ResolvedModel
 from nanobot.errors import ProviderError
-from nanobot.providers import sdk_imports
+from nanobot.providers import _sdk_on_demand
 from nanobot.providers.base import http_timeout
 from nanobot.providers.errors_map import translate
 from nanobot.tls import shared_tls_context
@@ -26,7 +26,7 @@ class ProbeResult:
 
 async def probe(resolved: ResolvedModel, *, timeout: float = 10.0) -> ProbeResult:
     """Raises ProviderError when the server cannot be reached or rejects the key."""
-    sdk_imports.install()
+    _sdk_on_demand.install()
     if resolved.spec.kind == "anthropic":
         import anthropic as sdk
 

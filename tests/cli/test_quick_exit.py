@@ -1,6 +1,5 @@
-"""The `nanobot` command leaves with os._exit once main() is done (cli/app.run): what a normal
-exit guarantees must still hold: exit statuses, output flushed into a pipe, threads waited for,
-atexit hooks run, and the turn on disk."""
+"""How the `nanobot` command ends (cli/app.run): exit statuses, output flushed into a pipe,
+threads waited for, atexit hooks run, and the turn on disk."""
 
 from __future__ import annotations
 
@@ -38,7 +37,7 @@ def stand_in(tmp_path, code: str) -> subprocess.CompletedProcess:
                           timeout=60)
 
 
-def test_exit_statuses_output_threads_and_atexit_hooks_survive_the_quick_exit(tmp_path):
+def test_exit_statuses_output_threads_and_atexit_hooks_hold_at_the_end(tmp_path):
     for code, status, err in (("None", 0, ""), ("3", 3, ""), ("256 + 7", 7, ""), ("'went wrong'", 1, "went wrong\n")):
         (tmp_path / "thread").unlink(missing_ok=True)
         (tmp_path / "atexit").unlink(missing_ok=True)

@@ -19,7 +19,7 @@ def test_version_and_help_do_not_import_provider_sdks():
     code = ("import sys; sys.argv=['nanobot', '{arg}'];\n"
             "from nanobot.cli.app import main\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "bad = [m for m in ('openai', 'anthropic', 'tiktoken', 'nanobot.cl100k', 'httpx2') if m in sys.modules]\n"
+            "bad = [m for m in ('openai', 'anthropic', 'tiktoken', 'httpx2') if m in sys.modules]\n"
             "print('LOADED', bad)")
     for arg in ("--version", "--help"):
         out = subprocess.run([sys.executable, "-c", code.format(arg=arg)], capture_output=True, text=True, timeout=60)

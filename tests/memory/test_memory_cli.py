@@ -274,7 +274,7 @@ def test_memory_show_counts_once_and_then_reads_the_cached_count(ws, isolated_ho
     MemoryStore(ws).write_memory("# Memory\n- Name: Dana\n- Likes tea\n", reason="test")
     probe = textwrap.dedent(f"""
         import atexit, sys
-        atexit.register(lambda: print("TIKTOKEN" if "nanobot.cl100k" in sys.modules else "NO-TIKTOKEN", file=sys.stderr))
+        atexit.register(lambda: print("TIKTOKEN" if "tiktoken" in sys.modules else "NO-TIKTOKEN", file=sys.stderr))
         sys.argv = ["nanobot", "memory", "show", "-w", {str(ws)!r}]
         from nanobot.cli.app import main
         main()

@@ -1,4 +1,9 @@
-"""Load the SDKs' re-export packages on demand.
+"""Load the SDKs' re-export packages on demand; NANOBOT_PLAIN_START=1 turns it off.
+
+This is start-up machinery, not behaviour: with the switch on, `install()` does nothing and the
+SDKs import exactly as shipped (a one-shot turn then starts about twice as slowly; see
+docs/dev/performance.md). CI runs the CLI tests both ways. Nothing outside providers/factory.py
+and providers/probe.py calls it.
 
 Most of `import openai` (and `import anthropic`) is spent in packages such as `openai.types` and
 `openai.types.responses`, whose `__init__.py` does nothing but re-export names from hundreds of
@@ -274,7 +279,13 @@ class _Finder:
 _FINDER = _Finder()
 
 
+PLAIN_START = "NANOBOT_PLAIN_START"  # "1": import the SDKs as shipped
+
+
 def install() -> None:
-    """Put the finder first on sys.meta_path (once). SDK packages already imported stay as they are."""
+    """Put the finder first on sys.meta_path (once), unless NANOBOT_PLAIN_START=1. SDK packages
+    already imported stay as they are."""
+    if os.environ.get(PLAIN_START) == "1":
+        return
     if _FINDER not in sys.meta_path:
         sys.meta_path.insert(0, _FINDER)

@@ -11,8 +11,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from nanobot.providers import sdk_imports
-from nanobot.providers.sdk_imports import re_exports
+from nanobot.providers import _sdk_on_demand
+from nanobot.providers._sdk_on_demand import re_exports
 
 
 def _bindings(source: str) -> tuple[dict, list[str] | None] | None:
@@ -65,7 +65,7 @@ def _run(code: str, *, on_demand: bool) -> dict:
     # the collector off: these children import thousands of modules and make next to no garbage
     prefix = "import gc\ngc.disable()\n"
     if on_demand:
-        prefix += "from nanobot.providers import sdk_imports\nsdk_imports.install()\n"
+        prefix += "from nanobot.providers import _sdk_on_demand\n_sdk_on_demand.install()\n"
     p = subprocess.run([sys.executable, "-c", prefix + textwrap.dedent(code)], capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 0, p.stderr
@@ -110,8 +110,8 @@ def _demo(path: Path, body: str, *, finder: str = '("sdkdemo.",)', module: str =
     code = f"""
         import builtins, json, sys
         sys.path.insert(0, {str(path)!r})
-        from nanobot.providers import sdk_imports
-        sys.meta_path.insert(0, sdk_imports._Finder{finder})
+        from nanobot.providers import _sdk_on_demand
+        sys.meta_path.insert(0, _sdk_on_demand._Finder{finder})
         {module}
         seen = [list(getattr(builtins, "LOADED", []))]
     """
@@ -132,7 +132,7 @@ def test_a_pure_re_export_package_runs_a_submodule_only_when_its_name_is_read(tm
             Beta as Renamed,
         )
     """)
-    finder = sdk_imports._Finder(("sdkdemo.",))
+    finder = _sdk_on_demand._Finder(("sdkdemo.",))
     assert finder.find_spec("other.types") is None
     got = _demo(path, """
         alpha = t.Alpha
