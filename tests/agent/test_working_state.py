@@ -253,3 +253,29 @@ def test_a_failed_compaction_shows_in_status_and_doctor(nanobot_run, fake_llm, c
     assert nanobot_run("agent", "-m", "/compact").returncode == 0
     assert "the last compaction failed" not in nanobot_run("status").stdout
     assert "did not call save_memory" not in nanobot_run("doctor", "--offline").stdout
+
+
+def test_helpers_do_not_get_the_working_state_but_the_report_turn_does(nanobot_run, fake_llm, configure):
+    configure()
+    WorkingStateLog(SessionStore().path_for("cli:direct")).add_version("Goal: ship it\nIdentifiers:\n- REL-9",
+                                                                        archived=2)
+
+    def responder(request):
+        text = wire_text(request)
+        if "You are a subagent" in text:
+            return Reply.text("the helper's report")
+        if "subagent 'helper'" in json.dumps(request.messages[-1]):
+            return Reply.text("Final: the helper reported back.")
+        if any(m.get("role") == "tool" for m in request.messages):
+            return Reply.text("Started a helper.")
+        return Reply.tool_calls([("spawn", {"task": "count the files", "label": "helper"})])
+
+    fake_llm.responder = responder
+    result = nanobot_run("agent", "-m", "go")
+    assert result.returncode == 0, result.stderr
+    helper = [r for r in fake_llm.requests if "You are a subagent" in wire_text(r)]
+    main = [r for r in fake_llm.requests if r not in helper]
+    assert helper and main and len(main) >= 3
+    assert all(SOURCE not in wire_text(r) for r in helper)  # the helper gets its task, not the state
+    assert all(wire_text(r).count(SOURCE) == 1 for r in main)  # every main-lane request, report turn included
+    fake_llm.assert_all_valid()
