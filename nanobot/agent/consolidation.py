@@ -410,8 +410,13 @@ class Consolidator:
                 report.notices.append(f"the model returned no session_checkpoint with its summary; {kept}")
             return
         limit = max(256, self.budget.budget // 8)  # it rides on every request: a small share of the budget
-        if self.budget.counter.count_text(text) > limit:
-            text = cut_middle(text, limit * 3, lambda n: f"\n[... {n:,} characters of the checkpoint cut ...]\n")
+        tokens = self.budget.counter.count_text(text)
+        if tokens > limit:
+            whole, keep = text, len(text)
+            while tokens > limit and keep > 0:
+                keep = int(keep * limit / tokens * 0.95)
+                text = cut_middle(whole, keep, lambda n: f"\n[... {n:,} characters of the checkpoint cut ...]\n")
+                tokens = self.budget.counter.count_text(text)
             report.notices.append(f"the model's session_checkpoint was longer than {limit:,} tokens; its middle "
                                   "was cut")
         version = WorkingStateLog(session.path).add_version(text, archived=archived)

@@ -99,7 +99,8 @@ def status(config: Path | None = ConfigOpt) -> None:
 @app.command()
 def doctor(config: Path | None = ConfigOpt,
            offline: bool = typer.Option(False, "--offline", help="Do not contact the provider.")) -> None:
-    """Check the setup: config, key, provider and model, token counter, exec confinement, disk, memory, skills."""
+    """Check the setup: config, key, provider and model, token counter, exec confinement, disk, memory, skills,
+    failed compactions."""
     from nanobot.cli.doctor import run_doctor
 
     raise typer.Exit(run_doctor(config, offline=offline))

@@ -253,3 +253,44 @@ def test_a_failed_compaction_shows_in_status_and_doctor(nanobot_run, fake_llm, c
     assert nanobot_run("agent", "-m", "/compact").returncode == 0
     assert "the last compaction failed" not in nanobot_run("status").stdout
     assert "did not call save_memory" not in nanobot_run("doctor", "--offline").stdout
+
+
+def test_helpers_do_not_get_the_working_state_but_the_report_turn_does(nanobot_run, fake_llm, configure):
+    configure()
+    WorkingStateLog(SessionStore().path_for("cli:direct")).add_version("Goal: ship it\nIdentifiers:\n- REL-9",
+                                                                        archived=2)
+
+    def responder(request):
+        text = wire_text(request)
+        if "You are a subagent" in text:
+            return Reply.text("the helper's report")
+        if "subagent 'helper'" in json.dumps(request.messages[-1]):
+            return Reply.text("Final: the helper reported back.")
+        if any(m.get("role") == "tool" for m in request.messages):
+            return Reply.text("Started a helper.")
+        return Reply.tool_calls([("spawn", {"task": "count the files", "label": "helper"})])
+
+    fake_llm.responder = responder
+    result = nanobot_run("agent", "-m", "go")
+    assert result.returncode == 0, result.stderr
+    helper = [r for r in fake_llm.requests if "You are a subagent" in wire_text(r)]
+    main = [r for r in fake_llm.requests if r not in helper]
+    assert helper and main and len(main) >= 3
+    assert all(SOURCE not in wire_text(r) for r in helper)  # the helper gets its task, not the state
+    assert all(wire_text(r).count(SOURCE) == 1 for r in main)  # every main-lane request, report turn included
+    fake_llm.assert_all_valid()
+
+
+def test_a_huge_checkpoint_is_cut_and_a_key_in_it_is_masked(tmp_path, scripted_llm):
+    store, session, cons = _consolidator(tmp_path, scripted_llm)
+    key = "sk-proj-" + "a1B2c3D4e5" * 5
+    huge = f"Goal: ship it\nIdentifiers:\n- {key}\n" + "".join(f"- item{i} {filler(i, 20)}\n" for i in range(2000))
+    scripted_llm.script(Reply.tool_calls([("save_memory", {"history_entry": "[2026-01-05 10:00] Talked.",
+                                                           "memory_update": "# Memory\n",
+                                                           "session_checkpoint": huge})]))
+    report = _run(cons.compact(session))
+    stored = WorkingStateLog(session.path).read().text
+    assert key not in stored and "Goal: ship it" in stored
+    assert cons.budget.counter.count_text(stored) <= cons.budget.budget // 8
+    assert "characters of the checkpoint cut" in stored
+    assert any("longer than" in n for n in report.notices)

@@ -41,7 +41,7 @@ def test_doctor_passes_on_a_good_setup_with_one_cheap_request(nanobot_run, fake_
     assert result.returncode == 0, result.stdout + result.stderr
     checks = lines_by_check(result.stdout)
     assert list(checks) == ["config", "api key", "provider", "token counter", "exec confinement", "workspace",
-                            "sessions", "memory", "skills"]
+                            "sessions", "memory", "skills", "compaction"]
     assert all(line[0] in "✓!" for line in checks.values()), result.stdout
     assert "parses (mode 0600)" in checks["config"]
     assert "answers and has" in checks["provider"] and "all checks passed" in result.stdout
