@@ -207,7 +207,8 @@ class Assistant:
         await self.subagents.stop()
         if self.mcp is not None:
             await self.mcp.aclose()
-        await self.conversation.upkeep.join()  # `agent -m` must not exit mid-consolidation
+        # a consolidation still running gets a while to finish; what it leaves is done next run
+        await self.conversation.upkeep.close(self.cfg.defaults.consolidation_exit_wait_seconds)
         self.store.close(self.conversation.session)
         await self.conversation.provider.aclose()
 
@@ -230,7 +231,8 @@ def build_budget(cfg: Config) -> ContextBudget:
     """The one ContextBudget of a run: every request, subagent and status screen asks it."""
     d = cfg.defaults
     return ContextBudget(window=d.context_window_tokens, max_tokens=d.max_tokens, counter=default_counter(),
-                         prompt_cap=d.context_block_limit, max_tool_calls=d.max_tool_calls_per_step)
+                         prompt_cap=d.context_block_limit, max_tool_calls=d.max_tool_calls_per_step,
+                         consolidate_above=d.consolidate_above_tokens)
 
 
 def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, stream: bool = True,

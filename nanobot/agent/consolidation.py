@@ -2,23 +2,33 @@
 
 The session file is never shortened; consolidation moves `last_consolidated` forward once the
 chunk it passes over is durably recorded (a summary in HISTORY.md and the facts in MEMORY.md,
-or, after repeated failures, a RAW archive). A crash before the pointer write means the chunk
-is summarised again next time: a duplicate HISTORY.md entry, never a lost one.
+or, after repeated failures, a RAW archive). Each entry ends with a marker naming its chunk, so a
+crash before the pointer write is completed next time without a second entry. What counts as a
+failure, and what a consolidation may spend, is in compaction.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from nanobot.agent.budget import ContextBudget
+from nanobot.agent.compaction import (
+    MARKER_SCAN_BYTES,
+    ConsolidationPostponed,
+    chunk_marker,
+    cut_transcript,
+    is_outage,
+    recorded_count,
+    short_reason,
+)
 from nanobot.agent.events import EventSink, Notice, ignore
 from nanobot.config import AgentDefaults
-from nanobot.errors import ConsolidationFailure, ProviderError
+from nanobot.errors import ConsolidationFailure, NanobotError, ProviderError
 from nanobot.memory.store import MemoryStore, MemoryUpdateRefused
 from nanobot.messages import Message, parse_timestamp, transcript_lines
 from nanobot.providers.base import LLMResponse, Provider
@@ -78,6 +88,8 @@ _RENDER_LADDER: tuple[tuple[int, int | None], ...] = (
     (2000, None), (800, None), (300, None), (300, 6000), (150, 2000), (80, 600), (40, 200),
 )
 _ARG_CHARS = 200
+# Below this many tokens of room an excerpt is too short to be worth a summarising call.
+_MIN_EXCERPT_TOKENS = 200
 
 SystemPrompt = str | Callable[[], str]
 
@@ -97,6 +109,8 @@ class ConsolidationReport:
     notices: list[str] = field(default_factory=list)  # for the user (held-back memory updates, ...)
     before: int = 0  # estimated prompt tokens
     after: int = 0
+    failed_calls: int = 0  # calls that failed (wrong answer or rejected request), all chunks together
+    postponed: str = ""  # why consolidation stopped without archiving (provider unavailable, cannot fit)
 
     @property
     def ran(self) -> bool:
@@ -132,6 +146,7 @@ class Consolidator:
         self.max_failures = max_failures
         self.clock = clock
         self._locks: dict[str, asyncio.Lock] = {}
+        self._announced: set[str] = set()  # postponement reasons the user was told about (once each)
 
     def estimate(self, session: Session, *, system_prompt: SystemPrompt, tool_schemas: list[dict] | None,
                  probe: str = DEFAULT_PROBE) -> int:
@@ -181,15 +196,16 @@ class Consolidator:
                 return self.estimate(session, system_prompt=system_prompt, tool_schemas=tool_schemas, probe=probe)
 
             estimated = report.before = report.after = measure()
-            if estimated < self.budget.budget:
+            if estimated < self.budget.consolidate_at:
                 return report
-            target = self.budget.budget // 2
-            while report.rounds < self.max_rounds and estimated > target:
+            target = self.budget.consolidate_at // 2
+            while report.rounds < self.max_rounds and estimated > target and not self._spent(report):
                 end = self.pick_consolidation_boundary(session, estimated - target)
                 if end is None:
                     break
                 report.rounds += 1
-                await self._consolidate_range(session, end, report, emit)
+                if not await self._postponable(self._consolidate_range(session, end, report, emit), report, emit):
+                    break
                 estimated = report.after = measure()
         return report
 
@@ -199,7 +215,7 @@ class Consolidator:
         async with self.lock_for(session.key):
             if len(session.messages) > session.last_consolidated:
                 report.rounds = 1
-                await self._consolidate_range(session, len(session.messages), report, emit)
+                await self._consolidate_range(session, len(session.messages), report, emit, must_record=True)
         return report
 
     async def compact(self, session: Session, *, emit: EventSink = ignore) -> ConsolidationReport:
@@ -210,24 +226,71 @@ class Consolidator:
             end = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].get("role") == "user"), None)
             if end is not None and end > session.last_consolidated:
                 report.rounds = 1
-                await self._consolidate_range(session, end, report, emit)
+                await self._postponable(self._consolidate_range(session, end, report, emit), report, emit)
         return report
 
     # -- the work -----------------------------------------------------------------------------
 
+    def _spent(self, report: ConsolidationReport) -> bool:
+        """This consolidation paid for all the failing calls it may (compaction.py, rule 2)."""
+        return report.failed_calls >= self.max_failures or bool(report.postponed)
+
+    async def _postponable(self, work: Awaitable[None], report: ConsolidationReport, emit: EventSink) -> bool:
+        """Run `work`; False when it was postponed (said once per reason: it may recur every turn)."""
+        try:
+            await work
+        except ConsolidationPostponed as exc:
+            report.postponed = exc.message
+            report.failures.append(exc.message)
+            if exc.message not in self._announced:
+                self._announced.add(exc.message)
+                emit(Notice(f"memory consolidation postponed: {exc.message}. Nothing was archived; it is tried "
+                            "again after the next turn", level="warning"))
+            return False
+        return True
+
+    def _recorded_end(self, session: Session, start: int) -> int | None:
+        """Where an entry already in HISTORY.md (by a process killed before its pointer write) ends."""
+        count = recorded_count(self.memory.history_tail(MARKER_SCAN_BYTES), session.key, session.messages[start])
+        return start + count if count and start + count <= len(session.messages) else None
+
     async def _consolidate_range(self, session: Session, end: int, report: ConsolidationReport,
-                                 emit: EventSink) -> None:
-        """Record messages[last_consolidated:end], in as many requests as it takes to fit the window."""
+                                 emit: EventSink, *, must_record: bool = False) -> None:
+        """Record messages[last_consolidated:end], in as many requests as it takes to fit the window.
+
+        `must_record` (for /new): what cannot be summarised now is archived RAW rather than left."""
         total = end - session.last_consolidated
         if report.rounds <= 1:  # one quiet line per consolidation, not one per round
             emit(Notice(f"compacting {total} message{'s' if total != 1 else ''} into memory…"))
         while session.last_consolidated < end:
             start = session.last_consolidated
+            done = self._recorded_end(session, start)
+            if done is not None:  # written before a kill; only the pointer was missing
+                self.store.set_pointer(session, done)
+                report.messages += done - start
+                continue
+            if self._spent(report):
+                if not must_record:
+                    return
+                chunk = list(session.messages[start:end])
+                why = report.postponed or "the summariser failed too often in this consolidation"
+                self._archive_raw(chunk, why, report, emit, chunk_marker(session.key, chunk[0], len(chunk)))
+                self.store.set_pointer(session, end)
+                report.messages += end - start
+                return
             memory_text = self.memory.state().usable  # an empty or cut-off file is not "nothing remembered"
             piece, request = self._fitting_piece(session.messages, start, self._render_limit(session, end),
                                                  memory_text)
             chunk = list(session.messages[start:piece])
-            first_line = await self._summarise_with_retries(chunk, request, report, emit, memory_text)
+            marker = chunk_marker(session.key, chunk[0], len(chunk))
+            try:
+                self._check_fits(request, memory_text)
+                first_line = await self._summarise_with_retries(chunk, request, report, emit, memory_text, marker)
+            except ConsolidationPostponed as exc:
+                if not must_record:
+                    raise
+                report.postponed = exc.message  # the rest is archived without another call
+                first_line = self._archive_raw(chunk, exc.message, report, emit, marker)
             if first_line:
                 report.history_entries.append(first_line)
             # HISTORY.md (and MEMORY.md) are durable now; only then does the chunk leave the prompt
@@ -276,12 +339,48 @@ class Consolidator:
             request = self._request(msgs[start:piece], memory_text, tool_chars=tool_chars, text_chars=text_chars)
             if self._fits(request):
                 return piece, request
-        return piece, None
+        return piece, self._cut_to_fit(msgs[start:piece], memory_text)
 
-    def _request(self, chunk: Sequence[Message], memory_text: str, **limits: Any) -> list[Message]:
+    def _cut_to_fit(self, chunk: Sequence[Message], memory_text: str) -> list[Message] | None:
+        """The tightest transcript of `chunk`, cut in the middle to the room the request leaves it;
+        None when even an excerpt of a few lines cannot fit (MEMORY.md and the instructions fill it)."""
+        tool_chars, text_chars = _RENDER_LADDER[-1]
+        full = render_transcript(chunk, tool_chars=tool_chars, text_chars=text_chars)
+        fixed = self.budget.tokens(self._request(chunk, memory_text, transcript=""), [SAVE_MEMORY_TOOL])
+        room = self.budget.budget - fixed
+        if room < _MIN_EXCERPT_TOKENS:
+            return None
+        chars_per_token = len(full) / max(1, self.budget.counter.count_text(full))
+        keep = int(room / self.budget.calibration.ratio * chars_per_token * 0.9)
+        for _ in range(6):  # token density varies along the text: a few tries, each a little shorter
+            request = self._request(chunk, memory_text, transcript=cut_transcript(full, keep))
+            if self._fits(request):
+                return request
+            keep = int(keep * 0.8)
+        return None
+
+    def _check_fits(self, request: list[Message] | None, memory_text: str) -> None:
+        """Raise ConsolidationPostponed, saying what to do, when no summarising call can succeed."""
+        if request is None:
+            raise ConsolidationPostponed(
+                f"no summarising request fits the {self.budget.budget:,}-token prompt budget, because the "
+                "instructions and MEMORY.md fill it; shorten MEMORY.md (`nanobot memory edit`) or raise "
+                "agents.defaults.contextWindowTokens. Until then the oldest turns are left out of each "
+                "request (they stay in the session)")
+        memory = self.budget.calibration.adjust(self.budget.counter.count_text(memory_text))
+        if memory > self.budget.reply_tokens:
+            raise ConsolidationPostponed(
+                f"MEMORY.md takes ~{memory:,} tokens, and the summariser must write it back whole in a reply "
+                f"of at most {self.budget.reply_tokens:,} tokens; shorten MEMORY.md (`nanobot memory edit`) or "
+                "raise agents.defaults.maxTokens (a reply gets at most a quarter of contextWindowTokens). Until "
+                "then the oldest turns are left out of each request (they stay in the session)")
+
+    def _request(self, chunk: Sequence[Message], memory_text: str, *, transcript: str | None = None,
+                 **limits: Any) -> list[Message]:
         stamp = _chunk_time(chunk, self.clock).strftime("[%Y-%m-%d %H:%M]")
+        text = render_transcript(chunk, **limits) if transcript is None else transcript
         body = (f"## Current MEMORY.md\n\n{memory_text.strip() or '(empty)'}\n\n"
-                f"## Conversation excerpt ({len(chunk)} messages)\n\n{render_transcript(chunk, **limits)}")
+                f"## Conversation excerpt ({len(chunk)} messages)\n\n{text}")
         return [{"role": "system", "content": _INSTRUCTIONS.format(stamp=stamp)},
                 {"role": "user", "content": body}]
 
@@ -289,18 +388,25 @@ class Consolidator:
         return self.budget.fits(request, [SAVE_MEMORY_TOOL])
 
     async def _summarise_with_retries(self, chunk: list[Message], request: list[Message] | None,
-                                      report: ConsolidationReport, emit: EventSink, base: str) -> str:
-        """Summarise the chunk, or archive it raw after repeated failures; returns the entry's first line."""
-        reason = "the consolidation request cannot fit the context window"
-        for _ in range(self.max_failures if request is not None else 0):
-            assert request is not None
+                                      report: ConsolidationReport, emit: EventSink, base: str, marker: str) -> str:
+        """Summarise the chunk, or archive it raw after repeated failures; returns the entry's first line.
+
+        Raises ConsolidationPostponed when the provider is unavailable: an outage is not a failure."""
+        assert request is not None  # _check_fits
+        reason = "the summariser failed too often in this consolidation"
+        while report.failed_calls < self.max_failures:
             try:
-                return self._record(chunk, await self._ask(request), report, base)
+                return self._record(chunk, await self._ask(request), report, base, marker)
             except ConsolidationFailure as exc:
                 reason = str(exc)
                 report.failures.append(reason)
+                report.failed_calls += 1
+        return self._archive_raw(chunk, f"summary failed: {reason}", report, emit, marker)
+
+    def _archive_raw(self, chunk: list[Message], reason: str, report: ConsolidationReport, emit: EventSink,
+                     marker: str) -> str:
         report.raw_archived = True
-        first = self.memory.append_raw_archive(chunk, f"summary failed: {reason}")
+        first = self.memory.append_raw_archive(chunk, reason, marker=marker)
         emit(Notice(f"memory consolidation failed ({reason}); {len(chunk)} message(s) were archived "
                     f"unsummarised in HISTORY.md: {_short(first)}", level="warning"))
         return first
@@ -313,12 +419,12 @@ class Consolidator:
             response = await self._chat(request, choice)
         except ProviderError as exc:
             if choice == "auto" or not exc.tool_choice_refused:
-                raise ConsolidationFailure(f"provider error: {str(exc).splitlines()[0]}") from exc
+                raise _provider_failure(exc) from exc
             capabilities.forced_tool_choice = False  # this provider cannot force a tool; ask nicely from now on
             try:
                 response = await self._chat(request, "auto")
             except ProviderError as again:
-                raise ConsolidationFailure(f"provider error: {str(again).splitlines()[0]}") from again
+                raise _provider_failure(again) from again
         call = next((c for c in response.tool_calls if c.name == "save_memory"), None)
         if call is None:
             raise ConsolidationFailure("the model did not call save_memory")
@@ -333,19 +439,21 @@ class Consolidator:
                                    max_tokens=self.budget.reply_tokens, temperature=0.0),
                 timeout=self.timeout)
         except TimeoutError:
-            raise ConsolidationFailure(f"the consolidation request took longer than {self.timeout:g} s "
-                                       "(agents.defaults.consolidationTimeoutSeconds)") from None
+            raise ConsolidationPostponed(f"the consolidation request took longer than {self.timeout:g} s "
+                                         "(agents.defaults.consolidationTimeoutSeconds)") from None
         # its counts teach the budget too (the request was counted when it was fitted: cached)
         self.budget.observe(self.budget.raw_tokens(request, [SAVE_MEMORY_TOOL]), response.usage.prompt_tokens)
         return response
 
     def _record(self, chunk: list[Message], answer: tuple[dict[str, Any], bool],
-                report: ConsolidationReport, base: str) -> str:
+                report: ConsolidationReport, base: str, marker: str) -> str:
         """Both or neither: the store writes the entry and the update only if both pass its checks."""
         args, truncated = answer
+        entry = args["history_entry"]
         try:
             first, outcome = self.memory.record_consolidation(
-                args["history_entry"], args["memory_update"], truncated=truncated, base=base,
+                f"{entry.rstrip()}\n{marker}" if entry.strip() else entry, args["memory_update"],
+                truncated=truncated, base=base,
                 when=_chunk_time(chunk, self.clock))
         except MemoryUpdateRefused as exc:
             raise ConsolidationFailure(exc.message) from None
@@ -353,6 +461,13 @@ class Consolidator:
         if outcome.status == "held_back":
             report.notices.append(outcome.message)
         return first
+
+
+def _provider_failure(exc: ProviderError) -> NanobotError:
+    """An outage postpones the consolidation; a request the provider rejects counts as a failure."""
+    if is_outage(exc):
+        return ConsolidationPostponed(f"the provider is unavailable ({short_reason(exc)})")
+    return ConsolidationFailure(f"provider error: {short_reason(exc)}")
 
 
 def _as_markdown(value: Any, depth: int = 0) -> str:
