@@ -13,9 +13,9 @@ from nanobot.agent.consolidation import Consolidator
 from nanobot.config import AgentDefaults
 from nanobot.fakellm import Reply
 from nanobot.messages import tool_call
+from test_consolidation import MEMORY, Env, _echo_responder, _save
 
 from scripted_llm import ScriptedLLM
-from test_consolidation import MEMORY, Env, _echo_responder, _save
 
 OUTAGES = {
     "http_500": lambda: Reply.error(500, message="upstream exploded"),

@@ -13,10 +13,16 @@ import sys
 import time
 
 import pytest
+from budget_helpers import (
+    WINDOW,
+    is_consolidation,
+    make_strict,
+    make_text,
+    save_memory_reply,
+    write_session,
+)
 from nanobot.fakellm import Reply
 from nanobot.session.store import SessionStore
-
-from budget_helpers import WINDOW, is_consolidation, make_strict, make_text, save_memory_reply, write_session
 
 # The real command, killed by SIGKILL at the moment the consolidation would write its pointer:
 # HISTORY.md already has the entry, the session does not know it yet.
