@@ -327,3 +327,14 @@ class Calibration:
 
     def adjust(self, estimate: int) -> int:
         return math.ceil(estimate * self.ratio)
+
+    @property
+    def recent(self) -> list[float]:
+        """The ratios observed lately (what calibration_file keeps between runs)."""
+        return list(self._recent)
+
+    def prime(self, ratios: list[float]) -> None:
+        """Start from ratios learned earlier (e.g. by the last run); odd values are ignored."""
+        good = [float(r) for r in ratios
+                if isinstance(r, (int, float)) and not isinstance(r, bool) and 0.1 <= r <= 100]
+        self._recent = (good + self._recent)[-self._window:]

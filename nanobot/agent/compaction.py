@@ -23,7 +23,7 @@ import json
 import re
 from typing import Any
 
-from nanobot.errors import NanobotError, ProviderError
+from nanobot.errors import ConsolidationPostponed, ProviderError
 from nanobot.messages import Message, cut_middle
 
 __all__ = ["is_outage", "ConsolidationPostponed", "chunk_marker", "recorded_count", "cut_transcript",
@@ -36,11 +36,6 @@ _OUTAGE_STATUSES = frozenset({401, 402, 403, 404, 408, 409, 425, 429})
 MARKER_SCAN_BYTES = 4 * 1024 * 1024
 _MARKER = "<!-- nanobot chunk {key} +{count} -->"
 _MARKER_RE = r"<!-- nanobot chunk {key} \+(\d+) -->"
-
-
-class ConsolidationPostponed(NanobotError):
-    """Consolidation stopped without archiving anything (the provider is unavailable, or no request
-    can fit); the pointer did not move and the next consolidation tries again."""
 
 
 def is_outage(exc: ProviderError) -> bool:

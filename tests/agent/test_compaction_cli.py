@@ -115,3 +115,30 @@ def test_a_kill_between_the_history_entry_and_the_pointer_writes_no_second_entry
     assert all("turn 0:" not in json.dumps(r.messages) for r in later)  # the recorded chunk was not asked again
     fake_llm.assert_all_valid()
     assert os.environ.get("NANOBOT_HOME")  # the child ran in the test's home, not the real one
+
+
+def test_the_providers_count_is_remembered_so_the_next_one_shot_does_not_overflow(nanobot_cmd, fake_llm, configure,
+                                                                                  isolated_home):
+    from budget_helpers import exact_encode
+    from nanobot.fakellm.rules import count_prompt_tokens
+
+    window = 16_384
+    configure(contextWindowTokens=window)
+    make_strict(fake_llm, window)
+    encode = exact_encode()
+    fake_llm.prompt_counter = lambda prompt: int(count_prompt_tokens(prompt, encode) * 1.6)  # counts 1.6x ours
+    _long_session(turns=48)  # ~9,500 tokens by our count: fits 12,288, but not at 1.6x with the reply's 4,096
+    fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text("ok then")
+
+    def run(text: str) -> list:
+        before = len(fake_llm.requests)
+        result = subprocess.run([*nanobot_cmd, "agent", "-m", text], capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0 and "ok then" in result.stdout, result.stderr
+        return [r for r in fake_llm.requests[before:] if r.estimated_tokens + r.body["max_tokens"] > window]
+
+    assert len(run("first question")) == 1  # learned the hard way: rejected once, refitted, answered
+    kept = isolated_home / "calibration.json"
+    assert (kept.stat().st_mode & 0o777) == 0o600
+    assert max(json.loads(kept.read_text())["custom/test-model"]) >= 1.5
+    _long_session(turns=48)  # the same conversation again, so the second run faces the same prompt
+    assert run("second question") == []  # the next run starts from what the first learned
