@@ -216,7 +216,8 @@ def test_a_hung_consolidation_call_does_not_hold_the_turn(nanobot_run, fake_llm,
     # a timeout is an outage, not a refusal: nothing archived RAW, the pointer stays for the next run
     assert not (isolated_home / "workspace" / "memory" / "HISTORY.md").exists()
     meta = [r for r in _stored(isolated_home) if r.get("_type") == "metadata"]
-    assert len(consolidation) == 1 and meta and meta[-1]["last_consolidated"] == 0
+    # one call per consolidation: the one before the turn, and perhaps the one after it
+    assert len(consolidation) <= 2 and meta and meta[-1]["last_consolidated"] == 0
     _assert_inside(fake_llm)
 
 
