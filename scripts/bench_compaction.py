@@ -26,9 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_workload import BenchHome, is_consolidation, nanobot_argv, prose  # noqa: E402
-
 from nanobot.fakellm import Reply  # noqa: E402
+
+from bench_workload import BenchHome, is_consolidation, nanobot_argv, prose  # noqa: E402
 
 CASES = {
     "hangs": lambda: Reply.error(500, delay=3600),
