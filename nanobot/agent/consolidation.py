@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -242,8 +243,9 @@ class Consolidator:
         except ConsolidationPostponed as exc:
             report.postponed = exc.message
             report.failures.append(exc.message)
-            if exc.message not in self._announced:
-                self._announced.add(exc.message)
+            said = re.sub(r"[\d,.]+", "#", exc.message)  # the same reason with other figures is no news
+            if said not in self._announced:
+                self._announced.add(said)
                 emit(Notice(f"memory consolidation postponed: {exc.message}. Nothing was archived; it is tried "
                             "again after the next turn", level="warning"))
             return False
