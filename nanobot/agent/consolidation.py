@@ -119,7 +119,7 @@ class ConsolidationReport:
 
     def receipt(self) -> str:
         if not self.messages:
-            return "nothing to consolidate"
+            return f"nothing archived: {self.postponed}" if self.postponed else "nothing to consolidate"
         where = "; ".join(_short(e) for e in self.history_entries) or "HISTORY.md"
         raw = " (some archived RAW)" if self.raw_archived else ""
         return f"archived {self.messages} message(s) in HISTORY.md{raw}: {where}"

@@ -164,3 +164,12 @@ def test_the_default_start_is_well_below_a_1m_window_and_changes_nothing_at_64k(
     assert huge.consolidate_at == default == 100_000 and huge.budget > 900_000
     assert usual.consolidate_at == usual.budget  # the default window's budget is below it
     assert ContextBudget(window=1_000_000, max_tokens=8192).consolidate_at == huge.budget  # 0: off
+
+
+def test_compact_during_an_outage_says_nothing_was_archived(tmp_path, scripted_llm):
+    env = Env(tmp_path, scripted_llm)
+    env.add_turns(6)
+    scripted_llm.responder = lambda req: Reply.error(503, message="service unavailable")
+    report = env.run(lambda: env.cons.compact(env.session, emit=env.notices.append))
+    assert report.receipt().startswith("nothing archived: the provider is unavailable")
+    assert env.history() == "" and env.session.last_consolidated == 0
