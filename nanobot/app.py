@@ -186,6 +186,8 @@ class Assistant:
     imports: ImportResult = field(default_factory=lambda: ImportResult([], []))  # what came from nanobot
     mcp: MCPManager | None = None  # MCP servers starting or started in the background
     warnings: list[str] = field(default_factory=list)  # for the user at start-up (damaged memory files, ...)
+    budget: ContextBudget | None = None  # its calibration is kept for the next run when this one closes
+    model_key: str = ""  # the model the calibration is kept under
 
     async def mcp_ready(self) -> None:
         """Wait for MCP servers still starting (a turn calls this, never the prompt)."""
@@ -211,7 +213,12 @@ class Assistant:
         await self.subagents.stop()
         if self.mcp is not None:
             await self.mcp.aclose()
-        await self.conversation.upkeep.join()  # `agent -m` must not exit mid-consolidation
+        # a consolidation still running gets a while to finish; what it leaves is done next run
+        await self.conversation.upkeep.close(self.cfg.defaults.consolidation_exit_wait_seconds)
+        if self.budget is not None:
+            from nanobot.calibration_file import save_calibration
+
+            save_calibration(self.model_key, self.budget.calibration)
         self.store.close(self.conversation.session)
         await self.conversation.provider.aclose()
 
@@ -230,11 +237,16 @@ def add_main_agent_tools(tools: ToolRegistry, cfg: Config, workspace: Path, sess
     tools.register(cron_tool(cfg, workspace, session_key, approver))
 
 
-def build_budget(cfg: Config) -> ContextBudget:
-    """The one ContextBudget of a run: every request, subagent and status screen asks it."""
+def build_budget(cfg: Config, model: str | None = None) -> ContextBudget:
+    """The one ContextBudget of a run: every request, subagent and status screen asks it. It starts
+    from what earlier runs learned of how the provider counts `model` (calibration_file.py)."""
+    from nanobot.calibration_file import load_calibration
+
     d = cfg.defaults
     return ContextBudget(window=d.context_window_tokens, max_tokens=d.max_tokens, counter=default_counter(),
-                         prompt_cap=d.context_block_limit, max_tool_calls=d.max_tool_calls_per_step)
+                         calibration=load_calibration(model or d.model),
+                         prompt_cap=d.context_block_limit, max_tool_calls=d.max_tool_calls_per_step,
+                         consolidate_above=d.consolidate_above_tokens)
 
 
 def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, stream: bool = True,
@@ -264,7 +276,7 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
                                record=lambda **fields: store.record_decision(session, **fields))
     memory = MemoryStore(workspace)
     context = build_context(cfg, workspace, memory)
-    budget = build_budget(cfg)
+    budget = build_budget(cfg, model)
     # in one pass, each object built from the ones before it: the conversation runs turns (its
     # upkeep consolidates around them); report turns bring it what helpers found; the helpers tell
     # the report turns when they end; the main agent's spawn tool starts helpers (registered
@@ -292,7 +304,8 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     warnings = [*session.warnings, *memory.startup_check(), *budget.startup_warnings(system, tools.schemas())]
     mcp = start_mcp(cfg, workspace, [tools, sub_tools], approver,  # last: nothing after it can fail and leak them
                     notify=lambda text: background(Notice(text, "warning")))
-    return Assistant(cfg, workspace, store, conversation, subagents, approver, imports, mcp, warnings)
+    return Assistant(cfg, workspace, store, conversation, subagents, approver, imports, mcp, warnings,
+                     budget, model or d.model)
 
 
 def status_snapshot(cfg: Config, session_key: str = "cli:direct") -> tuple[BudgetSnapshot, bool]:

@@ -39,6 +39,8 @@ class AgentDefaults:
     max_tool_calls_per_step: int = 32  # tool calls run per model step; extra calls get an error result
     consolidation_timeout_seconds: float = 90.0  # deadline for one consolidation request, retries included
     consolidation_wait_seconds: float = 5.0  # a turn waits this long for consolidation to make room, then goes ahead
+    consolidation_exit_wait_seconds: float = 20.0  # on exit, consolidation gets this long to finish, then stops (resumed next run)
+    consolidate_above_tokens: int = 100_000  # consolidation starts when a prompt reaches this size (or the window's budget, if lower); 0: the budget only
     temperature: float = 0.1  # sampling temperature, 0-2; OpenAI-compatible providers only
     max_tool_iterations: int = 40  # LLM calls per turn before the turn is stopped
     timezone: str = ""  # IANA name for the runtime context; empty means the system's
@@ -271,6 +273,11 @@ def _check_semantics(cfg: Config, source: str) -> None:
         raise ConfigError(f"{source}: gateway.jobsPollS: must be a positive number of seconds")
     if cfg.defaults.consolidation_wait_seconds < 0:
         raise ConfigError(f"{source}: agents.defaults.consolidationWaitSeconds: must not be negative")
+    if cfg.defaults.consolidation_exit_wait_seconds < 0:
+        raise ConfigError(f"{source}: agents.defaults.consolidationExitWaitSeconds: must not be negative")
+    if cfg.defaults.consolidate_above_tokens < 0:
+        raise ConfigError(f"{source}: agents.defaults.consolidateAboveTokens: must be 0 (the budget only) or a "
+                          "positive number of tokens")
     if cfg.defaults.subagent_wait_seconds < 0:
         raise ConfigError(f"{source}: agents.defaults.subagentWaitSeconds: must not be negative")
     config_check.check_ranges(cfg, source)

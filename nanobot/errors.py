@@ -22,6 +22,7 @@ tells the user how to fix the problem. Every error class lives here:
   + MemoryBusy                      the memory folder's lock
   + RunnerBusyError                 owner: the other cron runner
   + ConsolidationFailure            one failed summarising attempt, retried or archived raw
+  + ConsolidationPostponed          consolidation stopped, nothing archived: an outage, or no request fits
   + CallFailed                      an MCP tool call that produced no result
 * ValueError (bad file contents, caught where the file is read)
   + SkillError                      a SKILL.md front matter
@@ -178,6 +179,11 @@ class UnknownSessionError(UsageError):
 
 class ConsolidationFailure(NanobotError):
     """One failed attempt to summarise a chunk; the message says why (kept inside consolidation)."""
+
+
+class ConsolidationPostponed(NanobotError):
+    """Consolidation stopped without archiving anything (the provider is unavailable, or no request
+    can fit); the pointer did not move and the next consolidation tries again."""
 
 
 class CallFailed(NanobotError):

@@ -238,7 +238,8 @@ class TokenCounter:
 
     def _count_uncached(self, msg: Message) -> int:
         content = msg.get("content")
-        n = MESSAGE_OVERHEAD + self.count_text(text_of(content))
+        # each text part on its own, as providers count them: joined, two parts can count a token less
+        n = MESSAGE_OVERHEAD + sum(self.count_text(part) for part in _text_parts(content))
         if isinstance(content, list):
             n += IMAGE_TOKENS * sum(1 for p in content if _is_image_part(p))
         n += self.count_text(str(msg.get("reasoning_content") or ""))
@@ -281,9 +282,18 @@ def _arguments_text(arguments: Any) -> str:
     return json.dumps(arguments, ensure_ascii=False)
 
 
+def _text_parts(content: Any) -> list[str]:
+    """The texts of a content value as sent: one string, or each text part of a list."""
+    if isinstance(content, list):
+        return [str(p.get("text", "")) if isinstance(p, dict) else p for p in content
+                if isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text")]
+    return [text_of(content)]
+
+
 def _message_key(msg: Message) -> tuple:
-    text = text_of(msg.get("content"))
     content = msg.get("content")
+    parts = _text_parts(content)
+    text = "\x00".join(parts)  # the split matters too (see _count_uncached)
     images = sum(1 for p in content if _is_image_part(p)) if isinstance(content, list) else 0
     reasoning = str(msg.get("reasoning_content") or "")
     calls = tuple(
@@ -367,3 +377,14 @@ class Calibration:
 
     def adjust(self, estimate: int) -> int:
         return math.ceil(estimate * self.ratio)
+
+    @property
+    def recent(self) -> list[float]:
+        """The ratios observed lately (what calibration_file keeps between runs)."""
+        return list(self._recent)
+
+    def prime(self, ratios: list[float]) -> None:
+        """Start from ratios learned earlier (e.g. by the last run); odd values are ignored."""
+        good = [float(r) for r in ratios
+                if isinstance(r, (int, float)) and not isinstance(r, bool) and 0.1 <= r <= 100]
+        self._recent = (good + self._recent)[-self._window:]

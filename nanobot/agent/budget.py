@@ -141,7 +141,7 @@ class ContextBudget:
 
     def __init__(self, *, window: int, max_tokens: int, counter: TokenCounter | None = None,
                  calibration: Calibration | None = None, prompt_cap: int = 0,
-                 max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS) -> None:
+                 max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS, consolidate_above: int = 0) -> None:
         self.configured_window = window
         self.window = window
         self.max_tokens = max_tokens
@@ -150,6 +150,7 @@ class ContextBudget:
         self.counter = counter or default_counter()
         self.calibration = calibration or Calibration()
         self.max_tool_calls = max(1, max_tool_calls)
+        self.consolidate_above = max(0, consolidate_above)
         self._totals: dict[str, _RunningTotal] = {}
 
     @property
@@ -157,6 +158,11 @@ class ContextBudget:
         """Prompt tokens a request may carry: the window minus the reply room, or the cap if lower."""
         room = self.window - self.reply_tokens
         return min(room, self.prompt_cap) if self.prompt_cap else room
+
+    @property
+    def consolidate_at(self) -> int:
+        """The prompt size at which consolidation starts: the budget, or consolidateAboveTokens if lower."""
+        return min(self.budget, self.consolidate_above) if self.consolidate_above else self.budget
 
     # -- counting ---------------------------------------------------------------------------
 
@@ -222,10 +228,11 @@ class ContextBudget:
 
     def session_surely_fits(self, session: Session, *, system_prompt: SystemPrompt, tools: list[dict] | None,
                             probe: Message) -> bool:
+        """True when a hard bound on the session's next request is below where consolidation starts."""
         system = system_prompt() if callable(system_prompt) else system_prompt
         history = [as_sent(m) for m in session.unconsolidated() if m.get("role") != "system"]
         state = working_state.block(session.working_state) if session.working_state else ""
-        return self.surely_fits(system, history, tools or [], probe, state)
+        return byte_bound(system, history, tools or [], probe, state) <= self.consolidate_at
 
     # -- learning from the provider ---------------------------------------------------------
 

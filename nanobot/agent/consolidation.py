@@ -2,21 +2,32 @@
 
 The session file is never shortened; consolidation moves `last_consolidated` forward once the
 chunk it passes over is durably recorded (a summary in HISTORY.md and the facts in MEMORY.md,
-or, after repeated failures, a RAW archive). A crash before the pointer write means the chunk
-is summarised again next time: a duplicate HISTORY.md entry, never a lost one.
+or, after repeated failures, a RAW archive). Each entry ends with a marker naming its chunk, so a
+crash before the pointer write is completed next time without a second entry. What counts as a
+failure, and what a consolidation may spend, is in compaction.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterator, Sequence
+import re
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from nanobot.agent.budget import ContextBudget
+from nanobot.agent.compaction import (
+    MARKER_SCAN_BYTES,
+    ConsolidationPostponed,
+    chunk_marker,
+    cut_transcript,
+    is_outage,
+    recorded_count,
+    short_reason,
+)
 from nanobot.agent.events import EventSink, Notice, ignore
 from nanobot.config import AgentDefaults
 from nanobot.errors import ConsolidationFailure, NanobotError, ProviderError
@@ -88,6 +99,8 @@ _RENDER_LADDER: tuple[tuple[int, int | None], ...] = (
     (2000, None), (800, None), (300, None), (300, 6000), (150, 2000), (80, 600), (40, 200),
 )
 _ARG_CHARS = 200
+# Below this many tokens of room an excerpt is too short to be worth a summarising call.
+_MIN_EXCERPT_TOKENS = 200
 
 SystemPrompt = str | Callable[[], str]
 
@@ -109,6 +122,8 @@ class ConsolidationReport:
     checkpoint_version: int = 0  # the version this run wrote last (0: none)
     before: int = 0  # estimated prompt tokens
     after: int = 0
+    failed_calls: int = 0  # calls that failed (wrong answer or rejected request), all chunks together
+    postponed: str = ""  # why consolidation stopped without archiving (provider unavailable, cannot fit)
 
     @property
     def ran(self) -> bool:
@@ -116,7 +131,7 @@ class ConsolidationReport:
 
     def receipt(self) -> str:
         if not self.messages:
-            return "nothing to consolidate"
+            return f"nothing archived: {self.postponed}" if self.postponed else "nothing to consolidate"
         where = "; ".join(_short(e) for e in self.history_entries) or "HISTORY.md"
         raw = " (some archived RAW)" if self.raw_archived else ""
         return f"archived {self.messages} message(s) in HISTORY.md{raw}: {where}"
@@ -144,6 +159,7 @@ class Consolidator:
         self.max_failures = max_failures
         self.clock = clock
         self._locks: dict[str, asyncio.Lock] = {}
+        self._announced: set[str] = set()  # postponement reasons the user was told about (once each)
 
     def estimate(self, session: Session, *, system_prompt: SystemPrompt, tool_schemas: list[dict] | None,
                  probe: str = DEFAULT_PROBE) -> int:
@@ -193,16 +209,18 @@ class Consolidator:
                 return self.estimate(session, system_prompt=system_prompt, tool_schemas=tool_schemas, probe=probe)
 
             estimated = report.before = report.after = measure()
-            if estimated < self.budget.budget:
+            if estimated < self.budget.consolidate_at:
                 return report
-            target = self.budget.budget // 2
+            target = self.budget.consolidate_at // 2
             with self._outcome(session, report, emit):
-                while report.rounds < self.max_rounds and estimated > target:
+                while report.rounds < self.max_rounds and estimated > target and not self._spent(report):
                     end = self.pick_consolidation_boundary(session, estimated - target)
                     if end is None:
                         break
                     report.rounds += 1
-                    await self._consolidate_range(session, end, report, emit)
+                    if not await self._postponable(self._consolidate_range(session, end, report, emit),
+                                                   report, emit):
+                        break
                     estimated = report.after = measure()
         return report
 
@@ -213,7 +231,7 @@ class Consolidator:
             if len(session.messages) > session.last_consolidated:
                 report.rounds = 1
                 with self._outcome(session, report, emit):
-                    await self._consolidate_range(session, len(session.messages), report, emit)
+                    await self._consolidate_range(session, len(session.messages), report, emit, must_record=True)
         return report
 
     async def compact(self, session: Session, *, emit: EventSink = ignore) -> ConsolidationReport:
@@ -225,7 +243,7 @@ class Consolidator:
             if end is not None and end > session.last_consolidated:
                 report.rounds = 1
                 with self._outcome(session, report, emit):
-                    await self._consolidate_range(session, end, report, emit)
+                    await self._postponable(self._consolidate_range(session, end, report, emit), report, emit)
             report.checkpoint = session.working_state
         return report
 
@@ -246,6 +264,8 @@ class Consolidator:
         if report.raw_archived:
             reason = report.failures[-1] if report.failures else "the summary failed"
             log.record_compaction(ok=False, archived=report.messages, reason=reason, items=items)
+        elif report.postponed:
+            log.record_compaction(ok=False, archived=report.messages, reason=report.postponed, items=items)
         elif report.messages:
             log.record_compaction(ok=True, archived=report.messages, items=items)
         if report.messages:
@@ -256,19 +276,68 @@ class Consolidator:
 
     # -- the work -----------------------------------------------------------------------------
 
+    def _spent(self, report: ConsolidationReport) -> bool:
+        """This consolidation paid for all the failing calls it may (compaction.py, rule 2)."""
+        return report.failed_calls >= self.max_failures or bool(report.postponed)
+
+    async def _postponable(self, work: Awaitable[None], report: ConsolidationReport, emit: EventSink) -> bool:
+        """Run `work`; False when it was postponed (said once per reason: it may recur every turn)."""
+        try:
+            await work
+        except ConsolidationPostponed as exc:
+            report.postponed = exc.message
+            report.failures.append(exc.message)
+            said = re.sub(r"[\d,.]+", "#", exc.message)  # the same reason with other figures is no news
+            if said not in self._announced:
+                self._announced.add(said)
+                emit(Notice(f"memory consolidation postponed: {exc.message}. Nothing was archived; it is tried "
+                            "again after the next turn", level="warning"))
+            return False
+        return True
+
+    def _recorded_end(self, session: Session, start: int) -> int | None:
+        """Where an entry already in HISTORY.md (by a process killed before its pointer write) ends."""
+        count = recorded_count(self.memory.history_tail(MARKER_SCAN_BYTES), session.key, session.messages[start])
+        return start + count if count and start + count <= len(session.messages) else None
+
     async def _consolidate_range(self, session: Session, end: int, report: ConsolidationReport,
-                                 emit: EventSink) -> None:
-        """Record messages[last_consolidated:end], in as many requests as it takes to fit the window."""
+                                 emit: EventSink, *, must_record: bool = False) -> None:
+        """Record messages[last_consolidated:end], in as many requests as it takes to fit the window.
+
+        `must_record` (for /new): what cannot be summarised now is archived RAW rather than left."""
         total = end - session.last_consolidated
         if report.rounds <= 1:  # one quiet line per consolidation, not one per round
             emit(Notice(f"compacting {total} message{'s' if total != 1 else ''} into memory…"))
         while session.last_consolidated < end:
             start = session.last_consolidated
+            done = self._recorded_end(session, start)
+            if done is not None:  # written before a kill; only the pointer was missing
+                self.store.set_pointer(session, done)
+                report.messages += done - start
+                continue
+            if self._spent(report):
+                if not must_record:
+                    return
+                chunk = list(session.messages[start:end])
+                why = report.postponed or "the summariser failed too often in this consolidation"
+                self._archive_raw(chunk, why, report, emit, chunk_marker(session.key, chunk[0], len(chunk)))
+                self.store.set_pointer(session, end)
+                report.messages += end - start
+                return
             memory_text = self.memory.state().usable  # an empty or cut-off file is not "nothing remembered"
             piece, request = self._fitting_piece(session.messages, start, self._render_limit(session, end),
                                                  memory_text, session.working_state)
             chunk = list(session.messages[start:piece])
-            first_line = await self._summarise_with_retries(chunk, request, report, emit, memory_text, session)
+            marker = chunk_marker(session.key, chunk[0], len(chunk))
+            try:
+                self._check_fits(request, memory_text)
+                first_line = await self._summarise_with_retries(chunk, request, report, emit, memory_text,
+                                                                marker, session)
+            except ConsolidationPostponed as exc:
+                if not must_record:
+                    raise
+                report.postponed = exc.message  # the rest is archived without another call
+                first_line = self._archive_raw(chunk, exc.message, report, emit, marker)
             if first_line:
                 report.history_entries.append(first_line)
             # HISTORY.md (and MEMORY.md) are durable now; only then does the chunk leave the prompt
@@ -318,13 +387,49 @@ class Consolidator:
                                     text_chars=text_chars)
             if self._fits(request):
                 return piece, request
-        return piece, None
+        return piece, self._cut_to_fit(msgs[start:piece], memory_text, state)
 
-    def _request(self, chunk: Sequence[Message], memory_text: str, state: str = "", **limits: Any) -> list[Message]:
+    def _cut_to_fit(self, chunk: Sequence[Message], memory_text: str, state: str = "") -> list[Message] | None:
+        """The tightest transcript of `chunk`, cut in the middle to the room the request leaves it;
+        None when even an excerpt of a few lines cannot fit (MEMORY.md and the instructions fill it)."""
+        tool_chars, text_chars = _RENDER_LADDER[-1]
+        full = render_transcript(chunk, tool_chars=tool_chars, text_chars=text_chars)
+        fixed = self.budget.tokens(self._request(chunk, memory_text, state, transcript=""), [SAVE_MEMORY_TOOL])
+        room = self.budget.budget - fixed
+        if room < _MIN_EXCERPT_TOKENS:
+            return None
+        chars_per_token = len(full) / max(1, self.budget.counter.count_text(full))
+        keep = int(room / self.budget.calibration.ratio * chars_per_token * 0.9)
+        for _ in range(6):  # token density varies along the text: a few tries, each a little shorter
+            request = self._request(chunk, memory_text, state, transcript=cut_transcript(full, keep))
+            if self._fits(request):
+                return request
+            keep = int(keep * 0.8)
+        return None
+
+    def _check_fits(self, request: list[Message] | None, memory_text: str) -> None:
+        """Raise ConsolidationPostponed, saying what to do, when no summarising call can succeed."""
+        if request is None:
+            raise ConsolidationPostponed(
+                f"no summarising request fits the {self.budget.budget:,}-token prompt budget, because the "
+                "instructions and MEMORY.md fill it; shorten MEMORY.md (`nanobot memory edit`) or raise "
+                "agents.defaults.contextWindowTokens. Until then the oldest turns are left out of each "
+                "request (they stay in the session)")
+        memory = self.budget.calibration.adjust(self.budget.counter.count_text(memory_text))
+        if memory > self.budget.reply_tokens:
+            raise ConsolidationPostponed(
+                f"MEMORY.md takes ~{memory:,} tokens, and the summariser must write it back whole in a reply "
+                f"of at most {self.budget.reply_tokens:,} tokens; shorten MEMORY.md (`nanobot memory edit`) or "
+                "raise agents.defaults.maxTokens (a reply gets at most a quarter of contextWindowTokens). Until "
+                "then the oldest turns are left out of each request (they stay in the session)")
+
+    def _request(self, chunk: Sequence[Message], memory_text: str, state: str = "", *,
+                 transcript: str | None = None, **limits: Any) -> list[Message]:
         stamp = _chunk_time(chunk, self.clock).strftime("[%Y-%m-%d %H:%M]")
+        text = render_transcript(chunk, **limits) if transcript is None else transcript
         body = (f"## Previous session checkpoint\n\n{state.strip() or '(none yet)'}\n\n"
                 f"## Current MEMORY.md\n\n{memory_text.strip() or '(empty)'}\n\n"
-                f"## Conversation excerpt ({len(chunk)} messages)\n\n{render_transcript(chunk, **limits)}")
+                f"## Conversation excerpt ({len(chunk)} messages)\n\n{text}")
         return [{"role": "system", "content": _INSTRUCTIONS.format(stamp=stamp, shape=SHAPE)},
                 {"role": "user", "content": body}]
 
@@ -332,19 +437,26 @@ class Consolidator:
         return self.budget.fits(request, [SAVE_MEMORY_TOOL])
 
     async def _summarise_with_retries(self, chunk: list[Message], request: list[Message] | None,
-                                      report: ConsolidationReport, emit: EventSink, base: str,
+                                      report: ConsolidationReport, emit: EventSink, base: str, marker: str,
                                       session: Session) -> str:
-        """Summarise the chunk, or archive it raw after repeated failures; returns the entry's first line."""
-        reason = "the consolidation request cannot fit the context window"
-        for _ in range(self.max_failures if request is not None else 0):
-            assert request is not None
+        """Summarise the chunk, or archive it raw after repeated failures; returns the entry's first line.
+
+        Raises ConsolidationPostponed when the provider is unavailable: an outage is not a failure."""
+        assert request is not None  # _check_fits
+        reason = "the summariser failed too often in this consolidation"
+        while report.failed_calls < self.max_failures:
             try:
-                return self._record(chunk, await self._ask(request), report, base, session)
+                return self._record(chunk, await self._ask(request), report, base, marker, session)
             except ConsolidationFailure as exc:
                 reason = str(exc)
                 report.failures.append(reason)
+                report.failed_calls += 1
+        return self._archive_raw(chunk, f"summary failed: {reason}", report, emit, marker)
+
+    def _archive_raw(self, chunk: list[Message], reason: str, report: ConsolidationReport, emit: EventSink,
+                     marker: str) -> str:
         report.raw_archived = True
-        first = self.memory.append_raw_archive(chunk, f"summary failed: {reason}")
+        first = self.memory.append_raw_archive(chunk, reason, marker=marker)
         emit(Notice(f"memory consolidation failed ({reason}); {len(chunk)} message(s) were archived "
                     f"unsummarised in HISTORY.md: {_short(first)}", level="warning"))
         return first
@@ -357,12 +469,12 @@ class Consolidator:
             response = await self._chat(request, choice)
         except ProviderError as exc:
             if choice == "auto" or not exc.tool_choice_refused:
-                raise ConsolidationFailure(f"provider error: {str(exc).splitlines()[0]}") from exc
+                raise _provider_failure(exc) from exc
             capabilities.forced_tool_choice = False  # this provider cannot force a tool; ask nicely from now on
             try:
                 response = await self._chat(request, "auto")
             except ProviderError as again:
-                raise ConsolidationFailure(f"provider error: {str(again).splitlines()[0]}") from again
+                raise _provider_failure(again) from again
         call = next((c for c in response.tool_calls if c.name == "save_memory"), None)
         if call is None:
             raise ConsolidationFailure("the model did not call save_memory")
@@ -377,27 +489,32 @@ class Consolidator:
                                    max_tokens=self.budget.reply_tokens, temperature=0.0),
                 timeout=self.timeout)
         except TimeoutError:
-            raise ConsolidationFailure(f"the consolidation request took longer than {self.timeout:g} s "
-                                       "(agents.defaults.consolidationTimeoutSeconds)") from None
+            raise ConsolidationPostponed(f"the consolidation request took longer than {self.timeout:g} s "
+                                         "(agents.defaults.consolidationTimeoutSeconds)") from None
         # its counts teach the budget too (the request was counted when it was fitted: cached)
         self.budget.observe(self.budget.raw_tokens(request, [SAVE_MEMORY_TOOL]), response.usage.prompt_tokens)
         return response
 
     def _record(self, chunk: list[Message], answer: tuple[dict[str, Any], bool],
-                report: ConsolidationReport, base: str, session: Session) -> str:
-        """Both or neither: the store writes the entry and the update only if both pass its checks;
-        then the session's new working state, before the caller moves the pointer past the chunk."""
+                report: ConsolidationReport, base: str, marker: str, session: Session) -> str:
+        """Both or neither: the store writes the entry and the update only if both pass its checks.
+
+        The session's new working state is written first: a process killed after the HISTORY.md
+        entry is found by its marker and never asks again, so the checkpoint must already be kept
+        (a kill before the entry asks again, and the model merges the version it then receives)."""
         args, truncated = answer
+        entry = args["history_entry"]
+        self._keep_checkpoint(session, args.get("session_checkpoint", ""), len(chunk), report)
         try:
             first, outcome = self.memory.record_consolidation(
-                args["history_entry"], args["memory_update"], truncated=truncated, base=base,
+                f"{entry.rstrip()}\n{marker}" if entry.strip() else entry, args["memory_update"],
+                truncated=truncated, base=base,
                 when=_chunk_time(chunk, self.clock))
         except MemoryUpdateRefused as exc:
             raise ConsolidationFailure(exc.message) from None
         report.notices.extend(outcome.notices)
         if outcome.status == "held_back":
             report.notices.append(outcome.message)
-        self._keep_checkpoint(session, args.get("session_checkpoint", ""), len(chunk), report)
         return first
 
     def _keep_checkpoint(self, session: Session, text: str, archived: int, report: ConsolidationReport) -> None:
@@ -422,6 +539,13 @@ class Consolidator:
         version = WorkingStateLog(session.path).add_version(text, archived=archived)
         session.working_state = text
         report.checkpoint, report.checkpoint_version = text, version.number
+
+
+def _provider_failure(exc: ProviderError) -> NanobotError:
+    """An outage postpones the consolidation; a request the provider rejects counts as a failure."""
+    if is_outage(exc):
+        return ConsolidationPostponed(f"the provider is unavailable ({short_reason(exc)})")
+    return ConsolidationFailure(f"provider error: {short_reason(exc)}")
 
 
 def _as_markdown(value: Any, depth: int = 0) -> str:

@@ -47,6 +47,18 @@ class MemoryUpkeep:
         done, _ = await asyncio.wait([task], timeout=timeout)
         return bool(done)
 
+    async def close(self, wait: float) -> None:
+        """On exit: give a running consolidation `wait` seconds, then stop it. Nothing is lost: the pointer
+        moves only past what was recorded, and the next run consolidates the rest."""
+        task = self._task
+        if await self.join(wait) or task is None:
+            return
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        self.background(Notice(f"memory consolidation did not finish within {wait:g} s of the answer "
+                               "(agents.defaults.consolidationExitWaitSeconds); it stopped, nothing was lost, "
+                               "and the next run goes on with it", "warning"))
+
     async def make_room(self, probe: str, emit: EventSink) -> None:
         """Before a turn: when the prompt would not fit, consolidate first, waiting a few seconds at most.
 

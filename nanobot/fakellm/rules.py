@@ -66,6 +66,8 @@ def count_prompt_tokens(prompt: dict, encode: Any) -> int:
         total += 4 + strings(msg)
     tools = prompt.get("tools")
     if tools:
+        # a cache marker is a directive, not prompt text (as in messages, _FRAMING_KEYS)
+        tools = [{k: v for k, v in t.items() if k != "cache_control"} if isinstance(t, dict) else t for t in tools]
         total += len(encode(json.dumps(tools, ensure_ascii=False, sort_keys=True))) + 8 * len(tools)
     return total
 

@@ -591,8 +591,18 @@ class MemoryStore:
         key = _stat_key(self.history_file)
         return recorded is not None and key is not None and list(key) == recorded
 
-    def append_raw_archive(self, messages: list[Message], reason: str) -> str:
-        """Archive messages the summariser failed on as a RAW entry; returns its first line."""
+    def history_tail(self, max_bytes: int) -> str:
+        """The last `max_bytes` of HISTORY.md as text ("" when there is none)."""
+        try:
+            with open(self.history_file, "rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, size - max_bytes))
+                return fh.read().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def append_raw_archive(self, messages: list[Message], reason: str, *, marker: str = "") -> str:
+        """Archive messages the summariser failed on as a RAW entry (ending with `marker`); returns its first line."""
         stamps = [s for s in (parse_timestamp(m.get("timestamp")) for m in messages) if s]
         span = ""
         if stamps:
@@ -601,6 +611,8 @@ class MemoryStore:
         lines = [head]
         for msg in messages:
             lines.extend(_raw_lines(msg))
+        if marker:
+            lines.append(marker)
         return self.append_history("\n".join(lines))
 
     def _separator(self) -> str:

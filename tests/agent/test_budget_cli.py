@@ -196,7 +196,7 @@ def test_a_hung_consolidation_call_does_not_hold_the_turn(nanobot_run, fake_llm,
     from budget_helpers import write_session
     from nanobot.session.store import SessionStore
 
-    # the turn waits 0.2 s for room; each summarising try (three a chunk) hangs until its 0.4 s deadline
+    # the turn waits 0.2 s for room; the summarising call hangs until its 0.4 s deadline
     configure(contextWindowTokens=WINDOW, consolidationTimeoutSeconds=0.4, consolidationWaitSeconds=0.2)
     make_strict(fake_llm)
     history = []
@@ -213,8 +213,11 @@ def test_a_hung_consolidation_call_does_not_hold_the_turn(nanobot_run, fake_llm,
     assert "earlier messages of this conversation are left out of this request" in _body_text(turn)
     assert "took longer than 0.4 s" in result.stderr
     assert "taking longer than 0.2 s (agents.defaults.consolidationWaitSeconds)" in result.stderr  # went ahead
-    history_md = (isolated_home / "workspace" / "memory" / "HISTORY.md").read_text()
-    assert "RAW archive" in history_md  # after three timeouts the chunk is archived raw: nothing lost
+    # a timeout is an outage, not a refusal: nothing archived RAW, the pointer stays for the next run
+    assert not (isolated_home / "workspace" / "memory" / "HISTORY.md").exists()
+    meta = [r for r in _stored(isolated_home) if r.get("_type") == "metadata"]
+    # one call per consolidation: the one before the turn, and perhaps the one after it
+    assert len(consolidation) <= 2 and meta and meta[-1]["last_consolidated"] == 0
     _assert_inside(fake_llm)
 
 
