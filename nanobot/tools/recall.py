@@ -147,7 +147,7 @@ class SearchHistoryTool(_RecallTool):
     def hint(self, args: dict[str, Any]) -> str:
         return f'search_history("{str(args.get("query", ""))[:40]}")'
 
-    async def run(self, query: str, since: str | None = None, until: str | None = None, session: str | None = None,
+    async def run(self, query: str = "", since: str | None = None, until: str | None = None, session: str | None = None,
                   role: str | None = None, limit: int = DEFAULT_HITS, **_: Any) -> str:
         from nanobot.memory import history as history_log
         from nanobot.memory.recall_index import fts_query
@@ -209,7 +209,7 @@ class ReadHistoryTool(_RecallTool):
         return f'read_history("{str(args.get("ref", ""))[:40]}")'
 
     async def run(self, ref: str = "", before: int = 4, after: int = 4, **_: Any) -> str:
-        session, _, number = str(ref).strip().rpartition("#")
+        session, _sep, number = str(ref).strip().rpartition("#")
         if not session or not number.strip().isdigit():
             raise ToolError("ref must look like 'SESSION#NUMBER', as search_history shows it (e.g. 'cli:direct#42')")
         only = self._only()
