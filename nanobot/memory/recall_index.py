@@ -9,8 +9,9 @@ nothing at all, and whatever was written before a search is found by it. Rules:
    offset reached, the file's inode and a fingerprint of the bytes before the offset are stored
    in the same transaction as its rows, so a kill at any moment leaves the index as it was before
    the transaction or after it, never in between.
-2. A source whose inode, size or fingerprint no longer agrees (a rewrite by compaction, /new or
-   repair; a hand edit) is indexed again from its start; a source that is gone loses its rows.
+2. A source whose inode and size are as indexed is not opened. One that grew is checked (inode,
+   fingerprint) and read on; one that was replaced (a rewrite by /new or repair, an editor's save)
+   or changed before its end is indexed again from its start; a source that is gone loses its rows.
 3. A message's unit is its transcript text (messages.transcript_lines: tool results and call
    arguments cut to a bounded size), a HISTORY.md entry's is the entry; a unit longer than
    PASSAGE_CHARS becomes several passages cut at line ends. Secrets are masked before anything
@@ -77,22 +78,43 @@ def _spaced(text: str) -> str:
     return _CJK.sub(r" \g<0> ", text) if _CJK.search(text) else text
 
 
-def fts_query(query: str) -> str | None:
-    """The FTS5 MATCH expression for a user's or model's query (see rule 5); None when it has no word.
-    Common words are left out when there are others: they would rank nothing and cost time."""
+def _content_terms(query: str) -> list[str]:
+    """The query's terms that can match (each has a letter or digit), function words left out when
+    there are others: they would rank nothing and cost time."""
     terms = [t for t in query_terms(query) if any(c.isalnum() for c in t)]
     content = [t for t in terms if " " in t.strip() or t.strip(".,;:!?'\"()").lower() not in _STOPWORDS]
-    phrases = []
-    for term in content or terms:
-        quoted = '"' + _spaced(term).replace('"', '""') + '"'
-        if quoted not in phrases:
-            phrases.append(quoted)
-    return " OR ".join(phrases) if phrases else None
+    return list(dict.fromkeys(content or terms))
+
+
+def _match(terms: list[str]) -> str | None:
+    phrases = ['"' + _spaced(term).replace('"', '""') + '"' for term in terms]
+    return " OR ".join(dict.fromkeys(phrases)) if phrases else None
+
+
+def fts_query(query: str) -> str | None:
+    """The FTS5 MATCH expression for a user's or model's query (see rule 5); None when it has no word."""
+    return _match(_content_terms(query))
 
 
 def query_words(query: str) -> list[str]:
     """The lowercased words of a query, for picking the part of a long text worth showing."""
     return [w for w in re.findall(r"\w+", query.lower()) if w not in _STOPWORDS]
+
+
+_RERANK_DEPTH = 4  # BM25's best limit x this are reranked by how many of the query's words they hold
+_COVERAGE_WEIGHT = 0.25
+
+
+def _stem(word: str) -> str:
+    return word[:max(4, len(word) - 2)] if len(word) > 4 else word
+
+
+def _reranked(bm25: float, text: str, words: list[str]) -> float:
+    """BM25 (negative: lower is better) strengthened by a quarter for each further distinct query word
+    the unit holds: OR-ed words otherwise let one rare word repeated outrank a unit that has them all."""
+    low = text.lower()
+    held = sum(1 for w in set(words) if _stem(w) in low)
+    return bm25 * (1.0 + _COVERAGE_WEIGHT * max(0, held - 1))
 
 
 def best_window(text: str, words: list[str], size: int) -> tuple[int, int]:
@@ -103,7 +125,7 @@ def best_window(text: str, words: list[str], size: int) -> tuple[int, int]:
     low = text.lower()
     hits: list[tuple[int, str]] = []
     for word in set(words):
-        stem = word[:max(4, len(word) - 2)] if len(word) > 4 else word
+        stem = _stem(word)
         start = low.find(stem)
         count = 0
         while start >= 0 and count < 50:
@@ -400,7 +422,8 @@ class RecallIndex:
                     db.execute("DELETE FROM sources WHERE id = ?", (src_id,))
         total = self.pending_bytes() if progress is not None else 0
         done_bytes = 0
-        queue = list(sources)
+        known = {row[0]: (row[1], row[2]) for row in db.execute("SELECT path, inode, done FROM sources")}
+        queue = [src for src in sources if not _unchanged(src.path, known.get(str(src.path)))]
         while queue:
             if deadline is not None and time.monotonic() > deadline:
                 break
@@ -496,11 +519,11 @@ class RecallIndex:
         """The best `limit` units for `query` (rule 5) within the filters. `exclude_live` (a session key):
         that session's unconsolidated messages (already in the prompt) are left out;
         `only_sessions` keeps hits from those sessions (and HISTORY.md) only."""
-        match = fts_query(query)
-        if match is None or limit <= 0:
+        terms = _content_terms(query)
+        if not terms or limit <= 0:
             return []
         where = ["fts MATCH ?"]
-        args: list[Any] = [match]
+        args: list[Any] = [None]
         if since is not None:
             where.append("u.ts >= ?")
             args.append(_local(since))
@@ -521,16 +544,24 @@ class RecallIndex:
             where.append(f"(s.kind = 'history' OR s.session IN ({marks}))")
             args.extend(sorted(only_sessions))
         sql = (f"SELECT {_UNIT_COLUMNS}, bm25(fts) AS score FROM fts JOIN units u ON u.id = fts.rowid "
-               f"JOIN sources s ON s.id = u.src WHERE {' AND '.join(where)} ORDER BY score, u.ts DESC LIMIT ?")
-        args.append(limit + 5)  # a few spare, for hits whose source changed since it was indexed
+               f"JOIN sources s ON s.id = u.src WHERE {' AND '.join(where)} ORDER BY {{order}} LIMIT ?")
+        args.append(limit * _RERANK_DEPTH + 5)  # candidates for the rerank, and spares for stale sources
+        wanted = query_words(query)
 
         def work(db: sqlite3.Connection) -> list[Hit]:
+            kept, everywhere = _without_common(db, terms)
+            args[0] = _match(kept)
+            # words found nearly everywhere: the newest units that hold them, reranked (ranking them all is slow)
+            order = "fts.rowid DESC" if everywhere else "score, u.ts DESC"
             reader = _Reader(db)
-            hits = []
-            for row in db.execute(sql, args).fetchall():
+            scored: list[tuple[float, int, Unit, tuple[Any, ...]]] = []
+            for row in db.execute(sql.format(order=order), args).fetchall():
                 unit = reader.unit(row[:-1])
-                if unit is None:
-                    continue
+                if unit is not None:
+                    scored.append((_reranked(row[-1], unit.text, wanted), len(scored), unit, row))
+            scored.sort(key=lambda item: (item[0], item[1]))
+            hits = []
+            for score, _, unit, row in scored[:limit]:
                 before = after = None
                 if neighbours:  # the messages around it; for an entry (a summary of its own), its other parts
                     before = reader.unit_at(row[-3], row[-2] - 1)
@@ -538,9 +569,7 @@ class RecallIndex:
                     if row[9] == "history":
                         before = before if before is not None and before.seq == unit.seq else None
                         after = after if after is not None and after.seq == unit.seq else None
-                hits.append(Hit(unit, row[-1], before, after))
-                if len(hits) >= limit:
-                    break
+                hits.append(Hit(unit, score, before, after))
             return hits
         found: list[Hit] = self._guarded(work)
         return found
@@ -570,6 +599,45 @@ class RecallIndex:
 
 _UNIT_COLUMNS = "u.id, s.session, u.seq, u.part, u.ts, u.role, u.pos, u.len, s.path, s.kind, s.inode, s.done, " \
                 "s.fingerprint, u.src, u.n"
+
+
+# A word in more than this share of the units (and in more than _COMMON_MIN of them) is left out of
+# a query that has rarer words: its BM25 weight is small, and ranking every unit it is in is what makes
+# a query slow on a large archive (the rerank still counts it in the units found).
+_COMMON_SHARE = 0.03
+_COMMON_MIN = 3000
+
+
+def _without_common(db: sqlite3.Connection, terms: list[str]) -> tuple[list[str], bool]:
+    """The terms without the common words (when rarer ones remain), and whether every term is common."""
+    words = [t for t in terms if " " not in t.strip()]
+    total = db.execute("SELECT coalesce(sum(n), 0) FROM sources").fetchone()[0]
+    limit = max(_COMMON_MIN, int(total * _COMMON_SHARE))
+    if not words or total <= limit:
+        return terms, False
+    db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.fts_rows USING fts5vocab(main, fts, row)")
+    db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.query_words USING fts5(t, tokenize='porter unicode61 "
+               "remove_diacritics 2')")
+    db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.query_tokens USING fts5vocab(temp, query_words, instance)")
+    db.execute("DELETE FROM temp.query_words")
+    db.executemany("INSERT INTO temp.query_words (rowid, t) VALUES (?, ?)",
+                   ((i, _spaced(w)) for i, w in enumerate(words)))
+    tokens: dict[int, list[str]] = {}
+    for i, token in db.execute("SELECT doc, term FROM temp.query_tokens"):
+        tokens.setdefault(i, []).append(token)
+    counts: dict[int, int] = {}
+    for i, found in tokens.items():
+        if len(found) == 1:  # (a word that is several tokens is searched as a phrase: kept)
+            row = db.execute("SELECT doc FROM temp.fts_rows WHERE term = ?", (found[0],)).fetchone()
+            counts[i] = row[0] if row else 0
+    common = {i for i, c in counts.items() if c > limit}
+    if not common:
+        return terms, False
+    everywhere = len(common) == len(terms)
+    if len(common) == len(words):
+        common.discard(min(common, key=lambda i: counts[i]))  # all common: keep the rarest
+    dropped = {words[i] for i in common}
+    return [t for t in terms if t not in dropped], everywhere
 
 
 class _Transaction:
@@ -654,6 +722,18 @@ def _texts_of(kind: str, data: bytes) -> list[str]:
 
 
 # ---- reading sources ------------------------------------------------------------------------------
+
+def _unchanged(path: Path, known: tuple[int, int] | None) -> bool:
+    """Indexed to its end and not replaced since, by its stat alone: the cheap check that lets a
+    search over thousands of sessions open only the files that grew (a rewrite has a new inode)."""
+    if known is None:
+        return False
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return st.st_ino == known[0] and st.st_size == known[1]
+
 
 def _fingerprint(fh: Any, done: int) -> int:
     if done <= 0:

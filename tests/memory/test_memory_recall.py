@@ -255,3 +255,17 @@ def test_words_without_ascii_case_folding_are_found(tmp_path):
     assert "会议改到周五" in search(tmp_path / "ws", query="会议")
     assert "会议改到周五" in search(tmp_path / "ws", query="周五")
     assert "Straße" in search(tmp_path / "ws", query="straße")
+
+
+def test_words_found_nearly_everywhere_neither_bury_rare_ones_nor_slow_the_search(ws, monkeypatch):
+    from nanobot.memory import recall_index
+
+    monkeypatch.setattr(recall_index, "_COMMON_MIN", 5)
+    write_session("cli:a", [("user", f"weather chat number {i}, the weather again", f"2026-01-{1 + i % 28:02d}T10:00:00")
+                            for i in range(60)] + [("user", "weather aside, the quokka escaped", "2026-01-02T11:00:00")])
+    idx = index()
+    idx.refresh()
+    hits = idx.search("weather quokka", limit=3)
+    assert hits[0].unit.text == "weather aside, the quokka escaped"
+    newest = idx.search("weather", limit=3)  # only common words: the newest units holding them
+    assert [h.unit.seq for h in newest] == [60, 59, 58]
