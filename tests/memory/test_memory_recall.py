@@ -267,5 +267,5 @@ def test_words_found_nearly_everywhere_neither_bury_rare_ones_nor_slow_the_searc
     idx.refresh()
     hits = idx.search("weather quokka", limit=3)
     assert hits[0].unit.text == "weather aside, the quokka escaped"
-    newest = idx.search("weather", limit=3)  # only common words: the newest units holding them
-    assert [h.unit.seq for h in newest] == [60, 59, 58]
+    newest = idx.search("weather", limit=3)  # only common words: ranked among the newest units holding them
+    assert len(newest) == 3 and min(h.unit.seq for h in newest) >= 61 - (3 * recall_index._RERANK_DEPTH + 5)
