@@ -435,8 +435,8 @@ class RecallIndex:
                     done_bytes += got
                     if finished:
                         queue.pop(0)
-            if progress is not None:
-                progress(done_bytes, max(total, done_bytes))
+                    if progress is not None and got:
+                        progress(done_bytes, max(total, done_bytes))
         complete = not queue
         return RefreshReport(complete, done_bytes, 0 if complete else self.pending_bytes())
 
