@@ -193,3 +193,17 @@ def test_memory_tidy_refuses_a_cut_off_reply(untidy, fake_llm, nanobot_run):
     result = nanobot_run("memory", "tidy", "--yes")
     assert result.returncode != 0
     assert untidy.read_memory() == TIDY_BEFORE
+
+
+def test_scope_session_in_the_config_keeps_session_a_out_of_session_b(month_old_session, fake_llm, nanobot_run,
+                                                                     isolated_home):
+    path = isolated_home / "config.json"
+    data = json.loads(path.read_text())
+    data["tools"] = {"recall": {"scope": "session"}}
+    path.write_text(json.dumps(data))
+    result = ask_from_b(fake_llm, nanobot_run)
+    assert FACT not in result and "Nothing archived matches" in result
+    data["tools"] = {"recall": {"scope": "everything"}}
+    path.write_text(json.dumps(data))
+    bad = nanobot_run("agent", "-s", "cli:b", "-m", "hi")
+    assert bad.returncode != 0 and "tools.recall.scope" in bad.stderr
