@@ -93,6 +93,7 @@ def main() -> None:
     index_path = home / "recall.sqlite3"
     index = RecallIndex(index_path, sessions=home / "sessions", history=home / "workspace/memory/HISTORY.md")
     t0 = time.perf_counter()
+    c0 = time.process_time()
     last = [0.0]
 
     def progress(done: int, total: int) -> None:
@@ -101,8 +102,13 @@ def main() -> None:
             print(f"  indexing: {done / 1e6:,.0f} / {total / 1e6:,.0f} MB", file=sys.stderr)
     index.refresh(progress=progress)
     build = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     rate = source_bytes / build
-    print(f"build: {build:.1f} s, {rate / 1e6:.2f} MB/s -> 1 GB in {1e9 / rate / 60:.1f} min (linear extrapolation)")
+    print(f"build: {build:.1f} s wall, {cpu:.1f} s CPU; {rate / 1e6:.2f} MB/s wall -> 1 GB in {1e9 / rate / 60:.1f} min, "
+          f"{source_bytes / cpu / 1e6:.2f} MB per CPU-second -> 1 GB in {1e9 / (source_bytes / cpu) / 60:.1f} min "
+          f"on a free core (linear extrapolation; the build is one thread)")
+    load = os.getloadavg()[0]
+    print(f"load average during the run: {load:.1f} on {os.cpu_count()} cores")
     stats = index.stats()
     index.close()
     index = RecallIndex(index_path, sessions=home / "sessions", history=home / "workspace/memory/HISTORY.md")
