@@ -18,6 +18,7 @@ tells the user how to fix the problem. Every error class lives here:
   + ToolError                       becomes an error result for the model
   + RequestTooLarge                 a request that could not fit the context window, not sent
   + StorageError                    path, errno (see storage_error)
+  | + RecallIndexError              the recall index cannot be used even after building it anew
   + MemoryUpdateRefused             MEMORY.md left unchanged
   + MemoryBusy                      the memory folder's lock
   + RunnerBusyError                 owner: the other cron runner
@@ -127,6 +128,10 @@ class StorageError(NanobotError):
         super().__init__(message, hint=hint)
         self.path = path
         self.errno = errno
+
+
+class RecallIndexError(StorageError):
+    """The recall index (derived data) cannot be opened even after deleting and building it anew."""
 
 
 class MemoryUpdateRefused(NanobotError):

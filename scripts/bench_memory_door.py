@@ -50,13 +50,21 @@ def recall(root: Path, size_mb: float, runs: int) -> None:
     oldest = b"[2019-12-31 09:00] The user keeps the passport in the blue folder QUOKKA.\n\n"
     store.history_file.write_bytes(oldest + store.history_file.read_bytes())
     print(f"HISTORY.md: {store.history_file.stat().st_size / 1e6:.1f} MB, generated in {time.perf_counter() - t:.1f}s")
+    os.environ["NANOBOT_HOME"] = str(root / "home")  # the recall index is built there, never in ~/.nanobot
     tool = SearchHistoryTool(ToolContext(workspace=ws))
-    print(f"{'search_history query':<28}{'entries':>8}{'chars':>8}{'time':>10}")
+    t = time.perf_counter()
+    from nanobot.tools.recall import open_index
+
+    index = open_index(tool.ctx)
+    index.refresh()  # built once (scripts/bench_recall_scale.py measures that); searches then read what is new
+    index.close()
+    print(f"recall index built in {time.perf_counter() - t:.1f}s")
+    print(f"{'search_history query':<28}{'hits':>8}{'chars':>8}{'time':>10}")
     for label, query in (("absent word (full pass)", "qqqzzz"), ("rare: oldest entry only", "quokka passport"),
                          ("rare word (148 entries)", "XYZZY"),
                          ("common word", "lisbon"), ("two common words", "lisbon deadline")):
         secs, out = best_of(runs, lambda: asyncio.run(tool.run(query=query)))
-        entries = sum(1 for line in out.splitlines() if line[:1] == "[" and line[1:5].isdigit())
+        entries = sum(1 for line in out.splitlines() if line[:1] == "[" and line[1:line.find("]")].isdigit())
         print(f"{label:<28}{entries:>8}{len(out):>8}{secs * 1000:>8.1f}ms")
 
 

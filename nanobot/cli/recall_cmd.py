@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -16,10 +17,15 @@ from nanobot.cli.errors import reported
 from nanobot.cli.memory_cmd import WorkspaceOpt, _err, _fail, _workspace, history_app, memory_app
 from nanobot.cli.usage import Command
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from nanobot.memory.recall_index import RecallIndex, Unit
+
 _PROGRESS_BYTES = 16 << 20  # a refresh with more than this to read shows a progress bar (or a line)
 
 
-def _open_index(workspace: Path | None):
+def _open_index(workspace: Path | None) -> RecallIndex:
     from nanobot.memory.recall_index import RecallIndex, default_index_path
     from nanobot.paths import memory_dir, sessions_dir
 
@@ -27,7 +33,7 @@ def _open_index(workspace: Path | None):
                        history=memory_dir(_workspace(workspace)) / "HISTORY.md")
 
 
-def refresh_with_progress(index) -> None:
+def refresh_with_progress(index: RecallIndex) -> None:
     """Bring the index up to date; a long rebuild shows a progress bar on stderr (a line when piped)."""
     pending = index.pending_bytes()
     if pending < _PROGRESS_BYTES:
@@ -45,7 +51,7 @@ def refresh_with_progress(index) -> None:
         index.refresh(progress=lambda done, total: bar.update(task, completed=done, total=total))
 
 
-def _stderr_console():
+def _stderr_console() -> Console:
     from rich.console import Console
 
     return Console(stderr=True)
@@ -84,7 +90,7 @@ def history_search(
         finally:
             index.close()
         if json_out:
-            def unit(u):
+            def unit(u: Unit | None) -> dict[str, Any] | None:
                 return u.to_json() if u is not None else None
             print(json.dumps([{**h.unit.to_json(), "score": round(-h.score, 4), "before": unit(h.before),
                                "after": unit(h.after)} for h in hits], ensure_ascii=False, indent=1))

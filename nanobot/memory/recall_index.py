@@ -9,8 +9,9 @@ nothing at all, and whatever was written before a search is found by it. Rules:
    offset reached, the file's inode and a fingerprint of the bytes before the offset are stored
    in the same transaction as its rows, so a kill at any moment leaves the index as it was before
    the transaction or after it, never in between.
-2. A source whose inode, size or fingerprint no longer agrees (a rewrite by compaction, /new or
-   repair; a hand edit) is indexed again from its start; a source that is gone loses its rows.
+2. A source whose inode and size are as indexed is not opened. One that grew is checked (inode,
+   fingerprint) and read on; one that was replaced (a rewrite by /new or repair, an editor's save)
+   or changed before its end is indexed again from its start; a source that is gone loses its rows.
 3. A message's unit is its transcript text (messages.transcript_lines: tool results and call
    arguments cut to a bounded size), a HISTORY.md entry's is the entry; a unit longer than
    PASSAGE_CHARS becomes several passages cut at line ends. Secrets are masked before anything
@@ -29,7 +30,7 @@ import re
 import sqlite3
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -37,6 +38,7 @@ from typing import Any
 
 import orjson
 
+from nanobot.errors import RecallIndexError
 from nanobot.memory.history import STAMP_RE
 from nanobot.messages import parse_timestamp, transcript_lines
 from nanobot.paths import PRIVATE_FILE_MODE, nanobot_home
@@ -76,22 +78,43 @@ def _spaced(text: str) -> str:
     return _CJK.sub(r" \g<0> ", text) if _CJK.search(text) else text
 
 
-def fts_query(query: str) -> str | None:
-    """The FTS5 MATCH expression for a user's or model's query (see rule 5); None when it has no word.
-    Common words are left out when there are others: they would rank nothing and cost time."""
+def _content_terms(query: str) -> list[str]:
+    """The query's terms that can match (each has a letter or digit), function words left out when
+    there are others: they would rank nothing and cost time."""
     terms = [t for t in query_terms(query) if any(c.isalnum() for c in t)]
     content = [t for t in terms if " " in t.strip() or t.strip(".,;:!?'\"()").lower() not in _STOPWORDS]
-    phrases = []
-    for term in content or terms:
-        quoted = '"' + _spaced(term).replace('"', '""') + '"'
-        if quoted not in phrases:
-            phrases.append(quoted)
-    return " OR ".join(phrases) if phrases else None
+    return list(dict.fromkeys(content or terms))
+
+
+def _match(terms: list[str]) -> str | None:
+    phrases = ['"' + _spaced(term).replace('"', '""') + '"' for term in terms]
+    return " OR ".join(dict.fromkeys(phrases)) if phrases else None
+
+
+def fts_query(query: str) -> str | None:
+    """The FTS5 MATCH expression for a user's or model's query (see rule 5); None when it has no word."""
+    return _match(_content_terms(query))
 
 
 def query_words(query: str) -> list[str]:
     """The lowercased words of a query, for picking the part of a long text worth showing."""
     return [w for w in re.findall(r"\w+", query.lower()) if w not in _STOPWORDS]
+
+
+_RERANK_DEPTH = 4  # BM25's best limit x this are reranked by how many of the query's words they hold
+_COVERAGE_WEIGHT = 0.25
+
+
+def _stem(word: str) -> str:
+    return word[:max(4, len(word) - 2)] if len(word) > 4 else word
+
+
+def _reranked(bm25: float, text: str, words: list[str]) -> float:
+    """BM25 (negative: lower is better) strengthened by a quarter for each further distinct query word
+    the unit holds: OR-ed words otherwise let one rare word repeated outrank a unit that has them all."""
+    low = text.lower()
+    held = sum(1 for w in set(words) if _stem(w) in low)
+    return bm25 * (1.0 + _COVERAGE_WEIGHT * max(0, held - 1))
 
 
 def best_window(text: str, words: list[str], size: int) -> tuple[int, int]:
@@ -102,7 +125,7 @@ def best_window(text: str, words: list[str], size: int) -> tuple[int, int]:
     low = text.lower()
     hits: list[tuple[int, str]] = []
     for word in set(words):
-        stem = word[:max(4, len(word) - 2)] if len(word) > 4 else word
+        stem = _stem(word)
         start = low.find(stem)
         count = 0
         while start >= 0 and count < 50:
@@ -207,6 +230,7 @@ def _message_text(record: dict[str, Any]) -> str:
 # ---- the index ------------------------------------------------------------------------------------
 
 _SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE sources (
     id INTEGER PRIMARY KEY,
     path TEXT UNIQUE NOT NULL,
@@ -224,21 +248,23 @@ CREATE TABLE sources (
 CREATE TABLE units (
     id INTEGER PRIMARY KEY,
     src INTEGER NOT NULL,
-    n INTEGER NOT NULL,
-    seq INTEGER NOT NULL,
-    part INTEGER NOT NULL,
+    n INTEGER NOT NULL,            -- its place among the source's units
+    seq INTEGER NOT NULL,          -- the message's (entry's) number in the source
+    part INTEGER NOT NULL,         -- which passage of it
     ts TEXT NOT NULL,
     role TEXT NOT NULL,
-    body BLOB NOT NULL             -- the masked text, zlib-compressed
+    pos INTEGER NOT NULL,          -- where the message (entry) is in the source: its text is read from there
+    len INTEGER NOT NULL
 );
 CREATE INDEX units_place ON units (src, n);
 CREATE INDEX units_seq ON units (src, seq);
-CREATE VIRTUAL TABLE fts USING fts5(text, content='', tokenize='porter unicode61 remove_diacritics 2');
+CREATE VIRTUAL TABLE fts USING fts5(text, content='', tokenize='porter unicode61 remove_diacritics 2')
 """
 
-
-class IndexDamaged(Exception):
-    """The index file cannot be used; it is rebuilt from the files."""
+# A contentless FTS5 row can only be deleted with its text, and a rewritten source no longer has
+# it: such rows stay as orphans (no unit joins them, so no search returns them) until they are
+# more than the live units, and then the index is built again.
+_ORPHANS_REBUILD_MIN = 20_000
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
@@ -250,6 +276,9 @@ class _Source:
     path: Path
     kind: str
     session: str
+
+
+_Row = tuple[int, int, str, str, int, int, str]  # seq, part, when, role, pos, len, text
 
 
 class RecallIndex:
@@ -270,14 +299,16 @@ class RecallIndex:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for attempt in range(2):
             try:
-                db = self._open()
-                self._db = db
-                return db
+                self._db = self._open()
+                return self._db
             except sqlite3.Error as exc:
                 if _is_busy(exc):
                     raise
                 if attempt:
-                    raise IndexDamaged(str(exc)) from None
+                    raise RecallIndexError(f"the recall index {self.path} cannot be used: {exc}",
+                                           hint="check that the nanobot home is writable and not full; the index "
+                                                "is rebuilt from the session files and HISTORY.md",
+                                           path=str(self.path)) from None
                 self._delete()
         raise AssertionError("unreachable")
 
@@ -286,7 +317,7 @@ class RecallIndex:
         db = sqlite3.connect(self.path, timeout=0.2, isolation_level=None, check_same_thread=False)
         try:
             if fresh:
-                os.chmod(self.path, PRIVATE_FILE_MODE)  # it holds the conversations: as private as they are
+                os.chmod(self.path, PRIVATE_FILE_MODE)  # it says what was said: as private as the sessions
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
@@ -295,8 +326,8 @@ class RecallIndex:
                     version = db.execute("PRAGMA user_version").fetchone()[0]
                     if version == 0 and not db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
                         for statement in _SCHEMA.split(";"):
-                            if statement.strip():
-                                db.execute(statement)
+                            db.execute(statement)
+                        db.execute("INSERT INTO meta VALUES ('next_id', 1), ('orphans', 0)")
                         db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
                         self.rebuilt = self.rebuilt or not fresh
                     elif version != SCHEMA_VERSION:
@@ -367,7 +398,8 @@ class RecallIndex:
         """Index what was written since the last refresh (rules 1, 2); stops after `budget_seconds`.
         Another process writing the index meanwhile: returns at once, incomplete."""
         try:
-            return self._guarded(lambda db: self._refresh(db, budget_seconds, progress))
+            report: RefreshReport = self._guarded(lambda db: self._refresh(db, budget_seconds, progress))
+            return report
         except sqlite3.OperationalError as exc:
             if _is_busy(exc):
                 return RefreshReport(False, 0, 0)
@@ -376,67 +408,49 @@ class RecallIndex:
     def _refresh(self, db: sqlite3.Connection, budget: float | None,
                  progress: Callable[[int, int], None] | None) -> RefreshReport:
         deadline = time.monotonic() + budget if budget is not None else None
+        orphans = db.execute("SELECT value FROM meta WHERE key = 'orphans'").fetchone()[0]
+        if orphans > _ORPHANS_REBUILD_MIN and orphans > db.execute("SELECT count(*) FROM units").fetchone()[0]:
+            self._delete()
+            db = self._connect()
         sources = self._sources()
         paths = {str(s.path) for s in sources}
-        gone = [row for row in db.execute("SELECT id, path FROM sources") if row[1] not in paths]
-        for src_id, _ in gone:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                self._forget(db, src_id)
-                db.execute("DELETE FROM sources WHERE id = ?", (src_id,))
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+        gone = [row[0] for row in db.execute("SELECT id, path FROM sources") if row[1] not in paths]
+        if gone:
+            with _transaction(db):
+                for src_id in gone:
+                    self._forget(db, src_id)
+                    db.execute("DELETE FROM sources WHERE id = ?", (src_id,))
         total = self.pending_bytes() if progress is not None else 0
         done_bytes = 0
-        complete = True
-        for src in sources:
+        known = {row[0]: (row[1], row[2]) for row in db.execute("SELECT path, inode, done FROM sources")}
+        queue = [src for src in sources if not _unchanged(src.path, known.get(str(src.path)))]
+        while queue:
             if deadline is not None and time.monotonic() > deadline:
-                complete = False
                 break
-            for got in self._index_source(db, src, deadline):
-                done_bytes += got
-                if progress is not None:
-                    progress(done_bytes, max(total, done_bytes))
-            row = db.execute("SELECT done FROM sources WHERE path = ?", (str(src.path),)).fetchone()
-            try:
-                size = src.path.stat().st_size
-            except OSError:
-                continue
-            if row is None or row[0] < _last_newline_bound(src.path, size, row[0]):
-                complete = False
-        left = self.pending_bytes() if not complete else 0
-        return RefreshReport(complete, done_bytes, left)
+            room = _COMMIT_BYTES
+            with _transaction(db):  # several small sources, or a part of a large one, per transaction
+                while queue and room > 0:
+                    got, finished = self._index_step(db, queue[0], room)
+                    room -= max(got, 1)
+                    done_bytes += got
+                    if finished:
+                        queue.pop(0)
+                    if progress is not None and got:
+                        progress(done_bytes, max(total, done_bytes))
+        complete = not queue
+        return RefreshReport(complete, done_bytes, 0 if complete else self.pending_bytes())
 
     def _forget(self, db: sqlite3.Connection, src_id: int) -> None:
-        """Remove a source's rows (the FTS5 rows of a contentless table are removed by their text)."""
-        rows = db.execute("SELECT id, body FROM units WHERE src = ?", (src_id,)).fetchall()
-        db.executemany("INSERT INTO fts(fts, rowid, text) VALUES('delete', ?, ?)",
-                       ((uid, _spaced(zlib.decompress(body).decode("utf-8"))) for uid, body in rows))
-        db.execute("DELETE FROM units WHERE src = ?", (src_id,))
+        """Drop a source's units; their FTS5 rows stay as orphans (see _ORPHANS_REBUILD_MIN)."""
+        count = db.execute("DELETE FROM units WHERE src = ?", (src_id,)).rowcount
+        db.execute("UPDATE meta SET value = value + ? WHERE key = 'orphans'", (count,))
 
-    def _index_source(self, db: sqlite3.Connection, src: _Source, deadline: float | None) -> Iterator[int]:
-        """Index one source from where it was left, in transactions of about _COMMIT_BYTES; yields bytes read."""
-        while True:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                got = self._index_step(db, src)
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            if not got:
-                return
-            yield got
-            if deadline is not None and time.monotonic() > deadline:
-                return
-
-    def _index_step(self, db: sqlite3.Connection, src: _Source) -> int:
+    def _index_step(self, db: sqlite3.Connection, src: _Source, room: int) -> tuple[int, bool]:
+        """Index up to about `room` more bytes of one source; (bytes read, whether it is now indexed to its end)."""
         try:
             fh = open(src.path, "rb")
         except OSError:
-            return 0
+            return 0, True
         with fh:
             st = os.fstat(fh.fileno())
             row = db.execute("SELECT id, inode, done, fingerprint, seq, n, pointer, last_when, last_role, session "
@@ -444,7 +458,7 @@ class RecallIndex:
             if row is not None:
                 src_id, inode, done, fingerprint, seq, n, pointer, last_when, last_role, session = row
                 if inode != st.st_ino or done > st.st_size or _fingerprint(fh, done) != fingerprint:
-                    self._forget(db, src_id)  # rewritten or changed: start it again (rule 2)
+                    self._forget(db, src_id)  # rewritten or changed: index it again (rule 2)
                     done, seq, n, pointer, last_when, last_role = 0, 0, 0, 0, "", ""
                     session = src.session
             else:
@@ -454,27 +468,28 @@ class RecallIndex:
                                  (str(src.path), src.kind, session, st.st_ino))
                 src_id = cur.lastrowid
             if done >= st.st_size:
-                return 0
+                return 0, True
             fh.seek(done)
-            data = fh.read(_COMMIT_BYTES)
-            if len(data) == _COMMIT_BYTES:
-                extra = fh.readline()  # to the end of the line the block cut
-                data += extra
+            data = fh.read(max(room, 1 << 16))
+            whole = fh.tell() >= st.st_size
+            if not whole:
+                data += fh.readline()  # to the end of the line the block cut
+                whole = fh.tell() >= st.st_size
             end = data.rfind(b"\n") + 1
             if end == 0:
-                return 0  # no whole line yet
-            if src.kind == "history" and fh.tell() < st.st_size and len(data) >= _COMMIT_BYTES:
+                return 0, True  # no whole line yet: the rest is being written
+            if src.kind == "history" and not whole:
                 # stop before the entry the block cut, so an entry is one unit even in a huge file
                 cut = _last_entry_start(data, end)
                 end = cut if cut > 0 else end
             data = data[:end]
-            rows: list[tuple[int, int, int, str, str, str]] = []
+            rows: list[_Row] = []
             if src.kind == "session":
                 if done == 0:
                     session = _session_key(data, src.path)
-                seq, pointer, last_when = _session_units(data, seq, pointer, last_when, rows)
+                seq, pointer, last_when = _session_units(data, done, seq, pointer, last_when, rows)
             else:
-                seq, last_when, last_role = _history_units(data, seq, last_when, last_role, rows)
+                seq, last_when, last_role = _history_units(data, done, seq, last_when, last_role, rows)
             self._insert(db, src_id, n, rows)
             n += len(rows)
             new_done = done + len(data)
@@ -482,22 +497,19 @@ class RecallIndex:
                        "last_when = ?, last_role = ?, session = ? WHERE id = ?",
                        (st.st_ino, new_done, _fingerprint_of(data, done, fh, new_done), seq, n, pointer,
                         last_when, last_role, session, src_id))
-            return len(data)
+            return len(data), whole
 
-    def _insert(self, db: sqlite3.Connection, src_id: int, n: int,
-                rows: list[tuple[int, int, int, str, str, str]]) -> None:
+    def _insert(self, db: sqlite3.Connection, src_id: int, n: int, rows: list[_Row]) -> None:
         if not rows:
             return
-        first = db.execute("SELECT coalesce(max(id), 0) + 1 FROM units").fetchone()[0]
-        units = []
-        fts = []
-        for k, (seq, part, _, when, role, text) in enumerate(rows):
-            uid = first + k
-            units.append((uid, src_id, n + k, seq, part, when, role, zlib.compress(text.encode("utf-8"), 1)))
-            fts.append((uid, _spaced(text)))
-        db.executemany("INSERT INTO units (id, src, n, seq, part, ts, role, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                       units)
-        db.executemany("INSERT INTO fts (rowid, text) VALUES (?, ?)", fts)
+        first = db.execute("SELECT value FROM meta WHERE key = 'next_id'").fetchone()[0]
+        texts = _mask_many([row[6] for row in rows])
+        db.executemany("INSERT INTO units (id, src, n, seq, part, ts, role, pos, len) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                       ((first + k, src_id, n + k, *row[:6]) for k, row in enumerate(rows)))
+        db.executemany("INSERT INTO fts (rowid, text) VALUES (?, ?)",
+                       ((first + k, _spaced(text)) for k, text in enumerate(texts)))
+        db.execute("UPDATE meta SET value = ? WHERE key = 'next_id'", (first + len(rows),))
 
     # -- asking it --------------------------------------------------------------------------------
 
@@ -507,11 +519,11 @@ class RecallIndex:
         """The best `limit` units for `query` (rule 5) within the filters. `exclude_live` (a session key):
         that session's unconsolidated messages (already in the prompt) are left out;
         `only_sessions` keeps hits from those sessions (and HISTORY.md) only."""
-        match = fts_query(query)
-        if match is None or limit <= 0:
+        terms = _content_terms(query)
+        if not terms or limit <= 0:
             return []
         where = ["fts MATCH ?"]
-        args: list[Any] = [match]
+        args: list[Any] = [None]
         if since is not None:
             where.append("u.ts >= ?")
             args.append(_local(since))
@@ -531,58 +543,197 @@ class RecallIndex:
             marks = ", ".join("?" for _ in only_sessions)
             where.append(f"(s.kind = 'history' OR s.session IN ({marks}))")
             args.extend(sorted(only_sessions))
-        sql = ("SELECT u.id, s.session, u.seq, u.part, u.ts, u.role, u.body, bm25(fts) AS score, u.src, u.n "
-               "FROM fts JOIN units u ON u.id = fts.rowid JOIN sources s ON s.id = u.src "
-               f"WHERE {' AND '.join(where)} ORDER BY score, u.ts DESC LIMIT ?")
-        args.append(limit)
+        sql = (f"SELECT {_UNIT_COLUMNS}, bm25(fts) AS score FROM fts JOIN units u ON u.id = fts.rowid "
+               f"JOIN sources s ON s.id = u.src WHERE {' AND '.join(where)} ORDER BY {{order}} LIMIT ?")
+        args.append(limit * _RERANK_DEPTH + 5)  # candidates for the rerank, and spares for stale sources
+        wanted = query_words(query)
 
         def work(db: sqlite3.Connection) -> list[Hit]:
+            kept, everywhere = _without_common(db, terms)
+            args[0] = _match(kept)
+            # words found nearly everywhere: the newest units that hold them, reranked (ranking them all is slow)
+            order = "fts.rowid DESC" if everywhere else "score, u.ts DESC"
+            reader = _Reader(db)
+            scored: list[tuple[float, int, Unit, tuple[Any, ...]]] = []
+            for row in db.execute(sql.format(order=order), args).fetchall():
+                unit = reader.unit(row[:-1])
+                if unit is not None:
+                    scored.append((_reranked(row[-1], unit.text, wanted), len(scored), unit, row))
+            scored.sort(key=lambda item: (item[0], item[1]))
             hits = []
-            for uid, sess, seq, part, ts, role_, body, score, src, n in db.execute(sql, args).fetchall():
-                unit = Unit(uid, sess, seq, part, ts, role_, zlib.decompress(body).decode("utf-8"))
+            for score, _, unit, row in scored[:limit]:
                 before = after = None
-                if neighbours:
-                    before = self._unit_at(db, src, n - 1)
-                    after = self._unit_at(db, src, n + 1)
+                if neighbours:  # the messages around it; for an entry (a summary of its own), its other parts
+                    before = reader.unit_at(row[-3], row[-2] - 1)
+                    after = reader.unit_at(row[-3], row[-2] + 1)
+                    if row[9] == "history":
+                        before = before if before is not None and before.seq == unit.seq else None
+                        after = after if after is not None and after.seq == unit.seq else None
                 hits.append(Hit(unit, score, before, after))
             return hits
-        return self._guarded(work)
-
-    def _unit_at(self, db: sqlite3.Connection, src: int, n: int) -> Unit | None:
-        row = db.execute("SELECT u.id, s.session, u.seq, u.part, u.ts, u.role, u.body FROM units u "
-                         "JOIN sources s ON s.id = u.src WHERE u.src = ? AND u.n = ?", (src, n)).fetchone()
-        return _unit(row) if row else None
+        found: list[Hit] = self._guarded(work)
+        return found
 
     def around(self, session: str, seq: int, *, before: int = 3, after: int = 3) -> list[Unit]:
         """The units of messages (or entries) seq-before .. seq+after of `session` (or HISTORY_LABEL)."""
         def work(db: sqlite3.Connection) -> list[Unit]:
+            reader = _Reader(db)
             rows = db.execute(
-                "SELECT u.id, s.session, u.seq, u.part, u.ts, u.role, u.body FROM units u "
-                "JOIN sources s ON s.id = u.src WHERE s.session = ? AND u.seq BETWEEN ? AND ? "
-                "ORDER BY u.src, u.n", (session, seq - before, seq + after)).fetchall()
-            return [_unit(row) for row in rows]
-        return self._guarded(work)
-
-    def sessions_known(self) -> list[str]:
-        def work(db: sqlite3.Connection) -> list[str]:
-            return [row[0] for row in db.execute("SELECT DISTINCT session FROM sources ORDER BY session")]
-        return self._guarded(work)
+                f"SELECT {_UNIT_COLUMNS} FROM units u JOIN sources s ON s.id = u.src "
+                "WHERE s.session = ? AND u.seq BETWEEN ? AND ? ORDER BY u.src, u.n",
+                (session, seq - before, seq + after)).fetchall()
+            return [u for u in map(reader.unit, rows) if u is not None]
+        units: list[Unit] = self._guarded(work)
+        return units
 
     def stats(self) -> dict[str, int]:
-        """Units, sources and bytes indexed (for the benchmark and `doctor`-style reports)."""
+        """Units, sources, bytes indexed and orphaned rows (for the benchmarks)."""
         def work(db: sqlite3.Connection) -> dict[str, int]:
             units = db.execute("SELECT count(*) FROM units").fetchone()[0]
             sources, done = db.execute("SELECT count(*), coalesce(sum(done), 0) FROM sources").fetchone()
-            return {"units": units, "sources": sources, "bytes_indexed": done}
-        return self._guarded(work)
+            orphans = db.execute("SELECT value FROM meta WHERE key = 'orphans'").fetchone()[0]
+            return {"units": units, "sources": sources, "bytes_indexed": done, "orphans": orphans}
+        found: dict[str, int] = self._guarded(work)
+        return found
 
 
-def _unit(row: tuple[Any, ...]) -> Unit:
-    uid, sess, seq, part, ts, role, body = row
-    return Unit(uid, sess, seq, part, ts, role, zlib.decompress(body).decode("utf-8"))
+_UNIT_COLUMNS = "u.id, s.session, u.seq, u.part, u.ts, u.role, u.pos, u.len, s.path, s.kind, s.inode, s.done, " \
+                "s.fingerprint, u.src, u.n"
+
+
+# A word in more than this share of the units (and in more than _COMMON_MIN of them) is left out of
+# a query that has rarer words: its BM25 weight is small, and ranking every unit it is in is what makes
+# a query slow on a large archive (the rerank still counts it in the units found).
+_COMMON_SHARE = 0.03
+_COMMON_MIN = 3000
+
+
+def _without_common(db: sqlite3.Connection, terms: list[str]) -> tuple[list[str], bool]:
+    """The terms without the common words (when rarer ones remain), and whether every term is common."""
+    words = [t for t in terms if " " not in t.strip()]
+    total = db.execute("SELECT coalesce(sum(n), 0) FROM sources").fetchone()[0]
+    limit = max(_COMMON_MIN, int(total * _COMMON_SHARE))
+    if not words or total <= limit:
+        return terms, False
+    db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.fts_rows USING fts5vocab(main, fts, row)")
+    db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.query_words USING fts5(t, tokenize='porter unicode61 "
+               "remove_diacritics 2')")
+    db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.query_tokens USING fts5vocab(temp, query_words, instance)")
+    db.execute("DELETE FROM temp.query_words")
+    db.executemany("INSERT INTO temp.query_words (rowid, t) VALUES (?, ?)",
+                   ((i, _spaced(w)) for i, w in enumerate(words)))
+    tokens: dict[int, list[str]] = {}
+    for i, token in db.execute("SELECT doc, term FROM temp.query_tokens"):
+        tokens.setdefault(i, []).append(token)
+    counts: dict[int, int] = {}
+    for i, found in tokens.items():
+        if len(found) == 1:  # (a word that is several tokens is searched as a phrase: kept)
+            row = db.execute("SELECT doc FROM temp.fts_rows WHERE term = ?", (found[0],)).fetchone()
+            counts[i] = row[0] if row else 0
+    common = {i for i, c in counts.items() if c > limit}
+    if not common:
+        return terms, False
+    everywhere = len(common) == len(terms)
+    if len(common) == len(words):
+        common.discard(min(common, key=lambda i: counts[i]))  # all common: keep the rarest
+    dropped = {words[i] for i in common}
+    return [t for t in terms if t not in dropped], everywhere
+
+
+class _Transaction:
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind: object, *_: object) -> None:
+        self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+
+
+def _transaction(db: sqlite3.Connection) -> _Transaction:
+    return _Transaction(db)
+
+
+class _Reader:
+    """Reads units' text back from their sources, checking first that each source is as indexed."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+        self._ok: dict[str, bool] = {}
+
+    def _source_ok(self, path: str, inode: int, done: int, fingerprint: int) -> bool:
+        if path not in self._ok:
+            try:
+                with open(path, "rb") as fh:
+                    st = os.fstat(fh.fileno())
+                    self._ok[path] = (st.st_ino == inode and st.st_size >= done
+                                      and _fingerprint(fh, done) == fingerprint)
+            except OSError:
+                self._ok[path] = False
+        return self._ok[path]
+
+    def unit(self, row: tuple[Any, ...]) -> Unit | None:
+        uid, sess, seq, part, ts, role, pos, length, path, kind, inode, done, fingerprint = row[:13]
+        if not self._source_ok(path, inode, done, fingerprint):
+            return None
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(pos)
+                data = fh.read(length)
+        except OSError:
+            return None
+        passages = _texts_of(kind, data)
+        if part >= len(passages):
+            return None
+        return Unit(uid, sess, seq, part, ts, role, mask_secrets(passages[part]))
+
+    def unit_at(self, src: int, n: int) -> Unit | None:
+        row = self.db.execute(f"SELECT {_UNIT_COLUMNS} FROM units u JOIN sources s ON s.id = u.src "
+                              "WHERE u.src = ? AND u.n = ?", (src, n)).fetchone()
+        return self.unit(row) if row else None
+
+
+_MASK_JOIN = "\n\x00\n"
+
+
+def _mask_many(texts: list[str]) -> list[str]:
+    """mask_secrets of each text, in one pass over them all: joined by a separator no secret pattern
+    can match inside; a mask that touched a separator is redone text by text (same result either way)."""
+    if len(texts) < 2:
+        return [mask_secrets(t) for t in texts]
+    joined = _MASK_JOIN.join(texts)
+    masked = mask_secrets(joined)
+    if masked is joined or masked == joined:
+        return texts
+    parts = masked.split(_MASK_JOIN)
+    return parts if len(parts) == len(texts) else [mask_secrets(t) for t in texts]
+
+
+def _texts_of(kind: str, data: bytes) -> list[str]:
+    """The passages of one message line or HISTORY.md entry, as they were indexed (before masking)."""
+    if kind == "session":
+        try:
+            record = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return []
+        return _passages(_message_text(record)) if isinstance(record, dict) else []
+    return _passages(data.decode("utf-8", "replace").strip())
 
 
 # ---- reading sources ------------------------------------------------------------------------------
+
+def _unchanged(path: Path, known: tuple[int, int] | None) -> bool:
+    """Indexed to its end and not replaced since, by its stat alone: the cheap check that lets a
+    search over thousands of sessions open only the files that grew (a rewrite has a new inode)."""
+    if known is None:
+        return False
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return st.st_ino == known[0] and st.st_size == known[1]
+
 
 def _fingerprint(fh: Any, done: int) -> int:
     if done <= 0:
@@ -596,20 +747,6 @@ def _fingerprint_of(data: bytes, base: int, fh: Any, done: int) -> int:
     if len(data) >= _FINGERPRINT_BYTES or base == 0:
         return zlib.crc32(data[-_FINGERPRINT_BYTES:]) if done else 0
     return _fingerprint(fh, done)
-
-
-def _last_newline_bound(path: Path, size: int, done: int) -> int:
-    """The end of the last whole line of the file (what a refresh could reach); `done` when unknown."""
-    if size <= done:
-        return done
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(done, size - 65536))
-            tail = fh.read()
-    except OSError:
-        return done
-    cut = tail.rfind(b"\n")
-    return size - len(tail) + cut + 1 if cut >= 0 else done
 
 
 def _last_entry_start(data: bytes, end: int) -> int:
@@ -632,10 +769,14 @@ def _session_key(data: bytes, path: Path) -> str:
     return path.stem.rsplit("-", 1)[0] if "-" in path.stem else path.stem
 
 
-def _session_units(data: bytes, seq: int, pointer: int, last_when: str,
-                   rows: list[tuple[int, int, int, str, str, str]]) -> tuple[int, int, str]:
-    """Append a unit per passage of each message in `data` (whole lines); returns the new counters."""
+def _session_units(data: bytes, base: int, seq: int, pointer: int, last_when: str,
+                   rows: list[_Row]) -> tuple[int, int, str]:
+    """Append a row per passage of each message in `data` (whole lines, at byte `base` of the file);
+    returns the new counters."""
+    pos = base
     for raw in data.split(b"\n"):
+        start = pos
+        pos += len(raw) + 1
         if not raw.strip():
             continue
         try:
@@ -656,38 +797,42 @@ def _session_units(data: bytes, seq: int, pointer: int, last_when: str,
         when = _local(parse_timestamp(record.get("timestamp"))) or last_when
         last_when = when
         if role != "system":
-            text = mask_secrets(_message_text(record))
+            text = _message_text(record)
             if text.strip():
                 for part, passage in enumerate(_passages(text)):
-                    rows.append((seq, part, 0, when, role, passage))
+                    rows.append((seq, part, when, role, start, len(raw), passage))
         seq += 1
     return seq, pointer, last_when
 
 
-def _history_units(data: bytes, seq: int, last_when: str, last_role: str,
-                   rows: list[tuple[int, int, int, str, str, str]]) -> tuple[int, str, str]:
-    """Append a unit per passage of each HISTORY.md entry in `data` (whole entries, or the continuation
-    of the last one, which keeps its stamp); returns the new counters."""
-    text = data.decode("utf-8", "replace")
-    starts = [m.start() for m in re.finditer(r"(?m)^\[", text) if STAMP_RE.match(text, m.start())]
+_ENTRY_LINE = re.compile(rb"(?m)^\[")
+_STAMP_B = re.compile(STAMP_RE.pattern.encode())
+
+
+def _history_units(data: bytes, base: int, seq: int, last_when: str, last_role: str,
+                   rows: list[_Row]) -> tuple[int, str, str]:
+    """Append a row per passage of each HISTORY.md entry in `data` (whole entries, or the continuation
+    of the last one, which keeps its stamp, at byte `base` of the file); returns the new counters."""
+    starts = [m.start() for m in _ENTRY_LINE.finditer(data) if _STAMP_B.match(data, m.start())]
     if not starts or starts[0] != 0:
         starts.insert(0, 0)
     for i, start in enumerate(starts):
-        end = starts[i + 1] if i + 1 < len(starts) else len(text)
-        entry = text[start:end].strip()
+        end = starts[i + 1] if i + 1 < len(starts) else len(data)
+        raw = data[start:end]
+        entry = raw.decode("utf-8", "replace").strip()
         if not entry:
             continue
         m = STAMP_RE.match(entry)
         if m is not None:
-            y, mo, d, h, mi, s = m.groups()
+            y, mo, d, h, mi, sec = m.groups()
             try:
-                last_when = _local(datetime(int(y), int(mo), int(d), int(h), int(mi), int(s or 0)))
+                last_when = _local(datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec or 0)))
             except ValueError:
                 pass
             first_line = entry.split("\n", 1)[0]
             last_role = "archive" if " RAW archive of " in first_line else "summary"
         role = last_role or "summary"
-        for part, passage in enumerate(_passages(mask_secrets(entry))):
-            rows.append((seq, part, 0, last_when, role, passage))
+        for part, passage in enumerate(_passages(entry)):
+            rows.append((seq, part, last_when, role, base + start, len(raw), passage))
         seq += 1
     return seq, last_when, last_role

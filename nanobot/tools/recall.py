@@ -13,9 +13,11 @@ fenced as data: these are past conversations, web pages and files included.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import sqlite3
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from nanobot.errors import ToolError
+from nanobot.errors import NanobotError, ToolError
 from nanobot.memory.recall_index import (
     HISTORY_LABEL,
     Hit,
@@ -53,6 +55,18 @@ def open_index(ctx: ToolContext) -> RecallIndex:
 
     return RecallIndex(default_index_path(), sessions=sessions_dir(),
                        history=MemoryStore(workspace_root(ctx)).history_file)
+
+
+T = TypeVar("T")
+
+
+def _answering(work: Callable[[], T]) -> T:
+    """`work`, with an index that cannot be used turned into a result the model reads."""
+    try:
+        return work()
+    except (sqlite3.Error, NanobotError) as exc:
+        raise ToolError(f"the index of past conversations cannot be read right now ({exc}); try again shortly, "
+                        "or tell the user to run `nanobot history search` to see what is wrong") from None
 
 
 def _when(unit: Unit) -> str:
@@ -147,7 +161,7 @@ class SearchHistoryTool(_RecallTool):
     def hint(self, args: dict[str, Any]) -> str:
         return f'search_history("{str(args.get("query", ""))[:40]}")'
 
-    async def run(self, query: str, since: str | None = None, until: str | None = None, session: str | None = None,
+    async def run(self, query: str = "", since: str | None = None, until: str | None = None, session: str | None = None,
                   role: str | None = None, limit: int = DEFAULT_HITS, **_: Any) -> str:
         from nanobot.memory import history as history_log
         from nanobot.memory.recall_index import fts_query
@@ -178,7 +192,7 @@ class SearchHistoryTool(_RecallTool):
             finally:
                 index.close()
 
-        hits, complete = await asyncio.to_thread(work)
+        hits, complete = await asyncio.to_thread(_answering, work)
         note = "" if complete else (" The index of past conversations is still being built, so older ones may "
                                     "be missing; search again in a moment.")
         if not hits:
@@ -209,7 +223,7 @@ class ReadHistoryTool(_RecallTool):
         return f'read_history("{str(args.get("ref", ""))[:40]}")'
 
     async def run(self, ref: str = "", before: int = 4, after: int = 4, **_: Any) -> str:
-        session, _, number = str(ref).strip().rpartition("#")
+        session, _sep, number = str(ref).strip().rpartition("#")
         if not session or not number.strip().isdigit():
             raise ToolError("ref must look like 'SESSION#NUMBER', as search_history shows it (e.g. 'cli:direct#42')")
         only = self._only()
@@ -227,7 +241,7 @@ class ReadHistoryTool(_RecallTool):
             finally:
                 index.close()
 
-        units = await asyncio.to_thread(work)
+        units = await asyncio.to_thread(_answering, work)
         if not units:
             return f"Nothing archived at {ref!r} (the ref may come from before the session was cleared)."
         lines: list[str] = []

@@ -1,0 +1,153 @@
+"""The recall index at scale: build time, query latency, index size, the cost of a turn's append.
+
+Writes a synthetic archive (session files through the real SessionStore, a HISTORY.md through the
+real MemoryStore) of about --mb megabytes of JSONL, builds the index from nothing, and prints:
+
+- build time and throughput, extrapolated linearly to 1 GB (target: <= 5 min on 2 cores);
+- query latency p50 / p95 over --queries queries of 1-3 words (common and rare), at this size;
+- the index size against the session files and HISTORY.md it covers (target: <= 1.5x);
+- what one turn costs: SessionStore.append of a user + assistant message (the turn path, which the
+  index does not touch) and the catch-up the next search pays for it (refresh after one turn).
+
+    .venv/bin/python scripts/bench_recall_scale.py --mb 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+
+def _vocabulary(rng: random.Random, size: int) -> tuple[list[str], list[float]]:
+    letters = "etaoinshrdlucmfwypvbgkjqxz"
+    words = sorted({"".join(rng.choice(letters[:10 + i % 16]) for _ in range(rng.randint(2, 10)))
+                    for i in range(size * 2)})[:size]
+    rng.shuffle(words)
+    weights = [1.0 / (rank + 1) for rank in range(len(words))]  # Zipf, like a natural language
+    return words, weights
+
+
+def build_archive(home: Path, megabytes: float, seed: int = 1) -> tuple[int, list[str]]:
+    """Session files and a HISTORY.md of about `megabytes` MB; (bytes written, the vocabulary)."""
+    os.environ["NANOBOT_HOME"] = str(home)
+    from nanobot.memory.store import MemoryStore
+    from nanobot.session.store import SessionStore
+
+    rng = random.Random(seed)
+    words, weights = _vocabulary(rng, 30_000)
+    store = SessionStore(home / "sessions")
+    memory = MemoryStore(home / "workspace")
+    target = int(megabytes * 1e6)
+    written = 0
+    start = datetime(2025, 1, 1, 9, 0)
+    session_no = 0
+    while written < target:
+        session = store.open(f"cli:s{session_no}")
+        when = start + timedelta(hours=7 * session_no)
+        batch = []
+        for i in range(200):
+            text = " ".join(rng.choices(words, weights, k=rng.randint(8, 120)))
+            role = "user" if i % 2 == 0 else "assistant"
+            batch.append({"role": role, "content": text, "timestamp": (when + timedelta(minutes=i)).isoformat()})
+        store.append(session, batch)
+        written = written + session.path.stat().st_size if session_no else session.path.stat().st_size
+        store.close(session)
+        if session_no % 10 == 0:
+            summary = " ".join(rng.choices(words, weights, k=150))
+            memory.append_history(f"[{when:%Y-%m-%d %H:%M}] {summary}")
+        session_no += 1
+    return written + memory.history_file.stat().st_size, words
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mb", type=float, default=100.0, help="size of the synthetic archive in MB")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--dir", type=Path, default=None, help="keep the archive here (default: a temp folder)")
+    parser.add_argument("--reuse", action="store_true", help="use the archive already in --dir (its index is rebuilt)")
+    args = parser.parse_args()
+    home = args.dir or Path(tempfile.mkdtemp(prefix="bench-recall-"))
+    t0 = time.perf_counter()
+    if args.reuse and (home / "sessions").is_dir():
+        os.environ["NANOBOT_HOME"] = str(home)
+        words, _ = _vocabulary(random.Random(1), 30_000)
+        source_bytes = sum(p.stat().st_size for p in (home / "sessions").glob("*.jsonl"))
+        source_bytes += (home / "workspace/memory/HISTORY.md").stat().st_size
+        for stale in home.glob("recall.sqlite3*"):
+            stale.unlink()
+    else:
+        source_bytes, words = build_archive(home, args.mb)
+    print(f"archive: {source_bytes / 1e6:,.1f} MB of session JSONL + HISTORY.md in {home} "
+          f"(ready in {time.perf_counter() - t0:.0f} s)")
+
+    from nanobot.memory.recall_index import RecallIndex
+    from nanobot.session.store import SessionStore
+
+    index_path = home / "recall.sqlite3"
+    index = RecallIndex(index_path, sessions=home / "sessions", history=home / "workspace/memory/HISTORY.md")
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    last = [0.0]
+
+    def progress(done: int, total: int) -> None:
+        if time.perf_counter() - last[0] > 5:
+            last[0] = time.perf_counter()
+            print(f"  indexing: {done / 1e6:,.0f} / {total / 1e6:,.0f} MB", file=sys.stderr)
+    index.refresh(progress=progress)
+    build = time.perf_counter() - t0
+    cpu = time.process_time() - c0
+    rate = source_bytes / build
+    print(f"build: {build:.1f} s wall, {cpu:.1f} s CPU; {rate / 1e6:.2f} MB/s wall -> 1 GB in {1e9 / rate / 60:.1f} min, "
+          f"{source_bytes / cpu / 1e6:.2f} MB per CPU-second -> 1 GB in {1e9 / (source_bytes / cpu) / 60:.1f} min "
+          f"on a free core (linear extrapolation; the build is one thread)")
+    load = os.getloadavg()[0]
+    print(f"load average during the run: {load:.1f} on {os.cpu_count()} cores")
+    stats = index.stats()
+    index.close()
+    index = RecallIndex(index_path, sessions=home / "sessions", history=home / "workspace/memory/HISTORY.md")
+    index.refresh()  # nothing new: the steady state
+    size = sum(os.path.getsize(p) for p in home.glob("recall.sqlite3*"))
+    print(f"index: {size / 1e6:,.1f} MB = {size / source_bytes:.2f}x the {source_bytes / 1e6:,.1f} MB it covers "
+          f"({stats['units']:,} units)")
+
+    rng = random.Random(2)
+    times = []
+    for _ in range(args.queries):
+        k = rng.randint(1, 3)
+        query = " ".join(rng.choice(words[:200] if rng.random() < 0.3 else words) for _ in range(k))
+        q0 = time.perf_counter()
+        index.search(query, limit=10)
+        times.append((time.perf_counter() - q0) * 1000)
+    times.sort()
+    p95 = times[int(len(times) * 0.95) - 1]
+    print(f"query (search + read the hits and neighbours back): p50 {statistics.median(times):.1f} ms, "
+          f"p95 {p95:.1f} ms, max {times[-1]:.1f} ms over {len(times)} queries at {source_bytes / 1e6:,.0f} MB")
+
+    store = SessionStore(home / "sessions")
+    session = store.open("cli:s0")
+    appends, catchups = [], []
+    for i in range(50):
+        turn = [{"role": "user", "content": f"turn {i} " + " ".join(rng.choices(words, k=40))},
+                {"role": "assistant", "content": " ".join(rng.choices(words, k=80))}]
+        a0 = time.perf_counter()
+        store.append(session, turn)
+        appends.append((time.perf_counter() - a0) * 1000)
+        r0 = time.perf_counter()
+        index.refresh()
+        catchups.append((time.perf_counter() - r0) * 1000)
+    store.close(session)
+    index.close()
+    print(f"per turn: SessionStore.append {statistics.median(appends):.2f} ms (median; the index adds nothing to "
+          f"it: it is brought up to date when a search starts); the next search's catch-up for one turn "
+          f"{statistics.median(catchups):.2f} ms (median, p95 {sorted(catchups)[47]:.2f} ms)")
+
+
+if __name__ == "__main__":
+    main()
