@@ -376,7 +376,10 @@ class Scheduler:
             text = heartbeat_path(self.store.workspace).read_text(encoding="utf-8")
         except OSError:
             return None
-        tasks = heartbeat_tasks(text)
+        from nanobot.memory.prompt_files import PromptFiles
+
+        waiting = PromptFiles(self.store.workspace).pending_tasks()  # the assistant added them; nobody approved yet
+        tasks = [task for task in heartbeat_tasks(text) if task not in waiting]
         if not tasks:
             return None  # nothing to do: no turn, no tokens spent
         token = current_job.set("heartbeat")

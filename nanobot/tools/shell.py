@@ -24,6 +24,7 @@ from typing import Any
 
 from nanobot.errors import ToolError
 from nanobot.memory.store import watch_memory
+from nanobot.policy.watch import changes_since, review, take_snapshot
 from nanobot.sandbox import Launch, build_policy, launcher
 from nanobot.sandbox.limits import PidsCgroup, is_running, stat_fields
 from nanobot.secrets_mask import is_secret_name
@@ -336,7 +337,8 @@ class ExecTool(Tool):
         "The command and everything it starts are killed at the timeout."
     )
     _confined_note = (
-        " Commands run in a sandbox: only the workspace and /tmp are writable, memory/ is read-only "
+        " Commands run in a sandbox: only the workspace and /tmp are writable, memory/, cron/, skills/, the "
+        "prompt files, .git's settings and hooks and editor run configurations are read-only; "
         "the home folder, nanobot's config and credentials are not visible, "
         "there is no network unless the user allows it, and nothing it starts keeps running after it returns "
         "(start a server and use it within one command)."
@@ -373,10 +375,19 @@ class ExecTool(Tool):
         return killed
 
     async def run(self, command: str, working_dir: str | None = None, timeout: float | None = None, **_: Any) -> str:
-        # Where the sandbox does not make memory/ read-only, a command's change to it is undone afterwards.
-        with watch_memory(workspace_root(self.ctx)) as watch:
-            result = await self._run(command, working_dir, timeout)
-        return result + watch.note
+        # Where the sandbox does not make memory/ read-only, a command's change to it is undone afterwards;
+        # a change to another protected path (nanobot.policy) is asked about after the fact, or put back.
+        ws = workspace_root(self.ctx)
+        before = take_snapshot(ws)
+        try:
+            with watch_memory(ws) as watch:
+                result = await self._run(command, working_dir, timeout)
+        except ToolError as exc:
+            note = await review(self.ctx.approver, ws, changes_since(ws, before))
+            if note:
+                raise ToolError(exc.message + note, hint=exc.hint) from exc
+            raise
+        return result + watch.note + await review(self.ctx.approver, ws, changes_since(ws, before))
 
     async def _run(self, command: str, working_dir: str | None, timeout: float | None) -> str:
         if not self.ctx.exec_enabled:
@@ -426,6 +437,9 @@ class ExecTool(Tool):
     def _launch(self, command: str, cwd: Path, network: bool) -> Launch:
         conf = self.ctx.confinement
         ws = workspace_root(self.ctx)
+        if conf.confined:
+            for folder in ("memory", "cron"):  # so they exist to be made read-only (nanobot.policy, rule 2)
+                (ws / folder).mkdir(exist_ok=True)
         policy = build_policy(ws, restrict=self.ctx.restrict_to_workspace, network=network,
                               limits=self.ctx.exec_limits)
         if conf.confined:
@@ -434,8 +448,6 @@ class ExecTool(Tool):
                     raise ToolError(f"working_dir {cwd} is in a folder commands cannot see (the nanobot home, "
                                     "a home folder or a credential store); use a folder in the workspace")
                 policy = dataclasses.replace(policy, extra_read=(cwd,))
-            for folder in policy.read_only:  # so rule 2 has folders to make read-only
-                folder.mkdir(exist_ok=True)
         try:
             return conf.prepare(policy, cwd, command)
         except OSError as exc:

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nanobot.errors import ToolError
-from nanobot.tools.approval import ApprovalRequest, approve_flag_hint
+from nanobot.policy.protected import Protected, entry_for, is_persistence_path
+from nanobot.tools.approval import ApprovalRequest, Decision, approve_flag_hint
 from nanobot.tools.base import ToolContext
 
 __all__ = ["resolve_path", "workspace_root", "display_path", "FileRisk", "location_risks", "content_risks",
-           "approve_access", "change_diff", "is_persistence_path", "open_regular", "read_capped",
+           "approve_access", "change_diff", "refusal", "open_regular", "read_capped",
            "open_parent_dir"]
 
 
@@ -78,23 +79,6 @@ CREDENTIAL_STORES = (".ssh", ".gnupg", ".aws", ".config/gcloud", ".kube", ".dock
 # ... and, anywhere outside the workspace, files by these names
 _SECRET_NAMES = frozenset({".env", ".envrc", ".npmrc", ".pypirc", ".pgpass", ".git-credentials", ".netrc"})
 
-# Files that run at login or on a schedule, by name (anywhere) ...
-_PERSISTENCE_NAMES = frozenset({
-    ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv", ".zprofile",
-    ".zlogin", ".zlogout", ".cshrc", ".tcshrc", ".kshrc", ".login", ".logout", ".xprofile", ".xinitrc",
-    ".xsessionrc", ".xsession", ".pam_environment", ".envrc", "crontab", "authorized_keys", "authorized_keys2",
-})
-# ... by the folder they sit in (a path ending in these parts) ...
-_PERSISTENCE_DIRS = (
-    (".git", "hooks"), (".ssh",), (".config", "autostart"), (".config", "systemd"), (".config", "fish"),
-    ("etc", "profile.d"), ("etc", "systemd"), ("etc", "init.d"), ("var", "spool", "cron"),
-    ("Library", "LaunchAgents"), (".config", "environment.d"), (".husky",),
-)
-# ... and a few exact files inside a repository (git runs what core.hooksPath / fsmonitor name).
-_PERSISTENCE_TAILS = ((".git", "config"),)
-_UNIT_SUFFIXES = (".service", ".timer", ".socket", ".path", ".mount")
-
-
 @dataclass(frozen=True)
 class FileRisk:
     kind: str  # an ApprovalRequest kind: "file-outside", "persistence", "memory-edit", "skill-edit"
@@ -104,22 +88,6 @@ class FileRisk:
 
 def _is_under(path: Path, root: Path) -> bool:
     return path == root or path.is_relative_to(root)
-
-
-def is_persistence_path(path: Path) -> bool:
-    """A file that runs at login or on a schedule: shell rc files, authorized_keys, crontabs,
-    systemd units, git hooks (inside the workspace too)."""
-    parts = path.parts
-    if path.name in _PERSISTENCE_NAMES or path.name.startswith("cron") and "etc" in parts:
-        return True
-    if path.suffix in _UNIT_SUFFIXES and "systemd" in parts:
-        return True
-    folders = parts[:-1]
-    for tail in _PERSISTENCE_DIRS:
-        for i in range(len(folders) - len(tail) + 1):
-            if folders[i:i + len(tail)] == tail:
-                return True
-    return any(parts[-len(tail):] == tail for tail in _PERSISTENCE_TAILS)
 
 
 def _sensitive_place(path: Path) -> str | None:
@@ -149,34 +117,45 @@ def location_risks(ctx: ToolContext, target: Path, access: str) -> list[FileRisk
 
 
 def content_risks(ctx: ToolContext, target: Path) -> list[FileRisk]:
-    """Writing `target` runs code later (persistence), or changes memory or a skill directly."""
+    """What changing `target` needs, as the policy table says (nanobot.policy.protected): a prompt
+    file, memory, a skill, a file that runs later; a door no tool may pass raises ToolError."""
     root = workspace_root(ctx)
-    risks = []
-    if is_persistence_path(target):
-        risks.append(FileRisk("persistence", "a file that runs at login or on a schedule",
-                              f"persistence:{target}"))
-    elif target == root / "HEARTBEAT.md" or _is_under(target, root / "cron"):
-        # nanobot itself runs these on a schedule: HEARTBEAT.md's tasks and the cron jobs become turns
-        risks.append(FileRisk("persistence", "a file nanobot runs on a schedule (heartbeat or reminders)",
-                              f"persistence:{target}"))
-    if target == root / "memory" / "MEMORY.md":
-        risks.append(FileRisk("memory-edit", "long-term memory (MEMORY.md), which is in every prompt",
-                              "memory-edit"))
-    elif _is_under(target, root / "skills") and target != root / "skills":
-        skill = target.relative_to(root / "skills").parts[0]
-        risks.append(FileRisk("skill-edit", f"a workspace skill ({skill})", f"skill-edit:{skill}"))
-    return risks
+    entry = entry_for(root, target)
+    if entry is None:
+        return ([FileRisk("persistence", "a file that runs at login or on a schedule", f"persistence:{target}")]
+                if is_persistence_path(target) else [])
+    if entry.door == "never":
+        raise ToolError(refusal(root, target, entry))
+    rel = target.relative_to(root)
+    key = {"memory-edit": "memory-edit", "skill-edit": f"skill-edit:{rel.parts[1] if len(rel.parts) > 1 else ''}",
+           "prompt-edit": f"prompt-edit:{rel}"}.get(entry.kind, f"{entry.kind}:{target}")
+    why = entry.why if entry.kind != "skill-edit" or len(rel.parts) < 2 else f"a workspace skill ({rel.parts[1]})"
+    return [FileRisk(entry.kind, why, key)]
+
+
+def refusal(root: Path, target: Path, entry: Protected) -> str:
+    """Why no tool may change `target` (a "never" door), and what to do instead."""
+    from nanobot.memory.store import protected_reason
+
+    reason = protected_reason(root, target)
+    if reason:
+        return reason
+    if entry.path == "cron/":
+        return ("cron/ holds the scheduled jobs, which run later with nobody watching: add or remove a job with "
+                "the cron tool (it asks the user), never by writing these files")
+    return (f"{target.relative_to(root)} belongs to {entry.why}; no tool may change it (the user can, or "
+            "`nanobot memory` for MEMORY.md)")
 
 
 # Most severe first: the request takes the kind of the first risk that applies.
-_SEVERITY = ("persistence", "file-outside", "skill-edit", "memory-edit")
+_SEVERITY = ("persistence", "file-outside", "skill-edit", "prompt-edit", "memory-edit")
 
 
 async def approve_access(ctx: ToolContext, tool: str, verb: str, target: Path, risks: list[FileRisk],
-                         detail: str = "") -> None:
+                         detail: str = "") -> Decision:
     """Ask the approver about `risks`; raise ToolError (the model reads it) when refused."""
     if not risks:
-        return
+        return Decision(True)
     risks = sorted(risks, key=lambda r: _SEVERITY.index(r.kind) if r.kind in _SEVERITY else len(_SEVERITY))
     first = risks[0]
     reasons = "; ".join(dict.fromkeys(r.reason for r in risks))
@@ -187,6 +166,7 @@ async def approve_access(ctx: ToolContext, tool: str, verb: str, target: Path, r
     if not decision.allowed:
         text = f"not allowed to {verb} {target} ({reasons}) — {decision.reason.strip() or 'refused'}"
         raise ToolError(text.rstrip(".") + ". Do not retry the same call; continue without it or ask the user.")
+    return decision
 
 
 def change_diff(before: str | None, after: str, shown: str) -> str:

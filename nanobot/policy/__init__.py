@@ -1,0 +1,1 @@
+"""The one owner of "may this happen?": what is protected and what each action needs."""

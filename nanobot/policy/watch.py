@@ -1,0 +1,236 @@
+"""Rule 3 of nanobot.policy.protected: after a command, what it changed among the protected paths.
+
+The sandbox makes every protected path that exists read-only, but it cannot stop a command from
+creating one that did not exist (`.vscode/tasks.json` in a workspace without `.vscode/`), and a
+Landlock without mount namespaces or an unconfined exec cannot make anything read-only at all.
+So exec takes a snapshot of the protected paths before each command and compares after it:
+every change needs the approval the table names (asked after the fact, with the diff), and a
+change that is not approved is put back (new files are moved aside into the nanobot home, old
+contents written back). No process of the command outlives it, so nothing it left there can
+run before this check. memory/ has its own watch (nanobot.memory.store.watch_memory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from nanobot.fsio import atomic_write
+from nanobot.paths import nanobot_home
+from nanobot.policy.protected import GIT_WATCHED, TABLE, Protected, entry_for, git_config_is_safe
+from nanobot.tools.approval import ApprovalRequest, Approver, approve_flag_hint
+
+__all__ = ["Snapshot", "Change", "take_snapshot", "changes_since", "review"]
+
+_KEEP_BYTES = 256 * 1024  # contents kept to put a file back; a larger protected file is only hashed
+_MAX_ENTRIES = 5000
+# git's own templates and ignore list, which run nothing: `git init` may write them unasked
+_GIT_HARMLESS = ("info/exclude", "description")
+
+
+@dataclass(frozen=True)
+class _Item:
+    kind: str  # "file" | "dir" | "link" | "other"
+    digest: str = ""
+    data: bytes | None = None  # a file's bytes when small enough to put back; a link's target
+
+
+Snapshot = dict[str, _Item]  # workspace-relative path -> what was there
+
+
+@dataclass(frozen=True)
+class Change:
+    rel: str
+    entry: Protected
+    before: _Item | None
+    after: _Item | None
+
+
+def _roots(workspace: Path) -> list[Path]:
+    out = []
+    for entry in TABLE:
+        if entry.path.startswith("memory/"):
+            continue
+        path = workspace / entry.path.rstrip("/")
+        out += [path / p for p in GIT_WATCHED] if entry.path == ".git/" else [path]
+    return out
+
+
+def _item(path: Path) -> _Item | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return _Item("link", data=os.fsencode(os.readlink(path)))
+    if stat.S_ISDIR(st.st_mode):
+        return _Item("dir")
+    if not stat.S_ISREG(st.st_mode):
+        return _Item("other")
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return _Item("file", "unreadable")
+    return _Item("file", hashlib.sha256(data).hexdigest(), data if len(data) <= _KEEP_BYTES else None)
+
+
+def take_snapshot(workspace: Path) -> Snapshot:
+    """Every protected path under `workspace` (folders walked, links not followed)."""
+    snap: Snapshot = {}
+    for root in _roots(workspace):
+        stack = [root]
+        while stack and len(snap) < _MAX_ENTRIES:
+            path = stack.pop()
+            item = _item(path)
+            if item is None:
+                continue
+            rel = path.relative_to(workspace).as_posix()
+            if rel.startswith(".git/") and (rel.startswith(".git/hooks/") and rel.endswith(".sample")
+                                            or rel[5:] in _GIT_HARMLESS):
+                continue  # never run by git
+            snap[rel] = item
+            if item.kind == "dir":
+                try:
+                    stack += [path / name for name in os.listdir(path)]
+                except OSError:
+                    pass
+    return snap
+
+
+def changes_since(workspace: Path, before: Snapshot) -> list[Change]:
+    """What differs now from `before`; a .git/config that changed only in keys that run nothing is not a change."""
+    after = take_snapshot(workspace)
+    found = []
+    for rel in sorted(set(before) | set(after)):
+        old, new = before.get(rel), after.get(rel)
+        if old == new or (old is not None and new is not None and old.kind == "dir" == new.kind):
+            continue
+        if rel == ".git/config" and git_config_is_safe(_git_config(old), _git_config(new)):
+            continue
+        entry = entry_for(workspace, workspace / rel)
+        if entry is not None:
+            found.append(Change(rel, entry, old, new))
+    return found
+
+
+def _git_config(item: _Item | None) -> dict[str, list[str]] | None:
+    """The config's key -> values as git itself reads it (no includes followed; nothing run)."""
+    if item is None:
+        return {}
+    if item.kind != "file" or item.data is None:
+        return None
+    git = shutil.which("git")
+    if git is None:
+        return None
+    try:
+        run = subprocess.run([git, "config", "--no-includes", "--file", "-", "--list", "-z"], input=item.data,
+                             capture_output=True, timeout=10, env={"PATH": os.defpath, "GIT_CONFIG_NOSYSTEM": "1"})
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if run.returncode != 0:
+        return None
+    out: dict[str, list[str]] = {}
+    for record in run.stdout.split(b"\0"):
+        if record:
+            key, _, value = record.decode("utf-8", "replace").partition("\n")
+            out.setdefault(key, []).append(value)
+    return out
+
+
+def _text(item: _Item | None) -> str | None:
+    if item is None:
+        return None
+    if item.kind == "link":
+        return f"(a symbolic link to {os.fsdecode(item.data or b'')})\n"
+    if item.kind != "file":
+        return f"({item.kind})\n"
+    if item.data is None:
+        return "(too large to show)\n"
+    return item.data.decode("utf-8", "replace")
+
+
+def _diff(change: Change) -> str:
+    from nanobot.tools.workspace_guard import change_diff
+
+    return change_diff(_text(change.before), _text(change.after) or "(removed)\n", change.rel)
+
+
+def _put_back(workspace: Path, change: Change, aside: Path) -> bool:
+    """Undo one change (what the command wrote is moved aside); False when the old contents were too
+    large to keep."""
+    path, old, now = workspace / change.rel, change.before, change.after
+    if now is not None and now.kind == "dir":  # a file replaced by a folder
+        _move_aside(path, aside / change.rel)
+    elif now is not None:
+        _move_aside(path, aside / change.rel)
+    if old is None:
+        return True
+    if old.kind == "dir":
+        path.mkdir(parents=True, exist_ok=True)
+        return True
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if old.kind == "link" and old.data is not None:
+        os.symlink(os.fsdecode(old.data), path)
+        return True
+    if old.kind == "file" and old.data is not None:
+        atomic_write(path, old.data)
+        return True
+    return False
+
+
+def _move_aside(path: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        shutil.move(str(path), str(target))
+    except OSError:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
+async def review(approver: Approver, workspace: Path, changes: list[Change]) -> str:
+    """Ask about each change (after the fact); put back what is refused. Returns a note for the model."""
+    if not changes:
+        return ""
+    notes = []
+    aside = nanobot_home() / "kept-aside" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    # deepest first, so a new folder's files are moved before the folder itself is looked at
+    for change in sorted(changes, key=lambda c: c.rel.count("/"), reverse=True):
+        entry = change.entry
+        kept = False
+        if entry.kind and (change.after is None or change.after.kind != "dir"):  # a folder is judged by its files
+            decision = await approver.approve(ApprovalRequest(
+                kind=entry.kind, summary=f"exec changed {change.rel} ({entry.why}); keep the change?",
+                detail=_diff(change), always_key=f"{entry.kind}:{workspace / change.rel}",
+                allow_hint=approve_flag_hint(entry.kind)))
+            kept = decision.allowed
+            if kept and entry.door == "prompt" and change.after is not None and change.after.kind == "file":
+                from nanobot.memory.prompt_files import PromptFiles
+
+                PromptFiles(workspace).write(entry.path, _text(change.after) or "", author="assistant",
+                                             seen_by_user=decision.by_person, replaced=_text(change.before))
+        if kept:
+            continue
+        if change.after is not None and change.after.kind == "dir" and change.before is None:
+            try:
+                os.rmdir(workspace / change.rel)  # empty now, unless a file in it was kept
+            except OSError:
+                pass
+            continue
+        if change.before is not None and change.before.kind == "dir" and change.after is None:
+            (workspace / change.rel).mkdir(parents=True, exist_ok=True)
+            continue
+        restored = _put_back(workspace, change, aside)
+        notes.append(f"{change.rel} ({entry.why}) was " + ("put back as it was" if restored else
+                     "changed and could NOT be put back (too large); tell the user"))
+    if not notes:
+        return ""
+    return ("\n[nanobot: this command changed protected files without approval: " + "; ".join(notes)
+            + f". What it wrote is kept aside in {aside}. Do not retry; ask the user to make such changes.]")
