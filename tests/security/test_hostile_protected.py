@@ -108,7 +108,7 @@ def test_files_that_run_later_stay_as_they_were(hostile, mechanism, who, tmp_pat
         ("exec", {"command": f"printf '#!/bin/sh\\n{evil}\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit"}),
         ("exec", {"command": "mkdir -p .vscode && echo '{\"tasks\": []}' > .vscode/tasks.json"}),
         ("exec", {"command": f"echo '{evil}' > .envrc"}),
-        ("exec", {"command": f"echo '../evil' > .git/commondir"}),
+        ("exec", {"command": "echo '../evil' > .git/commondir"}),
         ("write_file", {"path": ".vscode/tasks.json", "content": '{"runOptions": {"runOn": "folderOpen"}}'}),
         ("write_file", {"path": ".idea/workspace.xml", "content": "<x/>"}),
     ], ask=asked)
