@@ -18,15 +18,12 @@ import shutil
 import stat
 import subprocess
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from nanobot.fsio import atomic_write
-from nanobot.paths import nanobot_home
 from nanobot.policy.protected import GIT_WATCHED, TABLE, Protected, entry_for, git_config_is_safe
-from nanobot.tools.approval import ApprovalRequest, Approver, approve_flag_hint
 
-__all__ = ["Snapshot", "Change", "take_snapshot", "changes_since", "review"]
+__all__ = ["Snapshot", "Change", "take_snapshot", "changes_since", "put_back", "as_text"]
 
 _KEEP_BYTES = 256 * 1024  # contents kept to put a file back; a larger protected file is only hashed
 _MAX_ENTRIES = 5000
@@ -143,7 +140,7 @@ def _git_config(item: _Item | None) -> dict[str, list[str]] | None:
     return out
 
 
-def _text(item: _Item | None) -> str | None:
+def as_text(item: _Item | None) -> str | None:
     if item is None:
         return None
     if item.kind == "link":
@@ -155,13 +152,7 @@ def _text(item: _Item | None) -> str | None:
     return item.data.decode("utf-8", "replace")
 
 
-def _diff(change: Change) -> str:
-    from nanobot.tools.workspace_guard import change_diff
-
-    return change_diff(_text(change.before), _text(change.after) or "(removed)\n", change.rel)
-
-
-def _put_back(workspace: Path, change: Change, aside: Path) -> bool:
+def put_back(workspace: Path, change: Change, aside: Path) -> bool:
     """Undo one change (what the command wrote is moved aside); False when the old contents were too
     large to keep."""
     path, old, now = workspace / change.rel, change.before, change.after
@@ -193,44 +184,3 @@ def _move_aside(path: Path, target: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
-
-
-async def review(approver: Approver, workspace: Path, changes: list[Change]) -> str:
-    """Ask about each change (after the fact); put back what is refused. Returns a note for the model."""
-    if not changes:
-        return ""
-    notes = []
-    aside = nanobot_home() / "kept-aside" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
-    # deepest first, so a new folder's files are moved before the folder itself is looked at
-    for change in sorted(changes, key=lambda c: c.rel.count("/"), reverse=True):
-        entry = change.entry
-        kept = False
-        if entry.kind and (change.after is None or change.after.kind != "dir"):  # a folder is judged by its files
-            decision = await approver.approve(ApprovalRequest(
-                kind=entry.kind, summary=f"exec changed {change.rel} ({entry.why}); keep the change?",
-                detail=_diff(change), always_key=f"{entry.kind}:{workspace / change.rel}",
-                allow_hint=approve_flag_hint(entry.kind)))
-            kept = decision.allowed
-            if kept and entry.door == "prompt" and change.after is not None and change.after.kind == "file":
-                from nanobot.memory.prompt_files import PromptFiles
-
-                PromptFiles(workspace).write(entry.path, _text(change.after) or "", author="assistant",
-                                             seen_by_user=decision.by_person, replaced=_text(change.before))
-        if kept:
-            continue
-        if change.after is not None and change.after.kind == "dir" and change.before is None:
-            try:
-                os.rmdir(workspace / change.rel)  # empty now, unless a file in it was kept
-            except OSError:
-                pass
-            continue
-        if change.before is not None and change.before.kind == "dir" and change.after is None:
-            (workspace / change.rel).mkdir(parents=True, exist_ok=True)
-            continue
-        restored = _put_back(workspace, change, aside)
-        notes.append(f"{change.rel} ({entry.why}) was " + ("put back as it was" if restored else
-                     "changed and could NOT be put back (too large); tell the user"))
-    if not notes:
-        return ""
-    return ("\n[nanobot: this command changed protected files without approval: " + "; ".join(notes)
-            + f". What it wrote is kept aside in {aside}. Do not retry; ask the user to make such changes.]")

@@ -92,18 +92,18 @@ def _resolved(p: Path) -> Path:
         return p.expanduser().absolute()
 
 
-def build_policy(workspace: Path, *, restrict: bool, network: bool, limits: Limits | None = None,
+def build_policy(workspace: Path, read_only: tuple[Path, ...] = (), *, restrict: bool, network: bool,
+                 limits: Limits | None = None,
                  nanobot_home: Path | None = None, home: Path | None = None) -> Policy:
-    """The policy for one command in `workspace` (rules 1-6)."""
+    """The policy for one command in `workspace` (rules 1-6); `read_only`: the protected paths
+    (nanobot.policy.protected.exec_read_only, which exec passes)."""
     from nanobot import paths
 
     ws = _resolved(workspace)
     home = _resolved(home or Path(os.path.expanduser("~")))
     nb_home = _resolved(nanobot_home or paths.nanobot_home())
     hidden, shown = _areas(home, nb_home, os.environ.get("PATH", ""), restrict)
-    from nanobot.policy.protected import exec_read_only
-
-    return Policy(workspace=ws, read_only=exec_read_only(ws), hidden=hidden, restrict=restrict,
+    return Policy(workspace=ws, read_only=tuple(read_only), hidden=hidden, restrict=restrict,
                   network=network, limits=limits or Limits(), toolchains=shown)
 
 

@@ -24,14 +24,15 @@ from typing import Any
 
 from nanobot.errors import ToolError
 from nanobot.memory.store import watch_memory
-from nanobot.policy.watch import changes_since, review, take_snapshot
+from nanobot.policy.protected import exec_read_only
+from nanobot.policy.watch import changes_since, take_snapshot
 from nanobot.sandbox import Launch, build_policy, launcher
 from nanobot.sandbox.limits import PidsCgroup, is_running, stat_fields
 from nanobot.secrets_mask import is_secret_name
 from nanobot.tools.approval import ApprovalRequest
 from nanobot.tools.base import Tool
 from nanobot.tools.exec_rules import wants_network
-from nanobot.tools.workspace_guard import resolve_path, workspace_root
+from nanobot.tools.workspace_guard import resolve_path, review, workspace_root
 
 __all__ = ["ExecTool", "child_env", "deny_reason", "OUTPUT_CAP"]
 
@@ -378,6 +379,9 @@ class ExecTool(Tool):
         # Where the sandbox does not make memory/ read-only, a command's change to it is undone afterwards;
         # a change to another protected path (nanobot.policy) is asked about after the fact, or put back.
         ws = workspace_root(self.ctx)
+        if self.ctx.confinement.confined and self.ctx.exec_enabled:
+            for folder in ("memory", "cron"):  # so they exist to be made read-only (nanobot.policy, rule 2)
+                (ws / folder).mkdir(exist_ok=True)
         before = take_snapshot(ws)
         try:
             with watch_memory(ws) as watch:
@@ -437,10 +441,7 @@ class ExecTool(Tool):
     def _launch(self, command: str, cwd: Path, network: bool) -> Launch:
         conf = self.ctx.confinement
         ws = workspace_root(self.ctx)
-        if conf.confined:
-            for folder in ("memory", "cron"):  # so they exist to be made read-only (nanobot.policy, rule 2)
-                (ws / folder).mkdir(exist_ok=True)
-        policy = build_policy(ws, restrict=self.ctx.restrict_to_workspace, network=network,
+        policy = build_policy(ws, exec_read_only(ws), restrict=self.ctx.restrict_to_workspace, network=network,
                               limits=self.ctx.exec_limits)
         if conf.confined:
             if not cwd.is_relative_to(ws):

@@ -12,16 +12,18 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from nanobot.errors import ToolError
 from nanobot.policy.protected import Protected, entry_for, is_persistence_path
-from nanobot.tools.approval import ApprovalRequest, Decision, approve_flag_hint
+from nanobot.policy.watch import Change, as_text, put_back
+from nanobot.tools.approval import ApprovalRequest, Approver, Decision, approve_flag_hint
 from nanobot.tools.base import ToolContext
 
 __all__ = ["resolve_path", "workspace_root", "display_path", "FileRisk", "location_risks", "content_risks",
            "approve_access", "change_diff", "refusal", "open_regular", "read_capped",
-           "open_parent_dir"]
+           "open_parent_dir", "review"]
 
 
 def workspace_root(ctx: ToolContext) -> Path:
@@ -298,3 +300,49 @@ def open_parent_dir(ctx: ToolContext, target: Path, shown: str) -> int:
     except OSError as exc:
         raise ToolError(f"cannot write {shown}: {exc.strerror or exc}") from exc
     return _checked(fd, parent, f"the folder of {shown}")
+
+
+# -- after a command: what it changed among the protected paths (nanobot.policy.watch) ------------
+
+
+async def review(approver: Approver, workspace: Path, changes: list[Change]) -> str:
+    """Ask about each change (after the fact); put back what is refused. Returns a note for the model."""
+    if not changes:
+        return ""
+    from nanobot.paths import nanobot_home
+
+    notes = []
+    aside = nanobot_home() / "kept-aside" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    # deepest first, so a new folder's files are moved before the folder itself is looked at
+    for change in sorted(changes, key=lambda c: c.rel.count("/"), reverse=True):
+        entry = change.entry
+        kept = False
+        if entry.kind and (change.after is None or change.after.kind != "dir"):  # a folder is judged by its files
+            decision = await approver.approve(ApprovalRequest(
+                kind=entry.kind, summary=f"exec changed {change.rel} ({entry.why}); keep the change?",
+                detail=change_diff(as_text(change.before), as_text(change.after) or "(removed)\n", change.rel), always_key=f"{entry.kind}:{workspace / change.rel}",
+                allow_hint=approve_flag_hint(entry.kind)))
+            kept = decision.allowed
+            if kept and entry.door == "prompt" and change.after is not None and change.after.kind == "file":
+                from nanobot.memory.prompt_files import PromptFiles
+
+                PromptFiles(workspace).write(entry.path, as_text(change.after) or "", author="assistant",
+                                             seen_by_user=decision.by_person, replaced=as_text(change.before))
+        if kept:
+            continue
+        if change.after is not None and change.after.kind == "dir" and change.before is None:
+            try:
+                os.rmdir(workspace / change.rel)  # empty now, unless a file in it was kept
+            except OSError:
+                pass
+            continue
+        if change.before is not None and change.before.kind == "dir" and change.after is None:
+            (workspace / change.rel).mkdir(parents=True, exist_ok=True)
+            continue
+        restored = put_back(workspace, change, aside)
+        notes.append(f"{change.rel} ({entry.why}) was " + ("put back as it was" if restored else
+                     "changed and could NOT be put back (too large); tell the user"))
+    if not notes:
+        return ""
+    return ("\n[nanobot: this command changed protected files without approval: " + "; ".join(notes)
+            + f". What it wrote is kept aside in {aside}. Do not retry; ask the user to make such changes.]")
