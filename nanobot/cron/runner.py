@@ -29,6 +29,7 @@ from nanobot.cron.heartbeat import (
     heartbeat_prompt,
     heartbeat_tasks,
     is_quiet,
+    waiting_tasks,
 )
 from nanobot.cron.jobs import Job, RunRecord, current_job
 from nanobot.cron.schedule import describe, format_ms, next_run, occurrences_between
@@ -376,9 +377,7 @@ class Scheduler:
             text = heartbeat_path(self.store.workspace).read_text(encoding="utf-8")
         except OSError:
             return None
-        from nanobot.memory.prompt_files import PromptFiles
-
-        waiting = PromptFiles(self.store.workspace).pending_tasks()  # the assistant added them; nobody approved yet
+        waiting = waiting_tasks(self.store.workspace)  # the assistant added them; nobody approved yet
         tasks = [task for task in heartbeat_tasks(text) if task not in waiting]
         if not tasks:
             return None  # nothing to do: no turn, no tokens spent

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from nanobot.cron.heartbeat import heartbeat_tasks
+from nanobot.cron.heartbeat import heartbeat_tasks, pending_path, read_pending, waiting_tasks
 from nanobot.errors import VersionNotFound
 from nanobot.fsio import ExclusiveLock, atomic_write
 from nanobot.paths import nanobot_home
@@ -61,7 +61,7 @@ class PromptFiles:
         key = hashlib.sha256(str(self.workspace).encode()).hexdigest()[:16]
         self.dir = nanobot_home() / "prompt-files" / key
         self.ledger_path = self.dir / "authors.json"
-        self.pending_path = self.dir / "heartbeat-pending.json"
+        self.pending_path = pending_path(self.workspace)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -130,9 +130,7 @@ class PromptFiles:
 
     def pending_tasks(self) -> list[str]:
         """Open HEARTBEAT.md tasks the assistant added that nobody approved yet."""
-        text = _read(self.workspace / "HEARTBEAT.md") or ""
-        now = heartbeat_tasks(text)
-        return [t for t in self._pending() if t in now]
+        return waiting_tasks(self.workspace)
 
     def approve_heartbeat(self) -> list[str]:
         """The user approves every pending task; returns them."""
@@ -158,11 +156,7 @@ class PromptFiles:
         return data if isinstance(data, dict) else {}
 
     def _pending(self) -> list[str]:
-        try:
-            data = json.loads(self.pending_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return []
-        return [t for t in data if isinstance(t, str)] if isinstance(data, list) else []
+        return read_pending(self.workspace)
 
     def _save_pending(self, tasks: list[str]) -> None:
         atomic_write(self.pending_path, json.dumps(tasks, indent=1, ensure_ascii=False) + "\n", mode=0o600)
