@@ -49,17 +49,20 @@ class Change:
     after: _Item | None
 
 
-def _roots(workspace: Path) -> list[Path]:
+def _roots() -> list[str]:
     out = []
     for entry in TABLE:
         if entry.path.startswith("memory/"):
             continue
-        path = workspace / entry.path.rstrip("/")
-        out += [path / p for p in GIT_WATCHED] if entry.path == ".git/" else [path]
+        path = entry.path.rstrip("/")
+        out += [f"{path}/{p}" for p in GIT_WATCHED] if entry.path == ".git/" else [path]
     return out
 
 
-def _item(path: Path) -> _Item | None:
+_ROOTS = _roots()
+
+
+def _item(path: str, contents: bool) -> _Item | None:
     try:
         st = os.lstat(path)
     except OSError:
@@ -70,39 +73,44 @@ def _item(path: Path) -> _Item | None:
         return _Item("dir")
     if not stat.S_ISREG(st.st_mode):
         return _Item("other")
+    if not contents:  # any write, chmod or rename moves ctime, which no command can set back
+        return _Item("file", f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_mode}")
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as fh:
+            data = fh.read()
     except OSError:
         return _Item("file", "unreadable")
     return _Item("file", hashlib.sha256(data).hexdigest(), data if len(data) <= _KEEP_BYTES else None)
 
 
-def take_snapshot(workspace: Path) -> Snapshot:
-    """Every protected path under `workspace` (folders walked, links not followed)."""
+def take_snapshot(workspace: Path, *, contents: bool = True) -> Snapshot:
+    """Every protected path under `workspace` (folders walked, links not followed). `contents`: keep
+    the files' bytes to put them back; without it (the sandbox made them read-only) files are
+    compared by their inode status, and only .git/config (writable for `git config`) is read."""
     snap: Snapshot = {}
-    for root in _roots(workspace):
+    base = str(workspace) + os.sep
+    for root in _ROOTS:
         stack = [root]
         while stack and len(snap) < _MAX_ENTRIES:
-            path = stack.pop()
-            item = _item(path)
-            if item is None:
-                continue
-            rel = path.relative_to(workspace).as_posix()
+            rel = stack.pop()
             if rel.startswith(".git/") and (rel.startswith(".git/hooks/") and rel.endswith(".sample")
                                             or rel[5:] in _GIT_HARMLESS):
                 continue  # never run by git
+            item = _item(base + rel, contents or rel == ".git/config")
+            if item is None:
+                continue
             snap[rel] = item
             if item.kind == "dir":
                 try:
-                    stack += [path / name for name in os.listdir(path)]
+                    stack += [f"{rel}/{name}" for name in os.listdir(base + rel)]
                 except OSError:
                     pass
     return snap
 
 
-def changes_since(workspace: Path, before: Snapshot) -> list[Change]:
+def changes_since(workspace: Path, before: Snapshot, *, contents: bool = True) -> list[Change]:
     """What differs now from `before`; a .git/config that changed only in keys that run nothing is not a change."""
-    after = take_snapshot(workspace)
+    after = take_snapshot(workspace, contents=contents)
     found = []
     for rel in sorted(set(before) | set(after)):
         old, new = before.get(rel), after.get(rel)

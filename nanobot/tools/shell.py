@@ -382,16 +382,17 @@ class ExecTool(Tool):
         if self.ctx.confinement.confined and self.ctx.exec_enabled:
             for folder in ("memory", "cron"):  # so they exist to be made read-only (nanobot.policy, rule 2)
                 (ws / folder).mkdir(exist_ok=True)
-        before = take_snapshot(ws)
+        contents = not self.ctx.confinement.memory_read_only  # else the sandbox holds what exists read-only
+        before = take_snapshot(ws, contents=contents)
         try:
             with watch_memory(ws) as watch:
                 result = await self._run(command, working_dir, timeout)
         except ToolError as exc:
-            note = await review(self.ctx.approver, ws, changes_since(ws, before))
+            note = await review(self.ctx.approver, ws, changes_since(ws, before, contents=contents))
             if note:
                 raise ToolError(exc.message + note, hint=exc.hint) from exc
             raise
-        return result + watch.note + await review(self.ctx.approver, ws, changes_since(ws, before))
+        return result + watch.note + await review(self.ctx.approver, ws, changes_since(ws, before, contents=contents))
 
     async def _run(self, command: str, working_dir: str | None, timeout: float | None) -> str:
         if not self.ctx.exec_enabled:
