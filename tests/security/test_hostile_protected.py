@@ -32,11 +32,18 @@ class No:
         return Decision(False, "the user said no")
 
 
-@pytest.fixture(params=["bwrap", "landlock"])
-def mechanism(request, hostile):
-    confinement_or_skip(request.param)
+@pytest.fixture(params=["bwrap", "landlock", "landlock-no-mounts"])
+def mechanism(request, hostile, monkeypatch):
+    """bwrap; Landlock with its mount namespace (read-only binds); Landlock where no mount namespace
+    may be made (an ordinary user without user namespaces): only the after-command check holds there."""
+    kind = request.param.split("-")[0]
+    confinement_or_skip(kind)
+    if request.param == "landlock-no-mounts":
+        from nanobot.sandbox import confine
+
+        monkeypatch.setattr(confine, "_can_private_mounts", lambda: False)
     data = json.loads(hostile.config.read_text())
-    data["tools"]["exec"] = {"confinement": request.param}
+    data["tools"]["exec"] = {"confinement": kind}
     hostile.config.write_text(json.dumps(data))
     return request.param
 
