@@ -92,12 +92,17 @@ def list_jobs(json_out: bool = typer.Option(False, "--json", help="Print the job
         if not job.runnable:
             state = "not run here"  # nanobot's internal jobs, or a job without a message
         elif job.pending_approval:
-            state = f"waits for approval (`nanobot cron approve {job.id}`)"
+            state = "waits for approval"
         zone = job.schedule.tz or tz
         last = f"{format_ms(job.last_run_at_ms, zone)} {job.last_status}" if job.last_run_at_ms else "-"
         table.add_row(job.id, escape(job.name), escape(describe(job.schedule)), state,
                       format_ms(job.next_run_at_ms, zone), escape(last), escape(job.session_key))
     _out().print(table)
+    for job in jobs:
+        if job.pending_approval:
+            _out().print(f"[yellow]job {job.id} was added by the assistant and waits for your approval:[/yellow] "
+                         f"{escape(job.message.strip()[:200])!r} — approve with `nanobot cron approve {job.id}`, "
+                         f"or `nanobot cron remove {job.id}`")
     _out().print(f"[dim]{len(jobs)} job(s) in {store.path}; they fire while `nanobot serve` or a chat runs[/dim]")
 
 

@@ -102,7 +102,7 @@ class PromptFiles:
         with self._locked():
             before = _read(target) if replaced is None else replaced
             version = None
-            if before is not None and before != text:
+            if before and before != text:
                 version = self._save_version(name, before, self.authorship(name, before).author)
             atomic_write(target, text)
             ledger = self._ledger()

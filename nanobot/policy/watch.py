@@ -116,6 +116,8 @@ def changes_since(workspace: Path, before: Snapshot, *, contents: bool = True) -
         old, new = before.get(rel), after.get(rel)
         if old == new or (old is not None and new is not None and old.kind == "dir" == new.kind):
             continue
+        if new is not None and new.kind == "file" and new.data is None:  # what the command wrote, to show
+            new = _item(str(workspace / rel), True)
         if rel == ".git/config" and git_config_is_safe(_git_config(old), _git_config(new)):
             continue
         entry = entry_for(workspace, workspace / rel)

@@ -326,8 +326,11 @@ async def review(approver: Approver, workspace: Path, changes: list[Change]) -> 
             if kept and entry.door == "prompt" and change.after is not None and change.after.kind == "file":
                 from nanobot.memory.prompt_files import PromptFiles
 
-                PromptFiles(workspace).write(entry.path, as_text(change.after) or "", author="assistant",
-                                             seen_by_user=decision.by_person, replaced=as_text(change.before))
+                now = (workspace / change.rel).read_text(encoding="utf-8", errors="replace")
+                # unknown before (not kept): every task in it counts as added, so none runs unapproved
+                before = change.before.data.decode("utf-8", "replace") if change.before and change.before.data else ""
+                PromptFiles(workspace).write(entry.path, now, author="assistant", seen_by_user=decision.by_person,
+                                             replaced=before)
         if kept:
             continue
         if change.after is not None and change.after.kind == "dir" and change.before is None:
