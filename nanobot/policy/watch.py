@@ -55,7 +55,8 @@ def _roots() -> list[str]:
         if entry.path.startswith("memory/"):
             continue
         path = entry.path.rstrip("/")
-        out += [f"{path}/{p}" for p in GIT_WATCHED] if entry.path == ".git/" else [path]
+        # .git itself too (a command may swap the folder for a `gitdir:` file), but not walked: its data is large
+        out += [path, *(f"{path}/{p}" for p in GIT_WATCHED)] if entry.path == ".git/" else [path]
     return out
 
 
@@ -100,7 +101,7 @@ def take_snapshot(workspace: Path, *, contents: bool = True) -> Snapshot:
             if item is None:
                 continue
             snap[rel] = item
-            if item.kind == "dir":
+            if item.kind == "dir" and rel != ".git":
                 try:
                     stack += [f"{rel}/{name}" for name in os.listdir(base + rel)]
                 except OSError:
@@ -118,7 +119,7 @@ def changes_since(workspace: Path, before: Snapshot, *, contents: bool = True) -
             continue
         if new is not None and new.kind == "file" and new.data is None:  # what the command wrote, to show
             new = _item(str(workspace / rel), True)
-        if rel == ".git/config" and git_config_is_safe(_git_config(old), _git_config(new)):
+        if rel == ".git/config" and new is not None and git_config_is_safe(_git_config(old), _git_config(new)):
             continue
         entry = entry_for(workspace, workspace / rel)
         if entry is not None:
@@ -164,24 +165,31 @@ def as_text(item: _Item | None) -> str | None:
 
 def put_back(workspace: Path, change: Change, aside: Path) -> bool:
     """Undo one change (what the command wrote is moved aside); False when the old contents were too
-    large to keep."""
+    large to keep, or could not be written back."""
     path, old, now = workspace / change.rel, change.before, change.after
-    if now is not None and now.kind == "dir":  # a file replaced by a folder
-        _move_aside(path, aside / change.rel)
-    elif now is not None:
-        _move_aside(path, aside / change.rel)
-    if old is None:
-        return True
-    if old.kind == "dir":
-        path.mkdir(parents=True, exist_ok=True)
-        return True
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if old.kind == "link" and old.data is not None:
-        os.symlink(os.fsdecode(old.data), path)
-        return True
-    if old.kind == "file" and old.data is not None:
-        atomic_write(path, old.data)
-        return True
+    try:
+        current = _item(str(path), False)
+        if now is not None and current is not None and current.kind == now.kind and (
+                now.kind != "dir" or (old is not None and old.kind != "dir")):  # not already put back
+            _move_aside(path, aside / change.rel)
+        if old is None:
+            return True
+        for parent in reversed(path.relative_to(workspace).parents[:-1]):  # a file where a folder was
+            where = workspace / parent
+            if where.is_symlink() or (where.exists() and not where.is_dir()):
+                _move_aside(where, aside / parent)
+        if old.kind == "dir":
+            path.mkdir(parents=True, exist_ok=True)
+            return True
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if old.kind == "link" and old.data is not None:
+            os.symlink(os.fsdecode(old.data), path)
+            return True
+        if old.kind == "file" and old.data is not None:
+            atomic_write(path, old.data)
+            return True
+    except OSError:
+        pass
     return False
 
 

@@ -340,7 +340,7 @@ async def review(approver: Approver, workspace: Path, changes: list[Change]) -> 
                 pass
             continue
         if change.before is not None and change.before.kind == "dir" and change.after is None:
-            (workspace / change.rel).mkdir(parents=True, exist_ok=True)
+            put_back(workspace, change, aside)  # the folder again; its files come back with their own changes
             continue
         restored = put_back(workspace, change, aside)
         notes.append(f"{change.rel} ({entry.why}) was " + ("put back as it was" if restored else

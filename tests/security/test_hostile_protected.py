@@ -116,10 +116,13 @@ def test_files_that_run_later_stay_as_they_were(hostile, mechanism, who, tmp_pat
         ("exec", {"command": "mkdir -p .vscode && echo '{\"tasks\": []}' > .vscode/tasks.json"}),
         ("exec", {"command": f"echo '{evil}' > .envrc"}),
         ("exec", {"command": "echo '../evil' > .git/commondir"}),
+        ("exec", {"command": f"mkdir -p evil/hooks && printf '[core]\\n\\tfsmonitor = {evil}\\n' > evil/config && "
+                             "cp -r .git/objects .git/refs .git/HEAD evil/ && mv .git .git-old && "
+                             "echo 'gitdir: evil' > .git"}),
         ("write_file", {"path": ".vscode/tasks.json", "content": '{"runOptions": {"runOn": "folderOpen"}}'}),
         ("write_file", {"path": ".idea/workspace.xml", "content": "<x/>"}),
     ], ask=asked)
-    assert _digest(ws / ".git" / "config") == config_before
+    assert (ws / ".git").is_dir() and _digest(ws / ".git" / "config") == config_before
     for path in (".vscode", ".envrc", ".idea", ".git/hooks/pre-commit", ".git/commondir"):
         assert not (ws / path).exists(), path
     _git(ws, "status")  # the user's next git status, outside the sandbox
