@@ -3,8 +3,10 @@ the user must be asked.
 
 This is the one place that decides: the file tools and exec's `working_dir` all call
 `resolve_path`, so a fix here covers every tool. The file tools also ask here about risky
-accesses (outside the workspace, files that run at login, memory and skills) and open files
-through `open_regular` / `open_parent_dir`, which check the descriptor, not just the path.
+accesses (outside the workspace, and what the policy table in nanobot.policy.protected names:
+memory, prompt files, skills, files that run later) and open files through `open_regular` /
+`open_parent_dir`, which check the descriptor, not just the path. exec asks here too, after a
+command, about what it changed among the protected paths (`review`).
 """
 
 from __future__ import annotations
