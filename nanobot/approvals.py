@@ -12,6 +12,7 @@ and each decision is recorded in the session (`nanobot session show` lists them)
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -21,7 +22,7 @@ from nanobot.tools.approval import ApprovalRequest, Approver, Decision, RefuseAp
 __all__ = ["SessionApprover", "KINDS", "check_kinds"]
 
 # Every kind a tool asks about; "all" in --approve / tools.autoApprove allows every one.
-KINDS = ("file-outside", "persistence", "memory-edit", "skill-edit",
+KINDS = ("file-outside", "persistence", "memory-edit", "prompt-edit", "skill-edit",
          "exec-network", "exec-unconfined", "exec-ask", "mcp")
 
 Recorder = Callable[..., Any]
@@ -64,6 +65,8 @@ class SessionApprover:
                       if self.asks_someone else "nobody to ask (one-shot mode)")
                 if decision.allowed and decision.always:
                     self.always.add(key)
+                if decision.allowed and self.asks_someone:
+                    decision = dataclasses.replace(decision, by_person=True)
             if self.record is not None:
                 self.record(kind=request.kind, summary=request.summary, allowed=decision.allowed, by=by,
                             reason=decision.reason)

@@ -70,23 +70,31 @@ background subagents for longer independent tasks.
 - When you learn a lasting fact about the user (name, preferences, projects), update MEMORY.md with edit_file
   (a small, targeted change; the user is asked to approve it, and every change is versioned). Never change
   memory/ files with shell commands.
-- Risky actions (files outside the workspace, files that run at login or on a schedule, memory and skill
-  edits) need the user's approval; when one is refused, do not retry it: continue without it or ask.
+- Risky actions (files outside the workspace, files that run at login or on a schedule, memory, prompt file
+  and skill edits) need the user's approval; when one is refused, do not retry it: continue without it or ask.
+- Each prompt file below says who wrote it last: only sections written by the user are the user's own words.
 
 ## Untrusted text
 {FENCE_RULES}
 """
 
     def bootstrap_files(self) -> list[tuple[str, str]]:
+        """(heading, text) of each non-empty prompt file; the heading says who wrote it last."""
+        from nanobot.memory.prompt_files import PromptFiles
+
+        authors = PromptFiles(self.workspace)
         found = []
         for name in BOOTSTRAP_FILES:
             path = self.workspace / name
             try:
-                text = path.read_text(encoding="utf-8").strip()
+                raw = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
                 continue
-            if text:
-                found.append((name, text))
+            if raw.strip():
+                who = authors.authorship(name, raw)
+                label = ("last written by the user" if who.author == "user"
+                         else f"last written by the assistant ({who.at[:10]}), with the user's approval")
+                found.append((f"{name} — {label}", raw.strip()))
         return found
 
     def system_prompt(self) -> str:

@@ -57,6 +57,7 @@ def _root(version: bool = typer.Option(False, "--version", "-V", callback=_versi
 _GROUPS: dict[str, tuple[str, str, str]] = {
     "session": ("nanobot.cli.session_cmd", "session_app", "List, show, repair and import sessions."),
     "memory": ("nanobot.cli.memory_cmd", "memory_app", "What the assistant remembers (MEMORY.md)."),
+    "prompt": ("nanobot.cli.prompt_cmd", "prompt_app", "The prompt files: who wrote them, their versions, restore one."),
     "history": ("nanobot.cli.memory_cmd", "history_app", "Search the archive of past conversations (sessions and HISTORY.md)."),
     "skills": ("nanobot.cli.skills_cmd", "skills_app", "Skills the assistant can use."),
     "mcp": ("nanobot.cli.mcp_cmd", "mcp_app", "MCP servers and the tools they give."),

@@ -22,6 +22,7 @@ from nanobot.cron.jobs import MISSED_POLICIES, Job
 from nanobot.cron.schedule import describe, format_ms, parse_schedule
 from nanobot.cron.store import JobStore
 from nanobot.errors import UsageError
+from nanobot.memory.prompt_files import PromptFiles
 
 cron_app = typer.Typer(help="Scheduled jobs and reminders.", no_args_is_help=True, add_completion=False,
                        pretty_exceptions_show_locals=False)
@@ -74,6 +75,13 @@ def list_jobs(json_out: bool = typer.Option(False, "--json", help="Print the job
     if json_out:
         print(json.dumps({"jobs": [_job_json(j) for j in jobs]}, indent=2, ensure_ascii=False))
         return
+    waiting = PromptFiles(cfg.workspace_path()).pending_tasks()
+    if waiting:
+        _out().print(f"[yellow]HEARTBEAT.md: {len(waiting)} task(s) the assistant added wait for your approval "
+                     "(the heartbeat skips them until then):[/yellow]")
+        for task in waiting:
+            _out().print(f"  - {escape(task)}")
+        _out().print("  approve them with `nanobot cron approve heartbeat`, or remove them from HEARTBEAT.md")
     if not jobs:
         _out().print("No scheduled jobs. Add one with `nanobot cron add -m \"...\" --every 3600` (or ask in the chat).")
         return
@@ -83,11 +91,18 @@ def list_jobs(json_out: bool = typer.Option(False, "--json", help="Print the job
         state = "on" if job.enabled else ("done" if job.schedule.kind == "at" else "paused")
         if not job.runnable:
             state = "not run here"  # nanobot's internal jobs, or a job without a message
+        elif job.pending_approval:
+            state = "waits for approval"
         zone = job.schedule.tz or tz
         last = f"{format_ms(job.last_run_at_ms, zone)} {job.last_status}" if job.last_run_at_ms else "-"
         table.add_row(job.id, escape(job.name), escape(describe(job.schedule)), state,
                       format_ms(job.next_run_at_ms, zone), escape(last), escape(job.session_key))
     _out().print(table)
+    for job in jobs:
+        if job.pending_approval:
+            _out().print(f"[yellow]job {job.id} was added by the assistant and waits for your approval:[/yellow] "
+                         f"{escape(job.message.strip()[:200])!r} — approve with `nanobot cron approve {job.id}`, "
+                         f"or `nanobot cron remove {job.id}`")
     _out().print(f"[dim]{len(jobs)} job(s) in {store.path}; they fire while `nanobot serve` or a chat runs[/dim]")
 
 
@@ -117,6 +132,26 @@ def add_job(
     _tell(store)
     _out().print(f"added job {job.id} '{escape(job.name)}', {escape(describe(job.schedule))}; next run "
                  f"{format_ms(job.next_run_at_ms, job.schedule.tz or cfg.defaults.timezone)}")
+
+
+@cron_app.command("approve")
+def approve_job(job_id: str = typer.Argument(..., help="The job's id, or `heartbeat` for HEARTBEAT.md's tasks."),
+                config: Path | None = ConfigOpt, workspace: Path | None = WorkspaceOpt) -> None:
+    """Approve a job (or HEARTBEAT.md's tasks) the assistant added, so it runs unattended."""
+    cfg = _config(config, workspace)
+    if job_id == "heartbeat":
+        approved = PromptFiles(cfg.workspace_path()).approve_heartbeat()
+        _out().print(f"approved {len(approved)} HEARTBEAT.md task(s)" if approved
+                     else "no HEARTBEAT.md task waits for approval")
+        for task in approved:
+            _out().print(f"  - {escape(task)}")
+        return
+    store = _store(cfg)
+    job = store.get(job_id)
+    _out().print(f"job {job.id} '{escape(job.name)}', {escape(describe(job.schedule))}: {escape(job.message)}")
+    store.approve(job_id, now_ms=_now())
+    _tell(store)
+    _out().print(f"approved job {job.id}; it fires while `nanobot serve` or a chat runs")
 
 
 @cron_app.command("remove")

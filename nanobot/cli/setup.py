@@ -148,4 +148,10 @@ def _reminders_line(cfg) -> str:
     where = (f"fired by {describe_owner(runner)}" if runner
              else "no runner now: they fire while `nanobot serve` or a chat runs")
     notes = "".join(f"\n[yellow]{note}[/yellow]" for note in store.notices)
+    from nanobot.cron.heartbeat import waiting_tasks
+
+    waiting = sum(1 for job in jobs if job.pending_approval), len(waiting_tasks(cfg.workspace_path()))
+    if any(waiting):
+        notes += (f"\n[yellow]waiting for your approval: {waiting[0]} job(s), {waiting[1]} HEARTBEAT.md task(s) "
+                  "the assistant added (`nanobot cron list` shows them, `nanobot cron approve` runs them)[/yellow]")
     return f"{len(jobs)} job(s), {on} on · {where}{notes}"

@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["HEARTBEAT_OK", "heartbeat_tasks", "heartbeat_prompt", "is_quiet", "heartbeat_path"]
+__all__ = ["HEARTBEAT_OK", "heartbeat_tasks", "heartbeat_prompt", "is_quiet", "heartbeat_path", "pending_path",
+           "waiting_tasks", "read_pending"]
 
 HEARTBEAT_OK = "HEARTBEAT_OK"
 HEARTBEAT_SESSION = "heartbeat"  # nanobot's session key for heartbeat turns
@@ -22,6 +23,36 @@ _DONE_HEADING = re.compile(r"^#+\s*(completed|done|finished|archive)\b", re.I)
 
 def heartbeat_path(workspace: Path) -> Path:
     return workspace / "HEARTBEAT.md"
+
+
+def pending_path(workspace: Path) -> Path:
+    """Where the tasks the assistant added and nobody approved are listed (the nanobot home, which
+    commands never see; written by nanobot.memory.prompt_files)."""
+    import hashlib
+
+    from nanobot.paths import nanobot_home
+
+    key = hashlib.sha256(str(Path(workspace).expanduser().resolve()).encode()).hexdigest()[:16]
+    return nanobot_home() / "prompt-files" / key / "heartbeat-pending.json"
+
+
+def read_pending(workspace: Path) -> list[str]:
+    import json
+
+    try:
+        data = json.loads(pending_path(workspace).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [t for t in data if isinstance(t, str)] if isinstance(data, list) else []
+
+
+def waiting_tasks(workspace: Path) -> list[str]:
+    """Open HEARTBEAT.md tasks the assistant added that nobody approved yet (the heartbeat skips them)."""
+    try:
+        now = heartbeat_tasks(heartbeat_path(Path(workspace).expanduser().resolve()).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [t for t in read_pending(workspace) if t in now]
 
 
 def heartbeat_tasks(text: str) -> list[str]:

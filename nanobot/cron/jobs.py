@@ -70,6 +70,7 @@ class Job:
     last_error: str | None = None
     history: list[RunRecord] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)  # the job as read, unknown keys included
+    pending_approval: bool = False  # the assistant added it and no person approved it yet: it does not fire
 
     @property
     def session_key(self) -> str:
@@ -82,7 +83,8 @@ class Job:
         return payload.get("kind", "agent_turn") in ("agent_turn", None) and bool(self.message.strip())
 
     def due(self, now_ms: int) -> bool:
-        return self.enabled and self.runnable and self.next_run_at_ms is not None and self.next_run_at_ms <= now_ms
+        return (self.enabled and self.runnable and not self.pending_approval and self.next_run_at_ms is not None
+                and self.next_run_at_ms <= now_ms)
 
     def record(self, run: RunRecord) -> None:
         self.last_run_at_ms = run.run_at_ms
@@ -108,6 +110,9 @@ class Job:
         out["state"] = state
         out.update({"createdAtMs": self.created_at_ms, "updatedAtMs": self.updated_at_ms,
                     "deleteAfterRun": self.delete_after_run, "missed": self.missed})
+        out.pop("pendingApproval", None)
+        if self.pending_approval:
+            out["pendingApproval"] = True
         return out
 
     @classmethod
@@ -143,7 +148,7 @@ class Job:
                 last_run_at_ms=_opt_int(state, "lastRunAtMs", "last_run_at_ms"),
                 last_status=state.get("lastStatus") or state.get("last_status"),
                 last_error=state.get("lastError") or state.get("last_error"),
-                history=history, raw=copy.deepcopy(data))
+                history=history, raw=copy.deepcopy(data), pending_approval=data.get("pendingApproval") is True)
         except (TypeError, ValueError) as exc:
             raise JobFormatError(f"{where}: {exc}") from None
 

@@ -29,6 +29,7 @@ from nanobot.cron.heartbeat import (
     heartbeat_prompt,
     heartbeat_tasks,
     is_quiet,
+    waiting_tasks,
 )
 from nanobot.cron.jobs import Job, RunRecord, current_job
 from nanobot.cron.schedule import describe, format_ms, next_run, occurrences_between
@@ -376,7 +377,8 @@ class Scheduler:
             text = heartbeat_path(self.store.workspace).read_text(encoding="utf-8")
         except OSError:
             return None
-        tasks = heartbeat_tasks(text)
+        waiting = waiting_tasks(self.store.workspace)  # the assistant added them; nobody approved yet
+        tasks = [task for task in heartbeat_tasks(text) if task not in waiting]
         if not tasks:
             return None  # nothing to do: no turn, no tokens spent
         token = current_job.set("heartbeat")

@@ -68,7 +68,7 @@ class JobStore:
 
     def add(self, schedule: Schedule, message: str, *, now_ms: int, name: str | None = None,
             session: str | None = None, missed: str = "run_once", channel: str | None = None,
-            to: str | None = None) -> Job:
+            to: str | None = None, pending_approval: bool = False) -> Job:
         if not message.strip():
             raise UsageError("a job needs a message: what the assistant should do when it fires")
 
@@ -79,7 +79,8 @@ class JobStore:
                 job_id = secrets.token_hex(4)
             job = Job(id=job_id, name=(name or message.strip().splitlines()[0][:30]).strip(), schedule=schedule,
                       message=message, session=session or None, missed=missed, channel=channel, to=to,
-                      created_at_ms=now_ms, updated_at_ms=now_ms, delete_after_run=schedule.kind == "at")
+                      created_at_ms=now_ms, updated_at_ms=now_ms, delete_after_run=schedule.kind == "at",
+                      pending_approval=pending_approval)
             job.next_run_at_ms = next_run(schedule, now_ms, anchor_ms=now_ms)
             jobs.append(job)
             return job
@@ -101,6 +102,16 @@ class JobStore:
             job.updated_at_ms = now_ms
             # resuming never replays what was missed while paused
             job.next_run_at_ms = next_run(job.schedule, now_ms, anchor_ms=job.created_at_ms) if enabled else None
+            return job
+
+        return self.update(change)
+
+    def approve(self, job_id: str, *, now_ms: int) -> Job:
+        """The user approves a job the assistant added: from now on it fires."""
+        def change(jobs: list[Job]) -> Job:
+            job = _find(jobs, job_id)
+            job.pending_approval = False
+            job.updated_at_ms = now_ms
             return job
 
         return self.update(change)

@@ -74,7 +74,7 @@ def argv(exe: str, policy: Policy, cwd: Path, command: str, *, info_fd: int | No
         a += ["--ro-bind", str(extra), str(extra)]
     a += ["--bind", str(ws), str(ws)]
     for ro in policy.read_only:  # rule 2
-        if ro.is_dir():
+        if ro.exists():
             a += ["--ro-bind", str(ro), str(ro)]
     for h in _outermost(tuple(policy.hidden_inside_workspace())):
         a += _hide(h)

@@ -107,11 +107,12 @@ class Confinement:
         net = {False: "no network", True: "network allowed", "ask": "network only when approved"}[network]
         parts = [self.detail, "writes only to the workspace and a private tmp"]
         if not self.memory_read_only:
-            parts.append("memory/ and cron/ NOT read-only, chmod/utime outside NOT blocked (need a mount namespace)")
+            parts.append("protected files (memory/, cron/, prompt files, .git settings) NOT read-only but checked "
+                         "after each command, chmod/utime outside NOT blocked (need a mount namespace)")
             if network is not True:
                 net += " (Landlock blocks TCP; UDP is open)" if self._abi >= 4 else " NOT enforced (Landlock ABI < 4)"
         else:
-            parts.append("memory/ and cron/ read-only")
+            parts.append("protected files (memory/, cron/, prompt files, .git settings) read-only")
         parts.append("only system folders visible outside it" if restrict else
                      "home, nanobot files and credential stores hidden")
         parts += [net, "nothing outlives a command", f"processes {self.process_limit}"]
@@ -163,7 +164,7 @@ class Confinement:
             hook = LandlockLaunch(
                 ruleset_fd=ruleset.fd, limits=policy.limits, cgroup_fd=-1, private_mounts=private,
                 new_net=private and not policy.network,
-                read_only=tuple(p for p in policy.read_only if p.is_dir()),
+                read_only=tuple(p for p in policy.read_only if p.exists()),
                 nproc=os.geteuid() != 0, workspace=ws, tmp=tmp, user_namespace=private and os.geteuid() != 0,
                 shown=(*policy.toolchains, *policy.extra_read),
             )

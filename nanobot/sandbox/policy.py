@@ -2,8 +2,9 @@
 
 The rules (numbered so the mechanisms and the README can point at them):
 1. The workspace is writable; so is a private tmp (a fresh one per command).
-2. The workspace's `memory/` and `cron/` are read-only: memory changes go through the versioned store,
-   and a scheduled job is added only through the cron tool, which asks the user.
+2. The protected paths of the workspace are read-only (the table in nanobot.policy.protected:
+   memory/, cron/, skills/, the prompt files, .git's hooks and settings folders, .envrc, editor
+   run configurations, shell start-up files): changes to them go through their doors, which ask.
 3. Invisible: the nanobot home (config, sessions, locks, input history), the credential
    stores, every home folder (HOME, /root, /home) and per-user runtime folders (agent sockets),
    except the workspace itself, even when the workspace lies inside one of them.
@@ -91,17 +92,18 @@ def _resolved(p: Path) -> Path:
         return p.expanduser().absolute()
 
 
-def build_policy(workspace: Path, *, restrict: bool, network: bool, limits: Limits | None = None,
+def build_policy(workspace: Path, read_only: tuple[Path, ...] = (), *, restrict: bool, network: bool,
+                 limits: Limits | None = None,
                  nanobot_home: Path | None = None, home: Path | None = None) -> Policy:
-    """The policy for one command in `workspace` (rules 1-6)."""
+    """The policy for one command in `workspace` (rules 1-6); `read_only`: the protected paths
+    (nanobot.policy.protected.exec_read_only, which exec passes)."""
     from nanobot import paths
 
     ws = _resolved(workspace)
     home = _resolved(home or Path(os.path.expanduser("~")))
     nb_home = _resolved(nanobot_home or paths.nanobot_home())
     hidden, shown = _areas(home, nb_home, os.environ.get("PATH", ""), restrict)
-    # memory/ (what the assistant remembers) and cron/ (jobs that run later, unwatched)
-    return Policy(workspace=ws, read_only=(ws / "memory", ws / "cron"), hidden=hidden, restrict=restrict,
+    return Policy(workspace=ws, read_only=tuple(read_only), hidden=hidden, restrict=restrict,
                   network=network, limits=limits or Limits(), toolchains=shown)
 
 

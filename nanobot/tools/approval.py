@@ -14,7 +14,7 @@ from typing import Protocol
 
 @dataclass(frozen=True)
 class ApprovalRequest:
-    kind: str  # what is risky: "exec-network", "exec-unconfined", "exec-ask", "file-outside", "persistence", "memory-edit", "skill-edit", "mcp"
+    kind: str  # what is risky: "exec-network", "exec-unconfined", "exec-ask", "file-outside", "persistence", "memory-edit", "prompt-edit", "skill-edit", "mcp"
     summary: str  # one line shown to the user, e.g. "exec wants network access: curl example.com"
     detail: str = ""  # more to show before asking: the full command, or a diff
     always_key: str = ""  # what "always for this session" remembers (defaults to kind)
@@ -26,6 +26,7 @@ class Decision:
     allowed: bool
     reason: str = ""  # why it was refused (the user's words or the policy's), passed to the model
     always: bool = False  # the user answered "always for this session" (remembered by always_key)
+    by_person: bool = False  # a person saw this very request and allowed it (not a flag, config or earlier "always")
 
 
 def approve_flag_hint(kind: str) -> str:

@@ -85,16 +85,21 @@ class CronTool(Tool):
         now = int(time.time() * 1000)
         schedule = parse_schedule(every_seconds=every_seconds, cron_expr=cron_expr, tz=tz, at=at,
                                   default_tz=self.default_tz, now_ms=now)
-        await self._approve(describe(schedule), message)
+        seen = await self._approve(describe(schedule), message)
         channel, _, chat_id = self.origin.partition(":")
         job = self.store.add(schedule, message, now_ms=now, name=name, session=session,
-                             missed=missed or "run_once", channel=channel or "cli", to=chat_id or "direct")
+                             missed=missed or "run_once", channel=channel or "cli", to=chat_id or "direct",
+                             pending_approval=not seen)
+        if job.pending_approval:  # allowed by a flag, the config or an earlier "always": nobody saw this job
+            return (f"Created job '{job.name}' (id: {job.id}), {describe(job.schedule)}. It waits for the user's "
+                    f"approval before it fires (`nanobot cron approve {job.id}`); tell the user.")
         return (f"Created job '{job.name}' (id: {job.id}), {describe(job.schedule)}; next run "
                 f"{format_ms(job.next_run_at_ms, job.schedule.tz or self.default_tz)}. It fires while "
                 "`nanobot serve` or a chat is running.")
 
-    async def _approve(self, when: str, message: str) -> None:
-        """A job runs on a schedule, later, with nobody watching: the user decides (DESIGN: safety)."""
+    async def _approve(self, when: str, message: str) -> bool:
+        """A job runs on a schedule, later, with nobody watching: the user decides (DESIGN: safety).
+        Returns whether a person saw and approved this job (else it waits for `nanobot cron approve`)."""
         decision = await self.ctx.approver.approve(ApprovalRequest(
             kind="persistence", summary=f"cron wants to schedule a job, {when}: {message.strip()[:80]!r}",
             detail=message if len(message.strip()) > 80 else "", always_key="cron-add",  # the rest of it
@@ -102,6 +107,7 @@ class CronTool(Tool):
         if not decision.allowed:
             raise ToolError(f"the job was not scheduled — {decision.reason.strip() or 'refused'}. Do not retry "
                             "the same call; tell the user what you would schedule, or ask them.")
+        return decision.by_person
 
     def _list(self) -> str:
         jobs = self.store.jobs()
@@ -110,6 +116,7 @@ class CronTool(Tool):
         lines = []
         for job in jobs:
             state = "" if job.enabled else " [paused]" if job.schedule.kind != "at" else " [done]"
+            state += " [waits for the user's approval]" if job.pending_approval else ""
             said = "" if job.message.strip() == job.name else f" — {job.message.strip()[:200]!r}"
             lines.append(f"- {job.name}{said} (id: {job.id}, {describe(job.schedule)}){state}; next run "
                          f"{format_ms(job.next_run_at_ms, job.schedule.tz or self.default_tz)}"

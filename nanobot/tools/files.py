@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.errors import NanobotError, ToolError
+from nanobot.tools.approval import Decision
 from nanobot.tools.base import Tool, ToolContext
 from nanobot.tools.workspace_guard import (
     DIR_FLAGS,
@@ -178,9 +179,9 @@ class WriteFileTool(Tool):
         # ask: outside the workspace, a login/schedule file, memory or a skill (with the diff)
         risks = location_risks(self.ctx, target, "write") + content_risks(self.ctx, target)
         before = _current_text(target)
-        await approve_access(self.ctx, self.name, "write", target, risks,
-                             detail=change_diff(before, content, shown) if risks else "")
-        routed = _memory_write(self.ctx, target, content, base=None)
+        decision = await approve_access(self.ctx, self.name, "write", target, risks,
+                                        detail=change_diff(before, content, shown) if risks else "")
+        routed = _memory_write(self.ctx, target, content, base=None) or _prompt_write(self.ctx, target, content, decision)
         if routed is not None:
             return routed
         payload = content.encode("utf-8")
@@ -275,10 +276,12 @@ class EditFileTool(Tool):
                 "add surrounding lines so it matches exactly once, or set replace_all=true"
             )
         updated = content.replace(old_text, new_text) if replace_all else content.replace(old_text, new_text, 1)
-        if not outside:  # inside the workspace: memory, a skill or a git hook still asks, with the diff
-            await approve_access(self.ctx, self.name, "edit", target, content_risks(self.ctx, target),
-                                 detail=change_diff(content, updated, shown))
-        routed = _memory_write(self.ctx, target, updated, base=content)
+        decision = Decision(True)
+        if not outside:  # inside the workspace: memory, a prompt file, a skill or a git hook still asks, with the diff
+            decision = await approve_access(self.ctx, self.name, "edit", target, content_risks(self.ctx, target),
+                                            detail=change_diff(content, updated, shown))
+        routed = _memory_write(self.ctx, target, updated, base=content) or _prompt_write(self.ctx, target, updated,
+                                                                                          decision)
         if routed is not None:
             return routed
         _write(self.ctx, target, updated.encode("utf-8"), shown)
@@ -321,6 +324,25 @@ def _memory_write(ctx, target: Path, text: str, *, base: str | None) -> str | No
     if receipt.conflicts:
         notes.append(f"{len(receipt.conflicts)} line(s) conflicted and were put under \"Held back update\"")
     return "Saved memory/MEMORY.md" + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def _prompt_write(ctx: ToolContext, target: Path, text: str, decision: Decision) -> str | None:
+    """A prompt file (the policy's "prompt" door) goes through its versioned store; None for other files."""
+    from nanobot.memory.prompt_files import PromptFiles
+    from nanobot.policy.protected import entry_for
+
+    root = workspace_root(ctx)
+    entry = entry_for(root, target)
+    if entry is None or entry.door != "prompt":
+        return None
+    try:
+        version = PromptFiles(root).write(entry.path, text, author="assistant", seen_by_user=decision.by_person)
+    except (OSError, NanobotError) as exc:
+        raise ToolError(f"{entry.path} was not changed: {exc}") from None
+    notes = ["the previous text is kept as a version the user can restore"] if version else []
+    if entry.path == "HEARTBEAT.md" and not decision.by_person:
+        notes.append("tasks you added wait for the user's approval before the heartbeat runs them")
+    return f"Saved {entry.path}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def _match_lines(content: str, needle: str, limit: int = 10) -> str:

@@ -25,13 +25,15 @@ from typing import Any
 from nanobot.errors import ToolError
 from nanobot.memory.store import watch_memory
 from nanobot.policy.commands import Command, Unparsable, parse
+from nanobot.policy.protected import exec_read_only
+from nanobot.policy.watch import changes_since, take_snapshot
 from nanobot.sandbox import Launch, build_policy, launcher
 from nanobot.sandbox.limits import PidsCgroup, is_running, stat_fields
 from nanobot.secrets_mask import is_secret_name
 from nanobot.tools.approval import ApprovalRequest
 from nanobot.tools.base import Tool
 from nanobot.tools.exec_rules import wants_network
-from nanobot.tools.workspace_guard import resolve_path, workspace_root
+from nanobot.tools.workspace_guard import resolve_path, review, workspace_root
 
 __all__ = ["ExecTool", "child_env", "deny_reason", "OUTPUT_CAP"]
 
@@ -354,7 +356,10 @@ class ExecTool(Tool):
         "The command and everything it starts are killed at the timeout."
     )
     _confined_note = (
-        " Commands run in a sandbox: only the workspace and /tmp are writable, memory/ is read-only "
+        " Commands run in a sandbox: only the workspace and /tmp are writable, and in the workspace memory/, "
+        "cron/, skills/, the prompt files (AGENTS.md, SOUL.md, USER.md, TOOLS.md, HEARTBEAT.md), .git's hooks "
+        "and settings and editor run configurations are protected (change them with the file tools, which ask "
+        "the user); "
         "the home folder, nanobot's config and credentials are not visible, "
         "there is no network unless the user allows it, and nothing it starts keeps running after it returns "
         "(start a server and use it within one command)."
@@ -391,10 +396,23 @@ class ExecTool(Tool):
         return killed
 
     async def run(self, command: str, working_dir: str | None = None, timeout: float | None = None, **_: Any) -> str:
-        # Where the sandbox does not make memory/ read-only, a command's change to it is undone afterwards.
-        with watch_memory(workspace_root(self.ctx)) as watch:
-            result = await self._run(command, working_dir, timeout)
-        return result + watch.note
+        # Where the sandbox does not make memory/ read-only, a command's change to it is undone afterwards;
+        # a change to another protected path (nanobot.policy) is asked about after the fact, or put back.
+        ws = workspace_root(self.ctx)
+        if self.ctx.confinement.confined and self.ctx.exec_enabled:
+            for folder in ("memory", "cron"):  # so they exist to be made read-only (nanobot.policy, rule 2)
+                (ws / folder).mkdir(exist_ok=True)
+        contents = not self.ctx.confinement.memory_read_only  # else the sandbox holds what exists read-only
+        before = take_snapshot(ws, contents=contents)
+        try:
+            with watch_memory(ws) as watch:
+                result = await self._run(command, working_dir, timeout)
+        except ToolError as exc:
+            note = await review(self.ctx.approver, ws, changes_since(ws, before, contents=contents))
+            if note:
+                raise ToolError(exc.message + note, hint=exc.hint) from exc
+            raise
+        return result + watch.note + await review(self.ctx.approver, ws, changes_since(ws, before, contents=contents))
 
     async def _run(self, command: str, working_dir: str | None, timeout: float | None) -> str:
         if not self.ctx.exec_enabled:
@@ -444,7 +462,7 @@ class ExecTool(Tool):
     def _launch(self, command: str, cwd: Path, network: bool) -> Launch:
         conf = self.ctx.confinement
         ws = workspace_root(self.ctx)
-        policy = build_policy(ws, restrict=self.ctx.restrict_to_workspace, network=network,
+        policy = build_policy(ws, exec_read_only(ws), restrict=self.ctx.restrict_to_workspace, network=network,
                               limits=self.ctx.exec_limits)
         if conf.confined:
             if not cwd.is_relative_to(ws):
@@ -452,8 +470,6 @@ class ExecTool(Tool):
                     raise ToolError(f"working_dir {cwd} is in a folder commands cannot see (the nanobot home, "
                                     "a home folder or a credential store); use a folder in the workspace")
                 policy = dataclasses.replace(policy, extra_read=(cwd,))
-            for folder in policy.read_only:  # so rule 2 has folders to make read-only
-                folder.mkdir(exist_ok=True)
         try:
             return conf.prepare(policy, cwd, command)
         except OSError as exc:

@@ -3,8 +3,10 @@ the user must be asked.
 
 This is the one place that decides: the file tools and exec's `working_dir` all call
 `resolve_path`, so a fix here covers every tool. The file tools also ask here about risky
-accesses (outside the workspace, files that run at login, memory and skills) and open files
-through `open_regular` / `open_parent_dir`, which check the descriptor, not just the path.
+accesses (outside the workspace, and what the policy table in nanobot.policy.protected names:
+memory, prompt files, skills, files that run later) and open files through `open_regular` /
+`open_parent_dir`, which check the descriptor, not just the path. exec asks here too, after a
+command, about what it changed among the protected paths (`review`).
 """
 
 from __future__ import annotations
@@ -12,15 +14,18 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from nanobot.errors import ToolError
-from nanobot.tools.approval import ApprovalRequest, approve_flag_hint
+from nanobot.policy.protected import Protected, entry_for, is_persistence_path
+from nanobot.policy.watch import Change, as_text, put_back
+from nanobot.tools.approval import ApprovalRequest, Approver, Decision, approve_flag_hint
 from nanobot.tools.base import ToolContext
 
 __all__ = ["resolve_path", "workspace_root", "display_path", "FileRisk", "location_risks", "content_risks",
-           "approve_access", "change_diff", "is_persistence_path", "open_regular", "read_capped",
-           "open_parent_dir"]
+           "approve_access", "change_diff", "refusal", "open_regular", "read_capped",
+           "open_parent_dir", "review"]
 
 
 def workspace_root(ctx: ToolContext) -> Path:
@@ -78,23 +83,6 @@ CREDENTIAL_STORES = (".ssh", ".gnupg", ".aws", ".config/gcloud", ".kube", ".dock
 # ... and, anywhere outside the workspace, files by these names
 _SECRET_NAMES = frozenset({".env", ".envrc", ".npmrc", ".pypirc", ".pgpass", ".git-credentials", ".netrc"})
 
-# Files that run at login or on a schedule, by name (anywhere) ...
-_PERSISTENCE_NAMES = frozenset({
-    ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv", ".zprofile",
-    ".zlogin", ".zlogout", ".cshrc", ".tcshrc", ".kshrc", ".login", ".logout", ".xprofile", ".xinitrc",
-    ".xsessionrc", ".xsession", ".pam_environment", ".envrc", "crontab", "authorized_keys", "authorized_keys2",
-})
-# ... by the folder they sit in (a path ending in these parts) ...
-_PERSISTENCE_DIRS = (
-    (".git", "hooks"), (".ssh",), (".config", "autostart"), (".config", "systemd"), (".config", "fish"),
-    ("etc", "profile.d"), ("etc", "systemd"), ("etc", "init.d"), ("var", "spool", "cron"),
-    ("Library", "LaunchAgents"), (".config", "environment.d"), (".husky",),
-)
-# ... and a few exact files inside a repository (git runs what core.hooksPath / fsmonitor name).
-_PERSISTENCE_TAILS = ((".git", "config"),)
-_UNIT_SUFFIXES = (".service", ".timer", ".socket", ".path", ".mount")
-
-
 @dataclass(frozen=True)
 class FileRisk:
     kind: str  # an ApprovalRequest kind: "file-outside", "persistence", "memory-edit", "skill-edit"
@@ -104,22 +92,6 @@ class FileRisk:
 
 def _is_under(path: Path, root: Path) -> bool:
     return path == root or path.is_relative_to(root)
-
-
-def is_persistence_path(path: Path) -> bool:
-    """A file that runs at login or on a schedule: shell rc files, authorized_keys, crontabs,
-    systemd units, git hooks (inside the workspace too)."""
-    parts = path.parts
-    if path.name in _PERSISTENCE_NAMES or path.name.startswith("cron") and "etc" in parts:
-        return True
-    if path.suffix in _UNIT_SUFFIXES and "systemd" in parts:
-        return True
-    folders = parts[:-1]
-    for tail in _PERSISTENCE_DIRS:
-        for i in range(len(folders) - len(tail) + 1):
-            if folders[i:i + len(tail)] == tail:
-                return True
-    return any(parts[-len(tail):] == tail for tail in _PERSISTENCE_TAILS)
 
 
 def _sensitive_place(path: Path) -> str | None:
@@ -149,34 +121,45 @@ def location_risks(ctx: ToolContext, target: Path, access: str) -> list[FileRisk
 
 
 def content_risks(ctx: ToolContext, target: Path) -> list[FileRisk]:
-    """Writing `target` runs code later (persistence), or changes memory or a skill directly."""
+    """What changing `target` needs, as the policy table says (nanobot.policy.protected): a prompt
+    file, memory, a skill, a file that runs later; a door no tool may pass raises ToolError."""
     root = workspace_root(ctx)
-    risks = []
-    if is_persistence_path(target):
-        risks.append(FileRisk("persistence", "a file that runs at login or on a schedule",
-                              f"persistence:{target}"))
-    elif target == root / "HEARTBEAT.md" or _is_under(target, root / "cron"):
-        # nanobot itself runs these on a schedule: HEARTBEAT.md's tasks and the cron jobs become turns
-        risks.append(FileRisk("persistence", "a file nanobot runs on a schedule (heartbeat or reminders)",
-                              f"persistence:{target}"))
-    if target == root / "memory" / "MEMORY.md":
-        risks.append(FileRisk("memory-edit", "long-term memory (MEMORY.md), which is in every prompt",
-                              "memory-edit"))
-    elif _is_under(target, root / "skills") and target != root / "skills":
-        skill = target.relative_to(root / "skills").parts[0]
-        risks.append(FileRisk("skill-edit", f"a workspace skill ({skill})", f"skill-edit:{skill}"))
-    return risks
+    entry = entry_for(root, target)
+    if entry is None:
+        return ([FileRisk("persistence", "a file that runs at login or on a schedule", f"persistence:{target}")]
+                if is_persistence_path(target) else [])
+    if entry.door == "never":
+        raise ToolError(refusal(root, target, entry))
+    rel = target.relative_to(root)
+    key = {"memory-edit": "memory-edit", "skill-edit": f"skill-edit:{rel.parts[1] if len(rel.parts) > 1 else ''}",
+           "prompt-edit": f"prompt-edit:{rel}"}.get(entry.kind, f"{entry.kind}:{target}")
+    why = entry.why if entry.kind != "skill-edit" or len(rel.parts) < 2 else f"a workspace skill ({rel.parts[1]})"
+    return [FileRisk(entry.kind, why, key)]
+
+
+def refusal(root: Path, target: Path, entry: Protected) -> str:
+    """Why no tool may change `target` (a "never" door), and what to do instead."""
+    from nanobot.memory.store import protected_reason
+
+    reason = protected_reason(root, target)
+    if reason:
+        return reason
+    if entry.path == "cron/":
+        return ("cron/ holds the scheduled jobs, which run later with nobody watching: add or remove a job with "
+                "the cron tool (it asks the user), never by writing these files")
+    return (f"{target.relative_to(root)} belongs to {entry.why}; no tool may change it (the user can, or "
+            "`nanobot memory` for MEMORY.md)")
 
 
 # Most severe first: the request takes the kind of the first risk that applies.
-_SEVERITY = ("persistence", "file-outside", "skill-edit", "memory-edit")
+_SEVERITY = ("persistence", "file-outside", "skill-edit", "prompt-edit", "memory-edit")
 
 
 async def approve_access(ctx: ToolContext, tool: str, verb: str, target: Path, risks: list[FileRisk],
-                         detail: str = "") -> None:
+                         detail: str = "") -> Decision:
     """Ask the approver about `risks`; raise ToolError (the model reads it) when refused."""
     if not risks:
-        return
+        return Decision(True)
     risks = sorted(risks, key=lambda r: _SEVERITY.index(r.kind) if r.kind in _SEVERITY else len(_SEVERITY))
     first = risks[0]
     reasons = "; ".join(dict.fromkeys(r.reason for r in risks))
@@ -187,6 +170,7 @@ async def approve_access(ctx: ToolContext, tool: str, verb: str, target: Path, r
     if not decision.allowed:
         text = f"not allowed to {verb} {target} ({reasons}) — {decision.reason.strip() or 'refused'}"
         raise ToolError(text.rstrip(".") + ". Do not retry the same call; continue without it or ask the user.")
+    return decision
 
 
 def change_diff(before: str | None, after: str, shown: str) -> str:
@@ -318,3 +302,52 @@ def open_parent_dir(ctx: ToolContext, target: Path, shown: str) -> int:
     except OSError as exc:
         raise ToolError(f"cannot write {shown}: {exc.strerror or exc}") from exc
     return _checked(fd, parent, f"the folder of {shown}")
+
+
+# -- after a command: what it changed among the protected paths (nanobot.policy.watch) ------------
+
+
+async def review(approver: Approver, workspace: Path, changes: list[Change]) -> str:
+    """Ask about each change (after the fact); put back what is refused. Returns a note for the model."""
+    if not changes:
+        return ""
+    from nanobot.paths import nanobot_home
+
+    notes = []
+    aside = nanobot_home() / "kept-aside" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    # deepest first, so a new folder's files are moved before the folder itself is looked at
+    for change in sorted(changes, key=lambda c: c.rel.count("/"), reverse=True):
+        entry = change.entry
+        kept = False
+        if entry.kind and (change.after is None or change.after.kind != "dir"):  # a folder is judged by its files
+            decision = await approver.approve(ApprovalRequest(
+                kind=entry.kind, summary=f"exec changed {change.rel} ({entry.why}); keep the change?",
+                detail=change_diff(as_text(change.before), as_text(change.after) or "(removed)\n", change.rel), always_key=f"{entry.kind}:{workspace / change.rel}",
+                allow_hint=approve_flag_hint(entry.kind)))
+            kept = decision.allowed
+            if kept and entry.door == "prompt" and change.after is not None and change.after.kind == "file":
+                from nanobot.memory.prompt_files import PromptFiles
+
+                now = (workspace / change.rel).read_text(encoding="utf-8", errors="replace")
+                # unknown before (not kept): every task in it counts as added, so none runs unapproved
+                before = change.before.data.decode("utf-8", "replace") if change.before and change.before.data else ""
+                PromptFiles(workspace).write(entry.path, now, author="assistant", seen_by_user=decision.by_person,
+                                             replaced=before)
+        if kept:
+            continue
+        if change.after is not None and change.after.kind == "dir" and change.before is None:
+            try:
+                os.rmdir(workspace / change.rel)  # empty now, unless a file in it was kept
+            except OSError:
+                pass
+            continue
+        if change.before is not None and change.before.kind == "dir" and change.after is None:
+            put_back(workspace, change, aside)  # the folder again; its files come back with their own changes
+            continue
+        restored = put_back(workspace, change, aside)
+        notes.append(f"{change.rel} ({entry.why}) was " + ("put back as it was" if restored else
+                     "changed and could NOT be put back (too large); tell the user"))
+    if not notes:
+        return ""
+    return ("\n[nanobot: this command changed protected files without approval: " + "; ".join(notes)
+            + f". What it wrote is kept aside in {aside}. Do not retry; ask the user to make such changes.]")

@@ -34,7 +34,8 @@ def test_the_system_prompt_holds_identity_bootstrap_files_memory_and_skills_in_t
     memory = MemoryStore(ws)
     memory.write_memory("# Memory\n\n- Ana lives in Porto.\n", reason="test")
     prompt = ContextBuilder(ws, memory=memory, skills=_Skills()).system_prompt()
-    order = [prompt.index(s) for s in ("# nanobot", "## AGENTS.md\n\nAnswer in Portuguese.", "## SOUL.md\n\nBe warm.",
+    order = [prompt.index(s) for s in ("# nanobot", "## AGENTS.md — last written by the user\n\nAnswer in Portuguese.",
+                                       "## SOUL.md — last written by the user\n\nBe warm.",
                                        "# Memory (MEMORY.md)", "- Ana lives in Porto.", "# Skills")]
     assert order == sorted(order)
     assert "## TOOLS.md" not in prompt

@@ -15,7 +15,7 @@ def test_hidden_covers_home_nanobot_home_and_credential_stores(tmp_path, isolate
     for path in (home, isolated_home, home / ".ssh", home / ".config" / "gh", Path("/root"), Path("/home")):
         assert policy.is_hidden(path / "x"), path
     assert not policy.is_hidden(ws / "notes.md")  # the workspace inside the hidden nanobot home is shown
-    assert policy.read_only == (ws.resolve() / "memory", ws.resolve() / "cron")
+    assert policy.read_only == ()  # exec passes the protected paths (nanobot.policy.protected.exec_read_only)
     assert len(CREDENTIAL_STORES) >= 10
 
 

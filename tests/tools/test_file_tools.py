@@ -405,7 +405,9 @@ def test_write_replaces_a_symlink_at_the_name_instead_of_following_it(make_ctx, 
     ("memory/MEMORY.md", "memory-edit"),
     ("skills/deploy/SKILL.md", "skill-edit"),
     ("HEARTBEAT.md", "persistence"),
-    ("cron/jobs.json", "persistence"),
+    ("USER.md", "prompt-edit"),
+    (".vscode/tasks.json", "persistence"),
+    (".envrc", "persistence"),
 ])
 def test_risky_writes_in_the_workspace_ask_first(make_ctx, ws, approver, path, kind):
     refused = approver("not now")

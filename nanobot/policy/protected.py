@@ -1,0 +1,152 @@
+"""What is protected, and what a change to it needs: the one table every tool asks.
+
+How to add an entry: one `Protected(...)` line in TABLE (a workspace-relative path; a trailing
+"/" covers the folder and everything beneath it), with the approval kind a change needs and the
+door it goes through. The file tools, exec's sandbox and the after-command check all read it.
+
+The rules:
+1. A file tool's change to a protected path needs the user (`kind`; in the chat y / always / n
+   with a diff, in one-shot a refusal naming `--approve KIND`), then goes through its door:
+   "memory" (the versioned MEMORY.md store), "prompt" (the versioned prompt-file store, which
+   records who wrote each version), "plain" (an ordinary write), or "never" (no tool may change
+   it; the user does, or a dedicated tool such as cron).
+2. exec: every entry that exists when a command starts is read-only inside the sandbox (bwrap,
+   and Landlock where it may make a mount namespace). `.git/` is the one exception in part: its
+   data (objects, refs, index, HEAD, logs) stays writable so `git commit` works unasked, while
+   the parts git runs code from (hooks/, info/, modules/, worktrees/) are read-only and its
+   `config` may change only in keys that run nothing (see GIT_SAFE_KEYS).
+3. What the sandbox could not hold (a path that did not exist yet, a Landlock without mounts,
+   no sandbox) is found after the command by comparing with a snapshot (nanobot.policy.watch)
+   and needs the same approval as rule 1; refused, it is put back.
+4. Outside the workspace, files that run at login or on a schedule (shell rc files, autostart
+   folders, crontabs, systemd units, git hooks) need "persistence" wherever they are.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from nanobot.memory.prompt_files import PROMPT_FILES
+
+__all__ = ["Protected", "TABLE", "PROMPT_FILES", "GIT_CODE_PATHS", "GIT_WATCHED", "entry_for",
+           "is_persistence_path", "exec_read_only", "git_config_is_safe", "SHELL_RC_FILES"]
+
+
+@dataclass(frozen=True)
+class Protected:
+    path: str  # workspace-relative; a trailing "/" means the folder and all beneath it
+    kind: str  # the approval kind a change needs ("" when no tool may change it)
+    door: str  # "memory" | "prompt" | "plain" | "never"
+    why: str  # shown to the user and the model: what this is and why it matters
+
+    def covers(self, rel: PurePosixPath) -> bool:
+        own = PurePosixPath(self.path.rstrip("/"))
+        if self.path.endswith("/"):
+            return rel == own or rel.parts[:len(own.parts)] == own.parts
+        return rel == own
+
+
+SHELL_RC_FILES = (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv",
+                  ".zprofile", ".zlogin", ".zlogout", ".cshrc", ".tcshrc", ".kshrc", ".login", ".logout",
+                  ".xprofile", ".xinitrc", ".xsessionrc", ".xsession", ".pam_environment")
+
+_PROMPT = "a prompt file: it is part of every system prompt, so what it says steers the assistant"
+_RUNS_LATER = "runs later as you, outside the sandbox"
+
+TABLE: tuple[Protected, ...] = (
+    Protected("memory/MEMORY.md", "memory-edit", "memory", "long-term memory (MEMORY.md), which is in every prompt"),
+    Protected("memory/", "", "never", "nanobot's memory store (HISTORY.md is append-only; versions are kept)"),
+    *(Protected(name, "prompt-edit", "prompt", f"{name}, {_PROMPT}") for name in PROMPT_FILES[:4]),
+    Protected("HEARTBEAT.md", "persistence", "prompt", "HEARTBEAT.md, whose tasks nanobot runs on a schedule"),
+    Protected("skills/", "skill-edit", "plain", "a workspace skill, which steers the assistant when used"),
+    Protected("cron/", "", "never", "the scheduled jobs (only the cron tool adds one, and it asks)"),
+    Protected(".git/", "persistence", "plain", f"the repository's settings and hooks: git {_RUNS_LATER}"),
+    Protected(".envrc", "persistence", "plain", f".envrc: direnv {_RUNS_LATER}"),
+    Protected(".vscode/", "persistence", "plain", f"an editor run configuration (tasks run on folder open) that {_RUNS_LATER}"),
+    Protected(".idea/", "persistence", "plain", f"an editor run configuration that {_RUNS_LATER}"),
+    Protected(".devcontainer/", "persistence", "plain", f"a dev container definition that {_RUNS_LATER}"),
+    *(Protected(name, "persistence", "plain", f"a shell start-up file that {_RUNS_LATER}") for name in SHELL_RC_FILES),
+)
+
+# Inside .git: what git runs code from or is steered by (hooks, the config a submodule or a
+# worktree uses, a rebase's todo list with its `exec` lines). Data (objects, refs, index, HEAD,
+# logs) is not here: it runs nothing, and `git commit` must work without asking.
+GIT_CODE_PATHS = ("hooks", "info", "modules", "worktrees")
+GIT_WATCHED = (*GIT_CODE_PATHS, "config", "config.worktree", "commondir", "rebase-merge", "rebase-apply",
+               "sequencer")
+
+
+def entry_for(workspace: Path, target: Path) -> Protected | None:
+    """The table's entry for `target` (both resolved), or None when it is not protected."""
+    if not target.is_relative_to(workspace) or target == workspace:
+        return None
+    rel = PurePosixPath(target.relative_to(workspace).as_posix())
+    for entry in TABLE:
+        if entry.covers(rel):
+            return entry
+    return None
+
+
+def exec_read_only(workspace: Path) -> tuple[Path, ...]:
+    """Rule 2: the protected paths that exist now, to be read-only inside the sandbox (symlinks are
+    not followed: the after-command check covers them)."""
+    out: list[Path] = []
+    for entry in TABLE:
+        path = workspace / entry.path.rstrip("/")
+        if entry.path == ".git/":
+            out += [path / p for p in GIT_CODE_PATHS if (path / p).is_dir() and not (path / p).is_symlink()]
+        elif path.exists() and not path.is_symlink() and (path.is_dir() or path.is_file()):
+            out.append(path)
+    return tuple(out)
+
+
+# -- .git/config: keys that run nothing -----------------------------------------------------------
+
+# `git config` writes these in ordinary work (identity, branches, remotes). Any other key may name
+# a program git runs later (core.fsmonitor, core.hooksPath, core.pager, filter.*, diff.*.textconv,
+# alias.*, include.path, credential.helper, remote.*.uploadpack, ...), so a change to one needs the user.
+GIT_SAFE_KEYS = re.compile(
+    r"^(?:user\.(?:name|email)|init\.defaultbranch"
+    r"|core\.(?:repositoryformatversion|filemode|bare|logallrefupdates|ignorecase|precomposeunicode|symlinks"
+    r"|autocrlf|eol|safecrlf|quotepath)"
+    r"|branch\.[^\n]+\.(?:remote|merge|rebase)|remote\.[^\n]+\.(?:url|pushurl|fetch)"
+    r"|pull\.rebase|push\.default|merge\.conflictstyle|color\.ui|commit\.verbose)$")
+
+
+def git_config_is_safe(before: dict[str, list[str]] | None, after: dict[str, list[str]] | None) -> bool:
+    """Whether `after` differs from `before` (parsed configs; None: unreadable) only in GIT_SAFE_KEYS."""
+    if after is None:
+        return False
+    old = before or {}
+    changed = {k for k in set(old) | set(after) if old.get(k) != after.get(k)}
+    return all(GIT_SAFE_KEYS.match(k) for k in changed)
+
+
+# -- rule 4: anywhere on disk ---------------------------------------------------------------------
+
+_PERSISTENCE_NAMES = frozenset({*SHELL_RC_FILES, ".envrc", "crontab", "authorized_keys", "authorized_keys2"})
+_PERSISTENCE_DIRS = (
+    (".git", "hooks"), (".ssh",), (".config", "autostart"), (".config", "systemd"), (".config", "fish"),
+    ("etc", "profile.d"), ("etc", "systemd"), ("etc", "init.d"), ("var", "spool", "cron"),
+    ("Library", "LaunchAgents"), (".config", "environment.d"), (".husky",),
+)
+_PERSISTENCE_TAILS = ((".git", "config"),)
+_UNIT_SUFFIXES = (".service", ".timer", ".socket", ".path", ".mount")
+
+
+def is_persistence_path(path: Path) -> bool:
+    """A file that runs at login or on a schedule: shell rc files, authorized_keys, crontabs,
+    systemd units, git hooks (rule 4)."""
+    parts = path.parts
+    if path.name in _PERSISTENCE_NAMES or path.name.startswith("cron") and "etc" in parts:
+        return True
+    if path.suffix in _UNIT_SUFFIXES and "systemd" in parts:
+        return True
+    folders = parts[:-1]
+    for tail in _PERSISTENCE_DIRS:
+        for i in range(len(folders) - len(tail) + 1):
+            if folders[i:i + len(tail)] == tail:
+                return True
+    return any(parts[-len(tail):] == tail for tail in _PERSISTENCE_TAILS)
