@@ -9,10 +9,10 @@ and redirections); and what wrappers run: `nice`/`timeout`/`nohup`/`time`/`stdbu
 strings and `eval`. A wrapper that runs something it names itself (env, sudo, xargs, find, a shell
 with -c, eval, flock, watch) is a command of its own as well as the one it runs.
 
-It is strict: what it does not understand raises `Unparsable`, and the caller then treats the
-line as unknown (an allow rule does not apply; it needs approval). A command whose program or
-inner string is only known at run time (`$cmd args`, `sh -c "$x"`, `eval "$y"`, a wrapper with an
-option we do not know) comes back `opaque`: no allow rule covers it.
+It is strict: what it does not understand raises `UnparsableCommand` (nanobot/errors.py), and
+the caller then treats the line as unknown (an allow rule does not apply; it needs approval). A
+command whose program or inner string is only known at run time (`$cmd args`, `sh -c "$x"`,
+`eval "$y"`, a wrapper with an option we do not know) comes back `opaque`: no allow rule covers it.
 
 Why our own parser: bashlex (PyPI) is GPLv3+ (nanobot is MIT), its last release is from
 2023-01, and it raises on `case`, `[[ ]]`, `time` and `coproc`; tree-sitter-bash is tolerant by
@@ -29,14 +29,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Command", "Unparsable", "Word", "parse"]
+from nanobot.errors import UnparsableCommand as Unparsable
+
+__all__ = ["Command", "Word", "parse"]
 
 MAX_DEPTH = 32  # nesting of substitutions, groups and wrapper strings; deeper is Unparsable
 MAX_LENGTH = 100_000  # characters of one command line
-
-
-class Unparsable(ValueError):
-    """The line uses syntax this parser does not know (or is malformed): treat it as unknown."""
 
 
 @dataclass(frozen=True)

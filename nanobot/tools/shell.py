@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.errors import ToolError
+from nanobot.errors import UnparsableCommand as Unparsable
 from nanobot.memory.store import watch_memory
-from nanobot.policy.commands import Command, Unparsable, parse
+from nanobot.policy.commands import Command, parse
 from nanobot.sandbox import Launch, build_policy, launcher
 from nanobot.sandbox.limits import PidsCgroup, is_running, stat_fields
 from nanobot.secrets_mask import is_secret_name
