@@ -23,6 +23,7 @@ from nanobot.errors import ContextTooSmallError
 from nanobot.memory.history import history_receipts
 from nanobot.memory.store import MemoryStore
 from nanobot.paths import secure_home
+from nanobot.policy.egress import EgressPolicy
 from nanobot.providers.base import Provider
 from nanobot.providers.factory import make_provider
 from nanobot.providers.fallback import FallbackCallback
@@ -55,7 +56,8 @@ def confinement(cfg: Config) -> Confinement:
     return choose(cfg.tools.exec.confinement)
 
 
-def tool_context(cfg: Config, workspace: Path, approver: Approver | None = None) -> ToolContext:
+def tool_context(cfg: Config, workspace: Path, approver: Approver | None = None,
+                 egress: EgressPolicy | None = None) -> ToolContext:
     secrets = set(secret_env_names())
     secrets |= {name for name, value in os.environ.items() if value and value in cfg.secret_values()}
     return ToolContext(
@@ -67,17 +69,20 @@ def tool_context(cfg: Config, workspace: Path, approver: Approver | None = None)
         confinement=confinement(cfg),
         exec_rules=exec_rules(cfg),
         approver=approver if approver is not None else RefuseApprover(),
+        egress=egress if egress is not None else EgressPolicy.from_config(cfg.tools.web.allow_domains),
     )
 
 
-def build_tools(cfg: Config, workspace: Path, approver: Approver | None = None) -> ToolRegistry:
-    """The tools a subagent gets; the main agent gets these plus spawn (see open_assistant)."""
+def build_tools(cfg: Config, workspace: Path, approver: Approver | None = None,
+                egress: EgressPolicy | None = None) -> ToolRegistry:
+    """The tools a subagent gets; the main agent gets these plus spawn (see open_assistant);
+    `egress`: the session's domain approvals, shared with the conversation that notes the user's domains."""
     from nanobot.tools.files import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
     from nanobot.tools.recall import SearchHistoryTool
     from nanobot.tools.shell import ExecTool
     from nanobot.tools.web import WebFetchTool, WebSearchTool
 
-    ctx = tool_context(cfg, workspace, approver)
+    ctx = tool_context(cfg, workspace, approver, egress)
     registry = ToolRegistry([ReadFileTool(ctx), WriteFileTool(ctx), EditFileTool(ctx), ListDirTool(ctx),
                              SearchHistoryTool(ctx)])
     if cfg.tools.exec.enable:
@@ -265,7 +270,8 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     # upkeep consolidates around them); report turns bring it what helpers found; the helpers tell
     # the report turns when they end; the main agent's spawn tool starts helpers (registered
     # last, in the registry the loop holds)
-    tools = build_tools(cfg, workspace, approver)
+    egress = EgressPolicy.from_config(cfg.tools.web.allow_domains)  # one per session: main agent and helpers
+    tools = build_tools(cfg, workspace, approver, egress)
     loop = LoopSpec(provider, tools, budget, max_iterations=d.max_tool_iterations, temperature=d.temperature,
                     stream=stream)
     consolidator = Consolidator(provider, memory, store, budget, timeout=d.consolidation_timeout_seconds)
@@ -273,8 +279,8 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
         session=session, store=store, context=context, loop=loop,
         upkeep=MemoryUpkeep(consolidator, session, context, tools, background=background,
                             room_wait_seconds=d.consolidation_wait_seconds),
-        settings=TurnSettings(channel=channel or "cli", chat_id=chat_id or "direct"))
-    sub_tools = build_tools(cfg, workspace, approver)  # subagents ask the same way, recorded in this session
+        settings=TurnSettings(channel=channel or "cli", chat_id=chat_id or "direct"), egress=egress)
+    sub_tools = build_tools(cfg, workspace, approver, egress)  # subagents ask the same way, recorded in this session
     subagents = SubagentManager(provider, sub_tools, workspace, reports=ReportTurns(conversation, background),
                                 budget=budget)
     add_main_agent_tools(tools, cfg, workspace, session_key, subagents, approver)
