@@ -153,7 +153,7 @@ class AssistantTurns:
         assistant = open_assistant(self.cfg, session_key, stream=False)  # SessionInUseError when held
         try:
             await assistant.mcp_ready()  # a job's turn sees the MCP tools too
-            outcome = await assistant.conversation.send(prompt)
+            outcome = await assistant.conversation.send(prompt, by_user=False)
             if assistant.subagents.running():
                 await assistant.subagents.wait(self.cfg.defaults.subagent_wait_seconds)
         finally:

@@ -74,12 +74,13 @@ class Conversation:
         """System prompt + the session's history, which ends with the saved current user message."""
         return self.context.build_messages(self.session.get_history())
 
-    async def send(self, text: str, *, emit: EventSink = ignore) -> TurnOutcome:
-        """Run one user turn. The user's message is saved first: nothing after it can lose it."""
+    async def send(self, text: str, *, emit: EventSink = ignore, by_user: bool = True) -> TurnOutcome:
+        """Run one user turn. The user's message is saved first: nothing after it can lose it.
+        `by_user=False`: a scheduled job's prompt, whose domains are not the user's word (policy/egress.py)."""
         if not text.strip():
             raise UsageError("the message is empty", hint='Type something, e.g. nanobot agent -m "hello".')
         text = self._mask_user_text(text, emit)
-        if self.egress is not None:
+        if self.egress is not None and by_user:
             self.egress.note_user_text(text)
         async with self._turn_lock:
             text = keep_large_paste(text, self.budget, self.context.workspace, emit)
