@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 from nanobot.errors import UnparsableCommand as Unparsable
 
@@ -356,7 +357,7 @@ class _Parser:
         """Commands up to a reserved word of `ends` (consumed), or `)`, `;;` (not consumed) or the end."""
         while True:
             self._linebreaks()
-            while self._peek() == ";" and not self._at(";;") and not self._at(";&"):
+            if self._peek() == ";" and not self._at(";;") and not self._at(";&"):
                 raise self._fail("unexpected ;")
             if self.i >= len(self.s):
                 if "" in ends:
@@ -854,5 +855,10 @@ def _expand(commands: list[Command], depth: int) -> list[Command]:
 
 
 def parse(line: str) -> list[Command]:
-    """Every command `line` runs, nested and wrapped ones included; raises Unparsable."""
-    return _expand(_parse(line, 0), 0)
+    """Every command `line` runs, nested and wrapped ones included; raises UnparsableCommand."""
+    return list(_parsed(line))
+
+
+@lru_cache(maxsize=64)  # exec asks deny, allow and ask rules and the accident list about the same line
+def _parsed(line: str) -> tuple[Command, ...]:
+    return tuple(_expand(_parse(line, 0), 0))
