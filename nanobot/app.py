@@ -23,6 +23,7 @@ from nanobot.errors import ContextTooSmallError
 from nanobot.memory.history import history_receipts
 from nanobot.memory.store import MemoryStore
 from nanobot.paths import secure_home
+from nanobot.policy.egress import EgressPolicy
 from nanobot.providers.base import Provider
 from nanobot.providers.factory import make_provider
 from nanobot.providers.fallback import FallbackCallback
@@ -55,7 +56,8 @@ def confinement(cfg: Config) -> Confinement:
     return choose(cfg.tools.exec.confinement)
 
 
-def tool_context(cfg: Config, workspace: Path, approver: Approver | None = None) -> ToolContext:
+def tool_context(cfg: Config, workspace: Path, approver: Approver | None = None,
+                 egress: EgressPolicy | None = None) -> ToolContext:
     secrets = set(secret_env_names())
     secrets |= {name for name, value in os.environ.items() if value and value in cfg.secret_values()}
     return ToolContext(
@@ -67,19 +69,21 @@ def tool_context(cfg: Config, workspace: Path, approver: Approver | None = None)
         confinement=confinement(cfg),
         exec_rules=exec_rules(cfg),
         approver=approver if approver is not None else RefuseApprover(),
+        egress=egress if egress is not None else EgressPolicy.from_config(cfg.tools.web.allow_domains),
     )
 
 
 def build_tools(cfg: Config, workspace: Path, approver: Approver | None = None,
-                session_key: str | None = None) -> ToolRegistry:
+                session_key: str | None = None, egress: EgressPolicy | None = None) -> ToolRegistry:
     """The tools a subagent gets; the main agent gets these plus spawn (see open_assistant).
-    `session_key`: the session they work for (recall labels other sessions' messages by it)."""
+    `session_key`: the session they work for (recall labels other sessions' messages by it);
+    `egress`: the session's domain approvals, shared with the conversation that notes the user's domains."""
     from nanobot.tools.files import EditFileTool, ListDirTool, ReadFileTool, WriteFileTool
     from nanobot.tools.recall import ReadHistoryTool, SearchHistoryTool
     from nanobot.tools.shell import ExecTool
     from nanobot.tools.web import WebFetchTool, WebSearchTool
 
-    ctx = tool_context(cfg, workspace, approver)
+    ctx = tool_context(cfg, workspace, approver, egress)
     scope = cfg.tools.recall.scope
     registry = ToolRegistry([ReadFileTool(ctx), WriteFileTool(ctx), EditFileTool(ctx), ListDirTool(ctx),
                              SearchHistoryTool(ctx, session_key=session_key, scope=scope),
@@ -152,7 +156,7 @@ class AssistantTurns:
         assistant = open_assistant(self.cfg, session_key, stream=False)  # SessionInUseError when held
         try:
             await assistant.mcp_ready()  # a job's turn sees the MCP tools too
-            outcome = await assistant.conversation.send(prompt)
+            outcome = await assistant.conversation.send(prompt, by_user=False)
             if assistant.subagents.running():
                 await assistant.subagents.wait(self.cfg.defaults.subagent_wait_seconds)
         finally:
@@ -281,7 +285,8 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     # upkeep consolidates around them); report turns bring it what helpers found; the helpers tell
     # the report turns when they end; the main agent's spawn tool starts helpers (registered
     # last, in the registry the loop holds)
-    tools = build_tools(cfg, workspace, approver, session_key)
+    egress = EgressPolicy.from_config(cfg.tools.web.allow_domains)  # one per session: main agent and helpers
+    tools = build_tools(cfg, workspace, approver, session_key, egress)
     loop = LoopSpec(provider, tools, budget, max_iterations=d.max_tool_iterations, temperature=d.temperature,
                     stream=stream)
     consolidator = Consolidator(provider, memory, store, budget, timeout=d.consolidation_timeout_seconds)
@@ -289,8 +294,8 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
         session=session, store=store, context=context, loop=loop,
         upkeep=MemoryUpkeep(consolidator, session, context, tools, background=background,
                             room_wait_seconds=d.consolidation_wait_seconds),
-        settings=TurnSettings(channel=channel or "cli", chat_id=chat_id or "direct"))
-    sub_tools = build_tools(cfg, workspace, approver, session_key)  # subagents ask the same way, recorded in this session
+        settings=TurnSettings(channel=channel or "cli", chat_id=chat_id or "direct"), egress=egress)
+    sub_tools = build_tools(cfg, workspace, approver, session_key, egress)  # subagents ask the same way
     subagents = SubagentManager(provider, sub_tools, workspace, reports=ReportTurns(conversation, background),
                                 budget=budget)
     add_main_agent_tools(tools, cfg, workspace, session_key, subagents, approver)

@@ -100,6 +100,7 @@ class SearchConfig:
 @dataclass
 class WebConfig:
     search: SearchConfig = field(default_factory=SearchConfig)
+    allow_domains: list[str] = field(default_factory=list)  # web_fetch reaches these without asking ("example.com" covers its subdomains; "*": every domain)
 
 
 @dataclass

@@ -28,6 +28,7 @@ tells the user how to fix the problem. Every error class lives here:
 * ValueError (bad file contents, caught where the file is read)
   + SkillError                      a SKILL.md front matter
   + JobFormatError                  jobs.json
+  + UnparsableCommand               a shell line the command parser does not know: it needs approval
 * OSError
   + LandlockError                   the kernel refused an exec sandbox's Landlock ruleset
   + LauncherUnavailable             no exec launcher can start here: Landlock commands fork in nanobot
@@ -172,6 +173,10 @@ class SkillError(ValueError):
 
 class JobFormatError(ValueError):
     """jobs.json is valid JSON but not a job list we can read."""
+
+
+class UnparsableCommand(ValueError):
+    """A shell command line nanobot/policy/commands.py does not know; no allow rule applies to it."""
 
 
 class LandlockError(OSError):

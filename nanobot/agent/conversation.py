@@ -22,6 +22,7 @@ from nanobot.agent.paste import keep_large_paste
 from nanobot.agent.upkeep import MemoryUpkeep
 from nanobot.errors import UsageError
 from nanobot.messages import NOTE_KEY, Message, text_of
+from nanobot.policy.egress import EgressPolicy
 from nanobot.providers.base import Usage
 from nanobot.secrets_mask import REDACTED, find_secrets, mask_secrets, mask_value
 from nanobot.session.save_policy import TurnCheckpoint, save_turn
@@ -55,7 +56,8 @@ class Conversation:
     """The turns of one session."""
 
     def __init__(self, *, session: Session, store: SessionStore, context: ContextBuilder, loop: LoopSpec,
-                 upkeep: MemoryUpkeep, settings: TurnSettings = TurnSettings()) -> None:
+                 upkeep: MemoryUpkeep, settings: TurnSettings = TurnSettings(),
+                 egress: EgressPolicy | None = None) -> None:
         self.session = session
         self.store = store
         self.context = context
@@ -65,6 +67,7 @@ class Conversation:
         self.budget = loop.budget
         self.upkeep = upkeep
         self.settings = settings
+        self.egress = egress  # the domains the user names count as approved for web_fetch (policy/egress.py)
         self.last_usage = Usage()
         self._turn_lock = asyncio.Lock()
 
@@ -72,11 +75,14 @@ class Conversation:
         """System prompt + the session's history, which ends with the saved current user message."""
         return self.context.build_messages(self.session.get_history(), working_state=self.session.working_state)
 
-    async def send(self, text: str, *, emit: EventSink = ignore) -> TurnOutcome:
-        """Run one user turn. The user's message is saved first: nothing after it can lose it."""
+    async def send(self, text: str, *, emit: EventSink = ignore, by_user: bool = True) -> TurnOutcome:
+        """Run one user turn. The user's message is saved first: nothing after it can lose it.
+        `by_user=False`: a scheduled job's prompt, whose domains are not the user's word (policy/egress.py)."""
         if not text.strip():
             raise UsageError("the message is empty", hint='Type something, e.g. nanobot agent -m "hello".')
         text = self._mask_user_text(text, emit)
+        if self.egress is not None and by_user:
+            self.egress.note_user_text(text)
         async with self._turn_lock:
             text = keep_large_paste(text, self.budget, self.context.workspace, emit)
             await self.upkeep.make_room(text, emit)

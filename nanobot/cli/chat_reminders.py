@@ -30,7 +30,7 @@ class ChatTurns:
 
     async def run(self, session_key: str, prompt: str) -> TurnResult:
         if session_key == self.chat_session:
-            outcome = await self.conversation.send(prompt)
+            outcome = await self.conversation.send(prompt, by_user=False)
             return TurnResult(outcome.content, outcome.error)
         return await self.fallback.run(session_key, prompt)
 

@@ -290,6 +290,25 @@ def anthropic_stop(reason: str) -> str:
     return _TO_ANTHROPIC_STOP.get(reason, reason)
 
 
+class RawJSON(str):
+    """JSON text put into a body as it is: arguments nested deeper than json.loads can read."""
+
+
+def encode_body(body: dict) -> bytes:
+    """json.dumps of a body, with each RawJSON value (in a content block) spliced in unquoted."""
+    raws: dict[str, str] = {}
+    content = body.get("content")
+    for block in content if isinstance(content, list) else ():
+        if isinstance(block, dict) and isinstance(block.get("input"), RawJSON):
+            marker = f"nanobot-fake-raw-{len(raws)}"
+            raws[marker] = str(block["input"])
+            block["input"] = marker
+    text = json.dumps(body)
+    for marker, raw in raws.items():
+        text = text.replace(json.dumps(marker), raw, 1)
+    return text.encode()
+
+
 def _tool_input(call: ToolCall) -> Any:
     if isinstance(call.arguments, dict):
         return call.arguments
@@ -297,6 +316,8 @@ def _tool_input(call: ToolCall) -> Any:
         return json.loads(call.arguments)
     except ValueError:
         return call.arguments  # deliberately malformed: pass it through as-is
+    except RecursionError:
+        return RawJSON(call.arguments)  # deeper than json nests: sent as written (tests of the limits)
 
 
 def _anthropic_blocks(reply: Reply, ids: list[str]) -> list[dict]:

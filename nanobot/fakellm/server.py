@@ -396,7 +396,7 @@ class Answer:
         self.status = status
         self.headers = {"content-type": "application/json", **{k.lower(): v for k, v in (headers or {}).items()}}
         self._mark_answered()
-        self.chunks.append(json.dumps(body).encode())
+        self.chunks.append(wire.encode_body(body))
 
     def start_sse(self) -> None:
         self.headers = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"}
@@ -528,7 +528,7 @@ class _Handler(BaseHTTPRequestHandler):
     # ---------------------------------------------------------- writing
 
     def send_json(self, status: int, body: dict, headers: dict | None = None) -> None:
-        data = json.dumps(body).encode()
+        data = wire.encode_body(body)
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

@@ -9,10 +9,10 @@ and redirections); and what wrappers run: `nice`/`timeout`/`nohup`/`time`/`stdbu
 strings and `eval`. A wrapper that runs something it names itself (env, sudo, xargs, find, a shell
 with -c, eval, flock, watch) is a command of its own as well as the one it runs.
 
-It is strict: what it does not understand raises `Unparsable`, and the caller then treats the
-line as unknown (an allow rule does not apply; it needs approval). A command whose program or
-inner string is only known at run time (`$cmd args`, `sh -c "$x"`, `eval "$y"`, a wrapper with an
-option we do not know) comes back `opaque`: no allow rule covers it.
+It is strict: what it does not understand raises `UnparsableCommand` (nanobot/errors.py), and
+the caller then treats the line as unknown (an allow rule does not apply; it needs approval). A
+command whose program or inner string is only known at run time (`$cmd args`, `sh -c "$x"`,
+`eval "$y"`, a wrapper with an option we do not know) comes back `opaque`: no allow rule covers it.
 
 Why our own parser: bashlex (PyPI) is GPLv3+ (nanobot is MIT), its last release is from
 2023-01, and it raises on `case`, `[[ ]]`, `time` and `coproc`; tree-sitter-bash is tolerant by
@@ -28,15 +28,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
-__all__ = ["Command", "Unparsable", "Word", "parse"]
+from nanobot.errors import UnparsableCommand as Unparsable
+
+__all__ = ["Command", "Word", "parse"]
 
 MAX_DEPTH = 32  # nesting of substitutions, groups and wrapper strings; deeper is Unparsable
 MAX_LENGTH = 100_000  # characters of one command line
-
-
-class Unparsable(ValueError):
-    """The line uses syntax this parser does not know (or is malformed): treat it as unknown."""
 
 
 @dataclass(frozen=True)
@@ -358,7 +357,7 @@ class _Parser:
         """Commands up to a reserved word of `ends` (consumed), or `)`, `;;` (not consumed) or the end."""
         while True:
             self._linebreaks()
-            while self._peek() == ";" and not self._at(";;") and not self._at(";&"):
+            if self._peek() == ";" and not self._at(";;") and not self._at(";&"):
                 raise self._fail("unexpected ;")
             if self.i >= len(self.s):
                 if "" in ends:
@@ -856,5 +855,10 @@ def _expand(commands: list[Command], depth: int) -> list[Command]:
 
 
 def parse(line: str) -> list[Command]:
-    """Every command `line` runs, nested and wrapped ones included; raises Unparsable."""
-    return _expand(_parse(line, 0), 0)
+    """Every command `line` runs, nested and wrapped ones included; raises UnparsableCommand."""
+    return list(_parsed(line))
+
+
+@lru_cache(maxsize=64)  # exec asks deny, allow and ask rules and the accident list about the same line
+def _parsed(line: str) -> tuple[Command, ...]:
+    return tuple(_expand(_parse(line, 0), 0))

@@ -9,6 +9,7 @@ import anthropic
 import httpx2
 
 from nanobot.messages import Message, clean_unicode
+from nanobot.policy.arguments import text_problem, value_problem
 from nanobot.providers import anthropic_format as fmt
 from nanobot.providers import reasoning
 from nanobot.providers.base import (
@@ -19,6 +20,7 @@ from nanobot.providers.base import (
     ToolCallRequest,
     Usage,
     http_timeout,
+    parse_arguments,
     post_encodable,
 )
 from nanobot.providers.errors_map import translate
@@ -127,7 +129,8 @@ async def _read_stream(response: httpx2.Response, on_delta: DeltaCallback) -> di
     for index, pieces in partial.items():
         raw = "".join(pieces)
         try:
-            blocks[index]["input"] = json.loads(raw) if raw.strip() else {}
+            # too deep or too long: kept as text, never parsed (json.loads recurses); flagged below
+            blocks[index]["input"] = raw if text_problem(raw) else json.loads(raw) if raw.strip() else {}
         except ValueError:
             blocks[index]["input"] = raw  # kept as sent; _to_response flags it for the model
     return message
@@ -151,11 +154,19 @@ def _to_response(message: dict[str, Any]) -> LLMResponse:
         elif kind == "redacted_thinking":
             signed.append({"type": "redacted_thinking", "data": block.get("data") or ""})
         elif kind == "tool_use":
-            value = clean_unicode(block.get("input"))  # a "\\ud800" must not reach a tool or a save
-            args = value if isinstance(value, dict) else {}
-            error = None if isinstance(value, dict) else "arguments must be a JSON object"
+            value = block.get("input")
+            if isinstance(value, str):  # text the stream could not (or must not) parse
+                args, error = parse_arguments(value)
+                raw = value
+            elif value_problem(value):  # too deep or too long: nothing recursive may touch it
+                args, error, raw = {}, value_problem(value), "{}"
+            else:
+                value = clean_unicode(value)  # a "\\ud800" must not reach a tool or a save
+                args = value if isinstance(value, dict) else {}
+                error = None if isinstance(value, dict) else "arguments must be a JSON object"
+                raw = fmt.arguments_json(value)
             calls.append(ToolCallRequest(str(block.get("id") or ""), str(block.get("name") or ""), args,
-                                         fmt.arguments_json(value), error))
+                                         raw, error))
     usage = message.get("usage") or {}
     prompt = sum(int(usage.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens",
                                                    "cache_creation_input_tokens"))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nanobot.messages import Message, assistant, clean_unicode, tool_call
+from nanobot.policy.arguments import text_problem, value_problem
 
 DeltaCallback = Callable[[str], None]
 
@@ -69,7 +70,7 @@ class LLMResponse:
     def to_message(self) -> Message:
         """The assistant message to append to the conversation."""
         calls = [
-            tool_call(c.id, c.name, c.raw_arguments if c.parse_error else c.arguments)
+            tool_call(c.id, c.name, _replayable(c.raw_arguments) if c.parse_error else c.arguments)
             for c in self.tool_calls
         ]
         msg = assistant(self.content, calls, reasoning_content=self.reasoning)
@@ -78,12 +79,28 @@ class LLMResponse:
         return msg
 
 
+_REPLAY_CHARS = 4000
+
+
+def _replayable(raw: str) -> str:
+    """Arguments that could not be used, as kept in the conversation: a huge text only in part."""
+    if len(raw) <= _REPLAY_CHARS:
+        return raw
+    return raw[:_REPLAY_CHARS] + f"... [{len(raw) - _REPLAY_CHARS:,} more characters not kept]"
+
+
 def parse_arguments(raw: Any) -> tuple[dict[str, Any], str | None]:
-    """Parse tool-call arguments; never guess: malformed input yields ({}, reason)."""
+    """Parse tool-call arguments; never guess: malformed input yields ({}, reason). Arguments too
+    deep or too long (nanobot/policy/arguments.py) are refused before anything recurses into them."""
     if isinstance(raw, dict):
-        return clean_unicode(raw), None
+        problem = value_problem(raw)
+        return ({}, problem) if problem else (clean_unicode(raw), None)
     if raw is None or raw == "":
         return {}, None
+    if isinstance(raw, str):
+        problem = text_problem(raw)
+        if problem:
+            return {}, problem
     try:
         value = json.loads(raw)
     except (TypeError, ValueError) as exc:

@@ -16,6 +16,7 @@ from typing import Any
 import httpx2
 
 from nanobot.errors import ProviderError
+from nanobot.policy.arguments import clip_depth, max_depth
 from nanobot.providers.errors_map import status_error
 
 __all__ = ["RAW_STREAM_HEADERS", "json_body", "sse_json", "stream_error"]
@@ -34,10 +35,30 @@ def _not_api(provider: str, response: httpx2.Response, data: bytes) -> ProviderE
     )
 
 
+# json.loads recurses once per nesting level; an answer nested deeper than this has its deeper
+# values replaced by a marker first (a model's tool arguments are the only deep part of an answer,
+# and those are refused at 64 levels anyway: nanobot/policy/arguments.py)
+_PARSE_DEPTH = 200
+
+
+def _loads(data: bytes | str) -> Any:
+    text = data.decode() if isinstance(data, bytes) else data
+    if _nesting(text) > _PARSE_DEPTH:
+        text = clip_depth(text, _PARSE_DEPTH)
+    return json.loads(text)
+
+
+def _nesting(text: str) -> int:
+    # a cheap upper bound first: fewer brackets than the limit cannot nest past it
+    if text.count("[") + text.count("{") <= _PARSE_DEPTH:
+        return 0
+    return max_depth(text, _PARSE_DEPTH)
+
+
 def json_body(provider: str, response: httpx2.Response, data: bytes) -> dict[str, Any]:
     """The JSON object a non-streamed answer carries, or a ProviderError naming what came instead."""
     try:
-        body = json.loads(data)
+        body = _loads(data)
     except (ValueError, UnicodeDecodeError):
         raise _not_api(provider, response, data) from None
     if not isinstance(body, dict):
@@ -86,7 +107,7 @@ async def sse_json(provider: str, response: httpx2.Response,
         if payload.strip() == "[DONE]":
             return
         try:
-            event = json.loads(payload)
+            event = _loads(payload)
         except ValueError:
             raise ProviderError(f"{provider}: the stream carried a line that is not JSON: {payload[:200]!r}",
                                 hint="check the provider's apiBase; if it is right, try again") from None
@@ -96,7 +117,7 @@ async def sse_json(provider: str, response: httpx2.Response,
         payload = "\n".join(data)
         if payload.strip() != "[DONE]":
             try:
-                event = json.loads(payload)
+                event = _loads(payload)
             except ValueError:
                 return
             if isinstance(event, dict):

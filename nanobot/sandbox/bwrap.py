@@ -51,17 +51,23 @@ def _outermost(paths: tuple[Path, ...]) -> list[Path]:
     return [p for p in paths if not any(p != q and p.is_relative_to(q) for q in paths)]
 
 
-def argv(exe: str, policy: Policy, cwd: Path, command: str, *, info_fd: int | None = None) -> list[str]:
-    """`info_fd`: where bwrap writes the host pid of the sandbox's init (see `end_namespace`)."""
+def argv(exe: str, policy: Policy, cwd: Path, command: str, *, info_fd: int | None = None,
+         seccomp_fd: int | None = None) -> list[str]:
+    """`info_fd`: where bwrap writes the host pid of the sandbox's init (see `end_namespace`);
+    `seccomp_fd`: a file holding the filter of sandbox/seccomp.py (no setuid/setgid bits)."""
     ws = policy.workspace
     a = [exe, "--die-with-parent", "--new-session", "--unshare-all"]
     if info_fd is not None:
         a += ["--info-fd", str(info_fd)]
+    if seccomp_fd is not None:
+        a += ["--seccomp", str(seccomp_fd)]
     if policy.network:
         a.append("--share-net")
     if policy.restrict:  # rule 4: only the system folders outside the workspace
         for d in policy.system_dirs():
             a += ["--symlink", os.readlink(d), str(d)] if d.is_symlink() else ["--ro-bind", str(d), str(d)]
+        for secret in policy.hidden_in_system_dirs():  # rule 3: the host's secrets in them
+            a += _hide(secret)
     else:
         a += ["--ro-bind", "/", "/"]
     a += ["--dev", "/dev", "--proc", "/proc"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from nanobot.sandbox import bwrap, landlock
+from nanobot.sandbox import bwrap, landlock, seccomp
 from nanobot.sandbox.keeper import (
     LandlockLaunch,
     mount_setattr_available,
@@ -128,12 +128,15 @@ class Confinement:
     # --- bubblewrap -------------------------------------------------------------------
     def _prepare_bwrap(self, policy: Policy, cwd: Path, command: str) -> Launch:
         info = _info_file()
-        launch = Launch(bwrap.argv(self._bwrap, policy, cwd, command, info_fd=info), signal_as_code=True,
-                        pass_fds=(info,))
+        code = seccomp.program()
+        filter_fd = _memory_file("nanobot-seccomp", code) if code else None
+        fds = (info,) if filter_fd is None else (info, filter_fd)
+        launch = Launch(bwrap.argv(self._bwrap, policy, cwd, command, info_fd=info, seccomp_fd=filter_fd),
+                        signal_as_code=True, pass_fds=fds)
 
         def end() -> None:
             bwrap.end_namespace(info)
-            launch.close_parent_fds([info])
+            launch.close_parent_fds(list(fds))
 
         launch.cleanups.append(end)
         with launch.undone_on_error():
@@ -150,7 +153,8 @@ class Confinement:
         launch.cleanups.append(ruleset.close)
         with launch.undone_on_error():
             ws = policy.workspace
-            base = policy.system_dirs() if policy.restrict else _visible_outside(policy.hidden)
+            base = (_visible_system_dirs(policy) if policy.restrict  # rule 4
+                    else _visible_outside(policy.hidden))
             readable = [*base, *policy.extra_read, *policy.toolchains]
             for path in readable:
                 ruleset.allow(path, landlock.READ)
@@ -166,7 +170,7 @@ class Confinement:
                 new_net=private and not policy.network,
                 read_only=tuple(p for p in policy.read_only if p.exists()),
                 nproc=os.geteuid() != 0, workspace=ws, tmp=tmp, user_namespace=private and os.geteuid() != 0,
-                shown=(*policy.toolchains, *policy.extra_read),
+                shown=(*policy.toolchains, *policy.extra_read), seccomp=seccomp.program(),
             )
             if private:
                 launch.env["TMPDIR"] = "/tmp"  # the private tmp is mounted there
@@ -192,6 +196,18 @@ def _info_file() -> int:
     except OSError:
         with tempfile.TemporaryFile() as file:
             return os.dup(file.fileno())  # O_CLOEXEC: os.dup makes it non-inheritable
+
+
+def _memory_file(name: str, data: bytes) -> int:
+    """A descriptor of an in-memory file holding `data`, read from its start (bwrap's --seccomp)."""
+    try:
+        fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    except OSError:
+        with tempfile.TemporaryFile() as file:
+            fd = os.dup(file.fileno())
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _command_cgroup(limits: Limits, *, required: bool) -> PidsCgroup | None:
@@ -248,6 +264,12 @@ def _private_tmp() -> Path:
 def _visible_outside(hidden: tuple[Path, ...]) -> list[Path]:
     """The folders that together show / minus the hidden ones (walked once per process)."""
     return beneath_except(Path("/"), list(hidden))
+
+
+def _visible_system_dirs(policy: Policy) -> list[Path]:
+    """Restricted mode's system folders minus the host's secrets in them (rule 3)."""
+    holes = policy.hidden_in_system_dirs()
+    return [p for d in policy.system_dirs() for p in beneath_except(d, holes)]
 
 
 def _user_processes() -> int:

@@ -12,7 +12,7 @@ Landlock confines files (and TCP), but it makes no namespaces, so three things a
   (Landlock cannot take a subfolder back, nor does it cover chmod, chown or utime), and a
   private network namespace takes away every socket family, UDP included;
 - the command itself drops every capability (root keeps none), sets no_new_privs, takes its
-  rlimits and enters the Landlock domain.
+  rlimits, enters the Landlock domain and loads the seccomp filter (no setuid/setgid bits).
 
 Everything here runs in a freshly forked, single-threaded child: only syscalls, no imports.
 """
@@ -25,7 +25,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from nanobot.sandbox import landlock
+from nanobot.sandbox import landlock, seccomp
 from nanobot.sandbox.limits import apply_rlimits
 from nanobot.sandbox.policy import Limits
 
@@ -68,11 +68,14 @@ class _MountAttr(ctypes.Structure):
 
 
 _SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1
+_MOUNT_ATTR_NOSUID = 2
 _libc.syscall.restype = ctypes.c_long
 
 
 def _set_read_only(path: bytes, *, read_only: bool, recursive: bool) -> None:
-    attr = _MountAttr(_MOUNT_ATTR_RDONLY if read_only else 0, 0 if read_only else _MOUNT_ATTR_RDONLY, 0, 0)
+    """Read-only or writable; nosuid either way (a setuid bit means nothing inside the sandbox)."""
+    attr = _MountAttr((_MOUNT_ATTR_RDONLY if read_only else 0) | _MOUNT_ATTR_NOSUID,
+                      0 if read_only else _MOUNT_ATTR_RDONLY, 0, 0)
     rc = _libc.syscall(_SYS_MOUNT_SETATTR, ctypes.c_int(_AT_FDCWD), ctypes.c_char_p(path),
                        ctypes.c_uint(_AT_RECURSIVE if recursive else 0), ctypes.byref(attr),
                        ctypes.c_size_t(ctypes.sizeof(attr)))
@@ -213,6 +216,7 @@ class LandlockLaunch:
     tmp: Path = Path("/nonexistent")
     user_namespace: bool = False  # an ordinary user: enter a user namespace first, for the private mounts
     shown: tuple[Path, ...] = ()  # read-only folders that must stay visible (toolchains, PATH, working_dir)
+    seccomp: bytes | None = None  # sandbox/seccomp.py's filter (no setuid/setgid bits), where the ABI is known
 
     def __call__(self) -> None:  # preexec_fn
         if self.cgroup_fd >= 0:
@@ -233,3 +237,5 @@ class LandlockLaunch:
         if os.geteuid() == 0:
             drop_capabilities()
         landlock.restrict_self(self.ruleset_fd)
+        if self.seccomp:  # after restrict_self, which set no_new_privs
+            seccomp.install(self.seccomp)

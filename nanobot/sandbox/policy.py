@@ -7,7 +7,8 @@ The rules (numbered so the mechanisms and the README can point at them):
    run configurations, shell start-up files): changes to them go through their doors, which ask.
 3. Invisible: the nanobot home (config, sessions, locks, input history), the credential
    stores, every home folder (HOME, /root, /home) and per-user runtime folders (agent sockets),
-   except the workspace itself, even when the workspace lies inside one of them.
+   except the workspace itself, even when the workspace lies inside one of them; and the host's
+   secret files in /etc (HOST_SECRETS: /etc/shadow, SSH host keys, ...), restricted mode included.
 4. Outside the workspace everything else is read-only; with restrictToWorkspace only the
    system folders are visible at all.
 5. No network unless the command was allowed it.
@@ -49,6 +50,22 @@ TOOLCHAINS = (
 # Shared or per-user folders never shown (a private tmp replaces /tmp).
 _ALWAYS_HIDDEN = ("/root", "/home", "/run/user", "/var/run/user", "/tmp", "/var/tmp")
 
+# The host's own secrets inside the system folders (rule 3): password hashes, sudo rules, the SSH
+# server's private keys, TLS private keys. Root may read them, and commands may run as root; hidden
+# one by one, the rest of /etc stays readable (Landlock grants /etc's other entries, see beneath_except).
+HOST_SECRETS = (
+    "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers", "/etc/sudoers.d",
+    "/etc/security/opasswd", "/etc/ssl/private", "/etc/krb5.keytab",
+)
+HOST_SECRET_GLOBS = ("/etc/ssh/ssh_host_*_key",)
+
+
+def host_secrets() -> list[Path]:
+    """HOST_SECRETS and the files HOST_SECRET_GLOBS match here (existing or not: hiding skips the missing)."""
+    import glob
+
+    return [Path(p) for p in HOST_SECRETS] + [Path(p) for g in HOST_SECRET_GLOBS for p in sorted(glob.glob(g))]
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -73,6 +90,11 @@ class Policy:
 
     def system_dirs(self) -> list[Path]:
         return [Path(p) for p in SYSTEM_DIRS if os.path.exists(p)]
+
+    def hidden_in_system_dirs(self) -> list[Path]:
+        """Hidden paths inside the system folders restricted mode shows (the host's secrets)."""
+        dirs = self.system_dirs()
+        return [h for h in self.hidden if any(h != d and h.is_relative_to(d) for d in dirs)]
 
     def hidden_inside_workspace(self) -> list[Path]:
         return [h for h in self.hidden if h != self.workspace and h.is_relative_to(self.workspace)]
@@ -110,7 +132,8 @@ def build_policy(workspace: Path, read_only: tuple[Path, ...] = (), *, restrict:
 @lru_cache(maxsize=32)
 def _areas(home: Path, nb_home: Path, path_env: str, restrict: bool) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
     """(hidden, shown read-only inside hidden areas); the same for every command of a session."""
-    hidden = [home, nb_home, *(home / c for c in CREDENTIAL_STORES), *(Path(p) for p in _ALWAYS_HIDDEN)]
+    hidden = [home, nb_home, *(home / c for c in CREDENTIAL_STORES), *(Path(p) for p in _ALWAYS_HIDDEN),
+              *host_secrets()]
     unique = tuple(dict.fromkeys(h for h in (_resolved(h) for h in hidden) if h != Path("/")))
     # toolchains, the running Python, and the folders on PATH (so ~/bin and pyenv shims work),
     # unless one of them would show a credential store or the nanobot home
@@ -129,6 +152,35 @@ def _areas(home: Path, nb_home: Path, path_env: str, restrict: bool) -> tuple[tu
         if (restrict or any(t.is_relative_to(h) for h in unique)) and not reveals_a_secret(t)
     ))
     return unique, shown
+
+
+HARD_LINK_SCAN = 20_000  # entries of the workspace looked at for hard links, once per session
+
+
+def hard_links(workspace: Path, limit: int = HARD_LINK_SCAN) -> tuple[tuple[Path, ...], bool]:
+    """Files in `workspace` with more than one hard link (the other may be outside it, where a write
+    through this one would land), and whether the walk saw the whole workspace (`limit` entries)."""
+    found: list[Path] = []
+    seen = 0
+    stack = [workspace]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > limit:
+                return tuple(found), False
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+                elif entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_nlink > 1:
+                    found.append(Path(entry.path))
+            except OSError:
+                continue
+    return tuple(found), True
 
 
 def beneath_except(root: Path, excluded: list[Path]) -> list[Path]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from nanobot.policy.egress import EgressPolicy
 from nanobot.sandbox import Confinement, Limits, choose
 from nanobot.tools.approval import Approver, RefuseApprover
 from nanobot.tools.exec_rules import ExecRules
@@ -37,6 +38,7 @@ class ToolContext:
     confinement: Confinement = field(default_factory=choose)  # how exec is sandboxed (see nanobot/sandbox)
     exec_rules: ExecRules = field(default_factory=ExecRules)  # allow / ask / deny patterns, network
     exec_limits: Limits = field(default_factory=Limits)  # processes, file size, memory per command
+    egress: EgressPolicy = field(default_factory=EgressPolicy)  # which domains web_fetch may contact (policy/egress.py)
 
 
 class Tool(ABC):

@@ -21,7 +21,8 @@ import re
 from dataclasses import dataclass
 
 from nanobot.errors import ConfigError
-from nanobot.policy.commands import Command, Unparsable, parse
+from nanobot.errors import UnparsableCommand as Unparsable
+from nanobot.policy.commands import Command, parse
 
 NETWORK_MODES = (False, True, "ask")
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from nanobot.errors import ToolError
+from nanobot.policy.arguments import value_problem
 from nanobot.secrets_mask import mask_secrets, mask_value
 from nanobot.tools.base import Tool, ToolResult
 from nanobot.tools.schema_check import drop_null_optionals, validate
@@ -89,7 +90,7 @@ class ToolRegistry:
             return _error(f"unknown tool {name!r}. Available tools: {available}.")
         if parse_error is not None:
             return _error(
-                f"the arguments for {name} were not valid JSON ({parse_error}); the tool was not run. "
+                f"the arguments for {name} could not be used ({parse_error}); the tool was not run. "
                 "Resend the call with the arguments as one valid JSON object."
             )
         if args is None:
@@ -99,6 +100,9 @@ class ToolRegistry:
                 f"the arguments for {name} must be a JSON object, got {type(args).__name__}; "
                 "the tool was not run."
             )
+        problem = value_problem(args)  # before anything below recurses into them
+        if problem:
+            return _error(f"{problem}; {name} was not run.")
         args = drop_null_optionals(tool.parameters, args)
         problems = validate(tool.parameters, args, closed=tool.closed_schema)
         if problems:

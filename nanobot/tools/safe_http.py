@@ -24,6 +24,7 @@ from nanobot.tls import shared_tls_context
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Awaitable[list[str]]]
+Gate = Callable[[str], Awaitable[None]]  # raises ToolError when a hop's URL may not be contacted
 
 DEFAULT_MAX_BYTES = 2 * 1024 * 1024
 DEFAULT_USER_AGENT = "Mozilla/5.0 (compatible; nanobot/0.1; +https://github.com/HKUDS/nanobot)"
@@ -185,14 +186,15 @@ class SafeFetcher:
             raise ToolError(f"cannot resolve host {host!r}: no addresses")
         return addresses
 
-    async def fetch(self, url: str, *, headers: dict[str, str] | None = None) -> FetchResult:
-        """Follow up to max_redirects redirects; read at most max_bytes of the final body."""
+    async def fetch(self, url: str, *, headers: dict[str, str] | None = None, gate: Gate | None = None) -> FetchResult:
+        """Follow up to max_redirects redirects; read at most max_bytes of the final body. `gate`
+        judges each hop's URL before its name is resolved (the session's domain approvals)."""
         try:
-            return await asyncio.wait_for(self._fetch(url, headers or {}), timeout=self.timeout * 2)
+            return await asyncio.wait_for(self._fetch(url, headers or {}, gate), timeout=self.timeout * 2)
         except TimeoutError as exc:
             raise ToolError(f"fetching {url} timed out") from exc
 
-    async def _fetch(self, url: str, extra_headers: dict[str, str]) -> FetchResult:
+    async def _fetch(self, url: str, extra_headers: dict[str, str], gate: Gate | None = None) -> FetchResult:
         redirects: list[str] = []
         current = url
         # trust_env=False: a proxy would do its own DNS lookup and undo the address check.
@@ -202,6 +204,8 @@ class SafeFetcher:
             trust_env=False, follow_redirects=False, timeout=self.timeout, verify=verify
         ) as client:
             while True:
+                if gate is not None:  # before any DNS query: a refused domain is never even looked up
+                    await gate(current)
                 parsed, ip = await self.check_url(current)
                 request = self._pinned_request(client, parsed, ip, extra_headers)
                 try:

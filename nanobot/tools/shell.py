@@ -23,14 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from nanobot.errors import ToolError
+from nanobot.errors import UnparsableCommand as Unparsable
 from nanobot.memory.store import watch_memory
-from nanobot.policy.commands import Command, Unparsable, parse
+from nanobot.policy.commands import Command, parse
 from nanobot.policy.protected import exec_read_only
 from nanobot.policy.watch import changes_since, take_snapshot
 from nanobot.sandbox import Launch, build_policy, launcher
 from nanobot.sandbox.limits import PidsCgroup, is_running, stat_fields
+from nanobot.sandbox.policy import hard_links
 from nanobot.secrets_mask import is_secret_name
-from nanobot.tools.approval import ApprovalRequest
+from nanobot.tools.approval import ApprovalRequest, approve_flag_hint
 from nanobot.tools.base import Tool
 from nanobot.tools.exec_rules import wants_network
 from nanobot.tools.workspace_guard import resolve_path, review, workspace_root
@@ -427,8 +429,27 @@ class ExecTool(Tool):
         if not cwd.is_dir():
             raise ToolError(f"working_dir {working_dir or str(cwd)!r} is not an existing directory")
         limit = self.ctx.exec_timeout if timeout is None else min(float(timeout), self.ctx.exec_timeout)
+        await self._approve_folder(cwd, command)
         network = await self._approve(command)
         return await self._execute(command, cwd, limit, network)
+
+    async def _approve_folder(self, cwd: Path, command: str) -> None:
+        """A working_dir outside the workspace is a folder the user approves (once, or always for it)."""
+        ws = workspace_root(self.ctx)
+        if cwd.is_relative_to(ws):
+            return
+        if self.ctx.confinement.confined and build_policy(
+                ws, restrict=self.ctx.restrict_to_workspace, network=False).is_hidden(cwd):
+            raise ToolError(f"working_dir {cwd} is in a folder commands cannot see (the nanobot home, "
+                            "a home folder or a credential store); use a folder in the workspace")
+        request = ApprovalRequest(
+            "file-outside", f"exec wants to run in {cwd}, outside the workspace: {command}", detail=command,
+            always_key=f"exec-folder:{cwd}", allow_hint=approve_flag_hint("file-outside"))
+        decision = await self.ctx.approver.approve(request)
+        if not decision.allowed:
+            why = f": {decision.reason}" if decision.reason else ""
+            raise ToolError(f"the command was not run; running in {cwd} (outside the workspace) was refused{why}. "
+                            "Leave working_dir out to run in the workspace")
 
     async def _approve(self, command: str) -> bool:
         """Ask the approver where the rules say so; raise ToolError when refused. Returns: network on?"""
@@ -470,6 +491,8 @@ class ExecTool(Tool):
                     raise ToolError(f"working_dir {cwd} is in a folder commands cannot see (the nanobot home, "
                                     "a home folder or a credential store); use a folder in the workspace")
                 policy = dataclasses.replace(policy, extra_read=(cwd,))
+        if conf.confined:  # a file with another hard link (perhaps outside): read-only (rule 2)
+            policy = dataclasses.replace(policy, read_only=(*policy.read_only, *self._hard_links(ws)))
         try:
             return conf.prepare(policy, cwd, command)
         except OSError as exc:
@@ -478,9 +501,28 @@ class ExecTool(Tool):
     async def _execute(self, command: str, cwd: Path, limit: float, network: bool) -> str:
         launch = self._launch(command, cwd, network)
         try:
-            return await self._spawn_and_wait(launch, cwd, limit)
+            return await self._spawn_and_wait(launch, cwd, limit) + self._links_note()
         finally:
             launch.finish()
+
+    _linked: tuple[Path, ...] | None = None  # files of the workspace with other hard links (scanned once)
+    _linked_told = False
+
+    def _hard_links(self, ws: Path) -> tuple[Path, ...]:
+        """Scanned at the first command of the session: the sandbox cannot make new links to files
+        outside the workspace (bubblewrap: another mount; Landlock: no REFER right there)."""
+        if self._linked is None:
+            self._linked, _ = hard_links(ws)
+        return self._linked
+
+    def _links_note(self) -> str:
+        """Where read-only binds do not work (Landlock without namespaces), say so, once."""
+        if self._linked_told or not self._linked or self.ctx.confinement.memory_read_only:
+            return ""
+        self._linked_told = True
+        names = ", ".join(str(p) for p in self._linked[:5]) + (" ..." if len(self._linked) > 5 else "")
+        return (f"\n[note: {len(self._linked)} workspace file(s) have other hard links, perhaps outside the "
+                f"workspace, and commands can write through them here: {names}]")
 
     async def _spawn_and_wait(self, launch: Launch, cwd: Path, limit: float) -> str:
         loop = asyncio.get_running_loop()

@@ -17,6 +17,7 @@ import httpx2
 
 from nanobot.errors import ToolError
 from nanobot.tls import shared_tls_context
+from nanobot.tools.approval import ApprovalRequest, approve_flag_hint
 from nanobot.tools.base import Tool, ToolContext
 from nanobot.tools.safe_http import FetchResult, SafeFetcher
 from nanobot.untrusted import fence
@@ -187,11 +188,28 @@ class WebFetchTool(Tool):
         except (TypeError, ValueError):
             raise ToolError(f"maxChars must be an integer, got {maxChars!r}") from None
 
-        result = await self.fetcher.fetch(url)
+        result = await self.fetcher.fetch(url, gate=self._may_contact)
         if result.status >= 400:
             raise ToolError(f"fetching {result.url} failed with HTTP {result.status}")
         title, body, extractor = await asyncio.to_thread(extract, result, extractMode)
         return render(result, title, body, extractor, limit)
+
+
+    async def _may_contact(self, url: str) -> None:
+        """The session's egress policy for this hop (policy/egress.py); asks the user about a new domain."""
+        verdict = self.ctx.egress.judge(url)
+        if verdict.refused:
+            raise ToolError(f"refused {url}: {verdict.refused}; it was not fetched")
+        if verdict.allowed:
+            return
+        domain = verdict.domain
+        decision = await self.ctx.approver.approve(ApprovalRequest(
+            "web-domain", f"web_fetch wants to contact {domain}, a domain not approved in this session: {url}",
+            detail=url, always_key=f"web-domain:{domain}",
+            allow_hint=f"{approve_flag_hint('web-domain')}, or add {domain!r} to tools.web.allowDomains"))
+        if not decision.allowed:
+            why = f": {decision.reason}" if decision.reason else ""
+            raise ToolError(f"{url} was not fetched; contacting {domain} was refused{why}")
 
 
 def extract(result: FetchResult, mode: str) -> tuple[str, str, str]:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from nanobot.policy.commands import Unparsable, parse
+from nanobot.errors import UnparsableCommand as Unparsable
+from nanobot.policy.commands import parse
 from nanobot.tools.exec_rules import ExecRules
 from nanobot.tools.shell import deny_reason
 

@@ -90,10 +90,25 @@ def test_working_dir_outside_refused_when_restricted_and_when_hidden(make_ctx, w
     assert not (outside / "ran").exists() and not (tmp_path / "home" / "ran").exists()
 
 
-def test_working_dir_outside_visible_folder_is_read_only(make_ctx, tmp_path):
-    out = run(make_exec(make_ctx()), command="pwd; touch nanobot-exec-probe; echo rc=$?", working_dir="/usr")
+def test_working_dir_outside_visible_folder_is_read_only(make_ctx, tmp_path, approver):
+    asked = approver("y")
+    out = run(make_exec(make_ctx(approver=asked)), command="pwd; touch nanobot-exec-probe; echo rc=$?",
+              working_dir="/usr")
     assert out.startswith("/usr\n") and "rc=0" not in out
     assert not Path("/usr/nanobot-exec-probe").exists()
+    assert [r.kind for r in asked.requests] == ["file-outside"]
+
+
+@pytest.mark.parametrize("where", ["/", "/etc", "/usr/share"])
+def test_working_dir_outside_the_workspace_needs_approval(make_ctx, ws, approver, where):
+    """Issue 32, attack 9: `working_dir: "/"` was accepted without a question."""
+    asked = approver("n")
+    with pytest.raises(ToolError, match="outside the workspace"):
+        run(make_exec(make_ctx(approver=asked)), command="pwd > $OLDPWD/ran; touch ran", working_dir=where)
+    assert [r.kind for r in asked.requests] == ["file-outside"]
+    assert not list(ws.parent.glob("ran")) and not (ws / "ran").exists()
+    with pytest.raises(ToolError, match="was refused"):  # one-shot: nobody to ask
+        run(make_exec(make_ctx()), command="true", working_dir=where)
 
 
 def test_missing_working_dir(make_ctx):

@@ -71,7 +71,7 @@ def test_unknown_tool_names_the_available_ones(registry):
 def test_malformed_json_arguments_are_not_executed(registry):
     result = asyncio.run(registry.execute("echo", {}, parse_error="Expecting ',' delimiter: line 1 column 9"))
     assert result.is_error
-    assert "not valid JSON" in result.content and "Resend" in result.content
+    assert "could not be used (Expecting ','" in result.content and "Resend" in result.content
     assert registry.get("echo").calls == []
 
 
