@@ -37,6 +37,7 @@ from nanobot.tools.base import ToolContext
 from nanobot.tools.exec_rules import ExecRules
 from nanobot.tools.registry import ToolRegistry
 from nanobot.tools.spawn import Spawner, SpawnTool
+from nanobot.usage.meter import MeteredProvider, UsageMeter, shared_meter
 
 if TYPE_CHECKING:  # imported where used: the cron and MCP modules load only when needed
     from nanobot.cron.runner import Clock, Delivery, JobTurns, Scheduler, TurnResult
@@ -145,7 +146,8 @@ class AssistantTurns:
     async def run(self, session_key: str, prompt: str) -> TurnResult:
         from nanobot.cron.runner import TurnResult
 
-        assistant = open_assistant(self.cfg, session_key, stream=False)  # SessionInUseError when held
+        assistant = open_assistant(self.cfg, session_key, stream=False,  # SessionInUseError when held
+                                   memory_writes=background_memory_writes(self.cfg))
         try:
             await assistant.mcp_ready()  # a job's turn sees the MCP tools too
             outcome = await assistant.conversation.send(prompt)
@@ -166,7 +168,7 @@ def build_scheduler(cfg: Config, *, kind: str, heartbeat: bool = False, turns: J
     hb = cfg.gateway.heartbeat
     return Scheduler(store, turns or AssistantTurns(cfg), RunnerLock(store, kind), clock or SystemClock(),
                      list(deliveries or []), HeartbeatSettings(hb.enabled and heartbeat, hb.interval_s),
-                     poll_s=cfg.gateway.jobs_poll_s)
+                     poll_s=cfg.gateway.jobs_poll_s, spend=shared_meter(cfg.usage.limits))
 
 
 @dataclass
@@ -178,6 +180,7 @@ class Assistant:
     store: SessionStore
     conversation: Conversation
     subagents: SubagentManager  # this run's helpers, and the report turns they lead to
+    meter: UsageMeter  # the usage ledger and the limits every provider call of this run passes
     approver: SessionApprover | None = None  # answers risky actions; remembers this session's "always"
     imports: ImportResult = field(default_factory=lambda: ImportResult([], []))  # what came from nanobot
     mcp: MCPManager | None = None  # MCP servers starting or started in the background
@@ -210,6 +213,12 @@ class Assistant:
         await self.conversation.upkeep.join()  # `agent -m` must not exit mid-consolidation
         self.store.close(self.conversation.session)
         await self.conversation.provider.aclose()
+        self.meter.close()
+
+    def spend_line(self) -> str:
+        """What this process spent on this session's model calls (the chat's /status)."""
+        spend = self.meter.sessions.get(self.conversation.session.key)
+        return spend.line() if spend is not None else "no model calls yet"
 
 
 class _NoSpawner:
@@ -226,6 +235,28 @@ def add_main_agent_tools(tools: ToolRegistry, cfg: Config, workspace: Path, sess
     tools.register(cron_tool(cfg, workspace, session_key, approver))
 
 
+def model_label(cfg: Config, model: str | None = None) -> str:
+    """provider/model as the ledger names it."""
+    resolved = resolve_model(cfg, model)
+    return resolved.label or f"{resolved.spec.name}/{resolved.model}"
+
+
+def background_memory_writes(cfg: Config) -> bool:
+    """Whether the job (or heartbeat) whose turn runs now may consolidate into MEMORY.md and HISTORY.md."""
+    from nanobot.cron.jobs import current_job
+    from nanobot.cron.store import JobStore
+
+    job = current_job.get()
+    if job is None:
+        return True
+    if job == "heartbeat":
+        return cfg.gateway.heartbeat.memory
+    try:
+        return JobStore(cfg.workspace_path()).get(job).memory
+    except Exception:  # the job was removed meanwhile: the default
+        return False
+
+
 def build_budget(cfg: Config) -> ContextBudget:
     """The one ContextBudget of a run: every request, subagent and status screen asks it."""
     d = cfg.defaults
@@ -236,16 +267,21 @@ def build_budget(cfg: Config) -> ContextBudget:
 def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, stream: bool = True,
                    on_retry: RetryCallback | None = None, ask: Approver | None = None,
                    approve: Iterable[str] = (), on_fallback: FallbackCallback | None = None,
-                   background: EventSink = ignore) -> Assistant:
+                   background: EventSink = ignore, origin: str = "chat",
+                   memory_writes: bool = True) -> Assistant:
     """Resolve the provider (fails fast on a missing key), then lock and load the session.
 
     `ask` answers risky actions (the chat's prompt; None refuses them, as in one-shot mode);
     `approve` lists kinds allowed without asking (--approve), besides tools.autoApprove;
     `background` renders what happens between the user's turns (helpers' reports, consolidation
-    finishing, MCP servers failing).
+    finishing, MCP servers failing); `origin` is the ledger's source for its turns ("chat",
+    "one-shot"; within a cron job's turn the ledger says "cron"); `memory_writes` False keeps
+    consolidation out of MEMORY.md and HISTORY.md (background sessions: see consolidator_for).
     """
     auto = check_kinds([*cfg.tools.auto_approve], "tools.autoApprove") | check_kinds(approve, "--approve")
-    provider = build_provider(cfg, model, on_retry=on_retry, on_fallback=on_fallback)
+    meter = shared_meter(cfg.usage.limits)
+    provider = MeteredProvider(build_provider(cfg, model, on_retry=on_retry, on_fallback=on_fallback), meter,
+                               source=origin, session=session_key, model=model_label(cfg, model))
     if cfg.tools.exec.enable:
         prefetch(cfg.tools.exec.confinement)  # its probes wait on child processes while the session loads
     workspace = cfg.workspace_path()
@@ -268,15 +304,16 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     tools = build_tools(cfg, workspace, approver)
     loop = LoopSpec(provider, tools, budget, max_iterations=d.max_tool_iterations, temperature=d.temperature,
                     stream=stream)
-    consolidator = Consolidator(provider, memory, store, budget, timeout=d.consolidation_timeout_seconds)
+    consolidator = Consolidator(provider.for_source("consolidation"), memory, store, budget,
+                                timeout=d.consolidation_timeout_seconds, memory_writes=memory_writes)
     conversation = Conversation(
         session=session, store=store, context=context, loop=loop,
         upkeep=MemoryUpkeep(consolidator, session, context, tools, background=background,
                             room_wait_seconds=d.consolidation_wait_seconds),
         settings=TurnSettings(channel=channel or "cli", chat_id=chat_id or "direct"))
     sub_tools = build_tools(cfg, workspace, approver)  # subagents ask the same way, recorded in this session
-    subagents = SubagentManager(provider, sub_tools, workspace, reports=ReportTurns(conversation, background),
-                                budget=budget)
+    subagents = SubagentManager(provider.for_source("subagent"), sub_tools, workspace,
+                                reports=ReportTurns(conversation, background), budget=budget, limits=cfg.usage.limits)
     add_main_agent_tools(tools, cfg, workspace, session_key, subagents, approver)
     system = context.system_prompt()
     try:
@@ -288,7 +325,7 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     warnings = [*session.warnings, *memory.startup_check(), *budget.startup_warnings(system, tools.schemas())]
     mcp = start_mcp(cfg, workspace, [tools, sub_tools], approver,  # last: nothing after it can fail and leak them
                     notify=lambda text: background(Notice(text, "warning")))
-    return Assistant(cfg, workspace, store, conversation, subagents, approver, imports, mcp, warnings)
+    return Assistant(cfg, workspace, store, conversation, subagents, meter, approver, imports, mcp, warnings)
 
 
 def status_snapshot(cfg: Config, session_key: str = "cli:direct") -> tuple[BudgetSnapshot, bool]:

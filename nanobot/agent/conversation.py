@@ -26,6 +26,7 @@ from nanobot.providers.base import Usage
 from nanobot.secrets_mask import REDACTED, find_secrets, mask_secrets, mask_value
 from nanobot.session.save_policy import TurnCheckpoint, save_turn
 from nanobot.session.store import Session, SessionStore
+from nanobot.usage.limits import TurnScope, current_turn
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,7 @@ class Conversation:
         if not text.strip():
             raise UsageError("the message is empty", hint='Type something, e.g. nanobot agent -m "hello".')
         text = self._mask_user_text(text, emit)
+        current_turn.set(TurnScope())  # the helper limits count per user turn (nanobot/usage/limits.py)
         async with self._turn_lock:
             text = keep_large_paste(text, self.budget, self.context.workspace, emit)
             await self.upkeep.make_room(text, emit)
