@@ -216,9 +216,10 @@ class Assistant:
         self.meter.close()
 
     def spend_line(self) -> str:
-        """What this process spent on this session's model calls (the chat's /status)."""
-        spend = self.meter.sessions.get(self.conversation.session.key)
-        return spend.line() if spend is not None else "no model calls yet"
+        """What this session's model calls spent today (the chat's /status)."""
+        from nanobot.usage.report import session_line
+
+        return session_line(self.conversation.session.key, directory=self.meter.dir)
 
 
 class _NoSpawner:

@@ -194,7 +194,8 @@ class SubagentManager:
                 if scope is not None:
                     scope.told = True
                 self.reports.limited(refusal)
-            raise ToolError(f"{refusal}. Tell the user what you have; do not try to start another helper now.")
+            raise ToolError("not started: a limit on helpers is reached (the user was told which, and how to raise "
+                            "it). Tell the user what you have; do not try to start another helper now.")
         if scope is not None:
             scope.helpers += 1
         sub_id = f"sa-{secrets.token_hex(3)}"

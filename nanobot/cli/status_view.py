@@ -67,7 +67,7 @@ def status_lines(assistant) -> list[str]:
 
 def _spend(assistant) -> list[str]:
     spend_line = getattr(assistant, "spend_line", None)
-    return [f"spend      this session, this run: {spend_line()}"] if spend_line is not None else []
+    return [f"spend      this session: {spend_line()}"] if spend_line is not None else []
 
 
 def _approvals(assistant) -> list[str]:

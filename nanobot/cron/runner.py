@@ -119,6 +119,9 @@ class SpendGate(Protocol):
     def paused(self, job: str) -> tuple[str, str] | None:
         """(which limit, the line for the user) when `job` ("heartbeat" or a job id) must wait, else None."""
 
+    def first_notice(self, key: str) -> bool:
+        """True the first time anyone asks about `key` (one of `paused`'s): the user is told once."""
+
 
 def describe_owner(owner: dict[str, Any]) -> str:
     if not owner:
@@ -199,7 +202,6 @@ class Scheduler:
     heartbeat: HeartbeatSettings = field(default_factory=HeartbeatSettings)
     poll_s: float = POLL_SECONDS  # longest sleep between rereads of the store
     spend: SpendGate | None = None  # the daily token limits for background work (usage.limits)
-    _told: set[str] = field(default_factory=set)  # the limits the user was told about (once a day each)
 
     # -- one tick -----------------------------------------------------------------------------
 
@@ -293,8 +295,7 @@ class Scheduler:
             return None
         key, line = paused
         firing = Firing("job" if job_id else "heartbeat", at_ms, title, "", "skipped", job_id, error=line)
-        if key not in self._told:
-            self._told.add(key)
+        if self.spend is not None and self.spend.first_notice(key):
             self._deliver(firing)
         return firing
 

@@ -13,37 +13,23 @@ conversation's calls within a job are recorded as source cron (or heartbeat).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nanobot.config import UsageLimits
 from nanobot.cron.jobs import current_job
+from nanobot.fsio import atomic_write
 from nanobot.messages import Message
+from nanobot.paths import ensure_private_dir
 from nanobot.providers.base import LLMResponse, Provider
 from nanobot.usage.ledger import DaySpend, Ledger, TodaySpend, UsageRecord, ledger_dir
 from nanobot.usage.limits import token_refusal
 
 SOURCES = ("chat", "one-shot", "subagent", "consolidation", "cron", "heartbeat")
 TURN_SOURCES = ("chat", "one-shot")  # a turn of a conversation; within a job's turn: cron / heartbeat
-
-
-@dataclass
-class SessionSpend:
-    """What this process spent on one session (the chat's /status)."""
-
-    calls: int = 0
-    prompt: int = 0
-    completion: int = 0
-    cache_read: int = 0
-
-    def line(self) -> str:
-        share = f", {self.cache_read * 100 // self.prompt}% of the prompt tokens read from the cache" \
-            if self.prompt and self.cache_read else ""
-        return (f"{self.calls} call{'s' if self.calls != 1 else ''}, {self.prompt + self.completion:,} tokens "
-                f"({self.prompt:,} prompt, {self.completion:,} completion{share})")
 
 
 class UsageMeter:
@@ -55,7 +41,6 @@ class UsageMeter:
         self.dir = Path(directory) if directory is not None else ledger_dir()
         self.ledger = Ledger(self.dir)
         self.today = TodaySpend(self.dir, clock=clock)
-        self.sessions: dict[str, SessionSpend] = {}
         self._clock = clock
 
     def check(self, job: str | None) -> None:
@@ -78,16 +63,30 @@ class UsageMeter:
         which = f"{day.start:.0f}:{refusal.key}" + (f":{job}" if refusal.key == "jobDailyTokens" else "")
         return which, f"{refusal.message}. {refusal.hint}"
 
+    def first_notice(self, key: str) -> bool:
+        """True the first time `key` is asked about (by any process): the user is told once about a pause."""
+        path = self.dir / "told.json"
+        try:
+            told = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            told = {}
+        told = told if isinstance(told, dict) else {}
+        day = f"{self.today.day.start:.0f}"
+        keys = told.get(day) if isinstance(told.get(day), list) else []
+        if key in keys:
+            return False
+        try:
+            ensure_private_dir(self.dir)
+            atomic_write(path, json.dumps({day: [*keys, key]}) + "\n")  # only today's: the file stays small
+        except OSError:
+            pass  # told again later rather than never
+        return True
+
     def spent_today(self) -> DaySpend:
         return self.today.refresh()
 
     def record(self, record: UsageRecord) -> None:
         self.ledger.append(record)
-        spend = self.sessions.setdefault(record.session, SessionSpend())
-        spend.calls += 1
-        spend.prompt += record.prompt
-        spend.completion += record.completion
-        spend.cache_read += record.cache_read
 
     def now(self) -> float:
         return self._clock()

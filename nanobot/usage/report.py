@@ -132,3 +132,17 @@ def paused_lines(day: DaySpend, limits: UsageLimits) -> list[str]:
         if refusal is not None:
             lines.setdefault(refusal.key + ("" if refusal.key != "jobDailyTokens" else f":{job}"), refusal.message)
     return list(lines.values())
+
+
+def session_line(session: str, *, directory: Path | None = None, now: float | None = None) -> str:
+    """The chat's /status line: what this session's model calls spent today."""
+    now = time.time() if now is None else now
+    spent = Bucket()
+    for record in read_records(directory, since=day_start(now)):
+        if record.session == session:
+            spent.add(record, None)
+    if not spent.calls:
+        return "no model calls today"
+    share = f", {spent.cache_share:.0%} of the prompt read from the cache" if spent.cache_read else ""
+    return (f"{spent.calls} call{'s' if spent.calls != 1 else ''} today, {spent.tokens:,} tokens "
+            f"({spent.prompt:,} prompt, {spent.completion:,} completion{share})")
