@@ -169,8 +169,11 @@ class Ledger:
         except FileNotFoundError:
             return
         os.fsync(self._fd)
-        target = self.dir / f"usage-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.jsonl"
-        os.replace(self.path, target)
+        target = self.dir / f"usage-{time.time_ns():020d}-{os.getpid()}.jsonl"  # unique, and sorts by time
+        try:
+            os.replace(self.path, target)
+        except FileNotFoundError:  # another process rotated it just now
+            return
         fsync_dir(self.dir)
         os.close(self._fd)
         self._fd = None
@@ -220,13 +223,39 @@ def read_records_in(path: Path, since: float = 0.0) -> Iterator[UsageRecord]:
         data = path.read_bytes()
     except OSError:
         return
-    for line in data.splitlines():
+    for line in data[_first_offset(data, since):].splitlines():
         t = _line_time(line)
         if t is not None and t < since:
             continue  # most of a year's lines: skipped without parsing them
         record = parse_line(line)
         if record is not None and record.t >= since:
             yield record
+
+
+# records are appended in time order, give or take a clock set back: the search for where `since`
+# begins starts this much earlier, and every line after it is still checked
+ORDER_SLACK_SECONDS = 86_400
+
+
+def _first_offset(data: bytes, since: float) -> int:
+    """An offset at a line start before which no record is newer than `since` (binary search)."""
+    if since <= 0:
+        return 0
+    target = since - ORDER_SLACK_SECONDS
+    lo, hi = 0, len(data)  # lines starting before lo are older than target; lo is a line start
+    while hi - lo > 4096:
+        mid = (lo + hi) // 2
+        start = data.find(b"\n", mid) + 1
+        if start <= 0 or start >= hi:
+            hi = mid
+            continue
+        end = data.find(b"\n", start)
+        t = _line_time(data[start:end if end >= 0 else len(data)])
+        if t is not None and t < target:
+            lo = start
+        else:
+            hi = mid
+    return lo
 
 
 def day_start(now: float) -> float:
@@ -262,13 +291,16 @@ class TodaySpend:
         self.path = self.dir / CURRENT
         self._clock = clock
         self.day = DaySpend()
+        self._day_end = 0.0  # the next local midnight
+        self._fd: int | None = None  # the current file, as last read
         self._ino: int | None = None
         self._offset = 0
 
     def refresh(self) -> DaySpend:
         now = self._clock()
-        start = day_start(now)
-        if start != self.day.start:
+        if not self.day.start <= now < self._day_end:
+            start = day_start(now)
+            self._day_end = day_start(start + 36 * 3600)  # 36 h: past the next midnight, whatever DST does
             self._rescan(start)
             return self.day
         try:
@@ -276,39 +308,49 @@ class TodaySpend:
         except FileNotFoundError:
             return self.day
         if st.st_ino != self._ino:  # rotated since: what the old file gained is in a rotated file now
-            self._rescan(start)
+            self._rescan(self.day.start)
         elif st.st_size > self._offset:
-            self._read_from(self.path, self._offset, start)
+            self._read_new(st.st_size)
         return self.day
 
+    def close(self) -> None:
+        """Let the file go; the next refresh reads today's records again."""
+        self._close_fd()
+        self._day_end = 0.0
+
+    def _close_fd(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
     def _rescan(self, start: float) -> None:
+        self._close_fd()
         self.day = DaySpend(start=start)
         self._ino, self._offset = None, 0
         for path in ledger_files(self.dir, since=start):
-            if path.name == CURRENT:
-                try:
-                    self._ino = os.stat(path).st_ino
-                except OSError:
-                    continue
-                self._read_from(path, 0, start)
-            else:
-                self._read_all(path, start)
+            if path.name != CURRENT:
+                for record in read_records_in(path, start):
+                    self.day.add(record)
+                continue
+            try:
+                self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            st = os.fstat(self._fd)
+            self._ino = st.st_ino
+            self._offset = _first_offset(os.pread(self._fd, st.st_size, 0), start) if st.st_size else 0
+            self._read_new(st.st_size)
 
-    def _read_all(self, path: Path, start: float) -> None:
-        for record in read_records_in(path, start):
-            self.day.add(record)
-
-    def _read_from(self, path: Path, offset: int, start: float) -> None:
+    def _read_new(self, size: int) -> None:
+        if self._fd is None:
+            return
         try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read()
+            data = os.pread(self._fd, size - self._offset, self._offset)
         except OSError:
             return
         end = data.rfind(b"\n") + 1  # an unfinished last line is read once it is whole
         for line in data[:end].splitlines():
             record = parse_line(line)
-            if record is not None and record.t >= start:
+            if record is not None and record.t >= self.day.start:
                 self.day.add(record)
-        self._offset = offset + end
-
+        self._offset += end

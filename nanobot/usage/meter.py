@@ -72,7 +72,8 @@ class UsageMeter:
             told = {}
         told = told if isinstance(told, dict) else {}
         day = f"{self.today.day.start:.0f}"
-        keys = told.get(day) if isinstance(told.get(day), list) else []
+        listed = told.get(day)
+        keys: list[str] = listed if isinstance(listed, list) else []
         if key in keys:
             return False
         try:
@@ -92,8 +93,9 @@ class UsageMeter:
         return self._clock()
 
     def close(self) -> None:
-        """fsync and close the ledger (a later record opens it again)."""
+        """fsync and close the ledger's files (a later call opens them again)."""
         self.ledger.close()
+        self.today.close()
 
 
 _METERS: dict[Path, UsageMeter] = {}
