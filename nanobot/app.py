@@ -168,7 +168,7 @@ def build_scheduler(cfg: Config, *, kind: str, heartbeat: bool = False, turns: J
     hb = cfg.gateway.heartbeat
     return Scheduler(store, turns or AssistantTurns(cfg), RunnerLock(store, kind), clock or SystemClock(),
                      list(deliveries or []), HeartbeatSettings(hb.enabled and heartbeat, hb.interval_s),
-                     poll_s=cfg.gateway.jobs_poll_s, spend=shared_meter(cfg.usage.limits))
+                     poll_s=cfg.gateway.jobs_poll_s, spend=shared_meter(cfg))
 
 
 @dataclass
@@ -280,7 +280,7 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     consolidation out of MEMORY.md and HISTORY.md (background sessions: see consolidator_for).
     """
     auto = check_kinds([*cfg.tools.auto_approve], "tools.autoApprove") | check_kinds(approve, "--approve")
-    meter = shared_meter(cfg.usage.limits)
+    meter = shared_meter(cfg)
     provider = MeteredProvider(build_provider(cfg, model, on_retry=on_retry, on_fallback=on_fallback), meter,
                                source=origin, session=session_key, model=model_label(cfg, model))
     if cfg.tools.exec.enable:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nanobot.config import UsageLimits
+from nanobot.config import Config, UsageLimits
 from nanobot.cron.jobs import current_job
 from nanobot.fsio import atomic_write
 from nanobot.messages import Message
@@ -41,23 +42,44 @@ class UsageMeter:
         self.dir = Path(directory) if directory is not None else ledger_dir()
         self.ledger = Ledger(self.dir)
         self.today = TodaySpend(self.dir, clock=clock)
+        self._config: Path | None = None
+        self._config_mtime: float | None = None
         self._clock = clock
+
+    def watch(self, config: Path | None) -> None:
+        """Read the limits again when `config` changes: raising a limit in the file lets paused work go on
+        without a restart (a long-running `nanobot serve`)."""
+        self._config = config
+        self._config_mtime = _mtime(config)
+
+    def current_limits(self) -> UsageLimits:
+        mtime = _mtime(self._config)
+        if self._config is not None and mtime != self._config_mtime:
+            self._config_mtime = mtime
+            from nanobot.config import load_config
+            from nanobot.errors import NanobotError
+
+            try:
+                self.limits = load_config(self._config).usage.limits
+            except NanobotError:
+                pass  # a file being edited: the limits it had stay until it reads again
+        return self.limits
 
     def check(self, job: str | None) -> None:
         """Raise SpendLimitReached when a limit forbids a call for `job` (None: not background work)."""
-        refusal = token_refusal(self.limits, self.spent_today(), job)
+        refusal = token_refusal(self.current_limits(), self.spent_today(), job)
         if refusal is not None:
             raise refusal
 
     def refusal(self, job: str | None) -> str | None:
         """The one line saying why work for `job` may not run now, or None."""
-        refusal = token_refusal(self.limits, self.spent_today(), job)
+        refusal = token_refusal(self.current_limits(), self.spent_today(), job)
         return None if refusal is None else f"{refusal.message}. {refusal.hint}"
 
     def paused(self, job: str) -> tuple[str, str] | None:
         """For the scheduler: (which limit today, the line for the user) when `job` must wait."""
         day = self.spent_today()
-        refusal = token_refusal(self.limits, day, job)
+        refusal = token_refusal(self.current_limits(), day, job)
         if refusal is None:
             return None
         which = f"{day.start:.0f}:{refusal.key}" + (f":{job}" if refusal.key == "jobDailyTokens" else "")
@@ -98,16 +120,27 @@ class UsageMeter:
         self.today.close()
 
 
+def _mtime(path: Path | None) -> float | None:
+    try:
+        return os.stat(path).st_mtime if path is not None else None
+    except OSError:
+        return None
+
+
 _METERS: dict[Path, UsageMeter] = {}
 
 
-def shared_meter(limits: UsageLimits) -> UsageMeter:
-    """The meter of this process for the current nanobot home, with `limits` as the config now says."""
+def shared_meter(cfg: Config) -> UsageMeter:
+    """The meter of this process for the current nanobot home, with the limits `cfg` sets (read again
+    when its file changes)."""
     directory = ledger_dir()
     meter = _METERS.get(directory)
     if meter is None:
-        meter = _METERS[directory] = UsageMeter(limits, directory)
-    meter.limits = limits
+        meter = _METERS[directory] = UsageMeter(cfg.usage.limits, directory)
+    elif cfg.path is not None and cfg.path == meter._config:
+        return meter  # the same file: its limits are read again when it changes (a later edit wins over `cfg`)
+    meter.limits = cfg.usage.limits
+    meter.watch(cfg.path)
     return meter
 
 

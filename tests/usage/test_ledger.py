@@ -182,3 +182,28 @@ def test_background_sessions_consolidate_without_touching_memory_unless_the_job_
     assert "save_memory" in json.dumps(fake_llm.requests[-1].tools)
     assert "keeps a diary" in (memory_dir / "MEMORY.md").read_text()
     assert os.path.exists(memory_dir / "HISTORY.md")
+
+
+def test_a_limit_raised_in_the_file_applies_without_a_restart(configure, isolated_home):
+    from nanobot.config import load_config
+    from nanobot.errors import SpendLimitReached
+    from nanobot.usage.meter import shared_meter
+
+    path = configure()
+    data = json.loads(path.read_text())
+    data["usage"] = {"limits": {"backgroundDailyTokens": 100}}
+    path.write_text(json.dumps(data))
+    meter = shared_meter(load_config(path))
+    meter.ledger.append(_record(prompt=150, completion=0, job="j1", source="cron"))
+    try:
+        meter.check("j1")
+        raise AssertionError("the limit did not hold")
+    except SpendLimitReached as exc:
+        assert exc.key == "backgroundDailyTokens"
+    assert meter.check(None) is None  # the chat is not background work
+    data["usage"] = {"limits": {"backgroundDailyTokens": 1000}}
+    path.write_text(json.dumps(data))
+    os.utime(path, (time.time() + 5, time.time() + 5))  # a later mtime, whatever the clock's resolution
+    assert shared_meter(load_config(path)) is meter
+    assert meter.check("j1") is None and meter.paused("j1") is None
+    meter.close()
