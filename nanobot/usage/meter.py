@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +44,7 @@ class UsageMeter:
         self.ledger = Ledger(self.dir)
         self.today = TodaySpend(self.dir, clock=clock)
         self._config: Path | None = None
+        self._lock = threading.Lock()  # event loops in several threads may share the meter (one per home)
         self._config_mtime: float | None = None
         self._clock = clock
 
@@ -106,18 +108,21 @@ class UsageMeter:
         return True
 
     def spent_today(self) -> DaySpend:
-        return self.today.refresh()
+        with self._lock:
+            return self.today.refresh()
 
     def record(self, record: UsageRecord) -> None:
-        self.ledger.append(record)
+        with self._lock:
+            self.ledger.append(record)
 
     def now(self) -> float:
         return self._clock()
 
     def close(self) -> None:
         """fsync and close the ledger's files (a later call opens them again)."""
-        self.ledger.close()
-        self.today.close()
+        with self._lock:
+            self.ledger.close()
+            self.today.close()
 
 
 def _mtime(path: Path | None) -> float | None:
