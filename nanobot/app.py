@@ -147,7 +147,7 @@ class AssistantTurns:
         from nanobot.cron.runner import TurnResult
 
         assistant = open_assistant(self.cfg, session_key, stream=False,  # SessionInUseError when held
-                                   memory_writes=background_memory_writes(self.cfg))
+                                   memory_writes=background_memory_writes(self.cfg, session_key))
         try:
             await assistant.mcp_ready()  # a job's turn sees the MCP tools too
             outcome = await assistant.conversation.send(prompt)
@@ -242,13 +242,16 @@ def model_label(cfg: Config, model: str | None = None) -> str:
     return resolved.label or f"{resolved.spec.name}/{resolved.model}"
 
 
-def background_memory_writes(cfg: Config) -> bool:
-    """Whether the job (or heartbeat) whose turn runs now may consolidate into MEMORY.md and HISTORY.md."""
+def background_memory_writes(cfg: Config, session_key: str) -> bool:
+    """Whether consolidating `session_key` may write MEMORY.md and HISTORY.md: always for the user's own
+    sessions (a job aimed at one with --session included); for a job's own session (cron:<id>) or the
+    heartbeat's, only when the job says "memory": true (gateway.heartbeat.memory for the heartbeat)."""
+    from nanobot.cron.heartbeat import HEARTBEAT_SESSION
     from nanobot.cron.jobs import current_job
     from nanobot.cron.store import JobStore
 
     job = current_job.get()
-    if job is None:
+    if job is None or session_key not in (HEARTBEAT_SESSION, f"cron:{job}"):
         return True
     if job == "heartbeat":
         return cfg.gateway.heartbeat.memory

@@ -157,7 +157,8 @@ def test_background_sessions_consolidate_without_touching_memory_unless_the_job_
     async def two_turns_then_compact(job_id: str) -> list:
         token = current_job.set(job_id)
         try:
-            assistant = open_assistant(cfg, f"cron:{job_id}", stream=False, memory_writes=background_memory_writes(cfg))
+            key = f"cron:{job_id}"
+            assistant = open_assistant(cfg, key, stream=False, memory_writes=background_memory_writes(cfg, key))
             try:
                 await assistant.conversation.send("how is the weather")
                 await assistant.conversation.send("and tomorrow")
@@ -207,3 +208,18 @@ def test_a_limit_raised_in_the_file_applies_without_a_restart(configure, isolate
     assert shared_meter(load_config(path)) is meter
     assert meter.check("j1") is None and meter.paused("j1") is None
     meter.close()
+
+
+def test_a_job_aimed_at_the_users_session_consolidates_it_as_usual(configure):
+    from nanobot.app import background_memory_writes
+    from nanobot.config import load_config
+    from nanobot.cron.jobs import current_job
+
+    cfg = load_config(configure())
+    token = current_job.set("abc123")
+    try:
+        assert background_memory_writes(cfg, "cli:direct") is True
+        assert background_memory_writes(cfg, "cron:abc123") is False
+    finally:
+        current_job.reset(token)
+    assert background_memory_writes(cfg, "cron:abc123") is True  # not inside that job's turn: a chat opened it

@@ -305,3 +305,11 @@ def test_the_heartbeat_makes_no_call_when_nothing_is_open(nanobot_run, fake_llm,
     fake_llm.script(Reply.text("HEARTBEAT_OK"))
     nanobot_run("serve", "--once")
     assert [r.source for r in _ledger(isolated_home)] == ["heartbeat"]
+
+
+def test_cron_add_memory_lets_a_jobs_turns_reach_memory(nanobot_run, configure, isolated_home):
+    configure()
+    assert nanobot_run("cron", "add", "-m", "Write my diary", "--every", "3600", "--memory").returncode == 0
+    assert nanobot_run("cron", "add", "-m", "Check the weather", "--every", "3600").returncode == 0
+    jobs = json.loads((isolated_home / "workspace" / "cron" / "jobs.json").read_text())["jobs"]
+    assert [job.get("memory") for job in jobs] == [True, None]
