@@ -33,7 +33,7 @@ def run_usage(config_path: Path | None, *, json_out: bool) -> int:
 
 def _table(period: Period, *, priced: bool) -> Table:
     total = period.total
-    title = f"{period.label}: {total.calls:,} calls, {total.tokens:,} tokens"
+    title = f"{period.label}: {total.calls:,} call{'s' if total.calls != 1 else ''}, {total.tokens:,} tokens"
     table = Table(title=title, title_justify="left", box=None, pad_edge=False)
     for name in ("", "calls", "prompt", "completion", "cache read"):
         table.add_column(name, justify="left" if not name else "right")

@@ -169,7 +169,7 @@ def test_usage_shows_costs_from_the_users_prices_and_the_cache_share(nanobot_run
     assert report["cost"] == 1.2 + 0.2 + 0.8
     assert report["cacheReadShare"] == 0.4
     text = nanobot_run("usage").stdout
-    assert "today: 1 calls, 1,100,000 tokens" in text and "40%" in text and "2.2000" in text
+    assert "today: 1 call, 1,100,000 tokens" in text and "40%" in text and "2.2000" in text
     status = nanobot_run("status").stdout
     assert "today 1 call, 1,100,000 tokens" in status
 
