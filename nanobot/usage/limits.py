@@ -66,7 +66,8 @@ def token_refusal(limits: UsageLimits, day: DaySpend, job: str | None) -> SpendL
     if limits.background_daily_tokens and day.background >= limits.background_daily_tokens:
         return SpendLimitReached(
             f"background work is paused: cron jobs and the heartbeat spent {_tokens(day.background)} today "
-            f"(usage.limits.backgroundDailyTokens = {limits.background_daily_tokens:,}); {what} waits until midnight",
+            f"(usage.limits.backgroundDailyTokens = {limits.background_daily_tokens:,}); jobs due meanwhile are "
+            "skipped until midnight",
             key="backgroundDailyTokens")
     spent = day.by_job.get(job, 0)
     if limits.job_daily_tokens and spent >= limits.job_daily_tokens:
