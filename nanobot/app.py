@@ -96,6 +96,16 @@ def build_provider(cfg: Config, model: str | None = None, *, on_retry: RetryCall
                          fallbacks=fallbacks, on_fallback=on_fallback)
 
 
+def metered_provider(cfg: Config, session_key: str, source: str, model: str | None = None, *,
+                     on_retry: RetryCallback | None = None,
+                     on_fallback: FallbackCallback | None = None) -> MeteredProvider:
+    """build_provider behind the usage meter: every call checked against usage.limits first and recorded in
+    the ledger as `source` for `session_key`. Whatever calls a model goes through one of these
+    (`for_source` gives the same provider under another source)."""
+    return MeteredProvider(build_provider(cfg, model, on_retry=on_retry, on_fallback=on_fallback), shared_meter(cfg),
+                           source=source, session=session_key, model=model_label(cfg, model))
+
+
 def retry_policy_from_env() -> RetryPolicy:
     """NANOBOT_RETRY_BASE_DELAY shortens backoff (tests and scripts use it)."""
     policy = RetryPolicy()
@@ -283,9 +293,8 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     consolidation out of MEMORY.md and HISTORY.md (background sessions: see consolidator_for).
     """
     auto = check_kinds([*cfg.tools.auto_approve], "tools.autoApprove") | check_kinds(approve, "--approve")
-    meter = shared_meter(cfg)
-    provider = MeteredProvider(build_provider(cfg, model, on_retry=on_retry, on_fallback=on_fallback), meter,
-                               source=origin, session=session_key, model=model_label(cfg, model))
+    provider = metered_provider(cfg, session_key, origin, model, on_retry=on_retry, on_fallback=on_fallback)
+    meter = provider.meter
     if cfg.tools.exec.enable:
         prefetch(cfg.tools.exec.confinement)  # its probes wait on child processes while the session loads
     workspace = cfg.workspace_path()

@@ -113,7 +113,7 @@ async def _one_shot_command(cfg: Config, session_key: str, message: str, *, mark
         await entry[1](chat, arg)
         return 0
     chat.assistant = assistant = _open(cfg, session_key, stream=False, renderer_ref=[chat.renderer],
-                                       approve=approve)
+                                       approve=approve, origin="one-shot")
     try:
         await entry[1](chat, arg)
     finally:
