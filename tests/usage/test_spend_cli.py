@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from nanobot.fakellm import Reply
 from nanobot.usage.ledger import UsageRecord, read_records
 
@@ -154,16 +155,20 @@ def test_the_ledger_totals_equal_what_the_server_reported_by_source(nanobot_run,
     assert report["today"]["promptTokens"] == sum(v[1] for v in expected.values())
 
 
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
 def test_usage_shows_costs_from_the_users_prices_and_the_cache_share(nanobot_run, fake_llm, configure,
-                                                                    isolated_home):
-    configure()
-    _set_config(isolated_home, usage={"prices": {"custom/test-model": {"input": 2.0, "output": 8.0,
-                                                                         "cacheRead": 0.5}}})
-    fake_llm.script(Reply.text("hi", usage={"prompt_tokens": 1_000_000, "completion_tokens": 100_000,
-                                            "cached_tokens": 400_000}))
+                                                                    isolated_home, protocol):
+    configure(protocol)
+    model = "custom/test-model" if protocol == "openai" else "anthropic/claude-test"
+    _set_config(isolated_home, usage={"prices": {model: {"input": 2.0, "output": 8.0, "cacheRead": 0.5}}})
+    if protocol == "openai":  # OpenAI counts cached tokens inside prompt_tokens
+        usage = {"prompt_tokens": 1_000_000, "completion_tokens": 100_000, "cached_tokens": 400_000}
+    else:  # Anthropic counts them beside input_tokens
+        usage = {"input_tokens": 600_000, "output_tokens": 100_000, "cache_read_input_tokens": 400_000}
+    fake_llm.script(Reply.text("hi", usage=usage))
     assert nanobot_run("agent", "-m", "hello").returncode == 0
     [record] = _ledger(isolated_home)
-    assert (record.prompt, record.completion, record.cache_read) == (1_000_000, 100_000, 400_000)
+    assert (record.prompt, record.completion, record.cache_read, record.model) == (1_000_000, 100_000, 400_000, model)
     report = json.loads(nanobot_run("usage", "--json").stdout)["today"]
     # 600k plain input at 2.0 + 400k cache reads at 0.5 + 100k output at 8.0 (per million)
     assert report["cost"] == 1.2 + 0.2 + 0.8
