@@ -112,7 +112,7 @@ class Ledger:
         self.path = self.dir / CURRENT
         self.rotate_bytes = rotate_bytes
         self.keep_files = keep_files
-        self.failed = ""  # why the last append failed (a full disk, a read-only home); status shows it
+        self.failed = ""  # why the last append failed (a full disk, a read-only home), "" when it did not
         self._fd: int | None = None
         self._fresh_line = False  # the file may end inside a torn line: start the next record on a new one
 
@@ -153,9 +153,9 @@ class Ledger:
             self._fd = None
         ensure_private_dir(self.dir)
         created = not self.path.exists()
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)
         size = os.fstat(fd).st_size
-        self._fresh_line = size > 0 and _last_byte(self.path, size) != b"\n"
+        self._fresh_line = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
         if created:
             fsync_dir(self.dir)
         self._fd = fd
@@ -182,12 +182,6 @@ class Ledger:
                 old.unlink()
             except OSError:
                 pass
-
-
-def _last_byte(path: Path, size: int) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(size - 1)
-        return f.read(1)
 
 
 def rotated_files(directory: Path) -> list[Path]:

@@ -73,11 +73,6 @@ class UsageMeter:
         if refusal is not None:
             raise refusal
 
-    def refusal(self, job: str | None) -> str | None:
-        """The one line saying why work for `job` may not run now, or None."""
-        refusal = token_refusal(self.current_limits(), self.spent_today(), job)
-        return None if refusal is None else f"{refusal.message}. {refusal.hint}"
-
     def paused(self, job: str) -> tuple[str, str] | None:
         """For the scheduler: (which limit today, the line for the user) when `job` must wait."""
         day = self.spent_today()
@@ -153,6 +148,8 @@ class MeteredProvider(Provider):
     """A provider whose every call is checked against the limits first and recorded after."""
 
     def __init__(self, inner: Provider, meter: UsageMeter, *, source: str, session: str, model: str) -> None:
+        if source not in SOURCES:
+            raise ValueError(f"unknown usage source {source!r}; one of {', '.join(SOURCES)}")
         super().__init__(inner.model)
         self.name = inner.name
         self.capabilities = inner.capabilities  # one object: what the adapter learns, every view sees
