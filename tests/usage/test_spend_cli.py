@@ -318,3 +318,19 @@ def test_cron_add_memory_lets_a_jobs_turns_reach_memory(nanobot_run, configure, 
     assert nanobot_run("cron", "add", "-m", "Check the weather", "--every", "3600").returncode == 0
     jobs = json.loads((isolated_home / "workspace" / "cron" / "jobs.json").read_text())["jobs"]
     assert [job.get("memory") for job in jobs] == [True, None]
+
+
+def test_a_job_crossing_its_limit_mid_turn_stops_with_one_line_and_keeps_what_it_did(nanobot_run, fake_llm,
+                                                                                     configure, isolated_home):
+    configure()
+    _set_config(isolated_home, usage={"limits": {"jobDailyTokens": 1000}})
+    job_id = _due_job(isolated_home)
+    fake_llm.script(Reply.tool_calls([("write_file", {"path": "weather.md", "content": "sunny\n"})],
+                                     usage={"prompt_tokens": 1500, "completion_tokens": 20}),
+                    Reply.text("never sent"))
+    result = nanobot_run("serve", "--once")
+    assert len(fake_llm.requests) == 1  # the second call was not sent
+    assert (isolated_home / "workspace" / "weather.md").read_text() == "sunny\n"  # what it did stays
+    assert f"cron job {job_id} is paused" in result.stdout and "usage.limits.jobDailyTokens" in result.stdout
+    session = "".join(p.read_text() for p in (isolated_home / "sessions").glob("cron_*.jsonl"))
+    assert "write_file" in session and "Check the weather" in session
