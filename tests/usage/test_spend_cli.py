@@ -247,6 +247,7 @@ def test_a_background_daily_limit_pauses_jobs_and_serve_says_so_once(nanobot_run
     result = nanobot_run("serve", "--once")
     assert fake_llm.requests == []  # no tokens spent
     assert "background work is paused" in result.stdout and "usage.limits.backgroundDailyTokens" in result.stdout
+    assert "background tokens today 1,500 of 1,000" in result.stdout  # serve's first line
     from nanobot.cron.store import JobStore
 
     assert JobStore(isolated_home / "workspace").get(job_id).history[-1].status == "skipped"
