@@ -38,6 +38,7 @@ from nanobot.tools.base import ToolContext
 from nanobot.tools.exec_rules import ExecRules
 from nanobot.tools.registry import ToolRegistry
 from nanobot.tools.spawn import Spawner, SpawnTool
+from nanobot.usage.meter import MeteredProvider, UsageMeter, shared_meter
 
 if TYPE_CHECKING:  # imported where used: the cron and MCP modules load only when needed
     from nanobot.cron.runner import Clock, Delivery, JobTurns, Scheduler, TurnResult
@@ -103,6 +104,16 @@ def build_provider(cfg: Config, model: str | None = None, *, on_retry: RetryCall
                          fallbacks=fallbacks, on_fallback=on_fallback)
 
 
+def metered_provider(cfg: Config, session_key: str, source: str, model: str | None = None, *,
+                     on_retry: RetryCallback | None = None,
+                     on_fallback: FallbackCallback | None = None) -> MeteredProvider:
+    """build_provider behind the usage meter: every call checked against usage.limits first and recorded in
+    the ledger as `source` for `session_key`. Whatever calls a model goes through one of these
+    (`for_source` gives the same provider under another source)."""
+    return MeteredProvider(build_provider(cfg, model, on_retry=on_retry, on_fallback=on_fallback), shared_meter(cfg),
+                           source=source, session=session_key, model=model_label(cfg, model))
+
+
 def retry_policy_from_env() -> RetryPolicy:
     """NANOBOT_RETRY_BASE_DELAY shortens backoff (tests and scripts use it)."""
     policy = RetryPolicy()
@@ -153,7 +164,8 @@ class AssistantTurns:
     async def run(self, session_key: str, prompt: str) -> TurnResult:
         from nanobot.cron.runner import TurnResult
 
-        assistant = open_assistant(self.cfg, session_key, stream=False)  # SessionInUseError when held
+        assistant = open_assistant(self.cfg, session_key, stream=False,  # SessionInUseError when held
+                                   memory_writes=background_memory_writes(self.cfg, session_key))
         try:
             await assistant.mcp_ready()  # a job's turn sees the MCP tools too
             outcome = await assistant.conversation.send(prompt, by_user=False)
@@ -174,7 +186,7 @@ def build_scheduler(cfg: Config, *, kind: str, heartbeat: bool = False, turns: J
     hb = cfg.gateway.heartbeat
     return Scheduler(store, turns or AssistantTurns(cfg), RunnerLock(store, kind), clock or SystemClock(),
                      list(deliveries or []), HeartbeatSettings(hb.enabled and heartbeat, hb.interval_s),
-                     poll_s=cfg.gateway.jobs_poll_s)
+                     poll_s=cfg.gateway.jobs_poll_s, spend=shared_meter(cfg))
 
 
 @dataclass
@@ -186,6 +198,7 @@ class Assistant:
     store: SessionStore
     conversation: Conversation
     subagents: SubagentManager  # this run's helpers, and the report turns they lead to
+    meter: UsageMeter  # the usage ledger and the limits every provider call of this run passes
     approver: SessionApprover | None = None  # answers risky actions; remembers this session's "always"
     imports: ImportResult = field(default_factory=lambda: ImportResult([], []))  # what came from nanobot
     mcp: MCPManager | None = None  # MCP servers starting or started in the background
@@ -225,6 +238,13 @@ class Assistant:
             save_calibration(self.model_key, self.budget.calibration)
         self.store.close(self.conversation.session)
         await self.conversation.provider.aclose()
+        self.meter.close()
+
+    def spend_line(self) -> str:
+        """What this session's model calls spent today (the chat's /status)."""
+        from nanobot.usage.report import session_line
+
+        return session_line(self.conversation.session.key, directory=self.meter.dir)
 
 
 class _NoSpawner:
@@ -239,6 +259,31 @@ def add_main_agent_tools(tools: ToolRegistry, cfg: Config, workspace: Path, sess
     """What the main agent has beyond a subagent's tools (spawn, cron); status counts the same schemas."""
     tools.register(SpawnTool(tool_context(cfg, workspace, approver), subagents))
     tools.register(cron_tool(cfg, workspace, session_key, approver))
+
+
+def model_label(cfg: Config, model: str | None = None) -> str:
+    """provider/model as the ledger names it."""
+    resolved = resolve_model(cfg, model)
+    return resolved.label or f"{resolved.spec.name}/{resolved.model}"
+
+
+def background_memory_writes(cfg: Config, session_key: str) -> bool:
+    """Whether consolidating `session_key` may write MEMORY.md and HISTORY.md: always for the user's own
+    sessions (a job aimed at one with --session included); for a job's own session (cron:<id>) or the
+    heartbeat's, only when the job says "memory": true (gateway.heartbeat.memory for the heartbeat)."""
+    from nanobot.cron.heartbeat import HEARTBEAT_SESSION
+    from nanobot.cron.jobs import current_job
+    from nanobot.cron.store import JobStore
+
+    job = current_job.get()
+    if job is None or session_key not in (HEARTBEAT_SESSION, f"cron:{job}"):
+        return True
+    if job == "heartbeat":
+        return cfg.gateway.heartbeat.memory
+    try:
+        return JobStore(cfg.workspace_path()).get(job).memory
+    except Exception:  # the job was removed meanwhile: the default
+        return False
 
 
 def build_budget(cfg: Config, model: str | None = None) -> ContextBudget:
@@ -256,16 +301,20 @@ def build_budget(cfg: Config, model: str | None = None) -> ContextBudget:
 def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, stream: bool = True,
                    on_retry: RetryCallback | None = None, ask: Approver | None = None,
                    approve: Iterable[str] = (), on_fallback: FallbackCallback | None = None,
-                   background: EventSink = ignore) -> Assistant:
+                   background: EventSink = ignore, origin: str = "chat",
+                   memory_writes: bool = True) -> Assistant:
     """Resolve the provider (fails fast on a missing key), then lock and load the session.
 
     `ask` answers risky actions (the chat's prompt; None refuses them, as in one-shot mode);
     `approve` lists kinds allowed without asking (--approve), besides tools.autoApprove;
     `background` renders what happens between the user's turns (helpers' reports, consolidation
-    finishing, MCP servers failing).
+    finishing, MCP servers failing); `origin` is the ledger's source for its turns ("chat",
+    "one-shot"; within a cron job's turn the ledger says "cron"); `memory_writes` False keeps
+    consolidation out of MEMORY.md and HISTORY.md (background sessions: see consolidator_for).
     """
     auto = check_kinds([*cfg.tools.auto_approve], "tools.autoApprove") | check_kinds(approve, "--approve")
-    provider = build_provider(cfg, model, on_retry=on_retry, on_fallback=on_fallback)
+    provider = metered_provider(cfg, session_key, origin, model, on_retry=on_retry, on_fallback=on_fallback)
+    meter = provider.meter
     if cfg.tools.exec.enable:
         prefetch(cfg.tools.exec.confinement)  # its probes wait on child processes while the session loads
     workspace = cfg.workspace_path()
@@ -289,15 +338,16 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     tools = build_tools(cfg, workspace, approver, session_key, egress)
     loop = LoopSpec(provider, tools, budget, max_iterations=d.max_tool_iterations, temperature=d.temperature,
                     stream=stream)
-    consolidator = Consolidator(provider, memory, store, budget, timeout=d.consolidation_timeout_seconds)
+    consolidator = Consolidator(provider.for_source("consolidation"), memory, store, budget,
+                                timeout=d.consolidation_timeout_seconds, memory_writes=memory_writes)
     conversation = Conversation(
         session=session, store=store, context=context, loop=loop,
         upkeep=MemoryUpkeep(consolidator, session, context, tools, background=background,
                             room_wait_seconds=d.consolidation_wait_seconds),
         settings=TurnSettings(channel=channel or "cli", chat_id=chat_id or "direct"), egress=egress)
     sub_tools = build_tools(cfg, workspace, approver, session_key, egress)  # subagents ask the same way
-    subagents = SubagentManager(provider, sub_tools, workspace, reports=ReportTurns(conversation, background),
-                                budget=budget)
+    subagents = SubagentManager(provider.for_source("subagent"), sub_tools, workspace,
+                                reports=ReportTurns(conversation, background), budget=budget, limits=cfg.usage.limits)
     add_main_agent_tools(tools, cfg, workspace, session_key, subagents, approver)
     system = context.system_prompt()
     try:
@@ -309,7 +359,7 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     warnings = [*session.warnings, *memory.startup_check(), *budget.startup_warnings(system, tools.schemas())]
     mcp = start_mcp(cfg, workspace, [tools, sub_tools], approver,  # last: nothing after it can fail and leak them
                     notify=lambda text: background(Notice(text, "warning")))
-    return Assistant(cfg, workspace, store, conversation, subagents, approver, imports, mcp, warnings,
+    return Assistant(cfg, workspace, store, conversation, subagents, meter, approver, imports, mcp, warnings,
                      budget, model or d.model)
 
 

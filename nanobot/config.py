@@ -138,6 +138,7 @@ class Tools:
 class HeartbeatConfig:
     enabled: bool = True  # `nanobot serve` reads HEARTBEAT.md on a schedule (nanobot's key)
     interval_s: int = 1800  # seconds between heartbeats (nanobot's gateway.heartbeat.intervalS)
+    memory: bool = False  # heartbeat turns may consolidate into MEMORY.md and HISTORY.md (else their session keeps them)
 
 
 @dataclass
@@ -147,12 +148,36 @@ class Gateway:
 
 
 @dataclass
+class UsageLimits:
+    helpers_per_turn: int = 5  # helpers (subagents) one turn may start; later spawns get an error result; 0: no limit
+    helper_chain: int = 3  # helpers in a row where each was started by the previous one's report; 0: no limit
+    background_daily_tokens: int = 1_000_000  # tokens a day for cron jobs and the heartbeat together; 0: no limit
+    job_daily_tokens: int = 300_000  # tokens a day for any one cron job (or the heartbeat); 0: no limit
+    daily_tokens: int = 0  # tokens a day for everything, chat included; 0: no limit
+
+
+@dataclass
+class ModelPrice:
+    input: float = 0.0  # price per million prompt tokens (those not read from or written to the cache)
+    output: float = 0.0  # price per million completion tokens
+    cache_read: float | None = None  # per million prompt tokens read from the cache; unset: the input price
+    cache_write: float | None = None  # per million prompt tokens written to the cache; unset: the input price
+
+
+@dataclass
+class UsageConfig:
+    limits: UsageLimits = field(default_factory=UsageLimits)  # hard limits, checked before each provider call
+    prices: dict[str, ModelPrice] = field(default_factory=dict)  # "provider/model": prices, for `nanobot usage` costs
+
+
+@dataclass
 class Config:
     agents: Agents = field(default_factory=Agents)
     providers: dict[str, ProviderConfig] = field(default_factory=dict)  # keys and URLs per provider name (anthropic, openai, custom, ...)
     tools: Tools = field(default_factory=Tools)
     gateway: Gateway = field(default_factory=Gateway)
     model_presets: dict[str, ModelPreset] = field(default_factory=dict)  # named models for modelPreset / fallbacks
+    usage: UsageConfig = field(default_factory=UsageConfig)  # the spend ledger's prices and the hard limits
     path: Path | None = field(default=None, metadata={"internal": True})  # where it was read from
     warnings: list[str] = field(default_factory=list, metadata={"internal": True})  # for the user, once
 
@@ -281,6 +306,9 @@ def _check_semantics(cfg: Config, source: str) -> None:
                           "positive number of tokens")
     if cfg.defaults.subagent_wait_seconds < 0:
         raise ConfigError(f"{source}: agents.defaults.subagentWaitSeconds: must not be negative")
+    for key, value in vars(cfg.usage.limits).items():
+        if value < 0:
+            raise ConfigError(f"{source}: usage.limits.{to_camel(key)}: must be 0 (no limit) or a positive number")
     config_check.check_ranges(cfg, source)
 
 
@@ -391,7 +419,7 @@ def deep_merge(base: dict, over: dict) -> dict:
 
 # Maps whose keys are names the user chose (an MCP server, an environment variable, an HTTP
 # header), not settings: their keys are kept exactly as written.
-_FREE_FORM = ("mcpServers", "env", "headers", "extraHeaders", "extraBody", "modelPresets")
+_FREE_FORM = ("mcpServers", "env", "headers", "extraHeaders", "extraBody", "modelPresets", "prices")
 
 
 def _normalize_keys(data: Any, free_form: bool = False) -> Any:

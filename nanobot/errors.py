@@ -15,6 +15,7 @@ tells the user how to fix the problem. Every error class lives here:
   | + JobNotFoundError
   | + StoreBusyError                the jobs file's lock
   + ProviderError                   status, retryable, retry_after, context_overflow, tool_choice_refused
+  | + SpendLimitReached             key: a daily token limit (usage.limits.<key>); the call was not sent
   + ToolError                       becomes an error result for the model
   + RequestTooLarge                 a request that could not fit the context window, not sent
   + StorageError                    path, errno (see storage_error)
@@ -111,6 +112,15 @@ class ProviderError(NanobotError):
         self.reported_window = reported_window  # its real context window, when it said so
         self.reported_tokens = reported_tokens  # its count of our prompt, when it said so
         self.tool_choice_refused = tool_choice_refused  # a 400 saying it cannot force a tool (errors_map)
+
+
+class SpendLimitReached(ProviderError):
+    """A daily token limit (usage.limits.<key>) is reached: the call was not sent."""
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message, hint=f"Raise usage.limits.{key} in the config (0: no limit), or wait until "
+                                       "midnight.")
+        self.key = key
 
 
 class ToolError(NanobotError):

@@ -48,6 +48,7 @@ def _fresh_state() -> list[tuple[Any, str, Callable[[], Any]]]:
     from nanobot.cli import memory_cmd
     from nanobot.sandbox import limits
     from nanobot.tools import shell
+    from nanobot.usage import meter
 
     return [
         (secrets_mask, "_known", set),  # exact secret values remembered when a config loads
@@ -57,6 +58,7 @@ def _fresh_state() -> list[tuple[Any, str, Callable[[], Any]]]:
         (limits, "_swept", set),  # cgroup folders swept of dead commands' leftovers, once per process
         (tokens, "_counters", dict),  # the shared token counters and their per-message caches
         (tokens, "_loader", tokens._Loader),
+        (meter, "_METERS", dict),  # the usage ledger's open file and today's spend, per nanobot home
     ]
 
 

@@ -149,7 +149,7 @@ class Consolidator:
 
     def __init__(self, provider: Provider, memory: MemoryStore, store: SessionStore, budget: ContextBudget, *,
                  timeout: float = DEFAULT_TIMEOUT, max_rounds: int = 5, max_failures: int = 3,
-                 clock: Callable[[], datetime] = datetime.now) -> None:
+                 clock: Callable[[], datetime] = datetime.now, memory_writes: bool = True) -> None:
         self.provider = provider
         self.memory = memory
         self.store = store
@@ -158,6 +158,9 @@ class Consolidator:
         self.max_rounds = max_rounds
         self.max_failures = max_failures
         self.clock = clock
+        # False for a background session (a cron job's, the heartbeat's): its consolidated messages stay in
+        # its session file only; MEMORY.md and HISTORY.md are left alone and no model call is made
+        self.memory_writes = memory_writes
         self._locks: dict[str, asyncio.Lock] = {}
         self._announced: set[str] = set()  # postponement reasons the user was told about (once each)
 
@@ -306,6 +309,10 @@ class Consolidator:
 
         `must_record` (for /new): what cannot be summarised now is archived RAW rather than left."""
         total = end - session.last_consolidated
+        if not self.memory_writes:
+            self.store.set_pointer(session, end)
+            report.messages += total
+            return
         if report.rounds <= 1:  # one quiet line per consolidation, not one per round
             emit(Notice(f"compacting {total} message{'s' if total != 1 else ''} into memory…"))
         while session.last_consolidated < end:

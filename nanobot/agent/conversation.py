@@ -28,6 +28,7 @@ from nanobot.secrets_mask import REDACTED, find_secrets, mask_secrets, mask_valu
 from nanobot.session.save_policy import TurnCheckpoint, save_turn
 from nanobot.session.store import Session, SessionStore
 from nanobot.session.working_state import WorkingStateLog, with_block
+from nanobot.usage.limits import TurnScope, current_turn
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class Conversation:
         text = self._mask_user_text(text, emit)
         if self.egress is not None and by_user:
             self.egress.note_user_text(text)
+        current_turn.set(TurnScope())  # the helper limits count per user turn (nanobot/usage/limits.py)
         async with self._turn_lock:
             text = keep_large_paste(text, self.budget, self.context.workspace, emit)
             await self.upkeep.make_room(text, emit)

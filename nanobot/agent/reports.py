@@ -15,6 +15,7 @@ from typing import Protocol
 from nanobot.agent.events import EventSink, Notice
 from nanobot.agent.subagents import HelperRecord, SubagentResult
 from nanobot.messages import Message
+from nanobot.usage.limits import TurnScope, current_turn
 
 
 class ReportTurnRunner(Protocol):
@@ -41,10 +42,17 @@ class ReportTurns:
     def ended(self, result: SubagentResult) -> None:
         level = "info" if result.status == "completed" else "warning"
         self.emit(Notice(result.record.summary(), level))
-        turn = self.turns.inject(result.report_message(), result.record.note(), emit=self.emit)
-        task = asyncio.get_running_loop().create_task(turn)
+        task = asyncio.get_running_loop().create_task(self._report_turn(result))
         self._queued[task] = result
         task.add_done_callback(lambda t: self._queued.pop(t, None))
+
+    async def _report_turn(self, result: SubagentResult) -> object:
+        # the helpers this turn starts continue the chain of the helper whose report it handles
+        current_turn.set(TurnScope("report", depth=result.record.depth))
+        return await self.turns.inject(result.report_message(), result.record.note(), emit=self.emit)
+
+    def limited(self, text: str) -> None:
+        self.emit(Notice(text, "warning"))
 
     def pending(self) -> int:
         return sum(1 for task in self._queued if not task.done())

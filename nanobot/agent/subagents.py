@@ -30,9 +30,12 @@ from typing import Protocol
 from nanobot.agent.budget import ContextBudget
 from nanobot.agent.events import StopReason
 from nanobot.agent.loop import LoopHooks, LoopSpec, ToolRunner, run_loop
+from nanobot.config import UsageLimits
+from nanobot.errors import ToolError
 from nanobot.messages import NOTE_KEY, Message
 from nanobot.providers.base import Provider
 from nanobot.untrusted import fence
+from nanobot.usage.limits import current_turn, helper_refusal
 
 MAX_SUBAGENT_ITERATIONS = 15
 
@@ -51,6 +54,7 @@ class HelperRecord:
     steps: int = 0
     tools: collections.Counter = field(default_factory=collections.Counter)
     reason: str = ""  # for "stopped": who stopped it ("by the user (/stop)"); for "failed": the error
+    depth: int = 1  # 1: started by a user's (or a job's) turn; n + 1: by the report of a helper of depth n
 
     def work(self) -> str:
         """'3 steps (web_fetch ×2, write_file)'."""
@@ -136,6 +140,9 @@ class ReportSink(Protocol):
     def ended(self, result: SubagentResult) -> None:
         """A helper ended by itself: handle its report (as a turn, behind any running turn)."""
 
+    def limited(self, text: str) -> None:
+        """A helper was not started because of a limit: tell the user, in one line."""
+
     def pending(self) -> int:
         """Report turns queued or running."""
 
@@ -164,22 +171,36 @@ class SubagentManager:
     """This process's helpers: start them, list them, wait for them and their reports, stop them."""
 
     def __init__(self, provider: Provider, tools: ToolRunner, workspace: Path, *, reports: ReportSink,
-                 budget: ContextBudget, max_iterations: int = MAX_SUBAGENT_ITERATIONS) -> None:
+                 budget: ContextBudget, max_iterations: int = MAX_SUBAGENT_ITERATIONS,
+                 limits: UsageLimits | None = None) -> None:
         self.provider = provider
         self.tools = tools  # a ToolRegistry without spawn
         self.workspace = workspace
         self.reports = reports
         self.max_iterations = max_iterations
         self.budget = budget  # keeps each request inside the context window, as for the main agent
+        self.limits = limits or UsageLimits()  # helpers per turn, and chains of helpers started by reports
         self._running: dict[str, _Running] = {}
         self.records: dict[str, HelperRecord] = {}  # every helper of this process, in start order
         self._counter = itertools.count(1)
 
     def spawn(self, task: str, label: str | None = None) -> tuple[str, str]:
-        """Start a subagent in the background; returns (id, label) at once."""
+        """Start a subagent in the background; returns (id, label) at once. Raises ToolError when a
+        limit forbids it (the user is told once per turn, the model reads the error)."""
+        scope = current_turn.get()
+        refusal = helper_refusal(self.limits, scope)
+        if refusal is not None:
+            if scope is None or not scope.told:
+                if scope is not None:
+                    scope.told = True
+                self.reports.limited(refusal)
+            raise ToolError("not started: a limit on helpers is reached (the user was told which, and how to raise "
+                            "it). Tell the user what you have; do not try to start another helper now.")
+        if scope is not None:
+            scope.helpers += 1
         sub_id = f"sa-{secrets.token_hex(3)}"
         label = (label or "").strip() or f"task {next(self._counter)}"
-        record = HelperRecord(sub_id, label, task)
+        record = HelperRecord(sub_id, label, task, depth=(scope.depth if scope else 0) + 1)
         self.records[sub_id] = record
         handle = asyncio.get_running_loop().create_task(self._run(record))
         self._running[sub_id] = _Running(record, handle)

@@ -98,6 +98,15 @@ def status(config: Path | None = ConfigOpt) -> None:
 
 
 @app.command()
+def usage(config: Path | None = ConfigOpt,
+          json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON.")) -> None:
+    """What the assistant spent: today, 7 and 30 days, by source and model (costs from usage.prices)."""
+    from nanobot.cli.usage_cmd import run_usage
+
+    raise typer.Exit(run_usage(config, json_out=json_out))
+
+
+@app.command()
 def doctor(config: Path | None = ConfigOpt,
            offline: bool = typer.Option(False, "--offline", help="Do not contact the provider.")) -> None:
     """Check the setup: config, key, provider and model, token counter, exec confinement, disk, memory, skills,

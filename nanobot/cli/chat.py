@@ -81,7 +81,8 @@ def _asked_for_the_key(cfg: Config) -> bool:
 
 
 def _open(cfg: Config, session_key: str, *, stream: bool, renderer_ref: list[Renderer],
-          ask: Approver | None = None, approve: Sequence[str] = (), background: EventSink = ignore) -> Assistant:
+          ask: Approver | None = None, approve: Sequence[str] = (), background: EventSink = ignore,
+          origin: str = "chat") -> Assistant:
     from nanobot.app import open_assistant
 
     def on_retry(attempt: int, delay: float, error: Exception) -> None:
@@ -93,7 +94,7 @@ def _open(cfg: Config, session_key: str, *, stream: bool, renderer_ref: list[Ren
             renderer_ref[0](Notice(text, "warning"))
 
     return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry, ask=ask, approve=approve,
-                          on_fallback=on_fallback, background=background)
+                          on_fallback=on_fallback, background=background, origin=origin)
 
 
 async def _one_shot_command(cfg: Config, session_key: str, message: str, *, markdown: bool,
@@ -112,7 +113,7 @@ async def _one_shot_command(cfg: Config, session_key: str, message: str, *, mark
         await entry[1](chat, arg)
         return 0
     chat.assistant = assistant = _open(cfg, session_key, stream=False, renderer_ref=[chat.renderer],
-                                       approve=approve)
+                                       approve=approve, origin="one-shot")
     try:
         await entry[1](chat, arg)
     finally:
@@ -151,7 +152,8 @@ async def _one_shot(cfg: Config, session_key: str, message: str, *, markdown: bo
     ref: list[Renderer] = []
     background = _Answers(Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False))
     # nobody can answer a question here: risky actions are refused, naming the flag that allows them
-    assistant = _open(cfg, session_key, stream=stream, renderer_ref=ref, approve=approve, background=background)
+    assistant = _open(cfg, session_key, stream=stream, renderer_ref=ref, approve=approve, background=background,
+                      origin="one-shot")
     renderer = Renderer(out, markdown=markdown, progress=err, stream_text=stream)
     ref.append(renderer)
     conversation = assistant.conversation

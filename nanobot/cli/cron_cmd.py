@@ -117,6 +117,8 @@ def add_job(
     session: str | None = typer.Option(None, "--session", "-s",
                                           help="Run in this session (default: the job's own, cron:<id>)."),
     missed: str = typer.Option("run_once", "--missed", help="Runs missed while nothing ran: run_once or skip."),
+    memory: bool = typer.Option(False, "--memory",
+                                help="Let its turns consolidate into MEMORY.md and HISTORY.md (off: its session keeps them)."),
     config: Path | None = ConfigOpt, workspace: Path | None = WorkspaceOpt,
 ) -> None:
     """Add a job: exactly one of --every, --cron or --at."""
@@ -129,6 +131,13 @@ def add_job(
     store = _store(cfg)
     job = store.add(schedule, message, now_ms=now, name=name, session=session, missed=missed, channel="cli",
                     to="direct")
+    if memory:
+        def remember(jobs: list) -> None:
+            for stored in jobs:
+                if stored.id == job.id:
+                    stored.raw["memory"] = True
+
+        store.update(remember)
     _tell(store)
     _out().print(f"added job {job.id} '{escape(job.name)}', {escape(describe(job.schedule))}; next run "
                  f"{format_ms(job.next_run_at_ms, job.schedule.tz or cfg.defaults.timezone)}")

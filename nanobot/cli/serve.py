@@ -55,7 +55,8 @@ async def _serve(cfg: Config, scheduler: Scheduler, *, once: bool, notify: bool)
         hb = scheduler.heartbeat
         _say(f"nanobot serve · workspace {cfg.workspace_path()} · {len(jobs)} job(s) · heartbeat "
              + (f"every {hb.interval_s // 60} min" if hb.enabled else "off")
-             + f" · log {log_path(cfg)} · desktop notifications {'on' if notify else 'not available'}")
+             + f" · log {log_path(cfg)} · desktop notifications {'on' if notify else 'not available'}"
+             + _background_budget(cfg))
         if once:
             firings = await _until_stopped(scheduler.tick(late_ms=ONCE_LATE_MS), stop)
             ran = [f for f in firings or [] if f.kind != "notice"]
@@ -68,6 +69,15 @@ async def _serve(cfg: Config, scheduler: Scheduler, *, once: bool, notify: bool)
         scheduler.lock.release()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+
+
+def _background_budget(cfg: Config) -> str:
+    """' · background tokens today 3,083 of 1,000,000' (usage.limits.backgroundDailyTokens)."""
+    from nanobot.usage.ledger import TodaySpend
+
+    limit = cfg.usage.limits.background_daily_tokens
+    spent = TodaySpend().refresh().background
+    return f" · background tokens today {spent:,}" + (f" of {limit:,}" if limit else " (no daily limit)")
 
 
 async def _take_lock(scheduler: Scheduler, stop: asyncio.Event, *, once: bool) -> bool:

@@ -117,6 +117,13 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
     line = exec_line(cfg)
     table.add_row("exec", line if not line.startswith("NOT") else f"[yellow]{line}[/yellow]")
     table.add_row("reminders", _reminders_line(cfg))
+    from nanobot.usage.ledger import TodaySpend
+    from nanobot.usage.report import paused_lines, today_line
+
+    day = TodaySpend().refresh()
+    table.add_row("spend", today_line(day, cfg.usage.limits))
+    for line in paused_lines(day, cfg.usage.limits):
+        table.add_row("[yellow]paused[/yellow]", f"[yellow]{line}[/yellow]")
     table.add_row("file tools", "workspace only (tools.restrictToWorkspace)" if cfg.tools.restrict_to_workspace
                   else "outside the workspace: asked in the chat, refused in one-shot mode")
     table.add_row("auto-approved", ", ".join(cfg.tools.auto_approve) or "nothing (risky actions ask; see --approve)")

@@ -67,6 +67,7 @@ def status_lines(assistant) -> list[str]:
         f"model      {cfg.defaults.model}",
         *[f"{label:<10} {text}" for label, text in rows],
         f"last turn  prompt {usage.prompt_tokens:,} · completion {usage.completion_tokens:,} tokens",
+        *_spend(assistant),
         f"session    {session.key}: {len(session.messages)} messages, "
         f"{len(session.messages) - session.last_consolidated} not yet consolidated",
         f"workspace  {assistant.workspace}",
@@ -77,6 +78,11 @@ def status_lines(assistant) -> list[str]:
         *_helpers(assistant),
         *_approvals(assistant),
     ]
+
+
+def _spend(assistant) -> list[str]:
+    spend_line = getattr(assistant, "spend_line", None)
+    return [f"spend      this session: {spend_line()}"] if spend_line is not None else []
 
 
 def _approvals(assistant) -> list[str]:

@@ -77,6 +77,11 @@ class Job:
         return self.session or f"cron:{self.id}"
 
     @property
+    def memory(self) -> bool:
+        """The job's turns may consolidate into MEMORY.md and HISTORY.md (its "memory": true; off by default)."""
+        return self.raw.get("memory") is True
+
+    @property
     def runnable(self) -> bool:
         """An agent turn with a message; nanobot's internal jobs (payload.kind system_event) are kept, not run."""
         payload = _dict_at(self.raw, "payload")

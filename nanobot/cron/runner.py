@@ -114,6 +114,16 @@ class Delivery(Protocol):
     def deliver(self, firing: Firing) -> None: ...
 
 
+class SpendGate(Protocol):
+    """Whether background work may spend now (nanobot.usage.meter.UsageMeter is one)."""
+
+    def paused(self, job: str) -> tuple[str, str] | None:
+        """(which limit, the line for the user) when `job` ("heartbeat" or a job id) must wait, else None."""
+
+    def first_notice(self, key: str) -> bool:
+        """True the first time anyone asks about `key` (one of `paused`'s): the user is told once."""
+
+
 def describe_owner(owner: dict[str, Any]) -> str:
     if not owner:
         return "another nanobot process"
@@ -192,6 +202,7 @@ class Scheduler:
     deliveries: list[Delivery] = field(default_factory=list)
     heartbeat: HeartbeatSettings = field(default_factory=HeartbeatSettings)
     poll_s: float = POLL_SECONDS  # longest sleep between rereads of the store
+    spend: SpendGate | None = None  # the daily token limits for background work (usage.limits)
 
     # -- one tick -----------------------------------------------------------------------------
 
@@ -278,8 +289,23 @@ class Scheduler:
 
         return self.store.update(claim)
 
+    def _paused(self, job: str, at_ms: int, title: str, job_id: str | None) -> Firing | None:
+        """A firing saying `job` waits for a daily limit (delivered the first time only), or None."""
+        paused = self.spend.paused(job) if self.spend is not None else None
+        if paused is None:
+            return None
+        key, line = paused
+        firing = Firing("job" if job_id else "heartbeat", at_ms, title, "", "skipped", job_id, error=line)
+        if self.spend is not None and self.spend.first_notice(key):
+            self._deliver(firing)
+        return firing
+
     async def _fire(self, job: Job, *, manual: bool = False) -> Firing:
         start = self.clock.now_ms()
+        paused = self._paused(job.id, start, f"⏰ {job.name}", job.id)
+        if paused is not None:  # no turn, no tokens: the job's next run comes as scheduled
+            self._finish(job, RunRecord(start, "skipped", 0, paused.error, None), manual=manual)
+            return paused
         prompt = (f"[Scheduled job '{job.name}' (id {job.id}, {describe(job.schedule)}) is due now"
                   f"{' (run by hand)' if manual else ''}. Do what it asks; your answer is shown to the user as "
                   f"the reminder.]\n\n{job.message}")
@@ -381,6 +407,9 @@ class Scheduler:
         tasks = [task for task in heartbeat_tasks(text) if task not in waiting]
         if not tasks:
             return None  # nothing to do: no turn, no tokens spent
+        paused = self._paused("heartbeat", now, "💓 heartbeat", None)
+        if paused is not None:
+            return paused
         token = current_job.set("heartbeat")
         try:
             result = await self.turns.run(HEARTBEAT_SESSION, heartbeat_prompt(tasks))

@@ -59,6 +59,7 @@ class RecordedRequest:
     t_received: float = 0.0
     t_answered: float | None = None
     reply: Reply | None = field(default=None, repr=False)  # what was served, for debugging
+    usage: Usage | None = None  # the token counts the answer reported (None: no answer was sent)
 
 
 Responder = Callable[[RecordedRequest], Reply]
@@ -334,6 +335,7 @@ class FakeLLMServer:
         model = str(rec.body.get("model") or "fake-model")
         ids = self._new_ids(rec.protocol, reply)
         usage = Usage.for_reply(reply, rec.estimated_tokens)
+        rec.usage = usage
         cut = reply.kind == "cut"
         if rec.protocol == "openai":
             response_id = f"chatcmpl-fake{rec.index}"

@@ -174,7 +174,9 @@ def _to_response(message: dict[str, Any]) -> LLMResponse:
         content="".join(texts) or None,
         tool_calls=calls,
         finish_reason=_STOP.get(message.get("stop_reason") or "", "tool_calls" if calls else "stop"),
-        usage=Usage(prompt, int(usage.get("output_tokens") or 0)),
+        usage=Usage(prompt, int(usage.get("output_tokens") or 0),
+                    cache_read_tokens=int(usage.get("cache_read_input_tokens") or 0),
+                    cache_write_tokens=int(usage.get("cache_creation_input_tokens") or 0)),
         reasoning="\n".join(thinking) or None,
         thinking_blocks=signed,
     )

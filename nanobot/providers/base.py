@@ -52,8 +52,10 @@ class ToolCallRequest:
 
 @dataclass
 class Usage:
-    prompt_tokens: int = 0
+    prompt_tokens: int = 0  # every prompt token, those read from or written to the cache included
     completion_tokens: int = 0
+    cache_read_tokens: int = 0  # of prompt_tokens: read from the provider's prompt cache
+    cache_write_tokens: int = 0  # of prompt_tokens: written to it (Anthropic's cache_creation_input_tokens)
 
 
 @dataclass
@@ -66,6 +68,7 @@ class LLMResponse:
     # Anthropic's signed thinking blocks, replayed with the tool results of the same turn (the API
     # requires them there); never a wire key, so later turns and other providers do not get them
     thinking_blocks: list[dict[str, Any]] = field(default_factory=list)
+    served_by: str = ""  # provider/model that answered, set where a fallback chain chose it (for the ledger)
 
     def to_message(self) -> Message:
         """The assistant message to append to the conversation."""

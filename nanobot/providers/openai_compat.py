@@ -117,7 +117,10 @@ def _calls(raw_calls: list[tuple[str | None, str, str]]) -> list[ToolCallRequest
 def _usage(usage: Any) -> Usage:
     if not isinstance(usage, dict):
         return Usage()
-    return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0))
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
+                 cache_read_tokens=int(cached or 0))
 
 
 def _no_choices(provider: str) -> ProviderError:
