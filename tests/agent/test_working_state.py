@@ -55,14 +55,14 @@ def wire_text(req) -> str:
     return "\n".join(parts)
 
 
-def run_long_task(nanobot_run, fake_llm, configure, *, protocol: str, window: int) -> list[str]:
+def run_long_task(nanobot_run, fake_llm, configure, *, protocol: str, window: int, turns: int = TURNS) -> list[str]:
     configure(protocol, contextWindowTokens=window)
     make_strict(fake_llm, window)
     fake_llm.summarise = True
     answer_tokens = window // 6
     fake_llm.responder = lambda req: Reply.text(f"Working on it. {filler(len(req.messages), answer_tokens)}")
     stderr = []
-    for turn in range(TURNS):
+    for turn in range(turns):
         text = PLANTED_TURNS[turn] if turn < len(PLANTED_TURNS) else f"turn {turn}: carry on please"
         result = nanobot_run("agent", "-m", text)
         assert result.returncode == 0, result.stderr
@@ -111,8 +111,9 @@ def test_planted_items_reach_the_last_request_after_compactions(nanobot_run, fak
 
 
 def test_session_show_prints_every_version_and_json_carries_them(nanobot_run, fake_llm, configure, isolated_home):
-    run_long_task(nanobot_run, fake_llm, configure, protocol="openai", window=8192)
+    run_long_task(nanobot_run, fake_llm, configure, protocol="openai", window=8192, turns=7)
     versions = WorkingStateLog(SessionStore().path_for("cli:direct")).read().versions
+    assert len(versions) >= 2
     shown = nanobot_run("session", "show", "cli:direct")
     assert shown.returncode == 0, shown.stderr
     assert "working state" in shown.stdout and "BILL-4821" in shown.stdout

@@ -45,14 +45,17 @@ def test_sigkill_during_consolidation_loses_no_checkpoint_version(nanobot_forkse
     seen: list[tuple[int, str]] = []
     kills = 0
     texts = [*PLANTED_TURNS, *(f"turn {n}: carry on please" for n in range(len(PLANTED_TURNS), TURNS))]
-    for turn in range(TURNS + 6):
+    unsaved = False
+    for turn in range(2 * TURNS):
         if not texts:
             break
         text = texts[0]
         start = len(fake_llm.requests)
         proc = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-m", text], stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-        aim = turn % 3  # 0: not killed; 1: killed waiting for the reply; 2: killed while writing it
+        # 0: not killed; 1: killed waiting for the reply; 2: killed while writing it. A message killed
+        # before it was saved goes again unkilled, so the task moves on however the kills land.
+        aim = 0 if unsaved else turn % 3
         deadline = time.monotonic() + 60
         while aim and proc.poll() is None and time.monotonic() < deadline:
             asked = [r for r in fake_llm.requests[start:] if is_consolidation(r)]
@@ -64,14 +67,15 @@ def test_sigkill_during_consolidation_loses_no_checkpoint_version(nanobot_forkse
                 break
             time.sleep(0.002)
         proc.communicate(timeout=60)
-        if any(m.get("content") == text for m in SessionStore().load("cli:direct").messages):
+        unsaved = not any(m.get("content") == text for m in SessionStore().load("cli:direct").messages)
+        if not unsaved:
             texts.pop(0)  # else it was killed before the message was saved (room was being made): send it again
         versions = [(v.number, v.text) for v in log.read().versions]
         assert versions[:len(seen)] == seen, f"turn {turn}: a checkpoint version was lost"
         assert [n for n, _ in versions] == list(range(1, len(versions) + 1))
         seen = versions
         SessionStore().open("cli:direct")._lock.release()  # the session opens after the kill
-    assert not texts and kills >= TURNS // 2 and len(seen) >= 4, (texts, kills, len(seen))
+    assert not texts and kills >= TURNS // 3 and len(seen) >= 4, (texts, kills, len(seen))
 
     fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text("done")
     final = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-m", "where are we?"], stdout=subprocess.PIPE,
