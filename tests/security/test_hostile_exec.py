@@ -212,8 +212,10 @@ def test_hostile_corpus_leaves_no_side_effect(battlefield, mechanism, variant):
     session_file = b["nb"] / "sessions"
     secure_home(keep_open=b["ws"])  # what nanobot does to its home at start: not the corpus's doing
     SkillSet.discover(b["ws"])  # nanobot's front-matter cache, written once: judged unchanged after
-    # nanobot's own bookkeeping (sessions, the memory journal, import receipts, the usage ledger), not the corpus's
-    own = (b["ws"], b["nb"] / "journal", b["nb"] / "imports.jsonl", session_file, b["nb"] / "usage")
+    # nanobot's own bookkeeping (sessions, the memory journal, import receipts, the usage ledger, the
+    # provider's count per model), not the corpus's
+    own = (b["ws"], b["nb"] / "journal", b["nb"] / "imports.jsonl", session_file, b["nb"] / "usage",
+           b["nb"] / "calibration.json")
     old_session = (session_file / "cli_old.jsonl").read_bytes()  # sessions: judged by the planted one
     before = snapshot(b["home"], b["outside"], skip=own)
     memory_before = (b["ws"] / "memory" / "MEMORY.md").read_bytes()
