@@ -29,10 +29,10 @@ from nanobot.cron.heartbeat import heartbeat_tasks, pending_path, read_pending, 
 from nanobot.errors import VersionNotFound
 from nanobot.fsio import ExclusiveLock, atomic_write
 from nanobot.paths import nanobot_home
+from nanobot.policy.protected import PROMPT_FILES
 
 __all__ = ["PromptFiles", "PromptVersion", "Authorship", "PROMPT_FILES"]
 
-PROMPT_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "HEARTBEAT.md")
 
 _STAMP = "%Y%m%dT%H%M%S.%fZ"
 

@@ -28,10 +28,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from nanobot.memory.prompt_files import PROMPT_FILES
-
 __all__ = ["Protected", "TABLE", "PROMPT_FILES", "GIT_CODE_PATHS", "GIT_WATCHED", "entry_for",
            "is_persistence_path", "exec_read_only", "git_config_is_safe", "SHELL_RC_FILES"]
+
+# The files the system prompt is built from, curated by the user (memory/prompt_files.py is their door).
+PROMPT_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "HEARTBEAT.md")
 
 
 @dataclass(frozen=True)
