@@ -644,7 +644,8 @@ def missing_key_error(spec: ProviderSpec, config: Path | None = None) -> Missing
     return MissingKeyError(
         f"no API key for provider {spec.name!r}",
         hint=f"Set {spec.env_key} in the environment, or put the key in providers.{to_camel(spec.name)}.apiKey in "
-        f"{config}{make_it}. Another provider: --model {other}.",
+        f"{config}{make_it}. Another provider: --model {other}. To try nanobot with no key at all: "
+        "`nanobot demo` (scripted answers from a bundled fake LLM).",
         provider=spec.name, env_key=spec.env_key, config=config,
     )
 

@@ -144,6 +144,17 @@ def agent(
 
 
 @app.command()
+def demo(
+    message: str | None = typer.Option(None, "--message", "-m", help="Send one message, print the answer, exit."),
+    no_markdown: bool = typer.Option(False, "--no-markdown", help="Plain text instead of rendered markdown."),
+) -> None:
+    """Try nanobot with no API key: the real chat on a bundled, scripted fake LLM (answers are canned)."""
+    from nanobot.cli.demo import run_demo
+
+    raise typer.Exit(run_demo(message=message, markdown=not no_markdown))
+
+
+@app.command()
 def serve(
     once: bool = typer.Option(False, "--once", help="Run what is due now (jobs, heartbeat), then exit."),
     workspace: Path | None = typer.Option(None, "--workspace", "-w", help="Workspace folder."),

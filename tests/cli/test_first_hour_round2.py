@@ -6,6 +6,7 @@ import json
 
 from nanobot.messages import assistant, user
 from nanobot.session.store import SessionStore
+from tests.cli.terminal import Terminal
 
 
 def _session(key: str, messages: list[dict], pointer: int = 0) -> None:
@@ -26,3 +27,30 @@ def test_session_show_json_prints_a_consolidated_session(nanobot_run, configure)
     assert "Traceback" not in shown.stderr
     assert [m["content"] for m in json.loads(shown.stdout)] == ["old question", "old answer", "new question",
                                                                "new answer"]
+
+
+def test_no_key_error_points_at_the_demo_which_answers_without_one(nanobot_run, isolated_home):
+    missing = nanobot_run("agent", "-m", "hi")
+    assert missing.returncode != 0 and "no API key" in missing.stderr
+    assert "`nanobot demo`" in missing.stderr
+    demo = nanobot_run("demo", "-m", "hello there")
+    assert demo.returncode == 0, demo.stderr
+    assert "(scripted demo)" in demo.stdout and '"hello there"' in demo.stdout
+    assert "scripted demo" in demo.stderr and "not from a model" in demo.stderr
+    assert not (isolated_home / "sessions").exists() and not (isolated_home / "config.json").exists()
+
+
+def test_demo_chat_in_a_terminal_runs_a_tool_and_leaves_the_home_alone(isolated_home):
+    term = Terminal("demo", columns=100)
+    try:
+        term.wait_for("scripted demo: answers come from")
+        term.wait_for("you ›")
+        term.send("list my files")
+        term.wait_for("list_dir")
+        term.wait_for("AGENTS.md")
+        term.send("/quit")
+        assert term.finish() == 0
+    finally:
+        term.close()
+    assert "(scripted demo)" in term.text()
+    assert not isolated_home.exists() or not any(isolated_home.iterdir())
