@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from nanobot.messages import assistant, user
+from nanobot.fakellm import Reply
+from nanobot.messages import assistant, tool_call, tool_result, user
 from nanobot.session.store import SessionStore
 from tests.cli.terminal import Terminal
 
@@ -54,3 +55,34 @@ def test_demo_chat_in_a_terminal_runs_a_tool_and_leaves_the_home_alone(isolated_
         term.close()
     assert "(scripted demo)" in term.text()
     assert not isolated_home.exists() or not any(isolated_home.iterdir())
+
+
+def _tool_messages(request) -> list[dict]:
+    return [m for m in request.messages if m["role"] == "tool"]
+
+
+def test_a_result_after_assistant_text_is_sent_as_the_real_result(nanobot_run, fake_llm, configure):
+    configure()
+    _session("cli:direct", [user("deploy it"), assistant(None, [tool_call("c1", "exec", {"command": "make deploy"})]),
+                            assistant("Deploying now, this takes a minute."),  # as nanobot 0.3.x files have it
+                            tool_result("c1", "exec", "deployed v42"), assistant("Deployed v42.")])
+    fake_llm.script(Reply.text("ok"))
+    result = nanobot_run("agent", "-m", "is it live?")
+    assert result.returncode == 0, result.stderr
+    sent = fake_llm.requests[0].messages
+    call_at = next(i for i, m in enumerate(sent) if m.get("tool_calls"))
+    assert sent[call_at + 1]["role"] == "tool" and sent[call_at + 1]["content"] == "deployed v42"
+    assert "interrupted" not in json.dumps(sent)
+    assert "Deploying now" in json.dumps(sent)  # the text is kept, after the result
+    assert fake_llm.violations() == []
+
+
+def test_an_empty_list_tool_result_goes_to_openai_servers_as_short_text(nanobot_run, fake_llm, configure):
+    configure()
+    _session("cli:direct", [user("touch it"), assistant(None, [tool_call("c1", "exec", {"command": "touch a"})]),
+                            {"role": "tool", "tool_call_id": "c1", "name": "exec", "content": []},
+                            assistant("Done.")])
+    fake_llm.script(Reply.text("ok"))
+    assert nanobot_run("agent", "-m", "next").returncode == 0
+    [result] = _tool_messages(fake_llm.requests[0])
+    assert result["content"] == "(no output)"
