@@ -86,3 +86,32 @@ def test_an_empty_list_tool_result_goes_to_openai_servers_as_short_text(nanobot_
     assert nanobot_run("agent", "-m", "next").returncode == 0
     [result] = _tool_messages(fake_llm.requests[0])
     assert result["content"] == "(no output)"
+
+
+def _deepseek(home, base: str) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.json").write_text(json.dumps({
+        "agents": {"defaults": {"model": "deepseek/deepseek-v4-pro", "reasoningEffort": "high"}},
+        "providers": {"deepseek": {"apiKey": "sk-deepseek-test-123456", "apiBase": base}}}))
+    (home / "config.json").chmod(0o600)
+
+
+def test_deepseek_thinking_gets_its_reasoning_back_with_each_tool_call(nanobot_run, fake_llm, isolated_home):
+    _deepseek(isolated_home, fake_llm.openai_base_url)
+    fake_llm.script(Reply.tool_calls([("list_dir", {"path": "."})], reasoning="I should look at the files."),
+                    Reply.text("Two files.", reasoning="Counted them."),
+                    Reply.text("Still two."))
+    assert nanobot_run("agent", "-m", "what is here?").returncode == 0
+    assert nanobot_run("agent", "-m", "and now?").returncode == 0
+    for request in fake_llm.requests[1:]:  # within the turn, and in the next turn
+        [call] = [m for m in request.messages if m.get("tool_calls")]
+        assert call["reasoning_content"] == "I should look at the files."
+        assert all("reasoning_content" not in m for m in request.messages if not m.get("tool_calls"))
+    assert fake_llm.requests[0].body["thinking"] == {"type": "enabled"}
+
+
+def test_other_compatible_servers_get_no_reasoning_back(nanobot_run, fake_llm, configure):
+    configure()
+    fake_llm.script(Reply.tool_calls([("list_dir", {"path": "."})], reasoning="I should look."), Reply.text("ok"))
+    assert nanobot_run("agent", "-m", "what is here?").returncode == 0
+    assert "reasoning_content" not in json.dumps(fake_llm.requests[1].messages)
