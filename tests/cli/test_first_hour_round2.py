@@ -115,3 +115,21 @@ def test_other_compatible_servers_get_no_reasoning_back(nanobot_run, fake_llm, c
     fake_llm.script(Reply.tool_calls([("list_dir", {"path": "."})], reasoning="I should look."), Reply.text("ok"))
     assert nanobot_run("agent", "-m", "what is here?").returncode == 0
     assert "reasoning_content" not in json.dumps(fake_llm.requests[1].messages)
+
+
+def test_a_memory_larger_than_the_window_is_cut_for_the_request_not_refused(nanobot_run, fake_llm, configure,
+                                                                           isolated_home):
+    configure(contextWindowTokens=8000)
+    memory = isolated_home / "workspace" / "memory" / "MEMORY.md"
+    memory.parent.mkdir(parents=True)
+    text = "# Memory\n\n" + "".join(f"- fact {i}: the user likes project number {i} a lot\n" for i in range(3000))
+    memory.write_text(text)
+    fake_llm.script(Reply.text("hello"))
+    result = nanobot_run("agent", "-m", "hi")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "hello"
+    said = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(said) == 1 and "MEMORY.md" in said[0] and "`nanobot memory edit`" in said[0], result.stderr
+    system = fake_llm.requests[0].messages[0]["content"]
+    assert "- fact 0:" in system and "- fact 2999:" not in system and "MEMORY.md is cut here" in system
+    assert memory.read_text() == text  # never on disk
