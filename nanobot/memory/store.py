@@ -266,8 +266,7 @@ class MemoryStore:
             except OSError:
                 pass
         self._warn(f"{self.memory_file} is not valid UTF-8 (first bad byte at offset {bad}); it is read "
-                   f"with replacement characters and the raw bytes are kept at {path}. Fix: "
-                   f"`nanobot memory restore 1` (or `nanobot memory edit`)")
+                   f"with replacement characters and the raw bytes are kept at {path}. Fix: {self.undo_hint()}")
 
     def _warn(self, message: str) -> None:
         if message not in self.warnings:
@@ -458,6 +457,12 @@ class MemoryStore:
         version = self._version(n)
         return self.write_memory(_decode(version.path.read_bytes())[0],
                                  reason=f"restore of the version saved {version.saved_at:%Y-%m-%d %H:%M:%S} UTC")
+
+    def undo_hint(self) -> str:
+        """How to go back: `restore 1` only when a saved version exists (else it answers "no version 1")."""
+        if self._version_files():
+            return "`nanobot memory restore 1` (or `nanobot memory versions` to pick one)"
+        return "`nanobot memory edit` (no saved version to restore yet)"
 
     def _version(self, n: int) -> VersionInfo:
         all_versions = self.versions()
@@ -696,8 +701,7 @@ class MemoryStore:
         if state.damage in ("empty", "cut_off"):
             what = "empty" if state.damage == "empty" else "cut off"
             return [f"{self.memory_file} is {what}, but nanobot last saved {len(fact_lines(state.last_good or ''))} "
-                    f"fact line(s) there; consolidation will keep building on the saved text. Fix: "
-                    f"`nanobot memory restore 1` (or `nanobot memory versions` to pick one)"]
+                    f"fact line(s) there; consolidation will keep building on the saved text. Fix: {self.undo_hint()}"]
         if state.damage is None and state.last_good is not None and state.text != state.last_good \
                 and self.memory_file.exists() and self.good_copy.exists():
             self._save_version(state.last_good, "edited outside nanobot (detected at start-up)")

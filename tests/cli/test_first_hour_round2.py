@@ -133,3 +133,52 @@ def test_a_memory_larger_than_the_window_is_cut_for_the_request_not_refused(nano
     system = fake_llm.requests[0].messages[0]["content"]
     assert "- fact 0:" in system and "- fact 2999:" not in system and "MEMORY.md is cut here" in system
     assert memory.read_text() == text  # never on disk
+
+
+def _line(output: str, name: str) -> str:
+    return next(line for line in output.splitlines() if line[2:].startswith(name))
+
+
+def test_memory_health_is_told_as_it_is(nanobot_run, configure, isolated_home):
+    configure()
+    memory_dir = isolated_home / "workspace" / "memory"
+    memory_dir.mkdir(parents=True)
+    fresh = nanobot_run("doctor", "--offline")
+    assert "nothing remembered yet" in _line(fresh.stdout, "memory") and "healthy" not in fresh.stdout
+    (memory_dir / "HISTORY.md").write_text("[2026-01-05 10:00] A summary.\n\n[2026-01-06 10:00] RAW archive of 2 "
+                                           "message(s) — summary failed: no answer from the model\n  user: hi\n")
+    failed = nanobot_run("doctor", "--offline")
+    assert failed.returncode == 1 and "archived raw" in _line(failed.stdout, "memory")
+    assert nanobot_run("memory", "check").returncode == 1
+
+
+def test_damaged_memory_is_shown_escaped_and_the_hint_works(nanobot_run, configure, isolated_home):
+    configure()
+    memory = isolated_home / "workspace" / "memory" / "MEMORY.md"
+    memory.parent.mkdir(parents=True)
+    memory.write_bytes(b"# Memory\n\n- likes \x1b[31mred\x07 and \xff bytes\x00\n")
+    doctor = nanobot_run("doctor", "--offline")
+    check = nanobot_run("memory", "check")
+    for out in (doctor.stdout, check.stdout):
+        assert "\x1b" not in out and "\x07" not in out and "\x00" not in out
+        assert "restore 1" not in out  # no version exists: that command would answer "no version 1"
+        assert "`nanobot memory edit`" in out
+    term = Terminal("memory", "show", columns=100)
+    try:
+        term.wait_for("likes")
+        term.finish()
+    finally:
+        term.close()
+    assert "\\x1b[31mred\\x07" in term.text()
+    memory.write_text("# Memory\n\n- a fact\n")
+    assert nanobot_run("memory", "restore", "1").returncode != 0  # as said: nothing to restore yet
+
+
+def test_doctor_checks_the_mcp_servers(nanobot_run, configure, isolated_home, tmp_path):
+    path = configure()
+    data = json.loads(path.read_text())
+    data["tools"] = {"mcpServers": {"broken": {"command": str(tmp_path / "no-such-server")}}}
+    path.write_text(json.dumps(data))
+    result = nanobot_run("doctor", "--offline")
+    assert result.returncode == 1
+    assert "broken" in _line(result.stdout, "mcp") and "nanobot mcp list" in result.stdout
