@@ -182,3 +182,46 @@ def test_doctor_checks_the_mcp_servers(nanobot_run, configure, isolated_home, tm
     result = nanobot_run("doctor", "--offline")
     assert result.returncode == 1
     assert "broken" in _line(result.stdout, "mcp") and "nanobot mcp list" in result.stdout
+
+
+def test_config_bytes_are_read_kindly(nanobot_run, fake_llm, configure):
+    path = configure()
+    good = path.read_bytes()
+    path.write_bytes(b"\xef\xbb\xbf" + good)  # a BOM, as Notepad writes it
+    fake_llm.script(Reply.text("fine"))
+    bom = nanobot_run("agent", "-m", "hi")
+    assert bom.returncode == 0 and bom.stdout.strip() == "fine", bom.stderr
+    path.write_bytes(good.replace(b'"custom/test-model"', b'"custom/test-m\xf6del"', 1))
+    for command in (("agent", "-m", "hi"), ("doctor", "--offline"), ("status",)):
+        bad = nanobot_run(*command)
+        assert bad.returncode != 0 and "Traceback" not in bad.stderr + bad.stdout
+        assert "line 1, byte" in bad.stderr + bad.stdout and "not UTF-8 (0xF6)" in bad.stderr + bad.stdout
+
+
+def test_environment_keys_in_any_case_and_a_word_for_the_unknown(nanobot_run, fake_llm, configure):
+    configure()
+    data_base = fake_llm.openai_base_url
+    fake_llm.script(Reply.text("via env"))
+    ok = nanobot_run("agent", "-m", "hi", env={"NANOBOT_PROVIDERS__CUSTOM__APIBASE": data_base.replace(
+        "127.0.0.1", "localhost"), "NANOBOT_AGENTS__DEFAULTS__MAXTOKENS": "777"})
+    assert ok.returncode == 0, ok.stderr
+    assert fake_llm.requests[0].body["max_tokens"] == 777
+    assert fake_llm.requests[0].headers["host"].startswith("localhost")
+    typo = nanobot_run("agent", "-m", "/status", env={"NANOBOT_AGENTS__DEFAULTS__MAX_TOKEN": "5"})
+    assert "NANOBOT_AGENTS__DEFAULTS__MAX_TOKEN names no setting" in typo.stderr
+    assert "did you mean NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS?" in typo.stderr
+
+
+def test_a_linked_config_stays_a_link_and_status_says_where_it_points(nanobot_run, configure, isolated_home, tmp_path):
+    path = configure()
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    target = dotfiles / "nanobot.json"
+    target.write_bytes(path.read_bytes())
+    target.chmod(0o600)
+    path.unlink()
+    path.symlink_to(target)
+    status = nanobot_run("status", env={"COLUMNS": "300"})
+    assert f"-> {target}" in status.stdout
+    assert nanobot_run("onboard").returncode == 0  # completes the file with the missing defaults
+    assert path.is_symlink() and "workspace" in target.read_text()
