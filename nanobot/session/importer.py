@@ -29,7 +29,7 @@ from nanobot import paths
 from nanobot.errors import LockHeld
 from nanobot.fsio import ExclusiveLock, append_durably, atomic_write
 from nanobot.messages import now_iso, parse_timestamp
-from nanobot.session.store import SessionStore
+from nanobot.session.store import SessionStore, is_our_file
 
 RECEIPTS_NAME = "imports.jsonl"
 
@@ -105,7 +105,7 @@ def _first_meta(path: Path) -> dict:
     file can be tens of megabytes, and this runs for every file on every start)."""
     try:
         with path.open("rb") as fh:
-            first = fh.readline().rstrip(b"\n")
+            first = fh.readline().rstrip(b"\n").rstrip(b"\r").removeprefix(b"\xef\xbb\xbf")  # CRLF, a BOM
     except OSError:
         return {}
     try:
@@ -165,6 +165,8 @@ def find_sessions(home: Path, workspace: Path, store: SessionStore) -> list[_Fou
         if not folder.is_dir():
             continue
         for path in sorted(folder.glob("*.jsonl")):
+            if folder == store.directory and is_our_file(path) or not path.is_file():
+                continue  # ours (however damaged: the store sets its bad lines aside), or not a file
             key = _first_meta(path).get("key") or _key_from_v01_name(path.stem)
             if isinstance(key, str) and key and path != store.path_for(key):
                 found.append(_Found(key, path, "nanobot-0.1"))

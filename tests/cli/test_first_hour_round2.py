@@ -225,3 +225,48 @@ def test_a_linked_config_stays_a_link_and_status_says_where_it_points(nanobot_ru
     assert f"-> {target}" in status.stdout
     assert nanobot_run("onboard").returncode == 0  # completes the file with the missing defaults
     assert path.is_symlink() and "workspace" in target.read_text()
+
+
+def _session_files(home) -> list[str]:
+    return sorted(p.name for p in (home / "sessions").glob("*.jsonl"))
+
+
+def test_a_damaged_first_line_is_never_imported_as_a_new_session(nanobot_run, fake_llm, configure, isolated_home):
+    configure()
+    fake_llm.script(*[Reply.text(f"answer {i}") for i in range(6)])
+    assert nanobot_run("agent", "-m", "first").returncode == 0
+    [name] = _session_files(isolated_home)
+    path = isolated_home / "sessions" / name
+    good = path.read_bytes()
+    first, rest = good.split(b"\n", 1)
+    damages = {"bom": b"\xef\xbb\xbf" + good, "crlf": good.replace(b"\n", b"\r\n"),
+               "garbage": b"garbage\n" + rest}
+    for what, data in damages.items():
+        path.write_bytes(data)
+        for _ in range(2):
+            listed = nanobot_run("session", "list", env={"COLUMNS": "200"})
+            assert listed.returncode == 0, (what, listed.stderr)
+            assert "imported" not in listed.stdout, (what, listed.stdout)
+            rows = [line for line in listed.stdout.splitlines() if "cli:direct" in line]
+            assert len(rows) == 1 and "cli:direct " in rows[0], (what, listed.stdout)
+            assert (what == "garbage") == ("damaged" in rows[0]), (what, rows)
+        assert _session_files(isolated_home) == [name], what
+        fake_llm.reset()
+        fake_llm.script(Reply.text("again"))
+        again = nanobot_run("agent", "-m", "second")
+        assert again.returncode == 0, (what, again.stderr)
+        assert "first" in json.dumps(fake_llm.requests[0].messages), what  # the user's own conversation goes on
+        assert _session_files(isolated_home) == [name], what
+        path.write_bytes(good)
+
+
+def test_a_folder_where_the_session_file_goes_is_named(nanobot_run, configure, isolated_home):
+    configure()
+    from nanobot.session.store import SessionStore
+
+    folder = SessionStore().path_for("cli:direct")
+    folder.mkdir(parents=True)
+    result = nanobot_run("agent", "-m", "hi")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert f"{folder} is a folder" in result.stderr and "Move that folder" in result.stderr
+    assert "could not be imported" not in result.stdout + result.stderr
