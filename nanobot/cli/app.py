@@ -45,7 +45,8 @@ ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: ~/.
 
 def _version(value: bool) -> None:
     if value:
-        print(f"nanobot {__version__}")
+        # not HKUDS/nanobot's numbering: a 0.3.5 user must not read 0.1.0 as a downgrade
+        print(f"nanobot {__version__} (terminal assistant; reads nanobot 0.1.4-0.3.5 homes)")
         raise typer.Exit()
 
 

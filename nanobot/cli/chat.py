@@ -102,6 +102,8 @@ async def _one_shot_command(cfg: Config, session_key: str, message: str, *, mark
     command = slash_command(message)
     assert command is not None  # run_agent checked
     name, arg = command
+    if name in EXIT_WORDS:  # /quit, as the chat takes it: nothing to leave here
+        return 0
     entry = SLASH_COMMANDS.get(name)
     if entry is None:
         raise UsageError(f"unknown command {name}",
@@ -119,6 +121,28 @@ async def _one_shot_command(cfg: Config, session_key: str, message: str, *, mark
         chat.renderer.finish()
         await assistant.aclose()
     return 1 if chat.failed else 0
+
+
+def _first_time(text: str) -> bool:
+    """True the first time `text` is said in one-shot mode (a script's every call need not repeat a
+    warning about the config); remembered by hash in ~/.nanobot/said-once."""
+    import hashlib
+
+    from nanobot import paths
+    from nanobot.fsio import append_durably
+
+    record = paths.nanobot_home() / "said-once"
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    try:
+        if digest in record.read_text(encoding="utf-8").split():
+            return False
+    except OSError:
+        pass
+    try:
+        append_durably(record, digest + "\n")
+    except OSError:
+        pass  # a read-only home: said every time, as before
+    return True
 
 
 class _Answers:
@@ -158,7 +182,7 @@ async def _one_shot(cfg: Config, session_key: str, message: str, *, markdown: bo
     answers = _Answers(renderer)
     for note in assistant.startup_notes():
         err.print(f"[dim]{escape(note)}[/dim]", highlight=False)
-    for warning in assistant.warnings:
+    for warning in [*assistant.warnings, *[w for w in assistant.prompt_warnings if _first_time(w)]]:
         print_warning(warning, console=err)
     banner = _exec_banner(cfg)
     if "NOT confined" in banner:
@@ -336,7 +360,7 @@ class Chat:
             self.console.print(_exec_banner(self.cfg), highlight=False, soft_wrap=False)
             for note in self.assistant.startup_notes():
                 self.console.print(f"[dim]{escape(note)}[/dim]", highlight=False, soft_wrap=False)
-            for warning in self.assistant.warnings:
+            for warning in [*self.assistant.warnings, *self.assistant.prompt_warnings]:
                 print_warning(warning, console=self.console)
             for skill in getattr(self.conversation.context.skills, "held", []):
                 self.console.print(f"[yellow]skill {escape(skill.name)} is off: it {escape(skill.gate)} "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from nanobot.fakellm import Reply
 from nanobot.messages import assistant, tool_call, tool_result, user
@@ -270,3 +271,51 @@ def test_a_folder_where_the_session_file_goes_is_named(nanobot_run, configure, i
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert f"{folder} is a folder" in result.stderr and "Move that folder" in result.stderr
     assert "could not be imported" not in result.stdout + result.stderr
+
+
+def test_small_slips_of_the_one_shot_and_read_only_commands(nanobot_run, fake_llm, configure, isolated_home):
+    version = nanobot_run("--version")
+    assert version.stdout.strip() == "nanobot 0.1.0 (terminal assistant; reads nanobot 0.1.4-0.3.5 homes)"
+    for command in (("status",), ("memory", "show"), ("cron", "list")):
+        nanobot_run(*command)
+        assert not isolated_home.exists() or isolated_home.stat().st_mode & 0o777 == 0o700, command
+    configure(contextWindowTokens=8192)
+    quit_ = nanobot_run("agent", "-m", "/quit")
+    assert quit_.returncode == 0 and quit_.stderr == "" and fake_llm.requests == []
+    fake_llm.script(Reply.text("one"), Reply.text("two"))
+    first, second = nanobot_run("agent", "-m", "a"), nanobot_run("agent", "-m", "b")
+    assert first.returncode == second.returncode == 0
+    assert "the fixed prompt" in first.stderr and "the fixed prompt" not in second.stderr  # once per config
+
+
+def test_chat_status_mcp_hint_and_ctrl_c_at_the_question(fake_llm, configure, isolated_home):
+    from tests.mcp.test_mcp import SERVER
+
+    path = configure()
+    data = json.loads(path.read_text())
+    data["tools"] = {"mcpServers": {"notes": {"command": sys.executable, "args": [SERVER, "stdio"], "trusted": True,
+                                              "enabledTools": ["add"]}}}
+    path.write_text(json.dumps(data))
+    fake_llm.script(Reply.tool_calls([("mcp_notes_add", {"a": 2, "b": 3})]),
+                    Reply.tool_calls([("read_file", {"path": "/etc/hostname"})]),
+                    Reply.text("never asked for"))
+    term = Terminal("agent", columns=120, rows=40)
+    try:
+        term.wait_for("you ›")
+        term.send("/status")
+        term.wait_for("none yet in this run")
+        term.send("add two and three, then read the hostname")
+        term.wait_for("a=2, b=3")  # every argument of an MCP call, not only the first
+        term.wait_for("allow? [y/a/n]")
+        term.child.send("\x03")
+        term.wait_for("cancelled")
+        term.wait_for_count("you ›", 3)
+        term.send("/status")
+        term.wait_for("notes ready (1 tool)")
+        term.wait_for_count("you ›", 4)
+        term.send("/exit")
+        term.finish()
+    finally:
+        term.close()
+    assert "prompt 0 ·" not in term.text()
+    assert len(fake_llm.requests) == 2  # the turn stopped at the question: the model was not asked again
