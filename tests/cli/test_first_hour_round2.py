@@ -319,3 +319,24 @@ def test_chat_status_mcp_hint_and_ctrl_c_at_the_question(fake_llm, configure, is
         term.close()
     assert "prompt 0 ·" not in term.text()
     assert len(fake_llm.requests) == 2  # the turn stopped at the question: the model was not asked again
+
+
+def test_a_stock_nanobot_035_config_loads_quietly_and_status_lists_what_is_not_used(nanobot_run, isolated_home):
+    from pathlib import Path
+
+    stock = Path(__file__).parents[1] / "fixtures" / "nanobot_homes" / "v0_3_5" / ".nanobot" / "config.json"
+    isolated_home.mkdir(parents=True)
+    (isolated_home / "config.json").write_bytes(stock.read_bytes())
+    (isolated_home / "config.json").chmod(0o600)
+    for command in (("memory", "show"), ("session", "list"), ("cron", "list")):
+        result = nanobot_run(*command)
+        assert "unknown key" not in result.stderr, (command, result.stderr)
+    data = json.loads(stock.read_text())  # set, as a 0.3.5 user may have them: listed once, still not warned
+    data["tools"]["exec"].update(sandbox="bwrap", sandboxRoBinds=["/opt"], pathPrepend="/opt/bin",
+                                 allowedEnvKeys=["LANG"])
+    (isolated_home / "config.json").write_text(json.dumps(data))
+    status = nanobot_run("status", env={"COLUMNS": "400"})
+    assert "unknown key" not in status.stderr
+    listed = status.stdout[status.stdout.index("ignored"):]
+    for key in ("tools.exec.sandbox", "tools.exec.sandboxRoBinds", "tools.exec.pathPrepend", "tools.exec.allowedEnvKeys"):
+        assert listed.count(key + ":") + listed.count(key + ",") == 1, (key, listed)
