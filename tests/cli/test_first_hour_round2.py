@@ -340,3 +340,39 @@ def test_a_stock_nanobot_035_config_loads_quietly_and_status_lists_what_is_not_u
     listed = status.stdout[status.stdout.index("ignored"):]
     for key in ("tools.exec.sandbox", "tools.exec.sandboxRoBinds", "tools.exec.pathPrepend", "tools.exec.allowedEnvKeys"):
         assert listed.count(key + ":") + listed.count(key + ",") == 1, (key, listed)
+
+
+def test_turns_made_in_nanobot_035_after_the_import_come_across_when_safe(nanobot_run, fake_llm, isolated_home):
+    import shutil
+    from pathlib import Path
+
+    fixture = Path(__file__).parents[1] / "fixtures" / "nanobot_homes" / "v0_3_5" / ".nanobot"
+    shutil.copytree(fixture, isolated_home)
+    env = {"NANOBOT_PROVIDERS__CUSTOM__API_BASE": fake_llm.openai_base_url}
+    [source] = (isolated_home / "sessions").glob("*/*.jsonl")
+    first = nanobot_run("session", "import", env=env)
+    assert "session cli:direct: 2 messages" in first.stdout, first.stdout
+
+    def nanobot_035_turn(user_text: str, answer: str) -> None:  # 0.3.5 rewrites the whole file
+        lines = source.read_text().splitlines()
+        meta = json.loads(lines[0])
+        meta["updated_at"] = f"2026-12-02T10:{len(lines):02d}:00"
+        lines[0] = json.dumps(meta)
+        lines += [json.dumps({"role": "user", "content": user_text, "timestamp": "2026-12-02T10:00:00"}),
+                  json.dumps({"role": "assistant", "content": answer, "timestamp": "2026-12-02T10:00:01"})]
+        source.write_text("\n".join(lines) + "\n")
+
+    nanobot_035_turn("Miso is three years old.", "Three, noted.")
+    again = nanobot_run("session", "import", env=env)
+    assert "session cli:direct: 4 messages" in again.stdout, again.stdout
+    shown = json.loads(nanobot_run("session", "show", "cli:direct", "--json").stdout)
+    assert [m["content"] for m in shown][-2:] == ["Miso is three years old.", "Three, noted."]
+
+    fake_llm.script(Reply.text("Here too."))
+    assert nanobot_run("agent", "-m", "hello from here", env=env).returncode == 0
+    nanobot_035_turn("And she likes tuna.", "Tuna, noted.")
+    apart = nanobot_run("session", "import", env=env)
+    assert "kept apart" in apart.stdout and "2 new message(s) there" in apart.stdout, apart.stdout
+    assert "kept apart" not in nanobot_run("session", "import", env=env).stdout  # said once
+    shown = json.loads(nanobot_run("session", "show", "cli:direct", "--json").stdout)
+    assert "And she likes tuna." not in json.dumps(shown) and len(shown) == 6
