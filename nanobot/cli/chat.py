@@ -478,8 +478,10 @@ class Chat:
         self.console.print(f"[bold {colour}]{escape(firing.title)}[/bold {colour}]"
                            + (f" [dim]({escape(firing.session)})[/dim]" if firing.session else ""), highlight=False)
         body = (firing.error or firing.text or "").strip()
-        if body:
-            self.console.print(escape(body), highlight=False)
+        if firing.error:  # wrapped at words (the console's soft wrap would cut them at the edge)
+            self.console.print(escape(body), highlight=False, soft_wrap=False)
+        elif body:
+            self.renderer.show_answer(body)  # a job's answer is an answer: rendered as one
 
     def _show_held_firings(self) -> None:
         held, self._held_firings = self._held_firings, []

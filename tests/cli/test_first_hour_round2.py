@@ -376,3 +376,51 @@ def test_turns_made_in_nanobot_035_after_the_import_come_across_when_safe(nanobo
     assert "kept apart" not in nanobot_run("session", "import", env=env).stdout  # said once
     shown = json.loads(nanobot_run("session", "show", "cli:direct", "--json").stdout)
     assert "And she likes tuna." not in json.dumps(shown) and len(shown) == 6
+
+
+LONG_ANSWER = ("**Reminder**: stretch your shoulders, drink some water, and look at something far away for "
+               "twenty seconds; extraordinarily uncharacteristically comprehensive instructions follow tomorrow.")
+
+
+def test_reminders_render_like_answers_and_cron_speaks_its_flags(nanobot_run, fake_llm, configure):
+    import time
+
+    from nanobot.config import load_config
+    from nanobot.cron.schedule import parse_schedule
+    from nanobot.cron.store import JobStore
+
+    cfg = load_config(configure())
+    now = int(time.time() * 1000)
+    job = JobStore(cfg.workspace_path()).add(parse_schedule(every_seconds=3600, now_ms=now - 3_700_000),
+                                             "Nudge me", now_ms=now - 3_700_000)
+    listed = nanobot_run("cron", "list", env={"COLUMNS": "60"})
+    assert job.id in listed.stdout, listed.stdout  # whole, as run/pause/remove need it
+    every = nanobot_run("cron", "add", "-m", "x", "--every", "30")
+    assert every.returncode != 0 and "--every must be" in every.stderr and "every_seconds" not in every.stderr
+    fake_llm.script(Reply.text(LONG_ANSWER))
+    term = Terminal("agent", columns=60)
+    try:
+        term.wait_for("you ›")
+        term.wait_for("far away")
+        status = nanobot_run("status", env={"COLUMNS": "200"})
+        assert "fired by chat" in status.stdout and "no runner now" not in status.stdout
+        term.send("/exit")
+        term.finish()
+    finally:
+        term.close()
+    screen = term.text()
+    assert "**Reminder**" not in screen  # rendered, not raw markdown
+    words = " ".join(screen.split())
+    for word in LONG_ANSWER.replace("**", "").split():
+        assert word in words.split(), word  # never broken across lines
+
+
+def test_serve_stopped_by_ctrl_c_exits_130(configure):
+    configure()
+    term = Terminal("serve")
+    try:
+        term.wait_for("nanobot serve ·")
+        term.child.send("\x03")
+        assert term.finish() == 130
+    finally:
+        term.close()
