@@ -182,8 +182,9 @@ class Assistant:
     imports: ImportResult = field(default_factory=lambda: ImportResult([], []))  # what came from nanobot
     mcp: MCPManager | None = None  # MCP servers starting or started in the background
     warnings: list[str] = field(default_factory=list)  # for the user at start-up (damaged memory files, ...)
-    # the prompt's size against the window: every chat start, but once per text in one-shot mode
-    prompt_warnings: list[str] = field(default_factory=list)
+    # the prompt's size against the window, a read-only workspace: at every chat start, but once per
+    # text in one-shot mode (a script's every call need not repeat them)
+    once_warnings: list[str] = field(default_factory=list)
 
     async def mcp_ready(self) -> None:
         """Wait for MCP servers still starting (a turn calls this, never the prompt)."""
@@ -291,10 +292,11 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
         raise
     warnings = [*session.warnings, *memory.startup_check()]
     # a cut MEMORY.md already says the prompt is full
-    prompt_warnings = memory_cut or budget.startup_warnings(system, tools.schemas())
+    read_only = memory.read_only_notice()
+    once_warnings = [*([read_only] if read_only else []), *(memory_cut or budget.startup_warnings(system, tools.schemas()))]
     mcp = start_mcp(cfg, workspace, [tools, sub_tools], approver,  # last: nothing after it can fail and leak them
                     notify=lambda text: background(Notice(text, "warning")))
-    return Assistant(cfg, workspace, store, conversation, subagents, approver, imports, mcp, warnings, prompt_warnings)
+    return Assistant(cfg, workspace, store, conversation, subagents, approver, imports, mcp, warnings, once_warnings)
 
 
 def fit_memory(context: ContextBuilder, budget: ContextBudget, schemas: list[dict], memory: MemoryStore) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import io
 import json
 import signal
@@ -182,7 +183,7 @@ async def _one_shot(cfg: Config, session_key: str, message: str, *, markdown: bo
     answers = _Answers(renderer)
     for note in assistant.startup_notes():
         err.print(f"[dim]{escape(note)}[/dim]", highlight=False)
-    for warning in [*assistant.warnings, *[w for w in assistant.prompt_warnings if _first_time(w)]]:
+    for warning in [*assistant.warnings, *[w for w in assistant.once_warnings if _first_time(w)]]:
         print_warning(warning, console=err)
     banner = _exec_banner(cfg)
     if "NOT confined" in banner:
@@ -360,7 +361,7 @@ class Chat:
             self.console.print(_exec_banner(self.cfg), highlight=False, soft_wrap=False)
             for note in self.assistant.startup_notes():
                 self.console.print(f"[dim]{escape(note)}[/dim]", highlight=False, soft_wrap=False)
-            for warning in [*self.assistant.warnings, *self.assistant.prompt_warnings]:
+            for warning in [*self.assistant.warnings, *self.assistant.once_warnings]:
                 print_warning(warning, console=self.console)
             for skill in getattr(self.conversation.context.skills, "held", []):
                 self.console.print(f"[yellow]skill {escape(skill.name)} is off: it {escape(skill.gate)} "
@@ -464,7 +465,9 @@ class Chat:
         try:
             scheduler = build_scheduler(self.cfg, kind="chat", turns=turns, deliveries=[log_delivery(self.cfg)])
         except OSError as exc:  # e.g. a read-only workspace: the chat still works, reminders do not
-            self.console.print(f"[yellow]warning: reminders are off in this chat: {escape(str(exc))}[/yellow]")
+            why = "the workspace cannot be written (see above)" if self.assistant.once_warnings and \
+                getattr(exc, "errno", None) in (errno.EROFS, errno.EACCES) else str(exc)
+            self.console.print(f"[yellow]warning: reminders are off in this chat: {escape(why)}[/yellow]")
             return
         self.reminders = ChatReminders(scheduler, self._show_firing)
         self.reminders.start()

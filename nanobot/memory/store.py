@@ -692,9 +692,20 @@ class MemoryStore:
                     messages.append(fixed)
                 messages.extend(self._adopt_outside_edit())
         except (MemoryBusy, OSError) as exc:
-            messages.append(f"could not check the memory files: {exc}")
+            if self.read_only_notice() is None:  # a read-only folder is said once, by read_only_notice
+                messages.append(f"could not check the memory files: {exc}")
         messages.extend(w for w in self.warnings if w not in messages)
         return messages
+
+    def read_only_notice(self) -> str | None:
+        """One line, with the fix, when the memory folder cannot be written (a read-only mount or
+        folder); None when it can (or does not exist yet: it is made on the first write)."""
+        folder = self.dir if self.dir.exists() else self.workspace
+        if not folder.exists() or os.access(folder, os.W_OK):
+            return None
+        return (f"{folder} is read-only: nanobot answers, but remembers nothing new (MEMORY.md, HISTORY.md) "
+                f"until it can write there; make it writable, or set agents.defaults.workspace to a "
+                f"writable folder")
 
     def _adopt_outside_edit(self) -> list[str]:
         state = self.state()

@@ -424,3 +424,29 @@ def test_serve_stopped_by_ctrl_c_exits_130(configure):
         assert term.finish() == 130
     finally:
         term.close()
+
+
+def test_a_read_only_workspace_is_said_once_with_what_to_do(nanobot_run, fake_llm, configure, tmp_path):
+    from tests.cli.disks import remount_read_only, tmpfs
+
+    with tmpfs(tmp_path / "ro-workspace", size="1m") as workspace:
+        (workspace / "memory").mkdir()
+        configure(workspace=str(workspace))
+        remount_read_only(workspace)
+        fake_llm.script(*[Reply.text(f"answer {i}") for i in range(4)])
+        first, second = nanobot_run("agent", "-m", "one"), nanobot_run("agent", "-m", "two")
+        assert first.returncode == second.returncode == 0, first.stderr
+        said = [line for line in first.stderr.splitlines() if line.strip()]
+        assert len(said) == 1 and "is read-only" in said[0] and "agents.defaults.workspace" in said[0], said
+        assert "Errno" not in first.stderr and second.stderr.strip() == ""
+        term = Terminal("agent", columns=200)
+        try:
+            term.wait_for("you ›")
+            for text in ("three", "four"):
+                term.send(text)
+            term.wait_for("answer 3")
+            term.send("/exit")
+            term.finish()
+        finally:
+            term.close()
+        assert term.text().count("is read-only") == 1 and "Errno 30" not in term.text()
