@@ -205,6 +205,9 @@ class Assistant:
     warnings: list[str] = field(default_factory=list)  # for the user at start-up (damaged memory files, ...)
     budget: ContextBudget | None = None  # its calibration is kept for the next run when this one closes
     model_key: str = ""  # the model the calibration is kept under
+    # the prompt's size against the window, a read-only workspace: at every chat start, but once per
+    # text in one-shot mode (a script's every call need not repeat them)
+    once_warnings: list[str] = field(default_factory=list)
 
     async def mcp_ready(self) -> None:
         """Wait for MCP servers still starting (a turn calls this, never the prompt)."""
@@ -351,16 +354,41 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     add_main_agent_tools(tools, cfg, workspace, session_key, subagents, approver)
     system = context.system_prompt()
     try:
+        memory_cut = fit_memory(context, budget, tools.schemas(), memory)
+        system = context.system_prompt() if memory_cut else system
         budget.check_fixed(system, tools.schemas(),
                            memory_tokens=lambda: budget.counter.count_text(memory.read_memory()))
     except ContextTooSmallError:
         store.close(session)
         raise
-    warnings = [*session.warnings, *memory.startup_check(), *budget.startup_warnings(system, tools.schemas())]
+    warnings = [*session.warnings, *memory.startup_check()]
+    # a cut MEMORY.md already says the prompt is full
+    read_only = memory.read_only_notice()
+    once_warnings = [*([read_only] if read_only else []), *(memory_cut or budget.startup_warnings(system, tools.schemas()))]
     mcp = start_mcp(cfg, workspace, [tools, sub_tools], approver,  # last: nothing after it can fail and leak them
                     notify=lambda text: background(Notice(text, "warning")))
     return Assistant(cfg, workspace, store, conversation, subagents, meter, approver, imports, mcp, warnings,
-                     budget, model or d.model)
+                     budget=budget, model_key=model or d.model, once_warnings=once_warnings)
+
+
+def fit_memory(context: ContextBuilder, budget: ContextBudget, schemas: list[dict], memory: MemoryStore) -> list[str]:
+    """When the whole MEMORY.md would leave no room for a conversation, requests carry its head
+    (cut for the request, never on disk): the one line that says so, or nothing."""
+    try:
+        budget.check_fixed(context.system_prompt(), schemas)
+        return []
+    except ContextTooSmallError:
+        pass
+    context.memory_room = 0
+    room = budget.memory_room(context.system_prompt(), schemas)
+    text = memory.read_memory()
+    if room <= 0 or not text.strip():
+        context.memory_room = None
+        return []  # MEMORY.md is not what is too large: check_fixed says what is
+    context.memory_room = room
+    return [f"MEMORY.md ({len(text.encode('utf-8')):,} bytes) is larger than this model's context window allows: "
+            f"each request carries its first {room:,} bytes (the file on disk is whole); shorten it with "
+            "`nanobot memory edit`"]
 
 
 def status_snapshot(cfg: Config, session_key: str = "cli:direct") -> tuple[BudgetSnapshot, bool]:

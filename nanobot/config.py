@@ -362,11 +362,12 @@ def _check_nanobot_keys(cfg: Config, source: str) -> None:
 def read_file(path: Path) -> dict:
     """The raw JSON object in `path` ({} when missing). Raises ConfigError when unreadable."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         return {}
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the config file: {exc.strerror}") from None
+    text = config_check.decode_file(data, str(path))
     if not text.strip():
         return {}
     try:
@@ -394,7 +395,8 @@ def _env_layer(environ: typing.Mapping[str, str]) -> dict:
     for name, raw in environ.items():
         if not name.startswith("NANOBOT_") or "__" not in name:
             continue
-        parts = [to_camel(p.lower()) for p in name[len("NANOBOT_"):].split("__")]
+        # each level matched to the schema's key whatever its case (APIBASE, API_BASE: apiBase)
+        parts = config_check.schema_path(Config, [to_camel(p.lower()) for p in name[len("NANOBOT_"):].split("__")])
         node = layer
         for part in parts[:-1]:
             node = node.setdefault(part, {})
@@ -405,6 +407,23 @@ def _env_layer(environ: typing.Mapping[str, str]) -> dict:
         if isinstance(node[parts[-1]], (int, float)) and parts[-1] in ("apiKey", "model", "workspace"):
             node[parts[-1]] = raw  # a numeric-looking key or name stays a string
     return layer
+
+
+def _env_warnings(environ: typing.Mapping[str, str]) -> list[str]:
+    """A word for each NANOBOT_A__B variable that names no setting, with the closest that does."""
+    out = []
+    for name in sorted(environ):
+        if not name.startswith("NANOBOT_") or "__" not in name:
+            continue
+        parts = config_check.schema_path(Config, [to_camel(p.lower()) for p in name[len("NANOBOT_"):].split("__")])
+        miss = config_check.unknown_path(Config, parts)
+        if miss is None:
+            continue
+        at, close = miss
+        better = "" if close is None else "; did you mean NANOBOT_" + "__".join(
+            to_snake(p).upper() for p in [*parts[:at], close, *parts[at + 1:]]) + "?"
+        out.append(f"environment: {name} names no setting, ignored{better}")
+    return out
 
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -468,7 +487,7 @@ def load_config(
     _check_semantics(cfg, "environment or flags")
     cfg.path = path
     private = config_check.mode_warning(path) if file_cfg.secret_values() else None
-    cfg.warnings = warnings + ([private] if private else [])
+    cfg.warnings = warnings + _env_warnings(environ) + ([private] if private else [])
     secrets_mask.remember_secrets(cfg.secret_values())  # the one masker hides them exactly from now on
     secrets_mask.remember_environment(environ)
     return cfg
@@ -527,7 +546,9 @@ def save_file(path: Path, data: dict) -> None:
     try:
         if Path(path).absolute().parent == paths.nanobot_home().absolute():
             paths.ensure_private_dir(paths.nanobot_home())
-        atomic_write(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n", mode=CONFIG_MODE)
+        # a config that is a link (a dotfiles folder) stays one: the file it points at is rewritten
+        target = Path(path).resolve() if Path(path).is_symlink() else path
+        atomic_write(target, json.dumps(data, indent=2, ensure_ascii=False) + "\n", mode=CONFIG_MODE)
     except OSError as exc:
         raise storage_error(exc, "write the config file", path) from None
 
@@ -688,7 +709,8 @@ def missing_key_error(spec: ProviderSpec, config: Path | None = None) -> Missing
     return MissingKeyError(
         f"no API key for provider {spec.name!r}",
         hint=f"Set {spec.env_key} in the environment, or put the key in providers.{to_camel(spec.name)}.apiKey in "
-        f"{config}{make_it}. Another provider: --model {other}.",
+        f"{config}{make_it}. Another provider: --model {other}. To try nanobot with no key at all: "
+        "`nanobot demo` (scripted answers from a bundled fake LLM).",
         provider=spec.name, env_key=spec.env_key, config=config,
     )
 

@@ -145,6 +145,72 @@ def expand_env(data: Any, environ: Mapping[str, str], source: str, where: str = 
     return _ENV_REF.sub(value_of, data)
 
 
+def decode_file(data: bytes, source: str) -> str:
+    """The config file's text: a UTF-8 BOM (Windows editors write one) is accepted; any other byte
+    that is not UTF-8 is named by line and byte, in words a user can act on."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line_start = data.rfind(b"\n", 0, exc.start) + 1
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{source}: line {line}, byte {exc.start - line_start + 1} is not UTF-8 "
+                          f"(0x{data[exc.start]:02X})",
+                          hint="Save the file as UTF-8 in your editor, or retype that character.") from None
+
+
+def _section(tp: Any) -> type | None:
+    """The dataclass a key's value is (or holds by name, as providers do), else None."""
+    if is_dataclass(tp):
+        return typing.cast(type, tp)
+    if typing.get_origin(tp) is dict:
+        _, val_tp = typing.get_args(tp)
+        if is_dataclass(val_tp):
+            return typing.cast(type, val_tp)
+    return None
+
+
+def schema_path(cls: type, parts: list[str]) -> list[str]:
+    """`parts` with each level spelt as the schema spells it, matched without case or underscores."""
+    out: list[str] = []
+    node: type | None = cls
+    named = False  # the level after a dict of sections (providers.<name>) is a name, kept as given
+    for part in parts:
+        if node is None or named:
+            out.append(part)
+            named = False
+            continue
+        known = _known_keys(node)
+        key = part if part in known else next(
+            (k for k in known if k.lower().replace("_", "") == part.lower().replace("_", "")), part)
+        out.append(key)
+        tp = known.get(key)
+        named = tp is not None and not is_dataclass(tp) and _section(tp) is not None
+        node = _section(tp) if tp is not None else None
+    return out
+
+
+def unknown_path(cls: type, parts: list[str]) -> tuple[int, str | None] | None:
+    """(index of the first level the schema does not know, its closest known key), or None when all are known."""
+    node: type | None = cls
+    named = False
+    for index, part in enumerate(parts):
+        if node is None:
+            return None  # inside a free-form value (mcpServers.<name>.env, ...): any key goes
+        if named:
+            named = False
+            continue
+        known = _known_keys(node)
+        if part not in known:
+            close = difflib.get_close_matches(part.lower(), [k.lower() for k in known], n=1, cutoff=0.6)
+            return index, next((k for k in known if k.lower() in close), None)
+        tp = known[part]
+        named = not is_dataclass(tp) and _section(tp) is not None
+        node = _section(tp)
+    return None
+
+
 def mode_warning(path: os.PathLike) -> str | None:
     """A warning when the config file can be read by other users (it may hold API keys)."""
     try:

@@ -180,15 +180,13 @@ def check_memory(cfg: Config) -> Check:
         if problems:
             return Check("memory", "fail", "; ".join(f.message for f in problems),
                          "; ".join(f.fix for f in problems if f.fix))
-        return Check("memory", "ok", f"{store.memory_file} is healthy")
     info = store.memory_info()
     if not info.exists:
         return Check("memory", "ok", f"nothing remembered yet ({info.path} does not exist)")
     try:
         info.path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        return Check("memory", "fail", f"{info.path} cannot be read as text: {exc}",
-                     "`nanobot memory restore 1` (see `nanobot memory versions`).")
+        return Check("memory", "fail", f"{info.path} cannot be read as text: {exc}", store.undo_hint())
     share = info.tokens / cfg.defaults.context_window_tokens
     if share > 0.25:
         return Check("memory", "fail", f"{info.path} takes {share:.0%} of the context window",
@@ -245,6 +243,39 @@ def _session_key(path: Path) -> str:
     return key if isinstance(key, str) else path.stem
 
 
+async def probe_mcp(cfg: Config) -> list:
+    """Start each server of tools.mcpServers once, read its state and tools, and stop it (a ServerReport each)."""
+    from nanobot.app import tool_context
+    from nanobot.mcp.manager import MCPManager
+    from nanobot.tools.registry import ToolRegistry
+
+    workspace = cfg.workspace_path()
+    manager = MCPManager(cfg.tools.mcp_servers, workspace, tool_context(cfg, workspace))
+    manager.start([ToolRegistry()])
+    try:
+        await manager.wait_ready()
+        return manager.reports()
+    finally:
+        await manager.aclose()
+
+
+def check_mcp(cfg: Config) -> Check | None:
+    """Whether each configured MCP server starts and gives tools (None: no server configured)."""
+    if not cfg.tools.mcp_servers:
+        return None
+    from nanobot.mcp.manager import log_path
+
+    reports = asyncio.run(probe_mcp(cfg))
+    failed = [r for r in reports if r.state != "ready"]
+    ready = ", ".join(f"{r.name} ({len(r.tools)} tool{'s' if len(r.tools) != 1 else ''})"
+                      for r in reports if r.state == "ready")
+    if failed:
+        what = "; ".join(f"{r.name}: {r.state}" + (f" ({r.error})" if r.error else "") for r in failed)
+        return Check("mcp", "fail", what + (f"; ready: {ready}" if ready else ""),
+                     f"`nanobot mcp list` shows each server; its output is logged in {log_path('<name>')}")
+    return Check("mcp", "ok", f"ready: {ready}")
+
+
 def run_checks(config_path: Path | None = None, *, offline: bool = False) -> list[Check]:
     path = config_path or paths.default_config_path()
     first, cfg = check_config(path)
@@ -254,4 +285,5 @@ def run_checks(config_path: Path | None = None, *, offline: bool = False) -> lis
     checks += [check_key(cfg), check_provider(cfg, offline=offline), check_tokens(), check_confinement(cfg),
                check_storage("workspace", cfg.workspace_path()), check_storage("sessions", paths.sessions_dir()),
                check_memory(cfg), check_skills(cfg), check_compactions()]
-    return checks
+    mcp = check_mcp(cfg)
+    return checks + ([mcp] if mcp is not None else [])

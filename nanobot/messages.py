@@ -24,6 +24,7 @@ Message = dict[str, Any]
 WIRE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
 # The key of a nanobot note's structured record (a helper's end) in a stored user message; never sent.
 NOTE_KEY = "subagent"
+NO_OUTPUT = "(no output)"  # what a blank tool result says on the wire (session/validity.py rule 5)
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

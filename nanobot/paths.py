@@ -19,7 +19,9 @@ PRIVATE_FILE_MODE = 0o600
 def ensure_private_dir(path: Path) -> Path:
     """Create `path` (and missing parents) as 0700 and tighten it if it already exists."""
     path = Path(path)
-    path.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for folder in reversed(missing):  # parents too (mkdir's own parents=True makes them 0755)
+        folder.mkdir(mode=PRIVATE_DIR_MODE, exist_ok=True)
     _tighten(path, PRIVATE_DIR_MODE)
     return path
 

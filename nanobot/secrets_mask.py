@@ -22,7 +22,7 @@ import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 __all__ = ["mask_secrets", "find_secrets", "mask_value", "mask_message", "REDACTED", "PATTERNS",
@@ -223,12 +223,13 @@ def find_secrets(text: str) -> tuple[str, list[str]]:
 
 
 def mask_value(value: Any) -> Any:
-    """Every string inside a JSON-like value masked (dicts, lists); other values unchanged."""
+    """Every string inside a JSON-like value masked (mappings, sequences such as a session's lazily
+    loaded message list, which come back as plain lists); other values unchanged."""
     if isinstance(value, str):
         return mask_secrets(value)
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return {k: mask_value(v) for k, v in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
         return [mask_value(v) for v in value]
     return value
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nanobot.fsio import atomic_write
-from nanobot.paths import nanobot_home
+from nanobot.paths import ensure_private_dir, nanobot_home
 
 __all__ = ["TextCache"]
 
@@ -62,7 +62,7 @@ class TextCache:
             return
         kept = dict(list(self._entries.items())[-self._keep:])
         try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            ensure_private_dir(self.path.parent)  # the home too, when this makes it (0700, as onboard)
             atomic_write(self.path, json.dumps(kept).encode(), mode=0o600)
         except OSError:
             return  # a read-only home: worked out again next time

@@ -334,6 +334,13 @@ class ContextBudget:
             hint = _FIX_HINT
         raise ContextTooSmallError(message, hint=hint + fallback)
 
+    def memory_room(self, system_prompt_without_memory: str, tools: list[dict] | None) -> int:
+        """Bytes of MEMORY.md (fence included) the fixed prompt can still carry with room for a
+        conversation; bytes, so a cut at this size fits whatever the tokenizer (0 when nothing fits)."""
+        system = self.counter.count_message({"role": "system", "content": system_prompt_without_memory})
+        free = self.budget - MIN_CONVERSATION_TOKENS - self.calibration.adjust(system + self.counter.count_tools(tools))
+        return max(0, int(free / self.calibration.ratio) - 64)  # 64: the fence and the section heading
+
     # -- what the screens show ---------------------------------------------------------------
 
     def startup_warnings(self, system_prompt: str, tools: list[dict] | None) -> list[str]:

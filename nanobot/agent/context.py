@@ -38,6 +38,21 @@ class SkillsSection(Protocol):
     def prompt_section(self) -> str: ...
 
 
+MEMORY_CUT_NOTE = ("\n\n[MEMORY.md is cut here for this request: the whole file does not fit this model's "
+                   "context window. The file on disk is whole; the user can shorten it.]")
+
+
+def cut_memory(memory: str, room: int) -> str:
+    """The head of MEMORY.md that fits `room` bytes (a byte is never less than a token), marked as cut."""
+    data = memory.encode("utf-8")
+    if len(data) <= room:
+        return memory
+    keep = max(0, room - len(MEMORY_CUT_NOTE.encode("utf-8")))
+    head = data[:keep].decode("utf-8", errors="ignore")
+    head = head[:head.rfind("\n")] if "\n" in head else head  # whole lines only
+    return head.rstrip() + MEMORY_CUT_NOTE
+
+
 class ContextBuilder:
     def __init__(self, workspace: Path, *, memory: MemoryReader | None = None, skills: SkillsSection | None = None,
                  timezone: str = "") -> None:
@@ -45,6 +60,9 @@ class ContextBuilder:
         self.memory = memory
         self.skills = skills
         self.timezone = timezone
+        # bytes of MEMORY.md a request may carry (None: all of it); set when the whole file cannot fit
+        # the window (app.py asks ContextBudget.memory_room). Cut for the request only, never on disk.
+        self.memory_room: int | None = None
 
     def identity(self) -> str:
         ws = self.workspace
@@ -102,6 +120,8 @@ background subagents for longer independent tasks.
         for name, text in self.bootstrap_files():
             parts.append(f"## {name}\n\n{text}")
         memory = self.memory.read_memory().strip() if self.memory is not None else ""
+        if memory and self.memory_room is not None:
+            memory = cut_memory(memory, self.memory_room)
         if memory:  # written by consolidation from conversations that may quote pages and files
             parts.append(f"# Memory (MEMORY.md)\n\n{fence(memory, 'MEMORY.md, notes kept from past conversations')}")
         skills = self.skills.prompt_section().strip() if self.skills is not None else ""

@@ -42,7 +42,8 @@ ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: ~/.
 
 def _version(value: bool) -> None:
     if value:
-        print(f"nanobot {__version__}")
+        # not HKUDS/nanobot's numbering: a 0.3.5 user must not read 0.1.0 as a downgrade
+        print(f"nanobot {__version__} (terminal assistant; reads nanobot 0.1.4-0.3.5 homes)")
         raise typer.Exit()
 
 
@@ -149,6 +150,17 @@ def agent(
                      model=model, markdown=not no_markdown, json_out=json_out, approve=approve,
                      allow_unconfined_exec=allow_unconfined_exec)
     raise typer.Exit(code)
+
+
+@app.command()
+def demo(
+    message: str | None = typer.Option(None, "--message", "-m", help="Send one message, print the answer, exit."),
+    no_markdown: bool = typer.Option(False, "--no-markdown", help="Plain text instead of rendered markdown."),
+) -> None:
+    """Try nanobot with no API key: the real chat on a bundled, scripted fake LLM (answers are canned)."""
+    from nanobot.cli.demo import run_demo
+
+    raise typer.Exit(run_demo(message=message, markdown=not no_markdown))
 
 
 @app.command()

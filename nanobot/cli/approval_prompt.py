@@ -7,6 +7,7 @@ never drawn over, and resumed after the answer.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -92,8 +93,12 @@ class TerminalApprover:
 
                     with patch_stdout(raw=True):
                         answer = await self._prompt().prompt_async("allow? [y/a/n] › ")
-                except (EOFError, KeyboardInterrupt):
+                except (EOFError, KeyboardInterrupt) as exc:
                     self.console.print("[yellow]not allowed[/yellow]")
+                    if isinstance(exc, KeyboardInterrupt) and (task := asyncio.current_task()) is not None:
+                        # Ctrl-C stops the turn, as it does everywhere else: the refusal is recorded
+                        # first (no await before the caller does), then the turn's next await ends it
+                        task.cancel()
                     return Decision(False, "the user refused (interrupted the question)")
                 decision = parse_answer(answer)
                 if decision is not None:

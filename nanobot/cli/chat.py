@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import io
 import json
 import signal
@@ -103,6 +104,8 @@ async def _one_shot_command(cfg: Config, session_key: str, message: str, *, mark
     command = slash_command(message)
     assert command is not None  # run_agent checked
     name, arg = command
+    if name in EXIT_WORDS:  # /quit, as the chat takes it: nothing to leave here
+        return 0
     entry = SLASH_COMMANDS.get(name)
     if entry is None:
         raise UsageError(f"unknown command {name}",
@@ -120,6 +123,28 @@ async def _one_shot_command(cfg: Config, session_key: str, message: str, *, mark
         chat.renderer.finish()
         await assistant.aclose()
     return 1 if chat.failed else 0
+
+
+def _first_time(text: str) -> bool:
+    """True the first time `text` is said in one-shot mode (a script's every call need not repeat a
+    warning about the config); remembered by hash in ~/.nanobot/said-once."""
+    import hashlib
+
+    from nanobot import paths
+    from nanobot.fsio import append_durably
+
+    record = paths.nanobot_home() / "said-once"
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    try:
+        if digest in record.read_text(encoding="utf-8").split():
+            return False
+    except OSError:
+        pass
+    try:
+        append_durably(record, digest + "\n")
+    except OSError:
+        pass  # a read-only home: said every time, as before
+    return True
 
 
 class _Answers:
@@ -160,7 +185,7 @@ async def _one_shot(cfg: Config, session_key: str, message: str, *, markdown: bo
     answers = _Answers(renderer)
     for note in assistant.startup_notes():
         err.print(f"[dim]{escape(note)}[/dim]", highlight=False)
-    for warning in assistant.warnings:
+    for warning in [*assistant.warnings, *[w for w in assistant.once_warnings if _first_time(w)]]:
         print_warning(warning, console=err)
     banner = _exec_banner(cfg)
     if "NOT confined" in banner:
@@ -338,7 +363,7 @@ class Chat:
             self.console.print(_exec_banner(self.cfg), highlight=False, soft_wrap=False)
             for note in self.assistant.startup_notes():
                 self.console.print(f"[dim]{escape(note)}[/dim]", highlight=False, soft_wrap=False)
-            for warning in self.assistant.warnings:
+            for warning in [*self.assistant.warnings, *self.assistant.once_warnings]:
                 print_warning(warning, console=self.console)
             for skill in getattr(self.conversation.context.skills, "held", []):
                 self.console.print(f"[yellow]skill {escape(skill.name)} is off: it {escape(skill.gate)} "
@@ -442,7 +467,9 @@ class Chat:
         try:
             scheduler = build_scheduler(self.cfg, kind="chat", turns=turns, deliveries=[log_delivery(self.cfg)])
         except OSError as exc:  # e.g. a read-only workspace: the chat still works, reminders do not
-            self.console.print(f"[yellow]warning: reminders are off in this chat: {escape(str(exc))}[/yellow]")
+            why = "the workspace cannot be written (see above)" if self.assistant.once_warnings and \
+                getattr(exc, "errno", None) in (errno.EROFS, errno.EACCES) else str(exc)
+            self.console.print(f"[yellow]warning: reminders are off in this chat: {escape(why)}[/yellow]")
             return
         self.reminders = ChatReminders(scheduler, self._show_firing)
         self.reminders.start()
@@ -456,8 +483,10 @@ class Chat:
         self.console.print(f"[bold {colour}]{escape(firing.title)}[/bold {colour}]"
                            + (f" [dim]({escape(firing.session)})[/dim]" if firing.session else ""), highlight=False)
         body = (firing.error or firing.text or "").strip()
-        if body:
-            self.console.print(escape(body), highlight=False)
+        if firing.error:  # wrapped at words (the console's soft wrap would cut them at the edge)
+            self.console.print(escape(body), highlight=False, soft_wrap=False)
+        elif body:
+            self.renderer.show_answer(body)  # a job's answer is an answer: rendered as one
 
     def _show_held_firings(self) -> None:
         held, self._held_firings = self._held_firings, []

@@ -19,7 +19,7 @@ from nanobot.cli.config_load import load as load_config
 from nanobot.cli.errors import report_text
 from nanobot.config import Config
 from nanobot.cron.jobs import MISSED_POLICIES, Job
-from nanobot.cron.schedule import describe, format_ms, parse_schedule
+from nanobot.cron.schedule import CLI_NAMES, describe, format_ms, parse_schedule
 from nanobot.cron.store import JobStore
 from nanobot.errors import UsageError
 from nanobot.memory.prompt_files import PromptFiles
@@ -87,6 +87,8 @@ def list_jobs(json_out: bool = typer.Option(False, "--json", help="Print the job
         return
     tz = cfg.defaults.timezone
     table = Table("id", "name", "schedule", "state", "next run", "last run", "session")
+    table.columns[0].no_wrap = True  # run/pause/remove need the id whole, however narrow the terminal
+    table.columns[0].min_width = max((len(job.id) for job in jobs), default=2)
     for job in jobs:
         state = "on" if job.enabled else ("done" if job.schedule.kind == "at" else "paused")
         if not job.runnable:
@@ -127,7 +129,7 @@ def add_job(
     cfg = _config(config, workspace)
     now = _now()
     schedule = parse_schedule(every_seconds=every, cron_expr=cron_expr, tz=tz, at=at,
-                              default_tz=cfg.defaults.timezone, now_ms=now)
+                              default_tz=cfg.defaults.timezone, now_ms=now, names=CLI_NAMES)
     store = _store(cfg)
     job = store.add(schedule, message, now_ms=now, name=name, session=session, missed=missed, channel="cli",
                     to="direct")

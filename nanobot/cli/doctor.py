@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from nanobot.cli.approval_prompt import visible
 from nanobot.doctor import run_checks
 
 _MARK = {"ok": Text("✓", "green"), "warn": Text("!", "yellow"), "fail": Text("✗", "bold red")}
@@ -16,7 +18,8 @@ _MARK = {"ok": Text("✓", "green"), "warn": Text("!", "yellow"), "fail": Text("
 def run_doctor(config_path: Path | None, *, offline: bool) -> int:
     """0 when nothing failed (warnings allowed), 1 otherwise."""
     console = Console(highlight=False)
-    checks = run_checks(config_path, offline=offline)
+    # a damaged MEMORY.md or a server's error may hold escape sequences: shown, never run by the terminal
+    checks = [replace(c, detail=visible(c.detail), hint=visible(c.hint)) for c in run_checks(config_path, offline=offline)]
     if console.is_terminal:
         table = Table.grid(padding=(0, 1))  # wrapped details stay in their column
         table.add_column(no_wrap=True)

@@ -16,25 +16,11 @@ mcp_app = typer.Typer(help="MCP servers from tools.mcpServers.", no_args_is_help
 ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json).")
 
 
-async def _probe(cfg):
-    from nanobot.app import tool_context
-    from nanobot.mcp.manager import MCPManager
-    from nanobot.tools.registry import ToolRegistry
-
-    workspace = cfg.workspace_path()
-    manager = MCPManager(cfg.tools.mcp_servers, workspace, tool_context(cfg, workspace))
-    manager.start([ToolRegistry()])
-    try:
-        await manager.wait_ready()
-        return manager.reports()
-    finally:
-        await manager.aclose()
-
-
 @mcp_app.command("list")
 def list_servers(config: Path | None = ConfigOpt) -> None:
     """Start each configured server once, show its state and tools, and stop it again."""
     from nanobot.cli.config_load import load as load_config
+    from nanobot.doctor import probe_mcp
     from nanobot.mcp.manager import log_path
 
     cfg = load_config(config)
@@ -42,7 +28,7 @@ def list_servers(config: Path | None = ConfigOpt) -> None:
     if not cfg.tools.mcp_servers:
         console.print("No MCP servers configured (tools.mcpServers in the config).")
         return
-    reports = asyncio.run(_probe(cfg))
+    reports = asyncio.run(probe_mcp(cfg))
     table = Table("server", "transport", "state", "tools")
     for r in reports:
         state = "[green]ready[/green]" if r.state == "ready" else f"[red]{escape(r.state)}[/red]: {escape(r.error)}"

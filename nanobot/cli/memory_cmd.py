@@ -121,7 +121,9 @@ def memory_show(
             from rich.console import Console
             from rich.markdown import Markdown
 
-            Console().print(Markdown(text))
+            from nanobot.cli.approval_prompt import visible
+
+            Console().print(Markdown(visible(text)))  # a damaged file's ESC, BEL, NUL shown, never run
         else:
             sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
             sys.stdout.flush()
@@ -178,10 +180,12 @@ def memory_check(
     if json_out:
         print(json.dumps([f.to_json() for f in findings], ensure_ascii=False, indent=1))
     else:
+        from nanobot.cli.approval_prompt import visible
+
         for f in findings:
-            print(f"{'problem' if f.severity == 'problem' else 'ok'}: {f.message}")
+            print(f"{'problem' if f.severity == 'problem' else 'ok'}: {visible(f.message)}")
             if f.fix:
-                print(f"  fix: {f.fix}")
+                print(f"  fix: {visible(f.fix)}")
         print(f"{len(problems)} problem(s) found" if problems else "memory looks healthy")
     raise typer.Exit(1 if problems else 0)
 

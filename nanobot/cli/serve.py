@@ -46,11 +46,21 @@ def run_serve(*, config_path, workspace, once: bool) -> int:
 async def _serve(cfg: Config, scheduler: Scheduler, *, once: bool, notify: bool) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    got: list[int] = []
+
+    def on_signal(sig: int) -> None:
+        got.append(sig)
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal, sig)
+
+    def stopped() -> int:  # Ctrl-C is 130 as everywhere in nanobot; SIGTERM (systemd's stop) a clean 0
+        return 130 if signal.SIGINT in got else 0
+
     try:
         if not await _take_lock(scheduler, stop, once=once):
-            return 0 if once or stop.is_set() else 1
+            return stopped() if stop.is_set() else 0 if once else 1
         jobs = scheduler.store.jobs()
         hb = scheduler.heartbeat
         _say(f"nanobot serve · workspace {cfg.workspace_path()} · {len(jobs)} job(s) · heartbeat "
@@ -64,7 +74,7 @@ async def _serve(cfg: Config, scheduler: Scheduler, *, once: bool, notify: bool)
             return 1 if any(f.status == "error" for f in firings or []) else 0
         await _until_stopped(scheduler.serve(stop), stop)
         _say("nanobot serve stopped")
-        return 0
+        return stopped()
     finally:
         scheduler.lock.release()
         for sig in (signal.SIGTERM, signal.SIGINT):

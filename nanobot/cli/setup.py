@@ -85,7 +85,8 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
     path = config_path or paths.default_config_path()
     cfg = load_config(path)
     table = Table(show_header=False, box=None)
-    table.add_row("config", f"{path}{'' if path.exists() else ' (missing: run nanobot onboard)'}")
+    link = f" -> {path.resolve()} (a link: nanobot reads and writes that file)" if path.is_symlink() else ""
+    table.add_row("config", f"{path}{link}{'' if path.exists() else ' (missing: run nanobot onboard)'}")
     table.add_row("workspace", str(cfg.workspace_path()))
     table.add_row("model", cfg.defaults.model)
     try:

@@ -66,7 +66,8 @@ def status_lines(assistant) -> list[str]:
     return [
         f"model      {cfg.defaults.model}",
         *[f"{label:<10} {text}" for label, text in rows],
-        f"last turn  prompt {usage.prompt_tokens:,} · completion {usage.completion_tokens:,} tokens",
+        f"last turn  prompt {usage.prompt_tokens:,} · completion {usage.completion_tokens:,} tokens"
+        if usage.prompt_tokens or usage.completion_tokens else "last turn  none yet in this run",
         *_spend(assistant),
         f"session    {session.key}: {len(session.messages)} messages, "
         f"{len(session.messages) - session.last_consolidated} not yet consolidated",
@@ -111,7 +112,8 @@ def _mcp(assistant) -> list[str]:
         return []
     parts = []
     for r in manager.reports():
-        parts.append(f"{r.name} {r.state}" + (f" ({len(r.tools)} tools)" if r.state == "ready" else
+        parts.append(f"{r.name} {r.state}" + (f" ({len(r.tools)} tool{'' if len(r.tools) == 1 else 's'})"
+                                              if r.state == "ready" else
                                               f" ({r.error})" if r.error else ""))
     return [f"mcp        {'; '.join(parts)}"]
 

@@ -184,7 +184,22 @@ def current_runner(store: JobStore) -> dict[str, Any] | None:
     except LockHeld:
         return probe.state()
     probe.release()
+    state = probe.state()
+    if state.get("kind") == "chat" and _alive(state.get("pid")):
+        return state  # an open chat holds the lock only while it fires, every few seconds
     return None
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @dataclass

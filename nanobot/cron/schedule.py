@@ -47,24 +47,32 @@ def zone(name: str | None) -> ZoneInfo | timezone:
                             hint="Use an IANA name such as Europe/Berlin, America/New_York or UTC.") from None
 
 
+# how the cron tool names the fields; `nanobot cron add` passes CLI_NAMES so errors name its flags
+TOOL_NAMES = {"every_seconds": "every_seconds", "cron_expr": "cron_expr", "at": "at", "tz": "tz", "=": "="}
+CLI_NAMES = {"every_seconds": "--every", "cron_expr": "--cron", "at": "--at", "tz": "--tz", "=": " "}
+
+
 def parse_schedule(*, every_seconds: int | None = None, cron_expr: str | None = None, tz: str | None = None,
-                   at: str | None = None, default_tz: str = "", now_ms: int) -> Schedule:
+                   at: str | None = None, default_tz: str = "", now_ms: int,
+                   names: dict[str, str] = TOOL_NAMES) -> Schedule:
     """Exactly one of every_seconds, cron_expr, at; `tz` applies to cron_expr and to a naive `at`."""
-    given = [name for name, value in (("every_seconds", every_seconds), ("cron_expr", cron_expr), ("at", at))
+    n = names
+    given = [n[name] for name, value in (("every_seconds", every_seconds), ("cron_expr", cron_expr), ("at", at))
              if value not in (None, "")]
     if len(given) != 1:
-        raise ScheduleError("give exactly one of every_seconds, cron_expr or at"
+        raise ScheduleError(f"give exactly one of {n['every_seconds']}, {n['cron_expr']} or {n['at']}"
                             + (f" (got {', '.join(given)})" if given else ""),
-                            hint="every_seconds=3600 for hourly, cron_expr='0 9 * * 1-5' for weekdays at 9, "
-                                 "at='2026-03-01T10:30' for once.")
+                            hint=f"{n['every_seconds']}{n['=']}3600 for hourly, {n['cron_expr']}{n['=']}'0 9 * * 1-5' "
+                                 f"for weekdays at 9, {n['at']}{n['=']}'2026-03-01T10:30' for once.")
     if tz and every_seconds not in (None, ""):
-        raise ScheduleError("tz applies to cron_expr and at, not to every_seconds")
+        raise ScheduleError(f"{n['tz']} applies to {n['cron_expr']} and {n['at']}, not to {n['every_seconds']}")
     if tz:
         zone(tz)
     if every_seconds not in (None, ""):
         if isinstance(every_seconds, bool) or not isinstance(every_seconds, int) or every_seconds < MIN_EVERY_SECONDS:
-            raise ScheduleError(f"every_seconds must be a whole number of seconds, at least {MIN_EVERY_SECONDS}; "
-                                f"got {every_seconds!r}", hint="Each firing is a full turn of the model.")
+            raise ScheduleError(f"{n['every_seconds']} must be a whole number of seconds, at least "
+                                f"{MIN_EVERY_SECONDS}; got {every_seconds!r}",
+                                hint="Each firing is a full turn of the model.")
         return Schedule("every", every_ms=every_seconds * 1000)
     if cron_expr:
         from croniter import croniter

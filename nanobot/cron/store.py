@@ -47,6 +47,9 @@ class JobStore:
     # -- reading ------------------------------------------------------------------------------
 
     def jobs(self) -> list[Job]:
+        legacy = paths.nanobot_home() / "cron" / "jobs.json"
+        if not self.path.exists() and not legacy.is_file():
+            return []  # nothing to read, and a listing creates no folder (the lock would)
         with self._locked():
             return self._load()
 

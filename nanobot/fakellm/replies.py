@@ -81,7 +81,7 @@ class Reply:
 
     @classmethod
     def tool_calls(cls, calls: list, *, text: str | None = None, usage: dict | None = None,
-                   delay: float = 0.0, finish_reason: str = "tool_calls") -> Reply:
+                   delay: float = 0.0, finish_reason: str = "tool_calls", reasoning: str | None = None) -> Reply:
         """`calls`: (name, args) pairs, or (name, args, id) to force an id (e.g. a duplicate);
         `finish_reason="length"`: a reply the length limit cut off (Anthropic: max_tokens)."""
         parsed = []
@@ -96,7 +96,7 @@ class Reply:
         if not parsed:
             raise ValueError("Reply.tool_calls needs at least one call")
         return cls("tool_calls", content=text, calls=tuple(parsed), usage=usage,
-                   finish_reason=finish_reason, delay=delay)
+                   finish_reason=finish_reason, delay=delay, reasoning=reasoning)
 
     @classmethod
     def error(cls, status: int, *, message: str | None = None,
@@ -121,7 +121,8 @@ class Reply:
         Shapes: {"text": ...}, {"tool_calls": [[name, args], ...], "text"?: ...},
         {"error": status, "message"?, "retry_after"?}, {"cut_stream": text}; plus "delay"/"usage".
         """
-        common = {"delay": float(d.get("delay", 0.0))}
+        delay = float(d.get("delay", 0.0))
+        common = {"delay": delay}
         if "error" in d:
             return cls.error(int(d["error"]), message=d.get("message"),
                              retry_after=d.get("retry_after"), error_type=d.get("error_type"),
@@ -131,7 +132,7 @@ class Reply:
         if "tool_calls" in d:
             return cls.tool_calls([tuple(c) for c in d["tool_calls"]], text=d.get("text"),
                                   usage=d.get("usage"), finish_reason=d.get("finish_reason", "tool_calls"),
-                                  **common)
+                                  reasoning=d.get("reasoning"), **common)
         if "text" in d:
             return cls.text(d["text"], usage=d.get("usage"),
                             finish_reason=d.get("finish_reason", "stop"),

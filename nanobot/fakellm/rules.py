@@ -167,6 +167,8 @@ def check_openai_messages(messages: list[dict]) -> list[str]:
                 pending[call_id] = i
         elif role == "tool":
             call_id = msg.get("tool_call_id")
+            if msg.get("content") == []:
+                out.append(f"{label}: tool content is an empty list")  # compatible servers reject it
             if not call_id:
                 out.append(f"{label}: tool message missing tool_call_id")
             elif call_id in pending:

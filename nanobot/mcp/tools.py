@@ -70,6 +70,11 @@ class MCPTool(Tool):
         self.description = (tool.description or f"{tool.name} from MCP server {server.name}").strip()
         self.parameters = model_schema(tool.inputSchema)
 
+    def hint(self, args: dict[str, Any]) -> str:
+        """Every argument, not only the first: a server's tool says little by its first alone."""
+        shown = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items()).replace("\n", " ")
+        return f"{self.name}({shown[:117] + '...' if len(shown) > 120 else shown})"
+
     async def run(self, **kwargs: Any) -> ToolResult:
         if not self.server.cfg.trusted:
             preview = json.dumps(kwargs, ensure_ascii=False)

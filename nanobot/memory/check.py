@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
@@ -51,13 +52,13 @@ def check_memory(store: MemoryStore, *, context_window: int | None = None) -> li
         out.append(Finding("problem", "memory_damaged",
                            f"MEMORY.md is not valid UTF-8 (first bad byte at offset {state.bad_offset}); it is "
                            f"read with replacement characters, the raw bytes are kept in {store.damaged_dir}",
-                           "`nanobot memory restore 1`, or `nanobot memory edit` to fix the marked characters"))
+                           f"{store.undo_hint()}, or `nanobot memory edit` to fix the marked characters"))
     elif state.damage in ("empty", "cut_off"):
         what = "empty" if state.damage == "empty" else "cut off"
         out.append(Finding("problem", "memory_damaged",
                            f"MEMORY.md is {what}, but nanobot last saved {len(fact_lines(state.last_good or ''))} "
                            "fact line(s) there",
-                           "`nanobot memory restore 1` (see `nanobot memory versions`)"))
+                           store.undo_hint()))
     versions = store.versions()
     if versions and state.damage is None:
         now = {norm_fact(x) for x in fact_lines(text)}
@@ -128,6 +129,12 @@ def _history_findings(store: MemoryStore) -> list[Finding]:
                                f"{store.damaged_dir})"))
     if not size:
         return out
+    raw = _last_entry_raw(path, size)
+    if raw:
+        out.append(Finding("problem", "consolidation_failed", f"the last consolidation failed and its messages "
+                           f"were archived raw in HISTORY.md, not summarised: {raw}",
+                           "check the model with `nanobot doctor`; nothing was lost (the raw entry is searchable "
+                           "with `nanobot history grep`), and the next consolidation summarises as usual"))
     backwards, bad = _order_and_encoding(path)
     if backwards:
         out.append(Finding("problem", "history_out_of_order", f"{backwards} HISTORY.md entr(ies) are dated more "
@@ -142,6 +149,21 @@ def _history_findings(store: MemoryStore) -> list[Finding]:
             out.append(Finding("problem", "history_torn", "HISTORY.md does not end with a newline (its last entry "
                                "may be cut off)", "start nanobot (it completes the file from its journal)"))
     return out
+
+
+def _last_entry_raw(path, size: int) -> str:
+    """The heading of HISTORY.md's last entry when it is a RAW archive (a consolidation that failed), else ""."""
+    from nanobot.memory import history as history_log
+
+    with open(path, "rb") as fh:
+        fh.seek(max(0, size - (1 << 20)))
+        data = fh.read()
+    last = next(iter(collections.deque(history_log.stamp_lines(data), maxlen=1)), None)
+    if last is None:
+        return ""
+    start = last.start() + data[last.start():last.end()].index(b"[")  # a match may begin at its newline
+    heading = data[start:].split(b"\n", 1)[0].decode("utf-8", "replace")
+    return heading if data[last.end():].startswith(b" RAW archive of ") else ""
 
 
 def _order_and_encoding(path) -> tuple[int, int]:

@@ -266,8 +266,7 @@ class MemoryStore:
             except OSError:
                 pass
         self._warn(f"{self.memory_file} is not valid UTF-8 (first bad byte at offset {bad}); it is read "
-                   f"with replacement characters and the raw bytes are kept at {path}. Fix: "
-                   f"`nanobot memory restore 1` (or `nanobot memory edit`)")
+                   f"with replacement characters and the raw bytes are kept at {path}. Fix: {self.undo_hint()}")
 
     def _warn(self, message: str) -> None:
         if message not in self.warnings:
@@ -458,6 +457,12 @@ class MemoryStore:
         version = self._version(n)
         return self.write_memory(_decode(version.path.read_bytes())[0],
                                  reason=f"restore of the version saved {version.saved_at:%Y-%m-%d %H:%M:%S} UTC")
+
+    def undo_hint(self) -> str:
+        """How to go back: `restore 1` only when a saved version exists (else it answers "no version 1")."""
+        if self._version_files():
+            return "`nanobot memory restore 1` (or `nanobot memory versions` to pick one)"
+        return "`nanobot memory edit` (no saved version to restore yet)"
 
     def _version(self, n: int) -> VersionInfo:
         all_versions = self.versions()
@@ -699,17 +704,27 @@ class MemoryStore:
                     messages.append(fixed)
                 messages.extend(self._adopt_outside_edit())
         except (MemoryBusy, OSError) as exc:
-            messages.append(f"could not check the memory files: {exc}")
+            if self.read_only_notice() is None:  # a read-only folder is said once, by read_only_notice
+                messages.append(f"could not check the memory files: {exc}")
         messages.extend(w for w in self.warnings if w not in messages)
         return messages
+
+    def read_only_notice(self) -> str | None:
+        """One line, with the fix, when the memory folder cannot be written (a read-only mount or
+        folder); None when it can (or does not exist yet: it is made on the first write)."""
+        folder = self.dir if self.dir.exists() else self.workspace
+        if not folder.exists() or os.access(folder, os.W_OK):
+            return None
+        return (f"{folder} is read-only: nanobot answers, but remembers nothing new (MEMORY.md, HISTORY.md) "
+                f"until it can write there; make it writable, or set agents.defaults.workspace to a "
+                f"writable folder")
 
     def _adopt_outside_edit(self) -> list[str]:
         state = self.state()
         if state.damage in ("empty", "cut_off"):
             what = "empty" if state.damage == "empty" else "cut off"
             return [f"{self.memory_file} is {what}, but nanobot last saved {len(fact_lines(state.last_good or ''))} "
-                    f"fact line(s) there; consolidation will keep building on the saved text. Fix: "
-                    f"`nanobot memory restore 1` (or `nanobot memory versions` to pick one)"]
+                    f"fact line(s) there; consolidation will keep building on the saved text. Fix: {self.undo_hint()}"]
         if state.damage is None and state.last_good is not None and state.text != state.last_good \
                 and self.memory_file.exists() and self.good_copy.exists():
             self._save_version(state.last_good, "edited outside nanobot (detected at start-up)")

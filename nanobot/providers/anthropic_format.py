@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from nanobot.messages import Message, text_of
+from nanobot.messages import NO_OUTPUT, Message, text_of
 from nanobot.providers.base import parse_arguments
 
 CACHE = {"type": "ephemeral"}
@@ -72,7 +72,7 @@ def _assistant_blocks(msg: Message) -> list[dict]:
 def _tool_result_block(msg: Message) -> dict:
     text = text_of(msg.get("content"))
     return {"type": "tool_result", "tool_use_id": safe_tool_id(msg.get("tool_call_id", "")),
-            "content": text if text.strip() else "(no output)"}
+            "content": text if text.strip() else NO_OUTPUT}
 
 
 def to_anthropic(messages: list[Message]) -> tuple[list[dict] | None, list[dict]]:

@@ -35,13 +35,15 @@ class OpenAICompatProvider(Provider):
     def __init__(self, model: str, *, name: str = "openai", api_key: str = "", api_base: str | None = None,
                  extra_headers: dict[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT,
                  http_client: httpx2.AsyncClient | None = None,
-                 extra_params: dict[str, Any] | None = None, send_temperature: bool = True) -> None:
+                 extra_params: dict[str, Any] | None = None, send_temperature: bool = True,
+                 reasoning_back: bool = False) -> None:
         super().__init__(model)
         self.timeout = timeout
         self.name = name
         # fields added to every request (reasoning_effort; extra_body for server-specific ones)
         self.extra_params = dict(extra_params or {})
         self.send_temperature = send_temperature  # OpenAI's reasoning models reject one
+        self.reasoning_back = reasoning_back  # tool-call messages keep reasoning_content (providers/registry.py)
         self._client = openai.AsyncOpenAI(
             api_key=api_key or "no-key", base_url=api_base or None, max_retries=0, timeout=http_timeout(timeout),
             default_headers=extra_headers or None,
@@ -53,7 +55,10 @@ class OpenAICompatProvider(Provider):
         wire = []
         for msg in messages:
             out = for_wire(msg)
-            out.pop("reasoning_content", None)  # most servers reject it as input
+            if self.reasoning_back and out.get("role") == "assistant" and out.get("tool_calls"):
+                out["reasoning_content"] = out.get("reasoning_content") or ""  # the field must be there
+            else:
+                out.pop("reasoning_content", None)  # most servers reject it as input
             if out.get("role") == "tool":
                 out.pop("name", None)
             wire.append(out)

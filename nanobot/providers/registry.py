@@ -24,6 +24,9 @@ class ProviderSpec:
     keywords: tuple[str, ...] = ()  # bare model names containing one of these resolve here
     key_required: bool = True  # local servers (ollama, vllm, custom) work without a key
     thinking: str = ""  # how the server switches thinking on besides reasoning_effort (providers/reasoning.py)
+    # an assistant message with tool_calls goes back with its reasoning_content (DeepSeek's thinking
+    # mode answers 400 without it; Kimi's thinking models need it for multi-step tool use)
+    reasoning_back: bool = False
     unsupported: str = ""  # why we cannot speak it, and what to use instead
 
 
@@ -47,10 +50,11 @@ PROVIDERS: tuple[ProviderSpec, ...] = (
     ProviderSpec("anthropic", "anthropic", "ANTHROPIC_API_KEY", keywords=("claude",)),
     ProviderSpec("openai", "openai", "OPENAI_API_KEY", keywords=("gpt", "o1", "o3", "o4", "chatgpt")),
     _compat("openrouter", "OPENROUTER_API_KEY", "https://openrouter.ai/api/v1"),
-    _compat("deepseek", "DEEPSEEK_API_KEY", "https://api.deepseek.com/v1", ("deepseek",), thinking="thinking_type"),
+    _compat("deepseek", "DEEPSEEK_API_KEY", "https://api.deepseek.com/v1", ("deepseek",), thinking="thinking_type",
+            reasoning_back=True),
     _compat("groq", "GROQ_API_KEY", "https://api.groq.com/openai/v1"),
     _compat("gemini", "GEMINI_API_KEY", "https://generativelanguage.googleapis.com/v1beta/openai/", ("gemini",)),
-    _compat("moonshot", "MOONSHOT_API_KEY", "https://api.moonshot.ai/v1", ("kimi", "moonshot")),
+    _compat("moonshot", "MOONSHOT_API_KEY", "https://api.moonshot.ai/v1", ("kimi", "moonshot"), reasoning_back=True),
     _compat("dashscope", "DASHSCOPE_API_KEY", "https://dashscope.aliyuncs.com/compatible-mode/v1", ("qwen",),
             thinking="enable_thinking"),
     _compat("zhipu", "ZHIPUAI_API_KEY", "https://open.bigmodel.cn/api/paas/v4", ("glm",)),

@@ -29,7 +29,7 @@ from nanobot import paths
 from nanobot.errors import LockHeld
 from nanobot.fsio import ExclusiveLock, append_durably, atomic_write
 from nanobot.messages import now_iso, parse_timestamp
-from nanobot.session.store import SessionStore
+from nanobot.session.store import SessionStore, is_our_file
 
 RECEIPTS_NAME = "imports.jsonl"
 
@@ -105,7 +105,7 @@ def _first_meta(path: Path) -> dict:
     file can be tens of megabytes, and this runs for every file on every start)."""
     try:
         with path.open("rb") as fh:
-            first = fh.readline().rstrip(b"\n")
+            first = fh.readline().rstrip(b"\n").rstrip(b"\r").removeprefix(b"\xef\xbb\xbf")  # CRLF, a BOM
     except OSError:
         return {}
     try:
@@ -165,6 +165,8 @@ def find_sessions(home: Path, workspace: Path, store: SessionStore) -> list[_Fou
         if not folder.is_dir():
             continue
         for path in sorted(folder.glob("*.jsonl")):
+            if folder == store.directory and is_our_file(path) or not path.is_file():
+                continue  # ours (however damaged: the store sets its bad lines aside), or not a file
             key = _first_meta(path).get("key") or _key_from_v01_name(path.stem)
             if isinstance(key, str) and key and path != store.path_for(key):
                 found.append(_Found(key, path, "nanobot-0.1"))
@@ -208,6 +210,66 @@ def _import_session(store: SessionStore, home: Path, found: _Found, kept: list[s
     return receipt
 
 
+def _messages(data: bytes) -> list[dict]:
+    """The message records of a session file (metadata, decisions and unreadable lines left out)."""
+    out = []
+    for line in data.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "_type" not in record and isinstance(record.get("role"), str):
+            out.append(record)
+    return out
+
+
+def _continue_session(home: Path, found: _Found, last: Receipt, kept: list[str]) -> Receipt | None:
+    """New turns made in nanobot after the import (the user went back and forth): appended to our
+    copy when that is safe, i.e. nanobot's file still begins with what was imported and our copy
+    has not moved on since; otherwise both are kept apart, and the user is told which and why (once)."""
+    data = found.path.read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    target = Path(last.target)
+    theirs, imported = _messages(data), last.messages
+    lock = ExclusiveLock(target)
+    try:
+        lock.acquire()
+    except LockHeld:
+        return None  # open in a chat: looked at again on the next start
+    try:
+        ours = _messages(target.read_bytes()) if target.is_file() else []
+        if len(theirs) > imported and theirs[:imported] == ours[:imported] and len(ours) == imported:
+            append_durably(target, "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in theirs[imported:]))
+            receipt = Receipt("session", str(found.path), sha, len(data), found.format, str(target), key=found.key,
+                              messages=len(theirs), imported_at=now_iso())
+            _record(home, receipt)
+            return receipt
+        if theirs[:imported] != ours[:imported] or len(theirs) < imported:
+            why = "nanobot rewrote it since the import (a /new or an edit), so its turns no longer follow ours"
+        elif len(theirs) == imported:
+            return None  # only nanobot's metadata changed: nothing to bring
+        else:
+            why = (f"it has {len(theirs) - imported} new message(s) there and this copy has "
+                   f"{len(ours) - imported} here since the import; mixing them would interleave two conversations")
+        kept.append(f"{found.key} ({found.path}): kept apart: {why}; continue it in one tool, or start "
+                    "afresh here with /new")
+        _record(home, Receipt("kept", str(found.path), sha, len(data), found.format, str(target), key=found.key,
+                              messages=imported, imported_at=now_iso()))
+        return None
+    finally:
+        lock.release()
+
+
+def _unchanged(path: Path, receipt: Receipt) -> bool:
+    """The file is as the receipt saw it (size first: the hash is read only when the size matches)."""
+    try:
+        if path.stat().st_size != receipt.size:
+            return False
+        return hashlib.sha256(path.read_bytes()).hexdigest() == receipt.sha256
+    except OSError:
+        return True  # unreadable now: nothing to do until it reads again
+
+
 def _history_entries(path: Path) -> list[dict]:
     entries = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -247,6 +309,8 @@ def import_all(workspace: Path, *, store: SessionStore | None = None, home: Path
     store = store or SessionStore()
     receipts = read_receipts(home)
     done = {r.source for r in receipts if r.kind in ("session", "kept")}
+    latest = {r.source: r for r in receipts if r.kind in ("session", "kept")}  # the last word on each
+    imported = {r.source: r for r in receipts if r.kind == "session"}  # the last import of each
     result = ImportResult([], [])
     try:
         found_all = find_sessions(home, workspace, store)
@@ -255,6 +319,16 @@ def import_all(workspace: Path, *, store: SessionStore | None = None, home: Path
         found_all = []
     for found in found_all:
         if str(found.path) in done:
+            last = imported.get(str(found.path))
+            if last is None or _unchanged(found.path, latest[str(found.path)]):
+                continue
+            try:
+                receipt = _continue_session(home, found, last, result.kept)
+            except OSError as exc:
+                result.kept.append(f"{found.key} ({found.path}): new turns could not be imported: {exc}")
+                continue
+            if receipt is not None:
+                result.imported.append(receipt)
             continue
         try:
             receipt = _import_session(store, home, found, result.kept)

@@ -163,9 +163,31 @@ class _Parsed:
 
 # what a line is: the one rule, for the full parse and for the index
 BAD, MESSAGE, META, DECISION, OTHER = range(5)
+_BOM = b"\xef\xbb\xbf"
+_OUR_NAME = re.compile(r"^(.+)-([0-9a-f]{12})\.jsonl$")  # path_for's names: <slug>-<hash of the key>
+
+
+def is_our_file(path: Path) -> bool:
+    """A name path_for gives (never one nanobot 0.1.x wrote), whatever the file holds."""
+    return _OUR_NAME.match(path.name) is not None
+
+
+def key_from_name(path: Path) -> str | None:
+    """The key of one of our files when its name proves it (the hash matches), for a file whose
+    metadata cannot be read; tries the usual shape, channel:chat."""
+    m = _OUR_NAME.match(path.name)
+    if m is None:
+        return None
+    slug, digest = m.groups()
+    for candidate in (slug.replace("_", ":", 1), slug):
+        if hashlib.sha256(candidate.encode("utf-8")).hexdigest()[:12] == digest:
+            return candidate
+    return None
 
 
 def _classify(raw: bytes, loads: Callable[[bytes], Any] | None = None) -> tuple[int, Any]:
+    if raw.startswith(_BOM) or raw.endswith(b"\r"):  # an editor's BOM or CRLF: the line itself is fine
+        raw = raw.removeprefix(_BOM).removesuffix(b"\r")
     try:
         record = (loads or _loads)(raw)
     except (UnicodeDecodeError, ValueError):
@@ -445,7 +467,8 @@ class SessionStore:
                 parsed = _read(path)
             except OSError:
                 continue
-            key = parsed.meta.get("key") or parsed.first_meta.get("key") or path.stem.replace("_", ":", 1)
+            key = (parsed.meta.get("key") or parsed.first_meta.get("key") or key_from_name(path)
+                   or (path.name if is_our_file(path) else path.stem.replace("_", ":", 1)))
             if not isinstance(key, str):
                 continue
             canonical = path == self.path_for(key)
@@ -527,6 +550,10 @@ class SessionStore:
     def open(self, key: str) -> Session:
         """Lock and load the session (creating it if new); raises SessionInUseError if held."""
         path = self.path_for(key)
+        if path.is_dir():
+            raise StorageError(f"{path} is a folder, not session {key}'s file",
+                               hint=f"Move that folder out of {self.directory}; nanobot then starts session {key} "
+                                    "afresh.", path=str(path))
         try:
             lock = self._lock(key, path)
         except OSError as exc:
@@ -789,10 +816,10 @@ def _chunk_stamps(chunk: list[Message]) -> set[str]:
 def _parse_first_line(path: Path) -> dict[str, Any]:
     try:
         with path.open("rb") as fh:
-            record = json.loads(fh.readline().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+            kind, record = _classify(fh.readline().rstrip(b"\n"))
+    except OSError:
         return {}
-    return record if isinstance(record, dict) and record.get("_type") == "metadata" else {}
+    return record if kind == META else {}
 
 
 def _sort_time(stamp: str) -> float:

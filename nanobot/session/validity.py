@@ -8,13 +8,17 @@ Rules, in the order they are applied by `make_valid`:
 0. shape: non-dict entries, unknown roles and `system` messages after the first position are
    dropped; malformed tool_calls entries (no id or function name) are dropped.
 1. leading: a leading `system` message is kept, then everything up to the first user message is dropped.
-2. orphans: a tool result whose id was not declared by the assistant message right before it, or
-   was already answered, or is missing, is dropped (only that result).
+2. orphans: a tool result separated from its call only by assistant text (nanobot 0.3.x files, a
+   hand edit) is moved up, right after its call's other results; then a tool result whose id was
+   not declared by the assistant message right before it, or was already answered, or is missing,
+   is dropped (only that result).
 3. backfill: a declared call with no result gets a synthetic "interrupted" result right after the
    real ones; a tool_call id seen earlier in the history is renamed (with its results) so ids are unique.
 4. merge: an assistant message without tool_calls is merged into the assistant message that
    follows it (texts joined with a blank line, the later message's tool_calls kept).
-5. empties: blank user messages and blank assistant messages without tool_calls are dropped.
+5. empties: blank user messages and blank assistant messages without tool_calls are dropped; in a
+   request, a blank tool result (None, "", `[]`) says NO_OUTPUT (OpenAI-compatible servers reject
+   `[]`, Anthropic an empty block).
 6. users (requests only, not `repair_messages`): consecutive user messages are merged into one
    (texts joined with a blank line, or their parts concatenated). Chat templates with strict
    alternation (Gemma, Llama 2 on vLLM) reject two in a row; they occur when a turn failed
@@ -26,10 +30,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from nanobot.messages import Message, text_of
+from nanobot.messages import NO_OUTPUT, Message, text_of
 
 __all__ = ["INTERRUPTED_RESULT", "Fixes", "make_valid", "repair_messages", "is_valid", "is_blank"]
 
@@ -46,6 +51,7 @@ class Fixes:
     dropped_malformed: int = 0
     dropped_leading: int = 0
     dropped_orphans: int = 0
+    moved_results: int = 0
     backfilled: int = 0
     renamed_ids: int = 0
     merged_assistants: int = 0
@@ -55,7 +61,8 @@ class Fixes:
     @property
     def total(self) -> int:
         return (
-            self.dropped_malformed + self.dropped_leading + self.dropped_orphans + self.backfilled
+            self.dropped_malformed + self.dropped_leading + self.dropped_orphans + self.moved_results
+            + self.backfilled
             + self.renamed_ids + self.merged_assistants + self.dropped_empty + self.merged_users
         )
 
@@ -64,6 +71,7 @@ class Fixes:
             ("dropped_malformed", "malformed messages dropped"),
             ("dropped_leading", "leading non-user messages dropped"),
             ("dropped_orphans", "orphan tool results dropped"),
+            ("moved_results", "tool results moved up next to their call"),
             ("backfilled", "missing tool results filled in as interrupted"),
             ("renamed_ids", "duplicate tool-call ids renamed"),
             ("merged_assistants", "consecutive assistant messages merged"),
@@ -130,6 +138,7 @@ def _fix(
     if drop_leading:
         shaped = _drop_leading(shaped, fixes)
     seen = set(seen_ids or ())
+    shaped = _move_late_results(shaped, fixes)
     paired = _merge_assistants(_pair_tool_results(shaped, seen, fixes, stamp=stamp), fixes)
     if drop_leading:  # a request: the stored record keeps the user's messages as they were
         paired = _merge_users(paired, fixes)
@@ -164,7 +173,9 @@ def _shape(messages: list[Message], fixes: Fixes, *, drop_empty: bool) -> list[M
             if not isinstance(msg.get("tool_call_id"), str) or not msg["tool_call_id"]:
                 fixes.dropped_orphans += 1
                 continue
-            if content is None:
+            if drop_empty and is_blank(content):  # a request
+                msg["content"] = NO_OUTPUT
+            elif content is None:
                 msg["content"] = ""
         if drop_empty and is_blank(msg.get("content")):
             if role == "user" or (role == "assistant" and not msg.get("tool_calls")):
@@ -202,6 +213,36 @@ def _drop_leading(messages: list[Message], fixes: Fixes) -> list[Message]:
     first_user = next((i for i in range(start, len(messages)) if messages[i]["role"] == "user"), len(messages))
     fixes.dropped_leading += first_user - start
     return messages[:start] + messages[first_user:]
+
+
+def _move_late_results(messages: list[Message], fixes: Fixes) -> list[Message]:
+    """Rule 2's first half: results that come after assistant text (before the next user message
+    or the next call) move up to just after their call's results, so the real result is sent."""
+    out: list[Message] = []
+    moved: set[int] = set()
+    for index, msg in enumerate(messages):
+        if index in moved:
+            continue
+        out.append(msg)
+        if msg["role"] != "assistant" or not msg.get("tool_calls"):
+            continue
+        end = index + 1
+        while end < len(messages) and messages[end]["role"] == "tool":
+            end += 1
+        missing = Counter(c["id"] for c in msg["tool_calls"]) - Counter(m["tool_call_id"] for m in messages[index + 1:end])
+        later = end
+        while +missing and later < len(messages) and messages[later]["role"] in ("assistant", "tool") \
+                and not messages[later].get("tool_calls"):
+            late = messages[later]
+            if late["role"] == "tool" and missing[late["tool_call_id"]] > 0:
+                missing[late["tool_call_id"]] -= 1
+                moved.add(later)
+            later += 1
+        if moved.intersection(range(end, later)):
+            out += messages[index + 1:end] + [messages[i] for i in sorted(moved.intersection(range(end, later)))]
+            moved.update(range(index + 1, end))
+            fixes.moved_results += len(moved.intersection(range(end, later)))
+    return out
 
 
 def _pair_tool_results(messages: list[Message], seen: set[str], fixes: Fixes, *, stamp: bool) -> list[Message]:

@@ -118,7 +118,7 @@ def test_cron_commands_add_list_pause_resume_run_remove(configure, fake_llm):
 def test_cron_errors_say_what_to_do_and_exit_2(nanobot_run, configure):
     configure()
     bad = nanobot_run("cron", "add", "-m", "x", "--every", "60", "--cron", "* * * * *")
-    assert bad.returncode == 2 and "exactly one of" in bad.stderr and "every_seconds=3600" in bad.stderr
+    assert bad.returncode == 2 and "exactly one of --every" in bad.stderr and "--every 3600" in bad.stderr
     missing = nanobot_run("cron", "remove", "nope")
     assert missing.returncode == 2 and "no job with id 'nope'" in missing.stderr and "cron list" in missing.stderr
 

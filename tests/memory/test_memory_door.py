@@ -97,14 +97,14 @@ def test_non_utf8_memory_is_read_with_replacement_chars_and_the_raw_bytes_are_ke
     assert "caf\ufffd au lait" in text
     kept = list(store.damaged_dir.glob("MEMORY-*.raw"))
     assert [p.read_bytes() for p in kept] == [raw]
-    assert any("not valid UTF-8" in w and "memory restore" in w for w in store.startup_check())
+    assert any("not valid UTF-8" in w and "memory edit" in w for w in store.startup_check())  # no version yet
 
 
 def test_empty_memory_is_not_taken_as_nothing_remembered_by_consolidation(store):
     store.memory_file.write_bytes(b"")
     state = store.state()
     assert state.damage == "empty" and state.usable == FACTS
-    assert any("is empty" in w and "memory restore 1" in w for w in store.startup_check())
+    assert any("is empty" in w and "memory edit" in w for w in store.startup_check())  # no version yet
     outcome = store.apply_update(FACTS + "- a new fact\n", truncated=False, base=state.usable)
     assert outcome.status == "written"
     assert store.read_memory() == FACTS + "- a new fact\n"

@@ -231,3 +231,13 @@ def test_consecutive_user_messages_are_merged_in_requests_but_kept_by_repair():
     assert merged == [user([{"type": "text", "text": "look"}, image])]
     repaired, _, fixes = repair_messages(history)
     assert repaired == history and fixes.merged_users == 0
+
+
+def test_repair_moves_a_result_after_assistant_text_up_to_its_call():
+    messages = [user("go"), assistant(None, [tool_call("c1", "exec", {"command": "x"})]),
+                assistant("working on it"), tool_result("c1", "exec", "real"), assistant("done")]
+    repaired, _, fixes = repair_messages(messages)
+    assert [m["role"] for m in repaired] == ["user", "assistant", "tool", "assistant"]
+    assert repaired[2]["content"] == "real" and fixes.moved_results == 1 and fixes.backfilled == 0
+    assert "1 tool results moved up next to their call" in fixes.describe()
+    assert make_valid(make_valid(messages)) == make_valid(messages)
