@@ -27,7 +27,7 @@ def test_session_show_json_prints_a_consolidated_session(nanobot_run, configure)
     shown = nanobot_run("session", "show", "cli:direct", "--json")
     assert shown.returncode == 0, shown.stderr
     assert "Traceback" not in shown.stderr
-    assert [m["content"] for m in json.loads(shown.stdout)] == ["old question", "old answer", "new question",
+    assert [m["content"] for m in json.loads(shown.stdout)["messages"]] == ["old question", "old answer", "new question",
                                                                "new answer"]
 
 
@@ -365,7 +365,7 @@ def test_turns_made_in_nanobot_035_after_the_import_come_across_when_safe(nanobo
     nanobot_035_turn("Miso is three years old.", "Three, noted.")
     again = nanobot_run("session", "import", env=env)
     assert "session cli:direct: 4 messages" in again.stdout, again.stdout
-    shown = json.loads(nanobot_run("session", "show", "cli:direct", "--json").stdout)
+    shown = json.loads(nanobot_run("session", "show", "cli:direct", "--json").stdout)["messages"]
     assert [m["content"] for m in shown][-2:] == ["Miso is three years old.", "Three, noted."]
 
     fake_llm.script(Reply.text("Here too."))
@@ -374,7 +374,7 @@ def test_turns_made_in_nanobot_035_after_the_import_come_across_when_safe(nanobo
     apart = nanobot_run("session", "import", env=env)
     assert "kept apart" in apart.stdout and "2 new message(s) there" in apart.stdout, apart.stdout
     assert "kept apart" not in nanobot_run("session", "import", env=env).stdout  # said once
-    shown = json.loads(nanobot_run("session", "show", "cli:direct", "--json").stdout)
+    shown = json.loads(nanobot_run("session", "show", "cli:direct", "--json").stdout)["messages"]
     assert "And she likes tuna." not in json.dumps(shown) and len(shown) == 6
 
 

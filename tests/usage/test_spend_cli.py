@@ -107,7 +107,7 @@ def test_helpers_per_turn_are_capped(nanobot_run, fake_llm, configure, isolated_
 def test_the_ledger_totals_equal_what_the_server_reported_by_source(nanobot_run, fake_llm, configure, isolated_home):
     # a window small enough that the second turn's history is consolidated: one-shot, subagent and
     # consolidation calls in one run
-    configure(contextWindowTokens=6000, maxTokens=1000)
+    configure(contextWindowTokens=7000, maxTokens=1000)
     long = "word " * 700
 
     def respond(request):
