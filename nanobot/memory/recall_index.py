@@ -140,7 +140,7 @@ def best_window(text: str, words: list[str], size: int) -> tuple[int, int]:
     hits.sort()
     best, best_at = -1.0, 0
     for i, (pos, _) in enumerate(hits):
-        seen = {w for p, w in hits[i:] if p < pos + size * 2 // 3}
+        seen = {w for p, w in hits[i:] if p < pos + size - size // 3}
         score = sum(1.0 / freq[w] + 1.0 for w in seen)
         if score > best:
             best, best_at = score, pos
