@@ -10,6 +10,7 @@ model reads (the call is not run), never an exception.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["MAX_CHARS", "MAX_DEPTH", "clip_depth", "max_depth", "text_problem", "value_problem"]
@@ -28,11 +29,10 @@ def _size_problem(size: int, limit: int) -> str:
             "send less in one call (write a long file in several steps)")
 
 
-def max_depth(text: str, stop_at: int) -> int:
-    """How deep `text`'s brackets nest outside strings (a scan that stops once past `stop_at`)."""
-    depth = deepest = 0
+def _brackets(text: str) -> Iterator[tuple[int, str]]:
+    """The position and character of each [ { ] } in JSON `text` that is outside a string."""
     in_string = escaped = False
-    for c in text:
+    for i, c in enumerate(text):
         if in_string:
             if escaped:
                 escaped = False
@@ -42,13 +42,21 @@ def max_depth(text: str, stop_at: int) -> int:
                 in_string = False
         elif c == '"':
             in_string = True
-        elif c in "[{":
+        elif c in "[{]}":
+            yield i, c
+
+
+def max_depth(text: str, stop_at: int) -> int:
+    """How deep `text`'s brackets nest outside strings (a scan that stops once past `stop_at`)."""
+    depth = deepest = 0
+    for _, c in _brackets(text):
+        if c in "[{":
             depth += 1
             if depth > deepest:
                 deepest = depth
                 if deepest > stop_at:
                     return deepest
-        elif c in "]}":
+        else:
             depth -= 1
     return deepest
 
@@ -94,50 +102,21 @@ def clip_depth(text: str, limit: int) -> str:
     so that json.loads (which recurses) can read the rest; value_problem then flags what was cut."""
     out: list[str] = []
     depth = 0
-    in_string = escaped = False
     start = 0  # of the text not yet copied
-    i = 0
-    n = len(text)
-    while i < n:
-        c = text[i]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == '"':
-                in_string = False
-        elif c == '"':
-            in_string = True
-        elif c in "[{":
-            if depth == limit:  # skip this whole value
+    cut_from: int | None = None  # where the value being replaced began
+    for i, c in _brackets(text):
+        if c in "[{":
+            if depth == limit and cut_from is None:
                 out.append(text[start:i])
-                out.append(f'"{TOO_DEEP}"')
-                inner, j = 0, i
-                in_str = esc = False
-                while j < n:
-                    d = text[j]
-                    if in_str:
-                        if esc:
-                            esc = False
-                        elif d == "\\":
-                            esc = True
-                        elif d == '"':
-                            in_str = False
-                    elif d == '"':
-                        in_str = True
-                    elif d in "[{":
-                        inner += 1
-                    elif d in "]}":
-                        inner -= 1
-                        if inner == 0:
-                            break
-                    j += 1
-                i = start = j + 1
-                continue
+                cut_from = i
             depth += 1
-        elif c in "]}":
-            depth -= 1
-        i += 1
+            continue
+        depth -= 1
+        if cut_from is not None and depth == limit:  # the replaced value ends here
+            out.append(f'"{TOO_DEEP}"')
+            start, cut_from = i + 1, None
+    if cut_from is not None:  # never closed: the rest is cut
+        out.append(f'"{TOO_DEEP}"')
+        start = len(text)
     out.append(text[start:])
     return "".join(out)
