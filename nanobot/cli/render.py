@@ -103,8 +103,11 @@ class Renderer:
                 self.progress.print(f"[dim red]    ✗ {escape(event.preview)}[/dim red]", highlight=False)
             self.thinking()
         elif isinstance(event, Retrying):
+            cut_short = self.stream_text and bool(self.buffer.strip())
             self._end_text()  # a partial answer stays visible; the retried answer starts on its own line
             self.buffer = ""
+            if cut_short:  # the half answer above is marked as such, not left to read as a whole one
+                self.console.print("[dim yellow]  … (the answer above was cut off here)[/dim yellow]", highlight=False)
             self.progress.print(f"[dim yellow]  {escape(event.reason)}; retrying in {event.delay:.0f}s "
                                 f"(attempt {event.attempt + 1})[/dim yellow]", highlight=False)
         elif isinstance(event, Notice):

@@ -66,6 +66,7 @@ class Reply:
     chunks: Any = None  # None (split by words) | int (that many pieces) | list[str] (exact deltas)
     delay: float = 0.0
     reasoning: str | None = None
+    pace: float = 0.0  # seconds between streamed events: a slow stream (a Ctrl-C can land mid-answer)
     status: int = 200
     message: str = ""
     retry_after: float | str | None = None
@@ -73,11 +74,11 @@ class Reply:
 
     @classmethod
     def text(cls, text: str, *, usage: dict | None = None, finish_reason: str = "stop",
-             chunks: Any = None, delay: float = 0.0, reasoning: str | None = None) -> Reply:
+             chunks: Any = None, delay: float = 0.0, reasoning: str | None = None, pace: float = 0.0) -> Reply:
         if isinstance(chunks, list) and "".join(chunks) != text:
             raise ValueError("chunks must join to exactly the reply text")
         return cls("text", content=text, usage=usage, finish_reason=finish_reason,
-                   chunks=chunks, delay=delay, reasoning=reasoning)
+                   chunks=chunks, delay=delay, reasoning=reasoning, pace=pace)
 
     @classmethod
     def tool_calls(cls, calls: list, *, text: str | None = None, usage: dict | None = None,
@@ -111,8 +112,10 @@ class Reply:
                    error_type=error_type, delay=delay)
 
     @classmethod
-    def cut_stream(cls, text_before: str = "", *, delay: float = 0.0) -> Reply:
-        return cls("cut", content=text_before, delay=delay)
+    def cut_stream(cls, text_before: str = "", *, delay: float = 0.0, chunks: Any = None,
+                   pace: float = 0.0) -> Reply:
+        """Streams `text_before` (in `chunks`, as `text` does), then drops the connection."""
+        return cls("cut", content=text_before, delay=delay, chunks=chunks, pace=pace)
 
     @classmethod
     def from_dict(cls, d: dict) -> Reply:

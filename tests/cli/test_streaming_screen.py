@@ -1,0 +1,83 @@
+"""Streaming in a real terminal against the fake LLM server: an answer stopped by Ctrl-C is kept,
+a stream dropped mid-answer is marked and retried on a fresh line, long lines wrap at words."""
+
+from __future__ import annotations
+
+import re
+
+from nanobot.agent.loop import INTERRUPTED_MARK
+from nanobot.fakellm import Reply
+from nanobot.messages import text_of
+from nanobot.session.store import SessionStore
+from tests.cli.terminal import Terminal
+
+RETRY_FAST = {"NANOBOT_RETRY_BASE_DELAY": "0.01"}
+
+
+def _words(count: int, tag: str) -> str:
+    return " ".join(f"{tag}{i}" for i in range(count))
+
+
+def test_ctrl_c_mid_answer_keeps_what_was_shown_marked_as_interrupted(configure, fake_llm):
+    configure()
+    slow = _words(40, "w")
+    fake_llm.script(Reply.text(slow, chunks=40, pace=0.25), Reply.text("second answer"))
+    term = Terminal("agent", env=RETRY_FAST)
+    try:
+        term.wait_for("you ›")
+        term.send("tell me a long story")
+        term.wait_for("w6")
+        term.child.send("\x03")
+        term.wait_for("cancelled")
+        term.wait_for_count("you ›", 2)
+        term.send("and then?")
+        term.wait_for("second answer")
+        term.wait_for_count("you ›", 3)
+        term.send("/exit")
+        term.finish()
+    finally:
+        term.close()
+    screen_words = set(re.findall(r"\bw\d+\b", term.text()))
+    # on disk: user, the interrupted answer (exactly the words the user saw, then the marker), user, answer
+    messages = SessionStore().load("cli:direct").messages
+    roles = [m["role"] for m in messages]
+    assert roles == ["user", "assistant", "user", "assistant"], roles
+    kept = text_of(messages[1]["content"])
+    assert kept.endswith(INTERRUPTED_MARK)
+    kept_words = re.findall(r"\bw\d+\b", kept)
+    assert kept_words and set(kept_words) == screen_words
+    assert len(kept_words) < 40  # the rest never arrived
+    # the next request carries it, between the two user messages, and is valid
+    sent = fake_llm.requests[-1].messages
+    assert [m["role"] for m in sent[1:]] == ["user", "assistant", "user"]
+    assert INTERRUPTED_MARK in text_of(sent[2]["content"])
+    fake_llm.assert_all_valid()
+
+
+def test_a_stream_dropped_mid_answer_is_marked_and_retried_on_a_fresh_line(configure, fake_llm):
+    configure()
+    fake_llm.script(Reply.cut_stream("The stream dies in the mid", chunks=["The stream ", "dies in the ", "mid"]),
+                    Reply.text("Full answer arrives."))
+    term = Terminal("agent", env=RETRY_FAST)
+    try:
+        term.wait_for("you ›")
+        term.send("hello")
+        term.wait_for("Full answer arrives.")
+        term.wait_for_count("you ›", 2)
+        term.send("/exit")
+        term.finish()
+    finally:
+        term.close()
+    lines = term.lines()
+    text = "\n".join(lines)
+    assert "midFull" not in text
+    assert "could not connect" not in text  # the connection was made, then dropped
+    at = next(i for i, line in enumerate(lines) if "dies in the" in line)
+    after = "\n".join(lines[at + 1:])
+    # the half answer is followed by a marker, then the honest retry line, then the new answer on its own line
+    assert lines[at].rstrip().endswith("mid")
+    assert after.index("cut off here") < after.index("the connection dropped mid-answer") \
+        < after.index("retrying") < after.index("Full answer arrives.")
+    assert any(line.strip() == "Full answer arrives." for line in lines)
+    messages = SessionStore().load("cli:direct").messages
+    assert [text_of(m["content"]) for m in messages if m["role"] == "assistant"] == ["Full answer arrives."]
