@@ -81,3 +81,41 @@ def test_a_stream_dropped_mid_answer_is_marked_and_retried_on_a_fresh_line(confi
     assert any(line.strip() == "Full answer arrives." for line in lines)
     messages = SessionStore().load("cli:direct").messages
     assert [text_of(m["content"]) for m in messages if m["role"] == "assistant"] == ["Full answer arrives."]
+
+
+def _joined(lines: list[str]) -> str:
+    """The screen's words in order: a word the terminal cut at its edge reads as two here."""
+    return " ".join(" ".join(lines).split())
+
+
+def test_system_lines_wrap_between_words_at_60_columns(configure, fake_llm):
+    configure()
+    refusal = ("the request was refused because the conversation mentions MEMORY.md and "
+               "HEARTBEAT.md together with unusually_long_identifiers_that_do_not_fit")
+    fake_llm.script(Reply.cut_stream("Half of", chunks=["Half ", "of"]), Reply.text("Whole."),
+                    Reply.error(400, message=refusal),
+                    Reply.text(""))
+    term = Terminal("agent", columns=60, env=RETRY_FAST)
+    try:
+        term.wait_for("you ›")
+        term.send("first")
+        term.wait_for("Whole.")
+        term.wait_for_count("you ›", 2)
+        term.send("second")
+        term.wait_for("hint")
+        term.wait_for_count("you ›", 3)
+        term.send("third")
+        term.wait_for("rephrasing")
+        term.wait_for_count("you ›", 4)
+        term.send("/exit")
+        term.finish()
+    finally:
+        term.close()
+    joined = _joined(term.lines())
+    for said in ("the answer above was cut off here",
+                 "the connection dropped mid-answer (peer closed connection without sending complete message body",
+                 "retrying in 0s (attempt 2)",
+                 refusal,
+                 "The provider rejected the request as malformed; this is a bug in nanobot if it repeats",
+                 "the model returned an empty answer; try rephrasing or ask again"):
+        assert said in joined, said
