@@ -119,3 +119,48 @@ def test_system_lines_wrap_between_words_at_60_columns(configure, fake_llm):
                  "The provider rejected the request as malformed; this is a bug in nanobot if it repeats",
                  "the model returned an empty answer; try rephrasing or ask again"):
         assert said in joined, said
+
+
+def test_a_long_paragraph_wraps_while_it_streams(configure, fake_llm):
+    configure()
+    paragraph = _words(40, "z")  # about 150 characters on one line: two screen lines at 80 columns
+    fake_llm.script(Reply.text(paragraph + " tail\n\nNext paragraph.", chunks=[paragraph, " tail", "\n\nNext paragraph."],
+                               pace=2.0))
+    term = Terminal("agent", env=RETRY_FAST)
+    try:
+        term.wait_for("you ›")
+        term.send("go")
+        term.wait_for("z39")  # the end of the paragraph is on screen while it is still being written
+        assert "tail" not in term.drawn()
+        lines = [line for line in term.lines() if re.search(r"\bz\d+\b", line)]
+        assert len(lines) >= 2 and all(len(line) <= 80 for line in lines)
+        term.wait_for("Next paragraph.")
+        term.wait_for_count("you ›", 2)
+        term.send("/exit")
+        term.finish()
+    finally:
+        term.close()
+    # once finished, every word once, in order
+    assert re.findall(r"\bz\d+\b", term.text()) == paragraph.split()
+
+
+def test_ctrl_c_under_a_heading_leaves_no_stray_copy_of_it(configure, fake_llm):
+    configure()
+    answer = "## Plan of attack\n\n" + _words(60, "h")
+    fake_llm.script(Reply.text(answer, chunks=["## Plan of attack\n\n", *(f"h{i} " for i in range(59)), "h59"],
+                               pace=0.2))
+    term = Terminal("agent", env=RETRY_FAST)
+    try:
+        term.wait_for("you ›")
+        term.send("plan it")
+        term.wait_for("h30")
+        term.child.send("\x03")
+        term.wait_for("cancelled")
+        term.wait_for_count("you ›", 2)
+        term.send("/exit")
+        term.finish()
+    finally:
+        term.close()
+
+    assert term.text().count("Plan of attack") == 1
+    assert "##" not in term.text()
