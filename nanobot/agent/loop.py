@@ -139,6 +139,11 @@ def interrupted_answer(shown: str) -> Message:
     return {"role": "assistant", "content": f"{shown.rstrip()}\n\n{INTERRUPTED_MARK}"}
 
 
+def is_interrupted_answer(msg: Message) -> bool:
+    content = msg.get("content")
+    return msg.get("role") == "assistant" and isinstance(content, str) and content.endswith(INTERRUPTED_MARK)
+
+
 class StreamSink:
     """What the loop gives a provider as `on_delta`: the text goes on (think blocks left out) and
     is remembered as shown; `restart` says the attempt that streamed it was dropped and will be

@@ -437,7 +437,12 @@ class Chat:
             if self.term.signum is not None:
                 raise  # SIGTERM / SIGHUP: not a Ctrl-C, leave
             self.renderer.finish()
-            self.console.print("[yellow]cancelled[/yellow] [dim](what already ran is saved)[/dim]")
+            from nanobot.agent.loop import is_interrupted_answer
+
+            saved = self.conversation.session.messages[saved_before:]
+            kept = "the part shown is saved, marked as interrupted" if saved and is_interrupted_answer(saved[-1]) \
+                else "what already ran is saved"
+            self.console.print(f"[yellow]cancelled[/yellow] [dim]({kept})[/dim]")
             return
         except NanobotError as exc:
             self.renderer.finish()

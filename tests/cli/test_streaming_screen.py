@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from nanobot.agent.loop import INTERRUPTED_MARK
 from nanobot.fakellm import Reply
 from nanobot.messages import text_of
@@ -28,7 +29,7 @@ def test_ctrl_c_mid_answer_keeps_what_was_shown_marked_as_interrupted(configure,
         term.send("tell me a long story")
         term.wait_for("w6")
         term.child.send("\x03")
-        term.wait_for("cancelled")
+        term.wait_for("cancelled (the part shown is saved, marked as interrupted)")
         term.wait_for_count("you ›", 2)
         term.send("and then?")
         term.wait_for("second answer")
@@ -54,8 +55,9 @@ def test_ctrl_c_mid_answer_keeps_what_was_shown_marked_as_interrupted(configure,
     fake_llm.assert_all_valid()
 
 
-def test_a_stream_dropped_mid_answer_is_marked_and_retried_on_a_fresh_line(configure, fake_llm):
-    configure()
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_a_stream_dropped_mid_answer_is_marked_and_retried_on_a_fresh_line(configure, fake_llm, protocol):
+    configure(protocol)
     fake_llm.script(Reply.cut_stream("The stream dies in the mid", chunks=["The stream ", "dies in the ", "mid"]),
                     Reply.text("Full answer arrives."))
     term = Terminal("agent", env=RETRY_FAST)
