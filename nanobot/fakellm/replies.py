@@ -122,7 +122,8 @@ class Reply:
         """Build a reply from a JSON script entry (used by `python -m nanobot.fakellm --script`).
 
         Shapes: {"text": ...}, {"tool_calls": [[name, args], ...], "text"?: ...},
-        {"error": status, "message"?, "retry_after"?}, {"cut_stream": text}; plus "delay"/"usage".
+        {"error": status, "message"?, "retry_after"?}, {"cut_stream": text}; plus "delay"/"usage", and
+        "pace"/"chunks" on text and cut_stream (a slow stream, in those pieces).
         """
         delay = float(d.get("delay", 0.0))
         common = {"delay": delay}
@@ -130,8 +131,9 @@ class Reply:
             return cls.error(int(d["error"]), message=d.get("message"),
                              retry_after=d.get("retry_after"), error_type=d.get("error_type"),
                              **common)
+        paced = {"pace": float(d.get("pace", 0.0)), "chunks": d.get("chunks")}  # a slow stream, its pieces
         if "cut_stream" in d:
-            return cls.cut_stream(d["cut_stream"], **common)
+            return cls.cut_stream(d["cut_stream"], **common, **paced)
         if "tool_calls" in d:
             return cls.tool_calls([tuple(c) for c in d["tool_calls"]], text=d.get("text"),
                                   usage=d.get("usage"), finish_reason=d.get("finish_reason", "tool_calls"),
@@ -139,7 +141,7 @@ class Reply:
         if "text" in d:
             return cls.text(d["text"], usage=d.get("usage"),
                             finish_reason=d.get("finish_reason", "stop"),
-                            reasoning=d.get("reasoning"), **common)
+                            reasoning=d.get("reasoning"), **common, **paced)
         raise ValueError(f"unrecognised script entry: {d!r}")
 
     def text_pieces(self) -> list[str]:
