@@ -131,9 +131,9 @@ class Reply:
             return cls.error(int(d["error"]), message=d.get("message"),
                              retry_after=d.get("retry_after"), error_type=d.get("error_type"),
                              **common)
-        paced = {"pace": float(d.get("pace", 0.0)), "chunks": d.get("chunks")}  # a slow stream, its pieces
+        pace, chunks = float(d.get("pace", 0.0)), d.get("chunks")  # a slow stream, in these pieces
         if "cut_stream" in d:
-            return cls.cut_stream(d["cut_stream"], **common, **paced)
+            return cls.cut_stream(d["cut_stream"], **common, pace=pace, chunks=chunks)
         if "tool_calls" in d:
             return cls.tool_calls([tuple(c) for c in d["tool_calls"]], text=d.get("text"),
                                   usage=d.get("usage"), finish_reason=d.get("finish_reason", "tool_calls"),
@@ -141,7 +141,7 @@ class Reply:
         if "text" in d:
             return cls.text(d["text"], usage=d.get("usage"),
                             finish_reason=d.get("finish_reason", "stop"),
-                            reasoning=d.get("reasoning"), **common, **paced)
+                            reasoning=d.get("reasoning"), **common, pace=pace, chunks=chunks)
         raise ValueError(f"unrecognised script entry: {d!r}")
 
     def text_pieces(self) -> list[str]:
