@@ -166,3 +166,20 @@ def test_ctrl_c_under_a_heading_leaves_no_stray_copy_of_it(configure, fake_llm):
 
     assert term.text().count("Plan of attack") == 1
     assert "##" not in term.text()
+
+
+def test_ctrl_c_mid_answer_in_one_shot_mode_keeps_what_was_shown_too(configure, fake_llm):
+    configure()
+    fake_llm.script(Reply.text(_words(40, "w"), chunks=40, pace=0.25))
+    term = Terminal("agent", "-m", "tell me a long story", env=RETRY_FAST)
+    try:
+        term.wait_for("w6")
+        term.child.send("\x03")
+        assert term.finish() == 130
+    finally:
+        term.close()
+    messages = SessionStore().load("cli:direct").messages
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    kept = text_of(messages[1]["content"])
+    assert kept.endswith(INTERRUPTED_MARK)
+    assert set(re.findall(r"\bw\d+\b", kept)) == set(re.findall(r"\bw\d+\b", term.text()))
