@@ -10,6 +10,7 @@ asked for tools, a tool step (`_Run.run_tools`); the run ends with a `StopReason
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -129,6 +130,50 @@ class HoldLast:
             self.held = ""
 
 
+INTERRUPTED_MARK = "[interrupted: the user stopped this answer here]"
+
+
+def interrupted_answer(shown: str) -> Message:
+    """The part of an answer the user saw before stopping it (Ctrl-C), kept with a marker so the
+    session and the model both know it is not a whole answer."""
+    return {"role": "assistant", "content": f"{shown.rstrip()}\n\n{INTERRUPTED_MARK}"}
+
+
+def is_interrupted_answer(msg: Message) -> bool:
+    content = msg.get("content")
+    return msg.get("role") == "assistant" and isinstance(content, str) and content.endswith(INTERRUPTED_MARK)
+
+
+class StreamSink:
+    """What the loop gives a provider as `on_delta`: the text goes on (think blocks left out) and
+    is remembered as shown; `restart` says the attempt that streamed it was dropped and will be
+    asked again (providers/retry.py), so its text is finished off rather than glued to the next."""
+
+    def __init__(self, sink: Callable[[str], None]) -> None:
+        self.held = HoldLast(self._show)
+        self.sink = sink
+        self.think = ThinkFilter(self.held)
+        self.shown: list[str] = []  # of the current attempt, as passed to `sink`
+
+    def __call__(self, chunk: str) -> None:
+        self.think.feed(chunk)
+
+    def _show(self, text: str) -> None:
+        self.shown.append(text)
+        self.sink(text)
+
+    def flush(self) -> None:
+        self.held.flush()
+
+    def restart(self) -> None:
+        self.held.flush()  # what arrived is shown; the renderer closes it when told of the retry
+        self.think = ThinkFilter(self.held)
+        self.shown = []
+
+    def text(self) -> str:
+        return "".join(self.shown)
+
+
 @dataclass
 class LoopResult:
     outcome: TurnOutcome = field(default_factory=TurnOutcome)
@@ -185,7 +230,7 @@ class _Run:
         self.result = LoopResult()
         self.schemas = spec.tools.schemas()
         self.told: set[str] = set()
-        self.shown = HoldLast(self._text)  # the streamed text of the current model call
+        self.shown = StreamSink(self._text)  # the streamed text of the current model call
         self.max_tokens = spec.budget.max_tokens  # asked for by the current model call
 
     def _text(self, text: str) -> None:
@@ -222,13 +267,17 @@ class _Run:
             except RequestTooLarge as exc:
                 self.stop(StopReason.ERROR, error=str(exc))
                 return None
-            self.shown = HoldLast(self._text)
-            think = ThinkFilter(self.shown)
+            self.shown = StreamSink(self._text)
             try:
                 response = await self.spec.provider.chat(
                     fitted.messages, tools=self.schemas or None, max_tokens=fitted.max_tokens,
-                    temperature=self.spec.temperature, on_delta=think.feed if self.spec.stream else None,
+                    temperature=self.spec.temperature, on_delta=self.shown if self.spec.stream else None,
                 )
+            except asyncio.CancelledError:
+                # stopped mid-answer (Ctrl-C): what the user saw stays in the session, marked
+                if self.shown.text().strip():
+                    self.record([interrupted_answer(self.shown.text())])
+                raise
             except ProviderError as exc:
                 self.shown.flush()
                 if not exc.context_overflow:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 from rich.markup import escape
 
+from nanobot.cli.errors import say
 from nanobot.tools.approval import ApprovalRequest, Decision
 
 if TYPE_CHECKING:
@@ -111,8 +112,8 @@ class TerminalApprover:
             self.resume()
 
     def _show(self, request: ApprovalRequest) -> None:
-        self.console.print(f"[bold yellow]⚠ approval needed[/bold yellow] [dim]({escape(request.kind)})[/dim] "
-                           f"{escape(visible(request.summary))}", highlight=False)
+        say(self.console, f"[bold yellow]⚠ approval needed[/bold yellow] [dim]({escape(request.kind)})[/dim] "
+                          f"{escape(visible(request.summary))}")
         for line in request.detail.rstrip("\n").splitlines() if request.detail else []:
             self.console.print("  " + _diff_line(line), highlight=False)
         self.console.print(f"[dim]{HELP}[/dim]", highlight=False)

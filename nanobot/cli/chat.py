@@ -18,7 +18,7 @@ from rich.console import Console
 from nanobot.agent.events import Event, EventSink, Notice, Retrying, TurnDone, TurnOutcome, ignore
 from nanobot.cli.approval_prompt import print_refusals
 from nanobot.cli.config_load import load as load_config
-from nanobot.cli.errors import print_error, print_warning, report
+from nanobot.cli.errors import print_error, print_warning, report, say
 from nanobot.cli.render import Renderer, escape, print_hanging, stderr_console, stdout_console
 from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS, slash_command
 from nanobot.cli.termination import Termination
@@ -437,7 +437,12 @@ class Chat:
             if self.term.signum is not None:
                 raise  # SIGTERM / SIGHUP: not a Ctrl-C, leave
             self.renderer.finish()
-            self.console.print("[yellow]cancelled[/yellow] [dim](what already ran is saved)[/dim]")
+            from nanobot.agent.loop import is_interrupted_answer
+
+            saved = self.conversation.session.messages[saved_before:]
+            kept = "the part shown is saved, marked as interrupted" if saved and is_interrupted_answer(saved[-1]) \
+                else "what already ran is saved"
+            self.console.print(f"[yellow]cancelled[/yellow] [dim]({kept})[/dim]")
             return
         except NanobotError as exc:
             self.renderer.finish()
@@ -517,7 +522,7 @@ class Chat:
         finally:
             self.renderer.finish()
         if report is not None and (report.ran or not quiet_when_idle):
-            self.console.print(f"[dim]{escape(report.receipt())}[/dim]", highlight=False)
+            say(self.console, f"[dim]{escape(report.receipt())}[/dim]")
         return True
 
     async def new_session(self) -> None:

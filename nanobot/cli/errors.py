@@ -33,22 +33,26 @@ def _stderr() -> Console:
     return console
 
 
+def say(console: Console, markup: str) -> None:
+    """Print one of nanobot's own lines (an error, warning, retry, notice, receipt, question header).
+    On a terminal it is wrapped between words: the chat's consoles soft-wrap, for streamed answers,
+    which lets the terminal cut a long line mid-word. Piped, each line stays whole."""
+    console.print(markup, highlight=False, soft_wrap=not console.is_terminal)
+
+
 def print_error(message: str, hint: str | None = None, *, console: Console | None = None) -> None:
     from rich.markup import escape
 
     console = console or _stderr()
-    console.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False)
+    say(console, f"[bold red]error:[/bold red] {escape(message)}")
     if hint:
-        console.print(f"[dim]hint:[/dim] {escape(hint)}", highlight=False)
+        say(console, f"[dim]hint:[/dim] {escape(hint)}")
 
 
 def print_warning(message: str, *, console: Console | None = None) -> None:
-    # On a terminal, wrap between words (the chat's stdout console soft-wraps, for streamed answers,
-    # which lets the terminal cut a long warning mid-word); piped, keep each warning on one line.
     from rich.markup import escape
 
-    out = console or _stderr()
-    out.print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False, soft_wrap=not out.is_terminal)
+    say(console or _stderr(), f"[yellow]warning:[/yellow] {escape(message)}")
 
 
 def as_nanobot_error(exc: BaseException) -> NanobotError:

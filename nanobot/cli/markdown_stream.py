@@ -51,17 +51,25 @@ def split_finished(text: str) -> tuple[str, str]:
 
 
 class _Tail:
-    """The last `height` lines of a markdown block (the newest text), wrapped to the width."""
+    """The last `height` lines of a markdown block (the newest text), wrapped to the width, and
+    the line the cursor waits on."""
 
     def __init__(self, markdown: Markdown, height: int) -> None:
         self.markdown = markdown
         self.height = height
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        lines = console.render_lines(self.markdown, options.update(height=None), pad=False)
+        # wrapped between words like the printed blocks: the console soft-wraps (for the prompt's
+        # sake), which would leave a long paragraph on one line, cut at the edge, until it ends
+        wrapped = options.update(height=None, no_wrap=False, overflow="fold")
+        lines = console.render_lines(self.markdown, wrapped, pad=False)
         for line in lines[-self.height:]:
             yield from line
             yield Segment.line()
+        # the cursor waits on a line of its own: a "^C" the terminal echoes after a full-width line
+        # would start a new line the live display does not know of, and its erasing would leave
+        # the top line (a heading) behind on screen
+        yield Segment(" ")
 
 
 class MarkdownStream:

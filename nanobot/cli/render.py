@@ -17,6 +17,7 @@ from nanobot.agent.events import (
     ToolStarted,
     TurnDone,
 )
+from nanobot.cli.errors import say
 
 if TYPE_CHECKING:
     from rich.status import Status  # the spinner's; Console.status() imports it when one is drawn
@@ -95,22 +96,25 @@ class Renderer:
         elif isinstance(event, ToolStarted):
             self._end_text()
             self._stop_spinner()
-            self.progress.print(f"[dim cyan]  ↳ {escape(event.hint)}[/dim cyan]", highlight=False)
+            say(self.progress, f"[dim cyan]  ↳ {escape(event.hint)}[/dim cyan]")
             self.thinking(f"running {event.name}…")
         elif isinstance(event, ToolFinished):
             self._stop_spinner()
             if event.is_error:
-                self.progress.print(f"[dim red]    ✗ {escape(event.preview)}[/dim red]", highlight=False)
+                say(self.progress, f"[dim red]    ✗ {escape(event.preview)}[/dim red]")
             self.thinking()
         elif isinstance(event, Retrying):
+            cut_short = self.stream_text and bool(self.buffer.strip())
             self._end_text()  # a partial answer stays visible; the retried answer starts on its own line
             self.buffer = ""
-            self.progress.print(f"[dim yellow]  {escape(event.reason)}; retrying in {event.delay:.0f}s "
-                                f"(attempt {event.attempt + 1})[/dim yellow]", highlight=False)
+            if cut_short:  # the half answer above is marked as such, not left to read as a whole one
+                say(self.console, "[dim yellow]  … (the answer above was cut off here)[/dim yellow]")
+            say(self.progress, f"[dim yellow]  {escape(event.reason)}; retrying in {event.delay:.0f}s "
+                               f"(attempt {event.attempt + 1})[/dim yellow]")
         elif isinstance(event, Notice):
             style = {"warning": "yellow", "error": "bold red"}.get(event.level, "dim")
             self._end_text()
-            self.progress.print(f"[{style}]{escape(event.text)}[/{style}]", highlight=False)
+            say(self.progress, f"[{style}]{escape(event.text)}[/{style}]")
         elif isinstance(event, TurnDone):
             self.finish()
             if not self.stream_text and event.outcome.content:

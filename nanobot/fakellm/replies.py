@@ -66,6 +66,7 @@ class Reply:
     chunks: Any = None  # None (split by words) | int (that many pieces) | list[str] (exact deltas)
     delay: float = 0.0
     reasoning: str | None = None
+    pace: float = 0.0  # seconds between streamed events: a slow stream (a Ctrl-C can land mid-answer)
     status: int = 200
     message: str = ""
     retry_after: float | str | None = None
@@ -73,11 +74,11 @@ class Reply:
 
     @classmethod
     def text(cls, text: str, *, usage: dict | None = None, finish_reason: str = "stop",
-             chunks: Any = None, delay: float = 0.0, reasoning: str | None = None) -> Reply:
+             chunks: Any = None, delay: float = 0.0, reasoning: str | None = None, pace: float = 0.0) -> Reply:
         if isinstance(chunks, list) and "".join(chunks) != text:
             raise ValueError("chunks must join to exactly the reply text")
         return cls("text", content=text, usage=usage, finish_reason=finish_reason,
-                   chunks=chunks, delay=delay, reasoning=reasoning)
+                   chunks=chunks, delay=delay, reasoning=reasoning, pace=pace)
 
     @classmethod
     def tool_calls(cls, calls: list, *, text: str | None = None, usage: dict | None = None,
@@ -111,15 +112,18 @@ class Reply:
                    error_type=error_type, delay=delay)
 
     @classmethod
-    def cut_stream(cls, text_before: str = "", *, delay: float = 0.0) -> Reply:
-        return cls("cut", content=text_before, delay=delay)
+    def cut_stream(cls, text_before: str = "", *, delay: float = 0.0, chunks: Any = None,
+                   pace: float = 0.0) -> Reply:
+        """Streams `text_before` (in `chunks`, as `text` does), then drops the connection."""
+        return cls("cut", content=text_before, delay=delay, chunks=chunks, pace=pace)
 
     @classmethod
     def from_dict(cls, d: dict) -> Reply:
         """Build a reply from a JSON script entry (used by `python -m nanobot.fakellm --script`).
 
         Shapes: {"text": ...}, {"tool_calls": [[name, args], ...], "text"?: ...},
-        {"error": status, "message"?, "retry_after"?}, {"cut_stream": text}; plus "delay"/"usage".
+        {"error": status, "message"?, "retry_after"?}, {"cut_stream": text}; plus "delay"/"usage", and
+        "pace"/"chunks" on text and cut_stream (a slow stream, in those pieces).
         """
         delay = float(d.get("delay", 0.0))
         common = {"delay": delay}
@@ -127,8 +131,9 @@ class Reply:
             return cls.error(int(d["error"]), message=d.get("message"),
                              retry_after=d.get("retry_after"), error_type=d.get("error_type"),
                              **common)
+        pace, chunks = float(d.get("pace", 0.0)), d.get("chunks")  # a slow stream, in these pieces
         if "cut_stream" in d:
-            return cls.cut_stream(d["cut_stream"], **common)
+            return cls.cut_stream(d["cut_stream"], **common, pace=pace, chunks=chunks)
         if "tool_calls" in d:
             return cls.tool_calls([tuple(c) for c in d["tool_calls"]], text=d.get("text"),
                                   usage=d.get("usage"), finish_reason=d.get("finish_reason", "tool_calls"),
@@ -136,7 +141,7 @@ class Reply:
         if "text" in d:
             return cls.text(d["text"], usage=d.get("usage"),
                             finish_reason=d.get("finish_reason", "stop"),
-                            reasoning=d.get("reasoning"), **common)
+                            reasoning=d.get("reasoning"), **common, pace=pace, chunks=chunks)
         raise ValueError(f"unrecognised script entry: {d!r}")
 
     def text_pieces(self) -> list[str]:

@@ -349,6 +349,8 @@ class FakeLLMServer:
                                             response_id=response_id, cut=cut,
                                             include_usage=bool(opts.get("include_usage"))):
                 handler.send_sse(None, chunk)
+                if reply.pace > 0 and self._stopping.wait(reply.pace):
+                    raise _Cut()
             if cut:
                 raise _Cut()
             handler._mark_answered()
@@ -366,6 +368,8 @@ class FakeLLMServer:
                 if event == "message_stop":
                     handler._mark_answered()
                 handler.send_sse(event, data)
+                if reply.pace > 0 and self._stopping.wait(reply.pace):
+                    raise _Cut()
             if cut:
                 raise _Cut()
             handler.end_sse()

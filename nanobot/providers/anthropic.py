@@ -72,10 +72,12 @@ class AnthropicProvider(Provider):
         thinking = reasoning.anthropic_thinking(self.reasoning_effort, max_tokens, tool_choice if tools else None)
         if thinking:
             params["thinking"] = thinking
+        answering = False  # the server's answer had begun: a failure now is a drop, not "could not connect"
         try:
             response = await post_encodable(
                 self._client.post, "/v1/messages", params if on_delta is None else {**params, "stream": True},
                 cast_to=httpx2.Response, options={"headers": RAW_STREAM_HEADERS})
+            answering = True
             try:
                 if on_delta is None:
                     message = json_body("anthropic", response, await response.aread())
@@ -85,7 +87,8 @@ class AnthropicProvider(Provider):
                 await response.aclose()
         except (anthropic.APIStatusError, anthropic.APIConnectionError, httpx2.TransportError) as exc:
             # a read timeout or a cut while streaming escapes the SDK as a bare httpx error
-            raise translate("anthropic", exc, url=str(self._client.base_url), seconds=self.timeout) from None
+            raise translate("anthropic", exc, url=str(self._client.base_url), seconds=self.timeout,
+                            dropped=answering) from None
         return _to_response(message)
 
     async def aclose(self) -> None:

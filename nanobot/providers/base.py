@@ -12,12 +12,22 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from nanobot.messages import Message, assistant, clean_unicode, tool_call
 from nanobot.policy.arguments import text_problem, value_problem
 
 DeltaCallback = Callable[[str], None]
+
+
+@runtime_checkable
+class RestartableDelta(Protocol):
+    """An `on_delta` that can be told the attempt streaming into it was dropped and will be made
+    again (providers/retry.py), so the text so far is closed off instead of glued to the retry's."""
+
+    def __call__(self, text: str) -> None: ...
+
+    def restart(self) -> None: ...
 
 # Seconds a provider may stay silent (no byte at all) before the request counts as failed; per
 # provider in the config as providers.<name>.timeout. Connecting gets at most CONNECT_TIMEOUT.

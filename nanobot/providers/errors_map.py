@@ -103,9 +103,15 @@ _OVERFLOW_HINT = ("The prompt was too long for the model: set agents.defaults.co
 
 
 def connection_error(provider: str, exc: BaseException, *, timeout: bool = False, url: str | None = None,
-                     seconds: float | None = None) -> ProviderError:
+                     seconds: float | None = None, dropped: bool = False) -> ProviderError:
+    """`dropped`: the server had begun answering (the connection was made) when it failed."""
     where = f" {url}" if url else ""
-    if timeout:
+    if dropped and not timeout:
+        reason = str(exc).strip() or type(exc).__name__
+        message = f"{provider}: the connection dropped mid-answer ({reason})"
+        hint = (f"The server began answering, then the connection closed. If it keeps happening, check the "
+                f"network or a proxy between here and{where or ' the server'}.")
+    elif timeout:
         waited = f" within {seconds:.0f}s" if seconds else ""
         message = f"{provider}: no answer from{where or ' the server'}{waited}"
         hint = (f"The server accepted the connection but did not answer. Check that it is the right server, "
@@ -133,8 +139,10 @@ def body_message(body: object, fallback: str) -> tuple[str, str]:
     return fallback, ""
 
 
-def translate(provider: str, exc: BaseException, *, url: str | None, seconds: float | None) -> ProviderError:
-    """An SDK or transport exception as a ProviderError (status, timeout or connection)."""
+def translate(provider: str, exc: BaseException, *, url: str | None, seconds: float | None,
+              dropped: bool = False) -> ProviderError:
+    """An SDK or transport exception as a ProviderError (status, timeout or connection); `dropped`:
+    it happened after the server's answer had begun (so it was not a failure to connect)."""
     import httpx2
 
     status = getattr(exc, "status_code", None)
@@ -143,4 +151,4 @@ def translate(provider: str, exc: BaseException, *, url: str | None, seconds: fl
         message, kind = body_message(getattr(exc, "body", None), str(getattr(exc, "message", exc)))
         return status_error(provider, status, message, response.headers.get("retry-after"), kind, url=url)
     timed_out = isinstance(exc, httpx2.TimeoutException) or type(exc).__name__ == "APITimeoutError"
-    return connection_error(provider, exc, timeout=timed_out, url=url, seconds=seconds)
+    return connection_error(provider, exc, timeout=timed_out, url=url, seconds=seconds, dropped=dropped)

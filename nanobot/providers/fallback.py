@@ -18,7 +18,7 @@ from typing import Any
 
 from nanobot.errors import ProviderError
 from nanobot.messages import Message
-from nanobot.providers.base import LLMResponse, Provider
+from nanobot.providers.base import DeltaCallback, LLMResponse, Provider, RestartableDelta
 
 FallbackCallback = Callable[[str], None]
 
@@ -56,11 +56,8 @@ class FallbackProvider(Provider):
 
     async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
         on_delta = kwargs.get("on_delta")
-        streamed = [False]
-        if on_delta is not None:
-            def relay(text: str) -> None:
-                streamed[0] = True
-                on_delta(text)
+        relay = _Relay(on_delta) if on_delta is not None else None
+        if relay is not None:
             kwargs["on_delta"] = relay
         last_error: ProviderError | None = None
         previous = self.chain[0].label
@@ -77,7 +74,7 @@ class FallbackProvider(Provider):
             try:
                 response = await candidate.provider.chat(messages, **self._settings(candidate, kwargs))
             except ProviderError as error:
-                if not error.retryable or streamed[0]:
+                if not error.retryable or (relay is not None and relay.streamed):
                     raise
                 last_error = error
                 previous = candidate.label
@@ -115,3 +112,20 @@ class FallbackProvider(Provider):
         for candidate in self.chain:
             if candidate.provider is not None:
                 await candidate.provider.aclose()
+
+
+class _Relay:
+    """Passes streamed text on and remembers that some came (a model that has begun answering is
+    not swapped for another); a retry's `restart` is passed on (providers/base.RestartableDelta)."""
+
+    def __init__(self, on_delta: DeltaCallback) -> None:
+        self.on_delta = on_delta
+        self.streamed = False
+
+    def __call__(self, text: str) -> None:
+        self.streamed = True
+        self.on_delta(text)
+
+    def restart(self) -> None:
+        if isinstance(self.on_delta, RestartableDelta):
+            self.on_delta.restart()

@@ -80,21 +80,25 @@ class OpenAICompatProvider(Provider):
                     {"type": "function", "function": {"name": tool_choice["name"]}}
                     if isinstance(tool_choice, dict) else tool_choice
                 )
+        answering = False  # the server's answer had begun: a failure now is a drop, not "could not connect"
         try:
             if on_delta is None:
                 response = await self._post(params)
+                answering = True
                 try:
                     return _from_completion(_json_body(self.name, response, await response.aread()), self.name)
                 finally:
                     await response.aclose()
             response = await self._post({**params, "stream": True, "stream_options": {"include_usage": True}})
+            answering = True
             try:
                 return await _from_stream(self.name, response, on_delta)
             finally:
                 await response.aclose()
         except (openai.APIStatusError, openai.APIConnectionError, httpx2.TransportError) as exc:
             # a read timeout or a cut while streaming escapes the SDK as a bare httpx error
-            raise translate(self.name, exc, url=str(self._client.base_url), seconds=self.timeout) from None
+            raise translate(self.name, exc, url=str(self._client.base_url), seconds=self.timeout,
+                            dropped=answering) from None
 
     async def _post(self, body: dict[str, Any]) -> httpx2.Response:
         """POST the body as plain JSON through the SDK's low-level client (auth, headers, status

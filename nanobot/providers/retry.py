@@ -15,7 +15,7 @@ from typing import Any
 
 from nanobot.errors import ProviderError
 from nanobot.messages import Message
-from nanobot.providers.base import LLMResponse, Provider
+from nanobot.providers.base import LLMResponse, Provider, RestartableDelta
 
 RetryCallback = Callable[[int, float, ProviderError], None]
 
@@ -63,6 +63,9 @@ class RetryingProvider(Provider):
                 wait = self.policy.delay(attempt, error)
                 if time.monotonic() - started + wait > self.policy.max_total:
                     raise
+                on_delta = kwargs.get("on_delta")
+                if isinstance(on_delta, RestartableDelta):
+                    on_delta.restart()  # a half-streamed answer is closed off before the retry line
                 if self.on_retry:
                     self.on_retry(attempt, wait, error)
                 await asyncio.sleep(wait)

@@ -318,3 +318,12 @@ def test_stop_closes_pooled_connections():
 
     asyncio.run(go())
     assert len(server.requests) == 1
+
+
+def test_a_json_script_can_pace_a_stream_and_cut_it_in_pieces():
+    from nanobot.fakellm import Reply
+
+    slow = Reply.from_dict({"text": "one two three", "pace": 0.5, "chunks": 3})
+    cut = Reply.from_dict({"cut_stream": "half an", "pace": 0.25, "chunks": ["half ", "an"]})
+    assert slow.pace == 0.5 and len(slow.text_pieces()) == 3 and "".join(slow.text_pieces()) == "one two three"
+    assert (cut.kind, cut.pace, cut.text_pieces()) == ("cut", 0.25, ["half ", "an"])
