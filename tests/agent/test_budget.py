@@ -7,7 +7,13 @@ import random
 import string
 
 import pytest
-from nanobot.agent.budget import MIN_TOOL_RESULT_CHARS, ContextBudget, reply_room, shrink_text
+from nanobot.agent.budget import (
+    MIN_TOOL_RESULT_CHARS,
+    ContextBudget,
+    CutKind,
+    reply_room,
+    shrink_text,
+)
 from nanobot.errors import ContextTooSmallError, RequestTooLarge
 from nanobot.messages import tool_call
 from nanobot.tokens import Calibration, TokenCounter, default_counter
@@ -231,7 +237,7 @@ def test_oldest_turns_are_left_out_with_a_note_when_history_alone_is_too_big():
     kept_turns = [m["content"] for m in out if m["role"] == "assistant"]
     answers = [m["content"] for m in msgs if m["role"] == "assistant"]
     assert 0 < len(kept_turns) < 40 and kept_turns == answers[-len(kept_turns):]  # the newest, whole and in order
-    assert any("older messages out of this request" in c for c in fitted.cuts)
+    assert any(c.kind is CutKind.OLD_TURNS and "older messages out of this request" in c.words for c in fitted.cuts)
 
 
 def test_calls_over_the_cap_in_a_stored_message_are_left_out_with_their_results():

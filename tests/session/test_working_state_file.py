@@ -133,7 +133,7 @@ def test_the_fitter_keeps_the_block_when_it_leaves_old_turns_out():
     turns.append({"role": "user", "content": "the last question"})
     request = [{"role": "system", "content": "sys"}, *with_block(turns, STATE)]
     fitted = budget.fit(request)
-    assert any("older messages out" in cut for cut in fitted.cuts)
+    assert any("older messages out" in cut.words for cut in fitted.cuts)
     first = fitted.messages[1]["content"]
     assert first.startswith(f'<untrusted-data source="{SOURCE}">') and "REL-12" in first
     assert "question 0 " not in json.dumps(fitted.messages)
