@@ -39,8 +39,8 @@ from nanobot.session.store import Session
 from nanobot.tokens import Calibration, TokenCounter, byte_bound, default_counter, estimator_name
 
 __all__ = [
-    "ContextBudget", "BudgetSnapshot", "Fitted", "Cut", "CutKind", "reply_room", "shrink_text",
-    "MIN_TOOL_RESULT_CHARS", "MIN_CONVERSATION_TOKENS", "MIN_BUDGET", "DEFAULT_MAX_TOOL_CALLS",
+    "ContextBudget", "BudgetSnapshot", "Fitted", "Cut", "CutKind", "MemoryShare", "memory_share", "reply_room", "shrink_text",
+    "MIN_TOOL_RESULT_CHARS", "MIN_CONVERSATION_TOKENS", "MEMORY_SHARE_LIMIT", "MIN_BUDGET", "DEFAULT_MAX_TOOL_CALLS",
 ]
 
 # A shrunk tool result keeps at least this many characters of its own text.
@@ -53,6 +53,9 @@ MIN_CONVERSATION_TOKENS = 1024
 # Below this no request of ours can fit, so shrinking the window further is pointless.
 MIN_BUDGET = 1024
 DEFAULT_MAX_TOOL_CALLS = AgentDefaults.max_tool_calls_per_step  # the config's default, one place
+DEFAULT_WINDOW = AgentDefaults.context_window_tokens  # the config's default, for a check with no usable config
+# MEMORY.md is in every prompt; above this share of the window it crowds the conversation out.
+MEMORY_SHARE_LIMIT = 0.25
 _HOW_TO_READ_REST = ("to see them, use read_file with offset/limit on the file, or exec with "
                      "head/tail/grep on the command's output")
 _SHORTEN_HINT = ("shorten AGENTS.md, SOUL.md, USER.md, TOOLS.md or MEMORY.md (`nanobot memory edit`), "
@@ -157,6 +160,27 @@ class _RunningTotal:
         return self.base + len(self.cum) - 1
 
 
+@dataclass(frozen=True)
+class MemoryShare:
+    """MEMORY.md's share of a context window, and whether it is too large (the one rule for it)."""
+
+    tokens: int  # MEMORY.md's size
+    window: int  # the context window it shares
+
+    @property
+    def share(self) -> float:
+        return self.tokens / self.window if self.window > 0 else 0.0
+
+    @property
+    def too_large(self) -> bool:
+        return self.share > MEMORY_SHARE_LIMIT
+
+
+def memory_share(tokens: int, window: int | None = None) -> MemoryShare:
+    """MEMORY.md's share of `window` (the configured default when None); `ContextBudget.memory_share` for a budget."""
+    return MemoryShare(tokens, window or DEFAULT_WINDOW)
+
+
 class ContextBudget:
     """Window, reply room, counter, calibration and the running estimate; see the module docstring."""
 
@@ -184,6 +208,10 @@ class ContextBudget:
     def consolidate_at(self) -> int:
         """The prompt size at which consolidation starts: the budget, or consolidateAboveTokens if lower."""
         return min(self.budget, self.consolidate_above) if self.consolidate_above else self.budget
+
+    def memory_share(self, tokens: int) -> MemoryShare:
+        """MEMORY.md's share of the configured window (what `memory check`, `memory show` and `doctor` report)."""
+        return memory_share(tokens, self.configured_window)
 
     # -- counting ---------------------------------------------------------------------------
 
