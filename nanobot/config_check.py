@@ -80,11 +80,11 @@ def unknown_keys(cls: type, data: Mapping[str, Any], where: str = "") -> list[tu
                 found.append((path, next((k for k in known if k.lower() in close), None)))
             continue
         tp = known[key]
-        if is_dataclass(tp) and isinstance(value, dict):
+        if isinstance(tp, type) and is_dataclass(tp) and isinstance(value, dict):
             found.extend(unknown_keys(tp, value, path))
         elif typing.get_origin(tp) is dict and isinstance(value, dict):
             _, val_tp = typing.get_args(tp)
-            if is_dataclass(val_tp):
+            if isinstance(val_tp, type) and is_dataclass(val_tp):
                 for name, sub in value.items():
                     if isinstance(sub, dict):
                         found.extend(unknown_keys(val_tp, sub, f"{path}.{name}"))

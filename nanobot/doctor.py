@@ -208,8 +208,8 @@ def check_skills(cfg: Config) -> Check:
         what = [f"{s.name} (always on) needs {', '.join(s.missing)}" for s in broken_always] + skills.warnings
         return Check("skills", "fail", "; ".join(what), "Install what is missing, or remove the skill.")
     if missing:
-        what = "; ".join(f"{s.name} needs {', '.join(s.missing)}" for s in missing)
-        return Check("skills", "warn", f"{ready} ready; unavailable until set up: {what}",
+        needs = "; ".join(f"{s.name} needs {', '.join(s.missing)}" for s in missing)
+        return Check("skills", "warn", f"{ready} ready; unavailable until set up: {needs}",
                      "Install what a skill needs to use it; the others work without it.")
     return Check("skills", "ok", f"{ready} ready")
 

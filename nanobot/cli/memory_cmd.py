@@ -12,6 +12,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -298,6 +299,7 @@ def history_grep(
     except ValueError as exc:
         raise _fail(str(exc), "Dates look like 2026-03-01 or 2026-03-01 14:30.") from None
     path = _history_path(workspace)
+    found: Iterator[history_log.Entry]
     if path is None:
         found = iter(())
     else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
 from nanobot.memory.store import MemoryStore, fact_lines, norm_fact
@@ -112,6 +112,12 @@ def check_memory(store: MemoryStore, *, share_of: Callable[[int], WindowShare] |
     return sorted(out, key=lambda f: f.severity != "problem")
 
 
+def _date(day: tuple) -> datetime:
+    """The (year, month, day) digits of a stamp as a datetime."""
+    year, month, date = (int(x) for x in day)
+    return datetime(year, month, date)
+
+
 def _count_in_file(path, needle: bytes) -> int:
     count, tail = 0, b""
     try:
@@ -182,7 +188,6 @@ def _last_entry_raw(path, size: int) -> str:
 
 def _order_and_encoding(path) -> tuple[int, int]:
     """(entries dated more than a day before the one above, entries holding undecodable bytes)."""
-    from datetime import datetime
 
     from nanobot.memory import history as history_log
 
@@ -192,7 +197,7 @@ def _order_and_encoding(path) -> tuple[int, int]:
         day = m.group(1, 2, 3)
         if previous is not None and day < previous:
             try:
-                gap = datetime(*map(int, previous)) - datetime(*map(int, day))
+                gap = _date(previous) - _date(day)
             except ValueError:
                 gap = timedelta(0)
             if gap > timedelta(days=1):

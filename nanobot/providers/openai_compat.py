@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from typing import Any
 
 import httpx2
@@ -109,7 +110,8 @@ class OpenAICompatProvider(Provider):
         await self._client.close()
 
 
-def _calls(raw_calls: list[tuple[str | None, str, str]]) -> list[ToolCallRequest]:
+def _calls(raw_calls: Sequence[tuple[str | None, str, str | None]]) -> list[ToolCallRequest]:
+    """(id, name, arguments JSON) as the provider sent them: the id and the arguments may be missing."""
     calls = []
     for call_id, name, raw in raw_calls:
         args, error = parse_arguments(raw)
