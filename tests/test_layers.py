@@ -168,7 +168,9 @@ def test_the_error_tree_drawing_matches_the_classes():
 
 def _top_level_names(tree: ast.Module) -> set[str]:
     names: set[str] = set()
-    for node in tree.body:
+    # a top-level `if` (e.g. `if TYPE_CHECKING:`) binds names at module level too
+    body = [n for node in tree.body for n in ([node, *node.body, *node.orelse] if isinstance(node, ast.If) else [node])]
+    for node in body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
