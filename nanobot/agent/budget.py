@@ -627,7 +627,7 @@ def _with_note(msg: Message, left_out: int = 0, *, note: str | None = None) -> M
 def _shrink_message(msg: Message, size: int, target_tokens: int, floor_chars: int) -> Message | None:
     """A copy of `msg` whose text and tool arguments are cut to about `target_tokens`; None if it cannot shrink."""
     ratio = max(0.05, target_tokens / max(1, size))
-    out = dict(msg)
+    out: Message = {**msg}
     changed = False
     content = msg.get("content")
     if isinstance(content, str) and len(content) > max(floor_chars, 90):

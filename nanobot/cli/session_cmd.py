@@ -6,8 +6,9 @@ Only presentation lives here; the rules are in nanobot.session.store and nanobot
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -194,7 +195,7 @@ def _print_decisions(console: Console, decisions: Sequence[dict]) -> None:
                       f"{escape(str(d.get('summary', '')))}{reason}")
 
 
-def _print_message(console: Console, msg: dict) -> None:
+def _print_message(console: Console, msg: Mapping[str, Any]) -> None:
     msg = mask_message(msg)  # a session saved by an older version may still hold a key
     role = str(msg.get("role", "?"))
     stamp = f" [dim]{escape(str(msg.get('timestamp', '')))}[/dim]" if msg.get("timestamp") else ""

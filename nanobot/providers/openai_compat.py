@@ -52,7 +52,7 @@ class OpenAICompatProvider(Provider):
             http_client=http_client or openai.DefaultAsyncHttpxClient(verify=shared_tls_context()),
         )
 
-    def _wire_messages(self, messages: list[Message]) -> list[dict]:
+    def _wire_messages(self, messages: list[Message]) -> list[Message]:
         wire = []
         for msg in messages:
             out = for_wire(msg)

@@ -24,7 +24,7 @@ import os
 import re
 import zlib
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -394,7 +394,7 @@ def _exact_loads(raw: bytes) -> Any:
     return json.loads(raw.decode("utf-8"))
 
 
-def _dumps(record: dict) -> bytes:
+def _dumps(record: Mapping[str, Any]) -> bytes:
     # default=str: an odd value in a message must not cost the user the whole turn on disk.
     text = json.dumps(record, ensure_ascii=False, default=str) + "\n"
     try:
@@ -645,7 +645,7 @@ class SessionStore:
         if not messages:
             return
         self._require_lock(session)
-        stamped = [m if "timestamp" in m else {**m, "timestamp": now_iso()} for m in messages]
+        stamped: list[Message] = [m if "timestamp" in m else {**m, "timestamp": now_iso()} for m in messages]
         payload = b"".join(_dumps(m) for m in stamped)
         self._append_bytes(session, payload)
         session.messages.extend(stamped)
