@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nanobot import config_check, paths, secrets_mask
+from nanobot.config_check import to_camel
 from nanobot.errors import ConfigError, MissingKeyError, storage_error
 from nanobot.fsio import atomic_write
 from nanobot.providers import registry
@@ -207,10 +208,6 @@ class Config:
 
 
 # --- camelCase <-> snake_case -------------------------------------------------------
-
-def to_camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
 
 
 def to_snake(name: str) -> str:
