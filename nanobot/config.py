@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from nanobot import config_check, paths, secrets_mask
+from nanobot.config_check import to_camel
 from nanobot.errors import ConfigError, MissingKeyError, storage_error
 from nanobot.fsio import atomic_write
 from nanobot.providers import registry
@@ -208,10 +209,6 @@ class Config:
 
 # --- camelCase <-> snake_case -------------------------------------------------------
 
-def to_camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
-
 
 def to_snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
@@ -226,7 +223,7 @@ def _type_name(tp: Any) -> str:
 def _coerce(tp: Any, value: Any, where: str, source: str) -> Any:
     """Check `value` against the declared type; raise ConfigError naming the key path."""
     origin = typing.get_origin(tp)
-    if is_dataclass(tp):
+    if isinstance(tp, type) and is_dataclass(tp):
         if not isinstance(value, dict):
             raise ConfigError(f"{source}: {where}: expected an object, got {json.dumps(value)}")
         return _build(tp, value, where, source)
@@ -316,7 +313,8 @@ def _migrate(data: dict) -> dict:
     """nanobot's older place for restrictToWorkspace (tools.exec) still counts, as it does there."""
     tools = data.get("tools")
     exec_cfg = tools.get("exec") if isinstance(tools, dict) else None
-    if isinstance(exec_cfg, dict) and "restrictToWorkspace" in exec_cfg and "restrictToWorkspace" not in tools:
+    if (isinstance(tools, dict) and isinstance(exec_cfg, dict) and "restrictToWorkspace" in exec_cfg
+            and "restrictToWorkspace" not in tools):
         data = copy.deepcopy(data)
         data["tools"]["restrictToWorkspace"] = data["tools"]["exec"].pop("restrictToWorkspace")
     return data
@@ -711,7 +709,7 @@ def missing_key_error(spec: ProviderSpec, config: Path | None = None) -> Missing
         hint=f"Set {spec.env_key} in the environment, or put the key in providers.{to_camel(spec.name)}.apiKey in "
         f"{config}{make_it}. Another provider: --model {other}. To try nanobot with no key at all: "
         "`nanobot demo` (scripted answers from a bundled fake LLM).",
-        provider=spec.name, env_key=spec.env_key, config=config,
+        provider=spec.name, env_key=spec.env_key or "", config=config,
     )
 
 

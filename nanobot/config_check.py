@@ -50,21 +50,94 @@ PROVIDER_TIMEOUT = (1.0, 3600.0)
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def _camel(name: str) -> str:
-    from nanobot.config import to_camel
+def to_camel(name: str) -> str:
+    """A config field's JSON key: snake_case to camelCase."""
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
 
-    return to_camel(name)
+
+
+# -- nanobot's keys this tool reads but does not use (ignored_keys.py lists them for `nanobot status`)
+
+_NOT_HERE = "not part of this terminal tool"
+
+# dotted camelCase paths; "*" matches one name (a provider, a server). The first match wins.
+REASONS: tuple[tuple[str, str], ...] = (
+    ("channels", "chat apps (Telegram, Slack, email, ...) are " + _NOT_HERE),
+    ("gateway", "nanobot's gateway server is " + _NOT_HERE),
+    ("api", "nanobot's HTTP API is " + _NOT_HERE),
+    ("transcription", "voice transcription is " + _NOT_HERE),
+    ("agents.defaults.maxToolResultChars", "tool results are saved up to 16,000 characters, always"),
+    ("agents.defaults.providerRetryMode", "retries are bounded: 4 tries within 90 seconds"),
+    ("agents.defaults.maxConcurrentSubagents", "subagents are not capped in number"),
+    ("agents.defaults.dream", "nanobot's background 'dream' memory pass is " + _NOT_HERE),
+    ("agents.defaults.idleCompactAfterMinutes", "consolidation runs by token budget, not by idle time"),
+    ("agents.defaults.idleCompactCheckIntervalSeconds", "consolidation runs by token budget, not by idle time"),
+    ("agents.defaults.sessionTtlMinutes", "consolidation runs by token budget, not by idle time"),
+    ("agents.defaults.unifiedSession", "sessions are chosen with --session"),
+    ("agents.defaults.timezoneMode", "an empty timezone means the system's"),
+    ("agents.defaults.botName", "display settings of nanobot's own screens"),
+    ("agents.defaults.botIcon", "display settings of nanobot's own screens"),
+    ("agents.defaults.toolHintMaxLength", "display settings of nanobot's own screens"),
+    ("agents.defaults.disabledSkills", "skills are turned on and off with `nanobot skills`"),
+    ("providers.*.apiType", "OpenAI is spoken through chat completions only"),
+    ("providers.*.proxy", "set HTTPS_PROXY in the environment instead"),
+    ("providers.*.extraQuery", "extra query parameters are not sent"),
+    ("providers.*.thinkingStyle", "the thinking switch is chosen per provider (see reasoningEffort)"),
+    ("providers.*.displayName", "display settings of nanobot's own screens"),
+    ("providers.bedrock.region", "AWS Bedrock is not supported"),
+    ("providers.bedrock.profile", "AWS Bedrock is not supported"),
+    ("tools.mcpServers.*.auth", "OAuth sign-in for MCP servers is not supported; use headers with a token"),
+    ("tools.exec.sandbox", "exec is always confined; choose how with tools.exec.confinement"),
+    ("tools.exec.sandboxRoBinds", "the sandbox's folders are fixed: the workspace writable, system folders read-only"),
+    ("tools.exec.sandboxRwBinds", "the sandbox's folders are fixed: the workspace writable, system folders read-only"),
+    ("tools.exec.pathPrepend", "exec runs with the PATH nanobot was started with"),
+    ("tools.exec.allowedEnvKeys", "exec gets the host's environment with secrets removed, not a list of keys"),
+    ("tools.web.proxy", "set HTTPS_PROXY in the environment instead"),
+    ("tools.web.userAgent", "web_fetch sends its own user agent"),
+    ("tools.web.fetch", "web_fetch reads pages itself, without a reader service"),
+    ("tools.web.search.baseUrl", "web_search talks to Brave or DuckDuckGo directly"),
+    ("tools.web.search.timeout", "web_search uses its own time limit"),
+    ("tools.ssrfWhitelist", "web_fetch never reaches private addresses"),
+    ("tools.file", "the file tools are always offered"),
+    ("tools.web.enable", "the web tools are always offered"),
+    ("tools.cliApps", _NOT_HERE),
+    ("tools.my", _NOT_HERE),
+    ("tools.imageGeneration", "image generation is " + _NOT_HERE),
+    ("tools.maxSessionMessagesPerMinute", "chat-app rate limits are " + _NOT_HERE),
+    ("tools.webuiAllowLocalServiceAccess", "nanobot's web UI is " + _NOT_HERE),
+    ("tools.webuiAllowRemotePackageInstall", "nanobot's web UI is " + _NOT_HERE),
+)
+
+UNKNOWN_REASON = "not a setting of this tool (check the spelling)"
+
+
+def match_key(pattern: str, path: list[str]) -> bool:
+    parts = pattern.split(".")
+    return len(parts) <= len(path) and all(p in ("*", q) for p, q in zip(parts, path))
+
+
+def reason_for(path: list[str]) -> str:
+    for pattern, reason in REASONS:
+        if match_key(pattern, path):
+            return reason
+    return UNKNOWN_REASON
+
+
+def explains(path: list[str]) -> bool:
+    """True when `path` is a nanobot key this tool knows it does not use (not a typo)."""
+    return reason_for(path) != UNKNOWN_REASON
+
+
 
 
 def _known_keys(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
-    return {_camel(f.name): hints[f.name] for f in fields(cls) if not f.metadata.get("internal")}
+    return {to_camel(f.name): hints[f.name] for f in fields(cls) if not f.metadata.get("internal")}
 
 
 def _explained(path: str) -> bool:
-    from nanobot import ignored_keys
-
-    return ignored_keys.explains(path.split("."))
+    return explains(path.split("."))
 
 
 def unknown_keys(cls: type, data: Mapping[str, Any], where: str = "") -> list[tuple[str, str | None]]:
@@ -80,11 +153,11 @@ def unknown_keys(cls: type, data: Mapping[str, Any], where: str = "") -> list[tu
                 found.append((path, next((k for k in known if k.lower() in close), None)))
             continue
         tp = known[key]
-        if is_dataclass(tp) and isinstance(value, dict):
+        if isinstance(tp, type) and is_dataclass(tp) and isinstance(value, dict):
             found.extend(unknown_keys(tp, value, path))
         elif typing.get_origin(tp) is dict and isinstance(value, dict):
             _, val_tp = typing.get_args(tp)
-            if is_dataclass(val_tp):
+            if isinstance(val_tp, type) and is_dataclass(val_tp):
                 for name, sub in value.items():
                     if isinstance(sub, dict):
                         found.extend(unknown_keys(val_tp, sub, f"{path}.{name}"))
@@ -111,7 +184,7 @@ def check_ranges(cfg: Any, source: str) -> None:
         for part in dotted.split("."):
             node = getattr(node, part)
         if not low <= node <= high:
-            path = ".".join(_camel(p) for p in dotted.split("."))
+            path = ".".join(to_camel(p) for p in dotted.split("."))
             raise ConfigError(f"{source}: {path}: {node:g}{unit} is out of range",
                               hint=f"Use a value from {low:g} to {high:g}{unit} (or remove the key for the default).")
     for name, prov in cfg.providers.items():

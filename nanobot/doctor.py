@@ -169,13 +169,15 @@ def check_storage(name: str, folder: Path) -> Check:
 
 
 def check_memory(cfg: Config) -> Check:
+    from nanobot.agent.budget import memory_share
     from nanobot.memory.store import MemoryStore
 
+    window = cfg.defaults.context_window_tokens
     store = MemoryStore(cfg.workspace_path())
     if importlib.util.find_spec("nanobot.memory.check") is not None:
         from nanobot.memory.check import check_memory as findings_of
 
-        problems = [f for f in findings_of(store, context_window=cfg.defaults.context_window_tokens)
+        problems = [f for f in findings_of(store, share_of=lambda tokens: memory_share(tokens, window))
                     if f.severity == "problem"]
         if problems:
             return Check("memory", "fail", "; ".join(f.message for f in problems),
@@ -187,11 +189,11 @@ def check_memory(cfg: Config) -> Check:
         info.path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return Check("memory", "fail", f"{info.path} cannot be read as text: {exc}", store.undo_hint())
-    share = info.tokens / cfg.defaults.context_window_tokens
-    if share > 0.25:
-        return Check("memory", "fail", f"{info.path} takes {share:.0%} of the context window",
+    judged = memory_share(info.tokens, window)
+    if judged.too_large:
+        return Check("memory", "fail", f"{info.path} takes {judged.share:.0%} of the context window",
                      "Trim it with `nanobot memory edit`; it is sent with every request.")
-    return Check("memory", "ok", f"{info.path}: {info.tokens:,} tokens ({share:.1%} of the window), "
+    return Check("memory", "ok", f"{info.path}: {info.tokens:,} tokens ({judged.share:.1%} of the window), "
                                  f"{info.versions} saved version(s)")
 
 
@@ -206,8 +208,8 @@ def check_skills(cfg: Config) -> Check:
         what = [f"{s.name} (always on) needs {', '.join(s.missing)}" for s in broken_always] + skills.warnings
         return Check("skills", "fail", "; ".join(what), "Install what is missing, or remove the skill.")
     if missing:
-        what = "; ".join(f"{s.name} needs {', '.join(s.missing)}" for s in missing)
-        return Check("skills", "warn", f"{ready} ready; unavailable until set up: {what}",
+        needs = "; ".join(f"{s.name} needs {', '.join(s.missing)}" for s in missing)
+        return Check("skills", "warn", f"{ready} ready; unavailable until set up: {needs}",
                      "Install what a skill needs to use it; the others work without it.")
     return Check("skills", "ok", f"{ready} ready")
 

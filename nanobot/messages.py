@@ -7,23 +7,37 @@
      "reasoning_content": str,                   # thinking text, assistant only
      "timestamp": ISO-8601 str}                  # session bookkeeping, never sent
 
-Providers translate this shape to their wire format; sessions store it one per line.
+`Message` is this shape as a TypedDict (mypy checks every key), with the bookkeeping keys a stored
+message may also carry. Providers translate it to their wire format; sessions store it one per line.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Final, TypedDict, cast
 
-Message = dict[str, Any]
+
+class Message(TypedDict, total=False):
+    """One message as nanobot keeps it (the shape drawn above); every key is optional to mypy."""
+
+    role: str  # "system" | "user" | "assistant" | "tool"
+    content: Any  # str | list of content parts | None
+    tool_calls: list[dict[str, Any]]
+    tool_call_id: str
+    name: str
+    reasoning_content: str
+    thinking_blocks: list[dict[str, Any]]  # Anthropic's signed thinking, replayed within a turn
+    timestamp: str  # bookkeeping from here on: never sent
+    runtime_context: str  # session/runtime_context.py: RUNTIME_CONTEXT_KEY
+    subagent: dict[str, Any]  # NOTE_KEY: a helper's end, recorded in a stored user message
 
 # Keys a provider may receive; everything else (timestamp, ...) is bookkeeping.
 WIRE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
 # The key of a nanobot note's structured record (a helper's end) in a stored user message; never sent.
-NOTE_KEY = "subagent"
+NOTE_KEY: Final = "subagent"
 NO_OUTPUT = "(no output)"  # what a blank tool result says on the wire (session/validity.py rule 5)
 
 
@@ -77,11 +91,13 @@ def user(content: Any) -> Message:
     return {"role": "user", "content": content}
 
 
-def assistant(content: str | None, tool_calls: list[dict] | None = None, **extra: Any) -> Message:
+def assistant(content: str | None, tool_calls: list[dict] | None = None, *,
+              reasoning_content: str | None = None) -> Message:
     msg: Message = {"role": "assistant", "content": content}
     if tool_calls:
         msg["tool_calls"] = tool_calls
-    msg.update({k: v for k, v in extra.items() if v})
+    if reasoning_content:
+        msg["reasoning_content"] = reasoning_content
     return msg
 
 
@@ -112,7 +128,7 @@ def text_of(content: Any) -> str:
     return str(content)
 
 
-def tool_calls_of(msg: Message) -> list[dict]:
+def tool_calls_of(msg: Mapping[str, Any]) -> list[dict]:
     """The message's tool calls that are at least dicts with a dict `function` (stored files can hold anything)."""
     calls = msg.get("tool_calls")
     if not isinstance(calls, list):
@@ -122,7 +138,8 @@ def tool_calls_of(msg: Message) -> list[dict]:
 
 def for_wire(msg: Message) -> Message:
     """A copy of `msg` with only the keys a provider may receive."""
-    return {k: msg[k] for k in WIRE_KEYS if k in msg}
+    keys: Mapping[str, Any] = msg  # the keys are named by a tuple, not literals
+    return cast(Message, {k: keys[k] for k in WIRE_KEYS if k in keys})
 
 
 def cut_middle(text: str, keep: int, marker: Callable[[int], str]) -> str:
@@ -137,7 +154,7 @@ def cut_middle(text: str, keep: int, marker: Callable[[int], str]) -> str:
     return text[:head] + marker(len(text) - keep) + (text[len(text) - tail:] if tail else "")
 
 
-def transcript_lines(msg: Message, *, text_chars: int | None = None, tool_chars: int | None = None,
+def transcript_lines(msg: Mapping[str, Any], *, text_chars: int | None = None, tool_chars: int | None = None,
                      arg_chars: int | None = None, note: str = "") -> list[str]:
     """One message as transcript lines, the one rendering of a message as text (consolidation's
     transcript, HISTORY.md's RAW archive): `ROLE: text`, `TOOL RESULT (name): text` and

@@ -27,6 +27,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from nanobot.config import AgentDefaults
@@ -38,8 +39,8 @@ from nanobot.session.store import Session
 from nanobot.tokens import Calibration, TokenCounter, byte_bound, default_counter, estimator_name
 
 __all__ = [
-    "ContextBudget", "BudgetSnapshot", "Fitted", "reply_room", "shrink_text",
-    "MIN_TOOL_RESULT_CHARS", "MIN_CONVERSATION_TOKENS", "MIN_BUDGET", "DEFAULT_MAX_TOOL_CALLS",
+    "ContextBudget", "BudgetSnapshot", "Fitted", "Cut", "CutKind", "MemoryShare", "memory_share", "reply_room", "shrink_text",
+    "MIN_TOOL_RESULT_CHARS", "MIN_CONVERSATION_TOKENS", "MEMORY_SHARE_LIMIT", "MIN_BUDGET", "DEFAULT_MAX_TOOL_CALLS",
 ]
 
 # A shrunk tool result keeps at least this many characters of its own text.
@@ -52,6 +53,9 @@ MIN_CONVERSATION_TOKENS = 1024
 # Below this no request of ours can fit, so shrinking the window further is pointless.
 MIN_BUDGET = 1024
 DEFAULT_MAX_TOOL_CALLS = AgentDefaults.max_tool_calls_per_step  # the config's default, one place
+DEFAULT_WINDOW = AgentDefaults.context_window_tokens  # the config's default, for a check with no usable config
+# MEMORY.md is in every prompt; above this share of the window it crowds the conversation out.
+MEMORY_SHARE_LIMIT = 0.25
 _HOW_TO_READ_REST = ("to see them, use read_file with offset/limit on the file, or exec with "
                      "head/tail/grep on the command's output")
 _SHORTEN_HINT = ("shorten AGENTS.md, SOUL.md, USER.md, TOOLS.md or MEMORY.md (`nanobot memory edit`), "
@@ -81,6 +85,26 @@ def _shrink_message_text(text: str, keep: int) -> str:
     return cut_middle(text, keep, lambda cut: f"\n[... {cut:,} characters cut for this request only; the session keeps them ...]\n")
 
 
+class CutKind(Enum):
+    """What one fitting step did to a request (the steps of the module docstring)."""
+
+    EXCESS_CALLS = "excess_calls"  # 1. tool calls past the per-step cap left out
+    TOOL_RESULTS = "tool_results"  # 2. tool results cut to head + tail
+    OVERSIZED = "oversized"  # 3. messages over a quarter of the budget cut
+    OLD_TURNS = "old_turns"  # 4. the oldest turns left out
+    EARLY_STEPS = "early_steps"  # 5. the earliest tool steps of this turn left out
+    TO_MINIMUM = "to_minimum"  # 6. the largest messages cut to their marker
+    CALLS_TO_FIT = "calls_to_fit"  # 7. fewer of a step's calls kept
+
+
+@dataclass(frozen=True)
+class Cut:
+    """One change fitting made to a request: its kind, and the same in words for the user."""
+
+    kind: CutKind
+    words: str  # completes "to fit the context window, nanobot ..."
+
+
 @dataclass
 class Fitted:
     """A request ready to send: its messages, the max_tokens to ask for, and what was done to it."""
@@ -88,7 +112,7 @@ class Fitted:
     messages: list[Message]
     max_tokens: int
     estimate: int = 0  # raw (uncalibrated) token estimate; 0 when proved to fit without counting
-    cuts: list[str] = field(default_factory=list)  # what fitting changed, in words
+    cuts: list[Cut] = field(default_factory=list)  # what fitting changed
 
 
 @dataclass(frozen=True)
@@ -136,6 +160,27 @@ class _RunningTotal:
         return self.base + len(self.cum) - 1
 
 
+@dataclass(frozen=True)
+class MemoryShare:
+    """MEMORY.md's share of a context window, and whether it is too large (the one rule for it)."""
+
+    tokens: int  # MEMORY.md's size
+    window: int  # the context window it shares
+
+    @property
+    def share(self) -> float:
+        return self.tokens / self.window if self.window > 0 else 0.0
+
+    @property
+    def too_large(self) -> bool:
+        return self.share > MEMORY_SHARE_LIMIT
+
+
+def memory_share(tokens: int, window: int | None = None) -> MemoryShare:
+    """MEMORY.md's share of `window` (the configured default when None); `ContextBudget.memory_share` for a budget."""
+    return MemoryShare(tokens, window or DEFAULT_WINDOW)
+
+
 class ContextBudget:
     """Window, reply room, counter, calibration and the running estimate; see the module docstring."""
 
@@ -163,6 +208,10 @@ class ContextBudget:
     def consolidate_at(self) -> int:
         """The prompt size at which consolidation starts: the budget, or consolidateAboveTokens if lower."""
         return min(self.budget, self.consolidate_above) if self.consolidate_above else self.budget
+
+    def memory_share(self, tokens: int) -> MemoryShare:
+        """MEMORY.md's share of the configured window (what `memory check`, `memory show` and `doctor` report)."""
+        return memory_share(tokens, self.configured_window)
 
     # -- counting ---------------------------------------------------------------------------
 
@@ -370,7 +419,7 @@ class _Fitter:
         self.out = out
         self.tools = tools
         self.turn_start = _last_user_index(out) if turn_start is None else turn_start
-        self.cuts: list[str] = []
+        self.cuts: list[Cut] = []
         self.total = budget.tokens(out, tools)
 
     def _update(self) -> None:
@@ -400,7 +449,7 @@ class _Fitter:
             "not run and are left out of this request]"))
         if dropped:
             self._replace(out)
-            self.cuts.append(f"left out {dropped:,} tool calls over the per-step limit")
+            self.cuts.append(Cut(CutKind.EXCESS_CALLS, f"left out {dropped:,} tool calls over the per-step limit"))
 
     # 7. fewer of a step's calls (and their results), when each is already at its minimum
     def drop_calls_to_fit(self) -> None:
@@ -417,7 +466,7 @@ class _Fitter:
             return
         k, out = chosen
         self._replace(out)
-        self.cuts.append(f"kept {k} tool call(s) per step in this request")
+        self.cuts.append(Cut(CutKind.CALLS_TO_FIT, f"kept {k} tool call(s) per step in this request"))
 
     def _replace(self, out: list[Message]) -> None:
         """`out` in place of the request; only tool results were left out, so the turn's start moves back."""
@@ -433,7 +482,7 @@ class _Fitter:
         older = [i for i in range(min(self.turn_start, len(self.out))) if self.out[i].get("role") == "tool"]
         for group in (current, older):
             if self._shrink_group(group, MIN_TOOL_RESULT_CHARS, shrink_text):
-                self.cuts.append("cut tool results")
+                self.cuts.append(Cut(CutKind.TOOL_RESULTS, "cut tool results"))
             if not self.over():
                 return
 
@@ -488,7 +537,8 @@ class _Fitter:
             if self.total >= before:
                 tried.add(index)
         if cut_any:
-            self.cuts.append("cut oversized messages" if above else "cut messages to their minimum")
+            self.cuts.append(Cut(CutKind.OVERSIZED, "cut oversized messages") if above
+                             else Cut(CutKind.TO_MINIMUM, "cut messages to their minimum"))
 
     def _least_cut(self, options: list, build: Callable[[Any], list[Message]]) -> tuple[Any, list[Message]] | None:
         """The first of `options` (ordered from least to most left out) whose request fits, else the last.
@@ -519,7 +569,7 @@ class _Fitter:
             return
         end, self.out = chosen
         self.turn_start -= end - first
-        self.cuts.append(f"left {end - first} older messages out of this request")
+        self.cuts.append(Cut(CutKind.OLD_TURNS, f"left {end - first} older messages out of this request"))
         self._update()
 
     # 5. earlier tool steps of this turn out of this request
@@ -541,7 +591,7 @@ class _Fitter:
         if chosen is None:
             return
         n, self.out = chosen
-        self.cuts.append(f"left the first {n} tool step(s) of this turn out of this request")
+        self.cuts.append(Cut(CutKind.EARLY_STEPS, f"left the first {n} tool step(s) of this turn out of this request"))
         self._update()
 
 
@@ -577,7 +627,7 @@ def _with_note(msg: Message, left_out: int = 0, *, note: str | None = None) -> M
 def _shrink_message(msg: Message, size: int, target_tokens: int, floor_chars: int) -> Message | None:
     """A copy of `msg` whose text and tool arguments are cut to about `target_tokens`; None if it cannot shrink."""
     ratio = max(0.05, target_tokens / max(1, size))
-    out = dict(msg)
+    out: Message = {**msg}
     changed = False
     content = msg.get("content")
     if isinstance(content, str) and len(content) > max(floor_chars, 90):

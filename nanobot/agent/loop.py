@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from nanobot.agent.budget import ContextBudget, Fitted
+from nanobot.agent.budget import ContextBudget, CutKind, Fitted
 from nanobot.agent.events import (
     Event,
     Notice,
@@ -251,9 +251,10 @@ class _Run:
     def _fit(self) -> Fitted:
         fitted = self.spec.budget.fit(make_valid(self.messages), self.schemas)
         for cut in fitted.cuts:
-            if cut not in self.told and cut != "cut tool results":
-                self.told.add(cut)
-                self.hooks.on_event(Notice(f"to fit the context window, nanobot {cut} (this request only; the "
+            # cut tool results carry their own marker, seen by the model; the user is not told each time
+            if cut.kind is not CutKind.TOOL_RESULTS and cut.words not in self.told:
+                self.told.add(cut.words)
+                self.hooks.on_event(Notice(f"to fit the context window, nanobot {cut.words} (this request only; the "
                                            "session keeps everything)"))
         return fitted
 

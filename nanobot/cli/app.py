@@ -19,7 +19,7 @@ class _Commands(TyperGroup):
     """The top-level group. A Ctrl-C while a command runs says "interrupted", as everywhere else:
     typer itself turns it into exit code 130 without a word."""
 
-    def invoke(self, ctx):  # type: ignore[no-untyped-def]  # click's signature
+    def invoke(self, ctx):  # click's signature
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
@@ -180,7 +180,7 @@ def main() -> None:
     try:  # recent typer vendors click as typer._click and raises its exceptions
         from typer._click import exceptions as click_errors
     except ImportError:
-        from click import exceptions as click_errors
+        from click import exceptions as click_errors  # type: ignore[no-redef]  # the same module, older typer
 
     from nanobot.cli.errors import print_error, report
     from nanobot.errors import NanobotError

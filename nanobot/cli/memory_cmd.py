@@ -12,6 +12,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -20,8 +21,6 @@ import typer
 from nanobot.cli.errors import print_error, print_warning, reported
 from nanobot.cli.usage import Command
 from nanobot.errors import NanobotError
-
-DEFAULT_CONTEXT_WINDOW = 65_536
 
 memory_app = typer.Typer(help="What the assistant remembers (MEMORY.md).", no_args_is_help=True,
                          add_completion=False, pretty_exceptions_show_locals=False, rich_markup_mode=None)
@@ -49,10 +48,14 @@ def _load_config():
     return _config_cache[0]
 
 
-def _context_window() -> int:
-    """The configured context window, or 64K when there is no usable config."""
-    cfg = _load_config()
-    return cfg.agents.defaults.context_window_tokens if cfg is not None else DEFAULT_CONTEXT_WINDOW
+def _memory_share(tokens: int, window: int | None):
+    """MEMORY.md's share of `window`, else of the configured window, else of the default (no usable config)."""
+    from nanobot.agent.budget import memory_share
+
+    if window is None:
+        cfg = _load_config()
+        window = cfg.agents.defaults.context_window_tokens if cfg is not None else None
+    return memory_share(tokens, window)
 
 
 def _workspace(option: Path | None) -> Path:
@@ -127,11 +130,11 @@ def memory_show(
         else:
             sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
             sys.stdout.flush()
-        window = window or _context_window()
+        judged = _memory_share(info.tokens, window)
         approx = "" if info.exact else "~"
         changed = f"{info.modified:%Y-%m-%d %H:%M} ({_ago(info.modified)})" if info.modified else "unknown"
         _err(f"{info.path}: {approx}{info.tokens:,} tokens, {_size(info.bytes)}, "
-             f"{info.tokens / window:.1%} of a {window:,}-token context window (in every prompt)")
+             f"{judged.share:.1%} of a {judged.window:,}-token context window (in every prompt)")
         _err(f"last changed {changed}; {info.versions} saved version(s) (`nanobot memory versions`)")
 
 
@@ -175,7 +178,7 @@ def memory_check(
     from nanobot.memory.check import check_memory
 
     with reported():
-        findings = check_memory(_store(workspace), context_window=window or _context_window())
+        findings = check_memory(_store(workspace), share_of=lambda tokens: _memory_share(tokens, window))
     problems = [f for f in findings if f.severity == "problem"]
     if json_out:
         print(json.dumps([f.to_json() for f in findings], ensure_ascii=False, indent=1))
@@ -296,6 +299,7 @@ def history_grep(
     except ValueError as exc:
         raise _fail(str(exc), "Dates look like 2026-03-01 or 2026-03-01 14:30.") from None
     path = _history_path(workspace)
+    found: Iterator[history_log.Entry]
     if path is None:
         found = iter(())
     else:

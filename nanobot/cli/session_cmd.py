@@ -6,7 +6,9 @@ Only presentation lives here; the rules are in nanobot.session.store and nanobot
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -103,7 +105,7 @@ def import_sessions(config: Path | None = ConfigOpt) -> None:
 @session_app.command("list")
 def list_sessions(config: Path | None = ConfigOpt) -> None:
     """Every saved session: key, message count, consolidation pointer, last update."""
-    infos = _store(_import_from_nanobot(config, quiet_when_none=True)).list()
+    infos = _store(_import_from_nanobot(config, quiet_when_none=True)).infos()
     if not infos:
         _out().print("No saved sessions yet.")
         return
@@ -180,7 +182,7 @@ def _print_working_state(console: Console, state: WorkingState) -> None:
                       f"{escape(str(failed.get('reason', '?')))}")
 
 
-def _print_decisions(console: Console, decisions: list[dict]) -> None:
+def _print_decisions(console: Console, decisions: Sequence[dict]) -> None:
     """Every approval decision of the session: when, allowed or not, by whom, what, and why."""
     if not decisions:
         return
@@ -193,7 +195,7 @@ def _print_decisions(console: Console, decisions: list[dict]) -> None:
                       f"{escape(str(d.get('summary', '')))}{reason}")
 
 
-def _print_message(console: Console, msg: dict) -> None:
+def _print_message(console: Console, msg: Mapping[str, Any]) -> None:
     msg = mask_message(msg)  # a session saved by an older version may still hold a key
     role = str(msg.get("role", "?"))
     stamp = f" [dim]{escape(str(msg.get('timestamp', '')))}[/dim]" if msg.get("timestamp") else ""
@@ -216,7 +218,8 @@ def _print_message(console: Console, msg: dict) -> None:
     for call in msg.get("tool_calls") or []:
         if not isinstance(call, dict):
             continue
-        fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+        fn = call.get("function")
+        fn = fn if isinstance(fn, dict) else {}
         console.print(f"[magenta]→ {escape(str(fn.get('name', '?')))}[/magenta]"
                       f"({escape(str(fn.get('arguments', '')))}) [dim]{escape(str(call.get('id', '')))}[/dim]")
 

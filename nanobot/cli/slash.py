@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from nanobot.cli.chat import Chat
 
-Handler = Callable[["Chat", str], Awaitable[bool]]
+class Chat(Protocol):
+    """What the slash commands ask of the chat (cli/chat.py's Chat; named here, not imported,
+    since the chat imports this table)."""
+
+    def show_help(self) -> None: ...
+    async def new_session(self) -> None: ...
+    def show_status(self) -> None: ...
+    async def compact(self) -> None: ...
+    async def stop_background(self) -> None: ...
+
+
+Handler = Callable[[Chat, str], Awaitable[bool]]
 
 
 async def _help(chat: Chat, arg: str) -> bool:

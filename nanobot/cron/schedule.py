@@ -118,14 +118,15 @@ def next_run(schedule: Schedule, after_ms: int, *, anchor_ms: int) -> int | None
 
 def occurrences_between(schedule: Schedule, after_ms: int, until_ms: int, *, anchor_ms: int) -> int:
     """How many firings fall in (after_ms, until_ms] (capped at 10,000)."""
-    if schedule.kind == "every" and (schedule.every_ms or 0) > 0 and after_ms >= anchor_ms:
-        step = schedule.every_ms
+    step = schedule.every_ms or 0
+    if schedule.kind == "every" and step > 0 and after_ms >= anchor_ms:
         return min(_MAX_COUNT, (until_ms - anchor_ms) // step - (after_ms - anchor_ms) // step)
     count, t = 0, after_ms
     while count < _MAX_COUNT:
-        t = next_run(schedule, t, anchor_ms=anchor_ms)
-        if t is None or t > until_ms:
+        following = next_run(schedule, t, anchor_ms=anchor_ms)
+        if following is None or following > until_ms:
             break
+        t = following
         count += 1
     return count
 

@@ -100,7 +100,7 @@ def _label(i: int, msg: Any) -> str:
 # --------------------------------------------------------------------------- OpenAI
 
 
-def check_openai_messages(messages: list[dict]) -> list[str]:
+def check_openai_messages(messages: Any) -> list[str]:
     """Violations of the OpenAI chat-completions message rules (empty list when valid)."""
     if not isinstance(messages, list):
         return [f"messages must be a list, got {type(messages).__name__}"]
@@ -202,7 +202,7 @@ def _blocks(content: Any) -> list[dict]:
     return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
 
 
-def check_anthropic_request(system: Any, messages: list[dict]) -> list[str]:
+def check_anthropic_request(system: Any, messages: Any) -> list[str]:
     """Violations of the Anthropic Messages API rules for `system` + `messages` (empty when valid)."""
     out: list[str] = []
     if isinstance(system, list):
@@ -214,7 +214,7 @@ def check_anthropic_request(system: Any, messages: list[dict]) -> list[str]:
     if not messages:
         return out + ["messages is empty"]
 
-    seen_ids: set[str] = set()
+    seen_ids: set[Any] = set()  # the ids as sent, whatever their type
     prev: dict | None = None
     for i, msg in enumerate(messages):
         if not isinstance(msg, dict):

@@ -155,7 +155,7 @@ class FakeLLMServer:
         if self._httpd is None:
             raise RuntimeError("FakeLLMServer is not started")
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     @property
     def openai_base_url(self) -> str:

@@ -193,11 +193,11 @@ class ServerConnection:
         # 0600 like every file in the home: a server may print tokens or paths in its errors
         fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         errlog = stack.enter_context(os.fdopen(fd, "w", encoding="utf-8"))
-        cwd: Path | None = Path(self.cfg.cwd).expanduser() if self.cfg.cwd else self.workspace
-        if self.cfg.cwd and not cwd.is_dir():
-            raise ValueError(f"its cwd {cwd} is not a folder")
-        if not cwd.is_dir():
-            cwd = None  # the workspace is not created yet (`nanobot mcp list` before the first chat)
+        folder = Path(self.cfg.cwd).expanduser() if self.cfg.cwd else self.workspace
+        if self.cfg.cwd and not folder.is_dir():
+            raise ValueError(f"its cwd {folder} is not a folder")
+        # None: the workspace is not created yet (`nanobot mcp list` before the first chat)
+        cwd = folder if folder.is_dir() else None
         params = StdioServerParameters(command=self.cfg.command, args=list(self.cfg.args),
                                        env=dict(self.cfg.env) or None, cwd=str(cwd) if cwd else None)
         return stdio_client(params, errlog=errlog)

@@ -7,24 +7,36 @@
 4. HISTORY.md: shorter than or different from its journal (a gap or shrinkage), entries dated
    before the entry above them by more than a day, a torn last entry, undecodable bytes;
 5. secrets: unmasked ones in MEMORY.md (a problem), masked ones (for information);
-6. MEMORY.md's share of the context window (a problem above MEMORY_SHARE_LIMIT).
+6. MEMORY.md's share of the context window, as the caller's `share_of` judges it (the context
+   budget owns that rule: `nanobot.agent.budget.memory_share`).
 """
 
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Literal
+from datetime import datetime, timedelta
+from typing import Literal, Protocol
 
 from nanobot.memory.store import MemoryStore, fact_lines, norm_fact
 from nanobot.secrets_mask import REDACTED, mask_secrets
 
-__all__ = ["Finding", "check_memory", "MEMORY_SHARE_LIMIT"]
+__all__ = ["Finding", "WindowShare", "check_memory"]
 
-MEMORY_SHARE_LIMIT = 0.25  # of the context window; above it MEMORY.md crowds the conversation out
 _LISTED = 5  # facts named in one finding
 Severity = Literal["problem", "info"]
+
+
+class WindowShare(Protocol):
+    """MEMORY.md's share of a context window, judged by the context budget (agent.budget.MemoryShare)."""
+
+    @property
+    def window(self) -> int: ...
+    @property
+    def share(self) -> float: ...
+    @property
+    def too_large(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -43,8 +55,10 @@ def _listed(items: list[str]) -> str:
     return shown + (f"; and {len(items) - _LISTED} more" if len(items) > _LISTED else "")
 
 
-def check_memory(store: MemoryStore, *, context_window: int | None = None) -> list[Finding]:
-    """Findings about MEMORY.md and HISTORY.md, problems first within each check."""
+def check_memory(store: MemoryStore, *, share_of: Callable[[int], WindowShare] | None = None) -> list[Finding]:
+    """Findings about MEMORY.md and HISTORY.md, problems first within each check.
+
+    `share_of(tokens)` judges MEMORY.md's share of the context window; without it that check is skipped."""
     out: list[Finding] = []
     state = store.state()
     text = state.text
@@ -86,16 +100,22 @@ def check_memory(store: MemoryStore, *, context_window: int | None = None) -> li
     if masked:
         out.append(Finding("info", "masked_secrets", f"{masked} secret(s) were masked as {REDACTED} before they "
                            "were saved (MEMORY.md and HISTORY.md)"))
-    if context_window:
+    if share_of is not None:
         from nanobot.tokens import count_text
 
         tokens = count_text(text)
-        share = tokens / context_window
-        sev: Severity = "problem" if share > MEMORY_SHARE_LIMIT else "info"
-        out.append(Finding(sev, "memory_share", f"MEMORY.md is {tokens:,} tokens, {share:.1%} of the "
-                           f"{context_window:,}-token context window (it is in every prompt)",
+        judged = share_of(tokens)
+        sev: Severity = "problem" if judged.too_large else "info"
+        out.append(Finding(sev, "memory_share", f"MEMORY.md is {tokens:,} tokens, {judged.share:.1%} of the "
+                           f"{judged.window:,}-token context window (it is in every prompt)",
                            "`nanobot memory edit`: shorten or drop stale facts" if sev == "problem" else ""))
     return sorted(out, key=lambda f: f.severity != "problem")
+
+
+def _date(day: tuple) -> datetime:
+    """The (year, month, day) digits of a stamp as a datetime."""
+    year, month, date = (int(x) for x in day)
+    return datetime(year, month, date)
 
 
 def _count_in_file(path, needle: bytes) -> int:
@@ -168,7 +188,6 @@ def _last_entry_raw(path, size: int) -> str:
 
 def _order_and_encoding(path) -> tuple[int, int]:
     """(entries dated more than a day before the one above, entries holding undecodable bytes)."""
-    from datetime import datetime
 
     from nanobot.memory import history as history_log
 
@@ -178,7 +197,7 @@ def _order_and_encoding(path) -> tuple[int, int]:
         day = m.group(1, 2, 3)
         if previous is not None and day < previous:
             try:
-                gap = datetime(*map(int, previous)) - datetime(*map(int, day))
+                gap = _date(previous) - _date(day)
             except ValueError:
                 gap = timedelta(0)
             if gap > timedelta(days=1):

@@ -271,7 +271,7 @@ def _count_newlines(fh, end: int) -> int:
 
 # ---- newest-first word search (the model's recall tool) ---------------------------------------
 
-def _entry_start_b(data: bytes, pos: int) -> int:
+def _entry_start_b(data: bytes | mmap.mmap, pos: int) -> int:
     """Start of the entry holding byte `pos`: the nearest stamp line at or before it (0 if none)."""
     i = data.rfind(b"\n[", 0, pos + 1)
     while i >= 0:
@@ -281,7 +281,7 @@ def _entry_start_b(data: bytes, pos: int) -> int:
     return 0
 
 
-def _entry_end_b(data: bytes, pos: int) -> int:
+def _entry_end_b(data: bytes | mmap.mmap, pos: int) -> int:
     i = data.find(b"\n[", pos)
     while i >= 0:
         if _STAMP_AT_B.match(data, i + 1):
@@ -691,7 +691,8 @@ def _entry_marks(data) -> list[int]:
 
 def _hits_by_table(marks: list[int], offsets: list[int]) -> list[int]:
     """The entry of each offset (each entry once): the first k with marks[k] at or after it."""
-    hits, end, k = [], -1, 0
+    hits: list[int] = []
+    end, k = -1, 0
     append = hits.append
     for pos in offsets:  # in file order: each entry is looked up once, at its first match
         if pos < end:

@@ -305,7 +305,7 @@ class MemoryStore:
             current = self.state().usable
             conflicts: list[str] = []
             concurrent = base is not None and base != current
-            if concurrent:
+            if base is not None and concurrent:
                 new_text, conflicts = merge_update(base, new_text, current)
                 new_text = self._with_held_back(new_text, conflicts)
             if guard:
@@ -765,8 +765,8 @@ class MemoryStore:
                 if _stat_key(self.memory_file) != before.memory_stat:
                     notes.extend(self._undo_memory_change(before))
                 if _stat_key(self.history_file) != before.history_stat:
-                    fixed = self.repair_history(thorough=True)
-                    if fixed:
+                    repaired = self.repair_history(thorough=True)
+                    if repaired:
                         notes.append("memory/HISTORY.md is append-only and only nanobot adds to it: the "
                                      "command's change was undone")
         except (MemoryBusy, OSError) as exc:

@@ -98,8 +98,8 @@ class AnthropicProvider(Provider):
 async def _read_stream(response: httpx2.Response, on_delta: DeltaCallback) -> dict[str, Any]:
     """The streamed events folded into the message a non-streamed call would have returned."""
     message: dict[str, Any] = {"content": [], "usage": {}, "stop_reason": None}
-    blocks: dict[int, dict[str, Any]] = {}
-    partial: dict[int, list[str]] = {}  # tool_use input JSON, as it arrives
+    blocks: dict[Any, dict[str, Any]] = {}  # by the event's index, as sent
+    partial: dict[Any, list[str]] = {}  # tool_use input JSON, as it arrives
     async for event in sse_json("anthropic", response):
         kind = event.get("type")
         if kind == "content_block_delta":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from typing import Any
 
 import httpx2
@@ -51,7 +52,7 @@ class OpenAICompatProvider(Provider):
             http_client=http_client or openai.DefaultAsyncHttpxClient(verify=shared_tls_context()),
         )
 
-    def _wire_messages(self, messages: list[Message]) -> list[dict]:
+    def _wire_messages(self, messages: list[Message]) -> list[Message]:
         wire = []
         for msg in messages:
             out = for_wire(msg)
@@ -113,7 +114,8 @@ class OpenAICompatProvider(Provider):
         await self._client.close()
 
 
-def _calls(raw_calls: list[tuple[str | None, str, str]]) -> list[ToolCallRequest]:
+def _calls(raw_calls: Sequence[tuple[str | None, str, str | None]]) -> list[ToolCallRequest]:
+    """(id, name, arguments JSON) as the provider sent them: the id and the arguments may be missing."""
     calls = []
     for call_id, name, raw in raw_calls:
         args, error = parse_arguments(raw)

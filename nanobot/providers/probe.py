@@ -8,6 +8,7 @@ but cannot say whether the model exists.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from nanobot.config import ResolvedModel
 from nanobot.errors import ProviderError
@@ -28,15 +29,17 @@ async def probe(resolved: ResolvedModel, *, timeout: float = 10.0) -> ProbeResul
     """Raises ProviderError when the server cannot be reached or rejects the key."""
     _sdk_on_demand.install()
     if resolved.spec.kind == "anthropic":
-        import anthropic as sdk
+        import anthropic
 
-        client = sdk.AsyncAnthropic(api_key=resolved.api_key or "none", base_url=resolved.api_base or None,
+        sdk: Any = anthropic  # the two SDKs have the same error names and a models route
+        client: Any = sdk.AsyncAnthropic(api_key=resolved.api_key or "none", base_url=resolved.api_base or None,
                                     max_retries=0, timeout=http_timeout(timeout),
                                     default_headers=resolved.extra_headers or None,
                                     http_client=sdk.DefaultAsyncHttpxClient(verify=shared_tls_context()))
     else:
-        import openai as sdk
+        import openai
 
+        sdk = openai
         client = sdk.AsyncOpenAI(api_key=resolved.api_key or "no-key", base_url=resolved.api_base or None,
                                  max_retries=0, timeout=http_timeout(timeout),
                                  default_headers=resolved.extra_headers or None,

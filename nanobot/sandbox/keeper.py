@@ -142,8 +142,8 @@ def _private_mounts(workspace: Path, tmp: Path, read_only: tuple[Path, ...], sho
         _bind(f"/proc/self/fd/{fd}".encode(), os.fsencode(path))
         os.close(fd)
     _set_read_only(b"/", read_only=True, recursive=True)
-    for path in (ws, b"/tmp"):  # not recursive: memory/ (a mount beneath) stays read-only
-        _set_read_only(path, read_only=False, recursive=False)
+    for folder in (ws, b"/tmp"):  # not recursive: memory/ (a mount beneath) stays read-only
+        _set_read_only(folder, read_only=False, recursive=False)
     os.chdir(os.getcwd())  # the current folder was entered before the binds: enter it again, on them
 
 

@@ -16,6 +16,8 @@ back only from text that already holds one (written by an older version or anoth
 
 from __future__ import annotations
 
+from typing import Final
+
 from nanobot.messages import Message
 
 __all__ = ["RUNTIME_CONTEXT_OPEN", "RUNTIME_CONTEXT_CLOSE", "RUNTIME_CONTEXT_KEY", "user_with_context",
@@ -23,7 +25,7 @@ __all__ = ["RUNTIME_CONTEXT_OPEN", "RUNTIME_CONTEXT_CLOSE", "RUNTIME_CONTEXT_KEY
 
 RUNTIME_CONTEXT_OPEN = "[Runtime Context]"
 RUNTIME_CONTEXT_CLOSE = "[/Runtime Context]"
-RUNTIME_CONTEXT_KEY = "runtime_context"  # beside a user message's text; never a wire key
+RUNTIME_CONTEXT_KEY: Final = "runtime_context"  # beside a user message's text; never a wire key
 
 
 def user_with_context(text: str, context: str) -> Message:

@@ -14,7 +14,7 @@ earlier ones byte for byte and the provider's prompt cache keeps hitting.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Generic, Protocol, TypeVar
 
 from nanobot.messages import Message, now_iso
 from nanobot.secrets_mask import mask_message
@@ -25,11 +25,18 @@ from nanobot.session.runtime_context import (
     with_runtime_context,
 )
 
-if TYPE_CHECKING:  # the store asks as_sent, so it is imported only for its type here
-    from nanobot.session.store import Session, SessionStore
-
 __all__ = ["MAX_TOOL_RESULT_CHARS", "cap_tool_result", "prepare_for_save", "as_sent", "save_turn",
-           "TurnCheckpoint"]
+           "TurnCheckpoint", "TurnStore"]
+
+# the store asks as_sent, so this module names what it needs of a store instead of importing it
+SessionT = TypeVar("SessionT")
+SessionT_contra = TypeVar("SessionT_contra", contravariant=True)
+
+
+class TurnStore(Protocol[SessionT_contra]):
+    """What saving a turn needs of a store: SessionStore, or anything that appends the same way."""
+
+    def append(self, session: SessionT_contra, messages: list[Message], /) -> None: ...
 
 MAX_TOOL_RESULT_CHARS = 16_000
 
@@ -102,7 +109,7 @@ def _stored_parts(parts: list, *, strip_context: bool) -> str | list:
     return stored
 
 
-def save_turn(store: SessionStore, session: Session, messages: list[Message], skip: int = 0) -> list[Message]:
+def save_turn(store: TurnStore[SessionT], session: SessionT, messages: list[Message], skip: int = 0) -> list[Message]:
     """Append this turn's new messages durably; returns what was stored.
 
     `skip` is the number of messages at the START of `messages` not to save (e.g. an injected
@@ -113,7 +120,7 @@ def save_turn(store: SessionStore, session: Session, messages: list[Message], sk
     return stored
 
 
-class TurnCheckpoint:
+class TurnCheckpoint(Generic[SessionT]):
     """Saves a growing turn step by step: each `save` appends only what was not saved yet.
 
     The agent loop creates one per turn with the full request list and `skip` = the number of
@@ -121,7 +128,7 @@ class TurnCheckpoint:
     after the user message and after every finished tool step.
     """
 
-    def __init__(self, store: SessionStore, session: Session, skip: int = 0) -> None:
+    def __init__(self, store: TurnStore[SessionT], session: SessionT, skip: int = 0) -> None:
         self.store = store
         self.session = session
         self.saved_up_to = skip

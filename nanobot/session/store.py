@@ -24,11 +24,11 @@ import os
 import re
 import zlib
 from bisect import bisect_left
-from collections.abc import Callable, MutableSequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -63,13 +63,13 @@ class Session:
     key: str
     path: Path
     # a plain list, or a PrefixList whose consolidated part is read from disk on first use
-    messages: MutableSequence[Message] = field(default_factory=list)
+    messages: list[Message] | PrefixList[Message] = field(default_factory=list)
     last_consolidated: int = 0  # messages before this index are summarised into memory
     created_at: str = field(default_factory=now_iso)
     updated_at: str = field(default_factory=now_iso)
     metadata: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # load problems the user should be told about
-    decisions: MutableSequence[dict[str, Any]] = field(default_factory=list)  # approval decisions, oldest first
+    decisions: list[dict[str, Any]] | PrefixList[dict[str, Any]] = field(default_factory=list)  # approval decisions, oldest first
     working_state: str = ""  # the latest checkpoint, sent with every request (session/working_state.py)
     _lock: ExclusiveLock | None = field(default=None, repr=False)
     _ends_with_newline: bool = field(default=True, repr=False)
@@ -137,14 +137,14 @@ class RepairReport:
 
 @dataclass
 class _Parsed:
-    messages: MutableSequence[Message]
+    messages: list[Message] | PrefixList[Message]
     meta: dict[str, Any]  # the last metadata record (empty if none)
     first_meta: dict[str, Any]
     good_lines: list[bytes]  # raw bytes of every readable line, in order (after `checkpoint` when indexed)
     bad_lines: list[bytes]  # raw bytes of unreadable lines (torn or corrupt)
     ends_with_newline: bool
     last_time: str | None  # the time of the last record that carries one
-    decisions: MutableSequence[dict[str, Any]] = field(default_factory=list)
+    decisions: list[dict[str, Any]] | PrefixList[dict[str, Any]] = field(default_factory=list)
     bad_after: list[int] = field(default_factory=list)  # per bad line: how many messages preceded it
     # every metadata record's pointer, with how many messages preceded the record
     pointers: list[tuple[Any, int]] = field(default_factory=list)
@@ -394,7 +394,7 @@ def _exact_loads(raw: bytes) -> Any:
     return json.loads(raw.decode("utf-8"))
 
 
-def _dumps(record: dict) -> bytes:
+def _dumps(record: Mapping[str, Any]) -> bytes:
     # default=str: an odd value in a message must not cost the user the whole turn on disk.
     text = json.dumps(record, ensure_ascii=False, default=str) + "\n"
     try:
@@ -457,7 +457,7 @@ class SessionStore:
             ))
         return session
 
-    def list(self) -> list[SessionInfo]:
+    def infos(self) -> list[SessionInfo]:
         """Every session in the folder, read without taking locks, newest first."""
         infos: dict[str, SessionInfo] = {}
         if not self.directory.is_dir():
@@ -491,7 +491,7 @@ class SessionStore:
         return legacy
 
     def _known_keys_hint(self) -> str:
-        keys = [info.key for info in self.list()]
+        keys = [info.key for info in self.infos()]
         return "known sessions: " + ", ".join(keys) if keys else "there are no saved sessions yet"
 
     def _build(self, key: str, path: Path, parsed: _Parsed) -> Session:
@@ -499,7 +499,8 @@ class SessionStore:
         session = Session(key=key, path=path, messages=parsed.messages)
         session.created_at = str(parsed.first_meta.get("created_at") or session.created_at)
         session.updated_at = str(parsed.last_time or session.created_at)
-        session.metadata = meta.get("metadata") if isinstance(meta.get("metadata"), dict) else {}
+        metadata = meta.get("metadata")
+        session.metadata = metadata if isinstance(metadata, dict) else {}
         session.decisions = parsed.decisions
         session._ends_with_newline = parsed.ends_with_newline
         session._head, session._checkpoint, session._indexed_on_disk = parsed.head, parsed.checkpoint, parsed.indexed
@@ -524,7 +525,7 @@ class SessionStore:
         session.last_consolidated = pointer
         return session
 
-    def _proven_pointer(self, parsed: _Parsed, messages: list[Message]) -> int:
+    def _proven_pointer(self, parsed: _Parsed, messages: Sequence[Message]) -> int:
         """The furthest earlier pointer whose chunk has its HISTORY.md entry (stamped with the chunk's
         first message time), else 0. Every pointer was written only after its chunk was recorded."""
         if self.receipts is None:
@@ -644,7 +645,7 @@ class SessionStore:
         if not messages:
             return
         self._require_lock(session)
-        stamped = [m if "timestamp" in m else {**m, "timestamp": now_iso()} for m in messages]
+        stamped: list[Message] = [m if "timestamp" in m else {**m, "timestamp": now_iso()} for m in messages]
         payload = b"".join(_dumps(m) for m in stamped)
         self._append_bytes(session, payload)
         session.messages.extend(stamped)
@@ -707,10 +708,12 @@ class SessionStore:
         lock = self._lock(key, path)
         try:
             source = path if path.exists() else self._legacy_file(key)
+            if source is None:  # gone since `exists`
+                raise UnknownSessionError(f"no session named {key!r}", hint=self._known_keys_hint())
             original = source.read_bytes()
             parsed = _parse(original, _exact_loads)  # these messages are written back
             session = self._build(key, path, parsed)
-            fixed, pointer, fixes = repair_messages(session.messages, session.last_consolidated)
+            fixed, pointer, fixes = repair_messages(list(session.messages), session.last_consolidated)
             pointer_before = parsed.meta.get("last_consolidated", 0)
             needs_rewrite = (
                 parsed.bad_lines or fixes.total or pointer != pointer_before
@@ -799,11 +802,11 @@ class SessionStore:
         return Checkpoint(base.offset + pos, pointer, decisions, zlib.crc32(memoryview(data)[:pos], base.crc))
 
 
-def _plain_int(value: Any) -> bool:
+def _plain_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _chunk_stamps(chunk: list[Message]) -> set[str]:
+def _chunk_stamps(chunk: Sequence[Message]) -> set[str]:
     """The minute a HISTORY.md entry for `chunk` is stamped with (as local and as written)."""
     for msg in chunk:
         when = parse_iso(msg.get("timestamp"))

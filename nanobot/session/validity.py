@@ -32,7 +32,7 @@ import json
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from nanobot.messages import NO_OUTPUT, Message, text_of
 
@@ -151,7 +151,7 @@ def _shape(messages: list[Message], fixes: Fixes, *, drop_empty: bool) -> list[M
         if not isinstance(raw, dict) or raw.get("role") not in _ROLES:
             fixes.dropped_malformed += 1
             continue
-        msg = dict(raw)
+        msg = cast(Message, dict(raw))  # a stored message: checked key by key below
         role = msg["role"]
         if role == "system" and index != 0:
             # Anthropic takes the system prompt only as a separate top-level field.
@@ -256,7 +256,7 @@ def _pair_tool_results(messages: list[Message], seen: set[str], fixes: Fixes, *,
     def close_block() -> None:
         for call_id, name in declared:
             if call_id not in answered:
-                filler = {"role": "tool", "tool_call_id": call_id, "name": name, "content": INTERRUPTED_RESULT}
+                filler: Message = {"role": "tool", "tool_call_id": call_id, "name": name, "content": INTERRUPTED_RESULT}
                 if stamp and block_ts is not None:
                     filler["timestamp"] = block_ts
                 out.append(filler)
@@ -351,7 +351,7 @@ def _joined_content(earlier: Any, later: Any) -> Any:
 
 def _merged(earlier: Message, later: Message) -> Message:
     texts = [t for t in (text_of(earlier.get("content")), text_of(later.get("content"))) if t.strip()]
-    merged = {**earlier, **later}
+    merged: Message = {**earlier, **later}
     merged["content"] = "\n\n".join(texts) if texts else (None if later.get("tool_calls") else "")
     if not later.get("reasoning_content") and earlier.get("reasoning_content"):
         merged["reasoning_content"] = earlier["reasoning_content"]

@@ -42,9 +42,10 @@ class ToolContext:
 
 
 class Tool(ABC):
-    name: ClassVar[str]
-    description: ClassVar[str]
-    parameters: ClassVar[dict[str, Any]]  # JSON schema of the arguments (type "object")
+    # set on the class by a built-in tool, on the instance by an MCP tool
+    name: str
+    description: str
+    parameters: dict[str, Any]  # JSON schema of the arguments (type "object")
     # unknown argument names are refused unless the schema allows them; MCP tools use the
     # standard JSON-schema meaning instead (tools/schema_check.py)
     closed_schema: ClassVar[bool] = True

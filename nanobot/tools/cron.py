@@ -86,7 +86,7 @@ class CronTool(Tool):
         schedule = parse_schedule(every_seconds=every_seconds, cron_expr=cron_expr, tz=tz, at=at,
                                   default_tz=self.default_tz, now_ms=now)
         seen = await self._approve(describe(schedule), message)
-        channel, _, chat_id = self.origin.partition(":")
+        channel, _colon, chat_id = self.origin.partition(":")
         job = self.store.add(schedule, message, now_ms=now, name=name, session=session,
                              missed=missed or "run_once", channel=channel or "cli", to=chat_id or "direct",
                              pending_approval=not seen)

@@ -18,6 +18,7 @@ old key is used (`allow_only`).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from nanobot.errors import ConfigError
@@ -79,8 +80,8 @@ class ExecRules:
     unconfined_ok: bool = False  # the user chose to run commands without a sandbox (config "none" or the flag)
 
     @classmethod
-    def from_lists(cls, *, allow: list[str] = (), ask: list[str] = (), deny: list[str] = (),
-                   legacy_allow: list[str] = (), legacy_deny: list[str] = (), network: bool | str = "ask",
+    def from_lists(cls, *, allow: Sequence[str] = (), ask: Sequence[str] = (), deny: Sequence[str] = (),
+                   legacy_allow: Sequence[str] = (), legacy_deny: Sequence[str] = (), network: bool | str = "ask",
                    unconfined_ok: bool = False) -> ExecRules:
         if network not in NETWORK_MODES:
             raise ConfigError(f'tools.exec.network: expected false, true or "ask", got {network!r}')

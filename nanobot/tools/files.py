@@ -119,7 +119,8 @@ class ReadFileTool(Tool):
         "required": ["path"],
     }
 
-    async def run(self, path: str, offset: int = 1, limit: int | None = None, **_: Any) -> str:
+    # required arguments: the schema check refuses a call without them before run() is reached
+    async def run(self, path: str, offset: int = 1, limit: int | None = None, **_: Any) -> str:  # type: ignore[override]
         target = resolve_path(self.ctx, path)
         shown = display_path(self.ctx, target)
         if os.path.lexists(target):  # asking about a file that is not there would only annoy
@@ -171,7 +172,7 @@ class WriteFileTool(Tool):
         "required": ["path", "content"],
     }
 
-    async def run(self, path: str, content: str, **_: Any) -> str:
+    async def run(self, path: str, content: str, **_: Any) -> str:  # type: ignore[override]  # (as read_file)
         target = resolve_path(self.ctx, path)
         shown = display_path(self.ctx, target)
         _refuse_non_regular(target, shown)
@@ -249,7 +250,8 @@ class EditFileTool(Tool):
         "required": ["path", "old_text", "new_text"],
     }
 
-    async def run(self, path: str, old_text: str, new_text: str, replace_all: bool = False, **_: Any) -> str:
+    async def run(self, path: str, old_text: str, new_text: str, replace_all: bool = False,  # type: ignore[override]
+                  **_: Any) -> str:  # required arguments: as read_file
         target = resolve_path(self.ctx, path)
         shown = display_path(self.ctx, target)
         if old_text == "":

@@ -333,7 +333,7 @@ async def _until_runaway(cgroup: PidsCgroup) -> None:
 async def _wait_finished(collector: _Collector, cgroup: PidsCgroup | None, timeout: float) -> str:
     """How the wait for a command ended: "finished", "timeout" or "runaway"."""
     done = asyncio.ensure_future(collector.finished.wait())
-    waits = {done}
+    waits: set[asyncio.Future[Any]] = {done}
     if cgroup is not None:
         waits.add(asyncio.ensure_future(_until_runaway(cgroup)))
     try:
@@ -397,7 +397,9 @@ class ExecTool(Tool):
             _STARTED_GROUPS.discard(pgid)
         return killed
 
-    async def run(self, command: str, working_dir: str | None = None, timeout: float | None = None, **_: Any) -> str:
+    # `command` is required: the schema check refuses a call without it before run() is reached
+    async def run(self, command: str, working_dir: str | None = None, timeout: float | None = None,  # type: ignore[override]
+                  **_: Any) -> str:
         # Where the sandbox does not make memory/ read-only, a command's change to it is undone afterwards;
         # a change to another protected path (nanobot.policy) is asked about after the fact, or put back.
         ws = workspace_root(self.ctx)

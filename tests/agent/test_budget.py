@@ -7,7 +7,15 @@ import random
 import string
 
 import pytest
-from nanobot.agent.budget import MIN_TOOL_RESULT_CHARS, ContextBudget, reply_room, shrink_text
+from nanobot.agent.budget import (
+    MIN_TOOL_RESULT_CHARS,
+    ContextBudget,
+    CutKind,
+    memory_share,
+    reply_room,
+    shrink_text,
+)
+from nanobot.config import AgentDefaults
 from nanobot.errors import ContextTooSmallError, RequestTooLarge
 from nanobot.messages import tool_call
 from nanobot.tokens import Calibration, TokenCounter, default_counter
@@ -231,7 +239,7 @@ def test_oldest_turns_are_left_out_with_a_note_when_history_alone_is_too_big():
     kept_turns = [m["content"] for m in out if m["role"] == "assistant"]
     answers = [m["content"] for m in msgs if m["role"] == "assistant"]
     assert 0 < len(kept_turns) < 40 and kept_turns == answers[-len(kept_turns):]  # the newest, whole and in order
-    assert any("older messages out of this request" in c for c in fitted.cuts)
+    assert any(c.kind is CutKind.OLD_TURNS and "older messages out of this request" in c.words for c in fitted.cuts)
 
 
 def test_calls_over_the_cap_in_a_stored_message_are_left_out_with_their_results():
@@ -265,3 +273,10 @@ def test_a_step_of_many_dense_results_keeps_as_many_calls_as_fit_and_says_so():
     assert f"results of {32 - len(kept)} more tool calls" in out[2]["content"]
     assert make_valid(copy.deepcopy(out)) == out  # calls and results still pair up
     assert msgs == original  # the session's messages are untouched
+
+
+def test_memory_share_has_one_rule_for_every_window():
+    budget = ContextBudget(window=1000, max_tokens=100)
+    assert not budget.memory_share(250).too_large and budget.memory_share(251).too_large
+    assert budget.memory_share(100).share == 0.1 and budget.memory_share(100).window == 1000  # the configured window
+    assert memory_share(100).window == AgentDefaults.context_window_tokens  # no window: the config's default

@@ -224,6 +224,7 @@ def test_each_request_is_fitted_to_the_budget_and_the_user_told(fake_llm, tools)
     told = [n.text for n in hooks.events(Notice) if "to fit the context window" in n.text]
     assert told and all("this request only; the session keeps everything" in t for t in told)
     assert any("older messages out of this request" in t for t in told)
+    assert not any("tool results" in t for t in told)  # the huge result was cut; its marker tells the model
 
 
 def test_a_request_that_cannot_fit_is_not_sent(fake_llm, tools):

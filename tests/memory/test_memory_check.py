@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nanobot.agent.budget import memory_share
 from nanobot.cli.memory_cmd import memory_app
 from nanobot.memory.check import check_memory
 from nanobot.memory.store import MemoryStore
@@ -20,7 +21,7 @@ def test_a_healthy_memory_has_no_problems_and_exits_0(tmp_path: Path):
     store = MemoryStore(tmp_path / "ws")
     store.write_memory(FACTS, reason="setup")
     store.append_history("[2026-01-01 10:00] hello")
-    assert codes(store, context_window=65536) == set()
+    assert codes(store, share_of=lambda tokens: memory_share(tokens, 65536)) == set()
     result = CliRunner().invoke(memory_app, ["check", "-w", str(tmp_path / "ws")])
     assert result.exit_code == 0 and "memory looks healthy" in result.stdout
     assert "of the 65,536-token context window" in result.stdout
@@ -35,7 +36,7 @@ def test_each_problem_is_found_with_its_fix(tmp_path: Path):
     assert codes(store) == {"facts_missing", "duplicate_facts", "history_out_of_order"}
     store.memory_file.write_text("# Memory\n\n- password: hunter22x\n")
     store.history_file.write_bytes(store.history_file.read_bytes()[:10])
-    found = check_memory(store, context_window=20)
+    found = check_memory(store, share_of=lambda tokens: memory_share(tokens, 20))
     problems = {f.code: f for f in found if f.severity == "problem"}
     assert {"secret_in_memory", "history_shrank", "memory_share", "history_torn"} <= set(problems)
     assert "restores the lost part" in problems["history_shrank"].fix

@@ -149,11 +149,12 @@ def test_memory_show_prints_raw_text_and_figures_on_stderr(runner, ws):
     assert "1 saved version" in result.stderr
 
 
-def test_memory_show_uses_the_configured_window_or_64k(runner, ws, monkeypatch):
+def test_memory_show_uses_the_configured_window_or_64k(runner, ws, configure, monkeypatch):
     MemoryStore(ws).write_memory("- fact\n", reason="test")
     result = run(runner, memory_app, "show", "-w", str(ws))
     assert "65,536-token" in result.stderr
-    monkeypatch.setattr(memory_cmd, "_context_window", lambda: 200_000)
+    configure(contextWindowTokens=200_000)
+    monkeypatch.setattr(memory_cmd, "_config_cache", [])  # a new command reads the config again
     result = run(runner, memory_app, "show", "-w", str(ws))
     assert "200,000-token" in result.stderr
 

@@ -167,4 +167,4 @@ def test_an_older_0_1_session_beside_our_own_files_is_imported_with_a_receipt(is
     assert notes[0] == "continuing your nanobot session cli:direct (6 messages)"
     assert len(messages) == 8 and legacy.read_bytes() == original
     assert [r.source for r in read_receipts()] == [str(legacy)]
-    assert [info.key for info in SessionStore().list()] == ["cli:direct"]  # listed once, not twice
+    assert [info.key for info in SessionStore().infos()] == ["cli:direct"]  # listed once, not twice

@@ -216,7 +216,7 @@ def test_a_prefix_changed_while_open_is_an_error_not_wrong_messages(store):
 
 def test_session_list_counts_from_the_index(store):
     consolidated_session(store)
-    [info] = store.list()
+    [info] = store.infos()
     assert info.message_count == 120 and info.last_consolidated == 100
 
 

@@ -130,7 +130,7 @@ def test_v01_file_under_its_old_name_is_imported_and_left_in_place(store):
     store.close(session)
     assert legacy.read_text(encoding="utf-8") == V01_FILE
     assert len(store.load("telegram:42").messages) == 8
-    assert [info.key for info in store.list()] == ["telegram:42"]
+    assert [info.key for info in store.infos()] == ["telegram:42"]
 
 
 # -- durability of the per-turn path ------------------------------------------------------------
@@ -308,7 +308,7 @@ def test_list_reports_every_session_without_locking(store):
     store.append(a, turn(1))
     store.set_pointer(a, 2)
     write_session(store, "b", turn(1) + turn(2) + turn(3))
-    infos = {info.key: info for info in store.list()}  # `a` is still locked: list must not care
+    infos = {info.key: info for info in store.infos()}  # `a` is still locked: list must not care
     assert infos["a"].message_count == 2 and infos["a"].last_consolidated == 2
     assert infos["b"].message_count == 6 and infos["b"].updated_at == "2026-03-01T10:00:00"
     store.close(a)

@@ -35,7 +35,7 @@ def test_every_version_is_kept_and_the_latest_is_loaded_with_the_session(tmp_pat
     assert [(v.number, v.archived) for v in versions] == [(1, 4), (2, 6)]
     assert versions[1].items == 6  # goal, status, a decision, next step, two identifiers
     assert "working-state" not in {p.suffix for p in tmp_path.glob("*.jsonl")}  # never listed as a session
-    assert [info.key for info in store.list()] == ["cli:a"]
+    assert [info.key for info in store.infos()] == ["cli:a"]
 
 
 def test_a_damaged_line_is_skipped_and_its_bytes_kept_aside(tmp_path):
@@ -133,7 +133,7 @@ def test_the_fitter_keeps_the_block_when_it_leaves_old_turns_out():
     turns.append({"role": "user", "content": "the last question"})
     request = [{"role": "system", "content": "sys"}, *with_block(turns, STATE)]
     fitted = budget.fit(request)
-    assert any("older messages out" in cut for cut in fitted.cuts)
+    assert any("older messages out" in cut.words for cut in fitted.cuts)
     first = fitted.messages[1]["content"]
     assert first.startswith(f'<untrusted-data source="{SOURCE}">') and "REL-12" in first
     assert "question 0 " not in json.dumps(fitted.messages)
