@@ -24,6 +24,7 @@ import re
 from typing import Any
 
 from nanobot.errors import ConsolidationPostponed, ProviderError
+from nanobot.memory.history import CHUNK_MARKER, CHUNK_MARKER_RE
 from nanobot.messages import Message, cut_middle
 
 __all__ = ["is_outage", "ConsolidationPostponed", "chunk_marker", "recorded_count", "cut_transcript",
@@ -34,8 +35,6 @@ _OUTAGE_STATUSES = frozenset({401, 402, 403, 404, 408, 409, 425, 429})
 # How much of HISTORY.md's end is searched for a chunk's marker: the entry a killed process wrote
 # is the last one of its session, and other sessions add at most a few entries after it.
 MARKER_SCAN_BYTES = 4 * 1024 * 1024
-_MARKER = "<!-- nanobot chunk {key} +{count} -->"
-_MARKER_RE = r"<!-- nanobot chunk {key} \+(\d+) -->"
 
 
 def is_outage(exc: ProviderError) -> bool:
@@ -46,12 +45,12 @@ def is_outage(exc: ProviderError) -> bool:
 
 def chunk_marker(session_key: str, first: Message, count: int) -> str:
     """The line that ends the HISTORY.md entry recording `count` messages from `first` (rule 3)."""
-    return _MARKER.format(key=_chunk_key(session_key, first), count=count)
+    return CHUNK_MARKER.format(key=_chunk_key(session_key, first), count=count)
 
 
 def recorded_count(history_tail: str, session_key: str, first: Message) -> int | None:
     """How many messages from `first` an entry in `history_tail` already records, if one does."""
-    found = re.findall(_MARKER_RE.format(key=_chunk_key(session_key, first)), history_tail)
+    found = re.findall(CHUNK_MARKER_RE.format(key=_chunk_key(session_key, first)), history_tail)
     return int(found[-1]) if found else None
 
 

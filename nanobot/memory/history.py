@@ -26,7 +26,20 @@ from nanobot.paths import memory_dir
 if TYPE_CHECKING:
     import mmap
 
-__all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest", "grep_fast", "grep_fast_output", "grep_fast_pieces", "stamp_lines", "STAMP_RE", "history_receipts"]
+__all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest", "grep_fast", "grep_fast_output", "grep_fast_pieces", "stamp_lines", "STAMP_RE", "history_receipts",
+           "CHUNK_MARKER", "CHUNK_MARKER_RE", "without_chunk_markers"]
+
+# The line that ends a HISTORY.md entry written by consolidation: which messages of which session it
+# records, so a process killed before its pointer write never writes the entry twice
+# (agent/compaction.py writes and finds it). Bookkeeping, not part of what the entry says.
+CHUNK_MARKER = "<!-- nanobot chunk {key} +{count} -->"
+CHUNK_MARKER_RE = r"<!-- nanobot chunk {key} \+(\d+) -->"
+_ANY_CHUNK_MARKER = re.compile(r"[ \t]*<!-- nanobot chunk [0-9a-f]+ \+\d+ -->[ \t]*\n?")
+
+
+def without_chunk_markers(text: str) -> str:
+    """An entry's text as a reader should see it: the chunk markers taken out."""
+    return _ANY_CHUNK_MARKER.sub("", text)
 
 BLOCK_SIZE = 4 * 1024 * 1024
 _STAMP = r"\[(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?\]"

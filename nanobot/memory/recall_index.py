@@ -39,7 +39,7 @@ from typing import Any
 import orjson
 
 from nanobot.errors import RecallIndexError
-from nanobot.memory.history import STAMP_RE
+from nanobot.memory.history import STAMP_RE, without_chunk_markers
 from nanobot.messages import parse_timestamp, transcript_lines
 from nanobot.paths import PRIVATE_FILE_MODE, nanobot_home
 from nanobot.secrets_mask import mask_secrets
@@ -718,7 +718,7 @@ def _texts_of(kind: str, data: bytes) -> list[str]:
         except orjson.JSONDecodeError:
             return []
         return _passages(_message_text(record)) if isinstance(record, dict) else []
-    return _passages(data.decode("utf-8", "replace").strip())
+    return _passages(without_chunk_markers(data.decode("utf-8", "replace")).strip())
 
 
 # ---- reading sources ------------------------------------------------------------------------------
@@ -819,7 +819,7 @@ def _history_units(data: bytes, base: int, seq: int, last_when: str, last_role: 
     for i, start in enumerate(starts):
         end = starts[i + 1] if i + 1 < len(starts) else len(data)
         raw = data[start:end]
-        entry = raw.decode("utf-8", "replace").strip()
+        entry = without_chunk_markers(raw.decode("utf-8", "replace")).strip()
         if not entry:
             continue
         m = STAMP_RE.match(entry)
