@@ -23,6 +23,7 @@ import binascii
 import hashlib
 import json
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 from nanobot import paths
@@ -318,26 +319,23 @@ def import_all(workspace: Path, *, store: SessionStore | None = None, home: Path
         result.kept.append(f"nanobot's sessions could not be read: {exc}")
         found_all = []
     for found in found_all:
-        if str(found.path) in done:
-            last = imported.get(str(found.path))
-            if last is None or _unchanged(found.path, latest[str(found.path)]):
+        source = str(found.path)
+        if source in done:  # imported before: only turns added in nanobot since then come across
+            last = imported.get(source)
+            if last is None or _unchanged(found.path, latest[source]):
                 continue
-            try:
-                receipt = _continue_session(home, found, last, result.kept)
-            except OSError as exc:
-                result.kept.append(f"{found.key} ({found.path}): new turns could not be imported: {exc}")
-                continue
-            if receipt is not None:
-                result.imported.append(receipt)
-            continue
+            work = partial(_continue_session, home, found, last, result.kept)
+            failed = "new turns could not be imported"
+        else:
+            work, failed = partial(_import_session, store, home, found, result.kept), "could not be imported"
         try:
-            receipt = _import_session(store, home, found, result.kept)
+            receipt = work()
         except OSError as exc:
-            result.kept.append(f"{found.key} ({found.path}): could not be imported: {exc}")
+            result.kept.append(f"{found.key} ({found.path}): {failed}: {exc}")
             continue
         if receipt is not None:
             result.imported.append(receipt)
-            done.add(str(found.path))
+            done.add(source)
     try:
         history = _import_history(home, workspace, receipts)
     except OSError as exc:
