@@ -133,9 +133,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # On a whole-suite run (every worker needs them) the xdist controller writes the bytecode caches
     # a fresh clone lacks (tests/bytecode_warmup.py), then starts the fork server its workers'
     # nanobot children come from, so the imports are paid once (1.4 CPU-s) rather than by each
-    # worker. Its environment is the tests' (no real keys; each child gets its own on top) with the
-    # PYTHONUNBUFFERED the tests' children run with; a child it does not accept gets a server of its
-    # worker's, as without xdist. The same for the MCP tests' notes servers.
+    # worker. Their environment is the tests' (no real keys; each child gets its own on top), one
+    # with the PYTHONUNBUFFERED most of the tests' children run with, one without; a child neither
+    # accepts gets a server of its worker's, as without xdist. The same for the MCP tests' notes servers.
     import bytecode_warmup
     import forkserver
     import mcp_sdk
@@ -143,6 +143,7 @@ def pytest_configure(config: pytest.Config) -> None:
     env = {k: v for k, v in os.environ.items() if k not in scrubbed_env_names(os.environ)}
     bytecode_warmup.warm(env)  # a fresh clone's: the workers, and the servers' imports, then find them
     servers = [forkserver.ForkServer(env={**env, "PYTHONUNBUFFERED": "1"}),
+               forkserver.ForkServer(env=env),  # for children started with the tests' own environment
                forkserver.ForkServer(env=mcp_sdk.sdk_env(env), preload=mcp_sdk.SDK_PRELOAD)]
     for server in servers:
         config.add_cleanup(server.close)
@@ -181,13 +182,15 @@ def _whole_suite(config: pytest.Config) -> bool:
 def pytest_cmdline_main(config: pytest.Config) -> None:
     worker = hasattr(config, "workerinput")  # a worker must not start workers of its own
     if (_whole_suite(config) and not worker and config.pluginmanager.hasplugin("xdist")
-            and config.option.numprocesses is None and not config.getoption("usepdb", False)):
-        config.option.numprocesses = WHOLE_SUITE_WORKERS
-        if config.option.dist == "no":
-            # one shared queue in collection order (the long tests first, below), handed out a few
-            # tests at a time, so no worker is left running a long test alone at the end
-            config.option.dist = "loadscope"
-            config.option.loadscopereorder = False
+            and not config.getoption("usepdb", False)):
+        if config.option.numprocesses is None:
+            config.option.numprocesses = WHOLE_SUITE_WORKERS
+            if config.option.dist == "no":
+                config.option.dist = "loadscope"
+        # one shared queue in collection order (the long tests first, below), handed out a few tests
+        # at a time, so no worker is left running a long test alone at the end; also with `-n 2`
+        # given, where xdist would otherwise sort the queue by each unit's number of cases
+        config.option.loadscopereorder = False
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -205,35 +208,41 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     return FunctionScheduling(config, log)
 
 
-# Tests that take seconds (idle machine, 3 workers), run first in the whole suite, longest first,
-# so the short ones fill in around them. A name is a test function ("file::name", all its
-# parameters) or one case of it ("file::name[param]"). A name that no longer matches is reported.
+# Tests that take seconds, run first in the whole suite, longest first, so the short ones fill in
+# around them: each one's CPU seconds measured alone (all its processes, -n 0), plus the seconds it
+# waits on timers and paced replies. A name is a test function ("file::name", all its parameters)
+# or one case of it ("file::name[param]"). A name that no longer matches is reported.
 LONG_TESTS = {
-    "security/test_benign_exec.py::test_benign_corpus_runs_under_the_default_policy": 15.0,
-    "security/test_benign_exec.py::test_benign_corpus_runs_under_the_default_policy[auto]": 2.5,
-    "security/test_hostile_exec.py::test_hostile_corpus_leaves_no_side_effect": 6.0,
-    "agent/test_long_conversation.py::test_300_turns_at_an_8k_window": 6.0,
-    "session/test_crash_durability.py::test_sigkill_at_random_moments_loses_no_acknowledged_turn": 7.0,
-    "agent/test_budget_property.py::test_every_request_fits_the_window_and_is_valid": 5.0,
-    "mcp/test_mcp.py::test_an_http_server_that_dies_mid_call_is_reported_and_its_tools_then_say_so": 4.5,
+    "security/test_benign_exec.py::test_benign_corpus_runs_under_the_default_policy[bwrap]": 21.0,
+    "security/test_benign_exec.py::test_benign_corpus_runs_under_the_default_policy[landlock]": 20.5,
+    "security/test_benign_exec.py::test_benign_corpus_runs_under_the_default_policy[auto]": 2.0,
+    "security/test_hostile_exec.py::test_hostile_corpus_leaves_no_side_effect": 36.5,
+    "agent/test_working_state_crash.py::test_sigkill_during_consolidation_loses_no_checkpoint_version": 18.0,
+    "session/test_crash_durability.py::test_sigkill_at_random_moments_loses_no_acknowledged_turn": 11.5,
+    "agent/test_budget_count_property.py::test_each_message_counts_at_least_what_the_provider_counts_of_it": 10.5,
+    "agent/test_long_conversation.py::test_300_turns_at_an_8k_window": 9.5,
+    "agent/test_budget_count_property.py::test_our_count_is_never_below_the_providers": 9.0,
+    "agent/test_budget_property.py::test_every_request_fits_the_window_and_is_valid": 9.0,
+    "cli/test_streaming_screen.py::test_ctrl_c_under_a_heading_leaves_no_stray_copy_of_it": 6.5,
+    "providers/test_sdk_on_demand.py::test_anthropic_loads_other_clouds_clients_only_when_asked_and_gives_the_same_objects": 6.0,
+    "cli/test_streaming_screen.py::test_a_long_paragraph_wraps_while_it_streams": 5.5,
+    "agent/test_compaction_cli.py::test_one_shot_exits_soon_after_the_answer_and_the_next_run_consolidates": 5.0,
+    "security/test_without_bwrap.py::test_exec_tests_pass_with_bwrap_hidden_and_skip_its_cases": 5.0,
+    "mcp/test_mcp.py::test_a_request_while_an_mcp_server_is_starting_gets_its_answer": 4.5,
     "cli/test_first_hour.py::test_provider_failures_say_what_happened_and_where": 4.5,
     "cli/test_first_hour.py::test_chat_says_it_resumed_marks_continuation_lines_and_counts_the_wait": 4.5,
-    "test_env_scrub.py::test_exported_keys_and_nanobot_variables_do_not_reach_a_test": 4.5,
-    "security/test_without_bwrap.py::test_exec_tests_pass_with_bwrap_hidden_and_skip_its_cases": 4.5,
-    "cli/test_serve_and_cron_cli.py::test_sigterm_while_a_job_runs_a_command_kills_it_and_everything_it_started": 4.0,
-    "memory/test_two_processes.py::test_second_process_on_a_busy_session_is_refused_and_the_first_loses_nothing": 4.0,
-    "cli/test_agent_oneshot.py::test_ctrl_c_during_a_one_shot_turn_exits_130_and_kills_the_command": 3.5,
-    "test_forkserver.py::test_two_children_draw_different_random_numbers": 3.5,
-    "test_forkserver.py::test_a_nanobot_turn_forked_is_the_turn_a_fresh_process_runs": 3.0,
-    "providers/test_providers.py::test_opening_the_assistant_defers_the_sdk_import_until_prewarm_or_first_request": 3.0,
-    "session/test_session_properties.py::test_history_from_any_damaged_file_is_valid_for_both_providers": 3.0,
-    "memory/test_two_processes.py::test_two_processes_consolidating_into_one_workspace_lose_neither_update": 3.0,
-    "test_tokens.py::test_an_ordinary_one_shot_turn_does_not_load_the_encoding": 3.0,
-    "mcp/test_mcp.py::test_a_server_that_crashes_mid_call_is_reported_and_started_again_a_few_times": 3.0,
-    "agent/test_budget_cli.py::test_two_thousand_tool_calls_run_only_up_to_the_cap": 2.5,
-    "cli/test_quick_exit.py::test_a_real_one_shot_turn_prints_saves_and_exits_0": 2.5,
-    "cli/test_repl.py::test_ctrl_c_twice_on_an_empty_prompt_leaves_once_does_not": 2.5,
-    "agent/test_budget_cli.py::test_a_hung_consolidation_call_does_not_hold_the_turn": 2.5,
+    "mcp/test_mcp.py::test_an_http_server_that_dies_mid_call_is_reported_and_its_tools_then_say_so": 3.0,
+    "cli/test_first_hour_round2.py::test_chat_status_mcp_hint_and_ctrl_c_at_the_question": 3.0,
+    "test_bytecode_warmup.py::test_the_warm_up_writes_the_cache_pytest_writes_and_pytest_then_loads_it": 2.5,
+    "usage/test_spend_chat.py::test_the_spawn_chain_stops_at_the_limit_in_the_chat": 2.5,
+    "mcp/test_mcp.py::test_the_chat_prompt_comes_first_then_one_line_for_a_failed_server_and_the_tools": 2.5,
+    "cron/test_runner.py::test_every_cron_and_at_jobs_fire_on_time_each_in_its_own_session": 2.5,
+    "session/test_session_properties.py::test_history_from_any_damaged_file_is_valid_for_both_providers": 2.5,
+    "session/test_session_properties.py::test_repair_keeps_every_real_message_and_history_stays_valid": 2.0,
+    "memory/test_history_log.py::test_fast_grep_prints_what_the_python_engine_prints_however_entries_end": 2.0,
+    "session/test_session_properties.py::test_make_valid_output_is_valid_and_stable": 2.0,
+    "memory/test_recall_cli.py::test_kill_9_while_indexing_loses_nothing_and_the_next_start_repairs_it": 2.0,
+    "providers/test_sdk_on_demand.py::test_the_client_loads_a_fraction_of_the_sdk_and_still_reads_any_type_by_name": 2.0,
 }
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 
@@ -67,14 +66,14 @@ OUTAGES = {
 
 
 @pytest.mark.parametrize("kind", sorted(OUTAGES))
-def test_one_shot_exits_soon_after_the_answer_and_the_next_run_consolidates(nanobot_cmd, fake_llm, configure,
+def test_one_shot_exits_soon_after_the_answer_and_the_next_run_consolidates(nanobot_cmd, nanobot_forkserver, fake_llm, configure,
                                                                            isolated_home, kind):
     configure(contextWindowTokens=WINDOW, consolidationWaitSeconds=0.2, consolidationExitWaitSeconds=1)
     make_strict(fake_llm)
     _long_session()
     fake_llm.responder = lambda req: OUTAGES[kind]() if is_consolidation(req) else Reply.text("here you go")
     started = time.monotonic()
-    result = subprocess.run([*nanobot_cmd, "agent", "-m", "still there?"], capture_output=True, text=True,
+    result = nanobot_forkserver.run([*nanobot_cmd, "agent", "-m", "still there?"], text=True,
                             timeout=120)
     took = time.monotonic() - started
     assert result.returncode == 0 and "here you go" in result.stdout, result.stderr
@@ -84,27 +83,28 @@ def test_one_shot_exits_soon_after_the_answer_and_the_next_run_consolidates(nano
     assert any(is_consolidation(r) for r in fake_llm.requests)
     # the provider is back: the next run does what was left
     fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text("hello again")
-    again = subprocess.run([*nanobot_cmd, "agent", "-m", "and now?"], capture_output=True, text=True, timeout=120)
+    again = nanobot_forkserver.run([*nanobot_cmd, "agent", "-m", "and now?"], text=True, timeout=120)
     assert again.returncode == 0 and "hello again" in again.stdout, again.stderr
     assert _pointer(isolated_home) > 0
     history = _history(isolated_home)
     assert "Talked about logs." in history and "RAW" not in history
 
 
-def test_a_kill_between_the_history_entry_and_the_pointer_writes_no_second_entry(nanobot_cmd, fake_llm, configure,
-                                                                                 isolated_home):
+def test_a_kill_between_the_history_entry_and_the_pointer_writes_no_second_entry(nanobot_cmd, nanobot_forkserver, fake_llm, configure,
+                                                                                 isolated_home, tmp_path):
     configure(contextWindowTokens=WINDOW, consolidationWaitSeconds=30)  # the turn waits for the room
     make_strict(fake_llm)
     _long_session()
     fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text("fine")
-    killed = subprocess.run([sys.executable, "-c", _KILLED_AT_POINTER, "agent", "-m", "hello"],
-                            capture_output=True, text=True, timeout=120)
+    script = tmp_path / "killed_at_pointer.py"
+    script.write_text(_KILLED_AT_POINTER)
+    killed = nanobot_forkserver.run([sys.executable, str(script), "agent", "-m", "hello"], text=True, timeout=120)
     assert killed.returncode == -9, killed.stderr
     first = _history(isolated_home)
     assert first.count("Talked about logs.") == 1 and _pointer(isolated_home) == 0  # the very moment
     (marker,) = re.findall(r"<!-- nanobot chunk \w+ \+(\d+) -->", first)
     asked = len(fake_llm.requests)
-    result = subprocess.run([*nanobot_cmd, "agent", "-m", "hello again"], capture_output=True, text=True,
+    result = nanobot_forkserver.run([*nanobot_cmd, "agent", "-m", "hello again"], text=True,
                             timeout=120)
     assert result.returncode == 0 and "fine" in result.stdout, result.stderr
     history = _history(isolated_home)
@@ -117,7 +117,7 @@ def test_a_kill_between_the_history_entry_and_the_pointer_writes_no_second_entry
     assert os.environ.get("NANOBOT_HOME")  # the child ran in the test's home, not the real one
 
 
-def test_the_providers_count_is_remembered_so_the_next_one_shot_does_not_overflow(nanobot_cmd, fake_llm, configure,
+def test_the_providers_count_is_remembered_so_the_next_one_shot_does_not_overflow(nanobot_cmd, nanobot_forkserver, fake_llm, configure,
                                                                                   isolated_home):
     from budget_helpers import exact_encode
     from nanobot.fakellm.rules import count_prompt_tokens
@@ -132,7 +132,7 @@ def test_the_providers_count_is_remembered_so_the_next_one_shot_does_not_overflo
 
     def run(text: str) -> list:
         before = len(fake_llm.requests)
-        result = subprocess.run([*nanobot_cmd, "agent", "-m", text], capture_output=True, text=True, timeout=120)
+        result = nanobot_forkserver.run([*nanobot_cmd, "agent", "-m", text], text=True, timeout=120)
         assert result.returncode == 0 and "ok then" in result.stdout, result.stderr
         return [r for r in fake_llm.requests[before:] if r.estimated_tokens + r.body["max_tokens"] > window]
 

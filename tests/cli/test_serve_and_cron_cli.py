@@ -49,8 +49,8 @@ def test_serve_once_fires_the_due_job_and_the_heartbeat_then_exits(nanobot_run, 
     fake_llm.assert_all_valid()
 
 
-def test_serve_runs_until_sigterm_and_a_second_runner_fires_nothing(nanobot_cmd, nanobot_run, configure, fake_llm,
-                                                                    capsys):
+def test_serve_runs_until_sigterm_and_a_second_runner_fires_nothing(nanobot_cmd, nanobot_forkserver, nanobot_run,
+                                                                    configure, fake_llm, capsys):
     from nanobot.cli.setup import show_status
 
     cfg_path = configure()
@@ -59,8 +59,8 @@ def test_serve_runs_until_sigterm_and_a_second_runner_fires_nothing(nanobot_cmd,
     fake_llm.responder = lambda request: Reply.text("Stretch now.")
     # serve rereads the jobs file every 0.2 s instead of 5 (gateway.jobsPollS), from the environment
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "NANOBOT_GATEWAY__JOBS_POLL_S": "0.2"}
-    proc = subprocess.Popen([*nanobot_cmd, "serve"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL, env=env)
+    proc = nanobot_forkserver.popen([*nanobot_cmd, "serve"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    stdin=subprocess.DEVNULL, env=env)
     try:
         first_line = proc.stdout.readline()
         assert first_line.startswith("nanobot serve · workspace"), first_line + proc.stderr.read()
@@ -124,7 +124,8 @@ def test_cron_errors_say_what_to_do_and_exit_2(nanobot_run, configure):
 
 
 @pytest.mark.parametrize("mechanism", ["landlock"])  # bwrap: its PID namespace, proved elsewhere
-def test_sigterm_while_a_job_runs_a_command_kills_it_and_everything_it_started(nanobot_cmd, configure, fake_llm,
+def test_sigterm_while_a_job_runs_a_command_kills_it_and_everything_it_started(nanobot_cmd, nanobot_forkserver,
+                                                                              configure, fake_llm,
                                                                               host_sleepers, mechanism):
     path = configure()
     data = json.loads(path.read_text())
@@ -138,8 +139,8 @@ def test_sigterm_while_a_job_runs_a_command_kills_it_and_everything_it_started(n
         Reply.text("done"),
     )
     job = due_job(workspace, "Run the long check")
-    proc = subprocess.Popen([*nanobot_cmd, "serve"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = nanobot_forkserver.popen([*nanobot_cmd, "serve"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                    stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         deadline = time.monotonic() + 45
         while time.monotonic() < deadline and not (host_sleepers("7311") and host_sleepers("7312")):

@@ -175,7 +175,7 @@ def test_two_sessions_at_the_same_time_both_work(configure, fake_llm, isolated_h
 
 
 def test_two_processes_consolidating_into_one_workspace_lose_neither_update(
-        configure, fake_llm, isolated_home, nanobot_cmd, nanobot_run):
+        configure, fake_llm, isolated_home, nanobot_cmd, nanobot_forkserver, nanobot_run):
     """Both summaries are computed from the same MEMORY.md at the same time; the second to land is
     merged on top of the first (compare-and-swap), so both facts stay."""
     from nanobot.memory.store import MemoryStore
@@ -215,8 +215,8 @@ def test_two_processes_consolidating_into_one_workspace_lose_neither_update(
                                                   "memory_update": current + f"\n- Learned in {who}.\n"})])
     fake_llm.responder = brain
     # one real child process, and this test's process as the other
-    child = subprocess.Popen([*nanobot_cmd, "agent", "-s", "cli:alpha", "-m", "hello"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    child = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-s", "cli:alpha", "-m", "hello"], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     here = nanobot_run("agent", "-s", "cli:beta", "-m", "hello")
     outs = [child.communicate(timeout=120), (here.stdout, here.stderr)]
     assert [child.returncode, here.returncode] == [0, 0], outs

@@ -191,12 +191,13 @@ def test_chat_status_shows_this_sessions_spend(nanobot_run, fake_llm, configure)
     assert "spend this session: 1 call today, 1,290 tokens (1,234 prompt, 56 completion)" in shown, out
 
 
-def test_kill_9_during_a_call_leaves_a_readable_ledger(nanobot_cmd, nanobot_run, fake_llm, configure, isolated_home):
+def test_kill_9_during_a_call_leaves_a_readable_ledger(nanobot_cmd, nanobot_forkserver, nanobot_run, fake_llm, configure,
+                                                     isolated_home):
     configure()
     fake_llm.script(Reply.text("first answer"), Reply.text("never seen", delay=30))
     assert nanobot_run("agent", "-m", "one").returncode == 0
-    proc = subprocess.Popen([*nanobot_cmd, "agent", "-m", "two"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=os.environ.copy())
+    proc = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-m", "two"], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.DEVNULL, env=os.environ.copy())
     try:
         assert fake_llm.wait_for_requests(2, timeout=30)
         proc.send_signal(signal.SIGKILL)
