@@ -143,8 +143,9 @@ def pytest_configure(config: pytest.Config) -> None:
     env = {k: v for k, v in os.environ.items() if k not in scrubbed_env_names(os.environ)}
     bytecode_warmup.warm(env)  # a fresh clone's: the workers, and the servers' imports, then find them
     servers = [forkserver.ForkServer(env={**env, "PYTHONUNBUFFERED": "1"}),
-               forkserver.ForkServer(env=env),  # for children started with the tests' own environment
                forkserver.ForkServer(env=mcp_sdk.sdk_env(env), preload=mcp_sdk.SDK_PRELOAD)]
+    if env.get("PYTHONUNBUFFERED") != "1":  # for the children started with the tests' own environment
+        servers.append(forkserver.ForkServer(env=env))
     for server in servers:
         config.add_cleanup(server.close)
     forkserver.offer(servers)
