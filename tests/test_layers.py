@@ -195,8 +195,9 @@ def test_every_name_in_an_all_list_is_defined_in_its_module():
 
 # Leaf data modules of the provider table; `config.py` reads them (the map's one named exception).
 PROVIDER_TABLE = {"nanobot.providers.registry", "nanobot.providers.reasoning"}
-# tests/ folders that mirror a package under another name.
-TEST_FOLDER_FOR = {"sandbox": "security"}
+# tests/ folders that are no package's: end-to-end stories through the real command, and the
+# hostile and benign corpora (docs/dev/testing.md, "Where a test goes").
+TEST_FOLDERS_BESIDE = {"scenarios", "security"}
 
 
 def _map_entries() -> list[tuple[list[str], str]]:
@@ -264,7 +265,7 @@ def test_tests_mirror_the_package():
     tests = Path(__file__).parent
     packages = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     folders = {p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
-    expected = {TEST_FOLDER_FOR.get(name, name) for name in packages}
+    expected = packages | TEST_FOLDERS_BESIDE
     assert sorted(expected - folders) == [] and sorted(folders - expected) == []
 
 

@@ -106,7 +106,7 @@ class OpenAICompatProvider(Provider):
         errors and timeouts stay the SDK's) and get the unread response back. The typed
         `chat.completions.create` would first walk every message through its request transform
         and then build a pydantic object per streamed chunk; on a long history that is most of a
-        turn's local overhead. The wire bytes are the same (tests/providers/test_raw_wire.py)."""
+        turn's local overhead. The wire bytes are the same (tests/providers/test_raw_http.py)."""
         return await post_encodable(self._client.post, "/chat/completions", body, cast_to=httpx2.Response,
                                     options={"headers": RAW_STREAM_HEADERS})
 

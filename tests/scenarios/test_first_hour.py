@@ -9,7 +9,7 @@ import socket
 
 from nanobot.fakellm import Reply
 from tests.cli.terminal import Terminal
-from tests.providers.test_raw_wire import CannedServer
+from tests.providers.test_raw_http import CannedServer
 
 
 def run(nanobot_run, *args, env=None):

@@ -59,7 +59,7 @@ def test_exec_tests_pass_with_bwrap_hidden_and_skip_its_cases(path_without_bwrap
     env = {**os.environ, "PATH": path_without_bwrap, "NANOBOT_INNER_RUN": "1"}
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
-         "tests/security/test_confinement_proof.py", "tests/tools/test_exec.py",
+         "tests/security/test_confinement_proof.py", "tests/tools/test_shell.py",
          "-k", "config or loopback or background or fallback or working_dir or secrets"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
     )
