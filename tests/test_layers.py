@@ -268,8 +268,6 @@ def test_tests_mirror_the_package():
     assert sorted(expected - folders) == [] and sorted(folders - expected) == []
 
 
-# Import circles still standing; each is a debt, and no new one may join it.
-KNOWN_CIRCLES = [{"nanobot.cli.memory_cmd", "nanobot.cli.recall_cmd"}]
 
 
 def _module_of(path: Path) -> str:
@@ -314,7 +312,7 @@ def test_no_two_modules_import_each_other():
     # means neither module can be understood, tested or replaced without the other
     modules = {_module_of(path): path for path in _sources()}
     graph = {name: {m for _, m in _imports(path) if m in modules and m != name} for name, path in modules.items()}
-    assert [sorted(c) for c in _circles(graph) if c not in KNOWN_CIRCLES] == []
+    assert [sorted(c) for c in _circles(graph)] == []
 
 
 def test_the_circle_check_sees_a_circle():
