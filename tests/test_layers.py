@@ -317,3 +317,23 @@ def test_no_two_modules_import_each_other():
 
 def test_the_circle_check_sees_a_circle():
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+
+
+# The engines behind nanobot.memory.history.search: nothing outside nanobot/memory/ picks one itself.
+SEARCH_ENGINES = {"grep_fast", "grep_fast_pieces", "grep_fast_output", "iter_grep", "search_newest"}
+
+
+def test_archive_searches_go_through_the_one_search():
+    chosen = []
+    for path in _sources():
+        if path.relative_to(PACKAGE).parts[0] == "memory":
+            continue
+        for node in ast.walk(_tree(path)):
+            name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+            if name in SEARCH_ENGINES:
+                chosen.append(f"{_where(path, node.lineno)} uses {name}")
+            # a recall index is searched only by memory/history.py (read_history reads around a hit)
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "search"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id in ("index", "idx")):
+                chosen.append(f"{_where(path, node.lineno)} searches an index itself")
+    assert chosen == []

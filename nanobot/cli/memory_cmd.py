@@ -12,7 +12,6 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -263,24 +262,13 @@ def history_grep(
     except ValueError as exc:
         raise fail(str(exc), "Dates look like 2026-03-01 or 2026-03-01 14:30.") from None
     path = _history_path(workspace)
-    found: Iterator[history_log.Entry]
-    if path is None:
-        found = iter(())
-    else:
-        if not json_out and not _stdout_is_tty():
-            pieces = history_log.grep_fast_pieces(path, pattern, ignore_case=ignore_case, since=since_dt,
-                                                  until=until_dt, last=last)
-            if pieces is not None:  # ripgrep answered: the same bytes the entry-by-entry path would print
-                raise typer.Exit(0 if _write_pieces(pieces) else 1)
-        entries = history_log.grep_fast(path, pattern, ignore_case=ignore_case, since=since_dt, until=until_dt,
-                                        last=last)
-        if entries is not None:
-            found = iter(entries)
-        elif last is not None:
-            found = iter(history_log.grep(path, rx, since=since_dt, until=until_dt, last=last))
-        else:
-            found = history_log.iter_grep(path, rx, since=since_dt, until=until_dt)
-    count = _emit(found, rx, json_out)
+    found = history_log.search(history_log.Exact(pattern, ignore_case=ignore_case, since=since_dt, until=until_dt,
+                                                 last=last), history=path)
+    if not json_out and not _stdout_is_tty():
+        pieces = found.printed()
+        if pieces is not None:  # ripgrep answered: the same bytes the entry-by-entry path would print
+            raise typer.Exit(0 if _write_pieces(pieces) else 1)
+    count = _emit(found.entries(), rx, json_out)
     raise typer.Exit(0 if count else 1)
 
 

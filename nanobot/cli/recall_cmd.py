@@ -32,30 +32,20 @@ if TYPE_CHECKING:
 _PROGRESS_BYTES = 16 << 20  # a refresh with more than this to read shows a progress bar (or a line)
 
 
-def _open_index(workspace: Path | None) -> RecallIndex:
-    from nanobot.memory.recall_index import RecallIndex, default_index_path
-    from nanobot.paths import memory_dir, sessions_dir
-
-    return RecallIndex(default_index_path(), sessions=sessions_dir(),
-                       history=memory_dir(workspace_dir(workspace)) / "HISTORY.md")
-
-
-def refresh_with_progress(index: RecallIndex) -> None:
+def refresh_with_progress(index: RecallIndex) -> bool:
     """Bring the index up to date; a long rebuild shows a progress bar on stderr (a line when piped)."""
     pending = index.pending_bytes()
     if pending < _PROGRESS_BYTES:
-        index.refresh()
-        return
+        return index.refresh().complete
     if not sys.stderr.isatty():
         err(f"indexing {pending / 1e6:,.0f} MB of archived conversations (once; later searches read only what is new)…")
-        index.refresh()
-        return
+        return index.refresh().complete
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
     with Progress(TextColumn("indexing archived conversations"), BarColumn(), DownloadColumn(),
                   TimeRemainingColumn(), console=_stderr_console(), transient=True) as bar:
         task = bar.add_task("index", total=pending)
-        index.refresh(progress=lambda done, total: bar.update(task, completed=done, total=total))
+        return index.refresh(progress=lambda done, total: bar.update(task, completed=done, total=total)).complete
 
 
 def _stderr_console() -> Console:
@@ -90,12 +80,12 @@ def history_search(
     except ValueError as exc:
         raise fail(str(exc), "Dates look like 2026-03-01 or 2026-03-01 14:30.") from None
     with reported():
-        index = _open_index(workspace)
-        try:
-            refresh_with_progress(index)
-            hits = index.search(query, limit=limit, since=since_dt, until=until_dt, session=session, role=role)
-        finally:
-            index.close()
+        from nanobot.paths import memory_dir
+
+        hits = history_log.search(
+            history_log.Ranked(query, limit=limit, since=since_dt, until=until_dt, session=session, role=role,
+                               refresh=refresh_with_progress),
+            history=memory_dir(workspace_dir(workspace)) / "HISTORY.md").hits
         if json_out:
             def unit(u: Unit | None) -> dict[str, Any] | None:
                 return u.to_json() if u is not None else None
