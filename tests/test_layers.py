@@ -337,3 +337,21 @@ def test_archive_searches_go_through_the_one_search():
                     and isinstance(node.func.value, ast.Name) and node.func.value.id in ("index", "idx")):
                 chosen.append(f"{_where(path, node.lineno)} searches an index itself")
     assert chosen == []
+
+
+# The load index of a session file has one owner (FileIndex, session/index.py): its pieces stay there.
+LOAD_INDEX_PIECES = {"Checkpoint", "crc_of_range", "last_meta_line"}
+
+
+def test_the_session_load_index_is_built_only_in_its_module():
+    home = PACKAGE / "session" / "index.py"
+    leaks = []
+    for path in _sources():
+        if path == home:
+            continue
+        for node in ast.walk(_tree(path)):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.ImportFrom)
+                     else [node.attr] if isinstance(node, ast.Attribute)
+                     else [node.id] if isinstance(node, ast.Name) else [])
+            leaks += [f"{_where(path, node.lineno)} uses {name}" for name in names if name in LOAD_INDEX_PIECES]
+    assert leaks == []
