@@ -1,7 +1,8 @@
 """search_history and read_history: the model's recall of everything archived.
 
-Both ask the recall index (nanobot.memory.recall_index; a search through nanobot.memory.history.search): every message of every session and every
-HISTORY.md entry, ranked by BM25. The index is brought up to date when a search starts, for at
+Both ask the recall index (nanobot.memory.recall_index; a search goes through
+nanobot.memory.history.search): every message of every session and every HISTORY.md entry,
+ranked by BM25. The index is brought up to date when a search starts, for at
 most REFRESH_SECONDS (the rest waits for the next search; `nanobot history search` finishes it),
 in a worker thread, so the chat stays responsive. What comes back is bounded (RESULT_CHARS) and
 fenced as data: these are past conversations, web pages and files included.
