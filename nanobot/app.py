@@ -31,6 +31,7 @@ from nanobot.providers.registry import secret_env_names
 from nanobot.providers.retry import RetryCallback, RetryPolicy
 from nanobot.sandbox import Confinement, choose, prefetch
 from nanobot.session.importer import ImportResult, continuing_line, import_all
+from nanobot.session.protocols import SessionStoreLike
 from nanobot.session.store import SessionStore
 from nanobot.tokens import default_counter
 from nanobot.tools.approval import Approver, RefuseApprover
@@ -195,7 +196,7 @@ class Assistant:
 
     cfg: Config
     workspace: Path
-    store: SessionStore
+    store: SessionStoreLike
     conversation: Conversation
     subagents: SubagentManager  # this run's helpers, and the report turns they lead to
     meter: UsageMeter  # the usage ledger and the limits every provider call of this run passes

@@ -45,7 +45,7 @@ from typing import Any
 def _fresh_state() -> list[tuple[Any, str, Callable[[], Any]]]:
     """(module, attribute, value in a new process) for the state nanobot keeps per process."""
     from nanobot import secrets_mask, tokens
-    from nanobot.cli import memory_cmd
+    from nanobot.cli import memory_groups
     from nanobot.sandbox import limits
     from nanobot.tools import shell
     from nanobot.usage import meter
@@ -53,7 +53,7 @@ def _fresh_state() -> list[tuple[Any, str, Callable[[], Any]]]:
     return [
         (secrets_mask, "_known", set),  # exact secret values remembered when a config loads
         (secrets_mask, "_known_re", lambda: None),
-        (memory_cmd, "_config_cache", list),  # the config, loaded once per `memory`/`history` command
+        (memory_groups, "_config_cache", list),  # the config, loaded once per `memory`/`history` command
         (shell, "_STARTED_GROUPS", set),  # process groups exec started (what a signal kills)
         (limits, "_swept", set),  # cgroup folders swept of dead commands' leftovers, once per process
         (tokens, "_counters", dict),  # the shared token counters and their per-message caches

@@ -269,8 +269,6 @@ def test_tests_mirror_the_package():
     assert sorted(expected - folders) == [] and sorted(folders - expected) == []
 
 
-# Import circles still standing; each is a debt, and no new one may join it.
-KNOWN_CIRCLES = [{"nanobot.cli.memory_cmd", "nanobot.cli.recall_cmd"}]
 
 
 def _module_of(path: Path) -> str:
@@ -315,8 +313,46 @@ def test_no_two_modules_import_each_other():
     # means neither module can be understood, tested or replaced without the other
     modules = {_module_of(path): path for path in _sources()}
     graph = {name: {m for _, m in _imports(path) if m in modules and m != name} for name, path in modules.items()}
-    assert [sorted(c) for c in _circles(graph) if c not in KNOWN_CIRCLES] == []
+    assert [sorted(c) for c in _circles(graph)] == []
 
 
 def test_the_circle_check_sees_a_circle():
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+
+
+# The engines behind nanobot.memory.history.search: nothing outside nanobot/memory/ picks one itself.
+SEARCH_ENGINES = {"grep_fast", "grep_fast_pieces", "grep_fast_output", "iter_grep", "search_newest"}
+
+
+def test_archive_searches_go_through_the_one_search():
+    chosen = []
+    for path in _sources():
+        if path.relative_to(PACKAGE).parts[0] == "memory":
+            continue
+        for node in ast.walk(_tree(path)):
+            name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+            if name in SEARCH_ENGINES:
+                chosen.append(f"{_where(path, node.lineno)} uses {name}")
+            # a recall index is searched only by memory/history.py (read_history reads around a hit)
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "search"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id in ("index", "idx")):
+                chosen.append(f"{_where(path, node.lineno)} searches an index itself")
+    assert chosen == []
+
+
+# The load index of a session file has one owner (FileIndex, session/index.py): its pieces stay there.
+LOAD_INDEX_PIECES = {"Checkpoint", "crc_of_range", "last_meta_line"}
+
+
+def test_the_session_load_index_is_built_only_in_its_module():
+    home = PACKAGE / "session" / "index.py"
+    leaks = []
+    for path in _sources():
+        if path == home:
+            continue
+        for node in ast.walk(_tree(path)):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.ImportFrom)
+                     else [node.attr] if isinstance(node, ast.Attribute)
+                     else [node.id] if isinstance(node, ast.Name) else [])
+            leaks += [f"{_where(path, node.lineno)} uses {name}" for name in names if name in LOAD_INDEX_PIECES]
+    assert leaks == []

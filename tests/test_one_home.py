@@ -66,7 +66,7 @@ def _spelled(needle: str, *, under: tuple[str, ...] = ("nanobot", "scripts", "te
 
 
 def test_the_entry_stamp_pattern_is_written_once():
-    assert _spelled(r"\[(\d{4})-(\d{2})") == ["nanobot/memory/history.py"]
+    assert _spelled(r"\[(\d{4})-(\d{2})") == ["nanobot/memory/history_format.py"]
 
 
 def test_iso_times_are_parsed_in_one_place():

@@ -31,13 +31,15 @@ from nanobot.agent.compaction import (
 from nanobot.agent.events import EventSink, Notice, ignore
 from nanobot.config import AgentDefaults
 from nanobot.errors import ConsolidationFailure, NanobotError, ProviderError
-from nanobot.memory.store import MemoryStore, MemoryUpdateRefused
+from nanobot.memory.protocols import ConsolidationMemory
+from nanobot.memory.store import MemoryUpdateRefused
 from nanobot.messages import Message, cut_middle, parse_timestamp, transcript_lines
 from nanobot.providers.base import LLMResponse, Provider
 from nanobot.secrets_mask import mask_secrets
+from nanobot.session.protocols import SessionWriter
 from nanobot.session.runtime_context import user_with_context
 from nanobot.session.save_policy import as_sent
-from nanobot.session.store import Session, SessionStore
+from nanobot.session.store import Session
 from nanobot.session.working_state import SHAPE, WorkingStateLog, count_items
 
 __all__ = [
@@ -147,7 +149,7 @@ DEFAULT_TIMEOUT = AgentDefaults.consolidation_timeout_seconds  # seconds for one
 class Consolidator:
     """Picks where to cut and summarises; whether a prompt fits is the ContextBudget's question."""
 
-    def __init__(self, provider: Provider, memory: MemoryStore, store: SessionStore, budget: ContextBudget, *,
+    def __init__(self, provider: Provider, memory: ConsolidationMemory, store: SessionWriter, budget: ContextBudget, *,
                  timeout: float = DEFAULT_TIMEOUT, max_rounds: int = 5, max_failures: int = 3,
                  clock: Callable[[], datetime] = datetime.now, memory_writes: bool = True) -> None:
         self.provider = provider

@@ -25,8 +25,9 @@ from nanobot.messages import NOTE_KEY, Message, text_of
 from nanobot.policy.egress import EgressPolicy
 from nanobot.providers.base import Usage
 from nanobot.secrets_mask import REDACTED, find_secrets, mask_secrets, mask_value
+from nanobot.session.protocols import SessionWriter
 from nanobot.session.save_policy import TurnCheckpoint, save_turn
-from nanobot.session.store import Session, SessionStore
+from nanobot.session.store import Session
 from nanobot.session.working_state import WorkingStateLog, with_block
 from nanobot.usage.limits import TurnScope, current_turn
 
@@ -56,7 +57,7 @@ class _Checkpoint(LoopHooks):
 class Conversation:
     """The turns of one session."""
 
-    def __init__(self, *, session: Session, store: SessionStore, context: ContextBuilder, loop: LoopSpec,
+    def __init__(self, *, session: Session, store: SessionWriter, context: ContextBuilder, loop: LoopSpec,
                  upkeep: MemoryUpkeep, settings: TurnSettings = TurnSettings(),
                  egress: EgressPolicy | None = None) -> None:
         self.session = session

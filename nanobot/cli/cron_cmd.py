@@ -19,6 +19,7 @@ from nanobot.cli.config_load import load as load_config
 from nanobot.cli.errors import report_text
 from nanobot.config import Config
 from nanobot.cron.jobs import MISSED_POLICIES, Job
+from nanobot.cron.protocols import JobStoreLike
 from nanobot.cron.schedule import CLI_NAMES, describe, format_ms, parse_schedule
 from nanobot.cron.store import JobStore
 from nanobot.errors import UsageError
@@ -48,7 +49,7 @@ def _store(cfg: Config) -> JobStore:
     return JobStore(cfg.workspace_path())
 
 
-def _tell(store: JobStore) -> None:
+def _tell(store: JobStoreLike) -> None:
     for notice in store.notices:
         _err().print(f"[yellow]warning:[/yellow] {escape(notice)}")
     store.notices.clear()

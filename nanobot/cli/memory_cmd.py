@@ -12,40 +12,23 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 import typer
 
-from nanobot.cli.errors import print_error, print_warning, reported
+from nanobot.cli.errors import reported
+from nanobot.cli.memory_groups import (
+    WorkspaceOpt,
+    err,
+    fail,
+    history_app,
+    load_config_once,
+    memory_app,
+    workspace_dir,
+)
 from nanobot.cli.usage import Command
 from nanobot.errors import NanobotError
-
-memory_app = typer.Typer(help="What the assistant remembers (MEMORY.md).", no_args_is_help=True,
-                         add_completion=False, pretty_exceptions_show_locals=False, rich_markup_mode=None)
-history_app = typer.Typer(help="Search the archive of past conversations (sessions and HISTORY.md).",
-                          no_args_is_help=True, add_completion=False,
-                          pretty_exceptions_show_locals=False, rich_markup_mode=None)
-
-WorkspaceOpt = typer.Option(None, "--workspace", "-w", help="Workspace folder (default: from config, else ~/.nanobot/workspace).")
-
-
-_config_cache: list = []
-
-
-def _load_config():
-    """The config, or None when it is invalid (said once, on stderr: memory stays readable)."""
-    from nanobot.cli.config_load import load as load_config
-    from nanobot.errors import ConfigError
-
-    if not _config_cache:
-        try:
-            _config_cache.append(load_config())
-        except ConfigError as exc:
-            print_warning(f"{exc.message}; using the default workspace and context window until it is fixed")
-            _config_cache.append(None)
-    return _config_cache[0]
 
 
 def _memory_share(tokens: int, window: int | None):
@@ -53,39 +36,19 @@ def _memory_share(tokens: int, window: int | None):
     from nanobot.agent.budget import memory_share
 
     if window is None:
-        cfg = _load_config()
+        cfg = load_config_once()
         window = cfg.agents.defaults.context_window_tokens if cfg is not None else None
     return memory_share(tokens, window)
-
-
-def _workspace(option: Path | None) -> Path:
-    if option is not None:
-        return option.expanduser()
-    cfg = _load_config()
-    if cfg is not None:
-        return cfg.workspace_path()
-    from nanobot.paths import default_workspace
-
-    return default_workspace()
 
 
 def _stdout_is_tty() -> bool:
     return sys.stdout.isatty()
 
 
-def _err(message: str) -> None:
-    print(message, file=sys.stderr)
-
-
-def _fail(message: str, hint: str | None = None, code: int = 2) -> typer.Exit:
-    print_error(message, hint)
-    return typer.Exit(code)
-
-
 def _store(workspace: Path | None):
     from nanobot.memory.store import MemoryStore
 
-    return MemoryStore(_workspace(workspace))
+    return MemoryStore(workspace_dir(workspace))
 
 
 def _ago(when: datetime) -> str:
@@ -115,11 +78,11 @@ def memory_show(
         store = _store(workspace)
         info = store.memory_info()
         if not info.exists:
-            _err(f"nothing remembered yet: {info.path} does not exist")
+            err(f"nothing remembered yet: {info.path} does not exist")
             return
         text = store.read_memory()
         for warning in store.warnings:
-            _err(f"warning: {warning}")
+            err(f"warning: {warning}")
         if _stdout_is_tty() and not raw:
             from rich.console import Console
             from rich.markdown import Markdown
@@ -133,9 +96,9 @@ def memory_show(
         judged = _memory_share(info.tokens, window)
         approx = "" if info.exact else "~"
         changed = f"{info.modified:%Y-%m-%d %H:%M} ({_ago(info.modified)})" if info.modified else "unknown"
-        _err(f"{info.path}: {approx}{info.tokens:,} tokens, {_size(info.bytes)}, "
+        err(f"{info.path}: {approx}{info.tokens:,} tokens, {_size(info.bytes)}, "
              f"{judged.share:.1%} of a {judged.window:,}-token context window (in every prompt)")
-        _err(f"last changed {changed}; {info.versions} saved version(s) (`nanobot memory versions`)")
+        err(f"last changed {changed}; {info.versions} saved version(s) (`nanobot memory versions`)")
 
 
 @memory_app.command("versions")
@@ -145,13 +108,13 @@ def memory_versions(workspace: Path | None = WorkspaceOpt) -> None:
         store = _store(workspace)
         versions = store.versions()
         if not versions:
-            _err(f"no saved versions in {store.versions_dir}")
+            err(f"no saved versions in {store.versions_dir}")
             return
         for v in versions:
             local = v.saved_at.astimezone()
             reason = f"  replaced by: {v.reason}" if v.reason else ""
             print(f"{v.number:>3}  {local:%Y-%m-%d %H:%M:%S}  {_size(v.bytes):>10}{reason}")
-        _err("restore one with `nanobot memory restore N` (the current file is kept as a version)")
+        err("restore one with `nanobot memory restore N` (the current file is kept as a version)")
 
 
 @memory_app.command("restore", cls=Command)
@@ -211,9 +174,9 @@ def memory_edit(workspace: Path | None = WorkspaceOpt) -> None:
         try:
             result = subprocess.run([*_editor_command(), str(copy)])
         except (FileNotFoundError, ValueError) as exc:
-            raise _fail(f"cannot start the editor: {exc}", "Set $EDITOR (e.g. `export EDITOR=nano`).") from None
+            raise fail(f"cannot start the editor: {exc}", "Set $EDITOR (e.g. `export EDITOR=nano`).") from None
         if result.returncode != 0:
-            _err(f"editor exited with status {result.returncode}; MEMORY.md unchanged "
+            err(f"editor exited with status {result.returncode}; MEMORY.md unchanged "
                  f"(your edit is kept at {copy})")
             raise typer.Exit(1)
         after = copy.read_text(encoding="utf-8")
@@ -224,17 +187,17 @@ def memory_edit(workspace: Path | None = WorkspaceOpt) -> None:
         try:
             receipt = store.write_memory(after, reason="edited by the user", base=before)
         except NanobotError:
-            _err(f"your edit is kept at {copy}")
+            err(f"your edit is kept at {copy}")
             raise
         _cleanup(tmpdir)
         print("MEMORY.md saved" + ("; the previous text is version 1" if receipt.version else ""))
         if receipt.masked:
-            _err("note: text that looked like a secret (API key, token, password) was replaced by [REDACTED]")
+            err("note: text that looked like a secret (API key, token, password) was replaced by [REDACTED]")
         if receipt.concurrent_change:
-            _err("note: MEMORY.md changed while you were editing (consolidation?); your changes were merged "
+            err("note: MEMORY.md changed while you were editing (consolidation?); your changes were merged "
                  "on top of the newer text — the text before the merge is version 1 (`nanobot memory versions`)")
         if receipt.conflicts:
-            _err(f"note: {len(receipt.conflicts)} of your line(s) conflicted with that change and are under "
+            err(f"note: {len(receipt.conflicts)} of your line(s) conflicted with that change and are under "
                  "\"Held back update\" at the end of MEMORY.md; `nanobot memory edit` to sort them out")
 
 
@@ -268,9 +231,9 @@ def _history_path(workspace: Path | None) -> Path | None:
     """HISTORY.md, or None (said on stderr) when nothing was archived yet: an empty history, not an error."""
     from nanobot.paths import memory_dir
 
-    path = memory_dir(_workspace(workspace)) / "HISTORY.md"
+    path = memory_dir(workspace_dir(workspace)) / "HISTORY.md"
     if not path.is_file():
-        _err(f"no history yet: {path} does not exist (it is written when older messages are consolidated)")
+        err(f"no history yet: {path} does not exist (it is written when older messages are consolidated)")
         return None
     return path
 
@@ -291,32 +254,21 @@ def history_grep(
     try:
         rx = history_log.compile_pattern(pattern, ignore_case=ignore_case)
     except re.error as exc:
-        raise _fail(f"bad regular expression {pattern!r}: {exc}",
+        raise fail(f"bad regular expression {pattern!r}: {exc}",
                     "Patterns are Python regular expressions; escape special characters with \\.") from None
     try:
         since_dt = history_log.parse_when(since) if since else None
         until_dt = history_log.parse_when(until, end_of_day=True) if until else None
     except ValueError as exc:
-        raise _fail(str(exc), "Dates look like 2026-03-01 or 2026-03-01 14:30.") from None
+        raise fail(str(exc), "Dates look like 2026-03-01 or 2026-03-01 14:30.") from None
     path = _history_path(workspace)
-    found: Iterator[history_log.Entry]
-    if path is None:
-        found = iter(())
-    else:
-        if not json_out and not _stdout_is_tty():
-            pieces = history_log.grep_fast_pieces(path, pattern, ignore_case=ignore_case, since=since_dt,
-                                                  until=until_dt, last=last)
-            if pieces is not None:  # ripgrep answered: the same bytes the entry-by-entry path would print
-                raise typer.Exit(0 if _write_pieces(pieces) else 1)
-        entries = history_log.grep_fast(path, pattern, ignore_case=ignore_case, since=since_dt, until=until_dt,
-                                        last=last)
-        if entries is not None:
-            found = iter(entries)
-        elif last is not None:
-            found = iter(history_log.grep(path, rx, since=since_dt, until=until_dt, last=last))
-        else:
-            found = history_log.iter_grep(path, rx, since=since_dt, until=until_dt)
-    count = _emit(found, rx, json_out)
+    found = history_log.search(history_log.Exact(pattern, ignore_case=ignore_case, since=since_dt, until=until_dt,
+                                                 last=last), history=path)
+    if not json_out and not _stdout_is_tty():
+        pieces = found.printed()
+        if pieces is not None:  # ripgrep answered: the same bytes the entry-by-entry path would print
+            raise typer.Exit(0 if _write_pieces(pieces) else 1)
+    count = _emit(found.entries(), rx, json_out)
     raise typer.Exit(0 if count else 1)
 
 
@@ -387,7 +339,7 @@ def _emit(entries, rx: re.Pattern[str] | None, json_out: bool) -> int:
     return count
 
 
-# `history search` and `memory tidy` live in their own module; importing it registers them here.
+# `history search` and `memory tidy` live in their own module; importing it registers them on the groups.
 from nanobot.cli import recall_cmd as _recall_cmd  # noqa: E402,F401
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from nanobot.cli.errors import reported
-from nanobot.cli.memory_cmd import WorkspaceOpt, _workspace
+from nanobot.cli.memory_groups import WorkspaceOpt, workspace_dir
 from nanobot.cli.usage import Command
 from nanobot.errors import UsageError
 
@@ -24,7 +24,7 @@ FileArg = typer.Argument(..., metavar="FILE", help="AGENTS.md, SOUL.md, USER.md,
 def _files(workspace: Path | None):
     from nanobot.memory.prompt_files import PromptFiles
 
-    return PromptFiles(_workspace(workspace))
+    return PromptFiles(workspace_dir(workspace))
 
 
 def _name(name: str) -> str:

@@ -1,6 +1,6 @@
 """`nanobot history search` (ranked, over everything archived) and `nanobot memory tidy`.
 
-Registered on the history and memory command groups of nanobot.cli.memory_cmd. Only presentation
+Registered on the history and memory command groups (nanobot.cli.memory_groups). Only presentation
 lives here: the index is nanobot.memory.recall_index, the tidy proposal nanobot.memory.tidy.
 """
 
@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from nanobot.cli.errors import reported
-from nanobot.cli.memory_cmd import WorkspaceOpt, _err, _fail, _workspace, history_app, memory_app
+from nanobot.cli.memory_groups import (
+    WorkspaceOpt,
+    err,
+    fail,
+    history_app,
+    memory_app,
+    workspace_dir,
+)
 from nanobot.cli.usage import Command
 
 if TYPE_CHECKING:
@@ -25,30 +32,20 @@ if TYPE_CHECKING:
 _PROGRESS_BYTES = 16 << 20  # a refresh with more than this to read shows a progress bar (or a line)
 
 
-def _open_index(workspace: Path | None) -> RecallIndex:
-    from nanobot.memory.recall_index import RecallIndex, default_index_path
-    from nanobot.paths import memory_dir, sessions_dir
-
-    return RecallIndex(default_index_path(), sessions=sessions_dir(),
-                       history=memory_dir(_workspace(workspace)) / "HISTORY.md")
-
-
-def refresh_with_progress(index: RecallIndex) -> None:
+def refresh_with_progress(index: RecallIndex) -> bool:
     """Bring the index up to date; a long rebuild shows a progress bar on stderr (a line when piped)."""
     pending = index.pending_bytes()
     if pending < _PROGRESS_BYTES:
-        index.refresh()
-        return
+        return index.refresh().complete
     if not sys.stderr.isatty():
-        _err(f"indexing {pending / 1e6:,.0f} MB of archived conversations (once; later searches read only what is new)…")
-        index.refresh()
-        return
+        err(f"indexing {pending / 1e6:,.0f} MB of archived conversations (once; later searches read only what is new)…")
+        return index.refresh().complete
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
     with Progress(TextColumn("indexing archived conversations"), BarColumn(), DownloadColumn(),
                   TimeRemainingColumn(), console=_stderr_console(), transient=True) as bar:
         task = bar.add_task("index", total=pending)
-        index.refresh(progress=lambda done, total: bar.update(task, completed=done, total=total))
+        return index.refresh(progress=lambda done, total: bar.update(task, completed=done, total=total)).complete
 
 
 def _stderr_console() -> Console:
@@ -74,21 +71,21 @@ def history_search(
     from nanobot.tools.recall import ROLES, render_hits
 
     if fts_query(query) is None:
-        raise _fail("the query has no word to look for", "Give one or more words, e.g. nanobot history search lisbon flight")
+        raise fail("the query has no word to look for", "Give one or more words, e.g. nanobot history search lisbon flight")
     if role is not None and role not in ROLES:
-        raise _fail(f"--role must be one of {', '.join(ROLES)}")
+        raise fail(f"--role must be one of {', '.join(ROLES)}")
     try:
         since_dt = history_log.parse_when(since) if since else None
         until_dt = history_log.parse_when(until, end_of_day=True) if until else None
     except ValueError as exc:
-        raise _fail(str(exc), "Dates look like 2026-03-01 or 2026-03-01 14:30.") from None
+        raise fail(str(exc), "Dates look like 2026-03-01 or 2026-03-01 14:30.") from None
     with reported():
-        index = _open_index(workspace)
-        try:
-            refresh_with_progress(index)
-            hits = index.search(query, limit=limit, since=since_dt, until=until_dt, session=session, role=role)
-        finally:
-            index.close()
+        from nanobot.paths import memory_dir
+
+        hits = history_log.search(
+            history_log.Ranked(query, limit=limit, since=since_dt, until=until_dt, session=session, role=role,
+                               refresh=refresh_with_progress),
+            history=memory_dir(workspace_dir(workspace)) / "HISTORY.md").hits
         if json_out:
             def unit(u: Unit | None) -> dict[str, Any] | None:
                 return u.to_json() if u is not None else None
@@ -97,7 +94,7 @@ def history_search(
         elif hits:
             print(render_hits(hits, query, budget=1 << 30))
         else:
-            _err(f"nothing archived matches {query!r}")
+            err(f"nothing archived matches {query!r}")
     raise typer.Exit(0 if hits else 1)
 
 
@@ -119,10 +116,10 @@ def memory_tidy(
         from nanobot.memory.store import MemoryStore
 
         cfg = load_config()
-        store = MemoryStore(_workspace(workspace) if workspace is not None else cfg.workspace_path())
+        store = MemoryStore(workspace_dir(workspace) if workspace is not None else cfg.workspace_path())
         before = store.read_memory()
         if not before.strip():
-            _err(f"nothing to tidy: {store.memory_file} is empty or missing")
+            err(f"nothing to tidy: {store.memory_file} is empty or missing")
             raise typer.Exit(0)
         provider = build_provider(cfg, model)
 
@@ -141,10 +138,10 @@ def memory_tidy(
         sys.stdout.flush()
         if not yes:
             if not sys.stdin.isatty():
-                _err("not applied: run `nanobot memory tidy --yes` to apply it without asking")
+                err("not applied: run `nanobot memory tidy --yes` to apply it without asking")
                 raise typer.Exit(1)
             if not typer.confirm("Apply this change to MEMORY.md?", default=False):
-                _err("not applied; MEMORY.md unchanged")
+                err("not applied; MEMORY.md unchanged")
                 raise typer.Exit(1)
         receipt = store.write_memory(after, reason="tidied by the model at the user's request", base=before)
         print("MEMORY.md tidied" + ("; the previous text is kept as a version (`nanobot memory versions`)"

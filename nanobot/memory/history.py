@@ -4,6 +4,8 @@ An entry starts at a line beginning with a `[YYYY-MM-DD HH:MM]` stamp (seconds a
 separator are accepted too) and runs to the next such line; text before the first stamp is one
 undated entry. This is the format HKUDS/nanobot writes (entries separated by blank lines).
 
+`search()` is the one way to search what is archived; what is asked picks the engine (see there).
+
 The file is read in blocks that end on entry boundaries. `grep` runs the pattern over a whole
 block first (one C-level scan) and only looks at individual entries in blocks that match, so
 a search costs little more than reading the file.
@@ -14,38 +16,34 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, overload
 
+from nanobot.memory.history_format import (
+    CHUNK_MARKER,
+    CHUNK_MARKER_RE,
+    STAMP_PATTERN,
+    STAMP_RE,
+    without_chunk_markers,
+)
 from nanobot.messages import parse_timestamp
 from nanobot.paths import memory_dir
 
 if TYPE_CHECKING:
     import mmap
 
-__all__ = ["Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest", "grep_fast", "grep_fast_output", "grep_fast_pieces", "stamp_lines", "STAMP_RE", "history_receipts",
+    from nanobot.memory.recall_index import Hit, RecallIndex
+
+__all__ = ["search", "Ranked", "Exact", "AllWords", "RankedHits", "ExactHits", "Refresh", "refreshed_within", "Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest", "grep_fast", "grep_fast_output", "grep_fast_pieces", "stamp_lines", "STAMP_RE", "history_receipts",
            "CHUNK_MARKER", "CHUNK_MARKER_RE", "without_chunk_markers"]
 
-# The line that ends a HISTORY.md entry written by consolidation: which messages of which session it
-# records, so a process killed before its pointer write never writes the entry twice
-# (agent/compaction.py writes and finds it). Bookkeeping, not part of what the entry says.
-CHUNK_MARKER = "<!-- nanobot chunk {key} +{count} -->"
-CHUNK_MARKER_RE = r"<!-- nanobot chunk {key} \+(\d+) -->"
-_ANY_CHUNK_MARKER = re.compile(r"[ \t]*<!-- nanobot chunk [0-9a-f]+ \+\d+ -->[ \t]*\n?")
-
-
-def without_chunk_markers(text: str) -> str:
-    """An entry's text as a reader should see it: the chunk markers taken out."""
-    return _ANY_CHUNK_MARKER.sub("", text)
-
 BLOCK_SIZE = 4 * 1024 * 1024
-_STAMP = r"\[(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2})(?::(\d{2}))?\]"
+_STAMP = STAMP_PATTERN
 _BARE_DATE = re.compile(r"\d{4}-\d{2}-\d{2}$")
 _STAMP_LINE = re.compile(r"^" + _STAMP, re.MULTILINE)
-STAMP_RE = re.compile(_STAMP)  # the one HISTORY.md entry stamp; nanobot.memory.store uses it too
 _STAMP_AT_B = re.compile(_STAMP.encode())
 _STAMP_LINE_B = re.compile(rb"(?:^|(?<=\n))" + _STAMP.encode())
 
@@ -828,3 +826,134 @@ def history_receipts(workspace: Path):
             return set()
         return {e.stamp.strftime("%Y-%m-%d %H:%M") for e in iter_entries(path) if e.stamp is not None}
     return stamps
+
+
+# -- one search; what is asked picks the engine ------------------------------------------------------
+
+Refresh = Callable[["RecallIndex"], bool]  # brings the recall index up to date (or part way); True: all of it
+
+
+def refreshed_within(seconds: float | None) -> Refresh:
+    """A Refresh that indexes for at most `seconds` (None: until everything is indexed)."""
+    return lambda index: index.refresh(budget_seconds=seconds).complete
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """Words, the best hits first (BM25), over every session's messages and HISTORY.md: the recall
+    index (nanobot.memory.recall_index), brought up to date first by `refresh` (all of it when None)."""
+
+    query: str
+    limit: int = 5
+    since: datetime | None = None
+    until: datetime | None = None
+    session: str | None = None  # only this session (its key), or memory/HISTORY.md
+    role: str | None = None
+    exclude_live: str | None = None  # this session's unconsolidated messages are in the prompt already
+    only_sessions: frozenset[str] | None = None  # hits from these sessions (and HISTORY.md) only
+    refresh: Refresh | None = None
+
+
+@dataclass(frozen=True)
+class Exact:
+    """A regular expression (grep's line semantics) over HISTORY.md's whole entries, in file order:
+    ripgrep when it is installed and reads the pattern the same way, else a scan in Python."""
+
+    pattern: str
+    ignore_case: bool = False
+    since: datetime | None = None
+    until: datetime | None = None
+    last: int | None = None  # only the last N matching entries
+
+
+@dataclass(frozen=True)
+class AllWords:
+    """HISTORY.md's entries holding every term (ignoring case), newest first, read from the file's
+    end (`search_newest`); no index needed."""
+
+    terms: tuple[str, ...]
+    limit: int = 5
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+@dataclass(frozen=True)
+class RankedHits:
+    hits: list[Hit]
+    complete: bool  # the index held everything archived when it was asked
+
+
+class ExactHits:
+    """What an Exact search finds, read one of two ways; each picks its engine."""
+
+    def __init__(self, path: Path | None, request: Exact) -> None:
+        self.path, self.request = path, request
+
+    def printed(self) -> Iterator[tuple[bytes, int]] | None:
+        """What `history grep` prints (each entry's text and a blank line) in pieces of (bytes, how
+        many entries), straight from the file through ripgrep; None when ripgrep cannot answer."""
+        r = self.request
+        if self.path is None:
+            return iter(())
+        return grep_fast_pieces(self.path, r.pattern, ignore_case=r.ignore_case, since=r.since, until=r.until,
+                                last=r.last)
+
+    def entries(self) -> Iterator[Entry]:
+        """The matching entries with their line numbers; raises re.error for a bad pattern."""
+        r = self.request
+        if self.path is None:
+            return iter(())
+        rx = compile_pattern(r.pattern, ignore_case=r.ignore_case)
+        found = grep_fast(self.path, r.pattern, ignore_case=r.ignore_case, since=r.since, until=r.until, last=r.last)
+        if found is not None:
+            return iter(found)
+        if r.last is not None:
+            return iter(grep(self.path, rx, since=r.since, until=r.until, last=r.last))
+        return iter_grep(self.path, rx, since=r.since, until=r.until)
+
+
+@overload
+def search(request: Ranked, *, history: Path | None, sessions: Path | None = None,
+           index: Path | None = None) -> RankedHits: ...
+
+
+@overload
+def search(request: Exact, *, history: Path | None, sessions: Path | None = None,
+           index: Path | None = None) -> ExactHits: ...
+
+
+@overload
+def search(request: AllWords, *, history: Path | None, sessions: Path | None = None,
+           index: Path | None = None) -> list[Entry]: ...
+
+
+def search(request: Ranked | Exact | AllWords, *, history: Path | None, sessions: Path | None = None,
+           index: Path | None = None) -> RankedHits | ExactHits | list[Entry]:
+    """Search what is archived. `history` is the workspace's HISTORY.md (None, or a missing file:
+    nothing archived there yet); a ranked search also reads the session files in `sessions` (default:
+    this home's) through the index at `index` (default: this home's). The request's kind picks the
+    engine: Ranked the recall index, Exact ripgrep or the Python scan, AllWords the scan from the end."""
+    if isinstance(request, Ranked):
+        return _ranked(request, history, sessions, index)
+    path = history if history is not None and history.is_file() else None
+    if isinstance(request, Exact):
+        return ExactHits(path, request)
+    if path is None:
+        return []
+    return search_newest(path, list(request.terms), limit=request.limit, since=request.since, until=request.until)
+
+
+def _ranked(request: Ranked, history: Path | None, sessions: Path | None, index_path: Path | None) -> RankedHits:
+    from nanobot.memory.recall_index import RecallIndex, default_index_path
+    from nanobot.paths import sessions_dir
+
+    index = RecallIndex(index_path or default_index_path(), sessions=sessions or sessions_dir(), history=history)
+    try:
+        complete = (request.refresh or refreshed_within(None))(index)
+        only = set(request.only_sessions) if request.only_sessions is not None else None
+        hits = index.search(request.query, limit=request.limit, since=request.since, until=request.until,
+                            session=request.session, role=request.role, exclude_live=request.exclude_live,
+                            only_sessions=only)
+    finally:
+        index.close()
+    return RankedHits(hits, complete)

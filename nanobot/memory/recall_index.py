@@ -39,7 +39,7 @@ from typing import Any
 import orjson
 
 from nanobot.errors import RecallIndexError
-from nanobot.memory.history import STAMP_RE, without_chunk_markers
+from nanobot.memory.history_format import STAMP_RE, without_chunk_markers
 from nanobot.messages import parse_timestamp, transcript_lines
 from nanobot.paths import PRIVATE_FILE_MODE, nanobot_home
 from nanobot.secrets_mask import mask_secrets

@@ -42,7 +42,7 @@ from nanobot.errors import (
     VersionNotFound,
 )
 from nanobot.fsio import ExclusiveLock, append_durably, atomic_write, fsync_dir
-from nanobot.memory.history import STAMP_RE
+from nanobot.memory.history_format import STAMP_RE
 from nanobot.memory.merge import merge_update
 from nanobot.messages import Message, parse_timestamp, transcript_lines
 from nanobot.paths import memory_dir, nanobot_home

@@ -12,8 +12,8 @@ import time
 from typing import Any
 
 from nanobot.cron.jobs import MISSED_POLICIES, current_job
+from nanobot.cron.protocols import JobStoreLike
 from nanobot.cron.schedule import describe, format_ms, parse_schedule
-from nanobot.cron.store import JobStore
 from nanobot.errors import ToolError, UsageError
 from nanobot.tools.approval import ApprovalRequest, approve_flag_hint
 from nanobot.tools.base import Tool, ToolContext
@@ -42,7 +42,7 @@ class CronTool(Tool):
         "required": ["action"],
     }
 
-    def __init__(self, ctx: ToolContext, store: JobStore, *, default_tz: str = "", origin: str = "cli:direct") -> None:
+    def __init__(self, ctx: ToolContext, store: JobStoreLike, *, default_tz: str = "", origin: str = "cli:direct") -> None:
         super().__init__(ctx)
         self.store = store
         self.default_tz = default_tz

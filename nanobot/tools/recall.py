@@ -1,7 +1,8 @@
 """search_history and read_history: the model's recall of everything archived.
 
-Both ask the recall index (nanobot.memory.recall_index): every message of every session and every
-HISTORY.md entry, ranked by BM25. The index is brought up to date when a search starts, for at
+Both ask the recall index (nanobot.memory.recall_index; a search goes through
+nanobot.memory.history.search): every message of every session and every HISTORY.md entry,
+ranked by BM25. The index is brought up to date when a search starts, for at
 most REFRESH_SECONDS (the rest waits for the next search; `nanobot history search` finishes it),
 in a worker thread, so the chat stays responsive. What comes back is bounded (RESULT_CHARS) and
 fenced as data: these are past conversations, web pages and files included.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from nanobot.errors import NanobotError, ToolError
@@ -48,13 +50,18 @@ ROLES = ("user", "assistant", "tool", "summary", "archive")
 _SOURCE = "archived past conversations (sessions and memory/HISTORY.md)"
 
 
-def open_index(ctx: ToolContext) -> RecallIndex:
-    """The recall index over this home's sessions and the workspace's HISTORY.md."""
+def _history_file(ctx: ToolContext) -> Path:
     from nanobot.memory.store import MemoryStore
+
+    return MemoryStore(workspace_root(ctx)).history_file
+
+
+def open_index(ctx: ToolContext) -> RecallIndex:
+    """The recall index over this home's sessions and the workspace's HISTORY.md (read_history reads
+    around a hit in it; a search goes through nanobot.memory.history.search)."""
     from nanobot.paths import sessions_dir
 
-    return RecallIndex(default_index_path(), sessions=sessions_dir(),
-                       history=MemoryStore(workspace_root(ctx)).history_file)
+    return RecallIndex(default_index_path(), sessions=sessions_dir(), history=_history_file(ctx))
 
 
 T = TypeVar("T")
@@ -181,18 +188,13 @@ class SearchHistoryTool(_RecallTool):
             raise ToolError("this assistant keeps sessions apart (tools.recall.scope is \"session\"); "
                             "search this session or memory/HISTORY.md")
         limit = max(1, min(int(limit or DEFAULT_HITS), MAX_HITS))
-        index = open_index(self.ctx)
-
-        def work() -> tuple[list[Hit], bool]:
-            try:
-                report = index.refresh(budget_seconds=REFRESH_SECONDS)
-                hits = index.search(query, limit=limit, since=since_dt, until=until_dt, session=session or None,
-                                    role=role, exclude_live=self.session_key, only_sessions=only)
-                return hits, report.complete
-            finally:
-                index.close()
-
-        hits, complete = await asyncio.to_thread(_answering, work)
+        request = history_log.Ranked(query, limit=limit, since=since_dt, until=until_dt, session=session or None,
+                                     role=role, exclude_live=self.session_key,
+                                     only_sessions=frozenset(only) if only is not None else None,
+                                     refresh=history_log.refreshed_within(REFRESH_SECONDS))
+        history = _history_file(self.ctx)
+        found = await asyncio.to_thread(_answering, lambda: history_log.search(request, history=history))
+        hits, complete = found.hits, found.complete
         note = "" if complete else (" The index of past conversations is still being built, so older ones may "
                                     "be missing; search again in a moment.")
         if not hits:

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from nanobot.cli import memory_cmd
+from nanobot.cli import memory_cmd, memory_groups
 from nanobot.cli.memory_cmd import history_app, memory_app
 from nanobot.memory.store import MemoryStore
 from typer.testing import CliRunner
@@ -154,7 +154,7 @@ def test_memory_show_uses_the_configured_window_or_64k(runner, ws, configure, mo
     result = run(runner, memory_app, "show", "-w", str(ws))
     assert "65,536-token" in result.stderr
     configure(contextWindowTokens=200_000)
-    monkeypatch.setattr(memory_cmd, "_config_cache", [])  # a new command reads the config again
+    monkeypatch.setattr(memory_groups, "_config_cache", [])  # a new command reads the config again
     result = run(runner, memory_app, "show", "-w", str(ws))
     assert "200,000-token" in result.stderr
 

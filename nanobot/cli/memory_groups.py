@@ -1,0 +1,65 @@
+"""The `nanobot memory` and `nanobot history` command groups and what their commands share.
+
+The commands live in nanobot.cli.memory_cmd (show, versions, grep, tail...) and
+nanobot.cli.recall_cmd (history search, memory tidy); both register on the groups here, so
+neither imports the other's commands.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from nanobot.cli.errors import print_error, print_warning
+
+__all__ = ["memory_app", "history_app", "WorkspaceOpt", "load_config_once", "workspace_dir", "err", "fail"]
+
+memory_app = typer.Typer(help="What the assistant remembers (MEMORY.md).", no_args_is_help=True,
+                         add_completion=False, pretty_exceptions_show_locals=False, rich_markup_mode=None)
+history_app = typer.Typer(help="Search the archive of past conversations (sessions and HISTORY.md).",
+                          no_args_is_help=True, add_completion=False,
+                          pretty_exceptions_show_locals=False, rich_markup_mode=None)
+
+WorkspaceOpt = typer.Option(None, "--workspace", "-w", help="Workspace folder (default: from config, else ~/.nanobot/workspace).")
+
+
+_config_cache: list[Any] = []
+
+
+def load_config_once() -> Any:
+    """The config, or None when it is invalid (said once, on stderr: memory stays readable)."""
+    from nanobot.cli.config_load import load as load_config
+    from nanobot.errors import ConfigError
+
+    if not _config_cache:
+        try:
+            _config_cache.append(load_config())
+        except ConfigError as exc:
+            print_warning(f"{exc.message}; using the default workspace and context window until it is fixed")
+            _config_cache.append(None)
+    return _config_cache[0]
+
+
+def workspace_dir(option: Path | None) -> Path:
+    """The --workspace folder, else the configured one, else the default."""
+    if option is not None:
+        return option.expanduser()
+    cfg = load_config_once()
+    if cfg is not None:
+        path: Path = cfg.workspace_path()
+        return path
+    from nanobot.paths import default_workspace
+
+    return default_workspace()
+
+
+def err(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def fail(message: str, hint: str | None = None, code: int = 2) -> typer.Exit:
+    print_error(message, hint)
+    return typer.Exit(code)

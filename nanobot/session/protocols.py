@@ -1,0 +1,56 @@
+"""What the rest of nanobot needs of a session store, as small Protocols.
+
+nanobot.session.store.SessionStore (the JSONL files) is one; a test, or another backend, can stand
+in for it anywhere these types are asked for, and mypy checks that it does. Each Protocol names only
+the methods its users call; what a session is (its messages, pointer, working state) is the
+`Session` dataclass either way.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+from nanobot.messages import Message
+
+if TYPE_CHECKING:
+    from nanobot.session.store import Session
+
+__all__ = ["SessionWriter", "SessionStoreLike"]
+
+
+class SessionWriter(Protocol):
+    """What a turn (agent/conversation.py) and consolidation (agent/consolidation.py) do to a session
+    that is open for writing."""
+
+    def append(self, session: Session, messages: list[Message], /) -> None:
+        """Add the messages at the end, durably (session/save_policy.py's TurnStore)."""
+        ...
+
+    def set_pointer(self, session: Session, last_consolidated: int, /) -> None:
+        """Record that the messages before `last_consolidated` are archived in memory."""
+        ...
+
+    def clear(self, session: Session, /) -> None:
+        """Empty the session for /new (its messages were archived first)."""
+        ...
+
+
+class SessionStoreLike(SessionWriter, Protocol):
+    """What an assistant (app.py) needs besides: sessions opened for writing (one writer each) and
+    closed, read-only snapshots, approval decisions recorded."""
+
+    def exists(self, key: str, /) -> bool: ...
+
+    def load(self, key: str, /) -> Session:
+        """A read-only snapshot; raises UnknownSessionError."""
+        ...
+
+    def open(self, key: str, /) -> Session:
+        """The session, created if new, held for writing until `close`; raises SessionInUseError."""
+        ...
+
+    def close(self, session: Session, /) -> None: ...
+
+    def record_decision(self, session: Session, **fields: Any) -> dict[str, Any]:
+        """Keep an approval decision with the session; returns the record as kept."""
+        ...
