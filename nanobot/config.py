@@ -93,9 +93,13 @@ class ExecConfig:
 
 @dataclass
 class SearchConfig:
-    provider: str = "brave"  # "brave" when a key is set, otherwise keyless DuckDuckGo
+    provider: str = "brave"  # "brave" (keyless DuckDuckGo while no Brave key is set) or "duckduckgo" (always, even with a key)
     api_key: str = ""  # Brave Search key (or BRAVE_API_KEY)
-    max_results: int = 5  # nanobot's key, range-checked but unused: the model picks the count (1-10, default 5)
+    max_results: int = 5  # results web_search returns (1-50): its default, and the most the model may ask for
+
+
+# the names tools.web.search.provider accepts: the search services tools/web.py implements
+WEB_SEARCH_PROVIDERS = ("brave", "duckduckgo")
 
 
 @dataclass
@@ -288,6 +292,11 @@ def _check_semantics(cfg: Config, source: str) -> None:
     if cfg.tools.exec.timeout <= 0:
         raise ConfigError(f"{source}: tools.exec.timeout: must be a positive number of seconds")
     _check_exec(cfg.tools.exec, source)
+    cfg.tools.web.search.provider = cfg.tools.web.search.provider.strip().lower()  # "DuckDuckGo" is meant too
+    if cfg.tools.web.search.provider not in WEB_SEARCH_PROVIDERS:
+        names = " or ".join(json.dumps(name) for name in WEB_SEARCH_PROVIDERS)
+        raise ConfigError(f"{source}: tools.web.search.provider: {json.dumps(cfg.tools.web.search.provider)} is not "
+                          f"a search service nanobot has", hint=f"Use {names} (or remove the key for the default).")
     if cfg.tools.recall.scope not in ("all", "session"):
         raise ConfigError(f'{source}: tools.recall.scope: expected "all" or "session", got {json.dumps(cfg.tools.recall.scope)}')
     if cfg.gateway.heartbeat.interval_s < 60:
