@@ -1,0 +1,64 @@
+"""A new user's first commands, with no key or the "wrong" one: every hint names a step that works."""
+
+from __future__ import annotations
+
+import re
+
+from nanobot.fakellm import Reply
+from tests.cli.terminal import Terminal
+
+
+def _joined(text: str) -> str:
+    return " ".join(text.split())  # hints wrap at the terminal's width
+
+
+def test_an_openai_key_is_named_and_the_command_the_hint_gives_answers(nanobot_run, fake_llm, isolated_home):
+    env = {"OPENAI_API_KEY": "sk-openai-test-123456",
+           "NANOBOT_PROVIDERS__OPENAI__API_BASE": fake_llm.openai_base_url}  # "OpenAI" is the fake server
+    fake_llm.script(Reply.text("hello from gpt"))
+    refused = nanobot_run("agent", "-m", "hi", env=env)  # the default model is Anthropic's
+    assert refused.returncode == 2 and "no API key for provider 'anthropic'" in refused.stderr
+    hint = _joined(refused.stderr)
+    assert "You have a key for openai" in hint
+    command = re.search(r"run `nanobot agent (--model \S+)`", hint)
+    assert command, hint
+    answered = nanobot_run("agent", *command.group(1).split(), "-m", "hi", env=env)
+    assert answered.returncode == 0, answered.stderr
+    assert answered.stdout.strip() == "hello from gpt"
+    assert fake_llm.requests[0].body["model"] == "gpt-4.1"
+    # the demo gives the same advice, not "set OPENAI_API_KEY and run `nanobot agent`" (that fails, as above)
+    demo = nanobot_run("demo", "-m", "hello")
+    assert demo.returncode == 0, demo.stderr
+    advice = _joined(demo.stdout)
+    assert f"nanobot agent {command.group(1)}" in advice and "nanobot onboard" in advice
+
+
+def test_status_says_how_to_fix_a_missing_key_and_that_there_is_no_file_yet(nanobot_run, isolated_home):
+    shown = nanobot_run("status")
+    assert shown.returncode == 0, shown.stderr
+    said = _joined(shown.stdout)
+    assert "no API key for provider 'anthropic' Set ANTHROPIC_API_KEY in the environment" in said
+    assert "`nanobot demo`" in said
+    assert "nothing (there is no config file yet)" in said
+    assert "every key in the file is used" not in said
+
+
+def test_help_tells_a_new_user_where_to_start(nanobot_run):
+    shown = nanobot_run("--help")
+    assert shown.returncode == 0
+    assert "New here? `nanobot demo` tries the chat with no API key; `nanobot onboard` sets you up." in _joined(
+        shown.stdout)
+
+
+def test_onboard_skip_says_how_to_use_another_provider(isolated_home):
+    term = Terminal("onboard", columns=250)  # the long test path on one line
+    try:
+        term.wait_for("API key (not shown):")
+        term.child.send("\r")
+        term.wait_for("skipped: no key saved")
+        assert term.finish() == 0
+    finally:
+        term.close()
+    said = _joined(term.text())
+    assert f"Another provider: set agents.defaults.model in {isolated_home / 'config.json'}" in said
+    assert "No key at all: `nanobot demo`." in said
