@@ -62,3 +62,24 @@ def test_onboard_skip_says_how_to_use_another_provider(isolated_home):
     said = _joined(term.text())
     assert f"Another provider: set agents.defaults.model in {isolated_home / 'config.json'}" in said
     assert "No key at all: `nanobot demo`." in said
+
+
+def test_chat_help_wraps_between_words_in_an_80_column_terminal(configure):
+    configure()
+    term = Terminal("agent")  # 80 x 24
+    try:
+        term.wait_for("you ›")
+        term.send("/help")
+        term.wait_for("Ctrl-D: leave")
+        term.send("/exit")
+        term.finish()
+    finally:
+        term.close()
+    lines = term.lines()
+    start = next(i for i, line in enumerate(lines) if "/help" in line and "show this help" in line)
+    shown = lines[start:start + 12]
+    text = " ".join(" ".join(shown).split())
+    # no word cut at the edge ("(Ctr" + "l-C stops yours)"), continuations indented under the text
+    assert "(Ctrl-C stops yours)" in text and "(twice on an empty prompt: leave)" in text
+    stop = next(i for i, line in enumerate(shown) if line.lstrip().startswith("/stop"))
+    assert shown[stop + 1].startswith(" " * 13) and shown[stop + 1].strip()
