@@ -83,3 +83,23 @@ def test_chat_help_wraps_between_words_in_an_80_column_terminal(configure):
     assert "(Ctrl-C stops yours)" in text and "(twice on an empty prompt: leave)" in text
     stop = next(i for i, line in enumerate(shown) if line.lstrip().startswith("/stop"))
     assert shown[stop + 1].startswith(" " * 13) and shown[stop + 1].strip()
+
+
+def test_a_wrapped_retry_line_keeps_its_indent_so_it_never_reads_as_the_answer(configure, fake_llm):
+    configure()
+    fake_llm.script(Reply.cut_stream("Half an answer", chunks=["Half ", "an answer"]), Reply.text("Whole answer."))
+    term = Terminal("agent", env={"NANOBOT_RETRY_BASE_DELAY": "0.01"})  # 80 columns
+    try:
+        term.wait_for("you ›")
+        term.send("hello")
+        term.wait_for("Whole answer.")
+        term.wait_for_count("you ›", 2)
+        term.send("/exit")
+        term.finish()
+    finally:
+        term.close()
+    lines = term.lines()
+    start = next(i for i, line in enumerate(lines) if "the connection dropped mid-answer" in line)
+    end = next(i for i, line in enumerate(lines) if "(attempt 2)" in line)
+    assert end > start  # the line is long enough to wrap at 80 columns
+    assert all(line.startswith("  ") and line.strip() for line in lines[start:end + 1]), lines[start:end + 1]
