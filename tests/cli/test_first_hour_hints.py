@@ -103,3 +103,12 @@ def test_a_wrapped_retry_line_keeps_its_indent_so_it_never_reads_as_the_answer(c
     end = next(i for i, line in enumerate(lines) if "(attempt 2)" in line)
     assert end > start  # the line is long enough to wrap at 80 columns
     assert all(line.startswith("  ") and line.strip() for line in lines[start:end + 1]), lines[start:end + 1]
+
+
+def test_a_rejected_key_names_where_that_provider_s_key_comes_from(nanobot_run, fake_llm, configure):
+    configure("anthropic")
+    fake_llm.script(Reply.error(401, message="invalid x-api-key"))
+    refused = nanobot_run("agent", "-m", "hi")
+    assert refused.returncode == 1 and "HTTP 401" in refused.stderr
+    assert "check ANTHROPIC_API_KEY or providers.anthropic.apiKey in the config" in _joined(refused.stderr)
+    assert "<name>" not in refused.stderr
