@@ -717,10 +717,11 @@ def missing_key_error(spec: ProviderSpec, config: Path | None = None, keyed: lis
     that do have a key (the environment's included), which the user may have meant."""
     config = config or paths.default_config_path()
     make_it = "" if config.exists() else " (`nanobot onboard` creates that file)"
+    other_key = ""
     if keyed:
         example = _EXAMPLE_MODELS.get(keyed[0], f"{keyed[0]}/<model>")
-        other = (f"You have a key for {', '.join(keyed)}: to use it, set agents.defaults.model (e.g. {example}) "
-                 f"or run `nanobot agent --model {example}`.")
+        other = other_key = (f"You have a key for {', '.join(keyed)}: to use it, set agents.defaults.model "
+                             f"(e.g. {example}) or run `nanobot agent --model {example}`.")
     else:
         name = "anthropic" if spec.name == "openai" else "openai"
         other = (f"Another provider: `nanobot agent --model {_EXAMPLE_MODELS[name]}` with "
@@ -730,7 +731,7 @@ def missing_key_error(spec: ProviderSpec, config: Path | None = None, keyed: lis
         hint=f"Set {spec.env_key} in the environment, or put the key in providers.{to_camel(spec.name)}.apiKey in "
         f"{config}{make_it}. {other} To try nanobot with no key at all: "
         "`nanobot demo` (scripted answers from a bundled fake LLM).",
-        provider=spec.name, env_key=spec.env_key or "", config=config,
+        provider=spec.name, env_key=spec.env_key or "", config=config, other_key=other_key,
     )
 
 

@@ -112,3 +112,17 @@ def test_a_rejected_key_names_where_that_provider_s_key_comes_from(nanobot_run, 
     assert refused.returncode == 1 and "HTTP 401" in refused.stderr
     assert "check ANTHROPIC_API_KEY or providers.anthropic.apiKey in the config" in _joined(refused.stderr)
     assert "<name>" not in refused.stderr
+
+
+def test_onboard_with_only_an_openai_key_says_so_before_asking_for_anthropic_s(isolated_home):
+    term = Terminal("onboard", columns=250, env={"OPENAI_API_KEY": "sk-openai-test-123456"})
+    try:
+        term.wait_for("API key (not shown):")
+        asked = _joined(term.text())
+        term.child.send("\r")
+        term.wait_for("skipped: no key saved")
+        assert term.finish() == 0
+    finally:
+        term.close()
+    assert "You have a key for openai: to use it, set agents.defaults.model (e.g. openai/gpt-4.1)" in asked
+    assert asked.index("You have a key for openai") < asked.index("Paste your anthropic API key")
