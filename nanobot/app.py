@@ -92,7 +92,9 @@ def build_tools(cfg: Config, workspace: Path, approver: Approver | None = None,
                              ReadHistoryTool(ctx, session_key=session_key, scope=scope)])
     if cfg.tools.exec.enable:
         registry.register(ExecTool(ctx))
-    registry.register(WebSearchTool(ctx, api_key=cfg.tools.web.search.api_key or None))
+    search = cfg.tools.web.search
+    registry.register(WebSearchTool(ctx, api_key=search.api_key or None, provider=search.provider,
+                                    max_results=search.max_results))
     registry.register(WebFetchTool(ctx))
     return registry
 

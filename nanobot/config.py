@@ -93,9 +93,13 @@ class ExecConfig:
 
 @dataclass
 class SearchConfig:
-    provider: str = "brave"  # "brave" when a key is set, otherwise keyless DuckDuckGo
+    provider: str = "brave"  # "brave" (keyless DuckDuckGo while no Brave key is set) or "duckduckgo" (always, even with a key)
     api_key: str = ""  # Brave Search key (or BRAVE_API_KEY)
-    max_results: int = 5  # nanobot's key, range-checked but unused: the model picks the count (1-10, default 5)
+    max_results: int = 5  # results web_search returns (1-50): its default, and the most the model may ask for
+
+
+# the names tools.web.search.provider accepts: the search services tools/web.py implements
+WEB_SEARCH_PROVIDERS = ("brave", "duckduckgo")
 
 
 @dataclass
@@ -288,6 +292,11 @@ def _check_semantics(cfg: Config, source: str) -> None:
     if cfg.tools.exec.timeout <= 0:
         raise ConfigError(f"{source}: tools.exec.timeout: must be a positive number of seconds")
     _check_exec(cfg.tools.exec, source)
+    cfg.tools.web.search.provider = cfg.tools.web.search.provider.strip().lower()  # "DuckDuckGo" is meant too
+    if cfg.tools.web.search.provider not in WEB_SEARCH_PROVIDERS:
+        names = " or ".join(json.dumps(name) for name in WEB_SEARCH_PROVIDERS)
+        raise ConfigError(f"{source}: tools.web.search.provider: {json.dumps(cfg.tools.web.search.provider)} is not "
+                          f"a search service nanobot has", hint=f"Use {names} (or remove the key for the default).")
     if cfg.tools.recall.scope not in ("all", "session"):
         raise ConfigError(f'{source}: tools.recall.scope: expected "all" or "session", got {json.dumps(cfg.tools.recall.scope)}')
     if cfg.gateway.heartbeat.interval_s < 60:
@@ -630,7 +639,9 @@ def resolve_model(cfg: Config, model: str | None = None, *, provider: str | None
             hint=f"Set providers.{to_camel(spec.name)}.apiBase (e.g. http://localhost:8000/v1) in the config.",
         )
     if spec.key_required and not pc.api_key:
-        raise missing_key_error(spec, cfg.path)
+        keyed = [name for name, other in sorted(cfg.providers.items())
+                 if other.api_key and name != spec.name and getattr(registry.find(name), "kind", "") != "unsupported"]
+        raise missing_key_error(spec, cfg.path, keyed)
     return ResolvedModel(spec, name, pc.api_key, api_base, dict(pc.extra_headers), dict(pc.extra_body),
                          reasoning_effort=cfg.defaults.reasoning_effort, label=model, timeout=pc.timeout)
 
@@ -698,18 +709,29 @@ def _resolve_fallback(cfg: Config, entry: str | dict) -> ResolvedModel:
     return resolved
 
 
-def missing_key_error(spec: ProviderSpec, config: Path | None = None) -> MissingKeyError:
-    """`config`: the file the key would go in (the default one when not given)."""
-    other = "openai/gpt-4.1 with OPENAI_API_KEY" if spec.name != "openai" else \
-        "anthropic/claude-sonnet-4-5 with ANTHROPIC_API_KEY"
+_EXAMPLE_MODELS = {"openai": "openai/gpt-4.1", "anthropic": "anthropic/claude-sonnet-4-5"}
+
+
+def missing_key_error(spec: ProviderSpec, config: Path | None = None, keyed: list[str] | None = None) -> MissingKeyError:
+    """`config`: the file the key would go in (the default one when not given); `keyed`: the providers
+    that do have a key (the environment's included), which the user may have meant."""
     config = config or paths.default_config_path()
     make_it = "" if config.exists() else " (`nanobot onboard` creates that file)"
+    other_key = ""
+    if keyed:
+        example = _EXAMPLE_MODELS.get(keyed[0], f"{keyed[0]}/<model>")
+        other = other_key = (f"You have a key for {', '.join(keyed)}: to use it, set agents.defaults.model "
+                             f"(e.g. {example}) or run `nanobot agent --model {example}`.")
+    else:
+        name = "anthropic" if spec.name == "openai" else "openai"
+        other = (f"Another provider: `nanobot agent --model {_EXAMPLE_MODELS[name]}` with "
+                 f"{registry.BY_NAME[name].env_key} set.")
     return MissingKeyError(
         f"no API key for provider {spec.name!r}",
         hint=f"Set {spec.env_key} in the environment, or put the key in providers.{to_camel(spec.name)}.apiKey in "
-        f"{config}{make_it}. Another provider: --model {other}. To try nanobot with no key at all: "
+        f"{config}{make_it}. {other} To try nanobot with no key at all: "
         "`nanobot demo` (scripted answers from a bundled fake LLM).",
-        provider=spec.name, env_key=spec.env_key or "", config=config,
+        provider=spec.name, env_key=spec.env_key or "", config=config, other_key=other_key,
     )
 
 

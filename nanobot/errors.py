@@ -72,12 +72,13 @@ class ConfigError(UsageError):
 
 class MissingKeyError(ConfigError):
     """No API key is configured for the provider the model needs: `provider` (its config name),
-    `env_key` (the variable that would give it), `config` (the file it would go in)."""
+    `env_key` (the variable that would give it), `config` (the file it would go in), `other_key`
+    (a sentence naming a provider that does have a key and how to use it, or "")."""
 
     def __init__(self, message: str, *, hint: str | None = None, provider: str = "", env_key: str = "",
-                 config: Path | None = None) -> None:
+                 config: Path | None = None, other_key: str = "") -> None:
         super().__init__(message, hint=hint)
-        self.provider, self.env_key, self.config = provider, env_key, config
+        self.provider, self.env_key, self.config, self.other_key = provider, env_key, config, other_key
 
 
 class SessionInUseError(UsageError):

@@ -30,6 +30,7 @@ class Message(TypedDict, total=False):
     name: str
     reasoning_content: str
     thinking_blocks: list[dict[str, Any]]  # Anthropic's signed thinking, replayed within a turn
+    reasoning_details: list[dict[str, Any]]  # MiniMax's structured thinking, replayed within a turn
     timestamp: str  # bookkeeping from here on: never sent
     runtime_context: str  # session/runtime_context.py: RUNTIME_CONTEXT_KEY
     subagent: dict[str, Any]  # NOTE_KEY: a helper's end, recorded in a stored user message

@@ -154,6 +154,7 @@ class StreamSink:
         self.sink = sink
         self.think = ThinkFilter(self.held)
         self.shown: list[str] = []  # of the current attempt, as passed to `sink`
+        self.dropped = ""  # the last dropped attempt's text: still on screen while a retry waits
 
     def __call__(self, chunk: str) -> None:
         self.think.feed(chunk)
@@ -168,10 +169,17 @@ class StreamSink:
     def restart(self) -> None:
         self.held.flush()  # what arrived is shown; the renderer closes it when told of the retry
         self.think = ThinkFilter(self.held)
+        if self.shown:
+            self.dropped = self.text()
         self.shown = []
 
     def text(self) -> str:
         return "".join(self.shown)
+
+    def last_seen(self) -> str:
+        """The answer the user last saw: this attempt's text, or while a retry has shown nothing
+        yet (its wait, its request), the dropped attempt's."""
+        return self.text() if self.text().strip() else self.dropped
 
 
 @dataclass
@@ -275,9 +283,10 @@ class _Run:
                     temperature=self.spec.temperature, on_delta=self.shown if self.spec.stream else None,
                 )
             except asyncio.CancelledError:
-                # stopped mid-answer (Ctrl-C): what the user saw stays in the session, marked
-                if self.shown.text().strip():
-                    self.record([interrupted_answer(self.shown.text())])
+                # stopped mid-answer or during a retry's wait (Ctrl-C): what the user saw stays in the session, marked
+                seen = self.shown.last_seen()
+                if seen.strip():
+                    self.record([interrupted_answer(seen)])
                 raise
             except ProviderError as exc:
                 self.shown.flush()

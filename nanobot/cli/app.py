@@ -31,6 +31,7 @@ app = typer.Typer(
     cls=_Commands,
     name="nanobot",
     help="nanobot — a personal AI assistant in your terminal.",
+    epilog="New here? `nanobot demo` tries the chat with no API key; `nanobot onboard` sets you up.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,

@@ -500,10 +500,11 @@ class Chat:
 
     # slash command actions -------------------------------------------------------------------
     def show_help(self) -> None:
+        # wrapped between words, continuations under the text (an 80-column terminal cut "Ctr|l-C")
         for name, (help_text, _) in SLASH_COMMANDS.items():
-            self.console.print(f"  [bold]{name:<10}[/bold] {help_text}")
-        self.console.print("  [dim]Esc-Enter: new line · Ctrl-C: cancel the running turn (twice on an empty "
-                           "prompt: leave) · Ctrl-D: leave[/dim]")
+            print_hanging(self.console, f"  {name:<10} {help_text}", indent=13)
+        print_hanging(self.console, "  Esc-Enter: new line · Ctrl-C: cancel the running turn (twice on an empty "
+                      "prompt: leave) · Ctrl-D: leave", indent=2)
 
     async def _memory_action(self, action: Callable[..., Awaitable[ConsolidationReport | None]], *,
                              on_error: str = "", quiet_when_idle: bool = False) -> bool:

@@ -36,7 +36,17 @@ def _stderr() -> Console:
 def say(console: Console, markup: str) -> None:
     """Print one of nanobot's own lines (an error, warning, retry, notice, receipt, question header).
     On a terminal it is wrapped between words: the chat's consoles soft-wrap, for streamed answers,
-    which lets the terminal cut a long line mid-word. Piped, each line stays whole."""
+    which lets the terminal cut a long line mid-word. Piped, each line stays whole. An indented line
+    keeps its indent on every wrapped line, so a retry line never reads as part of the answer."""
+    if console.is_terminal:
+        from rich.padding import Padding
+        from rich.text import Text
+
+        text = Text.from_markup(markup)
+        indent = len(text.plain) - len(text.plain.lstrip(" "))
+        if indent:
+            console.print(Padding(text[indent:], (0, 0, 0, indent), expand=False), highlight=False, soft_wrap=False)
+            return
     console.print(markup, highlight=False, soft_wrap=not console.is_terminal)
 
 

@@ -32,6 +32,8 @@ def ask_and_save(error: MissingKeyError, console: Console) -> bool:
     """Ask for the key (hidden) and save it; True when saved, False when the user skipped it."""
     assert error.config is not None
     where = f"providers.{to_camel(error.provider)}.apiKey in {error.config}"
+    if error.other_key:  # the user may hold a key for another provider and not know the model is not theirs
+        console.print(escape(error.other_key), soft_wrap=False)
     console.print(f"Paste your {escape(error.provider)} API key to keep it in {escape(where)} (mode 0600), "
                   f"or press Enter to skip and set {escape(error.env_key)} instead.", soft_wrap=False)
     try:

@@ -65,7 +65,9 @@ def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
             return
         if not key_prompt.ask_and_save(exc, console):
             console.print(f"skipped: no key saved. Set {escape(exc.env_key)}, or paste one when the chat "
-                          "(`nanobot agent`) asks.", soft_wrap=False)
+                          "(`nanobot agent`) asks. Another provider: set agents.defaults.model in "
+                          f"{escape(str(path))} (e.g. openai/gpt-4.1). No key at all: `nanobot demo`.",
+                          soft_wrap=False)
             return
         cfg = load_config(path, overrides=overrides)  # as saved, with whatever else changed meanwhile
         resolve_model(cfg)
@@ -93,7 +95,8 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
         resolved = resolve_model(cfg)
         table.add_row("provider", f"{resolved.spec.name} ({resolved.api_base or 'default endpoint'})")
     except NanobotError as exc:
-        table.add_row("provider", f"[yellow]{exc.message}[/yellow]")
+        hint = f"\n[dim]{escape(exc.hint)}[/dim]" if exc.hint else ""  # what to do, not only what is wrong
+        table.add_row("provider", f"[yellow]{escape(exc.message)}[/yellow]{hint}")
     keys = []
     for name, pc in cfg.providers.items():
         if pc.api_key or pc.api_base:
@@ -141,7 +144,8 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
                             for name, s in cfg.tools.mcp_servers.items())
         table.add_row("mcp servers", f"{servers}; `nanobot mcp list` starts them and shows their tools")
     lines = ignored_keys.grouped(ignored_keys.ignored(read_file(path), cfg))
-    table.add_row("ignored", "\n".join(lines) if lines else "nothing: every key in the file is used")
+    table.add_row("ignored", "\n".join(lines) if lines else "nothing: every key in the file is used"
+                  if path.exists() else "nothing (there is no config file yet)")
     console.print(table)
 
 

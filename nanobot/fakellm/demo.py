@@ -97,4 +97,5 @@ def demo_reply(request: RecordedRequest) -> Reply:
         f"- **list my files**: a real tool call (`list_dir`) and its result\n"
         f"- `/status`, `/help`: the chat's commands\n"
         f"- `/quit`: leave the demo (its home folder is removed)\n\n"
-        f"For real answers, set a key (for example `export OPENAI_API_KEY=...`) and run `nanobot agent`.\n")
+        f"For real answers, run `nanobot onboard`: it asks for a key for the default model (Anthropic's). "
+        f"With `OPENAI_API_KEY` set instead, `nanobot agent --model openai/gpt-4.1` answers at once.\n")

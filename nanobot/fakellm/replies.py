@@ -66,6 +66,8 @@ class Reply:
     chunks: Any = None  # None (split by words) | int (that many pieces) | list[str] (exact deltas)
     delay: float = 0.0
     reasoning: str | None = None
+    # OpenAI side: the reasoning goes out as MiniMax's `reasoning_details` (reasoning_split), not reasoning_content
+    reasoning_details: bool = False
     pace: float = 0.0  # seconds between streamed events: a slow stream (a Ctrl-C can land mid-answer)
     status: int = 200
     message: str = ""
@@ -82,7 +84,8 @@ class Reply:
 
     @classmethod
     def tool_calls(cls, calls: list, *, text: str | None = None, usage: dict | None = None,
-                   delay: float = 0.0, finish_reason: str = "tool_calls", reasoning: str | None = None) -> Reply:
+                   delay: float = 0.0, finish_reason: str = "tool_calls", reasoning: str | None = None,
+                   reasoning_details: bool = False) -> Reply:
         """`calls`: (name, args) pairs, or (name, args, id) to force an id (e.g. a duplicate);
         `finish_reason="length"`: a reply the length limit cut off (Anthropic: max_tokens)."""
         parsed = []
@@ -97,7 +100,7 @@ class Reply:
         if not parsed:
             raise ValueError("Reply.tool_calls needs at least one call")
         return cls("tool_calls", content=text, calls=tuple(parsed), usage=usage,
-                   finish_reason=finish_reason, delay=delay, reasoning=reasoning)
+                   finish_reason=finish_reason, delay=delay, reasoning=reasoning, reasoning_details=reasoning_details)
 
     @classmethod
     def error(cls, status: int, *, message: str | None = None,
@@ -126,7 +129,7 @@ class Reply:
         "pace"/"chunks" on text and cut_stream (a slow stream, in those pieces).
         """
         delay = float(d.get("delay", 0.0))
-        common = {"delay": delay}
+        common: dict[str, Any] = {"delay": delay}
         if "error" in d:
             return cls.error(int(d["error"]), message=d.get("message"),
                              retry_after=d.get("retry_after"), error_type=d.get("error_type"),
@@ -231,11 +234,19 @@ def openai_finish(reason: str) -> str:
     return _TO_OPENAI_FINISH.get(reason, reason)
 
 
+def _minimax_detail(text: str) -> dict[str, Any]:
+    """One entry of MiniMax's `reasoning_details` (its OpenAI-compatible API with reasoning_split)."""
+    return {"type": "reasoning.text", "id": "reasoning-text-1", "format": "MiniMax-response-v1", "index": 0,
+            "text": text}
+
+
 def openai_response(reply: Reply, *, model: str, ids: list[str], usage: Usage,
                     response_id: str) -> dict:
     """A non-streaming chat.completion body; `ids` are the tool-call ids to use, in order."""
     message: dict[str, Any] = {"role": "assistant", "content": reply.content, "refusal": None}
-    if reply.reasoning:
+    if reply.reasoning and reply.reasoning_details:
+        message["reasoning_details"] = [_minimax_detail(reply.reasoning)]
+    elif reply.reasoning:
         message["reasoning_content"] = reply.reasoning
     if reply.calls:
         message["tool_calls"] = [
@@ -272,7 +283,9 @@ def openai_stream(reply: Reply, *, model: str, ids: list[str], usage: Usage,
     yield chunk({"role": "assistant", "content": "", "refusal": None})
     if reply.reasoning:
         for piece in Reply.text(reply.reasoning).text_pieces():
-            yield chunk({"reasoning_content": piece})
+            # MiniMax streams each piece of its thinking as a continuation of detail 0
+            yield chunk({"reasoning_details": [_minimax_detail(piece)]} if reply.reasoning_details
+                        else {"reasoning_content": piece})
     for piece in reply.text_pieces():
         yield chunk({"content": piece})
     if cut:

@@ -78,6 +78,9 @@ class LLMResponse:
     # Anthropic's signed thinking blocks, replayed with the tool results of the same turn (the API
     # requires them there); never a wire key, so later turns and other providers do not get them
     thinking_blocks: list[dict[str, Any]] = field(default_factory=list)
+    # MiniMax's reasoning_details as sent (its OpenAI-compatible API with reasoning_split), kept the
+    # same way: within the turn, back to a server that asks for them (registry.details_back)
+    reasoning_details: list[dict[str, Any]] = field(default_factory=list)
     served_by: str = ""  # provider/model that answered, set where a fallback chain chose it (for the ledger)
 
     def to_message(self) -> Message:
@@ -89,6 +92,8 @@ class LLMResponse:
         msg = assistant(self.content, calls, reasoning_content=self.reasoning)
         if self.thinking_blocks:
             msg["thinking_blocks"] = self.thinking_blocks
+        if self.reasoning_details:
+            msg["reasoning_details"] = self.reasoning_details
         return msg
 
 

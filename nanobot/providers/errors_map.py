@@ -12,8 +12,7 @@ _RETRYABLE = {408, 409, 429, 500, 502, 503, 504, 529}
 _HINTS = {
     400: "The provider rejected the request as malformed; this is a bug in nanobot if it repeats — "
          "run `nanobot session repair` on the session and report it.",
-    401: "The API key was rejected: check the key (environment variable or providers.<name>.apiKey "
-         "in the config) and run `nanobot status`.",
+    401: "The API key was rejected: check {where} and run `nanobot status`.",
     403: "The key is not allowed to use this model or endpoint: check the account's permissions.",
     404: "The model or endpoint was not found: check agents.defaults.model and the provider's apiBase.",
     413: "The request is too large for the provider.",
@@ -74,6 +73,19 @@ def is_quota(status: int, message: str, error_type: str = "", retry_after: float
     return bool(_QUOTA.search(said)) and retry_after is None and not _RETRY_IN.search(said)
 
 
+def _hint(status: int, provider: str) -> str | None:
+    """The fix for an HTTP status, naming this provider's key where the key is the trouble."""
+    hint = _HINTS.get(status)
+    if hint is None or "{where}" not in hint:
+        return hint
+    from nanobot.config_check import to_camel
+    from nanobot.providers import registry
+
+    spec = registry.find(provider)
+    where = f"providers.{to_camel(registry.canonical(provider))}.apiKey in the config"
+    return hint.format(where=f"{spec.env_key} or {where}" if spec is not None and spec.env_key else where)
+
+
 def status_error(provider: str, status: int, message: str, retry_after: str | None = None,
                  error_type: str = "", url: str | None = None) -> ProviderError:
     message = mask_secrets(message)  # a 401 body often echoes the key it rejected
@@ -87,7 +99,7 @@ def status_error(provider: str, status: int, message: str, retry_after: str | No
     tool_choice_refused = status == 400 and not overflow and bool(_TOOL_CHOICE.search(message))
     return ProviderError(
         f"{provider}: {label}: {message}".rstrip(": "),
-        hint=_OVERFLOW_HINT if overflow else _QUOTA_HINT if quota else None if retryable else _HINTS.get(status),
+        hint=_OVERFLOW_HINT if overflow else _QUOTA_HINT if quota else None if retryable else _hint(status, provider),
         status=status,
         retryable=retryable,
         retry_after=wait,

@@ -43,9 +43,10 @@ def openai_request_options(resolved: ResolvedModel) -> dict[str, Any]:
     """reasoningEffort and providers.<name>.extraBody as top-level request fields (the adapter posts
     the body as plain JSON), whether the temperature goes too, and whether reasoning goes back."""
     extra = reasoning.openai_params(resolved.spec, resolved.model, resolved.reasoning_effort or None)
-    fields = {**resolved.extra_body, **extra.pop("extra_body", {}), **extra}
+    fields = {**reasoning.openai_defaults(resolved.spec), **resolved.extra_body, **extra.pop("extra_body", {}),
+              **extra}
     return {"extra_params": fields, "send_temperature": not reasoning.drops_temperature(resolved.spec, fields),
-            "reasoning_back": resolved.spec.reasoning_back}
+            "reasoning_back": resolved.spec.reasoning_back, "details_back": resolved.spec.details_back}
 
 
 def _load(module: str, api_base: str | None) -> None:

@@ -37,7 +37,7 @@ class OpenAICompatProvider(Provider):
                  extra_headers: dict[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT,
                  http_client: httpx2.AsyncClient | None = None,
                  extra_params: dict[str, Any] | None = None, send_temperature: bool = True,
-                 reasoning_back: bool = False) -> None:
+                 reasoning_back: bool = False, details_back: bool = False) -> None:
         super().__init__(model)
         self.timeout = timeout
         self.name = name
@@ -45,6 +45,7 @@ class OpenAICompatProvider(Provider):
         self.extra_params = dict(extra_params or {})
         self.send_temperature = send_temperature  # OpenAI's reasoning models reject one
         self.reasoning_back = reasoning_back  # tool-call messages keep reasoning_content (providers/registry.py)
+        self.details_back = details_back  # assistant messages keep reasoning_details (providers/registry.py)
         self._client = openai.AsyncOpenAI(
             api_key=api_key or "no-key", base_url=api_base or None, max_retries=0, timeout=http_timeout(timeout),
             default_headers=extra_headers or None,
@@ -62,6 +63,8 @@ class OpenAICompatProvider(Provider):
                 out.pop("reasoning_content", None)  # most servers reject it as input
             if out.get("role") == "tool":
                 out.pop("name", None)
+            if self.details_back and msg.get("role") == "assistant" and msg.get("reasoning_details"):
+                out["reasoning_details"] = msg["reasoning_details"]  # whole, as the server sent them
             wire.append(out)
         return wire
 
@@ -149,12 +152,15 @@ def _from_completion(completion: dict[str, Any], provider: str = "openai") -> LL
     msg = choice.get("message") or {}
     raw = [(c.get("id"), (c.get("function") or {}).get("name") or "", (c.get("function") or {}).get("arguments"))
            for c in (msg.get("tool_calls") or []) if isinstance(c, dict) and isinstance(c.get("function"), dict)]
+    details: list[dict[str, Any]] = []
+    add_details(details, msg.get("reasoning_details"))
     return LLMResponse(
         content=msg.get("content"),
         tool_calls=_calls(raw),
         finish_reason=choice.get("finish_reason") or "stop",
         usage=_usage(completion.get("usage")),
-        reasoning=msg.get("reasoning_content") or msg.get("reasoning") or None,
+        reasoning=msg.get("reasoning_content") or msg.get("reasoning") or details_text(details) or None,
+        reasoning_details=details,
     )
 
 
@@ -181,6 +187,7 @@ def _slot(calls: list[list[str]], slot_of: dict[int, list[str]], tc: dict[str, A
 async def _from_stream(provider: str, response: httpx2.Response, on_delta: DeltaCallback) -> LLMResponse:
     text: list[str] = []
     reasoning: list[str] = []
+    details: list[dict[str, Any]] = []  # MiniMax's reasoning_details, pieces joined
     calls: list[list[str]] = []  # [id, name, arguments] per call, in order
     slot_of: dict[int, list[str]] = {}  # the server's index -> its slot
     finish = None
@@ -205,6 +212,7 @@ async def _from_stream(provider: str, response: httpx2.Response, on_delta: Delta
             extra = delta.get("reasoning_content") or delta.get("reasoning")
             if isinstance(extra, str):
                 reasoning.append(extra)
+            add_details(details, delta.get("reasoning_details"))
             for tc in delta.get("tool_calls") or ():
                 slot = _slot(calls, slot_of, tc)
                 fn = tc.get("function") or {}
@@ -224,5 +232,36 @@ async def _from_stream(provider: str, response: httpx2.Response, on_delta: Delta
         tool_calls=_calls(raw),
         finish_reason=finish or ("tool_calls" if raw else "stop"),
         usage=_usage(usage),
-        reasoning="".join(reasoning) or None,
+        reasoning="".join(reasoning) or details_text(details) or None,
+        reasoning_details=details,
     )
+
+
+def add_details(merged: list[dict[str, Any]], pieces: Any) -> None:
+    """Fold `reasoning_details` entries (a whole message's, or one streamed chunk's) into `merged`,
+    one entry per index (or id). MiniMax streams each entry's text in pieces; its guide's example
+    reads each piece as the text so far, servers send continuations: a piece that starts with the
+    text so far replaces it, any other is appended."""
+    if not isinstance(pieces, list):
+        return
+    for piece in pieces:
+        if not isinstance(piece, dict):
+            continue
+        key = piece.get("index", piece.get("id"))
+        slot = next((m for m in merged if m.get("index", m.get("id")) == key), None) if key is not None else (
+            merged[-1] if merged else None)
+        if slot is None:
+            merged.append(dict(piece))
+            continue
+        for name, value in piece.items():
+            if name == "text" and isinstance(value, str):
+                before = slot["text"] if isinstance(slot.get("text"), str) else ""
+                grown = before and len(value) > len(before) and value.startswith(before)
+                slot["text"] = value if grown else before + value
+            elif slot.get(name) in (None, ""):
+                slot[name] = value
+
+
+def details_text(details: list[dict[str, Any]]) -> str:
+    """The thinking text of `reasoning_details` (what reasoning_content holds for other servers)."""
+    return "".join(d["text"] for d in details if isinstance(d.get("text"), str))

@@ -26,6 +26,12 @@ def not_sent_reason(spec: ProviderSpec, model: str) -> str:
     return ""
 
 
+def openai_defaults(spec: ProviderSpec) -> dict[str, Any]:
+    """Request fields sent unless reasoningEffort or extraBody say otherwise: MiniMax's reasoning_split,
+    so its thinking comes in `reasoning_details`, apart from the answer, and can go back whole."""
+    return {"reasoning_split": True} if spec.thinking == "reasoning_split" else {}
+
+
 def openai_params(spec: ProviderSpec, model: str, effort: str | None) -> dict[str, Any]:
     """Request fields for an OpenAI-compatible server; extra_body holds the non-standard ones."""
     if not effort or not_sent_reason(spec, model):

@@ -27,6 +27,9 @@ class ProviderSpec:
     # an assistant message with tool_calls goes back with its reasoning_content (DeepSeek's thinking
     # mode answers 400 without it; Kimi's thinking models need it for multi-step tool use)
     reasoning_back: bool = False
+    # assistant messages of the turn go back with the reasoning_details the server sent (MiniMax: its
+    # interleaved thinking, split from the answer by reasoning_split, must come back whole)
+    details_back: bool = False
     unsupported: str = ""  # why we cannot speak it, and what to use instead
 
 
@@ -58,7 +61,8 @@ PROVIDERS: tuple[ProviderSpec, ...] = (
     _compat("dashscope", "DASHSCOPE_API_KEY", "https://dashscope.aliyuncs.com/compatible-mode/v1", ("qwen",),
             thinking="enable_thinking"),
     _compat("zhipu", "ZHIPUAI_API_KEY", "https://open.bigmodel.cn/api/paas/v4", ("glm",)),
-    _compat("minimax", "MINIMAX_API_KEY", "https://api.minimax.io/v1", ("minimax",), thinking="reasoning_split"),
+    _compat("minimax", "MINIMAX_API_KEY", "https://api.minimax.io/v1", ("minimax",), thinking="reasoning_split",
+            details_back=True),
     _compat("siliconflow", "SILICONFLOW_API_KEY", "https://api.siliconflow.cn/v1"),
     _compat("aihubmix", "AIHUBMIX_API_KEY", "https://aihubmix.com/v1"),
     _compat("volcengine", "VOLCENGINE_API_KEY", "https://ark.cn-beijing.volces.com/api/v3", thinking="thinking_type"),

@@ -183,3 +183,32 @@ def test_ctrl_c_mid_answer_in_one_shot_mode_keeps_what_was_shown_too(configure, 
     kept = text_of(messages[1]["content"])
     assert kept.endswith(INTERRUPTED_MARK)
     assert set(re.findall(r"\bw\d+\b", kept)) == set(re.findall(r"\bw\d+\b", term.text()))
+
+
+def test_ctrl_c_during_a_retry_wait_keeps_the_half_answer_marked_as_interrupted(configure, fake_llm):
+    configure()
+    fake_llm.script(Reply.cut_stream("The stream dies in the mid", chunks=["The stream ", "dies in the ", "mid"]),
+                    Reply.text("second answer"))
+    term = Terminal("agent", env={"NANOBOT_RETRY_BASE_DELAY": "20"})  # a long wait before the retry
+    try:
+        term.wait_for("you ›")
+        term.send("hello")
+        term.wait_for("retrying in")
+        term.child.send("\x03")
+        term.wait_for("cancelled (the part shown is saved, marked as interrupted)")
+        term.wait_for_count("you ›", 2)
+        term.send("and then?")
+        term.wait_for("second answer")
+        term.wait_for_count("you ›", 3)
+        term.send("/exit")
+        term.finish()
+    finally:
+        term.close()
+    assert len(fake_llm.requests) == 2  # the retry never went out; the next question did
+    messages = SessionStore().load("cli:direct").messages
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
+    assert text_of(messages[1]["content"]) == f"The stream dies in the mid\n\n{INTERRUPTED_MARK}"
+    sent = fake_llm.requests[-1].messages
+    assert [m["role"] for m in sent[1:]] == ["user", "assistant", "user"]
+    assert INTERRUPTED_MARK in text_of(sent[2]["content"])
+    fake_llm.assert_all_valid()

@@ -81,11 +81,11 @@ def test_brave_key_comes_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     assert seen[0].headers["X-Subscription-Token"] == "env-key"
 
 
-def test_count_is_clamped_to_one_to_ten() -> None:
+def test_count_is_clamped_to_one_to_max_results() -> None:
     tool, seen = brave_tool(lambda r: httpx2.Response(200, json=BRAVE_RESPONSE))
     asyncio.run(tool.run(query="q", count=50))
     asyncio.run(tool.run(query="q", count=0))
-    assert [r.url.params["count"] for r in seen] == ["10", "1"]
+    assert [r.url.params["count"] for r in seen] == ["5", "1"]  # maxResults' default
     out = asyncio.run(tool.run(query="q", count=1))
     assert "2." not in out
 
@@ -193,3 +193,77 @@ def test_default_ddgs_wiring_passes_count_and_maps_no_results(monkeypatch: pytes
     assert asyncio.run(tool.run(query="nothing")) == "No results for: nothing"
     with pytest.raises(ToolError, match="all backends failed"):
         asyncio.run(tool.run(query="broken"))
+
+
+def _config_tools(tmp_path: Path, search: dict):
+    from nanobot.app import build_tools
+    from nanobot.config import load_config
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"tools": {"web": {"search": search}}}))
+    cfg = load_config(path, environ={})
+    return cfg, build_tools(cfg, tmp_path).get("web_search")
+
+
+def test_config_max_results_caps_what_web_search_returns_and_asks_for(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[int] = []
+
+    class FakeDDGS:
+        def text(self, query: str, max_results: int):
+            asked.append(max_results)
+            return [{"title": f"Hit {n}", "href": f"https://example.org/{n}", "body": ""} for n in range(1, 9)]
+
+    monkeypatch.setattr("ddgs.DDGS", FakeDDGS)
+    _, tool = _config_tools(tmp_path, {"maxResults": 2})
+    assert tool.schema()["function"]["parameters"]["properties"]["count"]["maximum"] == 2
+    for count in (None, 8):  # the default and a count above the setting: both stay within it
+        out = asyncio.run(tool.run(query="tides", count=count))
+        assert "2. Hit 2" in out and "3. Hit 3" not in out
+    assert asked == [2, 2]
+
+
+def test_config_max_results_is_the_count_brave_receives(tmp_path: Path) -> None:
+    many = {"web": {"results": [{"title": f"T{n}", "url": f"https://e.org/{n}", "description": ""}
+                                for n in range(1, 31)]}}
+    seen: list[httpx2.Request] = []
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        return httpx2.Response(200, json=many)
+
+    tool = WebSearchTool(CTX, api_key="brave-key", max_results=30, transport=httpx2.MockTransport(handler))
+    asyncio.run(tool.run(query="q"))
+    assert seen[0].url.params["count"] == "20"  # Brave's own maximum per request
+    tool = WebSearchTool(CTX, api_key="brave-key", max_results=3, transport=httpx2.MockTransport(handler))
+    out = asyncio.run(tool.run(query="q", count=10))
+    assert seen[1].url.params["count"] == "3"
+    assert "3. T3" in out and "4. T4" not in out
+
+
+def test_config_provider_duckduckgo_is_used_even_with_a_brave_key(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+
+    class FakeDDGS:
+        def text(self, query: str, max_results: int):
+            asked.append(query)
+            return [{"title": "Duck hit", "href": "https://example.org/", "body": ""}]
+
+    def brave_refused(*args, **kwargs):
+        raise AssertionError("Brave must not be contacted when the provider is duckduckgo")
+
+    monkeypatch.setattr("ddgs.DDGS", FakeDDGS)
+    monkeypatch.setattr(httpx2.AsyncClient, "get", brave_refused)
+    _, tool = _config_tools(tmp_path, {"provider": "DuckDuckGo", "apiKey": "brave-key"})
+    assert "1. Duck hit" in asyncio.run(tool.run(query="ducks"))
+    assert asked == ["ducks"]
+
+
+def test_config_provider_that_nanobot_lacks_stops_with_the_valid_names(tmp_path: Path) -> None:
+    from nanobot.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        _config_tools(tmp_path, {"provider": "tavily"})
+    assert "tools.web.search.provider" in caught.value.message and '"tavily"' in caught.value.message
+    assert '"brave" or "duckduckgo"' in caught.value.hint
