@@ -13,11 +13,14 @@ The rules:
 2. exec: every entry that exists when a command starts is read-only inside the sandbox (bwrap,
    and Landlock where it may make a mount namespace). `.git/` is the one exception in part: its
    data (objects, refs, index, HEAD, logs) stays writable so `git commit` works unasked, while
-   the parts git runs code from (hooks/, info/, modules/, worktrees/) are read-only and its
-   `config` may change only in keys that run nothing (see GIT_SAFE_KEYS).
+   what git reads settings from or runs code from (config, config.worktree, commondir, hooks/,
+   info/, modules/, worktrees/) is read-only. The same holds for every repository folder in the
+   workspace, nested ones included (`sub/.git`, a bare `x.git`; found by nanobot.policy.repos),
+   and for `.git` files (the `gitdir:` pointers of worktrees and submodules).
 3. What the sandbox could not hold (a path that did not exist yet, a Landlock without mounts,
    no sandbox) is found after the command by comparing with a snapshot (nanobot.policy.watch)
-   and needs the same approval as rule 1; refused, it is put back.
+   and needs the same approval as rule 1; refused, it is put back. A repository's config that
+   a command created (`git init` of a new repository) may hold only keys that run nothing (GIT_SAFE_KEYS).
 4. Outside the workspace, files that run at login or on a schedule (shell rc files, autostart
    folders, crontabs, systemd units, git hooks) need "persistence" wherever they are.
 """
@@ -28,8 +31,17 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-__all__ = ["Protected", "TABLE", "PROMPT_FILES", "GIT_CODE_PATHS", "GIT_WATCHED", "entry_for",
-           "is_persistence_path", "exec_read_only", "git_config_is_safe", "SHELL_RC_FILES"]
+from nanobot.policy.repos import (
+    GIT_CODE_PATHS,
+    GIT_SETTINGS,
+    GIT_WATCHED,
+    Repos,
+    find_repos,
+    looks_like_git_dir,
+)
+
+__all__ = ["Protected", "TABLE", "PROMPT_FILES", "GIT_CODE_PATHS", "GIT_WATCHED", "GIT_ENTRY", "entry_for",
+           "is_persistence_path", "exec_read_only", "git_config_is_safe", "git_settings_note", "SHELL_RC_FILES"]
 
 # The files the system prompt is built from, curated by the user (memory/prompt_files.py is their door).
 PROMPT_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "HEARTBEAT.md")
@@ -71,12 +83,7 @@ TABLE: tuple[Protected, ...] = (
     *(Protected(name, "persistence", "plain", f"a shell start-up file that {_RUNS_LATER}") for name in SHELL_RC_FILES),
 )
 
-# Inside .git: what git runs code from or is steered by (hooks, the config a submodule or a
-# worktree uses, a rebase's todo list with its `exec` lines). Data (objects, refs, index, HEAD,
-# logs) is not here: it runs nothing, and `git commit` must work without asking.
-GIT_CODE_PATHS = ("hooks", "info", "modules", "worktrees")
-GIT_WATCHED = (*GIT_CODE_PATHS, "config", "config.worktree", "commondir", "rebase-merge", "rebase-apply",
-               "sequencer")
+GIT_ENTRY = next(e for e in TABLE if e.path == ".git/")
 
 
 def entry_for(workspace: Path, target: Path) -> Protected | None:
@@ -87,20 +94,50 @@ def entry_for(workspace: Path, target: Path) -> Protected | None:
     for entry in TABLE:
         if entry.covers(rel):
             return entry
-    return None
+    return GIT_ENTRY if _in_a_repository_folder(workspace, rel) else None
 
 
-def exec_read_only(workspace: Path) -> tuple[Path, ...]:
+def _in_a_repository_folder(workspace: Path, rel: PurePosixPath) -> bool:
+    """A nested repository's folder or what is in it: `sub/.git/...`, or any folder git takes for
+    one (a bare `x.git/`, where a `.git` file points), found by its own entries."""
+    if ".git" in rel.parts:
+        return True
+    return any(looks_like_git_dir(workspace / folder) for folder in list(rel.parents)[:-1])
+
+
+def exec_read_only(workspace: Path, repos: Repos | None = None) -> tuple[Path, ...]:
     """Rule 2: the protected paths that exist now, to be read-only inside the sandbox (symlinks are
-    not followed: the after-command check covers them)."""
+    not followed: the after-command check covers them). `repos`: the walk's answer (else walked now)."""
     out: list[Path] = []
     for entry in TABLE:
         path = workspace / entry.path.rstrip("/")
-        if entry.path == ".git/":
-            out += [path / p for p in GIT_CODE_PATHS if (path / p).is_dir() and not (path / p).is_symlink()]
-        elif path.exists() and not path.is_symlink() and (path.is_dir() or path.is_file()):
+        if entry.path != ".git/" and path.exists() and not path.is_symlink() and (path.is_dir() or path.is_file()):
             out.append(path)
+    repos = repos or find_repos(workspace)
+    git_dirs = dict.fromkeys([".git", *repos.git_dirs]) if (workspace / ".git").is_dir() else repos.git_dirs
+    for rel in git_dirs:
+        folder = workspace / rel
+        out += [folder / p for p in GIT_CODE_PATHS if (folder / p).is_dir() and not (folder / p).is_symlink()]
+        out += [folder / p for p in GIT_SETTINGS if (folder / p).is_file() and not (folder / p).is_symlink()]
+    out += [workspace / rel for rel in repos.git_files if not (workspace / rel).is_symlink()]
     return tuple(out)
+
+
+# git's words when the read-only config stopped it (`git config`, `git remote add`, `git push -u`, `git init`
+# in an existing repository): "could not write config file .git/config: Device or resource busy"
+_GIT_SETTINGS_REFUSED = re.compile(r"could not (?:write|lock|commit|set)[^\n]*config[^\n]*"
+                                   r"(?:Device or resource busy|Read-only file system)")
+
+
+def git_settings_note(output: str) -> str:
+    """For exec's result: when git failed because a repository's config is read-only, what to do instead."""
+    if not _GIT_SETTINGS_REFUSED.search(output):
+        return ""
+    return ("\n[nanobot: git could not change the repository's settings: inside exec every repository's config "
+            "and hooks are read-only, because git runs the programs they name as the user, outside the sandbox. "
+            "Do not retry it with exec. For one command, pass a setting with `git -c key=value ...` (e.g. "
+            "`git -c user.name=... -c user.email=... commit`); to keep it, change the config with edit_file "
+            "(the user is asked), or ask the user to run the command themselves.]")
 
 
 # -- .git/config: keys that run nothing -----------------------------------------------------------

@@ -26,7 +26,8 @@ from nanobot.errors import ToolError
 from nanobot.errors import UnparsableCommand as Unparsable
 from nanobot.memory.store import watch_memory
 from nanobot.policy.commands import Command, parse
-from nanobot.policy.protected import exec_read_only
+from nanobot.policy.protected import exec_read_only, git_settings_note
+from nanobot.policy.repos import last_found
 from nanobot.policy.watch import changes_since, take_snapshot
 from nanobot.sandbox import Launch, build_policy, launcher
 from nanobot.sandbox.limits import PidsCgroup, is_running, stat_fields
@@ -416,6 +417,7 @@ class ExecTool(Tool):
             if note:
                 raise ToolError(exc.message + note, hint=exc.hint) from exc
             raise
+        result += git_settings_note(result) + self._repos_note(ws)
         return result + watch.note + await review(self.ctx.approver, ws, changes_since(ws, before, contents=contents))
 
     async def _run(self, command: str, working_dir: str | None, timeout: float | None) -> str:
@@ -525,6 +527,16 @@ class ExecTool(Tool):
         names = ", ".join(str(p) for p in self._linked[:5]) + (" ..." if len(self._linked) > 5 else "")
         return (f"\n[note: {len(self._linked)} workspace file(s) have other hard links, perhaps outside the "
                 f"workspace, and commands can write through them here: {names}]")
+
+    _repos_told = False
+
+    def _repos_note(self, ws: Path) -> str:
+        """Once a session: the search for git repositories (nanobot.policy.repos) stopped at its cap."""
+        found = last_found(ws)
+        if self._repos_told or found is None or found.complete or not self.ctx.confinement.confined:
+            return ""
+        self._repos_told = True
+        return f"\n[note: {found.note()}]"
 
     async def _spawn_and_wait(self, launch: Launch, cwd: Path, limit: float) -> str:
         loop = asyncio.get_running_loop()
