@@ -25,7 +25,7 @@ from typing import Any
 from nanobot.errors import ToolError
 from nanobot.errors import UnparsableCommand as Unparsable
 from nanobot.memory.store import watch_memory
-from nanobot.policy.commands import Command, parse
+from nanobot.policy.commands import Command, parse, unreadable
 from nanobot.policy.protected import exec_read_only, git_settings_note
 from nanobot.policy.repos import last_found
 from nanobot.policy.watch import changes_since, take_snapshot
@@ -466,6 +466,12 @@ class ExecTool(Tool):
                 "exec-unconfined", f"run without a sandbox ({self.ctx.confinement.detail}): {command}",
                 detail=command, always_key="exec-unconfined",
                 allow_hint='--allow-unconfined-exec or tools.exec.confinement: "none"'))
+        why = unreadable(command) if confined else None  # unconfined, every command is asked about already
+        if why is not None:  # the deny rules and the accident list could not judge what it runs
+            asks.append(ApprovalRequest(
+                "exec-unparsable", f"nanobot cannot read this command line ({why}), so its checks cannot judge it: "
+                f"{command}", detail=command, always_key=f"exec-unparsable:{command}",
+                allow_hint=approve_flag_hint("exec-unparsable")))
         pattern = None if trusted else rules.asked_by(command)
         if pattern is not None:
             asks.append(ApprovalRequest("exec-ask", f"command matches your ask pattern {pattern!r}: {command}",
