@@ -360,9 +360,9 @@ class ExecTool(Tool):
     )
     _confined_note = (
         " Commands run in a sandbox: only the workspace and /tmp are writable, and in the workspace memory/, "
-        "cron/, skills/, the prompt files (AGENTS.md, SOUL.md, USER.md, TOOLS.md, HEARTBEAT.md), .git's hooks "
-        "and settings and editor run configurations are protected (change them with the file tools, which ask "
-        "the user); "
+        "cron/, skills/, the prompt files (AGENTS.md, SOUL.md, USER.md, TOOLS.md, HEARTBEAT.md), every git "
+        "repository's hooks and settings (`git config` fails: use `git -c key=value`) and editor run "
+        "configurations are protected (change them with the file tools, which ask the user); "
         "the home folder, nanobot's config and credentials are not visible, "
         "there is no network unless the user allows it, and nothing it starts keeps running after it returns "
         "(start a server and use it within one command)."
