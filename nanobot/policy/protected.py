@@ -27,7 +27,10 @@ The rules:
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -41,7 +44,8 @@ from nanobot.policy.repos import (
 )
 
 __all__ = ["Protected", "TABLE", "PROMPT_FILES", "GIT_CODE_PATHS", "GIT_WATCHED", "GIT_ENTRY", "entry_for",
-           "is_persistence_path", "exec_read_only", "git_config_is_safe", "git_settings_note", "SHELL_RC_FILES"]
+           "is_persistence_path", "exec_read_only", "git_config_is_safe", "git_settings_note",
+           "parse_git_config", "safe_git_config_edit", "SHELL_RC_FILES"]
 
 # The files the system prompt is built from, curated by the user (memory/prompt_files.py is their door).
 PROMPT_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "HEARTBEAT.md")
@@ -136,8 +140,9 @@ def git_settings_note(output: str) -> str:
     return ("\n[nanobot: git could not change the repository's settings: inside exec every repository's config "
             "and hooks are read-only, because git runs the programs they name as the user, outside the sandbox. "
             "Do not retry it with exec. For one command, pass a setting with `git -c key=value ...` (e.g. "
-            "`git -c user.name=... -c user.email=... commit`); to keep it, change the config with edit_file "
-            "(the user is asked), or ask the user to run the command themselves.]")
+            "`git -c user.name=... -c user.email=... commit`); to keep it, change the config file with edit_file "
+            "(keys that run nothing, such as user.name or a remote's url, need no approval; others ask the user), "
+            "or ask the user to run the command themselves.]")
 
 
 # -- .git/config: keys that run nothing -----------------------------------------------------------
@@ -160,6 +165,39 @@ def git_config_is_safe(before: dict[str, list[str]] | None, after: dict[str, lis
     old = before or {}
     changed = {k for k in set(old) | set(after) if old.get(k) != after.get(k)}
     return all(GIT_SAFE_KEYS.match(k) for k in changed)
+
+
+def parse_git_config(data: bytes) -> dict[str, list[str]] | None:
+    """A config file's key -> values as git itself reads it (no includes followed; nothing run);
+    None when git is missing or cannot read it."""
+    git = shutil.which("git")
+    if git is None:
+        return None
+    try:
+        run = subprocess.run([git, "config", "--no-includes", "--file", "-", "--list", "-z"], input=data,
+                             capture_output=True, timeout=10, env={"PATH": os.defpath, "GIT_CONFIG_NOSYSTEM": "1"})
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if run.returncode != 0:
+        return None
+    out: dict[str, list[str]] = {}
+    for record in run.stdout.split(b"\0"):
+        if record:
+            key, _, value = record.decode("utf-8", "replace").partition("\n")
+            out.setdefault(key, []).append(value)
+    return out
+
+
+def safe_git_config_edit(workspace: Path, target: Path, before: str | None, after: str) -> bool:
+    """A file tool's change to a repository's config (or config.worktree) that touches only keys that
+    run nothing: it needs no approval, as `git config user.email ...` needed none before the
+    config became read-only inside exec."""
+    if target.name not in ("config", "config.worktree") or not target.is_relative_to(workspace):
+        return False
+    if not looks_like_git_dir(target.parent):
+        return False
+    old = parse_git_config(before.encode()) if before is not None else {}
+    return old is not None and git_config_is_safe(old, parse_git_config(after.encode()))
 
 
 # -- rule 4: anywhere on disk ---------------------------------------------------------------------

@@ -17,12 +17,18 @@ import hashlib
 import os
 import shutil
 import stat
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from nanobot.fsio import atomic_write
-from nanobot.policy.protected import GIT_ENTRY, TABLE, Protected, entry_for, git_config_is_safe
+from nanobot.policy.protected import (
+    GIT_ENTRY,
+    TABLE,
+    Protected,
+    entry_for,
+    git_config_is_safe,
+    parse_git_config,
+)
 from nanobot.policy.repos import GIT_WATCHED, find_repos
 
 __all__ = ["Snapshot", "Change", "take_snapshot", "changes_since", "put_back", "as_text"]
@@ -144,27 +150,12 @@ def changes_since(workspace: Path, before: Snapshot, *, contents: bool = True) -
 
 
 def _git_config(item: _Item | None) -> dict[str, list[str]] | None:
-    """The config's key -> values as git itself reads it (no includes followed; nothing run)."""
+    """The config's key -> values as git itself reads it (nanobot.policy.protected.parse_git_config)."""
     if item is None:
         return {}
     if item.kind != "file" or item.data is None:
         return None
-    git = shutil.which("git")
-    if git is None:
-        return None
-    try:
-        run = subprocess.run([git, "config", "--no-includes", "--file", "-", "--list", "-z"], input=item.data,
-                             capture_output=True, timeout=10, env={"PATH": os.defpath, "GIT_CONFIG_NOSYSTEM": "1"})
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if run.returncode != 0:
-        return None
-    out: dict[str, list[str]] = {}
-    for record in run.stdout.split(b"\0"):
-        if record:
-            key, _, value = record.decode("utf-8", "replace").partition("\n")
-            out.setdefault(key, []).append(value)
-    return out
+    return parse_git_config(item.data)
 
 
 def as_text(item: _Item | None) -> str | None:

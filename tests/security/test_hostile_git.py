@@ -160,3 +160,22 @@ def test_the_cap_of_the_repository_search_is_told_once(hostile, monkeypatch):
     monkeypatch.setattr(repos, "MAX_ENTRIES", 10)
     hostile.run([("exec", {"command": "true"}), ("exec", {"command": "true"})])
     assert sum("too large to search" in r for r in _tool_results(hostile)) == 1
+
+
+def test_the_file_tools_change_a_repository_config_unasked_only_in_keys_that_run_nothing(hostile):
+    ws = hostile.workspace
+    repos = _workspace_with_repos(ws)
+    asked = No()
+    hostile.run([
+        ("edit_file", {"path": "sub/.git/config", "old_text": "[core]", "new_text": "[user]\n\tname = Me\n[core]"}),
+        ("edit_file", {"path": "store/linked.git/config", "old_text": "[core]",
+                       "new_text": "[remote \"origin\"]\n\turl = ../elsewhere.git\n[core]"}),
+        ("edit_file", {"path": ".git/config", "old_text": "[core]", "new_text": "[core]\n\tfsmonitor = touch x"}),
+        ("write_file", {"path": "sub/deeper/proj/.git/config", "content": "[alias]\n\tst = !touch x\n"}),
+    ], ask=asked)
+    assert subprocess.run(["git", "config", "--file", _config_of(repos["sub"]), "user.name"], capture_output=True,
+                          text=True).stdout == "Me\n"
+    assert _git(repos["linked"], "remote").stdout == "origin\n"
+    assert "fsmonitor" not in (ws / ".git" / "config").read_text()
+    assert "alias" not in (ws / "sub" / "deeper" / "proj" / ".git" / "config").read_text()
+    assert [r.kind for r in asked.requests] == ["persistence", "persistence"]  # only the two that run something
