@@ -45,7 +45,7 @@ from nanobot.policy.repos import (
 
 __all__ = ["Protected", "TABLE", "PROMPT_FILES", "GIT_CODE_PATHS", "GIT_WATCHED", "GIT_ENTRY", "entry_for",
            "is_persistence_path", "exec_read_only", "git_config_is_safe", "git_settings_note",
-           "parse_git_config", "safe_git_config_edit", "SHELL_RC_FILES"]
+           "parse_git_config", "safe_git_config_edit", "named_by_git_config", "SHELL_RC_FILES"]
 
 # The files the system prompt is built from, curated by the user (memory/prompt_files.py is their door).
 PROMPT_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "HEARTBEAT.md")
@@ -103,10 +103,14 @@ def entry_for(workspace: Path, target: Path) -> Protected | None:
 
 def _in_a_repository_folder(workspace: Path, rel: PurePosixPath) -> bool:
     """A nested repository's folder or what is in it: `sub/.git/...`, or any folder git takes for
-    one (a bare `x.git/`, where a `.git` file points), found by its own entries."""
+    one (a bare `x.git/`, where a `.git` file points), found by its own entries; or a file a
+    repository's settings point git at (named_by_git_config)."""
     if ".git" in rel.parts:
         return True
-    return any(looks_like_git_dir(workspace / folder) for folder in list(rel.parents)[:-1])
+    if any(looks_like_git_dir(workspace / folder) for folder in list(rel.parents)[:-1]):
+        return True
+    target = workspace / rel
+    return any(target == p or target.is_relative_to(p) for p in named_by_git_config(workspace))
 
 
 def exec_read_only(workspace: Path, repos: Repos | None = None) -> tuple[Path, ...]:
@@ -124,7 +128,91 @@ def exec_read_only(workspace: Path, repos: Repos | None = None) -> tuple[Path, .
         out += [folder / p for p in GIT_CODE_PATHS if (folder / p).is_dir() and not (folder / p).is_symlink()]
         out += [folder / p for p in GIT_SETTINGS if (folder / p).is_file() and not (folder / p).is_symlink()]
     out += [workspace / rel for rel in repos.git_files if not (workspace / rel).is_symlink()]
-    return tuple(out)
+    return tuple(dict.fromkeys([*out, *named_by_git_config(workspace, repos)]))
+
+
+# -- what a repository's settings name: included files, a hooks folder, programs ------------------
+
+_INCLUDE_KEY = re.compile(r"^include(?:if\..+)?\.path$")
+_INCLUDE_DEPTH = 5  # includes followed, as git does (it stops at 10)
+_parsed_configs: dict[str, tuple[tuple[int, int, int, int], dict[str, list[str]] | None]] = {}
+
+
+def named_by_git_config(workspace: Path, repos: Repos | None = None) -> tuple[Path, ...]:
+    """Files and folders in the workspace that a repository's settings point git at, and which run
+    later as the user just like hooks: an included config file (`include.path`, `includeIf.*.path`),
+    the hooks folder of `core.hooksPath` (husky's `.husky`), a program a key names by its path
+    (`core.fsmonitor = ./watch.sh`, a filter or textconv driver, an alias, a pager)."""
+    repos = repos or find_repos(workspace)
+    tops = _worktree_tops(workspace, repos)
+    out: list[Path] = []
+    for rel in dict.fromkeys([".git", *repos.git_dirs]):
+        git_dir = workspace / rel
+        top = tops.get(rel, git_dir.parent if git_dir.name == ".git" else git_dir)
+        for name in ("config", "config.worktree"):
+            out += _named(workspace, git_dir / name, git_dir, top, 0)
+    return tuple(dict.fromkeys(out))
+
+
+def _worktree_tops(workspace: Path, repos: Repos) -> dict[str, Path]:
+    """Repository folder -> its working tree, for those a `.git` file points at."""
+    tops: dict[str, Path] = {}
+    for rel in repos.git_files:
+        pointer = workspace / rel
+        try:
+            line = pointer.read_text(errors="replace").strip()
+        except OSError:
+            continue
+        if line.startswith("gitdir:"):
+            target = Path(os.path.normpath(pointer.parent / line[7:].strip()))
+            if target.is_relative_to(workspace):
+                tops[target.relative_to(workspace).as_posix()] = pointer.parent
+    return tops
+
+
+def _named(workspace: Path, config: Path, git_dir: Path, top: Path, depth: int) -> list[Path]:
+    parsed = _read_git_config(config)
+    out: list[Path] = []
+    for key, values in (parsed or {}).items():
+        if GIT_SAFE_KEYS.match(key):
+            continue
+        for value in values:
+            include = bool(_INCLUDE_KEY.match(key))
+            if include or key == "core.hookspath":
+                word = value
+            else:  # a command: its program, when it is a file of the workspace
+                words = value.lstrip("!").split()
+                word = words[0] if words else ""
+            if not word or word.startswith("~"):
+                continue
+            path = Path(os.path.normpath((config.parent if include else top) / word))
+            if (not path.is_relative_to(workspace) or path == workspace or git_dir.is_relative_to(path)
+                    or path.is_relative_to(git_dir) or path.is_symlink() or not path.exists()):
+                continue  # outside (read-only anyway), a folder holding the repository, or already covered
+            out.append(path)
+            if include and depth < _INCLUDE_DEPTH and path.is_file():
+                out += _named(workspace, path, git_dir, top, depth + 1)
+    return out
+
+
+def _read_git_config(path: Path) -> dict[str, list[str]] | None:
+    """parse_git_config of a file, kept while the file's status is unchanged (exec asks at every command)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    cached = _parsed_configs.get(str(path))
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    try:
+        parsed = parse_git_config(path.read_bytes()) if st.st_size <= 1 << 20 else None
+    except OSError:
+        return None
+    if len(_parsed_configs) > 1000:
+        _parsed_configs.clear()
+    _parsed_configs[str(path)] = (stamp, parsed)
+    return parsed
 
 
 # git's words when the read-only config stopped it (`git config`, `git remote add`, `git push -u`, `git init`

@@ -27,6 +27,7 @@ from nanobot.policy.protected import (
     Protected,
     entry_for,
     git_config_is_safe,
+    named_by_git_config,
     parse_git_config,
 )
 from nanobot.policy.repos import GIT_WATCHED, find_repos
@@ -69,12 +70,13 @@ _TABLE_ROOTS = _table_roots()
 def _roots(workspace: Path) -> list[tuple[str, str | None]]:
     """(path, the repository folder it belongs to or None): the table's paths, `.git` itself (a command
     may swap the folder for a `gitdir:` file; not walked: its data is large) and every `.git` file (a
-    `gitdir:` pointer), and in every repository folder of the workspace (nanobot.policy.repos) what git
-    reads settings or runs code from."""
+    `gitdir:` pointer), in every repository folder of the workspace (nanobot.policy.repos) what git
+    reads settings or runs code from, and what their settings point git at (an included file, husky's hooks)."""
     repos = find_repos(workspace)
     git_dirs = dict.fromkeys([".git", *repos.git_dirs])
+    named = [p.relative_to(workspace).as_posix() for p in named_by_git_config(workspace, repos)]
     return [*((r, None) for r in _TABLE_ROOTS), *((f, None) for f in dict.fromkeys([".git", *repos.git_files])),
-            *((f"{g}/{p}", g) for g in git_dirs for p in GIT_WATCHED)]
+            *((f"{g}/{p}", g) for g in git_dirs for p in GIT_WATCHED), *((n, None) for n in named)]
 
 
 def _is_git_config(rel: str, git_dir: str | None) -> bool:

@@ -179,3 +179,35 @@ def test_the_file_tools_change_a_repository_config_unasked_only_in_keys_that_run
     assert "fsmonitor" not in (ws / ".git" / "config").read_text()
     assert "alias" not in (ws / "sub" / "deeper" / "proj" / ".git" / "config").read_text()
     assert [r.kind for r in asked.requests] == ["persistence", "persistence"]  # only the two that run something
+
+
+def test_what_a_repository_config_points_git_at_is_protected_too(hostile, mechanism, tmp_path):
+    """husky's `core.hooksPath = .husky` makes .husky/ the hooks folder, and `include.path` makes a
+    workspace file part of the settings: both run later as the user, like .git/hooks and .git/config."""
+    ws = hostile.workspace
+    _repo(ws)
+    (ws / ".husky").mkdir()
+    (ws / ".husky" / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+    (ws / ".husky" / "pre-commit").chmod(0o755)
+    (ws / "shared.gitconfig").write_text("[core]\n\tautocrlf = false\n")
+    _git(ws, "config", "core.hooksPath", ".husky")
+    _git(ws, "config", "include.path", "../shared.gitconfig")
+    hook, shared = (ws / ".husky" / "pre-commit").read_bytes(), (ws / "shared.gitconfig").read_bytes()
+    canary = tmp_path / "RAN"
+    asked = No()
+    hostile.run([
+        ("exec", {"command": f"printf '#!/bin/sh\\ntouch {canary}\\n' > .husky/pre-commit"}),
+        ("exec", {"command": f"printf '[core]\\n\\tfsmonitor = touch {canary}\\n' >> shared.gitconfig"}),
+        ("exec", {"command": f"printf '#!/bin/sh\\ntouch {canary}\\n' > .husky/post-checkout && chmod +x .husky/post-checkout"}),
+        ("write_file", {"path": ".husky/pre-push", "content": f"#!/bin/sh\ntouch {canary}\n"}),
+        ("edit_file", {"path": "shared.gitconfig", "old_text": "[core]", "new_text": f"[core]\n\tpager = touch {canary}"}),
+    ], ask=asked)
+    assert (ws / ".husky" / "pre-commit").read_bytes() == hook and (ws / "shared.gitconfig").read_bytes() == shared
+    assert not (ws / ".husky" / "post-checkout").exists() and not (ws / ".husky" / "pre-push").exists()
+    _git(ws, "status")
+    _git(ws, "commit", "-qm", "next", "--allow-empty")
+    _git(ws, "checkout", "-q", "-b", "other")
+    assert not canary.exists()
+    if mechanism != "landlock-no-mounts":  # the existing files were refused during the command
+        assert all(".husky/post-checkout" in r.summary or "write_file" in r.summary or "edit_file" in r.summary
+                   for r in asked.requests), [r.summary for r in asked.requests]
