@@ -30,7 +30,7 @@ from nanobot.policy.protected import (
     named_by_git_config,
     parse_git_config,
 )
-from nanobot.policy.repos import GIT_WATCHED, find_repos
+from nanobot.policy.repos import GIT_SETTINGS, GIT_WATCHED, find_repos
 
 __all__ = ["Snapshot", "Change", "take_snapshot", "changes_since", "put_back", "as_text"]
 
@@ -75,8 +75,11 @@ def _roots(workspace: Path) -> list[tuple[str, str | None]]:
     repos = find_repos(workspace)
     git_dirs = dict.fromkeys([".git", *repos.git_dirs])
     named = [p.relative_to(workspace).as_posix() for p in named_by_git_config(workspace, repos)]
-    return [*((r, None) for r in _TABLE_ROOTS), *((f, None) for f in dict.fromkeys([".git", *repos.git_files])),
-            *((f"{g}/{p}", g) for g in git_dirs for p in GIT_WATCHED), *((n, None) for n in named)]
+    files = [p for p in GIT_WATCHED if p in GIT_SETTINGS]  # first: a large skills/ or modules/ must not crowd them out
+    return [*((f, None) for f in dict.fromkeys([".git", *repos.git_files])),
+            *((f"{g}/{p}", g) for g in git_dirs for p in files), *((r, None) for r in _TABLE_ROOTS),
+            *((n, None) for n in named),
+            *((f"{g}/{p}", g) for g in git_dirs for p in GIT_WATCHED if p not in files)]
 
 
 def _is_git_config(rel: str, git_dir: str | None) -> bool:
