@@ -23,7 +23,7 @@ __all__ = ["SessionApprover", "KINDS", "check_kinds"]
 
 # Every kind a tool asks about; "all" in --approve / tools.autoApprove allows every one.
 KINDS = ("file-outside", "persistence", "memory-edit", "prompt-edit", "skill-edit",
-         "exec-network", "exec-unconfined", "exec-ask", "mcp", "web-domain")
+         "exec-network", "exec-unconfined", "exec-ask", "exec-unparsable", "mcp", "web-domain")
 
 Recorder = Callable[..., Any]
 

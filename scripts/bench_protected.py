@@ -10,6 +10,7 @@ times one snapshot before a command plus one comparison after it, the work exec 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -35,6 +36,9 @@ def _workspace(base: Path, copies: int) -> Path:
             (ws / f"file{n}.txt").write_text(f"{n}\n")
         subprocess.run(["git", "add", "-A"], cwd=ws, check=True)
         subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x"], cwd=ws, check=True)
+    old = time.time() - 3600  # an hour-old workspace, as real ones are: the repository search may keep its listings
+    for folder in [ws, *(p for p in ws.rglob("*") if p.is_dir() and not p.is_symlink())]:
+        os.utime(folder, (old, old))
     return ws
 
 
@@ -44,8 +48,6 @@ def main() -> None:
     parser.add_argument("--skills-copies", type=int, default=1)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        import os
-
         os.environ["NANOBOT_HOME"] = str(Path(tmp) / "home")
         from nanobot.policy.watch import changes_since, take_snapshot
 

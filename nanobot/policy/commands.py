@@ -32,7 +32,7 @@ from functools import lru_cache
 
 from nanobot.errors import UnparsableCommand as Unparsable
 
-__all__ = ["Command", "Word", "parse"]
+__all__ = ["Command", "Word", "parse", "unreadable"]
 
 MAX_DEPTH = 32  # nesting of substitutions, groups and wrapper strings; deeper is Unparsable
 MAX_LENGTH = 100_000  # characters of one command line
@@ -862,3 +862,12 @@ def parse(line: str) -> list[Command]:
 @lru_cache(maxsize=64)  # exec asks deny, allow and ask rules and the accident list about the same line
 def _parsed(line: str) -> tuple[Command, ...]:
     return tuple(_expand(_parse(line, 0), 0))
+
+
+def unreadable(line: str) -> str | None:
+    """Why the parser cannot read `line` ("unterminated double quote at character 19"), or None when it can."""
+    try:
+        _parsed(line)
+    except Unparsable as exc:
+        return str(exc)
+    return None

@@ -13,23 +13,39 @@ The rules:
 2. exec: every entry that exists when a command starts is read-only inside the sandbox (bwrap,
    and Landlock where it may make a mount namespace). `.git/` is the one exception in part: its
    data (objects, refs, index, HEAD, logs) stays writable so `git commit` works unasked, while
-   the parts git runs code from (hooks/, info/, modules/, worktrees/) are read-only and its
-   `config` may change only in keys that run nothing (see GIT_SAFE_KEYS).
+   what git reads settings from or runs code from (config, config.worktree, commondir, hooks/,
+   info/, modules/, worktrees/) is read-only. The same holds for every repository folder in the
+   workspace, nested ones included (`sub/.git`, a bare `x.git`; found by nanobot.policy.repos),
+   and for `.git` files (the `gitdir:` pointers of worktrees and submodules).
 3. What the sandbox could not hold (a path that did not exist yet, a Landlock without mounts,
    no sandbox) is found after the command by comparing with a snapshot (nanobot.policy.watch)
-   and needs the same approval as rule 1; refused, it is put back.
+   and needs the same approval as rule 1; refused, it is put back. A repository's config that
+   a command created (`git init` of a new repository) may hold only keys that run nothing (GIT_SAFE_KEYS).
 4. Outside the workspace, files that run at login or on a schedule (shell rc files, autostart
    folders, crontabs, systemd units, git hooks) need "persistence" wherever they are.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-__all__ = ["Protected", "TABLE", "PROMPT_FILES", "GIT_CODE_PATHS", "GIT_WATCHED", "entry_for",
-           "is_persistence_path", "exec_read_only", "git_config_is_safe", "SHELL_RC_FILES"]
+from nanobot.policy.repos import (
+    GIT_CODE_PATHS,
+    GIT_SETTINGS,
+    GIT_WATCHED,
+    Repos,
+    find_repos,
+    looks_like_git_dir,
+)
+
+__all__ = ["Protected", "TABLE", "PROMPT_FILES", "GIT_CODE_PATHS", "GIT_WATCHED", "GIT_ENTRY", "entry_for",
+           "is_persistence_path", "exec_read_only", "git_config_is_safe", "git_settings_note",
+           "parse_git_config", "safe_git_config_edit", "named_by_git_config", "SHELL_RC_FILES"]
 
 # The files the system prompt is built from, curated by the user (memory/prompt_files.py is their door).
 PROMPT_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "HEARTBEAT.md")
@@ -71,12 +87,7 @@ TABLE: tuple[Protected, ...] = (
     *(Protected(name, "persistence", "plain", f"a shell start-up file that {_RUNS_LATER}") for name in SHELL_RC_FILES),
 )
 
-# Inside .git: what git runs code from or is steered by (hooks, the config a submodule or a
-# worktree uses, a rebase's todo list with its `exec` lines). Data (objects, refs, index, HEAD,
-# logs) is not here: it runs nothing, and `git commit` must work without asking.
-GIT_CODE_PATHS = ("hooks", "info", "modules", "worktrees")
-GIT_WATCHED = (*GIT_CODE_PATHS, "config", "config.worktree", "commondir", "rebase-merge", "rebase-apply",
-               "sequencer")
+GIT_ENTRY = next(e for e in TABLE if e.path == ".git/")
 
 
 def entry_for(workspace: Path, target: Path) -> Protected | None:
@@ -87,20 +98,139 @@ def entry_for(workspace: Path, target: Path) -> Protected | None:
     for entry in TABLE:
         if entry.covers(rel):
             return entry
-    return None
+    return GIT_ENTRY if _in_a_repository_folder(workspace, rel) else None
 
 
-def exec_read_only(workspace: Path) -> tuple[Path, ...]:
+def _in_a_repository_folder(workspace: Path, rel: PurePosixPath) -> bool:
+    """A nested repository's folder or what is in it: `sub/.git/...`, or any folder git takes for
+    one (a bare `x.git/`, where a `.git` file points), found by its own entries; or a file a
+    repository's settings point git at (named_by_git_config)."""
+    if ".git" in rel.parts:
+        return True
+    if any(looks_like_git_dir(workspace / folder) for folder in list(rel.parents)[:-1]):
+        return True
+    target = workspace / rel
+    return any(target == p or target.is_relative_to(p) for p in named_by_git_config(workspace))
+
+
+def exec_read_only(workspace: Path, repos: Repos | None = None) -> tuple[Path, ...]:
     """Rule 2: the protected paths that exist now, to be read-only inside the sandbox (symlinks are
-    not followed: the after-command check covers them)."""
+    not followed: the after-command check covers them). `repos`: the walk's answer (else walked now)."""
     out: list[Path] = []
     for entry in TABLE:
         path = workspace / entry.path.rstrip("/")
-        if entry.path == ".git/":
-            out += [path / p for p in GIT_CODE_PATHS if (path / p).is_dir() and not (path / p).is_symlink()]
-        elif path.exists() and not path.is_symlink() and (path.is_dir() or path.is_file()):
+        if entry.path != ".git/" and path.exists() and not path.is_symlink() and (path.is_dir() or path.is_file()):
             out.append(path)
-    return tuple(out)
+    repos = repos or find_repos(workspace)
+    git_dirs = dict.fromkeys([".git", *repos.git_dirs]) if (workspace / ".git").is_dir() else repos.git_dirs
+    for rel in git_dirs:
+        folder = workspace / rel
+        out += [folder / p for p in GIT_CODE_PATHS if (folder / p).is_dir() and not (folder / p).is_symlink()]
+        out += [folder / p for p in GIT_SETTINGS if (folder / p).is_file() and not (folder / p).is_symlink()]
+    out += [workspace / rel for rel in repos.git_files if not (workspace / rel).is_symlink()]
+    return tuple(dict.fromkeys([*out, *named_by_git_config(workspace, repos)]))
+
+
+# -- what a repository's settings name: included files, a hooks folder, programs ------------------
+
+_INCLUDE_KEY = re.compile(r"^include(?:if\..+)?\.path$")
+_INCLUDE_DEPTH = 5  # includes followed, as git does (it stops at 10)
+_parsed_configs: dict[str, tuple[tuple[int, int, int, int], dict[str, list[str]] | None]] = {}
+
+
+def named_by_git_config(workspace: Path, repos: Repos | None = None) -> tuple[Path, ...]:
+    """Files and folders in the workspace that a repository's settings point git at, and which run
+    later as the user just like hooks: an included config file (`include.path`, `includeIf.*.path`),
+    the hooks folder of `core.hooksPath` (husky's `.husky`), a program a key names by its path
+    (`core.fsmonitor = ./watch.sh`, a filter or textconv driver, an alias, a pager)."""
+    repos = repos or find_repos(workspace)
+    tops = _worktree_tops(workspace, repos)
+    out: list[Path] = []
+    for rel in dict.fromkeys([".git", *repos.git_dirs]):
+        git_dir = workspace / rel
+        top = tops.get(rel, git_dir.parent if git_dir.name == ".git" else git_dir)
+        for name in ("config", "config.worktree"):
+            out += _named(workspace, git_dir / name, git_dir, top, 0)
+    return tuple(dict.fromkeys(out))
+
+
+def _worktree_tops(workspace: Path, repos: Repos) -> dict[str, Path]:
+    """Repository folder -> its working tree, for those a `.git` file points at."""
+    tops: dict[str, Path] = {}
+    for rel in repos.git_files:
+        pointer = workspace / rel
+        try:
+            line = pointer.read_text(errors="replace").strip()
+        except OSError:
+            continue
+        if line.startswith("gitdir:"):
+            target = Path(os.path.normpath(pointer.parent / line[7:].strip()))
+            if target.is_relative_to(workspace):
+                tops[target.relative_to(workspace).as_posix()] = pointer.parent
+    return tops
+
+
+def _named(workspace: Path, config: Path, git_dir: Path, top: Path, depth: int) -> list[Path]:
+    parsed = _read_git_config(config)
+    out: list[Path] = []
+    for key, values in (parsed or {}).items():
+        if GIT_SAFE_KEYS.match(key):
+            continue
+        for value in values:
+            include = bool(_INCLUDE_KEY.match(key))
+            if include or key == "core.hookspath":
+                word = value
+            else:  # a command: its program, when it is a file of the workspace
+                words = value.lstrip("!").split()
+                word = words[0] if words else ""
+            if not word or word.startswith("~"):
+                continue
+            path = Path(os.path.normpath((config.parent if include else top) / word))
+            if (not path.is_relative_to(workspace) or path == workspace or git_dir.is_relative_to(path)
+                    or path.is_relative_to(git_dir) or path.is_symlink() or not path.exists()):
+                continue  # outside (read-only anyway), a folder holding the repository, or already covered
+            out.append(path)
+            if include and depth < _INCLUDE_DEPTH and path.is_file():
+                out += _named(workspace, path, git_dir, top, depth + 1)
+    return out
+
+
+def _read_git_config(path: Path) -> dict[str, list[str]] | None:
+    """parse_git_config of a file, kept while the file's status is unchanged (exec asks at every command)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    cached = _parsed_configs.get(str(path))
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    try:
+        parsed = parse_git_config(path.read_bytes()) if st.st_size <= 1 << 20 else None
+    except OSError:
+        return None
+    if len(_parsed_configs) > 1000:
+        _parsed_configs.clear()
+    _parsed_configs[str(path)] = (stamp, parsed)
+    return parsed
+
+
+# git's words when the read-only config stopped it (`git config`, `git remote add`, `git push -u`, `git init`
+# in an existing repository): "could not write config file .git/config: Device or resource busy"
+_GIT_SETTINGS_REFUSED = re.compile(r"could not (?:write|lock|commit|set)[^\n]*config[^\n]*"
+                                   r"(?:Device or resource busy|Read-only file system)")
+
+
+def git_settings_note(output: str) -> str:
+    """For exec's result: when git failed because a repository's config is read-only, what to do instead."""
+    if not _GIT_SETTINGS_REFUSED.search(output):
+        return ""
+    return ("\n[nanobot: git could not change the repository's settings: inside exec every repository's config "
+            "and hooks are read-only, because git runs the programs they name as the user, outside the sandbox. "
+            "Do not retry it with exec. For one command, pass a setting with `git -c key=value ...` (e.g. "
+            "`git -c user.name=... -c user.email=... commit`); to keep it, change the config file with edit_file "
+            "(keys that run nothing, such as user.name or a remote's url, need no approval; others ask the user), "
+            "or ask the user to run the command themselves.]")
 
 
 # -- .git/config: keys that run nothing -----------------------------------------------------------
@@ -123,6 +253,39 @@ def git_config_is_safe(before: dict[str, list[str]] | None, after: dict[str, lis
     old = before or {}
     changed = {k for k in set(old) | set(after) if old.get(k) != after.get(k)}
     return all(GIT_SAFE_KEYS.match(k) for k in changed)
+
+
+def parse_git_config(data: bytes) -> dict[str, list[str]] | None:
+    """A config file's key -> values as git itself reads it (no includes followed; nothing run);
+    None when git is missing or cannot read it."""
+    git = shutil.which("git")
+    if git is None:
+        return None
+    try:
+        run = subprocess.run([git, "config", "--no-includes", "--file", "-", "--list", "-z"], input=data,
+                             capture_output=True, timeout=10, env={"PATH": os.defpath, "GIT_CONFIG_NOSYSTEM": "1"})
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if run.returncode != 0:
+        return None
+    out: dict[str, list[str]] = {}
+    for record in run.stdout.split(b"\0"):
+        if record:
+            key, _, value = record.decode("utf-8", "replace").partition("\n")
+            out.setdefault(key, []).append(value)
+    return out
+
+
+def safe_git_config_edit(workspace: Path, target: Path, before: str | None, after: str) -> bool:
+    """A file tool's change to a repository's config (or config.worktree) that touches only keys that
+    run nothing: it needs no approval, as `git config user.email ...` needed none before the
+    config became read-only inside exec."""
+    if target.name not in ("config", "config.worktree") or not target.is_relative_to(workspace):
+        return False
+    if not looks_like_git_dir(target.parent):
+        return False
+    old = parse_git_config(before.encode()) if before is not None else {}
+    return old is not None and git_config_is_safe(old, parse_git_config(after.encode()))
 
 
 # -- rule 4: anywhere on disk ---------------------------------------------------------------------

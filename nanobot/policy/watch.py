@@ -12,16 +12,25 @@ run before this check. memory/ has its own watch (nanobot.memory.store.watch_mem
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import shutil
 import stat
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from nanobot.fsio import atomic_write
-from nanobot.policy.protected import GIT_WATCHED, TABLE, Protected, entry_for, git_config_is_safe
+from nanobot.policy.protected import (
+    GIT_ENTRY,
+    TABLE,
+    Protected,
+    entry_for,
+    git_config_is_safe,
+    named_by_git_config,
+    parse_git_config,
+)
+from nanobot.policy.repos import GIT_SETTINGS, GIT_WATCHED, find_repos
 
 __all__ = ["Snapshot", "Change", "take_snapshot", "changes_since", "put_back", "as_text"]
 
@@ -36,6 +45,7 @@ class _Item:
     kind: str  # "file" | "dir" | "link" | "other"
     digest: str = ""
     data: bytes | None = None  # a file's bytes when small enough to put back; a link's target
+    git_config: bool = False  # a repository's config (or config.worktree): changes in keys that run nothing pass
 
 
 Snapshot = dict[str, _Item]  # workspace-relative path -> what was there
@@ -49,18 +59,31 @@ class Change:
     after: _Item | None
 
 
-def _roots() -> list[str]:
-    out = []
-    for entry in TABLE:
-        if entry.path.startswith("memory/"):
-            continue
-        path = entry.path.rstrip("/")
-        # .git itself too (a command may swap the folder for a `gitdir:` file), but not walked: its data is large
-        out += [path, *(f"{path}/{p}" for p in GIT_WATCHED)] if entry.path == ".git/" else [path]
-    return out
+def _table_roots() -> list[str]:
+    """The table's paths but memory/ (its own watch) and .git/ (see _roots)."""
+    return [e.path.rstrip("/") for e in TABLE if not e.path.startswith("memory/") and e.path != ".git/"]
 
 
-_ROOTS = _roots()
+_TABLE_ROOTS = _table_roots()
+
+
+def _roots(workspace: Path) -> list[tuple[str, str | None]]:
+    """(path, the repository folder it belongs to or None): the table's paths, `.git` itself (a command
+    may swap the folder for a `gitdir:` file; not walked: its data is large) and every `.git` file (a
+    `gitdir:` pointer), in every repository folder of the workspace (nanobot.policy.repos) what git
+    reads settings or runs code from, and what their settings point git at (an included file, husky's hooks)."""
+    repos = find_repos(workspace)
+    git_dirs = dict.fromkeys([".git", *repos.git_dirs])
+    named = [p.relative_to(workspace).as_posix() for p in named_by_git_config(workspace, repos)]
+    files = [p for p in GIT_WATCHED if p in GIT_SETTINGS]  # first: a large skills/ or modules/ must not crowd them out
+    return [*((f, None) for f in dict.fromkeys([".git", *repos.git_files])),
+            *((f"{g}/{p}", g) for g in git_dirs for p in files), *((r, None) for r in _TABLE_ROOTS),
+            *((n, None) for n in named),
+            *((f"{g}/{p}", g) for g in git_dirs for p in GIT_WATCHED if p not in files)]
+
+
+def _is_git_config(rel: str, git_dir: str | None) -> bool:
+    return git_dir is not None and rel in (f"{git_dir}/config", f"{git_dir}/config.worktree")
 
 
 def _item(path: str, contents: bool) -> _Item | None:
@@ -87,19 +110,23 @@ def _item(path: str, contents: bool) -> _Item | None:
 def take_snapshot(workspace: Path, *, contents: bool = True) -> Snapshot:
     """Every protected path under `workspace` (folders walked, links not followed). `contents`: keep
     the files' bytes to put them back; without it (the sandbox made them read-only) files are
-    compared by their inode status, and only .git/config (writable for `git config`) is read."""
+    compared by their inode status, and only the repositories' config files are read (one a command
+    creates, in a new repository, may hold keys that run nothing)."""
     snap: Snapshot = {}
     base = str(workspace) + os.sep
-    for root in _ROOTS:
+    for root, git_dir in _roots(workspace):
         stack = [root]
         while stack and len(snap) < _MAX_ENTRIES:
             rel = stack.pop()
-            if rel.startswith(".git/") and (rel.startswith(".git/hooks/") and rel.endswith(".sample")
-                                            or rel[5:] in _GIT_HARMLESS):
+            inner = rel[len(git_dir) + 1:] if git_dir is not None else ""
+            if inner and (inner.startswith("hooks/") and inner.endswith(".sample") or inner in _GIT_HARMLESS):
                 continue  # never run by git
-            item = _item(base + rel, contents or rel == ".git/config")
+            config = _is_git_config(rel, git_dir)
+            item = _item(base + rel, contents or config)
             if item is None:
                 continue
+            if config:
+                item = dataclasses.replace(item, git_config=True)
             snap[rel] = item
             if item.kind == "dir" and rel != ".git":
                 try:
@@ -110,7 +137,8 @@ def take_snapshot(workspace: Path, *, contents: bool = True) -> Snapshot:
 
 
 def changes_since(workspace: Path, before: Snapshot, *, contents: bool = True) -> list[Change]:
-    """What differs now from `before`; a .git/config that changed only in keys that run nothing is not a change."""
+    """What differs now from `before`; a repository config that changed only in keys that run nothing
+    is not a change."""
     after = take_snapshot(workspace, contents=contents)
     found = []
     for rel in sorted(set(before) | set(after)):
@@ -119,36 +147,20 @@ def changes_since(workspace: Path, before: Snapshot, *, contents: bool = True) -
             continue
         if new is not None and new.kind == "file" and new.data is None:  # what the command wrote, to show
             new = _item(str(workspace / rel), True)
-        if rel == ".git/config" and new is not None and git_config_is_safe(_git_config(old), _git_config(new)):
+        if new is not None and new.git_config and git_config_is_safe(_git_config(old), _git_config(new)):
             continue
-        entry = entry_for(workspace, workspace / rel)
-        if entry is not None:
-            found.append(Change(rel, entry, old, new))
+        # what is not the table's lies in a repository folder (_roots)
+        found.append(Change(rel, entry_for(workspace, workspace / rel) or GIT_ENTRY, old, new))
     return found
 
 
 def _git_config(item: _Item | None) -> dict[str, list[str]] | None:
-    """The config's key -> values as git itself reads it (no includes followed; nothing run)."""
+    """The config's key -> values as git itself reads it (nanobot.policy.protected.parse_git_config)."""
     if item is None:
         return {}
     if item.kind != "file" or item.data is None:
         return None
-    git = shutil.which("git")
-    if git is None:
-        return None
-    try:
-        run = subprocess.run([git, "config", "--no-includes", "--file", "-", "--list", "-z"], input=item.data,
-                             capture_output=True, timeout=10, env={"PATH": os.defpath, "GIT_CONFIG_NOSYSTEM": "1"})
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if run.returncode != 0:
-        return None
-    out: dict[str, list[str]] = {}
-    for record in run.stdout.split(b"\0"):
-        if record:
-            key, _, value = record.decode("utf-8", "replace").partition("\n")
-            out.setdefault(key, []).append(value)
-    return out
+    return parse_git_config(item.data)
 
 
 def as_text(item: _Item | None) -> str | None:

@@ -116,6 +116,8 @@ class Confinement:
         parts.append("only system folders visible outside it" if restrict else
                      "home, nanobot files and credential stores hidden")
         parts += [net, "nothing outlives a command", f"processes {self.process_limit}"]
+        if seccomp.missing():  # said where the sandbox is described, rather than silently lacking it
+            parts.append(f"setuid/setgid bits NOT blocked ({seccomp.missing()})")
         return " · ".join(parts)
 
     def prepare(self, policy: Policy, cwd: Path, command: str) -> Launch:

@@ -3,7 +3,7 @@
 The rules (numbered so the mechanisms and the README can point at them):
 1. The workspace is writable; so is a private tmp (a fresh one per command).
 2. The protected paths of the workspace are read-only (the table in nanobot.policy.protected:
-   memory/, cron/, skills/, the prompt files, .git's hooks and settings folders, .envrc, editor
+   memory/, cron/, skills/, the prompt files, every git repository's hooks and settings, .envrc, editor
    run configurations, shell start-up files): changes to them go through their doors, which ask.
 3. Invisible: the nanobot home (config, sessions, locks, input history), the credential
    stores, every home folder (HOME, /root, /home) and per-user runtime folders (agent sockets),

@@ -23,7 +23,7 @@ import platform
 import struct
 from functools import lru_cache
 
-__all__ = ["install", "program"]
+__all__ = ["install", "program", "missing"]
 
 _LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 _ALLOW = 0x7FFF0000
@@ -107,3 +107,13 @@ def install(code: bytes) -> None:
     if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"seccomp: {os.strerror(err)}")
+
+
+def missing() -> str:
+    """Why this machine gets no filter (for the status line), or "" when it gets one."""
+    if program() is not None:
+        return ""
+    machine = platform.machine() or "unknown"
+    if machine not in _ARCHES:
+        return f"no seccomp filter for {machine}, only for {' and '.join(_ARCHES)}"
+    return "the kernel has no seccomp filters"

@@ -14,7 +14,7 @@ from typing import Protocol
 
 @dataclass(frozen=True)
 class ApprovalRequest:
-    kind: str  # what is risky: "exec-network", "exec-unconfined", "exec-ask", "file-outside", "persistence", "memory-edit", "prompt-edit", "skill-edit", "mcp", "web-domain"
+    kind: str  # what is risky: "exec-network", "exec-unconfined", "exec-ask", "exec-unparsable", "file-outside", "persistence", "memory-edit", "prompt-edit", "skill-edit", "mcp", "web-domain"
     summary: str  # one line shown to the user, e.g. "exec wants network access: curl example.com"
     detail: str = ""  # more to show before asking: the full command, or a diff
     always_key: str = ""  # what "always for this session" remembers (defaults to kind)

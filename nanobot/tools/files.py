@@ -178,8 +178,8 @@ class WriteFileTool(Tool):
         _refuse_non_regular(target, shown)
         _refuse_memory_internals(self.ctx, target)
         # ask: outside the workspace, a login/schedule file, memory or a skill (with the diff)
-        risks = location_risks(self.ctx, target, "write") + content_risks(self.ctx, target)
         before = _current_text(target)
+        risks = location_risks(self.ctx, target, "write") + content_risks(self.ctx, target, (before, content))
         decision = await approve_access(self.ctx, self.name, "write", target, risks,
                                         detail=change_diff(before, content, shown) if risks else "")
         routed = _memory_write(self.ctx, target, content, base=None) or _prompt_write(self.ctx, target, content, decision)
@@ -280,7 +280,8 @@ class EditFileTool(Tool):
         updated = content.replace(old_text, new_text) if replace_all else content.replace(old_text, new_text, 1)
         decision = Decision(True)
         if not outside:  # inside the workspace: memory, a prompt file, a skill or a git hook still asks, with the diff
-            decision = await approve_access(self.ctx, self.name, "edit", target, content_risks(self.ctx, target),
+            decision = await approve_access(self.ctx, self.name, "edit", target,
+                                            content_risks(self.ctx, target, (content, updated)),
                                             detail=change_diff(content, updated, shown))
         routed = _memory_write(self.ctx, target, updated, base=content) or _prompt_write(self.ctx, target, updated,
                                                                                           decision)

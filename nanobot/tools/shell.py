@@ -25,8 +25,9 @@ from typing import Any
 from nanobot.errors import ToolError
 from nanobot.errors import UnparsableCommand as Unparsable
 from nanobot.memory.store import watch_memory
-from nanobot.policy.commands import Command, parse
-from nanobot.policy.protected import exec_read_only
+from nanobot.policy.commands import Command, parse, unreadable
+from nanobot.policy.protected import exec_read_only, git_settings_note
+from nanobot.policy.repos import last_found
 from nanobot.policy.watch import changes_since, take_snapshot
 from nanobot.sandbox import Launch, build_policy, launcher
 from nanobot.sandbox.limits import PidsCgroup, is_running, stat_fields
@@ -359,9 +360,9 @@ class ExecTool(Tool):
     )
     _confined_note = (
         " Commands run in a sandbox: only the workspace and /tmp are writable, and in the workspace memory/, "
-        "cron/, skills/, the prompt files (AGENTS.md, SOUL.md, USER.md, TOOLS.md, HEARTBEAT.md), .git's hooks "
-        "and settings and editor run configurations are protected (change them with the file tools, which ask "
-        "the user); "
+        "cron/, skills/, the prompt files (AGENTS.md, SOUL.md, USER.md, TOOLS.md, HEARTBEAT.md), every git "
+        "repository's hooks and settings (`git config` fails: use `git -c key=value`) and editor run "
+        "configurations are protected (change them with the file tools, which ask the user); "
         "the home folder, nanobot's config and credentials are not visible, "
         "there is no network unless the user allows it, and nothing it starts keeps running after it returns "
         "(start a server and use it within one command)."
@@ -416,6 +417,7 @@ class ExecTool(Tool):
             if note:
                 raise ToolError(exc.message + note, hint=exc.hint) from exc
             raise
+        result += git_settings_note(result) + self._repos_note(ws)
         return result + watch.note + await review(self.ctx.approver, ws, changes_since(ws, before, contents=contents))
 
     async def _run(self, command: str, working_dir: str | None, timeout: float | None) -> str:
@@ -464,6 +466,12 @@ class ExecTool(Tool):
                 "exec-unconfined", f"run without a sandbox ({self.ctx.confinement.detail}): {command}",
                 detail=command, always_key="exec-unconfined",
                 allow_hint='--allow-unconfined-exec or tools.exec.confinement: "none"'))
+        why = unreadable(command) if confined else None  # unconfined, every command is asked about already
+        if why is not None:  # the deny rules and the accident list could not judge what it runs
+            asks.append(ApprovalRequest(
+                "exec-unparsable", f"nanobot cannot read this command line ({why}), so its checks cannot judge it: "
+                f"{command}", detail=command, always_key=f"exec-unparsable:{command}",
+                allow_hint=approve_flag_hint("exec-unparsable")))
         pattern = None if trusted else rules.asked_by(command)
         if pattern is not None:
             asks.append(ApprovalRequest("exec-ask", f"command matches your ask pattern {pattern!r}: {command}",
@@ -525,6 +533,16 @@ class ExecTool(Tool):
         names = ", ".join(str(p) for p in self._linked[:5]) + (" ..." if len(self._linked) > 5 else "")
         return (f"\n[note: {len(self._linked)} workspace file(s) have other hard links, perhaps outside the "
                 f"workspace, and commands can write through them here: {names}]")
+
+    _repos_told = False
+
+    def _repos_note(self, ws: Path) -> str:
+        """Once a session: the search for git repositories (nanobot.policy.repos) stopped at its cap."""
+        found = last_found(ws)
+        if self._repos_told or found is None or found.complete or not self.ctx.confinement.confined:
+            return ""
+        self._repos_told = True
+        return f"\n[note: {found.note()}]"
 
     async def _spawn_and_wait(self, launch: Launch, cwd: Path, limit: float) -> str:
         loop = asyncio.get_running_loop()

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from nanobot.errors import ToolError
-from nanobot.policy.protected import Protected, entry_for, is_persistence_path
+from nanobot.policy.protected import Protected, entry_for, is_persistence_path, safe_git_config_edit
 from nanobot.policy.watch import Change, as_text, put_back
 from nanobot.tools.approval import ApprovalRequest, Approver, Decision, approve_flag_hint
 from nanobot.tools.base import ToolContext
@@ -120,11 +120,15 @@ def location_risks(ctx: ToolContext, target: Path, access: str) -> list[FileRisk
     return [FileRisk("file-outside", "outside the workspace", f"file-outside:{access}:{scope}")]
 
 
-def content_risks(ctx: ToolContext, target: Path) -> list[FileRisk]:
+def content_risks(ctx: ToolContext, target: Path, change: tuple[str | None, str] | None = None) -> list[FileRisk]:
     """What changing `target` needs, as the policy table says (nanobot.policy.protected): a prompt
-    file, memory, a skill, a file that runs later; a door no tool may pass raises ToolError."""
+    file, memory, a skill, a file that runs later; a door no tool may pass raises ToolError.
+    `change`: (the text now or None, the text after), when known: a repository config changed only
+    in keys that run nothing needs nothing."""
     root = workspace_root(ctx)
     entry = entry_for(root, target)
+    if entry is not None and change is not None and safe_git_config_edit(root, target, *change):
+        return []
     if entry is None:
         return ([FileRisk("persistence", "a file that runs at login or on a schedule", f"persistence:{target}")]
                 if is_persistence_path(target) else [])

@@ -26,7 +26,8 @@ def test_exec_gets_existing_protected_paths_read_only_but_git_data_stays_writabl
         (ws / folder).mkdir(parents=True)
     (ws / "USER.md").write_text("me\n")
     (ws / ".git" / "config").write_text("[core]\n")
-    assert set(exec_read_only(ws)) == {ws / ".git/hooks", ws / "skills", ws / ".vscode", ws / "USER.md"}
+    assert set(exec_read_only(ws)) == {ws / ".git/hooks", ws / ".git/config", ws / "skills", ws / ".vscode",
+                                       ws / "USER.md"}
 
 
 def test_a_git_config_change_is_safe_only_in_keys_that_run_nothing():

@@ -40,7 +40,9 @@ WHEEL = "wheels/mypkg-0.1.0-py3-none-any.whl"
 
 COMMANDS = [
     # git
-    "git init -q", "git config user.email me@example.com", "git config user.name Me", "git add -A",
+    # a repository's config is read-only inside exec once it exists: identity set as the repository is made
+    "git init -q && git config user.email me@example.com && git config user.name Me", "git config user.email",
+    "git config --get user.name", "git add -A",
     "git commit -qm init", "git status", "git status --short", "git log --oneline", "git log -1 --stat",
     "git diff", "echo more >> notes.md && git diff --stat", "git add notes.md && git commit -qm 'update notes'",
     "git branch feature", "git checkout -q feature", "git checkout -q -", "git tag v0.1", "git show --stat HEAD",
