@@ -94,6 +94,12 @@ class Confinement:
         return self.mechanism != "none"
 
     @property
+    def filters_egress(self) -> bool:
+        """Whether a command allowed the network can be held to nanobot's egress proxy: TCP connect
+        to one port (Landlock ABI 4) and no UDP or raw sockets (the seccomp filter)."""
+        return self.confined and self._abi >= 4 and seccomp.program(tcp_only=True) is not None
+
+    @property
     def memory_read_only(self) -> bool:
         """Whether commands cannot change the workspace's memory/ (else: check it after each command)."""
         return self.mechanism == "bwrap" or (self.mechanism == "landlock" and _can_private_mounts())
@@ -105,6 +111,9 @@ class Confinement:
                     else "every command needs your approval")
             return f"NOT confined ({self.detail}); {then}"
         net = {False: "no network", True: "network allowed", "ask": "network only when approved"}[network]
+        if network is not False:
+            net += (", through nanobot's proxy: each new domain asked" if self.filters_egress else
+                    ", to every host (per-domain egress NOT enforced: needs Landlock ABI 4)")
         parts = [self.detail, "writes only to the workspace and a private tmp"]
         if not self.memory_read_only:
             parts.append("protected files (memory/, cron/, prompt files, .git settings) NOT read-only but checked "
@@ -128,7 +137,7 @@ class Confinement:
     # --- bubblewrap -------------------------------------------------------------------
     def _prepare_bwrap(self, policy: Policy, cwd: Path, command: str) -> Launch:
         info = _info_file()
-        code = seccomp.program()
+        code = seccomp.program(tcp_only=policy.proxy_port > 0)
         filter_fd = _memory_file("nanobot-seccomp", code) if code else None
         fds = (info,) if filter_fd is None else (info, filter_fd)
         launch = Launch(bwrap.argv(self._bwrap, policy, cwd, command, info_fd=info, seccomp_fd=filter_fd),
@@ -141,7 +150,24 @@ class Confinement:
         launch.cleanups.append(end)
         with launch.undone_on_error():
             _attach_limits(launch, policy.limits, nproc=nproc_counts_command_only(), cgroup=self._pids_cgroup)
+            if policy.proxy_port:  # the sandbox shares the host's network: Landlock holds TCP to the proxy
+                self._hold_to_proxy(launch, policy.proxy_port)
         return launch
+
+    def _hold_to_proxy(self, launch: Launch, port: int) -> None:
+        """bwrap itself, and so the command, enters a Landlock domain allowing TCP connect only to `port`
+        (a network-only ruleset: bwrap's mounts are untouched)."""
+        ruleset = landlock.Ruleset(self._abi, block_tcp=True, fs=False)
+        launch.cleanups.append(ruleset.close)
+        ruleset.allow_port(port)
+        before, fd = launch.preexec_fn, ruleset.fd
+
+        def preexec() -> None:
+            if before is not None:
+                before()
+            landlock.restrict_self(fd)
+
+        launch.preexec_fn = preexec
 
     # --- Landlock ---------------------------------------------------------------------
     def _prepare_landlock(self, policy: Policy, cwd: Path, command: str) -> Launch:
@@ -149,9 +175,12 @@ class Confinement:
         tmp = _private_tmp()
         launch = Launch(["/bin/sh", "-c", command], env={"TMPDIR": str(tmp)},
                         cleanups=[lambda: shutil.rmtree(tmp, ignore_errors=True)])
-        ruleset = landlock.Ruleset(self._abi, block_tcp=not policy.network and not private)
+        proxied = policy.network and policy.proxy_port > 0
+        ruleset = landlock.Ruleset(self._abi, block_tcp=(not policy.network and not private) or proxied)
         launch.cleanups.append(ruleset.close)
         with launch.undone_on_error():
+            if proxied:
+                ruleset.allow_port(policy.proxy_port)
             ws = policy.workspace
             base = (_visible_system_dirs(policy) if policy.restrict  # rule 4
                     else _visible_outside(policy.hidden))
@@ -170,7 +199,7 @@ class Confinement:
                 new_net=private and not policy.network,
                 read_only=tuple(p for p in policy.read_only if p.exists()),
                 nproc=os.geteuid() != 0, workspace=ws, tmp=tmp, user_namespace=private and os.geteuid() != 0,
-                shown=(*policy.toolchains, *policy.extra_read), seccomp=seccomp.program(),
+                shown=(*policy.toolchains, *policy.extra_read), seccomp=seccomp.program(tcp_only=proxied),
             )
             if private:
                 launch.env["TMPDIR"] = "/tmp"  # the private tmp is mounted there
@@ -318,7 +347,7 @@ def _bwrap(limits: Limits) -> Confinement | str:
     if exe is None:
         return detail
     bound, cgroup = _process_limit(limits, "bwrap")
-    return Confinement("bwrap", detail, bound, _bwrap=exe, _pids_cgroup=cgroup)
+    return Confinement("bwrap", detail, bound, _bwrap=exe, _abi=landlock.abi_version(), _pids_cgroup=cgroup)
 
 
 _choosing = threading.Lock()  # one probe at a time: a caller waits for a prefetch under way, then finds it cached

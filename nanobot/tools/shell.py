@@ -33,8 +33,10 @@ from nanobot.sandbox.limits import PidsCgroup, is_running, stat_fields
 from nanobot.sandbox.policy import hard_links
 from nanobot.secrets_mask import is_secret_name
 from nanobot.tools.approval import ApprovalRequest, approve_flag_hint
-from nanobot.tools.base import Tool
+from nanobot.tools.base import Tool, ToolContext
+from nanobot.tools.egress_proxy import EgressProxy
 from nanobot.tools.exec_rules import wants_network
+from nanobot.tools.safe_http import SafeFetcher
 from nanobot.tools.workspace_guard import resolve_path, review, workspace_root
 
 __all__ = ["ExecTool", "child_env", "deny_reason", "OUTPUT_CAP"]
@@ -384,6 +386,10 @@ class ExecTool(Tool):
 
     kill_grace = 2.0  # seconds between SIGTERM and SIGKILL for the process group
 
+    def __init__(self, ctx: ToolContext, *, checker: SafeFetcher | None = None) -> None:
+        super().__init__(ctx)
+        self.checker = checker  # the egress proxy's address checks (tests: a fake resolver, a loopback site)
+
     @staticmethod
     def kill_all_running() -> int:
         """SIGKILL every process group any exec call of this process started that still has a
@@ -482,11 +488,12 @@ class ExecTool(Tool):
                 raise ToolError(f"the command was not run; approval for {request.kind} was refused{why}")
         return network
 
-    def _launch(self, command: str, cwd: Path, network: bool) -> Launch:
+    def _launch(self, command: str, cwd: Path, network: bool, proxy_port: int = 0) -> Launch:
         conf = self.ctx.confinement
         ws = workspace_root(self.ctx)
         policy = build_policy(ws, exec_read_only(ws), restrict=self.ctx.restrict_to_workspace, network=network,
                               limits=self.ctx.exec_limits)
+        policy = dataclasses.replace(policy, proxy_port=proxy_port)
         if conf.confined:
             if not cwd.is_relative_to(ws):
                 if policy.is_hidden(cwd):
@@ -501,11 +508,26 @@ class ExecTool(Tool):
             raise ToolError(f"could not prepare the sandbox ({conf.detail}): {exc}; the command was not run") from exc
 
     async def _execute(self, command: str, cwd: Path, limit: float, network: bool) -> str:
-        launch = self._launch(command, cwd, network)
+        proxy = None
+        if network and self.ctx.confinement.filters_egress:  # per-domain egress (tools/egress_proxy.py)
+            proxy = EgressProxy(self.ctx.approver, self.ctx.egress, command, checker=self.checker or SafeFetcher())
+            await proxy.start()
         try:
-            return await self._spawn_and_wait(launch, cwd, limit) + self._links_note()
+            launch = self._launch(command, cwd, network, proxy.port if proxy else 0)
+            if proxy is not None:
+                launch.env.update(proxy.env())
+            try:
+                result = await self._spawn_and_wait(launch, cwd, limit)
+            finally:
+                launch.finish()
+        except ToolError as exc:
+            if proxy is not None and proxy.note():
+                raise ToolError(exc.message + proxy.note(), hint=exc.hint) from exc
+            raise
         finally:
-            launch.finish()
+            if proxy is not None:
+                proxy.close()
+        return result + (proxy.note() if proxy else "") + self._links_note()
 
     _linked: tuple[Path, ...] | None = None  # files of the workspace with other hard links (scanned once)
     _linked_told = False
