@@ -56,6 +56,12 @@ async def may_contact(approver: Approver, egress: EgressPolicy, url: str, *, who
         raise ToolError(f"{url} was not {outcome}; contacting {domain} was refused{why}")
 
 
+def default_checker() -> SafeFetcher:
+    """The address checks of web_fetch: public hosts only, the system resolver. Tests that run the
+    whole assistant replace this function to reach a loopback site by name; no setting reaches it."""
+    return SafeFetcher()
+
+
 @dataclass
 class EgressProxy:
     """One command's proxy: `await start()`, give the command `env()`, `close()` after it."""
@@ -63,7 +69,7 @@ class EgressProxy:
     approver: Approver
     egress: EgressPolicy
     command: str = ""  # shown with each question
-    checker: SafeFetcher = field(default_factory=SafeFetcher)  # resolves and checks addresses (tests: a fake resolver)
+    checker: SafeFetcher = field(default_factory=lambda: default_checker())  # resolves and checks addresses
     port: int = 0
     refused: dict[str, str] = field(default_factory=dict)  # host -> why, for the note after the command
     contacted: list[str] = field(default_factory=list)  # hosts reached, in order

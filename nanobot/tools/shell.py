@@ -510,7 +510,9 @@ class ExecTool(Tool):
     async def _execute(self, command: str, cwd: Path, limit: float, network: bool) -> str:
         proxy = None
         if network and self.ctx.confinement.filters_egress:  # per-domain egress (tools/egress_proxy.py)
-            proxy = EgressProxy(self.ctx.approver, self.ctx.egress, command, checker=self.checker or SafeFetcher())
+            proxy = EgressProxy(self.ctx.approver, self.ctx.egress, command)
+            if self.checker is not None:
+                proxy.checker = self.checker
             await proxy.start()
         try:
             launch = self._launch(command, cwd, network, proxy.port if proxy else 0)
