@@ -13,6 +13,16 @@ def confinement(request):
 
 
 @pytest.fixture
+def loopback_egress(monkeypatch):
+    """exec's egress proxy may reach 127.0.0.1 (the canary): a seam no setting reaches. A command
+    allowed the network still needs the domain "127.0.0.1" approved (tools.web.allowDomains or asked)."""
+    from nanobot.tools import egress_proxy
+    from nanobot.tools.safe_http import AddressPolicy, SafeFetcher
+
+    monkeypatch.setattr(egress_proxy, "default_checker", lambda: SafeFetcher(AddressPolicy.allowing("127.0.0.1/32")))
+
+
+@pytest.fixture
 def canary_tcp():
     server = CanaryTCP()
     yield server
