@@ -133,7 +133,8 @@ def _egress(cfg: Config, what: str) -> Check:
     if choose(cfg.tools.exec.confinement).filters_egress:
         return Check("exec confinement", "ok", f"{what}; network only through nanobot's proxy, asked per domain")
     return Check("exec confinement", "warn", f"{what}; per-domain egress NOT enforced: a command allowed the "
-                 "network reaches every host", "Per-domain egress for exec needs Landlock ABI 4 (Linux 6.7+); "
+                 "network reaches every host", "Per-domain egress for exec needs a network namespace of its own "
+                 "(root, or user namespaces allowed) or Landlock ABI 4 (Linux 6.7+); "
                  'set tools.exec.network to false to give commands no network.')
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -75,20 +76,50 @@ class EgressProxy:
     contacted: list[str] = field(default_factory=list)  # hosts reached, in order
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _channel: socket.socket | None = None
 
     async def start(self) -> int:
+        """Listen on a free port of the host's loopback (the sandbox then holds TCP connect to it)."""
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, limit=_HEAD_LIMIT)
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self.port
 
-    def env(self) -> dict[str, str]:
+    def serve_from(self, channel: socket.socket, port: int) -> None:
+        """Serve the listener the command's own network namespace sends over `channel` on `port`
+        (sandbox/keeper.py's egress_listener): the command reaches nothing else."""
+        self.port, self._channel = port, channel
+        loop = asyncio.get_running_loop()
+        channel.setblocking(False)
+        loop.add_reader(channel.fileno(), self._adopt)
+
+    def _adopt(self) -> None:
+        channel, self._channel = self._channel, None
+        if channel is None:
+            return
+        asyncio.get_running_loop().remove_reader(channel.fileno())
+        try:
+            _, fds, _, _ = socket.recv_fds(channel, 16, 1)
+        except OSError:
+            return
+        if fds:
+            task = asyncio.ensure_future(self._listen(socket.socket(fileno=fds[0])))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _listen(self, listener: socket.socket) -> None:
+        self._server = await asyncio.start_server(self._serve, sock=listener, limit=_HEAD_LIMIT)
+
+    def env(self, port: int) -> dict[str, str]:
         """What the command's environment gets: every proxy variable pointing here, no exceptions."""
-        url = f"http://127.0.0.1:{self.port}"
+        url = f"http://127.0.0.1:{port}"
         names = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
         return {**dict.fromkeys(names, url), "NO_PROXY": "", "no_proxy": ""}
 
     def close(self) -> None:
         """Stop listening and drop every connection still open (a question still waiting is cancelled)."""
+        if self._channel is not None:
+            asyncio.get_running_loop().remove_reader(self._channel.fileno())
+            self._channel = None
         if self._server is not None:
             self._server.close()
         for task in list(self._tasks):

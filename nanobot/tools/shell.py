@@ -508,19 +508,23 @@ class ExecTool(Tool):
             raise ToolError(f"could not prepare the sandbox ({conf.detail}): {exc}; the command was not run") from exc
 
     async def _execute(self, command: str, cwd: Path, limit: float, network: bool) -> str:
-        proxy = None
+        proxy, port = None, 0
         if network and self.ctx.confinement.filters_egress:  # per-domain egress (tools/egress_proxy.py)
             proxy = EgressProxy(self.ctx.approver, self.ctx.egress, command)
             if self.checker is not None:
                 proxy.checker = self.checker
-            await proxy.start()
+            port = self.ctx.confinement.egress_port() or await proxy.start()
         try:
-            launch = self._launch(command, cwd, network, proxy.port if proxy else 0)
-            if proxy is not None:
-                launch.env.update(proxy.env())
+            launch = self._launch(command, cwd, network, port)
             try:
+                if proxy is not None:
+                    launch.env.update(proxy.env(port))
+                    if launch.egress_channel is not None:  # the command's own network namespace
+                        proxy.serve_from(launch.egress_channel, port)
                 result = await self._spawn_and_wait(launch, cwd, limit)
             finally:
+                if proxy is not None:
+                    proxy.close()
                 launch.finish()
         except ToolError as exc:
             if proxy is not None and proxy.note():

@@ -19,11 +19,13 @@ import threading
 from pathlib import Path
 
 import pytest
+from nanobot import doctor, sandbox
 from nanobot.approvals import SessionApprover
+from nanobot.config import Config
 from nanobot.errors import ToolError
 from nanobot.fakellm import Reply
 from nanobot.policy.egress import EgressPolicy
-from nanobot.sandbox import choose
+from nanobot.sandbox import Confinement, choose
 from nanobot.secrets_mask import remember_secrets
 from nanobot.tools import egress_proxy
 from nanobot.tools.approval import Decision
@@ -38,11 +40,19 @@ MECHANISMS = ["bwrap", "landlock"]
 PAGE = b"<html><body><p>the allowed page</p></body></html>"
 
 
-@pytest.fixture(params=MECHANISMS)
-def confinement(request):
-    conf = choose(request.param)
-    if conf.mechanism != request.param:
-        pytest.skip(f"{request.param} is not available here: {conf.detail}")
+@pytest.fixture(params=[(m, how) for m in MECHANISMS for how in ("namespace", "port")],
+                ids=lambda p: f"{p[0]}-{p[1]}")
+def confinement(request, monkeypatch):
+    """Each mechanism, holding the command to the proxy both ways: a network namespace of its own
+    (root, or user namespaces) and, as where there is none, Landlock's TCP port rule with seccomp."""
+    mechanism, how = request.param
+    conf = choose(mechanism)
+    if conf.mechanism != mechanism:
+        pytest.skip(f"{mechanism} is not available here: {conf.detail}")
+    if how == "namespace" and not conf.egress_namespace:
+        pytest.skip(f"{conf.detail}: no network namespace of its own for a command here")
+    if how == "port":
+        monkeypatch.setattr(Confinement, "egress_namespace", property(lambda self: False))
     if not conf.filters_egress:
         pytest.skip(f"{conf.detail}: this kernel cannot hold a command to the proxy (Landlock ABI < 4)")
     return conf
@@ -200,7 +210,10 @@ def test_a_command_that_ignores_the_proxy_reaches_nothing(ws, confinement, site,
         # the same sandbox did let the proxied request through: the zero direct connections mean something
         assert (ws / "ok.html").read_bytes() == PAGE and site.connections == 1
         assert udp.datagrams == 0
-        assert "Permission denied" in out and "Operation not permitted" in out, out
+        if not confinement.egress_namespace:  # Landlock refused the connects, seccomp the sockets
+            assert "Permission denied" in out and "Operation not permitted" in out, out
+        else:  # nothing but the namespace's own loopback to reach
+            assert "Connection refused" in out, out
     finally:
         udp.close()
 
@@ -249,14 +262,17 @@ def test_a_command_without_network_gets_no_proxy(ws, confinement, site):
     assert out.splitlines()[:2] == ["0", "no-connection"] and site.connections == 0
 
 
-def test_where_the_kernel_cannot_hold_a_command_to_the_proxy_status_says_so(ws, site):
+def test_where_the_kernel_cannot_hold_a_command_to_the_proxy_status_and_doctor_say_so(ws, site, monkeypatch):
     conf = choose("landlock")
     if conf.mechanism != "landlock":
         pytest.skip(conf.detail)
-    old = dataclasses.replace(conf, _abi=3)  # as on a kernel with Landlock ABI 3
+    old = dataclasses.replace(conf, _abi=3)  # as on a kernel with Landlock ABI 3, and no namespaces
+    monkeypatch.setattr(Confinement, "egress_namespace", property(lambda self: False))
     assert not old.filters_egress
     assert "per-domain egress NOT enforced" in old.describe(network=True)
-    assert "each new domain asked" in conf.describe(network=True) if conf.filters_egress else True
+    monkeypatch.setattr(sandbox, "choose", lambda *a, **k: old)
+    check = doctor.check_confinement(Config())
+    assert check.status == "warn" and "per-domain egress NOT enforced" in check.detail
     tool, _ = _tool(ws, old, None, allow=())
     out = _run(tool, "env | grep -ci proxy=http || true")
     assert out.splitlines()[0] == "0"  # today's behaviour: no proxy, nothing claimed
