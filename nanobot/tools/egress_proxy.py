@@ -109,11 +109,14 @@ class EgressProxy:
     async def _listen(self, listener: socket.socket) -> None:
         self._server = await asyncio.start_server(self._serve, sock=listener, limit=_HEAD_LIMIT)
 
-    def env(self, port: int) -> dict[str, str]:
-        """What the command's environment gets: every proxy variable pointing here, no exceptions."""
+    def env(self, port: int, *, own_loopback: bool = False) -> dict[str, str]:
+        """What the command's environment gets: every proxy variable pointing here, and no exceptions
+        but, in a network namespace of its own (`own_loopback`), that loopback (a server the command
+        starts itself)."""
         url = f"http://127.0.0.1:{port}"
         names = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
-        return {**dict.fromkeys(names, url), "NO_PROXY": "", "no_proxy": ""}
+        direct = "localhost,127.0.0.1,::1" if own_loopback else ""
+        return {**dict.fromkeys(names, url), "NO_PROXY": direct, "no_proxy": direct}
 
     def close(self) -> None:
         """Stop listening and drop every connection still open (a question still waiting is cancelled)."""

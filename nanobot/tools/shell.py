@@ -365,13 +365,16 @@ class ExecTool(Tool):
         "and settings and editor run configurations are protected (change them with the file tools, which ask "
         "the user); "
         "the home folder, nanobot's config and credentials are not visible, "
-        "there is no network unless the user allows it, and nothing it starts keeps running after it returns "
+        "there is no network unless the user allows it{proxied}, and nothing it starts keeps running after it returns "
         "(start a server and use it within one command)."
     )
 
     @property
     def description(self) -> str:  # type: ignore[override]  # says what holds on this machine
-        note = self._confined_note if self.ctx.confinement.confined else " Commands run without a sandbox."
+        proxied = (" (then HTTP(S) only, through a proxy that asks the user about each new domain: no ssh, "
+                   "no DNS of its own)") if self.ctx.confinement.filters_egress else ""
+        note = (self._confined_note.format(proxied=proxied) if self.ctx.confinement.confined
+                else " Commands run without a sandbox.")
         return self._base_description + note
 
     parameters = {
@@ -518,7 +521,7 @@ class ExecTool(Tool):
             launch = self._launch(command, cwd, network, port)
             try:
                 if proxy is not None:
-                    launch.env.update(proxy.env(port))
+                    launch.env.update(proxy.env(port, own_loopback=launch.egress_channel is not None))
                     if launch.egress_channel is not None:  # the command's own network namespace
                         proxy.serve_from(launch.egress_channel, port)
                 result = await self._spawn_and_wait(launch, cwd, limit)

@@ -218,6 +218,19 @@ def test_a_command_that_ignores_the_proxy_reaches_nothing(ws, confinement, site,
         udp.close()
 
 
+def test_a_server_the_command_starts_on_its_own_loopback_works_in_a_namespace_of_its_own(ws, confinement, site):
+    if not confinement.egress_namespace:
+        pytest.skip("held by port: the command can neither listen nor connect but to the proxy")
+    _needs("curl")
+    tool, _ = _tool(ws, confinement, None)
+    (ws / "local.txt").write_text("served by the command")
+    out = _run(tool, "python3 -m http.server 8765 --bind 127.0.0.1 >/dev/null 2>&1 & "
+                     "for i in $(seq 50); do curl -s -o got.txt http://127.0.0.1:8765/local.txt && break; sleep 0.1; done; "
+                     "python3 -c \"import urllib.request as u; print(u.urlopen('http://localhost:8765/local.txt').read())\"")
+    assert (ws / "got.txt").read_text() == "served by the command" and "served by the command" in out, out
+    assert site.connections == 0
+
+
 def test_a_url_carrying_a_secret_is_refused_even_for_an_allowed_domain(ws, confinement, site):
     _needs("curl")
     remember_secrets(["CANARY-configured-secret-77812"])
