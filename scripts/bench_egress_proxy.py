@@ -4,8 +4,9 @@ preexec hook, i.e. a fork of nanobot instead of vfork).
 
 Printed per mechanism, wall and CPU milliseconds per `exec` call of `true` (nothing connects):
 - no network (the sandbox's own network namespace where it has one),
-- network, held to the proxy (what a command allowed the network gets now),
-- network, not held (as before, and as on a kernel with Landlock ABI < 4),
+- network, held to the proxy in a network namespace of its own (root, or user namespaces),
+- network, held to the proxy by Landlock's port rule and seccomp (where there is no namespace),
+- network, not held (as before, and as where neither works),
 and the proxy's own start + close on the event loop, and one HTTP request through it to a loopback
 site (curl, via the proxy) against the same request with no proxy on the path (curl, unconfined).
 
@@ -33,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+_ByPort: Any = None
+_Unheld: Any = None
 sys.path.insert(0, str(ROOT))
 
 
@@ -70,7 +73,21 @@ class _Site(BaseHTTPRequestHandler):
         pass
 
 
+def _variants() -> tuple[type, type]:
+    from nanobot.sandbox import Confinement
+
+    class ByPort(Confinement):  # as where no network namespace can be made: Landlock's port rule + seccomp
+        egress_namespace = property(lambda self: False)  # type: ignore[assignment]
+
+    class Unheld(ByPort):  # as on a kernel with Landlock ABI < 4 (and no namespaces): no proxy
+        filters_egress = property(lambda self: False)  # type: ignore[assignment]
+
+    return ByPort, Unheld
+
+
 def main() -> None:
+    global _ByPort, _Unheld
+    _ByPort, _Unheld = _variants()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=50)
     args = parser.parse_args()
@@ -112,8 +129,11 @@ def main() -> None:
             if not conf.filters_egress:
                 print(f"{mechanism}: {conf.detail} cannot hold commands to the proxy (Landlock ABI < 4)")
                 continue
-            rows = [("no network", conf, False), ("network, held to the proxy", conf, True),
-                    ("network, not held (as before)", dataclasses.replace(conf, _abi=3), True)]
+            by_port = _ByPort(**{f.name: getattr(conf, f.name) for f in dataclasses.fields(conf)})
+            rows = [("no network", conf, False), ("network, own namespace + proxy", conf, True),
+                    ("network, by port + proxy", by_port, True),
+                    ("network, not held (as before)", _Unheld(**{f.name: getattr(conf, f.name)
+                                                                 for f in dataclasses.fields(conf)}), True)]
             for label, c, network in rows:
                 ctx = ToolContext(workspace=ws, confinement=c, approver=approver, egress=egress,
                                   exec_rules=ExecRules(network=network))
