@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from nanobot.errors import ToolError
@@ -63,20 +62,21 @@ def default_checker() -> SafeFetcher:
     return SafeFetcher()
 
 
-@dataclass
 class EgressProxy:
-    """One command's proxy: `await start()`, give the command `env()`, `close()` after it."""
+    """One command's proxy: listen (`start`, or `serve_from` the command's own network namespace),
+    give the command `env()`, `close()` after it; `note()` says what was refused."""
 
-    approver: Approver
-    egress: EgressPolicy
-    command: str = ""  # shown with each question
-    checker: SafeFetcher = field(default_factory=lambda: default_checker())  # resolves and checks addresses
-    port: int = 0
-    refused: dict[str, str] = field(default_factory=dict)  # host -> why, for the note after the command
-    contacted: list[str] = field(default_factory=list)  # hosts reached, in order
-    _server: asyncio.Server | None = None
-    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    _channel: socket.socket | None = None
+    def __init__(self, approver: Approver, egress: EgressPolicy, command: str = "",
+                 checker: SafeFetcher | None = None) -> None:
+        self.approver = approver
+        self.egress = egress
+        self.command = command  # shown with each question
+        self.checker = checker or default_checker()  # resolves and checks addresses, as web_fetch does
+        self.port = 0
+        self.refused: dict[str, str] = {}  # host -> why, for the note after the command
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._channel: socket.socket | None = None
 
     async def start(self) -> int:
         """Listen on a free port of the host's loopback (the sandbox then holds TCP connect to it)."""
@@ -176,7 +176,6 @@ class EgressProxy:
         except (OSError, TimeoutError) as exc:
             await _reply(writer, 502, f"could not connect to {host}:{port} ({exc or type(exc).__name__})")
             return
-        self.contacted.append(host.lower())
         try:
             if method.upper() == "CONNECT":
                 writer.write(f"{version or 'HTTP/1.1'} 200 Connection established\r\n\r\n".encode("latin-1"))

@@ -513,9 +513,7 @@ class ExecTool(Tool):
     async def _execute(self, command: str, cwd: Path, limit: float, network: bool) -> str:
         proxy, port = None, 0
         if network and self.ctx.confinement.filters_egress:  # per-domain egress (tools/egress_proxy.py)
-            proxy = EgressProxy(self.ctx.approver, self.ctx.egress, command)
-            if self.checker is not None:
-                proxy.checker = self.checker
+            proxy = EgressProxy(self.ctx.approver, self.ctx.egress, command, self.checker)
             port = self.ctx.confinement.egress_port() or await proxy.start()
         try:
             launch = self._launch(command, cwd, network, port)
