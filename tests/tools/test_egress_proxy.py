@@ -30,6 +30,7 @@ from nanobot.secrets_mask import remember_secrets
 from nanobot.tools import egress_proxy
 from nanobot.tools.approval import Decision
 from nanobot.tools.base import ToolContext
+from nanobot.tools.egress_proxy import EgressProxy
 from nanobot.tools.exec_rules import ExecRules
 from nanobot.tools.safe_http import AddressPolicy, SafeFetcher
 from nanobot.tools.shell import ExecTool
@@ -319,3 +320,32 @@ def test_one_shot_lists_the_refused_domain_and_the_flag_allows_it(configure, fak
     assert site.connections == 1 and resolver.looked_up == ["collector.test"]
     assert (isolated_home / "workspace" / "got.html").read_bytes() == PAGE
 
+
+
+def test_the_proxy_answers_what_it_cannot_forward_and_never_asks_for_it(site):
+    """Straight at the proxy, no sandbox: an https:// request not sent as CONNECT, a loopback target
+    (by IPv6 literal too) and a garbled target get an answer and reach nothing."""
+    person = Person("y")
+    resolver = Resolver()
+
+    async def go() -> list[bytes]:
+        proxy = EgressProxy(SessionApprover(person), EgressPolicy(("*",)), "test",
+                            SafeFetcher(resolver=resolver))  # production's address checks
+        port = await proxy.start()
+        answers = []
+        try:
+            for request in (f"GET https://news.test:{site.port}/ HTTP/1.1\r\nHost: news.test\r\n\r\n",
+                            f"CONNECT [::1]:{site.port} HTTP/1.1\r\n\r\n",
+                            f"CONNECT 127.0.0.2:{site.port} HTTP/1.1\r\n\r\n",
+                            "CONNECT news.test:99999 HTTP/1.1\r\n\r\n"):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(request.encode())
+                answers.append(await asyncio.wait_for(reader.read(), 5))
+                writer.close()
+        finally:
+            proxy.close()
+        return answers
+
+    answers = asyncio.run(go())
+    assert [a.split(b" ")[1] for a in answers[:3]] == [b"400", b"403", b"403"] and answers[3] == b""
+    assert site.connections == 0 and resolver.looked_up == [] and person.asked == []
