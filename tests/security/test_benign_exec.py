@@ -79,9 +79,9 @@ def test_curl_works_where_network_is_allowed(configure, fake_llm, isolated_home,
     cfg_path = configure()
     _write_exec_config(cfg_path, network=True)
     data = json.loads(cfg_path.read_text())
-    data["tools"]["web"] = {"allowDomains": ["127.0.0.1"]}
+    data["tools"]["web"] = {"allowDomains": [loopback_egress]}
     cfg_path.write_text(json.dumps(data))
-    url = f"http://127.0.0.1:{canary_tcp.port}/"
+    url = f"http://{loopback_egress}:{canary_tcp.port}/"
     commands = [c.format(url=url) for c in runnable(NETWORK_COMMANDS)]
     results = _run_corpus(cfg_path, fake_llm, commands)
     failed = {c: r for c, r in results.items() if not r.rstrip().endswith("[exit code: 0]")}

@@ -91,8 +91,8 @@ def test_child_cannot_connect_to_a_loopback_port(ws, confinement, canary_tcp, ca
 def test_with_network_allowed_the_same_connection_goes_through(ws, confinement, canary_tcp, loopback_egress):
     """Control: the canary does see a connection when network is allowed and its address approved
     (through nanobot's egress proxy, which a direct connection cannot bypass: tests/tools/test_egress_proxy.py)."""
-    tool = make_tool(ws, confinement, rules=ExecRules(network=True), egress=EgressPolicy(("127.0.0.1",)))
-    run(tool, f"curl -s -m 5 http://127.0.0.1:{canary_tcp.port}/")
+    tool = make_tool(ws, confinement, rules=ExecRules(network=True), egress=EgressPolicy((loopback_egress,)))
+    run(tool, f"curl -s -m 5 http://{loopback_egress}:{canary_tcp.port}/")
     assert wait_until(lambda: canary_tcp.connections >= 1)
 
 
@@ -489,7 +489,7 @@ def test_network_ask_asks_and_a_refusal_reaches_nothing(ws, confinement, canary_
     assert canary_tcp.connections == 0 and not (ws / "got.txt").exists()
     allow = Recorder(True)
     tool = make_tool(ws, confinement, approver=allow, rules=ExecRules(network="ask"))
-    run(tool, f"curl -s http://127.0.0.1:{canary_tcp.port}/ > got.txt")
+    run(tool, f"curl -s http://{loopback_egress}:{canary_tcp.port}/ > got.txt")
     assert wait_until(lambda: canary_tcp.connections == 1) and (ws / "got.txt").read_text() == "canary"
     # the command, then (through the egress proxy, where the kernel holds it there) its domain
     assert [r.kind for r in allow.requests] == ["exec-network"] + ["web-domain"] * confinement.filters_egress

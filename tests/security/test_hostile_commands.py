@@ -110,11 +110,11 @@ def test_a_line_the_allow_rules_cover_gets_the_network_they_grant(setup, mechani
     something (through exec's egress proxy: the canary's address is an allowed domain)."""
     confinement_or_skip(mechanism)
     make, fake, canary, _, _ = setup
-    cfg_path = make(mechanism, ["^curl -s -m 2 http://127\\.0\\.0\\.1"])
+    cfg_path = make(mechanism, ["^curl -s -m 2 http://"])
     data = json.loads(cfg_path.read_text())
-    data["tools"]["web"] = {"allowDomains": ["127.0.0.1"]}
+    data["tools"]["web"] = {"allowDomains": [loopback_egress]}
     cfg_path.write_text(json.dumps(data))
-    calls = [("exec", {"command": f"curl -s -m 2 {URL.format(port=canary.port)}/allowed"})]
+    calls = [("exec", {"command": f"curl -s -m 2 http://{loopback_egress}:{canary.port}/allowed"})]
     fake.script(Reply.tool_calls(calls), Reply.text("done"))
     _turn(cfg_path, calls, None)
     assert canary.connections == 1
