@@ -82,7 +82,7 @@ class ExecConfig:
     enable: bool = True  # offer the exec tool to the model
     timeout: int = 60  # seconds before a command's whole process group is killed
     confinement: str = "auto"  # "auto" (bubblewrap, else Landlock), "bwrap", "landlock" or "none" (no sandbox)
-    network: bool | str = "ask"  # network for commands: false, true, or "ask" (approve each that wants it)
+    network: bool | str = "ask"  # network for commands: false, true, or "ask" (approve each that wants it); then through nanobot's egress proxy, asked per domain
     allow: list[str] = field(default_factory=list)  # regexes: matching commands run without asking
     ask: list[str] = field(default_factory=list)  # regexes: matching commands need approval
     deny: list[str] = field(default_factory=list)  # regexes: matching commands are refused
@@ -105,7 +105,7 @@ WEB_SEARCH_PROVIDERS = ("brave", "duckduckgo")
 @dataclass
 class WebConfig:
     search: SearchConfig = field(default_factory=SearchConfig)
-    allow_domains: list[str] = field(default_factory=list)  # web_fetch reaches these without asking ("example.com" covers its subdomains; "*": every domain)
+    allow_domains: list[str] = field(default_factory=list)  # web_fetch and commands reach these without asking ("example.com" covers its subdomains; "*": every domain)
 
 
 @dataclass

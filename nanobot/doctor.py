@@ -124,12 +124,26 @@ def _landlock() -> bool:
         return False
 
 
+def _egress(cfg: Config, what: str) -> Check:
+    """A confined exec: whether a command allowed the network is held to nanobot's egress proxy."""
+    from nanobot.sandbox import choose
+
+    if cfg.tools.exec.network is False:
+        return Check("exec confinement", "ok", what)
+    if choose(cfg.tools.exec.confinement).filters_egress:
+        return Check("exec confinement", "ok", f"{what}; network only through nanobot's proxy, asked per domain")
+    return Check("exec confinement", "warn", f"{what}; per-domain egress NOT enforced: a command allowed the "
+                 "network reaches every host", "Per-domain egress for exec needs a network namespace of its own "
+                 "(root, or user namespaces allowed) or Landlock ABI 4 (Linux 6.7+); "
+                 'set tools.exec.network to false to give commands no network.')
+
+
 def check_confinement(cfg: Config) -> Check:
     if not cfg.tools.exec.enable:
         return Check("exec confinement", "ok", "exec is off (tools.exec.enable is false)")
     confined, what, fix = exec_confinement(cfg)
     if confined:
-        return Check("exec confinement", "ok", what)
+        return _egress(cfg, what)
     return Check("exec confinement", "fail", f"commands the model runs are NOT confined: {what}", fix)
 
 

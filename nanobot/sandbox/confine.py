@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import threading
@@ -20,7 +21,9 @@ from pathlib import Path
 
 from nanobot.sandbox import bwrap, landlock, seccomp
 from nanobot.sandbox.keeper import (
+    EGRESS_PORT,
     LandlockLaunch,
+    egress_listener,
     mount_setattr_available,
     user_namespace_mounts_work,
 )
@@ -49,6 +52,7 @@ class Launch:
     cleanups: list[Callable[[], None]] = field(default_factory=list)
     cgroup: PidsCgroup | None = None
     signal_as_code: bool = False  # bwrap reports a command killed by signal N as exit code 128+N
+    egress_channel: socket.socket | None = None  # receives the egress proxy's listener from the command's namespace
 
     def returncode(self, code: int | None) -> int | None:
         if self.signal_as_code and code is not None and 128 < code <= 128 + 64:
@@ -94,6 +98,27 @@ class Confinement:
         return self.mechanism != "none"
 
     @property
+    def filters_egress(self) -> bool:
+        """Whether a command allowed the network can be held to nanobot's egress proxy: a network
+        namespace of its own (`egress_namespace`), else TCP connect to one port (Landlock ABI 4) and
+        no UDP or raw sockets (the seccomp filter)."""
+        return self.confined and (self.egress_namespace or
+                                  (self._abi >= 4 and seccomp.program(tcp_only=True) is not None))
+
+    @property
+    def egress_namespace(self) -> bool:
+        """Whether a command held to the proxy gets a network namespace of its own (only loopback, the
+        proxy listening in it on EGRESS_PORT), rather than the host's network with TCP connect limited
+        by port (Landlock cannot tell addresses apart: any host on the proxy's port would do)."""
+        if self.mechanism == "bwrap":
+            return os.geteuid() == 0  # unshare(CLONE_NEWNET) before bwrap starts
+        return self.mechanism == "landlock" and _can_private_mounts()
+
+    def egress_port(self) -> int:
+        """The port the proxy must listen on for this mechanism's commands (0: any free one on the host)."""
+        return EGRESS_PORT if self.filters_egress and self.egress_namespace else 0
+
+    @property
     def memory_read_only(self) -> bool:
         """Whether commands cannot change the workspace's memory/ (else: check it after each command)."""
         return self.mechanism == "bwrap" or (self.mechanism == "landlock" and _can_private_mounts())
@@ -105,6 +130,9 @@ class Confinement:
                     else "every command needs your approval")
             return f"NOT confined ({self.detail}); {then}"
         net = {False: "no network", True: "network allowed", "ask": "network only when approved"}[network]
+        if network is not False:
+            net += (", through nanobot's proxy: each new domain asked" if self.filters_egress else
+                    ", to every host (per-domain egress NOT enforced: needs a network namespace or Landlock ABI 4)")
         parts = [self.detail, "writes only to the workspace and a private tmp"]
         if not self.memory_read_only:
             parts.append("protected files (memory/, cron/, prompt files, .git settings) NOT read-only but checked "
@@ -130,7 +158,7 @@ class Confinement:
     # --- bubblewrap -------------------------------------------------------------------
     def _prepare_bwrap(self, policy: Policy, cwd: Path, command: str) -> Launch:
         info = _info_file()
-        code = seccomp.program()
+        code = seccomp.program(tcp_only=policy.proxy_port > 0 and not self.egress_namespace)
         filter_fd = _memory_file("nanobot-seccomp", code) if code else None
         fds = (info,) if filter_fd is None else (info, filter_fd)
         launch = Launch(bwrap.argv(self._bwrap, policy, cwd, command, info_fd=info, seccomp_fd=filter_fd),
@@ -143,7 +171,33 @@ class Confinement:
         launch.cleanups.append(end)
         with launch.undone_on_error():
             _attach_limits(launch, policy.limits, nproc=nproc_counts_command_only(), cgroup=self._pids_cgroup)
+            if policy.proxy_port:  # --share-net: the namespace made here, or the host's network held by port
+                self._hold_to_proxy(launch, policy.proxy_port)
         return launch
+
+    def _hold_to_proxy(self, launch: Launch, port: int) -> None:
+        """Before bwrap starts: a network namespace of its own with the proxy's listener in it, or else
+        a Landlock domain allowing TCP connect only to `port` (network-only: bwrap's mounts are untouched)."""
+        before = launch.preexec_fn
+        if self.egress_namespace:
+            fd = _egress_channel(launch)
+
+            def preexec() -> None:
+                if before is not None:
+                    before()
+                egress_listener(fd, new_namespace=True)
+        else:
+            ruleset = landlock.Ruleset(self._abi, block_tcp=True, fs=False)
+            launch.cleanups.append(ruleset.close)
+            ruleset.allow_port(port)
+            fd = ruleset.fd
+
+            def preexec() -> None:
+                if before is not None:
+                    before()
+                landlock.restrict_self(fd)
+
+        launch.preexec_fn = preexec
 
     # --- Landlock ---------------------------------------------------------------------
     def _prepare_landlock(self, policy: Policy, cwd: Path, command: str) -> Launch:
@@ -151,9 +205,14 @@ class Confinement:
         tmp = _private_tmp()
         launch = Launch(["/bin/sh", "-c", command], env={"TMPDIR": str(tmp)},
                         cleanups=[lambda: shutil.rmtree(tmp, ignore_errors=True)])
-        ruleset = landlock.Ruleset(self._abi, block_tcp=not policy.network and not private)
+        proxied = policy.network and policy.proxy_port > 0
+        in_namespace = proxied and self.egress_namespace  # (private mounts: it makes the network namespace)
+        by_port = proxied and not in_namespace
+        ruleset = landlock.Ruleset(self._abi, block_tcp=(not policy.network and not private) or by_port)
         launch.cleanups.append(ruleset.close)
         with launch.undone_on_error():
+            if by_port:
+                ruleset.allow_port(policy.proxy_port)
             ws = policy.workspace
             base = (_visible_system_dirs(policy) if policy.restrict  # rule 4
                     else _visible_outside(policy.hidden))
@@ -169,10 +228,11 @@ class Confinement:
             ruleset.allow(tmp, ruleset.all_fs)
             hook = LandlockLaunch(
                 ruleset_fd=ruleset.fd, limits=policy.limits, cgroup_fd=-1, private_mounts=private,
-                new_net=private and not policy.network,
+                new_net=private and (not policy.network or in_namespace),
                 read_only=tuple(p for p in policy.read_only if p.exists()),
                 nproc=os.geteuid() != 0, workspace=ws, tmp=tmp, user_namespace=private and os.geteuid() != 0,
-                shown=(*policy.toolchains, *policy.extra_read), seccomp=seccomp.program(),
+                shown=(*policy.toolchains, *policy.extra_read), seccomp=seccomp.program(tcp_only=by_port),
+                egress_fd=_egress_channel(launch) if in_namespace else -1,
             )
             if private:
                 launch.env["TMPDIR"] = "/tmp"  # the private tmp is mounted there
@@ -187,6 +247,15 @@ class Confinement:
                 hook.limits = Limits(**{**policy.limits.__dict__,
                                         "processes": _user_processes() + policy.limits.processes})
         return launch
+
+
+def _egress_channel(launch: Launch) -> int:
+    """A socket pair: nanobot keeps one end (`launch.egress_channel`), the command's side gets the other's
+    fd, to send the egress proxy's listener made in its network namespace (keeper.egress_listener)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    launch.egress_channel = ours
+    launch.cleanups += [ours.close, theirs.close]
+    return theirs.fileno()
 
 
 def _info_file() -> int:
@@ -320,7 +389,7 @@ def _bwrap(limits: Limits) -> Confinement | str:
     if exe is None:
         return detail
     bound, cgroup = _process_limit(limits, "bwrap")
-    return Confinement("bwrap", detail, bound, _bwrap=exe, _pids_cgroup=cgroup)
+    return Confinement("bwrap", detail, bound, _bwrap=exe, _abi=landlock.abi_version(), _pids_cgroup=cgroup)
 
 
 _choosing = threading.Lock()  # one probe at a time: a caller waits for a prefetch under way, then finds it cached

@@ -11,6 +11,9 @@ Landlock confines files (and TCP), but it makes no namespaces, so three things a
   but the workspace and the private tmp, and `memory/` read-only again inside the workspace
   (Landlock cannot take a subfolder back, nor does it cover chmod, chown or utime), and a
   private network namespace takes away every socket family, UDP included;
+- a command allowed the network, where the private namespaces work, gets a network namespace of its
+  own with only loopback up and nanobot's egress proxy listening in it (`egress_listener`): the
+  listening socket is made there and handed to nanobot, which serves it from the host's side;
 - the command itself drops every capability (root keeps none), sets no_new_privs, takes its
   rlimits, enters the Landlock domain and loads the seccomp filter (no setuid/setgid bits).
 
@@ -20,8 +23,11 @@ Everything here runs in a freshly forked, single-threaded child: only syscalls, 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import signal
+import socket
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -147,6 +153,25 @@ def _private_mounts(workspace: Path, tmp: Path, read_only: tuple[Path, ...], sho
     os.chdir(os.getcwd())  # the current folder was entered before the binds: enter it again, on them
 
 
+EGRESS_PORT = 3128  # where nanobot's egress proxy listens inside a command's own network namespace
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
+
+
+def egress_listener(channel_fd: int, *, new_namespace: bool) -> None:
+    """In a forked child: (in a new network namespace when `new_namespace`) bring loopback up, listen
+    on 127.0.0.1:EGRESS_PORT and send that socket to nanobot over the AF_UNIX socket `channel_fd`.
+    The command then reaches nothing but this namespace's loopback, where the proxy answers."""
+    if new_namespace:
+        _check(_libc.unshare(_CLONE_NEWNET), "unshare network namespace")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as ctl:
+        flags = struct.unpack_from("16sh", fcntl.ioctl(ctl.fileno(), _SIOCGIFFLAGS, struct.pack("16sh", b"lo", 0)))[1]
+        fcntl.ioctl(ctl.fileno(), _SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | _IFF_UP))
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener, socket.socket(fileno=channel_fd) as channel:
+        listener.bind(("127.0.0.1", EGRESS_PORT))
+        listener.listen(128)
+        socket.send_fds(channel, [b"L"], [listener.fileno()])
+
+
 def _children() -> list[int]:
     me = os.getpid()
     try:
@@ -217,6 +242,7 @@ class LandlockLaunch:
     user_namespace: bool = False  # an ordinary user: enter a user namespace first, for the private mounts
     shown: tuple[Path, ...] = ()  # read-only folders that must stay visible (toolchains, PATH, working_dir)
     seccomp: bytes | None = None  # sandbox/seccomp.py's filter (no setuid/setgid bits), where the ABI is known
+    egress_fd: int = -1  # network through nanobot's proxy in a namespace of its own: where to send the listener
 
     def __call__(self) -> None:  # preexec_fn
         if self.cgroup_fd >= 0:
@@ -228,6 +254,8 @@ class LandlockLaunch:
             if self.user_namespace:
                 enter_user_namespace()
             _private_mounts(self.workspace, self.tmp, self.read_only, self.shown, new_net=self.new_net)
+        if self.egress_fd >= 0:  # the private mounts made the network namespace (new_net)
+            egress_listener(self.egress_fd, new_namespace=False)
         _check(_libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
         pid = os.fork()
         if pid:

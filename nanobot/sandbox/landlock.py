@@ -39,6 +39,11 @@ class _RulesetAttr(ctypes.Structure):
                 ("scoped", ctypes.c_uint64)]
 
 
+class _NetPortAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
 class _PathBeneathAttr(ctypes.Structure):
     _pack_ = 1
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
@@ -70,11 +75,12 @@ def fs_rights(abi: int) -> int:
 
 
 class Ruleset:
-    """An open ruleset fd: handle all fs rights (and TCP when `block_tcp`), then add grants."""
+    """An open ruleset fd: handle all fs rights (none when not `fs`) and TCP when `block_tcp`, then
+    add grants."""
 
-    def __init__(self, abi: int, *, block_tcp: bool) -> None:
+    def __init__(self, abi: int, *, block_tcp: bool, fs: bool = True) -> None:
         self.abi = abi
-        self.all_fs = fs_rights(abi)
+        self.all_fs = fs_rights(abi) if fs else 0
         net = NET_BIND_TCP | NET_CONNECT_TCP if block_tcp and abi >= 4 else 0
         scoped = SCOPE_ABSTRACT_UNIX | SCOPE_SIGNAL if abi >= 6 else 0
         attr = _RulesetAttr(self.all_fs, net, scoped)
@@ -107,6 +113,15 @@ class Ruleset:
             return True
         finally:
             os.close(pfd)
+
+    def allow_port(self, port: int) -> None:
+        """Allow TCP connect to `port` (on any address) through a `block_tcp` ruleset (ABI 4)."""
+        attr = _NetPortAttr(NET_CONNECT_TCP, port)
+        rc = _libc.syscall(_SYS_ADD_RULE, ctypes.c_int(self.fd), ctypes.c_int(_RULE_NET_PORT),
+                           ctypes.byref(attr), ctypes.c_uint32(0))
+        if rc < 0:
+            err = ctypes.get_errno()
+            raise LandlockError(err, f"landlock_add_rule port {port}: {os.strerror(err)}")
 
     def close(self) -> None:
         if self.fd >= 0:

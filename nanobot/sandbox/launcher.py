@@ -57,7 +57,9 @@ def _child(request: dict[str, Any], fds: list[int], errpipe: int) -> None:
         os.dup2(fds[1], 2)
         os.chdir(request["cwd"])
         hook: LandlockLaunch = request["hook"]
-        hook = replace(hook, ruleset_fd=fds[2], cgroup_fd=fds[3] if len(fds) > 3 else -1)
+        cgroup = fds[3] if hook.cgroup_fd >= 0 else -1
+        egress = fds[3 + (hook.cgroup_fd >= 0)] if hook.egress_fd >= 0 else -1
+        hook = replace(hook, ruleset_fd=fds[2], cgroup_fd=cgroup, egress_fd=egress)
         hook()  # returns only in the command (the keeper never returns)
         os.closerange(3, errpipe)
         os.closerange(errpipe + 1, 1 << 16)
@@ -263,7 +265,7 @@ class Launcher:
               fds: list[int], on_exit: Callable[[int], None]) -> int:
         """Start `argv` under `hook` with fds [stdout, stderr]; on_exit(wait status) runs on another thread."""
         request = pickle.dumps({"argv": argv, "env": env, "cwd": cwd, "hook": hook})
-        passed = [*fds, hook.ruleset_fd] + ([hook.cgroup_fd] if hook.cgroup_fd >= 0 else [])
+        passed = [*fds, hook.ruleset_fd] + [fd for fd in (hook.cgroup_fd, hook.egress_fd) if fd >= 0]
         return self.ensure().start(request, passed, on_exit)
 
     def ensure(self) -> _Connection:

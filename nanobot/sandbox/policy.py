@@ -11,7 +11,8 @@ The rules (numbered so the mechanisms and the README can point at them):
    secret files in /etc (HOST_SECRETS: /etc/shadow, SSH host keys, ...), restricted mode included.
 4. Outside the workspace everything else is read-only; with restrictToWorkspace only the
    system folders are visible at all.
-5. No network unless the command was allowed it.
+5. No network unless the command was allowed it; then, where the kernel can enforce it, TCP only to
+   nanobot's egress proxy (`proxy_port`), which asks per domain (tools/egress_proxy.py).
 6. Limits on processes, file size and memory (see Limits).
 """
 
@@ -87,6 +88,7 @@ class Policy:
     limits: Limits = field(default_factory=Limits)
     extra_read: tuple[Path, ...] = ()  # e.g. a working_dir outside the workspace (never when restrict)
     toolchains: tuple[Path, ...] = ()  # read-only although inside a hidden folder (see TOOLCHAINS)
+    proxy_port: int = 0  # rule 5: with network, TCP connect only to this port (nanobot's egress proxy); 0: any
 
     def system_dirs(self) -> list[Path]:
         return [Path(p) for p in SYSTEM_DIRS if os.path.exists(p)]

@@ -9,6 +9,11 @@ open/openat/creat/mkdir(at)/mknod(at) creating something with them, fail with EP
 filter) fail with ENOSYS, as on an older kernel; so does every syscall of a foreign ABI (a
 32-bit program on a 64-bit kernel), whose numbers this filter does not know.
 
+With `tcp_only` (a command whose network goes through nanobot's egress proxy, tools/egress_proxy.py)
+it also refuses, with EPERM, every IPv4/IPv6 socket but TCP (no UDP, so no DNS of its own, no raw or
+ICMP sockets), packet sockets, and TCP Fast Open's sendto/sendmsg(MSG_FASTOPEN), which connects
+without connect(); Landlock then limits TCP connect to the proxy's port. AF_UNIX stays.
+
 Known on x86_64 and aarch64; elsewhere `program()` is None and status says the bits are not
 blocked. File capabilities (security.capability) need CAP_SETFCAP, which commands never have:
 bubblewrap and the Landlock path both start them with no capabilities.
@@ -47,6 +52,16 @@ _ARCHES: dict[str, tuple[int, list[tuple[int, int, int]], list[int]]] = {
 }
 
 
+# (socket, [(sendto / sendmsg / sendmmsg, index of its flags argument)])
+_NET_CALLS: dict[str, tuple[int, list[tuple[int, int]]]] = {
+    "x86_64": (41, [(44, 3), (46, 2), (307, 3)]),
+    "aarch64": (198, [(206, 3), (211, 2), (269, 3)]),
+}
+_AF_INET, _AF_INET6, _AF_PACKET, _SOCK_STREAM, _IPPROTO_TCP = 2, 10, 17, 1, 6
+_SOCK_TYPE_MASK, _MSG_FASTOPEN = 0xF, 0x20000000
+_AND = 0x54  # BPF_ALU | BPF_AND | BPF_K
+
+
 def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
     return struct.pack("=HBBI", code, jt, jf, k)
 
@@ -55,11 +70,35 @@ def _arg(index: int) -> int:
     return 16 + 8 * index  # seccomp_data.args[index], its low 32 bits (little-endian)
 
 
-@lru_cache(maxsize=4)
-def program(machine: str | None = None) -> bytes | None:
+def _tcp_only(socket_nr: int, sends: list[tuple[int, int]]) -> list[bytes]:
+    deny, allow = _insn(_RET, _ERRNO | _EPERM), _insn(_RET, _ALLOW)
+    block = [  # socket(domain, type, protocol): jumps count the instructions skipped
+        _insn(_LD_W_ABS, _arg(0)),
+        _insn(_JEQ, _AF_PACKET, 8, 0),  # -> deny
+        _insn(_JEQ, _AF_INET, 1, 0),  # -> type
+        _insn(_JEQ, _AF_INET6, 0, 7),  # else -> allow (AF_UNIX, netlink, ...)
+        _insn(_LD_W_ABS, _arg(1)),
+        _insn(_AND, _SOCK_TYPE_MASK),  # without SOCK_NONBLOCK / SOCK_CLOEXEC
+        _insn(_JEQ, _SOCK_STREAM, 0, 3),  # else -> deny
+        _insn(_LD_W_ABS, _arg(2)),
+        _insn(_JEQ, 0, 2, 0),  # -> allow
+        _insn(_JEQ, _IPPROTO_TCP, 1, 0),  # -> allow, else deny (SCTP, MPTCP)
+        deny, allow,
+    ]
+    out = [_insn(_LD_W_ABS, 0), _insn(_JEQ, socket_nr, 0, len(block)), *block]
+    for nr, flags in sends:
+        out += [_insn(_LD_W_ABS, 0), _insn(_JEQ, nr, 0, 4), _insn(_LD_W_ABS, _arg(flags)),
+                _insn(_JSET, _MSG_FASTOPEN, 0, 1), deny, allow]
+    return out
+
+
+@lru_cache(maxsize=8)
+def program(machine: str | None = None, *, tcp_only: bool = False) -> bytes | None:
     """The filter as raw sock_filter instructions, or None where this machine's ABI is not known
-    or the kernel has no seccomp filters (then loading one would stop every command)."""
-    known = _ARCHES.get(machine or platform.machine())
+    or the kernel has no seccomp filters (then loading one would stop every command).
+    `tcp_only`: also no socket but TCP and AF_UNIX (see the module docstring)."""
+    machine = machine or platform.machine()
+    known = _ARCHES.get(machine)
     if known is None or not _kernel_filters():
         return None
     arch, mode_calls, refused = known
@@ -73,6 +112,8 @@ def program(machine: str | None = None) -> bytes | None:
     ]
     for nr in refused:
         out += [_insn(_LD_W_ABS, 0), _insn(_JEQ, nr, 0, 1), _insn(_RET, _ERRNO | _ENOSYS)]
+    if tcp_only:
+        out += _tcp_only(*_NET_CALLS[machine])
     for nr, mode, flags in mode_calls:
         block = []
         if flags >= 0:  # open(at): the mode counts only when it creates

@@ -166,7 +166,7 @@ class SafeFetcher:
             if reason:
                 raise ToolError(
                     f"refused {url}: {host} resolves to {ip}, a {reason} address; "
-                    "web_fetch only contacts public internet hosts"
+                    "only public internet hosts are contacted"
                 )
         return parsed, str(addresses[0])
 

@@ -34,8 +34,10 @@ from nanobot.sandbox.limits import PidsCgroup, is_running, stat_fields
 from nanobot.sandbox.policy import hard_links
 from nanobot.secrets_mask import is_secret_name
 from nanobot.tools.approval import ApprovalRequest, approve_flag_hint
-from nanobot.tools.base import Tool
+from nanobot.tools.base import Tool, ToolContext
+from nanobot.tools.egress_proxy import EgressProxy
 from nanobot.tools.exec_rules import wants_network
+from nanobot.tools.safe_http import SafeFetcher
 from nanobot.tools.workspace_guard import resolve_path, review, workspace_root
 
 __all__ = ["ExecTool", "child_env", "deny_reason", "OUTPUT_CAP"]
@@ -364,13 +366,16 @@ class ExecTool(Tool):
         "repository's hooks and settings (`git config` fails: use `git -c key=value`) and editor run "
         "configurations are protected (change them with the file tools, which ask the user); "
         "the home folder, nanobot's config and credentials are not visible, "
-        "there is no network unless the user allows it, and nothing it starts keeps running after it returns "
+        "there is no network unless the user allows it{proxied}, and nothing it starts keeps running after it returns "
         "(start a server and use it within one command)."
     )
 
     @property
     def description(self) -> str:  # type: ignore[override]  # says what holds on this machine
-        note = self._confined_note if self.ctx.confinement.confined else " Commands run without a sandbox."
+        proxied = (" (then HTTP(S) only, through a proxy that asks the user about each new domain: no ssh, "
+                   "no DNS of its own)") if self.ctx.confinement.filters_egress else ""
+        note = (self._confined_note.format(proxied=proxied) if self.ctx.confinement.confined
+                else " Commands run without a sandbox.")
         return self._base_description + note
 
     parameters = {
@@ -384,6 +389,10 @@ class ExecTool(Tool):
     }
 
     kill_grace = 2.0  # seconds between SIGTERM and SIGKILL for the process group
+
+    def __init__(self, ctx: ToolContext, *, checker: SafeFetcher | None = None) -> None:
+        super().__init__(ctx)
+        self.checker = checker  # the egress proxy's address checks (tests: a fake resolver, a loopback site)
 
     @staticmethod
     def kill_all_running() -> int:
@@ -490,11 +499,12 @@ class ExecTool(Tool):
                 raise ToolError(f"the command was not run; approval for {request.kind} was refused{why}")
         return network
 
-    def _launch(self, command: str, cwd: Path, network: bool) -> Launch:
+    def _launch(self, command: str, cwd: Path, network: bool, proxy_port: int = 0) -> Launch:
         conf = self.ctx.confinement
         ws = workspace_root(self.ctx)
         policy = build_policy(ws, exec_read_only(ws), restrict=self.ctx.restrict_to_workspace, network=network,
                               limits=self.ctx.exec_limits)
+        policy = dataclasses.replace(policy, proxy_port=proxy_port)
         if conf.confined:
             if not cwd.is_relative_to(ws):
                 if policy.is_hidden(cwd):
@@ -509,11 +519,30 @@ class ExecTool(Tool):
             raise ToolError(f"could not prepare the sandbox ({conf.detail}): {exc}; the command was not run") from exc
 
     async def _execute(self, command: str, cwd: Path, limit: float, network: bool) -> str:
-        launch = self._launch(command, cwd, network)
+        proxy, port = None, 0
+        if network and self.ctx.confinement.filters_egress:  # per-domain egress (tools/egress_proxy.py)
+            proxy = EgressProxy(self.ctx.approver, self.ctx.egress, command, self.checker)
+            port = self.ctx.confinement.egress_port() or await proxy.start()
         try:
-            return await self._spawn_and_wait(launch, cwd, limit) + self._links_note()
+            launch = self._launch(command, cwd, network, port)
+            try:
+                if proxy is not None:
+                    launch.env.update(proxy.env(port, own_loopback=launch.egress_channel is not None))
+                    if launch.egress_channel is not None:  # the command's own network namespace
+                        proxy.serve_from(launch.egress_channel, port)
+                result = await self._spawn_and_wait(launch, cwd, limit)
+            finally:
+                if proxy is not None:
+                    proxy.close()
+                launch.finish()
+        except ToolError as exc:
+            if proxy is not None and proxy.note():
+                raise ToolError(exc.message + proxy.note(), hint=exc.hint) from exc
+            raise
         finally:
-            launch.finish()
+            if proxy is not None:
+                proxy.close()
+        return result + (proxy.note() if proxy else "") + self._links_note()
 
     _linked: tuple[Path, ...] | None = None  # files of the workspace with other hard links (scanned once)
     _linked_told = False

@@ -17,8 +17,8 @@ import httpx2
 
 from nanobot.errors import ToolError
 from nanobot.tls import shared_tls_context
-from nanobot.tools.approval import ApprovalRequest, approve_flag_hint
 from nanobot.tools.base import Tool, ToolContext
+from nanobot.tools.egress_proxy import may_contact
 from nanobot.tools.safe_http import FetchResult, SafeFetcher
 from nanobot.untrusted import fence
 
@@ -205,19 +205,7 @@ class WebFetchTool(Tool):
 
     async def _may_contact(self, url: str) -> None:
         """The session's egress policy for this hop (policy/egress.py); asks the user about a new domain."""
-        verdict = self.ctx.egress.judge(url)
-        if verdict.refused:
-            raise ToolError(f"refused {url}: {verdict.refused}; it was not fetched")
-        if verdict.allowed:
-            return
-        domain = verdict.domain
-        decision = await self.ctx.approver.approve(ApprovalRequest(
-            "web-domain", f"web_fetch wants to contact {domain}, a domain not approved in this session: {url}",
-            detail=url, always_key=f"web-domain:{domain}",
-            allow_hint=f"{approve_flag_hint('web-domain')}, or add {domain!r} to tools.web.allowDomains"))
-        if not decision.allowed:
-            why = f": {decision.reason}" if decision.reason else ""
-            raise ToolError(f"{url} was not fetched; contacting {domain} was refused{why}")
+        await may_contact(self.ctx.approver, self.ctx.egress, url)
 
 
 def extract(result: FetchResult, mode: str) -> tuple[str, str, str]:

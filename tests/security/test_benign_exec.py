@@ -74,10 +74,14 @@ def test_benign_corpus_runs_under_the_default_policy(configure, fake_llm, isolat
     fake_llm.assert_all_valid()
 
 
-def test_curl_works_where_network_is_allowed(configure, fake_llm, isolated_home, canary_tcp):
+def test_curl_works_where_network_is_allowed(configure, fake_llm, isolated_home, canary_tcp, loopback_egress):
+    """Through exec's egress proxy, to a domain tools.web.allowDomains lists (the canary's address)."""
     cfg_path = configure()
     _write_exec_config(cfg_path, network=True)
-    url = f"http://127.0.0.1:{canary_tcp.port}/"
+    data = json.loads(cfg_path.read_text())
+    data["tools"]["web"] = {"allowDomains": [loopback_egress]}
+    cfg_path.write_text(json.dumps(data))
+    url = f"http://{loopback_egress}:{canary_tcp.port}/"
     commands = [c.format(url=url) for c in runnable(NETWORK_COMMANDS)]
     results = _run_corpus(cfg_path, fake_llm, commands)
     failed = {c: r for c, r in results.items() if not r.rstrip().endswith("[exit code: 0]")}

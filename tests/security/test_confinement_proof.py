@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from canaries import confinement_or_skip, host_pids, kill_marked, snapshot, wait_until
 from nanobot.errors import ToolError
+from nanobot.policy.egress import EgressPolicy
 from nanobot.sandbox import Limits, build_policy, choose
 from nanobot.tools.approval import Decision
 from nanobot.tools.base import ToolContext
@@ -87,10 +88,11 @@ def test_child_cannot_connect_to_a_loopback_port(ws, confinement, canary_tcp, ca
     assert canary_udp.datagrams == 0
 
 
-def test_with_network_allowed_the_same_connection_goes_through(ws, confinement, canary_tcp):
-    """Control: the canary does see a connection when network is allowed."""
-    tool = make_tool(ws, confinement, rules=ExecRules(network=True))
-    run(tool, f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {canary_tcp.port}), 2)\"")
+def test_with_network_allowed_the_same_connection_goes_through(ws, confinement, canary_tcp, loopback_egress):
+    """Control: the canary does see a connection when network is allowed and its address approved
+    (through nanobot's egress proxy, which a direct connection cannot bypass: tests/tools/test_egress_proxy.py)."""
+    tool = make_tool(ws, confinement, rules=ExecRules(network=True), egress=EgressPolicy((loopback_egress,)))
+    run(tool, f"curl -s -m 5 http://{loopback_egress}:{canary_tcp.port}/")
     assert wait_until(lambda: canary_tcp.connections >= 1)
 
 
@@ -479,7 +481,7 @@ def test_default_approver_refuses_unconfined_exec_unless_the_user_chose_it(ws):
     assert (ws / "ran").exists()
 
 
-def test_network_ask_asks_and_a_refusal_reaches_nothing(ws, confinement, canary_tcp):
+def test_network_ask_asks_and_a_refusal_reaches_nothing(ws, confinement, canary_tcp, loopback_egress):
     refuse = Recorder(False)
     tool = make_tool(ws, confinement, approver=refuse, rules=ExecRules(network="ask"))
     with pytest.raises(ToolError, match="exec-network"):
@@ -487,9 +489,10 @@ def test_network_ask_asks_and_a_refusal_reaches_nothing(ws, confinement, canary_
     assert canary_tcp.connections == 0 and not (ws / "got.txt").exists()
     allow = Recorder(True)
     tool = make_tool(ws, confinement, approver=allow, rules=ExecRules(network="ask"))
-    run(tool, f"curl -s http://127.0.0.1:{canary_tcp.port}/ > got.txt")
+    run(tool, f"curl -s http://{loopback_egress}:{canary_tcp.port}/ > got.txt")
     assert wait_until(lambda: canary_tcp.connections == 1) and (ws / "got.txt").read_text() == "canary"
-    assert [r.kind for r in allow.requests] == ["exec-network"]
+    # the command, then (through the egress proxy, where the kernel holds it there) its domain
+    assert [r.kind for r in allow.requests] == ["exec-network"] + ["web-domain"] * confinement.filters_egress
     # a command that does not look like it wants network is not asked about, and gets none
     silent = Recorder(True)
     tool = make_tool(ws, confinement, approver=silent, rules=ExecRules(network="ask"))

@@ -11,6 +11,7 @@ import sys
 
 import pexpect
 from nanobot.fakellm import Reply
+from nanobot.sandbox import choose
 from test_without_bwrap import path_without_bwrap  # noqa: F401  (fixture)
 
 import forkserver
@@ -61,12 +62,18 @@ def test_chat_first_lines_name_the_confinement_or_its_absence(configure, isolate
 
 
 def test_chat_asks_before_network_from_exec_and_the_answer_decides(configure, fake_llm, isolated_home, canary_tcp):
+    """n to the command: it does not run. y to the command: it runs, and where the kernel holds it to
+    nanobot's egress proxy, the domain it contacts is asked about while it runs; n reaches nothing.
+    (y to the domain reaching a site: tests/tools/test_egress_proxy.py, where a test seam lets the proxy
+    reach a loopback site; here, in a real process, loopback stays refused.)"""
     configure()
     url = f"http://127.0.0.1:{canary_tcp.port}/"
+    named = f"http://collector.test:{canary_tcp.port}/"
     fake_llm.script(
         Reply.tool_calls([("exec", {"command": f"curl -s {url} > refused.txt"})]), Reply.text("it was refused"),
-        Reply.tool_calls([("exec", {"command": f"curl -s {url} > page.txt"})]), Reply.text("fetched"),
+        Reply.tool_calls([("exec", {"command": f"touch started; curl -s {named} > page.txt"})]), Reply.text("fetched"),
     )
+    proxied = choose("auto").filters_egress
     env = {**os.environ, "TERM": "xterm", "COLUMNS": "160", "LINES": "40", "PYTHONUNBUFFERED": "1",
            "PROMPT_TOOLKIT_NO_CPR": "1"}
     child = forkserver.shared().spawn([sys.executable, "-m", "nanobot", "agent"], env=env, encoding="utf-8",
@@ -85,10 +92,15 @@ def test_chat_asks_before_network_from_exec_and_the_answer_decides(configure, fa
         child.sendline("fetch it now")
         child.expect_exact("allow? [y/a/n]")
         child.sendline("y")
+        if proxied:
+            child.expect_exact("wants to contact collector.test")
+            child.expect_exact("allow? [y/a/n]")
+            assert (ws / "started").exists()  # the question came while the command ran
+            child.sendline("n")
         child.expect("fetched")
         child.expect_exact("you ›")
         child.sendline("/exit")
         child.expect(pexpect.EOF)
     finally:
         child.terminate(force=True)
-    assert canary_tcp.connections == 1 and (ws / "page.txt").read_text() == "canary"
+    assert canary_tcp.connections == 0 and "canary" not in (ws / "page.txt").read_text()

@@ -105,12 +105,16 @@ def test_allow_rules_cover_only_lines_whose_every_command_matches(setup, mechani
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
-def test_a_line_the_allow_rules_cover_gets_the_network_they_grant(setup, mechanism):
-    """The control: under the same sandbox an allowed line does reach the canary, so the zero above means something."""
+def test_a_line_the_allow_rules_cover_gets_the_network_they_grant(setup, mechanism, loopback_egress):
+    """The control: under the same sandbox an allowed line does reach the canary, so the zero above means
+    something (through exec's egress proxy: the canary's address is an allowed domain)."""
     confinement_or_skip(mechanism)
     make, fake, canary, _, _ = setup
-    cfg_path = make(mechanism, ["^curl -s -m 2 http://127\\.0\\.0\\.1"])
-    calls = [("exec", {"command": f"curl -s -m 2 {URL.format(port=canary.port)}/allowed"})]
+    cfg_path = make(mechanism, ["^curl -s -m 2 http://"])
+    data = json.loads(cfg_path.read_text())
+    data["tools"]["web"] = {"allowDomains": [loopback_egress]}
+    cfg_path.write_text(json.dumps(data))
+    calls = [("exec", {"command": f"curl -s -m 2 http://{loopback_egress}:{canary.port}/allowed"})]
     fake.script(Reply.tool_calls(calls), Reply.text("done"))
     _turn(cfg_path, calls, None)
     assert canary.connections == 1

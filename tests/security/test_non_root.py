@@ -118,3 +118,60 @@ def test_an_unprivileged_user_is_confined_too(nobody_root, mechanism, canary_tcp
     assert snapshot(home, outside, skip=own) == before
     assert canary_tcp.connections == 0
     assert survivors == []
+
+
+EGRESS_PROBE = textwrap.dedent('''
+    import asyncio, json, sys
+    sys.path[:0] = [sys.argv[1], *json.loads(sys.argv[5])]
+    from pathlib import Path
+    from nanobot.policy.egress import EgressPolicy
+    from nanobot.sandbox import choose
+    from nanobot.tools.base import ToolContext
+    from nanobot.tools.exec_rules import ExecRules
+    from nanobot.tools.safe_http import AddressPolicy, SafeFetcher
+    from nanobot.tools.shell import ExecTool
+
+    async def to_canary(host, port):
+        return ["127.0.0.1"]
+
+    conf = choose(sys.argv[2])
+    ctx = ToolContext(workspace=Path(sys.argv[3]), confinement=conf, exec_rules=ExecRules(network=True),
+                      egress=EgressPolicy(("news.test",)))
+    tool = ExecTool(ctx, checker=SafeFetcher(AddressPolicy.allowing("127.0.0.1/32"), resolver=to_canary))
+    outputs = [asyncio.run(tool.run(command=c)) for c in json.loads(sys.argv[4])]
+    print(json.dumps({"mechanism": conf.mechanism, "filters": conf.filters_egress,
+                      "namespace": conf.egress_namespace, "outputs": outputs}))
+''')
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_an_unprivileged_users_command_reaches_only_what_the_egress_proxy_allows(nobody_root, mechanism, canary_tcp):
+    """Network allowed, as uid 65534: a named domain reaches the canary through nanobot's proxy; a
+    direct connection to the same port, and another domain, do not (tools/egress_proxy.py)."""
+    why = _usable()
+    if why:
+        pytest.skip(why)
+    root, ws = nobody_root, nobody_root / "ws"
+    ws.mkdir()
+    (root / "probe.py").write_text(EGRESS_PROBE)
+    for path in [root, *root.rglob("*")]:
+        os.chown(path, NOBODY, NOBODY)
+    port = canary_tcp.port
+    commands = [f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2)\"",
+                f"curl -s -m 5 http://other.test:{port}/",
+                f"curl -s -m 5 -o got.txt http://news.test:{port}/"]
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(root), "NANOBOT_HOME": str(root / ".nanobot"), "LANG": "C.UTF-8"}
+    run = subprocess.run(
+        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", SYSTEM_PYTHON, "-I",
+         str(root / "probe.py"), str(REPO), mechanism, str(ws), json.dumps(commands),
+         json.dumps(site.getsitepackages())],
+        capture_output=True, text=True, env=env, cwd=root, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    if result["mechanism"] != mechanism or not result["filters"]:
+        pytest.skip(f"{mechanism} cannot hold an unprivileged user's commands to the proxy here")
+    if not shutil.which("curl"):
+        pytest.skip("curl is not installed")
+    assert (ws / "got.txt").read_text() == "canary" and canary_tcp.connections == 1, result["outputs"]
+    assert "egress proxy refused 1 host(s): other.test" in result["outputs"][1]
