@@ -294,9 +294,13 @@ def _check_semantics(cfg: Config, source: str) -> None:
     _check_exec(cfg.tools.exec, source)
     cfg.tools.web.search.provider = cfg.tools.web.search.provider.strip().lower()  # "DuckDuckGo" is meant too
     if cfg.tools.web.search.provider not in WEB_SEARCH_PROVIDERS:
+        # A nanobot config may name a service nanobot lacks (tavily, searxng, jina): it still loads,
+        # searches the default way, and says so once.
         names = " or ".join(json.dumps(name) for name in WEB_SEARCH_PROVIDERS)
-        raise ConfigError(f"{source}: tools.web.search.provider: {json.dumps(cfg.tools.web.search.provider)} is not "
-                          f"a search service nanobot has", hint=f"Use {names} (or remove the key for the default).")
+        cfg.warnings.append(f"tools.web.search.provider: {json.dumps(cfg.tools.web.search.provider)} is not a search "
+                            f"service nanobot has; searching with the default (Brave with a key, else DuckDuckGo). "
+                            f"Use {names}, or remove the key.")
+        cfg.tools.web.search.provider = Config().tools.web.search.provider
     if cfg.tools.recall.scope not in ("all", "session"):
         raise ConfigError(f'{source}: tools.recall.scope: expected "all" or "session", got {json.dumps(cfg.tools.recall.scope)}')
     if cfg.gateway.heartbeat.interval_s < 60:
@@ -494,7 +498,7 @@ def load_config(
     _check_semantics(cfg, "environment or flags")
     cfg.path = path
     private = config_check.mode_warning(path) if file_cfg.secret_values() else None
-    cfg.warnings = warnings + _env_warnings(environ) + ([private] if private else [])
+    cfg.warnings = warnings + _env_warnings(environ) + ([private] if private else []) + cfg.warnings
     secrets_mask.remember_secrets(cfg.secret_values())  # the one masker hides them exactly from now on
     secrets_mask.remember_environment(environ)
     return cfg
