@@ -645,10 +645,11 @@ def _without_common(db: sqlite3.Connection, terms: list[str]) -> tuple[list[str]
 # and what is it allergic to?") often has them tied by a word the question does not say (the cat's
 # name): among the units that match the question's other words equally well, the one that shares a
 # rare word with the best hit is the likelier answer. Such a unit is strengthened by up to this much,
-# by how rare the shared word is (only words in fewer than the square root of the units count).
+# by how rare the shared word is (only words in fewer units than the square root of their number).
 _LINK_WEIGHT = 0.5
 _LINK_WORD = re.compile(r"\w{3,}")
-_LINK_CANDIDATES = 24  # words whose rarity is looked up, at most
+_LINK_CANDIDATES = 16  # words whose rarity is looked up, at most
+_LINK_DOCS = 400  # a word in more units than this links nothing (and is counted no further)
 
 
 def _link_words(text: str, asked: set[str]) -> set[str]:
@@ -674,7 +675,7 @@ def _second_hop(db: sqlite3.Connection, ranked: list[tuple[float, Unit]], words:
     total = _unit_count(db)
     if not candidates or total < 4:
         return list(range(len(ranked)))
-    cap = int(total ** 0.5)
+    cap = min(int(total ** 0.5), _LINK_DOCS)
     rarity = {word: math.log(total / df) / math.log(total)
               for word, df in zip(candidates, _doc_counts(db, candidates, cap)) if 0 < df <= cap}
     def strength(i: int) -> float:
