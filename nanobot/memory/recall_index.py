@@ -556,9 +556,9 @@ class RecallIndex:
 
         def work(db: sqlite3.Connection) -> list[Hit]:
             kept, common = _without_common(db, terms)
-            if kept:
+            if kept:  # (equal scores keep the order FTS5's own ranking gives them: the older unit first)
                 args[0] = _match(kept)
-                rows = db.execute(sql.format(score="bm25(fts)", order="score, u.ts DESC"), args).fetchall()
+                rows = db.execute(sql.format(score="bm25(fts)", order="score, u.id"), args).fetchall()
             else:  # every word is common: the newest units that hold them all (or, failing that, any)
                 rows = []
                 for joiner in (" AND ", " OR "):
