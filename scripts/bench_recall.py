@@ -36,6 +36,7 @@ import asyncio
 import os
 import random
 import re
+import shutil
 import sqlite3
 import tempfile
 from collections import Counter
@@ -334,6 +335,7 @@ def main() -> None:
                                "bm25-capped": found(capped(top), q), "bm25-full": found("\n\n".join(top), q)}
                         for engine, ok in got.items():
                             table.setdefault((shape, style, k, engine), []).append((q.kind, ok))
+            shutil.rmtree(home, ignore_errors=True)
     print(f"seeds {seeds}: {len(seeds)} x {args.sessions} sessions x {args.messages} messages over 6 months; "
           f"{total_q} questions (per seed: 60 single fact, 30 two facts in two sessions, 30 dates)")
     print("evidence recall: the share of questions whose every answering message is in what the engine returned")

@@ -21,6 +21,7 @@ import argparse
 import itertools
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -167,6 +168,8 @@ def main() -> None:
     print(f"per turn: SessionStore.append {statistics.median(appends):.2f} ms (median; the index adds nothing to "
           f"it: it is brought up to date when a search starts); the next search's catch-up for one turn "
           f"{statistics.median(catchups):.2f} ms (median, p95 {sorted(catchups)[47]:.2f} ms)")
+    if args.dir is None:
+        shutil.rmtree(home, ignore_errors=True)  # (an archive of --mb megabytes and its index)
 
 
 if __name__ == "__main__":
