@@ -20,7 +20,13 @@ message's text is in what the engine returns with limit k. Engines:
               entries cut to the same caps as the tool;
 - bm25-full:  the same, top k entries uncapped (more output than the tool may give).
 
+The comparison is like for like: both engines get the same query string, and the tool's result and
+bm25-capped are held to the same 12,000 characters (the tool spends them on hits, their neighbours
+and labels; bm25-capped on whole entries of at most 3,000). Identical texts said by different
+people (rarest-word queries often drop the name) tie in BM25: both engines then keep FTS5's order.
+
     .venv/bin/python scripts/bench_recall.py            # prints recall@5 and @10 tables
+    .venv/bin/python scripts/bench_recall.py --seeds 4,5,6   # a second, independent question set
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import asyncio
 import os
 import random
 import re
+import shutil
 import sqlite3
 import tempfile
 from collections import Counter
@@ -328,6 +335,7 @@ def main() -> None:
                                "bm25-capped": found(capped(top), q), "bm25-full": found("\n\n".join(top), q)}
                         for engine, ok in got.items():
                             table.setdefault((shape, style, k, engine), []).append((q.kind, ok))
+            shutil.rmtree(home, ignore_errors=True)
     print(f"seeds {seeds}: {len(seeds)} x {args.sessions} sessions x {args.messages} messages over 6 months; "
           f"{total_q} questions (per seed: 60 single fact, 30 two facts in two sessions, 30 dates)")
     print("evidence recall: the share of questions whose every answering message is in what the engine returned")

@@ -3,8 +3,11 @@
 Writes a synthetic archive (session files through the real SessionStore, a HISTORY.md through the
 real MemoryStore) of about --mb megabytes of JSONL, builds the index from nothing, and prints:
 
-- build time and throughput, extrapolated linearly to 1 GB (target: <= 5 min on 2 cores);
-- query latency p50 / p95 over --queries queries of 1-3 words (common and rare), at this size;
+- build time (wall and CPU seconds, with the load average) and throughput; below 1 GB, also
+  extrapolated linearly to 1 GB (target: <= 5 min on 2 cores);
+- query latency p50 / p95 over --queries queries of 1-3 words (common and rare), at this size, wall
+  and CPU: the search alone, and what search_history pays (the catch-up check of every file, then
+  the search);
 - the index size against the session files and HISTORY.md it covers (target: <= 1.5x);
 - what one turn costs: SessionStore.append of a user + assistant message (the turn path, which the
   index does not touch) and the catch-up the next search pays for it (refresh after one turn).
@@ -15,8 +18,10 @@ real MemoryStore) of about --mb megabytes of JSONL, builds the index from nothin
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -42,6 +47,7 @@ def build_archive(home: Path, megabytes: float, seed: int = 1) -> tuple[int, lis
 
     rng = random.Random(seed)
     words, weights = _vocabulary(rng, 30_000)
+    cum = list(itertools.accumulate(weights))  # (what choices() computes from weights on every call)
     store = SessionStore(home / "sessions")
     memory = MemoryStore(home / "workspace")
     target = int(megabytes * 1e6)
@@ -53,14 +59,14 @@ def build_archive(home: Path, megabytes: float, seed: int = 1) -> tuple[int, lis
         when = start + timedelta(hours=7 * session_no)
         batch = []
         for i in range(200):
-            text = " ".join(rng.choices(words, weights, k=rng.randint(8, 120)))
+            text = " ".join(rng.choices(words, cum_weights=cum, k=rng.randint(8, 120)))
             role = "user" if i % 2 == 0 else "assistant"
             batch.append({"role": role, "content": text, "timestamp": (when + timedelta(minutes=i)).isoformat()})
         store.append(session, batch)
         written = written + session.path.stat().st_size if session_no else session.path.stat().st_size
         store.close(session)
         if session_no % 10 == 0:
-            summary = " ".join(rng.choices(words, weights, k=150))
+            summary = " ".join(rng.choices(words, cum_weights=cum, k=150))
             memory.append_history(f"[{when:%Y-%m-%d %H:%M}] {summary}")
         session_no += 1
     return written + memory.history_file.stat().st_size, words
@@ -72,6 +78,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--dir", type=Path, default=None, help="keep the archive here (default: a temp folder)")
     parser.add_argument("--reuse", action="store_true", help="use the archive already in --dir (its index is rebuilt)")
+    parser.add_argument("--keep-index", action="store_true", help="with --reuse: keep its index too (queries only)")
     args = parser.parse_args()
     home = args.dir or Path(tempfile.mkdtemp(prefix="bench-recall-"))
     t0 = time.perf_counter()
@@ -81,7 +88,8 @@ def main() -> None:
         source_bytes = sum(p.stat().st_size for p in (home / "sessions").glob("*.jsonl"))
         source_bytes += (home / "workspace/memory/HISTORY.md").stat().st_size
         for stale in home.glob("recall.sqlite3*"):
-            stale.unlink()
+            if not args.keep_index:
+                stale.unlink()
     else:
         source_bytes, words = build_archive(home, args.mb)
     print(f"archive: {source_bytes / 1e6:,.1f} MB of session JSONL + HISTORY.md in {home} "
@@ -95,6 +103,7 @@ def main() -> None:
     t0 = time.perf_counter()
     c0 = time.process_time()
     last = [0.0]
+    print(f"load average before the build: {os.getloadavg()[0]:.1f}")
 
     def progress(done: int, total: int) -> None:
         if time.perf_counter() - last[0] > 5:
@@ -107,8 +116,9 @@ def main() -> None:
     print(f"build: {build:.1f} s wall, {cpu:.1f} s CPU; {rate / 1e6:.2f} MB/s wall -> 1 GB in {1e9 / rate / 60:.1f} min, "
           f"{source_bytes / cpu / 1e6:.2f} MB per CPU-second -> 1 GB in {1e9 / (source_bytes / cpu) / 60:.1f} min "
           f"on a free core (linear extrapolation; the build is one thread)")
-    load = os.getloadavg()[0]
-    print(f"load average during the run: {load:.1f} on {os.cpu_count()} cores")
+    load = os.getloadavg()
+    print(f"load average at the end of the build: {load[0]:.1f} (1 min) / {load[1]:.1f} (5 min) / {load[2]:.1f} "
+          f"(15 min) on {os.cpu_count()} cores")
     stats = index.stats()
     index.close()
     index = RecallIndex(index_path, sessions=home / "sessions", history=home / "workspace/memory/HISTORY.md")
@@ -118,17 +128,28 @@ def main() -> None:
           f"({stats['units']:,} units)")
 
     rng = random.Random(2)
-    times = []
+    queries = []
     for _ in range(args.queries):
         k = rng.randint(1, 3)
-        query = " ".join(rng.choice(words[:200] if rng.random() < 0.3 else words) for _ in range(k))
-        q0 = time.perf_counter()
-        index.search(query, limit=10)
-        times.append((time.perf_counter() - q0) * 1000)
-    times.sort()
-    p95 = times[int(len(times) * 0.95) - 1]
-    print(f"query (search + read the hits and neighbours back): p50 {statistics.median(times):.1f} ms, "
-          f"p95 {p95:.1f} ms, max {times[-1]:.1f} ms over {len(times)} queries at {source_bytes / 1e6:,.0f} MB")
+        queries.append(" ".join(rng.choice(words[:200] if rng.random() < 0.3 else words) for _ in range(k)))
+
+    def figures(values: list[float]) -> str:
+        values = sorted(values)
+        return (f"p50 {statistics.median(values):.1f}, p95 {values[max(0, int(len(values) * 0.95) - 1)]:.1f}, "
+                f"max {values[-1]:.1f}")
+
+    for label, refresh_first in (("search alone (find, read the hits and neighbours back)", False),
+                                 ("what search_history pays (check every file for news, then search)", True)):
+        wall, cpu = [], []
+        for query in queries:
+            q0, c0 = time.perf_counter(), time.process_time()
+            if refresh_first:
+                index.refresh()
+            index.search(query, limit=10)
+            wall.append((time.perf_counter() - q0) * 1000)
+            cpu.append((time.process_time() - c0) * 1000)
+        print(f"query, {label}: wall {figures(wall)} ms; CPU {figures(cpu)} ms; over {len(queries)} queries "
+              f"at {source_bytes / 1e6:,.0f} MB, load average {os.getloadavg()[0]:.1f}")
 
     store = SessionStore(home / "sessions")
     session = store.open("cli:s0")
@@ -147,6 +168,8 @@ def main() -> None:
     print(f"per turn: SessionStore.append {statistics.median(appends):.2f} ms (median; the index adds nothing to "
           f"it: it is brought up to date when a search starts); the next search's catch-up for one turn "
           f"{statistics.median(catchups):.2f} ms (median, p95 {sorted(catchups)[47]:.2f} ms)")
+    if args.dir is None:
+        shutil.rmtree(home, ignore_errors=True)  # (an archive of --mb megabytes and its index)
 
 
 if __name__ == "__main__":

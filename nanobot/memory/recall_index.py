@@ -25,6 +25,7 @@ nothing at all, and whatever was written before a search is found by it. Rules:
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sqlite3
@@ -273,7 +274,7 @@ def _is_busy(exc: sqlite3.Error) -> bool:
 
 @dataclass
 class _Source:
-    path: Path
+    path: str
     kind: str
     session: str
 
@@ -371,12 +372,49 @@ class RecallIndex:
 
     def _sources(self) -> list[_Source]:
         found: list[_Source] = []
-        if self.sessions.is_dir():
-            for path in sorted(self.sessions.glob("*.jsonl")):
-                found.append(_Source(path, "session", ""))
+        try:  # (plain strings: a search over thousands of sessions lists them all each time)
+            with os.scandir(self.sessions) as entries:
+                names = sorted(e.name for e in entries if e.name.endswith(".jsonl"))
+        except OSError:
+            names = []
+        folder = str(self.sessions).rstrip(os.sep) + os.sep
+        found.extend(_Source(folder + name, "session", "") for name in names)
         if self.history is not None and self.history.is_file():
-            found.append(_Source(self.history, "history", HISTORY_LABEL))
+            found.append(_Source(str(self.history), "history", HISTORY_LABEL))
         return found
+
+    def _changed(self, known: dict[str, tuple[int, int]]) -> tuple[list[_Source], set[str]]:
+        """The sources not indexed to their end as they are now (new, grown or replaced: rule 2), in
+        order, and the paths of every source there is. One pass over the folder, one stat per file:
+        what every search pays, over thousands of sessions."""
+        present: set[str] = set()
+        changed: list[_Source] = []
+        folder = str(self.sessions).rstrip(os.sep) + os.sep
+        try:
+            with os.scandir(self.sessions) as entries:
+                for entry in entries:
+                    if not entry.name.endswith(".jsonl"):
+                        continue
+                    path = folder + entry.name
+                    present.add(path)
+                    was = known.get(path)
+                    if was is not None:
+                        try:
+                            st = entry.stat()
+                            if st.st_ino == was[0] and st.st_size == was[1]:
+                                continue
+                        except OSError:
+                            pass
+                    changed.append(_Source(path, "session", ""))
+        except OSError:
+            pass
+        changed.sort(key=lambda src: src.path)
+        if self.history is not None and self.history.is_file():
+            path = str(self.history)
+            present.add(path)
+            if not _unchanged(path, known.get(path)):
+                changed.append(_Source(path, "history", HISTORY_LABEL))
+        return changed, present
 
     def pending_bytes(self) -> int:
         """How many bytes a refresh would read (an estimate: a rewritten file counts whole)."""
@@ -385,10 +423,10 @@ class RecallIndex:
             total = 0
             for src in self._sources():
                 try:
-                    st = src.path.stat()
+                    st = os.stat(src.path)
                 except OSError:
                     continue
-                inode, done = known.get(str(src.path), (None, 0))
+                inode, done = known.get(src.path, (None, 0))
                 total += st.st_size - done if inode == st.st_ino and done <= st.st_size else st.st_size
             return total
         return int(self._guarded(work))
@@ -412,18 +450,17 @@ class RecallIndex:
         if orphans > _ORPHANS_REBUILD_MIN and orphans > db.execute("SELECT count(*) FROM units").fetchone()[0]:
             self._delete()
             db = self._connect()
-        sources = self._sources()
-        paths = {str(s.path) for s in sources}
-        gone = [row[0] for row in db.execute("SELECT id, path FROM sources") if row[1] not in paths]
+        known = {path: (inode, done) for path, inode, done in db.execute("SELECT path, inode, done FROM sources")}
+        queue, present = self._changed(known)
+        gone = known.keys() - present
         if gone:
             with _transaction(db):
-                for src_id in gone:
+                for path in sorted(gone):
+                    src_id = db.execute("SELECT id FROM sources WHERE path = ?", (path,)).fetchone()[0]
                     self._forget(db, src_id)
                     db.execute("DELETE FROM sources WHERE id = ?", (src_id,))
         total = self.pending_bytes() if progress is not None else 0
         done_bytes = 0
-        known = {row[0]: (row[1], row[2]) for row in db.execute("SELECT path, inode, done FROM sources")}
-        queue = [src for src in sources if not _unchanged(src.path, known.get(str(src.path)))]
         while queue:
             if deadline is not None and time.monotonic() > deadline:
                 break
@@ -454,7 +491,7 @@ class RecallIndex:
         with fh:
             st = os.fstat(fh.fileno())
             row = db.execute("SELECT id, inode, done, fingerprint, seq, n, pointer, last_when, last_role, session "
-                             "FROM sources WHERE path = ?", (str(src.path),)).fetchone()
+                             "FROM sources WHERE path = ?", (src.path,)).fetchone()
             if row is not None:
                 src_id, inode, done, fingerprint, seq, n, pointer, last_when, last_role, session = row
                 if inode != st.st_ino or done > st.st_size or _fingerprint(fh, done) != fingerprint:
@@ -465,7 +502,7 @@ class RecallIndex:
                 done, seq, n, pointer, last_when, last_role, session = 0, 0, 0, 0, "", "", src.session
                 cur = db.execute("INSERT INTO sources (path, kind, session, inode, done, fingerprint, seq, n, "
                                  "pointer, last_when, last_role) VALUES (?, ?, ?, ?, 0, 0, 0, 0, 0, '', '')",
-                                 (str(src.path), src.kind, session, st.st_ino))
+                                 (src.path, src.kind, session, st.st_ino))
                 src_id = cur.lastrowid
             if done >= st.st_size:
                 return 0, True
@@ -543,25 +580,33 @@ class RecallIndex:
             marks = ", ".join("?" for _ in only_sessions)
             where.append(f"(s.kind = 'history' OR s.session IN ({marks}))")
             args.extend(sorted(only_sessions))
-        sql = (f"SELECT {_UNIT_COLUMNS}, bm25(fts) AS score FROM fts JOIN units u ON u.id = fts.rowid "
+        sql = (f"SELECT {_UNIT_COLUMNS}, {{score}} AS score FROM fts JOIN units u ON u.id = fts.rowid "
                f"JOIN sources s ON s.id = u.src WHERE {' AND '.join(where)} ORDER BY {{order}} LIMIT ?")
         args.append(limit * _RERANK_DEPTH + 5)  # candidates for the rerank, and spares for stale sources
         wanted = query_words(query)
 
         def work(db: sqlite3.Connection) -> list[Hit]:
-            kept, everywhere = _without_common(db, terms)
-            args[0] = _match(kept)
-            # words found nearly everywhere: the newest units that hold them, reranked (ranking them all is slow)
-            order = "fts.rowid DESC" if everywhere else "score, u.ts DESC"
+            kept, common = _without_common(db, terms)
+            if kept:  # (equal scores keep the order FTS5's own ranking gives them: the older unit first)
+                args[0] = _match(kept)
+                rows = db.execute(sql.format(score="bm25(fts)", order="score, u.id"), args).fetchall()
+            else:  # every word is common: the newest units that hold them all (or, failing that, any)
+                rows = []
+                for joiner in (" AND ", " OR "):
+                    args[0] = joiner.join(_match([word]) or "" for word in common)
+                    rows = db.execute(sql.format(score="-1.0", order="fts.rowid DESC"), args).fetchall()
+                    if len(rows) >= limit:
+                        break
             reader = _Reader(db)
             scored: list[tuple[float, int, Unit, tuple[Any, ...]]] = []
-            for row in db.execute(sql.format(order=order), args).fetchall():
+            for row in rows:
                 unit = reader.unit(row[:-1])
                 if unit is not None:
                     scored.append((_reranked(row[-1], unit.text, wanted), len(scored), unit, row))
             scored.sort(key=lambda item: (item[0], item[1]))
+            order = _second_hop(db, [(item[0], item[2]) for item in scored], wanted)
             hits = []
-            for score, _, unit, row in scored[:limit]:
+            for score, _, unit, row in [scored[i] for i in order[:limit]]:
                 before = after = None
                 if neighbours:  # the messages around it; for an entry (a summary of its own), its other parts
                     before = reader.unit_at(row[-3], row[-2] - 1)
@@ -601,43 +646,73 @@ _UNIT_COLUMNS = "u.id, s.session, u.seq, u.part, u.ts, u.role, u.pos, u.len, s.p
                 "s.fingerprint, u.src, u.n"
 
 
-# A word in more than this share of the units (and in more than _COMMON_MIN of them) is left out of
-# a query that has rarer words: its BM25 weight is small, and ranking every unit it is in is what makes
-# a query slow on a large archive (the rerank still counts it in the units found).
-_COMMON_SHARE = 0.03
-_COMMON_MIN = 3000
+# A word in more units than this is left out of a query that has rarer words (the rerank still counts
+# it in the units found): ranking every unit a word is in is what makes a query slow on a large archive
+# (BM25 counts all of them). When every word is that common, the units holding all of them are taken,
+# newest first, unranked.
+_COMMON_DOCS = 5000
 
 
-def _without_common(db: sqlite3.Connection, terms: list[str]) -> tuple[list[str], bool]:
-    """The terms without the common words (when rarer ones remain), and whether every term is common."""
+def _doc_counts(db: sqlite3.Connection, words: list[str], cap: int) -> list[int]:
+    """How many units hold each word, counted up to `cap` + 1 (counting further is what is slow)."""
+    return [db.execute("SELECT count(*) FROM (SELECT 1 FROM fts WHERE fts MATCH ? LIMIT ?)",
+                       (_match([word]), cap + 1)).fetchone()[0] for word in words]
+
+
+def _unit_count(db: sqlite3.Connection) -> int:
+    return int(db.execute("SELECT coalesce(sum(n), 0) FROM sources").fetchone()[0])
+
+
+def _without_common(db: sqlite3.Connection, terms: list[str]) -> tuple[list[str], list[str]]:
+    """The terms without the common words, and the common words."""
     words = [t for t in terms if " " not in t.strip()]
-    total = db.execute("SELECT coalesce(sum(n), 0) FROM sources").fetchone()[0]
-    limit = max(_COMMON_MIN, int(total * _COMMON_SHARE))
-    if not words or total <= limit:
-        return terms, False
-    db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.fts_rows USING fts5vocab(main, fts, row)")
-    db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.query_words USING fts5(t, tokenize='porter unicode61 "
-               "remove_diacritics 2')")
-    db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.query_tokens USING fts5vocab(temp, query_words, instance)")
-    db.execute("DELETE FROM temp.query_words")
-    db.executemany("INSERT INTO temp.query_words (rowid, t) VALUES (?, ?)",
-                   ((i, _spaced(w)) for i, w in enumerate(words)))
-    tokens: dict[int, list[str]] = {}
-    for i, token in db.execute("SELECT doc, term FROM temp.query_tokens"):
-        tokens.setdefault(i, []).append(token)
-    counts: dict[int, int] = {}
-    for i, found in tokens.items():
-        if len(found) == 1:  # (a word that is several tokens is searched as a phrase: kept)
-            row = db.execute("SELECT doc FROM temp.fts_rows WHERE term = ?", (found[0],)).fetchone()
-            counts[i] = row[0] if row else 0
-    common = {i for i, c in counts.items() if c > limit}
-    if not common:
-        return terms, False
-    everywhere = len(common) == len(terms)
-    if len(common) == len(words):
-        common.discard(min(common, key=lambda i: counts[i]))  # all common: keep the rarest
-    dropped = {words[i] for i in common}
-    return [t for t in terms if t not in dropped], everywhere
+    if not words or _unit_count(db) <= _COMMON_DOCS:
+        return terms, []
+    common = [w for w, count in zip(words, _doc_counts(db, words, _COMMON_DOCS)) if count > _COMMON_DOCS]
+    return [t for t in terms if t not in common], common
+
+
+# The second hop. A question about two facts said in two places ("what is the cat we adopted called,
+# and what is it allergic to?") often has them tied by a word the question does not say (the cat's
+# name): among the units that match the question's other words equally well, the one that shares a
+# rare word with the best hit is the likelier answer. Such a unit is strengthened by up to this much,
+# by how rare the shared word is (only words in fewer units than the square root of their number).
+_LINK_WEIGHT = 0.5
+_LINK_WORD = re.compile(r"\w{3,}")
+_LINK_CANDIDATES = 16  # words whose rarity is looked up, at most
+_LINK_DOCS = 400  # a word in more units than this links nothing (and is counted no further)
+
+
+def _link_words(text: str, asked: set[str]) -> set[str]:
+    found = set(_LINK_WORD.findall(text.lower())) - _STOPWORDS
+    return {w for w in found if _stem(w) not in asked}
+
+
+def _second_hop(db: sqlite3.Connection, ranked: list[tuple[float, Unit]], words: list[str]) -> list[int]:
+    """The order of `ranked` (reranked candidates, best first) after the second hop: the best stays
+    first; each other is strengthened by the rarest word it shares with the best."""
+    if len(ranked) < 3:
+        return list(range(len(ranked)))
+    asked = {_stem(w) for w in words}
+    first = _link_words(ranked[0][1].text, asked)
+    shared = [first & _link_words(unit.text, asked) if i else set() for i, (_, unit) in enumerate(ranked)]
+    spread: dict[str, int] = {}
+    for words_shared in shared:
+        for word in words_shared:
+            spread[word] = spread.get(word, 0) + 1
+    # (the words shared with the fewest others first: a word in half of them links nothing)
+    candidates = sorted((w for w, c in spread.items() if c <= len(ranked) // 2), key=lambda w: (spread[w], w))
+    candidates = candidates[:_LINK_CANDIDATES]
+    total = _unit_count(db)
+    if not candidates or total < 4:
+        return list(range(len(ranked)))
+    cap = min(int(total ** 0.5), _LINK_DOCS)
+    rarity = {word: math.log(total / df) / math.log(total)
+              for word, df in zip(candidates, _doc_counts(db, candidates, cap)) if 0 < df <= cap}
+    def strength(i: int) -> float:
+        return max((rarity.get(w, 0.0) for w in shared[i]), default=0.0)
+    rest = sorted(range(1, len(ranked)), key=lambda i: (ranked[i][0] * (1.0 + _LINK_WEIGHT * strength(i)), i))
+    return [0, *rest]
 
 
 class _Transaction:
@@ -723,13 +798,13 @@ def _texts_of(kind: str, data: bytes) -> list[str]:
 
 # ---- reading sources ------------------------------------------------------------------------------
 
-def _unchanged(path: Path, known: tuple[int, int] | None) -> bool:
+def _unchanged(path: str, known: tuple[int, int] | None) -> bool:
     """Indexed to its end and not replaced since, by its stat alone: the cheap check that lets a
     search over thousands of sessions open only the files that grew (a rewrite has a new inode)."""
     if known is None:
         return False
     try:
-        st = path.stat()
+        st = os.stat(path)
     except OSError:
         return False
     return st.st_ino == known[0] and st.st_size == known[1]
@@ -758,7 +833,7 @@ def _last_entry_start(data: bytes, end: int) -> int:
     return -1
 
 
-def _session_key(data: bytes, path: Path) -> str:
+def _session_key(data: bytes, path: str) -> str:
     first = data.split(b"\n", 1)[0]
     try:
         record = orjson.loads(first)
@@ -766,7 +841,8 @@ def _session_key(data: bytes, path: Path) -> str:
         record = None
     if isinstance(record, dict) and record.get("_type") == "metadata" and isinstance(record.get("key"), str):
         return str(record["key"])
-    return path.stem.rsplit("-", 1)[0] if "-" in path.stem else path.stem
+    stem = Path(path).stem
+    return stem.rsplit("-", 1)[0] if "-" in stem else stem
 
 
 def _session_units(data: bytes, base: int, seq: int, pointer: int, last_when: str,

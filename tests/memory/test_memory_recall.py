@@ -270,7 +270,7 @@ def test_words_without_ascii_case_folding_are_found(tmp_path):
 def test_words_found_nearly_everywhere_neither_bury_rare_ones_nor_slow_the_search(ws, monkeypatch):
     from nanobot.memory import recall_index
 
-    monkeypatch.setattr(recall_index, "_COMMON_MIN", 5)
+    monkeypatch.setattr(recall_index, "_COMMON_DOCS", 5)
     write_session("cli:a", [("user", f"weather chat number {i}, the weather again", f"2026-01-{1 + i % 28:02d}T10:00:00")
                             for i in range(60)] + [("user", "weather aside, the quokka escaped", "2026-01-02T11:00:00")])
     idx = index()
