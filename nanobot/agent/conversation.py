@@ -30,7 +30,6 @@ from nanobot.session.store import Session, SessionStore
 from nanobot.session.working_state import WorkingStateLog, with_block
 from nanobot.usage.limits import TurnScope, current_turn
 
-
 # make_room's stand-in for the coming message once it is already saved (and counted in the history)
 SAVED_PROBE = ""
 
