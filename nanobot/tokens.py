@@ -373,6 +373,9 @@ def count_tools(schemas: list[dict[str, Any]] | None) -> int:
     return default_counter().count_tools(schemas)
 
 
+MAX_MARGIN = 0.25  # one odd report must not take more than this share of a prompt from the reply
+
+
 class Calibration:
     """Corrects estimates with the provider's real prompt_tokens, erring on the large side.
 
@@ -384,6 +387,7 @@ class Calibration:
 
     def __init__(self, *, window: int = 8, cap: float = 2.0, min_estimate: int = 500) -> None:
         self._recent: list[float] = []
+        self._surprises: list[float] = []  # how far each ratio landed above the ratio in force before it
         self._window = window
         self._cap = cap
         self._min_estimate = min_estimate
@@ -391,8 +395,21 @@ class Calibration:
     def observe(self, estimated: int, observed: int | None) -> None:
         if not observed or observed <= 0 or estimated < max(1, self._min_estimate):
             return
-        self._recent.append(observed / estimated)
+        ratio = observed / estimated
+        if self._recent:  # the first ratio is learning, not a surprise
+            self._surprises.append(min(MAX_MARGIN, max(0.0, ratio - self.ratio)))
+            del self._surprises[:-self._window]
+        self._recent.append(ratio)
         del self._recent[:-self._window]
+
+    @property
+    def margin(self) -> float:
+        """How much more than `adjust` says a request may count, as a share of its raw estimate: the
+        largest recent surprise. A provider whose tokenizer is not proportional to ours (another
+        vocabulary; a gateway's own estimate) counts code, prose and JSON at different ratios, so the
+        next request can land above the largest ratio seen so far; the budget's last check keeps this
+        much of the reply room free (agent/budget.py)."""
+        return max(self._surprises, default=0.0)
 
     @property
     def ratio(self) -> float:

@@ -22,8 +22,9 @@ not sent.
 
 Every request then passes one last check on its way out (`WindowGuard`, around the provider that
 app.py builds, so requests nobody fitted are checked too): the final request is counted again and
-its max_tokens lowered to the room the window leaves, never below MIN_REPLY_TOKENS; when even that
-floor does not fit, the request is fitted as above first.
+its max_tokens lowered to the room the window leaves (less the calibration's margin: how far recent
+requests counted above the ratio in force), never below MIN_REPLY_TOKENS; when even that floor does
+not fit, the request is fitted as above first.
 """
 
 from __future__ import annotations
@@ -351,15 +352,17 @@ class ContextBudget:
         if byte_bound(messages, tools or []) + max_tokens <= self.window:
             return messages, max_tokens
         floor = min(MIN_REPLY_TOKENS, self.reply_tokens, max_tokens)
-        room = self.window - self.tokens(messages, tools)
-        if room < floor:
+        raw = self.raw_tokens(messages, tools)
+        if self.window - self.calibration.adjust(raw) < floor:
             messages = self.fit(messages, tools).messages
-            room = self.window - self.tokens(messages, tools)
-            if room < floor:  # a budget below the floor's room (a prompt cap never is; a shrunk window is)
+            raw = self.raw_tokens(messages, tools)
+            if self.window - self.calibration.adjust(raw) < floor:  # a shrunk window below the floor's room
                 raise RequestTooLarge(f"this request cannot fit the context window of {self.window:,} tokens "
                                       f"with {floor:,} left for the reply, so it was not sent",
                                       hint=_FIX_HINT)
-        return messages, min(max_tokens, room)
+        # the provider may count this request above the calibrated ratio, as recent requests did
+        room = self.window - self.calibration.adjust(raw) - math.ceil(raw * self.calibration.margin)
+        return messages, max(floor, min(max_tokens, room))
 
     def _too_large(self, fitter: _Fitter) -> RequestTooLarge:
         out, tools = fitter.out, fitter.tools
