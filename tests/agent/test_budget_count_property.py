@@ -126,7 +126,7 @@ rich_message = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(rich_message, min_size=1, max_size=4))
 def test_what_either_adapter_sends_counts_no_more_than_ours(messages):
     """Both real adapters send the messages to the fake server, which counts what arrived; ours must

@@ -32,7 +32,7 @@ def _request(sizes: list[tuple[str, int]]) -> list[dict]:
     return msgs
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.sampled_from([4096, 8192, 16384]),
        st.lists(st.tuples(st.sampled_from(["prose", "hex", "json", "cjk"]), st.integers(0, 12_000)), max_size=5),
        st.integers(1, 20_000), st.floats(1.0, 1.6), st.sampled_from(["openai", "anthropic"]))
@@ -104,7 +104,7 @@ def test_memory_tidy_at_an_8k_window_asks_within_it(configure, isolated_home, fa
     fake_llm.assert_all_valid()
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.floats(0.9, 1.3), min_size=2, max_size=10), st.integers(1000, 8000), st.floats(0.0, 1.0),
        st.sampled_from(["openai", "anthropic"]))
 def test_a_provider_counting_above_the_learned_ratio_by_a_seen_surprise_still_fits(ratios, chars, where, protocol):
