@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nanobot.agent.budget import BudgetSnapshot, ContextBudget
+from nanobot.agent.budget import BudgetSnapshot, ContextBudget, WindowGuard
 from nanobot.agent.consolidation import Consolidator, probe_message
 from nanobot.agent.context import ContextBuilder
 from nanobot.agent.conversation import Conversation, TurnSettings
@@ -100,20 +100,24 @@ def build_tools(cfg: Config, workspace: Path, approver: Approver | None = None,
 
 
 def build_provider(cfg: Config, model: str | None = None, *, on_retry: RetryCallback | None = None,
-                   policy: RetryPolicy | None = None, on_fallback: FallbackCallback | None = None) -> Provider:
-    """The model's provider; agents.defaults.fallbackModels follow it unless --model named another."""
+                   policy: RetryPolicy | None = None, on_fallback: FallbackCallback | None = None,
+                   budget: ContextBudget | None = None) -> Provider:
+    """The model's provider; agents.defaults.fallbackModels follow it unless --model named another.
+    Every request it sends passes `budget`'s last check (a budget of its own when None: agent/budget.py)."""
     fallbacks = resolve_fallbacks(cfg) if model is None else []
-    return make_provider(resolve_model(cfg, model), policy=policy or retry_policy_from_env(), on_retry=on_retry,
-                         fallbacks=fallbacks, on_fallback=on_fallback)
+    provider = make_provider(resolve_model(cfg, model), policy=policy or retry_policy_from_env(), on_retry=on_retry,
+                             fallbacks=fallbacks, on_fallback=on_fallback)
+    return WindowGuard(provider, budget or build_budget(cfg, model))
 
 
 def metered_provider(cfg: Config, session_key: str, source: str, model: str | None = None, *,
                      on_retry: RetryCallback | None = None,
-                     on_fallback: FallbackCallback | None = None) -> MeteredProvider:
+                     on_fallback: FallbackCallback | None = None, budget: ContextBudget | None = None) -> MeteredProvider:
     """build_provider behind the usage meter: every call checked against usage.limits first and recorded in
     the ledger as `source` for `session_key`. Whatever calls a model goes through one of these
     (`for_source` gives the same provider under another source)."""
-    return MeteredProvider(build_provider(cfg, model, on_retry=on_retry, on_fallback=on_fallback), shared_meter(cfg),
+    return MeteredProvider(build_provider(cfg, model, on_retry=on_retry, on_fallback=on_fallback, budget=budget),
+                           shared_meter(cfg),
                            source=source, session=session_key, model=model_label(cfg, model))
 
 
@@ -319,7 +323,9 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     consolidation out of MEMORY.md and HISTORY.md (background sessions: see consolidator_for).
     """
     auto = check_kinds([*cfg.tools.auto_approve], "tools.autoApprove") | check_kinds(approve, "--approve")
-    provider = metered_provider(cfg, session_key, origin, model, on_retry=on_retry, on_fallback=on_fallback)
+    budget = build_budget(cfg, model)
+    provider = metered_provider(cfg, session_key, origin, model, on_retry=on_retry, on_fallback=on_fallback,
+                                budget=budget)
     meter = provider.meter
     if cfg.tools.exec.enable:
         prefetch(cfg.tools.exec.confinement)  # its probes wait on child processes while the session loads
@@ -335,7 +341,6 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
                                record=lambda **fields: store.record_decision(session, **fields))
     memory = MemoryStore(workspace)
     context = build_context(cfg, workspace, memory)
-    budget = build_budget(cfg, model)
     # in one pass, each object built from the ones before it: the conversation runs turns (its
     # upkeep consolidates around them); report turns bring it what helpers found; the helpers tell
     # the report turns when they end; the main agent's spawn tool starts helpers (registered

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from nanobot.messages import Message, text_of, tool_calls_of
+from nanobot.messages import NO_OUTPUT, Message, text_of, tool_calls_of
 
 __all__ = [
     "TokenCounter", "Calibration", "default_counter", "estimator_name", "using_fallback",
@@ -242,7 +242,11 @@ class TokenCounter:
         n = MESSAGE_OVERHEAD + sum(self.count_text(part) for part in _text_parts(content))
         if isinstance(content, list):
             n += IMAGE_TOKENS * sum(1 for p in content if _is_image_part(p))
-        n += self.count_text(str(msg.get("reasoning_content") or ""))
+        if msg.get("role") == "tool" and not any(part.strip() for part in _text_parts(content)):
+            n += self.count_text(NO_OUTPUT)  # what a blank result says on the wire
+        # the reasoning goes back as reasoning_content (OpenAI-style) or as signed blocks (Anthropic)
+        n += max(self.count_text(str(msg.get("reasoning_content") or "")),
+                 sum(self.count_text(text) for text in _thinking_texts(msg)))
         for field in ("tool_call_id", "name"):
             if msg.get(field):
                 n += self.count_text(str(msg[field]))
@@ -250,8 +254,23 @@ class TokenCounter:
             fn = call.get("function") or {}
             n += self.count_text(str(call.get("id") or ""))
             n += self.count_text(str(fn.get("name") or ""))
-            n += self.count_text(_arguments_text(fn.get("arguments")))
+            n += self._count_arguments(fn.get("arguments"))
             n += 3  # the call's own framing
+        return n
+
+    def _count_arguments(self, arguments: Any) -> int:
+        """Tool-call arguments as the larger of their two wire forms: the text as stored (OpenAI sends
+        it as it is) and the JSON re-written with spaces (Anthropic sends the parsed object, so a
+        compact `{"a":1}` from an OpenAI-style model arrives as `{"a": 1}`, a token or more per key)."""
+        text = _arguments_text(arguments)
+        n = self.count_text(text)
+        if isinstance(arguments, str) and text.lstrip().startswith("{"):
+            try:
+                spaced = json.dumps(json.loads(text), ensure_ascii=False)
+            except (ValueError, RecursionError):
+                return n  # sent as an empty object
+            if spaced != text:
+                n = max(n, self.count_text(spaced))
         return n
 
 
@@ -282,6 +301,12 @@ def _arguments_text(arguments: Any) -> str:
     return json.dumps(arguments, ensure_ascii=False)
 
 
+def _thinking_texts(msg: Message) -> list[str]:
+    """Every text of an assistant message's signed thinking blocks, signature and redacted data too."""
+    blocks = msg.get("thinking_blocks") or ()
+    return [str(v) for b in blocks if isinstance(b, dict) for k, v in b.items() if k != "type" and isinstance(v, str)]
+
+
 def _text_parts(content: Any) -> list[str]:
     """The texts of a content value as sent: one string, or each text part of a list."""
     if isinstance(content, list):
@@ -295,7 +320,7 @@ def _message_key(msg: Message) -> tuple:
     parts = _text_parts(content)
     text = "\x00".join(parts)  # the split matters too (see _count_uncached)
     images = sum(1 for p in content if _is_image_part(p)) if isinstance(content, list) else 0
-    reasoning = str(msg.get("reasoning_content") or "")
+    reasoning = str(msg.get("reasoning_content") or "") + "\x00".join(_thinking_texts(msg))
     calls = tuple(
         (c.get("id"), (c.get("function") or {}).get("name"),
          hash(_arguments_text((c.get("function") or {}).get("arguments"))))
@@ -348,6 +373,9 @@ def count_tools(schemas: list[dict[str, Any]] | None) -> int:
     return default_counter().count_tools(schemas)
 
 
+MAX_MARGIN = 0.25  # one odd report must not take more than this share of a prompt from the reply
+
+
 class Calibration:
     """Corrects estimates with the provider's real prompt_tokens, erring on the large side.
 
@@ -359,6 +387,7 @@ class Calibration:
 
     def __init__(self, *, window: int = 8, cap: float = 2.0, min_estimate: int = 500) -> None:
         self._recent: list[float] = []
+        self._surprises: list[float] = []  # how far each ratio landed above the ratio in force before it
         self._window = window
         self._cap = cap
         self._min_estimate = min_estimate
@@ -366,8 +395,21 @@ class Calibration:
     def observe(self, estimated: int, observed: int | None) -> None:
         if not observed or observed <= 0 or estimated < max(1, self._min_estimate):
             return
-        self._recent.append(observed / estimated)
+        ratio = observed / estimated
+        if self._recent:  # the first ratio is learning, not a surprise
+            self._surprises.append(min(MAX_MARGIN, max(0.0, ratio - self.ratio)))
+            del self._surprises[:-self._window]
+        self._recent.append(ratio)
         del self._recent[:-self._window]
+
+    @property
+    def margin(self) -> float:
+        """How much more than `adjust` says a request may count, as a share of its raw estimate: the
+        largest recent surprise. A provider whose tokenizer is not proportional to ours (another
+        vocabulary; a gateway's own estimate) counts code, prose and JSON at different ratios, so the
+        next request can land above the largest ratio seen so far; the budget's last check keeps this
+        much of the reply room free (agent/budget.py)."""
+        return max(self._surprises, default=0.0)
 
     @property
     def ratio(self) -> float:

@@ -19,6 +19,12 @@ Its invariant, for every request sent: estimated prompt tokens (after calibratio
 
 If even that cannot fit, it raises RequestTooLarge, naming what is too big: the request is
 not sent.
+
+Every request then passes one last check on its way out (`WindowGuard`, around the provider that
+app.py builds, so requests nobody fitted are checked too): the final request is counted again and
+its max_tokens lowered to the room the window leaves (less the calibration's margin: how far recent
+requests counted above the ratio in force), never below MIN_REPLY_TOKENS; when even that floor does
+not fit, the request is fitted as above first.
 """
 
 from __future__ import annotations
@@ -33,13 +39,14 @@ from typing import Any
 from nanobot.config import AgentDefaults
 from nanobot.errors import ContextTooSmallError, ProviderError, RequestTooLarge
 from nanobot.messages import Message, cut_middle, text_of, tool_calls_of
+from nanobot.providers.base import LLMResponse, Provider
 from nanobot.session import working_state
 from nanobot.session.save_policy import as_sent
 from nanobot.session.store import Session
 from nanobot.tokens import Calibration, TokenCounter, byte_bound, default_counter, estimator_name
 
 __all__ = [
-    "ContextBudget", "BudgetSnapshot", "Fitted", "Cut", "CutKind", "MemoryShare", "memory_share", "reply_room", "shrink_text",
+    "ContextBudget", "WindowGuard", "MIN_REPLY_TOKENS", "BudgetSnapshot", "Fitted", "Cut", "CutKind", "MemoryShare", "memory_share", "reply_room", "shrink_text",
     "MIN_TOOL_RESULT_CHARS", "MIN_CONVERSATION_TOKENS", "MEMORY_SHARE_LIMIT", "MIN_BUDGET", "DEFAULT_MAX_TOOL_CALLS",
 ]
 
@@ -48,6 +55,8 @@ MIN_TOOL_RESULT_CHARS = 300
 # An oversized message keeps at least this many characters of each text; in the last resort, fewer.
 MIN_MESSAGE_CHARS = 200
 LAST_RESORT_CHARS = 0  # only the marker is left
+# The last check never lowers a request's max_tokens below this (or the reply room, if smaller).
+MIN_REPLY_TOKENS = 256
 # Start-up check: room left for history and the user's message besides the fixed prompt.
 MIN_CONVERSATION_TOKENS = 1024
 # Below this no request of ours can fit, so shrinking the window further is pointless.
@@ -331,6 +340,29 @@ class ContextBudget:
         if fitter.total > self.budget:
             raise self._too_large(fitter)
         return Fitted(fitter.out, self.reply_tokens, self.raw_tokens(fitter.out, tools), fitter.cuts)
+
+    def last_check(self, messages: list[Message], tools: list[dict] | None,
+                   max_tokens: int) -> tuple[list[Message], int]:
+        """The request about to leave, and the max_tokens it may ask for: prompt + max_tokens <= window.
+
+        Counted again whatever fitted it before (or nothing did: a request built elsewhere, a
+        max_tokens above the reply room). max_tokens is lowered to the room left, never below
+        MIN_REPLY_TOKENS (or the reply room, if smaller); when that floor does not fit, the request
+        is fitted (cut) first. Raises RequestTooLarge when even the fitted request does not fit."""
+        if byte_bound(messages, tools or []) + max_tokens <= self.window:
+            return messages, max_tokens
+        floor = min(MIN_REPLY_TOKENS, self.reply_tokens, max_tokens)
+        raw = self.raw_tokens(messages, tools)
+        if self.window - self.calibration.adjust(raw) < floor:
+            messages = self.fit(messages, tools).messages
+            raw = self.raw_tokens(messages, tools)
+            if self.window - self.calibration.adjust(raw) < floor:  # a shrunk window below the floor's room
+                raise RequestTooLarge(f"this request cannot fit the context window of {self.window:,} tokens "
+                                      f"with {floor:,} left for the reply, so it was not sent",
+                                      hint=_FIX_HINT)
+        # the provider may count this request above the calibrated ratio, as recent requests did
+        room = self.window - self.calibration.adjust(raw) - math.ceil(raw * self.calibration.margin)
+        return messages, max(floor, min(max_tokens, room))
 
     def _too_large(self, fitter: _Fitter) -> RequestTooLarge:
         out, tools = fitter.out, fitter.tools
@@ -679,3 +711,25 @@ def _last_user_index(messages: list[Message]) -> int:
         if messages[i].get("role") == "user":
             return i
     return 0
+
+
+class WindowGuard(Provider):
+    """A provider whose every request passes the budget's last check on its way out (`last_check`)."""
+
+    def __init__(self, inner: Provider, budget: ContextBudget) -> None:
+        super().__init__(inner.model)
+        self.name = inner.name
+        self.capabilities = inner.capabilities  # one object: what the adapter learns, every view sees
+        self.inner = inner
+        self.budget = budget
+
+    def prewarm(self) -> None:
+        self.inner.prewarm()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
+        messages, kwargs["max_tokens"] = self.budget.last_check(messages, kwargs.get("tools"),
+                                                               kwargs.get("max_tokens", 4096))
+        return await self.inner.chat(messages, **kwargs)

@@ -31,6 +31,9 @@ from nanobot.session.store import Session
 from nanobot.session.working_state import WorkingStateLog, with_block
 from nanobot.usage.limits import TurnScope, current_turn
 
+# make_room's stand-in for the coming message once it is already saved (and counted in the history)
+SAVED_PROBE = ""
+
 
 @dataclass(frozen=True)
 class TurnSettings:
@@ -88,9 +91,10 @@ class Conversation:
         current_turn.set(TurnScope())  # the helper limits count per user turn (nanobot/usage/limits.py)
         async with self._turn_lock:
             text = keep_large_paste(text, self.budget, self.context.workspace, emit)
-            await self.upkeep.make_room(text, emit)
             s = self.settings
+            # saved before room is made: a crash during that consolidation must not lose what was typed
             save_turn(self.store, self.session, [self.context.user_message(text, channel=s.channel, chat_id=s.chat_id)])
+            await self.upkeep.make_room(SAVED_PROBE, emit)
             request = self.build_request()
             return await self._run_turn(request, new_from=len(request), emit=emit)
 

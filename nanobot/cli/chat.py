@@ -112,6 +112,8 @@ async def _one_shot_command(cfg: Config, session_key: str, message: str, *, mark
                          hint=f"`nanobot agent -m /help` lists them. To send the text to the model instead, "
                               f"start it with a space: -m ' {message.strip()}'")
     chat = Chat(cfg, session_key, markdown=markdown, approve=approve)
+    # as after a one-shot turn: stdout holds the command's result, its notices and errors go to stderr
+    chat.renderer = Renderer(chat.console, markdown=markdown, progress=chat.err)
     if name in ("/help", "/exit", "/quit"):
         await entry[1](chat, arg)
         return 0
@@ -514,10 +516,10 @@ class Chat:
         except asyncio.CancelledError:
             if self.term.signum is not None:
                 raise  # SIGTERM / SIGHUP: leave
-            self.console.print("[yellow]cancelled[/yellow]")
+            self.err.print("[yellow]cancelled[/yellow]")
             return False
         except NanobotError as exc:
-            print_error(exc.message + on_error, exc.hint, console=self.console)
+            print_error(exc.message + on_error, exc.hint, console=self.err)
             self.failed = True
             return False
         finally:

@@ -215,7 +215,7 @@ def test_compact_prints_the_new_checkpoint(nanobot_run, fake_llm, configure):
     assert result.returncode == 0, result.stderr
     assert "working state (version 1; sent with every request)" in result.stdout
     assert "- BILL-4821" in result.stdout and "Next step: run the schema diff against staging" in result.stdout
-    assert "compaction done: kept 6 items of working state; 8 messages archived" in result.stdout
+    assert "compaction done: kept 6 items of working state; 8 messages archived" in result.stderr
 
 
 def test_new_archives_the_working_state_with_the_messages(nanobot_run, fake_llm, configure):
@@ -242,7 +242,7 @@ def test_a_failed_compaction_shows_in_status_and_doctor(nanobot_run, fake_llm, c
     for text in PLANTED_TURNS[:2]:
         assert nanobot_run("agent", "-m", text).returncode == 0
     compact = nanobot_run("agent", "-m", "/compact")
-    assert "memory consolidation failed" in compact.stdout
+    assert "memory consolidation failed" in compact.stderr
     status = nanobot_run("status")
     assert status.returncode == 0, status.stderr
     assert "the last compaction failed" in status.stdout and "did not call save_memory" in status.stdout
