@@ -30,19 +30,44 @@ if TYPE_CHECKING:
 
 # public name -> the module that defines it
 _PUBLIC = {
-    "load_config": "nanobot.config", "Config": "nanobot.config",
-    "open_assistant": "nanobot.app", "Assistant": "nanobot.app",
-    "Event": "nanobot.agent.events", "TextDelta": "nanobot.agent.events", "ToolStarted": "nanobot.agent.events",
-    "ToolFinished": "nanobot.agent.events", "Retrying": "nanobot.agent.events", "Notice": "nanobot.agent.events",
-    "TurnDone": "nanobot.agent.events", "TurnOutcome": "nanobot.agent.events", "StopReason": "nanobot.agent.events",
-    "NanobotError": "nanobot.errors", "ConfigError": "nanobot.errors", "MissingKeyError": "nanobot.errors",
+    "load_config": "nanobot.config",
+    "Config": "nanobot.config",
+    "open_assistant": "nanobot.app",
+    "Assistant": "nanobot.app",
+    "Event": "nanobot.agent.events",
+    "TextDelta": "nanobot.agent.events",
+    "ToolStarted": "nanobot.agent.events",
+    "ToolFinished": "nanobot.agent.events",
+    "Retrying": "nanobot.agent.events",
+    "Notice": "nanobot.agent.events",
+    "TurnDone": "nanobot.agent.events",
+    "TurnOutcome": "nanobot.agent.events",
+    "StopReason": "nanobot.agent.events",
+    "NanobotError": "nanobot.errors",
+    "ConfigError": "nanobot.errors",
+    "MissingKeyError": "nanobot.errors",
     "ProviderError": "nanobot.errors",
 }
 
 __all__ = [
-    "__version__", "load_config", "Config", "open_assistant", "Assistant",
-    "Event", "TextDelta", "ToolStarted", "ToolFinished", "Retrying", "Notice", "TurnDone", "TurnOutcome",
-    "StopReason", "NanobotError", "ConfigError", "MissingKeyError", "ProviderError",
+    "__version__",
+    "load_config",
+    "Config",
+    "open_assistant",
+    "Assistant",
+    "Event",
+    "TextDelta",
+    "ToolStarted",
+    "ToolFinished",
+    "Retrying",
+    "Notice",
+    "TurnDone",
+    "TurnOutcome",
+    "StopReason",
+    "NanobotError",
+    "ConfigError",
+    "MissingKeyError",
+    "ProviderError",
 ]
 
 

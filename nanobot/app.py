@@ -46,11 +46,18 @@ if TYPE_CHECKING:  # imported where used: the cron and MCP modules load only whe
     from nanobot.mcp.manager import MCPManager
     from nanobot.tools.cron import CronTool
 
+
 def exec_rules(cfg: Config) -> ExecRules:
     ex = cfg.tools.exec
-    return ExecRules.from_lists(allow=ex.allow, ask=ex.ask, deny=ex.deny, legacy_allow=ex.allow_patterns,
-                                legacy_deny=ex.deny_patterns, network=ex.network,
-                                unconfined_ok=ex.confinement == "none" or ex.allow_unconfined)
+    return ExecRules.from_lists(
+        allow=ex.allow,
+        ask=ex.ask,
+        deny=ex.deny,
+        legacy_allow=ex.allow_patterns,
+        legacy_deny=ex.deny_patterns,
+        network=ex.network,
+        unconfined_ok=ex.confinement == "none" or ex.allow_unconfined,
+    )
 
 
 def confinement(cfg: Config) -> Confinement:
@@ -58,10 +65,16 @@ def confinement(cfg: Config) -> Confinement:
     return choose(cfg.tools.exec.confinement)
 
 
-def tool_context(cfg: Config, workspace: Path, approver: Approver | None = None,
-                 egress: EgressPolicy | None = None) -> ToolContext:
+def tool_context(
+    cfg: Config,
+    workspace: Path,
+    approver: Approver | None = None,
+    egress: EgressPolicy | None = None,
+) -> ToolContext:
     secrets = set(secret_env_names())
-    secrets |= {name for name, value in os.environ.items() if value and value in cfg.secret_values()}
+    secrets |= {
+        name for name, value in os.environ.items() if value and value in cfg.secret_values()
+    }
     return ToolContext(
         workspace=workspace,
         restrict_to_workspace=cfg.tools.restrict_to_workspace,
@@ -71,12 +84,19 @@ def tool_context(cfg: Config, workspace: Path, approver: Approver | None = None,
         confinement=confinement(cfg),
         exec_rules=exec_rules(cfg),
         approver=approver if approver is not None else RefuseApprover(),
-        egress=egress if egress is not None else EgressPolicy.from_config(cfg.tools.web.allow_domains),
+        egress=egress
+        if egress is not None
+        else EgressPolicy.from_config(cfg.tools.web.allow_domains),
     )
 
 
-def build_tools(cfg: Config, workspace: Path, approver: Approver | None = None,
-                session_key: str | None = None, egress: EgressPolicy | None = None) -> ToolRegistry:
+def build_tools(
+    cfg: Config,
+    workspace: Path,
+    approver: Approver | None = None,
+    session_key: str | None = None,
+    egress: EgressPolicy | None = None,
+) -> ToolRegistry:
     """The tools a subagent gets; the main agent gets these plus spawn (see open_assistant).
     `session_key`: the session they work for (recall labels other sessions' messages by it);
     `egress`: the session's domain approvals, shared with the conversation that notes the user's domains."""
@@ -87,38 +107,73 @@ def build_tools(cfg: Config, workspace: Path, approver: Approver | None = None,
 
     ctx = tool_context(cfg, workspace, approver, egress)
     scope = cfg.tools.recall.scope
-    registry = ToolRegistry([ReadFileTool(ctx), WriteFileTool(ctx), EditFileTool(ctx), ListDirTool(ctx),
-                             SearchHistoryTool(ctx, session_key=session_key, scope=scope),
-                             ReadHistoryTool(ctx, session_key=session_key, scope=scope)])
+    registry = ToolRegistry(
+        [
+            ReadFileTool(ctx),
+            WriteFileTool(ctx),
+            EditFileTool(ctx),
+            ListDirTool(ctx),
+            SearchHistoryTool(ctx, session_key=session_key, scope=scope),
+            ReadHistoryTool(ctx, session_key=session_key, scope=scope),
+        ]
+    )
     if cfg.tools.exec.enable:
         registry.register(ExecTool(ctx))
     search = cfg.tools.web.search
-    registry.register(WebSearchTool(ctx, api_key=search.api_key or None, provider=search.provider,
-                                    max_results=search.max_results))
+    registry.register(
+        WebSearchTool(
+            ctx,
+            api_key=search.api_key or None,
+            provider=search.provider,
+            max_results=search.max_results,
+        )
+    )
     registry.register(WebFetchTool(ctx))
     return registry
 
 
-def build_provider(cfg: Config, model: str | None = None, *, on_retry: RetryCallback | None = None,
-                   policy: RetryPolicy | None = None, on_fallback: FallbackCallback | None = None,
-                   budget: ContextBudget | None = None) -> Provider:
+def build_provider(
+    cfg: Config,
+    model: str | None = None,
+    *,
+    on_retry: RetryCallback | None = None,
+    policy: RetryPolicy | None = None,
+    on_fallback: FallbackCallback | None = None,
+    budget: ContextBudget | None = None,
+) -> Provider:
     """The model's provider; agents.defaults.fallbackModels follow it unless --model named another.
     Every request it sends passes `budget`'s last check (a budget of its own when None: agent/budget.py)."""
     fallbacks = resolve_fallbacks(cfg) if model is None else []
-    provider = make_provider(resolve_model(cfg, model), policy=policy or retry_policy_from_env(), on_retry=on_retry,
-                             fallbacks=fallbacks, on_fallback=on_fallback)
+    provider = make_provider(
+        resolve_model(cfg, model),
+        policy=policy or retry_policy_from_env(),
+        on_retry=on_retry,
+        fallbacks=fallbacks,
+        on_fallback=on_fallback,
+    )
     return WindowGuard(provider, budget or build_budget(cfg, model))
 
 
-def metered_provider(cfg: Config, session_key: str, source: str, model: str | None = None, *,
-                     on_retry: RetryCallback | None = None,
-                     on_fallback: FallbackCallback | None = None, budget: ContextBudget | None = None) -> MeteredProvider:
+def metered_provider(
+    cfg: Config,
+    session_key: str,
+    source: str,
+    model: str | None = None,
+    *,
+    on_retry: RetryCallback | None = None,
+    on_fallback: FallbackCallback | None = None,
+    budget: ContextBudget | None = None,
+) -> MeteredProvider:
     """build_provider behind the usage meter: every call checked against usage.limits first and recorded in
     the ledger as `source` for `session_key`. Whatever calls a model goes through one of these
     (`for_source` gives the same provider under another source)."""
-    return MeteredProvider(build_provider(cfg, model, on_retry=on_retry, on_fallback=on_fallback, budget=budget),
-                           shared_meter(cfg),
-                           source=source, session=session_key, model=model_label(cfg, model))
+    return MeteredProvider(
+        build_provider(cfg, model, on_retry=on_retry, on_fallback=on_fallback, budget=budget),
+        shared_meter(cfg),
+        source=source,
+        session=session_key,
+        model=model_label(cfg, model),
+    )
 
 
 def retry_policy_from_env() -> RetryPolicy:
@@ -133,33 +188,53 @@ def retry_policy_from_env() -> RetryPolicy:
     return policy
 
 
-def start_mcp(cfg: Config, workspace: Path, registries: list[ToolRegistry], approver: Approver | None = None, *,
-              notify: Callable[[str], None] | None = None) -> MCPManager | None:
+def start_mcp(
+    cfg: Config,
+    workspace: Path,
+    registries: list[ToolRegistry],
+    approver: Approver | None = None,
+    *,
+    notify: Callable[[str], None] | None = None,
+) -> MCPManager | None:
     """Start tools.mcpServers in the background; their tools join `registries` (main and subagents)
     and ask `approver` before each call to a server that is not trusted."""
     if not cfg.tools.mcp_servers:
         return None
     from nanobot.mcp.manager import MCPManager
 
-    manager = MCPManager(cfg.tools.mcp_servers, workspace, tool_context(cfg, workspace, approver), notify)
+    manager = MCPManager(
+        cfg.tools.mcp_servers, workspace, tool_context(cfg, workspace, approver), notify
+    )
     manager.start(registries)
     return manager
 
 
-def build_context(cfg: Config, workspace: Path, memory: MemoryStore | None = None) -> ContextBuilder:
+def build_context(
+    cfg: Config, workspace: Path, memory: MemoryStore | None = None
+) -> ContextBuilder:
     """The prompt's builder, reading MEMORY.md through `memory` (a new store on `workspace` by default)."""
     from nanobot.skills import SkillSet
 
-    return ContextBuilder(workspace, memory=memory or MemoryStore(workspace), skills=SkillSet.discover(workspace),
-                          timezone=cfg.defaults.timezone)
+    return ContextBuilder(
+        workspace,
+        memory=memory or MemoryStore(workspace),
+        skills=SkillSet.discover(workspace),
+        timezone=cfg.defaults.timezone,
+    )
 
 
-def cron_tool(cfg: Config, workspace: Path, session_key: str, approver: Approver | None = None) -> CronTool:
+def cron_tool(
+    cfg: Config, workspace: Path, session_key: str, approver: Approver | None = None
+) -> CronTool:
     from nanobot.cron.store import JobStore
     from nanobot.tools.cron import CronTool
 
-    return CronTool(tool_context(cfg, workspace, approver), JobStore(workspace), default_tz=cfg.defaults.timezone,
-                    origin=session_key)
+    return CronTool(
+        tool_context(cfg, workspace, approver),
+        JobStore(workspace),
+        default_tz=cfg.defaults.timezone,
+        origin=session_key,
+    )
 
 
 class AssistantTurns:
@@ -171,8 +246,12 @@ class AssistantTurns:
     async def run(self, session_key: str, prompt: str) -> TurnResult:
         from nanobot.cron.runner import TurnResult
 
-        assistant = open_assistant(self.cfg, session_key, stream=False,  # SessionInUseError when held
-                                   memory_writes=background_memory_writes(self.cfg, session_key))
+        assistant = open_assistant(
+            self.cfg,
+            session_key,
+            stream=False,  # SessionInUseError when held
+            memory_writes=background_memory_writes(self.cfg, session_key),
+        )
         try:
             await assistant.mcp_ready()  # a job's turn sees the MCP tools too
             outcome = await assistant.conversation.send(prompt, by_user=False)
@@ -183,17 +262,31 @@ class AssistantTurns:
         return TurnResult(outcome.content, outcome.error)
 
 
-def build_scheduler(cfg: Config, *, kind: str, heartbeat: bool = False, turns: JobTurns | None = None,
-                    deliveries: list[Delivery] | None = None, clock: Clock | None = None) -> Scheduler:
+def build_scheduler(
+    cfg: Config,
+    *,
+    kind: str,
+    heartbeat: bool = False,
+    turns: JobTurns | None = None,
+    deliveries: list[Delivery] | None = None,
+    clock: Clock | None = None,
+) -> Scheduler:
     """The job runner for `nanobot serve`, a chat ("chat") or `nanobot cron run`; only serve beats."""
     from nanobot.cron.runner import HeartbeatSettings, RunnerLock, Scheduler, SystemClock
     from nanobot.cron.store import JobStore
 
     store = JobStore(cfg.workspace_path())
     hb = cfg.gateway.heartbeat
-    return Scheduler(store, turns or AssistantTurns(cfg), RunnerLock(store, kind), clock or SystemClock(),
-                     list(deliveries or []), HeartbeatSettings(hb.enabled and heartbeat, hb.interval_s),
-                     poll_s=cfg.gateway.jobs_poll_s, spend=shared_meter(cfg))
+    return Scheduler(
+        store,
+        turns or AssistantTurns(cfg),
+        RunnerLock(store, kind),
+        clock or SystemClock(),
+        list(deliveries or []),
+        HeartbeatSettings(hb.enabled and heartbeat, hb.interval_s),
+        poll_s=cfg.gateway.jobs_poll_s,
+        spend=shared_meter(cfg),
+    )
 
 
 @dataclass
@@ -206,11 +299,19 @@ class Assistant:
     conversation: Conversation
     subagents: SubagentManager  # this run's helpers, and the report turns they lead to
     meter: UsageMeter  # the usage ledger and the limits every provider call of this run passes
-    approver: SessionApprover | None = None  # answers risky actions; remembers this session's "always"
-    imports: ImportResult = field(default_factory=lambda: ImportResult([], []))  # what came from nanobot
+    approver: SessionApprover | None = (
+        None  # answers risky actions; remembers this session's "always"
+    )
+    imports: ImportResult = field(
+        default_factory=lambda: ImportResult([], [])
+    )  # what came from nanobot
     mcp: MCPManager | None = None  # MCP servers starting or started in the background
-    warnings: list[str] = field(default_factory=list)  # for the user at start-up (damaged memory files, ...)
-    budget: ContextBudget | None = None  # its calibration is kept for the next run when this one closes
+    warnings: list[str] = field(
+        default_factory=list
+    )  # for the user at start-up (damaged memory files, ...)
+    budget: ContextBudget | None = (
+        None  # its calibration is kept for the next run when this one closes
+    )
     model_key: str = ""  # the model the calibration is kept under
     # the prompt's size against the window, a read-only workspace: at every chat start, but once per
     # text in one-shot mode (a script's every call need not repeat them)
@@ -227,8 +328,11 @@ class Assistant:
         key = session.key
         line = continuing_line(key, len(session.messages))
         lines = [line] if line else []
-        lines += [f"imported from nanobot: {r.describe()}" for r in self.imports.imported
-                  if not (r.kind == "session" and r.key == key)]
+        lines += [
+            f"imported from nanobot: {r.describe()}"
+            for r in self.imports.imported
+            if not (r.kind == "session" and r.key == key)
+        ]
         lines += [f"not imported from nanobot: {note}" for note in self.imports.kept]
         return lines
 
@@ -264,8 +368,14 @@ class _NoSpawner:
         raise RuntimeError("nanobot status starts no helpers")
 
 
-def add_main_agent_tools(tools: ToolRegistry, cfg: Config, workspace: Path, session_key: str,
-                         subagents: Spawner, approver: Approver | None = None) -> None:
+def add_main_agent_tools(
+    tools: ToolRegistry,
+    cfg: Config,
+    workspace: Path,
+    session_key: str,
+    subagents: Spawner,
+    approver: Approver | None = None,
+) -> None:
     """What the main agent has beyond a subagent's tools (spawn, cron); status counts the same schemas."""
     tools.register(SpawnTool(tool_context(cfg, workspace, approver), subagents))
     tools.register(cron_tool(cfg, workspace, session_key, approver))
@@ -302,17 +412,31 @@ def build_budget(cfg: Config, model: str | None = None) -> ContextBudget:
     from nanobot.calibration_file import load_calibration
 
     d = cfg.defaults
-    return ContextBudget(window=d.context_window_tokens, max_tokens=d.max_tokens, counter=default_counter(),
-                         calibration=load_calibration(model or d.model),
-                         prompt_cap=d.context_block_limit, max_tool_calls=d.max_tool_calls_per_step,
-                         consolidate_above=d.consolidate_above_tokens)
+    return ContextBudget(
+        window=d.context_window_tokens,
+        max_tokens=d.max_tokens,
+        counter=default_counter(),
+        calibration=load_calibration(model or d.model),
+        prompt_cap=d.context_block_limit,
+        max_tool_calls=d.max_tool_calls_per_step,
+        consolidate_above=d.consolidate_above_tokens,
+    )
 
 
-def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, stream: bool = True,
-                   on_retry: RetryCallback | None = None, ask: Approver | None = None,
-                   approve: Iterable[str] = (), on_fallback: FallbackCallback | None = None,
-                   background: EventSink = ignore, origin: str = "chat",
-                   memory_writes: bool = True) -> Assistant:
+def open_assistant(
+    cfg: Config,
+    session_key: str,
+    *,
+    model: str | None = None,
+    stream: bool = True,
+    on_retry: RetryCallback | None = None,
+    ask: Approver | None = None,
+    approve: Iterable[str] = (),
+    on_fallback: FallbackCallback | None = None,
+    background: EventSink = ignore,
+    origin: str = "chat",
+    memory_writes: bool = True,
+) -> Assistant:
     """Resolve the provider (fails fast on a missing key), then lock and load the session.
 
     `ask` answers risky actions (the chat's prompt; None refuses them, as in one-shot mode);
@@ -322,13 +446,18 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     "one-shot"; within a cron job's turn the ledger says "cron"); `memory_writes` False keeps
     consolidation out of MEMORY.md and HISTORY.md (background sessions: see consolidator_for).
     """
-    auto = check_kinds([*cfg.tools.auto_approve], "tools.autoApprove") | check_kinds(approve, "--approve")
+    auto = check_kinds([*cfg.tools.auto_approve], "tools.autoApprove") | check_kinds(
+        approve, "--approve"
+    )
     budget = build_budget(cfg, model)
-    provider = metered_provider(cfg, session_key, origin, model, on_retry=on_retry, on_fallback=on_fallback,
-                                budget=budget)
+    provider = metered_provider(
+        cfg, session_key, origin, model, on_retry=on_retry, on_fallback=on_fallback, budget=budget
+    )
     meter = provider.meter
     if cfg.tools.exec.enable:
-        prefetch(cfg.tools.exec.confinement)  # its probes wait on child processes while the session loads
+        prefetch(
+            cfg.tools.exec.confinement
+        )  # its probes wait on child processes while the session loads
     workspace = cfg.workspace_path()
     workspace.mkdir(parents=True, exist_ok=True)
     secure_home(keep_open=workspace)
@@ -337,49 +466,109 @@ def open_assistant(cfg: Config, session_key: str, *, model: str | None = None, s
     session = store.open(session_key)
     d = cfg.defaults
     channel, _, chat_id = session_key.partition(":")
-    approver = SessionApprover(ask, auto=auto,
-                               record=lambda **fields: store.record_decision(session, **fields))
+    approver = SessionApprover(
+        ask, auto=auto, record=lambda **fields: store.record_decision(session, **fields)
+    )
     memory = MemoryStore(workspace)
     context = build_context(cfg, workspace, memory)
     # in one pass, each object built from the ones before it: the conversation runs turns (its
     # upkeep consolidates around them); report turns bring it what helpers found; the helpers tell
     # the report turns when they end; the main agent's spawn tool starts helpers (registered
     # last, in the registry the loop holds)
-    egress = EgressPolicy.from_config(cfg.tools.web.allow_domains)  # one per session: main agent and helpers
+    egress = EgressPolicy.from_config(
+        cfg.tools.web.allow_domains
+    )  # one per session: main agent and helpers
     tools = build_tools(cfg, workspace, approver, session_key, egress)
-    loop = LoopSpec(provider, tools, budget, max_iterations=d.max_tool_iterations, temperature=d.temperature,
-                    stream=stream)
-    consolidator = Consolidator(provider.for_source("consolidation"), memory, store, budget,
-                                timeout=d.consolidation_timeout_seconds, memory_writes=memory_writes)
+    loop = LoopSpec(
+        provider,
+        tools,
+        budget,
+        max_iterations=d.max_tool_iterations,
+        temperature=d.temperature,
+        stream=stream,
+    )
+    consolidator = Consolidator(
+        provider.for_source("consolidation"),
+        memory,
+        store,
+        budget,
+        timeout=d.consolidation_timeout_seconds,
+        memory_writes=memory_writes,
+    )
     conversation = Conversation(
-        session=session, store=store, context=context, loop=loop,
-        upkeep=MemoryUpkeep(consolidator, session, context, tools, background=background,
-                            room_wait_seconds=d.consolidation_wait_seconds),
-        settings=TurnSettings(channel=channel or "cli", chat_id=chat_id or "direct"), egress=egress)
-    sub_tools = build_tools(cfg, workspace, approver, session_key, egress)  # subagents ask the same way
-    subagents = SubagentManager(provider.for_source("subagent"), sub_tools, workspace,
-                                reports=ReportTurns(conversation, background), budget=budget, limits=cfg.usage.limits)
+        session=session,
+        store=store,
+        context=context,
+        loop=loop,
+        upkeep=MemoryUpkeep(
+            consolidator,
+            session,
+            context,
+            tools,
+            background=background,
+            room_wait_seconds=d.consolidation_wait_seconds,
+        ),
+        settings=TurnSettings(channel=channel or "cli", chat_id=chat_id or "direct"),
+        egress=egress,
+    )
+    sub_tools = build_tools(
+        cfg, workspace, approver, session_key, egress
+    )  # subagents ask the same way
+    subagents = SubagentManager(
+        provider.for_source("subagent"),
+        sub_tools,
+        workspace,
+        reports=ReportTurns(conversation, background),
+        budget=budget,
+        limits=cfg.usage.limits,
+    )
     add_main_agent_tools(tools, cfg, workspace, session_key, subagents, approver)
     system = context.system_prompt()
     try:
         memory_cut = fit_memory(context, budget, tools.schemas(), memory)
         system = context.system_prompt() if memory_cut else system
-        budget.check_fixed(system, tools.schemas(),
-                           memory_tokens=lambda: budget.counter.count_text(memory.read_memory()))
+        budget.check_fixed(
+            system,
+            tools.schemas(),
+            memory_tokens=lambda: budget.counter.count_text(memory.read_memory()),
+        )
     except ContextTooSmallError:
         store.close(session)
         raise
     warnings = [*session.warnings, *memory.startup_check()]
     # a cut MEMORY.md already says the prompt is full
     read_only = memory.read_only_notice()
-    once_warnings = [*([read_only] if read_only else []), *(memory_cut or budget.startup_warnings(system, tools.schemas()))]
-    mcp = start_mcp(cfg, workspace, [tools, sub_tools], approver,  # last: nothing after it can fail and leak them
-                    notify=lambda text: background(Notice(text, "warning")))
-    return Assistant(cfg, workspace, store, conversation, subagents, meter, approver, imports, mcp, warnings,
-                     budget=budget, model_key=model or d.model, once_warnings=once_warnings)
+    once_warnings = [
+        *([read_only] if read_only else []),
+        *(memory_cut or budget.startup_warnings(system, tools.schemas())),
+    ]
+    mcp = start_mcp(
+        cfg,
+        workspace,
+        [tools, sub_tools],
+        approver,  # last: nothing after it can fail and leak them
+        notify=lambda text: background(Notice(text, "warning")),
+    )
+    return Assistant(
+        cfg,
+        workspace,
+        store,
+        conversation,
+        subagents,
+        meter,
+        approver,
+        imports,
+        mcp,
+        warnings,
+        budget=budget,
+        model_key=model or d.model,
+        once_warnings=once_warnings,
+    )
 
 
-def fit_memory(context: ContextBuilder, budget: ContextBudget, schemas: list[dict], memory: MemoryStore) -> list[str]:
+def fit_memory(
+    context: ContextBuilder, budget: ContextBudget, schemas: list[dict], memory: MemoryStore
+) -> list[str]:
     """When the whole MEMORY.md would leave no room for a conversation, requests carry its head
     (cut for the request, never on disk): the one line that says so, or nothing."""
     try:
@@ -394,9 +583,11 @@ def fit_memory(context: ContextBuilder, budget: ContextBudget, schemas: list[dic
         context.memory_room = None
         return []  # MEMORY.md is not what is too large: check_fixed says what is
     context.memory_room = room
-    return [f"MEMORY.md ({len(text.encode('utf-8')):,} bytes) is larger than this model's context window allows: "
-            f"each request carries its first {room:,} bytes (the file on disk is whole); shorten it with "
-            "`nanobot memory edit`"]
+    return [
+        f"MEMORY.md ({len(text.encode('utf-8')):,} bytes) is larger than this model's context window allows: "
+        f"each request carries its first {room:,} bytes (the file on disk is whole); shorten it with "
+        "`nanobot memory edit`"
+    ]
 
 
 def status_snapshot(cfg: Config, session_key: str = "cli:direct") -> tuple[BudgetSnapshot, bool]:
@@ -406,8 +597,12 @@ def status_snapshot(cfg: Config, session_key: str = "cli:direct") -> tuple[Budge
     budget = build_budget(cfg)
     context = build_context(cfg, workspace)
     tools = build_tools(cfg, workspace)
-    add_main_agent_tools(tools, cfg, workspace, session_key, _NoSpawner())  # schemas only: nothing is run
+    add_main_agent_tools(
+        tools, cfg, workspace, session_key, _NoSpawner()
+    )  # schemas only: nothing is run
     store = SessionStore(receipts=history_receipts(workspace))
     session = store.load(session_key) if store.exists(session_key) else None
-    snap = budget.snapshot(session, system_prompt=context.system_prompt, tools=tools.schemas(), probe=probe_message())
+    snap = budget.snapshot(
+        session, system_prompt=context.system_prompt, tools=tools.schemas(), probe=probe_message()
+    )
     return snap, session is not None

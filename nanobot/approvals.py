@@ -22,8 +22,19 @@ from nanobot.tools.approval import ApprovalRequest, Approver, Decision, RefuseAp
 __all__ = ["SessionApprover", "KINDS", "check_kinds"]
 
 # Every kind a tool asks about; "all" in --approve / tools.autoApprove allows every one.
-KINDS = ("file-outside", "persistence", "memory-edit", "prompt-edit", "skill-edit",
-         "exec-network", "exec-unconfined", "exec-ask", "exec-unparsable", "mcp", "web-domain")
+KINDS = (
+    "file-outside",
+    "persistence",
+    "memory-edit",
+    "prompt-edit",
+    "skill-edit",
+    "exec-network",
+    "exec-unconfined",
+    "exec-ask",
+    "exec-unparsable",
+    "mcp",
+    "web-domain",
+)
 
 Recorder = Callable[..., Any]
 
@@ -33,14 +44,22 @@ def check_kinds(kinds: Iterable[str], where: str) -> frozenset[str]:
     chosen = frozenset(k.strip() for k in kinds if k and k.strip())
     unknown = sorted(chosen - set(KINDS) - {"all"})
     if unknown:
-        raise UsageError(f"{where}: unknown approval kind {', '.join(map(repr, unknown))}",
-                         hint=f"Known kinds: {', '.join(KINDS)}, or all.")
+        raise UsageError(
+            f"{where}: unknown approval kind {', '.join(map(repr, unknown))}",
+            hint=f"Known kinds: {', '.join(KINDS)}, or all.",
+        )
     return chosen
 
 
 class SessionApprover:
-    def __init__(self, ask: Approver | None = None, *, record: Recorder | None = None,
-                 auto: Iterable[str] = (), auto_label: str = "--approve / tools.autoApprove") -> None:
+    def __init__(
+        self,
+        ask: Approver | None = None,
+        *,
+        record: Recorder | None = None,
+        auto: Iterable[str] = (),
+        auto_label: str = "--approve / tools.autoApprove",
+    ) -> None:
         self.ask = ask or RefuseApprover()
         self.record = record
         self.auto = frozenset(auto)
@@ -61,13 +80,21 @@ class SessionApprover:
                 decision, by = Decision(True), "an earlier 'always' in this session"
             else:
                 decision = await self.ask.approve(request)
-                by = ("the user" + (" (always for this session)" if decision.always else "")
-                      if self.asks_someone else "nobody to ask (one-shot mode)")
+                by = (
+                    "the user" + (" (always for this session)" if decision.always else "")
+                    if self.asks_someone
+                    else "nobody to ask (one-shot mode)"
+                )
                 if decision.allowed and decision.always:
                     self.always.add(key)
                 if decision.allowed and self.asks_someone:
                     decision = dataclasses.replace(decision, by_person=True)
             if self.record is not None:
-                self.record(kind=request.kind, summary=request.summary, allowed=decision.allowed, by=by,
-                            reason=decision.reason)
+                self.record(
+                    kind=request.kind,
+                    summary=request.summary,
+                    allowed=decision.allowed,
+                    by=by,
+                    reason=decision.reason,
+                )
         return decision

@@ -34,21 +34,39 @@ class AgentDefaults:
     model: str = "anthropic/claude-sonnet-4-5"  # provider/model; a bare name resolves by keyword
     provider: str = "auto"  # a provider name wins over the model's prefix; "auto" infers it
     workspace: str = ""  # folder the agent works in; empty means ~/.nanobot/workspace
-    context_window_tokens: int = 65_536  # the model's context window; prompt + reply room never exceed it
+    context_window_tokens: int = (
+        65_536  # the model's context window; prompt + reply room never exceed it
+    )
     max_tokens: int = 8_192  # room kept for each reply (at most a quarter of the window)
-    context_block_limit: int = 0  # optional cap on prompt tokens, for cost (history is consolidated under it); 0: off
-    max_tool_calls_per_step: int = 32  # tool calls run per model step; extra calls get an error result
-    consolidation_timeout_seconds: float = 90.0  # deadline for one consolidation request, retries included
-    consolidation_wait_seconds: float = 5.0  # a turn waits this long for consolidation to make room, then goes ahead
-    consolidation_exit_wait_seconds: float = 20.0  # on exit, consolidation gets this long to finish, then stops (resumed next run)
+    context_block_limit: int = (
+        0  # optional cap on prompt tokens, for cost (history is consolidated under it); 0: off
+    )
+    max_tool_calls_per_step: int = (
+        32  # tool calls run per model step; extra calls get an error result
+    )
+    consolidation_timeout_seconds: float = (
+        90.0  # deadline for one consolidation request, retries included
+    )
+    consolidation_wait_seconds: float = (
+        5.0  # a turn waits this long for consolidation to make room, then goes ahead
+    )
+    consolidation_exit_wait_seconds: float = (
+        20.0  # on exit, consolidation gets this long to finish, then stops (resumed next run)
+    )
     consolidate_above_tokens: int = 100_000  # consolidation starts when a prompt reaches this size (or the window's budget, if lower); 0: the budget only
     temperature: float = 0.1  # sampling temperature, 0-2; OpenAI-compatible providers only
     max_tool_iterations: int = 40  # LLM calls per turn before the turn is stopped
     timezone: str = ""  # IANA name for the runtime context; empty means the system's
     subagent_wait_seconds: float = 300.0  # how long `agent -m` waits for subagents it started
-    reasoning_effort: str = ""  # none/minimal/low/medium/high/xhigh/max; empty keeps the provider's default
-    fallback_models: list[Any] = field(default_factory=list)  # preset names or {model, provider}; tried in order
-    model_preset: str = ""  # a name in modelPresets whose settings replace the ones above (nanobot's meaning)
+    reasoning_effort: str = (
+        ""  # none/minimal/low/medium/high/xhigh/max; empty keeps the provider's default
+    )
+    fallback_models: list[Any] = field(
+        default_factory=list
+    )  # preset names or {model, provider}; tried in order
+    model_preset: str = (
+        ""  # a name in modelPresets whose settings replace the ones above (nanobot's meaning)
+    )
 
 
 @dataclass
@@ -73,7 +91,9 @@ class ProviderConfig:
     api_key: str = ""  # secret; never printed
     api_base: str = ""  # OpenAI-compatible base URL, e.g. http://localhost:11434/v1
     extra_headers: dict[str, str] = field(default_factory=dict)  # sent with every request
-    extra_body: dict[str, Any] = field(default_factory=dict)  # OpenAI-compatible: extra request fields
+    extra_body: dict[str, Any] = field(
+        default_factory=dict
+    )  # OpenAI-compatible: extra request fields
     timeout: float = 180.0  # seconds the server may stay silent before the request fails
 
 
@@ -81,21 +101,33 @@ class ProviderConfig:
 class ExecConfig:
     enable: bool = True  # offer the exec tool to the model
     timeout: int = 60  # seconds before a command's whole process group is killed
-    confinement: str = "auto"  # "auto" (bubblewrap, else Landlock), "bwrap", "landlock" or "none" (no sandbox)
-    network: bool | str = "ask"  # network for commands: false, true, or "ask" (approve each that wants it); then through nanobot's egress proxy, asked per domain
+    confinement: str = (
+        "auto"  # "auto" (bubblewrap, else Landlock), "bwrap", "landlock" or "none" (no sandbox)
+    )
+    network: bool | str = (
+        "ask"  # network for commands: false, true, or "ask" (approve each that wants it); then through nanobot's egress proxy, asked per domain
+    )
     allow: list[str] = field(default_factory=list)  # regexes: matching commands run without asking
     ask: list[str] = field(default_factory=list)  # regexes: matching commands need approval
     deny: list[str] = field(default_factory=list)  # regexes: matching commands are refused
-    allow_patterns: list[str] = field(default_factory=list, metadata={"legacy": True})  # nanobot 0.3.5: only these run
-    deny_patterns: list[str] = field(default_factory=list, metadata={"legacy": True})  # nanobot 0.3.5: same as deny
-    allow_unconfined: bool = field(default=False, metadata={"internal": True})  # --allow-unconfined-exec
+    allow_patterns: list[str] = field(
+        default_factory=list, metadata={"legacy": True}
+    )  # nanobot 0.3.5: only these run
+    deny_patterns: list[str] = field(
+        default_factory=list, metadata={"legacy": True}
+    )  # nanobot 0.3.5: same as deny
+    allow_unconfined: bool = field(
+        default=False, metadata={"internal": True}
+    )  # --allow-unconfined-exec
 
 
 @dataclass
 class SearchConfig:
     provider: str = "brave"  # "brave" (keyless DuckDuckGo while no Brave key is set) or "duckduckgo" (always, even with a key)
     api_key: str = ""  # Brave Search key (or BRAVE_API_KEY)
-    max_results: int = 5  # results web_search returns (1-50): its default, and the most the model may ask for
+    max_results: int = (
+        5  # results web_search returns (1-50): its default, and the most the model may ask for
+    )
 
 
 # the names tools.web.search.provider accepts: the search services tools/web.py implements
@@ -105,22 +137,30 @@ WEB_SEARCH_PROVIDERS = ("brave", "duckduckgo")
 @dataclass
 class WebConfig:
     search: SearchConfig = field(default_factory=SearchConfig)
-    allow_domains: list[str] = field(default_factory=list)  # web_fetch and commands reach these without asking ("example.com" covers its subdomains; "*": every domain)
+    allow_domains: list[str] = field(
+        default_factory=list
+    )  # web_fetch and commands reach these without asking ("example.com" covers its subdomains; "*": every domain)
 
 
 @dataclass
 class MCPServerConfig:
     """One MCP server, as nanobot writes it in tools.mcpServers."""
 
-    type: str = ""  # "stdio" | "sse" | "streamableHttp"; empty: stdio with a command, else by the URL
+    type: str = (
+        ""  # "stdio" | "sse" | "streamableHttp"; empty: stdio with a command, else by the URL
+    )
     command: str = ""  # stdio: the program to start
     args: list[str] = field(default_factory=list)  # stdio: its arguments
     env: dict[str, str] = field(default_factory=dict)  # stdio: extra environment variables
     cwd: str = ""  # stdio: working folder (default: the workspace)
     url: str = ""  # sse / streamableHttp: the endpoint
-    headers: dict[str, str] = field(default_factory=dict)  # sse / streamableHttp: sent with every request
+    headers: dict[str, str] = field(
+        default_factory=dict
+    )  # sse / streamableHttp: sent with every request
     tool_timeout: float = 30.0  # seconds before one tool call is abandoned
-    enabled_tools: list[str] = field(default_factory=lambda: ["*"])  # raw or mcp_<server>_<tool> names; * = all
+    enabled_tools: list[str] = field(
+        default_factory=lambda: ["*"]
+    )  # raw or mcp_<server>_<tool> names; * = all
     trusted: bool = False  # run this server's tools without asking first
 
 
@@ -133,10 +173,18 @@ class RecallConfig:
 class Tools:
     exec: ExecConfig = field(default_factory=ExecConfig)
     web: WebConfig = field(default_factory=WebConfig)
-    recall: RecallConfig = field(default_factory=RecallConfig)  # the recall tools over archived conversations
-    restrict_to_workspace: bool = False  # file tools refuse paths outside the workspace; exec sees only it and system folders
-    auto_approve: list[str] = field(default_factory=list)  # approval kinds allowed without asking, e.g. ["file-outside"]
-    mcp_servers: dict[str, MCPServerConfig] = field(default_factory=dict)  # MCP servers whose tools the agent gets
+    recall: RecallConfig = field(
+        default_factory=RecallConfig
+    )  # the recall tools over archived conversations
+    restrict_to_workspace: bool = (
+        False  # file tools refuse paths outside the workspace; exec sees only it and system folders
+    )
+    auto_approve: list[str] = field(
+        default_factory=list
+    )  # approval kinds allowed without asking, e.g. ["file-outside"]
+    mcp_servers: dict[str, MCPServerConfig] = field(
+        default_factory=dict
+    )  # MCP servers whose tools the agent gets
 
 
 @dataclass
@@ -148,43 +196,73 @@ class HeartbeatConfig:
 
 @dataclass
 class Gateway:
-    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)  # nanobot's host/port are ignored
-    jobs_poll_s: float = 5.0  # seconds between a waiting runner's (serve's, a chat's) rereads of the jobs file
+    heartbeat: HeartbeatConfig = field(
+        default_factory=HeartbeatConfig
+    )  # nanobot's host/port are ignored
+    jobs_poll_s: float = (
+        5.0  # seconds between a waiting runner's (serve's, a chat's) rereads of the jobs file
+    )
 
 
 @dataclass
 class UsageLimits:
-    helpers_per_turn: int = 5  # helpers (subagents) one turn may start; later spawns get an error result; 0: no limit
-    helper_chain: int = 3  # helpers in a row where each was started by the previous one's report; 0: no limit
-    background_daily_tokens: int = 1_000_000  # tokens a day for cron jobs and the heartbeat together; 0: no limit
-    job_daily_tokens: int = 300_000  # tokens a day for any one cron job (or the heartbeat); 0: no limit
+    helpers_per_turn: int = (
+        5  # helpers (subagents) one turn may start; later spawns get an error result; 0: no limit
+    )
+    helper_chain: int = (
+        3  # helpers in a row where each was started by the previous one's report; 0: no limit
+    )
+    background_daily_tokens: int = (
+        1_000_000  # tokens a day for cron jobs and the heartbeat together; 0: no limit
+    )
+    job_daily_tokens: int = (
+        300_000  # tokens a day for any one cron job (or the heartbeat); 0: no limit
+    )
     daily_tokens: int = 0  # tokens a day for everything, chat included; 0: no limit
 
 
 @dataclass
 class ModelPrice:
-    input: float = 0.0  # price per million prompt tokens (those not read from or written to the cache)
+    input: float = (
+        0.0  # price per million prompt tokens (those not read from or written to the cache)
+    )
     output: float = 0.0  # price per million completion tokens
-    cache_read: float | None = None  # per million prompt tokens read from the cache; unset: the input price
-    cache_write: float | None = None  # per million prompt tokens written to the cache; unset: the input price
+    cache_read: float | None = (
+        None  # per million prompt tokens read from the cache; unset: the input price
+    )
+    cache_write: float | None = (
+        None  # per million prompt tokens written to the cache; unset: the input price
+    )
 
 
 @dataclass
 class UsageConfig:
-    limits: UsageLimits = field(default_factory=UsageLimits)  # hard limits, checked before each provider call
-    prices: dict[str, ModelPrice] = field(default_factory=dict)  # "provider/model": prices, for `nanobot usage` costs
+    limits: UsageLimits = field(
+        default_factory=UsageLimits
+    )  # hard limits, checked before each provider call
+    prices: dict[str, ModelPrice] = field(
+        default_factory=dict
+    )  # "provider/model": prices, for `nanobot usage` costs
 
 
 @dataclass
 class Config:
     agents: Agents = field(default_factory=Agents)
-    providers: dict[str, ProviderConfig] = field(default_factory=dict)  # keys and URLs per provider name (anthropic, openai, custom, ...)
+    providers: dict[str, ProviderConfig] = field(
+        default_factory=dict
+    )  # keys and URLs per provider name (anthropic, openai, custom, ...)
     tools: Tools = field(default_factory=Tools)
     gateway: Gateway = field(default_factory=Gateway)
-    model_presets: dict[str, ModelPreset] = field(default_factory=dict)  # named models for modelPreset / fallbacks
-    usage: UsageConfig = field(default_factory=UsageConfig)  # the spend ledger's prices and the hard limits
+    model_presets: dict[str, ModelPreset] = field(
+        default_factory=dict
+    )  # named models for modelPreset / fallbacks
+    usage: UsageConfig = field(
+        default_factory=UsageConfig
+    )  # the spend ledger's prices and the hard limits
     path: Path | None = field(default=None, metadata={"internal": True})  # where it was read from
-    warnings: list[str] = field(default_factory=list, metadata={"internal": True})  # for the user, once
+    warnings: list[str] = field(
+        default_factory=list, metadata={"internal": True}
+    )  # for the user, once
 
     @property
     def defaults(self) -> AgentDefaults:
@@ -201,8 +279,12 @@ class Config:
     def secret_values(self) -> list[str]:
         """Every configured secret, so tools can keep them out of child processes and output."""
         values = [p.api_key for p in self.providers.values() if p.api_key]
-        values += [v for p in self.providers.values() for k, v in p.extra_headers.items()
-                   if v and any(word in k.lower() for word in ("auth", "key", "token", "secret"))]
+        values += [
+            v
+            for p in self.providers.values()
+            for k, v in p.extra_headers.items()
+            if v and any(word in k.lower() for word in ("auth", "key", "token", "secret"))
+        ]
         if self.tools.web.search.api_key:
             values.append(self.tools.web.search.api_key)
         for server in self.tools.mcp_servers.values():  # tokens for MCP servers
@@ -220,8 +302,11 @@ def to_snake(name: str) -> str:
 
 # --- reading ------------------------------------------------------------------------
 
+
 def _type_name(tp: Any) -> str:
-    return {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(tp, str(tp))
+    return {str: "a string", int: "an integer", float: "a number", bool: "true or false"}.get(
+        tp, str(tp)
+    )
 
 
 def _coerce(tp: Any, value: Any, where: str, source: str) -> Any:
@@ -272,7 +357,9 @@ def _build(cls: type, data: dict, where: str, source: str) -> Any:
             if key in data:
                 if data[key] is None:
                     break  # nanobot writes null for unset values: use the default
-                kwargs[f.name] = _coerce(hints[f.name], data[key], f"{where}.{key}".lstrip("."), source)
+                kwargs[f.name] = _coerce(
+                    hints[f.name], data[key], f"{where}.{key}".lstrip("."), source
+                )
                 break
     return cls(**kwargs)
 
@@ -282,43 +369,68 @@ def _check_semantics(cfg: Config, source: str) -> None:
     # OpenAI-compatible server), so an odd one fails when it is used, in resolve_model.
     cfg.providers = {registry.canonical(name): prov for name, prov in cfg.providers.items()}
     _check_nanobot_keys(cfg, source)
-    for key in ("context_window_tokens", "max_tokens", "max_tool_iterations", "max_tool_calls_per_step"):
+    for key in (
+        "context_window_tokens",
+        "max_tokens",
+        "max_tool_iterations",
+        "max_tool_calls_per_step",
+    ):
         if getattr(cfg.defaults, key) <= 0:
-            raise ConfigError(f"{source}: agents.defaults.{to_camel(key)}: must be a positive integer")
+            raise ConfigError(
+                f"{source}: agents.defaults.{to_camel(key)}: must be a positive integer"
+            )
     if cfg.defaults.context_block_limit < 0:
-        raise ConfigError(f"{source}: agents.defaults.contextBlockLimit: must be 0 (off) or a positive number of tokens")
+        raise ConfigError(
+            f"{source}: agents.defaults.contextBlockLimit: must be 0 (off) or a positive number of tokens"
+        )
     if cfg.defaults.consolidation_timeout_seconds <= 0:
-        raise ConfigError(f"{source}: agents.defaults.consolidationTimeoutSeconds: must be a positive number of seconds")
+        raise ConfigError(
+            f"{source}: agents.defaults.consolidationTimeoutSeconds: must be a positive number of seconds"
+        )
     if cfg.tools.exec.timeout <= 0:
         raise ConfigError(f"{source}: tools.exec.timeout: must be a positive number of seconds")
     _check_exec(cfg.tools.exec, source)
-    cfg.tools.web.search.provider = cfg.tools.web.search.provider.strip().lower()  # "DuckDuckGo" is meant too
+    cfg.tools.web.search.provider = (
+        cfg.tools.web.search.provider.strip().lower()
+    )  # "DuckDuckGo" is meant too
     if cfg.tools.web.search.provider not in WEB_SEARCH_PROVIDERS:
         # A nanobot config may name a service nanobot lacks (tavily, searxng, jina): it still loads,
         # searches the default way, and says so once.
         names = " or ".join(json.dumps(name) for name in WEB_SEARCH_PROVIDERS)
-        cfg.warnings.append(f"tools.web.search.provider: {json.dumps(cfg.tools.web.search.provider)} is not a search "
-                            f"service nanobot has; searching with the default (Brave with a key, else DuckDuckGo). "
-                            f"Use {names}, or remove the key.")
+        cfg.warnings.append(
+            f"tools.web.search.provider: {json.dumps(cfg.tools.web.search.provider)} is not a search "
+            f"service nanobot has; searching with the default (Brave with a key, else DuckDuckGo). "
+            f"Use {names}, or remove the key."
+        )
         cfg.tools.web.search.provider = Config().tools.web.search.provider
     if cfg.tools.recall.scope not in ("all", "session"):
-        raise ConfigError(f'{source}: tools.recall.scope: expected "all" or "session", got {json.dumps(cfg.tools.recall.scope)}')
+        raise ConfigError(
+            f'{source}: tools.recall.scope: expected "all" or "session", got {json.dumps(cfg.tools.recall.scope)}'
+        )
     if cfg.gateway.heartbeat.interval_s < 60:
         raise ConfigError(f"{source}: gateway.heartbeat.intervalS: must be at least 60 seconds")
     if cfg.gateway.jobs_poll_s <= 0:
         raise ConfigError(f"{source}: gateway.jobsPollS: must be a positive number of seconds")
     if cfg.defaults.consolidation_wait_seconds < 0:
-        raise ConfigError(f"{source}: agents.defaults.consolidationWaitSeconds: must not be negative")
+        raise ConfigError(
+            f"{source}: agents.defaults.consolidationWaitSeconds: must not be negative"
+        )
     if cfg.defaults.consolidation_exit_wait_seconds < 0:
-        raise ConfigError(f"{source}: agents.defaults.consolidationExitWaitSeconds: must not be negative")
+        raise ConfigError(
+            f"{source}: agents.defaults.consolidationExitWaitSeconds: must not be negative"
+        )
     if cfg.defaults.consolidate_above_tokens < 0:
-        raise ConfigError(f"{source}: agents.defaults.consolidateAboveTokens: must be 0 (the budget only) or a "
-                          "positive number of tokens")
+        raise ConfigError(
+            f"{source}: agents.defaults.consolidateAboveTokens: must be 0 (the budget only) or a "
+            "positive number of tokens"
+        )
     if cfg.defaults.subagent_wait_seconds < 0:
         raise ConfigError(f"{source}: agents.defaults.subagentWaitSeconds: must not be negative")
     for key, value in vars(cfg.usage.limits).items():
         if value < 0:
-            raise ConfigError(f"{source}: usage.limits.{to_camel(key)}: must be 0 (no limit) or a positive number")
+            raise ConfigError(
+                f"{source}: usage.limits.{to_camel(key)}: must be 0 (no limit) or a positive number"
+            )
     config_check.check_ranges(cfg, source)
 
 
@@ -326,8 +438,12 @@ def _migrate(data: dict) -> dict:
     """nanobot's older place for restrictToWorkspace (tools.exec) still counts, as it does there."""
     tools = data.get("tools")
     exec_cfg = tools.get("exec") if isinstance(tools, dict) else None
-    if (isinstance(tools, dict) and isinstance(exec_cfg, dict) and "restrictToWorkspace" in exec_cfg
-            and "restrictToWorkspace" not in tools):
+    if (
+        isinstance(tools, dict)
+        and isinstance(exec_cfg, dict)
+        and "restrictToWorkspace" in exec_cfg
+        and "restrictToWorkspace" not in tools
+    ):
         data = copy.deepcopy(data)
         data["tools"]["restrictToWorkspace"] = data["tools"]["exec"].pop("restrictToWorkspace")
     return data
@@ -335,17 +451,23 @@ def _migrate(data: dict) -> dict:
 
 def _check_exec(ex: ExecConfig, source: str) -> None:
     if ex.confinement not in ("auto", "bwrap", "landlock", "none"):
-        raise ConfigError(f'{source}: tools.exec.confinement: expected "auto", "bwrap", "landlock" or "none", '
-                          f"got {json.dumps(ex.confinement)}")
+        raise ConfigError(
+            f'{source}: tools.exec.confinement: expected "auto", "bwrap", "landlock" or "none", '
+            f"got {json.dumps(ex.confinement)}"
+        )
     if ex.network not in (False, True, "ask"):
-        raise ConfigError(f'{source}: tools.exec.network: expected false, true or "ask", got {json.dumps(ex.network)}')
+        raise ConfigError(
+            f'{source}: tools.exec.network: expected false, true or "ask", got {json.dumps(ex.network)}'
+        )
     for key in ("allow", "ask", "deny", "allow_patterns", "deny_patterns"):
         for pattern in getattr(ex, key):
             try:
                 re.compile(pattern)
             except re.error as exc:
-                raise ConfigError(f"{source}: tools.exec.{to_camel(key)}: invalid pattern {pattern!r}: {exc}",
-                                  hint="Patterns are Python regular expressions, searched in the command.") from None
+                raise ConfigError(
+                    f"{source}: tools.exec.{to_camel(key)}: invalid pattern {pattern!r}: {exc}",
+                    hint="Patterns are Python regular expressions, searched in the command.",
+                ) from None
 
 
 def _check_nanobot_keys(cfg: Config, source: str) -> None:
@@ -357,17 +479,27 @@ def _check_nanobot_keys(cfg: Config, source: str) -> None:
                 raise ConfigError(f"{where}: empty model name")
         elif isinstance(entry, dict):
             if not isinstance(entry.get("model"), str) or not entry["model"].strip():
-                raise ConfigError(f"{where}: needs a \"model\" (and usually a \"provider\")",
-                                  hint='Write it as {"model": "gpt-4.1", "provider": "openai"} or a modelPresets name.')
+                raise ConfigError(
+                    f'{where}: needs a "model" (and usually a "provider")',
+                    hint='Write it as {"model": "gpt-4.1", "provider": "openai"} or a modelPresets name.',
+                )
         else:
-            raise ConfigError(f"{where}: expected a model name or an object, got {json.dumps(entry)}")
+            raise ConfigError(
+                f"{where}: expected a model name or an object, got {json.dumps(entry)}"
+            )
     for name, server in cfg.tools.mcp_servers.items():
         if server.tool_timeout <= 0:
-            raise ConfigError(f"{source}: tools.mcpServers.{name}.toolTimeout: must be a positive number of seconds")
+            raise ConfigError(
+                f"{source}: tools.mcpServers.{name}.toolTimeout: must be a positive number of seconds"
+            )
     preset = cfg.defaults.model_preset
-    if preset and preset != "default" and preset not in cfg.model_presets:  # "default": nanobot's name for none
+    if (
+        preset and preset != "default" and preset not in cfg.model_presets
+    ):  # "default": nanobot's name for none
         known = ", ".join(cfg.model_presets) or "none are defined"
-        raise ConfigError(f"{source}: agents.defaults.modelPreset: no preset named {preset!r} (modelPresets: {known})")
+        raise ConfigError(
+            f"{source}: agents.defaults.modelPreset: no preset named {preset!r} (modelPresets: {known})"
+        )
 
 
 def read_file(path: Path) -> dict:
@@ -398,16 +530,20 @@ def _env_layer(environ: typing.Mapping[str, str]) -> dict:
     layer: dict = {}
     for spec in registry.PROVIDERS:
         if spec.env_key and environ.get(spec.env_key):
-            layer.setdefault("providers", {}).setdefault(to_camel(spec.name), {})["apiKey"] = environ[spec.env_key]
+            layer.setdefault("providers", {}).setdefault(to_camel(spec.name), {})["apiKey"] = (
+                environ[spec.env_key]
+            )
     if environ.get("BRAVE_API_KEY"):
-        layer.setdefault("tools", {}).setdefault("web", {}).setdefault("search", {})["apiKey"] = environ[
-            "BRAVE_API_KEY"
-        ]
+        layer.setdefault("tools", {}).setdefault("web", {}).setdefault("search", {})["apiKey"] = (
+            environ["BRAVE_API_KEY"]
+        )
     for name, raw in environ.items():
         if not name.startswith("NANOBOT_") or "__" not in name:
             continue
         # each level matched to the schema's key whatever its case (APIBASE, API_BASE: apiBase)
-        parts = config_check.schema_path(Config, [to_camel(p.lower()) for p in name[len("NANOBOT_"):].split("__")])
+        parts = config_check.schema_path(
+            Config, [to_camel(p.lower()) for p in name[len("NANOBOT_") :].split("__")]
+        )
         node = layer
         for part in parts[:-1]:
             node = node.setdefault(part, {})
@@ -415,7 +551,11 @@ def _env_layer(environ: typing.Mapping[str, str]) -> dict:
             node[parts[-1]] = json.loads(raw)
         except ValueError:
             node[parts[-1]] = raw
-        if isinstance(node[parts[-1]], (int, float)) and parts[-1] in ("apiKey", "model", "workspace"):
+        if isinstance(node[parts[-1]], (int, float)) and parts[-1] in (
+            "apiKey",
+            "model",
+            "workspace",
+        ):
             node[parts[-1]] = raw  # a numeric-looking key or name stays a string
     return layer
 
@@ -426,13 +566,20 @@ def _env_warnings(environ: typing.Mapping[str, str]) -> list[str]:
     for name in sorted(environ):
         if not name.startswith("NANOBOT_") or "__" not in name:
             continue
-        parts = config_check.schema_path(Config, [to_camel(p.lower()) for p in name[len("NANOBOT_"):].split("__")])
+        parts = config_check.schema_path(
+            Config, [to_camel(p.lower()) for p in name[len("NANOBOT_") :].split("__")]
+        )
         miss = config_check.unknown_path(Config, parts)
         if miss is None:
             continue
         at, close = miss
-        better = "" if close is None else "; did you mean NANOBOT_" + "__".join(
-            to_snake(p).upper() for p in [*parts[:at], close, *parts[at + 1:]]) + "?"
+        better = (
+            ""
+            if close is None
+            else "; did you mean NANOBOT_"
+            + "__".join(to_snake(p).upper() for p in [*parts[:at], close, *parts[at + 1 :]])
+            + "?"
+        )
         out.append(f"environment: {name} names no setting, ignored{better}")
     return out
 
@@ -460,7 +607,9 @@ def _normalize_keys(data: Any, free_form: bool = False) -> Any:
             key = k if free_form or not ("_" in k and k.islower()) else to_camel(k)
             if key == "providers" and isinstance(v, dict):
                 # one spelling per provider, whatever the file used (lm_studio, lmStudio, lm-studio)
-                out[key] = {to_camel(registry.canonical(n)): _normalize_keys(p) for n, p in v.items()}
+                out[key] = {
+                    to_camel(registry.canonical(n)): _normalize_keys(p) for n, p in v.items()
+                }
                 continue
             out[key] = _normalize_keys(v, free_form=key in _FREE_FORM and not free_form)
         return out
@@ -499,7 +648,9 @@ def load_config(
     cfg.path = path
     private = config_check.mode_warning(path) if file_cfg.secret_values() else None
     cfg.warnings = warnings + _env_warnings(environ) + ([private] if private else []) + cfg.warnings
-    secrets_mask.remember_secrets(cfg.secret_values())  # the one masker hides them exactly from now on
+    secrets_mask.remember_secrets(
+        cfg.secret_values()
+    )  # the one masker hides them exactly from now on
     secrets_mask.remember_environment(environ)
     return cfg
 
@@ -508,15 +659,27 @@ def _apply_preset(data: dict) -> None:
     """agents.defaults.modelPreset: the preset's settings replace the defaults' (flags still win)."""
     defaults = data.get("agents", {}).get("defaults", {})
     name = defaults.get("modelPreset") if isinstance(defaults, dict) else None
-    preset = (data.get("modelPresets") or {}).get(name) if isinstance(name, str) and name != "default" else None
+    preset = (
+        (data.get("modelPresets") or {}).get(name)
+        if isinstance(name, str) and name != "default"
+        else None
+    )
     if not isinstance(preset, dict):
         return
-    for key in ("model", "provider", "maxTokens", "contextWindowTokens", "temperature", "reasoningEffort"):
+    for key in (
+        "model",
+        "provider",
+        "maxTokens",
+        "contextWindowTokens",
+        "temperature",
+        "reasoningEffort",
+    ):
         if preset.get(key) is not None:
             defaults[key] = preset[key]
 
 
 # --- writing ------------------------------------------------------------------------
+
 
 def _as_file_dict(obj: Any) -> Any:
     if is_dataclass(obj):
@@ -536,7 +699,8 @@ def default_file_dict() -> dict:
     data = _as_file_dict(cfg)
     del data["gateway"]  # nanobot's section: its defaults apply until the user sets it (README)
     data["providers"] = {
-        name: _as_file_dict(ProviderConfig()) for name in ("anthropic", "openai", "openrouter", "ollama", "custom")
+        name: _as_file_dict(ProviderConfig())
+        for name in ("anthropic", "openai", "openrouter", "ollama", "custom")
     }
     return data
 
@@ -559,7 +723,9 @@ def save_file(path: Path, data: dict) -> None:
             paths.ensure_private_dir(paths.nanobot_home())
         # a config that is a link (a dotfiles folder) stays one: the file it points at is rewritten
         target = Path(path).resolve() if Path(path).is_symlink() else path
-        atomic_write(target, json.dumps(data, indent=2, ensure_ascii=False) + "\n", mode=CONFIG_MODE)
+        atomic_write(
+            target, json.dumps(data, indent=2, ensure_ascii=False) + "\n", mode=CONFIG_MODE
+        )
     except OSError as exc:
         raise storage_error(exc, "write the config file", path) from None
 
@@ -594,6 +760,7 @@ def _diff_keys(old: dict, new: dict, prefix: str = "") -> list[str]:
 
 # --- providers ----------------------------------------------------------------------
 
+
 @dataclass
 class ResolvedModel:
     spec: ProviderSpec
@@ -609,7 +776,9 @@ class ResolvedModel:
     timeout: float = 180.0  # providers.<name>.timeout
 
 
-def resolve_model(cfg: Config, model: str | None = None, *, provider: str | None = None) -> ResolvedModel:
+def resolve_model(
+    cfg: Config, model: str | None = None, *, provider: str | None = None
+) -> ResolvedModel:
     """Which provider serves the model, with its key and base URL.
 
     An explicit provider (agents.defaults.provider, or `provider`) wins and the model name is
@@ -618,7 +787,9 @@ def resolve_model(cfg: Config, model: str | None = None, *, provider: str | None
     """
     model = (model or cfg.defaults.model).strip()
     if not model:
-        raise ConfigError("no model configured", hint="Set agents.defaults.model in the config or pass --model.")
+        raise ConfigError(
+            "no model configured", hint="Set agents.defaults.model in the config or pass --model."
+        )
     spec: ProviderSpec | None = None
     name = model
     explicit = (provider if provider is not None else cfg.defaults.provider).strip()
@@ -643,11 +814,25 @@ def resolve_model(cfg: Config, model: str | None = None, *, provider: str | None
             hint=f"Set providers.{to_camel(spec.name)}.apiBase (e.g. http://localhost:8000/v1) in the config.",
         )
     if spec.key_required and not pc.api_key:
-        keyed = [name for name, other in sorted(cfg.providers.items())
-                 if other.api_key and name != spec.name and getattr(registry.find(name), "kind", "") != "unsupported"]
+        keyed = [
+            name
+            for name, other in sorted(cfg.providers.items())
+            if other.api_key
+            and name != spec.name
+            and getattr(registry.find(name), "kind", "") != "unsupported"
+        ]
         raise missing_key_error(spec, cfg.path, keyed)
-    return ResolvedModel(spec, name, pc.api_key, api_base, dict(pc.extra_headers), dict(pc.extra_body),
-                         reasoning_effort=cfg.defaults.reasoning_effort, label=model, timeout=pc.timeout)
+    return ResolvedModel(
+        spec,
+        name,
+        pc.api_key,
+        api_base,
+        dict(pc.extra_headers),
+        dict(pc.extra_body),
+        reasoning_effort=cfg.defaults.reasoning_effort,
+        label=model,
+        timeout=pc.timeout,
+    )
 
 
 def _known_or_configured(cfg: Config, name: str) -> bool:
@@ -660,11 +845,15 @@ def _provider_named(cfg: Config, name: str, what: str) -> ProviderSpec:
         if cfg.provider_config(name).api_base:
             return registry.dynamic(name)  # nanobot's custom providers: any name with an apiBase
         known = ", ".join(s.name for s in registry.PROVIDERS if s.kind != "unsupported")
-        raise ConfigError(f"{what}: unknown provider {name!r}",
-                          hint=f"Known providers: {known}; or give providers.{name}.apiBase for an "
-                          "OpenAI-compatible server.")
+        raise ConfigError(
+            f"{what}: unknown provider {name!r}",
+            hint=f"Known providers: {known}; or give providers.{name}.apiBase for an "
+            "OpenAI-compatible server.",
+        )
     if spec.kind == "unsupported":
-        raise ConfigError(f"{what}: nanobot cannot talk to provider {spec.name!r} yet: {spec.unsupported}.")
+        raise ConfigError(
+            f"{what}: nanobot cannot talk to provider {spec.name!r} yet: {spec.unsupported}."
+        )
     return spec
 
 
@@ -692,13 +881,20 @@ def _resolve_fallback(cfg: Config, entry: str | dict) -> ResolvedModel:
     """One fallbackModels entry: a modelPresets name, a provider/model name, or {model, provider, ...}."""
     if isinstance(entry, str) and entry in cfg.model_presets:
         p = cfg.model_presets[entry]
-        settings = {"model": p.model, "provider": p.provider, "temperature": p.temperature,
-                    "maxTokens": p.max_tokens, "reasoningEffort": p.reasoning_effort}
+        settings = {
+            "model": p.model,
+            "provider": p.provider,
+            "temperature": p.temperature,
+            "maxTokens": p.max_tokens,
+            "reasoningEffort": p.reasoning_effort,
+        }
     elif isinstance(entry, str):
         settings = {"model": entry}  # not a preset: a provider/model name
     else:
         settings = entry
-    resolved = resolve_model(cfg, str(settings["model"]), provider=str(settings.get("provider") or "auto"))
+    resolved = resolve_model(
+        cfg, str(settings["model"]), provider=str(settings.get("provider") or "auto")
+    )
     effort = settings.get("reasoningEffort", settings.get("reasoning_effort"))
     if effort:
         resolved.reasoning_effort = str(effort)
@@ -716,7 +912,9 @@ def _resolve_fallback(cfg: Config, entry: str | dict) -> ResolvedModel:
 _EXAMPLE_MODELS = {"openai": "openai/gpt-4.1", "anthropic": "anthropic/claude-sonnet-4-5"}
 
 
-def missing_key_error(spec: ProviderSpec, config: Path | None = None, keyed: list[str] | None = None) -> MissingKeyError:
+def missing_key_error(
+    spec: ProviderSpec, config: Path | None = None, keyed: list[str] | None = None
+) -> MissingKeyError:
     """`config`: the file the key would go in (the default one when not given); `keyed`: the providers
     that do have a key (the environment's included), which the user may have meant."""
     config = config or paths.default_config_path()
@@ -724,18 +922,25 @@ def missing_key_error(spec: ProviderSpec, config: Path | None = None, keyed: lis
     other_key = ""
     if keyed:
         example = _EXAMPLE_MODELS.get(keyed[0], f"{keyed[0]}/<model>")
-        other = other_key = (f"You have a key for {', '.join(keyed)}: to use it, set agents.defaults.model "
-                             f"(e.g. {example}) or run `nanobot agent --model {example}`.")
+        other = other_key = (
+            f"You have a key for {', '.join(keyed)}: to use it, set agents.defaults.model "
+            f"(e.g. {example}) or run `nanobot agent --model {example}`."
+        )
     else:
         name = "anthropic" if spec.name == "openai" else "openai"
-        other = (f"Another provider: `nanobot agent --model {_EXAMPLE_MODELS[name]}` with "
-                 f"{registry.BY_NAME[name].env_key} set.")
+        other = (
+            f"Another provider: `nanobot agent --model {_EXAMPLE_MODELS[name]}` with "
+            f"{registry.BY_NAME[name].env_key} set."
+        )
     return MissingKeyError(
         f"no API key for provider {spec.name!r}",
         hint=f"Set {spec.env_key} in the environment, or put the key in providers.{to_camel(spec.name)}.apiKey in "
         f"{config}{make_it}. {other} To try nanobot with no key at all: "
         "`nanobot demo` (scripted answers from a bundled fake LLM).",
-        provider=spec.name, env_key=spec.env_key or "", config=config, other_key=other_key,
+        provider=spec.name,
+        env_key=spec.env_key or "",
+        config=config,
+        other_key=other_key,
     )
 
 
@@ -757,8 +962,10 @@ def save_api_key(path: Path, provider: str, key: str) -> None:
     A key the file already holds (or refers to) is never replaced here."""
     data = read_file(path) if path.exists() else default_file_dict()
     if _written_key(data, provider):
-        raise ConfigError(f"{path}: providers.{to_camel(provider)}.apiKey is already set there",
-                          hint="Edit the file by hand to change it.")
+        raise ConfigError(
+            f"{path}: providers.{to_camel(provider)}.apiKey is already set there",
+            hint="Edit the file by hand to change it.",
+        )
     providers = data.setdefault("providers", {})
     if not isinstance(providers, dict):
         raise ConfigError(f"{path}: providers must be an object", hint="Fix the file by hand.")
@@ -778,7 +985,9 @@ def _provider_entry(data: dict, provider: str) -> dict | None:
     for name, entry in providers.items():
         if registry.canonical(name) == registry.canonical(provider):
             if not isinstance(entry, dict):
-                raise ConfigError(f"providers.{name} must be an object", hint="Fix the file by hand.")
+                raise ConfigError(
+                    f"providers.{name} must be an object", hint="Fix the file by hand."
+                )
             return entry
     return None
 

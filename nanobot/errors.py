@@ -75,10 +75,23 @@ class MissingKeyError(ConfigError):
     `env_key` (the variable that would give it), `config` (the file it would go in), `other_key`
     (a sentence naming a provider that does have a key and how to use it, or "")."""
 
-    def __init__(self, message: str, *, hint: str | None = None, provider: str = "", env_key: str = "",
-                 config: Path | None = None, other_key: str = "") -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        provider: str = "",
+        env_key: str = "",
+        config: Path | None = None,
+        other_key: str = "",
+    ) -> None:
         super().__init__(message, hint=hint)
-        self.provider, self.env_key, self.config, self.other_key = provider, env_key, config, other_key
+        self.provider, self.env_key, self.config, self.other_key = (
+            provider,
+            env_key,
+            config,
+            other_key,
+        )
 
 
 class SessionInUseError(UsageError):
@@ -112,15 +125,19 @@ class ProviderError(NanobotError):
         self.context_overflow = context_overflow  # the provider said the prompt is too long
         self.reported_window = reported_window  # its real context window, when it said so
         self.reported_tokens = reported_tokens  # its count of our prompt, when it said so
-        self.tool_choice_refused = tool_choice_refused  # a 400 saying it cannot force a tool (errors_map)
+        self.tool_choice_refused = (
+            tool_choice_refused  # a 400 saying it cannot force a tool (errors_map)
+        )
 
 
 class SpendLimitReached(ProviderError):
     """A daily token limit (usage.limits.<key>) is reached: the call was not sent."""
 
     def __init__(self, message: str, *, key: str) -> None:
-        super().__init__(message, hint=f"Raise usage.limits.{key} in the config (0: no limit), or wait until "
-                                       "midnight.")
+        super().__init__(
+            message,
+            hint=f"Raise usage.limits.{key} in the config (0: no limit), or wait until midnight.",
+        )
         self.key = key
 
 
@@ -135,8 +152,14 @@ class RequestTooLarge(NanobotError):
 class StorageError(NanobotError):
     """A file nanobot needs could not be written or read (disk full, read-only, no permission)."""
 
-    def __init__(self, message: str, *, hint: str | None = None, path: str | None = None,
-                 errno: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        path: str | None = None,
+        errno: int | None = None,
+    ) -> None:
         super().__init__(message, hint=hint)
         self.path = path
         self.errno = errno
@@ -173,7 +196,9 @@ class StoreBusyError(UsageError):
 class RunnerBusyError(NanobotError):
     """Another runner (a nanobot serve, or a chat firing a job) holds the runner lock."""
 
-    def __init__(self, message: str, *, hint: str | None = None, owner: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, message: str, *, hint: str | None = None, owner: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message, hint=hint)
         self.owner = owner or {}
 

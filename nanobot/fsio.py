@@ -11,8 +11,14 @@ from pathlib import Path
 
 from nanobot.errors import LockHeld
 
-__all__ = ["atomic_write", "append_durably", "fsync_dir", "rotate_when_larger",
-           "ExclusiveLock", "held_locks"]
+__all__ = [
+    "atomic_write",
+    "append_durably",
+    "fsync_dir",
+    "rotate_when_larger",
+    "ExclusiveLock",
+    "held_locks",
+]
 
 
 def fsync_dir(path: Path) -> None:

@@ -43,8 +43,12 @@ def _walk(cls: Any, data: dict, path: list[str], out: list[tuple[str, str]]) -> 
         where = path + [key]
         tp = declared.get(key)
         if tp is None:
-            same = any(len(pattern.split(".")) == len(where) and match_key(pattern, where) and value == default
-                       for pattern, default in _SAME_AS_OURS)
+            same = any(
+                len(pattern.split(".")) == len(where)
+                and match_key(pattern, where)
+                and value == default
+                for pattern, default in _SAME_AS_OURS
+            )
             if not _is_unset(value) and not same:
                 out.append((".".join(where), reason_for(where)))
             continue
@@ -66,7 +70,12 @@ def ignored(raw: dict, cfg: Config) -> list[tuple[str, str]]:
     for name, prov in sorted(cfg.providers.items()):
         spec = registry.find(name)
         if spec is not None and spec.kind == "unsupported" and (prov.api_key or prov.api_base):
-            out.append((f"providers.{to_camel(name)}", f"nanobot cannot talk to {name} yet: {spec.unsupported}"))
+            out.append(
+                (
+                    f"providers.{to_camel(name)}",
+                    f"nanobot cannot talk to {name} yet: {spec.unsupported}",
+                )
+            )
     if cfg.defaults.reasoning_effort:
         why = _reasoning_not_sent(cfg)
         if why:

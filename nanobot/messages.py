@@ -35,6 +35,7 @@ class Message(TypedDict, total=False):
     runtime_context: str  # session/runtime_context.py: RUNTIME_CONTEXT_KEY
     subagent: dict[str, Any]  # NOTE_KEY: a helper's end, recorded in a stored user message
 
+
 # Keys a provider may receive; everything else (timestamp, ...) is bookkeeping.
 WIRE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "reasoning_content")
 # The key of a nanobot note's structured record (a helper's end) in a stored user message; never sent.
@@ -92,8 +93,12 @@ def user(content: Any) -> Message:
     return {"role": "user", "content": content}
 
 
-def assistant(content: str | None, tool_calls: list[dict] | None = None, *,
-              reasoning_content: str | None = None) -> Message:
+def assistant(
+    content: str | None,
+    tool_calls: list[dict] | None = None,
+    *,
+    reasoning_content: str | None = None,
+) -> Message:
     msg: Message = {"role": "assistant", "content": content}
     if tool_calls:
         msg["tool_calls"] = tool_calls
@@ -103,7 +108,12 @@ def assistant(content: str | None, tool_calls: list[dict] | None = None, *,
 
 
 def tool_result(call_id: str, name: str, content: str) -> Message:
-    return {"role": "tool", "tool_call_id": call_id, "name": name, "content": clean_unicode(content)}
+    return {
+        "role": "tool",
+        "tool_call_id": call_id,
+        "name": name,
+        "content": clean_unicode(content),
+    }
 
 
 def tool_call(call_id: str, name: str, arguments: dict | str) -> dict:
@@ -152,15 +162,22 @@ def cut_middle(text: str, keep: int, marker: Callable[[int], str]) -> str:
         return text
     head = keep * 2 // 3
     tail = keep - head
-    return text[:head] + marker(len(text) - keep) + (text[len(text) - tail:] if tail else "")
+    return text[:head] + marker(len(text) - keep) + (text[len(text) - tail :] if tail else "")
 
 
-def transcript_lines(msg: Mapping[str, Any], *, text_chars: int | None = None, tool_chars: int | None = None,
-                     arg_chars: int | None = None, note: str = "") -> list[str]:
+def transcript_lines(
+    msg: Mapping[str, Any],
+    *,
+    text_chars: int | None = None,
+    tool_chars: int | None = None,
+    arg_chars: int | None = None,
+    note: str = "",
+) -> list[str]:
     """One message as transcript lines, the one rendering of a message as text (consolidation's
     transcript, HISTORY.md's RAW archive): `ROLE: text`, `TOOL RESULT (name): text` and
     `ROLE called name(args)`; a system message gives none. Text over its limit keeps its head and
     tail around a marker saying how much was cut (and `note`, e.g. where the rest is)."""
+
     def cut(text: str, limit: int | None) -> str:
         if limit is None:
             return text

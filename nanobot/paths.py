@@ -92,4 +92,3 @@ def bundled_dir(name: str) -> Path:
     if packaged.is_dir():
         return packaged
     return Path(__file__).resolve().parent.parent / name
-

@@ -25,8 +25,18 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["mask_secrets", "find_secrets", "mask_value", "mask_message", "REDACTED", "PATTERNS",
-           "remember_secrets", "remember_environment", "secret_env_values", "is_secret_name"]
+__all__ = [
+    "mask_secrets",
+    "find_secrets",
+    "mask_value",
+    "mask_message",
+    "REDACTED",
+    "PATTERNS",
+    "remember_secrets",
+    "remember_environment",
+    "secret_env_values",
+    "is_secret_name",
+]
 
 REDACTED = "[REDACTED]"
 
@@ -42,12 +52,23 @@ _NAME = r"(?:api[_\-]?key|apikey|secret[_\-]?key|secret|access[_\-]?key|private[
 # (kept verbatim, e.g. a key's public prefix); everything else it matches becomes [REDACTED].
 # Order matters: more specific shapes (sk-ant-) before general ones (sk-).
 PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("PEM private key", re.compile(
-        r"(?P<keep>-----BEGIN (?P<kind>[A-Z0-9 ]*?)PRIVATE KEY-----)[\s\S]*?"
-        r"(?:-----END (?P=kind)PRIVATE KEY-----|\Z)")),
+    (
+        "PEM private key",
+        re.compile(
+            r"(?P<keep>-----BEGIN (?P<kind>[A-Z0-9 ]*?)PRIVATE KEY-----)[\s\S]*?"
+            r"(?:-----END (?P=kind)PRIVATE KEY-----|\Z)"
+        ),
+    ),
     ("Anthropic key", re.compile(_NB + r"(?P<keep>sk-ant-)[A-Za-z0-9_\-]{20,}")),
-    ("OpenAI-style key", re.compile(  # OpenAI sk- / sk-proj-, OpenRouter sk-or-v1-, DeepSeek sk-
-        _NB + r"(?P<keep>sk-(?:proj-|svcacct-|admin-|or-v1-)?)" + _DIGIT_AHEAD + r"[A-Za-z0-9_\-]{20,}")),
+    (
+        "OpenAI-style key",
+        re.compile(  # OpenAI sk- / sk-proj-, OpenRouter sk-or-v1-, DeepSeek sk-
+            _NB
+            + r"(?P<keep>sk-(?:proj-|svcacct-|admin-|or-v1-)?)"
+            + _DIGIT_AHEAD
+            + r"[A-Za-z0-9_\-]{20,}"
+        ),
+    ),
     ("Stripe key", re.compile(_NB + r"(?P<keep>(?:sk|rk|pk)_(?:live|test)_)[A-Za-z0-9]{16,}")),
     ("GitHub token", re.compile(_NB + r"(?P<keep>gh[pousr]_)[A-Za-z0-9]{30,}")),
     ("GitHub fine-grained token", re.compile(_NB + r"(?P<keep>github_pat_)[A-Za-z0-9_]{22,}")),
@@ -59,26 +80,58 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     # (the literal first and the word edge checked behind it: a pattern that starts with \b or a lookbehind
     # is tried at every position of the text, 100 times slower on a large block)
     ("AWS access key", re.compile(r"(?P<keep>A[KS]IA)(?<=\bA[KS]IA)[0-9A-Z]{16}\b")),
-    ("AWS secret key", re.compile(
-        r"(?i)(?P<keep>\baws_?secret_?(?:access_?)?key[\"']?\s*[:=]\s*[\"']?)"
-        r"(?!\[REDACTED\])[A-Za-z0-9/+=]{30,}")),
+    (
+        "AWS secret key",
+        re.compile(
+            r"(?i)(?P<keep>\baws_?secret_?(?:access_?)?key[\"']?\s*[:=]\s*[\"']?)"
+            r"(?!\[REDACTED\])[A-Za-z0-9/+=]{30,}"
+        ),
+    ),
     ("Slack token", re.compile(_NB + r"(?P<keep>xox[abposre]-)[A-Za-z0-9\-]{10,}")),
     ("Google API key", re.compile(_NB + r"(?P<keep>AIza)[0-9A-Za-z_\-]{35}")),
-    ("Telegram bot token", re.compile(r"(?<![A-Za-z0-9_:])(?P<keep>\d{8,10}:)AA[A-Za-z0-9_\-]{33}" + _NE)),
-    ("JWT", re.compile(r"(?P<keep>eyJ)(?<![A-Za-z0-9_\-]eyJ)[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
-    ("Bearer token", re.compile(
-        r"(?i)\b(?P<keep>bearer\s+)(?=[A-Za-z0-9._~+/\-]*\d)[A-Za-z0-9._~+/\-]{16,}=*")),
-    ("Basic credentials", re.compile(r"(?i)(?P<keep>\bauthorization:\s*basic\s+)[A-Za-z0-9+/]{8,}=*")),
-    ("netrc password", re.compile(r"(?im)(?P<keep>^[ \t]*(?:machine|default)\b[^\n]*?\bpassword\s+)"
-                                  r"(?!\[REDACTED\])\S+")),
-    ("password in URL", re.compile(
-        r"(?P<keep>\b[a-z][a-z0-9+.\-]*://[^\s:/@\[]+:)(?!\[REDACTED\])[^\s@/]+(?=@)")),
-    ("quoted secret assignment", re.compile(
-        r"(?i)(?P<keep>" + _NAME + r"[\"']?\s*[:=]\s*(?P<q>[\"']))"
-        r"(?!\[REDACTED\](?P=q))[^\"'\n]{3,}?(?=(?P=q))")),
-    ("secret assignment", re.compile(
-        r"(?i)(?P<keep>" + _NAME + r"[\"']?\s*[:=]\s*)"
-        r"(?![\"'\[])(?=[^\s\"',;}&)\]]*\d)[^\s\"',;}&)\]]{6,}")),
+    (
+        "Telegram bot token",
+        re.compile(r"(?<![A-Za-z0-9_:])(?P<keep>\d{8,10}:)AA[A-Za-z0-9_\-]{33}" + _NE),
+    ),
+    (
+        "JWT",
+        re.compile(
+            r"(?P<keep>eyJ)(?<![A-Za-z0-9_\-]eyJ)[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"
+        ),
+    ),
+    (
+        "Bearer token",
+        re.compile(r"(?i)\b(?P<keep>bearer\s+)(?=[A-Za-z0-9._~+/\-]*\d)[A-Za-z0-9._~+/\-]{16,}=*"),
+    ),
+    (
+        "Basic credentials",
+        re.compile(r"(?i)(?P<keep>\bauthorization:\s*basic\s+)[A-Za-z0-9+/]{8,}=*"),
+    ),
+    (
+        "netrc password",
+        re.compile(
+            r"(?im)(?P<keep>^[ \t]*(?:machine|default)\b[^\n]*?\bpassword\s+)"
+            r"(?!\[REDACTED\])\S+"
+        ),
+    ),
+    (
+        "password in URL",
+        re.compile(r"(?P<keep>\b[a-z][a-z0-9+.\-]*://[^\s:/@\[]+:)(?!\[REDACTED\])[^\s@/]+(?=@)"),
+    ),
+    (
+        "quoted secret assignment",
+        re.compile(
+            r"(?i)(?P<keep>" + _NAME + r"[\"']?\s*[:=]\s*(?P<q>[\"']))"
+            r"(?!\[REDACTED\](?P=q))[^\"'\n]{3,}?(?=(?P=q))"
+        ),
+    ),
+    (
+        "secret assignment",
+        re.compile(
+            r"(?i)(?P<keep>" + _NAME + r"[\"']?\s*[:=]\s*)"
+            r"(?![\"'\[])(?=[^\s\"',;}&)\]]*\d)[^\s\"',;}&)\]]{6,}"
+        ),
+    ),
 ]
 
 # A pattern runs only when one of its hints occurs in the lower-cased text (a C-speed `in`
@@ -86,14 +139,29 @@ PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 # and a long tool result is then scanned in a few milliseconds.
 _ASSIGNMENT_WORDS = ("key", "token", "secret", "password", "passwd")
 _HINTS: dict[str, tuple[str, ...]] = {
-    "PEM private key": ("private key-----",), "Anthropic key": ("sk-ant-",), "OpenAI-style key": ("sk-",),
-    "Stripe key": ("_live_", "_test_"), "GitHub token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
-    "GitHub fine-grained token": ("github_pat_",), "GitLab token": ("glpat-", "gldt-", "glrt-", "glptt-", "glcbt-"),
-    "Hugging Face token": ("hf_",), "Groq key": ("gsk_",), "xAI key": ("xai-",), "npm token": ("npm_",),
-    "AWS access key": ("akia", "asia"), "AWS secret key": ("awssecret", "aws_secret"), "Slack token": ("xox",),
-    "Google API key": ("aiza",), "Telegram bot token": (":aa",), "JWT": (".eyj",), "Bearer token": ("bearer",),
-    "Basic credentials": ("basic",), "netrc password": ("password",), "password in URL": ("://",),
-    "quoted secret assignment": _ASSIGNMENT_WORDS, "secret assignment": _ASSIGNMENT_WORDS,
+    "PEM private key": ("private key-----",),
+    "Anthropic key": ("sk-ant-",),
+    "OpenAI-style key": ("sk-",),
+    "Stripe key": ("_live_", "_test_"),
+    "GitHub token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    "GitHub fine-grained token": ("github_pat_",),
+    "GitLab token": ("glpat-", "gldt-", "glrt-", "glptt-", "glcbt-"),
+    "Hugging Face token": ("hf_",),
+    "Groq key": ("gsk_",),
+    "xAI key": ("xai-",),
+    "npm token": ("npm_",),
+    "AWS access key": ("akia", "asia"),
+    "AWS secret key": ("awssecret", "aws_secret"),
+    "Slack token": ("xox",),
+    "Google API key": ("aiza",),
+    "Telegram bot token": (":aa",),
+    "JWT": (".eyj",),
+    "Bearer token": ("bearer",),
+    "Basic credentials": ("basic",),
+    "netrc password": ("password",),
+    "password in URL": ("://",),
+    "quoted secret assignment": _ASSIGNMENT_WORDS,
+    "secret assignment": _ASSIGNMENT_WORDS,
 }
 _LINEWISE = frozenset({"quoted secret assignment", "secret assignment"})
 
@@ -107,10 +175,32 @@ _known_re: re.Pattern[str] | None = None
 # values masked here, MCP servers' env): it contains one of the unmistakable words, or one of its
 # parts is one of the part names and it does not end like a socket, file, folder or address.
 # Part-wise, so SSH_AUTH_SOCK, TOKENIZERS_PARALLELISM and KEYBOARD_LAYOUT are left alone.
-_SECRET_NAME_PARTS = frozenset({"KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS",
-                                "CREDENTIAL", "CREDENTIALS", "PAT", "AUTH", "PRIVATE"})
-_SECRET_NAME_WORDS = ("SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "API_KEY", "APIKEY", "ACCESS_KEY",
-                      "PRIVATE_KEY")
+_SECRET_NAME_PARTS = frozenset(
+    {
+        "KEY",
+        "APIKEY",
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "CREDENTIAL",
+        "CREDENTIALS",
+        "PAT",
+        "AUTH",
+        "PRIVATE",
+    }
+)
+_SECRET_NAME_WORDS = (
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "PASSPHRASE",
+    "API_KEY",
+    "APIKEY",
+    "ACCESS_KEY",
+    "PRIVATE_KEY",
+)
 _NOT_SECRET_SUFFIXES = ("_SOCK", "_FILE", "_PATH", "_DIR", "_URL", "_HOST", "_PORT")
 
 
@@ -119,7 +209,9 @@ def is_secret_name(name: str) -> bool:
     upper = name.upper()
     if any(word in upper for word in _SECRET_NAME_WORDS):
         return True
-    return not upper.endswith(_NOT_SECRET_SUFFIXES) and bool(_SECRET_NAME_PARTS & set(re.split(r"[_\-.]", upper)))
+    return not upper.endswith(_NOT_SECRET_SUFFIXES) and bool(
+        _SECRET_NAME_PARTS & set(re.split(r"[_\-.]", upper))
+    )
 
 
 def remember_secrets(values: Iterable[str]) -> None:
@@ -200,7 +292,9 @@ def mask_secrets(text: str) -> str:
         return text
     if len(text) < _MEMO_MIN_CHARS:
         return _scan(text, None)
-    known = _known_re  # a new secret makes a new pattern, so a text masked before it is masked again
+    known = (
+        _known_re  # a new secret makes a new pattern, so a text masked before it is masked again
+    )
     with _memo_lock:
         hit = _memo.get(text)
         if hit is not None and hit[0] is known:
@@ -258,8 +352,15 @@ def mask_message(msg: Any) -> Any:
     calls = msg.get("tool_calls")
     if isinstance(calls, list):
         out["tool_calls"] = [
-            {**call, "function": {**call["function"], "arguments": _mask_arguments(call["function"].get("arguments"))}}
-            if isinstance(call, dict) and isinstance(call.get("function"), dict) else call
+            {
+                **call,
+                "function": {
+                    **call["function"],
+                    "arguments": _mask_arguments(call["function"].get("arguments")),
+                },
+            }
+            if isinstance(call, dict) and isinstance(call.get("function"), dict)
+            else call
             for call in calls
         ]
     elif "tool_calls" in msg:

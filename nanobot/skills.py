@@ -40,7 +40,9 @@ class Skill:
     source: str  # "bundled" or "workspace"
     always: bool = False
     missing: list[str] = field(default_factory=list)  # e.g. ["bin: gh", "env: GITHUB_TOKEN"]
-    gate: str = ""  # why it needs the user's approval ("asks to be always on", "shadows a bundled skill")
+    gate: str = (
+        ""  # why it needs the user's approval ("asks to be always on", "shadows a bundled skill")
+    )
     digest: str = ""  # hash of its folder, when gated
     approved_digest: str | None = None  # what the user approved, if ever
 
@@ -203,7 +205,8 @@ class SkillApprovals:
 
     def approve(self, skill: Skill) -> None:
         self.records[str(skill.path.resolve())] = {
-            "name": skill.name, "sha256": skill.digest or skill_digest(skill.path),
+            "name": skill.name,
+            "sha256": skill.digest or skill_digest(skill.path),
             "approved_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         atomic_write(self.path, json.dumps(self.records, indent=2) + "\n", mode=PRIVATE_FILE_MODE)
@@ -214,11 +217,14 @@ class SkillApprovals:
 class SkillSet:
     skills: list[Skill] = field(default_factory=list)  # the active ones, sorted by name
     warnings: list[str] = field(default_factory=list)
-    held: list[Skill] = field(default_factory=list)  # workspace skills waiting for the user's approval
+    held: list[Skill] = field(
+        default_factory=list
+    )  # workspace skills waiting for the user's approval
 
     @classmethod
-    def discover(cls, workspace: Path, bundled: Path | None = None,
-                 approvals: SkillApprovals | None = None) -> SkillSet:
+    def discover(
+        cls, workspace: Path, bundled: Path | None = None, approvals: SkillApprovals | None = None
+    ) -> SkillSet:
         """Bundled skills, then workspace skills (overriding by name once approved). Never raises."""
         approvals = approvals if approvals is not None else SkillApprovals()
         found: dict[str, Skill] = {}
@@ -241,8 +247,11 @@ class SkillSet:
                         continue
                 found[skill.name] = skill
         cache.save()
-        return cls(skills=sorted(found.values(), key=lambda s: s.name), warnings=warnings,
-                   held=sorted(held, key=lambda s: s.name))
+        return cls(
+            skills=sorted(found.values(), key=lambda s: s.name),
+            warnings=warnings,
+            held=sorted(held, key=lambda s: s.name),
+        )
 
     def get(self, name: str) -> Skill | None:
         return next((s for s in self.skills if s.name == name), None)
@@ -267,7 +276,13 @@ class SkillSet:
         workspace = [s for s in self.skills if s.source == "workspace"]
         lines += [_entry(s) for s in bundled]
         if workspace:
-            lines += ["", fence("\n".join(_entry(s) for s in workspace), "workspace skills (skills/ in the workspace)")]
+            lines += [
+                "",
+                fence(
+                    "\n".join(_entry(s) for s in workspace),
+                    "workspace skills (skills/ in the workspace)",
+                ),
+            ]
         always = [s for s in self.skills if s.always and s.available]
         for s in always:
             body = _safe_body(s)

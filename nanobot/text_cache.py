@@ -22,7 +22,9 @@ __all__ = ["TextCache"]
 class TextCache:
     """One cache file, `~/.nanobot/cache/<name>.json`: read on first use, written by `save()`."""
 
-    def __init__(self, name: str, *, keep: int, valid: Callable[[Any], bool] = lambda value: True) -> None:
+    def __init__(
+        self, name: str, *, keep: int, valid: Callable[[Any], bool] = lambda value: True
+    ) -> None:
         self.path = nanobot_home() / "cache" / f"{name}.json"
         self._keep = keep
         self._valid = valid
@@ -39,8 +41,11 @@ class TextCache:
                 data = json.loads(self.path.read_text(encoding="utf-8"))
             except (OSError, ValueError, UnicodeDecodeError):
                 data = {}
-            self._entries = ({k: v for k, v in data.items() if isinstance(k, str) and self._valid(v)}
-                             if isinstance(data, dict) else {})
+            self._entries = (
+                {k: v for k, v in data.items() if isinstance(k, str) and self._valid(v)}
+                if isinstance(data, dict)
+                else {}
+            )
         return self._entries
 
     def get(self, text: str) -> Any | None:
@@ -60,9 +65,11 @@ class TextCache:
         """Write what was remembered since the file was read (nothing when nothing changed)."""
         if not self._changed or self._entries is None:
             return
-        kept = dict(list(self._entries.items())[-self._keep:])
+        kept = dict(list(self._entries.items())[-self._keep :])
         try:
-            ensure_private_dir(self.path.parent)  # the home too, when this makes it (0700, as onboard)
+            ensure_private_dir(
+                self.path.parent
+            )  # the home too, when this makes it (0700, as onboard)
             atomic_write(self.path, json.dumps(kept).encode(), mode=0o600)
         except OSError:
             return  # a read-only home: worked out again next time

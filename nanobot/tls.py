@@ -51,7 +51,9 @@ class CertsAtFirstHandshake(ssl.SSLContext):
     context requires a certificate and checks the host name from the start, a handshake loads the
     certificates before it begins, and one they do not vouch for is refused."""
 
-    def __new__(cls, cafile: str | None, capath: str | None, *, from_env: bool) -> CertsAtFirstHandshake:
+    def __new__(
+        cls, cafile: str | None, capath: str | None, *, from_env: bool
+    ) -> CertsAtFirstHandshake:
         return super().__new__(cls, ssl.PROTOCOL_TLS_CLIENT)
 
     def __init__(self, cafile: str | None, capath: str | None, *, from_env: bool) -> None:

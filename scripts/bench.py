@@ -46,6 +46,7 @@ MARKDOWN = False
 
 # -- output --------------------------------------------------------------------------------------
 
+
 def table(title: str, headers: list[str], rows: list[list[Any]], note: str = "") -> None:
     cells = [[str(c) for c in row] for row in rows]
     if MARKDOWN:
@@ -58,18 +59,34 @@ def table(title: str, headers: list[str], rows: list[list[Any]], note: str = "")
             print(f"\n{note}")
         sys.stdout.flush()
         return
-    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    widths = [
+        max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)
+    ]
     print(f"\n== {title}")
-    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(headers, widths))))
+    print(
+        "  ".join(
+            h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(headers, widths))
+        )
+    )
     for row in cells:
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        print(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))
+            )
+        )
     if note:
         print(note)
     sys.stdout.flush()
 
 
 def ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1e3:,.1f} ms" if seconds < 10 else f"{seconds:,.1f} s"
+    return (
+        "-"
+        if seconds is None
+        else f"{seconds * 1e3:,.1f} ms"
+        if seconds < 10
+        else f"{seconds:,.1f} s"
+    )
 
 
 def spread(samples: list[float]) -> tuple[str, str, str, str]:
@@ -91,17 +108,28 @@ def machine() -> list[str]:
         cpu = platform.processor() or "unknown"
     ram = "unknown"
     try:
-        kb = int(next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")).split()[1])
+        kb = int(
+            next(
+                line
+                for line in Path("/proc/meminfo").read_text().splitlines()
+                if line.startswith("MemTotal")
+            ).split()[1]
+        )
         ram = f"{kb / 1024 / 1024:.1f} GiB"
     except (OSError, StopIteration, ValueError):
         pass
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "-"
-    return [f"cores: {os.cpu_count()}", f"RAM: {ram}", f"CPU: {cpu}",
-            f"Python: {platform.python_version()} ({platform.system()} {platform.machine()})",
-            f"load average (1/5/15 min): {load}"]
+    return [
+        f"cores: {os.cpu_count()}",
+        f"RAM: {ram}",
+        f"CPU: {cpu}",
+        f"Python: {platform.python_version()} ({platform.system()} {platform.machine()})",
+        f"load average (1/5/15 min): {load}",
+    ]
 
 
 # -- 1. start-up ---------------------------------------------------------------------------------
+
 
 def part_startup(args: argparse.Namespace) -> None:
     runs = args.runs or (5 if args.quick else 15)
@@ -110,17 +138,27 @@ def part_startup(args: argparse.Namespace) -> None:
         env = home.env
         write_session(home.session_path(), "cli:direct", 10, tail=None)
         subprocess.run([*argv, "--version"], env=env, capture_output=True)  # warm the page cache
-        samples: dict[str, list[float]] = {"nanobot --version": [], "nanobot memory show": [],
-                                           "nanobot agent -m hi (to first request)": [],
-                                           "nanobot agent -m hi (whole run)": []}
+        samples: dict[str, list[float]] = {
+            "nanobot --version": [],
+            "nanobot memory show": [],
+            "nanobot agent -m hi (to first request)": [],
+            "nanobot agent -m hi (whole run)": [],
+        }
         for _ in range(runs):
-            for label, extra in (("nanobot --version", ["--version"]), ("nanobot memory show", ["memory", "show"])):
+            for label, extra in (
+                ("nanobot --version", ["--version"]),
+                ("nanobot memory show", ["memory", "show"]),
+            ):
                 t = time.monotonic()
-                subprocess.run([*argv, *extra], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                subprocess.run(
+                    [*argv, *extra], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                )
                 samples[label].append(time.monotonic() - t)
             home.server.reset()
             t = time.monotonic()
-            p = subprocess.run([*argv, "agent", "-m", "hi"], env=env, capture_output=True, text=True)
+            p = subprocess.run(
+                [*argv, "agent", "-m", "hi"], env=env, capture_output=True, text=True
+            )
             end = time.monotonic()
             recs = home.server.requests
             if p.returncode != 0 or not recs:
@@ -128,13 +166,17 @@ def part_startup(args: argparse.Namespace) -> None:
                 continue
             samples["nanobot agent -m hi (to first request)"].append(recs[0].t_received - t)
             samples["nanobot agent -m hi (whole run)"].append(end - t)
-    table(f"1. Start-up ({runs} runs each; wall time from spawn)", ["command", "median", "min", "max", "IQR"],
-          [[label, *spread(s)] for label, s in samples.items()],
-          note="'to first request' = spawn until the fake server receives the first chat request "
-               "(t_received); the session has 10 messages.")
+    table(
+        f"1. Start-up ({runs} runs each; wall time from spawn)",
+        ["command", "median", "min", "max", "IQR"],
+        [[label, *spread(s)] for label, s in samples.items()],
+        note="'to first request' = spawn until the fake server receives the first chat request "
+        "(t_received); the session has 10 messages.",
+    )
 
 
 # -- 2. per-turn overhead ------------------------------------------------------------------------
+
 
 def instrument(probe: Probe) -> None:
     """Time the pieces of a turn; parts that do not exist yet are skipped."""
@@ -155,7 +197,9 @@ def instrument(probe: Probe) -> None:
     try:  # the openai SDK converts every message of every request through its TypedDict transform
         import openai.resources.chat.completions.completions as completions
 
-        probe.wrap(completions, "async_maybe_transform", "  SDK request transform", everywhere=False)
+        probe.wrap(
+            completions, "async_maybe_transform", "  SDK request transform", everywhere=False
+        )
     except ImportError:
         pass
     try:
@@ -174,9 +218,17 @@ def instrument(probe: Probe) -> None:
         pass
 
 
-TOP_LEVEL = ("build request (total)", "make_valid in loop", "save (appends+fsync)", "save pointer",
-             "tool execution", "consolidation check", "fit request to budget", "fixed-prompt check",
-             "SDK + HTTP (client side)")
+TOP_LEVEL = (
+    "build request (total)",
+    "make_valid in loop",
+    "save (appends+fsync)",
+    "save pointer",
+    "tool execution",
+    "consolidation check",
+    "fit request to budget",
+    "fixed-prompt check",
+    "SDK + HTTP (client side)",
+)
 
 
 def _turn_text(i: int) -> str:
@@ -217,9 +269,13 @@ async def _inprocess_turns(home: BenchHome, turns: int, probe: Probe) -> dict[st
         conv.provider.chat = provider_chat
         await assistant.aclose()
     labels = sorted({k for p in parts for k in p})
-    return {"open": open_s, "load": load_s, "per_turn": per_turn,
-            "parts": {k: statistics.median([p.get(k, 0.0) for p in parts]) for k in labels},
-            "messages": len(conv.session.messages)}
+    return {
+        "open": open_s,
+        "load": load_s,
+        "per_turn": per_turn,
+        "parts": {k: statistics.median([p.get(k, 0.0) for p in parts]) for k in labels},
+        "messages": len(conv.session.messages),
+    }
 
 
 def _oneshot(home: BenchHome, runs: int) -> dict[str, list[float]]:
@@ -228,7 +284,9 @@ def _oneshot(home: BenchHome, runs: int) -> dict[str, list[float]]:
     for _ in range(runs):
         before = len(home.server.requests)
         t = time.monotonic()
-        p = subprocess.run([*argv, "agent", "-m", _turn_text(0)], env=home.env, capture_output=True, text=True)
+        p = subprocess.run(
+            [*argv, "agent", "-m", _turn_text(0)], env=home.env, capture_output=True, text=True
+        )
         end = time.monotonic()
         recs = home.server.requests[before:]
         if p.returncode != 0 or not recs:
@@ -267,28 +325,73 @@ def part_turn(args: argparse.Namespace) -> None:
     rows = []
     for label, size, pointer, file_mb, _, r, one in results:
         med = statistics.median(r["per_turn"])
-        rows.append([label, f"{size - pointer:,}", f"{file_mb:.1f} MB", ms(med),
-                     f"{med / base:.2f}x", ms(min(r['per_turn'])), ms(max(r['per_turn'])), ms(r["load"]),
-                     ms(statistics.median(one["wall - server"])) if one["wall - server"] else "-",
-                     ms(statistics.median(one["to first request"])) if one["to first request"] else "-"])
-    table(f"2a. Per-turn local overhead (wall - fake server time; median of {turns} in-process turns, "
-          f"{runs} one-shot runs)",
-          ["session messages", "unconsolidated", "file", "in-process", "vs 10", "min", "max",
-           "session load", "one-shot", "one-shot to 1st req"], rows,
-          note="A turn = user message -> read_file call -> tool result -> answer (2 requests). In-process: "
-               "open_assistant(...).conversation.send() after one warm-up turn. One-shot: `nanobot agent -m` "
-               "in a child process (start-up + session load + the turn + exit). Target: 50,000 within 2x of 10.")
-    labels = [k for k in TOP_LEVEL + ("  SDK request transform", "  get_history", "  system prompt",
-                                      "  token estimate")
-              if any(k in r["parts"] for *_, r, _ in results)]
+        rows.append(
+            [
+                label,
+                f"{size - pointer:,}",
+                f"{file_mb:.1f} MB",
+                ms(med),
+                f"{med / base:.2f}x",
+                ms(min(r["per_turn"])),
+                ms(max(r["per_turn"])),
+                ms(r["load"]),
+                ms(statistics.median(one["wall - server"])) if one["wall - server"] else "-",
+                ms(statistics.median(one["to first request"])) if one["to first request"] else "-",
+            ]
+        )
+    table(
+        f"2a. Per-turn local overhead (wall - fake server time; median of {turns} in-process turns, "
+        f"{runs} one-shot runs)",
+        [
+            "session messages",
+            "unconsolidated",
+            "file",
+            "in-process",
+            "vs 10",
+            "min",
+            "max",
+            "session load",
+            "one-shot",
+            "one-shot to 1st req",
+        ],
+        rows,
+        note="A turn = user message -> read_file call -> tool result -> answer (2 requests). In-process: "
+        "open_assistant(...).conversation.send() after one warm-up turn. One-shot: `nanobot agent -m` "
+        "in a child process (start-up + session load + the turn + exit). Target: 50,000 within 2x of 10.",
+    )
+    labels = [
+        k
+        for k in TOP_LEVEL
+        + ("  SDK request transform", "  get_history", "  system prompt", "  token estimate")
+        if any(k in r["parts"] for *_, r, _ in results)
+    ]
     rows = []
     for label in labels:
-        rows.append([label, *[ms(r["parts"].get(label)) if label in r["parts"] else "-" for *_, r, _ in results]])
+        rows.append(
+            [
+                label,
+                *[
+                    ms(r["parts"].get(label)) if label in r["parts"] else "-"
+                    for *_, r, _ in results
+                ],
+            ]
+        )
     accounted = [sum(r["parts"].get(k, 0.0) for k in TOP_LEVEL) for *_, r, _ in results]
-    rows.append(["unattributed (loop, events, asyncio)",
-                 *[ms(statistics.median(r["per_turn"]) - a) for (*_, r, _), a in zip(results, accounted)]])
-    table("2b. Where an in-process turn's local time goes (median per turn; indented rows are inside the "
-          "row above)", ["piece", *[label for label, *_ in results]], rows)
+    rows.append(
+        [
+            "unattributed (loop, events, asyncio)",
+            *[
+                ms(statistics.median(r["per_turn"]) - a)
+                for (*_, r, _), a in zip(results, accounted)
+            ],
+        ]
+    )
+    table(
+        "2b. Where an in-process turn's local time goes (median per turn; indented rows are inside the "
+        "row above)",
+        ["piece", *[label for label, *_ in results]],
+        rows,
+    )
 
 
 # -- 3. peak memory ------------------------------------------------------------------------------
@@ -304,14 +407,22 @@ with open(sys.argv[1], "w") as fh:
 """
 
 
-def _maxrss_of(argv: list[str], env: dict, stdin: Any = None, on_running: Callable | None = None) -> tuple[int, int]:
+def _maxrss_of(
+    argv: list[str], env: dict, stdin: Any = None, on_running: Callable | None = None
+) -> tuple[int, int]:
     """(exit code, ru_maxrss in KiB) of a child process, started through a small launcher."""
     out = Path(tempfile.mkstemp(prefix="nanobot-bench-rss-")[1])
-    p = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(out), *argv], env=env,
-                         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(out), *argv],
+        env=env,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     if stdin is not None:
-        threading.Thread(target=lambda: (p.stdin.write(stdin), p.stdin.close()), daemon=True).start()
+        threading.Thread(
+            target=lambda: (p.stdin.write(stdin), p.stdin.close()), daemon=True
+        ).start()
     err_chunks: list[bytes] = []
     threading.Thread(target=lambda: err_chunks.append(p.stderr.read()), daemon=True).start()
     if on_running:
@@ -339,7 +450,11 @@ def _child_pid(launcher_pid: int) -> int:
 def _vm(pid: int) -> tuple[int, int]:
     """(VmRSS, VmHWM) in KiB, or zeros once the process is gone."""
     try:
-        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+        fields = dict(
+            line.split(":", 1)
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+            if ":" in line
+        )
         return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
     except (OSError, KeyError, ValueError):
         return 0, 0
@@ -372,49 +487,87 @@ sys.exit(code)
 def part_memory(args: argparse.Namespace) -> None:
     argv = nanobot_argv()
     rows = []
-    for size in ((10, 10_000) if args.quick else (10, 50_000)):
+    for size in (10, 10_000) if args.quick else (10, 50_000):
         with BenchHome() as home:
             write_session(home.session_path(), "cli:direct", size)
             code, rss = _maxrss_of([*argv, "agent", "-m", _turn_text(0)], home.env)
-            rows.append([f"one-shot `nanobot agent -m` ({size:,}-message session)", f"{rss / 1024:.0f} MiB", "", ""])
+            rows.append(
+                [
+                    f"one-shot `nanobot agent -m` ({size:,}-message session)",
+                    f"{rss / 1024:.0f} MiB",
+                    "",
+                    "",
+                ]
+            )
     n = args.repl_turns or (100 if args.quick else 1_000)
     marks = sorted({1, 10, 100, n // 4, n // 2, n})
     samples: dict[int, tuple[int, int]] = {}
     with BenchHome() as home:
-        lines = "".join(("" if i % 4 else TOOL_MARK + f" read notes/{i % 8}.md ") + f"question {i}: " +
-                        "what should we do about the release notes and the failing tests?\n" for i in range(n))
+        lines = "".join(
+            ("" if i % 4 else TOOL_MARK + f" read notes/{i % 8}.md ")
+            + f"question {i}: "
+            + "what should we do about the release notes and the failing tests?\n"
+            for i in range(n)
+        )
         t0 = time.monotonic()
 
         def watch(p: subprocess.Popen) -> None:
             def run() -> None:
                 done = 0
                 while p.poll() is None and done < len(marks):
-                    user_turns_seen = sum(1 for r in home.server.requests if not is_consolidation(r)
-                                          and r.messages and r.messages[-1].get("role") == "user")
+                    user_turns_seen = sum(
+                        1
+                        for r in home.server.requests
+                        if not is_consolidation(r)
+                        and r.messages
+                        and r.messages[-1].get("role") == "user"
+                    )
                     while done < len(marks) and user_turns_seen >= marks[done]:
                         samples[marks[done]] = _vm(_child_pid(p.pid))
                         done += 1
                     time.sleep(0.02)
+
             threading.Thread(target=run, daemon=True).start()
 
-        code, rss = _maxrss_of([sys.executable, "-c", REPL_CHILD], home.env, stdin=lines.encode(), on_running=watch)
+        code, rss = _maxrss_of(
+            [sys.executable, "-c", REPL_CHILD], home.env, stdin=lines.encode(), on_running=watch
+        )
         elapsed = time.monotonic() - t0
         recs = home.server.requests
         consolidations = sum(1 for r in recs if is_consolidation(r))
-        stored = sum(1 for _ in open(home.session_path())) - 1 if home.session_path().exists() else 0
+        stored = (
+            sum(1 for _ in open(home.session_path())) - 1 if home.session_path().exists() else 0
+        )
     for mark in marks:
         rss_now, hwm = samples.get(mark, (0, 0))
-        rows.append([f"REPL after turn {mark:,} (VmRSS; peak so far)",
-                     f"{rss_now / 1024:.0f} MiB; {hwm / 1024:.0f} MiB" if rss_now else "-", "", ""])
-    rows.append([f"REPL, {n:,} turns: peak (ru_maxrss)", f"{rss / 1024:.0f} MiB",
-                 f"{n / elapsed:.1f} turns/s", f"{consolidations} consolidations, {stored:,} lines stored"])
-    table("3. Peak resident memory", ["process", "memory", "rate", "notes"], rows,
-          note="REPL: the real chat (nanobot.cli.chat.Chat.run with prompt_toolkit) in a child process, its input "
-               "typed through prompt_toolkit's pipe input, every 4th turn a read_file call, "
-               "default 65,536-token window. ru_maxrss from os.wait4, taken by a small launcher process (a child forked from the big bench process would report the bench's own size).")
+        rows.append(
+            [
+                f"REPL after turn {mark:,} (VmRSS; peak so far)",
+                f"{rss_now / 1024:.0f} MiB; {hwm / 1024:.0f} MiB" if rss_now else "-",
+                "",
+                "",
+            ]
+        )
+    rows.append(
+        [
+            f"REPL, {n:,} turns: peak (ru_maxrss)",
+            f"{rss / 1024:.0f} MiB",
+            f"{n / elapsed:.1f} turns/s",
+            f"{consolidations} consolidations, {stored:,} lines stored",
+        ]
+    )
+    table(
+        "3. Peak resident memory",
+        ["process", "memory", "rate", "notes"],
+        rows,
+        note="REPL: the real chat (nanobot.cli.chat.Chat.run with prompt_toolkit) in a child process, its input "
+        "typed through prompt_toolkit's pipe input, every 4th turn a read_file call, "
+        "default 65,536-token window. ru_maxrss from os.wait4, taken by a small launcher process (a child forked from the big bench process would report the bench's own size).",
+    )
 
 
 # -- 4. token use over a scripted conversation --------------------------------------------------
+
 
 def _serial(rec: Any, *, strip_context: bool = False) -> list[str]:
     """The request as a list of serialized blocks, in the order a prompt cache sees them.
@@ -430,8 +583,12 @@ def _serial(rec: Any, *, strip_context: bool = False) -> list[str]:
         head.append(json.dumps(rec.system, sort_keys=True))
     msgs = rec.messages
     if strip_context:
-        msgs = [{**m, "content": strip_runtime_context(m["content"])}
-                if m.get("role") == "user" and isinstance(m.get("content"), str) else m for m in msgs]
+        msgs = [
+            {**m, "content": strip_runtime_context(m["content"])}
+            if m.get("role") == "user" and isinstance(m.get("content"), str)
+            else m
+            for m in msgs
+        ]
     return head + [json.dumps(m, sort_keys=True, ensure_ascii=False) for m in msgs]
 
 
@@ -458,8 +615,11 @@ def break_reason(prev_rec: Any, rec: Any, block: int) -> str:
     if role == "system":
         return "system prompt changed"
     text = before.get("content") if isinstance(before.get("content"), str) else ""
-    if role == "user" and text.startswith("[Runtime Context]") and not str(after.get("content")).startswith(
-            "[Runtime Context]"):
+    if (
+        role == "user"
+        and text.startswith("[Runtime Context]")
+        and not str(after.get("content")).startswith("[Runtime Context]")
+    ):
         return "previous user message re-sent without its runtime-context block"
     if role == "tool" and after.get("role") == "tool":
         return "an earlier tool result changed (shrunk to fit?)"
@@ -521,7 +681,7 @@ def part_tokens(args: argparse.Namespace) -> None:
             same, block = common_prefix(prev, cur)
             share = same / max(1, sum(len(b) for b in cur))
             cached_tokens += int(share * r.estimated_tokens)
-            if any(is_consolidation(x) for x in recs[prev_main + 1:i]):
+            if any(is_consolidation(x) for x in recs[prev_main + 1 : i]):
                 shares_after_cons.append(share)
             else:
                 shares_clean.append(share)
@@ -537,37 +697,74 @@ def part_tokens(args: argparse.Namespace) -> None:
 
     total = sum(r.estimated_tokens for r in recs)
     rows = [
-        ["user turns / requests sent", f"{n} / {len(recs)} ({len(main)} chat, {len(cons)} consolidation)"],
+        [
+            "user turns / requests sent",
+            f"{n} / {len(recs)} ({len(main)} chat, {len(cons)} consolidation)",
+        ],
         ["total prompt tokens (all requests)", f"{total:,}"],
-        ["  chat requests / consolidation requests",
-         f"{sum(r.estimated_tokens for r in main):,} / {sum(r.estimated_tokens for r in cons):,}"],
-        ["largest prompt (window 8,192)", f"{max((r.estimated_tokens for r in recs), default=0):,}"],
-        ["largest prompt + max_tokens", f"{max((r.estimated_tokens + _asked(r) for r in recs), default=0):,}"],
+        [
+            "  chat requests / consolidation requests",
+            f"{sum(r.estimated_tokens for r in main):,} / {sum(r.estimated_tokens for r in cons):,}",
+        ],
+        [
+            "largest prompt (window 8,192)",
+            f"{max((r.estimated_tokens for r in recs), default=0):,}",
+        ],
+        [
+            "largest prompt + max_tokens",
+            f"{max((r.estimated_tokens + _asked(r) for r in recs), default=0):,}",
+        ],
         ["requests over the window (rejected)", f"{len(rejected)}"],
         ["consolidation calls (save_memory requests)", f"{len(cons)}"],
-        ["unchanged prefix vs previous request, turns w/o consolidation: median / mean / min",
-         f"{pct(shares_clean, statistics.median)} / {pct(shares_clean, statistics.mean)} / {pct(shares_clean, min)}"
-         f" (n={len(shares_clean)})"],
-        ["  share of the previous request reused unchanged: median / mean / min",
-         f"{pct(reused_clean, statistics.median)} / {pct(reused_clean, statistics.mean)} / {pct(reused_clean, min)}"],
-        *[[f"  where the prefix broke: {why}", f"{n} requests"] for why, n in sorted(reasons.items(), key=lambda x: -x[1])],
-        ["  what-if: earlier user messages re-sent byte-identical (median / mean)",
-         f"{pct(shares_if_matched, statistics.median)} / {pct(shares_if_matched, statistics.mean)}"],
-        ["  right after a consolidation: median", f"{pct(shares_after_cons, statistics.median)} "
-                                                  f"(n={len(shares_after_cons)})"],
-        ["prompt tokens in an unchanged prefix (cacheable)", f"{cached_tokens:,} ({100 * cached_tokens / max(1, total):.0f}%)"],
-        ["turns that ended in an error", f"{len(errors)}" + (f" (first: {errors[0]})" if errors else "")],
-        ["other rule violations", f"{len(other_violations)}" + (f" (first: {other_violations[0]})" if other_violations else "")],
+        [
+            "unchanged prefix vs previous request, turns w/o consolidation: median / mean / min",
+            f"{pct(shares_clean, statistics.median)} / {pct(shares_clean, statistics.mean)} / {pct(shares_clean, min)}"
+            f" (n={len(shares_clean)})",
+        ],
+        [
+            "  share of the previous request reused unchanged: median / mean / min",
+            f"{pct(reused_clean, statistics.median)} / {pct(reused_clean, statistics.mean)} / {pct(reused_clean, min)}",
+        ],
+        *[
+            [f"  where the prefix broke: {why}", f"{n} requests"]
+            for why, n in sorted(reasons.items(), key=lambda x: -x[1])
+        ],
+        [
+            "  what-if: earlier user messages re-sent byte-identical (median / mean)",
+            f"{pct(shares_if_matched, statistics.median)} / {pct(shares_if_matched, statistics.mean)}",
+        ],
+        [
+            "  right after a consolidation: median",
+            f"{pct(shares_after_cons, statistics.median)} (n={len(shares_after_cons)})",
+        ],
+        [
+            "prompt tokens in an unchanged prefix (cacheable)",
+            f"{cached_tokens:,} ({100 * cached_tokens / max(1, total):.0f}%)",
+        ],
+        [
+            "turns that ended in an error",
+            f"{len(errors)}" + (f" (first: {errors[0]})" if errors else ""),
+        ],
+        [
+            "other rule violations",
+            f"{len(other_violations)}"
+            + (f" (first: {other_violations[0]})" if other_violations else ""),
+        ],
         ["messages stored / wall time", f"{stored:,} / {elapsed:.1f} s"],
     ]
-    table(f"4. Token use over a scripted {n}-turn conversation, 8,192-token window", ["measure", "value"], rows,
-          note="Token counts are cl100k counts of each request's texts, ids and arguments (+4 per message, "
-               "+8 per tool), as the fake server's strict mode counts them; they are also the usage it reports. 40% of turns ask to read a 0.5-4 KB file (2 requests). Prefix share: characters of "
-               "the serialized request (tools, then messages) equal to the previous chat request's, block by "
-               "block.")
+    table(
+        f"4. Token use over a scripted {n}-turn conversation, 8,192-token window",
+        ["measure", "value"],
+        rows,
+        note="Token counts are cl100k counts of each request's texts, ids and arguments (+4 per message, "
+        "+8 per tool), as the fake server's strict mode counts them; they are also the usage it reports. 40% of turns ask to read a 0.5-4 KB file (2 requests). Prefix share: characters of "
+        "the serialized request (tools, then messages) equal to the previous chat request's, block by "
+        "block.",
+    )
 
 
 # -- 5. history grep -----------------------------------------------------------------------------
+
 
 def part_grep(args: argparse.Namespace) -> None:
     import shutil
@@ -588,9 +785,14 @@ def part_grep(args: argparse.Namespace) -> None:
         argv = nanobot_argv()
         grep = shutil.which("grep")
         rows = []
-        for label, pattern, flags in (("rare literal", "XYZZY", []), ("rare literal, -i", "xyzzy", ["-i"]),
-                                      ("common word", "lisbon", []), ("regex", r"deadline \w+ release", []),
-                                      ("no match", "qqqzzz", [])):
+        for label, pattern, flags in (
+            ("rare literal", "XYZZY", []),
+            ("rare literal, -i", "xyzzy", ["-i"]),
+            ("common word", "lisbon", []),
+            ("regex", r"deadline \w+ release", []),
+            ("no match", "qqqzzz", []),
+        ):
+
             def best(cmd: list[str]) -> tuple[float, str]:
                 times, out = [], ""
                 for _ in range(runs):
@@ -599,19 +801,35 @@ def part_grep(args: argparse.Namespace) -> None:
                     times.append(time.perf_counter() - t)
                     out = p.stdout
                 return min(times), out
+
             t_nb, out_nb = best([*argv, "history", "grep", pattern, *flags, "-w", str(workspace)])
-            t_grep, out_grep = best([grep, "-c", "-E", *flags, pattern, str(path)]) if grep else (float("nan"), "")
+            t_grep, out_grep = (
+                best([grep, "-c", "-E", *flags, pattern, str(path)]) if grep else (float("nan"), "")
+            )
             found = sum(1 for line in out_nb.splitlines() if line.startswith("["))
-            rows.append([label, f"{found:,}", out_grep.strip() or "-", ms(t_nb), ms(t_grep), f"{t_nb / t_grep:.1f}x"])
+            rows.append(
+                [
+                    label,
+                    f"{found:,}",
+                    out_grep.strip() or "-",
+                    ms(t_nb),
+                    ms(t_grep),
+                    f"{t_nb / t_grep:.1f}x",
+                ]
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    table(f"5. `nanobot history grep` over a {size_mb:.0f} MB HISTORY.md ({entries:,} entries; best of {runs})",
-          ["pattern", "entries printed", "grep -c lines", "nanobot history grep", "grep -c", "ratio"], rows,
-          note=f"File generated in {gen_s:.1f} s by scripts/bench_history_grep.py. The nanobot time includes "
-               "Python start-up; 'entries printed' counts output lines starting with '['.")
+    table(
+        f"5. `nanobot history grep` over a {size_mb:.0f} MB HISTORY.md ({entries:,} entries; best of {runs})",
+        ["pattern", "entries printed", "grep -c lines", "nanobot history grep", "grep -c", "ratio"],
+        rows,
+        note=f"File generated in {gen_s:.1f} s by scripts/bench_history_grep.py. The nanobot time includes "
+        "Python start-up; 'entries printed' counts output lines starting with '['.",
+    )
 
 
 # -- main ----------------------------------------------------------------------------------------
+
 
 def _compile_ours() -> None:
     """Bytecode for our package, as `pip install` leaves it (a peer installed by pip has its own):
@@ -625,28 +843,56 @@ def _compile_ours() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     global MARKDOWN
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n", 2)[2],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="small sizes and few runs (a smoke run, ~1 min)")
-    parser.add_argument("--only", choices=PARTS, action="append", help="run only this part (repeatable)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=__doc__.split("\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes and few runs (a smoke run, ~1 min)"
+    )
+    parser.add_argument(
+        "--only", choices=PARTS, action="append", help="run only this part (repeatable)"
+    )
     parser.add_argument("--markdown", action="store_true", help="print tables as markdown")
     parser.add_argument("--runs", type=int, help="start-up runs per command (default 15; quick 5)")
-    parser.add_argument("--turns", type=int, help="timed in-process turns per session size (default 8)")
-    parser.add_argument("--oneshot-runs", type=int, help="one-shot runs per session size (default 5)")
-    parser.add_argument("--repl-turns", type=int, help="REPL turns for the memory part (default 1000)")
-    parser.add_argument("--token-turns", type=int, help="turns of the scripted conversation (default 300)")
-    parser.add_argument("--grep-mb", type=float, help="size of the generated HISTORY.md (default 100)")
-    parser.add_argument("--vs", metavar="PATH", help="also run the one-shot figures for another nanobot (its venv "
-                        "or executable) side by side, alternating runs, and print the ratios")
+    parser.add_argument(
+        "--turns", type=int, help="timed in-process turns per session size (default 8)"
+    )
+    parser.add_argument(
+        "--oneshot-runs", type=int, help="one-shot runs per session size (default 5)"
+    )
+    parser.add_argument(
+        "--repl-turns", type=int, help="REPL turns for the memory part (default 1000)"
+    )
+    parser.add_argument(
+        "--token-turns", type=int, help="turns of the scripted conversation (default 300)"
+    )
+    parser.add_argument(
+        "--grep-mb", type=float, help="size of the generated HISTORY.md (default 100)"
+    )
+    parser.add_argument(
+        "--vs",
+        metavar="PATH",
+        help="also run the one-shot figures for another nanobot (its venv "
+        "or executable) side by side, alternating runs, and print the ratios",
+    )
     args = parser.parse_args(argv)
     MARKDOWN = args.markdown
 
     print("nanobot benchmarks: " + " · ".join(machine()))
-    print("command: python scripts/bench.py " + " ".join(argv if argv is not None else sys.argv[1:]))
+    print(
+        "command: python scripts/bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    )
     _compile_ours()
     started = time.perf_counter()
-    parts = {"startup": part_startup, "turn": part_turn, "memory": part_memory, "tokens": part_tokens,
-             "grep": part_grep}
+    parts = {
+        "startup": part_startup,
+        "turn": part_turn,
+        "memory": part_memory,
+        "tokens": part_tokens,
+        "grep": part_grep,
+    }
     chosen = [p for p in PARTS if not args.only or p in args.only]
     if args.vs and not args.only:
         chosen = []  # --vs alone runs the side-by-side table; add --only PART for more
@@ -660,8 +906,10 @@ def main(argv: list[str] | None = None) -> int:
         t = time.perf_counter()
         part_vs(args, table, ms, _maxrss_of)
         print(f"(vs: {time.perf_counter() - t:.0f} s)")
-    print(f"\ntotal {time.perf_counter() - started:.0f} s; load average at the end: "
-          + " / ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(
+        f"\ntotal {time.perf_counter() - started:.0f} s; load average at the end: "
+        + " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    )
     return 0
 
 

@@ -54,7 +54,12 @@ def run(seed: int, args: argparse.Namespace) -> str:
         if args.protocol == "anthropic":
             cfg = json.loads((home.home / "config.json").read_text())
             cfg["agents"]["defaults"].update(model="anthropic/claude-test", provider="anthropic")
-            cfg["providers"] = {"anthropic": {"apiKey": "sk-ant-bench-123456", "apiBase": home.server.anthropic_base_url}}
+            cfg["providers"] = {
+                "anthropic": {
+                    "apiKey": "sk-ant-bench-123456",
+                    "apiBase": home.server.anthropic_base_url,
+                }
+            }
             (home.home / "config.json").write_text(json.dumps(cfg))
         home.activate()
         if args.counter == "cl100k":
@@ -63,16 +68,25 @@ def run(seed: int, args: argparse.Namespace) -> str:
         else:
             home.server.prompt_counter = estimate_tokens
         home.server.count_max_tokens = True
-        _, errors = asyncio.run(_scripted_conversation(home, user_turns(args.turns, seed=seed, tool_share=args.tool_share)))
+        _, errors = asyncio.run(
+            _scripted_conversation(
+                home, user_turns(args.turns, seed=seed, tool_share=args.tool_share)
+            )
+        )
         recs = home.server.requests
-    over = [(r.index, r.estimated_tokens, _asked(r), r.estimated_tokens + _asked(r) - window)
-            for r in recs if r.estimated_tokens + _asked(r) > window]
+    over = [
+        (r.index, r.estimated_tokens, _asked(r), r.estimated_tokens + _asked(r) - window)
+        for r in recs
+        if r.estimated_tokens + _asked(r) > window
+    ]
     chat = [_asked(r) for r in recs if not is_consolidation(r)]
     full = max(chat, default=0)
-    return (f"seed {seed}: {len(recs)} requests ({sum(is_consolidation(r) for r in recs)} consolidation), "
-            f"largest prompt + max_tokens {max(r.estimated_tokens + _asked(r) for r in recs):,}, "
-            f"over the window: {len(over)} {over}; chat max_tokens below {full:,}: {sum(m < full for m in chat)} "
-            f"(least {min(chat, default=0):,}); turns with an error: {len(errors)}")
+    return (
+        f"seed {seed}: {len(recs)} requests ({sum(is_consolidation(r) for r in recs)} consolidation), "
+        f"largest prompt + max_tokens {max(r.estimated_tokens + _asked(r) for r in recs):,}, "
+        f"over the window: {len(over)} {over}; chat max_tokens below {full:,}: {sum(m < full for m in chat)} "
+        f"(least {min(chat, default=0):,}); turns with an error: {len(errors)}"
+    )
 
 
 def main() -> int:
@@ -86,8 +100,10 @@ def main() -> int:
     p.add_argument("--tool-share", type=float, default=0.7)
     args = p.parse_args()
     lo, _, hi = args.seeds.partition("-")
-    print(f"{args.turns} turns, window {args.window:,}, {args.protocol}, provider count {args.counter}"
-          f"{', compact arguments' if args.compact else ''}")
+    print(
+        f"{args.turns} turns, window {args.window:,}, {args.protocol}, provider count {args.counter}"
+        f"{', compact arguments' if args.compact else ''}"
+    )
     for seed in range(int(lo), int(hi or lo) + 1):
         print(run(seed, args), flush=True)
     return 0

@@ -35,7 +35,10 @@ async def _measure(tool, command: str, runs: int) -> tuple[float, float]:
         await tool.run(command=command)
         times.append((time.perf_counter() - t0) * 1000)
     cpu1 = os.times()
-    cpu = sum(getattr(cpu1, f) - getattr(cpu0, f) for f in ("user", "system", "children_user", "children_system"))
+    cpu = sum(
+        getattr(cpu1, f) - getattr(cpu0, f)
+        for f in ("user", "system", "children_user", "children_system")
+    )
     return statistics.median(times), cpu * 1000 / runs
 
 
@@ -63,16 +66,27 @@ def main() -> None:
             if mode != "none" and conf.mechanism != mode:
                 print(f"{mode:9} unavailable: {conf.detail}")
                 continue
-            ctx = ToolContext(workspace=ws, confinement=conf,
-                              exec_rules=ExecRules(network=False, unconfined_ok=True))
+            ctx = ToolContext(
+                workspace=ws,
+                confinement=conf,
+                exec_rules=ExecRules(network=False, unconfined_ok=True),
+            )
             results[mode] = asyncio.run(_measure(ExecTool(ctx), args.command, args.runs))
         base, base_cpu = results.get("none", (0.0, 0.0))
         load = os.getloadavg()
-        print(f"exec {args.command!r}, {args.runs} runs, load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
-              f"{os.cpu_count()} cores")
+        print(
+            f"exec {args.command!r}, {args.runs} runs, load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
+            f"{os.cpu_count()} cores"
+        )
         for mode, (ms, cpu) in results.items():
-            extra = "" if mode == "none" else (f"  overhead {ms - base:+.1f} ms wall, {cpu - base_cpu:+.1f} ms CPU "
-                                               "(target <= 15 ms)")
+            extra = (
+                ""
+                if mode == "none"
+                else (
+                    f"  overhead {ms - base:+.1f} ms wall, {cpu - base_cpu:+.1f} ms CPU "
+                    "(target <= 15 ms)"
+                )
+            )
             print(f"{mode:9} median {ms:6.1f} ms wall, {cpu:5.1f} ms CPU per call{extra}")
         if args.corpus:
             for mode in results:
@@ -93,7 +107,11 @@ def _time_corpus(mode: str, ws: Path) -> None:
     ws.mkdir()
     prepare(ws)
     commands = runnable(COMMANDS)
-    tool = ExecTool(ToolContext(workspace=ws, confinement=choose(mode), exec_rules=ExecRules(unconfined_ok=True)))
+    tool = ExecTool(
+        ToolContext(
+            workspace=ws, confinement=choose(mode), exec_rules=ExecRules(unconfined_ok=True)
+        )
+    )
 
     async def run_all() -> int:
         failed = 0
@@ -108,8 +126,10 @@ def _time_corpus(mode: str, ws: Path) -> None:
     t0 = time.perf_counter()
     failed = asyncio.run(run_all())
     load = os.getloadavg()[0]
-    print(f"benign corpus under {mode:9}: {len(commands)} commands in {time.perf_counter() - t0:5.1f} s "
-          f"({failed} failed), load {load:.2f}")
+    print(
+        f"benign corpus under {mode:9}: {len(commands)} commands in {time.perf_counter() - t0:5.1f} s "
+        f"({failed} failed), load {load:.2f}"
+    )
 
 
 if __name__ == "__main__":

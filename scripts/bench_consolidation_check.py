@@ -47,12 +47,24 @@ def median_ms(samples: list[float]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--small", type=int, default=10, help="messages in the small session (default 10)")
-    parser.add_argument("--large", type=int, default=50_000, help="messages in the large sessions (default 50000)")
-    parser.add_argument("--rounds", type=int, default=100, help="turns timed per session (default 100)")
-    parser.add_argument("--naive-rounds", type=int, default=10,
-                        help="turns timed with the naive get_history count (default 10; it is slow)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--small", type=int, default=10, help="messages in the small session (default 10)"
+    )
+    parser.add_argument(
+        "--large", type=int, default=50_000, help="messages in the large sessions (default 50000)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=100, help="turns timed per session (default 100)"
+    )
+    parser.add_argument(
+        "--naive-rounds",
+        type=int,
+        default=10,
+        help="turns timed with the naive get_history count (default 10; it is slow)",
+    )
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -72,21 +84,33 @@ def main(argv: list[str] | None = None) -> int:
         context, schemas = build_context(cfg, workspace), build_tools(cfg, workspace).schemas()
         store = SessionStore(Path(tmp) / "sessions")
         counter = default_counter()
-        cases = [("small", args.small, 0), ("large", args.large, args.large - 10),
-                 ("large-tail", args.large, args.large // 2)]
+        cases = [
+            ("small", args.small, 0),
+            ("large", args.large, args.large - 10),
+            ("large-tail", args.large, args.large // 2),
+        ]
         rows = []
         for name, size, pointer in cases:
             session = build(store, f"bench:{name}", size, pointer)
             # a window so large the check never triggers a consolidation: only the check is timed
-            cons = Consolidator(None, MemoryStore(workspace), store,
-                                ContextBudget(window=10**9, max_tokens=8192, counter=counter))
+            cons = Consolidator(
+                None,
+                MemoryStore(workspace),
+                store,
+                ContextBudget(window=10**9, max_tokens=8192, counter=counter),
+            )
 
             def check() -> int:
-                return cons.estimate(session, system_prompt=context.system_prompt, tool_schemas=schemas)
+                return cons.estimate(
+                    session, system_prompt=context.system_prompt, tool_schemas=schemas
+                )
 
             def naive() -> int:
-                return (counter.count_text(context.system_prompt()) + counter.count_messages(session.get_history())
-                        + counter.count_tools(schemas))
+                return (
+                    counter.count_text(context.system_prompt())
+                    + counter.count_messages(session.get_history())
+                    + counter.count_tools(schemas)
+                )
 
             tail = len(session.messages) - session.last_consolidated
             start = time.perf_counter()
@@ -94,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
             cold = time.perf_counter() - start
             fast, slow = [], []
             for i in range(args.rounds):
-                store.append(session, [user(f"one more question {name} {i}"), assistant(f"one more answer {i}")])
+                store.append(
+                    session,
+                    [user(f"one more question {name} {i}"), assistant(f"one more answer {i}")],
+                )
                 start = time.perf_counter()
                 check()
                 fast.append(time.perf_counter() - start)
@@ -102,18 +129,23 @@ def main(argv: list[str] | None = None) -> int:
                     start = time.perf_counter()
                     naive()
                     slow.append(time.perf_counter() - start)
-            rows.append((name, size, tail, cold * 1000,
-                         median_ms(fast), median_ms(slow)))
+            rows.append((name, size, tail, cold * 1000, median_ms(fast), median_ms(slow)))
             store.close(session)
 
-    print(f"estimator: {estimator_name()}; {args.rounds} turns per session (naive: {args.naive_rounds})")
-    print(f"{'session':<12} {'messages':>9} {'unconsol.':>10} {'first check':>12} {'per-turn check':>15} "
-          f"{'naive get_history':>18}")
+    print(
+        f"estimator: {estimator_name()}; {args.rounds} turns per session (naive: {args.naive_rounds})"
+    )
+    print(
+        f"{'session':<12} {'messages':>9} {'unconsol.':>10} {'first check':>12} {'per-turn check':>15} "
+        f"{'naive get_history':>18}"
+    )
     for name, size, tail, cold, fast, slow in rows:
         print(f"{name:<12} {size:>9,} {tail:>10,} {cold:>10.2f}ms {fast:>13.3f}ms {slow:>16.2f}ms")
     small, large = rows[0][4], rows[1][4]
-    print(f"per-turn check, 50k mostly consolidated vs 10 messages: x{large / small:.2f}; "
-          f"50k with a {rows[2][2]:,}-message tail: x{rows[2][4] / small:.2f}")
+    print(
+        f"per-turn check, 50k mostly consolidated vs 10 messages: x{large / small:.2f}; "
+        f"50k with a {rows[2][2]:,}-message tail: x{rows[2][4] / small:.2f}"
+    )
     return 0
 
 

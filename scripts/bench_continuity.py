@@ -43,11 +43,19 @@ PLANTED_TURNS = [
     "Decision: keep the old replica until Friday",
     "Next step: run the schema diff against staging",
 ]
-PLANTED_ITEMS = ["migrate the billing service to Postgres 16", "BILL-4821", "feat/pg16-migration",
-                 "/srv/billing/config.yaml", "keep the old replica until Friday",
-                 "run the schema diff against staging"]
-_VOCAB = [a + b for a in ("ka", "lo", "mi", "ne", "pu", "ro", "sa", "ti", "vu", "ze")
-          for b in ("ber", "dan", "fol", "gim", "hup", "jas", "kor", "lum", "mep", "nix")]
+PLANTED_ITEMS = [
+    "migrate the billing service to Postgres 16",
+    "BILL-4821",
+    "feat/pg16-migration",
+    "/srv/billing/config.yaml",
+    "keep the old replica until Friday",
+    "run the schema diff against staging",
+]
+_VOCAB = [
+    a + b
+    for a in ("ka", "lo", "mi", "ne", "pu", "ro", "sa", "ti", "vu", "ze")
+    for b in ("ber", "dan", "fol", "gim", "hup", "jas", "kor", "lum", "mep", "nix")
+]
 
 
 @dataclass
@@ -83,8 +91,11 @@ def common_prefix(a: str, b: str) -> str:
 
 def export(ref: str, into: Path) -> Path:
     # the package and the bundled folders beside it (skills/ and workspace/ shape the system prompt)
-    data = subprocess.run(["git", "-C", str(REPO), "archive", ref, "nanobot", "skills", "workspace"], check=True,
-                          capture_output=True).stdout
+    data = subprocess.run(
+        ["git", "-C", str(REPO), "archive", ref, "nanobot", "skills", "workspace"],
+        check=True,
+        capture_output=True,
+    ).stdout
     with tarfile.open(fileobj=BytesIO(data)) as tar:
         tar.extractall(into, filter="data")
     return into
@@ -92,34 +103,73 @@ def export(ref: str, into: Path) -> Path:
 
 def run(label: str, tree: Path | None, *, window: int, turns: int, protocol: str, encode) -> Run:
     out = Run(label)
-    with tempfile.TemporaryDirectory(prefix="nanobot-continuity-") as tmp, FakeLLMServer() as server:
+    with (
+        tempfile.TemporaryDirectory(prefix="nanobot-continuity-") as tmp,
+        FakeLLMServer() as server,
+    ):
         home = Path(tmp) / "home"
         home.mkdir()
         server.summarise = True
         server.context_window = window
         server.count_max_tokens = True
         server.prompt_counter = lambda prompt: count_prompt_tokens(prompt, encode)
-        server.responder = lambda req: Reply.text(f"Working on it. {filler(len(req.messages), window // 6)}")
+        server.responder = lambda req: Reply.text(
+            f"Working on it. {filler(len(req.messages), window // 6)}"
+        )
         if protocol == "anthropic":
-            cfg = {"agents": {"defaults": {"model": "anthropic/claude-test", "contextWindowTokens": window}},
-                   "providers": {"anthropic": {"apiKey": "sk-ant-test-key-123456", "apiBase": server.anthropic_base_url}}}
+            cfg = {
+                "agents": {
+                    "defaults": {"model": "anthropic/claude-test", "contextWindowTokens": window}
+                },
+                "providers": {
+                    "anthropic": {
+                        "apiKey": "sk-ant-test-key-123456",
+                        "apiBase": server.anthropic_base_url,
+                    }
+                },
+            }
         else:
-            cfg = {"agents": {"defaults": {"model": "custom/test-model", "provider": "custom",
-                                           "contextWindowTokens": window}},
-                   "providers": {"custom": {"apiKey": "sk-test-key-123456", "apiBase": server.openai_base_url}}}
+            cfg = {
+                "agents": {
+                    "defaults": {
+                        "model": "custom/test-model",
+                        "provider": "custom",
+                        "contextWindowTokens": window,
+                    }
+                },
+                "providers": {
+                    "custom": {"apiKey": "sk-test-key-123456", "apiBase": server.openai_base_url}
+                },
+            }
         (home / "config.json").write_text(json.dumps(cfg))
         (home / "config.json").chmod(0o600)
         env = {k: v for k, v in os.environ.items() if k not in scrubbed_env_names(os.environ)}
-        env.update(NANOBOT_HOME=str(home), HOME=str(home), NO_PROXY="127.0.0.1,localhost",
-                   PYTHONDONTWRITEBYTECODE="1")
+        env.update(
+            NANOBOT_HOME=str(home),
+            HOME=str(home),
+            NO_PROXY="127.0.0.1,localhost",
+            PYTHONDONTWRITEBYTECODE="1",
+        )
         if tree is not None:
             env["PYTHONPATH"] = str(tree)
         for turn in range(turns):
-            text = PLANTED_TURNS[turn] if turn < len(PLANTED_TURNS) else f"turn {turn}: carry on please"
-            done = subprocess.run([sys.executable, "-m", "nanobot", "agent", "-m", text], env=env, cwd=tmp,
-                                  capture_output=True, text=True, timeout=300)
+            text = (
+                PLANTED_TURNS[turn]
+                if turn < len(PLANTED_TURNS)
+                else f"turn {turn}: carry on please"
+            )
+            done = subprocess.run(
+                [sys.executable, "-m", "nanobot", "agent", "-m", text],
+                env=env,
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
             if done.returncode != 0:
-                print(f"  [{label}] turn {turn} exited {done.returncode}: {done.stderr.strip()[-300:]}")
+                print(
+                    f"  [{label}] turn {turn} exited {done.returncode}: {done.stderr.strip()[-300:]}"
+                )
         requests = server.requests
         main = [r for r in requests if not is_consolidation(r)]
         out.compactions = sum(1 for r in requests if is_consolidation(r))
@@ -131,7 +181,9 @@ def run(label: str, tree: Path | None, *, window: int, turns: int, protocol: str
             shared = common_prefix(previous, text)
             out.reused_tokens.append(len(encode(shared)) if shared else 0)
             previous = text
-        last = "\n".join(json.dumps(m, ensure_ascii=False) for m in main[-1].messages).replace("\\/", "/")
+        last = "\n".join(json.dumps(m, ensure_ascii=False) for m in main[-1].messages).replace(
+            "\\/", "/"
+        )
         out.items_kept = sum(1 for item in PLANTED_ITEMS if item in last)
     return out
 
@@ -139,13 +191,19 @@ def run(label: str, tree: Path | None, *, window: int, turns: int, protocol: str
 def report(r: Run) -> None:
     reuse = [u / t for u, t in zip(r.reused_tokens[1:], r.prompt_tokens[1:], strict=False) if t]
     print(f"\n{r.label}")
-    print(f"  items kept in the last request: {r.items_kept}/{len(PLANTED_ITEMS)} after {r.compactions} compactions;"
-          f" invalid requests: {r.invalid}")
+    print(
+        f"  items kept in the last request: {r.items_kept}/{len(PLANTED_ITEMS)} after {r.compactions} compactions;"
+        f" invalid requests: {r.invalid}"
+    )
     print("  prompt tokens per turn: " + " ".join(f"{t:,}" for t in r.prompt_tokens))
-    print(f"  mean prompt tokens per turn: {sum(r.prompt_tokens) / max(1, len(r.prompt_tokens)):,.0f}")
+    print(
+        f"  mean prompt tokens per turn: {sum(r.prompt_tokens) / max(1, len(r.prompt_tokens)):,.0f}"
+    )
     print("  prefix reused from the previous turn: " + " ".join(f"{x:.0%}" for x in reuse))
-    print(f"  mean prefix-cache reuse of the main lane: {sum(reuse) / max(1, len(reuse)):.1%}"
-          f" ({sum(r.reused_tokens):,} of {sum(r.prompt_tokens[1:]):,} tokens after the first turn)")
+    print(
+        f"  mean prefix-cache reuse of the main lane: {sum(reuse) / max(1, len(reuse)):.1%}"
+        f" ({sum(r.reused_tokens):,} of {sum(r.prompt_tokens[1:]):,} tokens after the first turn)"
+    )
 
 
 def main() -> int:
@@ -159,16 +217,38 @@ def main() -> int:
     if encode is None:
         print(f"cl100k is not available offline: {reason}")
         return 1
-    print(f"window {args.window:,}, {args.turns} turns, {args.protocol} protocol, answers of ~{args.window // 6:,} tokens")
+    print(
+        f"window {args.window:,}, {args.turns} turns, {args.protocol} protocol, answers of ~{args.window // 6:,} tokens"
+    )
     runs = []
     if args.baseline:
         with tempfile.TemporaryDirectory(prefix="nanobot-baseline-") as base:
-            ref = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", args.baseline], check=True,
-                                 capture_output=True, text=True).stdout.strip()
-            runs.append(run(f"before ({args.baseline} {ref})", export(args.baseline, Path(base)),
-                            window=args.window, turns=args.turns, protocol=args.protocol, encode=encode))
-    runs.append(run("after (this tree)", None, window=args.window, turns=args.turns, protocol=args.protocol,
-                    encode=encode))
+            ref = subprocess.run(
+                ["git", "-C", str(REPO), "rev-parse", "--short", args.baseline],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
+            runs.append(
+                run(
+                    f"before ({args.baseline} {ref})",
+                    export(args.baseline, Path(base)),
+                    window=args.window,
+                    turns=args.turns,
+                    protocol=args.protocol,
+                    encode=encode,
+                )
+            )
+    runs.append(
+        run(
+            "after (this tree)",
+            None,
+            window=args.window,
+            turns=args.turns,
+            protocol=args.protocol,
+            encode=encode,
+        )
+    )
     for r in runs:
         report(r)
     return 0

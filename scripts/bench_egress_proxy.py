@@ -76,7 +76,9 @@ class _Site(BaseHTTPRequestHandler):
 def _variants() -> tuple[type, type]:
     from nanobot.sandbox import Confinement
 
-    class ByPort(Confinement):  # as where no network namespace can be made: Landlock's port rule + seccomp
+    class ByPort(
+        Confinement
+    ):  # as where no network namespace can be made: Landlock's port rule + seccomp
         egress_namespace = property(lambda self: False)  # type: ignore[assignment]
 
     class Unheld(ByPort):  # as on a kernel with Landlock ABI < 4 (and no namespaces): no proxy
@@ -101,8 +103,10 @@ def main() -> None:
     from nanobot.tools.safe_http import AddressPolicy, SafeFetcher
     from nanobot.tools.shell import ExecTool
 
-    print(f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}, "
-          f"{os.cpu_count()} cores, {args.calls} calls each (ms per call: wall / CPU)")
+    print(
+        f"load average {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}, "
+        f"{os.cpu_count()} cores, {args.calls} calls each (ms per call: wall / CPU)"
+    )
     site = ThreadingHTTPServer(("127.0.0.2", 0), _Site)
     threading.Thread(target=site.serve_forever, daemon=True).start()
     url = f"http://127.0.0.2:{site.server_address[1]}/"
@@ -127,29 +131,57 @@ def main() -> None:
                 print(f"{mechanism}: not available ({conf.detail})")
                 continue
             if not conf.filters_egress:
-                print(f"{mechanism}: {conf.detail} cannot hold commands to the proxy (Landlock ABI < 4)")
+                print(
+                    f"{mechanism}: {conf.detail} cannot hold commands to the proxy (Landlock ABI < 4)"
+                )
                 continue
             by_port = _ByPort(**{f.name: getattr(conf, f.name) for f in dataclasses.fields(conf)})
-            rows = [("no network", conf, False), ("network, own namespace + proxy", conf, True),
-                    ("network, by port + proxy", by_port, True),
-                    ("network, not held (as before)", _Unheld(**{f.name: getattr(conf, f.name)
-                                                                 for f in dataclasses.fields(conf)}), True)]
+            rows = [
+                ("no network", conf, False),
+                ("network, own namespace + proxy", conf, True),
+                ("network, by port + proxy", by_port, True),
+                (
+                    "network, not held (as before)",
+                    _Unheld(**{f.name: getattr(conf, f.name) for f in dataclasses.fields(conf)}),
+                    True,
+                ),
+            ]
             for label, c, network in rows:
-                ctx = ToolContext(workspace=ws, confinement=c, approver=approver, egress=egress,
-                                  exec_rules=ExecRules(network=network))
+                ctx = ToolContext(
+                    workspace=ws,
+                    confinement=c,
+                    approver=approver,
+                    egress=egress,
+                    exec_rules=ExecRules(network=network),
+                )
                 tool = ExecTool(ctx, checker=checker)
                 wall, cpu = _per_call(lambda tool=tool: tool.run(command="true"), args.calls)
                 print(f"{mechanism:8} {label:30} {wall:7.2f} / {cpu:6.2f}")
             if shutil.which("curl"):
-                ctx = ToolContext(workspace=ws, confinement=conf, approver=approver, egress=egress,
-                                  exec_rules=ExecRules(network=True))
+                ctx = ToolContext(
+                    workspace=ws,
+                    confinement=conf,
+                    approver=approver,
+                    egress=egress,
+                    exec_rules=ExecRules(network=True),
+                )
                 tool = ExecTool(ctx, checker=checker)
                 loop = f"for i in $(seq 20); do curl -s -o /dev/null {url}; done"
-                wall, cpu = _per_call(lambda tool=tool: tool.run(command=loop), max(1, args.calls // 10))
-                print(f"{mechanism:8} {'20 curl requests via the proxy':30} {wall:7.2f} / {cpu:6.2f}")
+                wall, cpu = _per_call(
+                    lambda tool=tool: tool.run(command=loop), max(1, args.calls // 10)
+                )
+                print(
+                    f"{mechanism:8} {'20 curl requests via the proxy':30} {wall:7.2f} / {cpu:6.2f}"
+                )
         if shutil.which("curl"):
-            unconfined = ExecTool(ToolContext(workspace=ws, confinement=choose("none"), approver=approver,
-                                              exec_rules=ExecRules(network=True, unconfined_ok=True)))
+            unconfined = ExecTool(
+                ToolContext(
+                    workspace=ws,
+                    confinement=choose("none"),
+                    approver=approver,
+                    exec_rules=ExecRules(network=True, unconfined_ok=True),
+                )
+            )
             loop = f"for i in $(seq 20); do curl -s --noproxy '*' -o /dev/null {url}; done"
             wall, cpu = _per_call(lambda: unconfined.run(command=loop), max(1, args.calls // 10))
             print(f"{'none':8} {'20 curl requests, no proxy':30} {wall:7.2f} / {cpu:6.2f}")

@@ -53,7 +53,9 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, float]:
 def bare_subprocess(command: str, calls: int) -> tuple[float, float]:
     def run() -> None:
         for _ in range(calls):
-            subprocess.run(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, capture_output=True)
+            subprocess.run(
+                ["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, capture_output=True
+            )
 
     wall, cpu = _timed(run)
     return wall / calls, cpu / calls
@@ -65,8 +67,13 @@ def tool_only(mode: str, ws: Path, command: str, calls: int) -> tuple[float, flo
     from nanobot.tools.exec_rules import ExecRules
     from nanobot.tools.shell import ExecTool
 
-    tool = ExecTool(ToolContext(workspace=ws, confinement=choose(mode),
-                                exec_rules=ExecRules(network=False, unconfined_ok=True)))
+    tool = ExecTool(
+        ToolContext(
+            workspace=ws,
+            confinement=choose(mode),
+            exec_rules=ExecRules(network=False, unconfined_ok=True),
+        )
+    )
 
     async def run_all() -> None:
         for _ in range(calls):
@@ -80,18 +87,34 @@ def tool_only(mode: str, ws: Path, command: str, calls: int) -> tuple[float, flo
 def _write_config(nb_home: Path, base_url: str, mode: str, calls: int) -> Path:
     nb_home.mkdir(parents=True, exist_ok=True)
     path = nb_home / "config.json"
-    path.write_text(json.dumps({
-        "agents": {"defaults": {"model": "custom/test-model", "provider": "custom",
-                                "maxToolCallsPerStep": calls + 1}},
-        "providers": {"custom": {"apiKey": "sk-bench-key-123456", "apiBase": base_url}},
-        "tools": {"exec": {"confinement": mode, "network": False,
-                           **({"allowUnconfined": True} if mode == "none" else {})}},
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "agents": {
+                    "defaults": {
+                        "model": "custom/test-model",
+                        "provider": "custom",
+                        "maxToolCallsPerStep": calls + 1,
+                    }
+                },
+                "providers": {"custom": {"apiKey": "sk-bench-key-123456", "apiBase": base_url}},
+                "tools": {
+                    "exec": {
+                        "confinement": mode,
+                        "network": False,
+                        **({"allowUnconfined": True} if mode == "none" else {}),
+                    }
+                },
+            }
+        )
+    )
     path.chmod(0o600)
     return path
 
 
-def turn(mode: str, nb_home: Path, command: str, calls: int, label: str = "") -> tuple[float, float, list[str]]:
+def turn(
+    mode: str, nb_home: Path, command: str, calls: int, label: str = ""
+) -> tuple[float, float, list[str]]:
     """(wall s, CPU s, the tool results) of one turn making `calls` exec calls."""
     from nanobot.app import open_assistant
     from nanobot.config import load_config
@@ -120,9 +143,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--command", default="true")
-    parser.add_argument("--mechanism", action="append", choices=["none", "bwrap", "landlock", "landlock-fork"],
-                        help="repeatable; default: all. landlock-fork: Landlock forked from nanobot itself, "
-                             "as before the launcher")
+    parser.add_argument(
+        "--mechanism",
+        action="append",
+        choices=["none", "bwrap", "landlock", "landlock-fork"],
+        help="repeatable; default: all. landlock-fork: Landlock forked from nanobot itself, "
+        "as before the launcher",
+    )
     args = parser.parse_args()
     modes = args.mechanism or ["none", "bwrap", "landlock", "landlock-fork"]
     with tempfile.TemporaryDirectory(prefix="nanobot-bench-exec-") as tmp:
@@ -131,17 +158,28 @@ def main() -> None:
         os.environ["HOME"] = str(home)
         os.environ["NANOBOT_HOME"] = str(home / ".nanobot")
         os.environ["NO_PROXY"] = "127.0.0.1,localhost"
-        for proxy in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        for proxy in (
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
+        ):
             os.environ.pop(proxy, None)
         from nanobot.sandbox import choose, launcher
 
         ws = home / ".nanobot" / "workspace"
         ws.mkdir(parents=True)
         load = os.getloadavg()
-        print(f"exec {args.command!r}, {args.calls} calls, load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
-              f"{os.cpu_count()} cores")
+        print(
+            f"exec {args.command!r}, {args.calls} calls, load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
+            f"{os.cpu_count()} cores"
+        )
         wall, cpu = bare_subprocess(args.command, args.calls)
-        print(f"{'subprocess':13} {wall * 1000:6.1f} ms wall {cpu * 1000:6.1f} ms CPU per call (bare /bin/sh -c)")
+        print(
+            f"{'subprocess':13} {wall * 1000:6.1f} ms wall {cpu * 1000:6.1f} ms CPU per call (bare /bin/sh -c)"
+        )
         for label in modes:
             mode = label.removesuffix("-fork")
             launcher.ENABLED = label != "landlock-fork"
@@ -155,9 +193,11 @@ def main() -> None:
             w1, c1, results = turn(mode, home / ".nanobot", args.command, args.calls, label)
             ok = sum(r.rstrip().endswith("[exit code: 0]") for r in results)
             per_wall, per_cpu = (w1 - w0) / args.calls, (c1 - c0) / args.calls
-            print(f"{label:13} {per_wall * 1000:6.1f} ms wall {per_cpu * 1000:6.1f} ms CPU per call in a turn "
-                  f"({ok}/{len(results)} exit 0); ExecTool.run alone {t_wall * 1000:6.1f} ms wall "
-                  f"{t_cpu * 1000:6.1f} ms CPU")
+            print(
+                f"{label:13} {per_wall * 1000:6.1f} ms wall {per_cpu * 1000:6.1f} ms CPU per call in a turn "
+                f"({ok}/{len(results)} exit 0); ExecTool.run alone {t_wall * 1000:6.1f} ms wall "
+                f"{t_cpu * 1000:6.1f} ms CPU"
+            )
 
 
 if __name__ == "__main__":

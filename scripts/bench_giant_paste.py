@@ -52,8 +52,13 @@ def text_of(kind: str, size: int) -> str:
 
 
 def count(kind: str, size: int) -> str:
-    done = subprocess.run([sys.executable, "-c", COUNT_CHILD, kind, str(size)], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parent, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", COUNT_CHILD, kind, str(size)],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent,
+        check=True,
+    )
     n, took, rss = done.stdout.split()
     return f"{int(n):>10,} tokens counted in {float(took):6.2f} s, peak {int(rss) / 1024:6.0f} MiB"
 
@@ -61,15 +66,20 @@ def count(kind: str, size: int) -> str:
 def turn(kind: str, size: int) -> str:
     with BenchHome() as home:
         start = time.monotonic()
-        code, rss = _maxrss_of([*nanobot_argv(), "agent", "--no-markdown"], home.env,
-                               stdin=text_of(kind, size).encode())
+        code, rss = _maxrss_of(
+            [*nanobot_argv(), "agent", "--no-markdown"],
+            home.env,
+            stdin=text_of(kind, size).encode(),
+        )
         took = time.monotonic() - start
     return f"exit {code}, {took:6.2f} s, peak {rss / 1024:6.0f} MiB"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mb", type=float, nargs="+", default=[1, 5], help="sizes in MB (default 1 5)")
+    parser.add_argument(
+        "--mb", type=float, nargs="+", default=[1, 5], help="sizes in MB (default 1 5)"
+    )
     parser.add_argument("--no-turn", action="store_true", help="only count; no whole `agent` turn")
     args = parser.parse_args()
     for mb in args.mb:

@@ -29,7 +29,9 @@ SERVER = Path(__file__).resolve().parent.parent / "tests" / "mcp" / "notes_serve
 def import_ms(statement: str, runs: int) -> float:
     samples = []
     for _ in range(runs):
-        out = subprocess.run([sys.executable, "-X", "importtime", "-c", statement], capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", statement], capture_output=True, text=True
+        )
         totals = [int(m.group(1)) for m in re.finditer(r"\|\s+(\d+) \|", out.stderr)]
         samples.append(max(totals) / 1000)
     return statistics.median(samples)
@@ -41,14 +43,28 @@ def time_to_prompt(servers: int, runs: int) -> tuple[float, float | None]:
     prompt, tools_seen = [], []
     with BenchHome() as home:
         config = json.loads((home.home / "config.json").read_text())
-        config["tools"] = {"mcpServers": {f"s{i}": {"command": sys.executable, "args": [str(SERVER), "stdio"],
-                                                    "trusted": True} for i in range(servers)}}
+        config["tools"] = {
+            "mcpServers": {
+                f"s{i}": {
+                    "command": sys.executable,
+                    "args": [str(SERVER), "stdio"],
+                    "trusted": True,
+                }
+                for i in range(servers)
+            }
+        }
         (home.home / "config.json").write_text(json.dumps(config))
         for _ in range(runs):
             home.server.reset()
             t = time.monotonic()
-            child = pexpect.spawn(nanobot_argv()[0], nanobot_argv()[1:] + ["agent"], env=home.env,
-                                  encoding="utf-8", timeout=60, dimensions=(40, 160))
+            child = pexpect.spawn(
+                nanobot_argv()[0],
+                nanobot_argv()[1:] + ["agent"],
+                env=home.env,
+                encoding="utf-8",
+                timeout=60,
+                dimensions=(40, 160),
+            )
             child.expect("you ›")
             prompt.append(time.monotonic() - t)
             child.sendline("hi")
@@ -72,13 +88,21 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
-    load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else ["?"]
+    load = (
+        Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else ["?"]
+    )
     print(f"load average {' '.join(load)}; {args.runs} runs each, medians")
-    print(f"import mcp + its three client transports: {import_ms('import mcp, mcp.client.stdio, mcp.client.sse, mcp.client.streamable_http', args.runs):.0f} ms")
+    print(
+        f"import mcp + its three client transports: {import_ms('import mcp, mcp.client.stdio, mcp.client.sse, mcp.client.streamable_http', args.runs):.0f} ms"
+    )
     print(f"import jsonschema: {import_ms('import jsonschema', args.runs):.0f} ms")
     for servers in (0, 1, 3):
         prompt, tools = time_to_prompt(servers, args.runs)
-        extra = f"; first request with the MCP tools {tools:.2f} s after spawn" if tools is not None else ""
+        extra = (
+            f"; first request with the MCP tools {tools:.2f} s after spawn"
+            if tools is not None
+            else ""
+        )
         print(f"chat with {servers} MCP server(s): prompt after {prompt:.2f} s{extra}")
 
 

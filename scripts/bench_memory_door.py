@@ -49,8 +49,12 @@ def recall(root: Path, size_mb: float, runs: int) -> None:
     # one fact only the oldest entry holds: recall must read the whole file to find it
     oldest = b"[2019-12-31 09:00] The user keeps the passport in the blue folder QUOKKA.\n\n"
     store.history_file.write_bytes(oldest + store.history_file.read_bytes())
-    print(f"HISTORY.md: {store.history_file.stat().st_size / 1e6:.1f} MB, generated in {time.perf_counter() - t:.1f}s")
-    os.environ["NANOBOT_HOME"] = str(root / "home")  # the recall index is built there, never in ~/.nanobot
+    print(
+        f"HISTORY.md: {store.history_file.stat().st_size / 1e6:.1f} MB, generated in {time.perf_counter() - t:.1f}s"
+    )
+    os.environ["NANOBOT_HOME"] = str(
+        root / "home"
+    )  # the recall index is built there, never in ~/.nanobot
     tool = SearchHistoryTool(ToolContext(workspace=ws))
     t = time.perf_counter()
     from nanobot.tools.recall import open_index
@@ -60,11 +64,17 @@ def recall(root: Path, size_mb: float, runs: int) -> None:
     index.close()
     print(f"recall index built in {time.perf_counter() - t:.1f}s")
     print(f"{'search_history query':<28}{'hits':>8}{'chars':>8}{'time':>10}")
-    for label, query in (("absent word (full pass)", "qqqzzz"), ("rare: oldest entry only", "quokka passport"),
-                         ("rare word (148 entries)", "XYZZY"),
-                         ("common word", "lisbon"), ("two common words", "lisbon deadline")):
+    for label, query in (
+        ("absent word (full pass)", "qqqzzz"),
+        ("rare: oldest entry only", "quokka passport"),
+        ("rare word (148 entries)", "XYZZY"),
+        ("common word", "lisbon"),
+        ("two common words", "lisbon deadline"),
+    ):
         secs, out = best_of(runs, lambda: asyncio.run(tool.run(query=query)))
-        entries = sum(1 for line in out.splitlines() if line[:1] == "[" and line[1:line.find("]")].isdigit())
+        entries = sum(
+            1 for line in out.splitlines() if line[:1] == "[" and line[1 : line.find("]")].isdigit()
+        )
         print(f"{label:<28}{entries:>8}{len(out):>8}{secs * 1000:>8.1f}ms")
 
 
@@ -80,10 +90,13 @@ def ordinary_turns(root: Path, turns: int) -> None:
         home.mkdir(parents=True, exist_ok=True)
         (home / "config.json").write_text(
             '{"agents": {"defaults": {"model": "custom/m", "provider": "custom"}}, "providers": {"custom": '
-            f'{{"apiKey": "sk-bench-123456", "apiBase": "{server.openai_base_url}"}}}}}}')
+            f'{{"apiKey": "sk-bench-123456", "apiBase": "{server.openai_base_url}"}}}}}}'
+        )
         cfg = load_config(None)
         store = MemoryStore(cfg.workspace_path())
-        store.write_memory("# Memory\n\n" + "".join(f"- fact {i}\n" for i in range(200)), reason="bench setup")
+        store.write_memory(
+            "# Memory\n\n" + "".join(f"- fact {i}\n" for i in range(200)), reason="bench setup"
+        )
         server.responder = lambda req: Reply.text("ok")
 
         def memory_files() -> dict[str, tuple[int, int]]:
@@ -105,11 +118,14 @@ def ordinary_turns(root: Path, turns: int) -> None:
                     await assistant.conversation.send(f"ordinary turn {i}")
                 secs = (time.perf_counter() - t) / turns
                 changed = [p for p, v in memory_files().items() if before.get(p) != v]
-                print(f"ordinary turn: {secs * 1000:.1f} ms each over {turns} turns; files written in memory/ "
-                      f"and the journal: {len(changed)} {changed or ''}; versions: {len(store.versions())}")
+                print(
+                    f"ordinary turn: {secs * 1000:.1f} ms each over {turns} turns; files written in memory/ "
+                    f"and the journal: {len(changed)} {changed or ''}; versions: {len(store.versions())}"
+                )
             finally:
                 await assistant.aclose()
             return secs
+
         asyncio.run(go())
 
 
@@ -128,14 +144,18 @@ def exec_hook(root: Path, runs: int) -> None:
     def no_watch(_ws):
         class W:
             note = ""
+
         yield W()
+
     shell.watch_memory = no_watch
     try:
         without, _ = best_of(runs, lambda: asyncio.run(tool.run(command="true")))
     finally:
         shell.watch_memory = real
-    print(f"exec `true`: {with_hook * 1000:.2f} ms with the memory hook, {without * 1000:.2f} ms without "
-          f"(hook: {(with_hook - without) * 1000:+.2f} ms)")
+    print(
+        f"exec `true`: {with_hook * 1000:.2f} ms with the memory hook, {without * 1000:.2f} ms without "
+        f"(hook: {(with_hook - without) * 1000:+.2f} ms)"
+    )
 
 
 def main() -> None:

@@ -32,6 +32,7 @@ class Probe:
     def _wrapper(self, fn: Any, label: str) -> Any:
         totals, calls = self.totals, self.calls
         if inspect.iscoroutinefunction(fn):
+
             @functools.wraps(fn)
             async def timed_async(*a: Any, **kw: Any) -> Any:
                 t = time.perf_counter()
@@ -40,6 +41,7 @@ class Probe:
                 finally:
                     totals[label] += time.perf_counter() - t
                     calls[label] += 1
+
             return timed_async
 
         @functools.wraps(fn)
@@ -50,11 +52,14 @@ class Probe:
             finally:
                 totals[label] += time.perf_counter() - t
                 calls[label] += 1
+
         return timed
 
     def wrap(self, owner: Any, name: str, label: str, *, everywhere: bool = True) -> bool:
         """Time `owner.name` as `label`; False if it does not exist (a part not built yet)."""
-        original = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+        original = (
+            owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+        )
         if original is None:
             return False
         raw = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
@@ -65,8 +70,11 @@ class Probe:
             timed = classmethod(timed)
         targets = [owner]
         if everywhere and not isinstance(owner, type):
-            targets += [m for n, m in list(sys.modules.items())
-                        if n.startswith("nanobot") and m is not owner and getattr(m, name, None) is original]
+            targets += [
+                m
+                for n, m in list(sys.modules.items())
+                if n.startswith("nanobot") and m is not owner and getattr(m, name, None) is original
+            ]
         for target in targets:
             self._undo.append((target, name, original))
             setattr(target, name, timed)

@@ -35,8 +35,14 @@ def _workspace(base: Path, copies: int) -> Path:
         for n in range(300):
             (ws / f"file{n}.txt").write_text(f"{n}\n")
         subprocess.run(["git", "add", "-A"], cwd=ws, check=True)
-        subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x"], cwd=ws, check=True)
-    old = time.time() - 3600  # an hour-old workspace, as real ones are: the repository search may keep its listings
+        subprocess.run(
+            ["git", "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x"],
+            cwd=ws,
+            check=True,
+        )
+    old = (
+        time.time() - 3600
+    )  # an hour-old workspace, as real ones are: the repository search may keep its listings
     for folder in [ws, *(p for p in ws.rglob("*") if p.is_dir() and not p.is_symlink())]:
         os.utime(folder, (old, old))
     return ws
@@ -52,18 +58,24 @@ def main() -> None:
         from nanobot.policy.watch import changes_since, take_snapshot
 
         ws = _workspace(Path(tmp), args.skills_copies)
-        print(f"protected paths watched: {len(take_snapshot(ws))} (skills files: "
-              f"{sum(1 for p in (ws / 'skills').rglob('*') if p.is_file())})")
-        for contents, where in ((False, "read-only in the sandbox (bwrap, Landlock with mounts)"),
-                                (True, "contents kept (Landlock without mounts, no sandbox)")):
+        print(
+            f"protected paths watched: {len(take_snapshot(ws))} (skills files: "
+            f"{sum(1 for p in (ws / 'skills').rglob('*') if p.is_file())})"
+        )
+        for contents, where in (
+            (False, "read-only in the sandbox (bwrap, Landlock with mounts)"),
+            (True, "contents kept (Landlock without mounts, no sandbox)"),
+        ):
             times = []
             for _ in range(args.runs):
                 start = time.process_time()
                 before = take_snapshot(ws, contents=contents)
                 assert changes_since(ws, before, contents=contents) == []
                 times.append((time.process_time() - start) * 1000)
-            print(f"snapshot + compare per exec call (CPU), {where}: median {statistics.median(times):.2f} ms, "
-                  f"p95 {sorted(times)[int(len(times) * 0.95) - 1]:.2f} ms over {args.runs} runs")
+            print(
+                f"snapshot + compare per exec call (CPU), {where}: median {statistics.median(times):.2f} ms, "
+                f"p95 {sorted(times)[int(len(times) * 0.95) - 1]:.2f} ms over {args.runs} runs"
+            )
 
 
 if __name__ == "__main__":

@@ -44,58 +44,163 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-NAMES = ["Maya", "Tomasz", "Ingrid", "Kofi", "Aurelio", "Sunita", "Bartek", "Yuki", "Oksana", "Dario", "Lindiwe",
-         "Henrik", "Paloma", "Ravi", "Greta", "Mateus", "Noor", "Elif", "Joaquin", "Saoirse", "Tariq", "Wen"]
+NAMES = [
+    "Maya",
+    "Tomasz",
+    "Ingrid",
+    "Kofi",
+    "Aurelio",
+    "Sunita",
+    "Bartek",
+    "Yuki",
+    "Oksana",
+    "Dario",
+    "Lindiwe",
+    "Henrik",
+    "Paloma",
+    "Ravi",
+    "Greta",
+    "Mateus",
+    "Noor",
+    "Elif",
+    "Joaquin",
+    "Saoirse",
+    "Tariq",
+    "Wen",
+]
 RELATIONS = ["sister", "brother", "cousin", "neighbour", "colleague", "friend", "aunt", "nephew"]
-CITIES = ["Lisbon", "Krakow", "Osaka", "Valparaiso", "Tallinn", "Marrakesh", "Hobart", "Ljubljana", "Cusco",
-          "Bergen", "Tbilisi", "Halifax", "Porto", "Seville", "Hanoi", "Reykjavik"]
-JOBS = ["pharmacist", "carpenter", "data analyst", "midwife", "sound engineer", "translator", "geologist",
-        "baker", "paramedic", "architect"]
-COMPANIES = ["Brightwater", "Northgate Labs", "Copperleaf", "Halden & Sons", "Bluefin Studio", "Orrery Health",
-             "Kestrel Logistics", "Mosaic Foods"]
+CITIES = [
+    "Lisbon",
+    "Krakow",
+    "Osaka",
+    "Valparaiso",
+    "Tallinn",
+    "Marrakesh",
+    "Hobart",
+    "Ljubljana",
+    "Cusco",
+    "Bergen",
+    "Tbilisi",
+    "Halifax",
+    "Porto",
+    "Seville",
+    "Hanoi",
+    "Reykjavik",
+]
+JOBS = [
+    "pharmacist",
+    "carpenter",
+    "data analyst",
+    "midwife",
+    "sound engineer",
+    "translator",
+    "geologist",
+    "baker",
+    "paramedic",
+    "architect",
+]
+COMPANIES = [
+    "Brightwater",
+    "Northgate Labs",
+    "Copperleaf",
+    "Halden & Sons",
+    "Bluefin Studio",
+    "Orrery Health",
+    "Kestrel Logistics",
+    "Mosaic Foods",
+]
 PETS = ["Pepper", "Biscuit", "Juniper", "Mochi", "Rasmus", "Clementine", "Pixel", "Waffles"]
 ANIMALS = ["dog", "cat", "rabbit", "parrot"]
 FOODS = ["chicken", "peanuts", "shellfish", "oats", "dairy", "soy"]
-HOBBIES = ["pottery", "bouldering", "choir", "chess club", "salsa lessons", "birdwatching", "woodturning"]
+HOBBIES = [
+    "pottery",
+    "bouldering",
+    "choir",
+    "chess club",
+    "salsa lessons",
+    "birdwatching",
+    "woodturning",
+]
 WEEKDAYS = ["Mondays", "Tuesdays", "Wednesdays", "Thursdays", "Fridays", "Saturdays"]
-PLACES = ["community centre", "library annex", "church hall", "climbing gym", "youth club", "rec centre"]
+PLACES = [
+    "community centre",
+    "library annex",
+    "church hall",
+    "climbing gym",
+    "youth club",
+    "rec centre",
+]
 
 # (statement said in passing, question paraphrasing it). {..} slots are filled per fact.
 SINGLE = [
-    ("oh, before I forget, my {rel} {name} started a new job as a {job} at {company} last week",
-     "Where is my {rel} {name} working these days, and doing what?"),
-    ("random thing but {name}'s {hobby} meets at the {place} on {day}",
-     "Which day of the week is {name}'s {hobby} held?"),
-    ("I finally booked the flights to {city} for the spring break with {name}",
-     "Which city am I flying to with {name} over the spring holidays?"),
-    ("side note: the wifi at my {rel} {name}'s flat is under the name {company} guest",
-     "What network name does {name}'s wireless use?"),
-    ("{name} and I decided to name the sourdough starter {pet}, silly I know",
-     "What did {name} and I call the bread starter?"),
-    ("my {rel} {name} is moving to {city} in the autumn, I'll miss them",
-     "Where is my {rel} {name} relocating to?"),
-    ("btw my locker at the {place} in {city} is number {num}, I keep forgetting",
-     "What's my locker number at the {place} in {city}?"),
-    ("the plumber in {city} said the boiler is a {company} model from {num}",
-     "Which brand is the heating boiler at the {city} place?"),
+    (
+        "oh, before I forget, my {rel} {name} started a new job as a {job} at {company} last week",
+        "Where is my {rel} {name} working these days, and doing what?",
+    ),
+    (
+        "random thing but {name}'s {hobby} meets at the {place} on {day}",
+        "Which day of the week is {name}'s {hobby} held?",
+    ),
+    (
+        "I finally booked the flights to {city} for the spring break with {name}",
+        "Which city am I flying to with {name} over the spring holidays?",
+    ),
+    (
+        "side note: the wifi at my {rel} {name}'s flat is under the name {company} guest",
+        "What network name does {name}'s wireless use?",
+    ),
+    (
+        "{name} and I decided to name the sourdough starter {pet}, silly I know",
+        "What did {name} and I call the bread starter?",
+    ),
+    (
+        "my {rel} {name} is moving to {city} in the autumn, I'll miss them",
+        "Where is my {rel} {name} relocating to?",
+    ),
+    (
+        "btw my locker at the {place} in {city} is number {num}, I keep forgetting",
+        "What's my locker number at the {place} in {city}?",
+    ),
+    (
+        "the plumber in {city} said the boiler is a {company} model from {num}",
+        "Which brand is the heating boiler at the {city} place?",
+    ),
 ]
 DOUBLE = [  # two statements in two sessions; the question needs both
-    ("{name} and I adopted a {animal} from the shelter and named it {pet}",
-     "{pet} turns out to be allergic to {food}, vet says",
-     "What is the {animal} {name} and I adopted called, and what is it allergic to?"),
-    ("{name} got engaged last weekend!", "the wedding of {name} will be in {city}, they picked a vineyard",
-     "{name} got engaged: where is the wedding going to be?"),
-    ("I signed up for {hobby} with my {rel} {name}", "{name}'s {hobby} costs {num} a term, which is steep",
-     "What class did I sign up for with {name}, and what does it cost per term?"),
+    (
+        "{name} and I adopted a {animal} from the shelter and named it {pet}",
+        "{pet} turns out to be allergic to {food}, vet says",
+        "What is the {animal} {name} and I adopted called, and what is it allergic to?",
+    ),
+    (
+        "{name} got engaged last weekend!",
+        "the wedding of {name} will be in {city}, they picked a vineyard",
+        "{name} got engaged: where is the wedding going to be?",
+    ),
+    (
+        "I signed up for {hobby} with my {rel} {name}",
+        "{name}'s {hobby} costs {num} a term, which is steep",
+        "What class did I sign up for with {name}, and what does it cost per term?",
+    ),
 ]
 DATED = [
-    ("went to the dentist {name} recommended this morning, the cracked molar is fixed",
-     "When did I see the dentist {name} recommended about my tooth?"),
-    ("just got back from the {city} marathon, legs are jelly", "When did I run the race in {city}?"),
+    (
+        "went to the dentist {name} recommended this morning, the cracked molar is fixed",
+        "When did I see the dentist {name} recommended about my tooth?",
+    ),
+    (
+        "just got back from the {city} marathon, legs are jelly",
+        "When did I run the race in {city}?",
+    ),
     ("today I handed in my notice at {company}", "When did I resign from {company}?"),
-    ("{name} and I planted the {food} patch in the back garden today",
-     "On what date did {name} and I put the {food} in the garden?"),
-    ("passed my driving test in {city} this afternoon!!", "When did I get my driving licence in {city}?"),
+    (
+        "{name} and I planted the {food} patch in the back garden today",
+        "On what date did {name} and I put the {food} in the garden?",
+    ),
+    (
+        "passed my driving test in {city} this afternoon!!",
+        "When did I get my driving licence in {city}?",
+    ),
 ]
 FILLER_USER = [
     "can you help me plan meals for the week, something with {food_any}?",
@@ -129,9 +234,11 @@ FILLER_ASSISTANT = [
     "Start with a taster session at a local club; most lend equipment the first time.",
     "A cancellation usually gets a full refund; a long delay may earn compensation.",
 ]
-STOP = set("a an and are as at be been but by can could did do does for from had has have he her his how i if in "
-           "into is it its me my of on or our she so than that the their them then there these they this to us "
-           "was we were what when where which who whom why will with would you your about whats what's".split())
+STOP = set(
+    "a an and are as at be been but by can could did do does for from had has have he her his how i if in "
+    "into is it its me my of on or our she so than that the their them then there these they this to us "
+    "was we were what when where which who whom why will with would you your about whats what's".split()
+)
 
 
 @dataclass
@@ -155,12 +262,23 @@ def generate(seed: int, sessions: int, per_session: int) -> tuple[list[list[dict
         msgs = []
         for i in range(per_session):
             pool = FILLER_USER if i % 2 == 0 else FILLER_ASSISTANT
-            slots = {"food_any": rng.choice(FOODS), "name_any": rng.choice(NAMES), "city_any": rng.choice(CITIES),
-                     "place_any": rng.choice(PLACES), "rel_any": rng.choice(RELATIONS),
-                     "hobby_any": rng.choice(HOBBIES), "animal_any": rng.choice(ANIMALS),
-                     "day_any": rng.choice(WEEKDAYS)}
-            msgs.append({"role": "user" if i % 2 == 0 else "assistant", "content": _fill(rng.choice(pool), slots),
-                         "timestamp": (when + timedelta(minutes=2 * i)).isoformat()})
+            slots = {
+                "food_any": rng.choice(FOODS),
+                "name_any": rng.choice(NAMES),
+                "city_any": rng.choice(CITIES),
+                "place_any": rng.choice(PLACES),
+                "rel_any": rng.choice(RELATIONS),
+                "hobby_any": rng.choice(HOBBIES),
+                "animal_any": rng.choice(ANIMALS),
+                "day_any": rng.choice(WEEKDAYS),
+            }
+            msgs.append(
+                {
+                    "role": "user" if i % 2 == 0 else "assistant",
+                    "content": _fill(rng.choice(pool), slots),
+                    "timestamp": (when + timedelta(minutes=2 * i)).isoformat(),
+                }
+            )
         convo.append(msgs)
     questions: list[Question] = []
     used: set[int] = set()
@@ -175,10 +293,20 @@ def generate(seed: int, sessions: int, per_session: int) -> tuple[list[list[dict
                 return s
 
     def slots() -> dict[str, str]:
-        return {"name": rng.choice(NAMES), "rel": rng.choice(RELATIONS), "job": rng.choice(JOBS),
-                "company": rng.choice(COMPANIES), "city": rng.choice(CITIES), "hobby": rng.choice(HOBBIES),
-                "place": rng.choice(PLACES), "day": rng.choice(WEEKDAYS), "pet": rng.choice(PETS),
-                "animal": rng.choice(ANIMALS), "food": rng.choice(FOODS), "num": str(rng.randint(100, 2999))}
+        return {
+            "name": rng.choice(NAMES),
+            "rel": rng.choice(RELATIONS),
+            "job": rng.choice(JOBS),
+            "company": rng.choice(COMPANIES),
+            "city": rng.choice(CITIES),
+            "hobby": rng.choice(HOBBIES),
+            "place": rng.choice(PLACES),
+            "day": rng.choice(WEEKDAYS),
+            "pet": rng.choice(PETS),
+            "animal": rng.choice(ANIMALS),
+            "food": rng.choice(FOODS),
+            "num": str(rng.randint(100, 2999)),
+        }
 
     for k in range(60):
         said, asked = SINGLE[k % len(SINGLE)]
@@ -264,7 +392,12 @@ class Baseline:
         if not terms:
             return []
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-        return [r[0] for r in self.db.execute("SELECT text FROM t WHERE t MATCH ? ORDER BY rank LIMIT ?", (match, k))]
+        return [
+            r[0]
+            for r in self.db.execute(
+                "SELECT text FROM t WHERE t MATCH ? ORDER BY rank LIMIT ?", (match, k)
+            )
+        ]
 
 
 def units_of(home: Path, shape: str, convo: list[list[dict]]) -> list[str]:
@@ -283,7 +416,9 @@ def substring(workspace: Path, query: str, k: int) -> str:
     if not path.is_file():
         return ""
     terms = query.split()
-    return capped([e.text for e in history_log.search_newest(path, terms, limit=k)]) if terms else ""
+    return (
+        capped([e.text for e in history_log.search_newest(path, terms, limit=k)]) if terms else ""
+    )
 
 
 def tool(workspace: Path, query: str, k: int) -> str:
@@ -292,8 +427,11 @@ def tool(workspace: Path, query: str, k: int) -> str:
     from nanobot.tools.recall import SearchHistoryTool
 
     try:
-        return asyncio.run(SearchHistoryTool(ToolContext(workspace=workspace), session_key="cli:bench").run(
-            query=query, limit=k))
+        return asyncio.run(
+            SearchHistoryTool(ToolContext(workspace=workspace), session_key="cli:bench").run(
+                query=query, limit=k
+            )
+        )
     except ToolError:
         return ""
 
@@ -304,8 +442,12 @@ def found(output: str, q: Question) -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", default="1,2,3", help="one archive and question set per seed, results pooled")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--seeds", default="1,2,3", help="one archive and question set per seed, results pooled"
+    )
     parser.add_argument("--sessions", type=int, default=120, help="sessions over six months")
     parser.add_argument("--messages", type=int, default=40, help="messages per session")
     args = parser.parse_args()
@@ -328,30 +470,51 @@ def main() -> None:
             for style in ("content", "rarest"):
                 for k in (5, 10):
                     for q in questions:
-                        query = content_query(q.text) if style == "content" else rarest_query(q.text, df)
+                        query = (
+                            content_query(q.text)
+                            if style == "content"
+                            else rarest_query(q.text, df)
+                        )
                         top = base.top(query, k)
-                        got = {"tool": found(tool(workspace, query, k), q),
-                               "substring": found(substring(workspace, query, k), q) if shape != "files" else False,
-                               "bm25-capped": found(capped(top), q), "bm25-full": found("\n\n".join(top), q)}
+                        got = {
+                            "tool": found(tool(workspace, query, k), q),
+                            "substring": found(substring(workspace, query, k), q)
+                            if shape != "files"
+                            else False,
+                            "bm25-capped": found(capped(top), q),
+                            "bm25-full": found("\n\n".join(top), q),
+                        }
                         for engine, ok in got.items():
                             table.setdefault((shape, style, k, engine), []).append((q.kind, ok))
             shutil.rmtree(home, ignore_errors=True)
-    print(f"seeds {seeds}: {len(seeds)} x {args.sessions} sessions x {args.messages} messages over 6 months; "
-          f"{total_q} questions (per seed: 60 single fact, 30 two facts in two sessions, 30 dates)")
-    print("evidence recall: the share of questions whose every answering message is in what the engine returned")
+    print(
+        f"seeds {seeds}: {len(seeds)} x {args.sessions} sessions x {args.messages} messages over 6 months; "
+        f"{total_q} questions (per seed: 60 single fact, 30 two facts in two sessions, 30 dates)"
+    )
+    print(
+        "evidence recall: the share of questions whose every answering message is in what the engine returned"
+    )
     for shape in ("session", "message", "files"):
         print(f"\n== archive unit: {shape} ({sizes[shape] // len(seeds):,} units per seed) ==")
-        print(f"{'query':8} {'k':>3} {'engine':12} " + " ".join(f"{k:>7}" for k in kinds) + "     all")
+        print(
+            f"{'query':8} {'k':>3} {'engine':12} " + " ".join(f"{k:>7}" for k in kinds) + "     all"
+        )
         for style in ("content", "rarest"):
             for k in (5, 10):
                 for engine in engines:
                     if engine == "substring" and shape == "files":
                         continue
                     rows = table[(shape, style, k, engine)]
-                    by = [sum(ok for kind_, ok in rows if kind_ == kind) / max(1, sum(kind_ == kind for kind_, _ in rows))
-                          for kind in kinds]
-                    print(f"{style:8} {k:>3} {engine:12} " + " ".join(f"{b:7.1%}" for b in by)
-                          + f" {sum(ok for _, ok in rows) / len(rows):7.1%}")
+                    by = [
+                        sum(ok for kind_, ok in rows if kind_ == kind)
+                        / max(1, sum(kind_ == kind for kind_, _ in rows))
+                        for kind in kinds
+                    ]
+                    print(
+                        f"{style:8} {k:>3} {engine:12} "
+                        + " ".join(f"{b:7.1%}" for b in by)
+                        + f" {sum(ok for _, ok in rows) / len(rows):7.1%}"
+                    )
 
 
 if __name__ == "__main__":

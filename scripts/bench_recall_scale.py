@@ -32,8 +32,12 @@ from pathlib import Path
 
 def _vocabulary(rng: random.Random, size: int) -> tuple[list[str], list[float]]:
     letters = "etaoinshrdlucmfwypvbgkjqxz"
-    words = sorted({"".join(rng.choice(letters[:10 + i % 16]) for _ in range(rng.randint(2, 10)))
-                    for i in range(size * 2)})[:size]
+    words = sorted(
+        {
+            "".join(rng.choice(letters[: 10 + i % 16]) for _ in range(rng.randint(2, 10)))
+            for i in range(size * 2)
+        }
+    )[:size]
     rng.shuffle(words)
     weights = [1.0 / (rank + 1) for rank in range(len(words))]  # Zipf, like a natural language
     return words, weights
@@ -47,7 +51,9 @@ def build_archive(home: Path, megabytes: float, seed: int = 1) -> tuple[int, lis
 
     rng = random.Random(seed)
     words, weights = _vocabulary(rng, 30_000)
-    cum = list(itertools.accumulate(weights))  # (what choices() computes from weights on every call)
+    cum = list(
+        itertools.accumulate(weights)
+    )  # (what choices() computes from weights on every call)
     store = SessionStore(home / "sessions")
     memory = MemoryStore(home / "workspace")
     target = int(megabytes * 1e6)
@@ -61,9 +67,17 @@ def build_archive(home: Path, megabytes: float, seed: int = 1) -> tuple[int, lis
         for i in range(200):
             text = " ".join(rng.choices(words, cum_weights=cum, k=rng.randint(8, 120)))
             role = "user" if i % 2 == 0 else "assistant"
-            batch.append({"role": role, "content": text, "timestamp": (when + timedelta(minutes=i)).isoformat()})
+            batch.append(
+                {
+                    "role": role,
+                    "content": text,
+                    "timestamp": (when + timedelta(minutes=i)).isoformat(),
+                }
+            )
         store.append(session, batch)
-        written = written + session.path.stat().st_size if session_no else session.path.stat().st_size
+        written = (
+            written + session.path.stat().st_size if session_no else session.path.stat().st_size
+        )
         store.close(session)
         if session_no % 10 == 0:
             summary = " ".join(rng.choices(words, cum_weights=cum, k=150))
@@ -73,12 +87,24 @@ def build_archive(home: Path, megabytes: float, seed: int = 1) -> tuple[int, lis
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mb", type=float, default=100.0, help="size of the synthetic archive in MB")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--mb", type=float, default=100.0, help="size of the synthetic archive in MB"
+    )
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--dir", type=Path, default=None, help="keep the archive here (default: a temp folder)")
-    parser.add_argument("--reuse", action="store_true", help="use the archive already in --dir (its index is rebuilt)")
-    parser.add_argument("--keep-index", action="store_true", help="with --reuse: keep its index too (queries only)")
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="keep the archive here (default: a temp folder)"
+    )
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="use the archive already in --dir (its index is rebuilt)",
+    )
+    parser.add_argument(
+        "--keep-index", action="store_true", help="with --reuse: keep its index too (queries only)"
+    )
     args = parser.parse_args()
     home = args.dir or Path(tempfile.mkdtemp(prefix="bench-recall-"))
     t0 = time.perf_counter()
@@ -92,14 +118,18 @@ def main() -> None:
                 stale.unlink()
     else:
         source_bytes, words = build_archive(home, args.mb)
-    print(f"archive: {source_bytes / 1e6:,.1f} MB of session JSONL + HISTORY.md in {home} "
-          f"(ready in {time.perf_counter() - t0:.0f} s)")
+    print(
+        f"archive: {source_bytes / 1e6:,.1f} MB of session JSONL + HISTORY.md in {home} "
+        f"(ready in {time.perf_counter() - t0:.0f} s)"
+    )
 
     from nanobot.memory.recall_index import RecallIndex
     from nanobot.session.store import SessionStore
 
     index_path = home / "recall.sqlite3"
-    index = RecallIndex(index_path, sessions=home / "sessions", history=home / "workspace/memory/HISTORY.md")
+    index = RecallIndex(
+        index_path, sessions=home / "sessions", history=home / "workspace/memory/HISTORY.md"
+    )
     t0 = time.perf_counter()
     c0 = time.process_time()
     last = [0.0]
@@ -109,37 +139,52 @@ def main() -> None:
         if time.perf_counter() - last[0] > 5:
             last[0] = time.perf_counter()
             print(f"  indexing: {done / 1e6:,.0f} / {total / 1e6:,.0f} MB", file=sys.stderr)
+
     index.refresh(progress=progress)
     build = time.perf_counter() - t0
     cpu = time.process_time() - c0
     rate = source_bytes / build
-    print(f"build: {build:.1f} s wall, {cpu:.1f} s CPU; {rate / 1e6:.2f} MB/s wall -> 1 GB in {1e9 / rate / 60:.1f} min, "
-          f"{source_bytes / cpu / 1e6:.2f} MB per CPU-second -> 1 GB in {1e9 / (source_bytes / cpu) / 60:.1f} min "
-          f"on a free core (linear extrapolation; the build is one thread)")
+    print(
+        f"build: {build:.1f} s wall, {cpu:.1f} s CPU; {rate / 1e6:.2f} MB/s wall -> 1 GB in {1e9 / rate / 60:.1f} min, "
+        f"{source_bytes / cpu / 1e6:.2f} MB per CPU-second -> 1 GB in {1e9 / (source_bytes / cpu) / 60:.1f} min "
+        f"on a free core (linear extrapolation; the build is one thread)"
+    )
     load = os.getloadavg()
-    print(f"load average at the end of the build: {load[0]:.1f} (1 min) / {load[1]:.1f} (5 min) / {load[2]:.1f} "
-          f"(15 min) on {os.cpu_count()} cores")
+    print(
+        f"load average at the end of the build: {load[0]:.1f} (1 min) / {load[1]:.1f} (5 min) / {load[2]:.1f} "
+        f"(15 min) on {os.cpu_count()} cores"
+    )
     stats = index.stats()
     index.close()
-    index = RecallIndex(index_path, sessions=home / "sessions", history=home / "workspace/memory/HISTORY.md")
+    index = RecallIndex(
+        index_path, sessions=home / "sessions", history=home / "workspace/memory/HISTORY.md"
+    )
     index.refresh()  # nothing new: the steady state
     size = sum(os.path.getsize(p) for p in home.glob("recall.sqlite3*"))
-    print(f"index: {size / 1e6:,.1f} MB = {size / source_bytes:.2f}x the {source_bytes / 1e6:,.1f} MB it covers "
-          f"({stats['units']:,} units)")
+    print(
+        f"index: {size / 1e6:,.1f} MB = {size / source_bytes:.2f}x the {source_bytes / 1e6:,.1f} MB it covers "
+        f"({stats['units']:,} units)"
+    )
 
     rng = random.Random(2)
     queries = []
     for _ in range(args.queries):
         k = rng.randint(1, 3)
-        queries.append(" ".join(rng.choice(words[:200] if rng.random() < 0.3 else words) for _ in range(k)))
+        queries.append(
+            " ".join(rng.choice(words[:200] if rng.random() < 0.3 else words) for _ in range(k))
+        )
 
     def figures(values: list[float]) -> str:
         values = sorted(values)
-        return (f"p50 {statistics.median(values):.1f}, p95 {values[max(0, int(len(values) * 0.95) - 1)]:.1f}, "
-                f"max {values[-1]:.1f}")
+        return (
+            f"p50 {statistics.median(values):.1f}, p95 {values[max(0, int(len(values) * 0.95) - 1)]:.1f}, "
+            f"max {values[-1]:.1f}"
+        )
 
-    for label, refresh_first in (("search alone (find, read the hits and neighbours back)", False),
-                                 ("what search_history pays (check every file for news, then search)", True)):
+    for label, refresh_first in (
+        ("search alone (find, read the hits and neighbours back)", False),
+        ("what search_history pays (check every file for news, then search)", True),
+    ):
         wall, cpu = [], []
         for query in queries:
             q0, c0 = time.perf_counter(), time.process_time()
@@ -148,15 +193,19 @@ def main() -> None:
             index.search(query, limit=10)
             wall.append((time.perf_counter() - q0) * 1000)
             cpu.append((time.process_time() - c0) * 1000)
-        print(f"query, {label}: wall {figures(wall)} ms; CPU {figures(cpu)} ms; over {len(queries)} queries "
-              f"at {source_bytes / 1e6:,.0f} MB, load average {os.getloadavg()[0]:.1f}")
+        print(
+            f"query, {label}: wall {figures(wall)} ms; CPU {figures(cpu)} ms; over {len(queries)} queries "
+            f"at {source_bytes / 1e6:,.0f} MB, load average {os.getloadavg()[0]:.1f}"
+        )
 
     store = SessionStore(home / "sessions")
     session = store.open("cli:s0")
     appends, catchups = [], []
     for i in range(50):
-        turn = [{"role": "user", "content": f"turn {i} " + " ".join(rng.choices(words, k=40))},
-                {"role": "assistant", "content": " ".join(rng.choices(words, k=80))}]
+        turn = [
+            {"role": "user", "content": f"turn {i} " + " ".join(rng.choices(words, k=40))},
+            {"role": "assistant", "content": " ".join(rng.choices(words, k=80))},
+        ]
         a0 = time.perf_counter()
         store.append(session, turn)
         appends.append((time.perf_counter() - a0) * 1000)
@@ -165,9 +214,11 @@ def main() -> None:
         catchups.append((time.perf_counter() - r0) * 1000)
     store.close(session)
     index.close()
-    print(f"per turn: SessionStore.append {statistics.median(appends):.2f} ms (median; the index adds nothing to "
-          f"it: it is brought up to date when a search starts); the next search's catch-up for one turn "
-          f"{statistics.median(catchups):.2f} ms (median, p95 {sorted(catchups)[47]:.2f} ms)")
+    print(
+        f"per turn: SessionStore.append {statistics.median(appends):.2f} ms (median; the index adds nothing to "
+        f"it: it is brought up to date when a search starts); the next search's catch-up for one turn "
+        f"{statistics.median(catchups):.2f} ms (median, p95 {sorted(catchups)[47]:.2f} ms)"
+    )
     if args.dir is None:
         shutil.rmtree(home, ignore_errors=True)  # (an archive of --mb megabytes and its index)
 

@@ -45,7 +45,9 @@ def _workspace(base: Path, files: int) -> Path:
         for repo in (ws, ws / "pkg0" / "vendored", ws / "pkg1" / "mod3" / "deeper"):
             repo.mkdir(parents=True, exist_ok=True)
             subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
-    old = time.time() - 3600  # an hour-old workspace: its folders' listings may be kept between walks
+    old = (
+        time.time() - 3600
+    )  # an hour-old workspace: its folders' listings may be kept between walks
     for dirpath, _, _ in os.walk(ws):
         os.utime(dirpath, (old, old))
     return ws
@@ -85,14 +87,22 @@ def main() -> None:
             changes_since(ws, before, contents=False)
 
         cmd_wall, cmd_cpu = _time(per_command, args.runs)
-        print(f"workspace: {args.files:,} files ({entries:,} entries in all, node_modules with 2,000 files skipped)")
-        print(f"repositories found: {', '.join(found.git_dirs)}; complete: {found.complete}; "
-              f"entries looked at: {found.seen:,} (cap {repos.MAX_ENTRIES:,}, depth {repos.MAX_DEPTH})")
+        print(
+            f"workspace: {args.files:,} files ({entries:,} entries in all, node_modules with 2,000 files skipped)"
+        )
+        print(
+            f"repositories found: {', '.join(found.git_dirs)}; complete: {found.complete}; "
+            f"entries looked at: {found.seen:,} (cap {repos.MAX_ENTRIES:,}, depth {repos.MAX_DEPTH})"
+        )
         print(f"first walk of a session:  {cold_wall:7.1f} ms wall  {cold_cpu:7.1f} ms CPU")
         print(f"later walk (median):      {warm_wall:7.1f} ms wall  {warm_cpu:7.1f} ms CPU")
-        print(f"exec's added work per command (snapshot + read-only paths + comparison, median): "
-              f"{cmd_wall:.1f} ms wall  {cmd_cpu:.1f} ms CPU")
-        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+        print(
+            f"exec's added work per command (snapshot + read-only paths + comparison, median): "
+            f"{cmd_wall:.1f} ms wall  {cmd_cpu:.1f} ms CPU"
+        )
+        print(
+            f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores"
+        )
 
 
 if __name__ == "__main__":

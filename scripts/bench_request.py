@@ -31,12 +31,34 @@ def history(n: int) -> list[dict]:
     i = 0
     while len(msgs) < n:
         i += 1
-        msgs.append({"role": "user", "content": f"Please look at notes/{i}.md and tell me what changed. " * 3})
-        msgs.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"call_{i}", "type": "function",
-             "function": {"name": "read_file", "arguments": f'{{"path": "notes/{i}.md"}}'}}]})
-        msgs.append({"role": "tool", "tool_call_id": f"call_{i}", "content": ("line of the file\n" * 40)})
-        msgs.append({"role": "assistant", "content": "It changed in three places: " + "detail. " * 30})
+        msgs.append(
+            {
+                "role": "user",
+                "content": f"Please look at notes/{i}.md and tell me what changed. " * 3,
+            }
+        )
+        msgs.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{i}",
+                        "type": "function",
+                        "function": {
+                            "name": "read_file",
+                            "arguments": f'{{"path": "notes/{i}.md"}}',
+                        },
+                    }
+                ],
+            }
+        )
+        msgs.append(
+            {"role": "tool", "tool_call_id": f"call_{i}", "content": ("line of the file\n" * 40)}
+        )
+        msgs.append(
+            {"role": "assistant", "content": "It changed in three places: " + "detail. " * 30}
+        )
     msgs = msgs[:n]
     while msgs[-1]["role"] != "assistant" or msgs[-1].get("tool_calls"):
         msgs.pop()
@@ -44,10 +66,21 @@ def history(n: int) -> list[dict]:
     return msgs
 
 
-TOOLS = [{"type": "function", "function": {"name": f"tool_{k}", "description": "does a thing " * 10,
-                                            "parameters": {"type": "object", "properties": {
-                                                "path": {"type": "string"}, "n": {"type": "integer"}},
-                                                "required": ["path"]}}} for k in range(10)]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": f"tool_{k}",
+            "description": "does a thing " * 10,
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "n": {"type": "integer"}},
+                "required": ["path"],
+            },
+        },
+    }
+    for k in range(10)
+]
 
 
 async def measure(protocol: str, n: int, runs: int) -> tuple[float, float]:
@@ -57,9 +90,13 @@ async def measure(protocol: str, n: int, runs: int) -> tuple[float, float]:
     server = TimedFakeLLMServer().start()
     try:
         if protocol == "openai":
-            provider = OpenAICompatProvider("gpt-bench", name="custom", api_key="x", api_base=server.openai_base_url)
+            provider = OpenAICompatProvider(
+                "gpt-bench", name="custom", api_key="x", api_base=server.openai_base_url
+            )
         else:
-            provider = AnthropicProvider("claude-bench", api_key="x", api_base=server.anthropic_base_url)
+            provider = AnthropicProvider(
+                "claude-bench", api_key="x", api_base=server.anthropic_base_url
+            )
         msgs = history(n)
         samples = []
         for i in range(runs + 3):
@@ -80,7 +117,9 @@ async def measure(protocol: str, n: int, runs: int) -> tuple[float, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, action="append", help="history sizes (default 40 and 1000)")
+    parser.add_argument(
+        "--messages", type=int, action="append", help="history sizes (default 40 and 1000)"
+    )
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--protocol", choices=("openai", "anthropic"), action="append")
     args = parser.parse_args()

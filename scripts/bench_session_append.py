@@ -21,8 +21,14 @@ from nanobot.session.store import SessionStore
 
 def build(store: SessionStore, key: str, size: int) -> None:
     """Write a session of `size` messages directly (building it turn by turn would take minutes)."""
-    meta = {"_type": "metadata", "key": key, "created_at": "2026-03-01T10:00:00",
-            "updated_at": "2026-03-01T10:00:00", "metadata": {}, "last_consolidated": 0}
+    meta = {
+        "_type": "metadata",
+        "key": key,
+        "created_at": "2026-03-01T10:00:00",
+        "updated_at": "2026-03-01T10:00:00",
+        "metadata": {},
+        "last_consolidated": 0,
+    }
     lines = [json.dumps(meta)]
     stamp = "2026-03-01T10:00:00"
     pattern = [
@@ -55,11 +61,21 @@ def time_appends(store: SessionStore, keys: list[str], rounds: int) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--small", type=int, default=10, help="messages in the small session (default 10)")
-    parser.add_argument("--large", type=int, default=50_000, help="messages in the large session (default 50000)")
-    parser.add_argument("--rounds", type=int, default=200, help="appends timed per session (default 200)")
-    parser.add_argument("--dir", type=Path, default=None, help="folder for the sessions (default: a temp folder)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--small", type=int, default=10, help="messages in the small session (default 10)"
+    )
+    parser.add_argument(
+        "--large", type=int, default=50_000, help="messages in the large session (default 50000)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=200, help="appends timed per session (default 200)"
+    )
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="folder for the sessions (default: a temp folder)"
+    )
     args = parser.parse_args(argv)
 
     sizes = {"small": args.small, "large": args.large}
@@ -75,15 +91,31 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         large.get_history()
         history_s = time.perf_counter() - start
-        rows = [(name, size, store.path_for(name).stat().st_size, statistics.median(samples[name]),
-                 max(samples[name])) for name, size in sizes.items()]
+        rows = [
+            (
+                name,
+                size,
+                store.path_for(name).stat().st_size,
+                statistics.median(samples[name]),
+                max(samples[name]),
+            )
+            for name, size in sizes.items()
+        ]
 
-    print(f"{args.rounds} appends of one turn (user + assistant) per session, in {args.dir or tempfile.gettempdir()}")
-    print(f"{'session':<8} {'messages':>9} {'file size':>12} {'median append':>15} {'max append':>12}")
+    print(
+        f"{args.rounds} appends of one turn (user + assistant) per session, in {args.dir or tempfile.gettempdir()}"
+    )
+    print(
+        f"{'session':<8} {'messages':>9} {'file size':>12} {'median append':>15} {'max append':>12}"
+    )
     for name, loaded, file_size, median, worst in rows:
-        print(f"{name:<8} {loaded:>9} {file_size / 1e6:>10.2f}MB {median * 1e3:>13.3f}ms {worst * 1e3:>10.3f}ms")
-    print(f"for scale (once per process / per request): loading the large session {load_s * 1e3:.0f}ms, "
-          f"get_history over all its messages {history_s * 1e3:.0f}ms")
+        print(
+            f"{name:<8} {loaded:>9} {file_size / 1e6:>10.2f}MB {median * 1e3:>13.3f}ms {worst * 1e3:>10.3f}ms"
+        )
+    print(
+        f"for scale (once per process / per request): loading the large session {load_s * 1e3:.0f}ms, "
+        f"get_history over all its messages {history_s * 1e3:.0f}ms"
+    )
     ratio = rows[1][3] / rows[0][3]
     print(f"large/small median ratio: {ratio:.2f}x (target: within 2x)")
     return 0 if ratio <= 2 else 1

@@ -68,11 +68,15 @@ def main() -> int:
             strip_index(full.path_for(KEY))  # opening a large file read in full records its index
             times["in full"].append(timed_open(full))
         size = indexed.path_for(KEY).stat().st_size / 1e6
-        print(f"session: {args.messages:,} messages ({size:.1f} MB), {args.tail} unconsolidated; "
-              f"open + get_history, median of {args.runs} (min-max)")
+        print(
+            f"session: {args.messages:,} messages ({size:.1f} MB), {args.tail} unconsolidated; "
+            f"open + get_history, median of {args.runs} (min-max)"
+        )
         for label, samples in times.items():
-            print(f"  {label:18} {statistics.median(samples) * 1e3:7.1f} ms  "
-                  f"({min(samples) * 1e3:.1f}-{max(samples) * 1e3:.1f})")
+            print(
+                f"  {label:18} {statistics.median(samples) * 1e3:7.1f} ms  "
+                f"({min(samples) * 1e3:.1f}-{max(samples) * 1e3:.1f})"
+            )
         print("load average: " + " / ".join(f"{x:.2f}" for x in os.getloadavg()))
     finally:
         shutil.rmtree(root, ignore_errors=True)

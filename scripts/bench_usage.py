@@ -38,7 +38,9 @@ def overhead(calls: int) -> tuple[float, float]:
 
     bare = Instant("m")
     meter = UsageMeter(UsageLimits())
-    metered = MeteredProvider(bare, meter, source="chat", session="cli:direct", model="openai/gpt-4.1")
+    metered = MeteredProvider(
+        bare, meter, source="chat", session="cli:direct", model="openai/gpt-4.1"
+    )
     messages: list[Message] = [{"role": "user", "content": "hi"}]
 
     async def run() -> tuple[list[float], list[float]]:
@@ -70,28 +72,47 @@ def write_year(records: int) -> None:
     for i in range(records):
         t = now - 365 * 86_400 * (1 - i / records)
         source = rng.choice(sources)
-        ledger.append(UsageRecord(t=t, session="cli:direct" if source in ("chat", "one-shot") else f"cron:{i % 7}",
-                                  source=source, model=rng.choice(models), prompt=rng.randint(500, 60_000),
-                                  completion=rng.randint(10, 2_000), cache_read=rng.randint(0, 40_000),
-                                  ms=rng.randint(300, 20_000), job=None if source in ("chat", "one-shot") else "j"))
+        ledger.append(
+            UsageRecord(
+                t=t,
+                session="cli:direct" if source in ("chat", "one-shot") else f"cron:{i % 7}",
+                source=source,
+                model=rng.choice(models),
+                prompt=rng.randint(500, 60_000),
+                completion=rng.randint(10, 2_000),
+                cache_read=rng.randint(0, 40_000),
+                ms=rng.randint(300, 20_000),
+                job=None if source in ("chat", "one-shot") else "j",
+            )
+        )
         if i % 500 == 0:
             for path in rotated_files(ledger.dir):
-                dated.setdefault(path.name, t)  # a rotated file was last written when it was rotated
+                dated.setdefault(
+                    path.name, t
+                )  # a rotated file was last written when it was rotated
     ledger.close()
     for name, t in dated.items():
         os.utime(ledger.dir / name, (t, t))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=5000, help="metered calls to time (default 5000)")
-    parser.add_argument("--records", type=int, default=100_000, help="records in the year (default 100000)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--calls", type=int, default=5000, help="metered calls to time (default 5000)"
+    )
+    parser.add_argument(
+        "--records", type=int, default=100_000, help="records in the year (default 100000)"
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="nanobot-bench-usage-") as home:
         os.environ["NANOBOT_HOME"] = home
         metered, bare = overhead(args.calls)
-        print(f"ledger overhead per call: {metered - bare:.1f} µs (metered {metered:.1f} µs, bare {bare:.1f} µs; "
-              f"median of {args.calls:,} calls; target < 1,000 µs)")
+        print(
+            f"ledger overhead per call: {metered - bare:.1f} µs (metered {metered:.1f} µs, bare {bare:.1f} µs; "
+            f"median of {args.calls:,} calls; target < 1,000 µs)"
+        )
         for path in Path(home, "usage").glob("*.jsonl"):
             path.unlink()
         start = time.perf_counter()
@@ -99,8 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         written = time.perf_counter() - start
         size = sum(p.stat().st_size for p in Path(home, "usage").glob("*.jsonl"))
         files = len(list(Path(home, "usage").glob("*.jsonl")))
-        print(f"a year of records: {args.records:,} calls, {size / 1e6:.1f} MB in {files} file(s) "
-              f"(written in {written:.1f} s, {written / args.records * 1e6:.1f} µs each)")
+        print(
+            f"a year of records: {args.records:,} calls, {size / 1e6:.1f} MB in {files} file(s) "
+            f"(written in {written:.1f} s, {written / args.records * 1e6:.1f} µs each)"
+        )
 
         from nanobot.usage.report import usage_report
 
@@ -109,26 +132,36 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             periods = usage_report(prices={})
             samples.append(time.perf_counter() - start)
-        print(f"usage report in process: {statistics.median(samples) * 1000:.0f} ms median of 5 "
-              f"({periods[-1].total.calls:,} calls in the last 30 days)")
+        print(
+            f"usage report in process: {statistics.median(samples) * 1000:.0f} ms median of 5 "
+            f"({periods[-1].total.calls:,} calls in the last 30 days)"
+        )
         env = {**os.environ, "NANOBOT_HOME": home}
         cli = []
         for fmt in (["--json"], []):
             start = time.perf_counter()
-            done = subprocess.run([sys.executable, "-m", "nanobot", "usage", *fmt], env=env, capture_output=True,
-                                  text=True)
+            done = subprocess.run(
+                [sys.executable, "-m", "nanobot", "usage", *fmt],
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             cli.append(time.perf_counter() - start)
             if done.returncode != 0:
                 print(done.stderr, file=sys.stderr)
                 return 1
-        print(f"`nanobot usage --json`: {cli[0] * 1000:.0f} ms, `nanobot usage`: {cli[1] * 1000:.0f} ms "
-              "(whole command, Python start-up included)")
+        print(
+            f"`nanobot usage --json`: {cli[0] * 1000:.0f} ms, `nanobot usage`: {cli[1] * 1000:.0f} ms "
+            "(whole command, Python start-up included)"
+        )
         for path in Path(home, "usage").glob("usage-*.jsonl"):
             os.utime(path)  # every file looks recent: all of them must be read
         start = time.perf_counter()
         usage_report(prices={})
-        print(f"worst case (every file recently written, {args.records:,} lines scanned): "
-              f"{(time.perf_counter() - start) * 1000:.0f} ms in process")
+        print(
+            f"worst case (every file recently written, {args.records:,} lines scanned): "
+            f"{(time.perf_counter() - start) * 1000:.0f} ms in process"
+        )
     return 0
 
 

@@ -27,7 +27,9 @@ def peer_argv(path: str) -> list[str]:
     p = Path(path).expanduser()
     exe = p / "bin" / "nanobot" if p.is_dir() else p
     if not exe.exists():
-        raise SystemExit(f"--vs {path}: no nanobot executable at {exe} (give a venv folder or the executable)")
+        raise SystemExit(
+            f"--vs {path}: no nanobot executable at {exe} (give a venv folder or the executable)"
+        )
     return [str(exe)]
 
 
@@ -45,7 +47,12 @@ def _anthropic(home: BenchHome) -> BenchHome:
     path = home.home / "config.json"
     cfg = json.loads(path.read_text())
     cfg["agents"]["defaults"] = {"model": "anthropic/claude-bench"}
-    cfg["providers"] = {"anthropic": {"apiKey": "sk-ant-bench-key-123456", "apiBase": home.server.anthropic_base_url}}
+    cfg["providers"] = {
+        "anthropic": {
+            "apiKey": "sk-ant-bench-key-123456",
+            "apiBase": home.server.anthropic_base_url,
+        }
+    }
     path.write_text(json.dumps(cfg))
     return home
 
@@ -54,17 +61,23 @@ def _one_shot(argv: list[str], home: BenchHome) -> tuple[float, float | None]:
     """(whole run, spawn to first request) of `agent -m hi`, in seconds."""
     before = len(home.server.requests)
     t = time.monotonic()
-    p = subprocess.run([*argv, "agent", "-m", "hi", "--no-markdown"], env=home.env, capture_output=True, text=True)
+    p = subprocess.run(
+        [*argv, "agent", "-m", "hi", "--no-markdown"], env=home.env, capture_output=True, text=True
+    )
     end = time.monotonic()
     recs = home.server.requests[before:]
     if p.returncode != 0 or not recs:
-        raise RuntimeError(f"{argv[0]} agent -m failed ({p.returncode}): {(p.stderr or p.stdout).strip()[-400:]}")
+        raise RuntimeError(
+            f"{argv[0]} agent -m failed ({p.returncode}): {(p.stderr or p.stdout).strip()[-400:]}"
+        )
     return end - t, recs[0].t_received - t
 
 
 def _timed(argv: list[str], home: BenchHome, extra: list[str]) -> float:
     t = time.monotonic()
-    subprocess.run([*argv, *extra], env=home.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [*argv, *extra], env=home.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     return time.monotonic() - t
 
 
@@ -74,8 +87,12 @@ def _floor(home: BenchHome, *flags: str) -> tuple[float, float]:
     target = home.root / "floor.jsonl"
     home.server.reset()
     t = time.monotonic()
-    p = subprocess.run([sys.executable, str(script), home.server.openai_base_url, str(target), *flags],
-                       env=home.env, capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, str(script), home.server.openai_base_url, str(target), *flags],
+        env=home.env,
+        capture_output=True,
+        text=True,
+    )
     end = time.monotonic()
     if p.returncode != 0 or not home.server.requests:
         raise RuntimeError(f"startup_floor.py failed: {p.stderr.strip()[-400:]}")
@@ -113,11 +130,22 @@ def part_vs(args: argparse.Namespace, table: Callable, ms: Callable, maxrss: Cal
                 whole, _ = _one_shot(argv, big_homes[name])
                 add(f"`agent -m hi` on a {big:,}-message session", name, whole)
             whole, first = _one_shot(argvs["ours"], claude)
-            add("`agent -m hi`, Anthropic protocol (onboard's default model): whole run", "ours", whole)
+            add(
+                "`agent -m hi`, Anthropic protocol (onboard's default model): whole run",
+                "ours",
+                whole,
+            )
             add("`agent -m hi`, Anthropic protocol: spawn to first request", "ours", first)
-            for flags, how in (((), "as shipped"), (("--on-demand",), "re-exports on demand, as nanobot")):
+            for flags, how in (
+                ((), "as shipped"),
+                (("--on-demand",), "re-exports on demand, as nanobot"),
+            ):
                 whole, first = _floor(homes["ours"], *flags)
-                add(f"floor ({how}): python + `import openai` + one SDK request + fsync", "ours", whole)
+                add(
+                    f"floor ({how}): python + `import openai` + one SDK request + fsync",
+                    "ours",
+                    whole,
+                )
                 add(f"floor ({how}): spawn to first request", "ours", first)
         for _ in range(max(3, runs // 5)):
             for name, argv in argvs.items():
@@ -133,13 +161,16 @@ def part_vs(args: argparse.Namespace, table: Callable, ms: Callable, maxrss: Cal
                 continue
             peer = statistics.median(by["peer"])
             rows.append([label, fmt(ours), fmt(peer), f"{ours / peer:.2f}"])
-        table(f"vs. {argvs['peer'][0]} (median of {runs} paired runs; ratio = ours / peer)",
-              ["measure", "ours", "peer", "ratio"], rows,
-              note="Runs alternate ours and the peer. 'first request' = spawn until the fake server "
-                   "received the chat request. The floor (scripts/startup_floor.py) is what any one-shot "
-                   "turn on the official openai SDK costs at least: with the SDK imported as shipped, "
-                   "and imported as nanobot imports it (providers/_sdk_on_demand.py). The Anthropic rows "
-                   "are ours only: the same turn with the model `nanobot onboard` configures.")
+        table(
+            f"vs. {argvs['peer'][0]} (median of {runs} paired runs; ratio = ours / peer)",
+            ["measure", "ours", "peer", "ratio"],
+            rows,
+            note="Runs alternate ours and the peer. 'first request' = spawn until the fake server "
+            "received the chat request. The floor (scripts/startup_floor.py) is what any one-shot "
+            "turn on the official openai SDK costs at least: with the SDK imported as shipped, "
+            "and imported as nanobot imports it (providers/_sdk_on_demand.py). The Anthropic rows "
+            "are ours only: the same turn with the model `nanobot onboard` configures.",
+        )
     finally:
         for home in (*homes.values(), *big_homes.values(), claude):
             home.close()

@@ -23,10 +23,12 @@ from nanobot.fakellm import FakeLLMServer, Reply
 from nanobot.fakellm import server as _fake_server
 from nanobot.providers.registry import scrubbed_env_names
 
-WORDS = ("the project release notes meeting calendar python rust memory tokens budget config session "
-         "server logs error fix deploy tests refactor database migration cache latency request user "
-         "file folder script output build branch commit review plan draft schedule invoice report "
-         "weather trains lisbon porto coffee dinner friday monday budget numbers table chart").split()
+WORDS = (
+    "the project release notes meeting calendar python rust memory tokens budget config session "
+    "server logs error fix deploy tests refactor database migration cache latency request user "
+    "file folder script output build branch commit review plan draft schedule invoice report "
+    "weather trains lisbon porto coffee dinner friday monday budget numbers table chart"
+).split()
 
 TOOL_MARK = "[bench:tool]"  # a user message containing this is answered with a tool call
 MEMORY_MD = """# About the user
@@ -73,8 +75,13 @@ def code_like(rng: random.Random, chars: int) -> str:
 
 # -- sessions -----------------------------------------------------------------------------------
 
+
 def _call(call_id: str, name: str, args: dict) -> dict:
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args)},
+    }
 
 
 def _turn(rng: random.Random, shape: int, i: int) -> list[dict]:
@@ -83,19 +90,31 @@ def _turn(rng: random.Random, shape: int, i: int) -> list[dict]:
     answer = {"role": "assistant", "content": prose(rng, rng.randint(120, 900))}
     if shape == 2:
         return [user, answer]
-    tools = [("read_file", lambda: {"path": f"src/{rng.choice(WORDS)}.py"}),
-             ("exec", lambda: {"command": f"grep -rn {rng.choice(WORDS)} src | head -50"}),
-             ("list_dir", lambda: {"path": rng.choice(WORDS)}),
-             ("web_search", lambda: {"query": sentence(rng, 3, 6)})]
+    tools = [
+        ("read_file", lambda: {"path": f"src/{rng.choice(WORDS)}.py"}),
+        ("exec", lambda: {"command": f"grep -rn {rng.choice(WORDS)} src | head -50"}),
+        ("list_dir", lambda: {"path": rng.choice(WORDS)}),
+        ("web_search", lambda: {"query": sentence(rng, 3, 6)}),
+    ]
     calls = []
     for k in range(shape - 3):
         name, args = rng.choice(tools)
         calls.append(_call(f"call_s{i}_{k}", name, args()))
     msgs = [user, {"role": "assistant", "content": None, "tool_calls": calls}]
     for c in calls:
-        body = code_like(rng, rng.randint(300, 3000)) if c["function"]["name"] != "web_search" \
+        body = (
+            code_like(rng, rng.randint(300, 3000))
+            if c["function"]["name"] != "web_search"
             else prose(rng, rng.randint(300, 1500))
-        msgs.append({"role": "tool", "tool_call_id": c["id"], "name": c["function"]["name"], "content": body})
+        )
+        msgs.append(
+            {
+                "role": "tool",
+                "tool_call_id": c["id"],
+                "name": c["function"]["name"],
+                "content": body,
+            }
+        )
     return msgs + [answer]
 
 
@@ -130,9 +149,14 @@ def write_session(path: Path, key: str, size: int, *, tail: int | None = 40, see
     pointer = 0
     if tail is not None and size > tail:
         pointer = max(i for i in range(size - tail + 1) if msgs[i]["role"] == "user")
-    meta = {"_type": "metadata", "key": key, "created_at": msgs[0]["timestamp"] if msgs else "2025-06-01T09:00:00",
-            "updated_at": msgs[-1]["timestamp"] if msgs else "2025-06-01T09:00:00", "metadata": {},
-            "last_consolidated": pointer}
+    meta = {
+        "_type": "metadata",
+        "key": key,
+        "created_at": msgs[0]["timestamp"] if msgs else "2025-06-01T09:00:00",
+        "updated_at": msgs[-1]["timestamp"] if msgs else "2025-06-01T09:00:00",
+        "metadata": {},
+        "last_consolidated": pointer,
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(json.dumps(meta) + "\n")
@@ -141,6 +165,7 @@ def write_session(path: Path, key: str, size: int, *, tail: int | None = 40, see
 
 
 # -- the scripted model -------------------------------------------------------------------------
+
 
 def is_consolidation(rec: Any) -> bool:
     """A request carrying the save_memory tool is a consolidation call."""
@@ -188,11 +213,17 @@ class ScriptedModel:
         m = re.search(r"## Current MEMORY\.md\n\n(.*?)\n\n## Conversation excerpt", body, re.S)
         memory = m.group(1).strip() if m and m.group(1).strip() != "(empty)" else MEMORY_MD.strip()
         stamp = re.search(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d)\]", body)
-        entry = (f"[{stamp.group(1) if stamp else '2025-06-01 09:00'}] Consolidation {self.consolidations}: "
-                 + sentence(self.rng, 20, 40))
-        if self.consolidations % 5 == 0:  # a new lasting fact now and then, so MEMORY.md grows slowly
+        entry = (
+            f"[{stamp.group(1) if stamp else '2025-06-01 09:00'}] Consolidation {self.consolidations}: "
+            + sentence(self.rng, 20, 40)
+        )
+        if (
+            self.consolidations % 5 == 0
+        ):  # a new lasting fact now and then, so MEMORY.md grows slowly
             memory += f"\n- Fact {self.consolidations}: " + sentence(self.rng, 5, 10)
-        return Reply.tool_calls([("save_memory", {"history_entry": entry, "memory_update": memory + "\n"})])
+        return Reply.tool_calls(
+            [("save_memory", {"history_entry": entry, "memory_update": memory + "\n"})]
+        )
 
 
 def user_turns(n: int, seed: int = 5, tool_share: float = 0.4) -> list[str]:
@@ -216,6 +247,7 @@ def _stamp_arrival(do_post: Any) -> Any:
     def wrapper(handler: Any) -> None:
         _arrival.t = time.monotonic()
         do_post(handler)
+
     wrapper.stamped = True  # type: ignore[attr-defined]
     return wrapper
 
@@ -244,11 +276,18 @@ def server_seconds(recs: list) -> float:
 
 # -- a throwaway home ---------------------------------------------------------------------------
 
+
 class BenchHome:
     """A temp NANOBOT_HOME with a workspace (templates, MEMORY.md, notes) and a fake server."""
 
-    def __init__(self, *, context_window: int | None = None, defaults: dict | None = None,
-                 server_window: int | None = None, seed: int = 3) -> None:
+    def __init__(
+        self,
+        *,
+        context_window: int | None = None,
+        defaults: dict | None = None,
+        server_window: int | None = None,
+        seed: int = 3,
+    ) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="nanobot-bench-"))
         self.home = self.root / ".nanobot"
         self.workspace = self.home / "workspace"
@@ -259,10 +298,19 @@ class BenchHome:
         if context_window is not None:
             d["contextWindowTokens"] = context_window
         self.home.mkdir(parents=True)
-        (self.home / "config.json").write_text(json.dumps({
-            "agents": {"defaults": d},
-            "providers": {"custom": {"apiKey": "sk-bench-key-123456", "apiBase": self.server.openai_base_url}},
-        }))
+        (self.home / "config.json").write_text(
+            json.dumps(
+                {
+                    "agents": {"defaults": d},
+                    "providers": {
+                        "custom": {
+                            "apiKey": "sk-bench-key-123456",
+                            "apiBase": self.server.openai_base_url,
+                        }
+                    },
+                }
+            )
+        )
         os.chmod(self.home / "config.json", 0o600)
         from nanobot.cli.setup import copy_templates
 
@@ -272,7 +320,9 @@ class BenchHome:
         rng = random.Random(seed)
         (self.workspace / "notes").mkdir(exist_ok=True)
         for k in range(8):
-            (self.workspace / "notes" / f"{k}.md").write_text(code_like(rng, rng.randint(500, 4000)))
+            (self.workspace / "notes" / f"{k}.md").write_text(
+                code_like(rng, rng.randint(500, 4000))
+            )
 
     @property
     def env(self) -> dict[str, str]:
@@ -280,17 +330,30 @@ class BenchHome:
         secret = scrubbed_env_names(os.environ)
         # bytecode allowed, as an installed package has it (pip compiles at install): a checkout's
         # first (warm-up) run writes it, so neither side is timed compiling its source
-        env = {k: v for k, v in os.environ.items()
-               if k not in secret and k != "PYTHONDONTWRITEBYTECODE"
-               and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")}
-        env.update(NANOBOT_HOME=str(self.home), HOME=str(self.root), NO_PROXY="127.0.0.1,localhost",
-                   TIKTOKEN_CACHE_DIR=str(self.root / "tiktoken-cache"))
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in secret
+            and k != "PYTHONDONTWRITEBYTECODE"
+            and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")
+        }
+        env.update(
+            NANOBOT_HOME=str(self.home),
+            HOME=str(self.root),
+            NO_PROXY="127.0.0.1,localhost",
+            TIKTOKEN_CACHE_DIR=str(self.root / "tiktoken-cache"),
+        )
         return env
 
     def activate(self) -> None:
         """Point this process at the home (for in-process measurements)."""
-        os.environ.update({k: v for k, v in self.env.items() if k in
-                           ("NANOBOT_HOME", "NO_PROXY", "TIKTOKEN_CACHE_DIR")})
+        os.environ.update(
+            {
+                k: v
+                for k, v in self.env.items()
+                if k in ("NANOBOT_HOME", "NO_PROXY", "TIKTOKEN_CACHE_DIR")
+            }
+        )
         for k in scrubbed_env_names(os.environ) - {"NANOBOT_HOME"}:
             os.environ.pop(k, None)
 

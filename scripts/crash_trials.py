@@ -30,7 +30,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def load_engine():
-    spec = importlib.util.spec_from_file_location("crash_engine", REPO / "tests" / "session" / "test_crash_durability.py")
+    spec = importlib.util.spec_from_file_location(
+        "crash_engine", REPO / "tests" / "session" / "test_crash_durability.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
@@ -53,14 +55,31 @@ def quiet_killed_clients() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", "--trials", type=int, default=200, help="number of killed-or-raced turns (default 200)")
-    parser.add_argument("--chains", type=int, default=4, help="sessions run side by side (default 4)")
-    parser.add_argument("--workers", type=int, default=3, help="chains run at the same time (default 3)")
-    parser.add_argument("--seed", type=int, default=None, help="base random seed (default: the test's seed)")
-    parser.add_argument("--keep", action="store_true", help="keep the temporary homes for inspection")
-    parser.add_argument("--fork", action="store_true",
-                        help="fork each trial's process from a helper that imported nanobot once "
-                             "(tests/forkserver.py, as the test does): about a fifth of the CPU per trial")
+    parser.add_argument(
+        "-n",
+        "--trials",
+        type=int,
+        default=200,
+        help="number of killed-or-raced turns (default 200)",
+    )
+    parser.add_argument(
+        "--chains", type=int, default=4, help="sessions run side by side (default 4)"
+    )
+    parser.add_argument(
+        "--workers", type=int, default=3, help="chains run at the same time (default 3)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=None, help="base random seed (default: the test's seed)"
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the temporary homes for inspection"
+    )
+    parser.add_argument(
+        "--fork",
+        action="store_true",
+        help="fork each trial's process from a helper that imported nanobot once "
+        "(tests/forkserver.py, as the test does): about a fifth of the CPU per trial",
+    )
     args = parser.parse_args(argv)
 
     engine = load_engine()
@@ -70,10 +89,18 @@ def main(argv: list[str] | None = None) -> int:
     per_chain = math.ceil(args.trials / chains)
     root = Path(tempfile.mkdtemp(prefix="nanobot-crash-"))
     # keep the child processes away from the real home and real keys
-    for name in [*scrubbed_env_names(os.environ), *(n for n in os.environ if n.lower().endswith("_proxy"))]:
+    for name in [
+        *scrubbed_env_names(os.environ),
+        *(n for n in os.environ if n.lower().endswith("_proxy")),
+    ]:
         os.environ.pop(name, None)
-    os.environ.update(HOME=str(root), NANOBOT_HOME=str(root / "unused"), NO_PROXY="127.0.0.1,localhost")
-    print(f"running {chains} x {per_chain} trials, seed {seed}, {args.workers} at a time, in {root}", flush=True)
+    os.environ.update(
+        HOME=str(root), NANOBOT_HOME=str(root / "unused"), NO_PROXY="127.0.0.1,localhost"
+    )
+    print(
+        f"running {chains} x {per_chain} trials, seed {seed}, {args.workers} at a time, in {root}",
+        flush=True,
+    )
     start = time.monotonic()
     servers = None
     if args.fork:
@@ -82,8 +109,15 @@ def main(argv: list[str] | None = None) -> int:
 
         servers = ForkServers()
     try:
-        stats = engine.run_trials(chains, per_chain, root, [sys.executable, "-m", "nanobot"], base_seed=seed,
-                                  workers=args.workers, start=servers.popen if servers else subprocess.Popen)
+        stats = engine.run_trials(
+            chains,
+            per_chain,
+            root,
+            [sys.executable, "-m", "nanobot"],
+            base_seed=seed,
+            workers=args.workers,
+            start=servers.popen if servers else subprocess.Popen,
+        )
     finally:
         if servers is not None:
             servers.close()
@@ -97,8 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"next-turn requests checked: {stats.next_requests_checked}")
     print(f"interrupted tool calls closed in the next request: {stats.interrupted_closed}")
     print(f"torn last lines: {stats.torn_lines}")
-    print(f"streamed answers fully shown, killed before the closing newline: {stats.streamed_seen_not_acked} "
-          f"({stats.streamed_shown_not_saved} not saved)")
+    print(
+        f"streamed answers fully shown, killed before the closing newline: {stats.streamed_seen_not_acked} "
+        f"({stats.streamed_shown_not_saved} not saved)"
+    )
     print("aims: " + ", ".join(f"{k}={v}" for k, v in sorted(stats.aims.items())))
     print(f"time: {elapsed:.0f}s")
     if stats.failures:

@@ -75,8 +75,9 @@ def _default(f: dataclasses.Field[Any]) -> str:
     return f"`{json.dumps(value)}`"
 
 
-def rows(cls: type, prefix: str, comments: dict[tuple[str, str], str],
-         missing: list[str]) -> list[tuple[str, str, str, str]]:
+def rows(
+    cls: type, prefix: str, comments: dict[tuple[str, str], str], missing: list[str]
+) -> list[tuple[str, str, str, str]]:
     """(key, type, default, meaning) for every field under `cls`, depth first, in declared order."""
     out: list[tuple[str, str, str, str]] = []
     hints = typing.get_type_hints(cls)
@@ -107,8 +108,10 @@ def table() -> tuple[str, list[str]]:
     missing: list[str] = []
     found = rows(config.Config, "", comments, missing)
     lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
-    lines += [f"| {key} | {kind} | {default} | {meaning.replace('|', '&#124;')} |"
-              for key, kind, default, meaning in found]
+    lines += [
+        f"| {key} | {kind} | {default} | {meaning.replace('|', '&#124;')} |"
+        for key, kind, default, meaning in found
+    ]
     return "\n".join(lines), missing
 
 
@@ -125,15 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     body, missing = table()
     if missing:
-        print("fields without a one-line comment in nanobot/config.py: " + ", ".join(missing),
-              file=sys.stderr)
+        print(
+            "fields without a one-line comment in nanobot/config.py: " + ", ".join(missing),
+            file=sys.stderr,
+        )
         return 1
     page = PAGE.read_text(encoding="utf-8")
     new = render(page, body)
     if args.check:
         if new != page:
-            print(f"{PAGE} is not current: run python scripts/gen_config_docs.py",
-                  file=sys.stderr)
+            print(f"{PAGE} is not current: run python scripts/gen_config_docs.py", file=sys.stderr)
             return 1
         return 0
     if new != page:

@@ -31,9 +31,23 @@ from bench_workload import BenchHome, nanobot_argv, write_session  # noqa: E402
 def command(argv: list[str], home: BenchHome) -> str:
     """A shell command that puts the home back as it was after one warm-up run (so the session does
     not grow from run to run) and then runs `agent -m hi` there with a clean environment."""
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "HOME": str(home.root),
-           "NANOBOT_HOME": str(home.home), "NO_PROXY": "127.0.0.1,localhost"}
-    run = ["env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv, "agent", "-m", "hi", "--no-markdown"]
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "LANG": "C.UTF-8",
+        "HOME": str(home.root),
+        "NANOBOT_HOME": str(home.home),
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
+    run = [
+        "env",
+        "-i",
+        *(f"{k}={v}" for k, v in env.items()),
+        *argv,
+        "agent",
+        "-m",
+        "hi",
+        "--no-markdown",
+    ]
     subprocess.run(run, capture_output=True, timeout=120)  # the warm-up: first-run setup, bytecode
     snapshot = home.root / "snapshot"
     shutil.copytree(home.home, snapshot, symlinks=True)
@@ -43,8 +57,12 @@ def command(argv: list[str], home: BenchHome) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--venv", action="append", default=[], help="a venv with this project installed")
-    parser.add_argument("--peer", action="append", default=[], metavar="VENV", help="a venv with nanobot-ai")
+    parser.add_argument(
+        "--venv", action="append", default=[], help="a venv with this project installed"
+    )
+    parser.add_argument(
+        "--peer", action="append", default=[], metavar="VENV", help="a venv with nanobot-ai"
+    )
     parser.add_argument("--seconds", type=float, default=600.0, help="how long the server stays up")
     args = parser.parse_args()
     homes: list[BenchHome] = []
@@ -62,7 +80,9 @@ def main() -> int:
             home = BenchHome()
             homes.append(home)
             write_session(home.session_path(), "cli:direct", 10, tail=40)
-            theirs = home.workspace / "sessions" / "cli_direct.jsonl"  # where nanobot 0.1.x keeps it
+            theirs = (
+                home.workspace / "sessions" / "cli_direct.jsonl"
+            )  # where nanobot 0.1.x keeps it
             theirs.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(home.session_path(), theirs)
             print(command([str(Path(venv) / "bin" / "nanobot")], home), flush=True)

@@ -25,8 +25,12 @@ import openai  # noqa: E402
 async def main(base_url: str) -> None:
     client = openai.AsyncOpenAI(api_key="sk-floor", base_url=base_url, max_retries=0)
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
-    response = await client.post("/chat/completions", body=body, cast_to=httpx2.Response,
-                                 options={"headers": {"X-Stainless-Raw-Response": "stream"}})
+    response = await client.post(
+        "/chat/completions",
+        body=body,
+        cast_to=httpx2.Response,
+        options={"headers": {"X-Stainless-Raw-Response": "stream"}},
+    )
     async for _ in response.aiter_bytes():
         pass
     await response.aclose()

@@ -79,12 +79,16 @@ except ImportError:  # run as a script outside the test venv: the plugin part is
 # -- the runner -----------------------------------------------------------------------------------
 
 
-YARDSTICK = "import time;t=time.time()\nfor i in range(10_000_000): pass\nprint(f'{time.time()-t:.2f}')"
+YARDSTICK = (
+    "import time;t=time.time()\nfor i in range(10_000_000): pass\nprint(f'{time.time()-t:.2f}')"
+)
 
 
 def yardstick() -> str:
     """The 10-million-step loop at module level (0.59 s on the idle machine), and the load."""
-    took = subprocess.run([sys.executable, "-c", YARDSTICK], capture_output=True, text=True).stdout.strip()
+    took = subprocess.run(
+        [sys.executable, "-c", YARDSTICK], capture_output=True, text=True
+    ).stdout.strip()
     return f"yardstick {took} s, load {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
 
 
@@ -101,11 +105,18 @@ def main(pytest_args: list[str]) -> int:
     root = _own_cgroup() / f"suite-{os.getpid()}"
     _join(root)
     with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as out:
-        env = {**os.environ, OUT: out.name,
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            OUT: out.name,
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])
+            ),
+        }
         print(yardstick(), flush=True)
         started = time.monotonic()
-        code = subprocess.call([sys.executable, "-m", "pytest", "-p", "suite_cpu", *pytest_args], env=env)
+        code = subprocess.call(
+            [sys.executable, "-m", "pytest", "-p", "suite_cpu", *pytest_args], env=env
+        )
         wall = time.monotonic() - started
         print(yardstick())
         rows = [json.loads(line) for line in out]
@@ -115,8 +126,10 @@ def main(pytest_args: list[str]) -> int:
         folder = "/".join(parts[:2]) if len(parts) > 2 else "tests/ itself"
         folders[folder][0] += 1
         folders[folder][1] += row["cpu"]
-    print(f"pytest exit {code}; {len(rows)} tests; {wall:.1f} s wall; {_usage(root):.1f} CPU-s in all "
-          f"(every process); {sum(r['cpu'] for r in rows):.1f} CPU-s inside the tests")
+    print(
+        f"pytest exit {code}; {len(rows)} tests; {wall:.1f} s wall; {_usage(root):.1f} CPU-s in all "
+        f"(every process); {sum(r['cpu'] for r in rows):.1f} CPU-s inside the tests"
+    )
     for folder, (count, cpu) in sorted(folders.items(), key=lambda kv: -kv[1][1]):
         print(f"  {folder:24} {count:5} tests {cpu:8.1f} CPU-s")
     print("slowest tests (CPU-s):")
@@ -133,4 +146,4 @@ def main(pytest_args: list[str]) -> int:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    sys.exit(main(args[args.index("--") + 1:] if "--" in args else ["-q", "-n", "2"]))
+    sys.exit(main(args[args.index("--") + 1 :] if "--" in args else ["-q", "-n", "2"]))

@@ -62,9 +62,16 @@ def warm(env: Mapping[str, str]) -> None:
     if len(modules) < WORTH_IT:
         return
     env = {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    procs = [subprocess.Popen([sys.executable, __file__, *map(str, group)], env=env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-             for group in _groups(modules, PROCESSES)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, *map(str, group)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for group in _groups(modules, PROCESSES)
+    ]
     try:
         compileall.compile_dir(PACKAGE, quiet=2)
     finally:

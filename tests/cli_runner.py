@@ -53,12 +53,24 @@ def _fresh_state() -> list[tuple[Any, str, Callable[[], Any]]]:
     return [
         (secrets_mask, "_known", set),  # exact secret values remembered when a config loads
         (secrets_mask, "_known_re", lambda: None),
-        (memory_groups, "_config_cache", list),  # the config, loaded once per `memory`/`history` command
+        (
+            memory_groups,
+            "_config_cache",
+            list,
+        ),  # the config, loaded once per `memory`/`history` command
         (shell, "_STARTED_GROUPS", set),  # process groups exec started (what a signal kills)
-        (limits, "_swept", set),  # cgroup folders swept of dead commands' leftovers, once per process
+        (
+            limits,
+            "_swept",
+            set,
+        ),  # cgroup folders swept of dead commands' leftovers, once per process
         (tokens, "_counters", dict),  # the shared token counters and their per-message caches
         (tokens, "_loader", tokens._Loader),
-        (meter, "_METERS", dict),  # the usage ledger's open file and today's spend, per nanobot home
+        (
+            meter,
+            "_METERS",
+            dict,
+        ),  # the usage ledger's open file and today's spend, per nanobot home
     ]
 
 
@@ -77,15 +89,18 @@ def _file(data: bytes = b"") -> int:
 def _writer(fd: int, *, errors: str, line_buffering: bool) -> io.TextIOWrapper:
     # like Python's own streams on a pipe: stdout block-buffered, stderr line-buffered
     raw = io.FileIO(os.dup(fd), "w")
-    return io.TextIOWrapper(io.BufferedWriter(raw), encoding="utf-8", errors=errors,
-                            line_buffering=line_buffering)
+    return io.TextIOWrapper(
+        io.BufferedWriter(raw), encoding="utf-8", errors=errors, line_buffering=line_buffering
+    )
 
 
 def _text(fd: int) -> str:
     size = os.fstat(fd).st_size
     data = os.pread(fd, size, 0)
     # as subprocess.run(text=True) decodes: the locale's UTF-8, universal newlines
-    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="strict", newline=None).read()
+    return io.TextIOWrapper(
+        io.BytesIO(data), encoding="utf-8", errors="strict", newline=None
+    ).read()
 
 
 @contextlib.contextmanager
@@ -106,7 +121,9 @@ def _on_descriptors(fds: Sequence[int], streams: Sequence[io.TextIOWrapper]) -> 
 
 
 @contextlib.contextmanager
-def _environment(env: Mapping[str, str] | None, cwd: str | os.PathLike[str] | None) -> Iterator[None]:
+def _environment(
+    env: Mapping[str, str] | None, cwd: str | os.PathLike[str] | None
+) -> Iterator[None]:
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     try:
         os.environ.update(env or {})
@@ -155,8 +172,11 @@ def _logging_to(stderr: io.TextIOWrapper) -> Iterator[None]:
     """Python's last-resort handler (WARNING and above, the bare message) on the command's stderr."""
     root = logging.getLogger()
     saved_root = (root.level, root.handlers[:])
-    known = {name: (lg.level, lg.handlers[:], lg.propagate, lg.disabled)
-             for name, lg in logging.Logger.manager.loggerDict.items() if isinstance(lg, logging.Logger)}
+    known = {
+        name: (lg.level, lg.handlers[:], lg.propagate, lg.disabled)
+        for name, lg in logging.Logger.manager.loggerDict.items()
+        if isinstance(lg, logging.Logger)
+    }
     handler = logging.StreamHandler(stderr)
     handler.setLevel(logging.WARNING)
     root.addHandler(handler)
@@ -168,7 +188,9 @@ def _logging_to(stderr: io.TextIOWrapper) -> Iterator[None]:
         for name, lg in logging.Logger.manager.loggerDict.items():
             if not isinstance(lg, logging.Logger):
                 continue
-            level, handlers, propagate, disabled = known.get(name, (logging.NOTSET, [], True, False))
+            level, handlers, propagate, disabled = known.get(
+                name, (logging.NOTSET, [], True, False)
+            )
             lg.setLevel(level)
             lg.handlers[:] = handlers
             lg.propagate, lg.disabled = propagate, disabled
@@ -187,7 +209,9 @@ def _at_exit(argv: Sequence[str]) -> Iterator[None]:
     def watched(func: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
         caller = sys._getframe(1)
         if caller.f_code.co_name != "<module>":
-            registered.append(f"{getattr(func, '__qualname__', func)} from {caller.f_code.co_filename}")
+            registered.append(
+                f"{getattr(func, '__qualname__', func)} from {caller.f_code.co_filename}"
+            )
         return register(func, *args, **kwargs)
 
     atexit.register = watched
@@ -199,8 +223,10 @@ def _at_exit(argv: Sequence[str]) -> Iterator[None]:
             if id(lock) not in held_before:
                 lock.release()
     if registered:
-        raise AssertionError(f"`nanobot {' '.join(argv[1:])}` registered exit handlers {registered}, which only "
-                             "a real process runs: test it through subprocess")
+        raise AssertionError(
+            f"`nanobot {' '.join(argv[1:])}` registered exit handlers {registered}, which only "
+            "a real process runs: test it through subprocess"
+        )
 
 
 @contextlib.contextmanager
@@ -236,9 +262,12 @@ def _main() -> int:
     return 0
 
 
-def run_cli(*args: str | bytes | os.PathLike[str], input: str | bytes | None = None,
-            env: Mapping[str, str] | None = None,
-            cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str | bytes | os.PathLike[str],
+    input: str | bytes | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
     """`nanobot *args` in this process; `env` is added to the test's environment (as the
     `{**os.environ, **env}` of a subprocess call), `input` is stdin (empty when None)."""
     argv = ["nanobot", *(os.fsdecode(a) for a in args)]
@@ -250,8 +279,15 @@ def run_cli(*args: str | bytes | os.PathLike[str], input: str | bytes | None = N
     threads_before = set(threading.enumerate())
     saved_argv = sys.argv
     try:
-        with (_environment(env, cwd), _signal_handlers(), _process_state(), _typer_groups(), _at_exit(argv),
-              _on_descriptors(fds, (stdin, stdout, stderr)), _logging_to(stderr)):
+        with (
+            _environment(env, cwd),
+            _signal_handlers(),
+            _process_state(),
+            _typer_groups(),
+            _at_exit(argv),
+            _on_descriptors(fds, (stdin, stdout, stderr)),
+            _logging_to(stderr),
+        ):
             sys.argv = argv
             try:
                 code = _main()

@@ -58,7 +58,14 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("NANOBOT_HOME", str(home / ".nanobot"))
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))
-    for proxy in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+    for proxy in (
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ):
         monkeypatch.delenv(proxy, raising=False)
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     return home / ".nanobot"
@@ -86,11 +93,24 @@ def configure(isolated_home: Path, fake_llm):
 
     def write(protocol: str = "openai", **defaults) -> Path:
         if protocol == "anthropic":
-            data = {"agents": {"defaults": {"model": "anthropic/claude-test", **defaults}},
-                    "providers": {"anthropic": {"apiKey": "sk-ant-test-key-123456", "apiBase": fake_llm.anthropic_base_url}}}
+            data = {
+                "agents": {"defaults": {"model": "anthropic/claude-test", **defaults}},
+                "providers": {
+                    "anthropic": {
+                        "apiKey": "sk-ant-test-key-123456",
+                        "apiBase": fake_llm.anthropic_base_url,
+                    }
+                },
+            }
         else:
-            data = {"agents": {"defaults": {"model": "custom/test-model", "provider": "custom", **defaults}},
-                    "providers": {"custom": {"apiKey": "sk-test-key-123456", "apiBase": fake_llm.openai_base_url}}}
+            data = {
+                "agents": {
+                    "defaults": {"model": "custom/test-model", "provider": "custom", **defaults}
+                },
+                "providers": {
+                    "custom": {"apiKey": "sk-test-key-123456", "apiBase": fake_llm.openai_base_url}
+                },
+            }
         isolated_home.mkdir(parents=True, exist_ok=True)
         path = isolated_home / "config.json"
         path.write_text(json.dumps(data))
@@ -128,7 +148,11 @@ def nanobot_forkserver():
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None) or not _whole_suite(config):
+    if (
+        hasattr(config, "workerinput")
+        or not getattr(config.option, "numprocesses", None)
+        or not _whole_suite(config)
+    ):
         return
     # On a whole-suite run (every worker needs them) the xdist controller writes the bytecode caches
     # a fresh clone lacks (tests/bytecode_warmup.py), then starts the fork server its workers'
@@ -141,10 +165,16 @@ def pytest_configure(config: pytest.Config) -> None:
     import mcp_sdk
 
     env = {k: v for k, v in os.environ.items() if k not in scrubbed_env_names(os.environ)}
-    bytecode_warmup.warm(env)  # a fresh clone's: the workers, and the servers' imports, then find them
-    servers = [forkserver.ForkServer(env={**env, "PYTHONUNBUFFERED": "1"}),
-               forkserver.ForkServer(env=mcp_sdk.sdk_env(env), preload=mcp_sdk.SDK_PRELOAD)]
-    if env.get("PYTHONUNBUFFERED") != "1":  # for the children started with the tests' own environment
+    bytecode_warmup.warm(
+        env
+    )  # a fresh clone's: the workers, and the servers' imports, then find them
+    servers = [
+        forkserver.ForkServer(env={**env, "PYTHONUNBUFFERED": "1"}),
+        forkserver.ForkServer(env=mcp_sdk.sdk_env(env), preload=mcp_sdk.SDK_PRELOAD),
+    ]
+    if (
+        env.get("PYTHONUNBUFFERED") != "1"
+    ):  # for the children started with the tests' own environment
         servers.append(forkserver.ForkServer(env=env))
     for server in servers:
         config.add_cleanup(server.close)
@@ -152,7 +182,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    forkserver = sys.modules.get("forkserver")  # helpers use forkserver.shared() without the fixture too
+    forkserver = sys.modules.get(
+        "forkserver"
+    )  # helpers use forkserver.shared() without the fixture too
     if forkserver is not None:
         forkserver.close_shared()
 
@@ -182,8 +214,12 @@ def _whole_suite(config: pytest.Config) -> bool:
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> None:
     worker = hasattr(config, "workerinput")  # a worker must not start workers of its own
-    if (_whole_suite(config) and not worker and config.pluginmanager.hasplugin("xdist")
-            and not config.getoption("usepdb", False)):
+    if (
+        _whole_suite(config)
+        and not worker
+        and config.pluginmanager.hasplugin("xdist")
+        and not config.getoption("usepdb", False)
+    ):
         if config.option.numprocesses is None:
             config.option.numprocesses = WHOLE_SUITE_WORKERS
             if config.option.dist == "no":
@@ -253,21 +289,35 @@ def _test_names(item: pytest.Item) -> tuple[str, str]:
     return f"{path}::{item.name}", f"{path}::{getattr(item, 'originalname', item.name)}"
 
 
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
     # on xdist the workers' collection order is the queue's order
-    if not (hasattr(config, "workerinput") or config.args_source == pytest.Config.ArgsSource.TESTPATHS):
+    if not (
+        hasattr(config, "workerinput") or config.args_source == pytest.Config.ArgsSource.TESTPATHS
+    ):
         return  # a file or test named on the command line keeps its own order
     names = {item.nodeid: _test_names(item) for item in items}
     stale = set(LONG_TESTS).difference(*names.values())
     if stale and len(items) > 1000:  # the whole suite, not a -k selection of it
-        warnings.warn(pytest.PytestConfigWarning(f"conftest.LONG_TESTS names tests that no longer exist: {sorted(stale)}"),
-                      stacklevel=1)
+        warnings.warn(
+            pytest.PytestConfigWarning(
+                f"conftest.LONG_TESTS names tests that no longer exist: {sorted(stale)}"
+            ),
+            stacklevel=1,
+        )
     units: dict[str, list[pytest.Item]] = {}  # a test function's cases: one unit on xdist (above)
     for item in items:
         units.setdefault(names[item.nodeid][1], []).append(item)
-    seconds = {function: sum(LONG_TESTS.get(names[c.nodeid][0], LONG_TESTS.get(function, 0.0)) for c in cases)
-               for function, cases in units.items()}
-    items[:] = [case for function in sorted(units, key=lambda f: -seconds[f]) for case in units[function]]
+    seconds = {
+        function: sum(
+            LONG_TESTS.get(names[c.nodeid][0], LONG_TESTS.get(function, 0.0)) for c in cases
+        )
+        for function, cases in units.items()
+    }
+    items[:] = [
+        case for function in sorted(units, key=lambda f: -seconds[f]) for case in units[function]
+    ]
 
 
 @pytest.fixture

@@ -55,7 +55,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-if __name__ == "__main__":  # the helper: its children would carry pexpect, which nanobot never imports
+if (
+    __name__ == "__main__"
+):  # the helper: its children would carry pexpect, which nanobot never imports
     fdspawn = object
 else:
     from pexpect.fdpexpect import fdspawn
@@ -63,18 +65,42 @@ else:
 # What `agent -m` and the chat import on either wire (measured with PYTHONPROFILEIMPORTTIME), so
 # a child imports nothing of weight.
 PRELOAD = (
-    "nanobot.cli.app", "nanobot.cli.chat", "nanobot.app",
-    "nanobot.providers.openai_compat", "nanobot.providers.anthropic",
-    "openai", "openai.resources.chat", "openai.types.chat",
-    "anthropic", "anthropic.resources.messages", "anthropic.types",
+    "nanobot.cli.app",
+    "nanobot.cli.chat",
+    "nanobot.app",
+    "nanobot.providers.openai_compat",
+    "nanobot.providers.anthropic",
+    "openai",
+    "openai.resources.chat",
+    "openai.types.chat",
+    "anthropic",
+    "anthropic.resources.messages",
+    "anthropic.types",
     # imported on the way through a turn
-    "nanobot.cli.input_text", "nanobot.cli.status_view", "nanobot.cli.usage", "nanobot.skills",
-    "nanobot.tools.cron", "nanobot.tools.files", "nanobot.tools.recall", "nanobot.tools.web",
-    "httpcore2", "h11", "yaml", "jsonschema",
+    "nanobot.cli.input_text",
+    "nanobot.cli.status_view",
+    "nanobot.cli.usage",
+    "nanobot.skills",
+    "nanobot.tools.cron",
+    "nanobot.tools.files",
+    "nanobot.tools.recall",
+    "nanobot.tools.web",
+    "httpcore2",
+    "h11",
+    "yaml",
+    "jsonschema",
     # and by the chat: the prompt, markdown on a terminal, reminders
-    "nanobot.cli.approval_prompt", "nanobot.cli.chat_reminders", "nanobot.cli.input_history",
-    "nanobot.cli.markdown_stream", "nanobot.cli.serve", "nanobot.cron.runner",
-    "prompt_toolkit", "prompt_toolkit.shortcuts", "prompt_toolkit.patch_stdout", "rich.markdown", "rich.syntax",
+    "nanobot.cli.approval_prompt",
+    "nanobot.cli.chat_reminders",
+    "nanobot.cli.input_history",
+    "nanobot.cli.markdown_stream",
+    "nanobot.cli.serve",
+    "nanobot.cron.runner",
+    "prompt_toolkit",
+    "prompt_toolkit.shortcuts",
+    "prompt_toolkit.patch_stdout",
+    "rich.markdown",
+    "rich.syntax",
 )
 
 _MAX_MESSAGE = 1 << 20
@@ -152,8 +178,10 @@ def _preload(modules: Sequence[str]) -> dict[str, Any]:
     # half a second
     gc.freeze()
     names = reads.names - _rederived()
-    return {"read": {k: os.environ.get(k) for k in names},
-            "interpreter": {k: v for k, v in os.environ.items() if _interpreter_variable(k)}}
+    return {
+        "read": {k: os.environ.get(k) for k in names},
+        "interpreter": {k: v for k, v in os.environ.items() if _interpreter_variable(k)},
+    }
 
 
 def _rederived() -> set[str]:
@@ -177,15 +205,24 @@ def _user_base() -> None:
         config["userbase"] = base
 
 
-def _std_stream(fd: int, name: str, *, write: bool, buffered: bool, encoding: str,
-                errors: str) -> io.TextIOWrapper:
+def _std_stream(
+    fd: int, name: str, *, write: bool, buffered: bool, encoding: str, errors: str
+) -> io.TextIOWrapper:
     """sys.stdin/stdout/stderr on `fd`, made the way CPython's create_stdio makes them."""
-    raw_or_buffer: Any = open(fd, "wb" if write else "rb", -1 if buffered or not write else 0, closefd=False)
+    raw_or_buffer: Any = open(
+        fd, "wb" if write else "rb", -1 if buffered or not write else 0, closefd=False
+    )
     raw = raw_or_buffer.raw if hasattr(raw_or_buffer, "raw") else raw_or_buffer
     raw.name = name
     line_buffering = buffered and (raw.isatty() or fd == 2)
-    stream = io.TextIOWrapper(raw_or_buffer, encoding=encoding, errors=errors, newline="\n",
-                              line_buffering=line_buffering, write_through=not buffered)
+    stream = io.TextIOWrapper(
+        raw_or_buffer,
+        encoding=encoding,
+        errors=errors,
+        newline="\n",
+        line_buffering=line_buffering,
+        write_through=not buffered,
+    )
     stream.mode = "w" if write else "r"  # type: ignore[misc]
     return stream
 
@@ -211,7 +248,9 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
     errors = sys.stdout.errors
     sys.stdin = sys.__stdin__ = _std_stream(0, "<stdin>", write=False, errors=errors, **how)
     sys.stdout = sys.__stdout__ = _std_stream(1, "<stdout>", write=True, errors=errors, **how)
-    sys.stderr = sys.__stderr__ = _std_stream(2, "<stderr>", write=True, errors="backslashreplace", **how)
+    sys.stderr = sys.__stderr__ = _std_stream(
+        2, "<stderr>", write=True, errors="backslashreplace", **how
+    )
     os.environ.clear()
     os.environ.update(request["env"])
     time.tzset()
@@ -234,7 +273,9 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
     runpy._run_module_as_main(argv[2])  # type: ignore[attr-defined]  # what `python -m` calls
 
 
-def _serve(listener: socket.socket, hello: dict[str, Any]) -> tuple[dict[str, Any], list[int]] | None:
+def _serve(
+    listener: socket.socket, hello: dict[str, Any]
+) -> tuple[dict[str, Any], list[int]] | None:
     """Answer requests until stdin closes; returns (request, fds) in a forked child, None at the end."""
     conns: dict[int, socket.socket] = {}  # fd -> client connection waiting for its child's exit
     children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
@@ -289,7 +330,9 @@ def _serve(listener: socket.socket, hello: dict[str, Any]) -> tuple[dict[str, An
                 os.close(fd)
                 _, status = os.waitpid(pid, 0)
                 try:
-                    conn.sendall(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode())
+                    conn.sendall(
+                        json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode()
+                    )
                 except OSError:
                     pass  # the client stopped listening
                 conn.close()
@@ -330,7 +373,9 @@ def _stdio(spec: Any, default_fd: int, closers: list[int]) -> tuple[int, int | N
         try:
             os.fstat(default_fd)
             return default_fd, None
-        except OSError:  # this process has none (CI may run without stdin): the child gets /dev/null
+        except (
+            OSError
+        ):  # this process has none (CI may run without stdin): the child gets /dev/null
             spec = subprocess.DEVNULL
     if spec == subprocess.DEVNULL:
         fd = os.open(os.devnull, os.O_RDWR)
@@ -351,8 +396,15 @@ class ForkedProcess:
     interface tests use: pid, returncode, stdin/stdout/stderr, poll, wait, send_signal, kill,
     terminate, communicate."""
 
-    def __init__(self, conn: socket.socket, pid: int, pidfd: int, args: list[str],
-                 pipes: tuple[int | None, int | None, int | None], text: bool) -> None:
+    def __init__(
+        self,
+        conn: socket.socket,
+        pid: int,
+        pidfd: int,
+        args: list[str],
+        pipes: tuple[int | None, int | None, int | None],
+        text: bool,
+    ) -> None:
         self._conn, self.pid, self._pidfd, self.args = conn, pid, pidfd, args
         self.returncode: int | None = None
         self._lock = threading.Lock()
@@ -406,15 +458,20 @@ class ForkedProcess:
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
 
-    def communicate(self, input: str | bytes | None = None, timeout: float | None = None) -> tuple[Any, Any]:
+    def communicate(
+        self, input: str | bytes | None = None, timeout: float | None = None
+    ) -> tuple[Any, Any]:
         results: dict[str, Any] = {}
 
         def drain(name: str, stream: IO[Any]) -> None:
             results[name] = stream.read()
             stream.close()
 
-        readers = [threading.Thread(target=drain, args=(name, s), daemon=True)
-                   for name, s in (("out", self.stdout), ("err", self.stderr)) if s is not None]
+        readers = [
+            threading.Thread(target=drain, args=(name, s), daemon=True)
+            for name, s in (("out", self.stdout), ("err", self.stderr))
+            if s is not None
+        ]
         for reader in readers:
             reader.start()
         if self.stdin is not None:
@@ -438,7 +495,9 @@ class ForkedTerminal(fdspawn):
     sendcontrol, sendintr, sendeof, isalive, kill, terminate, wait, close, exitstatus, signalstatus,
     pid, child_fd, getwinsize/setwinsize) over a fork server child."""
 
-    def __init__(self, proc: ForkedProcess, master: int, *, encoding: str | None, timeout: float) -> None:
+    def __init__(
+        self, proc: ForkedProcess, master: int, *, encoding: str | None, timeout: float
+    ) -> None:
         super().__init__(master, args=proc.args, timeout=timeout, encoding=encoding, use_poll=True)
         self.proc = proc
         self.pid = proc.pid
@@ -456,7 +515,9 @@ class ForkedTerminal(fdspawn):
         self.terminated = True
 
     def send(self, s: str | bytes) -> int:
-        if self.delaybeforesend is not None:  # pexpect.spawn waits 50 ms before each send; tests time by it
+        if (
+            self.delaybeforesend is not None
+        ):  # pexpect.spawn waits 50 ms before each send; tests time by it
             time.sleep(self.delaybeforesend)
         return super().send(s)
 
@@ -472,7 +533,9 @@ class ForkedTerminal(fdspawn):
 
     def terminate(self, force: bool = False) -> bool:
         """As pexpect: SIGHUP, SIGCONT, SIGINT, then (with force) SIGKILL, until the child ends."""
-        for sig in (signal.SIGHUP, signal.SIGCONT, signal.SIGINT) + ((signal.SIGKILL,) if force else ()):
+        for sig in (signal.SIGHUP, signal.SIGCONT, signal.SIGINT) + (
+            (signal.SIGKILL,) if force else ()
+        ):
             if not self.isalive():
                 return True
             self.proc.send_signal(sig)
@@ -518,12 +581,26 @@ class ForkedTerminal(fdspawn):
         code = ord(char)
         if 97 <= code <= 122:
             return self.send(chr(code - 96))
-        specials = {"@": 0, "`": 0, "[": 27, "{": 27, "\\": 28, "|": 28, "]": 29, "}": 29, "^": 30, "~": 30,
-                    "_": 31, "?": 127}
+        specials = {
+            "@": 0,
+            "`": 0,
+            "[": 27,
+            "{": 27,
+            "\\": 28,
+            "|": 28,
+            "]": 29,
+            "}": 29,
+            "^": 30,
+            "~": 30,
+            "_": 31,
+            "?": 127,
+        }
         return self.send(chr(specials[char])) if char in specials else 0
 
     def getwinsize(self) -> tuple[int, int]:
-        rows, columns, _, _ = struct.unpack("HHHH", fcntl.ioctl(self.child_fd, termios.TIOCGWINSZ, b"\0" * 8))
+        rows, columns, _, _ = struct.unpack(
+            "HHHH", fcntl.ioctl(self.child_fd, termios.TIOCGWINSZ, b"\0" * 8)
+        )
         return rows, columns
 
     def setwinsize(self, rows: int, columns: int) -> None:
@@ -537,7 +614,9 @@ class ForkServer:
     environment must agree with it on what the helper could not re-read (see the module's docstring).
     Use as a context manager, or call `close()`; the helper also ends when this process does."""
 
-    def __init__(self, env: Mapping[str, str] | None = None, preload: Sequence[str] = PRELOAD) -> None:
+    def __init__(
+        self, env: Mapping[str, str] | None = None, preload: Sequence[str] = PRELOAD
+    ) -> None:
         self.preload = tuple(preload)
         self._dir = tempfile.mkdtemp(prefix="nanobot-forkserver-")
         self._path = str(Path(self._dir) / "socket")
@@ -547,8 +626,13 @@ class ForkServer:
         self._log = open(Path(self._dir) / "helper.log", "w+b")
         self._helper: subprocess.Popen[bytes] | None = subprocess.Popen(
             [sys.executable, __file__, str(listener.fileno()), ",".join(preload)],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=self._log,
-            env=dict(os.environ if env is None else env), pass_fds=[listener.fileno()], cwd="/")
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+            env=dict(os.environ if env is None else env),
+            pass_fds=[listener.fileno()],
+            cwd="/",
+        )
         listener.close()
 
     @property
@@ -587,16 +671,27 @@ class ForkServer:
             if self._helper is None:  # attached: the log is the starter's
                 raise ForkServerError(f"the fork server at {self._path} is not answering")
             self._log.seek(0)
-            raise ForkServerError(f"the fork server is not answering; its stderr: {self._log.read()[-4000:]!r}")
+            raise ForkServerError(
+                f"the fork server is not answering; its stderr: {self._log.read()[-4000:]!r}"
+            )
         hello = json.loads(data)
         if "error" in hello:
             raise ForkServerError(f"the fork server could not prepare: {hello['error']}")
         return hello
 
-    def popen(self, argv: Sequence[str], *, stdin: Any = None, stdout: Any = None, stderr: Any = None,
-              env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
-              text: bool = False, start_new_session: bool = False,
-              _terminal: bool = False) -> ForkedProcess:
+    def popen(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: Any = None,
+        stdout: Any = None,
+        stderr: Any = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        text: bool = False,
+        start_new_session: bool = False,
+        _terminal: bool = False,
+    ) -> ForkedProcess:
         """Like `subprocess.Popen(argv, ...)` for argv = [sys.executable, "-m", "nanobot", *args] (or
         another module: it is imported in the child, unless the server preloaded it), or
         [sys.executable, "script.py", *args]."""
@@ -604,16 +699,20 @@ class ForkServer:
         module = len(argv) >= 3 and argv[1] == "-m"
         script = len(argv) >= 2 and not argv[1].startswith("-")
         if not (module or script) or os.path.realpath(argv[0]) != os.path.realpath(sys.executable):
-            raise ForkServerError(f"the fork server runs `{sys.executable} -m <module> ...` or "
-                                  f"`{sys.executable} <script> ...`, not {argv[:3]}")
+            raise ForkServerError(
+                f"the fork server runs `{sys.executable} -m <module> ...` or "
+                f"`{sys.executable} <script> ...`, not {argv[:3]}"
+            )
         env = dict(os.environ if env is None else env)
         conn = self._connect()
         fixed = self._hello(conn)
         differs = _differences(fixed, env)
         if differs:
             conn.close()
-            raise ForkServerError(f"these variables must have the values the fork server started with, "
-                                  f"which it can no longer re-read: {differs}; start a ForkServer with them")
+            raise ForkServerError(
+                f"these variables must have the values the fork server started with, "
+                f"which it can no longer re-read: {differs}; start a ForkServer with them"
+            )
         closers: list[int] = []
         try:
             child_in, our_in = _stdio(stdin, 0, closers)
@@ -622,11 +721,19 @@ class ForkServer:
                 child_err, our_err = child_out, None
             else:
                 child_err, our_err = _stdio(stderr, 2, closers)
-            request = {"argv": argv, "env": env, "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
-                       "umask": _umask(), "session": start_new_session or _terminal, "terminal": _terminal}
+            request = {
+                "argv": argv,
+                "env": env,
+                "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
+                "umask": _umask(),
+                "session": start_new_session or _terminal,
+                "terminal": _terminal,
+            }
             socket.send_fds(conn, [json.dumps(request).encode()], [child_in, child_out, child_err])
             ready, _, _ = select.select([conn], [], [], 60)
-            data, fds, _, _ = socket.recv_fds(conn, _MAX_MESSAGE, 1) if ready else (b"", [], 0, None)
+            data, fds, _, _ = (
+                socket.recv_fds(conn, _MAX_MESSAGE, 1) if ready else (b"", [], 0, None)
+            )
         finally:
             for fd in closers:
                 os.close(fd)
@@ -635,18 +742,29 @@ class ForkServer:
                 if fd is not None:
                     os.close(fd)
             raise ForkServerError("the fork server did not start the child")
-        return ForkedProcess(conn, json.loads(data)["pid"], fds[0], argv, (our_in, our_out, our_err), text)
+        return ForkedProcess(
+            conn, json.loads(data)["pid"], fds[0], argv, (our_in, our_out, our_err), text
+        )
 
-    def spawn(self, argv: Sequence[str], *, dimensions: tuple[int, int] = (24, 80),
-              env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
-              encoding: str | None = None, timeout: float = 30) -> ForkedTerminal:
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        dimensions: tuple[int, int] = (24, 80),
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        encoding: str | None = None,
+        timeout: float = 30,
+    ) -> ForkedTerminal:
         """Like `pexpect.spawn(argv[0], argv[1:], ...)`: the child in a new session whose controlling
         terminal is a new pseudo-terminal of `dimensions` (rows, columns); returns its pexpect side."""
         master, slave = os.openpty()
         rows, columns = dimensions
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
         try:
-            proc = self.popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd, _terminal=True)
+            proc = self.popen(
+                argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=cwd, _terminal=True
+            )
         except BaseException:
             os.close(master)
             raise
@@ -654,11 +772,22 @@ class ForkServer:
             os.close(slave)
         return ForkedTerminal(proc, master, encoding=encoding, timeout=timeout)
 
-    def run(self, argv: Sequence[str], *, input: str | bytes | None = None, timeout: float | None = None,
-            **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        input: str | bytes | None = None,
+        timeout: float | None = None,
+        **kwargs: Any,
+    ) -> subprocess.CompletedProcess[Any]:
         """Like `subprocess.run(argv, capture_output=True, ...)`."""
-        proc = self.popen(argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs)
+        proc = self.popen(
+            argv,
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            **kwargs,
+        )
         try:
             out, err = proc.communicate(input, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -694,7 +823,9 @@ SHARED_SERVERS = "TESTS_FORKSERVERS"
 
 def offer(servers: Sequence[ForkServer]) -> None:
     """Let the processes this one starts from now on use `servers` (see SHARED_SERVERS)."""
-    os.environ[SHARED_SERVERS] = json.dumps([{"path": s.path, "preload": list(s.preload)} for s in servers])
+    os.environ[SHARED_SERVERS] = json.dumps(
+        [{"path": s.path, "preload": list(s.preload)} for s in servers]
+    )
 
 
 def _offered() -> list[ForkServer]:
@@ -715,7 +846,9 @@ class ForkServers:
         self._servers: list[ForkServer] = _offered()
         self._lock = threading.Lock()
 
-    def server_for(self, env: Mapping[str, str] | None = None, preload: Sequence[str] = PRELOAD) -> ForkServer:
+    def server_for(
+        self, env: Mapping[str, str] | None = None, preload: Sequence[str] = PRELOAD
+    ) -> ForkServer:
         """A server that preloaded `preload` and accepts `env` (started with `env` if none does)."""
         env = dict(os.environ if env is None else env)
         with self._lock:
@@ -726,15 +859,19 @@ class ForkServers:
             self._servers.append(server)
             return server
 
-    def popen(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-              **kwargs: Any) -> ForkedProcess:
+    def popen(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> ForkedProcess:
         return self.server_for(env).popen(argv, env=env, **kwargs)
 
-    def run(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-            **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+    def run(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> subprocess.CompletedProcess[Any]:
         return self.server_for(env).run(argv, env=env, **kwargs)
 
-    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, **kwargs: Any) -> ForkedTerminal:
+    def spawn(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> ForkedTerminal:
         return self.server_for(env).spawn(argv, env=env, **kwargs)
 
     def close(self) -> None:

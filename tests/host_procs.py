@@ -89,4 +89,8 @@ def host_pids_naming(text: str) -> list[int]:
 def named(comm: str) -> list[int]:
     """Host pids whose process name (/proc's comm) is `comm`, zombies included: a zombie keeps its
     name but has no command line."""
-    return [pid for pid, stat in _each("stat") if stat[stat.find(b"(") + 1:stat.rfind(b")")] == comm.encode()]
+    return [
+        pid
+        for pid, stat in _each("stat")
+        if stat[stat.find(b"(") + 1 : stat.rfind(b")")] == comm.encode()
+    ]

@@ -9,15 +9,26 @@ import forkserver
 
 # What notes_server.py imports on either transport, imported once (a fresh server spends about
 # 0.6 s of CPU on it before it answers).
-SDK_PRELOAD = ("anyio", "pydantic", "mcp.server.fastmcp", "rich.logging", "anyio._core._sockets",
-               "anyio._core._streams", "uvicorn.protocols.http.h11_impl")
+SDK_PRELOAD = (
+    "anyio",
+    "pydantic",
+    "mcp.server.fastmcp",
+    "rich.logging",
+    "anyio._core._sockets",
+    "anyio._core._streams",
+    "uvicorn.protocols.http.h11_impl",
+)
 
 
 def sdk_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """`base` (default: this environment) with the interpreter settings forked_notes.py has under a
     stdio client's minimal one: no PYTHON*, LANG or LC_*, so Python sets LC_CTYPE=C.UTF-8 itself
     (PEP 538)."""
-    env = {k: v for k, v in (os.environ if base is None else base).items() if not forkserver._interpreter_variable(k)}
+    env = {
+        k: v
+        for k, v in (os.environ if base is None else base).items()
+        if not forkserver._interpreter_variable(k)
+    }
     return {**env, "LC_CTYPE": "C.UTF-8"}
 
 

@@ -37,7 +37,9 @@ class _Body(httpx2.AsyncByteStream):
         for chunk in self._chunks:
             yield chunk
         if self._cut:  # what the client sees when the server drops the connection mid-body
-            raise httpx2.RemoteProtocolError("peer closed connection without sending complete message body")
+            raise httpx2.RemoteProtocolError(
+                "peer closed connection without sending complete message body"
+            )
 
 
 class InProcessTransport(httpx2.AsyncBaseTransport):
@@ -50,15 +52,22 @@ class InProcessTransport(httpx2.AsyncBaseTransport):
         path = request.url.path.rstrip("/")
         if request.method == "GET" and path.startswith(MODELS_PATH):
             self.fake.model_requests.append(path)
-            models = {"object": "list", "data": [{"id": m, "object": "model", "type": "model"} for m in self.fake.models]}
+            models = {
+                "object": "list",
+                "data": [{"id": m, "object": "model", "type": "model"} for m in self.fake.models],
+            }
             return httpx2.Response(200, json=models, request=request)
         body = json.loads(await request.aread() or b"{}")
         # in a thread: a reply's delay must not stop the event loop (a real server would not)
         answer = await asyncio.to_thread(self.fake.answer, path, dict(request.headers), body)
         if answer.cut and not answer.chunks:
             raise httpx2.RemoteProtocolError("Server disconnected without sending a response.")
-        return httpx2.Response(answer.status, headers=answer.headers, stream=_Body(answer.chunks, answer.cut),
-                               request=request)
+        return httpx2.Response(
+            answer.status,
+            headers=answer.headers,
+            stream=_Body(answer.chunks, answer.cut),
+            request=request,
+        )
 
 
 class ScriptedLLM(FakeLLMServer):
@@ -71,10 +80,23 @@ class ScriptedLLM(FakeLLMServer):
     def base_url(self) -> str:
         return BASE
 
-    def provider(self, protocol: str = "openai", *, model: str | None = None, timeout: float = 30.0) -> Provider:
+    def provider(
+        self, protocol: str = "openai", *, model: str | None = None, timeout: float = 30.0
+    ) -> Provider:
         client = httpx2.AsyncClient(transport=InProcessTransport(self))
         if protocol == "anthropic":
-            return AnthropicProvider(model or "claude-test", api_key="sk-ant-test-key-123456", api_base=BASE,
-                                     timeout=timeout, http_client=client)
-        return OpenAICompatProvider(model or "test-model", name="custom", api_key="sk-test-key-123456",
-                                    api_base=BASE + "/v1", timeout=timeout, http_client=client)
+            return AnthropicProvider(
+                model or "claude-test",
+                api_key="sk-ant-test-key-123456",
+                api_base=BASE,
+                timeout=timeout,
+                http_client=client,
+            )
+        return OpenAICompatProvider(
+            model or "test-model",
+            name="custom",
+            api_key="sk-test-key-123456",
+            api_base=BASE + "/v1",
+            timeout=timeout,
+            http_client=client,
+        )

@@ -19,17 +19,37 @@ def _sigint_ignored(status: str) -> bool:
     return bool(int(mask, 16) & (1 << (signal.SIGINT - 1)))
 
 
-@pytest.mark.skipif(not os.environ.get(INNER), reason="run by the test below, in a pytest started with SIGINT ignored")
+@pytest.mark.skipif(
+    not os.environ.get(INNER),
+    reason="run by the test below, in a pytest started with SIGINT ignored",
+)
 def test_a_child_of_the_inner_run_gets_the_default_sigint():
-    status = subprocess.run(["cat", "/proc/self/status"], capture_output=True, text=True, check=True).stdout
+    status = subprocess.run(
+        ["cat", "/proc/self/status"], capture_output=True, text=True, check=True
+    ).stdout
     assert not _sigint_ignored(status)
 
 
 def test_a_suite_started_with_sigint_ignored_hands_its_children_the_default():
     here = Path(__file__)
     inner = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-o", "addopts=",
-         f"{here}::test_a_child_of_the_inner_run_gets_the_default_sigint"],
-        env={**os.environ, INNER: "1"}, cwd=here.parent.parent, capture_output=True, text=True, timeout=60,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:xdist",
+            "-p",
+            "no:cacheprovider",
+            "-o",
+            "addopts=",
+            f"{here}::test_a_child_of_the_inner_run_gets_the_default_sigint",
+        ],
+        env={**os.environ, INNER: "1"},
+        cwd=here.parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
     assert "1 passed" in inner.stdout, inner.stdout + inner.stderr

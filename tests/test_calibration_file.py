@@ -26,7 +26,12 @@ def test_ratios_are_kept_per_model_in_a_private_file(isolated_home):
 def test_a_damaged_or_odd_file_means_nothing_learned(isolated_home):
     path = calibration_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    for text in ("{not json", "[1, 2]", json.dumps({"m": "1.6"}), json.dumps({"m": [True, "x", -3, 1e9]})):
+    for text in (
+        "{not json",
+        "[1, 2]",
+        json.dumps({"m": "1.6"}),
+        json.dumps({"m": [True, "x", -3, 1e9]}),
+    ):
         path.write_text(text)
         assert load_calibration("m").ratio == 1.0
     path.write_text(json.dumps({"m": [1.3, 5.0]}))

@@ -83,8 +83,17 @@ def shown_commands() -> set[tuple[str, ...]]:
 
 def test_the_docs_show_the_commands_a_user_needs():
     shown = shown_commands()
-    for command in [("agent",), ("onboard",), ("status",), ("doctor",), ("session", "list"),
-                    ("memory", "show"), ("history", "grep"), ("cron", "add"), ("serve",)]:
+    for command in [
+        ("agent",),
+        ("onboard",),
+        ("status",),
+        ("doctor",),
+        ("session", "list"),
+        ("memory", "show"),
+        ("history", "grep"),
+        ("cron", "add"),
+        ("serve",),
+    ]:
         assert command in shown
 
 
@@ -101,8 +110,11 @@ def test_a_command_that_does_not_exist_fails_its_help(nanobot_run):
 
 
 def test_the_configuration_reference_is_current():
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_config_docs.py"), "--check"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen_config_docs.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
     assert "| `agents.defaults.contextWindowTokens` | integer | `65536` |" in page
@@ -115,7 +127,9 @@ def test_the_configuration_check_notices_a_stale_page(tmp_path, monkeypatch):
     finally:
         sys.path.remove(str(ROOT / "scripts"))
     stale = tmp_path / "configuration.md"
-    stale.write_text(f"# Configuration\n\n{gen_config_docs.BEGIN}\n| old |\n{gen_config_docs.END}\n")
+    stale.write_text(
+        f"# Configuration\n\n{gen_config_docs.BEGIN}\n| old |\n{gen_config_docs.END}\n"
+    )
     monkeypatch.setattr(gen_config_docs, "PAGE", stale)
     assert gen_config_docs.main(["--check"]) == 1
     assert gen_config_docs.main([]) == 0

@@ -28,7 +28,9 @@ def _both(forkserver, argv, *, env, stdout=subprocess.PIPE, cwd=TESTS):
     """(fresh, forked) CompletedProcess-like results of argv with the given stdout."""
     results = []
     for start in (subprocess.Popen, forkserver.popen):
-        proc = start(argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.PIPE, env=env, cwd=cwd)
+        proc = start(
+            argv, stdin=subprocess.DEVNULL, stdout=stdout, stderr=subprocess.PIPE, env=env, cwd=cwd
+        )
         out, err = proc.communicate(timeout=60)
         results.append((proc.returncode, out, err))
     return results
@@ -43,13 +45,17 @@ def plain_env():
 
 @pytest.mark.parametrize("unbuffered", [False, True], ids=["buffered", "PYTHONUNBUFFERED"])
 @pytest.mark.parametrize("stdout_kind", ["pipe", "terminal", "controlling terminal"])
-def test_a_child_starts_with_the_state_of_a_fresh_interpreter(plain_env, tmp_path, unbuffered, stdout_kind):
+def test_a_child_starts_with_the_state_of_a_fresh_interpreter(
+    plain_env, tmp_path, unbuffered, stdout_kind
+):
     # a server that preloads little, so the fresh process to compare with need not import nanobot
     # (that importing nanobot starts no thread and changes no signal handler, the server checks)
     env = {**plain_env, "PYTHONUNBUFFERED": "1"} if unbuffered else plain_env
     env["PROBE_MARK"] = str(tmp_path)
     with ForkServer(env=env, preload=["json"]) as server:
-        if stdout_kind == "controlling terminal":  # pexpect's way: a new session that the pty controls
+        if (
+            stdout_kind == "controlling terminal"
+        ):  # pexpect's way: a new session that the pty controls
             states = [_spawned_state(start, env) for start in (_pexpect_spawn, server.spawn)]
         else:
             states = [_state(start, env, stdout_kind) for start in (subprocess.Popen, server.popen)]
@@ -66,13 +72,23 @@ def test_a_script_child_starts_as_python_script_py_starts(plain_env, tmp_path):
     with ForkServer(env=plain_env, preload=["json"]) as server:
         states = []
         for start in (subprocess.Popen, server.popen):
-            proc = start([sys.executable, str(TESTS / "forkserver_probe.py"), "state"], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=plain_env, cwd=tmp_path)
+            proc = start(
+                [sys.executable, str(TESTS / "forkserver_probe.py"), "state"],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=plain_env,
+                cwd=tmp_path,
+            )
             out, err = proc.communicate(timeout=60)
             assert proc.returncode == 0, err
             states.append(json.loads(out))
     fresh, forked = states
-    assert fresh["path0"] == str(TESTS) and fresh["argv0"] == "forkserver_probe.py" and fresh["main_module"] is None
+    assert (
+        fresh["path0"] == str(TESTS)
+        and fresh["argv0"] == "forkserver_probe.py"
+        and fresh["main_module"] is None
+    )
     assert fresh.pop("random") != forked.pop("random")
     assert forked == fresh
 
@@ -92,14 +108,26 @@ def _spawned_state(spawn, env) -> dict:
 def _state(start, env, stdout_kind) -> dict:
     """The probe's state report, its stdout a pipe or a terminal."""
     if stdout_kind == "pipe":
-        proc = start([*PROBE, "state"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                     stderr=subprocess.PIPE, env=env, cwd=TESTS)
+        proc = start(
+            [*PROBE, "state"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=TESTS,
+        )
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
         return json.loads(out)
     master, slave = pty.openpty()
-    proc = start([*PROBE, "state"], stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE,
-                 env=env, cwd=TESTS)
+    proc = start(
+        [*PROBE, "state"],
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=TESTS,
+    )
     os.close(slave)
     chunks = []
     while True:
@@ -116,14 +144,19 @@ def _state(start, env, stdout_kind) -> dict:
 
 
 def test_two_children_draw_different_random_numbers(nanobot_forkserver):
-    draws = {json.loads(nanobot_forkserver.run([*PROBE, "state"], cwd=TESTS).stdout)["random"] for _ in range(3)}
+    draws = {
+        json.loads(nanobot_forkserver.run([*PROBE, "state"], cwd=TESTS).stdout)["random"]
+        for _ in range(3)
+    }
     assert len(draws) == 3
 
 
 @pytest.mark.parametrize("what", [["ending"], ["exit", "3"], ["raise"], ["interrupt"]])
 def test_a_child_ends_as_a_fresh_interpreter_ends(nanobot_forkserver, what):
     fresh, forked = _both(nanobot_forkserver, [*PROBE, *what], env=dict(os.environ))
-    assert forked[:2] == fresh[:2]  # exit code (-2: SIGINT for an uncaught KeyboardInterrupt), stdout
+    assert (
+        forked[:2] == fresh[:2]
+    )  # exit code (-2: SIGINT for an uncaught KeyboardInterrupt), stdout
     # the traceback of the child also names the fork server's frames: compare what it says
     assert forked[2].splitlines()[-1:] == fresh[2].splitlines()[-1:]
     if what == ["ending"]:
@@ -141,24 +174,44 @@ def test_a_child_is_a_process_of_its_own_that_dies_by_sigkill(nanobot_forkserver
     proc.kill()
     assert proc.wait(timeout=10) == -signal.SIGKILL
     assert not Path(f"/proc/{proc.pid}/stat").exists()  # reaped by the server
-    assert nanobot_forkserver.run([*PROBE, "exit", "0"], cwd=TESTS).returncode == 0  # the server lives on
+    assert (
+        nanobot_forkserver.run([*PROBE, "exit", "0"], cwd=TESTS).returncode == 0
+    )  # the server lives on
 
 
-def test_a_nanobot_turn_forked_is_the_turn_a_fresh_process_runs(nanobot_forkserver, nanobot_cmd, fake_llm,
-                                                              configure, isolated_home):
+def test_a_nanobot_turn_forked_is_the_turn_a_fresh_process_runs(
+    nanobot_forkserver, nanobot_cmd, fake_llm, configure, isolated_home
+):
     configure()
     results, saved, requests = [], [], []
     for key, start in (("cli:fresh", subprocess.Popen), ("cli:forked", nanobot_forkserver.popen)):
         fake_llm.reset()
-        fake_llm.script(Reply.tool_calls([("exec", {"command": "echo hi > out.txt"})]), Reply.text("wrote it"))
-        proc = start([*nanobot_cmd, "agent", "-m", "write it", "-s", key], stdin=subprocess.DEVNULL,
-                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        fake_llm.script(
+            Reply.tool_calls([("exec", {"command": "echo hi > out.txt"})]), Reply.text("wrote it")
+        )
+        proc = start(
+            [*nanobot_cmd, "agent", "-m", "write it", "-s", key],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         results.append((proc.returncode, *proc.communicate(timeout=60), proc.returncode))
         stored = SessionStore().load(key).messages
-        saved.append([(m["role"], m.get("content"), [c["function"] for c in m.get("tool_calls") or []])
-                      for m in stored])
-        requests.append([[(m["role"], m.get("content") if m["role"] != "user" else m["content"][-8:])
-                          for m in r.messages] for r in fake_llm.requests])
+        saved.append(
+            [
+                (m["role"], m.get("content"), [c["function"] for c in m.get("tool_calls") or []])
+                for m in stored
+            ]
+        )
+        requests.append(
+            [
+                [
+                    (m["role"], m.get("content") if m["role"] != "user" else m["content"][-8:])
+                    for m in r.messages
+                ]
+                for r in fake_llm.requests
+            ]
+        )
         fake_llm.assert_all_valid()
         assert (isolated_home / "workspace" / "out.txt").read_text() == "hi\n"
         (isolated_home / "workspace" / "out.txt").unlink()
@@ -168,13 +221,18 @@ def test_a_nanobot_turn_forked_is_the_turn_a_fresh_process_runs(nanobot_forkserv
     assert saved[0] == saved[1] and requests[0] == requests[1]
 
 
-def test_sigkill_during_a_tool_leaves_the_session_as_a_fresh_process_leaves_it(nanobot_forkserver, nanobot_cmd,
-                                                                              fake_llm, configure):
+def test_sigkill_during_a_tool_leaves_the_session_as_a_fresh_process_leaves_it(
+    nanobot_forkserver, nanobot_cmd, fake_llm, configure
+):
     configure()
     fake_llm.script(Reply.tool_calls([("exec", {"command": "sleep 30"})]), Reply.text("never"))
     path = SessionStore().path_for("cli:direct")
-    proc = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-m", "wait"], stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = nanobot_forkserver.popen(
+        [*nanobot_cmd, "agent", "-m", "wait"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 30
     while not (path.exists() and '"tool_calls"' in path.read_text()):
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
@@ -196,7 +254,12 @@ def test_an_environment_the_server_cannot_give_is_refused(nanobot_forkserver, na
     with pytest.raises(ForkServerError, match="OPENAI_LOG"):
         server.popen([*nanobot_cmd, "--version"], env={**os.environ, "OPENAI_LOG": "debug"})
     # a variable nothing read at import is the child's own
-    assert server.run([*nanobot_cmd, "--version"], env={**os.environ, "NANOBOT_UNREAD": "x"}).returncode == 0
+    assert (
+        server.run(
+            [*nanobot_cmd, "--version"], env={**os.environ, "NANOBOT_UNREAD": "x"}
+        ).returncode
+        == 0
+    )
     with pytest.raises(ForkServerError, match="-m <module>"):
         server.popen([sys.executable, "-c", "pass"])
 
@@ -212,12 +275,16 @@ def test_closing_the_server_ends_the_children_it_forked(tmp_path):
         time.sleep(0.01)
 
 
-def test_a_chat_in_a_terminal_answers_and_ends_on_sigterm(nanobot_forkserver, nanobot_cmd, fake_llm, configure):
+def test_a_chat_in_a_terminal_answers_and_ends_on_sigterm(
+    nanobot_forkserver, nanobot_cmd, fake_llm, configure
+):
     """spawn: the child's controlling terminal is a new pty (what pexpect gives a fresh process)."""
     configure()
     fake_llm.script(Reply.text("hello from the model"))
     env = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = nanobot_forkserver.spawn([*nanobot_cmd, "agent"], env=env, encoding="utf-8", dimensions=(30, 90))
+    child = nanobot_forkserver.spawn(
+        [*nanobot_cmd, "agent"], env=env, encoding="utf-8", dimensions=(30, 90)
+    )
     try:
         child.expect_exact("you ›")
         assert child.getwinsize() == (30, 90)
@@ -229,7 +296,10 @@ def test_a_chat_in_a_terminal_answers_and_ends_on_sigterm(nanobot_forkserver, na
     finally:
         child.close()
     assert child.exitstatus == 143 and not child.isalive()
-    assert any(m.get("content") == "hello from the model" for m in SessionStore().load("cli:direct").messages)
+    assert any(
+        m.get("content") == "hello from the model"
+        for m in SessionStore().load("cli:direct").messages
+    )
 
 
 def test_closing_the_terminal_hangs_up_the_child(nanobot_forkserver):
@@ -242,7 +312,8 @@ def test_closing_the_terminal_hangs_up_the_child(nanobot_forkserver):
 
 
 def test_an_offered_server_is_used_by_the_processes_started_after_and_a_refused_child_gets_its_own(
-        plain_env, monkeypatch):
+    plain_env, monkeypatch
+):
     """The whole suite's controller offers its helpers to its workers (forkserver.offer): a worker's
     ForkServers forks from the offered helper, and starts its own for a child it would not accept."""
     import forkserver
@@ -255,12 +326,19 @@ def test_an_offered_server_is_used_by_the_processes_started_after_and_a_refused_
             argv = [sys.executable, str(TESTS / "forkserver_probe.py"), "state"]
             used = servers.server_for(plain_env, preload=["json"])
             assert used.path == offered.path
-            child = used.popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=plain_env)
+            child = used.popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=plain_env
+            )
             child.communicate(timeout=60)
             assert child.returncode == 0
             own = servers.server_for({**plain_env, "PYTHONUNBUFFERED": "1"}, preload=["json"])
             assert own.path != offered.path  # other interpreter settings: a helper of this process
-            assert servers.server_for(plain_env, preload=["os"]).path not in (offered.path, own.path)
+            assert servers.server_for(plain_env, preload=["os"]).path not in (
+                offered.path,
+                own.path,
+            )
         finally:
             servers.close()
-        assert Path(offered.path).exists()  # closing the worker's servers left the offered one alone
+        assert Path(
+            offered.path
+        ).exists()  # closing the worker's servers left the offered one alone

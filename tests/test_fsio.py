@@ -33,12 +33,16 @@ _HOLDER = textwrap.dedent("""
 
 
 def _holder(path: Path, what: str = "hold") -> tuple[subprocess.Popen[str], str]:
-    p = subprocess.Popen([sys.executable, "-c", _HOLDER, str(path), what], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(path), what], stdout=subprocess.PIPE, text=True
+    )
     assert p.stdout is not None
     return p, p.stdout.readline().strip()
 
 
-def test_a_lock_another_process_holds_is_refused_and_free_once_that_process_is_killed(tmp_path: Path) -> None:
+def test_a_lock_another_process_holds_is_refused_and_free_once_that_process_is_killed(
+    tmp_path: Path,
+) -> None:
     target = tmp_path / "session.jsonl"
     holder, said = _holder(target)
     try:

@@ -12,12 +12,30 @@ import nanobot
 PACKAGE = Path(nanobot.__file__).parent
 UI_LIBRARIES = {"typer", "rich", "prompt_toolkit"}
 # errors/messages/paths import the standard library only; fsio adds nanobot.errors.
-LOWEST_LAYER = {"errors.py": set(), "messages.py": set(), "paths.py": set(), "fsio.py": {"nanobot.errors"}}
+LOWEST_LAYER = {
+    "errors.py": set(),
+    "messages.py": set(),
+    "paths.py": set(),
+    "fsio.py": {"nanobot.errors"},
+}
 # The agent loop never prints or touches files: no file, path, store or UI module reaches it.
 NO_IO_MODULES = ["agent/loop.py", "agent/events.py"]
-IO_IMPORTS = {"os", "io", "shutil", "pathlib", "tempfile", "fileinput", "fcntl", "builtins",
-              "nanobot.fsio", "nanobot.paths", "nanobot.session.store", "nanobot.memory.store",
-              "nanobot.memory.history", "nanobot.cli"} | UI_LIBRARIES
+IO_IMPORTS = {
+    "os",
+    "io",
+    "shutil",
+    "pathlib",
+    "tempfile",
+    "fileinput",
+    "fcntl",
+    "builtins",
+    "nanobot.fsio",
+    "nanobot.paths",
+    "nanobot.session.store",
+    "nanobot.memory.store",
+    "nanobot.memory.history",
+    "nanobot.cli",
+} | UI_LIBRARIES
 IO_CALLS = {"print", "open", "input"}
 
 
@@ -41,12 +59,18 @@ def _imports(path: Path) -> list[tuple[int, str]]:
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-node.level])
+                package = ".".join(
+                    path.relative_to(PACKAGE.parent).with_suffix("").parts[: -node.level]
+                )
                 module = f"{package}.{node.module}" if node.module else package
             else:
                 module = node.module or ""
             # `from nanobot.x import y` imports the module nanobot.x.y when y is one
-            submodules = [f"{module}.{alias.name}" for alias in node.names if _is_module(f"{module}.{alias.name}")]
+            submodules = [
+                f"{module}.{alias.name}"
+                for alias in node.names
+                if _is_module(f"{module}.{alias.name}")
+            ]
             found += [(node.lineno, name) for name in submodules or [module]]
     return found
 
@@ -71,17 +95,24 @@ def test_the_walker_sees_imports_at_every_depth(tmp_path):
 
 
 def test_ui_libraries_are_imported_only_under_cli():
-    leaks = [f"{_where(path, line)} imports {module}"
-             for path in _sources() if path.relative_to(PACKAGE).parts[0] != "cli"
-             for line, module in _imports(path) if _root(module) in UI_LIBRARIES]
+    leaks = [
+        f"{_where(path, line)} imports {module}"
+        for path in _sources()
+        if path.relative_to(PACKAGE).parts[0] != "cli"
+        for line, module in _imports(path)
+        if _root(module) in UI_LIBRARIES
+    ]
     assert leaks == []
 
 
 def test_nothing_outside_cli_imports_the_cli():
-    upward = [f"{_where(path, line)} imports {module}"
-              for path in _sources() if path.relative_to(PACKAGE).parts[0] != "cli"
-              for line, module in _imports(path)
-              if module == "nanobot.cli" or module.startswith("nanobot.cli.")]
+    upward = [
+        f"{_where(path, line)} imports {module}"
+        for path in _sources()
+        if path.relative_to(PACKAGE).parts[0] != "cli"
+        for line, module in _imports(path)
+        if module == "nanobot.cli" or module.startswith("nanobot.cli.")
+    ]
     assert upward == []
 
 
@@ -90,8 +121,11 @@ def test_lowest_layer_imports_only_the_standard_library():
     for name, allowed in LOWEST_LAYER.items():
         path = PACKAGE / name
         assert path.exists(), name
-        wrong = [f"{_where(path, line)} imports {module}" for line, module in _imports(path)
-                 if _root(module) not in stdlib and module not in allowed]
+        wrong = [
+            f"{_where(path, line)} imports {module}"
+            for line, module in _imports(path)
+            if _root(module) not in stdlib and module not in allowed
+        ]
         assert wrong == [], name
 
 
@@ -99,13 +133,20 @@ def test_the_agent_loop_imports_no_printing_or_file_modules():
     for name in NO_IO_MODULES:
         path = PACKAGE / name
         tree = _tree(path)
-        wrong = [f"{_where(path, line)} imports {module}" for line, module in _imports(path)
-                 if module in IO_IMPORTS or _root(module) in IO_IMPORTS
-                 or any(module.startswith(m + ".") for m in IO_IMPORTS)]
-        calls = [f"{_where(path, node.lineno)} calls {node.func.id}()"
-                 for node in ast.walk(tree)
-                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                 and node.func.id in IO_CALLS]
+        wrong = [
+            f"{_where(path, line)} imports {module}"
+            for line, module in _imports(path)
+            if module in IO_IMPORTS
+            or _root(module) in IO_IMPORTS
+            or any(module.startswith(m + ".") for m in IO_IMPORTS)
+        ]
+        calls = [
+            f"{_where(path, node.lineno)} calls {node.func.id}()"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in IO_CALLS
+        ]
         assert wrong + calls == [], name
 
 
@@ -114,10 +155,17 @@ def _exception_classes(tree: ast.Module, known: set[str]) -> set[str]:
     found: set[str] = set()
     classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
     while True:
-        more = {node.name for node in classes
-                if any((isinstance(base, ast.Name) and (base.id in known | found
-                        or base.id.endswith(("Error", "Exception"))))
-                       for base in node.bases)} - found
+        more = {
+            node.name
+            for node in classes
+            if any(
+                (
+                    isinstance(base, ast.Name)
+                    and (base.id in known | found or base.id.endswith(("Error", "Exception")))
+                )
+                for base in node.bases
+            )
+        } - found
         if not more:
             return found
         found |= more
@@ -134,8 +182,9 @@ def test_every_error_class_lives_in_errors_py_and_is_drawn_in_its_tree():
     for path in _sources():
         if path == errors_py:
             continue
-        local = {name for name in _exception_classes(_tree(path), defined)
-                 if not name.startswith("_")}
+        local = {
+            name for name in _exception_classes(_tree(path), defined) if not name.startswith("_")
+        }
         elsewhere += [f"{path.relative_to(PACKAGE.parent)}: {name}" for name in sorted(local)]
     assert elsewhere == []
 
@@ -159,8 +208,11 @@ def _drawn_parents(drawing: str) -> dict[str, str | None]:
 def test_the_error_tree_drawing_matches_the_classes():
     tree = _tree(PACKAGE / "errors.py")
     drawn = _drawn_parents(ast.get_docstring(tree) or "")
-    actual = {node.name: node.bases[0].id for node in tree.body
-              if isinstance(node, ast.ClassDef) and node.bases and isinstance(node.bases[0], ast.Name)}
+    actual = {
+        node.name: node.bases[0].id
+        for node in tree.body
+        if isinstance(node, ast.ClassDef) and node.bases and isinstance(node.bases[0], ast.Name)
+    }
     # a root of the drawing (`* NanobotError`) derives from Exception itself
     assert {name: drawn.get(name, "(not drawn)") or "Exception" for name in actual} == actual
     assert actual["ConsolidationFailure"] == actual["CallFailed"] == "NanobotError"
@@ -169,7 +221,11 @@ def test_the_error_tree_drawing_matches_the_classes():
 def _top_level_names(tree: ast.Module) -> set[str]:
     names: set[str] = set()
     # a top-level `if` (e.g. `if TYPE_CHECKING:`) binds names at module level too
-    body = [n for node in tree.body for n in ([node, *node.body, *node.orelse] if isinstance(node, ast.If) else [node])]
+    body = [
+        n
+        for node in tree.body
+        for n in ([node, *node.body, *node.orelse] if isinstance(node, ast.If) else [node])
+    ]
     for node in body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
@@ -186,10 +242,17 @@ def test_every_name_in_an_all_list_is_defined_in_its_module():
     for path in _sources():
         tree = _tree(path)
         for node in tree.body:
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
-                listed = [e.value for e in getattr(node.value, "elts", []) if isinstance(e, ast.Constant)]
-                drifted += [f"{path.relative_to(PACKAGE.parent)}: {name}" for name in listed
-                            if name not in _top_level_names(tree)]
+            if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+            ):
+                listed = [
+                    e.value for e in getattr(node.value, "elts", []) if isinstance(e, ast.Constant)
+                ]
+                drifted += [
+                    f"{path.relative_to(PACKAGE.parent)}: {name}"
+                    for name in listed
+                    if name not in _top_level_names(tree)
+                ]
     assert drifted == []
 
 
@@ -228,14 +291,19 @@ def test_the_package_map_names_every_module():
     entries = _map_entries()
     named = {name for names, _ in entries for name in names}
     units = {p.name for p in PACKAGE.glob("*.py") if p.name not in ("__init__.py", "__main__.py")}
-    units |= {p.name + "/" for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    units |= {
+        p.name + "/" for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()
+    }
     assert sorted(units - named) == []
     missing = []
     for names, text in entries:
         words = set(text.replace(",", " ").replace("(", " ").replace(")", " ").split())
         for package in (PACKAGE / n.rstrip("/") for n in names if n.endswith("/")):
-            missing += [f"{package.name}/{p.stem}" for p in sorted(package.glob("*.py"))
-                        if p.stem != "__init__" and p.stem not in words]
+            missing += [
+                f"{package.name}/{p.stem}"
+                for p in sorted(package.glob("*.py"))
+                if p.stem != "__init__" and p.stem not in words
+            ]
     assert missing == []
 
 
@@ -258,7 +326,9 @@ def test_the_provider_table_imports_only_the_standard_library():
     stdlib = set(sys.stdlib_module_names) | {"__future__"}
     for module in PROVIDER_TABLE:
         path = PACKAGE.parent / (module.replace(".", "/") + ".py")
-        assert [m for _, m in _imports(path) if _root(m) not in stdlib and m not in PROVIDER_TABLE] == [], module
+        assert [
+            m for _, m in _imports(path) if _root(m) not in stdlib and m not in PROVIDER_TABLE
+        ] == [], module
 
 
 def test_tests_mirror_the_package():
@@ -267,8 +337,6 @@ def test_tests_mirror_the_package():
     folders = {p.name for p in tests.iterdir() if p.is_dir() and any(p.glob("test_*.py"))}
     expected = packages | TEST_FOLDERS_BESIDE
     assert sorted(expected - folders) == [] and sorted(folders - expected) == []
-
-
 
 
 def _module_of(path: Path) -> str:
@@ -312,7 +380,10 @@ def test_no_two_modules_import_each_other():
     # every import counts, at any depth (a function-level or TYPE_CHECKING import too): a circle
     # means neither module can be understood, tested or replaced without the other
     modules = {_module_of(path): path for path in _sources()}
-    graph = {name: {m for _, m in _imports(path) if m in modules and m != name} for name, path in modules.items()}
+    graph = {
+        name: {m for _, m in _imports(path) if m in modules and m != name}
+        for name, path in modules.items()
+    }
     assert [sorted(c) for c in _circles(graph)] == []
 
 
@@ -330,12 +401,23 @@ def test_archive_searches_go_through_the_one_search():
         if path.relative_to(PACKAGE).parts[0] == "memory":
             continue
         for node in ast.walk(_tree(path)):
-            name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+            name = (
+                node.attr
+                if isinstance(node, ast.Attribute)
+                else node.id
+                if isinstance(node, ast.Name)
+                else None
+            )
             if name in SEARCH_ENGINES:
                 chosen.append(f"{_where(path, node.lineno)} uses {name}")
             # a recall index is searched only by memory/history.py (read_history reads around a hit)
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "search"
-                    and isinstance(node.func.value, ast.Name) and node.func.value.id in ("index", "idx")):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "search"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in ("index", "idx")
+            ):
                 chosen.append(f"{_where(path, node.lineno)} searches an index itself")
     assert chosen == []
 
@@ -351,8 +433,18 @@ def test_the_session_load_index_is_built_only_in_its_module():
         if path == home:
             continue
         for node in ast.walk(_tree(path)):
-            names = ([alias.name for alias in node.names] if isinstance(node, ast.ImportFrom)
-                     else [node.attr] if isinstance(node, ast.Attribute)
-                     else [node.id] if isinstance(node, ast.Name) else [])
-            leaks += [f"{_where(path, node.lineno)} uses {name}" for name in names if name in LOAD_INDEX_PIECES]
+            names = (
+                [alias.name for alias in node.names]
+                if isinstance(node, ast.ImportFrom)
+                else [node.attr]
+                if isinstance(node, ast.Attribute)
+                else [node.id]
+                if isinstance(node, ast.Name)
+                else []
+            )
+            leaks += [
+                f"{_where(path, node.lineno)} uses {name}"
+                for name in names
+                if name in LOAD_INDEX_PIECES
+            ]
     assert leaks == []

@@ -73,7 +73,9 @@ def test_iso_times_are_parsed_in_one_place():
     assert _spelled("fromisoformat(", under=("nanobot",)) == ["nanobot/messages.py"]
     assert parse_iso("2026-03-01T10:30Z") == datetime(2026, 3, 1, 10, 30, tzinfo=UTC)
     assert parse_iso("  ") is None and parse_iso(7) is None
-    assert history_log.parse_when("2026-03-01", end_of_day=True) == datetime(2026, 3, 1, 23, 59, 59, 999999)
+    assert history_log.parse_when("2026-03-01", end_of_day=True) == datetime(
+        2026, 3, 1, 23, 59, 59, 999999
+    )
     assert history_log.parse_when("2026-03-01T10:00") == datetime(2026, 3, 1, 10, 0)
 
 
@@ -83,31 +85,59 @@ def test_one_head_and_tail_cut_serves_the_budget_transcripts_and_pastes():
     assert cut_middle(text, 90, lambda n: f"<{n}>") == "a" * 60 + "<910>" + "b" * 30
     assert cut_middle("short", 90, lambda n: "<cut>") == "short"
     shrunk = shrink_text(text, 90)
-    assert shrunk.startswith("a" * 60 + "\n\n[... 910 characters cut") and shrunk.endswith("]\n\n" + "b" * 30)
+    assert shrunk.startswith("a" * 60 + "\n\n[... 910 characters cut") and shrunk.endswith(
+        "]\n\n" + "b" * 30
+    )
     line = render_transcript([tool_result("c1", "exec", text)], tool_chars=90)
     assert line == "TOOL RESULT (exec): " + "a" * 60 + " …[910 characters cut]… " + "b" * 30
 
 
 def test_consolidation_and_the_raw_archive_render_a_message_the_same_way(tmp_path):
-    chunk = [{**user("rename it\nplease"), "timestamp": "2026-03-01T10:15:00"},
-             assistant(None, [tool_call("c1", "exec", {"command": "mv a b"})]),
-             tool_result("c1", "exec", "ok"), assistant("Done.")]
-    transcript = [re.sub(r"^\[[^\]]+\] ", "", line) for line in render_transcript(chunk).splitlines()]
+    chunk = [
+        {**user("rename it\nplease"), "timestamp": "2026-03-01T10:15:00"},
+        assistant(None, [tool_call("c1", "exec", {"command": "mv a b"})]),
+        tool_result("c1", "exec", "ok"),
+        assistant("Done."),
+    ]
+    transcript = [
+        re.sub(r"^\[[^\]]+\] ", "", line) for line in render_transcript(chunk).splitlines()
+    ]
     store = memory.MemoryStore(tmp_path / "ws")
     store.append_raw_archive(chunk, "test")
-    archived = store.history_file.read_text().split("\n", 1)[1].replace("\n  ", "\n").strip().splitlines()
-    assert archived == transcript == ["USER: rename it", "please", 'ASSISTANT called exec({"command": "mv a b"})',
-                                      "TOOL RESULT (exec): ok", "ASSISTANT: Done."]
+    archived = (
+        store.history_file.read_text().split("\n", 1)[1].replace("\n  ", "\n").strip().splitlines()
+    )
+    assert (
+        archived
+        == transcript
+        == [
+            "USER: rename it",
+            "please",
+            'ASSISTANT called exec({"command": "mv a b"})',
+            "TOOL RESULT (exec): ok",
+            "ASSISTANT: Done.",
+        ]
+    )
 
 
 def test_one_list_of_secret_variable_names(tmp_path):
     names = secret_env_names()
-    assert {spec.env_key for spec in PROVIDERS if spec.env_key} | {"BRAVE_API_KEY", "NANOBOT_API_KEY"} == names
+    assert {spec.env_key for spec in PROVIDERS if spec.env_key} | {
+        "BRAVE_API_KEY",
+        "NANOBOT_API_KEY",
+    } == names
     assert names <= scrubbed_env_names({})  # what tests and benchmarks strip
-    assert names <= tool_context(Config(), tmp_path).secret_env_names  # what exec keeps from its children
+    assert (
+        names <= tool_context(Config(), tmp_path).secret_env_names
+    )  # what exec keeps from its children
     # the scrub test exports it to prove the fixture strips it
-    assert _spelled('"NANOBOT_API_KEY"') == ["nanobot/providers/registry.py", "tests/test_env_scrub.py"]
-    assert _spelled('endswith("_API_KEY")') == ["tests/test_env_scrub.py"]  # its probe looks for leaks
+    assert _spelled('"NANOBOT_API_KEY"') == [
+        "nanobot/providers/registry.py",
+        "tests/test_env_scrub.py",
+    ]
+    assert _spelled('endswith("_API_KEY")') == [
+        "tests/test_env_scrub.py"
+    ]  # its probe looks for leaks
 
 
 def test_one_scanner_finds_host_processes():
@@ -117,13 +147,19 @@ def test_one_scanner_finds_host_processes():
 def test_the_runtime_context_block_is_written_in_one_place():
     writers = _spelled("with_runtime_context(", under=("nanobot",))
     assert writers == ["nanobot/session/runtime_context.py", "nanobot/session/save_policy.py"]
-    assert _spelled('"[Runtime Context]"', under=("nanobot",)) == ["nanobot/session/runtime_context.py"]
+    assert _spelled('"[Runtime Context]"', under=("nanobot",)) == [
+        "nanobot/session/runtime_context.py"
+    ]
 
 
 def test_one_rule_says_which_variable_names_hold_a_secret():
     assert _spelled('"CREDENTIALS"', under=("nanobot",)) == ["nanobot/secrets_mask.py"]
-    environ = {"PGPASSWORD": "pg-pass-0123456", "GITLAB_PAT": "glpat-0123456789", "SSH_AUTH_SOCK": "/tmp/agent.1",
-               "TOKENIZERS_PARALLELISM": "false-ish-value"}
+    environ = {
+        "PGPASSWORD": "pg-pass-0123456",
+        "GITLAB_PAT": "glpat-0123456789",
+        "SSH_AUTH_SOCK": "/tmp/agent.1",
+        "TOKENIZERS_PARALLELISM": "false-ish-value",
+    }
     # exec's children, the masker and the config's MCP secrets agree on every name
     assert set(child_env(environ)) == {"SSH_AUTH_SOCK", "TOKENIZERS_PARALLELISM"}
     assert set(secret_env_values(environ)) == {"pg-pass-0123456", "glpat-0123456789"}

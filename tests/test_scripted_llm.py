@@ -14,30 +14,58 @@ def system(text: str) -> dict:
     return {"role": "system", "content": text}
 
 
-TOOLS = [{"type": "function", "function": {"name": "read_file", "description": "Read a file.",
-                                           "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
-                                                          "required": ["path"]}}}]
-
-
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        },
+    }
+]
 
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
 def test_a_scripted_tool_call_and_answer_reach_the_real_adapter(scripted_llm, protocol, stream):
-    scripted_llm.script(Reply.tool_calls([("read_file", {"path": "notes.md"})]),
-                        Reply.text("The notes say hi.", usage={"prompt_tokens": 40, "completion_tokens": 5}))
+    scripted_llm.script(
+        Reply.tool_calls([("read_file", {"path": "notes.md"})]),
+        Reply.text("The notes say hi.", usage={"prompt_tokens": 40, "completion_tokens": 5}),
+    )
     deltas: list[str] = []
     on_delta = deltas.append if stream else None
-    first = chat_once(scripted_llm.provider(protocol), [system("be brief"), user("read notes.md")], tools=TOOLS,
-                on_delta=on_delta)
-    assert [(c.name, c.arguments) for c in first.tool_calls] == [("read_file", {"path": "notes.md"})]
-    history = [system("be brief"), user("read notes.md"), first.to_message(),
-               {"role": "tool", "tool_call_id": first.tool_calls[0].id, "name": "read_file", "content": "hi"}]
+    first = chat_once(
+        scripted_llm.provider(protocol),
+        [system("be brief"), user("read notes.md")],
+        tools=TOOLS,
+        on_delta=on_delta,
+    )
+    assert [(c.name, c.arguments) for c in first.tool_calls] == [
+        ("read_file", {"path": "notes.md"})
+    ]
+    history = [
+        system("be brief"),
+        user("read notes.md"),
+        first.to_message(),
+        {
+            "role": "tool",
+            "tool_call_id": first.tool_calls[0].id,
+            "name": "read_file",
+            "content": "hi",
+        },
+    ]
     second = chat_once(scripted_llm.provider(protocol), history, tools=TOOLS, on_delta=on_delta)
     assert second.content == "The notes say hi." and second.usage.completion_tokens == 5
     assert ("".join(deltas) == "The notes say hi.") if stream else deltas == []
     sent = scripted_llm.requests
-    assert [r.protocol for r in sent] == [protocol, protocol] and all(r.stream == stream for r in sent)
+    assert [r.protocol for r in sent] == [protocol, protocol] and all(
+        r.stream == stream for r in sent
+    )
     assert "read notes.md" in str(sent[0].messages) and "hi" in str(sent[1].messages)
     scripted_llm.assert_all_valid()
 

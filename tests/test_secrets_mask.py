@@ -46,16 +46,22 @@ def test_a_short_prefix_is_kept_for_recognition():
     assert mask_secrets(SECRETS["github"]) == "ghp_[REDACTED]"
 
 
-@pytest.mark.parametrize("text, secret", [
-    ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOjEyM30.abc123", "eyJhbGciOiJIUzI1NiJ9"),
-    ("api_key=abcd1234efgh5678", "abcd1234efgh5678"),
-    ('{"apiKey": "hunter-two"}', "hunter-two"),
-    ("export OPENAI_API_KEY='abc'", "'abc'"),
-    ("password = hunter2", "hunter2"),
-    ("DB_PASSWORD: s3cretpass", "s3cretpass"),
-    ("https://bob:pa55word@example.com/repo.git", "pa55word"),
-    ("GET /v1/data?access_token=zz9900aa&x=1", "zz9900aa"),
-])
+@pytest.mark.parametrize(
+    "text, secret",
+    [
+        (
+            "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOjEyM30.abc123",
+            "eyJhbGciOiJIUzI1NiJ9",
+        ),
+        ("api_key=abcd1234efgh5678", "abcd1234efgh5678"),
+        ('{"apiKey": "hunter-two"}', "hunter-two"),
+        ("export OPENAI_API_KEY='abc'", "'abc'"),
+        ("password = hunter2", "hunter2"),
+        ("DB_PASSWORD: s3cretpass", "s3cretpass"),
+        ("https://bob:pa55word@example.com/repo.git", "pa55word"),
+        ("GET /v1/data?access_token=zz9900aa&x=1", "zz9900aa"),
+    ],
+)
 def test_assignments_and_headers_are_masked(text, secret):
     out = mask_secrets(text)
     assert secret not in out, out
@@ -63,8 +69,10 @@ def test_assignments_and_headers_are_masked(text, secret):
 
 
 def test_pem_private_key_block_is_masked_whole():
-    pem = ("before\n-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA1234\nabcdEFGH==\n"
-           "-----END RSA PRIVATE KEY-----\nafter")
+    pem = (
+        "before\n-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA1234\nabcdEFGH==\n"
+        "-----END RSA PRIVATE KEY-----\nafter"
+    )
     out = mask_secrets(pem)
     assert "MIIEow" not in out and "abcdEFGH" not in out
     assert out.startswith("before\n-----BEGIN RSA PRIVATE KEY-----") and out.endswith("after")
@@ -75,22 +83,27 @@ def test_a_truncated_pem_block_is_masked_to_the_end():
     assert "MIIEvQ" not in out
 
 
-@pytest.mark.parametrize("text", [
-    "The user prefers dark mode and lives in Berlin; meeting moved to 2026-03-04 at 14:00.",
-    "def connect(api_key: str, password: str | None = None):\n    return Client(api_key=api_key)",
-    "token = self.token\nmax_tokens=4096\ncontext_window_tokens: 65536",
-    "See https://github.com/HKUDS/nanobot/blob/main/README.md and http://localhost:8080/a@b",
-    "Use scikit-learn (sk-learn) and task-runner-configuration-for-things",
-    "git clone git@github.com:org/repo.git",
-    "The bearer of bad news arrived. Token: 42.",
-    "ask-anthropic-about-the-long-hyphenated-identifier-name",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "The user prefers dark mode and lives in Berlin; meeting moved to 2026-03-04 at 14:00.",
+        "def connect(api_key: str, password: str | None = None):\n    return Client(api_key=api_key)",
+        "token = self.token\nmax_tokens=4096\ncontext_window_tokens: 65536",
+        "See https://github.com/HKUDS/nanobot/blob/main/README.md and http://localhost:8080/a@b",
+        "Use scikit-learn (sk-learn) and task-runner-configuration-for-things",
+        "git clone git@github.com:org/repo.git",
+        "The bearer of bad news arrived. Token: 42.",
+        "ask-anthropic-about-the-long-hyphenated-identifier-name",
+    ],
+)
 def test_prose_code_and_urls_are_left_alone(text):
     assert mask_secrets(text) == text
 
 
 def test_masking_twice_changes_nothing_more():
-    text = " ".join(SECRETS.values()) + ' api_key="abc123" password=hunter2 Bearer abc123def456ghi789'
+    text = (
+        " ".join(SECRETS.values()) + ' api_key="abc123" password=hunter2 Bearer abc123def456ghi789'
+    )
     once = mask_secrets(text)
     assert mask_secrets(once) == once
 
@@ -120,8 +133,14 @@ def test_exact_values_of_configured_keys_and_secret_environment_are_masked(tmp_p
 
     cfg_file = tmp_path / "config.json"
     cfg_file.write_text(json.dumps({"providers": {"custom": {"apiKey": "plainkeywithoutshape"}}}))
-    load_config(cfg_file, environ={"MY_SERVICE_TOKEN": "tok-lowercase-only", "SSH_AUTH_SOCK": "/tmp/agent.1",
-                                   "EDITOR": "vim-editor-long"})
+    load_config(
+        cfg_file,
+        environ={
+            "MY_SERVICE_TOKEN": "tok-lowercase-only",
+            "SSH_AUTH_SOCK": "/tmp/agent.1",
+            "EDITOR": "vim-editor-long",
+        },
+    )
     out = mask_secrets("a plainkeywithoutshape b tok-lowercase-only c vim-editor-long")
     assert out == "a [REDACTED] b [REDACTED] c vim-editor-long"
 
@@ -136,12 +155,29 @@ def test_tool_call_arguments_stay_valid_json_when_masked():
     import json
 
     pem = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n"
-    msg = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {
-        "name": "write_file", "arguments": json.dumps({"path": "k", "content": pem + " " + SECRETS["openai"]})}}]}
+    msg = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {
+                    "name": "write_file",
+                    "arguments": json.dumps(
+                        {"path": "k", "content": pem + " " + SECRETS["openai"]}
+                    ),
+                },
+            }
+        ],
+    }
     out = mask_message(msg)
     args = json.loads(out["tool_calls"][0]["function"]["arguments"])
     assert "b3BlbnNzaC1" not in args["content"] and SECRETS["openai"] not in args["content"]
-    assert msg["tool_calls"][0]["function"]["arguments"] != out["tool_calls"][0]["function"]["arguments"]
+    assert (
+        msg["tool_calls"][0]["function"]["arguments"]
+        != out["tool_calls"][0]["function"]["arguments"]
+    )
 
 
 def test_a_long_text_masked_before_a_secret_was_known_is_masked_again_after(monkeypatch):
@@ -150,7 +186,9 @@ def test_a_long_text_masked_before_a_secret_was_known_is_masked_again_after(monk
     monkeypatch.setattr(secrets_mask, "_known", set())
     monkeypatch.setattr(secrets_mask, "_known_re", None)
     value = "local-server-password-41"  # no known key shape: only the exact value gives it away
-    prompt = "## USER.md\n\n" + "The user works on the build scripts.\n" * 40 + f"db login: {value}\n"
+    prompt = (
+        "## USER.md\n\n" + "The user works on the build scripts.\n" * 40 + f"db login: {value}\n"
+    )
     assert mask_secrets(prompt) == prompt  # not a secret yet (and remembered as masked)
     assert mask_secrets(prompt) == prompt
     secrets_mask.remember_secrets([value])

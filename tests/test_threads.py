@@ -32,7 +32,9 @@ def test_a_quiet_thread_blocks_ctrl_c_and_sigterm_and_runs_its_target():
         blocked = _blocked(int(seen["tid"]))  # type: ignore[arg-type]
         assert {signal.SIGINT, signal.SIGTERM, signal.SIGHUP} <= blocked
         assert seen["value"] == 42 and thread.daemon and thread.name == "quiet-test"
-        assert signal.SIGINT not in _blocked(threading.get_native_id())  # the caller's mask is its own
+        assert signal.SIGINT not in _blocked(
+            threading.get_native_id()
+        )  # the caller's mask is its own
     finally:
         done.set()
         thread.join(5)

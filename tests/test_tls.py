@@ -21,13 +21,29 @@ from provider_calls import chat_once
 from tls_helpers import record_ca_loads, self_signed
 
 ANSWERS = {
-    "/v1/chat/completions": {"id": "c1", "object": "chat.completion", "created": 0, "model": "m",
-                             "choices": [{"index": 0, "finish_reason": "stop",
-                                          "message": {"role": "assistant", "content": "secure hello"}}],
-                             "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}},
-    "/v1/messages": {"id": "m1", "type": "message", "role": "assistant", "model": "m", "stop_reason": "end_turn",
-                     "content": [{"type": "text", "text": "secure hello"}],
-                     "usage": {"input_tokens": 3, "output_tokens": 2}},
+    "/v1/chat/completions": {
+        "id": "c1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "secure hello"},
+            }
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    },
+    "/v1/messages": {
+        "id": "m1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "stop_reason": "end_turn",
+        "content": [{"type": "text", "text": "secure hello"}],
+        "usage": {"input_tokens": 3, "output_tokens": 2},
+    },
 }
 
 
@@ -52,7 +68,9 @@ def tls_server(tmp_path):
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.socket = server_ctx.wrap_socket(httpd.socket, server_side=True)
-    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True).start()
+    threading.Thread(
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+    ).start()
     yield f"https://127.0.0.1:{httpd.server_address[1]}", cert, seen
     httpd.shutdown()
     httpd.server_close()
@@ -98,8 +116,11 @@ def _deferred(api_base: str):
 
     spec = find("custom")
     assert spec is not None
-    return DeferredProvider(ResolvedModel(spec=spec, model="m", api_key="k", api_base=api_base, extra_headers={},
-                                          timeout=10))
+    return DeferredProvider(
+        ResolvedModel(
+            spec=spec, model="m", api_key="k", api_base=api_base, extra_headers={}, timeout=10
+        )
+    )
 
 
 def _record_loads(monkeypatch) -> list[str]:
@@ -123,7 +144,9 @@ def _join_prewarm() -> None:
             thread.join(30)
 
 
-def test_the_first_request_builds_the_context_in_the_background_and_uses_it(monkeypatch, tmp_path, tls_server):
+def test_the_first_request_builds_the_context_in_the_background_and_uses_it(
+    monkeypatch, tmp_path, tls_server
+):
     """A deferred provider's first request to an https server starts loading the certificates on
     its own thread before it imports the SDK, and the client it then makes uses that one context
     (it verifies: a server the context does not trust is refused, one SSL_CERT_FILE names is answered)."""
@@ -136,8 +159,9 @@ def test_the_first_request_builds_the_context_in_the_background_and_uses_it(monk
     assert loads == ["tls-prewarm"]  # loaded once, off the thread that imported the SDK
 
 
-def test_a_plain_http_model_never_loads_the_certificates_and_https_still_verifies(monkeypatch, tmp_path, tls_server,
-                                                                                  fake_llm):
+def test_a_plain_http_model_never_loads_the_certificates_and_https_still_verifies(
+    monkeypatch, tmp_path, tls_server, fake_llm
+):
     """A model served over plain http (on this machine, say) costs no CA load, at the prewarm or
     at the request; the same context then loads them for the first https handshake, and verifies."""
     from nanobot.fakellm import Reply
@@ -147,19 +171,28 @@ def test_a_plain_http_model_never_loads_the_certificates_and_https_still_verifie
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
     monkeypatch.setenv("SSL_CERT_DIR", str(tmp_path / "fresh"))  # a new key: a new context
     fake_llm.script(Reply.text("plain hello"))
-    assert chat_once(_deferred(fake_llm.openai_base_url), [{"role": "user", "content": "hi"}]).content == "plain hello"
+    assert (
+        chat_once(_deferred(fake_llm.openai_base_url), [{"role": "user", "content": "hi"}]).content
+        == "plain hello"
+    )
     _join_prewarm()
     ctx = shared_tls_context()
     assert loads == [] and ctx.cert_store_stats()["x509_ca"] == 0
-    answer = chat_once(OpenAICompatProvider("m", api_key="k", api_base=f"{base}/v1", timeout=10),
-                       [{"role": "user", "content": "hi"}])
+    answer = chat_once(
+        OpenAICompatProvider("m", api_key="k", api_base=f"{base}/v1", timeout=10),
+        [{"role": "user", "content": "hi"}],
+    )
     assert answer.content == "secure hello" and len(seen) == 1
     assert len(loads) == 1 and ctx.cert_store_stats()["x509_ca"] == 1  # the handshake loaded them
     monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "other.pem"))
-    (tmp_path / "other.pem").write_text(Path(ssl.get_default_verify_paths().openssl_cafile).read_text())
+    (tmp_path / "other.pem").write_text(
+        Path(ssl.get_default_verify_paths().openssl_cafile).read_text()
+    )
     with pytest.raises(ProviderError):  # the system's authorities do not vouch for the test server
-        chat_once(OpenAICompatProvider("m", api_key="k", api_base=f"{base}/v1", timeout=10),
-                  [{"role": "user", "content": "hi"}])
+        chat_once(
+            OpenAICompatProvider("m", api_key="k", api_base=f"{base}/v1", timeout=10),
+            [{"role": "user", "content": "hi"}],
+        )
     assert len(seen) == 1
 
 
@@ -186,9 +219,19 @@ def test_the_loaded_context_is_the_one_httpx2_builds(monkeypatch, tmp_path, env)
     assert isinstance(ctx, tls.CertsAtFirstHandshake)
     reference = httpx2.create_ssl_context()
     ctx.load_certificates()
-    for setting in ("protocol", "verify_mode", "check_hostname", "options", "verify_flags", "minimum_version",
-                    "maximum_version", "post_handshake_auth", "security_level", "keylog_filename",
-                    "hostname_checks_common_name"):
+    for setting in (
+        "protocol",
+        "verify_mode",
+        "check_hostname",
+        "options",
+        "verify_flags",
+        "minimum_version",
+        "maximum_version",
+        "post_handshake_auth",
+        "security_level",
+        "keylog_filename",
+        "hostname_checks_common_name",
+    ):
         assert getattr(ctx, setting) == getattr(reference, setting), setting
     assert ctx.get_ca_certs() == reference.get_ca_certs()
     assert ctx.cert_store_stats() == reference.cert_store_stats()
@@ -216,8 +259,10 @@ def test_a_caller_waits_for_a_load_under_way_and_it_happens_once(monkeypatch, tm
     tls.prewarm_tls_context(f"{base}/v1")
     assert started.wait(5)
     threading.Timer(0.2, release.set).start()
-    answer = chat_once(OpenAICompatProvider("m", api_key="k", api_base=f"{base}/v1", timeout=10),
-                       [{"role": "user", "content": "hi"}])  # its handshake waits for the prewarm's load
+    answer = chat_once(
+        OpenAICompatProvider("m", api_key="k", api_base=f"{base}/v1", timeout=10),
+        [{"role": "user", "content": "hi"}],
+    )  # its handshake waits for the prewarm's load
     assert answer.content == "secure hello"
     assert loads == ["tls-prewarm"]
 
@@ -251,18 +296,28 @@ def test_the_background_build_imports_nothing_heavy_and_reads_the_platform_facts
     (fake_bin / "uname").write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec /bin/uname "$@"\n')
     (fake_bin / "uname").chmod(0o755)
     env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}"}
-    out = subprocess.run([sys.executable, "-c", PREWARM, str(log)], capture_output=True, text=True, timeout=60, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", PREWARM, str(log)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout)
     assert result["imported_first"]
-    assert not [m for m in result["by_thread"] if m.split(".")[0] in ("httpcore2", "h11", "anyio", "httpx2")]
+    assert not [
+        m for m in result["by_thread"] if m.split(".")[0] in ("httpcore2", "h11", "anyio", "httpx2")
+    ]
     assert result["platform"] == "Linux"
     assert result["log_before_sdk"] == "-p\n"  # run on the prewarm thread, before the SDK asked
     assert log.read_text() == "-p\n"  # and not again for the SDK
 
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
-def test_doctors_probe_shares_the_context_and_loads_nothing_for_a_plain_http_model(monkeypatch, fake_llm, protocol):
+def test_doctors_probe_shares_the_context_and_loads_nothing_for_a_plain_http_model(
+    monkeypatch, fake_llm, protocol
+):
     import asyncio
 
     from nanobot import tls
@@ -275,7 +330,19 @@ def test_doctors_probe_shares_the_context_and_loads_nothing_for_a_plain_http_mod
     spec = find("anthropic" if protocol == "anthropic" else "custom")
     assert spec is not None
     base = fake_llm.anthropic_base_url if protocol == "anthropic" else fake_llm.openai_base_url
-    result = asyncio.run(probe(ResolvedModel(spec=spec, model="test-model", api_key="k", api_base=base,
-                                             extra_headers={}, timeout=10)))
-    assert result.url.startswith("http://127.0.0.1") and result.model_known is True  # the server answered
+    result = asyncio.run(
+        probe(
+            ResolvedModel(
+                spec=spec,
+                model="test-model",
+                api_key="k",
+                api_base=base,
+                extra_headers={},
+                timeout=10,
+            )
+        )
+    )
+    assert (
+        result.url.startswith("http://127.0.0.1") and result.model_known is True
+    )  # the server answered
     assert loads == []

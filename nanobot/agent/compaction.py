@@ -27,8 +27,14 @@ from nanobot.errors import ConsolidationPostponed, ProviderError
 from nanobot.memory.history import CHUNK_MARKER, CHUNK_MARKER_RE
 from nanobot.messages import Message, cut_middle
 
-__all__ = ["is_outage", "ConsolidationPostponed", "chunk_marker", "recorded_count", "cut_transcript",
-           "MARKER_SCAN_BYTES"]
+__all__ = [
+    "is_outage",
+    "ConsolidationPostponed",
+    "chunk_marker",
+    "recorded_count",
+    "cut_transcript",
+    "MARKER_SCAN_BYTES",
+]
 
 # Statuses that say "not now" or "not with this account", never "this request is wrong".
 _OUTAGE_STATUSES = frozenset({401, 402, 403, 404, 408, 409, 425, 429})
@@ -62,9 +68,14 @@ def _chunk_key(session_key: str, first: Message) -> str:
 
 def cut_transcript(transcript: str, room_chars: int) -> str:
     """The transcript's head and tail in `room_chars`, with a line saying what was cut."""
-    return cut_middle(transcript, max(0, room_chars), lambda cut: (
-        f"\n[... {cut:,} characters of this excerpt cut so the summarising request fits the context "
-        "window ...]\n"))
+    return cut_middle(
+        transcript,
+        max(0, room_chars),
+        lambda cut: (
+            f"\n[... {cut:,} characters of this excerpt cut so the summarising request fits the context "
+            "window ...]\n"
+        ),
+    )
 
 
 def short_reason(exc: BaseException | Any) -> str:

@@ -43,8 +43,14 @@ from nanobot.session.store import Session
 from nanobot.session.working_state import SHAPE, WorkingStateLog, count_items
 
 __all__ = [
-    "Consolidator", "ConsolidationReport", "SAVE_MEMORY_TOOL", "DEFAULT_PROBE",
-    "probe_message", "render_transcript", "parse_save_memory", "ConsolidationFailure",
+    "Consolidator",
+    "ConsolidationReport",
+    "SAVE_MEMORY_TOOL",
+    "DEFAULT_PROBE",
+    "probe_message",
+    "render_transcript",
+    "parse_save_memory",
+    "ConsolidationFailure",
 ]
 
 SAVE_MEMORY_TOOL: dict[str, Any] = {
@@ -58,12 +64,12 @@ SAVE_MEMORY_TOOL: dict[str, Any] = {
                 "history_entry": {
                     "type": "string",
                     "description": "One paragraph starting with [YYYY-MM-DD HH:MM]: what happened, with the "
-                                   "names, files, commands, decisions and numbers someone would grep for.",
+                    "names, files, commands, decisions and numbers someone would grep for.",
                 },
                 "memory_update": {
                     "type": "string",
                     "description": "The complete new MEMORY.md: every still-true existing fact plus the new "
-                                   "lasting facts from this excerpt (markdown).",
+                    "lasting facts from this excerpt (markdown).",
                 },
                 "session_checkpoint": {
                     "type": "string",
@@ -90,15 +96,25 @@ assistant's context. Call the save_memory tool exactly once:
 {shape}"""
 
 # A typical runtime-context block, so the probe costs what the real current message costs.
-_SAMPLE_CONTEXT = ("Current time: 2026-01-01 00:00 (Wednesday) America/Argentina/Buenos_Aires (UTC-03:00)\n"
-                   "Channel: telegram\nChat ID: 1234567890123456789")
+_SAMPLE_CONTEXT = (
+    "Current time: 2026-01-01 00:00 (Wednesday) America/Argentina/Buenos_Aires (UTC-03:00)\n"
+    "Channel: telegram\nChat ID: 1234567890123456789"
+)
 # Stands in for the next user message when it is not known yet (the background check).
-DEFAULT_PROBE = ("Can you look at the file we talked about earlier, check what changed since then, "
-                 "and tell me what you think we should do next? Keep it short please, a few lines.")
+DEFAULT_PROBE = (
+    "Can you look at the file we talked about earlier, check what changed since then, "
+    "and tell me what you think we should do next? Keep it short please, a few lines."
+)
 
 # Transcript limits, from generous to tight; the tighter ones are tried when a single turn is too big.
 _RENDER_LADDER: tuple[tuple[int, int | None], ...] = (
-    (2000, None), (800, None), (300, None), (300, 6000), (150, 2000), (80, 600), (40, 200),
+    (2000, None),
+    (800, None),
+    (300, None),
+    (300, 6000),
+    (150, 2000),
+    (80, 600),
+    (40, 200),
 )
 _ARG_CHARS = 200
 # Below this many tokens of room an excerpt is too short to be worth a summarising call.
@@ -124,8 +140,12 @@ class ConsolidationReport:
     checkpoint_version: int = 0  # the version this run wrote last (0: none)
     before: int = 0  # estimated prompt tokens
     after: int = 0
-    failed_calls: int = 0  # calls that failed (wrong answer or rejected request), all chunks together
-    postponed: str = ""  # why consolidation stopped without archiving (provider unavailable, cannot fit)
+    failed_calls: int = (
+        0  # calls that failed (wrong answer or rejected request), all chunks together
+    )
+    postponed: str = (
+        ""  # why consolidation stopped without archiving (provider unavailable, cannot fit)
+    )
 
     @property
     def ran(self) -> bool:
@@ -133,7 +153,11 @@ class ConsolidationReport:
 
     def receipt(self) -> str:
         if not self.messages:
-            return f"nothing archived: {self.postponed}" if self.postponed else "nothing to consolidate"
+            return (
+                f"nothing archived: {self.postponed}"
+                if self.postponed
+                else "nothing to consolidate"
+            )
         where = "; ".join(_short(e) for e in self.history_entries) or "HISTORY.md"
         raw = " (some archived RAW)" if self.raw_archived else ""
         return f"archived {self.messages} message(s) in HISTORY.md{raw}: {where}"
@@ -143,15 +167,27 @@ def _short(line: str, limit: int = 80) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-DEFAULT_TIMEOUT = AgentDefaults.consolidation_timeout_seconds  # seconds for one request, retries included
+DEFAULT_TIMEOUT = (
+    AgentDefaults.consolidation_timeout_seconds
+)  # seconds for one request, retries included
 
 
 class Consolidator:
     """Picks where to cut and summarises; whether a prompt fits is the ContextBudget's question."""
 
-    def __init__(self, provider: Provider, memory: ConsolidationMemory, store: SessionWriter, budget: ContextBudget, *,
-                 timeout: float = DEFAULT_TIMEOUT, max_rounds: int = 5, max_failures: int = 3,
-                 clock: Callable[[], datetime] = datetime.now, memory_writes: bool = True) -> None:
+    def __init__(
+        self,
+        provider: Provider,
+        memory: ConsolidationMemory,
+        store: SessionWriter,
+        budget: ContextBudget,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_rounds: int = 5,
+        max_failures: int = 3,
+        clock: Callable[[], datetime] = datetime.now,
+        memory_writes: bool = True,
+    ) -> None:
         self.provider = provider
         self.memory = memory
         self.store = store
@@ -164,18 +200,34 @@ class Consolidator:
         # its session file only; MEMORY.md and HISTORY.md are left alone and no model call is made
         self.memory_writes = memory_writes
         self._locks: dict[str, asyncio.Lock] = {}
-        self._announced: set[str] = set()  # postponement reasons the user was told about (once each)
+        self._announced: set[str] = (
+            set()
+        )  # postponement reasons the user was told about (once each)
 
-    def estimate(self, session: Session, *, system_prompt: SystemPrompt, tool_schemas: list[dict] | None,
-                 probe: str = DEFAULT_PROBE) -> int:
+    def estimate(
+        self,
+        session: Session,
+        *,
+        system_prompt: SystemPrompt,
+        tool_schemas: list[dict] | None,
+        probe: str = DEFAULT_PROBE,
+    ) -> int:
         """The next request's size as the budget sees it: system + history + tools + the coming message."""
-        return self.budget.estimate(session, system_prompt=system_prompt, tools=tool_schemas,
-                                    probe=probe_message(probe))
+        return self.budget.estimate(
+            session, system_prompt=system_prompt, tools=tool_schemas, probe=probe_message(probe)
+        )
 
-    def surely_fits(self, session: Session, *, system_prompt: SystemPrompt, tool_schemas: list[dict] | None,
-                    probe: str = DEFAULT_PROBE) -> bool:
-        return self.budget.session_surely_fits(session, system_prompt=system_prompt, tools=tool_schemas,
-                                               probe=probe_message(probe))
+    def surely_fits(
+        self,
+        session: Session,
+        *,
+        system_prompt: SystemPrompt,
+        tool_schemas: list[dict] | None,
+        probe: str = DEFAULT_PROBE,
+    ) -> bool:
+        return self.budget.session_surely_fits(
+            session, system_prompt=system_prompt, tools=tool_schemas, probe=probe_message(probe)
+        )
 
     # -- choosing what to consolidate -------------------------------------------------------
 
@@ -202,41 +254,61 @@ class Consolidator:
             lock = self._locks[key] = asyncio.Lock()
         return lock
 
-    async def maybe_consolidate_by_tokens(self, session: Session, *, system_prompt: SystemPrompt,
-                                          tool_schemas: list[dict] | None, probe: str = DEFAULT_PROBE,
-                                          emit: EventSink = ignore) -> ConsolidationReport:
+    async def maybe_consolidate_by_tokens(
+        self,
+        session: Session,
+        *,
+        system_prompt: SystemPrompt,
+        tool_schemas: list[dict] | None,
+        probe: str = DEFAULT_PROBE,
+        emit: EventSink = ignore,
+    ) -> ConsolidationReport:
         """Consolidate while the estimated prompt is over half the budget, if it reached the budget."""
         report = ConsolidationReport()
-        if self.surely_fits(session, system_prompt=system_prompt, tool_schemas=tool_schemas, probe=probe):
+        if self.surely_fits(
+            session, system_prompt=system_prompt, tool_schemas=tool_schemas, probe=probe
+        ):
             return report
         async with self.lock_for(session.key):
+
             def measure() -> int:
-                return self.estimate(session, system_prompt=system_prompt, tool_schemas=tool_schemas, probe=probe)
+                return self.estimate(
+                    session, system_prompt=system_prompt, tool_schemas=tool_schemas, probe=probe
+                )
 
             estimated = report.before = report.after = measure()
             if estimated < self.budget.consolidate_at:
                 return report
             target = self.budget.consolidate_at // 2
             with self._outcome(session, report, emit):
-                while report.rounds < self.max_rounds and estimated > target and not self._spent(report):
+                while (
+                    report.rounds < self.max_rounds
+                    and estimated > target
+                    and not self._spent(report)
+                ):
                     end = self.pick_consolidation_boundary(session, estimated - target)
                     if end is None:
                         break
                     report.rounds += 1
-                    if not await self._postponable(self._consolidate_range(session, end, report, emit),
-                                                   report, emit):
+                    if not await self._postponable(
+                        self._consolidate_range(session, end, report, emit), report, emit
+                    ):
                         break
                     estimated = report.after = measure()
         return report
 
-    async def archive_all(self, session: Session, *, emit: EventSink = ignore) -> ConsolidationReport:
+    async def archive_all(
+        self, session: Session, *, emit: EventSink = ignore
+    ) -> ConsolidationReport:
         """For /new: record every unconsolidated message; the caller clears the session afterwards."""
         report = ConsolidationReport()
         async with self.lock_for(session.key):
             if len(session.messages) > session.last_consolidated:
                 report.rounds = 1
                 with self._outcome(session, report, emit):
-                    await self._consolidate_range(session, len(session.messages), report, emit, must_record=True)
+                    await self._consolidate_range(
+                        session, len(session.messages), report, emit, must_record=True
+                    )
         return report
 
     async def compact(self, session: Session, *, emit: EventSink = ignore) -> ConsolidationReport:
@@ -244,16 +316,22 @@ class Consolidator:
         report = ConsolidationReport()
         async with self.lock_for(session.key):
             msgs = session.messages
-            end = next((i for i in range(len(msgs) - 1, -1, -1) if msgs[i].get("role") == "user"), None)
+            end = next(
+                (i for i in range(len(msgs) - 1, -1, -1) if msgs[i].get("role") == "user"), None
+            )
             if end is not None and end > session.last_consolidated:
                 report.rounds = 1
                 with self._outcome(session, report, emit):
-                    await self._postponable(self._consolidate_range(session, end, report, emit), report, emit)
+                    await self._postponable(
+                        self._consolidate_range(session, end, report, emit), report, emit
+                    )
             report.checkpoint = session.working_state
         return report
 
     @contextmanager
-    def _outcome(self, session: Session, report: ConsolidationReport, emit: EventSink) -> Iterator[None]:
+    def _outcome(
+        self, session: Session, report: ConsolidationReport, emit: EventSink
+    ) -> Iterator[None]:
         """The closing line of a compaction, and its outcome kept with the session (for status and doctor)."""
         log = WorkingStateLog(session.path)
         try:
@@ -261,8 +339,11 @@ class Consolidator:
         except BaseException as exc:
             if not isinstance(exc, asyncio.CancelledError):
                 with suppress(NanobotError):
-                    log.record_compaction(ok=False, archived=report.messages,
-                                          reason=str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                    log.record_compaction(
+                        ok=False,
+                        archived=report.messages,
+                        reason=str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                    )
             raise
         report.checkpoint = session.working_state
         items = count_items(session.working_state)
@@ -270,13 +351,18 @@ class Consolidator:
             reason = report.failures[-1] if report.failures else "the summary failed"
             log.record_compaction(ok=False, archived=report.messages, reason=reason, items=items)
         elif report.postponed:
-            log.record_compaction(ok=False, archived=report.messages, reason=report.postponed, items=items)
+            log.record_compaction(
+                ok=False, archived=report.messages, reason=report.postponed, items=items
+            )
         elif report.messages:
             log.record_compaction(ok=True, archived=report.messages, items=items)
         if report.messages:
             archived = f"{report.messages} message{'s' if report.messages != 1 else ''} archived"
-            kept = (f"kept {items} item{'s' if items != 1 else ''} of working state" if session.working_state
-                    else "no working state kept")
+            kept = (
+                f"kept {items} item{'s' if items != 1 else ''} of working state"
+                if session.working_state
+                else "no working state kept"
+            )
             emit(Notice(f"compaction done: {kept}; {archived}"))
 
     # -- the work -----------------------------------------------------------------------------
@@ -285,28 +371,46 @@ class Consolidator:
         """This consolidation paid for all the failing calls it may (compaction.py, rule 2)."""
         return report.failed_calls >= self.max_failures or bool(report.postponed)
 
-    async def _postponable(self, work: Awaitable[None], report: ConsolidationReport, emit: EventSink) -> bool:
+    async def _postponable(
+        self, work: Awaitable[None], report: ConsolidationReport, emit: EventSink
+    ) -> bool:
         """Run `work`; False when it was postponed (said once per reason: it may recur every turn)."""
         try:
             await work
         except ConsolidationPostponed as exc:
             report.postponed = exc.message
             report.failures.append(exc.message)
-            said = re.sub(r"[\d,.]+", "#", exc.message)  # the same reason with other figures is no news
+            said = re.sub(
+                r"[\d,.]+", "#", exc.message
+            )  # the same reason with other figures is no news
             if said not in self._announced:
                 self._announced.add(said)
-                emit(Notice(f"memory consolidation postponed: {exc.message}. Nothing was archived; it is tried "
-                            "again after the next turn", level="warning"))
+                emit(
+                    Notice(
+                        f"memory consolidation postponed: {exc.message}. Nothing was archived; it is tried "
+                        "again after the next turn",
+                        level="warning",
+                    )
+                )
             return False
         return True
 
     def _recorded_end(self, session: Session, start: int) -> int | None:
         """Where an entry already in HISTORY.md (by a process killed before its pointer write) ends."""
-        count = recorded_count(self.memory.history_tail(MARKER_SCAN_BYTES), session.key, session.messages[start])
+        count = recorded_count(
+            self.memory.history_tail(MARKER_SCAN_BYTES), session.key, session.messages[start]
+        )
         return start + count if count and start + count <= len(session.messages) else None
 
-    async def _consolidate_range(self, session: Session, end: int, report: ConsolidationReport,
-                                 emit: EventSink, *, must_record: bool = False) -> None:
+    async def _consolidate_range(
+        self,
+        session: Session,
+        end: int,
+        report: ConsolidationReport,
+        emit: EventSink,
+        *,
+        must_record: bool = False,
+    ) -> None:
         """Record messages[last_consolidated:end], in as many requests as it takes to fit the window.
 
         `must_record` (for /new): what cannot be summarised now is archived RAW rather than left."""
@@ -329,19 +433,29 @@ class Consolidator:
                     return
                 chunk = list(session.messages[start:end])
                 why = report.postponed or "the summariser failed too often in this consolidation"
-                self._archive_raw(chunk, why, report, emit, chunk_marker(session.key, chunk[0], len(chunk)))
+                self._archive_raw(
+                    chunk, why, report, emit, chunk_marker(session.key, chunk[0], len(chunk))
+                )
                 self.store.set_pointer(session, end)
                 report.messages += end - start
                 return
-            memory_text = self.memory.state().usable  # an empty or cut-off file is not "nothing remembered"
-            piece, request = self._fitting_piece(session.messages, start, self._render_limit(session, end),
-                                                 memory_text, session.working_state)
+            memory_text = (
+                self.memory.state().usable
+            )  # an empty or cut-off file is not "nothing remembered"
+            piece, request = self._fitting_piece(
+                session.messages,
+                start,
+                self._render_limit(session, end),
+                memory_text,
+                session.working_state,
+            )
             chunk = list(session.messages[start:piece])
             marker = chunk_marker(session.key, chunk[0], len(chunk))
             try:
                 self._check_fits(request, memory_text)
-                first_line = await self._summarise_with_retries(chunk, request, report, emit, memory_text,
-                                                                marker, session)
+                first_line = await self._summarise_with_retries(
+                    chunk, request, report, emit, memory_text, marker, session
+                )
             except ConsolidationPostponed as exc:
                 if not must_record:
                     raise
@@ -369,8 +483,9 @@ class Consolidator:
             total += self.budget.stored_tokens(msgs[i])
         return end if total <= limit or last is None else last
 
-    def _fitting_piece(self, msgs: Sequence[Message], start: int, end: int,
-                       memory_text: str, state: str = "") -> tuple[int, list[Message] | None]:
+    def _fitting_piece(
+        self, msgs: Sequence[Message], start: int, end: int, memory_text: str, state: str = ""
+    ) -> tuple[int, list[Message] | None]:
         """The furthest user boundary whose consolidation request fits, and that request.
 
         A single turn that does not fit even alone is rendered with ever shorter tool results
@@ -383,7 +498,7 @@ class Consolidator:
         lo, hi, best = 0, len(bounds) - 2, None  # bounds[-1] == end did not fit
         while lo <= hi:
             mid = (lo + hi) // 2
-            candidate = self._request(msgs[start:bounds[mid]], memory_text, state)
+            candidate = self._request(msgs[start : bounds[mid]], memory_text, state)
             if self._fits(candidate):
                 best, lo = (bounds[mid], candidate), mid + 1
             else:
@@ -392,25 +507,34 @@ class Consolidator:
             return best
         piece = bounds[0]
         for tool_chars, text_chars in _RENDER_LADDER[1:]:
-            request = self._request(msgs[start:piece], memory_text, state, tool_chars=tool_chars,
-                                    text_chars=text_chars)
+            request = self._request(
+                msgs[start:piece], memory_text, state, tool_chars=tool_chars, text_chars=text_chars
+            )
             if self._fits(request):
                 return piece, request
         return piece, self._cut_to_fit(msgs[start:piece], memory_text, state)
 
-    def _cut_to_fit(self, chunk: Sequence[Message], memory_text: str, state: str = "") -> list[Message] | None:
+    def _cut_to_fit(
+        self, chunk: Sequence[Message], memory_text: str, state: str = ""
+    ) -> list[Message] | None:
         """The tightest transcript of `chunk`, cut in the middle to the room the request leaves it;
         None when even an excerpt of a few lines cannot fit (MEMORY.md and the instructions fill it)."""
         tool_chars, text_chars = _RENDER_LADDER[-1]
         full = render_transcript(chunk, tool_chars=tool_chars, text_chars=text_chars)
-        fixed = self.budget.tokens(self._request(chunk, memory_text, state, transcript=""), [SAVE_MEMORY_TOOL])
+        fixed = self.budget.tokens(
+            self._request(chunk, memory_text, state, transcript=""), [SAVE_MEMORY_TOOL]
+        )
         room = self.budget.budget - fixed
         if room < _MIN_EXCERPT_TOKENS:
             return None
         chars_per_token = len(full) / max(1, self.budget.counter.count_text(full))
         keep = int(room / self.budget.calibration.ratio * chars_per_token * 0.9)
-        for _ in range(6):  # token density varies along the text: a few tries, each a little shorter
-            request = self._request(chunk, memory_text, state, transcript=cut_transcript(full, keep))
+        for _ in range(
+            6
+        ):  # token density varies along the text: a few tries, each a little shorter
+            request = self._request(
+                chunk, memory_text, state, transcript=cut_transcript(full, keep)
+            )
             if self._fits(request):
                 return request
             keep = int(keep * 0.8)
@@ -423,31 +547,51 @@ class Consolidator:
                 f"no summarising request fits the {self.budget.budget:,}-token prompt budget, because the "
                 "instructions and MEMORY.md fill it; shorten MEMORY.md (`nanobot memory edit`) or raise "
                 "agents.defaults.contextWindowTokens. Until then the oldest turns are left out of each "
-                "request (they stay in the session)")
+                "request (they stay in the session)"
+            )
         memory = self.budget.calibration.adjust(self.budget.counter.count_text(memory_text))
         if memory > self.budget.reply_tokens:
             raise ConsolidationPostponed(
                 f"MEMORY.md takes ~{memory:,} tokens, and the summariser must write it back whole in a reply "
                 f"of at most {self.budget.reply_tokens:,} tokens; shorten MEMORY.md (`nanobot memory edit`) or "
                 "raise agents.defaults.maxTokens (a reply gets at most a quarter of contextWindowTokens). Until "
-                "then the oldest turns are left out of each request (they stay in the session)")
+                "then the oldest turns are left out of each request (they stay in the session)"
+            )
 
-    def _request(self, chunk: Sequence[Message], memory_text: str, state: str = "", *,
-                 transcript: str | None = None, **limits: Any) -> list[Message]:
+    def _request(
+        self,
+        chunk: Sequence[Message],
+        memory_text: str,
+        state: str = "",
+        *,
+        transcript: str | None = None,
+        **limits: Any,
+    ) -> list[Message]:
         stamp = _chunk_time(chunk, self.clock).strftime("[%Y-%m-%d %H:%M]")
         text = render_transcript(chunk, **limits) if transcript is None else transcript
-        body = (f"## Previous session checkpoint\n\n{state.strip() or '(none yet)'}\n\n"
-                f"## Current MEMORY.md\n\n{memory_text.strip() or '(empty)'}\n\n"
-                f"## Conversation excerpt ({len(chunk)} messages)\n\n{text}")
-        return [{"role": "system", "content": _INSTRUCTIONS.format(stamp=stamp, shape=SHAPE)},
-                {"role": "user", "content": body}]
+        body = (
+            f"## Previous session checkpoint\n\n{state.strip() or '(none yet)'}\n\n"
+            f"## Current MEMORY.md\n\n{memory_text.strip() or '(empty)'}\n\n"
+            f"## Conversation excerpt ({len(chunk)} messages)\n\n{text}"
+        )
+        return [
+            {"role": "system", "content": _INSTRUCTIONS.format(stamp=stamp, shape=SHAPE)},
+            {"role": "user", "content": body},
+        ]
 
     def _fits(self, request: list[Message]) -> bool:
         return self.budget.fits(request, [SAVE_MEMORY_TOOL])
 
-    async def _summarise_with_retries(self, chunk: list[Message], request: list[Message] | None,
-                                      report: ConsolidationReport, emit: EventSink, base: str, marker: str,
-                                      session: Session) -> str:
+    async def _summarise_with_retries(
+        self,
+        chunk: list[Message],
+        request: list[Message] | None,
+        report: ConsolidationReport,
+        emit: EventSink,
+        base: str,
+        marker: str,
+        session: Session,
+    ) -> str:
         """Summarise the chunk, or archive it raw after repeated failures; returns the entry's first line.
 
         Raises ConsolidationPostponed when the provider is unavailable: an outage is not a failure."""
@@ -462,12 +606,23 @@ class Consolidator:
                 report.failed_calls += 1
         return self._archive_raw(chunk, f"summary failed: {reason}", report, emit, marker)
 
-    def _archive_raw(self, chunk: list[Message], reason: str, report: ConsolidationReport, emit: EventSink,
-                     marker: str) -> str:
+    def _archive_raw(
+        self,
+        chunk: list[Message],
+        reason: str,
+        report: ConsolidationReport,
+        emit: EventSink,
+        marker: str,
+    ) -> str:
         report.raw_archived = True
         first = self.memory.append_raw_archive(chunk, reason, marker=marker)
-        emit(Notice(f"memory consolidation failed ({reason}); {len(chunk)} message(s) were archived "
-                    f"unsummarised in HISTORY.md: {_short(first)}", level="warning"))
+        emit(
+            Notice(
+                f"memory consolidation failed ({reason}); {len(chunk)} message(s) were archived "
+                f"unsummarised in HISTORY.md: {_short(first)}",
+                level="warning",
+            )
+        )
         return first
 
     async def _ask(self, request: list[Message]) -> tuple[dict[str, Any], bool]:
@@ -479,7 +634,9 @@ class Consolidator:
         except ProviderError as exc:
             if choice == "auto" or not exc.tool_choice_refused:
                 raise _provider_failure(exc) from exc
-            capabilities.forced_tool_choice = False  # this provider cannot force a tool; ask nicely from now on
+            capabilities.forced_tool_choice = (
+                False  # this provider cannot force a tool; ask nicely from now on
+            )
             try:
                 response = await self._chat(request, "auto")
             except ProviderError as again:
@@ -494,18 +651,35 @@ class Consolidator:
         # its own deadline: a hung call must not hold the session for the client's 600 s x retries
         try:
             response = await asyncio.wait_for(
-                self.provider.chat(request, tools=[SAVE_MEMORY_TOOL], tool_choice=choice,
-                                   max_tokens=self.budget.reply_tokens, temperature=0.0),
-                timeout=self.timeout)
+                self.provider.chat(
+                    request,
+                    tools=[SAVE_MEMORY_TOOL],
+                    tool_choice=choice,
+                    max_tokens=self.budget.reply_tokens,
+                    temperature=0.0,
+                ),
+                timeout=self.timeout,
+            )
         except TimeoutError:
-            raise ConsolidationPostponed(f"the consolidation request took longer than {self.timeout:g} s "
-                                         "(agents.defaults.consolidationTimeoutSeconds)") from None
+            raise ConsolidationPostponed(
+                f"the consolidation request took longer than {self.timeout:g} s "
+                "(agents.defaults.consolidationTimeoutSeconds)"
+            ) from None
         # its counts teach the budget too (the request was counted when it was fitted: cached)
-        self.budget.observe(self.budget.raw_tokens(request, [SAVE_MEMORY_TOOL]), response.usage.prompt_tokens)
+        self.budget.observe(
+            self.budget.raw_tokens(request, [SAVE_MEMORY_TOOL]), response.usage.prompt_tokens
+        )
         return response
 
-    def _record(self, chunk: list[Message], answer: tuple[dict[str, Any], bool],
-                report: ConsolidationReport, base: str, marker: str, session: Session) -> str:
+    def _record(
+        self,
+        chunk: list[Message],
+        answer: tuple[dict[str, Any], bool],
+        report: ConsolidationReport,
+        base: str,
+        marker: str,
+        session: Session,
+    ) -> str:
         """Both or neither: the store writes the entry and the update only if both pass its checks.
 
         The session's new working state is written first: a process killed after the HISTORY.md
@@ -516,9 +690,12 @@ class Consolidator:
         self._keep_checkpoint(session, args.get("session_checkpoint", ""), len(chunk), report)
         try:
             first, outcome = self.memory.record_consolidation(
-                f"{entry.rstrip()}\n{marker}" if entry.strip() else entry, args["memory_update"],
-                truncated=truncated, base=base,
-                when=_chunk_time(chunk, self.clock))
+                f"{entry.rstrip()}\n{marker}" if entry.strip() else entry,
+                args["memory_update"],
+                truncated=truncated,
+                base=base,
+                when=_chunk_time(chunk, self.clock),
+            )
         except MemoryUpdateRefused as exc:
             raise ConsolidationFailure(exc.message) from None
         report.notices.extend(outcome.notices)
@@ -526,25 +703,39 @@ class Consolidator:
             report.notices.append(outcome.message)
         return first
 
-    def _keep_checkpoint(self, session: Session, text: str, archived: int, report: ConsolidationReport) -> None:
+    def _keep_checkpoint(
+        self, session: Session, text: str, archived: int, report: ConsolidationReport
+    ) -> None:
         """A new version of the session's working state, durable before the pointer moves; a reply
         without one keeps the previous version (an older model), and says so."""
         text = mask_secrets(text.strip())
         if not text:
-            kept = "the previous working state is kept" if session.working_state else "no working state is kept yet"
+            kept = (
+                "the previous working state is kept"
+                if session.working_state
+                else "no working state is kept yet"
+            )
             if "session_checkpoint" not in " ".join(report.notices):
-                report.notices.append(f"the model returned no session_checkpoint with its summary; {kept}")
+                report.notices.append(
+                    f"the model returned no session_checkpoint with its summary; {kept}"
+                )
             return
-        limit = max(256, self.budget.budget // 8)  # it rides on every request: a small share of the budget
+        limit = max(
+            256, self.budget.budget // 8
+        )  # it rides on every request: a small share of the budget
         tokens = self.budget.counter.count_text(text)
         if tokens > limit:
             whole, keep = text, len(text)
             while tokens > limit and keep > 0:
                 keep = int(keep * limit / tokens * 0.95)
-                text = cut_middle(whole, keep, lambda n: f"\n[... {n:,} characters of the checkpoint cut ...]\n")
+                text = cut_middle(
+                    whole, keep, lambda n: f"\n[... {n:,} characters of the checkpoint cut ...]\n"
+                )
                 tokens = self.budget.counter.count_text(text)
-            report.notices.append(f"the model's session_checkpoint was longer than {limit:,} tokens; its middle "
-                                  "was cut")
+            report.notices.append(
+                f"the model's session_checkpoint was longer than {limit:,} tokens; its middle "
+                "was cut"
+            )
         version = WorkingStateLog(session.path).add_version(text, archived=archived)
         session.working_state = text
         report.checkpoint, report.checkpoint_version = text, version.number
@@ -565,7 +756,11 @@ def _as_markdown(value: Any, depth: int = 0) -> str:
         parts = []
         for key, item in value.items():
             body = _as_markdown(item, depth + 1).strip("\n")
-            parts.append(f"{'#' * min(depth + 2, 6)} {key}\n\n{body}" if body else f"{'#' * min(depth + 2, 6)} {key}")
+            parts.append(
+                f"{'#' * min(depth + 2, 6)} {key}\n\n{body}"
+                if body
+                else f"{'#' * min(depth + 2, 6)} {key}"
+            )
         return "\n\n".join(parts) + "\n"
     if isinstance(value, (list, tuple)):
         lines = []
@@ -573,7 +768,11 @@ def _as_markdown(value: Any, depth: int = 0) -> str:
             text = _as_markdown(item, depth + 1).strip()
             if not text:
                 continue
-            lines.append(text if isinstance(item, (dict, list)) or text.startswith(("- ", "* ", "#")) else f"- {text}")
+            lines.append(
+                text
+                if isinstance(item, (dict, list)) or text.startswith(("- ", "* ", "#"))
+                else f"- {text}"
+            )
         return "\n".join(lines) + "\n"
     if value is None:
         return ""
@@ -585,8 +784,12 @@ def _as_entry(value: Any) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, dict):
-        stamp = next((str(value[k]) for k in ("date", "timestamp", "time", "when") if value.get(k)), "")
-        body = " ".join(_as_entry(v) for k, v in value.items() if k not in ("date", "timestamp", "time", "when"))
+        stamp = next(
+            (str(value[k]) for k in ("date", "timestamp", "time", "when") if value.get(k)), ""
+        )
+        body = " ".join(
+            _as_entry(v) for k, v in value.items() if k not in ("date", "timestamp", "time", "when")
+        )
         if stamp and not stamp.startswith("["):
             stamp = f"[{stamp}]"
         return f"{stamp} {body}".strip()
@@ -624,7 +827,9 @@ def parse_save_memory(raw: Any) -> dict[str, str]:
         else:
             break
     if not isinstance(value, dict):
-        raise ConsolidationFailure(f"save_memory arguments must be an object, got {type(value).__name__}")
+        raise ConsolidationFailure(
+            f"save_memory arguments must be an object, got {type(value).__name__}"
+        )
     if "history_entry" not in value and isinstance(value.get("arguments"), (dict, str)):
         return parse_save_memory(value["arguments"])  # {"name": "save_memory", "arguments": {...}}
     out = {}
@@ -650,12 +855,18 @@ def _chunk_time(chunk: Sequence[Message], clock: Callable[[], datetime]) -> date
     return clock()
 
 
-def render_transcript(chunk: Sequence[Message], *, tool_chars: int = 2000, text_chars: int | None = None) -> str:
+def render_transcript(
+    chunk: Sequence[Message], *, tool_chars: int = 2000, text_chars: int | None = None
+) -> str:
     """`[YYYY-MM-DD HH:MM] ROLE: text` lines; tool calls summarised, long tool results cut."""
     lines = []
     for msg in chunk:
         when = parse_timestamp(msg.get("timestamp"))
         stamp = f"[{when:%Y-%m-%d %H:%M}] " if when else ""
-        lines += [stamp + line for line in transcript_lines(msg, text_chars=text_chars, tool_chars=tool_chars,
-                                                            arg_chars=_ARG_CHARS)]
+        lines += [
+            stamp + line
+            for line in transcript_lines(
+                msg, text_chars=text_chars, tool_chars=tool_chars, arg_chars=_ARG_CHARS
+            )
+        ]
     return "\n".join(lines)

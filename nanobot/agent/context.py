@@ -38,8 +38,10 @@ class SkillsSection(Protocol):
     def prompt_section(self) -> str: ...
 
 
-MEMORY_CUT_NOTE = ("\n\n[MEMORY.md is cut here for this request: the whole file does not fit this model's "
-                   "context window. The file on disk is whole; the user can shorten it.]")
+MEMORY_CUT_NOTE = (
+    "\n\n[MEMORY.md is cut here for this request: the whole file does not fit this model's "
+    "context window. The file on disk is whole; the user can shorten it.]"
+)
 
 
 def cut_memory(memory: str, room: int) -> str:
@@ -49,13 +51,19 @@ def cut_memory(memory: str, room: int) -> str:
         return memory
     keep = max(0, room - len(MEMORY_CUT_NOTE.encode("utf-8")))
     head = data[:keep].decode("utf-8", errors="ignore")
-    head = head[:head.rfind("\n")] if "\n" in head else head  # whole lines only
+    head = head[: head.rfind("\n")] if "\n" in head else head  # whole lines only
     return head.rstrip() + MEMORY_CUT_NOTE
 
 
 class ContextBuilder:
-    def __init__(self, workspace: Path, *, memory: MemoryReader | None = None, skills: SkillsSection | None = None,
-                 timezone: str = "") -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        *,
+        memory: MemoryReader | None = None,
+        skills: SkillsSection | None = None,
+        timezone: str = "",
+    ) -> None:
         self.workspace = workspace
         self.memory = memory
         self.skills = skills
@@ -110,8 +118,11 @@ background subagents for longer independent tasks.
                 continue
             if raw.strip():
                 who = authors.authorship(name, raw)
-                label = ("last written by the user" if who.author == "user"
-                         else f"last written by the assistant ({who.at[:10]}), with the user's approval")
+                label = (
+                    "last written by the user"
+                    if who.author == "user"
+                    else f"last written by the assistant ({who.at[:10]}), with the user's approval"
+                )
                 found.append((f"{name} — {label}", raw.strip()))
         return found
 
@@ -123,7 +134,9 @@ background subagents for longer independent tasks.
         if memory and self.memory_room is not None:
             memory = cut_memory(memory, self.memory_room)
         if memory:  # written by consolidation from conversations that may quote pages and files
-            parts.append(f"# Memory (MEMORY.md)\n\n{fence(memory, 'MEMORY.md, notes kept from past conversations')}")
+            parts.append(
+                f"# Memory (MEMORY.md)\n\n{fence(memory, 'MEMORY.md, notes kept from past conversations')}"
+            )
         skills = self.skills.prompt_section().strip() if self.skills is not None else ""
         if skills:
             parts.append(skills)
@@ -142,19 +155,34 @@ background subagents for longer independent tasks.
         now = self.now()
         offset = now.strftime("%z")
         zone = f"{now.tzname() or ''} (UTC{offset[:3]}:{offset[3:]})".strip()
-        return (f"Current time: {now.strftime('%Y-%m-%d %H:%M (%A)')} {zone}\n"
-                f"Channel: {channel}\nChat ID: {chat_id}")
+        return (
+            f"Current time: {now.strftime('%Y-%m-%d %H:%M (%A)')} {zone}\n"
+            f"Channel: {channel}\nChat ID: {chat_id}"
+        )
 
     def user_message(self, text: str, *, channel: str = "cli", chat_id: str = "direct") -> Message:
         """The current user message: the user's text, and the runtime context beside it (not in it);
         it is saved that way, and the block is written only when the message is sent (save_policy.as_sent)."""
         return user_with_context(text, self.runtime_context(channel, chat_id))
 
-    def build_messages(self, history: list[Message], text: str | None = None, *, channel: str = "cli",
-                       chat_id: str = "direct", system_prompt: str | None = None,
-                       working_state: str = "") -> list[Message]:
+    def build_messages(
+        self,
+        history: list[Message],
+        text: str | None = None,
+        *,
+        channel: str = "cli",
+        chat_id: str = "direct",
+        system_prompt: str | None = None,
+        working_state: str = "",
+    ) -> list[Message]:
         """system prompt + history (+ the current user message when `text` is given); the session's
         working state, if any, opens the first user message (session/working_state.py says why there)."""
-        current = [for_wire(as_sent(self.user_message(text, channel=channel, chat_id=chat_id)))] if text is not None else []
-        return [{"role": "system", "content": system_prompt or self.system_prompt()},
-                *with_block([*history, *current], working_state)]
+        current = (
+            [for_wire(as_sent(self.user_message(text, channel=channel, chat_id=chat_id)))]
+            if text is not None
+            else []
+        )
+        return [
+            {"role": "system", "content": system_prompt or self.system_prompt()},
+            *with_block([*history, *current], working_state),
+        ]

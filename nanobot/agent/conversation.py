@@ -44,7 +44,9 @@ class TurnSettings:
 class _Checkpoint(LoopHooks):
     """A turn's hooks: every new message is saved as it appears, every event goes to `emit`."""
 
-    def __init__(self, checkpoint: TurnCheckpoint, transcript: list[Message], emit: EventSink) -> None:
+    def __init__(
+        self, checkpoint: TurnCheckpoint, transcript: list[Message], emit: EventSink
+    ) -> None:
         self.checkpoint = checkpoint
         self.transcript = transcript
         self.emit = emit
@@ -60,9 +62,17 @@ class _Checkpoint(LoopHooks):
 class Conversation:
     """The turns of one session."""
 
-    def __init__(self, *, session: Session, store: SessionWriter, context: ContextBuilder, loop: LoopSpec,
-                 upkeep: MemoryUpkeep, settings: TurnSettings = TurnSettings(),
-                 egress: EgressPolicy | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        session: Session,
+        store: SessionWriter,
+        context: ContextBuilder,
+        loop: LoopSpec,
+        upkeep: MemoryUpkeep,
+        settings: TurnSettings = TurnSettings(),
+        egress: EgressPolicy | None = None,
+    ) -> None:
         self.session = session
         self.store = store
         self.context = context
@@ -72,28 +82,42 @@ class Conversation:
         self.budget = loop.budget
         self.upkeep = upkeep
         self.settings = settings
-        self.egress = egress  # the domains the user names count as approved for web_fetch (policy/egress.py)
+        self.egress = (
+            egress  # the domains the user names count as approved for web_fetch (policy/egress.py)
+        )
         self.last_usage = Usage()
         self._turn_lock = asyncio.Lock()
 
     def build_request(self) -> list[Message]:
         """System prompt + the session's history, which ends with the saved current user message."""
-        return self.context.build_messages(self.session.get_history(), working_state=self.session.working_state)
+        return self.context.build_messages(
+            self.session.get_history(), working_state=self.session.working_state
+        )
 
-    async def send(self, text: str, *, emit: EventSink = ignore, by_user: bool = True) -> TurnOutcome:
+    async def send(
+        self, text: str, *, emit: EventSink = ignore, by_user: bool = True
+    ) -> TurnOutcome:
         """Run one user turn. The user's message is saved first: nothing after it can lose it.
         `by_user=False`: a scheduled job's prompt, whose domains are not the user's word (policy/egress.py)."""
         if not text.strip():
-            raise UsageError("the message is empty", hint='Type something, e.g. nanobot agent -m "hello".')
+            raise UsageError(
+                "the message is empty", hint='Type something, e.g. nanobot agent -m "hello".'
+            )
         text = self._mask_user_text(text, emit)
         if self.egress is not None and by_user:
             self.egress.note_user_text(text)
-        current_turn.set(TurnScope())  # the helper limits count per user turn (nanobot/usage/limits.py)
+        current_turn.set(
+            TurnScope()
+        )  # the helper limits count per user turn (nanobot/usage/limits.py)
         async with self._turn_lock:
             text = keep_large_paste(text, self.budget, self.context.workspace, emit)
             s = self.settings
             # saved before room is made: a crash during that consolidation must not lose what was typed
-            save_turn(self.store, self.session, [self.context.user_message(text, channel=s.channel, chat_id=s.chat_id)])
+            save_turn(
+                self.store,
+                self.session,
+                [self.context.user_message(text, channel=s.channel, chat_id=s.chat_id)],
+            )
             await self.upkeep.make_room(SAVED_PROBE, emit)
             request = self.build_request()
             return await self._run_turn(request, new_from=len(request), emit=emit)
@@ -103,12 +127,19 @@ class Conversation:
         """The user's own message passes the masker before it is saved or sent; say so once."""
         masked, found = find_secrets(text)
         if found:
-            emit(Notice(f"your message held {' and '.join(found)}; it was replaced by {REDACTED} before it was "
-                        "saved or sent. Keys belong in the config (providers.<name>.apiKey in "
-                        "~/.nanobot/config.json) or an environment variable, not in the chat.", "warning"))
+            emit(
+                Notice(
+                    f"your message held {' and '.join(found)}; it was replaced by {REDACTED} before it was "
+                    "saved or sent. Keys belong in the config (providers.<name>.apiKey in "
+                    "~/.nanobot/config.json) or an environment variable, not in the chat.",
+                    "warning",
+                )
+            )
         return masked
 
-    async def _run_turn(self, request: list[Message], *, new_from: int, emit: EventSink) -> TurnOutcome:
+    async def _run_turn(
+        self, request: list[Message], *, new_from: int, emit: EventSink
+    ) -> TurnOutcome:
         """Run the loop on `request`, saving every message from index `new_from` on as it appears."""
         checkpoint = TurnCheckpoint(self.store, self.session, skip=new_from)
         transcript = list(request)
@@ -121,8 +152,11 @@ class Conversation:
             hooks.on_message([{"role": "assistant", "content": outcome.content}])
         if result.requests:
             self.last_usage = outcome.usage
-        outcome = replace(outcome, error=mask_secrets(outcome.error) if outcome.error else None,
-                          tool_calls=mask_value(outcome.tool_calls))
+        outcome = replace(
+            outcome,
+            error=mask_secrets(outcome.error) if outcome.error else None,
+            tool_calls=mask_value(outcome.tool_calls),
+        )
         self.upkeep.after_turn()
         emit(TurnDone(outcome))
         return outcome
@@ -134,13 +168,21 @@ class Conversation:
 
     def estimate(self, probe: str = DEFAULT_PROBE) -> int:
         """The next request's estimated size, as the budget sees it (for /status too)."""
-        return self.budget.estimate(self.session, system_prompt=self.context.system_prompt, tools=self._schemas(),
-                                    probe=probe_message(probe))
+        return self.budget.estimate(
+            self.session,
+            system_prompt=self.context.system_prompt,
+            tools=self._schemas(),
+            probe=probe_message(probe),
+        )
 
     def snapshot(self) -> BudgetSnapshot:
         """The budget's figures for this session's next request (what /status shows)."""
-        return self.budget.snapshot(self.session, system_prompt=self.context.system_prompt,
-                                    tools=self._schemas(), probe=probe_message())
+        return self.budget.snapshot(
+            self.session,
+            system_prompt=self.context.system_prompt,
+            tools=self._schemas(),
+            probe=probe_message(),
+        )
 
     async def compact(self, *, emit: EventSink = ignore) -> ConsolidationReport:
         """/compact: consolidate everything but the last exchange now."""
@@ -165,7 +207,11 @@ class Conversation:
         """Save nanobot's notes about helpers, between turns. One note per helper: a helper this
         session already has a note of (its report turn saved it) is skipped."""
         async with self._turn_lock:
-            noted = {m[NOTE_KEY].get("id") for m in self.session.messages if isinstance(m.get(NOTE_KEY), dict)}
+            noted = {
+                m[NOTE_KEY].get("id")
+                for m in self.session.messages
+                if isinstance(m.get(NOTE_KEY), dict)
+            }
             fresh = [note for note in notes if note.get(NOTE_KEY, {}).get("id") not in noted]
             if fresh:
                 save_turn(self.store, self.session, fresh)
@@ -174,7 +220,9 @@ class Conversation:
         """/new: archive every unconsolidated message first, then clear (a crash between loses nothing)."""
         async with self._turn_lock:
             report = await self.upkeep.archive_all(emit=emit)
-            WorkingStateLog(self.session.path).close_for_new()  # its state is archived with it, kept on disk
+            WorkingStateLog(
+                self.session.path
+            ).close_for_new()  # its state is archived with it, kept on disk
             self.session.working_state = ""
             self.store.clear(self.session)
             return report

@@ -62,7 +62,9 @@ class TurnOutcome:
     content: str | None = None
     error: str | None = None
     usage: Usage = field(default_factory=Usage)  # of the turn's last request
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # {"name", "arguments", "is_error"}
+    tool_calls: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # {"name", "arguments", "is_error"}
 
 
 @dataclass

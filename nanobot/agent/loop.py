@@ -100,12 +100,15 @@ class ThinkFilter:
             if at >= 0:
                 if not self.inside and at:
                     self.sink(self.buffer[:at])
-                self.buffer = self.buffer[at + len(tag):]
+                self.buffer = self.buffer[at + len(tag) :]
                 self.inside = not self.inside
                 continue
             # keep a possible partial tag at the end for the next chunk
             keep = next((n for n in range(len(tag) - 1, 0, -1) if self.buffer.endswith(tag[:n])), 0)
-            emit, self.buffer = self.buffer[: len(self.buffer) - keep], self.buffer[len(self.buffer) - keep:]
+            emit, self.buffer = (
+                self.buffer[: len(self.buffer) - keep],
+                self.buffer[len(self.buffer) - keep :],
+            )
             if emit and not self.inside:
                 self.sink(emit)
             return
@@ -141,7 +144,11 @@ def interrupted_answer(shown: str) -> Message:
 
 def is_interrupted_answer(msg: Message) -> bool:
     content = msg.get("content")
-    return msg.get("role") == "assistant" and isinstance(content, str) and content.endswith(INTERRUPTED_MARK)
+    return (
+        msg.get("role") == "assistant"
+        and isinstance(content, str)
+        and content.endswith(INTERRUPTED_MARK)
+    )
 
 
 class StreamSink:
@@ -191,24 +198,38 @@ class LoopResult:
 
 
 def max_iterations_message(limit: int) -> str:
-    return (f"I stopped after {limit} steps without reaching a final answer (the maxToolIterations limit). "
-            "Tell me to continue, or raise agents.defaults.maxToolIterations in the config.")
+    return (
+        f"I stopped after {limit} steps without reaching a final answer (the maxToolIterations limit). "
+        "Tell me to continue, or raise agents.defaults.maxToolIterations in the config."
+    )
 
 
 def cut_off_result(call: ToolCallRequest, max_tokens: int) -> Message:
-    return tool_result(call.id, call.name, (
-        f"Error: not run. Your reply reached the length limit ({max_tokens:,} tokens) and was cut off, so this "
-        "call may be incomplete even where its arguments parse; no call of that reply was run. Send the calls "
-        "again with less in them (write a long file in several smaller steps)."))
+    return tool_result(
+        call.id,
+        call.name,
+        (
+            f"Error: not run. Your reply reached the length limit ({max_tokens:,} tokens) and was cut off, so this "
+            "call may be incomplete even where its arguments parse; no call of that reply was run. Send the calls "
+            "again with less in them (write a long file in several smaller steps)."
+        ),
+    )
 
 
 def over_cap_result(call: ToolCallRequest, asked: int, cap: int) -> Message:
-    return tool_result(call.id, call.name, (
-        f"Error: not run. This step asked for {asked:,} tool calls; at most {cap} run per step "
-        "(agents.defaults.maxToolCallsPerStep). Ask again for the calls you still need, fewer at a time."))
+    return tool_result(
+        call.id,
+        call.name,
+        (
+            f"Error: not run. This step asked for {asked:,} tool calls; at most {cap} run per step "
+            "(agents.defaults.maxToolCallsPerStep). Ask again for the calls you still need, fewer at a time."
+        ),
+    )
 
 
-async def run_loop(spec: LoopSpec, messages: list[Message], hooks: LoopHooks | None = None) -> LoopResult:
+async def run_loop(
+    spec: LoopSpec, messages: list[Message], hooks: LoopHooks | None = None
+) -> LoopResult:
     """Run one turn. `messages` is the full request (system, history, current user message)."""
     run = _Run(spec, messages, hooks or LoopHooks())
     for _ in range(spec.max_iterations):
@@ -250,7 +271,9 @@ class _Run:
         self.result.new_messages.extend(new)
         self.hooks.on_message(new)
 
-    def stop(self, reason: StopReason, *, content: str | None = None, error: str | None = None) -> LoopResult:
+    def stop(
+        self, reason: StopReason, *, content: str | None = None, error: str | None = None
+    ) -> LoopResult:
         self.result.outcome.stop_reason = reason
         self.result.outcome.content = content
         self.result.outcome.error = error
@@ -262,8 +285,12 @@ class _Run:
             # cut tool results carry their own marker, seen by the model; the user is not told each time
             if cut.kind is not CutKind.TOOL_RESULTS and cut.words not in self.told:
                 self.told.add(cut.words)
-                self.hooks.on_event(Notice(f"to fit the context window, nanobot {cut.words} (this request only; the "
-                                           "session keeps everything)"))
+                self.hooks.on_event(
+                    Notice(
+                        f"to fit the context window, nanobot {cut.words} (this request only; the "
+                        "session keeps everything)"
+                    )
+                )
         return fitted
 
     async def call_model(self) -> LLMResponse | None:
@@ -279,8 +306,11 @@ class _Run:
             self.shown = StreamSink(self._text)
             try:
                 response = await self.spec.provider.chat(
-                    fitted.messages, tools=self.schemas or None, max_tokens=fitted.max_tokens,
-                    temperature=self.spec.temperature, on_delta=self.shown if self.spec.stream else None,
+                    fitted.messages,
+                    tools=self.schemas or None,
+                    max_tokens=fitted.max_tokens,
+                    temperature=self.spec.temperature,
+                    on_delta=self.shown if self.spec.stream else None,
                 )
             except asyncio.CancelledError:
                 # stopped mid-answer or during a retry's wait (Ctrl-C): what the user saw stays in the session, marked
@@ -298,10 +328,14 @@ class _Run:
                 # "prompt too long": once, shrink to the window the provider reported, refit, send again
                 if not shrunk and budget.shrink(exc.reported_window):
                     shrunk = True
-                    self.hooks.on_event(Notice(
-                        f"the provider said the prompt was too long for its context window; working within "
-                        f"{budget.window:,} tokens from now on (set agents.defaults.contextWindowTokens to the "
-                        "model's real window)", "warning"))
+                    self.hooks.on_event(
+                        Notice(
+                            f"the provider said the prompt was too long for its context window; working within "
+                            f"{budget.window:,} tokens from now on (set agents.defaults.contextWindowTokens to the "
+                            "model's real window)",
+                            "warning",
+                        )
+                    )
                     continue
                 self.stop(StopReason.ERROR, error=str(budget.overflow_error(exc, sent)))
                 return None
@@ -325,10 +359,17 @@ class _Run:
     def finish(self, response: LLMResponse) -> LoopResult:
         """The model answered without tool calls: the run is done."""
         if not response.content:
-            self.hooks.on_event(Notice("the model returned an empty answer; try rephrasing or ask again", "warning"))
+            self.hooks.on_event(
+                Notice("the model returned an empty answer; try rephrasing or ask again", "warning")
+            )
         elif response.finish_reason == "length":
-            self.hooks.on_event(Notice(f"the answer reached the reply limit ({self.max_tokens:,} tokens) and may be "
-                                       "cut off; ask me to continue, or raise agents.defaults.maxTokens", "warning"))
+            self.hooks.on_event(
+                Notice(
+                    f"the answer reached the reply limit ({self.max_tokens:,} tokens) and may be "
+                    "cut off; ask me to continue, or raise agents.defaults.maxTokens",
+                    "warning",
+                )
+            )
         if response.content:
             self.record([response.to_message()])
         self.shown.flush()  # after the answer is saved: an answer fully on screen is on disk
@@ -336,32 +377,49 @@ class _Run:
 
     def refuse_cut_off(self, calls: list[ToolCallRequest]) -> None:
         """The reply ended at the length limit: answer each of its calls with an error, run none."""
-        self.record([cut_off_result(call, self.max_tokens) for call in calls])  # one durable append for all
+        self.record(
+            [cut_off_result(call, self.max_tokens) for call in calls]
+        )  # one durable append for all
         self.result.outcome.tool_calls.extend(
-            {"name": c.name, "arguments": c.arguments, "is_error": True} for c in calls)
-        self.hooks.on_event(Notice(
-            f"the model's reply reached the reply limit ({self.max_tokens:,} tokens) in the middle of "
-            f"{len(calls)} tool call(s); none was run and the model was asked to retry with less "
-            "(or raise agents.defaults.maxTokens)", "warning"))
+            {"name": c.name, "arguments": c.arguments, "is_error": True} for c in calls
+        )
+        self.hooks.on_event(
+            Notice(
+                f"the model's reply reached the reply limit ({self.max_tokens:,} tokens) in the middle of "
+                f"{len(calls)} tool call(s); none was run and the model was asked to retry with less "
+                "(or raise agents.defaults.maxTokens)",
+                "warning",
+            )
+        )
 
     async def run_tools(self, calls: list[ToolCallRequest]) -> None:
         """The tool step: run the calls, up to the per-step cap; each call past it gets an error result."""
         cap = self.spec.budget.max_tool_calls
         tools = self.spec.tools
         for call in calls[:cap]:
-            self.hooks.on_event(ToolStarted(call.id, call.name, tools.hint(call.name, call.arguments)))
+            self.hooks.on_event(
+                ToolStarted(call.id, call.name, tools.hint(call.name, call.arguments))
+            )
             output = await tools.execute(call.name, call.arguments, parse_error=call.parse_error)
             self.record([tool_result(call.id, call.name, output.content)])
             self.result.outcome.tool_calls.append(
-                {"name": call.name, "arguments": call.arguments, "is_error": output.is_error})
+                {"name": call.name, "arguments": call.arguments, "is_error": output.is_error}
+            )
             first_line = output.content.strip().splitlines()[0] if output.content.strip() else ""
             self.hooks.on_event(ToolFinished(call.id, call.name, output.is_error, first_line[:200]))
         extra = calls[cap:]
         if not extra:
             return
-        self.record([over_cap_result(call, len(calls), cap) for call in extra])  # one durable append for all
+        self.record(
+            [over_cap_result(call, len(calls), cap) for call in extra]
+        )  # one durable append for all
         self.result.outcome.tool_calls.extend(
-            {"name": c.name, "arguments": c.arguments, "is_error": True} for c in extra)
-        self.hooks.on_event(Notice(
-            f"the model asked for {len(calls):,} tool calls in one step; ran the first {cap} and answered the other "
-            f"{len(extra):,} with an error (agents.defaults.maxToolCallsPerStep)", "warning"))
+            {"name": c.name, "arguments": c.arguments, "is_error": True} for c in extra
+        )
+        self.hooks.on_event(
+            Notice(
+                f"the model asked for {len(calls):,} tool calls in one step; ran the first {cap} and answered the other "
+                f"{len(extra):,} with an error (agents.defaults.maxToolCallsPerStep)",
+                "warning",
+            )
+        )

@@ -40,8 +40,14 @@ def _free_path(workspace: Path, now: datetime) -> Path:
     return path
 
 
-def keep_large_paste(text: str, budget: ContextBudget, workspace: Path, emit: EventSink, *,
-                     now: datetime | None = None) -> str:
+def keep_large_paste(
+    text: str,
+    budget: ContextBudget,
+    workspace: Path,
+    emit: EventSink,
+    *,
+    now: datetime | None = None,
+) -> str:
     """`text`, or when it takes more than half the budget, a short message pointing to the file that holds it."""
     if _fits_half(text, budget):
         return text
@@ -54,10 +60,16 @@ def keep_large_paste(text: str, budget: ContextBudget, workspace: Path, emit: Ev
     keep = min(_EXCERPT_MAX_CHARS, int(budget.budget // _EXCERPT_SHARE * chars_per_token))
     excerpt = cut_middle(text, keep, lambda cut: f"\n--- [{cut:,} characters not shown] ---\n")
     lines = text.count("\n") + 1
-    emit(Notice(f"your message ({len(text):,} characters, ~{tokens:,} tokens) is too large for the context window; "
-                f"saved it whole as {relative} in the workspace and gave the model its beginning, its end and the path"))
-    return (f"[nanobot: my message was {len(text):,} characters ({lines:,} lines, ~{tokens:,} tokens), more than "
-            f"half of the context window, so it was saved whole as the workspace file {relative} ({path}). "
-            "Its beginning and end follow; read the rest in parts with read_file (offset/limit, in lines) "
-            "or exec (e.g. head -c, sed -n, grep) before answering.]\n\n"
-            f"--- beginning ---\n{excerpt}\n--- end ---")
+    emit(
+        Notice(
+            f"your message ({len(text):,} characters, ~{tokens:,} tokens) is too large for the context window; "
+            f"saved it whole as {relative} in the workspace and gave the model its beginning, its end and the path"
+        )
+    )
+    return (
+        f"[nanobot: my message was {len(text):,} characters ({lines:,} lines, ~{tokens:,} tokens), more than "
+        f"half of the context window, so it was saved whole as the workspace file {relative} ({path}). "
+        "Its beginning and end follow; read the rest in parts with read_file (offset/limit, in lines) "
+        "or exec (e.g. head -c, sed -n, grep) before answering.]\n\n"
+        f"--- beginning ---\n{excerpt}\n--- end ---"
+    )

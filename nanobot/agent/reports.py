@@ -49,7 +49,9 @@ class ReportTurns:
     async def _report_turn(self, result: SubagentResult) -> object:
         # the helpers this turn starts continue the chain of the helper whose report it handles
         current_turn.set(TurnScope("report", depth=result.record.depth))
-        return await self.turns.inject(result.report_message(), result.record.note(), emit=self.emit)
+        return await self.turns.inject(
+            result.report_message(), result.record.note(), emit=self.emit
+        )
 
     def limited(self, text: str) -> None:
         self.emit(Notice(text, "warning"))
@@ -66,13 +68,20 @@ class ReportTurns:
 
     async def stop(self, reason: str, stopped: list[HelperRecord]) -> None:
         notes = [record.note() for record in stopped]
-        queued = [(task, result) for task, result in self._queued.items() if task is not asyncio.current_task()]
+        queued = [
+            (task, result)
+            for task, result in self._queued.items()
+            if task is not asyncio.current_task()
+        ]
         for task, _ in queued:
             task.cancel()
         if queued:
             await asyncio.gather(*(task for task, _ in queued), return_exceptions=True)
         # a report turn that started saved its helper's note first (save_notes skips those); one
         # that never started: its helper did finish, but nobody read the report
-        notes += [result.record.note(f"; handling its report was stopped {reason}") for _, result in queued]
+        notes += [
+            result.record.note(f"; handling its report was stopped {reason}")
+            for _, result in queued
+        ]
         if notes:
             await self.turns.save_notes(notes)

@@ -25,15 +25,25 @@ ROOM_WAIT_SECONDS = AgentDefaults.consolidation_wait_seconds
 class MemoryUpkeep:
     """When one session's consolidation runs, and who hears about it."""
 
-    def __init__(self, consolidator: Consolidator, session: Session, context: ContextBuilder, tools: ToolRunner, *,
-                 background: EventSink = ignore, room_wait_seconds: float = ROOM_WAIT_SECONDS) -> None:
+    def __init__(
+        self,
+        consolidator: Consolidator,
+        session: Session,
+        context: ContextBuilder,
+        tools: ToolRunner,
+        *,
+        background: EventSink = ignore,
+        room_wait_seconds: float = ROOM_WAIT_SECONDS,
+    ) -> None:
         self.consolidator = consolidator
         self.session = session
         self.context = context
         self.tools = tools
         self.background = background
         self.room_wait_seconds = room_wait_seconds
-        self.last: ConsolidationReport | None = None  # the last consolidation that ran (for /status)
+        self.last: ConsolidationReport | None = (
+            None  # the last consolidation that ran (for /status)
+        )
         self._task: asyncio.Task | None = None
         self._waiting: EventSink | None = None  # the turn waiting for it hears what it reports
 
@@ -55,9 +65,14 @@ class MemoryUpkeep:
             return
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        self.background(Notice(f"memory consolidation did not finish within {wait:g} s of the answer "
-                               "(agents.defaults.consolidationExitWaitSeconds); it stopped, nothing was lost, "
-                               "and the next run goes on with it", "warning"))
+        self.background(
+            Notice(
+                f"memory consolidation did not finish within {wait:g} s of the answer "
+                "(agents.defaults.consolidationExitWaitSeconds); it stopped, nothing was lost, "
+                "and the next run goes on with it",
+                "warning",
+            )
+        )
 
     async def make_room(self, probe: str, emit: EventSink) -> None:
         """Before a turn: when the prompt would not fit, consolidate first, waiting a few seconds at most.
@@ -73,9 +88,13 @@ class MemoryUpkeep:
                 self._start(probe)
                 if await self.join(wait):
                     return
-            emit(Notice(f"memory consolidation is taking longer than {wait:g} s "
-                        "(agents.defaults.consolidationWaitSeconds); it goes on in the background, and "
-                        "until it is done a request that does not fit leaves the oldest turns out"))
+            emit(
+                Notice(
+                    f"memory consolidation is taking longer than {wait:g} s "
+                    "(agents.defaults.consolidationWaitSeconds); it goes on in the background, and "
+                    "until it is done a request that does not fit leaves the oldest turns out"
+                )
+            )
         finally:
             self._waiting = None
 
@@ -108,13 +127,22 @@ class MemoryUpkeep:
     async def _consolidate(self, probe: str) -> None:
         try:
             report = await self.consolidator.maybe_consolidate_by_tokens(
-                self.session, system_prompt=self.context.system_prompt, tool_schemas=self.tools.schemas(),
-                probe=probe, emit=self._route)
+                self.session,
+                system_prompt=self.context.system_prompt,
+                tool_schemas=self.tools.schemas(),
+                probe=probe,
+                emit=self._route,
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # never lost: the pointer did not move, the next check tries again
-            self._route(Notice(f"memory consolidation failed: {exc}; nothing was lost, it will be tried again "
-                               "after the next turn", "warning"))
+            self._route(
+                Notice(
+                    f"memory consolidation failed: {exc}; nothing was lost, it will be tried again "
+                    "after the next turn",
+                    "warning",
+                )
+            )
             return
         self._report(report, self._route)
 

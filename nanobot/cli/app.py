@@ -38,7 +38,9 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json).")
+ConfigOpt = typer.Option(
+    None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json)."
+)
 
 
 def _version(value: bool) -> None:
@@ -49,22 +51,45 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
-                                       help="Show the version and exit.")) -> None:
+def _root(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        "-V",
+        callback=_version,
+        is_eager=True,
+        help="Show the version and exit.",
+    ),
+) -> None:
     """nanobot — a personal AI assistant in your terminal."""
 
 
 # The command groups, by name: (module, attribute, help). Only the group named on the command line is
 # imported, so `nanobot history grep` does not pay for the session store, the config model or MCP.
 _GROUPS: dict[str, tuple[str, str, str]] = {
-    "session": ("nanobot.cli.session_cmd", "session_app", "List, show, repair and import sessions."),
+    "session": (
+        "nanobot.cli.session_cmd",
+        "session_app",
+        "List, show, repair and import sessions.",
+    ),
     "memory": ("nanobot.cli.memory_cmd", "memory_app", "What the assistant remembers (MEMORY.md)."),
-    "prompt": ("nanobot.cli.prompt_cmd", "prompt_app", "The prompt files: who wrote them, their versions, restore one."),
-    "history": ("nanobot.cli.memory_cmd", "history_app", "Search the archive of past conversations (sessions and HISTORY.md)."),
+    "prompt": (
+        "nanobot.cli.prompt_cmd",
+        "prompt_app",
+        "The prompt files: who wrote them, their versions, restore one.",
+    ),
+    "history": (
+        "nanobot.cli.memory_cmd",
+        "history_app",
+        "Search the archive of past conversations (sessions and HISTORY.md).",
+    ),
     "skills": ("nanobot.cli.skills_cmd", "skills_app", "Skills the assistant can use."),
     "mcp": ("nanobot.cli.mcp_cmd", "mcp_app", "MCP servers and the tools they give."),
-    "cron": ("nanobot.cli.cron_cmd", "cron_app",
-             "Scheduled jobs and reminders (they fire while `nanobot serve` or a chat runs)."),
+    "cron": (
+        "nanobot.cli.cron_cmd",
+        "cron_app",
+        "Scheduled jobs and reminders (they fire while `nanobot serve` or a chat runs).",
+    ),
 }
 
 
@@ -83,8 +108,10 @@ def _mount_subcommands(only: str | None = None) -> None:
 
 
 @app.command()
-def onboard(config: Path | None = ConfigOpt,
-            workspace: Path | None = typer.Option(None, "--workspace", "-w", help="Workspace folder.")) -> None:
+def onboard(
+    config: Path | None = ConfigOpt,
+    workspace: Path | None = typer.Option(None, "--workspace", "-w", help="Workspace folder."),
+) -> None:
     """Create (or complete) the config file and the workspace. Never overwrites your files."""
     from nanobot.cli.setup import run_onboard
 
@@ -100,8 +127,10 @@ def status(config: Path | None = ConfigOpt) -> None:
 
 
 @app.command()
-def usage(config: Path | None = ConfigOpt,
-          json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON.")) -> None:
+def usage(
+    config: Path | None = ConfigOpt,
+    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
+) -> None:
     """What the assistant spent: today, 7 and 30 days, by source and model (costs from usage.prices)."""
     from nanobot.cli.usage_cmd import run_usage
 
@@ -109,8 +138,10 @@ def usage(config: Path | None = ConfigOpt,
 
 
 @app.command()
-def doctor(config: Path | None = ConfigOpt,
-           offline: bool = typer.Option(False, "--offline", help="Do not contact the provider.")) -> None:
+def doctor(
+    config: Path | None = ConfigOpt,
+    offline: bool = typer.Option(False, "--offline", help="Do not contact the provider."),
+) -> None:
     """Check the setup: config, key, provider and model, token counter, exec confinement, disk, memory, skills,
     failed compactions."""
     from nanobot.cli.doctor import run_doctor
@@ -120,20 +151,33 @@ def doctor(config: Path | None = ConfigOpt,
 
 @app.command()
 def agent(
-    message: str | None = typer.Option(None, "--message", "-m", help="Send one message, print the answer, exit."),
-    session: str = typer.Option("cli:direct", "--session", "-s", help="Session key to use or resume."),
+    message: str | None = typer.Option(
+        None, "--message", "-m", help="Send one message, print the answer, exit."
+    ),
+    session: str = typer.Option(
+        "cli:direct", "--session", "-s", help="Session key to use or resume."
+    ),
     workspace: Path | None = typer.Option(None, "--workspace", "-w", help="Workspace folder."),
     config: Path | None = ConfigOpt,
     model: str | None = typer.Option(None, "--model", help="provider/model, e.g. openai/gpt-4.1."),
-    no_markdown: bool = typer.Option(False, "--no-markdown", help="Plain text instead of rendered markdown."),
-    json_out: bool = typer.Option(False, "--json", help="One-shot: print answer, tool calls and usage as JSON."),
+    no_markdown: bool = typer.Option(
+        False, "--no-markdown", help="Plain text instead of rendered markdown."
+    ),
+    json_out: bool = typer.Option(
+        False, "--json", help="One-shot: print answer, tool calls and usage as JSON."
+    ),
     allow_unconfined_exec: bool = typer.Option(
-        False, "--allow-unconfined-exec",
-        help="Where no sandbox is available, let exec run commands anyway, without asking."),
+        False,
+        "--allow-unconfined-exec",
+        help="Where no sandbox is available, let exec run commands anyway, without asking.",
+    ),
     approve: list[str] | None = typer.Option(
-        None, "--approve", metavar="KIND",
+        None,
+        "--approve",
+        metavar="KIND",
         help="Allow this kind of risky action without asking (repeatable; e.g. file-outside, persistence, "
-             "memory-edit, skill-edit, or all). One-shot mode refuses risky actions otherwise."),
+        "memory-edit, skill-edit, or all). One-shot mode refuses risky actions otherwise.",
+    ),
 ) -> None:
     """Chat with the assistant (REPL), or send one message with -m. Piped stdin works as the message."""
     from nanobot.cli.chat import run_agent
@@ -146,17 +190,31 @@ def agent(
         if not message.strip():
             from nanobot.errors import UsageError
 
-            raise UsageError("stdin was empty", hint='Pass the message with -m "..." or pipe some text.')
-    code = run_agent(message=message, session_key=session, workspace=workspace, config_path=config,
-                     model=model, markdown=not no_markdown, json_out=json_out, approve=approve,
-                     allow_unconfined_exec=allow_unconfined_exec)
+            raise UsageError(
+                "stdin was empty", hint='Pass the message with -m "..." or pipe some text.'
+            )
+    code = run_agent(
+        message=message,
+        session_key=session,
+        workspace=workspace,
+        config_path=config,
+        model=model,
+        markdown=not no_markdown,
+        json_out=json_out,
+        approve=approve,
+        allow_unconfined_exec=allow_unconfined_exec,
+    )
     raise typer.Exit(code)
 
 
 @app.command()
 def demo(
-    message: str | None = typer.Option(None, "--message", "-m", help="Send one message, print the answer, exit."),
-    no_markdown: bool = typer.Option(False, "--no-markdown", help="Plain text instead of rendered markdown."),
+    message: str | None = typer.Option(
+        None, "--message", "-m", help="Send one message, print the answer, exit."
+    ),
+    no_markdown: bool = typer.Option(
+        False, "--no-markdown", help="Plain text instead of rendered markdown."
+    ),
 ) -> None:
     """Try nanobot with no API key: the real chat on a bundled, scripted fake LLM (answers are canned)."""
     from nanobot.cli.demo import run_demo
@@ -166,7 +224,9 @@ def demo(
 
 @app.command()
 def serve(
-    once: bool = typer.Option(False, "--once", help="Run what is due now (jobs, heartbeat), then exit."),
+    once: bool = typer.Option(
+        False, "--once", help="Run what is due now (jobs, heartbeat), then exit."
+    ),
     workspace: Path | None = typer.Option(None, "--workspace", "-w", help="Workspace folder."),
     config: Path | None = ConfigOpt,
 ) -> None:

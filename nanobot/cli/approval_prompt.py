@@ -45,8 +45,12 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u
 def visible(text: str) -> str:
     """Control characters (escape sequences, carriage returns, bidi overrides) shown as escapes: the
     text asked about comes from the model, and must not redraw or hide what the user reads."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
-                        else f"\\u{ord(m.group()):04x}", text)
+    return _CONTROL.sub(
+        lambda m: (
+            f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}"
+        ),
+        text,
+    )
 
 
 def _diff_line(line: str) -> str:
@@ -66,8 +70,14 @@ class TerminalApprover:
     """Asks the person at the terminal. `pause` stops the turn's spinner/live text; `resume`
     restarts the spinner; `can_ask` is False when the chat's own prompt owns the terminal."""
 
-    def __init__(self, console: Console, *, pause: Callable[[], None], resume: Callable[[], None],
-                 can_ask: Callable[[], bool] = lambda: True) -> None:
+    def __init__(
+        self,
+        console: Console,
+        *,
+        pause: Callable[[], None],
+        resume: Callable[[], None],
+        can_ask: Callable[[], bool] = lambda: True,
+    ) -> None:
         self.console = console
         self.pause = pause
         self.resume = resume
@@ -83,8 +93,11 @@ class TerminalApprover:
 
     async def approve(self, request: ApprovalRequest) -> Decision:
         if not self.can_ask():
-            return Decision(False, "the user was not asked: this came from a background task while the chat "
-                                   "was waiting for input; tell the user what you need and why")
+            return Decision(
+                False,
+                "the user was not asked: this came from a background task while the chat "
+                "was waiting for input; tell the user what you need and why",
+            )
         self.pause()
         try:
             self._show(request)
@@ -96,24 +109,33 @@ class TerminalApprover:
                         answer = await self._prompt().prompt_async("allow? [y/a/n] › ")
                 except (EOFError, KeyboardInterrupt) as exc:
                     self.console.print("[yellow]not allowed[/yellow]")
-                    if isinstance(exc, KeyboardInterrupt) and (task := asyncio.current_task()) is not None:
+                    if (
+                        isinstance(exc, KeyboardInterrupt)
+                        and (task := asyncio.current_task()) is not None
+                    ):
                         # Ctrl-C stops the turn, as it does everywhere else: the refusal is recorded
                         # first (no await before the caller does), then the turn's next await ends it
                         task.cancel()
                     return Decision(False, "the user refused (interrupted the question)")
                 decision = parse_answer(answer)
                 if decision is not None:
-                    self.console.print("[green]allowed[/green]" + (" [dim](always, this session)[/dim]"
-                                                                   if decision.always else "")
-                                       if decision.allowed else "[yellow]not allowed[/yellow]")
+                    self.console.print(
+                        "[green]allowed[/green]"
+                        + (" [dim](always, this session)[/dim]" if decision.always else "")
+                        if decision.allowed
+                        else "[yellow]not allowed[/yellow]"
+                    )
                     return decision
                 self.console.print(f"[dim]{HELP}[/dim]")
         finally:
             self.resume()
 
     def _show(self, request: ApprovalRequest) -> None:
-        say(self.console, f"[bold yellow]⚠ approval needed[/bold yellow] [dim]({escape(request.kind)})[/dim] "
-                          f"{escape(visible(request.summary))}")
+        say(
+            self.console,
+            f"[bold yellow]⚠ approval needed[/bold yellow] [dim]({escape(request.kind)})[/dim] "
+            f"{escape(visible(request.summary))}",
+        )
         for line in request.detail.rstrip("\n").splitlines() if request.detail else []:
             self.console.print("  " + _diff_line(line), highlight=False)
         self.console.print(f"[dim]{HELP}[/dim]", highlight=False)
@@ -125,9 +147,16 @@ def print_refusals(err: Console, decisions: Sequence[dict]) -> None:
     if not refused:
         return
     kinds = sorted({str(d.get("kind")) for d in refused})
-    err.print(f"[yellow]{len(refused)} risky action(s) refused (one-shot mode cannot ask):[/yellow]", highlight=False)
+    err.print(
+        f"[yellow]{len(refused)} risky action(s) refused (one-shot mode cannot ask):[/yellow]",
+        highlight=False,
+    )
     for d in refused:
         err.print(f"  [dim]- {escape(visible(str(d.get('summary', ''))))}[/dim]", highlight=False)
-    err.print("[dim]allow them for one run with " + " ".join(f"--approve {escape(k)}" for k in kinds)
-              + ", or for good with tools.autoApprove in the config; `nanobot session show` lists every "
-              "decision[/dim]", highlight=False)
+    err.print(
+        "[dim]allow them for one run with "
+        + " ".join(f"--approve {escape(k)}" for k in kinds)
+        + ", or for good with tools.autoApprove in the config; `nanobot session show` lists every "
+        "decision[/dim]",
+        highlight=False,
+    )

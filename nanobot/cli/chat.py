@@ -41,25 +41,58 @@ if TYPE_CHECKING:  # annotations only: these load when the chat opens its assist
     from nanobot.tools.approval import Approver
 
 
-def run_agent(*, message: str | None, session_key: str, workspace: Path | None, config_path: Path | None,
-              model: str | None, markdown: bool, json_out: bool, approve: list[str] | None = None,
-              allow_unconfined_exec: bool = False) -> int:
-    overrides = {"agents.defaults.workspace": str(workspace) if workspace else None, "agents.defaults.model": model}
+def run_agent(
+    *,
+    message: str | None,
+    session_key: str,
+    workspace: Path | None,
+    config_path: Path | None,
+    model: str | None,
+    markdown: bool,
+    json_out: bool,
+    approve: list[str] | None = None,
+    allow_unconfined_exec: bool = False,
+) -> int:
+    overrides = {
+        "agents.defaults.workspace": str(workspace) if workspace else None,
+        "agents.defaults.model": model,
+    }
     cfg = load_config(config_path, overrides=overrides)
     if message is None and _asked_for_the_key(cfg):
         cfg = load_config(config_path, overrides=overrides)
     cfg.tools.exec.allow_unconfined = allow_unconfined_exec
     try:
         if message is not None and slash_command(message) is not None:
-            return asyncio.run(_one_shot_command(cfg, session_key, message, markdown=markdown,
-                                                 approve=approve or []))
+            return asyncio.run(
+                _one_shot_command(
+                    cfg, session_key, message, markdown=markdown, approve=approve or []
+                )
+            )
         if message is not None:
-            return asyncio.run(Termination().run(lambda term: _one_shot(
-                cfg, session_key, message, markdown=markdown, json_out=json_out, approve=approve or [], term=term)))
-        return asyncio.run(Termination().run(
-            lambda term: Chat(cfg, session_key, markdown=markdown, approve=approve or [], term=term).run()))
+            return asyncio.run(
+                Termination().run(
+                    lambda term: _one_shot(
+                        cfg,
+                        session_key,
+                        message,
+                        markdown=markdown,
+                        json_out=json_out,
+                        approve=approve or [],
+                        term=term,
+                    )
+                )
+            )
+        return asyncio.run(
+            Termination().run(
+                lambda term: Chat(
+                    cfg, session_key, markdown=markdown, approve=approve or [], term=term
+                ).run()
+            )
+        )
     except KeyboardInterrupt:
-        stderr_console().print("[yellow]interrupted[/yellow] [dim](what already ran is saved)[/dim]")
+        stderr_console().print(
+            "[yellow]interrupted[/yellow] [dim](what already ran is saved)[/dim]"
+        )
         return 130
 
 
@@ -74,16 +107,26 @@ def _asked_for_the_key(cfg: Config) -> bool:
         resolve_model(cfg)
     except MissingKeyError as exc:
         if key_prompt.can_ask(exc):
-            stdout_console().print(f"[yellow]{escape(exc.message)}[/yellow] (model {escape(cfg.defaults.model)})")
+            stdout_console().print(
+                f"[yellow]{escape(exc.message)}[/yellow] (model {escape(cfg.defaults.model)})"
+            )
             return key_prompt.ask_and_save(exc, stdout_console())
     except NanobotError:
         pass  # reported by the chat itself, as before
     return False
 
 
-def _open(cfg: Config, session_key: str, *, stream: bool, renderer_ref: list[Renderer],
-          ask: Approver | None = None, approve: Sequence[str] = (), background: EventSink = ignore,
-          origin: str = "chat") -> Assistant:
+def _open(
+    cfg: Config,
+    session_key: str,
+    *,
+    stream: bool,
+    renderer_ref: list[Renderer],
+    ask: Approver | None = None,
+    approve: Sequence[str] = (),
+    background: EventSink = ignore,
+    origin: str = "chat",
+) -> Assistant:
     from nanobot.app import open_assistant
 
     def on_retry(attempt: int, delay: float, error: Exception) -> None:
@@ -94,12 +137,22 @@ def _open(cfg: Config, session_key: str, *, stream: bool, renderer_ref: list[Ren
         if renderer_ref:
             renderer_ref[0](Notice(text, "warning"))
 
-    return open_assistant(cfg, session_key, stream=stream, on_retry=on_retry, ask=ask, approve=approve,
-                          on_fallback=on_fallback, background=background, origin=origin)
+    return open_assistant(
+        cfg,
+        session_key,
+        stream=stream,
+        on_retry=on_retry,
+        ask=ask,
+        approve=approve,
+        on_fallback=on_fallback,
+        background=background,
+        origin=origin,
+    )
 
 
-async def _one_shot_command(cfg: Config, session_key: str, message: str, *, markdown: bool,
-                            approve: list[str]) -> int:
+async def _one_shot_command(
+    cfg: Config, session_key: str, message: str, *, markdown: bool, approve: list[str]
+) -> int:
     """`agent -m /new` (or /compact, /status, ...) acts on the session, as in the chat."""
     command = slash_command(message)
     assert command is not None  # run_agent checked
@@ -108,17 +161,25 @@ async def _one_shot_command(cfg: Config, session_key: str, message: str, *, mark
         return 0
     entry = SLASH_COMMANDS.get(name)
     if entry is None:
-        raise UsageError(f"unknown command {name}",
-                         hint=f"`nanobot agent -m /help` lists them. To send the text to the model instead, "
-                              f"start it with a space: -m ' {message.strip()}'")
+        raise UsageError(
+            f"unknown command {name}",
+            hint=f"`nanobot agent -m /help` lists them. To send the text to the model instead, "
+            f"start it with a space: -m ' {message.strip()}'",
+        )
     chat = Chat(cfg, session_key, markdown=markdown, approve=approve)
     # as after a one-shot turn: stdout holds the command's result, its notices and errors go to stderr
     chat.renderer = Renderer(chat.console, markdown=markdown, progress=chat.err)
     if name in ("/help", "/exit", "/quit"):
         await entry[1](chat, arg)
         return 0
-    chat.assistant = assistant = _open(cfg, session_key, stream=False, renderer_ref=[chat.renderer],
-                                       approve=approve, origin="one-shot")
+    chat.assistant = assistant = _open(
+        cfg,
+        session_key,
+        stream=False,
+        renderer_ref=[chat.renderer],
+        approve=approve,
+        origin="one-shot",
+    )
     try:
         await entry[1](chat, arg)
     finally:
@@ -170,17 +231,34 @@ class _Answers:
         self.sink(event)
 
 
-async def _one_shot(cfg: Config, session_key: str, message: str, *, markdown: bool, json_out: bool,
-                    approve: Sequence[str] = (), term: Termination | None = None) -> int:
+async def _one_shot(
+    cfg: Config,
+    session_key: str,
+    message: str,
+    *,
+    markdown: bool,
+    json_out: bool,
+    approve: Sequence[str] = (),
+    term: Termination | None = None,
+) -> int:
     term = term or Termination()
     out = stdout_console(io.StringIO()) if json_out else stdout_console()
     err = stderr_console()
     stream = out.is_terminal and not json_out
     ref: list[Renderer] = []
-    background = _Answers(Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False))
+    background = _Answers(
+        Renderer(out, markdown=markdown, progress=err, stream_text=False, spinner=False)
+    )
     # nobody can answer a question here: risky actions are refused, naming the flag that allows them
-    assistant = _open(cfg, session_key, stream=stream, renderer_ref=ref, approve=approve, background=background,
-                      origin="one-shot")
+    assistant = _open(
+        cfg,
+        session_key,
+        stream=stream,
+        renderer_ref=ref,
+        approve=approve,
+        background=background,
+        origin="one-shot",
+    )
     renderer = Renderer(out, markdown=markdown, progress=err, stream_text=stream)
     ref.append(renderer)
     conversation = assistant.conversation
@@ -209,22 +287,41 @@ async def _one_shot(cfg: Config, session_key: str, message: str, *, markdown: bo
         renderer.finish()
         me = asyncio.current_task()
         interrupted = me is not None and me.cancelling() and term.signum is None  # Ctrl-C
-        await assistant.subagents.stop(term.reason or ("by the user (Ctrl-C)" if interrupted
-                                                       else "when nanobot closed"))
+        await assistant.subagents.stop(
+            term.reason or ("by the user (Ctrl-C)" if interrupted else "when nanobot closed")
+        )
         await assistant.aclose()
         print_refusals(err, conversation.session.decisions[decided:])
     # exit 1 when no turn answered and one failed (the only answer failed)
-    failed = not (answers.answered or background.answered) and bool(answers.failed or background.failed)
+    failed = not (answers.answered or background.answered) and bool(
+        answers.failed or background.failed
+    )
     if json_out:
-        print(json.dumps({
-            "answer": outcome.content, "stop_reason": outcome.stop_reason, "error": outcome.error,
-            "tool_calls": outcome.tool_calls,
-            "usage": {"prompt_tokens": outcome.usage.prompt_tokens,
-                      "completion_tokens": outcome.usage.completion_tokens},
-            # the turns that handled subagent reports, in order
-            "background": [{"answer": t.content, "stop_reason": t.stop_reason, "error": t.error,
-                            "tool_calls": t.tool_calls} for t in (d.outcome for d in background.turns)],
-        }, ensure_ascii=False))
+        print(
+            json.dumps(
+                {
+                    "answer": outcome.content,
+                    "stop_reason": outcome.stop_reason,
+                    "error": outcome.error,
+                    "tool_calls": outcome.tool_calls,
+                    "usage": {
+                        "prompt_tokens": outcome.usage.prompt_tokens,
+                        "completion_tokens": outcome.usage.completion_tokens,
+                    },
+                    # the turns that handled subagent reports, in order
+                    "background": [
+                        {
+                            "answer": t.content,
+                            "stop_reason": t.stop_reason,
+                            "error": t.error,
+                            "tool_calls": t.tool_calls,
+                        }
+                        for t in (d.outcome for d in background.turns)
+                    ],
+                },
+                ensure_ascii=False,
+            )
+        )
     return 1 if failed else 0
 
 
@@ -233,14 +330,22 @@ async def _wait_for_background(subagents: SubagentManager, wait: float, err: Con
     helpers, reports = subagents.pending()
     if not helpers and not reports:
         return
-    what = " and ".join(part for part in (f"{helpers} subagent(s)" if helpers else "",
-                                          f"{reports} report turn(s)" if reports else "") if part)
+    what = " and ".join(
+        part
+        for part in (
+            f"{helpers} subagent(s)" if helpers else "",
+            f"{reports} report turn(s)" if reports else "",
+        )
+        if part
+    )
     err.print(f"[dim]waiting up to {wait:.0f}s for {what}…[/dim]")
     if await subagents.wait(wait):
         return
     stopped = await subagents.stop(f"when one-shot mode stopped waiting ({wait:.0f}s)")
-    err.print(f"[yellow]stopped waiting after {wait:.0f}s (agents.defaults.subagentWaitSeconds); "
-              f"{len(stopped)} subagent(s) stopped[/yellow]")
+    err.print(
+        f"[yellow]stopped waiting after {wait:.0f}s (agents.defaults.subagentWaitSeconds); "
+        f"{len(stopped)} subagent(s) stopped[/yellow]"
+    )
 
 
 DOUBLE_CTRL_C_SECONDS = 1.0  # a second Ctrl-C on an empty prompt within this leaves the chat
@@ -250,14 +355,23 @@ def _exec_banner(cfg: Config) -> str:
     from nanobot.cli.status_view import exec_line
 
     line = escape(exec_line(cfg))
-    return f"[yellow]exec: {line}[/yellow]" if line.startswith("NOT") else f"[dim]exec: {line}[/dim]"
+    return (
+        f"[yellow]exec: {line}[/yellow]" if line.startswith("NOT") else f"[dim]exec: {line}[/dim]"
+    )
 
 
 class Chat:
     """The REPL: read a line, run a turn as a cancellable task, render its events."""
 
-    def __init__(self, cfg: Config, session_key: str, *, markdown: bool, approve: Sequence[str] = (),
-                 term: Termination | None = None) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        session_key: str,
+        *,
+        markdown: bool,
+        approve: Sequence[str] = (),
+        term: Termination | None = None,
+    ) -> None:
         self.cfg = cfg
         self.approve = list(approve)
         self.term = term or Termination()
@@ -267,16 +381,22 @@ class Chat:
         self.markdown = markdown
         self.renderer = Renderer(self.console, markdown=markdown)
         # subagent reports can arrive while the prompt is shown: render them whole, no spinner
-        self.background = Renderer(self.console, markdown=markdown, stream_text=False, spinner=False)
+        self.background = Renderer(
+            self.console, markdown=markdown, stream_text=False, spinner=False
+        )
         self._assistant: Assistant | None = None  # opened by run() (or by a one-shot command)
         self.turn_task: asyncio.Task | None = None
         self.unsent = ""  # a message that could not be saved, put back at the prompt
         self.failed = False  # a slash command failed (the exit code of `agent -m /new`)
         self._ctrl_c_on_text = False
         self._last_ctrl_c: float | None = None  # when Ctrl-C last hit an empty prompt
-        self._idle_ctrl_c: float | None = None  # a Ctrl-C while neither the prompt nor a turn had it
+        self._idle_ctrl_c: float | None = (
+            None  # a Ctrl-C while neither the prompt nor a turn had it
+        )
         self.reminders: ChatReminders | None = None
-        self._held_firings: list[Firing] = []  # reminders that arrived during a turn, shown after it
+        self._held_firings: list[
+            Firing
+        ] = []  # reminders that arrived during a turn, shown after it
 
     def _on_idle_sigint(self, signum: int, frame: object) -> None:
         """Ctrl-C while neither the prompt (which reads it as a key) nor a turn or /compact (which it
@@ -341,12 +461,19 @@ class Chat:
             event.current_buffer.insert_text("\n")
 
         @bindings.add("c-c")
-        def _interrupt(event: KeyPressEvent) -> None:  # as prompt_toolkit does, but remembering whether a line was typed
+        def _interrupt(
+            event: KeyPressEvent,
+        ) -> None:  # as prompt_toolkit does, but remembering whether a line was typed
             self._ctrl_c_on_text = bool(event.current_buffer.text)
             event.app.exit(exception=KeyboardInterrupt, style="class:aborting")
 
-        return PromptSession(history=MaskedFileHistory(input_history_path()), key_bindings=bindings, multiline=False,
-                             enable_history_search=True, prompt_continuation=continuation_marker)
+        return PromptSession(
+            history=MaskedFileHistory(input_history_path()),
+            key_bindings=bindings,
+            multiline=False,
+            enable_history_search=True,
+            prompt_continuation=continuation_marker,
+        )
 
     async def run(self) -> int:
         from prompt_toolkit.patch_stdout import patch_stdout
@@ -354,27 +481,47 @@ class Chat:
         from nanobot.cli.approval_prompt import TerminalApprover
 
         ref = [self.renderer]
-        ask = TerminalApprover(self.console, pause=self._pause_display, resume=self._resume_display,
-                               can_ask=lambda: self.turn_task is not None)
-        self.assistant = _open(self.cfg, self.session_key, stream=True, renderer_ref=ref, ask=ask,
-                               approve=self.approve, background=self._background_event)
+        ask = TerminalApprover(
+            self.console,
+            pause=self._pause_display,
+            resume=self._resume_display,
+            can_ask=lambda: self.turn_task is not None,
+        )
+        self.assistant = _open(
+            self.cfg,
+            self.session_key,
+            stream=True,
+            renderer_ref=ref,
+            ask=ask,
+            approve=self.approve,
+            background=self._background_event,
+        )
         self.assistant.prewarm()  # import the SDK while the user types the first message
         try:
-            self.console.print(f"[bold]nanobot[/bold] [dim]· {self.cfg.defaults.model} · session "
-                               f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]", soft_wrap=False)
+            self.console.print(
+                f"[bold]nanobot[/bold] [dim]· {self.cfg.defaults.model} · session "
+                f"{self.session_key} · /help for commands, Ctrl-D to leave[/dim]",
+                soft_wrap=False,
+            )
             self.console.print(_exec_banner(self.cfg), highlight=False, soft_wrap=False)
             for note in self.assistant.startup_notes():
                 self.console.print(f"[dim]{escape(note)}[/dim]", highlight=False, soft_wrap=False)
             for warning in [*self.assistant.warnings, *self.assistant.once_warnings]:
                 print_warning(warning, console=self.console)
             for skill in getattr(self.conversation.context.skills, "held", []):
-                self.console.print(f"[yellow]skill {escape(skill.name)} is off: it {escape(skill.gate)} "
-                                   f"({escape(skill.state)}); read it, then run `nanobot skills approve "
-                                   f"{escape(skill.name)}`[/yellow]", highlight=False, soft_wrap=False)
+                self.console.print(
+                    f"[yellow]skill {escape(skill.name)} is off: it {escape(skill.gate)} "
+                    f"({escape(skill.state)}); read it, then run `nanobot skills approve "
+                    f"{escape(skill.name)}`[/yellow]",
+                    highlight=False,
+                    soft_wrap=False,
+                )
             resumed = resume_notice(self.conversation.session)
             if resumed:
                 self.console.print(resumed, highlight=False, soft_wrap=False)
-            prompt = self._prompt_session()  # piped stdin never gets here: it becomes a one-shot message
+            prompt = (
+                self._prompt_session()
+            )  # piped stdin never gets here: it becomes a one-shot message
             self._start_reminders()
             self._catch_idle_sigint()  # from here on a stray Ctrl-C never ends the chat at once
             while True:
@@ -399,12 +546,16 @@ class Chat:
                     continue
                 if text.lower() in EXIT_WORDS:
                     break
-                command = slash_command(text)  # "/etc/hosts ..." is text for the model, not a command
+                command = slash_command(
+                    text
+                )  # "/etc/hosts ..." is text for the model, not a command
                 if command is not None:
                     name, arg = command
                     entry = SLASH_COMMANDS.get(name)
                     if entry is None:
-                        self.console.print(f"[yellow]unknown command {name}; /help lists them[/yellow]")
+                        self.console.print(
+                            f"[yellow]unknown command {name}; /help lists them[/yellow]"
+                        )
                         continue
                     if not await entry[1](self, arg):
                         break
@@ -420,7 +571,9 @@ class Chat:
             with contextlib.suppress(OSError):
                 running = len(self.assistant.subagents.running())
                 if running and self.term.signum is None:
-                    self.console.print(f"[yellow]stopping {running} subagent(s) still running[/yellow]")
+                    self.console.print(
+                        f"[yellow]stopping {running} subagent(s) still running[/yellow]"
+                    )
             await self.assistant.subagents.stop(self.term.reason or "by the user leaving nanobot")
             await self.assistant.aclose()
         self.console.print("[dim]bye[/dim]")
@@ -442,15 +595,20 @@ class Chat:
             from nanobot.agent.loop import is_interrupted_answer
 
             saved = self.conversation.session.messages[saved_before:]
-            kept = "the part shown is saved, marked as interrupted" if saved and is_interrupted_answer(saved[-1]) \
+            kept = (
+                "the part shown is saved, marked as interrupted"
+                if saved and is_interrupted_answer(saved[-1])
                 else "what already ran is saved"
+            )
             self.console.print(f"[yellow]cancelled[/yellow] [dim]({kept})[/dim]")
             return
         except NanobotError as exc:
             self.renderer.finish()
             report(exc, console=self.console)
             if isinstance(exc, StorageError):
-                self.console.print(unsaved_notice(self.conversation, saved_before, one_shot=False), highlight=False)
+                self.console.print(
+                    unsaved_notice(self.conversation, saved_before, one_shot=False), highlight=False
+                )
                 if len(self.conversation.session.messages) == saved_before:
                     self.unsent = text  # offered again at the next prompt
             return
@@ -472,11 +630,19 @@ class Chat:
 
         turns = ChatTurns(self.session_key, self.conversation, AssistantTurns(self.cfg))
         try:
-            scheduler = build_scheduler(self.cfg, kind="chat", turns=turns, deliveries=[log_delivery(self.cfg)])
+            scheduler = build_scheduler(
+                self.cfg, kind="chat", turns=turns, deliveries=[log_delivery(self.cfg)]
+            )
         except OSError as exc:  # e.g. a read-only workspace: the chat still works, reminders do not
-            why = "the workspace cannot be written (see above)" if self.assistant.once_warnings and \
-                getattr(exc, "errno", None) in (errno.EROFS, errno.EACCES) else str(exc)
-            self.console.print(f"[yellow]warning: reminders are off in this chat: {escape(why)}[/yellow]")
+            why = (
+                "the workspace cannot be written (see above)"
+                if self.assistant.once_warnings
+                and getattr(exc, "errno", None) in (errno.EROFS, errno.EACCES)
+                else str(exc)
+            )
+            self.console.print(
+                f"[yellow]warning: reminders are off in this chat: {escape(why)}[/yellow]"
+            )
             return
         self.reminders = ChatReminders(scheduler, self._show_firing)
         self.reminders.start()
@@ -486,9 +652,14 @@ class Chat:
         if self.turn_task is not None:
             self._held_firings.append(firing)
             return
-        colour = "red" if firing.status == "error" else "yellow" if firing.kind == "notice" else "cyan"
-        self.console.print(f"[bold {colour}]{escape(firing.title)}[/bold {colour}]"
-                           + (f" [dim]({escape(firing.session)})[/dim]" if firing.session else ""), highlight=False)
+        colour = (
+            "red" if firing.status == "error" else "yellow" if firing.kind == "notice" else "cyan"
+        )
+        self.console.print(
+            f"[bold {colour}]{escape(firing.title)}[/bold {colour}]"
+            + (f" [dim]({escape(firing.session)})[/dim]" if firing.session else ""),
+            highlight=False,
+        )
         body = (firing.error or firing.text or "").strip()
         if firing.error:  # wrapped at words (the console's soft wrap would cut them at the edge)
             self.console.print(escape(body), highlight=False, soft_wrap=False)
@@ -505,11 +676,20 @@ class Chat:
         # wrapped between words, continuations under the text (an 80-column terminal cut "Ctr|l-C")
         for name, (help_text, _) in SLASH_COMMANDS.items():
             print_hanging(self.console, f"  {name:<10} {help_text}", indent=13)
-        print_hanging(self.console, "  Esc-Enter: new line · Ctrl-C: cancel the running turn (twice on an empty "
-                      "prompt: leave) · Ctrl-D: leave", indent=2)
+        print_hanging(
+            self.console,
+            "  Esc-Enter: new line · Ctrl-C: cancel the running turn (twice on an empty "
+            "prompt: leave) · Ctrl-D: leave",
+            indent=2,
+        )
 
-    async def _memory_action(self, action: Callable[..., Awaitable[ConsolidationReport | None]], *,
-                             on_error: str = "", quiet_when_idle: bool = False) -> bool:
+    async def _memory_action(
+        self,
+        action: Callable[..., Awaitable[ConsolidationReport | None]],
+        *,
+        on_error: str = "",
+        quiet_when_idle: bool = False,
+    ) -> bool:
         """Run /new or /compact, print its receipt; False when it failed (nothing was changed)."""
         try:
             report = await self._ctrl_c_cancels(action(emit=self.renderer))
@@ -529,8 +709,11 @@ class Chat:
         return True
 
     async def new_session(self) -> None:
-        if await self._memory_action(self.conversation.new_session, on_error="; the conversation was kept",
-                                     quiet_when_idle=True):
+        if await self._memory_action(
+            self.conversation.new_session,
+            on_error="; the conversation was kept",
+            quiet_when_idle=True,
+        ):
             self.console.print("[dim]started a new conversation[/dim]")
 
     async def compact(self) -> None:
@@ -542,9 +725,13 @@ class Chat:
 
         if await self._memory_action(compact) and reports and reports[0].checkpoint:
             report = reports[0]
-            version = f"version {report.checkpoint_version}" if report.checkpoint_version else "unchanged"
-            self.console.print(f"[bold]working state[/bold] [dim]({version}; sent with every request)[/dim]",
-                               highlight=False)
+            version = (
+                f"version {report.checkpoint_version}" if report.checkpoint_version else "unchanged"
+            )
+            self.console.print(
+                f"[bold]working state[/bold] [dim]({version}; sent with every request)[/dim]",
+                highlight=False,
+            )
             self.console.print(escape(report.checkpoint), highlight=False)
 
     def _pause_display(self) -> None:  # an approval question must not be drawn over
@@ -561,8 +748,11 @@ class Chat:
 
     async def stop_background(self) -> None:
         stopped = await self.assistant.subagents.stop("by the user (/stop)")
-        self.console.print(f"[yellow]stopped {len(stopped)} subagent(s)[/yellow]" if stopped
-                           else "[dim]no subagents are running[/dim]")
+        self.console.print(
+            f"[yellow]stopped {len(stopped)} subagent(s)[/yellow]"
+            if stopped
+            else "[dim]no subagents are running[/dim]"
+        )
 
     def show_status(self) -> None:
         from nanobot.cli.status_view import status_lines

@@ -61,7 +61,11 @@ class ChatReminders:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # reminders must never take the chat down
-                self.show(Firing("notice", 0, "reminders", f"checking scheduled jobs failed: {exc}", "error"))
+                self.show(
+                    Firing(
+                        "notice", 0, "reminders", f"checking scheduled jobs failed: {exc}", "error"
+                    )
+                )
                 delay = CHECK_SECONDS * 6
             await asyncio.sleep(max(0.5, delay))
 

@@ -25,11 +25,17 @@ from nanobot.cron.store import JobStore
 from nanobot.errors import UsageError
 from nanobot.memory.prompt_files import PromptFiles
 
-cron_app = typer.Typer(help="Scheduled jobs and reminders.", no_args_is_help=True, add_completion=False,
-                       pretty_exceptions_show_locals=False)
+cron_app = typer.Typer(
+    help="Scheduled jobs and reminders.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
 
 IdArg = typer.Argument(..., help="The job's id (see `nanobot cron list`).")
-ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json).")
+ConfigOpt = typer.Option(
+    None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json)."
+)
 WorkspaceOpt = typer.Option(None, "--workspace", "-w", help="Workspace folder.")
 
 
@@ -42,7 +48,9 @@ def _err() -> Console:
 
 
 def _config(config: Path | None, workspace: Path | None) -> Config:
-    return load_config(config, overrides={"agents.defaults.workspace": str(workspace) if workspace else None})
+    return load_config(
+        config, overrides={"agents.defaults.workspace": str(workspace) if workspace else None}
+    )
 
 
 def _store(cfg: Config) -> JobStore:
@@ -66,8 +74,13 @@ def _job_json(job: Job) -> dict:
 
 
 @cron_app.command("list")
-def list_jobs(json_out: bool = typer.Option(False, "--json", help="Print the jobs as JSON (jobs.json's format)."),
-              config: Path | None = ConfigOpt, workspace: Path | None = WorkspaceOpt) -> None:
+def list_jobs(
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the jobs as JSON (jobs.json's format)."
+    ),
+    config: Path | None = ConfigOpt,
+    workspace: Path | None = WorkspaceOpt,
+) -> None:
     """Every job: id, schedule, state, next and last run."""
     cfg = _config(config, workspace)
     store = _store(cfg)
@@ -78,17 +91,25 @@ def list_jobs(json_out: bool = typer.Option(False, "--json", help="Print the job
         return
     waiting = PromptFiles(cfg.workspace_path()).pending_tasks()
     if waiting:
-        _out().print(f"[yellow]HEARTBEAT.md: {len(waiting)} task(s) the assistant added wait for your approval "
-                     "(the heartbeat skips them until then):[/yellow]")
+        _out().print(
+            f"[yellow]HEARTBEAT.md: {len(waiting)} task(s) the assistant added wait for your approval "
+            "(the heartbeat skips them until then):[/yellow]"
+        )
         for task in waiting:
             _out().print(f"  - {escape(task)}")
-        _out().print("  approve them with `nanobot cron approve heartbeat`, or remove them from HEARTBEAT.md")
+        _out().print(
+            "  approve them with `nanobot cron approve heartbeat`, or remove them from HEARTBEAT.md"
+        )
     if not jobs:
-        _out().print("No scheduled jobs. Add one with `nanobot cron add -m \"...\" --every 3600` (or ask in the chat).")
+        _out().print(
+            'No scheduled jobs. Add one with `nanobot cron add -m "..." --every 3600` (or ask in the chat).'
+        )
         return
     tz = cfg.defaults.timezone
     table = Table("id", "name", "schedule", "state", "next run", "last run", "session")
-    table.columns[0].no_wrap = True  # run/pause/remove need the id whole, however narrow the terminal
+    table.columns[
+        0
+    ].no_wrap = True  # run/pause/remove need the id whole, however narrow the terminal
     table.columns[0].min_width = max((len(job.id) for job in jobs), default=2)
     for job in jobs:
         state = "on" if job.enabled else ("done" if job.schedule.kind == "at" else "paused")
@@ -97,44 +118,88 @@ def list_jobs(json_out: bool = typer.Option(False, "--json", help="Print the job
         elif job.pending_approval:
             state = "waits for approval"
         zone = job.schedule.tz or tz
-        last = f"{format_ms(job.last_run_at_ms, zone)} {job.last_status}" if job.last_run_at_ms else "-"
-        table.add_row(job.id, escape(job.name), escape(describe(job.schedule)), state,
-                      format_ms(job.next_run_at_ms, zone), escape(last), escape(job.session_key))
+        last = (
+            f"{format_ms(job.last_run_at_ms, zone)} {job.last_status}"
+            if job.last_run_at_ms
+            else "-"
+        )
+        table.add_row(
+            job.id,
+            escape(job.name),
+            escape(describe(job.schedule)),
+            state,
+            format_ms(job.next_run_at_ms, zone),
+            escape(last),
+            escape(job.session_key),
+        )
     _out().print(table)
     for job in jobs:
         if job.pending_approval:
-            _out().print(f"[yellow]job {job.id} was added by the assistant and waits for your approval:[/yellow] "
-                         f"{escape(job.message.strip()[:200])!r} — approve with `nanobot cron approve {job.id}`, "
-                         f"or `nanobot cron remove {job.id}`")
-    _out().print(f"[dim]{len(jobs)} job(s) in {store.path}; they fire while `nanobot serve` or a chat runs[/dim]")
+            _out().print(
+                f"[yellow]job {job.id} was added by the assistant and waits for your approval:[/yellow] "
+                f"{escape(job.message.strip()[:200])!r} — approve with `nanobot cron approve {job.id}`, "
+                f"or `nanobot cron remove {job.id}`"
+            )
+    _out().print(
+        f"[dim]{len(jobs)} job(s) in {store.path}; they fire while `nanobot serve` or a chat runs[/dim]"
+    )
 
 
 @cron_app.command("add")
 def add_job(
-    message: str = typer.Option(..., "--message", "-m", help="What the assistant should do when the job fires."),
+    message: str = typer.Option(
+        ..., "--message", "-m", help="What the assistant should do when the job fires."
+    ),
     every: int | None = typer.Option(None, "--every", help="Repeat every this many seconds."),
-    cron_expr: str | None = typer.Option(None, "--cron", help="Cron expression, e.g. '0 9 * * 1-5'."),
+    cron_expr: str | None = typer.Option(
+        None, "--cron", help="Cron expression, e.g. '0 9 * * 1-5'."
+    ),
     tz: str | None = typer.Option(None, "--tz", help="IANA time zone for --cron or a naive --at."),
-    at: str | None = typer.Option(None, "--at", help="Once, at this ISO time, e.g. 2026-03-01T10:30."),
+    at: str | None = typer.Option(
+        None, "--at", help="Once, at this ISO time, e.g. 2026-03-01T10:30."
+    ),
     name: str | None = typer.Option(None, "--name", help="A short label."),
-    session: str | None = typer.Option(None, "--session", "-s",
-                                          help="Run in this session (default: the job's own, cron:<id>)."),
-    missed: str = typer.Option("run_once", "--missed", help="Runs missed while nothing ran: run_once or skip."),
-    memory: bool = typer.Option(False, "--memory",
-                                help="Let its turns consolidate into MEMORY.md and HISTORY.md (off: its session keeps them)."),
-    config: Path | None = ConfigOpt, workspace: Path | None = WorkspaceOpt,
+    session: str | None = typer.Option(
+        None, "--session", "-s", help="Run in this session (default: the job's own, cron:<id>)."
+    ),
+    missed: str = typer.Option(
+        "run_once", "--missed", help="Runs missed while nothing ran: run_once or skip."
+    ),
+    memory: bool = typer.Option(
+        False,
+        "--memory",
+        help="Let its turns consolidate into MEMORY.md and HISTORY.md (off: its session keeps them).",
+    ),
+    config: Path | None = ConfigOpt,
+    workspace: Path | None = WorkspaceOpt,
 ) -> None:
     """Add a job: exactly one of --every, --cron or --at."""
     if missed not in MISSED_POLICIES:
         raise UsageError(f"--missed must be one of {', '.join(MISSED_POLICIES)}, got {missed!r}")
     cfg = _config(config, workspace)
     now = _now()
-    schedule = parse_schedule(every_seconds=every, cron_expr=cron_expr, tz=tz, at=at,
-                              default_tz=cfg.defaults.timezone, now_ms=now, names=CLI_NAMES)
+    schedule = parse_schedule(
+        every_seconds=every,
+        cron_expr=cron_expr,
+        tz=tz,
+        at=at,
+        default_tz=cfg.defaults.timezone,
+        now_ms=now,
+        names=CLI_NAMES,
+    )
     store = _store(cfg)
-    job = store.add(schedule, message, now_ms=now, name=name, session=session, missed=missed, channel="cli",
-                    to="direct")
+    job = store.add(
+        schedule,
+        message,
+        now_ms=now,
+        name=name,
+        session=session,
+        missed=missed,
+        channel="cli",
+        to="direct",
+    )
     if memory:
+
         def remember(jobs: list) -> None:
             for stored in jobs:
                 if stored.id == job.id:
@@ -142,33 +207,46 @@ def add_job(
 
         store.update(remember)
     _tell(store)
-    _out().print(f"added job {job.id} '{escape(job.name)}', {escape(describe(job.schedule))}; next run "
-                 f"{format_ms(job.next_run_at_ms, job.schedule.tz or cfg.defaults.timezone)}")
+    _out().print(
+        f"added job {job.id} '{escape(job.name)}', {escape(describe(job.schedule))}; next run "
+        f"{format_ms(job.next_run_at_ms, job.schedule.tz or cfg.defaults.timezone)}"
+    )
 
 
 @cron_app.command("approve")
-def approve_job(job_id: str = typer.Argument(..., help="The job's id, or `heartbeat` for HEARTBEAT.md's tasks."),
-                config: Path | None = ConfigOpt, workspace: Path | None = WorkspaceOpt) -> None:
+def approve_job(
+    job_id: str = typer.Argument(
+        ..., help="The job's id, or `heartbeat` for HEARTBEAT.md's tasks."
+    ),
+    config: Path | None = ConfigOpt,
+    workspace: Path | None = WorkspaceOpt,
+) -> None:
     """Approve a job (or HEARTBEAT.md's tasks) the assistant added, so it runs unattended."""
     cfg = _config(config, workspace)
     if job_id == "heartbeat":
         approved = PromptFiles(cfg.workspace_path()).approve_heartbeat()
-        _out().print(f"approved {len(approved)} HEARTBEAT.md task(s)" if approved
-                     else "no HEARTBEAT.md task waits for approval")
+        _out().print(
+            f"approved {len(approved)} HEARTBEAT.md task(s)"
+            if approved
+            else "no HEARTBEAT.md task waits for approval"
+        )
         for task in approved:
             _out().print(f"  - {escape(task)}")
         return
     store = _store(cfg)
     job = store.get(job_id)
-    _out().print(f"job {job.id} '{escape(job.name)}', {escape(describe(job.schedule))}: {escape(job.message)}")
+    _out().print(
+        f"job {job.id} '{escape(job.name)}', {escape(describe(job.schedule))}: {escape(job.message)}"
+    )
     store.approve(job_id, now_ms=_now())
     _tell(store)
     _out().print(f"approved job {job.id}; it fires while `nanobot serve` or a chat runs")
 
 
 @cron_app.command("remove")
-def remove_job(job_id: str = IdArg, config: Path | None = ConfigOpt,
-               workspace: Path | None = WorkspaceOpt) -> None:
+def remove_job(
+    job_id: str = IdArg, config: Path | None = ConfigOpt, workspace: Path | None = WorkspaceOpt
+) -> None:
     """Delete a job."""
     store = _store(_config(config, workspace))
     job = store.remove(job_id)
@@ -183,29 +261,37 @@ def _set_enabled(job_id: str, enabled: bool, config: Path | None, workspace: Pat
     _tell(store)
     if enabled:
         when = format_ms(job.next_run_at_ms, job.schedule.tz or cfg.defaults.timezone)
-        _out().print(f"resumed job {job.id} '{escape(job.name)}'; next run {when}"
-                     if job.next_run_at_ms else f"job {job.id} has no run left (its time has passed)")
+        _out().print(
+            f"resumed job {job.id} '{escape(job.name)}'; next run {when}"
+            if job.next_run_at_ms
+            else f"job {job.id} has no run left (its time has passed)"
+        )
     else:
-        _out().print(f"paused job {job.id} '{escape(job.name)}'; `nanobot cron resume {job.id}` turns it back on")
+        _out().print(
+            f"paused job {job.id} '{escape(job.name)}'; `nanobot cron resume {job.id}` turns it back on"
+        )
 
 
 @cron_app.command("pause")
-def pause_job(job_id: str = IdArg, config: Path | None = ConfigOpt,
-              workspace: Path | None = WorkspaceOpt) -> None:
+def pause_job(
+    job_id: str = IdArg, config: Path | None = ConfigOpt, workspace: Path | None = WorkspaceOpt
+) -> None:
     """Stop a job from firing until it is resumed."""
     _set_enabled(job_id, False, config, workspace)
 
 
 @cron_app.command("resume")
-def resume_job(job_id: str = IdArg, config: Path | None = ConfigOpt,
-               workspace: Path | None = WorkspaceOpt) -> None:
+def resume_job(
+    job_id: str = IdArg, config: Path | None = ConfigOpt, workspace: Path | None = WorkspaceOpt
+) -> None:
     """Turn a paused job back on (runs missed while paused are not replayed)."""
     _set_enabled(job_id, True, config, workspace)
 
 
 @cron_app.command("run")
-def run_job(job_id: str = IdArg, config: Path | None = ConfigOpt,
-            workspace: Path | None = WorkspaceOpt) -> None:
+def run_job(
+    job_id: str = IdArg, config: Path | None = ConfigOpt, workspace: Path | None = WorkspaceOpt
+) -> None:
     """Run a job now, as a turn in its session, and print the answer (its schedule is unchanged)."""
     from nanobot.app import build_scheduler
     from nanobot.cli.serve import log_delivery

@@ -20,10 +20,24 @@ DEMO_MODEL = "custom/scripted-demo"
 
 def _write_config(home: Path, api_base: str) -> Path:
     config = home / "config.json"
-    config.write_text(json.dumps({
-        "agents": {"defaults": {"model": DEMO_MODEL, "provider": "custom", "workspace": str(home / "workspace")}},
-        "providers": {"custom": {"apiKey": "no-key-needed-for-the-demo", "apiBase": api_base}},
-    }, indent=2), encoding="utf-8")
+    config.write_text(
+        json.dumps(
+            {
+                "agents": {
+                    "defaults": {
+                        "model": DEMO_MODEL,
+                        "provider": "custom",
+                        "workspace": str(home / "workspace"),
+                    }
+                },
+                "providers": {
+                    "custom": {"apiKey": "no-key-needed-for-the-demo", "apiBase": api_base}
+                },
+            },
+            indent=2,
+        ),
+        encoding="utf-8",
+    )
     config.chmod(0o600)
     return config
 
@@ -42,13 +56,27 @@ def run_demo(*, message: str | None, markdown: bool) -> int:
     try:
         with server:
             config = _write_config(home, server.openai_base_url)
-            copy_templates(home / "workspace")  # what `nanobot onboard` gives: something for list_dir to show
-            stderr_console().print(f"[bold yellow]{LABEL}[/bold yellow]: answers come from nanobot's bundled fake LLM "
-                                   f"on {server.openai_base_url}, not from a model; no API key, nothing leaves this "
-                                   f"machine. Home for this demo: {home} (removed at the end).", soft_wrap=False)
-            os.environ["NANOBOT_HOME"] = str(home)  # sessions, memory and input history stay in the demo home
-            return run_agent(message=message, session_key="cli:demo", workspace=None, config_path=config,
-                             model=None, markdown=markdown, json_out=False)
+            copy_templates(
+                home / "workspace"
+            )  # what `nanobot onboard` gives: something for list_dir to show
+            stderr_console().print(
+                f"[bold yellow]{LABEL}[/bold yellow]: answers come from nanobot's bundled fake LLM "
+                f"on {server.openai_base_url}, not from a model; no API key, nothing leaves this "
+                f"machine. Home for this demo: {home} (removed at the end).",
+                soft_wrap=False,
+            )
+            os.environ["NANOBOT_HOME"] = str(
+                home
+            )  # sessions, memory and input history stay in the demo home
+            return run_agent(
+                message=message,
+                session_key="cli:demo",
+                workspace=None,
+                config_path=config,
+                model=None,
+                markdown=markdown,
+                json_out=False,
+            )
     finally:
         if saved_home is None:
             os.environ.pop("NANOBOT_HOME", None)

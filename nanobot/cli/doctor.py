@@ -19,7 +19,10 @@ def run_doctor(config_path: Path | None, *, offline: bool) -> int:
     """0 when nothing failed (warnings allowed), 1 otherwise."""
     console = Console(highlight=False)
     # a damaged MEMORY.md or a server's error may hold escape sequences: shown, never run by the terminal
-    checks = [replace(c, detail=visible(c.detail), hint=visible(c.hint)) for c in run_checks(config_path, offline=offline)]
+    checks = [
+        replace(c, detail=visible(c.detail), hint=visible(c.hint))
+        for c in run_checks(config_path, offline=offline)
+    ]
     if console.is_terminal:
         table = Table.grid(padding=(0, 1))  # wrapped details stay in their column
         table.add_column(no_wrap=True)

@@ -29,7 +29,9 @@ def _stderr() -> Console:
     from rich.console import Console
 
     console = Console(stderr=True, highlight=False)
-    console.soft_wrap = not console.is_terminal  # a terminal wraps at words; a log keeps whole lines
+    console.soft_wrap = (
+        not console.is_terminal
+    )  # a terminal wraps at words; a log keeps whole lines
     return console
 
 
@@ -45,7 +47,11 @@ def say(console: Console, markup: str) -> None:
         text = Text.from_markup(markup)
         indent = len(text.plain) - len(text.plain.lstrip(" "))
         if indent:
-            console.print(Padding(text[indent:], (0, 0, 0, indent), expand=False), highlight=False, soft_wrap=False)
+            console.print(
+                Padding(text[indent:], (0, 0, 0, indent), expand=False),
+                highlight=False,
+                soft_wrap=False,
+            )
             return
     console.print(markup, highlight=False, soft_wrap=not console.is_terminal)
 

@@ -32,4 +32,6 @@ class MaskedFileHistory(FileHistory):
         try:
             super().store_string(string)
         except OSError:
-            self.write_failed = True  # the session file keeps the message and reports its own errors
+            self.write_failed = (
+                True  # the session file keeps the message and reports its own errors
+            )

@@ -13,8 +13,10 @@ from nanobot.messages import REPLACEMENT, clean_unicode
 
 
 def _warn(count: int, where: str) -> None:
-    print_warning(f"{count} byte(s) in the message {where} were not valid UTF-8 and were replaced by "
-                  f"{REPLACEMENT}")
+    print_warning(
+        f"{count} byte(s) in the message {where} were not valid UTF-8 and were replaced by "
+        f"{REPLACEMENT}"
+    )
 
 
 def from_argv(text: str) -> str:
@@ -30,5 +32,8 @@ def from_stdin() -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        _warn(len(data) - len(data.decode("utf-8", errors="ignore").encode("utf-8")), "read from stdin")
+        _warn(
+            len(data) - len(data.decode("utf-8", errors="ignore").encode("utf-8")),
+            "read from stdin",
+        )
         return data.decode("utf-8", errors="replace")

@@ -23,7 +23,11 @@ from nanobot.secrets_mask import remember_secrets
 def can_ask(error: MissingKeyError) -> bool:
     """Whether this run may ask for the key `error` is about: a terminal on both ends, and no key
     written in the file for that provider (a reference to a variable, even an empty one, is the user's choice)."""
-    if not (sys.stdin.isatty() and sys.stdout.isatty()) or error.config is None or not error.provider:
+    if (
+        not (sys.stdin.isatty() and sys.stdout.isatty())
+        or error.config is None
+        or not error.provider
+    ):
         return False
     return not written_api_key(error.config, error.provider)
 
@@ -32,10 +36,15 @@ def ask_and_save(error: MissingKeyError, console: Console) -> bool:
     """Ask for the key (hidden) and save it; True when saved, False when the user skipped it."""
     assert error.config is not None
     where = f"providers.{to_camel(error.provider)}.apiKey in {error.config}"
-    if error.other_key:  # the user may hold a key for another provider and not know the model is not theirs
+    if (
+        error.other_key
+    ):  # the user may hold a key for another provider and not know the model is not theirs
         console.print(escape(error.other_key), soft_wrap=False)
-    console.print(f"Paste your {escape(error.provider)} API key to keep it in {escape(where)} (mode 0600), "
-                  f"or press Enter to skip and set {escape(error.env_key)} instead.", soft_wrap=False)
+    console.print(
+        f"Paste your {escape(error.provider)} API key to keep it in {escape(where)} (mode 0600), "
+        f"or press Enter to skip and set {escape(error.env_key)} instead.",
+        soft_wrap=False,
+    )
     try:
         key = getpass.getpass("API key (not shown): ").strip()
     except EOFError:
@@ -46,7 +55,9 @@ def ask_and_save(error: MissingKeyError, console: Console) -> bool:
     if not key:
         return False
     if not key.isprintable() or any(c.isspace() for c in key):
-        console.print("[yellow]not saved: that has spaces or control characters, which no API key has[/yellow]")
+        console.print(
+            "[yellow]not saved: that has spaces or control characters, which no API key has[/yellow]"
+        )
         return False
     remember_secrets([key])  # masked from here on, wherever it might be printed
     save_api_key(error.config, error.provider, key)

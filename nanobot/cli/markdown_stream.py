@@ -63,7 +63,7 @@ class _Tail:
         # sake), which would leave a long paragraph on one line, cut at the edge, until it ends
         wrapped = options.update(height=None, no_wrap=False, overflow="fold")
         lines = console.render_lines(self.markdown, wrapped, pad=False)
-        for line in lines[-self.height:]:
+        for line in lines[-self.height :]:
             yield from line
             yield Segment.line()
         # the cursor waits on a line of its own: a "^C" the terminal echoes after a full-width line
@@ -85,10 +85,12 @@ class MarkdownStream:
 
     def update(self, text: str) -> None:
         """`text` is the whole answer so far."""
-        grew_a_line = "\n" in text[len(self.text):]
+        grew_a_line = "\n" in text[len(self.text) :]
         self.text = text
-        tail = text[self.printed:]
-        if grew_a_line:  # a block can only finish at a new line; scanning on every word would be quadratic
+        tail = text[self.printed :]
+        if (
+            grew_a_line
+        ):  # a block can only finish at a new line; scanning on every word would be quadratic
             done, tail = split_finished(tail)
             if done:
                 self._print(done)
@@ -101,7 +103,7 @@ class MarkdownStream:
             self._live.update("")
             self._live.stop()
             self._live = None
-        rest = self.text[self.printed:]
+        rest = self.text[self.printed :]
         if rest.strip():
             self._print(rest)
         self.printed = len(self.text)
@@ -119,8 +121,13 @@ class MarkdownStream:
         renderable = _Tail(Markdown(tail), height)
         # drawn from this thread only (no refresh thread racing the permanent prints), at most ~12/s
         if self._live is None:
-            self._live = Live(renderable, console=self.console, auto_refresh=False, transient=True,
-                              vertical_overflow="visible")
+            self._live = Live(
+                renderable,
+                console=self.console,
+                auto_refresh=False,
+                transient=True,
+                vertical_overflow="visible",
+            )
             self._live.start()
             self._live.refresh()
             self._drawn_at = time.monotonic()

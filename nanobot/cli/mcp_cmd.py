@@ -10,10 +10,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-mcp_app = typer.Typer(help="MCP servers from tools.mcpServers.", no_args_is_help=True, add_completion=False,
-                      pretty_exceptions_show_locals=False)
+mcp_app = typer.Typer(
+    help="MCP servers from tools.mcpServers.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
 
-ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json).")
+ConfigOpt = typer.Option(
+    None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json)."
+)
 
 
 @mcp_app.command("list")
@@ -31,14 +37,20 @@ def list_servers(config: Path | None = ConfigOpt) -> None:
     reports = asyncio.run(probe_mcp(cfg))
     table = Table("server", "transport", "state", "tools")
     for r in reports:
-        state = "[green]ready[/green]" if r.state == "ready" else f"[red]{escape(r.state)}[/red]: {escape(r.error)}"
+        state = (
+            "[green]ready[/green]"
+            if r.state == "ready"
+            else f"[red]{escape(r.state)}[/red]: {escape(r.error)}"
+        )
         if r.trusted:
             state += " [dim](trusted: runs without asking)[/dim]"
         lines = [escape(name) for name in r.tools] or (["none"] if r.state == "ready" else ["-"])
         if r.not_enabled:
             lines.append(f"[dim]not enabled: {escape(', '.join(r.not_enabled))}[/dim]")
         if r.unknown_enabled:
-            lines.append(f"[yellow]enabledTools names unknown here: {escape(', '.join(r.unknown_enabled))}[/yellow]")
+            lines.append(
+                f"[yellow]enabledTools names unknown here: {escape(', '.join(r.unknown_enabled))}[/yellow]"
+            )
         table.add_row(escape(r.name), r.transport, state, "\n".join(lines))
     console.print(table)
     failed = [r.name for r in reports if r.state != "ready"]

@@ -66,12 +66,14 @@ def _size(n: int) -> str:
 
 # ---- memory ------------------------------------------------------------------------------
 
+
 @memory_app.command("show")
 def memory_show(
     workspace: Path | None = WorkspaceOpt,
     raw: bool = typer.Option(False, "--raw", help="Print the file as is (the default when piped)."),
-    window: int | None = typer.Option(None, "--window", min=1,
-                                         help="Context window in tokens (default: from config, else 65536)."),
+    window: int | None = typer.Option(
+        None, "--window", min=1, help="Context window in tokens (default: from config, else 65536)."
+    ),
 ) -> None:
     """Print MEMORY.md, then its size in tokens and its share of the context window (on stderr)."""
     with reported():
@@ -89,15 +91,23 @@ def memory_show(
 
             from nanobot.cli.approval_prompt import visible
 
-            Console().print(Markdown(visible(text)))  # a damaged file's ESC, BEL, NUL shown, never run
+            Console().print(
+                Markdown(visible(text))
+            )  # a damaged file's ESC, BEL, NUL shown, never run
         else:
             sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
             sys.stdout.flush()
         judged = _memory_share(info.tokens, window)
         approx = "" if info.exact else "~"
-        changed = f"{info.modified:%Y-%m-%d %H:%M} ({_ago(info.modified)})" if info.modified else "unknown"
-        err(f"{info.path}: {approx}{info.tokens:,} tokens, {_size(info.bytes)}, "
-             f"{judged.share:.1%} of a {judged.window:,}-token context window (in every prompt)")
+        changed = (
+            f"{info.modified:%Y-%m-%d %H:%M} ({_ago(info.modified)})"
+            if info.modified
+            else "unknown"
+        )
+        err(
+            f"{info.path}: {approx}{info.tokens:,} tokens, {_size(info.bytes)}, "
+            f"{judged.share:.1%} of a {judged.window:,}-token context window (in every prompt)"
+        )
         err(f"last changed {changed}; {info.versions} saved version(s) (`nanobot memory versions`)")
 
 
@@ -118,30 +128,41 @@ def memory_versions(workspace: Path | None = WorkspaceOpt) -> None:
 
 
 @memory_app.command("restore", cls=Command)
-def memory_restore(n: int = typer.Argument(..., metavar="N", help="Version number from `nanobot memory versions`."),
-                   workspace: Path | None = WorkspaceOpt) -> None:
+def memory_restore(
+    n: int = typer.Argument(
+        ..., metavar="N", help="Version number from `nanobot memory versions`."
+    ),
+    workspace: Path | None = WorkspaceOpt,
+) -> None:
     """Make version N the current MEMORY.md; the current file is saved as a version first."""
     with reported():
         receipt = _store(workspace).restore(n)
         if not receipt.changed:
             print(f"version {n} is identical to the current MEMORY.md; nothing changed")
         else:
-            print(f"restored version {n}; the previous MEMORY.md is now version 1 "
-                  f"(undo with `nanobot memory restore 1`)")
+            print(
+                f"restored version {n}; the previous MEMORY.md is now version 1 "
+                f"(undo with `nanobot memory restore 1`)"
+            )
 
 
 @memory_app.command("check")
 def memory_check(
     workspace: Path | None = WorkspaceOpt,
-    window: int | None = typer.Option(None, "--window", min=1,
-                                         help="Context window in tokens (default: from config, else 65536)."),
-    json_out: bool = typer.Option(False, "--json", help="A JSON array of {severity, code, message, fix}."),
+    window: int | None = typer.Option(
+        None, "--window", min=1, help="Context window in tokens (default: from config, else 65536)."
+    ),
+    json_out: bool = typer.Option(
+        False, "--json", help="A JSON array of {severity, code, message, fix}."
+    ),
 ) -> None:
     """Look for damaged, shrunken or duplicated memory and say how to fix each. Exit 0 clean, 1 problems."""
     from nanobot.memory.check import check_memory
 
     with reported():
-        findings = check_memory(_store(workspace), share_of=lambda tokens: _memory_share(tokens, window))
+        findings = check_memory(
+            _store(workspace), share_of=lambda tokens: _memory_share(tokens, window)
+        )
     problems = [f for f in findings if f.severity == "problem"]
     if json_out:
         print(json.dumps([f.to_json() for f in findings], ensure_ascii=False, indent=1))
@@ -174,10 +195,14 @@ def memory_edit(workspace: Path | None = WorkspaceOpt) -> None:
         try:
             result = subprocess.run([*_editor_command(), str(copy)])
         except (FileNotFoundError, ValueError) as exc:
-            raise fail(f"cannot start the editor: {exc}", "Set $EDITOR (e.g. `export EDITOR=nano`).") from None
+            raise fail(
+                f"cannot start the editor: {exc}", "Set $EDITOR (e.g. `export EDITOR=nano`)."
+            ) from None
         if result.returncode != 0:
-            err(f"editor exited with status {result.returncode}; MEMORY.md unchanged "
-                 f"(your edit is kept at {copy})")
+            err(
+                f"editor exited with status {result.returncode}; MEMORY.md unchanged "
+                f"(your edit is kept at {copy})"
+            )
             raise typer.Exit(1)
         after = copy.read_text(encoding="utf-8")
         if after == before:
@@ -192,13 +217,19 @@ def memory_edit(workspace: Path | None = WorkspaceOpt) -> None:
         _cleanup(tmpdir)
         print("MEMORY.md saved" + ("; the previous text is version 1" if receipt.version else ""))
         if receipt.masked:
-            err("note: text that looked like a secret (API key, token, password) was replaced by [REDACTED]")
+            err(
+                "note: text that looked like a secret (API key, token, password) was replaced by [REDACTED]"
+            )
         if receipt.concurrent_change:
-            err("note: MEMORY.md changed while you were editing (consolidation?); your changes were merged "
-                 "on top of the newer text — the text before the merge is version 1 (`nanobot memory versions`)")
+            err(
+                "note: MEMORY.md changed while you were editing (consolidation?); your changes were merged "
+                "on top of the newer text — the text before the merge is version 1 (`nanobot memory versions`)"
+            )
         if receipt.conflicts:
-            err(f"note: {len(receipt.conflicts)} of your line(s) conflicted with that change and are under "
-                 "\"Held back update\" at the end of MEMORY.md; `nanobot memory edit` to sort them out")
+            err(
+                f"note: {len(receipt.conflicts)} of your line(s) conflicted with that change and are under "
+                '"Held back update" at the end of MEMORY.md; `nanobot memory edit` to sort them out'
+            )
 
 
 def _cleanup(tmpdir: Path) -> None:
@@ -208,6 +239,7 @@ def _cleanup(tmpdir: Path) -> None:
 
 
 # ---- history -----------------------------------------------------------------------------
+
 
 def _print_entry(entry, rx: re.Pattern[str] | None, console) -> None:
     if console is None:
@@ -233,18 +265,30 @@ def _history_path(workspace: Path | None) -> Path | None:
 
     path = memory_dir(workspace_dir(workspace)) / "HISTORY.md"
     if not path.is_file():
-        err(f"no history yet: {path} does not exist (it is written when older messages are consolidated)")
+        err(
+            f"no history yet: {path} does not exist (it is written when older messages are consolidated)"
+        )
         return None
     return path
 
 
 @history_app.command("grep", cls=Command)
 def history_grep(
-    pattern: str = typer.Argument(..., metavar="PATTERN", help="Regular expression (Python syntax; ^ and $ match at each line)."),
+    pattern: str = typer.Argument(
+        ...,
+        metavar="PATTERN",
+        help="Regular expression (Python syntax; ^ and $ match at each line).",
+    ),
     ignore_case: bool = typer.Option(False, "--ignore-case", "-i", help="Ignore case."),
-    since: str | None = typer.Option(None, "--since", help="Only entries from this date on (YYYY-MM-DD [HH:MM])."),
-    until: str | None = typer.Option(None, "--until", help="Only entries up to this date, inclusive."),
-    last: int | None = typer.Option(None, "--last", "-n", min=1, help="Only the last N matching entries."),
+    since: str | None = typer.Option(
+        None, "--since", help="Only entries from this date on (YYYY-MM-DD [HH:MM])."
+    ),
+    until: str | None = typer.Option(
+        None, "--until", help="Only entries up to this date, inclusive."
+    ),
+    last: int | None = typer.Option(
+        None, "--last", "-n", min=1, help="Only the last N matching entries."
+    ),
     json_out: bool = typer.Option(False, "--json", help="A JSON array of {stamp, line, text}."),
     workspace: Path | None = WorkspaceOpt,
 ) -> None:
@@ -254,19 +298,27 @@ def history_grep(
     try:
         rx = history_log.compile_pattern(pattern, ignore_case=ignore_case)
     except re.error as exc:
-        raise fail(f"bad regular expression {pattern!r}: {exc}",
-                    "Patterns are Python regular expressions; escape special characters with \\.") from None
+        raise fail(
+            f"bad regular expression {pattern!r}: {exc}",
+            "Patterns are Python regular expressions; escape special characters with \\.",
+        ) from None
     try:
         since_dt = history_log.parse_when(since) if since else None
         until_dt = history_log.parse_when(until, end_of_day=True) if until else None
     except ValueError as exc:
         raise fail(str(exc), "Dates look like 2026-03-01 or 2026-03-01 14:30.") from None
     path = _history_path(workspace)
-    found = history_log.search(history_log.Exact(pattern, ignore_case=ignore_case, since=since_dt, until=until_dt,
-                                                 last=last), history=path)
+    found = history_log.search(
+        history_log.Exact(
+            pattern, ignore_case=ignore_case, since=since_dt, until=until_dt, last=last
+        ),
+        history=path,
+    )
     if not json_out and not _stdout_is_tty():
         pieces = found.printed()
-        if pieces is not None:  # ripgrep answered: the same bytes the entry-by-entry path would print
+        if (
+            pieces is not None
+        ):  # ripgrep answered: the same bytes the entry-by-entry path would print
             raise typer.Exit(0 if _write_pieces(pieces) else 1)
     count = _emit(found.entries(), rx, json_out)
     raise typer.Exit(0 if count else 1)
@@ -274,7 +326,9 @@ def history_grep(
 
 @history_app.command("tail")
 def history_tail(
-    n: int = typer.Option(5, "--last", "-n", "--lines", min=1, help="How many entries (the last N)."),
+    n: int = typer.Option(
+        5, "--last", "-n", "--lines", min=1, help="How many entries (the last N)."
+    ),
     json_out: bool = typer.Option(False, "--json", help="A JSON array of {stamp, line, text}."),
     workspace: Path | None = WorkspaceOpt,
 ) -> None:
@@ -317,7 +371,9 @@ def _emit(entries, rx: re.Pattern[str] | None, json_out: bool) -> int:
         try:
             sys.stdout.write("[")
             for entry in entries:
-                sys.stdout.write(("," if count else "") + "\n" + json.dumps(entry.to_json(), ensure_ascii=False))
+                sys.stdout.write(
+                    ("," if count else "") + "\n" + json.dumps(entry.to_json(), ensure_ascii=False)
+                )
                 count += 1
             sys.stdout.write("\n]\n" if count else "]\n")
             sys.stdout.flush()

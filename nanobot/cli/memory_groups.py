@@ -15,15 +15,37 @@ import typer
 
 from nanobot.cli.errors import print_error, print_warning
 
-__all__ = ["memory_app", "history_app", "WorkspaceOpt", "load_config_once", "workspace_dir", "err", "fail"]
+__all__ = [
+    "memory_app",
+    "history_app",
+    "WorkspaceOpt",
+    "load_config_once",
+    "workspace_dir",
+    "err",
+    "fail",
+]
 
-memory_app = typer.Typer(help="What the assistant remembers (MEMORY.md).", no_args_is_help=True,
-                         add_completion=False, pretty_exceptions_show_locals=False, rich_markup_mode=None)
-history_app = typer.Typer(help="Search the archive of past conversations (sessions and HISTORY.md).",
-                          no_args_is_help=True, add_completion=False,
-                          pretty_exceptions_show_locals=False, rich_markup_mode=None)
+memory_app = typer.Typer(
+    help="What the assistant remembers (MEMORY.md).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode=None,
+)
+history_app = typer.Typer(
+    help="Search the archive of past conversations (sessions and HISTORY.md).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode=None,
+)
 
-WorkspaceOpt = typer.Option(None, "--workspace", "-w", help="Workspace folder (default: from config, else ~/.nanobot/workspace).")
+WorkspaceOpt = typer.Option(
+    None,
+    "--workspace",
+    "-w",
+    help="Workspace folder (default: from config, else ~/.nanobot/workspace).",
+)
 
 
 _config_cache: list[Any] = []
@@ -38,7 +60,9 @@ def load_config_once() -> Any:
         try:
             _config_cache.append(load_config())
         except ConfigError as exc:
-            print_warning(f"{exc.message}; using the default workspace and context window until it is fixed")
+            print_warning(
+                f"{exc.message}; using the default workspace and context window until it is fixed"
+            )
             _config_cache.append(None)
     return _config_cache[0]
 

@@ -15,10 +15,17 @@ from nanobot.cli.memory_groups import WorkspaceOpt, workspace_dir
 from nanobot.cli.usage import Command
 from nanobot.errors import UsageError
 
-prompt_app = typer.Typer(help="The prompt files: who wrote them, their versions, restore one.", no_args_is_help=True,
-                         add_completion=False, pretty_exceptions_show_locals=False, rich_markup_mode=None)
+prompt_app = typer.Typer(
+    help="The prompt files: who wrote them, their versions, restore one.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    rich_markup_mode=None,
+)
 
-FileArg = typer.Argument(..., metavar="FILE", help="AGENTS.md, SOUL.md, USER.md, TOOLS.md or HEARTBEAT.md.")
+FileArg = typer.Argument(
+    ..., metavar="FILE", help="AGENTS.md, SOUL.md, USER.md, TOOLS.md or HEARTBEAT.md."
+)
 
 
 def _files(workspace: Path | None):
@@ -33,7 +40,9 @@ def _name(name: str) -> str:
     for known in PROMPT_FILES:
         if name.upper() in (known.upper(), known[:-3].upper()):
             return known
-    raise UsageError(f"{name!r} is not a prompt file", hint=f"Use one of {', '.join(PROMPT_FILES)}.")
+    raise UsageError(
+        f"{name!r} is not a prompt file", hint=f"Use one of {', '.join(PROMPT_FILES)}."
+    )
 
 
 @prompt_app.command("versions")
@@ -51,18 +60,29 @@ def prompt_versions(name: str = FileArg, workspace: Path | None = WorkspaceOpt) 
             print(f"{path}: last written by the {who.author}" + (f" ({who.at})" if who.at else ""))
         versions = files.versions(name)
         for v in versions:
-            print(f"{v.number:>3}  {v.saved_at.astimezone():%Y-%m-%d %H:%M:%S}  written by the {v.author}")
-        print(f"restore one with `nanobot prompt restore {name} N` (the current text is kept as a version)"
-              if versions else "no saved versions")
+            print(
+                f"{v.number:>3}  {v.saved_at.astimezone():%Y-%m-%d %H:%M:%S}  written by the {v.author}"
+            )
+        print(
+            f"restore one with `nanobot prompt restore {name} N` (the current text is kept as a version)"
+            if versions
+            else "no saved versions"
+        )
 
 
 @prompt_app.command("restore", cls=Command)
-def prompt_restore(name: str = FileArg,
-                   n: int = typer.Argument(..., metavar="N", help="Version number from `nanobot prompt versions`."),
-                   workspace: Path | None = WorkspaceOpt) -> None:
+def prompt_restore(
+    name: str = FileArg,
+    n: int = typer.Argument(
+        ..., metavar="N", help="Version number from `nanobot prompt versions`."
+    ),
+    workspace: Path | None = WorkspaceOpt,
+) -> None:
     """Make version N of FILE the current text; the current text is saved as a version first."""
     with reported():
         name = _name(name)
         _files(workspace).restore(name, n)
-        print(f"restored version {n} of {name}; the previous text is now version 1 "
-              f"(undo with `nanobot prompt restore {name} 1`)")
+        print(
+            f"restored version {n} of {name}; the previous text is now version 1 "
+            f"(undo with `nanobot prompt restore {name} 1`)"
+        )

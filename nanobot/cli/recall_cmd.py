@@ -38,14 +38,24 @@ def refresh_with_progress(index: RecallIndex) -> bool:
     if pending < _PROGRESS_BYTES:
         return index.refresh().complete
     if not sys.stderr.isatty():
-        err(f"indexing {pending / 1e6:,.0f} MB of archived conversations (once; later searches read only what is new)…")
+        err(
+            f"indexing {pending / 1e6:,.0f} MB of archived conversations (once; later searches read only what is new)…"
+        )
         return index.refresh().complete
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
-    with Progress(TextColumn("indexing archived conversations"), BarColumn(), DownloadColumn(),
-                  TimeRemainingColumn(), console=_stderr_console(), transient=True) as bar:
+    with Progress(
+        TextColumn("indexing archived conversations"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+        console=_stderr_console(),
+        transient=True,
+    ) as bar:
         task = bar.add_task("index", total=pending)
-        return index.refresh(progress=lambda done, total: bar.update(task, completed=done, total=total)).complete
+        return index.refresh(
+            progress=lambda done, total: bar.update(task, completed=done, total=total)
+        ).complete
 
 
 def _stderr_console() -> Console:
@@ -56,13 +66,27 @@ def _stderr_console() -> Console:
 
 @history_app.command("search", cls=Command)
 def history_search(
-    query: str = typer.Argument(..., metavar="QUERY", help='Words to look for (any may match, best first); "quoted words" are a phrase.'),
-    session: str | None = typer.Option(None, "--session", help="Only this session (its key), or memory/HISTORY.md."),
-    since: str | None = typer.Option(None, "--since", help="Only from this date on (YYYY-MM-DD [HH:MM])."),
+    query: str = typer.Argument(
+        ...,
+        metavar="QUERY",
+        help='Words to look for (any may match, best first); "quoted words" are a phrase.',
+    ),
+    session: str | None = typer.Option(
+        None, "--session", help="Only this session (its key), or memory/HISTORY.md."
+    ),
+    since: str | None = typer.Option(
+        None, "--since", help="Only from this date on (YYYY-MM-DD [HH:MM])."
+    ),
     until: str | None = typer.Option(None, "--until", help="Only up to this date, inclusive."),
-    role: str | None = typer.Option(None, "--role", help="Only user, assistant, tool, summary or archive."),
+    role: str | None = typer.Option(
+        None, "--role", help="Only user, assistant, tool, summary or archive."
+    ),
     limit: int = typer.Option(10, "--limit", "-n", min=1, max=100, help="How many hits at most."),
-    json_out: bool = typer.Option(False, "--json", help="A JSON array of hits {ref, session, message, date, role, text, before, after}."),
+    json_out: bool = typer.Option(
+        False,
+        "--json",
+        help="A JSON array of hits {ref, session, message, date, role, text, before, after}.",
+    ),
     workspace: Path | None = WorkspaceOpt,
 ) -> None:
     """Ranked search over every session's messages and HISTORY.md. Exit 0 if anything matched, 1 if not."""
@@ -71,7 +95,10 @@ def history_search(
     from nanobot.tools.recall import ROLES, render_hits
 
     if fts_query(query) is None:
-        raise fail("the query has no word to look for", "Give one or more words, e.g. nanobot history search lisbon flight")
+        raise fail(
+            "the query has no word to look for",
+            "Give one or more words, e.g. nanobot history search lisbon flight",
+        )
     if role is not None and role not in ROLES:
         raise fail(f"--role must be one of {', '.join(ROLES)}")
     try:
@@ -83,14 +110,37 @@ def history_search(
         from nanobot.paths import memory_dir
 
         hits = history_log.search(
-            history_log.Ranked(query, limit=limit, since=since_dt, until=until_dt, session=session, role=role,
-                               refresh=refresh_with_progress),
-            history=memory_dir(workspace_dir(workspace)) / "HISTORY.md").hits
+            history_log.Ranked(
+                query,
+                limit=limit,
+                since=since_dt,
+                until=until_dt,
+                session=session,
+                role=role,
+                refresh=refresh_with_progress,
+            ),
+            history=memory_dir(workspace_dir(workspace)) / "HISTORY.md",
+        ).hits
         if json_out:
+
             def unit(u: Unit | None) -> dict[str, Any] | None:
                 return u.to_json() if u is not None else None
-            print(json.dumps([{**h.unit.to_json(), "score": round(-h.score, 4), "before": unit(h.before),
-                               "after": unit(h.after)} for h in hits], ensure_ascii=False, indent=1))
+
+            print(
+                json.dumps(
+                    [
+                        {
+                            **h.unit.to_json(),
+                            "score": round(-h.score, 4),
+                            "before": unit(h.before),
+                            "after": unit(h.after),
+                        }
+                        for h in hits
+                    ],
+                    ensure_ascii=False,
+                    indent=1,
+                )
+            )
         elif hits:
             print(render_hits(hits, query, budget=1 << 30))
         else:
@@ -101,7 +151,9 @@ def history_search(
 @memory_app.command("tidy", cls=Command)
 def memory_tidy(
     yes: bool = typer.Option(False, "--yes", "-y", help="Apply the proposal without asking."),
-    model: str | None = typer.Option(None, "--model", "-m", help="Model to ask (default: from config)."),
+    model: str | None = typer.Option(
+        None, "--model", "-m", help="Model to ask (default: from config)."
+    ),
     workspace: Path | None = WorkspaceOpt,
 ) -> None:
     """Ask the model for a cleaned MEMORY.md (duplicates merged, relative dates made absolute, contradicted
@@ -116,7 +168,9 @@ def memory_tidy(
         from nanobot.memory.store import MemoryStore
 
         cfg = load_config()
-        store = MemoryStore(workspace_dir(workspace) if workspace is not None else cfg.workspace_path())
+        store = MemoryStore(
+            workspace_dir(workspace) if workspace is not None else cfg.workspace_path()
+        )
         before = store.read_memory()
         if not before.strip():
             err(f"nothing to tidy: {store.memory_file} is empty or missing")
@@ -125,7 +179,9 @@ def memory_tidy(
 
         async def ask() -> str:
             try:
-                return await propose_tidy(provider, store, max_tokens=cfg.agents.defaults.max_tokens)
+                return await propose_tidy(
+                    provider, store, max_tokens=cfg.agents.defaults.max_tokens
+                )
             finally:
                 await provider.aclose()
 
@@ -143,6 +199,14 @@ def memory_tidy(
             if not typer.confirm("Apply this change to MEMORY.md?", default=False):
                 err("not applied; MEMORY.md unchanged")
                 raise typer.Exit(1)
-        receipt = store.write_memory(after, reason="tidied by the model at the user's request", base=before)
-        print("MEMORY.md tidied" + ("; the previous text is kept as a version (`nanobot memory versions`)"
-                                   if receipt.version else ""))
+        receipt = store.write_memory(
+            after, reason="tidied by the model at the user's request", base=before
+        )
+        print(
+            "MEMORY.md tidied"
+            + (
+                "; the previous text is kept as a version (`nanobot memory versions`)"
+                if receipt.version
+                else ""
+            )
+        )

@@ -31,8 +31,15 @@ if TYPE_CHECKING:
 class Renderer:
     """Renders one turn. `markdown` re-renders the streamed answer live; plain mode writes raw text."""
 
-    def __init__(self, console: Console, *, markdown: bool, progress: Console | None = None,
-                 stream_text: bool = True, spinner: bool = True) -> None:
+    def __init__(
+        self,
+        console: Console,
+        *,
+        markdown: bool,
+        progress: Console | None = None,
+        stream_text: bool = True,
+        spinner: bool = True,
+    ) -> None:
         self.console = console
         self.progress = progress or console  # hints and spinner (stderr in one-shot mode)
         self.markdown = markdown and console.is_terminal
@@ -107,10 +114,17 @@ class Renderer:
             cut_short = self.stream_text and bool(self.buffer.strip())
             self._end_text()  # a partial answer stays visible; the retried answer starts on its own line
             self.buffer = ""
-            if cut_short:  # the half answer above is marked as such, not left to read as a whole one
-                say(self.console, "[dim yellow]  … (the answer above was cut off here)[/dim yellow]")
-            say(self.progress, f"[dim yellow]  {escape(event.reason)}; retrying in {event.delay:.0f}s "
-                               f"(attempt {event.attempt + 1})[/dim yellow]")
+            if (
+                cut_short
+            ):  # the half answer above is marked as such, not left to read as a whole one
+                say(
+                    self.console, "[dim yellow]  … (the answer above was cut off here)[/dim yellow]"
+                )
+            say(
+                self.progress,
+                f"[dim yellow]  {escape(event.reason)}; retrying in {event.delay:.0f}s "
+                f"(attempt {event.attempt + 1})[/dim yellow]",
+            )
         elif isinstance(event, Notice):
             style = {"warning": "yellow", "error": "bold red"}.get(event.level, "dim")
             self._end_text()
@@ -132,7 +146,9 @@ class Renderer:
         if self.markdown:
             from rich.markdown import Markdown
 
-            self.console.print(Markdown(text), soft_wrap=False)  # soft_wrap would cut lines at the width
+            self.console.print(
+                Markdown(text), soft_wrap=False
+            )  # soft_wrap would cut lines at the width
         else:
             self.console.print(text, markup=False, highlight=False)
 
@@ -176,7 +192,9 @@ def print_hanging(console: Console, line: str, *, indent: int) -> None:
     from rich.text import Text
 
     width = max(console.width, indent + 20)
-    wrapped = textwrap.fill(line, width=width, subsequent_indent=" " * indent, break_on_hyphens=False)
+    wrapped = textwrap.fill(
+        line, width=width, subsequent_indent=" " * indent, break_on_hyphens=False
+    )
     console.print(Text(wrapped), highlight=False, soft_wrap=True)
 
 

@@ -35,11 +35,14 @@ def _say(text: str) -> None:
 def run_serve(*, config_path, workspace, once: bool) -> int:
     from nanobot.app import build_provider, build_scheduler
 
-    cfg = load_config(config_path, overrides={"agents.defaults.workspace": str(workspace) if workspace else None})
+    cfg = load_config(
+        config_path, overrides={"agents.defaults.workspace": str(workspace) if workspace else None}
+    )
     build_provider(cfg)  # fail now on a missing key, not at the first reminder
     notify = NotifySendDelivery()
-    scheduler = build_scheduler(cfg, kind="nanobot serve", heartbeat=True,
-                                deliveries=[log_delivery(cfg, echo=True), notify])
+    scheduler = build_scheduler(
+        cfg, kind="nanobot serve", heartbeat=True, deliveries=[log_delivery(cfg, echo=True), notify]
+    )
     return asyncio.run(_serve(cfg, scheduler, once=once, notify=notify.available))
 
 
@@ -55,7 +58,9 @@ async def _serve(cfg: Config, scheduler: Scheduler, *, once: bool, notify: bool)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
 
-    def stopped() -> int:  # Ctrl-C is 130 as everywhere in nanobot; SIGTERM (systemd's stop) a clean 0
+    def stopped() -> (
+        int
+    ):  # Ctrl-C is 130 as everywhere in nanobot; SIGTERM (systemd's stop) a clean 0
         return 130 if signal.SIGINT in got else 0
 
     try:
@@ -63,10 +68,12 @@ async def _serve(cfg: Config, scheduler: Scheduler, *, once: bool, notify: bool)
             return stopped() if stop.is_set() else 0 if once else 1
         jobs = scheduler.store.jobs()
         hb = scheduler.heartbeat
-        _say(f"nanobot serve · workspace {cfg.workspace_path()} · {len(jobs)} job(s) · heartbeat "
-             + (f"every {hb.interval_s // 60} min" if hb.enabled else "off")
-             + f" · log {log_path(cfg)} · desktop notifications {'on' if notify else 'not available'}"
-             + _background_budget(cfg))
+        _say(
+            f"nanobot serve · workspace {cfg.workspace_path()} · {len(jobs)} job(s) · heartbeat "
+            + (f"every {hb.interval_s // 60} min" if hb.enabled else "off")
+            + f" · log {log_path(cfg)} · desktop notifications {'on' if notify else 'not available'}"
+            + _background_budget(cfg)
+        )
         if once:
             firings = await _until_stopped(scheduler.tick(late_ms=ONCE_LATE_MS), stop)
             ran = [f for f in firings or [] if f.kind != "notice"]
@@ -87,7 +94,9 @@ def _background_budget(cfg: Config) -> str:
 
     limit = cfg.usage.limits.background_daily_tokens
     spent = TodaySpend().refresh().background
-    return f" · background tokens today {spent:,}" + (f" of {limit:,}" if limit else " (no daily limit)")
+    return f" · background tokens today {spent:,}" + (
+        f" of {limit:,}" if limit else " (no daily limit)"
+    )
 
 
 async def _take_lock(scheduler: Scheduler, stop: asyncio.Event, *, once: bool) -> bool:
@@ -99,8 +108,12 @@ async def _take_lock(scheduler: Scheduler, stop: asyncio.Event, *, once: bool) -
         owner = scheduler.lock.state()
         if once or owner.get("kind") != "chat":
             msg = f"another runner is firing this workspace's jobs: {describe_owner(owner)}"
-            print(f"nanobot serve: {msg}; " + ("it will run what is due" if once else "not starting a second one"),
-                  file=sys.stderr if not once else sys.stdout, flush=True)
+            print(
+                f"nanobot serve: {msg}; "
+                + ("it will run what is due" if once else "not starting a second one"),
+                file=sys.stderr if not once else sys.stdout,
+                flush=True,
+            )
             return False
         if not told:
             _say(f"waiting for {describe_owner(owner)} to finish firing a job…")

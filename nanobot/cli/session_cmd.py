@@ -24,13 +24,19 @@ from nanobot.secrets_mask import mask_message, mask_value
 from nanobot.session.store import SessionStore
 from nanobot.session.working_state import WorkingState, WorkingStateLog
 
-session_app = typer.Typer(help="Saved conversations: list, show and repair them.", no_args_is_help=True,
-                          add_completion=False, pretty_exceptions_show_locals=False)
+session_app = typer.Typer(
+    help="Saved conversations: list, show and repair them.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
 
 # Long tool output is shortened on screen only; `--json` prints it whole.
 SHOWN_TOOL_RESULT_CHARS = 400
 
-KeyArg = typer.Argument(..., metavar="KEY", help="The session key, e.g. cli:direct (see `nanobot session list`).")
+KeyArg = typer.Argument(
+    ..., metavar="KEY", help="The session key, e.g. cli:direct (see `nanobot session list`)."
+)
 
 
 def _out() -> Console:
@@ -64,7 +70,11 @@ def _workspace(config: Path | None) -> Path | None:
     try:
         return load_config(config).workspace_path()
     except NanobotError as exc:
-        _warn([f"the config was not read, so HISTORY.md cannot vouch for a damaged pointer: {exc.message}"])
+        _warn(
+            [
+                f"the config was not read, so HISTORY.md cannot vouch for a damaged pointer: {exc.message}"
+            ]
+        )
         return None
 
 
@@ -79,7 +89,9 @@ def _import_from_nanobot(config: Path | None, *, quiet_when_none: bool) -> Path 
     except NanobotError as exc:
         if not quiet_when_none:
             raise _fail(exc) from None
-        _warn([f"nanobot's sessions were not looked for: {exc.message}"])  # listing ours still works
+        _warn(
+            [f"nanobot's sessions were not looked for: {exc.message}"]
+        )  # listing ours still works
         return None
     result = import_all(workspace)
     for receipt in result.imported:
@@ -89,11 +101,15 @@ def _import_from_nanobot(config: Path | None, *, quiet_when_none: bool) -> Path 
     if not result.imported and not quiet_when_none:
         _out().print(f"Nothing new to import from nanobot for workspace {escape(str(workspace))}.")
     if result.imported:
-        _out().print(f"[dim]originals left untouched; receipt: {escape(str(paths.nanobot_home() / 'imports.jsonl'))}[/dim]")
+        _out().print(
+            f"[dim]originals left untouched; receipt: {escape(str(paths.nanobot_home() / 'imports.jsonl'))}[/dim]"
+        )
     return workspace
 
 
-ConfigOpt = typer.Option(None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json).")
+ConfigOpt = typer.Option(
+    None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json)."
+)
 
 
 @session_app.command("import")
@@ -112,8 +128,12 @@ def list_sessions(config: Path | None = ConfigOpt) -> None:
     table = Table("key", "messages", "consolidated", "last update")
     for info in infos:
         note = " [yellow](damaged)[/yellow]" if info.warnings else ""
-        table.add_row(escape(info.key) + note, str(info.message_count), str(info.last_consolidated),
-                      escape(info.updated_at))
+        table.add_row(
+            escape(info.key) + note,
+            str(info.message_count),
+            str(info.last_consolidated),
+            escape(info.updated_at),
+        )
     _out().print(table)
 
 
@@ -136,13 +156,21 @@ def show(
     except NanobotError as exc:
         raise _fail(exc) from None
     if as_json:
-        shown = {"key": key, "last_consolidated": session.last_consolidated, "messages": list(messages),
-                 "working_state": state.as_json()}
-        typer.echo(json.dumps(mask_value(shown), ensure_ascii=False, indent=2))  # files from before masking
+        shown = {
+            "key": key,
+            "last_consolidated": session.last_consolidated,
+            "messages": list(messages),
+            "working_state": state.as_json(),
+        }
+        typer.echo(
+            json.dumps(mask_value(shown), ensure_ascii=False, indent=2)
+        )  # files from before masking
         return
     console = _out()
-    console.print(f"[bold]{escape(key)}[/bold]  {len(session.messages)} messages, "
-                  f"{session.last_consolidated} consolidated, created {escape(session.created_at)}")
+    console.print(
+        f"[bold]{escape(key)}[/bold]  {len(session.messages)} messages, "
+        f"{session.last_consolidated} consolidated, created {escape(session.created_at)}"
+    )
     first_index = len(session.messages) - len(messages)
     for index, msg in enumerate(messages, start=first_index):
         if index == session.last_consolidated and index > 0:
@@ -152,8 +180,10 @@ def show(
     if helpers:
         console.print(f"\n[bold]helpers[/bold] ({len(helpers)}): what each did and how it ended")
         for record in helpers:
-            console.print(f"  {escape(str(record.get('summary', '?')))} [dim]— task: "
-                          f"{escape(str(record.get('task', ''))[:80])}[/dim]")
+            console.print(
+                f"  {escape(str(record.get('summary', '?')))} [dim]— task: "
+                f"{escape(str(record.get('task', ''))[:80])}[/dim]"
+            )
     _print_decisions(console, session.decisions)
     _print_working_state(console, state)
 
@@ -163,9 +193,16 @@ def _print_working_state(console: Console, state: WorkingState) -> None:
     if not state.versions and state.last_compaction is None:
         return
     current = state.current
-    console.print("\n[bold]working state[/bold]" + (
-        f" (version {current.number}, {current.items} items, written {escape(current.at)}; sent with every request)"
-        if current is not None else " (none in force: /new archived the last one)" if state.versions else ""))
+    console.print(
+        "\n[bold]working state[/bold]"
+        + (
+            f" (version {current.number}, {current.items} items, written {escape(current.at)}; sent with every request)"
+            if current is not None
+            else " (none in force: /new archived the last one)"
+            if state.versions
+            else ""
+        )
+    )
     if current is not None:
         console.print(escape(current.text))
     earlier = [v for v in state.versions if v is not current]
@@ -174,12 +211,16 @@ def _print_working_state(console: Console, state: WorkingState) -> None:
         for v in earlier:
             first = v.text.strip().splitlines()[0] if v.text.strip() else ""
             closed = ", archived by /new" if v.closed else ""
-            console.print(f"  [dim]version {v.number} · {escape(v.at)} · {v.items} items{closed} ·[/dim] "
-                          f"{escape(first[:80])}")
+            console.print(
+                f"  [dim]version {v.number} · {escape(v.at)} · {v.items} items{closed} ·[/dim] "
+                f"{escape(first[:80])}"
+            )
     failed = state.failed
     if failed is not None:
-        console.print(f"[yellow]the last compaction failed[/yellow] ({escape(str(failed.get('at', '')))}): "
-                      f"{escape(str(failed.get('reason', '?')))}")
+        console.print(
+            f"[yellow]the last compaction failed[/yellow] ({escape(str(failed.get('at', '')))}): "
+            f"{escape(str(failed.get('reason', '?')))}"
+        )
 
 
 def _print_decisions(console: Console, decisions: Sequence[dict]) -> None:
@@ -190,9 +231,11 @@ def _print_decisions(console: Console, decisions: Sequence[dict]) -> None:
     for d in decisions:
         verdict = "[green]allowed[/green]" if d.get("allowed") else "[yellow]refused[/yellow]"
         reason = f" — {escape(str(d['reason']))}" if d.get("reason") else ""
-        console.print(f"  [dim]{escape(str(d.get('timestamp', '')))}[/dim] {verdict} "
-                      f"[dim]({escape(str(d.get('kind', '?')))}, by {escape(str(d.get('by', '?')))})[/dim] "
-                      f"{escape(str(d.get('summary', '')))}{reason}")
+        console.print(
+            f"  [dim]{escape(str(d.get('timestamp', '')))}[/dim] {verdict} "
+            f"[dim]({escape(str(d.get('kind', '?')))}, by {escape(str(d.get('by', '?')))})[/dim] "
+            f"{escape(str(d.get('summary', '')))}{reason}"
+        )
 
 
 def _print_message(console: Console, msg: Mapping[str, Any]) -> None:
@@ -202,9 +245,14 @@ def _print_message(console: Console, msg: Mapping[str, Any]) -> None:
     text = text_of(msg.get("content"))
     if role == "tool":
         if len(text) > SHOWN_TOOL_RESULT_CHARS:
-            text = text[:SHOWN_TOOL_RESULT_CHARS] + f" … [{len(text) - SHOWN_TOOL_RESULT_CHARS} more characters]"
-        console.print(f"[magenta]tool result[/magenta] {escape(str(msg.get('name', '')))} "
-                      f"[dim]({escape(str(msg.get('tool_call_id', '')))})[/dim]{stamp}")
+            text = (
+                text[:SHOWN_TOOL_RESULT_CHARS]
+                + f" … [{len(text) - SHOWN_TOOL_RESULT_CHARS} more characters]"
+            )
+        console.print(
+            f"[magenta]tool result[/magenta] {escape(str(msg.get('name', '')))} "
+            f"[dim]({escape(str(msg.get('tool_call_id', '')))})[/dim]{stamp}"
+        )
         console.print(escape(text), style="dim")
         return
     if isinstance(msg.get(NOTE_KEY), dict):  # a helper's end, written by nanobot in a user message
@@ -220,8 +268,10 @@ def _print_message(console: Console, msg: Mapping[str, Any]) -> None:
             continue
         fn = call.get("function")
         fn = fn if isinstance(fn, dict) else {}
-        console.print(f"[magenta]→ {escape(str(fn.get('name', '?')))}[/magenta]"
-                      f"({escape(str(fn.get('arguments', '')))}) [dim]{escape(str(call.get('id', '')))}[/dim]")
+        console.print(
+            f"[magenta]→ {escape(str(fn.get('name', '?')))}[/magenta]"
+            f"({escape(str(fn.get('arguments', '')))}) [dim]{escape(str(call.get('id', '')))}[/dim]"
+        )
 
 
 @session_app.command("repair", cls=Command)

@@ -64,12 +64,16 @@ def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
                 console.print(f"[dim]hint:[/dim] {escape(exc.hint)}", soft_wrap=False)
             return
         if not key_prompt.ask_and_save(exc, console):
-            console.print(f"skipped: no key saved. Set {escape(exc.env_key)}, or paste one when the chat "
-                          "(`nanobot agent`) asks. Another provider: set agents.defaults.model in "
-                          f"{escape(str(path))} (e.g. openai/gpt-4.1). No key at all: `nanobot demo`.",
-                          soft_wrap=False)
+            console.print(
+                f"skipped: no key saved. Set {escape(exc.env_key)}, or paste one when the chat "
+                "(`nanobot agent`) asks. Another provider: set agents.defaults.model in "
+                f"{escape(str(path))} (e.g. openai/gpt-4.1). No key at all: `nanobot demo`.",
+                soft_wrap=False,
+            )
             return
-        cfg = load_config(path, overrides=overrides)  # as saved, with whatever else changed meanwhile
+        cfg = load_config(
+            path, overrides=overrides
+        )  # as saved, with whatever else changed meanwhile
         resolve_model(cfg)
     except NanobotError as exc:
         console.print(f"model: {cfg.defaults.model} — [yellow]{escape(exc.message)}[/yellow]")
@@ -87,22 +91,40 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
     path = config_path or paths.default_config_path()
     cfg = load_config(path)
     table = Table(show_header=False, box=None)
-    link = f" -> {path.resolve()} (a link: nanobot reads and writes that file)" if path.is_symlink() else ""
-    table.add_row("config", f"{path}{link}{'' if path.exists() else ' (missing: run nanobot onboard)'}")
+    link = (
+        f" -> {path.resolve()} (a link: nanobot reads and writes that file)"
+        if path.is_symlink()
+        else ""
+    )
+    table.add_row(
+        "config", f"{path}{link}{'' if path.exists() else ' (missing: run nanobot onboard)'}"
+    )
     table.add_row("workspace", str(cfg.workspace_path()))
     table.add_row("model", cfg.defaults.model)
     try:
         resolved = resolve_model(cfg)
-        table.add_row("provider", f"{resolved.spec.name} ({resolved.api_base or 'default endpoint'})")
+        table.add_row(
+            "provider", f"{resolved.spec.name} ({resolved.api_base or 'default endpoint'})"
+        )
     except NanobotError as exc:
-        hint = f"\n[dim]{escape(exc.hint)}[/dim]" if exc.hint else ""  # what to do, not only what is wrong
+        hint = (
+            f"\n[dim]{escape(exc.hint)}[/dim]" if exc.hint else ""
+        )  # what to do, not only what is wrong
         table.add_row("provider", f"[yellow]{escape(exc.message)}[/yellow]{hint}")
     keys = []
     for name, pc in cfg.providers.items():
         if pc.api_key or pc.api_base:
             spec = registry.find(name)
-            note = " (cannot be used: see ignored)" if spec is not None and spec.kind == "unsupported" else ""
-            keys.append(f"{name}: key {mask_key(pc.api_key)}" + (f", base {pc.api_base}" if pc.api_base else "") + note)
+            note = (
+                " (cannot be used: see ignored)"
+                if spec is not None and spec.kind == "unsupported"
+                else ""
+            )
+            keys.append(
+                f"{name}: key {mask_key(pc.api_key)}"
+                + (f", base {pc.api_base}" if pc.api_base else "")
+                + note
+            )
     table.add_row("providers", "\n".join(keys) or "none configured")
     snap, exists = status_snapshot(cfg, session_key)
     table.add_row("session", session_key + ("" if exists else " (new)"))
@@ -113,7 +135,9 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
     from nanobot.session.working_state import WorkingStateLog
 
     if exists:
-        for label, text in working_state_rows(WorkingStateLog(SessionStore().path_for(session_key)).read()):
+        for label, text in working_state_rows(
+            WorkingStateLog(SessionStore().path_for(session_key)).read()
+        ):
             table.add_row(label if label != "warning" else "[yellow]warning[/yellow]", escape(text))
     table.add_row("sessions", str(paths.sessions_dir()))
     from nanobot.cli.status_view import exec_line
@@ -128,24 +152,45 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
     table.add_row("spend", today_line(day, cfg.usage.limits))
     for line in paused_lines(day, cfg.usage.limits):
         table.add_row("[yellow]paused[/yellow]", f"[yellow]{line}[/yellow]")
-    table.add_row("file tools", "workspace only (tools.restrictToWorkspace)" if cfg.tools.restrict_to_workspace
-                  else "outside the workspace: asked in the chat, refused in one-shot mode")
-    table.add_row("auto-approved", ", ".join(cfg.tools.auto_approve) or "nothing (risky actions ask; see --approve)")
+    table.add_row(
+        "file tools",
+        "workspace only (tools.restrictToWorkspace)"
+        if cfg.tools.restrict_to_workspace
+        else "outside the workspace: asked in the chat, refused in one-shot mode",
+    )
+    table.add_row(
+        "auto-approved",
+        ", ".join(cfg.tools.auto_approve) or "nothing (risky actions ask; see --approve)",
+    )
     from nanobot.skills import SkillSet
 
     held = SkillSet.discover(cfg.workspace_path()).held
     if held:
-        table.add_row("skills", f"[yellow]{len(held)} off until approved[/yellow]: "
-                      + ", ".join(s.name for s in held) + " (nanobot skills list)")
+        table.add_row(
+            "skills",
+            f"[yellow]{len(held)} off until approved[/yellow]: "
+            + ", ".join(s.name for s in held)
+            + " (nanobot skills list)",
+        )
     if cfg.tools.mcp_servers:
         from nanobot.mcp.connection import transport_of
 
-        servers = ", ".join(f"{name} ({transport_of(s) or 'no command or url'}{', trusted' if s.trusted else ''})"
-                            for name, s in cfg.tools.mcp_servers.items())
-        table.add_row("mcp servers", f"{servers}; `nanobot mcp list` starts them and shows their tools")
+        servers = ", ".join(
+            f"{name} ({transport_of(s) or 'no command or url'}{', trusted' if s.trusted else ''})"
+            for name, s in cfg.tools.mcp_servers.items()
+        )
+        table.add_row(
+            "mcp servers", f"{servers}; `nanobot mcp list` starts them and shows their tools"
+        )
     lines = ignored_keys.grouped(ignored_keys.ignored(read_file(path), cfg))
-    table.add_row("ignored", "\n".join(lines) if lines else "nothing: every key in the file is used"
-                  if path.exists() else "nothing (there is no config file yet)")
+    table.add_row(
+        "ignored",
+        "\n".join(lines)
+        if lines
+        else "nothing: every key in the file is used"
+        if path.exists()
+        else "nothing (there is no config file yet)",
+    )
     console.print(table)
 
 
@@ -157,13 +202,21 @@ def _reminders_line(cfg) -> str:
     jobs = store.jobs() if store.path.exists() else []
     on = sum(1 for job in jobs if job.enabled)
     runner = current_runner(store)
-    where = (f"fired by {describe_owner(runner)}" if runner
-             else "no runner now: they fire while `nanobot serve` or a chat runs")
+    where = (
+        f"fired by {describe_owner(runner)}"
+        if runner
+        else "no runner now: they fire while `nanobot serve` or a chat runs"
+    )
     notes = "".join(f"\n[yellow]{note}[/yellow]" for note in store.notices)
     from nanobot.cron.heartbeat import waiting_tasks
 
-    waiting = sum(1 for job in jobs if job.pending_approval), len(waiting_tasks(cfg.workspace_path()))
+    waiting = (
+        sum(1 for job in jobs if job.pending_approval),
+        len(waiting_tasks(cfg.workspace_path())),
+    )
     if any(waiting):
-        notes += (f"\n[yellow]waiting for your approval: {waiting[0]} job(s), {waiting[1]} HEARTBEAT.md task(s) "
-                  "the assistant added (`nanobot cron list` shows them, `nanobot cron approve` runs them)[/yellow]")
+        notes += (
+            f"\n[yellow]waiting for your approval: {waiting[0]} job(s), {waiting[1]} HEARTBEAT.md task(s) "
+            "the assistant added (`nanobot cron list` shows them, `nanobot cron approve` runs them)[/yellow]"
+        )
     return f"{len(jobs)} job(s), {on} on · {where}{notes}"

@@ -11,7 +11,9 @@ from rich.text import Text
 
 from nanobot.skills import SkillApprovals, SkillSet
 
-skills_app = typer.Typer(help="Skills: instructions the agent reads for specific tasks.", no_args_is_help=True)
+skills_app = typer.Typer(
+    help="Skills: instructions the agent reads for specific tasks.", no_args_is_help=True
+)
 
 
 def _configured_workspace() -> Path:
@@ -29,14 +31,19 @@ def _skills() -> None:
 @skills_app.command("list")
 def list_skills(
     workspace: Path | None = typer.Option(
-        None, "--workspace", "-w", help="Workspace folder (default: the configured one, else ~/.nanobot/workspace)."
+        None,
+        "--workspace",
+        "-w",
+        help="Workspace folder (default: the configured one, else ~/.nanobot/workspace).",
     ),
 ) -> None:
     """List bundled and workspace skills and whether each is ready to use."""
     skills = SkillSet.discover(workspace or _configured_workspace())
     err = Console(stderr=True)
     for warning in skills.warnings:
-        err.print(f"[yellow]warning:[/yellow] {warning}", markup=True, highlight=False, soft_wrap=True)
+        err.print(
+            f"[yellow]warning:[/yellow] {warning}", markup=True, highlight=False, soft_wrap=True
+        )
     if not skills.listed():
         typer.echo("No skills found.")
         return
@@ -50,17 +57,27 @@ def list_skills(
     Console(soft_wrap=True).print(table, highlight=False)
     if skills.held:
         names = " ".join(s.name for s in skills.held)
-        err.print(f"{len(skills.held)} workspace skill(s) are off until you approve them (read them first): "
-                  f"nanobot skills approve {names}", markup=False, highlight=False, soft_wrap=True)
+        err.print(
+            f"{len(skills.held)} workspace skill(s) are off until you approve them (read them first): "
+            f"nanobot skills approve {names}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @skills_app.command("approve")
 def approve_skill(
     name: str = typer.Argument(..., help="The skill to approve (see `nanobot skills list`)."),
     workspace: Path | None = typer.Option(
-        None, "--workspace", "-w", help="Workspace folder (default: the configured one, else ~/.nanobot/workspace)."
+        None,
+        "--workspace",
+        "-w",
+        help="Workspace folder (default: the configured one, else ~/.nanobot/workspace).",
     ),
-    yes: bool = typer.Option(False, "--yes", "-y", help="Approve without showing the skill and asking."),
+    yes: bool = typer.Option(
+        False, "--yes", "-y", help="Approve without showing the skill and asking."
+    ),
 ) -> None:
     """Turn on a workspace skill that asks to be always on or shadows a bundled one, as it is now."""
     skills = SkillSet.discover(workspace or _configured_workspace())
@@ -69,22 +86,34 @@ def approve_skill(
     if skill is None:
         active = skills.get(name)
         if active is not None:
-            typer.echo(f"{name} is already active ({active.source}, {active.state}); nothing to approve.")
+            typer.echo(
+                f"{name} is already active ({active.source}, {active.state}); nothing to approve."
+            )
             return
-        err.print(f"no workspace skill named {name!r} is waiting for approval; `nanobot skills list` shows them",
-                  markup=False)
+        err.print(
+            f"no workspace skill named {name!r} is waiting for approval; `nanobot skills list` shows them",
+            markup=False,
+        )
         raise typer.Exit(2)
     if not yes:
         out = Console(soft_wrap=True, highlight=False)
         out.print(f"{skill.name} ({skill.path}) {skill.gate}. Its SKILL.md:", markup=False)
         out.print(skill.path.read_text(encoding="utf-8", errors="replace"), markup=False)
-        others = sorted(p.relative_to(skill.path.parent) for p in skill.path.parent.rglob("*")
-                        if p.is_file() and p != skill.path)
+        others = sorted(
+            p.relative_to(skill.path.parent)
+            for p in skill.path.parent.rglob("*")
+            if p.is_file() and p != skill.path
+        )
         if others:  # the approval covers them too: any change to them turns the skill off again
-            out.print("Other files in its folder (approved with it): " + ", ".join(map(str, others)), markup=False)
+            out.print(
+                "Other files in its folder (approved with it): " + ", ".join(map(str, others)),
+                markup=False,
+            )
         if not typer.confirm(f"Approve {skill.name} as it is now?", default=False):
             typer.echo("Not approved; the skill stays off.")
             raise typer.Exit(1)
     SkillApprovals().approve(skill)
-    typer.echo(f"Approved {skill.name}: it is active from the next chat on. If its folder changes, "
-               "it is off again until you approve it again.")
+    typer.echo(
+        f"Approved {skill.name}: it is active from the next chat on. If its folder changes, "
+        "it is off again until you approve it again."
+    )

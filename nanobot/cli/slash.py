@@ -56,7 +56,10 @@ SLASH_COMMANDS: dict[str, tuple[str, Handler]] = {
     "/new": ("archive this conversation into memory and start a fresh one", _new),
     "/compact": ("summarise older messages into memory now, keeping the last exchange", _compact),
     "/status": ("model, context used vs window, last usage, session size", _status),
-    "/stop": ("stop this session's subagents and any report turn they started (Ctrl-C stops yours)", _stop),
+    "/stop": (
+        "stop this session's subagents and any report turn they started (Ctrl-C stops yours)",
+        _stop,
+    ),
     "/exit": ("leave (also: exit, quit, :q, Ctrl-D)", _exit),
 }
 

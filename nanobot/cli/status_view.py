@@ -14,8 +14,11 @@ def exec_line(cfg) -> str:
     ex = cfg.tools.exec
     if not ex.enable:
         return "disabled (tools.exec.enable is false)"
-    return confinement(cfg).describe(network=ex.network, restrict=cfg.tools.restrict_to_workspace,
-                                     unconfined_ok=ex.confinement == "none" or ex.allow_unconfined)
+    return confinement(cfg).describe(
+        network=ex.network,
+        restrict=cfg.tools.restrict_to_workspace,
+        unconfined_ok=ex.confinement == "none" or ex.allow_unconfined,
+    )
 
 
 def bar(used: int, total: int, width: int = 24) -> str:
@@ -29,15 +32,26 @@ def budget_rows(snap: BudgetSnapshot) -> list[tuple[str, str]]:
     window = f"window {snap.window:,}"
     if snap.window != snap.configured_window:
         window += f" (configured {snap.configured_window:,}, shrunk after the provider said so)"
-    cap = (f"; prompt capped at {snap.prompt_cap:,} by agents.defaults.contextBlockLimit"
-           if snap.prompt_cap and snap.prompt_cap < snap.window - snap.reply_tokens else "")
-    corrected = f", corrected x{snap.ratio:.2f} by the provider's counts" if snap.ratio > 1.0 else ""
+    cap = (
+        f"; prompt capped at {snap.prompt_cap:,} by agents.defaults.contextBlockLimit"
+        if snap.prompt_cap and snap.prompt_cap < snap.window - snap.reply_tokens
+        else ""
+    )
+    corrected = (
+        f", corrected x{snap.ratio:.2f} by the provider's counts" if snap.ratio > 1.0 else ""
+    )
     return [
-        ("context", f"{bar(snap.estimate, snap.budget)}  ~{snap.estimate:,} / {snap.budget:,} tokens "
-                    f"({window} minus {snap.reply_tokens:,} kept for the reply{cap})"),
+        (
+            "context",
+            f"{bar(snap.estimate, snap.budget)}  ~{snap.estimate:,} / {snap.budget:,} tokens "
+            f"({window} minus {snap.reply_tokens:,} kept for the reply{cap})",
+        ),
         ("reply room", f"{snap.reply_tokens:,} tokens (max_tokens of every request)"),
-        ("fixed", f"~{snap.fixed:,} tokens for the system prompt, MEMORY.md and tool schemas "
-                  f"({snap.fixed_share:.0%} of the budget)"),
+        (
+            "fixed",
+            f"~{snap.fixed:,} tokens for the system prompt, MEMORY.md and tool schemas "
+            f"({snap.fixed_share:.0%} of the budget)",
+        ),
         ("tool calls", f"at most {snap.max_tool_calls} per step"),
         ("estimator", snap.estimator + corrected),
         *[("warning", text) for text in snap.warnings()],
@@ -47,13 +61,24 @@ def budget_rows(snap: BudgetSnapshot) -> list[tuple[str, str]]:
 def working_state_rows(state: WorkingState) -> list[tuple[str, str]]:
     """(label, text) rows: the checkpoint in force, and a failed last compaction (both status screens)."""
     current = state.current
-    rows = [("working", f"version {current.number}: {current.items} items, written {current.at} "
-                        f"(`nanobot session show` prints it)" if current is not None else
-                        "no checkpoint yet (the first compaction writes one)")]
+    rows = [
+        (
+            "working",
+            f"version {current.number}: {current.items} items, written {current.at} "
+            f"(`nanobot session show` prints it)"
+            if current is not None
+            else "no checkpoint yet (the first compaction writes one)",
+        )
+    ]
     failed = state.failed
     if failed is not None:
-        rows.append(("warning", f"the last compaction failed ({failed.get('at', '?')}): {failed.get('reason', '?')}; "
-                                "nothing was lost, it is tried again after the next turn (or run /compact)"))
+        rows.append(
+            (
+                "warning",
+                f"the last compaction failed ({failed.get('at', '?')}): {failed.get('reason', '?')}; "
+                "nothing was lost, it is tried again after the next turn (or run /compact)",
+            )
+        )
     return rows
 
 
@@ -67,14 +92,18 @@ def status_lines(assistant) -> list[str]:
         f"model      {cfg.defaults.model}",
         *[f"{label:<10} {text}" for label, text in rows],
         f"last turn  prompt {usage.prompt_tokens:,} · completion {usage.completion_tokens:,} tokens"
-        if usage.prompt_tokens or usage.completion_tokens else "last turn  none yet in this run",
+        if usage.prompt_tokens or usage.completion_tokens
+        else "last turn  none yet in this run",
         *_spend(assistant),
         f"session    {session.key}: {len(session.messages)} messages, "
         f"{len(session.messages) - session.last_consolidated} not yet consolidated",
         f"workspace  {assistant.workspace}",
         f"exec       {exec_line(cfg)}",
         *_last_consolidation(conv),
-        *[f"{label:<10} {text}" for label, text in working_state_rows(WorkingStateLog(session.path).read())],
+        *[
+            f"{label:<10} {text}"
+            for label, text in working_state_rows(WorkingStateLog(session.path).read())
+        ],
         *_mcp(assistant),
         *_helpers(assistant),
         *_approvals(assistant),
@@ -100,10 +129,14 @@ def _helpers(assistant, earlier_shown: int = 5) -> list[str]:
     conv = assistant.conversation
     live = list(assistant.subagents.records.values())
     ids = {record.id for record in live}
-    earlier = [m[NOTE_KEY] for m in conv.session.messages
-               if isinstance(m.get(NOTE_KEY), dict) and m[NOTE_KEY].get("id") not in ids]
-    return ([f"helper     {note.get('summary', '?')} (earlier run)" for note in earlier[-earlier_shown:]]
-            + [f"helper     {record.summary()} — task: {record.task[:60]}" for record in live])
+    earlier = [
+        m[NOTE_KEY]
+        for m in conv.session.messages
+        if isinstance(m.get(NOTE_KEY), dict) and m[NOTE_KEY].get("id") not in ids
+    ]
+    return [
+        f"helper     {note.get('summary', '?')} (earlier run)" for note in earlier[-earlier_shown:]
+    ] + [f"helper     {record.summary()} — task: {record.task[:60]}" for record in live]
 
 
 def _mcp(assistant) -> list[str]:
@@ -112,9 +145,16 @@ def _mcp(assistant) -> list[str]:
         return []
     parts = []
     for r in manager.reports():
-        parts.append(f"{r.name} {r.state}" + (f" ({len(r.tools)} tool{'' if len(r.tools) == 1 else 's'})"
-                                              if r.state == "ready" else
-                                              f" ({r.error})" if r.error else ""))
+        parts.append(
+            f"{r.name} {r.state}"
+            + (
+                f" ({len(r.tools)} tool{'' if len(r.tools) == 1 else 's'})"
+                if r.state == "ready"
+                else f" ({r.error})"
+                if r.error
+                else ""
+            )
+        )
     return [f"mcp        {'; '.join(parts)}"]
 
 

@@ -33,7 +33,11 @@ class Termination:
         """Completes "subagent X was stopped ..." in the session notes."""
         if self.signum == signal.SIGHUP:
             return "when the terminal closed (SIGHUP)"
-        return f"when nanobot was terminated ({signal.Signals(self.signum).name})" if self.signum else ""
+        return (
+            f"when nanobot was terminated ({signal.Signals(self.signum).name})"
+            if self.signum
+            else ""
+        )
 
     def _fire(self, signum: int) -> None:
         if self.signum is not None:

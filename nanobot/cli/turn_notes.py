@@ -6,11 +6,19 @@ from __future__ import annotations
 def unsaved_notice(conversation, saved_before: int, *, one_shot: bool) -> str:
     """Say plainly whether the user's message reached the disk (a failed save leaves no torn line)."""
     if len(conversation.session.messages) == saved_before:
-        again = "run the same command again" if one_shot else "it is back at the prompt: press Enter to send it"
-        return (f"[yellow]your message was not saved and was not sent to the model[/yellow]; once there is "
-                f"room, {again}")
-    return ("[yellow]the turn stopped: your message and the steps before this one are saved; the last "
-            "step could not be[/yellow]")
+        again = (
+            "run the same command again"
+            if one_shot
+            else "it is back at the prompt: press Enter to send it"
+        )
+        return (
+            f"[yellow]your message was not saved and was not sent to the model[/yellow]; once there is "
+            f"room, {again}"
+        )
+    return (
+        "[yellow]the turn stopped: your message and the steps before this one are saved; the last "
+        "step could not be[/yellow]"
+    )
 
 
 def resume_notice(session) -> str | None:
@@ -20,8 +28,10 @@ def resume_notice(session) -> str | None:
         return None
     waiting = count - session.last_consolidated
     since = f", last at {session.updated_at[:16].replace('T', ' ')}" if session.updated_at else ""
-    return (f"[dim]resumed {session.key}: {count} earlier message(s), {waiting} in the prompt{since} · "
-            f"/new starts afresh[/dim]")
+    return (
+        f"[dim]resumed {session.key}: {count} earlier message(s), {waiting} in the prompt{since} · "
+        f"/new starts afresh[/dim]"
+    )
 
 
 def continuation_marker(width: int, line_number: int, wrap_count: int) -> str:

@@ -12,5 +12,7 @@ class Command(TyperCommand):
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         pieces = super().collect_usage_pieces(ctx)
-        return [piece[1:-1].upper() if piece.startswith("{") and piece.endswith("}") else piece
-                for piece in pieces]
+        return [
+            piece[1:-1].upper() if piece.startswith("{") and piece.endswith("}") else piece
+            for piece in pieces
+        ]

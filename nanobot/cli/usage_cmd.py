@@ -26,8 +26,10 @@ def run_usage(config_path: Path | None, *, json_out: bool) -> int:
     for period in periods:
         console.print(_table(period, priced=bool(prices)))
     if not prices:
-        console.print("[dim]costs: set usage.prices in the config, e.g. "
-                      '{"openai/gpt-4.1": {"input": 2.0, "output": 8.0, "cacheRead": 0.5}} (per million tokens)[/dim]')
+        console.print(
+            "[dim]costs: set usage.prices in the config, e.g. "
+            '{"openai/gpt-4.1": {"input": 2.0, "output": 8.0, "cacheRead": 0.5}} (per million tokens)[/dim]'
+        )
     return 0
 
 

@@ -24,7 +24,9 @@ class LogDelivery:
         self.echo = echo
 
     def deliver(self, firing: Firing) -> None:
-        stamp = datetime.fromtimestamp(firing.at_ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S%z")
+        stamp = (
+            datetime.fromtimestamp(firing.at_ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S%z")
+        )
         line = f"{stamp} {firing.line()}".replace("\n", " ⏎ ")
         if firing.quiet:
             line = f"{stamp} {firing.title}: nothing to report"
@@ -42,12 +44,19 @@ class NotifySendDelivery:
 
     @property
     def available(self) -> bool:
-        has_desktop = any(os.environ.get(v) for v in ("DISPLAY", "WAYLAND_DISPLAY", "DBUS_SESSION_BUS_ADDRESS"))
+        has_desktop = any(
+            os.environ.get(v) for v in ("DISPLAY", "WAYLAND_DISPLAY", "DBUS_SESSION_BUS_ADDRESS")
+        )
         return bool(self.binary) and has_desktop
 
     def deliver(self, firing: Firing) -> None:
         if firing.quiet or not self.available or self.binary is None:
             return
         body = (firing.error or firing.text or firing.status)[:500]
-        subprocess.run([self.binary, "--app-name=nanobot", firing.title, body], timeout=10,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        subprocess.run(
+            [self.binary, "--app-name=nanobot", firing.title, body],
+            timeout=10,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )

@@ -10,8 +10,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["HEARTBEAT_OK", "heartbeat_tasks", "heartbeat_prompt", "is_quiet", "heartbeat_path", "pending_path",
-           "waiting_tasks", "read_pending"]
+__all__ = [
+    "HEARTBEAT_OK",
+    "heartbeat_tasks",
+    "heartbeat_prompt",
+    "is_quiet",
+    "heartbeat_path",
+    "pending_path",
+    "waiting_tasks",
+    "read_pending",
+]
 
 HEARTBEAT_OK = "HEARTBEAT_OK"
 HEARTBEAT_SESSION = "heartbeat"  # nanobot's session key for heartbeat turns
@@ -49,7 +57,9 @@ def read_pending(workspace: Path) -> list[str]:
 def waiting_tasks(workspace: Path) -> list[str]:
     """Open HEARTBEAT.md tasks the assistant added that nobody approved yet (the heartbeat skips them)."""
     try:
-        now = heartbeat_tasks(heartbeat_path(Path(workspace).expanduser().resolve()).read_text(encoding="utf-8"))
+        now = heartbeat_tasks(
+            heartbeat_path(Path(workspace).expanduser().resolve()).read_text(encoding="utf-8")
+        )
     except (OSError, UnicodeDecodeError):
         return []
     return [t for t in read_pending(workspace) if t in now]

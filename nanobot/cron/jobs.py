@@ -17,7 +17,15 @@ from typing import Any
 from nanobot.cron.schedule import Schedule
 from nanobot.errors import JobFormatError
 
-__all__ = ["Job", "RunRecord", "JobFormatError", "current_job", "decode_store", "encode_store", "MISSED_POLICIES"]
+__all__ = [
+    "Job",
+    "RunRecord",
+    "JobFormatError",
+    "current_job",
+    "decode_store",
+    "encode_store",
+    "MISSED_POLICIES",
+]
 
 MISSED_POLICIES = ("run_once", "skip")
 HISTORY_KEPT = 20  # run records kept inside jobs.json; every run is also in cron/runs.jsonl
@@ -26,11 +34,11 @@ HISTORY_KEPT = 20  # run records kept inside jobs.json; every run is also in cro
 current_job: ContextVar[str | None] = ContextVar("nanobot_current_job", default=None)
 
 
-
 def _dict_at(data: dict[str, Any], key: str) -> dict[str, Any]:
     """data[key] when it is an object, else an empty one (a job file may lack or garble it)."""
     value = data.get(key)
     return value if isinstance(value, dict) else {}
+
 
 @dataclass
 class RunRecord:
@@ -41,13 +49,23 @@ class RunRecord:
     session: str | None = None  # the session the turn ran in
 
     def to_json(self) -> dict[str, Any]:
-        return {"runAtMs": self.run_at_ms, "status": self.status, "durationMs": self.duration_ms,
-                "error": self.error, "session": self.session}
+        return {
+            "runAtMs": self.run_at_ms,
+            "status": self.status,
+            "durationMs": self.duration_ms,
+            "error": self.error,
+            "session": self.session,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> RunRecord:
-        return cls(int(data.get("runAtMs") or 0), str(data.get("status") or "ok"),
-                   int(data.get("durationMs") or 0), data.get("error"), data.get("session"))
+        return cls(
+            int(data.get("runAtMs") or 0),
+            str(data.get("status") or "ok"),
+            int(data.get("durationMs") or 0),
+            data.get("error"),
+            data.get("session"),
+        )
 
 
 @dataclass
@@ -69,8 +87,12 @@ class Job:
     last_status: str | None = None
     last_error: str | None = None
     history: list[RunRecord] = field(default_factory=list)
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)  # the job as read, unknown keys included
-    pending_approval: bool = False  # the assistant added it and no person approved it yet: it does not fire
+    raw: dict[str, Any] = field(
+        default_factory=dict, repr=False
+    )  # the job as read, unknown keys included
+    pending_approval: bool = (
+        False  # the assistant added it and no person approved it yet: it does not fire
+    )
 
     @property
     def session_key(self) -> str:
@@ -85,11 +107,18 @@ class Job:
     def runnable(self) -> bool:
         """An agent turn with a message; nanobot's internal jobs (payload.kind system_event) are kept, not run."""
         payload = _dict_at(self.raw, "payload")
-        return payload.get("kind", "agent_turn") in ("agent_turn", None) and bool(self.message.strip())
+        return payload.get("kind", "agent_turn") in ("agent_turn", None) and bool(
+            self.message.strip()
+        )
 
     def due(self, now_ms: int) -> bool:
-        return (self.enabled and self.runnable and not self.pending_approval and self.next_run_at_ms is not None
-                and self.next_run_at_ms <= now_ms)
+        return (
+            self.enabled
+            and self.runnable
+            and not self.pending_approval
+            and self.next_run_at_ms is not None
+            and self.next_run_at_ms <= now_ms
+        )
 
     def record(self, run: RunRecord) -> None:
         self.last_run_at_ms = run.run_at_ms
@@ -100,21 +129,52 @@ class Job:
     def to_json(self) -> dict[str, Any]:
         out = copy.deepcopy(self.raw)
         s = self.schedule
-        out.update({"id": self.id, "name": self.name, "enabled": self.enabled,
-                    "schedule": {**out.get("schedule", {}), "kind": s.kind, "atMs": s.at_ms, "everyMs": s.every_ms,
-                                 "expr": s.expr, "tz": s.tz}})
+        out.update(
+            {
+                "id": self.id,
+                "name": self.name,
+                "enabled": self.enabled,
+                "schedule": {
+                    **out.get("schedule", {}),
+                    "kind": s.kind,
+                    "atMs": s.at_ms,
+                    "everyMs": s.every_ms,
+                    "expr": s.expr,
+                    "tz": s.tz,
+                },
+            }
+        )
         payload = _dict_at(out, "payload")
-        payload.update({"kind": payload.get("kind") or "agent_turn", "message": self.message,
-                        "deliver": bool(payload.get("deliver", True)), "channel": self.channel, "to": self.to,
-                        "sessionKey": self.session})
+        payload.update(
+            {
+                "kind": payload.get("kind") or "agent_turn",
+                "message": self.message,
+                "deliver": bool(payload.get("deliver", True)),
+                "channel": self.channel,
+                "to": self.to,
+                "sessionKey": self.session,
+            }
+        )
         out["payload"] = payload
         state = _dict_at(out, "state")
-        state.update({"nextRunAtMs": self.next_run_at_ms, "lastRunAtMs": self.last_run_at_ms,
-                      "lastStatus": self.last_status, "lastError": self.last_error,
-                      "runHistory": [r.to_json() for r in self.history]})
+        state.update(
+            {
+                "nextRunAtMs": self.next_run_at_ms,
+                "lastRunAtMs": self.last_run_at_ms,
+                "lastStatus": self.last_status,
+                "lastError": self.last_error,
+                "runHistory": [r.to_json() for r in self.history],
+            }
+        )
         out["state"] = state
-        out.update({"createdAtMs": self.created_at_ms, "updatedAtMs": self.updated_at_ms,
-                    "deleteAfterRun": self.delete_after_run, "missed": self.missed})
+        out.update(
+            {
+                "createdAtMs": self.created_at_ms,
+                "updatedAtMs": self.updated_at_ms,
+                "deleteAfterRun": self.delete_after_run,
+                "missed": self.missed,
+            }
+        )
         out.pop("pendingApproval", None)
         if self.pending_approval:
             out["pendingApproval"] = True
@@ -134,26 +194,43 @@ class Job:
         if not isinstance(job_id, str) or not job_id:
             raise JobFormatError(f"{where}.id must be a non-empty string")
         try:
-            schedule = Schedule(sched["kind"], at_ms=_opt_int(sched, "atMs", "at_ms"),
-                                every_ms=_opt_int(sched, "everyMs", "every_ms"),
-                                expr=sched.get("expr"), tz=sched.get("tz"))
-            history = [RunRecord.from_json(r) for r in (state.get("runHistory") or state.get("run_history") or [])
-                       if isinstance(r, dict)]
+            schedule = Schedule(
+                sched["kind"],
+                at_ms=_opt_int(sched, "atMs", "at_ms"),
+                every_ms=_opt_int(sched, "everyMs", "every_ms"),
+                expr=sched.get("expr"),
+                tz=sched.get("tz"),
+            )
+            history = [
+                RunRecord.from_json(r)
+                for r in (state.get("runHistory") or state.get("run_history") or [])
+                if isinstance(r, dict)
+            ]
             missed = data.get("missed")
             missed = missed if isinstance(missed, str) and missed in MISSED_POLICIES else "run_once"
             return cls(
-                id=job_id, name=str(data.get("name") or job_id), schedule=schedule,
-                message=str(payload.get("message") or ""), enabled=bool(data.get("enabled", True)),
-                session=payload.get("sessionKey") or payload.get("session_key") or None, missed=missed,
-                channel=payload.get("channel"), to=payload.get("to"),
+                id=job_id,
+                name=str(data.get("name") or job_id),
+                schedule=schedule,
+                message=str(payload.get("message") or ""),
+                enabled=bool(data.get("enabled", True)),
+                session=payload.get("sessionKey") or payload.get("session_key") or None,
+                missed=missed,
+                channel=payload.get("channel"),
+                to=payload.get("to"),
                 created_at_ms=_opt_int(data, "createdAtMs", "created_at_ms") or 0,
                 updated_at_ms=_opt_int(data, "updatedAtMs", "updated_at_ms") or 0,
-                delete_after_run=bool(data.get("deleteAfterRun", data.get("delete_after_run", False))),
+                delete_after_run=bool(
+                    data.get("deleteAfterRun", data.get("delete_after_run", False))
+                ),
                 next_run_at_ms=_opt_int(state, "nextRunAtMs", "next_run_at_ms"),
                 last_run_at_ms=_opt_int(state, "lastRunAtMs", "last_run_at_ms"),
                 last_status=state.get("lastStatus") or state.get("last_status"),
                 last_error=state.get("lastError") or state.get("last_error"),
-                history=history, raw=copy.deepcopy(data), pending_approval=data.get("pendingApproval") is True)
+                history=history,
+                raw=copy.deepcopy(data),
+                pending_approval=data.get("pendingApproval") is True,
+            )
         except (TypeError, ValueError) as exc:
             raise JobFormatError(f"{where}: {exc}") from None
 
@@ -182,4 +259,8 @@ def decode_store(data: Any) -> tuple[list[Job], dict[str, Any]]:
 
 
 def encode_store(jobs: list[Job], extra: dict[str, Any]) -> dict[str, Any]:
-    return {"version": 1, **{k: v for k, v in extra.items() if k != "version"}, "jobs": [j.to_json() for j in jobs]}
+    return {
+        "version": 1,
+        **{k: v for k, v in extra.items() if k != "version"},
+        "jobs": [j.to_json() for j in jobs],
+    }

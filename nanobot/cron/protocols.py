@@ -13,13 +13,25 @@ __all__ = ["JobStoreLike"]
 
 
 class JobStoreLike(Protocol):
-    notices: list[str]  # what the user must be told (a damaged file kept aside, jobs imported); read and cleared
+    notices: list[
+        str
+    ]  # what the user must be told (a damaged file kept aside, jobs imported); read and cleared
 
     def jobs(self) -> list[Job]: ...
 
-    def add(self, schedule: Schedule, message: str, *, now_ms: int, name: str | None = None,
-            session: str | None = None, missed: str = "run_once", channel: str | None = None,
-            to: str | None = None, pending_approval: bool = False) -> Job: ...
+    def add(
+        self,
+        schedule: Schedule,
+        message: str,
+        *,
+        now_ms: int,
+        name: str | None = None,
+        session: str | None = None,
+        missed: str = "run_once",
+        channel: str | None = None,
+        to: str | None = None,
+        pending_approval: bool = False,
+    ) -> Job: ...
 
     def remove(self, job_id: str, /) -> Job:
         """Raises JobNotFoundError."""

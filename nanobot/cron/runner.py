@@ -37,13 +37,24 @@ from nanobot.cron.store import JobStore
 from nanobot.errors import LockHeld, RunnerBusyError, SessionInUseError
 from nanobot.fsio import ExclusiveLock, atomic_write
 
-__all__ = ["Clock", "SystemClock", "Firing", "TurnResult", "JobTurns", "Delivery", "RunnerLock", "Scheduler",
-           "RunnerBusyError"]
+__all__ = [
+    "Clock",
+    "SystemClock",
+    "Firing",
+    "TurnResult",
+    "JobTurns",
+    "Delivery",
+    "RunnerLock",
+    "Scheduler",
+    "RunnerBusyError",
+]
 
 MISSED_GAP_MS = 120_000  # no tick for this long: what fell due meanwhile was missed
 ONCE_LATE_MS = 3_600_000  # `serve --once`: up to an hour overdue is late, not missed
 TICK_RECORD_MS = MISSED_GAP_MS // 4  # how often a live runner notes that it is alive (an fsync)
-POLL_SECONDS = Gateway.jobs_poll_s  # how often a waiting runner rereads the store (jobs added by a chat or `nanobot cron add`)
+POLL_SECONDS = (
+    Gateway.jobs_poll_s
+)  # how often a waiting runner rereads the store (jobs added by a chat or `nanobot cron add`)
 RESULT_CHARS = 4000  # of a turn's answer, kept in runs.jsonl
 
 
@@ -151,9 +162,11 @@ class RunnerLock:
     def acquire(self) -> None:
         if not self.try_acquire():
             owner = self.state()
-            raise RunnerBusyError(f"another runner is firing this workspace's jobs: {describe_owner(owner)}",
-                                  hint="One runner per workspace: stop the other `nanobot serve` first.",
-                                  owner=owner)
+            raise RunnerBusyError(
+                f"another runner is firing this workspace's jobs: {describe_owner(owner)}",
+                hint="One runner per workspace: stop the other `nanobot serve` first.",
+                owner=owner,
+            )
 
     def release(self) -> None:
         self._lock.release()
@@ -256,8 +269,11 @@ class Scheduler:
 
     def seconds_until_next(self) -> float:
         now = self.clock.now_ms()
-        times = [j.next_run_at_ms for j in self.store.jobs()
-                 if j.enabled and j.runnable and j.next_run_at_ms is not None]
+        times = [
+            j.next_run_at_ms
+            for j in self.store.jobs()
+            if j.enabled and j.runnable and j.next_run_at_ms is not None
+        ]
         beat = self._heartbeat_due_ms()
         if beat is not None:
             times.append(beat)
@@ -274,6 +290,7 @@ class Scheduler:
 
     def _schedule_unscheduled(self, now: int) -> None:
         """Jobs with no next time (imported, or edited by hand): nanobot computes it on start, so do we."""
+
         def unscheduled(job: Job) -> bool:
             return job.enabled and job.runnable and job.next_run_at_ms is None
 
@@ -282,8 +299,11 @@ class Scheduler:
 
         def schedule(jobs: list[Job]) -> None:
             for job in filter(unscheduled, jobs):
-                job.next_run_at_ms = (job.schedule.at_ms if job.schedule.kind == "at"
-                                      else next_run(job.schedule, now, anchor_ms=job.created_at_ms))
+                job.next_run_at_ms = (
+                    job.schedule.at_ms
+                    if job.schedule.kind == "at"
+                    else next_run(job.schedule, now, anchor_ms=job.created_at_ms)
+                )
                 if job.next_run_at_ms is None:
                     job.enabled = False  # nothing left to run (a broken `every`, an expression that never fires)
 
@@ -310,7 +330,9 @@ class Scheduler:
         if paused is None:
             return None
         key, line = paused
-        firing = Firing("job" if job_id else "heartbeat", at_ms, title, "", "skipped", job_id, error=line)
+        firing = Firing(
+            "job" if job_id else "heartbeat", at_ms, title, "", "skipped", job_id, error=line
+        )
         if self.spend is not None and self.spend.first_notice(key):
             self._deliver(firing)
         return firing
@@ -321,9 +343,11 @@ class Scheduler:
         if paused is not None:  # no turn, no tokens: the job's next run comes as scheduled
             self._finish(job, RunRecord(start, "skipped", 0, paused.error, None), manual=manual)
             return paused
-        prompt = (f"[Scheduled job '{job.name}' (id {job.id}, {describe(job.schedule)}) is due now"
-                  f"{' (run by hand)' if manual else ''}. Do what it asks; your answer is shown to the user as "
-                  f"the reminder.]\n\n{job.message}")
+        prompt = (
+            f"[Scheduled job '{job.name}' (id {job.id}, {describe(job.schedule)}) is due now"
+            f"{' (run by hand)' if manual else ''}. Do what it asks; your answer is shown to the user as "
+            f"the reminder.]\n\n{job.message}"
+        )
         session, note = job.session_key, ""
         token = current_job.set(job.id)
         try:
@@ -332,14 +356,29 @@ class Scheduler:
             except SessionInUseError:
                 if job.session is None:
                     raise
-                session, note = f"cron:{job.id}", f" (session {job.session} was in use; ran in {session})"
+                session, note = (
+                    f"cron:{job.id}",
+                    f" (session {job.session} was in use; ran in {session})",
+                )
                 result = await self.turns.run(session, prompt)
             status, error = ("error", result.error) if result.error else ("ok", None)
             text = result.content or ""
         except asyncio.CancelledError:
             duration, why = self.clock.now_ms() - start, "the runner stopped during the turn"
             self._finish(job, RunRecord(start, "interrupted", duration, why, session))
-            self._deliver(Firing("job", start, f"⏰ {job.name}", "", "interrupted", job.id, session, duration, why))
+            self._deliver(
+                Firing(
+                    "job",
+                    start,
+                    f"⏰ {job.name}",
+                    "",
+                    "interrupted",
+                    job.id,
+                    session,
+                    duration,
+                    why,
+                )
+            )
             raise
         except Exception as exc:  # one failing job must not stop the runner
             status, error, text = "error", f"{type(exc).__name__}: {exc}", ""
@@ -347,8 +386,17 @@ class Scheduler:
             current_job.reset(token)
         duration = self.clock.now_ms() - start
         self._finish(job, RunRecord(start, status, duration, error, session), manual=manual)
-        firing = Firing("job", start, f"⏰ {job.name}{note}", text, status, job.id, session, duration,
-                        error=(error + note) if error and note else error)
+        firing = Firing(
+            "job",
+            start,
+            f"⏰ {job.name}{note}",
+            text,
+            status,
+            job.id,
+            session,
+            duration,
+            error=(error + note) if error and note else error,
+        )
         self._deliver(firing)
         return firing
 
@@ -357,8 +405,12 @@ class Scheduler:
             for stored in jobs:
                 if stored.id == job.id:
                     stored.record(record)
-                    if stored.schedule.kind == "at" and stored.delete_after_run and not manual \
-                            and record.status == "ok":
+                    if (
+                        stored.schedule.kind == "at"
+                        and stored.delete_after_run
+                        and not manual
+                        and record.status == "ok"
+                    ):
                         jobs.remove(stored)
                     return
 
@@ -378,15 +430,33 @@ class Scheduler:
                     job.next_run_at_ms = next_run(job.schedule, now, anchor_ms=job.created_at_ms)
                     if job.schedule.kind == "at":
                         job.enabled = False
-                    job.record(RunRecord(now, "skipped", 0, f"missed {count} run(s) since {since}; skipped", None))
-                    text = f"missed {count} run(s) since {since} while nothing ran; skipped as the job asks" + (
-                        f", next at {format_ms(job.next_run_at_ms, job.schedule.tz)}" if job.next_run_at_ms else "")
+                    job.record(
+                        RunRecord(
+                            now, "skipped", 0, f"missed {count} run(s) since {since}; skipped", None
+                        )
+                    )
+                    text = (
+                        f"missed {count} run(s) since {since} while nothing ran; skipped as the job asks"
+                        + (
+                            f", next at {format_ms(job.next_run_at_ms, job.schedule.tz)}"
+                            if job.next_run_at_ms
+                            else ""
+                        )
+                    )
                     reports.append(Firing("notice", now, f"⏰ {job.name}", text, "skipped", job.id))
                 else:
                     job.next_run_at_ms = now
-                    reports.append(Firing("notice", now, f"⏰ {job.name}",
-                                          f"missed {count} run(s) since {since} while nothing ran; running it "
-                                          "once now", "info", job.id))
+                    reports.append(
+                        Firing(
+                            "notice",
+                            now,
+                            f"⏰ {job.name}",
+                            f"missed {count} run(s) since {since} while nothing ran; running it "
+                            "once now",
+                            "info",
+                            job.id,
+                        )
+                    )
 
         self.store.update(catch_up)
         for report in reports:
@@ -396,7 +466,13 @@ class Scheduler:
     def _notices_from_store(self) -> list[Firing]:
         firings = []
         while self.store.notices:  # the store already put them in runs.jsonl
-            firing = Firing("notice", self.clock.now_ms(), "nanobot reminders", self.store.notices.pop(0), "error")
+            firing = Firing(
+                "notice",
+                self.clock.now_ms(),
+                "nanobot reminders",
+                self.store.notices.pop(0),
+                "error",
+            )
             self._deliver(firing, record=False)
             firings.append(firing)
         return firings
@@ -418,7 +494,9 @@ class Scheduler:
             text = heartbeat_path(self.store.workspace).read_text(encoding="utf-8")
         except OSError:
             return None
-        waiting = waiting_tasks(self.store.workspace)  # the assistant added them; nobody approved yet
+        waiting = waiting_tasks(
+            self.store.workspace
+        )  # the assistant added them; nobody approved yet
         tasks = [task for task in heartbeat_tasks(text) if task not in waiting]
         if not tasks:
             return None  # nothing to do: no turn, no tokens spent
@@ -428,13 +506,25 @@ class Scheduler:
         token = current_job.set("heartbeat")
         try:
             result = await self.turns.run(HEARTBEAT_SESSION, heartbeat_prompt(tasks))
-            status, error, content = ("error", result.error, "") if result.error else ("ok", None, result.content)
+            status, error, content = (
+                ("error", result.error, "") if result.error else ("ok", None, result.content)
+            )
         except Exception as exc:
             status, error, content = "error", f"{type(exc).__name__}: {exc}", ""
         finally:
             current_job.reset(token)
-        firing = Firing("heartbeat", now, "💓 heartbeat", content or "", status, None, HEARTBEAT_SESSION,
-                        self.clock.now_ms() - now, error, quiet=status == "ok" and is_quiet(content))
+        firing = Firing(
+            "heartbeat",
+            now,
+            "💓 heartbeat",
+            content or "",
+            status,
+            None,
+            HEARTBEAT_SESSION,
+            self.clock.now_ms() - now,
+            error,
+            quiet=status == "ok" and is_quiet(content),
+        )
         self._deliver(firing)
         return firing
 

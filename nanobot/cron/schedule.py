@@ -19,10 +19,20 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from nanobot.errors import ScheduleError
 from nanobot.messages import parse_iso
 
-__all__ = ["Schedule", "ScheduleError", "next_run", "occurrences_between", "parse_schedule", "zone",
-           "describe", "format_ms"]
+__all__ = [
+    "Schedule",
+    "ScheduleError",
+    "next_run",
+    "occurrences_between",
+    "parse_schedule",
+    "zone",
+    "describe",
+    "format_ms",
+]
 
-MIN_EVERY_SECONDS = 60  # as cron: each firing is a model turn, and a runaway interval would burn tokens
+MIN_EVERY_SECONDS = (
+    60  # as cron: each firing is a model turn, and a runaway interval would burn tokens
+)
 _MAX_COUNT = 10_000  # occurrences counted between two instants (a missed-runs report needs no more)
 
 
@@ -43,44 +53,80 @@ def zone(name: str | None) -> ZoneInfo | timezone:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ScheduleError(f"unknown time zone {name!r}",
-                            hint="Use an IANA name such as Europe/Berlin, America/New_York or UTC.") from None
+        raise ScheduleError(
+            f"unknown time zone {name!r}",
+            hint="Use an IANA name such as Europe/Berlin, America/New_York or UTC.",
+        ) from None
 
 
 # how the cron tool names the fields; `nanobot cron add` passes CLI_NAMES so errors name its flags
-TOOL_NAMES = {"every_seconds": "every_seconds", "cron_expr": "cron_expr", "at": "at", "tz": "tz", "=": "="}
-CLI_NAMES = {"every_seconds": "--every", "cron_expr": "--cron", "at": "--at", "tz": "--tz", "=": " "}
+TOOL_NAMES = {
+    "every_seconds": "every_seconds",
+    "cron_expr": "cron_expr",
+    "at": "at",
+    "tz": "tz",
+    "=": "=",
+}
+CLI_NAMES = {
+    "every_seconds": "--every",
+    "cron_expr": "--cron",
+    "at": "--at",
+    "tz": "--tz",
+    "=": " ",
+}
 
 
-def parse_schedule(*, every_seconds: int | None = None, cron_expr: str | None = None, tz: str | None = None,
-                   at: str | None = None, default_tz: str = "", now_ms: int,
-                   names: dict[str, str] = TOOL_NAMES) -> Schedule:
+def parse_schedule(
+    *,
+    every_seconds: int | None = None,
+    cron_expr: str | None = None,
+    tz: str | None = None,
+    at: str | None = None,
+    default_tz: str = "",
+    now_ms: int,
+    names: dict[str, str] = TOOL_NAMES,
+) -> Schedule:
     """Exactly one of every_seconds, cron_expr, at; `tz` applies to cron_expr and to a naive `at`."""
     n = names
-    given = [n[name] for name, value in (("every_seconds", every_seconds), ("cron_expr", cron_expr), ("at", at))
-             if value not in (None, "")]
+    given = [
+        n[name]
+        for name, value in (("every_seconds", every_seconds), ("cron_expr", cron_expr), ("at", at))
+        if value not in (None, "")
+    ]
     if len(given) != 1:
-        raise ScheduleError(f"give exactly one of {n['every_seconds']}, {n['cron_expr']} or {n['at']}"
-                            + (f" (got {', '.join(given)})" if given else ""),
-                            hint=f"{n['every_seconds']}{n['=']}3600 for hourly, {n['cron_expr']}{n['=']}'0 9 * * 1-5' "
-                                 f"for weekdays at 9, {n['at']}{n['=']}'2026-03-01T10:30' for once.")
+        raise ScheduleError(
+            f"give exactly one of {n['every_seconds']}, {n['cron_expr']} or {n['at']}"
+            + (f" (got {', '.join(given)})" if given else ""),
+            hint=f"{n['every_seconds']}{n['=']}3600 for hourly, {n['cron_expr']}{n['=']}'0 9 * * 1-5' "
+            f"for weekdays at 9, {n['at']}{n['=']}'2026-03-01T10:30' for once.",
+        )
     if tz and every_seconds not in (None, ""):
-        raise ScheduleError(f"{n['tz']} applies to {n['cron_expr']} and {n['at']}, not to {n['every_seconds']}")
+        raise ScheduleError(
+            f"{n['tz']} applies to {n['cron_expr']} and {n['at']}, not to {n['every_seconds']}"
+        )
     if tz:
         zone(tz)
     if every_seconds not in (None, ""):
-        if isinstance(every_seconds, bool) or not isinstance(every_seconds, int) or every_seconds < MIN_EVERY_SECONDS:
-            raise ScheduleError(f"{n['every_seconds']} must be a whole number of seconds, at least "
-                                f"{MIN_EVERY_SECONDS}; got {every_seconds!r}",
-                                hint="Each firing is a full turn of the model.")
+        if (
+            isinstance(every_seconds, bool)
+            or not isinstance(every_seconds, int)
+            or every_seconds < MIN_EVERY_SECONDS
+        ):
+            raise ScheduleError(
+                f"{n['every_seconds']} must be a whole number of seconds, at least "
+                f"{MIN_EVERY_SECONDS}; got {every_seconds!r}",
+                hint="Each firing is a full turn of the model.",
+            )
         return Schedule("every", every_ms=every_seconds * 1000)
     if cron_expr:
         from croniter import croniter
 
         expr = " ".join(cron_expr.split())
         if len(expr.split()) != 5 or not croniter.is_valid(expr):
-            raise ScheduleError(f"invalid cron expression {cron_expr!r}",
-                                hint="Five fields: minute hour day-of-month month day-of-week, e.g. '0 9 * * 1-5'.")
+            raise ScheduleError(
+                f"invalid cron expression {cron_expr!r}",
+                hint="Five fields: minute hour day-of-month month day-of-week, e.g. '0 9 * * 1-5'.",
+            )
         name = tz or default_tz or None
         schedule = Schedule("cron", expr=expr, tz=name)
         if next_run(schedule, now_ms, anchor_ms=now_ms) is None:
@@ -89,14 +135,18 @@ def parse_schedule(*, every_seconds: int | None = None, cron_expr: str | None = 
     assert at is not None
     when = parse_iso(at)
     if when is None:
-        raise ScheduleError(f"invalid ISO time {at!r}", hint="Write it like 2026-03-01T10:30 or "
-                                                              "2026-03-01T10:30:00+01:00.")
+        raise ScheduleError(
+            f"invalid ISO time {at!r}",
+            hint="Write it like 2026-03-01T10:30 or 2026-03-01T10:30:00+01:00.",
+        )
     if when.tzinfo is None:
         when = when.replace(tzinfo=zone(tz or default_tz))
     at_ms = int(when.timestamp() * 1000)
     if at_ms <= now_ms:
-        raise ScheduleError(f"{at} is in the past ({format_ms(at_ms, tz or default_tz)})",
-                            hint="Give a future time; the current time is in the runtime context.")
+        raise ScheduleError(
+            f"{at} is in the past ({format_ms(at_ms, tz or default_tz)})",
+            hint="Give a future time; the current time is in the runtime context.",
+        )
     return Schedule("at", at_ms=at_ms, tz=tz or default_tz or None)
 
 

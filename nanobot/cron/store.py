@@ -41,7 +41,9 @@ class JobStore:
         self.dir = cron_dir(workspace)
         self.path = self.dir / "jobs.json"
         self.runs_path = self.dir / "runs.jsonl"
-        self.notices: list[str] = []  # what the user must be told (a file kept aside, jobs imported)
+        self.notices: list[
+            str
+        ] = []  # what the user must be told (a file kept aside, jobs imported)
         self._extra: dict[str, Any] = {}
 
     # -- reading ------------------------------------------------------------------------------
@@ -57,7 +59,9 @@ class JobStore:
         for job in self.jobs():
             if job.id == job_id:
                 return job
-        raise JobNotFoundError(f"no job with id {job_id!r}", hint="`nanobot cron list` shows the jobs and their ids.")
+        raise JobNotFoundError(
+            f"no job with id {job_id!r}", hint="`nanobot cron list` shows the jobs and their ids."
+        )
 
     def update(self, change: Callable[[list[Job]], T]) -> T:
         """Apply `change` to the job list (in place) and save it, all under the lock."""
@@ -69,9 +73,19 @@ class JobStore:
 
     # -- changes ------------------------------------------------------------------------------
 
-    def add(self, schedule: Schedule, message: str, *, now_ms: int, name: str | None = None,
-            session: str | None = None, missed: str = "run_once", channel: str | None = None,
-            to: str | None = None, pending_approval: bool = False) -> Job:
+    def add(
+        self,
+        schedule: Schedule,
+        message: str,
+        *,
+        now_ms: int,
+        name: str | None = None,
+        session: str | None = None,
+        missed: str = "run_once",
+        channel: str | None = None,
+        to: str | None = None,
+        pending_approval: bool = False,
+    ) -> Job:
         if not message.strip():
             raise UsageError("a job needs a message: what the assistant should do when it fires")
 
@@ -80,10 +94,20 @@ class JobStore:
             job_id = secrets.token_hex(4)
             while job_id in taken:
                 job_id = secrets.token_hex(4)
-            job = Job(id=job_id, name=(name or message.strip().splitlines()[0][:30]).strip(), schedule=schedule,
-                      message=message, session=session or None, missed=missed, channel=channel, to=to,
-                      created_at_ms=now_ms, updated_at_ms=now_ms, delete_after_run=schedule.kind == "at",
-                      pending_approval=pending_approval)
+            job = Job(
+                id=job_id,
+                name=(name or message.strip().splitlines()[0][:30]).strip(),
+                schedule=schedule,
+                message=message,
+                session=session or None,
+                missed=missed,
+                channel=channel,
+                to=to,
+                created_at_ms=now_ms,
+                updated_at_ms=now_ms,
+                delete_after_run=schedule.kind == "at",
+                pending_approval=pending_approval,
+            )
             job.next_run_at_ms = next_run(schedule, now_ms, anchor_ms=now_ms)
             jobs.append(job)
             return job
@@ -104,13 +128,16 @@ class JobStore:
             job.enabled = enabled
             job.updated_at_ms = now_ms
             # resuming never replays what was missed while paused
-            job.next_run_at_ms = next_run(job.schedule, now_ms, anchor_ms=job.created_at_ms) if enabled else None
+            job.next_run_at_ms = (
+                next_run(job.schedule, now_ms, anchor_ms=job.created_at_ms) if enabled else None
+            )
             return job
 
         return self.update(change)
 
     def approve(self, job_id: str, *, now_ms: int) -> Job:
         """The user approves a job the assistant added: from now on it fires."""
+
         def change(jobs: list[Job]) -> Job:
             job = _find(jobs, job_id)
             job.pending_approval = False
@@ -160,8 +187,11 @@ class JobStore:
         try:
             lock.acquire()
         except LockHeld:
-            raise StoreBusyError(f"{self.path} stayed locked by another nanobot process for "
-                                 f"{LOCK_WAIT_SECONDS:.0f}s", hint="Try again in a moment.") from None
+            raise StoreBusyError(
+                f"{self.path} stayed locked by another nanobot process for "
+                f"{LOCK_WAIT_SECONDS:.0f}s",
+                hint="Try again in a moment.",
+            ) from None
         try:
             yield
         finally:
@@ -197,9 +227,11 @@ class JobStore:
             aside = self.path.with_name(f"jobs.json.corrupt-{stamp}-{n}")
         self.path.rename(aside)
         self._extra = {}
-        self._notice(f"{self.path} could not be read ({exc}); it was kept as {aside.name} and no job "
-                     f"from it will fire. Fix that file and move it back to jobs.json (when no other "
-                     f"job has been added since), or add the jobs again.")
+        self._notice(
+            f"{self.path} could not be read ({exc}); it was kept as {aside.name} and no job "
+            f"from it will fire. Fix that file and move it back to jobs.json (when no other "
+            f"job has been added since), or add the jobs again."
+        )
 
     def _import_legacy(self) -> list[Job]:
         """A nanobot user's jobs live in ~/.nanobot/cron/jobs.json: bring them into the workspace once."""
@@ -209,27 +241,43 @@ class JobStore:
         try:
             jobs, self._extra = decode_store(json.loads(legacy.read_text(encoding="utf-8")))
         except (OSError, ValueError, JobFormatError) as exc:
-            self._notice(f"nanobot's jobs file {legacy} could not be read ({exc}); it was left as it "
-                         "was and none of its jobs were imported")
+            self._notice(
+                f"nanobot's jobs file {legacy} could not be read ({exc}); it was left as it "
+                "was and none of its jobs were imported"
+            )
             self._save([])  # remember that the import was tried: the notice is not repeated
             return []
         self._save(jobs)
-        self._notice(f"imported {len(jobs)} job(s) from {legacy} (nanobot's location) into {self.path}; "
-                     "the original was left as it was")
+        self._notice(
+            f"imported {len(jobs)} job(s) from {legacy} (nanobot's location) into {self.path}; "
+            "the original was left as it was"
+        )
         return jobs
 
     def _notice(self, text: str) -> None:
         """Tell whoever called (`notices`) and every open chat (a record in runs.jsonl)."""
         self.notices.append(text)
-        self.append_run({"kind": "notice", "at_ms": int(time.time() * 1000), "title": "nanobot reminders",
-                         "text": text, "status": "error"})
+        self.append_run(
+            {
+                "kind": "notice",
+                "at_ms": int(time.time() * 1000),
+                "title": "nanobot reminders",
+                "text": text,
+                "status": "error",
+            }
+        )
 
     def _save(self, jobs: list[Job]) -> None:
-        atomic_write(self.path, json.dumps(encode_store(jobs, self._extra), indent=2, ensure_ascii=False) + "\n")
+        atomic_write(
+            self.path,
+            json.dumps(encode_store(jobs, self._extra), indent=2, ensure_ascii=False) + "\n",
+        )
 
 
 def _find(jobs: list[Job], job_id: str) -> Job:
     for job in jobs:
         if job.id == job_id:
             return job
-    raise JobNotFoundError(f"no job with id {job_id!r}", hint="`nanobot cron list` shows the jobs and their ids.")
+    raise JobNotFoundError(
+        f"no job with id {job_id!r}", hint="`nanobot cron list` shows the jobs and their ids."
+    )

@@ -13,10 +13,17 @@ from nanobot.fakellm import FakeLLMServer, Reply
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nanobot.fakellm", description=__doc__)
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free one)")
-    parser.add_argument("--script", help="JSON list of replies, e.g. [{\"text\": \"hi\"}, "
-                        "{\"tool_calls\": [[\"read_file\", {\"path\": \"a\"}]]}, {\"error\": 429}]")
-    parser.add_argument("--context-window", type=int, default=None,
-                        help="reject prompts estimated larger than this many tokens")
+    parser.add_argument(
+        "--script",
+        help='JSON list of replies, e.g. [{"text": "hi"}, '
+        '{"tool_calls": [["read_file", {"path": "a"}]]}, {"error": 429}]',
+    )
+    parser.add_argument(
+        "--context-window",
+        type=int,
+        default=None,
+        help="reject prompts estimated larger than this many tokens",
+    )
     args = parser.parse_args(argv)
 
     server = FakeLLMServer(context_window=args.context_window, port=args.port)
@@ -28,8 +35,12 @@ def main(argv: list[str] | None = None) -> int:
     try:  # before the URL is printed: a Ctrl-C right after it still stops cleanly
         # The first line is the base URL alone, so a script can read it with `head -1`.
         print(server.base_url, flush=True)
-        print(f"  openai:    {server.openai_base_url}\n  anthropic: {server.anthropic_base_url}\n"
-              "  Ctrl-C to stop", file=sys.stderr, flush=True)
+        print(
+            f"  openai:    {server.openai_base_url}\n  anthropic: {server.anthropic_base_url}\n"
+            "  Ctrl-C to stop",
+            file=sys.stderr,
+            flush=True,
+        )
         # Wake now and then: the kernel may hand Ctrl-C's SIGINT to a server thread, and a wait
         # without a timeout would then never return to let the main thread raise KeyboardInterrupt.
         forever = threading.Event()
@@ -40,8 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
         reqs = server.requests
-        print(f"{len(reqs)} requests, {sum(r.unscripted for r in reqs)} unscripted",
-              file=sys.stderr)
+        print(
+            f"{len(reqs)} requests, {sum(r.unscripted for r in reqs)} unscripted", file=sys.stderr
+        )
         for line in server.violations():
             print(f"  violation: {line}", file=sys.stderr)
     return 0

@@ -46,7 +46,9 @@ def _user_text(message: dict) -> str:
 def _forced_tool(request: RecordedRequest) -> str | None:
     choice = request.tool_choice
     if isinstance(choice, dict):
-        if isinstance(choice.get("function"), dict):  # OpenAI: {"type": "function", "function": {"name"}}
+        if isinstance(
+            choice.get("function"), dict
+        ):  # OpenAI: {"type": "function", "function": {"name"}}
             return str(choice["function"].get("name") or "") or None
         if choice.get("type") == "tool":  # Anthropic: {"type": "tool", "name"}
             return str(choice.get("name") or "") or None
@@ -75,20 +77,32 @@ def demo_reply(request: RecordedRequest) -> Reply:
     forced = _forced_tool(request)
     if forced == "save_memory":
         day = time.strftime("%Y-%m-%d %H:%M")
-        return Reply.tool_calls([("save_memory", {
-            "history_entry": f"[{day}] A {LABEL} conversation: the user tried nanobot without an API key.",
-            "memory_update": "# Memory\n\n- The user has tried the scripted demo.\n",
-        })])
+        return Reply.tool_calls(
+            [
+                (
+                    "save_memory",
+                    {
+                        "history_entry": f"[{day}] A {LABEL} conversation: the user tried nanobot without an API key.",
+                        "memory_update": "# Memory\n\n- The user has tried the scripted demo.\n",
+                    },
+                )
+            ]
+        )
     last = _last(request)
     result = _tool_result(last)
     if result is not None:
-        shown = result if len(result) <= _SHOWN_RESULT_CHARS else result[:_SHOWN_RESULT_CHARS] + "\n…"
-        return Reply.text(f"*({LABEL})* The tool answered. A model would now read it and explain; "
-                          f"this script only shows its start:\n\n```\n{shown}\n```\n")
+        shown = (
+            result if len(result) <= _SHOWN_RESULT_CHARS else result[:_SHOWN_RESULT_CHARS] + "\n…"
+        )
+        return Reply.text(
+            f"*({LABEL})* The tool answered. A model would now read it and explain; "
+            f"this script only shows its start:\n\n```\n{shown}\n```\n"
+        )
     said = _user_text(last)
     if any(word in said.lower() for word in _FILE_WORDS):
-        return Reply.tool_calls([("list_dir", {"path": "."})],
-                                text=f"*({LABEL})* Let me look at the workspace.")
+        return Reply.tool_calls(
+            [("list_dir", {"path": "."})], text=f"*({LABEL})* Let me look at the workspace."
+        )
     quoted = json.dumps(said[:200], ensure_ascii=False)
     return Reply.text(
         f"*({LABEL})* This answer comes from nanobot's bundled fake LLM server, not from a model: "
@@ -98,4 +112,5 @@ def demo_reply(request: RecordedRequest) -> Reply:
         f"- `/status`, `/help`: the chat's commands\n"
         f"- `/quit`: leave the demo (its home folder is removed)\n\n"
         f"For real answers, run `nanobot onboard`: it asks for a key for the default model (Anthropic's). "
-        f"With `OPENAI_API_KEY` set instead, `nanobot agent --model openai/gpt-4.1` answers at once.\n")
+        f"With `OPENAI_API_KEY` set instead, `nanobot agent --model openai/gpt-4.1` answers at once.\n"
+    )

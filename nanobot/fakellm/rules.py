@@ -10,8 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["check_openai_messages", "check_anthropic_request", "estimate_tokens", "count_prompt_tokens",
-           "PREFILL_REJECTED"]
+__all__ = [
+    "check_openai_messages",
+    "check_anthropic_request",
+    "estimate_tokens",
+    "count_prompt_tokens",
+    "PREFILL_REJECTED",
+]
 
 # keys whose values are protocol framing, not text the model reads
 _FRAMING_KEYS = {"role", "type", "cache_control", "media_type"}
@@ -19,8 +24,10 @@ _IMAGE_TOKENS = 1600
 
 # What current Claude models (and Mistral) answer when a request ends with an assistant message;
 # providers that accept it treat that message as a prefix to *continue*, not a message to answer.
-PREFILL_REJECTED = ("the request ends with an assistant message: this model does not support "
-                    "assistant message prefill; the conversation must end with a user message")
+PREFILL_REJECTED = (
+    "the request ends with an assistant message: this model does not support "
+    "assistant message prefill; the conversation must end with a user message"
+)
 
 
 def estimate_tokens(obj: Any) -> int:
@@ -39,6 +46,7 @@ def count_prompt_tokens(prompt: dict, encode: Any) -> int:
     each tool 8, as chat formats do. Tests use it to check prompt + max_tokens against a window
     the way a strict API would, with `encode` from tiktoken.
     """
+
     def strings(value: Any) -> int:
         if isinstance(value, str):
             return len(encode(value))
@@ -51,7 +59,9 @@ def count_prompt_tokens(prompt: dict, encode: Any) -> int:
             for key, item in value.items():
                 if key in _FRAMING_KEYS:
                     continue
-                if key == "input" and not isinstance(item, str):  # Anthropic tool_use: the arguments as JSON
+                if key == "input" and not isinstance(
+                    item, str
+                ):  # Anthropic tool_use: the arguments as JSON
                     total += len(encode(json.dumps(item, ensure_ascii=False)))
                 else:
                     total += strings(item)
@@ -67,7 +77,10 @@ def count_prompt_tokens(prompt: dict, encode: Any) -> int:
     tools = prompt.get("tools")
     if tools:
         # a cache marker is a directive, not prompt text (as in messages, _FRAMING_KEYS)
-        tools = [{k: v for k, v in t.items() if k != "cache_control"} if isinstance(t, dict) else t for t in tools]
+        tools = [
+            {k: v for k, v in t.items() if k != "cache_control"} if isinstance(t, dict) else t
+            for t in tools
+        ]
         total += len(encode(json.dumps(tools, ensure_ascii=False, sort_keys=True))) + 8 * len(tools)
     return total
 
@@ -118,8 +131,10 @@ def check_openai_messages(messages: Any) -> list[str]:
 
     def close_pending() -> None:
         for call_id, at in pending.items():
-            out.append(f"message {at} (assistant): tool_call {call_id!r} has no tool result "
-                       "before the next non-tool message")
+            out.append(
+                f"message {at} (assistant): tool_call {call_id!r} has no tool result "
+                "before the next non-tool message"
+            )
         pending.clear()
 
     for i, msg in enumerate(messages):
@@ -150,7 +165,9 @@ def check_openai_messages(messages: Any) -> list[str]:
             if prev_role == "assistant":
                 out.append(f"{label}: two consecutive assistant messages")
             calls = msg.get("tool_calls") or []
-            if "tool_calls" in msg and not (isinstance(msg["tool_calls"], list) and msg["tool_calls"]):
+            if "tool_calls" in msg and not (
+                isinstance(msg["tool_calls"], list) and msg["tool_calls"]
+            ):
                 out.append(f"{label}: tool_calls must be a non-empty list")  # OpenAI rejects []
                 calls = []
             if not calls and _is_blank(msg.get("content")):
@@ -168,7 +185,9 @@ def check_openai_messages(messages: Any) -> list[str]:
         elif role == "tool":
             call_id = msg.get("tool_call_id")
             if msg.get("content") == []:
-                out.append(f"{label}: tool content is an empty list")  # compatible servers reject it
+                out.append(
+                    f"{label}: tool content is an empty list"
+                )  # compatible servers reject it
             if not call_id:
                 out.append(f"{label}: tool message missing tool_call_id")
             elif call_id in pending:
@@ -177,8 +196,10 @@ def check_openai_messages(messages: Any) -> list[str]:
             elif call_id in answered:
                 out.append(f"{label}: tool_call_id {call_id!r} was already answered")
             else:
-                out.append(f"{label}: tool_call_id {call_id!r} was not declared by the "
-                           "preceding assistant tool_calls")
+                out.append(
+                    f"{label}: tool_call_id {call_id!r} was not declared by the "
+                    "preceding assistant tool_calls"
+                )
         else:
             out.append(f"{label}: unknown role {role!r}")
         prev_role = role
@@ -255,8 +276,11 @@ def check_anthropic_request(system: Any, messages: Any) -> list[str]:
                 seen_ids.add(tool_id)
 
         # A tool_result must answer a tool_use of the assistant message right before it.
-        declared = {b.get("id") for b in _blocks(prev.get("content"))
-                    if b.get("type") == "tool_use"} if prev and prev.get("role") == "assistant" else set()
+        declared = (
+            {b.get("id") for b in _blocks(prev.get("content")) if b.get("type") == "tool_use"}
+            if prev and prev.get("role") == "assistant"
+            else set()
+        )
         seen_non_result = False
         for j, block in enumerate(blocks):
             if block.get("type") != "tool_result":
@@ -265,11 +289,15 @@ def check_anthropic_request(system: Any, messages: Any) -> list[str]:
             if role != "user":
                 out.append(f"{label}: tool_result block outside a user message")
             elif seen_non_result:
-                out.append(f"{label}: tool_result block {j} comes after other content "
-                           "(tool_result blocks must come first)")
+                out.append(
+                    f"{label}: tool_result block {j} comes after other content "
+                    "(tool_result blocks must come first)"
+                )
             if block.get("tool_use_id") not in declared:
-                out.append(f"{label}: tool_result for {block.get('tool_use_id')!r} does not "
-                           "answer a tool_use in the previous assistant message")
+                out.append(
+                    f"{label}: tool_result for {block.get('tool_use_id')!r} does not "
+                    "answer a tool_use in the previous assistant message"
+                )
 
         # Every tool_use must be answered in the very next message.
         if role == "assistant":
@@ -277,12 +305,16 @@ def check_anthropic_request(system: Any, messages: Any) -> list[str]:
             nxt = messages[i + 1] if i + 1 < len(messages) else None
             answered = set()
             if isinstance(nxt, dict) and nxt.get("role") == "user":
-                answered = {b.get("tool_use_id") for b in _blocks(nxt.get("content"))
-                            if b.get("type") == "tool_result"}
+                answered = {
+                    b.get("tool_use_id")
+                    for b in _blocks(nxt.get("content"))
+                    if b.get("type") == "tool_result"
+                }
             for tool_id in wanted:
                 if tool_id not in answered:
-                    out.append(f"{label}: tool_use {tool_id!r} has no tool_result in the next "
-                               "user message")
+                    out.append(
+                        f"{label}: tool_use {tool_id!r} has no tool_result in the next user message"
+                    )
         prev = msg
     out += _final_assistant(messages)
     return out

@@ -80,8 +80,14 @@ class FakeLLMServer:
     violation (e.g. one ending with an assistant message) gets a 400 instead of a reply.
     """
 
-    def __init__(self, context_window: int | None = None, *, host: str = "127.0.0.1",
-                 port: int = 0, strict: bool = False) -> None:
+    def __init__(
+        self,
+        context_window: int | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        strict: bool = False,
+    ) -> None:
         self.context_window = context_window
         self.strict = strict
         # how a prompt is sized for the window check (default: JSON characters / 4); tests can give
@@ -119,8 +125,9 @@ class FakeLLMServer:
         self._httpd = httpd
         # serve_forever notices stop() only between polls: a short poll makes each test's server stop
         # at once (at 0.05 s, stopping was most of a short test's time), for 200 idle wake-ups of a few µs a second
-        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.005},
-                                        name="fakellm", daemon=True)
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.005}, name="fakellm", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -209,7 +216,9 @@ class FakeLLMServer:
         """Record and answer one POST exactly as the HTTP server would (same rules, script, window
         and strictness), for a client in this process (tests' in-process transport). Blocks for
         the reply's delay: call it from a thread."""
-        protocol = {OPENAI_PATH: "openai", ANTHROPIC_PATH: "anthropic"}.get(urlsplit(path).path.rstrip("/"))
+        protocol = {OPENAI_PATH: "openai", ANTHROPIC_PATH: "anthropic"}.get(
+            urlsplit(path).path.rstrip("/")
+        )
         out = Answer()
         if protocol is None:
             out.send_json(404, wire.error_body("openai", 404, f"fake LLM has no route {path}"))
@@ -244,18 +253,33 @@ class FakeLLMServer:
         violations += _check_tool_choice(protocol, tools, tool_choice)
         if tools:
             prompt["tools"] = tools
-        tokens = self.prompt_counter(prompt) if self.prompt_counter is not None else estimate_tokens(prompt)
+        tokens = (
+            self.prompt_counter(prompt)
+            if self.prompt_counter is not None
+            else estimate_tokens(prompt)
+        )
         if self.context_window is not None and self._needed(tokens, body) > self.context_window:
-            violations.append(f"context window exceeded: estimated {tokens} tokens"
-                              + (f" + max_tokens {body.get('max_tokens')}" if self.count_max_tokens else "")
-                              + f" > {self.context_window}")
+            violations.append(
+                f"context window exceeded: estimated {tokens} tokens"
+                + (f" + max_tokens {body.get('max_tokens')}" if self.count_max_tokens else "")
+                + f" > {self.context_window}"
+            )
         with self._arrived:
             rec = RecordedRequest(
-                index=len(self._requests), protocol=protocol, path=path, headers=headers,
-                body=body, messages=messages if isinstance(messages, list) else [],
-                system=system, tools=tools, tool_choice=tool_choice,
-                stream=bool(body.get("stream")), violations=violations,
-                estimated_tokens=tokens, t_received=time.monotonic())
+                index=len(self._requests),
+                protocol=protocol,
+                path=path,
+                headers=headers,
+                body=body,
+                messages=messages if isinstance(messages, list) else [],
+                system=system,
+                tools=tools,
+                tool_choice=tool_choice,
+                stream=bool(body.get("stream")),
+                violations=violations,
+                estimated_tokens=tokens,
+                t_received=time.monotonic(),
+            )
             # The reply is taken at arrival, so concurrent requests get replies in arrival order.
             # An over-long prompt is rejected like a real API and leaves the script untouched,
             # so the reply meant for the retry after consolidation is still there.
@@ -273,7 +297,10 @@ class FakeLLMServer:
         return self.strict and bool(rec.violations)
 
     def _exceeds_window(self, rec: RecordedRequest) -> bool:
-        return self.context_window is not None and self._needed(rec.estimated_tokens, rec.body) > self.context_window
+        return (
+            self.context_window is not None
+            and self._needed(rec.estimated_tokens, rec.body) > self.context_window
+        )
 
     def _choose_reply(self, rec: RecordedRequest) -> Reply:
         if rec.reply is not None:
@@ -303,13 +330,17 @@ class FakeLLMServer:
     def _serve(self, handler: _Handler | Answer, rec: RecordedRequest) -> None:
         if self._exceeds_window(rec):
             if rec.protocol == "openai":
-                msg = (f"This model's maximum context length is {self.context_window} tokens. "
-                       f"However, your messages resulted in {rec.estimated_tokens} tokens. "
-                       "Please reduce the length of the messages. (context length exceeded)")
+                msg = (
+                    f"This model's maximum context length is {self.context_window} tokens. "
+                    f"However, your messages resulted in {rec.estimated_tokens} tokens. "
+                    "Please reduce the length of the messages. (context length exceeded)"
+                )
                 body = wire.error_body("openai", 400, msg, code="context_length_exceeded")
             else:
-                msg = (f"prompt is too long: {rec.estimated_tokens} tokens > "
-                       f"{self.context_window} maximum (context length exceeded)")
+                msg = (
+                    f"prompt is too long: {rec.estimated_tokens} tokens > "
+                    f"{self.context_window} maximum (context length exceeded)"
+                )
                 body = wire.error_body("anthropic", 400, msg)
             handler.send_json(400, body)
             return
@@ -325,9 +356,11 @@ class FakeLLMServer:
             extra = {}
             if reply.retry_after is not None:
                 extra["Retry-After"] = str(reply.retry_after)
-            handler.send_json(reply.status, wire.error_body(rec.protocol, reply.status,
-                                                            reply.message, reply.error_type),
-                              extra)
+            handler.send_json(
+                reply.status,
+                wire.error_body(rec.protocol, reply.status, reply.message, reply.error_type),
+                extra,
+            )
             return
         if reply.kind == "cut" and not rec.stream:
             raise _Cut()
@@ -340,14 +373,24 @@ class FakeLLMServer:
         if rec.protocol == "openai":
             response_id = f"chatcmpl-fake{rec.index}"
             if not rec.stream:
-                handler.send_json(200, wire.openai_response(reply, model=model, ids=ids,
-                                                            usage=usage, response_id=response_id))
+                handler.send_json(
+                    200,
+                    wire.openai_response(
+                        reply, model=model, ids=ids, usage=usage, response_id=response_id
+                    ),
+                )
                 return
             opts = rec.body.get("stream_options") or {}
             handler.start_sse()
-            for chunk in wire.openai_stream(reply, model=model, ids=ids, usage=usage,
-                                            response_id=response_id, cut=cut,
-                                            include_usage=bool(opts.get("include_usage"))):
+            for chunk in wire.openai_stream(
+                reply,
+                model=model,
+                ids=ids,
+                usage=usage,
+                response_id=response_id,
+                cut=cut,
+                include_usage=bool(opts.get("include_usage")),
+            ):
                 handler.send_sse(None, chunk)
                 if reply.pace > 0 and self._stopping.wait(reply.pace):
                     raise _Cut()
@@ -359,12 +402,17 @@ class FakeLLMServer:
         else:
             message_id = f"msg_fake{rec.index}"
             if not rec.stream:
-                handler.send_json(200, wire.anthropic_response(reply, model=model, ids=ids,
-                                                               usage=usage, message_id=message_id))
+                handler.send_json(
+                    200,
+                    wire.anthropic_response(
+                        reply, model=model, ids=ids, usage=usage, message_id=message_id
+                    ),
+                )
                 return
             handler.start_sse()
-            for event, data in wire.anthropic_stream(reply, model=model, ids=ids, usage=usage,
-                                                     message_id=message_id, cut=cut):
+            for event, data in wire.anthropic_stream(
+                reply, model=model, ids=ids, usage=usage, message_id=message_id, cut=cut
+            ):
                 if event == "message_stop":
                     handler._mark_answered()
                 handler.send_sse(event, data)
@@ -400,12 +448,18 @@ class Answer:
 
     def send_json(self, status: int, body: dict, headers: dict | None = None) -> None:
         self.status = status
-        self.headers = {"content-type": "application/json", **{k.lower(): v for k, v in (headers or {}).items()}}
+        self.headers = {
+            "content-type": "application/json",
+            **{k.lower(): v for k, v in (headers or {}).items()},
+        }
         self._mark_answered()
         self.chunks.append(wire.encode_body(body))
 
     def start_sse(self) -> None:
-        self.headers = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"}
+        self.headers = {
+            "content-type": "text/event-stream; charset=utf-8",
+            "cache-control": "no-cache",
+        }
 
     def send_sse(self, event: str | None, data: dict) -> None:
         self.send_sse_raw(_sse_event(event, data))
@@ -421,8 +475,11 @@ def _check_tool_choice(protocol: str, tools: Any, choice: Any) -> list[str]:
     """A forced tool choice must name a declared tool; both APIs reject it otherwise."""
     if choice is None:
         return []
-    names = {(t.get("function") or {}).get("name") if protocol == "openai" else t.get("name")
-             for t in tools or [] if isinstance(t, dict)}
+    names = {
+        (t.get("function") or {}).get("name") if protocol == "openai" else t.get("name")
+        for t in tools or []
+        if isinstance(t, dict)
+    }
     if protocol == "openai":
         if not tools and choice != "none":
             return ["tool_choice is set but no tools are declared"]
@@ -480,14 +537,21 @@ class _Handler(BaseHTTPRequestHandler):
         path = urlsplit(self.path).path.rstrip("/")
         if path == MODELS_PATH:  # OpenAI's list (Anthropic's has the same path and data key)
             fake.model_requests.append(path)
-            self.send_json(200, {"object": "list", "data": [{"id": m, "object": "model", "type": "model"}
-                                                            for m in fake.models]})
+            self.send_json(
+                200,
+                {
+                    "object": "list",
+                    "data": [{"id": m, "object": "model", "type": "model"} for m in fake.models],
+                },
+            )
             return
         if path.startswith(MODELS_PATH + "/"):
             fake.model_requests.append(path)
-            model = path[len(MODELS_PATH) + 1:]
+            model = path[len(MODELS_PATH) + 1 :]
             if model in fake.models:
-                self.send_json(200, {"id": model, "object": "model", "type": "model", "display_name": model})
+                self.send_json(
+                    200, {"id": model, "object": "model", "type": "model", "display_name": model}
+                )
                 return
         self._not_found()
 

@@ -23,8 +23,12 @@ _STAMP = re.compile(r"\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\]")
 _LINE = re.compile(r"^(?:\[[^\]]*\] )?(USER|ASSISTANT): (.*)$", re.M)
 _SINGLE = {"goal": "Goal", "status": "Status", "next step": "Next step"}
 _MULTI = {"decision": "Decisions", "question": "Open questions"}
-_FIELD = re.compile(r"\b(goal|status|next step|decision|question):\s*(.+?)(?=\.\s|\.?$|;|\n)", re.I | re.M)
-_IDENT = re.compile(r"\b[A-Z][A-Z0-9]+-\d+\b|https?://[^\s,;)]+|(?<![\w/])[~.]?/?[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)+")
+_FIELD = re.compile(
+    r"\b(goal|status|next step|decision|question):\s*(.+?)(?=\.\s|\.?$|;|\n)", re.I | re.M
+)
+_IDENT = re.compile(
+    r"\b[A-Z][A-Z0-9]+-\d+\b|https?://[^\s,;)]+|(?<![\w/])[~.]?/?[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)+"
+)
 _ORDER = ("Goal", "Status", "Decisions", "Open questions", "Next step", "Identifiers")
 _LISTS = ("Decisions", "Open questions", "Identifiers")
 
@@ -89,18 +93,28 @@ def _render(fields: dict[str, list[str]]) -> str:
 
 def save_memory_reply(rec: Any) -> Reply:
     """A save_memory call answering consolidation request `rec` (see the module docstring)."""
-    system = _text(rec.system) or next((_text(m.get("content")) for m in rec.messages
-                                        if m.get("role") == "system"), "")
+    system = _text(rec.system) or next(
+        (_text(m.get("content")) for m in rec.messages if m.get("role") == "system"), ""
+    )
     body = _text(rec.messages[-1].get("content")) if rec.messages else ""
-    stamp = (_STAMP.search(system) or _STAMP.search(body))
+    stamp = _STAMP.search(system) or _STAMP.search(body)
     memory = _section(body, "Current MEMORY.md")
     previous = _section(body, "Previous session checkpoint")
     transcript = _section(body, "Conversation excerpt")
     said = [text[:60] for role, text in _LINE.findall(transcript) if role == "USER"]
-    entry = f"{stamp.group(0) if stamp else '[2026-01-01 00:00]'} The user asked: " + " / ".join(said or ["(nothing)"])
+    entry = f"{stamp.group(0) if stamp else '[2026-01-01 00:00]'} The user asked: " + " / ".join(
+        said or ["(nothing)"]
+    )
     checkpoint = _render(plant_fields(transcript, "" if previous == "(none yet)" else previous))
-    return Reply.tool_calls([("save_memory", {
-        "history_entry": entry,
-        "memory_update": memory if memory and memory != "(empty)" else "# Memory\n",
-        "session_checkpoint": checkpoint,
-    })])
+    return Reply.tool_calls(
+        [
+            (
+                "save_memory",
+                {
+                    "history_entry": entry,
+                    "memory_update": memory if memory and memory != "(empty)" else "# Memory\n",
+                    "session_checkpoint": checkpoint,
+                },
+            )
+        ]
+    )

@@ -22,7 +22,9 @@ from nanobot.errors import CallFailed
 from nanobot.paths import ensure_private_dir
 
 STARTUP_TIMEOUT = 20.0  # seconds for a server to start, answer `initialize` and list its tools
-MAX_RESTARTS = 3  # a server that stopped mid-session is started again on its next call, this many times
+MAX_RESTARTS = (
+    3  # a server that stopped mid-session is started again on its next call, this many times
+)
 CALL_GRACE = 5.0  # seconds beyond toolTimeout before a call is abandoned outright
 PING_TIMEOUT = 2.0  # after a call timed out: is the server still there at all?
 
@@ -144,7 +146,9 @@ class ServerConnection:
 
     def _stderr_tail(self) -> str:
         try:
-            lines = [ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()]
+            lines = [
+                ln for ln in self.log_path.read_text(errors="replace").splitlines() if ln.strip()
+            ]
         except OSError:
             return ""
         return f" (server said: {lines[-1][:200]})" if lines else ""
@@ -159,15 +163,23 @@ class ServerConnection:
             from mcp.client.sse import sse_client
 
             read, write = await stack.enter_async_context(
-                sse_client(self.cfg.url, headers=self.cfg.headers or None, timeout=self.startup_timeout))
+                sse_client(
+                    self.cfg.url, headers=self.cfg.headers or None, timeout=self.startup_timeout
+                )
+            )
         elif kind == "streamableHttp":
             import httpx  # the SDK's HTTP stack (mcp depends on it)
             from mcp.client.streamable_http import streamable_http_client
 
             # the SDK's own defaults: 30 s to connect and send, 5 minutes for a held-open response stream
             client = await stack.enter_async_context(
-                httpx.AsyncClient(headers=self.cfg.headers or None, timeout=httpx.Timeout(30.0, read=300.0)))
-            read, write, _ = await stack.enter_async_context(streamable_http_client(self.cfg.url, http_client=client))
+                httpx.AsyncClient(
+                    headers=self.cfg.headers or None, timeout=httpx.Timeout(30.0, read=300.0)
+                )
+            )
+            read, write, _ = await stack.enter_async_context(
+                streamable_http_client(self.cfg.url, http_client=client)
+            )
         elif not kind:
             raise ValueError("neither a command nor a url is configured")
         else:
@@ -176,7 +188,9 @@ class ServerConnection:
         await session.initialize()
         tools, cursor = [], None
         while True:
-            listed = await session.list_tools(cursor=cursor) if cursor else await session.list_tools()
+            listed = (
+                await session.list_tools(cursor=cursor) if cursor else await session.list_tools()
+            )
             tools.extend(listed.tools)
             cursor = listed.nextCursor
             if not cursor:
@@ -198,8 +212,12 @@ class ServerConnection:
             raise ValueError(f"its cwd {folder} is not a folder")
         # None: the workspace is not created yet (`nanobot mcp list` before the first chat)
         cwd = folder if folder.is_dir() else None
-        params = StdioServerParameters(command=self.cfg.command, args=list(self.cfg.args),
-                                       env=dict(self.cfg.env) or None, cwd=str(cwd) if cwd else None)
+        params = StdioServerParameters(
+            command=self.cfg.command,
+            args=list(self.cfg.args),
+            env=dict(self.cfg.env) or None,
+            cwd=str(cwd) if cwd else None,
+        )
         return stdio_client(params, errlog=errlog)
 
     async def _restart(self) -> None:
@@ -223,26 +241,34 @@ class ServerConnection:
         timeout = float(self.cfg.tool_timeout)
         try:
             async with asyncio.timeout(timeout + CALL_GRACE):
-                return await session.call_tool(tool, arguments, read_timeout_seconds=timedelta(seconds=timeout))
+                return await session.call_tool(
+                    tool, arguments, read_timeout_seconds=timedelta(seconds=timeout)
+                )
         except asyncio.CancelledError:
             raise
         except BaseException as exc:  # noqa: BLE001
             reason = describe_error(exc)
             if _is_timeout(exc, reason):
-                late = (f"no answer from MCP server {self.name} within {timeout:g}s "
-                        f"(tools.mcpServers.{self.name}.toolTimeout)")
+                late = (
+                    f"no answer from MCP server {self.name} within {timeout:g}s "
+                    f"(tools.mcpServers.{self.name}.toolTimeout)"
+                )
                 if await self._answers_ping(session):
                     raise CallFailed(late) from None
                 # over HTTP a server that died mid-call looks like silence: it no longer answers a ping
                 self._fail(f"stopped answering during a call{self._stderr_tail()}")
                 self.crashed = True
-                raise CallFailed(f"{late}, and it no longer answers at all; {self._again()}") from None
+                raise CallFailed(
+                    f"{late}, and it no longer answers at all; {self._again()}"
+                ) from None
             await asyncio.sleep(0.05)  # let the transport notice a server that died
             if self.state != "ready" or self._session is None or _gone(exc):
                 if self.state == "ready":
                     self._fail(f"stopped during a call: {reason}{self._stderr_tail()}")
                 self.crashed = True
-                raise CallFailed(f"MCP server {self.name} stopped during the call ({reason}); {self._again()}") from None
+                raise CallFailed(
+                    f"MCP server {self.name} stopped during the call ({reason}); {self._again()}"
+                ) from None
             raise CallFailed(f"MCP server {self.name}: {reason}") from None
 
     def _again(self) -> str:

@@ -39,11 +39,18 @@ class ServerReport:
 
 
 class MCPManager:
-    def __init__(self, servers: dict[str, MCPServerConfig], workspace: Path, ctx: ToolContext,
-                 notify: Notify | None = None) -> None:
+    def __init__(
+        self,
+        servers: dict[str, MCPServerConfig],
+        workspace: Path,
+        ctx: ToolContext,
+        notify: Notify | None = None,
+    ) -> None:
         self.ctx = ctx
         self.notify = notify
-        self.connections = [ServerConnection(name, cfg, workspace, log_path(name)) for name, cfg in servers.items()]
+        self.connections = [
+            ServerConnection(name, cfg, workspace, log_path(name)) for name, cfg in servers.items()
+        ]
         self._registries: list[ToolRegistry] = []
         self._tasks: list[asyncio.Task] = []
         self.registered: dict[str, list[str]] = {}
@@ -54,12 +61,16 @@ class MCPManager:
         loop = asyncio.get_running_loop()
         for conn in self.connections:
             conn.start()
-            self._tasks.append(loop.create_task(self._register_when_ready(conn), name=f"mcp-register-{conn.name}"))
+            self._tasks.append(
+                loop.create_task(self._register_when_ready(conn), name=f"mcp-register-{conn.name}")
+            )
 
     async def _register_when_ready(self, conn: ServerConnection) -> None:
         if not await conn.wait_ready():
-            self._say(f"MCP server {conn.name} failed to start: {conn.error or conn.state}; skipped "
-                      f"(`nanobot mcp list` shows it)")
+            self._say(
+                f"MCP server {conn.name} failed to start: {conn.error or conn.state}; skipped "
+                f"(`nanobot mcp list` shows it)"
+            )
             return
         names = []
         for tool in conn.tools:
@@ -68,7 +79,9 @@ class MCPManager:
             wrapper = MCPTool(self.ctx, conn, tool)
             for registry in self._registries:
                 if wrapper.name in registry:
-                    self._say(f"MCP server {conn.name}: a tool named {wrapper.name} exists already; skipped")
+                    self._say(
+                        f"MCP server {conn.name}: a tool named {wrapper.name} exists already; skipped"
+                    )
                     break
                 registry.register(wrapper)
             names.append(wrapper.name)
@@ -89,12 +102,18 @@ class MCPManager:
             offered = [t.name for t in conn.tools]
             wanted = [n for n in conn.cfg.enabled_tools if n != "*"]
             known = set(offered) | {wrapped_name(conn.name, t) for t in offered}
-            out.append(ServerReport(
-                conn.name, conn.transport or "?", conn.state, conn.error,
-                self.registered.get(conn.name, []),
-                [t for t in offered if not enabled(conn.cfg.enabled_tools, conn.name, t)],
-                [n for n in wanted if n not in known] if conn.state == "ready" else [],
-                conn.cfg.trusted))
+            out.append(
+                ServerReport(
+                    conn.name,
+                    conn.transport or "?",
+                    conn.state,
+                    conn.error,
+                    self.registered.get(conn.name, []),
+                    [t for t in offered if not enabled(conn.cfg.enabled_tools, conn.name, t)],
+                    [n for n in wanted if n not in known] if conn.state == "ready" else [],
+                    conn.cfg.trusted,
+                )
+            )
         return out
 
     def _say(self, text: str) -> None:

@@ -20,7 +20,7 @@ def wrapped_name(server: str, tool: str) -> str:
     name = re.sub(r"[^A-Za-z0-9_-]", "_", f"mcp_{server}_{tool}")
     if len(name) > MAX_NAME:
         digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-        name = f"{name[:MAX_NAME - 9]}_{digest}"
+        name = f"{name[: MAX_NAME - 9]}_{digest}"
     return name
 
 
@@ -47,7 +47,9 @@ def result_text(result: Any) -> str:
         if kind == "text":
             parts.append(item.text)
         elif kind in ("image", "audio"):
-            parts.append(f"[{kind}: {getattr(item, 'mimeType', '?')}, {len(getattr(item, 'data', '') or '')} base64 chars]")
+            parts.append(
+                f"[{kind}: {getattr(item, 'mimeType', '?')}, {len(getattr(item, 'data', '') or '')} base64 chars]"
+            )
         elif kind == "resource":
             resource = item.resource
             parts.append(getattr(resource, "text", None) or f"[resource: {resource.uri}]")
@@ -67,27 +69,35 @@ class MCPTool(Tool):
         self.server = server
         self.remote_name = tool.name
         self.name = wrapped_name(server.name, tool.name)
-        self.description = (tool.description or f"{tool.name} from MCP server {server.name}").strip()
+        self.description = (
+            tool.description or f"{tool.name} from MCP server {server.name}"
+        ).strip()
         self.parameters = model_schema(tool.inputSchema)
 
     def hint(self, args: dict[str, Any]) -> str:
         """Every argument, not only the first: a server's tool says little by its first alone."""
-        shown = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items()).replace("\n", " ")
+        shown = ", ".join(
+            f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in args.items()
+        ).replace("\n", " ")
         return f"{self.name}({shown[:117] + '...' if len(shown) > 120 else shown})"
 
     async def run(self, **kwargs: Any) -> ToolResult:
         if not self.server.cfg.trusted:
             preview = json.dumps(kwargs, ensure_ascii=False)
-            decision = await self.ctx.approver.approve(ApprovalRequest(
-                kind="mcp",
-                summary=f"MCP server {self.server.name} wants to run its tool {self.remote_name}: "
-                        f"{preview[:120]}",
-                detail=json.dumps(kwargs, ensure_ascii=False, indent=2),
-                always_key=f"mcp:{self.server.name}:{self.remote_name}",
-                allow_hint=f'"trusted": true in tools.mcpServers.{self.server.name} of the config, or --approve mcp',
-            ))
+            decision = await self.ctx.approver.approve(
+                ApprovalRequest(
+                    kind="mcp",
+                    summary=f"MCP server {self.server.name} wants to run its tool {self.remote_name}: "
+                    f"{preview[:120]}",
+                    detail=json.dumps(kwargs, ensure_ascii=False, indent=2),
+                    always_key=f"mcp:{self.server.name}:{self.remote_name}",
+                    allow_hint=f'"trusted": true in tools.mcpServers.{self.server.name} of the config, or --approve mcp',
+                )
+            )
             if not decision.allowed:
-                return ToolResult(f"Error: not run: {decision.reason or 'the user declined'}", is_error=True)
+                return ToolResult(
+                    f"Error: not run: {decision.reason or 'the user declined'}", is_error=True
+                )
         try:
             result = await self.server.call(self.remote_name, kwargs)
         except CallFailed as exc:

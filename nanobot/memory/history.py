@@ -37,8 +37,33 @@ if TYPE_CHECKING:
 
     from nanobot.memory.recall_index import Hit, RecallIndex
 
-__all__ = ["search", "Ranked", "Exact", "AllWords", "RankedHits", "ExactHits", "Refresh", "refreshed_within", "Entry", "iter_entries", "iter_grep", "grep", "tail", "compile_pattern", "parse_when", "search_newest", "grep_fast", "grep_fast_output", "grep_fast_pieces", "stamp_lines", "STAMP_RE", "history_receipts",
-           "CHUNK_MARKER", "CHUNK_MARKER_RE", "without_chunk_markers"]
+__all__ = [
+    "search",
+    "Ranked",
+    "Exact",
+    "AllWords",
+    "RankedHits",
+    "ExactHits",
+    "Refresh",
+    "refreshed_within",
+    "Entry",
+    "iter_entries",
+    "iter_grep",
+    "grep",
+    "tail",
+    "compile_pattern",
+    "parse_when",
+    "search_newest",
+    "grep_fast",
+    "grep_fast_output",
+    "grep_fast_pieces",
+    "stamp_lines",
+    "STAMP_RE",
+    "history_receipts",
+    "CHUNK_MARKER",
+    "CHUNK_MARKER_RE",
+    "without_chunk_markers",
+]
 
 BLOCK_SIZE = 4 * 1024 * 1024
 _STAMP = STAMP_PATTERN
@@ -55,8 +80,11 @@ class Entry:
     line_no: int  # 1-based line of the entry's first line
 
     def to_json(self) -> dict:
-        return {"stamp": self.stamp.isoformat() if self.stamp else None,
-                "line": self.line_no, "text": self.text}
+        return {
+            "stamp": self.stamp.isoformat() if self.stamp else None,
+            "line": self.line_no,
+            "text": self.text,
+        }
 
 
 def compile_pattern(pattern: str, *, ignore_case: bool = False) -> re.Pattern[str]:
@@ -72,7 +100,9 @@ def parse_when(text: str, *, end_of_day: bool = False) -> datetime:
     if when is None:
         raise ValueError(f"not a date: {text!r} (use YYYY-MM-DD or 'YYYY-MM-DD HH:MM')")
     bare_date = _BARE_DATE.match(text) is not None
-    return when + timedelta(days=1) - timedelta(microseconds=1) if end_of_day and bare_date else when
+    return (
+        when + timedelta(days=1) - timedelta(microseconds=1) if end_of_day and bare_date else when
+    )
 
 
 def _stamp_of(m: re.Match[str]) -> datetime | None:
@@ -193,6 +223,7 @@ def _candidates(rx: re.Pattern[str]):
         def find(pos: int) -> int:
             m = rx.search(text, pos)
             return m.start() if m else -1
+
         return find
 
     return prepare
@@ -206,10 +237,20 @@ def _entry_start(text: str, pos: int) -> int:
     return start
 
 
-def iter_grep(path: Path, pattern: str | re.Pattern[str], *, ignore_case: bool = False,
-              since: datetime | None = None, until: datetime | None = None) -> Iterator[Entry]:
+def iter_grep(
+    path: Path,
+    pattern: str | re.Pattern[str],
+    *,
+    ignore_case: bool = False,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> Iterator[Entry]:
     """Entries (whole) in which `pattern` matches, in file order."""
-    rx = pattern if isinstance(pattern, re.Pattern) else compile_pattern(pattern, ignore_case=ignore_case)
+    rx = (
+        pattern
+        if isinstance(pattern, re.Pattern)
+        else compile_pattern(pattern, ignore_case=ignore_case)
+    )
     prepare = _candidates(rx)
     for text, first_line in _blocks(Path(path)):
         find = prepare(text)
@@ -232,9 +273,15 @@ def iter_grep(path: Path, pattern: str | re.Pattern[str], *, ignore_case: bool =
             pos = find(end) if end < len(text) else -1
 
 
-def grep(path: Path, pattern: str | re.Pattern[str], *, ignore_case: bool = False,
-         since: datetime | None = None, until: datetime | None = None,
-         last: int | None = None) -> list[Entry]:
+def grep(
+    path: Path,
+    pattern: str | re.Pattern[str],
+    *,
+    ignore_case: bool = False,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    last: int | None = None,
+) -> list[Entry]:
     """Matching entries; `last=N` keeps only the last N."""
     found = iter_grep(path, pattern, ignore_case=ignore_case, since=since, until=until)
     if last is not None:
@@ -281,6 +328,7 @@ def _count_newlines(fh, end: int) -> int:
 
 
 # ---- newest-first word search (the model's recall tool) ---------------------------------------
+
 
 def _entry_start_b(data: bytes | mmap.mmap, pos: int) -> int:
     """Start of the entry holding byte `pos`: the nearest stamp line at or before it (0 if none)."""
@@ -333,13 +381,22 @@ def _blocks_backward(path: Path, block_size: int) -> Iterator[tuple[bytes, int]]
             yield carry, 0
 
 
-def _search_cased(path: Path, terms: list[str], wanted: list[str], limit: int, since, until,
-                  block_size: int | None) -> list[Entry]:
+def _search_cased(
+    path: Path,
+    terms: list[str],
+    wanted: list[str],
+    limit: int,
+    since,
+    until,
+    block_size: int | None,
+) -> list[Entry]:
     """search_newest when every term has non-ASCII cased letters (Cyrillic, Greek...): the longest term
     is looked for as written, lower case, upper case and capitalised (mixed case inside a word is missed);
     the other terms are confirmed with full case folding."""
     longest = max(terms, key=len)
-    variants = {v.encode() for v in (longest, longest.lower(), longest.upper(), longest.capitalize())}
+    variants = {
+        v.encode() for v in (longest, longest.lower(), longest.upper(), longest.capitalize())
+    }
     found: list[Entry] = []
     for block, _ in _blocks_backward(path, block_size or BLOCK_SIZE):
         end = len(block)
@@ -378,8 +435,15 @@ def _caseless_runs(text: str) -> list[str]:
     return runs + ([cur] if cur else [])
 
 
-def search_newest(path: Path, terms: list[str], *, limit: int = 5, since: datetime | None = None,
-                  until: datetime | None = None, block_size: int | None = None) -> list[Entry]:
+def search_newest(
+    path: Path,
+    terms: list[str],
+    *,
+    limit: int = 5,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    block_size: int | None = None,
+) -> list[Entry]:
     """Up to `limit` whole entries containing every term (ignoring case), newest first.
 
     The file is read from its end, so a common word costs a few blocks and a rare one a single
@@ -416,17 +480,29 @@ def search_newest(path: Path, terms: list[str], *, limit: int = 5, since: dateti
                     return found
         scanned += len(block)
         if offset > 0 and scanned >= _TAIL_BYTES:
-            older = _search_older_with_rg(Path(path), offset, anchor, exact, wanted, limit - len(found), since, until)
+            older = _search_older_with_rg(
+                Path(path), offset, anchor, exact, wanted, limit - len(found), since, until
+            )
             if older is not None:
                 return found + older
     return found
 
 
-_TAIL_BYTES = 8 * 1024 * 1024  # read from the end in Python; what is older, ripgrep scans (when installed)
+_TAIL_BYTES = (
+    8 * 1024 * 1024
+)  # read from the end in Python; what is older, ripgrep scans (when installed)
 
 
-def _confirmed(data, low: bytes, start: int, stop: int, exact: list[bytes], wanted: list[str],
-               since: datetime | None, until: datetime | None) -> Entry | None:
+def _confirmed(
+    data,
+    low: bytes,
+    start: int,
+    stop: int,
+    exact: list[bytes],
+    wanted: list[str],
+    since: datetime | None,
+    until: datetime | None,
+) -> Entry | None:
     """The entry data[start:stop] if it holds every term and is in the date range (`low`: its lowered bytes)."""
     if not all(t in low for t in exact):
         return None
@@ -441,8 +517,16 @@ def _confirmed(data, low: bytes, start: int, stop: int, exact: list[bytes], want
     return entry if _in_range(entry, since, until) else None
 
 
-def _search_older_with_rg(path: Path, before: int, anchor: bytes, exact: list[bytes], wanted: list[str],
-                          limit: int, since: datetime | None, until: datetime | None) -> list[Entry] | None:
+def _search_older_with_rg(
+    path: Path,
+    before: int,
+    anchor: bytes,
+    exact: list[bytes],
+    wanted: list[str],
+    limit: int,
+    since: datetime | None,
+    until: datetime | None,
+) -> list[Entry] | None:
     """search_newest's matches in path[:before], found by ripgrep; None without rg."""
     import mmap
 
@@ -543,8 +627,21 @@ def _rg_usable(pattern: str, ignore_case: bool) -> bool:
 def _rg_argv(path: Path, args: list[str]) -> list[str]:
     # One line of output per matching line: the offset of the line's start, then (--max-columns 1)
     # a short "omitted" note instead of the line. All that is used is the entry the line is in.
-    return [str(_rg_binary()), "--no-config", "--text", "--byte-offset", "--max-columns", "1",
-            "--no-filename", "--color", "never", "--no-heading", *args, "--", str(path)]
+    return [
+        str(_rg_binary()),
+        "--no-config",
+        "--text",
+        "--byte-offset",
+        "--max-columns",
+        "1",
+        "--no-filename",
+        "--color",
+        "never",
+        "--no-heading",
+        *args,
+        "--",
+        str(path),
+    ]
 
 
 _RG_LINE = re.compile(rb"(\d+):[^\n]*\n")
@@ -565,8 +662,11 @@ def _rg_run(path: Path, args: list[str]) -> list[int] | None:
     if _rg_binary() is None:
         return None
     try:
-        proc = subprocess.run([*_rg_argv(path, ["--no-line-number", *args])], capture_output=True,
-                              stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [*_rg_argv(path, ["--no-line-number", *args])],
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+        )
     except OSError:
         return None
     return _rg_parse(proc.returncode, proc.stdout)
@@ -578,8 +678,11 @@ def _rg_probe(path: Path, args: list[str], lines: int) -> tuple[list[int], bool]
     import subprocess
 
     try:
-        proc = subprocess.run(_rg_argv(path, ["--no-line-number", "--max-count", str(lines), *args]),
-                              capture_output=True, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            _rg_argv(path, ["--no-line-number", "--max-count", str(lines), *args]),
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+        )
     except OSError:
         return None
     if proc.returncode not in (0, 1):
@@ -622,8 +725,14 @@ class _Hits(NamedTuple):
         return [(marks[k - 1] + 1, marks[k] + 1) for k in self.hits]
 
 
-def _matching_entries(path: Path, pattern: str, ignore_case: bool, since: datetime | None,
-                      until: datetime | None, last: int | None) -> _Hits | None:
+def _matching_entries(
+    path: Path,
+    pattern: str,
+    ignore_case: bool,
+    since: datetime | None,
+    until: datetime | None,
+    last: int | None,
+) -> _Hits | None:
     """The entries that match, through ripgrep, or None (see grep_fast).
 
     A first ripgrep run stops after _FEW_MATCHES matching lines. When fewer matched, each entry's
@@ -645,7 +754,9 @@ def _matching_entries(path: Path, pattern: str, ignore_case: bool, since: dateti
     import mmap
 
     with open(path, "rb") as fh:
-        data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)  # slices copy only the entries printed
+        data = mmap.mmap(
+            fh.fileno(), 0, access=mmap.ACCESS_READ
+        )  # slices copy only the entries printed
         if complete:
             marks, hits = _hits_by_search(data, offsets)
         else:
@@ -653,8 +764,12 @@ def _matching_entries(path: Path, pattern: str, ignore_case: bool, since: dateti
 
             # into a file, not a pipe: a full pipe would stall ripgrep until Python is done indexing
             with tempfile.TemporaryFile() as sink:
-                proc = subprocess.Popen(_rg_argv(path, ["--no-line-number", *args]), stdout=sink,
-                                        stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+                proc = subprocess.Popen(
+                    _rg_argv(path, ["--no-line-number", *args]),
+                    stdout=sink,
+                    stderr=subprocess.DEVNULL,
+                    stdin=subprocess.DEVNULL,
+                )
                 marks = _entry_marks(data)
                 proc.wait()
                 sink.seek(0)
@@ -663,7 +778,11 @@ def _matching_entries(path: Path, pattern: str, ignore_case: bool, since: dateti
                 return None
             hits = _hits_by_table(marks, found)
     if since is not None or until is not None:
-        hits = [k for k in hits if _in_range(Entry(_stamp_of_b(data, marks[k - 1] + 1), "", 0), since, until)]
+        hits = [
+            k
+            for k in hits
+            if _in_range(Entry(_stamp_of_b(data, marks[k - 1] + 1), "", 0), since, until)
+        ]
     if last is not None:
         hits = hits[-last:] if last > 0 else []
     return _Hits(data, marks, hits)
@@ -717,8 +836,15 @@ def _hits_by_table(marks: list[int], offsets: list[int]) -> list[int]:
     return hits
 
 
-def grep_fast_pieces(path: Path, pattern: str, *, ignore_case: bool = False, since: datetime | None = None,
-                     until: datetime | None = None, last: int | None = None) -> Iterator[tuple[bytes, int]] | None:
+def grep_fast_pieces(
+    path: Path,
+    pattern: str,
+    *,
+    ignore_case: bool = False,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    last: int | None = None,
+) -> Iterator[tuple[bytes, int]] | None:
     """What `nanobot history grep` prints when piped (each entry's text and a blank line), in pieces of
     (bytes, how many entries), through ripgrep; None when the fast path cannot answer (no rg, or a
     pattern it can't take)."""
@@ -728,10 +854,19 @@ def grep_fast_pieces(path: Path, pattern: str, *, ignore_case: bool = False, sin
     return _pieces(*found)
 
 
-def grep_fast_output(path: Path, pattern: str, *, ignore_case: bool = False, since: datetime | None = None,
-                     until: datetime | None = None, last: int | None = None) -> tuple[bytes, int] | None:
+def grep_fast_output(
+    path: Path,
+    pattern: str,
+    *,
+    ignore_case: bool = False,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    last: int | None = None,
+) -> tuple[bytes, int] | None:
     """grep_fast_pieces joined: the bytes printed and how many entries; None when it can't answer."""
-    pieces = grep_fast_pieces(path, pattern, ignore_case=ignore_case, since=since, until=until, last=last)
+    pieces = grep_fast_pieces(
+        path, pattern, ignore_case=ignore_case, since=since, until=until, last=last
+    )
     if pieces is None:
         return None
     chunks, count = [], 0
@@ -757,7 +892,7 @@ def _pieces(data, marks: list[int], hits: list[int]) -> Iterator[tuple[bytes, in
     size = count = n = 0
     first = last = end = prev = -2
     for k in hits:
-        if k == prev + 1 and data[end - 3:end] in _CLEAN_ENDS:
+        if k == prev + 1 and data[end - 3 : end] in _CLEAN_ENDS:
             last, end, prev = end, marks[k] + 1, k
             n += 1
             continue
@@ -779,7 +914,9 @@ def _pieces(data, marks: list[int], hits: list[int]) -> Iterator[tuple[bytes, in
 def _add_run(data, view: memoryview, first: int, last: int, end: int, n: int, parts: list) -> int:
     """Add the output for the n entries in data[first:end] (the last starts at `last`) to `parts`;
     returns how many are printed."""
-    if data[end - 3:end] in _CLEAN_ENDS:  # (only a blank preamble is shorter: its slice comes out short)
+    if (
+        data[end - 3 : end] in _CLEAN_ENDS
+    ):  # (only a blank preamble is shorter: its slice comes out short)
         parts.append(view[first:end])
         return n
     parts.append(view[first:last])
@@ -797,8 +934,15 @@ def _joined(parts: list) -> bytes:
     return chunk
 
 
-def grep_fast(path: Path, pattern: str, *, ignore_case: bool = False, since: datetime | None = None,
-              until: datetime | None = None, last: int | None = None) -> list[Entry] | None:
+def grep_fast(
+    path: Path,
+    pattern: str,
+    *,
+    ignore_case: bool = False,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    last: int | None = None,
+) -> list[Entry] | None:
     """The entries `grep` would return (line numbers included), through ripgrep; None when it can't."""
     found = _matching_entries(path, pattern, ignore_case, since, until, last)
     if found is None:
@@ -824,13 +968,18 @@ def history_receipts(workspace: Path):
     def stamps() -> set[str]:
         if not path.exists():
             return set()
-        return {e.stamp.strftime("%Y-%m-%d %H:%M") for e in iter_entries(path) if e.stamp is not None}
+        return {
+            e.stamp.strftime("%Y-%m-%d %H:%M") for e in iter_entries(path) if e.stamp is not None
+        }
+
     return stamps
 
 
 # -- one search; what is asked picks the engine ------------------------------------------------------
 
-Refresh = Callable[["RecallIndex"], bool]  # brings the recall index up to date (or part way); True: all of it
+Refresh = Callable[
+    ["RecallIndex"], bool
+]  # brings the recall index up to date (or part way); True: all of it
 
 
 def refreshed_within(seconds: float | None) -> Refresh:
@@ -849,7 +998,9 @@ class Ranked:
     until: datetime | None = None
     session: str | None = None  # only this session (its key), or memory/HISTORY.md
     role: str | None = None
-    exclude_live: str | None = None  # this session's unconsolidated messages are in the prompt already
+    exclude_live: str | None = (
+        None  # this session's unconsolidated messages are in the prompt already
+    )
     only_sessions: frozenset[str] | None = None  # hits from these sessions (and HISTORY.md) only
     refresh: Refresh | None = None
 
@@ -895,8 +1046,14 @@ class ExactHits:
         r = self.request
         if self.path is None:
             return iter(())
-        return grep_fast_pieces(self.path, r.pattern, ignore_case=r.ignore_case, since=r.since, until=r.until,
-                                last=r.last)
+        return grep_fast_pieces(
+            self.path,
+            r.pattern,
+            ignore_case=r.ignore_case,
+            since=r.since,
+            until=r.until,
+            last=r.last,
+        )
 
     def entries(self) -> Iterator[Entry]:
         """The matching entries with their line numbers; raises re.error for a bad pattern."""
@@ -904,7 +1061,14 @@ class ExactHits:
         if self.path is None:
             return iter(())
         rx = compile_pattern(r.pattern, ignore_case=r.ignore_case)
-        found = grep_fast(self.path, r.pattern, ignore_case=r.ignore_case, since=r.since, until=r.until, last=r.last)
+        found = grep_fast(
+            self.path,
+            r.pattern,
+            ignore_case=r.ignore_case,
+            since=r.since,
+            until=r.until,
+            last=r.last,
+        )
         if found is not None:
             return iter(found)
         if r.last is not None:
@@ -913,22 +1077,38 @@ class ExactHits:
 
 
 @overload
-def search(request: Ranked, *, history: Path | None, sessions: Path | None = None,
-           index: Path | None = None) -> RankedHits: ...
+def search(
+    request: Ranked,
+    *,
+    history: Path | None,
+    sessions: Path | None = None,
+    index: Path | None = None,
+) -> RankedHits: ...
 
 
 @overload
-def search(request: Exact, *, history: Path | None, sessions: Path | None = None,
-           index: Path | None = None) -> ExactHits: ...
+def search(
+    request: Exact, *, history: Path | None, sessions: Path | None = None, index: Path | None = None
+) -> ExactHits: ...
 
 
 @overload
-def search(request: AllWords, *, history: Path | None, sessions: Path | None = None,
-           index: Path | None = None) -> list[Entry]: ...
+def search(
+    request: AllWords,
+    *,
+    history: Path | None,
+    sessions: Path | None = None,
+    index: Path | None = None,
+) -> list[Entry]: ...
 
 
-def search(request: Ranked | Exact | AllWords, *, history: Path | None, sessions: Path | None = None,
-           index: Path | None = None) -> RankedHits | ExactHits | list[Entry]:
+def search(
+    request: Ranked | Exact | AllWords,
+    *,
+    history: Path | None,
+    sessions: Path | None = None,
+    index: Path | None = None,
+) -> RankedHits | ExactHits | list[Entry]:
     """Search what is archived. `history` is the workspace's HISTORY.md (None, or a missing file:
     nothing archived there yet); a ranked search also reads the session files in `sessions` (default:
     this home's) through the index at `index` (default: this home's). The request's kind picks the
@@ -940,20 +1120,33 @@ def search(request: Ranked | Exact | AllWords, *, history: Path | None, sessions
         return ExactHits(path, request)
     if path is None:
         return []
-    return search_newest(path, list(request.terms), limit=request.limit, since=request.since, until=request.until)
+    return search_newest(
+        path, list(request.terms), limit=request.limit, since=request.since, until=request.until
+    )
 
 
-def _ranked(request: Ranked, history: Path | None, sessions: Path | None, index_path: Path | None) -> RankedHits:
+def _ranked(
+    request: Ranked, history: Path | None, sessions: Path | None, index_path: Path | None
+) -> RankedHits:
     from nanobot.memory.recall_index import RecallIndex, default_index_path
     from nanobot.paths import sessions_dir
 
-    index = RecallIndex(index_path or default_index_path(), sessions=sessions or sessions_dir(), history=history)
+    index = RecallIndex(
+        index_path or default_index_path(), sessions=sessions or sessions_dir(), history=history
+    )
     try:
         complete = (request.refresh or refreshed_within(None))(index)
         only = set(request.only_sessions) if request.only_sessions is not None else None
-        hits = index.search(request.query, limit=request.limit, since=request.since, until=request.until,
-                            session=request.session, role=request.role, exclude_live=request.exclude_live,
-                            only_sessions=only)
+        hits = index.search(
+            request.query,
+            limit=request.limit,
+            since=request.since,
+            until=request.until,
+            session=request.session,
+            role=request.role,
+            exclude_live=request.exclude_live,
+            only_sessions=only,
+        )
     finally:
         index.close()
     return RankedHits(hits, complete)

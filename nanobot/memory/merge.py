@@ -21,7 +21,7 @@ __all__ = ["merge_update"]
 def _find_block(lines: list[str], block: list[str]) -> int | None:
     n = len(block)
     for i in range(len(lines) - n + 1):
-        if lines[i:i + n] == block:
+        if lines[i : i + n] == block:
             return i
     return None
 
@@ -40,7 +40,7 @@ def merge_update(base: str, update: str, current: str) -> tuple[str, list[str]]:
             if pos is None:
                 conflicts.extend(x for x in new if x.strip() and x not in have)
                 continue
-            out[pos:pos + len(old)] = new
+            out[pos : pos + len(old)] = new
         else:
             fresh = [x for x in new if not x.strip() or x not in have]
             if not any(x.strip() for x in fresh):

@@ -74,7 +74,11 @@ class PromptFiles:
         """Who wrote `text` (the file's current text): the ledger's author when it recorded this very
         text, else the user (a hand edit, the template, or a file from before this ledger)."""
         entry = self._ledger().get(name)
-        if isinstance(entry, dict) and entry.get("sha256") == _sha(text) and entry.get("author") == "assistant":
+        if (
+            isinstance(entry, dict)
+            and entry.get("sha256") == _sha(text)
+            and entry.get("author") == "assistant"
+        ):
             return Authorship("assistant", str(entry.get("at") or ""))
         return Authorship("user", "")
 
@@ -89,12 +93,22 @@ class PromptFiles:
                 continue
             found.append((saved, path, author or "user"))
         found.sort(key=lambda item: item[0], reverse=True)
-        return [PromptVersion(i + 1, path, saved, author) for i, (saved, path, author) in enumerate(found)]
+        return [
+            PromptVersion(i + 1, path, saved, author)
+            for i, (saved, path, author) in enumerate(found)
+        ]
 
     # -- writing ----------------------------------------------------------------------------
 
-    def write(self, name: str, text: str, *, author: str, seen_by_user: bool = True,
-              replaced: str | None = None) -> Path | None:
+    def write(
+        self,
+        name: str,
+        text: str,
+        *,
+        author: str,
+        seen_by_user: bool = True,
+        replaced: str | None = None,
+    ) -> Path | None:
         """Replace `name` with `text`; the replaced text becomes a version (returned). `seen_by_user`:
         a person approved this very change (else new HEARTBEAT.md tasks wait for approval).
         `replaced`: the text before, when the file already holds `text` (a command's approved change)."""
@@ -106,8 +120,11 @@ class PromptFiles:
                 version = self._save_version(name, before, self.authorship(name, before).author)
             atomic_write(target, text)
             ledger = self._ledger()
-            ledger[name] = {"sha256": _sha(text), "author": author,
-                            "at": datetime.now(UTC).isoformat(timespec="seconds")}
+            ledger[name] = {
+                "sha256": _sha(text),
+                "author": author,
+                "at": datetime.now(UTC).isoformat(timespec="seconds"),
+            }
             atomic_write(self.ledger_path, json.dumps(ledger, indent=1) + "\n", mode=0o600)
             if name == "HEARTBEAT.md":
                 added = [t for t in heartbeat_tasks(text) if t not in heartbeat_tasks(before or "")]
@@ -121,8 +138,10 @@ class PromptFiles:
         """Put version `n` back (written by the user's hand: they chose it); the current text is kept."""
         versions = self.versions(name)
         if not 1 <= n <= len(versions):
-            raise VersionNotFound(f"{name} has no version {n} (it has {len(versions)})",
-                                  hint=f"`nanobot prompt versions {name}` lists them.")
+            raise VersionNotFound(
+                f"{name} has no version {n} (it has {len(versions)})",
+                hint=f"`nanobot prompt versions {name}` lists them.",
+            )
         chosen = versions[n - 1]
         return self.write(name, chosen.path.read_text(encoding="utf-8"), author="user")
 
@@ -159,7 +178,9 @@ class PromptFiles:
         return read_pending(self.workspace)
 
     def _save_pending(self, tasks: list[str]) -> None:
-        atomic_write(self.pending_path, json.dumps(tasks, indent=1, ensure_ascii=False) + "\n", mode=0o600)
+        atomic_write(
+            self.pending_path, json.dumps(tasks, indent=1, ensure_ascii=False) + "\n", mode=0o600
+        )
 
     @contextmanager
     def _locked(self) -> Iterator[None]:

@@ -34,7 +34,9 @@ class HistoryStoreLike(Protocol):
         """The last `max_bytes` of the log as text ("" when there is none)."""
         ...
 
-    def append_raw_archive(self, messages: list[Message], reason: str, /, *, marker: str = "") -> str:
+    def append_raw_archive(
+        self, messages: list[Message], reason: str, /, *, marker: str = ""
+    ) -> str:
         """Archive messages that could not be summarised; returns the entry's first line."""
         ...
 
@@ -42,8 +44,16 @@ class HistoryStoreLike(Protocol):
 class ConsolidationMemory(MemoryStoreLike, HistoryStoreLike, Protocol):
     """What consolidation writes through: a history entry and a MEMORY.md update, both or neither."""
 
-    def record_consolidation(self, history_entry: str, memory_update: str | None, /, *, truncated: bool,
-                             base: str | None, when: datetime | None = None) -> tuple[str, UpdateOutcome]:
+    def record_consolidation(
+        self,
+        history_entry: str,
+        memory_update: str | None,
+        /,
+        *,
+        truncated: bool,
+        base: str | None,
+        when: datetime | None = None,
+    ) -> tuple[str, UpdateOutcome]:
         """Returns (the entry's first line, what became of the update); raises MemoryUpdateRefused,
         writing nothing, when either part fails its checks."""
         ...

@@ -45,8 +45,18 @@ from nanobot.messages import parse_timestamp, transcript_lines
 from nanobot.paths import PRIVATE_FILE_MODE, nanobot_home
 from nanobot.secrets_mask import mask_secrets
 
-__all__ = ["RecallIndex", "Hit", "Unit", "RefreshReport", "query_terms", "fts_query", "default_index_path",
-           "HISTORY_LABEL", "PASSAGE_CHARS", "best_window"]
+__all__ = [
+    "RecallIndex",
+    "Hit",
+    "Unit",
+    "RefreshReport",
+    "query_terms",
+    "fts_query",
+    "default_index_path",
+    "HISTORY_LABEL",
+    "PASSAGE_CHARS",
+    "best_window",
+]
 
 SCHEMA_VERSION = 1
 PASSAGE_CHARS = 1500  # a longer unit is stored as passages of at most this many characters
@@ -60,7 +70,8 @@ _TS_FORMAT = "%Y-%m-%d %H:%M:%S"
 _STOPWORDS = frozenset(
     "a an and are as at be been but by can could did do does for from had has have he her his how i if in "
     "into is it its me my of on or our she so than that the their them then there these they this to "
-    "us was we were what when where which who whom why will with would you your about did do".split())
+    "us was we were what when where which who whom why will with would you your about did do".split()
+)
 
 
 def default_index_path() -> Path:
@@ -68,6 +79,7 @@ def default_index_path() -> Path:
 
 
 # ---- the query ------------------------------------------------------------------------------------
+
 
 def query_terms(query: str) -> list[str]:
     """Words of the query; "quoted text" stays one phrase."""
@@ -83,7 +95,9 @@ def _content_terms(query: str) -> list[str]:
     """The query's terms that can match (each has a letter or digit), function words left out when
     there are others: they would rank nothing and cost time."""
     terms = [t for t in query_terms(query) if any(c.isalnum() for c in t)]
-    content = [t for t in terms if " " in t.strip() or t.strip(".,;:!?'\"()").lower() not in _STOPWORDS]
+    content = [
+        t for t in terms if " " in t.strip() or t.strip(".,;:!?'\"()").lower() not in _STOPWORDS
+    ]
     return list(dict.fromkeys(content or terms))
 
 
@@ -102,12 +116,14 @@ def query_words(query: str) -> list[str]:
     return [w for w in re.findall(r"\w+", query.lower()) if w not in _STOPWORDS]
 
 
-_RERANK_DEPTH = 4  # BM25's best limit x this are reranked by how many of the query's words they hold
+_RERANK_DEPTH = (
+    4  # BM25's best limit x this are reranked by how many of the query's words they hold
+)
 _COVERAGE_WEIGHT = 0.25
 
 
 def _stem(word: str) -> str:
-    return word[:max(4, len(word) - 2)] if len(word) > 4 else word
+    return word[: max(4, len(word) - 2)] if len(word) > 4 else word
 
 
 def _reranked(bm25: float, text: str, words: list[str]) -> float:
@@ -155,6 +171,7 @@ def best_window(text: str, words: list[str], size: int) -> tuple[int, int]:
 
 # ---- units ----------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Unit:
     """One stored passage: a message (or part of one) of a session, or an entry (or part) of HISTORY.md."""
@@ -173,8 +190,15 @@ class Unit:
         return f"{self.session}#{self.seq}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"ref": self.ref, "session": self.session, "message": self.seq, "part": self.part,
-                "date": self.when or None, "role": self.role, "text": self.text}
+        return {
+            "ref": self.ref,
+            "session": self.session,
+            "message": self.seq,
+            "part": self.part,
+            "date": self.when or None,
+            "role": self.role,
+            "text": self.text,
+        }
 
 
 @dataclass(frozen=True)
@@ -223,9 +247,11 @@ def _local(when: datetime | None) -> str:
 
 def _message_text(record: dict[str, Any]) -> str:
     """The transcript lines of a message, without the "USER: " its speaker already says."""
-    text = "\n".join(transcript_lines(record, tool_chars=TOOL_RESULT_CHARS, arg_chars=ARGUMENT_CHARS))
+    text = "\n".join(
+        transcript_lines(record, tool_chars=TOOL_RESULT_CHARS, arg_chars=ARGUMENT_CHARS)
+    )
     prefix = f"{str(record.get('role', '')).upper()}: "
-    return text[len(prefix):] if text.startswith(prefix) else text
+    return text[len(prefix) :] if text.startswith(prefix) else text
 
 
 # ---- the index ------------------------------------------------------------------------------------
@@ -269,7 +295,9 @@ _ORPHANS_REBUILD_MIN = 20_000
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:
-    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+    return isinstance(exc, sqlite3.OperationalError) and (
+        "locked" in str(exc) or "busy" in str(exc)
+    )
 
 
 @dataclass
@@ -306,10 +334,12 @@ class RecallIndex:
                 if _is_busy(exc):
                     raise
                 if attempt:
-                    raise RecallIndexError(f"the recall index {self.path} cannot be used: {exc}",
-                                           hint="check that the nanobot home is writable and not full; the index "
-                                                "is rebuilt from the session files and HISTORY.md",
-                                           path=str(self.path)) from None
+                    raise RecallIndexError(
+                        f"the recall index {self.path} cannot be used: {exc}",
+                        hint="check that the nanobot home is writable and not full; the index "
+                        "is rebuilt from the session files and HISTORY.md",
+                        path=str(self.path),
+                    ) from None
                 self._delete()
         raise AssertionError("unreachable")
 
@@ -318,21 +348,28 @@ class RecallIndex:
         db = sqlite3.connect(self.path, timeout=0.2, isolation_level=None, check_same_thread=False)
         try:
             if fresh:
-                os.chmod(self.path, PRIVATE_FILE_MODE)  # it says what was said: as private as the sessions
+                os.chmod(
+                    self.path, PRIVATE_FILE_MODE
+                )  # it says what was said: as private as the sessions
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                 db.execute("BEGIN IMMEDIATE")  # (another process may be creating it this moment)
                 try:
                     version = db.execute("PRAGMA user_version").fetchone()[0]
-                    if version == 0 and not db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                    if (
+                        version == 0
+                        and not db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+                    ):
                         for statement in _SCHEMA.split(";"):
                             db.execute(statement)
                         db.execute("INSERT INTO meta VALUES ('next_id', 1), ('orphans', 0)")
                         db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
                         self.rebuilt = self.rebuilt or not fresh
                     elif version != SCHEMA_VERSION:
-                        raise sqlite3.DatabaseError(f"index schema {version}, expected {SCHEMA_VERSION}")
+                        raise sqlite3.DatabaseError(
+                            f"index schema {version}, expected {SCHEMA_VERSION}"
+                        )
                     db.execute("COMMIT")
                 except BaseException:
                     db.execute("ROLLBACK")
@@ -418,6 +455,7 @@ class RecallIndex:
 
     def pending_bytes(self) -> int:
         """How many bytes a refresh would read (an estimate: a rewritten file counts whole)."""
+
         def work(db: sqlite3.Connection) -> int:
             known = {row[0]: row[1:] for row in db.execute("SELECT path, inode, done FROM sources")}
             total = 0
@@ -427,36 +465,57 @@ class RecallIndex:
                 except OSError:
                     continue
                 inode, done = known.get(src.path, (None, 0))
-                total += st.st_size - done if inode == st.st_ino and done <= st.st_size else st.st_size
+                total += (
+                    st.st_size - done if inode == st.st_ino and done <= st.st_size else st.st_size
+                )
             return total
+
         return int(self._guarded(work))
 
-    def refresh(self, *, budget_seconds: float | None = None,
-                progress: Callable[[int, int], None] | None = None) -> RefreshReport:
+    def refresh(
+        self,
+        *,
+        budget_seconds: float | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> RefreshReport:
         """Index what was written since the last refresh (rules 1, 2); stops after `budget_seconds`.
         Another process writing the index meanwhile: returns at once, incomplete."""
         try:
-            report: RefreshReport = self._guarded(lambda db: self._refresh(db, budget_seconds, progress))
+            report: RefreshReport = self._guarded(
+                lambda db: self._refresh(db, budget_seconds, progress)
+            )
             return report
         except sqlite3.OperationalError as exc:
             if _is_busy(exc):
                 return RefreshReport(False, 0, 0)
             raise
 
-    def _refresh(self, db: sqlite3.Connection, budget: float | None,
-                 progress: Callable[[int, int], None] | None) -> RefreshReport:
+    def _refresh(
+        self,
+        db: sqlite3.Connection,
+        budget: float | None,
+        progress: Callable[[int, int], None] | None,
+    ) -> RefreshReport:
         deadline = time.monotonic() + budget if budget is not None else None
         orphans = db.execute("SELECT value FROM meta WHERE key = 'orphans'").fetchone()[0]
-        if orphans > _ORPHANS_REBUILD_MIN and orphans > db.execute("SELECT count(*) FROM units").fetchone()[0]:
+        if (
+            orphans > _ORPHANS_REBUILD_MIN
+            and orphans > db.execute("SELECT count(*) FROM units").fetchone()[0]
+        ):
             self._delete()
             db = self._connect()
-        known = {path: (inode, done) for path, inode, done in db.execute("SELECT path, inode, done FROM sources")}
+        known = {
+            path: (inode, done)
+            for path, inode, done in db.execute("SELECT path, inode, done FROM sources")
+        }
         queue, present = self._changed(known)
         gone = known.keys() - present
         if gone:
             with _transaction(db):
                 for path in sorted(gone):
-                    src_id = db.execute("SELECT id FROM sources WHERE path = ?", (path,)).fetchone()[0]
+                    src_id = db.execute(
+                        "SELECT id FROM sources WHERE path = ?", (path,)
+                    ).fetchone()[0]
                     self._forget(db, src_id)
                     db.execute("DELETE FROM sources WHERE id = ?", (src_id,))
         total = self.pending_bytes() if progress is not None else 0
@@ -465,7 +524,9 @@ class RecallIndex:
             if deadline is not None and time.monotonic() > deadline:
                 break
             room = _COMMIT_BYTES
-            with _transaction(db):  # several small sources, or a part of a large one, per transaction
+            with _transaction(
+                db
+            ):  # several small sources, or a part of a large one, per transaction
                 while queue and room > 0:
                     got, finished = self._index_step(db, queue[0], room)
                     room -= max(got, 1)
@@ -490,19 +551,34 @@ class RecallIndex:
             return 0, True
         with fh:
             st = os.fstat(fh.fileno())
-            row = db.execute("SELECT id, inode, done, fingerprint, seq, n, pointer, last_when, last_role, session "
-                             "FROM sources WHERE path = ?", (src.path,)).fetchone()
+            row = db.execute(
+                "SELECT id, inode, done, fingerprint, seq, n, pointer, last_when, last_role, session "
+                "FROM sources WHERE path = ?",
+                (src.path,),
+            ).fetchone()
             if row is not None:
-                src_id, inode, done, fingerprint, seq, n, pointer, last_when, last_role, session = row
+                src_id, inode, done, fingerprint, seq, n, pointer, last_when, last_role, session = (
+                    row
+                )
                 if inode != st.st_ino or done > st.st_size or _fingerprint(fh, done) != fingerprint:
                     self._forget(db, src_id)  # rewritten or changed: index it again (rule 2)
                     done, seq, n, pointer, last_when, last_role = 0, 0, 0, 0, "", ""
                     session = src.session
             else:
-                done, seq, n, pointer, last_when, last_role, session = 0, 0, 0, 0, "", "", src.session
-                cur = db.execute("INSERT INTO sources (path, kind, session, inode, done, fingerprint, seq, n, "
-                                 "pointer, last_when, last_role) VALUES (?, ?, ?, ?, 0, 0, 0, 0, 0, '', '')",
-                                 (src.path, src.kind, session, st.st_ino))
+                done, seq, n, pointer, last_when, last_role, session = (
+                    0,
+                    0,
+                    0,
+                    0,
+                    "",
+                    "",
+                    src.session,
+                )
+                cur = db.execute(
+                    "INSERT INTO sources (path, kind, session, inode, done, fingerprint, seq, n, "
+                    "pointer, last_when, last_role) VALUES (?, ?, ?, ?, 0, 0, 0, 0, 0, '', '')",
+                    (src.path, src.kind, session, st.st_ino),
+                )
                 src_id = cur.lastrowid
             if done >= st.st_size:
                 return 0, True
@@ -526,14 +602,28 @@ class RecallIndex:
                     session = _session_key(data, src.path)
                 seq, pointer, last_when = _session_units(data, done, seq, pointer, last_when, rows)
             else:
-                seq, last_when, last_role = _history_units(data, done, seq, last_when, last_role, rows)
+                seq, last_when, last_role = _history_units(
+                    data, done, seq, last_when, last_role, rows
+                )
             self._insert(db, src_id, n, rows)
             n += len(rows)
             new_done = done + len(data)
-            db.execute("UPDATE sources SET inode = ?, done = ?, fingerprint = ?, seq = ?, n = ?, pointer = ?, "
-                       "last_when = ?, last_role = ?, session = ? WHERE id = ?",
-                       (st.st_ino, new_done, _fingerprint_of(data, done, fh, new_done), seq, n, pointer,
-                        last_when, last_role, session, src_id))
+            db.execute(
+                "UPDATE sources SET inode = ?, done = ?, fingerprint = ?, seq = ?, n = ?, pointer = ?, "
+                "last_when = ?, last_role = ?, session = ? WHERE id = ?",
+                (
+                    st.st_ino,
+                    new_done,
+                    _fingerprint_of(data, done, fh, new_done),
+                    seq,
+                    n,
+                    pointer,
+                    last_when,
+                    last_role,
+                    session,
+                    src_id,
+                ),
+            )
             return len(data), whole
 
     def _insert(self, db: sqlite3.Connection, src_id: int, n: int, rows: list[_Row]) -> None:
@@ -541,18 +631,32 @@ class RecallIndex:
             return
         first = db.execute("SELECT value FROM meta WHERE key = 'next_id'").fetchone()[0]
         texts = _mask_many([row[6] for row in rows])
-        db.executemany("INSERT INTO units (id, src, n, seq, part, ts, role, pos, len) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                       ((first + k, src_id, n + k, *row[:6]) for k, row in enumerate(rows)))
-        db.executemany("INSERT INTO fts (rowid, text) VALUES (?, ?)",
-                       ((first + k, _spaced(text)) for k, text in enumerate(texts)))
+        db.executemany(
+            "INSERT INTO units (id, src, n, seq, part, ts, role, pos, len) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            ((first + k, src_id, n + k, *row[:6]) for k, row in enumerate(rows)),
+        )
+        db.executemany(
+            "INSERT INTO fts (rowid, text) VALUES (?, ?)",
+            ((first + k, _spaced(text)) for k, text in enumerate(texts)),
+        )
         db.execute("UPDATE meta SET value = ? WHERE key = 'next_id'", (first + len(rows),))
 
     # -- asking it --------------------------------------------------------------------------------
 
-    def search(self, query: str, *, limit: int = 5, since: datetime | None = None, until: datetime | None = None,
-               session: str | None = None, role: str | None = None, exclude_live: str | None = None,
-               only_sessions: set[str] | None = None, neighbours: bool = True) -> list[Hit]:
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = 5,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        session: str | None = None,
+        role: str | None = None,
+        exclude_live: str | None = None,
+        only_sessions: set[str] | None = None,
+        neighbours: bool = True,
+    ) -> list[Hit]:
         """The best `limit` units for `query` (rule 5) within the filters. `exclude_live` (a session key):
         that session's unconsolidated messages (already in the prompt) are left out;
         `only_sessions` keeps hits from those sessions (and HISTORY.md) only."""
@@ -580,21 +684,31 @@ class RecallIndex:
             marks = ", ".join("?" for _ in only_sessions)
             where.append(f"(s.kind = 'history' OR s.session IN ({marks}))")
             args.extend(sorted(only_sessions))
-        sql = (f"SELECT {_UNIT_COLUMNS}, {{score}} AS score FROM fts JOIN units u ON u.id = fts.rowid "
-               f"JOIN sources s ON s.id = u.src WHERE {' AND '.join(where)} ORDER BY {{order}} LIMIT ?")
-        args.append(limit * _RERANK_DEPTH + 5)  # candidates for the rerank, and spares for stale sources
+        sql = (
+            f"SELECT {_UNIT_COLUMNS}, {{score}} AS score FROM fts JOIN units u ON u.id = fts.rowid "
+            f"JOIN sources s ON s.id = u.src WHERE {' AND '.join(where)} ORDER BY {{order}} LIMIT ?"
+        )
+        args.append(
+            limit * _RERANK_DEPTH + 5
+        )  # candidates for the rerank, and spares for stale sources
         wanted = query_words(query)
 
         def work(db: sqlite3.Connection) -> list[Hit]:
             kept, common = _without_common(db, terms)
-            if kept:  # (equal scores keep the order FTS5's own ranking gives them: the older unit first)
+            if (
+                kept
+            ):  # (equal scores keep the order FTS5's own ranking gives them: the older unit first)
                 args[0] = _match(kept)
-                rows = db.execute(sql.format(score="bm25(fts)", order="score, u.id"), args).fetchall()
+                rows = db.execute(
+                    sql.format(score="bm25(fts)", order="score, u.id"), args
+                ).fetchall()
             else:  # every word is common: the newest units that hold them all (or, failing that, any)
                 rows = []
                 for joiner in (" AND ", " OR "):
                     args[0] = joiner.join(_match([word]) or "" for word in common)
-                    rows = db.execute(sql.format(score="-1.0", order="fts.rowid DESC"), args).fetchall()
+                    rows = db.execute(
+                        sql.format(score="-1.0", order="fts.rowid DESC"), args
+                    ).fetchall()
                     if len(rows) >= limit:
                         break
             reader = _Reader(db)
@@ -608,7 +722,9 @@ class RecallIndex:
             hits = []
             for score, _, unit, row in [scored[i] for i in order[:limit]]:
                 before = after = None
-                if neighbours:  # the messages around it; for an entry (a summary of its own), its other parts
+                if (
+                    neighbours
+                ):  # the messages around it; for an entry (a summary of its own), its other parts
                     before = reader.unit_at(row[-3], row[-2] - 1)
                     after = reader.unit_at(row[-3], row[-2] + 1)
                     if row[9] == "history":
@@ -616,34 +732,44 @@ class RecallIndex:
                         after = after if after is not None and after.seq == unit.seq else None
                 hits.append(Hit(unit, score, before, after))
             return hits
+
         found: list[Hit] = self._guarded(work)
         return found
 
     def around(self, session: str, seq: int, *, before: int = 3, after: int = 3) -> list[Unit]:
         """The units of messages (or entries) seq-before .. seq+after of `session` (or HISTORY_LABEL)."""
+
         def work(db: sqlite3.Connection) -> list[Unit]:
             reader = _Reader(db)
             rows = db.execute(
                 f"SELECT {_UNIT_COLUMNS} FROM units u JOIN sources s ON s.id = u.src "
                 "WHERE s.session = ? AND u.seq BETWEEN ? AND ? ORDER BY u.src, u.n",
-                (session, seq - before, seq + after)).fetchall()
+                (session, seq - before, seq + after),
+            ).fetchall()
             return [u for u in map(reader.unit, rows) if u is not None]
+
         units: list[Unit] = self._guarded(work)
         return units
 
     def stats(self) -> dict[str, int]:
         """Units, sources, bytes indexed and orphaned rows (for the benchmarks)."""
+
         def work(db: sqlite3.Connection) -> dict[str, int]:
             units = db.execute("SELECT count(*) FROM units").fetchone()[0]
-            sources, done = db.execute("SELECT count(*), coalesce(sum(done), 0) FROM sources").fetchone()
+            sources, done = db.execute(
+                "SELECT count(*), coalesce(sum(done), 0) FROM sources"
+            ).fetchone()
             orphans = db.execute("SELECT value FROM meta WHERE key = 'orphans'").fetchone()[0]
             return {"units": units, "sources": sources, "bytes_indexed": done, "orphans": orphans}
+
         found: dict[str, int] = self._guarded(work)
         return found
 
 
-_UNIT_COLUMNS = "u.id, s.session, u.seq, u.part, u.ts, u.role, u.pos, u.len, s.path, s.kind, s.inode, s.done, " \
-                "s.fingerprint, u.src, u.n"
+_UNIT_COLUMNS = (
+    "u.id, s.session, u.seq, u.part, u.ts, u.role, u.pos, u.len, s.path, s.kind, s.inode, s.done, "
+    "s.fingerprint, u.src, u.n"
+)
 
 
 # A word in more units than this is left out of a query that has rarer words (the rerank still counts
@@ -655,8 +781,13 @@ _COMMON_DOCS = 5000
 
 def _doc_counts(db: sqlite3.Connection, words: list[str], cap: int) -> list[int]:
     """How many units hold each word, counted up to `cap` + 1 (counting further is what is slow)."""
-    return [db.execute("SELECT count(*) FROM (SELECT 1 FROM fts WHERE fts MATCH ? LIMIT ?)",
-                       (_match([word]), cap + 1)).fetchone()[0] for word in words]
+    return [
+        db.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM fts WHERE fts MATCH ? LIMIT ?)",
+            (_match([word]), cap + 1),
+        ).fetchone()[0]
+        for word in words
+    ]
 
 
 def _unit_count(db: sqlite3.Connection) -> int:
@@ -668,7 +799,9 @@ def _without_common(db: sqlite3.Connection, terms: list[str]) -> tuple[list[str]
     words = [t for t in terms if " " not in t.strip()]
     if not words or _unit_count(db) <= _COMMON_DOCS:
         return terms, []
-    common = [w for w, count in zip(words, _doc_counts(db, words, _COMMON_DOCS)) if count > _COMMON_DOCS]
+    common = [
+        w for w, count in zip(words, _doc_counts(db, words, _COMMON_DOCS)) if count > _COMMON_DOCS
+    ]
     return [t for t in terms if t not in common], common
 
 
@@ -688,30 +821,43 @@ def _link_words(text: str, asked: set[str]) -> set[str]:
     return {w for w in found if _stem(w) not in asked}
 
 
-def _second_hop(db: sqlite3.Connection, ranked: list[tuple[float, Unit]], words: list[str]) -> list[int]:
+def _second_hop(
+    db: sqlite3.Connection, ranked: list[tuple[float, Unit]], words: list[str]
+) -> list[int]:
     """The order of `ranked` (reranked candidates, best first) after the second hop: the best stays
     first; each other is strengthened by the rarest word it shares with the best."""
     if len(ranked) < 3:
         return list(range(len(ranked)))
     asked = {_stem(w) for w in words}
     first = _link_words(ranked[0][1].text, asked)
-    shared = [first & _link_words(unit.text, asked) if i else set() for i, (_, unit) in enumerate(ranked)]
+    shared = [
+        first & _link_words(unit.text, asked) if i else set() for i, (_, unit) in enumerate(ranked)
+    ]
     spread: dict[str, int] = {}
     for words_shared in shared:
         for word in words_shared:
             spread[word] = spread.get(word, 0) + 1
     # (the words shared with the fewest others first: a word in half of them links nothing)
-    candidates = sorted((w for w, c in spread.items() if c <= len(ranked) // 2), key=lambda w: (spread[w], w))
+    candidates = sorted(
+        (w for w, c in spread.items() if c <= len(ranked) // 2), key=lambda w: (spread[w], w)
+    )
     candidates = candidates[:_LINK_CANDIDATES]
     total = _unit_count(db)
     if not candidates or total < 4:
         return list(range(len(ranked)))
-    cap = min(int(total ** 0.5), _LINK_DOCS)
-    rarity = {word: math.log(total / df) / math.log(total)
-              for word, df in zip(candidates, _doc_counts(db, candidates, cap)) if 0 < df <= cap}
+    cap = min(int(total**0.5), _LINK_DOCS)
+    rarity = {
+        word: math.log(total / df) / math.log(total)
+        for word, df in zip(candidates, _doc_counts(db, candidates, cap))
+        if 0 < df <= cap
+    }
+
     def strength(i: int) -> float:
         return max((rarity.get(w, 0.0) for w in shared[i]), default=0.0)
-    rest = sorted(range(1, len(ranked)), key=lambda i: (ranked[i][0] * (1.0 + _LINK_WEIGHT * strength(i)), i))
+
+    rest = sorted(
+        range(1, len(ranked)), key=lambda i: (ranked[i][0] * (1.0 + _LINK_WEIGHT * strength(i)), i)
+    )
     return [0, *rest]
 
 
@@ -742,8 +888,11 @@ class _Reader:
             try:
                 with open(path, "rb") as fh:
                     st = os.fstat(fh.fileno())
-                    self._ok[path] = (st.st_ino == inode and st.st_size >= done
-                                      and _fingerprint(fh, done) == fingerprint)
+                    self._ok[path] = (
+                        st.st_ino == inode
+                        and st.st_size >= done
+                        and _fingerprint(fh, done) == fingerprint
+                    )
             except OSError:
                 self._ok[path] = False
         return self._ok[path]
@@ -764,8 +913,11 @@ class _Reader:
         return Unit(uid, sess, seq, part, ts, role, mask_secrets(passages[part]))
 
     def unit_at(self, src: int, n: int) -> Unit | None:
-        row = self.db.execute(f"SELECT {_UNIT_COLUMNS} FROM units u JOIN sources s ON s.id = u.src "
-                              "WHERE u.src = ? AND u.n = ?", (src, n)).fetchone()
+        row = self.db.execute(
+            f"SELECT {_UNIT_COLUMNS} FROM units u JOIN sources s ON s.id = u.src "
+            "WHERE u.src = ? AND u.n = ?",
+            (src, n),
+        ).fetchone()
         return self.unit(row) if row else None
 
 
@@ -798,6 +950,7 @@ def _texts_of(kind: str, data: bytes) -> list[str]:
 
 # ---- reading sources ------------------------------------------------------------------------------
 
+
 def _unchanged(path: str, known: tuple[int, int] | None) -> bool:
     """Indexed to its end and not replaced since, by its stat alone: the cheap check that lets a
     search over thousands of sessions open only the files that grew (a rewrite has a new inode)."""
@@ -827,7 +980,7 @@ def _fingerprint_of(data: bytes, base: int, fh: Any, done: int) -> int:
 def _last_entry_start(data: bytes, end: int) -> int:
     i = data.rfind(b"\n[", 0, end - 1)
     while i >= 0:
-        if STAMP_RE.match(data[i + 1:i + 40].decode("utf-8", "replace")):
+        if STAMP_RE.match(data[i + 1 : i + 40].decode("utf-8", "replace")):
             return i + 1
         i = data.rfind(b"\n[", 0, i)
     return -1
@@ -839,14 +992,19 @@ def _session_key(data: bytes, path: str) -> str:
         record = orjson.loads(first)
     except orjson.JSONDecodeError:
         record = None
-    if isinstance(record, dict) and record.get("_type") == "metadata" and isinstance(record.get("key"), str):
+    if (
+        isinstance(record, dict)
+        and record.get("_type") == "metadata"
+        and isinstance(record.get("key"), str)
+    ):
         return str(record["key"])
     stem = Path(path).stem
     return stem.rsplit("-", 1)[0] if "-" in stem else stem
 
 
-def _session_units(data: bytes, base: int, seq: int, pointer: int, last_when: str,
-                   rows: list[_Row]) -> tuple[int, int, str]:
+def _session_units(
+    data: bytes, base: int, seq: int, pointer: int, last_when: str, rows: list[_Row]
+) -> tuple[int, int, str]:
     """Append a row per passage of each message in `data` (whole lines, at byte `base` of the file);
     returns the new counters."""
     pos = base
@@ -885,8 +1043,9 @@ _ENTRY_LINE = re.compile(rb"(?m)^\[")
 _STAMP_B = re.compile(STAMP_RE.pattern.encode())
 
 
-def _history_units(data: bytes, base: int, seq: int, last_when: str, last_role: str,
-                   rows: list[_Row]) -> tuple[int, str, str]:
+def _history_units(
+    data: bytes, base: int, seq: int, last_when: str, last_role: str, rows: list[_Row]
+) -> tuple[int, str, str]:
     """Append a row per passage of each HISTORY.md entry in `data` (whole entries, or the continuation
     of the last one, which keeps its stamp, at byte `base` of the file); returns the new counters."""
     starts = [m.start() for m in _ENTRY_LINE.finditer(data) if _STAMP_B.match(data, m.start())]
@@ -902,7 +1061,9 @@ def _history_units(data: bytes, base: int, seq: int, last_when: str, last_role: 
         if m is not None:
             y, mo, d, h, mi, sec = m.groups()
             try:
-                last_when = _local(datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec or 0)))
+                last_when = _local(
+                    datetime(int(y), int(mo), int(d), int(h), int(mi), int(sec or 0))
+                )
             except ValueError:
                 pass
             first_line = entry.split("\n", 1)[0]

@@ -49,15 +49,31 @@ from nanobot.paths import memory_dir, nanobot_home
 from nanobot.secrets_mask import mask_secrets
 
 __all__ = [
-    "MemoryStore", "MemoryInfo", "VersionInfo", "UpdateOutcome", "WriteReceipt", "MemoryState",
-    "MemoryUpdateRefused", "VersionNotFound", "MemoryBusy", "STAMP_RE", "watch_memory", "protected_reason",
-    "HOLD_BACK_MIN_LINES", "HOLD_BACK_MIN_CHARS", "HOLD_BACK_KEEP_RATIO", "fact_lines", "norm_fact",
+    "MemoryStore",
+    "MemoryInfo",
+    "VersionInfo",
+    "UpdateOutcome",
+    "WriteReceipt",
+    "MemoryState",
+    "MemoryUpdateRefused",
+    "VersionNotFound",
+    "MemoryBusy",
+    "STAMP_RE",
+    "watch_memory",
+    "protected_reason",
+    "HOLD_BACK_MIN_LINES",
+    "HOLD_BACK_MIN_CHARS",
+    "HOLD_BACK_KEEP_RATIO",
+    "fact_lines",
+    "norm_fact",
 ]
 
 # Hold-back policy (see `apply_update`): an update is held back when the current MEMORY.md has
 # at least HOLD_BACK_MIN_LINES fact lines and HOLD_BACK_MIN_CHARS characters, and the update
 # keeps fewer than HOLD_BACK_KEEP_RATIO of those fact lines.
-HOLD_BACK_MIN_LINES = 1  # any remembered fact is worth protecting: young memories are the easiest to wipe
+HOLD_BACK_MIN_LINES = (
+    1  # any remembered fact is worth protecting: young memories are the easiest to wipe
+)
 HOLD_BACK_MIN_CHARS = 0
 HOLD_BACK_KEEP_RATIO = 0.5
 
@@ -97,8 +113,12 @@ class WriteReceipt:
     changed: bool
     version: Path | None  # where the replaced content was saved
     masked: bool  # secrets were masked in the new text
-    concurrent_change: bool  # the file changed after `base` was read; the write was merged on top of it
-    conflicts: tuple[str, ...] = ()  # lines of the write that could not be merged (kept under "Held back")
+    concurrent_change: (
+        bool  # the file changed after `base` was read; the write was merged on top of it
+    )
+    conflicts: tuple[
+        str, ...
+    ] = ()  # lines of the write that could not be merged (kept under "Held back")
 
 
 @dataclass(frozen=True)
@@ -178,8 +198,9 @@ def _diagnose(text: str, bad_offset: int | None, last_good: str | None) -> Damag
         return None
     if not text.strip():
         return "empty"
-    if last_good.startswith(text) and (not text.endswith("\n")
-                                       or len(fact_lines(text)) < len(fact_lines(last_good)) / 2):
+    if last_good.startswith(text) and (
+        not text.endswith("\n") or len(fact_lines(text)) < len(fact_lines(last_good)) / 2
+    ):
         return "cut_off"
     return None
 
@@ -223,8 +244,12 @@ class MemoryStore:
         key = hashlib.sha256(str(self.workspace.expanduser().resolve()).encode()).hexdigest()[:16]
         self.journal_dir = nanobot_home() / "journal" / key
         self.good_copy = self.journal_dir / "MEMORY.md"  # the last text written through this store
-        self.history_journal = self.journal_dir / "HISTORY.md"  # every byte ever appended to HISTORY.md
-        self._history_stat_file = self.journal_dir / "HISTORY.stat"  # HISTORY.md's inode, size, mtime as left
+        self.history_journal = (
+            self.journal_dir / "HISTORY.md"
+        )  # every byte ever appended to HISTORY.md
+        self._history_stat_file = (
+            self.journal_dir / "HISTORY.stat"
+        )  # HISTORY.md's inode, size, mtime as left
         self._versions_mirror = self.journal_dir / "versions"  # a copy of memory/versions/
 
     # ---- reading MEMORY.md -----------------------------------------------------------------
@@ -265,8 +290,10 @@ class MemoryStore:
                 atomic_write(path, data)
             except OSError:
                 pass
-        self._warn(f"{self.memory_file} is not valid UTF-8 (first bad byte at offset {bad}); it is read "
-                   f"with replacement characters and the raw bytes are kept at {path}. Fix: {self.undo_hint()}")
+        self._warn(
+            f"{self.memory_file} is not valid UTF-8 (first bad byte at offset {bad}); it is read "
+            f"with replacement characters and the raw bytes are kept at {path}. Fix: {self.undo_hint()}"
+        )
 
     def _warn(self, message: str) -> None:
         if message not in self.warnings:
@@ -282,12 +309,15 @@ class MemoryStore:
         except FileNotFoundError:
             modified, size, exists = None, 0, False
         tokens, exact = cached_count(text)
-        return MemoryInfo(self.memory_file, exists, tokens, size, modified, len(self._version_files()), exact)
+        return MemoryInfo(
+            self.memory_file, exists, tokens, size, modified, len(self._version_files()), exact
+        )
 
     # ---- writing MEMORY.md (the door) --------------------------------------------------------
 
-    def write_memory(self, new_text: str, *, reason: str, base: str | None = None,
-                     guard: bool = False) -> WriteReceipt:
+    def write_memory(
+        self, new_text: str, *, reason: str, base: str | None = None, guard: bool = False
+    ) -> WriteReceipt:
         """Replace MEMORY.md atomically, keeping the current content as a version first.
 
         Secrets are masked. An empty or whitespace-only text raises MemoryUpdateRefused.
@@ -315,10 +345,12 @@ class MemoryStore:
                         f"refused: this would drop {total - kept} of the {total} facts in MEMORY.md; "
                         "the file is unchanged",
                         hint="change MEMORY.md with edit_file (a small, targeted replacement) and keep the "
-                             "facts you were not asked to forget",
+                        "facts you were not asked to forget",
                     )
             receipt = self._write_locked(new_text, reason=reason)
-        return WriteReceipt(receipt.changed, receipt.version, receipt.masked, concurrent, tuple(conflicts))
+        return WriteReceipt(
+            receipt.changed, receipt.version, receipt.masked, concurrent, tuple(conflicts)
+        )
 
     def _write_locked(self, new_text: str, *, reason: str) -> WriteReceipt:
         masked = mask_secrets(new_text)
@@ -343,7 +375,9 @@ class MemoryStore:
         heading = f"## Held back update ({datetime.now():%Y-%m-%d %H:%M}) — review and merge"
         return text.rstrip("\n") + "\n\n" + heading + "\n\n" + "\n".join(lines) + "\n"
 
-    def apply_update(self, new_text: str | None, *, truncated: bool, base: str | None = None) -> UpdateOutcome:
+    def apply_update(
+        self, new_text: str | None, *, truncated: bool, base: str | None = None
+    ) -> UpdateOutcome:
         """Apply a `memory_update` from consolidation under the safety policy.
 
         - empty or whitespace-only, or `truncated` (finish_reason == "length"): refused;
@@ -375,49 +409,77 @@ class MemoryStore:
         notices: list[str] = []
         old = state.usable
         if state.damage in ("empty", "cut_off") and state.last_good is not None:
-            notices.append(f"MEMORY.md was {'empty' if state.damage == 'empty' else 'cut off'} (changed outside "
-                           "nanobot); this update was applied to the last good text instead, and the file "
-                           "as found is kept as a version (`nanobot memory versions`)")
+            notices.append(
+                f"MEMORY.md was {'empty' if state.damage == 'empty' else 'cut off'} (changed outside "
+                "nanobot); this update was applied to the last good text instead, and the file "
+                "as found is kept as a version (`nanobot memory versions`)"
+            )
         if base is not None and base != old:
             new_text, conflicts = merge_update(base, new_text, old)
             new_text = self._with_held_back(new_text, conflicts)
-            notices.append("MEMORY.md changed while this update was being prepared (another session or an "
-                           "edit); the update was merged on top of it and the newer text was kept"
-                           + (f"; {len(conflicts)} conflicting line(s) are under \"Held back update\""
-                              if conflicts else ""))
+            notices.append(
+                "MEMORY.md changed while this update was being prepared (another session or an "
+                "edit); the update was merged on top of it and the newer text was kept"
+                + (
+                    f'; {len(conflicts)} conflicting line(s) are under "Held back update"'
+                    if conflicts
+                    else ""
+                )
+            )
         drops, kept, total = _drops_most(old, new_text)
         if drops:
             return self._hold_back(old, new_text, kept, total, notices)
         receipt = self._write_locked(new_text, reason="consolidation")
         if not receipt.changed:
             return UpdateOutcome("written", "MEMORY.md already up to date", None, tuple(notices))
-        return UpdateOutcome("written", "MEMORY.md updated (previous version kept)", receipt.version,
-                             tuple(notices))
+        return UpdateOutcome(
+            "written", "MEMORY.md updated (previous version kept)", receipt.version, tuple(notices)
+        )
 
-    def _hold_back(self, old: str, new_text: str, kept: int, total: int, notices: list[str]) -> UpdateOutcome:
+    def _hold_back(
+        self, old: str, new_text: str, kept: int, total: int, notices: list[str]
+    ) -> UpdateOutcome:
         dropped = total - kept
         seen = {norm_fact(line) for line in old.splitlines() if line.strip()}
-        fresh = [line.rstrip() for line in new_text.splitlines()
-                 if line.strip() and norm_fact(line) not in seen]
+        fresh = [
+            line.rstrip()
+            for line in new_text.splitlines()
+            if line.strip() and norm_fact(line) not in seen
+        ]
         if not fact_lines("\n".join(fresh)):
             fresh = []  # new headings alone are nothing to review
-        summary = (f"memory update held back: it would have dropped {dropped} of {total} "
-                   f"remembered facts")
+        summary = (
+            f"memory update held back: it would have dropped {dropped} of {total} remembered facts"
+        )
         if not fresh:
             if old != self.read_memory():  # a damaged file: put the good text back all the same
                 self._write_locked(old, reason="damaged file replaced by the last good text")
-            return UpdateOutcome("held_back", f"{summary}; it added nothing new, MEMORY.md unchanged",
-                                 None, tuple(notices))
-        receipt = self._write_locked(self._with_held_back(old, fresh), reason="held back consolidation update")
+            return UpdateOutcome(
+                "held_back",
+                f"{summary}; it added nothing new, MEMORY.md unchanged",
+                None,
+                tuple(notices),
+            )
+        receipt = self._write_locked(
+            self._with_held_back(old, fresh), reason="held back consolidation update"
+        )
         return UpdateOutcome(
             "held_back",
             f"{summary}; its {len(fresh)} new line(s) were appended to MEMORY.md under "
-            f"\"Held back update\" — review and merge them (`nanobot memory edit`)",
-            receipt.version, tuple(notices),
+            f'"Held back update" — review and merge them (`nanobot memory edit`)',
+            receipt.version,
+            tuple(notices),
         )
 
-    def record_consolidation(self, history_entry: str, memory_update: str | None, *, truncated: bool,
-                             base: str | None, when: datetime | None = None) -> tuple[str, UpdateOutcome]:
+    def record_consolidation(
+        self,
+        history_entry: str,
+        memory_update: str | None,
+        *,
+        truncated: bool,
+        base: str | None,
+        when: datetime | None = None,
+    ) -> tuple[str, UpdateOutcome]:
         """Both or neither: check the history entry and the memory update, then write both.
 
         Returns (the entry's first line, the memory outcome). Raises MemoryUpdateRefused, writing
@@ -427,7 +489,9 @@ class MemoryStore:
             raise MemoryUpdateRefused("the history entry was empty; nothing was written")
         problem = self.check_update(memory_update, truncated=truncated)
         if problem:
-            raise MemoryUpdateRefused(problem.replace("MEMORY.md left unchanged", "nothing was written"))
+            raise MemoryUpdateRefused(
+                problem.replace("MEMORY.md left unchanged", "nothing was written")
+            )
         with self._locked():
             outcome = self._apply_locked(mask_secrets(memory_update or ""), base)
             first = self._append_history_locked(history_entry, when)
@@ -455,8 +519,10 @@ class MemoryStore:
     def restore(self, n: int) -> WriteReceipt:
         """Make version `n` the current MEMORY.md; the current file is saved as a version first."""
         version = self._version(n)
-        return self.write_memory(_decode(version.path.read_bytes())[0],
-                                 reason=f"restore of the version saved {version.saved_at:%Y-%m-%d %H:%M:%S} UTC")
+        return self.write_memory(
+            _decode(version.path.read_bytes())[0],
+            reason=f"restore of the version saved {version.saved_at:%Y-%m-%d %H:%M:%S} UTC",
+        )
 
     def undo_hint(self) -> str:
         """How to go back: `restore 1` only when a saved version exists (else it answers "no version 1")."""
@@ -468,8 +534,10 @@ class MemoryStore:
         all_versions = self.versions()
         if not 1 <= n <= len(all_versions):
             have = f"1..{len(all_versions)}" if all_versions else "none saved yet"
-            raise VersionNotFound(f"no MEMORY.md version {n} (versions: {have})",
-                                  hint="`nanobot memory versions` lists them")
+            raise VersionNotFound(
+                f"no MEMORY.md version {n} (versions: {have})",
+                hint="`nanobot memory versions` lists them",
+            )
         return all_versions[n - 1]
 
     def _version_files(self) -> list[Path]:
@@ -509,7 +577,11 @@ class MemoryStore:
             return
         for name in names:
             if not (self._versions_mirror / name).exists():
-                atomic_write(self._versions_mirror / name, (self.versions_dir / name).read_bytes(), mode=0o600)
+                atomic_write(
+                    self._versions_mirror / name,
+                    (self.versions_dir / name).read_bytes(),
+                    mode=0o600,
+                )
 
     def _restore_versions(self) -> int:
         """Put back versions (and their reasons) changed or deleted by something else; how many."""
@@ -551,8 +623,10 @@ class MemoryStore:
                 break
             except LockHeld:
                 if time.monotonic() > deadline:
-                    raise MemoryBusy(f"the memory folder is locked by another process ({lock.path})",
-                                     hint="wait for it to finish, then try again") from None
+                    raise MemoryBusy(
+                        f"the memory folder is locked by another process ({lock.path})",
+                        hint="wait for it to finish, then try again",
+                    ) from None
                 time.sleep(0.02)
         try:
             yield
@@ -640,7 +714,9 @@ class MemoryStore:
         if self.history_journal.exists():
             return
         self.journal_dir.mkdir(parents=True, exist_ok=True)
-        (self.journal_dir / "workspace.txt").write_text(str(self.workspace.expanduser().resolve()) + "\n")
+        (self.journal_dir / "workspace.txt").write_text(
+            str(self.workspace.expanduser().resolve()) + "\n"
+        )
         if self.history_file.exists():
             tmp = self.history_journal.with_suffix(".tmp")
             shutil.copyfile(self.history_file, tmp)
@@ -649,7 +725,9 @@ class MemoryStore:
             os.replace(tmp, self.history_journal)
         else:
             append_durably(self.history_journal, b"")
-        os.chmod(self.history_journal, 0o600)  # a copy of personal history: as private as the sessions
+        os.chmod(
+            self.history_journal, 0o600
+        )  # a copy of personal history: as private as the sessions
         fsync_dir(self.journal_dir)
 
     def repair_history(self, *, thorough: bool = False) -> str | None:
@@ -673,17 +751,21 @@ class MemoryStore:
         if data == journal:
             pass
         elif journal.startswith(data):
-            append_durably(self.history_file, journal[len(data):])
-            message = (f"{self.history_file} was {len(journal) - len(data):,} bytes shorter than nanobot left it "
-                       f"(cut off); the lost part was restored from the journal ({self.history_journal})")
+            append_durably(self.history_file, journal[len(data) :])
+            message = (
+                f"{self.history_file} was {len(journal) - len(data):,} bytes shorter than nanobot left it "
+                f"(cut off); the lost part was restored from the journal ({self.history_journal})"
+            )
         else:
             aside = self.damaged_dir / _utc_name("HISTORY", ".md")
             if data:
                 atomic_write(aside, data)
             atomic_write(self.history_file, journal)
             kept = f"; the altered file is kept at {aside}" if data else ""
-            message = (f"{self.history_file} had been changed outside nanobot (it is append-only); it was put "
-                       f"back from the journal ({self.history_journal}){kept}")
+            message = (
+                f"{self.history_file} had been changed outside nanobot (it is append-only); it was put "
+                f"back from the journal ({self.history_journal}){kept}"
+            )
         self._record_history_stat()
         return message
 
@@ -704,7 +786,9 @@ class MemoryStore:
                     messages.append(fixed)
                 messages.extend(self._adopt_outside_edit())
         except (MemoryBusy, OSError) as exc:
-            if self.read_only_notice() is None:  # a read-only folder is said once, by read_only_notice
+            if (
+                self.read_only_notice() is None
+            ):  # a read-only folder is said once, by read_only_notice
                 messages.append(f"could not check the memory files: {exc}")
         messages.extend(w for w in self.warnings if w not in messages)
         return messages
@@ -715,18 +799,27 @@ class MemoryStore:
         folder = self.dir if self.dir.exists() else self.workspace
         if not folder.exists() or os.access(folder, os.W_OK):
             return None
-        return (f"{folder} is read-only: nanobot answers, but remembers nothing new (MEMORY.md, HISTORY.md) "
-                f"until it can write there; make it writable, or set agents.defaults.workspace to a "
-                f"writable folder")
+        return (
+            f"{folder} is read-only: nanobot answers, but remembers nothing new (MEMORY.md, HISTORY.md) "
+            f"until it can write there; make it writable, or set agents.defaults.workspace to a "
+            f"writable folder"
+        )
 
     def _adopt_outside_edit(self) -> list[str]:
         state = self.state()
         if state.damage in ("empty", "cut_off"):
             what = "empty" if state.damage == "empty" else "cut off"
-            return [f"{self.memory_file} is {what}, but nanobot last saved {len(fact_lines(state.last_good or ''))} "
-                    f"fact line(s) there; consolidation will keep building on the saved text. Fix: {self.undo_hint()}"]
-        if state.damage is None and state.last_good is not None and state.text != state.last_good \
-                and self.memory_file.exists() and self.good_copy.exists():
+            return [
+                f"{self.memory_file} is {what}, but nanobot last saved {len(fact_lines(state.last_good or ''))} "
+                f"fact line(s) there; consolidation will keep building on the saved text. Fix: {self.undo_hint()}"
+            ]
+        if (
+            state.damage is None
+            and state.last_good is not None
+            and state.text != state.last_good
+            and self.memory_file.exists()
+            and self.good_copy.exists()
+        ):
             self._save_version(state.last_good, "edited outside nanobot (detected at start-up)")
             self._record_good(state.text)
         elif state.damage is None and not self.good_copy.exists() and state.text.strip():
@@ -743,16 +836,23 @@ class MemoryStore:
                 self._mirror_versions()
         except (MemoryBusy, OSError):
             pass
-        return _Snapshot(_stat_key(self.memory_file), _read_bytes(self.memory_file),
-                         _stat_key(self.history_file), self._versions_stat())
+        return _Snapshot(
+            _stat_key(self.memory_file),
+            _read_bytes(self.memory_file),
+            _stat_key(self.history_file),
+            self._versions_stat(),
+        )
 
     def undo_outside_changes(self, before: _Snapshot) -> str:
         """Undo what something other than this store did to MEMORY.md / HISTORY.md since `before`.
 
         Returns a note for the model ("" when nothing changed).
         """
-        if (_stat_key(self.memory_file) == before.memory_stat and _stat_key(self.history_file) == before.history_stat
-                and self._versions_stat() == before.versions_stat):
+        if (
+            _stat_key(self.memory_file) == before.memory_stat
+            and _stat_key(self.history_file) == before.history_stat
+            and self._versions_stat() == before.versions_stat
+        ):
             return ""
         notes: list[str] = []
         try:
@@ -760,21 +860,29 @@ class MemoryStore:
                 if self._versions_stat() != before.versions_stat:
                     fixed = self._restore_versions()
                     if fixed:
-                        notes.append(f"{fixed} file(s) of memory/versions/ were changed or deleted by this command "
-                                     "and have been put back")
+                        notes.append(
+                            f"{fixed} file(s) of memory/versions/ were changed or deleted by this command "
+                            "and have been put back"
+                        )
                 if _stat_key(self.memory_file) != before.memory_stat:
                     notes.extend(self._undo_memory_change(before))
                 if _stat_key(self.history_file) != before.history_stat:
                     repaired = self.repair_history(thorough=True)
                     if repaired:
-                        notes.append("memory/HISTORY.md is append-only and only nanobot adds to it: the "
-                                     "command's change was undone")
+                        notes.append(
+                            "memory/HISTORY.md is append-only and only nanobot adds to it: the "
+                            "command's change was undone"
+                        )
         except (MemoryBusy, OSError) as exc:
             return f"\n[warning: the memory folder could not be checked after this command: {exc}]"
         if not notes:
             return ""
-        return ("\n[nanobot: " + "; ".join(notes) + ". Change MEMORY.md only with edit_file or write_file "
-                "(they keep versions); recall past conversations with search_history.]")
+        return (
+            "\n[nanobot: "
+            + "; ".join(notes)
+            + ". Change MEMORY.md only with edit_file or write_file "
+            "(they keep versions); recall past conversations with search_history.]"
+        )
 
     def _undo_memory_change(self, before: _Snapshot) -> list[str]:
         # a symlink put in its place is replaced, never read: it could point at any file
@@ -786,8 +894,12 @@ class MemoryStore:
         if now:
             self._save_version(_decode(now)[0], "changed by an exec command (undone)")
         atomic_write(self.memory_file, target)
-        return ["memory/MEMORY.md was changed by this command and has been put back (the command's text "
-                "is kept as a version)" if now else "memory/MEMORY.md was removed by this command and has been put back"]
+        return [
+            "memory/MEMORY.md was changed by this command and has been put back (the command's text "
+            "is kept as a version)"
+            if now
+            else "memory/MEMORY.md was removed by this command and has been put back"
+        ]
 
 
 def protected_reason(workspace: Path, target: Path) -> str | None:
@@ -799,14 +911,18 @@ def protected_reason(workspace: Path, target: Path) -> str | None:
     store = MemoryStore(workspace)
     folder = store.dir.resolve()
     if target == store.history_file.resolve():
-        return ("memory/HISTORY.md is append-only: nanobot adds a dated entry to it when it consolidates, and "
-                "no tool may rewrite it. Read it with search_history (or read_file); lasting facts belong "
-                "in memory/MEMORY.md")
+        return (
+            "memory/HISTORY.md is append-only: nanobot adds a dated entry to it when it consolidates, and "
+            "no tool may rewrite it. Read it with search_history (or read_file); lasting facts belong "
+            "in memory/MEMORY.md"
+        )
     for sub in (store.versions_dir, store.damaged_dir):
         if target.is_relative_to(sub.resolve()):
-            return (f"{target.relative_to(folder)} belongs to nanobot's memory store (saved versions and damaged "
-                    "copies) and cannot be changed by a tool; the user restores versions with "
-                    "`nanobot memory restore N`")
+            return (
+                f"{target.relative_to(folder)} belongs to nanobot's memory store (saved versions and damaged "
+                "copies) and cannot be changed by a tool; the user restores versions with "
+                "`nanobot memory restore N`"
+            )
     if target.is_relative_to(store.journal_dir.resolve()):
         return "the memory journal belongs to nanobot and cannot be changed by a tool"
     return None
@@ -855,5 +971,12 @@ def _indent(text: str) -> str:
 
 
 def _raw_lines(msg: Message) -> list[str]:
-    return [_indent(line) for line in transcript_lines(msg, tool_chars=_RAW_TOOL_RESULT_CHARS,
-                                                       arg_chars=_RAW_ARGUMENT_CHARS, note=", not archived")]
+    return [
+        _indent(line)
+        for line in transcript_lines(
+            msg,
+            tool_chars=_RAW_TOOL_RESULT_CHARS,
+            arg_chars=_RAW_ARGUMENT_CHARS,
+            note=", not archived",
+        )
+    ]

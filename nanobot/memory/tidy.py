@@ -44,11 +44,19 @@ def tidy_messages(memory: str, entries: list[history_log.Entry], today: datetime
         evidence.append(text)
         used += len(text)
     history = "\n\n".join(reversed(evidence)) or "(no history entries)"
-    user = (fence(memory, "memory/MEMORY.md, the file to tidy") + "\n\n"
-            + fence(history, "memory/HISTORY.md, the newest dated entries (evidence for dates and corrections)")
-            + "\n\nReturn the tidied MEMORY.md.")
-    return [{"role": "system", "content": _INSTRUCTIONS.format(today=today.strftime("%Y-%m-%d (%A)"))},
-            {"role": "user", "content": user}]
+    user = (
+        fence(memory, "memory/MEMORY.md, the file to tidy")
+        + "\n\n"
+        + fence(
+            history,
+            "memory/HISTORY.md, the newest dated entries (evidence for dates and corrections)",
+        )
+        + "\n\nReturn the tidied MEMORY.md."
+    )
+    return [
+        {"role": "system", "content": _INSTRUCTIONS.format(today=today.strftime("%Y-%m-%d (%A)"))},
+        {"role": "user", "content": user},
+    ]
 
 
 def _unfenced(text: str) -> str:
@@ -59,22 +67,30 @@ def _unfenced(text: str) -> str:
     return "\n".join(lines).strip() + "\n"
 
 
-async def propose_tidy(provider: Provider, store: MemoryStore, *, max_tokens: int = 8192,
-                       today: datetime | None = None) -> str:
+async def propose_tidy(
+    provider: Provider, store: MemoryStore, *, max_tokens: int = 8192, today: datetime | None = None
+) -> str:
     """The model's tidied MEMORY.md; raises MemoryUpdateRefused for an empty or cut-off reply."""
     memory = store.read_memory()
     path = store.history_file
     entries = history_log.tail(path, 60) if path.is_file() else []
-    reply = await provider.chat(tidy_messages(memory, entries, today or datetime.now()), max_tokens=max_tokens,
-                                temperature=0.0)
+    reply = await provider.chat(
+        tidy_messages(memory, entries, today or datetime.now()),
+        max_tokens=max_tokens,
+        temperature=0.0,
+    )
     if reply.finish_reason == "length":
-        raise MemoryUpdateRefused("the model's tidied MEMORY.md was cut off by its length limit; nothing changed",
-                                  hint="raise agents.defaults.maxTokens, or tidy MEMORY.md by hand with "
-                                       "`nanobot memory edit`")
+        raise MemoryUpdateRefused(
+            "the model's tidied MEMORY.md was cut off by its length limit; nothing changed",
+            hint="raise agents.defaults.maxTokens, or tidy MEMORY.md by hand with "
+            "`nanobot memory edit`",
+        )
     text = _unfenced(reply.content or "")
     if not text.strip():
-        raise MemoryUpdateRefused("the model returned an empty MEMORY.md; nothing changed",
-                                  hint="try again, or tidy it by hand with `nanobot memory edit`")
+        raise MemoryUpdateRefused(
+            "the model returned an empty MEMORY.md; nothing changed",
+            hint="try again, or tidy it by hand with `nanobot memory edit`",
+        )
     return text
 
 
@@ -82,5 +98,11 @@ def unified_diff(before: str, after: str) -> str:
     """What the tidy would change, as a unified diff ("" when nothing)."""
     if before.rstrip("\n") == after.rstrip("\n"):
         return ""
-    return "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                        "MEMORY.md (now)", "MEMORY.md (tidied)"))
+    return "".join(
+        difflib.unified_diff(
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            "MEMORY.md (now)",
+            "MEMORY.md (tidied)",
+        )
+    )

@@ -16,7 +16,9 @@ from typing import Any
 __all__ = ["MAX_CHARS", "MAX_DEPTH", "clip_depth", "max_depth", "text_problem", "value_problem"]
 
 MAX_DEPTH = 64  # levels of nested objects and arrays in one call's arguments
-MAX_CHARS = 1_000_000  # characters of one call's arguments as JSON text (a long file is about 1/10 of it)
+MAX_CHARS = (
+    1_000_000  # characters of one call's arguments as JSON text (a long file is about 1/10 of it)
+)
 TOO_DEEP = "[nanobot: nested too deep, cut here]"  # what clip_depth puts where a deeper value was
 
 
@@ -25,8 +27,10 @@ def _depth_problem(limit: int) -> str:
 
 
 def _size_problem(size: int, limit: int) -> str:
-    return (f"the arguments are {size:,} characters long, over the limit of {limit:,}; "
-            "send less in one call (write a long file in several steps)")
+    return (
+        f"the arguments are {size:,} characters long, over the limit of {limit:,}; "
+        "send less in one call (write a long file in several steps)"
+    )
 
 
 def _brackets(text: str) -> Iterator[tuple[int, str]]:
@@ -70,7 +74,9 @@ def text_problem(text: str, *, limit: int = MAX_DEPTH, max_chars: int = MAX_CHAR
     return None
 
 
-def value_problem(value: Any, *, max_depth: int = MAX_DEPTH, max_chars: int = MAX_CHARS) -> str | None:
+def value_problem(
+    value: Any, *, max_depth: int = MAX_DEPTH, max_chars: int = MAX_CHARS
+) -> str | None:
     """The same limits for arguments that arrived parsed: a walk with its own stack, no recursion."""
     size = 0
     stack: list[tuple[Any, int]] = [(value, 1)]

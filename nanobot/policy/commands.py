@@ -67,8 +67,32 @@ class Command:
 
 
 _METACHARS = frozenset(" \t\n;&|()<>")
-_RESERVED = frozenset({"if", "then", "elif", "else", "fi", "do", "done", "while", "until", "for", "in",
-                       "case", "esac", "{", "}", "!", "function", "select", "coproc", "[[", "]]", "time"})
+_RESERVED = frozenset(
+    {
+        "if",
+        "then",
+        "elif",
+        "else",
+        "fi",
+        "do",
+        "done",
+        "while",
+        "until",
+        "for",
+        "in",
+        "case",
+        "esac",
+        "{",
+        "}",
+        "!",
+        "function",
+        "select",
+        "coproc",
+        "[[",
+        "]]",
+        "time",
+    }
+)
 _REDIRECT = re.compile(r"(?:\d+|\{[A-Za-z_]\w*\})?(?:&>>|&>|<<<|<<-|<<|<>|<&|>&|>>|>\||<|>)")
 _ASSIGNMENT = re.compile(r"[A-Za-z_]\w*(?:\[[^\]]*\])?\+?=")
 _NAME = re.compile(r"[A-Za-z_]\w*")
@@ -83,7 +107,9 @@ class _Parser:
         self.i = 0
         self.depth = depth
         self.out: list[Command] = []
-        self.heredocs: list[tuple[str, bool, bool]] = []  # (delimiter, strip tabs, quoted) awaiting a newline
+        self.heredocs: list[
+            tuple[str, bool, bool]
+        ] = []  # (delimiter, strip tabs, quoted) awaiting a newline
 
     # --- characters -------------------------------------------------------------------
     def _peek(self, n: int = 0) -> str:
@@ -124,7 +150,7 @@ class _Parser:
             while self.i < len(self.s):
                 end = self.s.find("\n", self.i)
                 end = len(self.s) if end < 0 else end
-                line = self.s[self.i:end]
+                line = self.s[self.i : end]
                 self.i = min(end + 1, len(self.s))
                 if (line.lstrip("\t") if strip else line) == delimiter:
                     break
@@ -146,7 +172,9 @@ class _Parser:
     def _keyword(self) -> str | None:
         """The reserved word at this position (in command position), without consuming it."""
         for word in ("[[", "{", "}", "!"):
-            if self._at(word) and (self._peek(len(word)) in _METACHARS or self._peek(len(word)) == ""):
+            if self._at(word) and (
+                self._peek(len(word)) in _METACHARS or self._peek(len(word)) == ""
+            ):
                 return word
         m = _NAME.match(self.s, self.i)
         if m and m.group() in _RESERVED:
@@ -177,7 +205,7 @@ class _Parser:
                 end = self.s.find("'", self.i + 1)
                 if end < 0:
                     raise self._fail("unterminated single quote")
-                value.append(self.s[self.i + 1:end])
+                value.append(self.s[self.i + 1 : end])
                 self.i = end + 1
             elif c == '"':
                 self.i += 1
@@ -198,7 +226,7 @@ class _Parser:
                 self.i += 1
         if self.i == start:
             return None
-        return Word(self.s[start:self.i], None if dynamic else "".join(value))
+        return Word(self.s[start : self.i], None if dynamic else "".join(value))
 
     def _double_quoted(self, end: str | None) -> str | None:
         """The inside of "..." (or of an unquoted here-document when `end` is None); its value, or None."""
@@ -475,7 +503,10 @@ class _Parser:
 
     def _function_body(self) -> None:
         self._linebreaks()
-        if self._keyword() not in ("{", "if", "while", "until", "for", "case", "[[") and self._peek() != "(":
+        if (
+            self._keyword() not in ("{", "if", "while", "until", "for", "case", "[[")
+            and self._peek() != "("
+        ):
             raise self._fail("function body is not a compound command")
         self._command()
 
@@ -574,7 +605,7 @@ class _Parser:
             return False
         op = m.group().lstrip("0123456789")
         if op.startswith("{"):
-            op = op[op.index("}") + 1:]
+            op = op[op.index("}") + 1 :]
         self.i = m.end()
         self._blanks()
         target = self._word()
@@ -603,7 +634,9 @@ class _Parser:
                 continue
             if self._peek() == "(" and words and not assignments and len(words) == 1:
                 self._blanks()
-                if not self.s.startswith("()", self.i) and not re.match(r"\(\s*\)", self.s[self.i:]):
+                if not self.s.startswith("()", self.i) and not re.match(
+                    r"\(\s*\)", self.s[self.i :]
+                ):
                     raise self._fail("unexpected (")
                 self.i = self.s.index(")", self.i) + 1
                 self._function_body()  # name() compound: its body's commands run when it is called
@@ -618,8 +651,14 @@ class _Parser:
             else:
                 words.append(word)
         if not words and not assignments:
-            raise self._fail(f"expected a command, found {self._peek()!r}" if self._peek() else "expected a command")
-        self.out.append(Command(tuple(assignments), tuple(words), opaque=bool(words) and words[0].value is None))
+            raise self._fail(
+                f"expected a command, found {self._peek()!r}"
+                if self._peek()
+                else "expected a command"
+            )
+        self.out.append(
+            Command(tuple(assignments), tuple(words), opaque=bool(words) and words[0].value is None)
+        )
 
 
 def _join(chars: list[str]) -> str:
@@ -642,9 +681,14 @@ def _parse(text: str, depth: int) -> list[Command]:
 _TRANSPARENT: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "nice": (frozenset({"-n", "--adjustment"}), frozenset()),
     "nohup": (frozenset(), frozenset()),
-    "time": (frozenset({"-f", "--format", "-o", "--output"}), frozenset({"-p", "-a", "-v", "--portability"})),
-    "timeout": (frozenset({"-s", "--signal", "-k", "--kill-after"}),
-                frozenset({"--preserve-status", "--foreground", "-v", "--verbose"})),
+    "time": (
+        frozenset({"-f", "--format", "-o", "--output"}),
+        frozenset({"-p", "-a", "-v", "--portability"}),
+    ),
+    "timeout": (
+        frozenset({"-s", "--signal", "-k", "--kill-after"}),
+        frozenset({"--preserve-status", "--foreground", "-v", "--verbose"}),
+    ),
     "stdbuf": (frozenset({"-i", "-o", "-e", "--input", "--output", "--error"}), frozenset()),
     "ionice": (frozenset({"-c", "-n", "--class", "--classdata"}), frozenset({"-t", "--ignore"})),
     "setsid": (frozenset(), frozenset({"-f", "-w", "-c", "--fork", "--wait", "--ctty"})),
@@ -654,19 +698,58 @@ _TRANSPARENT: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "busybox": (frozenset(), frozenset()),
 }
 # wrappers that are a command of their own too
-_SUDO = (frozenset({"-u", "-g", "-U", "-C", "-h", "-p", "-D", "-r", "-t", "-T", "--user", "--group"}),
-         frozenset({"-E", "-H", "-n", "-S", "-k", "-b", "-P", "-A", "-i", "-s", "--"}))
-_XARGS = (frozenset({"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--arg-file", "--delimiter", "--max-args",
-                     "--max-procs", "--max-chars", "--max-lines", "--replace"}),
-          frozenset({"-0", "-e", "-i", "-l", "-p", "-r", "-t", "-x", "--null", "--no-run-if-empty", "--verbose",
-                     "--interactive", "--exit", "--open-tty", "-o"}))
+_SUDO = (
+    frozenset({"-u", "-g", "-U", "-C", "-h", "-p", "-D", "-r", "-t", "-T", "--user", "--group"}),
+    frozenset({"-E", "-H", "-n", "-S", "-k", "-b", "-P", "-A", "-i", "-s", "--"}),
+)
+_XARGS = (
+    frozenset(
+        {
+            "-a",
+            "-d",
+            "-E",
+            "-I",
+            "-L",
+            "-n",
+            "-P",
+            "-s",
+            "--arg-file",
+            "--delimiter",
+            "--max-args",
+            "--max-procs",
+            "--max-chars",
+            "--max-lines",
+            "--replace",
+        }
+    ),
+    frozenset(
+        {
+            "-0",
+            "-e",
+            "-i",
+            "-l",
+            "-p",
+            "-r",
+            "-t",
+            "-x",
+            "--null",
+            "--no-run-if-empty",
+            "--verbose",
+            "--interactive",
+            "--exit",
+            "--open-tty",
+            "-o",
+        }
+    ),
+)
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "fish"})
 _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 _MAX_WRAPS = 8
 
 
-def _skip_options(args: list[Word], with_value: frozenset[str], flags: frozenset[str],
-                  *, numeric: bool = False) -> int | None:
+def _skip_options(
+    args: list[Word], with_value: frozenset[str], flags: frozenset[str], *, numeric: bool = False
+) -> int | None:
     """The index of the first operand after the options, or None when an option is unknown."""
     i = 0
     while i < len(args):
@@ -747,12 +830,17 @@ def _unwrap(cmd: Command, depth: int) -> list[Command]:
     if base == "eval":
         if any(a.value is None for a in args):
             return _opaque(cmd)
-        return _from_string(cmd, Word(" ".join(a.raw for a in args), " ".join(a.text for a in args)), depth)
+        return _from_string(
+            cmd, Word(" ".join(a.raw for a in args), " ".join(a.text for a in args)), depth
+        )
     if base == "flock":
         return _flock(cmd, args, depth)
     if base == "watch":
-        at = _skip_options(args, frozenset({"-n", "--interval", "-d", "-q"}),
-                           frozenset({"-t", "-b", "-e", "-g", "-c", "-x", "-p", "--exec", "--differences"}))
+        at = _skip_options(
+            args,
+            frozenset({"-n", "--interval", "-d", "-q"}),
+            frozenset({"-t", "-b", "-e", "-g", "-c", "-x", "-p", "--exec", "--differences"}),
+        )
         if at is None or at >= len(args) or any(a.value is None for a in args[at:]):
             return _opaque(cmd)
         return _from_string(cmd, Word("", " ".join(a.text for a in args[at:])), depth)
@@ -774,10 +862,10 @@ def _env(cmd: Command, args: list[Word], depth: int) -> list[Command]:
         elif a in ("-S", "--split-string") or a.startswith(("-S", "--split-string=")):
             if a in ("-S", "--split-string"):
                 string = args[i + 1] if i + 1 < len(args) else None
-                rest = args[i + 2:]
+                rest = args[i + 2 :]
             else:
                 text = a.split("=", 1)[1] if a.startswith("--") else a[2:]
-                string, rest = Word(text, text), args[i + 1:]
+                string, rest = Word(text, text), args[i + 1 :]
             if string is None or string.value is None or any(r.value is None for r in rest):
                 return _opaque(cmd)
             line = " ".join([string.value, *(r.raw for r in rest)])
@@ -806,7 +894,7 @@ def _find(cmd: Command, args: list[Word], depth: int) -> list[Command]:
                 j += 1
             if j == i + 1:
                 return _opaque(cmd)
-            out.extend(_unwrap(_inner(args[i + 1:j]), depth + 1))
+            out.extend(_unwrap(_inner(args[i + 1 : j]), depth + 1))
             i = j
         i += 1
     return out
@@ -837,14 +925,33 @@ def _flock(cmd: Command, args: list[Word], depth: int) -> list[Command]:
     for i, a in enumerate(args):
         if a.value in ("-c", "--command"):
             return _from_string(cmd, args[i + 1] if i + 1 < len(args) else None, depth)
-    at = _skip_options(args, frozenset({"-w", "--timeout", "-E", "--conflict-exit-code"}),
-                       frozenset({"-s", "-x", "-e", "-n", "-u", "-o", "--shared", "--exclusive", "--nonblock",
-                                  "--unlock", "--close", "--verbose", "-F", "--no-fork"}))
+    at = _skip_options(
+        args,
+        frozenset({"-w", "--timeout", "-E", "--conflict-exit-code"}),
+        frozenset(
+            {
+                "-s",
+                "-x",
+                "-e",
+                "-n",
+                "-u",
+                "-o",
+                "--shared",
+                "--exclusive",
+                "--nonblock",
+                "--unlock",
+                "--close",
+                "--verbose",
+                "-F",
+                "--no-fork",
+            }
+        ),
+    )
     if at is None:
         return _opaque(cmd)
     if at + 1 >= len(args):
         return [cmd]
-    return [cmd, *_unwrap(_inner(args[at + 1:]), depth + 1)]
+    return [cmd, *_unwrap(_inner(args[at + 1 :]), depth + 1)]
 
 
 def _expand(commands: list[Command], depth: int) -> list[Command]:
@@ -859,7 +966,9 @@ def parse(line: str) -> list[Command]:
     return list(_parsed(line))
 
 
-@lru_cache(maxsize=64)  # exec asks deny, allow and ask rules and the accident list about the same line
+@lru_cache(
+    maxsize=64
+)  # exec asks deny, allow and ask rules and the accident list about the same line
 def _parsed(line: str) -> tuple[Command, ...]:
     return tuple(_expand(_parse(line, 0), 0))
 

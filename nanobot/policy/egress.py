@@ -25,10 +25,48 @@ __all__ = ["EgressPolicy", "Verdict", "domain_of", "named_domains"]
 
 # a URL, or a bare host name with a dot and a known-looking top-level label
 _URL = re.compile(r"\bhttps?://([^\s/?#\"'<>]+)", re.I)
-_BARE = re.compile(r"(?<![\w@/.-])((?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,24})(?![\w-])", re.I)
-_FILE_SUFFIXES = frozenset({"md", "txt", "py", "json", "csv", "js", "ts", "html", "htm", "yaml", "yml", "toml",
-                            "log", "sh", "cfg", "ini", "xml", "png", "jpg", "jpeg", "gif", "pdf", "zip", "gz",
-                            "tar", "lock", "conf", "rs", "go", "java", "rb", "php", "css", "sql", "db"})
+_BARE = re.compile(
+    r"(?<![\w@/.-])((?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,24})(?![\w-])", re.I
+)
+_FILE_SUFFIXES = frozenset(
+    {
+        "md",
+        "txt",
+        "py",
+        "json",
+        "csv",
+        "js",
+        "ts",
+        "html",
+        "htm",
+        "yaml",
+        "yml",
+        "toml",
+        "log",
+        "sh",
+        "cfg",
+        "ini",
+        "xml",
+        "png",
+        "jpg",
+        "jpeg",
+        "gif",
+        "pdf",
+        "zip",
+        "gz",
+        "tar",
+        "lock",
+        "conf",
+        "rs",
+        "go",
+        "java",
+        "rb",
+        "php",
+        "css",
+        "sql",
+        "db",
+    }
+)
 
 
 def domain_of(url: str) -> str:
@@ -43,7 +81,9 @@ def domain_of(url: str) -> str:
 def named_domains(text: str) -> set[str]:
     """The domains a person named in `text`: hosts of URLs, and bare names like docs.python.org
     (not file names such as notes.md)."""
-    found = {h.rsplit("@", 1)[-1].split(":")[0].rstrip(".").lower() for h in _URL.findall(text or "")}
+    found = {
+        h.rsplit("@", 1)[-1].split(":")[0].rstrip(".").lower() for h in _URL.findall(text or "")
+    }
     for name in _BARE.findall(text or ""):
         if name.rsplit(".", 1)[-1].lower() not in _FILE_SUFFIXES:
             found.add(name.rstrip(".").lower())
@@ -89,8 +129,11 @@ class EgressPolicy:
         for form in (url, unquote(url), unquote(unquote(url))):
             _, found = find_secrets(form)
             if found:
-                return Verdict(domain, refused=f"the URL carries {' and '.join(found)}; a secret never leaves "
-                                                "in a URL")
+                return Verdict(
+                    domain,
+                    refused=f"the URL carries {' and '.join(found)}; a secret never leaves "
+                    "in a URL",
+                )
         if urlsplit(url.strip()).scheme.lower() not in ("http", "https"):
             return Verdict(domain, refused="only http and https URLs can be fetched")
         if not domain:

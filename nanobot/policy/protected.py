@@ -43,9 +43,23 @@ from nanobot.policy.repos import (
     looks_like_git_dir,
 )
 
-__all__ = ["Protected", "TABLE", "PROMPT_FILES", "GIT_CODE_PATHS", "GIT_WATCHED", "GIT_ENTRY", "entry_for",
-           "is_persistence_path", "exec_read_only", "git_config_is_safe", "git_settings_note",
-           "parse_git_config", "safe_git_config_edit", "named_by_git_config", "SHELL_RC_FILES"]
+__all__ = [
+    "Protected",
+    "TABLE",
+    "PROMPT_FILES",
+    "GIT_CODE_PATHS",
+    "GIT_WATCHED",
+    "GIT_ENTRY",
+    "entry_for",
+    "is_persistence_path",
+    "exec_read_only",
+    "git_config_is_safe",
+    "git_settings_note",
+    "parse_git_config",
+    "safe_git_config_edit",
+    "named_by_git_config",
+    "SHELL_RC_FILES",
+]
 
 # The files the system prompt is built from, curated by the user (memory/prompt_files.py is their door).
 PROMPT_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "HEARTBEAT.md")
@@ -61,30 +75,80 @@ class Protected:
     def covers(self, rel: PurePosixPath) -> bool:
         own = PurePosixPath(self.path.rstrip("/"))
         if self.path.endswith("/"):
-            return rel == own or rel.parts[:len(own.parts)] == own.parts
+            return rel == own or rel.parts[: len(own.parts)] == own.parts
         return rel == own
 
 
-SHELL_RC_FILES = (".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile", ".zshrc", ".zshenv",
-                  ".zprofile", ".zlogin", ".zlogout", ".cshrc", ".tcshrc", ".kshrc", ".login", ".logout",
-                  ".xprofile", ".xinitrc", ".xsessionrc", ".xsession", ".pam_environment")
+SHELL_RC_FILES = (
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".zlogout",
+    ".cshrc",
+    ".tcshrc",
+    ".kshrc",
+    ".login",
+    ".logout",
+    ".xprofile",
+    ".xinitrc",
+    ".xsessionrc",
+    ".xsession",
+    ".pam_environment",
+)
 
 _PROMPT = "a prompt file: it is part of every system prompt, so what it says steers the assistant"
 _RUNS_LATER = "runs later as you, outside the sandbox"
 
 TABLE: tuple[Protected, ...] = (
-    Protected("memory/MEMORY.md", "memory-edit", "memory", "long-term memory (MEMORY.md), which is in every prompt"),
-    Protected("memory/", "", "never", "nanobot's memory store (HISTORY.md is append-only; versions are kept)"),
+    Protected(
+        "memory/MEMORY.md",
+        "memory-edit",
+        "memory",
+        "long-term memory (MEMORY.md), which is in every prompt",
+    ),
+    Protected(
+        "memory/",
+        "",
+        "never",
+        "nanobot's memory store (HISTORY.md is append-only; versions are kept)",
+    ),
     *(Protected(name, "prompt-edit", "prompt", f"{name}, {_PROMPT}") for name in PROMPT_FILES[:4]),
-    Protected("HEARTBEAT.md", "persistence", "prompt", "HEARTBEAT.md, whose tasks nanobot runs on a schedule"),
-    Protected("skills/", "skill-edit", "plain", "a workspace skill, which steers the assistant when used"),
-    Protected("cron/", "", "never", "the scheduled jobs (only the cron tool adds one, and it asks)"),
-    Protected(".git/", "persistence", "plain", f"the repository's settings and hooks: git {_RUNS_LATER}"),
+    Protected(
+        "HEARTBEAT.md",
+        "persistence",
+        "prompt",
+        "HEARTBEAT.md, whose tasks nanobot runs on a schedule",
+    ),
+    Protected(
+        "skills/", "skill-edit", "plain", "a workspace skill, which steers the assistant when used"
+    ),
+    Protected(
+        "cron/", "", "never", "the scheduled jobs (only the cron tool adds one, and it asks)"
+    ),
+    Protected(
+        ".git/", "persistence", "plain", f"the repository's settings and hooks: git {_RUNS_LATER}"
+    ),
     Protected(".envrc", "persistence", "plain", f".envrc: direnv {_RUNS_LATER}"),
-    Protected(".vscode/", "persistence", "plain", f"an editor run configuration (tasks run on folder open) that {_RUNS_LATER}"),
+    Protected(
+        ".vscode/",
+        "persistence",
+        "plain",
+        f"an editor run configuration (tasks run on folder open) that {_RUNS_LATER}",
+    ),
     Protected(".idea/", "persistence", "plain", f"an editor run configuration that {_RUNS_LATER}"),
-    Protected(".devcontainer/", "persistence", "plain", f"a dev container definition that {_RUNS_LATER}"),
-    *(Protected(name, "persistence", "plain", f"a shell start-up file that {_RUNS_LATER}") for name in SHELL_RC_FILES),
+    Protected(
+        ".devcontainer/", "persistence", "plain", f"a dev container definition that {_RUNS_LATER}"
+    ),
+    *(
+        Protected(name, "persistence", "plain", f"a shell start-up file that {_RUNS_LATER}")
+        for name in SHELL_RC_FILES
+    ),
 )
 
 GIT_ENTRY = next(e for e in TABLE if e.path == ".git/")
@@ -119,14 +183,31 @@ def exec_read_only(workspace: Path, repos: Repos | None = None) -> tuple[Path, .
     out: list[Path] = []
     for entry in TABLE:
         path = workspace / entry.path.rstrip("/")
-        if entry.path != ".git/" and path.exists() and not path.is_symlink() and (path.is_dir() or path.is_file()):
+        if (
+            entry.path != ".git/"
+            and path.exists()
+            and not path.is_symlink()
+            and (path.is_dir() or path.is_file())
+        ):
             out.append(path)
     repos = repos or find_repos(workspace)
-    git_dirs = dict.fromkeys([".git", *repos.git_dirs]) if (workspace / ".git").is_dir() else repos.git_dirs
+    git_dirs = (
+        dict.fromkeys([".git", *repos.git_dirs])
+        if (workspace / ".git").is_dir()
+        else repos.git_dirs
+    )
     for rel in git_dirs:
         folder = workspace / rel
-        out += [folder / p for p in GIT_CODE_PATHS if (folder / p).is_dir() and not (folder / p).is_symlink()]
-        out += [folder / p for p in GIT_SETTINGS if (folder / p).is_file() and not (folder / p).is_symlink()]
+        out += [
+            folder / p
+            for p in GIT_CODE_PATHS
+            if (folder / p).is_dir() and not (folder / p).is_symlink()
+        ]
+        out += [
+            folder / p
+            for p in GIT_SETTINGS
+            if (folder / p).is_file() and not (folder / p).is_symlink()
+        ]
     out += [workspace / rel for rel in repos.git_files if not (workspace / rel).is_symlink()]
     return tuple(dict.fromkeys([*out, *named_by_git_config(workspace, repos)]))
 
@@ -186,8 +267,14 @@ def _named(workspace: Path, config: Path, git_dir: Path, top: Path, depth: int) 
             if not word or word.startswith("~"):
                 continue
             path = Path(os.path.normpath((config.parent if include else top) / word))
-            if (not path.is_relative_to(workspace) or path == workspace or git_dir.is_relative_to(path)
-                    or path.is_relative_to(git_dir) or path.is_symlink() or not path.exists()):
+            if (
+                not path.is_relative_to(workspace)
+                or path == workspace
+                or git_dir.is_relative_to(path)
+                or path.is_relative_to(git_dir)
+                or path.is_symlink()
+                or not path.exists()
+            ):
                 continue  # outside (read-only anyway), a folder holding the repository, or already covered
             out.append(path)
             if include and depth < _INCLUDE_DEPTH and path.is_file():
@@ -217,20 +304,24 @@ def _read_git_config(path: Path) -> dict[str, list[str]] | None:
 
 # git's words when the read-only config stopped it (`git config`, `git remote add`, `git push -u`, `git init`
 # in an existing repository): "could not write config file .git/config: Device or resource busy"
-_GIT_SETTINGS_REFUSED = re.compile(r"could not (?:write|lock|commit|set)[^\n]*config[^\n]*"
-                                   r"(?:Device or resource busy|Read-only file system)")
+_GIT_SETTINGS_REFUSED = re.compile(
+    r"could not (?:write|lock|commit|set)[^\n]*config[^\n]*"
+    r"(?:Device or resource busy|Read-only file system)"
+)
 
 
 def git_settings_note(output: str) -> str:
     """For exec's result: when git failed because a repository's config is read-only, what to do instead."""
     if not _GIT_SETTINGS_REFUSED.search(output):
         return ""
-    return ("\n[nanobot: git could not change the repository's settings: inside exec every repository's config "
-            "and hooks are read-only, because git runs the programs they name as the user, outside the sandbox. "
-            "Do not retry it with exec. For one command, pass a setting with `git -c key=value ...` (e.g. "
-            "`git -c user.name=... -c user.email=... commit`); to keep it, change the config file with edit_file "
-            "(keys that run nothing, such as user.name or a remote's url, need no approval; others ask the user), "
-            "or ask the user to run the command themselves.]")
+    return (
+        "\n[nanobot: git could not change the repository's settings: inside exec every repository's config "
+        "and hooks are read-only, because git runs the programs they name as the user, outside the sandbox. "
+        "Do not retry it with exec. For one command, pass a setting with `git -c key=value ...` (e.g. "
+        "`git -c user.name=... -c user.email=... commit`); to keep it, change the config file with edit_file "
+        "(keys that run nothing, such as user.name or a remote's url, need no approval; others ask the user), "
+        "or ask the user to run the command themselves.]"
+    )
 
 
 # -- .git/config: keys that run nothing -----------------------------------------------------------
@@ -243,10 +334,13 @@ GIT_SAFE_KEYS = re.compile(
     r"|core\.(?:repositoryformatversion|filemode|bare|logallrefupdates|ignorecase|precomposeunicode|symlinks"
     r"|autocrlf|eol|safecrlf|quotepath)"
     r"|branch\.[^\n]+\.(?:remote|merge|rebase)|remote\.[^\n]+\.(?:url|pushurl|fetch)"
-    r"|pull\.rebase|push\.default|merge\.conflictstyle|color\.ui|commit\.verbose)$")
+    r"|pull\.rebase|push\.default|merge\.conflictstyle|color\.ui|commit\.verbose)$"
+)
 
 
-def git_config_is_safe(before: dict[str, list[str]] | None, after: dict[str, list[str]] | None) -> bool:
+def git_config_is_safe(
+    before: dict[str, list[str]] | None, after: dict[str, list[str]] | None
+) -> bool:
     """Whether `after` differs from `before` (parsed configs; None: unreadable) only in GIT_SAFE_KEYS."""
     if after is None:
         return False
@@ -262,8 +356,13 @@ def parse_git_config(data: bytes) -> dict[str, list[str]] | None:
     if git is None:
         return None
     try:
-        run = subprocess.run([git, "config", "--no-includes", "--file", "-", "--list", "-z"], input=data,
-                             capture_output=True, timeout=10, env={"PATH": os.defpath, "GIT_CONFIG_NOSYSTEM": "1"})
+        run = subprocess.run(
+            [git, "config", "--no-includes", "--file", "-", "--list", "-z"],
+            input=data,
+            capture_output=True,
+            timeout=10,
+            env={"PATH": os.defpath, "GIT_CONFIG_NOSYSTEM": "1"},
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if run.returncode != 0:
@@ -290,11 +389,22 @@ def safe_git_config_edit(workspace: Path, target: Path, before: str | None, afte
 
 # -- rule 4: anywhere on disk ---------------------------------------------------------------------
 
-_PERSISTENCE_NAMES = frozenset({*SHELL_RC_FILES, ".envrc", "crontab", "authorized_keys", "authorized_keys2"})
+_PERSISTENCE_NAMES = frozenset(
+    {*SHELL_RC_FILES, ".envrc", "crontab", "authorized_keys", "authorized_keys2"}
+)
 _PERSISTENCE_DIRS = (
-    (".git", "hooks"), (".ssh",), (".config", "autostart"), (".config", "systemd"), (".config", "fish"),
-    ("etc", "profile.d"), ("etc", "systemd"), ("etc", "init.d"), ("var", "spool", "cron"),
-    ("Library", "LaunchAgents"), (".config", "environment.d"), (".husky",),
+    (".git", "hooks"),
+    (".ssh",),
+    (".config", "autostart"),
+    (".config", "systemd"),
+    (".config", "fish"),
+    ("etc", "profile.d"),
+    ("etc", "systemd"),
+    ("etc", "init.d"),
+    ("var", "spool", "cron"),
+    ("Library", "LaunchAgents"),
+    (".config", "environment.d"),
+    (".husky",),
 )
 _PERSISTENCE_TAILS = ((".git", "config"),)
 _UNIT_SUFFIXES = (".service", ".timer", ".socket", ".path", ".mount")
@@ -311,6 +421,6 @@ def is_persistence_path(path: Path) -> bool:
     folders = parts[:-1]
     for tail in _PERSISTENCE_DIRS:
         for i in range(len(folders) - len(tail) + 1):
-            if folders[i:i + len(tail)] == tail:
+            if folders[i : i + len(tail)] == tail:
                 return True
-    return any(parts[-len(tail):] == tail for tail in _PERSISTENCE_TAILS)
+    return any(parts[-len(tail) :] == tail for tail in _PERSISTENCE_TAILS)

@@ -20,8 +20,18 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Repos", "find_repos", "last_found", "looks_like_git_dir", "GIT_CODE_PATHS", "GIT_SETTINGS", "GIT_WATCHED",
-           "MAX_ENTRIES", "MAX_DEPTH", "SKIPPED"]
+__all__ = [
+    "Repos",
+    "find_repos",
+    "last_found",
+    "looks_like_git_dir",
+    "GIT_CODE_PATHS",
+    "GIT_SETTINGS",
+    "GIT_WATCHED",
+    "MAX_ENTRIES",
+    "MAX_DEPTH",
+    "SKIPPED",
+]
 
 # Inside a repository folder: what git runs code from or is steered by. Folders: hooks, the info
 # folder (attributes, sparse-checkout), the submodules' and linked worktrees' own repository folders.
@@ -33,14 +43,34 @@ GIT_WATCHED = (*GIT_CODE_PATHS, *GIT_SETTINGS, "rebase-merge", "rebase-apply", "
 
 MAX_ENTRIES = 60_000  # folder entries looked at per walk (a 50,000-file project fits); past it the rest is not searched
 MAX_DEPTH = 8  # folders below the workspace
-SKIPPED = frozenset({"node_modules", ".venv", "venv", "site-packages", "__pycache__", ".tox", ".nox",
-                     ".mypy_cache", ".pytest_cache", ".ruff_cache", ".cache", ".cargo", ".npm", ".gradle"})
+SKIPPED = frozenset(
+    {
+        "node_modules",
+        ".venv",
+        "venv",
+        "site-packages",
+        "__pycache__",
+        ".tox",
+        ".nox",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".cache",
+        ".cargo",
+        ".npm",
+        ".gradle",
+    }
+)
 
 
 @dataclass(frozen=True)
 class Repos:
-    git_dirs: tuple[str, ...]  # workspace-relative repository folders (".git", "sub/.git", "x.git", ...)
-    git_files: tuple[str, ...]  # workspace-relative `.git` files (a worktree's or submodule's `gitdir:` pointer)
+    git_dirs: tuple[
+        str, ...
+    ]  # workspace-relative repository folders (".git", "sub/.git", "x.git", ...)
+    git_files: tuple[
+        str, ...
+    ]  # workspace-relative `.git` files (a worktree's or submodule's `gitdir:` pointer)
     complete: bool  # False: the walk stopped at MAX_ENTRIES or MAX_DEPTH; repositories beyond were not seen
     seen: int  # folder entries looked at
 
@@ -48,9 +78,11 @@ class Repos:
         """What the walk left out, for the user and the model; "" when it saw everything it searches."""
         if self.complete:
             return ""
-        return (f"the workspace is too large to search it all for git repositories (stopped after {self.seen:,} "
-                f"entries or {MAX_DEPTH} folders deep): the settings and hooks of a repository beyond that "
-                "are not read-only inside exec")
+        return (
+            f"the workspace is too large to search it all for git repositories (stopped after {self.seen:,} "
+            f"entries or {MAX_DEPTH} folders deep): the settings and hooks of a repository beyond that "
+            "are not read-only inside exec"
+        )
 
 
 def _is_git_dir(names: set[str] | frozenset[str]) -> bool:
@@ -61,7 +93,10 @@ def looks_like_git_dir(path: Path) -> bool:
     """Whether git would take `path` for a repository folder (HEAD and objects/ + refs/, or commondir)."""
     try:
         return (path / "HEAD").is_file() and (
-            (path / "objects").is_dir() and (path / "refs").is_dir() or (path / "commondir").is_file())
+            (path / "objects").is_dir()
+            and (path / "refs").is_dir()
+            or (path / "commondir").is_file()
+        )
     except OSError:
         return False
 
@@ -110,7 +145,14 @@ def _listing(path: str) -> _Listing | None:
                 git_file = True
         except OSError:
             continue
-    listing = _Listing(st.st_mtime_ns, st.st_ino, tuple(sorted(folders)), len(entries), _is_git_dir(names), git_file)
+    listing = _Listing(
+        st.st_mtime_ns,
+        st.st_ino,
+        tuple(sorted(folders)),
+        len(entries),
+        _is_git_dir(names),
+        git_file,
+    )
     if time.time_ns() - st.st_mtime_ns > _SETTLED_NS:
         if len(_listings) >= _CACHED_MAX:
             _listings.clear()
@@ -118,7 +160,9 @@ def _listing(path: str) -> _Listing | None:
     return listing
 
 
-def find_repos(workspace: Path, *, max_entries: int | None = None, max_depth: int | None = None) -> Repos:
+def find_repos(
+    workspace: Path, *, max_entries: int | None = None, max_depth: int | None = None
+) -> Repos:
     """Every repository folder and `.git` file under `workspace` (links not followed), bounded;
     breadth first, so the repositories nearest the top are found before a cap is met."""
     max_entries = MAX_ENTRIES if max_entries is None else max_entries
@@ -145,7 +189,9 @@ def find_repos(workspace: Path, *, max_entries: int | None = None, max_depth: in
             continue
         for name in listing.folders:
             where = (f"{rel}/{name}" if rel else name, depth + 1)
-            queue.appendleft(where) if name == ".git" else queue.append(where)  # a repository first: cheap, and what is sought
+            queue.appendleft(where) if name == ".git" else queue.append(
+                where
+            )  # a repository first: cheap, and what is sought
         if seen > max_entries and queue:
             complete = False
             break

@@ -45,7 +45,9 @@ class _Item:
     kind: str  # "file" | "dir" | "link" | "other"
     digest: str = ""
     data: bytes | None = None  # a file's bytes when small enough to put back; a link's target
-    git_config: bool = False  # a repository's config (or config.worktree): changes in keys that run nothing pass
+    git_config: bool = (
+        False  # a repository's config (or config.worktree): changes in keys that run nothing pass
+    )
 
 
 Snapshot = dict[str, _Item]  # workspace-relative path -> what was there
@@ -61,7 +63,9 @@ class Change:
 
 def _table_roots() -> list[str]:
     """The table's paths but memory/ (its own watch) and .git/ (see _roots)."""
-    return [e.path.rstrip("/") for e in TABLE if not e.path.startswith("memory/") and e.path != ".git/"]
+    return [
+        e.path.rstrip("/") for e in TABLE if not e.path.startswith("memory/") and e.path != ".git/"
+    ]
 
 
 _TABLE_ROOTS = _table_roots()
@@ -75,11 +79,16 @@ def _roots(workspace: Path) -> list[tuple[str, str | None]]:
     repos = find_repos(workspace)
     git_dirs = dict.fromkeys([".git", *repos.git_dirs])
     named = [p.relative_to(workspace).as_posix() for p in named_by_git_config(workspace, repos)]
-    files = [p for p in GIT_WATCHED if p in GIT_SETTINGS]  # first: a large skills/ or modules/ must not crowd them out
-    return [*((f, None) for f in dict.fromkeys([".git", *repos.git_files])),
-            *((f"{g}/{p}", g) for g in git_dirs for p in files), *((r, None) for r in _TABLE_ROOTS),
-            *((n, None) for n in named),
-            *((f"{g}/{p}", g) for g in git_dirs for p in GIT_WATCHED if p not in files)]
+    files = [
+        p for p in GIT_WATCHED if p in GIT_SETTINGS
+    ]  # first: a large skills/ or modules/ must not crowd them out
+    return [
+        *((f, None) for f in dict.fromkeys([".git", *repos.git_files])),
+        *((f"{g}/{p}", g) for g in git_dirs for p in files),
+        *((r, None) for r in _TABLE_ROOTS),
+        *((n, None) for n in named),
+        *((f"{g}/{p}", g) for g in git_dirs for p in GIT_WATCHED if p not in files),
+    ]
 
 
 def _is_git_config(rel: str, git_dir: str | None) -> bool:
@@ -98,13 +107,17 @@ def _item(path: str, contents: bool) -> _Item | None:
     if not stat.S_ISREG(st.st_mode):
         return _Item("other")
     if not contents:  # any write, chmod or rename moves ctime, which no command can set back
-        return _Item("file", f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_mode}")
+        return _Item(
+            "file", f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{st.st_mode}"
+        )
     try:
         with open(path, "rb") as fh:
             data = fh.read()
     except OSError:
         return _Item("file", "unreadable")
-    return _Item("file", hashlib.sha256(data).hexdigest(), data if len(data) <= _KEEP_BYTES else None)
+    return _Item(
+        "file", hashlib.sha256(data).hexdigest(), data if len(data) <= _KEEP_BYTES else None
+    )
 
 
 def take_snapshot(workspace: Path, *, contents: bool = True) -> Snapshot:
@@ -118,8 +131,10 @@ def take_snapshot(workspace: Path, *, contents: bool = True) -> Snapshot:
         stack = [root]
         while stack and len(snap) < _MAX_ENTRIES:
             rel = stack.pop()
-            inner = rel[len(git_dir) + 1:] if git_dir is not None else ""
-            if inner and (inner.startswith("hooks/") and inner.endswith(".sample") or inner in _GIT_HARMLESS):
+            inner = rel[len(git_dir) + 1 :] if git_dir is not None else ""
+            if inner and (
+                inner.startswith("hooks/") and inner.endswith(".sample") or inner in _GIT_HARMLESS
+            ):
                 continue  # never run by git
             config = _is_git_config(rel, git_dir)
             item = _item(base + rel, contents or config)
@@ -145,9 +160,15 @@ def changes_since(workspace: Path, before: Snapshot, *, contents: bool = True) -
         old, new = before.get(rel), after.get(rel)
         if old == new or (old is not None and new is not None and old.kind == "dir" == new.kind):
             continue
-        if new is not None and new.kind == "file" and new.data is None:  # what the command wrote, to show
+        if (
+            new is not None and new.kind == "file" and new.data is None
+        ):  # what the command wrote, to show
             new = _item(str(workspace / rel), True)
-        if new is not None and new.git_config and git_config_is_safe(_git_config(old), _git_config(new)):
+        if (
+            new is not None
+            and new.git_config
+            and git_config_is_safe(_git_config(old), _git_config(new))
+        ):
             continue
         # what is not the table's lies in a repository folder (_roots)
         found.append(Change(rel, entry_for(workspace, workspace / rel) or GIT_ENTRY, old, new))
@@ -181,12 +202,18 @@ def put_back(workspace: Path, change: Change, aside: Path) -> bool:
     path, old, now = workspace / change.rel, change.before, change.after
     try:
         current = _item(str(path), False)
-        if now is not None and current is not None and current.kind == now.kind and (
-                now.kind != "dir" or (old is not None and old.kind != "dir")):  # not already put back
+        if (
+            now is not None
+            and current is not None
+            and current.kind == now.kind
+            and (now.kind != "dir" or (old is not None and old.kind != "dir"))
+        ):  # not already put back
             _move_aside(path, aside / change.rel)
         if old is None:
             return True
-        for parent in reversed(path.relative_to(workspace).parents[:-1]):  # a file where a folder was
+        for parent in reversed(
+            path.relative_to(workspace).parents[:-1]
+        ):  # a file where a folder was
             where = workspace / parent
             if where.is_symlink() or (where.exists() and not where.is_dir()):
                 _move_aside(where, aside / parent)

@@ -93,7 +93,9 @@ def re_exports(source: str) -> tuple[Bindings, list[str] | None] | None:
             if nm is None:
                 return None
             original, alias = nm[1], nm[2] or nm[1]
-            bound[alias] = ("." + sub, original) if sub else ("." + original, None)  # `from . import x`
+            bound[alias] = (
+                ("." + sub, original) if sub else ("." + original, None)
+            )  # `from . import x`
     return bound, exported
 
 
@@ -115,7 +117,11 @@ def lazy_lib_imports(source: str, package_dir: str) -> tuple[ast.Module, Binding
     candidates: list[ast.ImportFrom] = []
     all_lists = 0
     for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and (node.module or "").startswith("lib."):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.level == 1
+            and (node.module or "").startswith("lib.")
+        ):
             candidates.append(node)
             continue
         for sub in ast.walk(node):
@@ -123,15 +129,28 @@ def lazy_lib_imports(source: str, package_dir: str) -> tuple[ast.Module, Binding
                 used.add(sub.id)
             elif isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 used.add(sub.name)
-            if (isinstance(sub, ast.AugAssign) and isinstance(sub.target, ast.Name) and sub.target.id == "__all__"
-                    or isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name)
-                    and sub.value.id == "__all__"):
-                return None  # `__all__ += ...`, `__all__.extend(...)`: names this reading cannot see
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            if (
+                isinstance(sub, ast.AugAssign)
+                and isinstance(sub.target, ast.Name)
+                and sub.target.id == "__all__"
+                or isinstance(sub, ast.Attribute)
+                and isinstance(sub.value, ast.Name)
+                and sub.value.id == "__all__"
+            ):
+                return (
+                    None  # `__all__ += ...`, `__all__.extend(...)`: names this reading cannot see
+                )
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
             all_lists += 1
             if not isinstance(node.value, (ast.List, ast.Tuple)) or all_lists > 1:
                 return None
-            exported |= {e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+            exported |= {
+                e.value
+                for e in node.value.elts
+                if isinstance(e, ast.Constant) and isinstance(e.value, str)
+            }
     if "__getattr__" in used:
         return None
     lazy: Bindings = {}
@@ -165,7 +184,9 @@ def _star_names(folder: str) -> list[str] | None:
     if read is None:
         return None
     bound, exported = read
-    return exported if exported is not None else [name for name in bound if not name.startswith("_")]
+    return (
+        exported if exported is not None else [name for name in bound if not name.startswith("_")]
+    )
 
 
 def _bind_on_demand(module: ModuleType, bound: Bindings, *, submodules: bool) -> None:
@@ -180,7 +201,11 @@ def _bind_on_demand(module: ModuleType, bound: Bindings, *, submodules: bool) ->
             where, attr = bound[name]
             target = importlib.import_module(where, package)
             value = target if attr is None else getattr(target, attr)
-        elif submodules and not name.startswith("__") and importlib.util.find_spec(f"{package}.{name}") is not None:
+        elif (
+            submodules
+            and not name.startswith("__")
+            and importlib.util.find_spec(f"{package}.{name}") is not None
+        ):
             value = importlib.import_module(f"{package}.{name}")
         else:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
@@ -239,7 +264,9 @@ class _OnDemandPackage:
             exported = [name for name in bound if not name.startswith("_")]
         module.__dict__["__all__"] = exported
 
-    def __getattr__(self, name: str) -> Any:  # get_resource_reader, is_package, ...: the file's loader
+    def __getattr__(
+        self, name: str
+    ) -> Any:  # get_resource_reader, is_package, ...: the file's loader
         return getattr(self._real, name)
 
 
@@ -247,12 +274,15 @@ class _Finder:
     """Finds the subpackages under `roots` as the path finder does, and swaps the loader of pure
     re-export ones."""
 
-    def __init__(self, roots: tuple[str, ...] = _ROOTS, lazy_tail: tuple[str, ...] = _LAZY_TAIL) -> None:
+    def __init__(
+        self, roots: tuple[str, ...] = _ROOTS, lazy_tail: tuple[str, ...] = _LAZY_TAIL
+    ) -> None:
         self._roots = roots
         self._lazy_tail = lazy_tail
 
-    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
-                  target: ModuleType | None = None) -> ModuleSpec | None:
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         if fullname in self._lazy_tail:
             spec = PathFinder.find_spec(fullname, path)
             if spec is not None and spec.origin and spec.submodule_search_locations:

@@ -32,30 +32,57 @@ from nanobot.providers.raw_http import (
 )
 from nanobot.tls import shared_tls_context
 
-_STOP = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
-         "refusal": "stop", "pause_turn": "stop", "model_context_window_exceeded": "length"}
+_STOP = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "refusal": "stop",
+    "pause_turn": "stop",
+    "model_context_window_exceeded": "length",
+}
 
 
 class AnthropicProvider(Provider):
     name = "anthropic"
 
-    def __init__(self, model: str, *, api_key: str, api_base: str | None = None,
-                 extra_headers: dict[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 http_client: httpx2.AsyncClient | None = None,
-                 reasoning_effort: str | None = None) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str,
+        api_base: str | None = None,
+        extra_headers: dict[str, str] | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        http_client: httpx2.AsyncClient | None = None,
+        reasoning_effort: str | None = None,
+    ) -> None:
         super().__init__(model)
         self.timeout = timeout
-        self.reasoning_effort = reasoning_effort  # agents.defaults.reasoningEffort: extended thinking
+        self.reasoning_effort = (
+            reasoning_effort  # agents.defaults.reasoningEffort: extended thinking
+        )
         self._client = anthropic.AsyncAnthropic(
-            api_key=api_key or "none", base_url=api_base or None, max_retries=0, timeout=http_timeout(timeout),
+            api_key=api_key or "none",
+            base_url=api_base or None,
+            max_retries=0,
+            timeout=http_timeout(timeout),
             default_headers=extra_headers or None,
             # the SDK's own default client, with the process's one TLS context (tests pass an in-process transport)
-            http_client=http_client or anthropic.DefaultAsyncHttpxClient(verify=shared_tls_context()),
+            http_client=http_client
+            or anthropic.DefaultAsyncHttpxClient(verify=shared_tls_context()),
         )
 
-    async def chat(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None,
-                   tool_choice: str | dict[str, Any] | None = None, max_tokens: int = 4096,
-                   temperature: float = 0.1, on_delta: DeltaCallback | None = None) -> LLMResponse:
+    async def chat(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        max_tokens: int = 4096,
+        temperature: float = 0.1,
+        on_delta: DeltaCallback | None = None,
+    ) -> LLMResponse:
         system, wire = fmt.to_anthropic(messages)
         params: dict[str, Any] = {
             "model": self.model,
@@ -69,14 +96,22 @@ class AnthropicProvider(Provider):
             choice = fmt.to_anthropic_tool_choice(tool_choice)
             if choice:
                 params["tool_choice"] = choice
-        thinking = reasoning.anthropic_thinking(self.reasoning_effort, max_tokens, tool_choice if tools else None)
+        thinking = reasoning.anthropic_thinking(
+            self.reasoning_effort, max_tokens, tool_choice if tools else None
+        )
         if thinking:
             params["thinking"] = thinking
-        answering = False  # the server's answer had begun: a failure now is a drop, not "could not connect"
+        answering = (
+            False  # the server's answer had begun: a failure now is a drop, not "could not connect"
+        )
         try:
             response = await post_encodable(
-                self._client.post, "/v1/messages", params if on_delta is None else {**params, "stream": True},
-                cast_to=httpx2.Response, options={"headers": RAW_STREAM_HEADERS})
+                self._client.post,
+                "/v1/messages",
+                params if on_delta is None else {**params, "stream": True},
+                cast_to=httpx2.Response,
+                options={"headers": RAW_STREAM_HEADERS},
+            )
             answering = True
             try:
                 if on_delta is None:
@@ -85,10 +120,19 @@ class AnthropicProvider(Provider):
                     message = await _read_stream(response, on_delta)
             finally:
                 await response.aclose()
-        except (anthropic.APIStatusError, anthropic.APIConnectionError, httpx2.TransportError) as exc:
+        except (
+            anthropic.APIStatusError,
+            anthropic.APIConnectionError,
+            httpx2.TransportError,
+        ) as exc:
             # a read timeout or a cut while streaming escapes the SDK as a bare httpx error
-            raise translate("anthropic", exc, url=str(self._client.base_url), seconds=self.timeout,
-                            dropped=answering) from None
+            raise translate(
+                "anthropic",
+                exc,
+                url=str(self._client.base_url),
+                seconds=self.timeout,
+                dropped=answering,
+            ) from None
         return _to_response(message)
 
     async def aclose(self) -> None:
@@ -125,15 +169,21 @@ async def _read_stream(response: httpx2.Response, on_delta: DeltaCallback) -> di
             start = event.get("message") or {}
             message["usage"].update(start.get("usage") or {})
         elif kind == "message_delta":
-            message["stop_reason"] = (event.get("delta") or {}).get("stop_reason") or message["stop_reason"]
-            message["usage"].update({k: v for k, v in (event.get("usage") or {}).items() if v is not None})
+            message["stop_reason"] = (event.get("delta") or {}).get("stop_reason") or message[
+                "stop_reason"
+            ]
+            message["usage"].update(
+                {k: v for k, v in (event.get("usage") or {}).items() if v is not None}
+            )
         elif kind == "error":
             raise stream_error("anthropic", event.get("error"))
     for index, pieces in partial.items():
         raw = "".join(pieces)
         try:
             # too deep or too long: kept as text, never parsed (json.loads recurses); flagged below
-            blocks[index]["input"] = raw if text_problem(raw) else json.loads(raw) if raw.strip() else {}
+            blocks[index]["input"] = (
+                raw if text_problem(raw) else json.loads(raw) if raw.strip() else {}
+            )
         except ValueError:
             blocks[index]["input"] = raw  # kept as sent; _to_response flags it for the model
     return message
@@ -152,8 +202,13 @@ def _to_response(message: dict[str, Any]) -> LLMResponse:
             texts.append(block.get("text") or "")
         elif kind == "thinking":
             thinking.append(block.get("thinking") or "")
-            signed.append({"type": "thinking", "thinking": block.get("thinking") or "",
-                           "signature": block.get("signature") or ""})
+            signed.append(
+                {
+                    "type": "thinking",
+                    "thinking": block.get("thinking") or "",
+                    "signature": block.get("signature") or "",
+                }
+            )
         elif kind == "redacted_thinking":
             signed.append({"type": "redacted_thinking", "data": block.get("data") or ""})
         elif kind == "tool_use":
@@ -168,18 +223,28 @@ def _to_response(message: dict[str, Any]) -> LLMResponse:
                 args = value if isinstance(value, dict) else {}
                 error = None if isinstance(value, dict) else "arguments must be a JSON object"
                 raw = fmt.arguments_json(value)
-            calls.append(ToolCallRequest(str(block.get("id") or ""), str(block.get("name") or ""), args,
-                                         raw, error))
+            calls.append(
+                ToolCallRequest(
+                    str(block.get("id") or ""), str(block.get("name") or ""), args, raw, error
+                )
+            )
     usage = message.get("usage") or {}
-    prompt = sum(int(usage.get(k) or 0) for k in ("input_tokens", "cache_read_input_tokens",
-                                                   "cache_creation_input_tokens"))
+    prompt = sum(
+        int(usage.get(k) or 0)
+        for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+    )
     return LLMResponse(
         content="".join(texts) or None,
         tool_calls=calls,
-        finish_reason=_STOP.get(message.get("stop_reason") or "", "tool_calls" if calls else "stop"),
-        usage=Usage(prompt, int(usage.get("output_tokens") or 0),
-                    cache_read_tokens=int(usage.get("cache_read_input_tokens") or 0),
-                    cache_write_tokens=int(usage.get("cache_creation_input_tokens") or 0)),
+        finish_reason=_STOP.get(
+            message.get("stop_reason") or "", "tool_calls" if calls else "stop"
+        ),
+        usage=Usage(
+            prompt,
+            int(usage.get("output_tokens") or 0),
+            cache_read_tokens=int(usage.get("cache_read_input_tokens") or 0),
+            cache_write_tokens=int(usage.get("cache_creation_input_tokens") or 0),
+        ),
         reasoning="\n".join(thinking) or None,
         thinking_blocks=signed,
     )

@@ -29,7 +29,10 @@ def _image_block(part: dict) -> dict:
     url = image.get("url", "") if isinstance(image, dict) else str(image or "")
     match = re.match(r"data:(image/[\w.+-]+);base64,(.*)", url, re.S)
     if match:
-        return {"type": "image", "source": {"type": "base64", "media_type": match[1], "data": match[2]}}
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": match[1], "data": match[2]},
+        }
     if url.startswith(("http://", "https://")):
         return {"type": "image", "source": {"type": "url", "url": url}}
     # a file:// or odd URL cannot be sent; say it was there rather than leave the turn empty
@@ -42,7 +45,9 @@ def _content_blocks(content: Any) -> list[dict]:
         for part in content:
             if isinstance(part, dict) and part.get("type") == "image_url":
                 blocks.append(_image_block(part))
-            elif isinstance(part, str) or (isinstance(part, dict) and part.get("type") in ("text", None)):
+            elif isinstance(part, str) or (
+                isinstance(part, dict) and part.get("type") in ("text", None)
+            ):
                 text = text_of([part])
                 if text.strip():  # Anthropic rejects empty text blocks
                     blocks.append({"type": "text", "text": text})
@@ -59,20 +64,33 @@ _THINKING = ("thinking", "redacted_thinking")
 
 def _assistant_blocks(msg: Message) -> list[dict]:
     # signed thinking blocks first, as the API requires (providers/reasoning.py)
-    blocks = [dict(b) for b in msg.get("thinking_blocks") or () if isinstance(b, dict) and b.get("type") in _THINKING]
+    blocks = [
+        dict(b)
+        for b in msg.get("thinking_blocks") or ()
+        if isinstance(b, dict) and b.get("type") in _THINKING
+    ]
     blocks += _content_blocks(msg.get("content"))
     for call in msg.get("tool_calls") or []:
         fn = call.get("function") or {}
         args, _ = parse_arguments(fn.get("arguments"))
-        blocks.append({"type": "tool_use", "id": safe_tool_id(call.get("id", "")), "name": fn.get("name") or "unknown",
-                       "input": args})
+        blocks.append(
+            {
+                "type": "tool_use",
+                "id": safe_tool_id(call.get("id", "")),
+                "name": fn.get("name") or "unknown",
+                "input": args,
+            }
+        )
     return blocks
 
 
 def _tool_result_block(msg: Message) -> dict:
     text = text_of(msg.get("content"))
-    return {"type": "tool_result", "tool_use_id": safe_tool_id(msg.get("tool_call_id", "")),
-            "content": text if text.strip() else NO_OUTPUT}
+    return {
+        "type": "tool_result",
+        "tool_use_id": safe_tool_id(msg.get("tool_call_id", "")),
+        "content": text if text.strip() else NO_OUTPUT,
+    }
 
 
 def to_anthropic(messages: list[Message]) -> tuple[list[dict] | None, list[dict]]:
@@ -92,8 +110,9 @@ def to_anthropic(messages: list[Message]) -> tuple[list[dict] | None, list[dict]
                 out[-1]["content"] = results + others
             else:
                 merged = prev + blocks  # thinking blocks must still lead the assistant turn
-                out[-1]["content"] = ([b for b in merged if b["type"] in _THINKING]
-                                      + [b for b in merged if b["type"] not in _THINKING])
+                out[-1]["content"] = [b for b in merged if b["type"] in _THINKING] + [
+                    b for b in merged if b["type"] not in _THINKING
+                ]
         else:
             out.append({"role": role, "content": list(blocks)})
 
@@ -132,8 +151,13 @@ def to_anthropic_tools(tools: list[dict] | None) -> list[dict]:
     converted = []
     for tool in tools or []:
         fn = tool.get("function", tool)
-        converted.append({"name": fn["name"], "description": fn.get("description", ""),
-                          "input_schema": fn.get("parameters") or {"type": "object", "properties": {}}})
+        converted.append(
+            {
+                "name": fn["name"],
+                "description": fn.get("description", ""),
+                "input_schema": fn.get("parameters") or {"type": "object", "properties": {}},
+            }
+        )
     if converted:
         converted[-1] = {**converted[-1], "cache_control": CACHE}
     return converted
@@ -145,7 +169,9 @@ def to_anthropic_tool_choice(choice: str | dict | None) -> dict | None:
     if isinstance(choice, dict):
         name = choice.get("name") or (choice.get("function") or {}).get("name")
         return {"type": "tool", "name": name}
-    return {"auto": {"type": "auto"}, "required": {"type": "any"}, "none": {"type": "none"}}.get(choice)
+    return {"auto": {"type": "auto"}, "required": {"type": "any"}, "none": {"type": "none"}}.get(
+        choice
+    )
 
 
 def arguments_json(value: Any) -> str:

@@ -29,13 +29,16 @@ class RestartableDelta(Protocol):
 
     def restart(self) -> None: ...
 
+
 # Seconds a provider may stay silent (no byte at all) before the request counts as failed; per
 # provider in the config as providers.<name>.timeout. Connecting gets at most CONNECT_TIMEOUT.
 DEFAULT_TIMEOUT = 180.0
 CONNECT_TIMEOUT = 10.0
 
 
-async def post_encodable(post: Callable[..., Any], path: str, body: dict[str, Any], **kwargs: Any) -> Any:
+async def post_encodable(
+    post: Callable[..., Any], path: str, body: dict[str, Any], **kwargs: Any
+) -> Any:
     """`post(path, body=body)`; a body the JSON encoder refuses (a lone surrogate that slipped past
     the edges, see messages.clean_unicode) is sent once more with U+FFFD in its place. Free when clean."""
     try:
@@ -65,7 +68,9 @@ class Usage:
     prompt_tokens: int = 0  # every prompt token, those read from or written to the cache included
     completion_tokens: int = 0
     cache_read_tokens: int = 0  # of prompt_tokens: read from the provider's prompt cache
-    cache_write_tokens: int = 0  # of prompt_tokens: written to it (Anthropic's cache_creation_input_tokens)
+    cache_write_tokens: int = (
+        0  # of prompt_tokens: written to it (Anthropic's cache_creation_input_tokens)
+    )
 
 
 @dataclass
@@ -81,7 +86,9 @@ class LLMResponse:
     # MiniMax's reasoning_details as sent (its OpenAI-compatible API with reasoning_split), kept the
     # same way: within the turn, back to a server that asks for them (registry.details_back)
     reasoning_details: list[dict[str, Any]] = field(default_factory=list)
-    served_by: str = ""  # provider/model that answered, set where a fallback chain chose it (for the ledger)
+    served_by: str = (
+        ""  # provider/model that answered, set where a fallback chain chose it (for the ledger)
+    )
 
     def to_message(self) -> Message:
         """The assistant message to append to the conversation."""

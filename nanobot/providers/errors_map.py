@@ -11,7 +11,7 @@ _RETRYABLE = {408, 409, 429, 500, 502, 503, 504, 529}
 
 _HINTS = {
     400: "The provider rejected the request as malformed; this is a bug in nanobot if it repeats — "
-         "run `nanobot session repair` on the session and report it.",
+    "run `nanobot session repair` on the session and report it.",
     401: "The API key was rejected: check {where} and run `nanobot status`.",
     403: "The key is not allowed to use this model or endpoint: check the account's permissions.",
     404: "The model or endpoint was not found: check agents.defaults.model and the provider's apiBase.",
@@ -23,12 +23,22 @@ _HINTS = {
 # resulted in M tokens"), Anthropic ("prompt is too long: M tokens > N maximum"), llama.cpp and others.
 # Anthropic also says "input length and `max_tokens` exceed context limit: 8123 + 2048 > 8192", and
 # OpenAI "you requested 10171 tokens (8123 in the messages, 2048 in the completion)".
-_OVERFLOW = re.compile(r"context.length|context window|maximum context|prompt is too long|too many tokens|"
-                       r"reduce the length|exceeds the available context|exceed context limit", re.I)
-_WINDOW = (re.compile(r"maximum context length is (\d+)", re.I), re.compile(r"\d+ tokens? > (\d+)", re.I),
-           re.compile(r"\d+ \+ \d+ > (\d+)"))
-_TOKENS = (re.compile(r"resulted in (\d+) tokens", re.I), re.compile(r"\((\d+) in the messages", re.I),
-           re.compile(r"(\d+) tokens? > \d+", re.I), re.compile(r"(\d+) \+ \d+ > \d+"))
+_OVERFLOW = re.compile(
+    r"context.length|context window|maximum context|prompt is too long|too many tokens|"
+    r"reduce the length|exceeds the available context|exceed context limit",
+    re.I,
+)
+_WINDOW = (
+    re.compile(r"maximum context length is (\d+)", re.I),
+    re.compile(r"\d+ tokens? > (\d+)", re.I),
+    re.compile(r"\d+ \+ \d+ > (\d+)"),
+)
+_TOKENS = (
+    re.compile(r"resulted in (\d+) tokens", re.I),
+    re.compile(r"\((\d+) in the messages", re.I),
+    re.compile(r"(\d+) tokens? > \d+", re.I),
+    re.compile(r"(\d+) \+ \d+ > \d+"),
+)
 
 
 # How a provider says it cannot force a tool call ("tool_choice of type 'function' is not supported").
@@ -54,16 +64,23 @@ def parse_retry_after(value: str | None) -> float | None:
 
 # Quota and spend caps: waiting a few seconds cannot help (OpenAI insufficient_quota, Anthropic's
 # "usage limits" / credit balance, OpenRouter's credits, billing hard limits).
-_QUOTA = re.compile(r"insufficient.quota|exceeded your current quota|credit balance|insufficient credits|"
-                    r"out of credits|billing|spend(ing)?.(limit|cap)|usage limits?|monthly limit|budget", re.I)
+_QUOTA = re.compile(
+    r"insufficient.quota|exceeded your current quota|credit balance|insufficient credits|"
+    r"out of credits|billing|spend(ing)?.(limit|cap)|usage limits?|monthly limit|budget",
+    re.I,
+)
 # ... unless the provider says when to come back (Gemini words per-minute limits as "quota" too)
 _RETRY_IN = re.compile(r"retry (in|after)|try again in", re.I)
 
-_QUOTA_HINT = ("The account's quota or spending limit is used up: add credit or raise the limit in the provider's "
-               "console, or use another model with --model.")
+_QUOTA_HINT = (
+    "The account's quota or spending limit is used up: add credit or raise the limit in the provider's "
+    "console, or use another model with --model."
+)
 
 
-def is_quota(status: int, message: str, error_type: str = "", retry_after: float | None = None) -> bool:
+def is_quota(
+    status: int, message: str, error_type: str = "", retry_after: float | None = None
+) -> bool:
     """A 429 (or 400/402/403) that says the account is out of quota or credit, not 'slow down'."""
     if status not in (400, 402, 403, 429):  # Anthropic says "credit balance is too low" with a 400
         return False
@@ -83,23 +100,46 @@ def _hint(status: int, provider: str) -> str | None:
 
     spec = registry.find(provider)
     where = f"providers.{to_camel(registry.canonical(provider))}.apiKey in the config"
-    return hint.format(where=f"{spec.env_key} or {where}" if spec is not None and spec.env_key else where)
+    return hint.format(
+        where=f"{spec.env_key} or {where}" if spec is not None and spec.env_key else where
+    )
 
 
-def status_error(provider: str, status: int, message: str, retry_after: str | None = None,
-                 error_type: str = "", url: str | None = None) -> ProviderError:
+def status_error(
+    provider: str,
+    status: int,
+    message: str,
+    retry_after: str | None = None,
+    error_type: str = "",
+    url: str | None = None,
+) -> ProviderError:
     message = mask_secrets(message)  # a 401 body often echoes the key it rejected
     wait = parse_retry_after(retry_after)
     quota = is_quota(status, message, error_type, wait)
     retryable = not quota and (status in _RETRYABLE or status >= 500)
-    label = "overloaded" if status == 529 else "quota or spending limit reached" if quota else f"HTTP {status}"
-    if url and status in (404, 405):  # a wrong apiBase usually shows up as "not found": say where we asked
+    label = (
+        "overloaded"
+        if status == 529
+        else "quota or spending limit reached"
+        if quota
+        else f"HTTP {status}"
+    )
+    if url and status in (
+        404,
+        405,
+    ):  # a wrong apiBase usually shows up as "not found": say where we asked
         label += f" from {url}"
     overflow = status in (400, 413) and bool(_OVERFLOW.search(message))
     tool_choice_refused = status == 400 and not overflow and bool(_TOOL_CHOICE.search(message))
     return ProviderError(
         f"{provider}: {label}: {message}".rstrip(": "),
-        hint=_OVERFLOW_HINT if overflow else _QUOTA_HINT if quota else None if retryable else _hint(status, provider),
+        hint=_OVERFLOW_HINT
+        if overflow
+        else _QUOTA_HINT
+        if quota
+        else None
+        if retryable
+        else _hint(status, provider),
         status=status,
         retryable=retryable,
         retry_after=wait,
@@ -110,32 +150,47 @@ def status_error(provider: str, status: int, message: str, retry_after: str | No
     )
 
 
-_OVERFLOW_HINT = ("The prompt was too long for the model: set agents.defaults.contextWindowTokens to the "
-                  "model's real context window.")
+_OVERFLOW_HINT = (
+    "The prompt was too long for the model: set agents.defaults.contextWindowTokens to the "
+    "model's real context window."
+)
 
 
-def connection_error(provider: str, exc: BaseException, *, timeout: bool = False, url: str | None = None,
-                     seconds: float | None = None, dropped: bool = False) -> ProviderError:
+def connection_error(
+    provider: str,
+    exc: BaseException,
+    *,
+    timeout: bool = False,
+    url: str | None = None,
+    seconds: float | None = None,
+    dropped: bool = False,
+) -> ProviderError:
     """`dropped`: the server had begun answering (the connection was made) when it failed."""
     where = f" {url}" if url else ""
     if dropped and not timeout:
         reason = str(exc).strip() or type(exc).__name__
         message = f"{provider}: the connection dropped mid-answer ({reason})"
-        hint = (f"The server began answering, then the connection closed. If it keeps happening, check the "
-                f"network or a proxy between here and{where or ' the server'}.")
+        hint = (
+            f"The server began answering, then the connection closed. If it keeps happening, check the "
+            f"network or a proxy between here and{where or ' the server'}."
+        )
     elif timeout:
         waited = f" within {seconds:.0f}s" if seconds else ""
         message = f"{provider}: no answer from{where or ' the server'}{waited}"
-        hint = (f"The server accepted the connection but did not answer. Check that it is the right server, "
-                f"or raise providers.{provider}.timeout if it is just slow.")
+        hint = (
+            f"The server accepted the connection but did not answer. Check that it is the right server, "
+            f"or raise providers.{provider}.timeout if it is just slow."
+        )
     else:
         reason = str(exc).strip() or type(exc).__name__
         cause = getattr(exc, "__cause__", None)
         if cause is not None and str(cause).strip() and str(cause) not in reason:
             reason = f"{reason} ({cause})"
         message = f"{provider}: could not connect to{where or ' the server'}: {reason}"
-        hint = (f"Check the network, that the server is running, and providers.{provider}.apiBase "
-                "(`nanobot doctor` tries the connection).")
+        hint = (
+            f"Check the network, that the server is running, and providers.{provider}.apiBase "
+            "(`nanobot doctor` tries the connection)."
+        )
     return ProviderError(mask_secrets(message), hint=hint, retryable=True)
 
 
@@ -151,8 +206,14 @@ def body_message(body: object, fallback: str) -> tuple[str, str]:
     return fallback, ""
 
 
-def translate(provider: str, exc: BaseException, *, url: str | None, seconds: float | None,
-              dropped: bool = False) -> ProviderError:
+def translate(
+    provider: str,
+    exc: BaseException,
+    *,
+    url: str | None,
+    seconds: float | None,
+    dropped: bool = False,
+) -> ProviderError:
     """An SDK or transport exception as a ProviderError (status, timeout or connection); `dropped`:
     it happened after the server's answer had begun (so it was not a failure to connect)."""
     import httpx2
@@ -161,6 +222,10 @@ def translate(provider: str, exc: BaseException, *, url: str | None, seconds: fl
     response = getattr(exc, "response", None)
     if isinstance(status, int) and response is not None:
         message, kind = body_message(getattr(exc, "body", None), str(getattr(exc, "message", exc)))
-        return status_error(provider, status, message, response.headers.get("retry-after"), kind, url=url)
+        return status_error(
+            provider, status, message, response.headers.get("retry-after"), kind, url=url
+        )
     timed_out = isinstance(exc, httpx2.TimeoutException) or type(exc).__name__ == "APITimeoutError"
-    return connection_error(provider, exc, timeout=timed_out, url=url, seconds=seconds, dropped=dropped)
+    return connection_error(
+        provider, exc, timeout=timed_out, url=url, seconds=seconds, dropped=dropped
+    )

@@ -21,7 +21,10 @@ from nanobot.providers.retry import RetryCallback, RetryingProvider, RetryPolicy
 from nanobot.threads import start_quiet
 from nanobot.tls import prewarm_tls_context
 
-_ADAPTERS = {"anthropic": "nanobot.providers.anthropic", "openai": "nanobot.providers.openai_compat"}
+_ADAPTERS = {
+    "anthropic": "nanobot.providers.anthropic",
+    "openai": "nanobot.providers.openai_compat",
+}
 
 
 def _build(resolved: ResolvedModel) -> Provider:
@@ -29,24 +32,45 @@ def _build(resolved: ResolvedModel) -> Provider:
     if resolved.spec.kind == "anthropic":
         from nanobot.providers.anthropic import AnthropicProvider
 
-        return AnthropicProvider(resolved.model, api_key=resolved.api_key, api_base=resolved.api_base,
-                                 extra_headers=resolved.extra_headers, timeout=resolved.timeout,
-                                 reasoning_effort=resolved.reasoning_effort or None)
+        return AnthropicProvider(
+            resolved.model,
+            api_key=resolved.api_key,
+            api_base=resolved.api_base,
+            extra_headers=resolved.extra_headers,
+            timeout=resolved.timeout,
+            reasoning_effort=resolved.reasoning_effort or None,
+        )
     from nanobot.providers.openai_compat import OpenAICompatProvider
 
-    return OpenAICompatProvider(resolved.model, name=resolved.spec.name, api_key=resolved.api_key,
-                                api_base=resolved.api_base, extra_headers=resolved.extra_headers,
-                                timeout=resolved.timeout, **openai_request_options(resolved))
+    return OpenAICompatProvider(
+        resolved.model,
+        name=resolved.spec.name,
+        api_key=resolved.api_key,
+        api_base=resolved.api_base,
+        extra_headers=resolved.extra_headers,
+        timeout=resolved.timeout,
+        **openai_request_options(resolved),
+    )
 
 
 def openai_request_options(resolved: ResolvedModel) -> dict[str, Any]:
     """reasoningEffort and providers.<name>.extraBody as top-level request fields (the adapter posts
     the body as plain JSON), whether the temperature goes too, and whether reasoning goes back."""
-    extra = reasoning.openai_params(resolved.spec, resolved.model, resolved.reasoning_effort or None)
-    fields = {**reasoning.openai_defaults(resolved.spec), **resolved.extra_body, **extra.pop("extra_body", {}),
-              **extra}
-    return {"extra_params": fields, "send_temperature": not reasoning.drops_temperature(resolved.spec, fields),
-            "reasoning_back": resolved.spec.reasoning_back, "details_back": resolved.spec.details_back}
+    extra = reasoning.openai_params(
+        resolved.spec, resolved.model, resolved.reasoning_effort or None
+    )
+    fields = {
+        **reasoning.openai_defaults(resolved.spec),
+        **resolved.extra_body,
+        **extra.pop("extra_body", {}),
+        **extra,
+    }
+    return {
+        "extra_params": fields,
+        "send_temperature": not reasoning.drops_temperature(resolved.spec, fields),
+        "reasoning_back": resolved.spec.reasoning_back,
+        "details_back": resolved.spec.details_back,
+    }
 
 
 def _load(module: str, api_base: str | None) -> None:
@@ -57,7 +81,9 @@ def _load(module: str, api_base: str | None) -> None:
 class DeferredProvider(Provider):
     """Builds the real adapter (and so imports its SDK) on the first request."""
 
-    def __init__(self, resolved: ResolvedModel, build: Callable[[ResolvedModel], Provider] = _build) -> None:
+    def __init__(
+        self, resolved: ResolvedModel, build: Callable[[ResolvedModel], Provider] = _build
+    ) -> None:
         super().__init__(resolved.model)
         self.name = resolved.spec.name
         self._resolved = resolved
@@ -73,9 +99,13 @@ class DeferredProvider(Provider):
 
     async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
         if self._inner is None:
-            prewarm_tls_context(self._resolved.api_base)  # the CA file loads on another core while the SDK is imported
+            prewarm_tls_context(
+                self._resolved.api_base
+            )  # the CA file loads on another core while the SDK is imported
             self._inner = self._build(self._resolved)
-            self._inner.capabilities = self.capabilities  # one object: what the adapter learns, callers see
+            self._inner.capabilities = (
+                self.capabilities
+            )  # one object: what the adapter learns, callers see
         return await self._inner.chat(messages, **kwargs)
 
     async def aclose(self) -> None:
@@ -83,10 +113,14 @@ class DeferredProvider(Provider):
             await self._inner.aclose()
 
 
-def make_provider(resolved: ResolvedModel, *, policy: RetryPolicy | None = None,
-                  on_retry: RetryCallback | None = None,
-                  fallbacks: Sequence[ResolvedModel | UnusableModel] = (),
-                  on_fallback: FallbackCallback | None = None) -> Provider:
+def make_provider(
+    resolved: ResolvedModel,
+    *,
+    policy: RetryPolicy | None = None,
+    on_retry: RetryCallback | None = None,
+    fallbacks: Sequence[ResolvedModel | UnusableModel] = (),
+    on_fallback: FallbackCallback | None = None,
+) -> Provider:
     """The provider for a config.ResolvedModel: deferred SDK adapter, wrapped in bounded retries;
     with fallbacks, each gets its own retries and is tried in turn (providers/fallback.py)."""
     primary = RetryingProvider(DeferredProvider(resolved), policy, on_retry)
@@ -97,6 +131,12 @@ def make_provider(resolved: ResolvedModel, *, policy: RetryPolicy | None = None,
         if isinstance(fb, UnusableModel):
             chain.append(Candidate(fb.label, None, unusable=fb.reason))
             continue
-        chain.append(Candidate(fb.label or fb.model, RetryingProvider(DeferredProvider(fb), policy, on_retry),
-                               temperature=fb.temperature, max_tokens=fb.max_tokens))
+        chain.append(
+            Candidate(
+                fb.label or fb.model,
+                RetryingProvider(DeferredProvider(fb), policy, on_retry),
+                temperature=fb.temperature,
+                max_tokens=fb.max_tokens,
+            )
+        )
     return FallbackProvider(chain, on_fallback)

@@ -40,8 +40,12 @@ def _reason(error: ProviderError) -> str:
 
 
 class FallbackProvider(Provider):
-    def __init__(self, chain: list[Candidate], on_fallback: FallbackCallback | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        chain: list[Candidate],
+        on_fallback: FallbackCallback | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         primary = chain[0].provider
         assert primary is not None
         super().__init__(primary.model)
@@ -69,10 +73,15 @@ class FallbackProvider(Provider):
                 self._say(f"fallback model {candidate.label} cannot be used: {candidate.unusable}")
                 continue
             if index > 0:
-                self._say(f"{previous} failed ({_reason(last_error)}); switching to fallback model {candidate.label}"
-                          if last_error is not None else f"{previous}; using fallback model {candidate.label}")
+                self._say(
+                    f"{previous} failed ({_reason(last_error)}); switching to fallback model {candidate.label}"
+                    if last_error is not None
+                    else f"{previous}; using fallback model {candidate.label}"
+                )
             try:
-                response = await candidate.provider.chat(messages, **self._settings(candidate, kwargs))
+                response = await candidate.provider.chat(
+                    messages, **self._settings(candidate, kwargs)
+                )
             except ProviderError as error:
                 if not error.retryable or (relay is not None and relay.streamed):
                     raise
@@ -98,7 +107,9 @@ class FallbackProvider(Provider):
         if candidate.temperature is not None:
             out["temperature"] = candidate.temperature
         if candidate.max_tokens and "max_tokens" in out:
-            out["max_tokens"] = min(out["max_tokens"], candidate.max_tokens)  # never more than the budget allows
+            out["max_tokens"] = min(
+                out["max_tokens"], candidate.max_tokens
+            )  # never more than the budget allows
         return out
 
     def _say(self, text: str) -> None:

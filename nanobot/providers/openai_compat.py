@@ -33,21 +33,38 @@ from nanobot.tls import shared_tls_context
 
 
 class OpenAICompatProvider(Provider):
-    def __init__(self, model: str, *, name: str = "openai", api_key: str = "", api_base: str | None = None,
-                 extra_headers: dict[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 http_client: httpx2.AsyncClient | None = None,
-                 extra_params: dict[str, Any] | None = None, send_temperature: bool = True,
-                 reasoning_back: bool = False, details_back: bool = False) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        name: str = "openai",
+        api_key: str = "",
+        api_base: str | None = None,
+        extra_headers: dict[str, str] | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        http_client: httpx2.AsyncClient | None = None,
+        extra_params: dict[str, Any] | None = None,
+        send_temperature: bool = True,
+        reasoning_back: bool = False,
+        details_back: bool = False,
+    ) -> None:
         super().__init__(model)
         self.timeout = timeout
         self.name = name
         # fields added to every request (reasoning_effort; extra_body for server-specific ones)
         self.extra_params = dict(extra_params or {})
         self.send_temperature = send_temperature  # OpenAI's reasoning models reject one
-        self.reasoning_back = reasoning_back  # tool-call messages keep reasoning_content (providers/registry.py)
-        self.details_back = details_back  # assistant messages keep reasoning_details (providers/registry.py)
+        self.reasoning_back = (
+            reasoning_back  # tool-call messages keep reasoning_content (providers/registry.py)
+        )
+        self.details_back = (
+            details_back  # assistant messages keep reasoning_details (providers/registry.py)
+        )
         self._client = openai.AsyncOpenAI(
-            api_key=api_key or "no-key", base_url=api_base or None, max_retries=0, timeout=http_timeout(timeout),
+            api_key=api_key or "no-key",
+            base_url=api_base or None,
+            max_retries=0,
+            timeout=http_timeout(timeout),
             default_headers=extra_headers or None,
             # the SDK's own default client, with the process's one TLS context (tests pass an in-process transport)
             http_client=http_client or openai.DefaultAsyncHttpxClient(verify=shared_tls_context()),
@@ -58,21 +75,39 @@ class OpenAICompatProvider(Provider):
         for msg in messages:
             out = for_wire(msg)
             if self.reasoning_back and out.get("role") == "assistant" and out.get("tool_calls"):
-                out["reasoning_content"] = out.get("reasoning_content") or ""  # the field must be there
+                out["reasoning_content"] = (
+                    out.get("reasoning_content") or ""
+                )  # the field must be there
             else:
                 out.pop("reasoning_content", None)  # most servers reject it as input
             if out.get("role") == "tool":
                 out.pop("name", None)
-            if self.details_back and msg.get("role") == "assistant" and msg.get("reasoning_details"):
-                out["reasoning_details"] = msg["reasoning_details"]  # whole, as the server sent them
+            if (
+                self.details_back
+                and msg.get("role") == "assistant"
+                and msg.get("reasoning_details")
+            ):
+                out["reasoning_details"] = msg[
+                    "reasoning_details"
+                ]  # whole, as the server sent them
             wire.append(out)
         return wire
 
-    async def chat(self, messages: list[Message], *, tools: list[dict[str, Any]] | None = None,
-                   tool_choice: str | dict[str, Any] | None = None, max_tokens: int = 4096,
-                   temperature: float = 0.1, on_delta: DeltaCallback | None = None) -> LLMResponse:
-        params: dict[str, Any] = {**self.extra_params, "model": self.model,
-                                  "messages": self._wire_messages(messages)}
+    async def chat(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        tool_choice: str | dict[str, Any] | None = None,
+        max_tokens: int = 4096,
+        temperature: float = 0.1,
+        on_delta: DeltaCallback | None = None,
+    ) -> LLMResponse:
+        params: dict[str, Any] = {
+            **self.extra_params,
+            "model": self.model,
+            "messages": self._wire_messages(messages),
+        }
         if self.send_temperature:
             params["temperature"] = temperature
         # the official API wants max_completion_tokens (o-series reject max_tokens); compatibles want max_tokens
@@ -82,18 +117,25 @@ class OpenAICompatProvider(Provider):
             if tool_choice is not None:
                 params["tool_choice"] = (
                     {"type": "function", "function": {"name": tool_choice["name"]}}
-                    if isinstance(tool_choice, dict) else tool_choice
+                    if isinstance(tool_choice, dict)
+                    else tool_choice
                 )
-        answering = False  # the server's answer had begun: a failure now is a drop, not "could not connect"
+        answering = (
+            False  # the server's answer had begun: a failure now is a drop, not "could not connect"
+        )
         try:
             if on_delta is None:
                 response = await self._post(params)
                 answering = True
                 try:
-                    return _from_completion(_json_body(self.name, response, await response.aread()), self.name)
+                    return _from_completion(
+                        _json_body(self.name, response, await response.aread()), self.name
+                    )
                 finally:
                     await response.aclose()
-            response = await self._post({**params, "stream": True, "stream_options": {"include_usage": True}})
+            response = await self._post(
+                {**params, "stream": True, "stream_options": {"include_usage": True}}
+            )
             answering = True
             try:
                 return await _from_stream(self.name, response, on_delta)
@@ -101,8 +143,13 @@ class OpenAICompatProvider(Provider):
                 await response.aclose()
         except (openai.APIStatusError, openai.APIConnectionError, httpx2.TransportError) as exc:
             # a read timeout or a cut while streaming escapes the SDK as a bare httpx error
-            raise translate(self.name, exc, url=str(self._client.base_url), seconds=self.timeout,
-                            dropped=answering) from None
+            raise translate(
+                self.name,
+                exc,
+                url=str(self._client.base_url),
+                seconds=self.timeout,
+                dropped=answering,
+            ) from None
 
     async def _post(self, body: dict[str, Any]) -> httpx2.Response:
         """POST the body as plain JSON through the SDK's low-level client (auth, headers, status
@@ -110,8 +157,13 @@ class OpenAICompatProvider(Provider):
         `chat.completions.create` would first walk every message through its request transform
         and then build a pydantic object per streamed chunk; on a long history that is most of a
         turn's local overhead. The wire bytes are the same (tests/providers/test_raw_http.py)."""
-        return await post_encodable(self._client.post, "/chat/completions", body, cast_to=httpx2.Response,
-                                    options={"headers": RAW_STREAM_HEADERS})
+        return await post_encodable(
+            self._client.post,
+            "/chat/completions",
+            body,
+            cast_to=httpx2.Response,
+            options={"headers": RAW_STREAM_HEADERS},
+        )
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -124,7 +176,11 @@ def _calls(raw_calls: Sequence[tuple[str | None, str, str | None]]) -> list[Tool
         args, error = parse_arguments(raw)
         # some local servers (LM Studio, llama.cpp) send "" or null ids; an id-less call would be
         # dropped from history with its result, and the model would repeat it forever
-        calls.append(ToolCallRequest(call_id or f"call_{secrets.token_hex(6)}", name, args, raw or "{}", error))
+        calls.append(
+            ToolCallRequest(
+                call_id or f"call_{secrets.token_hex(6)}", name, args, raw or "{}", error
+            )
+        )
     return calls
 
 
@@ -133,15 +189,20 @@ def _usage(usage: Any) -> Usage:
         return Usage()
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
-    return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
-                 cache_read_tokens=int(cached or 0))
+    return Usage(
+        int(usage.get("prompt_tokens") or 0),
+        int(usage.get("completion_tokens") or 0),
+        cache_read_tokens=int(cached or 0),
+    )
 
 
 def _no_choices(provider: str) -> ProviderError:
     # OpenRouter and some gateways answer 200 with no choices when the model behind them failed
-    return ProviderError(f"{provider}: the server answered without a message (its reply had no choices)",
-                         hint="Usually the model behind a gateway failed; try again, or another model with --model.",
-                         retryable=True)
+    return ProviderError(
+        f"{provider}: the server answered without a message (its reply had no choices)",
+        hint="Usually the model behind a gateway failed; try again, or another model with --model.",
+        retryable=True,
+    )
 
 
 def _from_completion(completion: dict[str, Any], provider: str = "openai") -> LLMResponse:
@@ -150,8 +211,15 @@ def _from_completion(completion: dict[str, Any], provider: str = "openai") -> LL
         raise _no_choices(provider)
     choice = choices[0]
     msg = choice.get("message") or {}
-    raw = [(c.get("id"), (c.get("function") or {}).get("name") or "", (c.get("function") or {}).get("arguments"))
-           for c in (msg.get("tool_calls") or []) if isinstance(c, dict) and isinstance(c.get("function"), dict)]
+    raw = [
+        (
+            c.get("id"),
+            (c.get("function") or {}).get("name") or "",
+            (c.get("function") or {}).get("arguments"),
+        )
+        for c in (msg.get("tool_calls") or [])
+        if isinstance(c, dict) and isinstance(c.get("function"), dict)
+    ]
     details: list[dict[str, Any]] = []
     add_details(details, msg.get("reasoning_details"))
     return LLMResponse(
@@ -159,15 +227,21 @@ def _from_completion(completion: dict[str, Any], provider: str = "openai") -> LL
         tool_calls=_calls(raw),
         finish_reason=choice.get("finish_reason") or "stop",
         usage=_usage(completion.get("usage")),
-        reasoning=msg.get("reasoning_content") or msg.get("reasoning") or details_text(details) or None,
+        reasoning=msg.get("reasoning_content")
+        or msg.get("reasoning")
+        or details_text(details)
+        or None,
         reasoning_details=details,
     )
 
 
 def _as_chunk(completion: dict[str, Any]) -> dict[str, Any]:
     """A whole completion (a server that ignored `stream`) as the one chunk that says it all."""
-    choices = [{"delta": c.get("message") or {}, "finish_reason": c.get("finish_reason")}
-               for c in completion.get("choices") or [] if isinstance(c, dict)]
+    choices = [
+        {"delta": c.get("message") or {}, "finish_reason": c.get("finish_reason")}
+        for c in completion.get("choices") or []
+        if isinstance(c, dict)
+    ]
     return {"choices": choices, "usage": completion.get("usage")}
 
 
@@ -184,7 +258,9 @@ def _slot(calls: list[list[str]], slot_of: dict[int, list[str]], tc: dict[str, A
     return calls[-1]
 
 
-async def _from_stream(provider: str, response: httpx2.Response, on_delta: DeltaCallback) -> LLMResponse:
+async def _from_stream(
+    provider: str, response: httpx2.Response, on_delta: DeltaCallback
+) -> LLMResponse:
     text: list[str] = []
     reasoning: list[str] = []
     details: list[dict[str, Any]] = []  # MiniMax's reasoning_details, pieces joined
@@ -248,8 +324,11 @@ def add_details(merged: list[dict[str, Any]], pieces: Any) -> None:
         if not isinstance(piece, dict):
             continue
         key = piece.get("index", piece.get("id"))
-        slot = next((m for m in merged if m.get("index", m.get("id")) == key), None) if key is not None else (
-            merged[-1] if merged else None)
+        slot = (
+            next((m for m in merged if m.get("index", m.get("id")) == key), None)
+            if key is not None
+            else (merged[-1] if merged else None)
+        )
         if slot is None:
             merged.append(dict(piece))
             continue

@@ -32,18 +32,26 @@ async def probe(resolved: ResolvedModel, *, timeout: float = 10.0) -> ProbeResul
         import anthropic
 
         sdk: Any = anthropic  # the two SDKs have the same error names and a models route
-        client: Any = sdk.AsyncAnthropic(api_key=resolved.api_key or "none", base_url=resolved.api_base or None,
-                                    max_retries=0, timeout=http_timeout(timeout),
-                                    default_headers=resolved.extra_headers or None,
-                                    http_client=sdk.DefaultAsyncHttpxClient(verify=shared_tls_context()))
+        client: Any = sdk.AsyncAnthropic(
+            api_key=resolved.api_key or "none",
+            base_url=resolved.api_base or None,
+            max_retries=0,
+            timeout=http_timeout(timeout),
+            default_headers=resolved.extra_headers or None,
+            http_client=sdk.DefaultAsyncHttpxClient(verify=shared_tls_context()),
+        )
     else:
         import openai
 
         sdk = openai
-        client = sdk.AsyncOpenAI(api_key=resolved.api_key or "no-key", base_url=resolved.api_base or None,
-                                 max_retries=0, timeout=http_timeout(timeout),
-                                 default_headers=resolved.extra_headers or None,
-                                 http_client=sdk.DefaultAsyncHttpxClient(verify=shared_tls_context()))
+        client = sdk.AsyncOpenAI(
+            api_key=resolved.api_key or "no-key",
+            base_url=resolved.api_base or None,
+            max_retries=0,
+            timeout=http_timeout(timeout),
+            default_headers=resolved.extra_headers or None,
+            http_client=sdk.DefaultAsyncHttpxClient(verify=shared_tls_context()),
+        )
     url = str(client.base_url)
     try:
         if resolved.spec.kind == "anthropic":
@@ -63,7 +71,9 @@ async def probe(resolved: ResolvedModel, *, timeout: float = 10.0) -> ProbeResul
     except ProviderError:
         raise
     except Exception as exc:  # an answer that is not the API's JSON (a web page at apiBase)
-        raise ProviderError(f"{resolved.spec.name}: {url} did not answer like the API ({type(exc).__name__})",
-                            hint=f"Check providers.{resolved.spec.name}.apiBase.") from None
+        raise ProviderError(
+            f"{resolved.spec.name}: {url} did not answer like the API ({type(exc).__name__})",
+            hint=f"Check providers.{resolved.spec.name}.apiBase.",
+        ) from None
     finally:
         await client.close()

@@ -31,7 +31,7 @@ def _not_api(provider: str, response: httpx2.Response, data: bytes) -> ProviderE
     return ProviderError(
         f"{provider}: the server at {response.request.url} answered with {looks}",
         hint=f"check providers.{provider}.apiBase: it must be the API's base URL (for OpenAI-compatible "
-             "servers it usually ends in /v1)",
+        "servers it usually ends in /v1)",
     )
 
 
@@ -76,13 +76,23 @@ def stream_error(provider: str, error: Any) -> ProviderError:
         kind = str(error.get("type") or "")
     else:
         message, code, kind = str(error), None, ""
-    status = code or (529 if kind == "overloaded_error" else 429 if kind == "rate_limit_error"
-                      else 500 if kind in ("api_error", "server_error") else 400)
+    status = code or (
+        529
+        if kind == "overloaded_error"
+        else 429
+        if kind == "rate_limit_error"
+        else 500
+        if kind in ("api_error", "server_error")
+        else 400
+    )
     return status_error(provider, status, message)
 
 
-async def sse_json(provider: str, response: httpx2.Response,
-                   whole: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> AsyncIterator[dict[str, Any]]:
+async def sse_json(
+    provider: str,
+    response: httpx2.Response,
+    whole: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> AsyncIterator[dict[str, Any]]:
     """Each `data:` payload of an SSE stream as a dict, until `[DONE]` or the end.
 
     A server that answered a streaming request with one plain JSON body instead (some
@@ -109,8 +119,10 @@ async def sse_json(provider: str, response: httpx2.Response,
         try:
             event = _loads(payload)
         except ValueError:
-            raise ProviderError(f"{provider}: the stream carried a line that is not JSON: {payload[:200]!r}",
-                                hint="check the provider's apiBase; if it is right, try again") from None
+            raise ProviderError(
+                f"{provider}: the stream carried a line that is not JSON: {payload[:200]!r}",
+                hint="check the provider's apiBase; if it is right, try again",
+            ) from None
         if isinstance(event, dict):
             yield event
     if data:

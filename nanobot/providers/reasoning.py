@@ -16,7 +16,15 @@ from nanobot.providers.registry import ProviderSpec
 
 EFFORTS = ("none", "minimal", "minimum", "low", "medium", "high", "xhigh", "max", "adaptive")
 
-_MISTRAL = {"minimal": "", "low": "", "none": "", "medium": "high", "high": "high", "xhigh": "high", "max": "high"}
+_MISTRAL = {
+    "minimal": "",
+    "low": "",
+    "none": "",
+    "medium": "high",
+    "high": "high",
+    "xhigh": "high",
+    "max": "high",
+}
 
 
 def not_sent_reason(spec: ProviderSpec, model: str) -> str:
@@ -67,13 +75,23 @@ def _thinking_switch(style: str, enabled: bool) -> dict[str, Any]:
 
 
 # thinking budget per effort (tokens); the reply room must exceed it by at least MIN_ANSWER
-_ANTHROPIC_BUDGET = {"minimal": 1024, "minimum": 1024, "low": 2048, "medium": 8192, "adaptive": 8192,
-                     "high": 16384, "xhigh": 32000, "max": 32000}
+_ANTHROPIC_BUDGET = {
+    "minimal": 1024,
+    "minimum": 1024,
+    "low": 2048,
+    "medium": 8192,
+    "adaptive": 8192,
+    "high": 16384,
+    "xhigh": 32000,
+    "max": 32000,
+}
 MIN_BUDGET = 1024  # the API's minimum
 MIN_ANSWER = 1024  # tokens kept for the answer itself
 
 
-def anthropic_thinking(effort: str | None, max_tokens: int, tool_choice: Any) -> dict[str, Any] | None:
+def anthropic_thinking(
+    effort: str | None, max_tokens: int, tool_choice: Any
+) -> dict[str, Any] | None:
     """The `thinking` field for one Anthropic request, or None when it must not (or cannot) be sent."""
     if not effort or effort.strip().lower() == "none":
         return None

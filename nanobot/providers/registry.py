@@ -23,7 +23,9 @@ class ProviderSpec:
     default_api_base: str | None = None
     keywords: tuple[str, ...] = ()  # bare model names containing one of these resolve here
     key_required: bool = True  # local servers (ollama, vllm, custom) work without a key
-    thinking: str = ""  # how the server switches thinking on besides reasoning_effort (providers/reasoning.py)
+    thinking: str = (
+        ""  # how the server switches thinking on besides reasoning_effort (providers/reasoning.py)
+    )
     # an assistant message with tool_calls goes back with its reasoning_content (DeepSeek's thinking
     # mode answers 400 without it; Kimi's thinking models need it for multi-step tool use)
     reasoning_back: bool = False
@@ -33,11 +35,15 @@ class ProviderSpec:
     unsupported: str = ""  # why we cannot speak it, and what to use instead
 
 
-def _compat(name: str, env_key: str | None, base: str | None, keywords: tuple[str, ...] = (), **kw) -> ProviderSpec:
+def _compat(
+    name: str, env_key: str | None, base: str | None, keywords: tuple[str, ...] = (), **kw
+) -> ProviderSpec:
     return ProviderSpec(name, "openai", env_key, base, keywords, **kw)
 
 
-def _local(name: str, env_key: str | None, base: str | None, keywords: tuple[str, ...] = ()) -> ProviderSpec:
+def _local(
+    name: str, env_key: str | None, base: str | None, keywords: tuple[str, ...] = ()
+) -> ProviderSpec:
     return ProviderSpec(name, "openai", env_key, base, keywords, key_required=False)
 
 
@@ -45,33 +51,75 @@ def _unsupported(name: str, why: str) -> ProviderSpec:
     return ProviderSpec(name, "unsupported", None, unsupported=why)
 
 
-_OAUTH = ("it signs in with OAuth through nanobot's own login flow, which this tool does not have; "
-          "use an API-key provider instead")
+_OAUTH = (
+    "it signs in with OAuth through nanobot's own login flow, which this tool does not have; "
+    "use an API-key provider instead"
+)
 
 PROVIDERS: tuple[ProviderSpec, ...] = (
     # The first sixteen keep their order: bare model names resolve by keyword in table order.
     ProviderSpec("anthropic", "anthropic", "ANTHROPIC_API_KEY", keywords=("claude",)),
-    ProviderSpec("openai", "openai", "OPENAI_API_KEY", keywords=("gpt", "o1", "o3", "o4", "chatgpt")),
+    ProviderSpec(
+        "openai", "openai", "OPENAI_API_KEY", keywords=("gpt", "o1", "o3", "o4", "chatgpt")
+    ),
     _compat("openrouter", "OPENROUTER_API_KEY", "https://openrouter.ai/api/v1"),
-    _compat("deepseek", "DEEPSEEK_API_KEY", "https://api.deepseek.com/v1", ("deepseek",), thinking="thinking_type",
-            reasoning_back=True),
+    _compat(
+        "deepseek",
+        "DEEPSEEK_API_KEY",
+        "https://api.deepseek.com/v1",
+        ("deepseek",),
+        thinking="thinking_type",
+        reasoning_back=True,
+    ),
     _compat("groq", "GROQ_API_KEY", "https://api.groq.com/openai/v1"),
-    _compat("gemini", "GEMINI_API_KEY", "https://generativelanguage.googleapis.com/v1beta/openai/", ("gemini",)),
-    _compat("moonshot", "MOONSHOT_API_KEY", "https://api.moonshot.ai/v1", ("kimi", "moonshot"), reasoning_back=True),
-    _compat("dashscope", "DASHSCOPE_API_KEY", "https://dashscope.aliyuncs.com/compatible-mode/v1", ("qwen",),
-            thinking="enable_thinking"),
+    _compat(
+        "gemini",
+        "GEMINI_API_KEY",
+        "https://generativelanguage.googleapis.com/v1beta/openai/",
+        ("gemini",),
+    ),
+    _compat(
+        "moonshot",
+        "MOONSHOT_API_KEY",
+        "https://api.moonshot.ai/v1",
+        ("kimi", "moonshot"),
+        reasoning_back=True,
+    ),
+    _compat(
+        "dashscope",
+        "DASHSCOPE_API_KEY",
+        "https://dashscope.aliyuncs.com/compatible-mode/v1",
+        ("qwen",),
+        thinking="enable_thinking",
+    ),
     _compat("zhipu", "ZHIPUAI_API_KEY", "https://open.bigmodel.cn/api/paas/v4", ("glm",)),
-    _compat("minimax", "MINIMAX_API_KEY", "https://api.minimax.io/v1", ("minimax",), thinking="reasoning_split",
-            details_back=True),
+    _compat(
+        "minimax",
+        "MINIMAX_API_KEY",
+        "https://api.minimax.io/v1",
+        ("minimax",),
+        thinking="reasoning_split",
+        details_back=True,
+    ),
     _compat("siliconflow", "SILICONFLOW_API_KEY", "https://api.siliconflow.cn/v1"),
     _compat("aihubmix", "AIHUBMIX_API_KEY", "https://aihubmix.com/v1"),
-    _compat("volcengine", "VOLCENGINE_API_KEY", "https://ark.cn-beijing.volces.com/api/v3", thinking="thinking_type"),
+    _compat(
+        "volcengine",
+        "VOLCENGINE_API_KEY",
+        "https://ark.cn-beijing.volces.com/api/v3",
+        thinking="thinking_type",
+    ),
     _local("ollama", "OLLAMA_API_KEY", "http://localhost:11434/v1"),
     _local("vllm", "VLLM_API_KEY", "http://localhost:8000/v1"),
     _local("custom", None, None),
     # The rest of nanobot 0.3.5's names.
-    _compat("mistral", "MISTRAL_API_KEY", "https://api.mistral.ai/v1",
-            ("mistral", "magistral", "ministral", "codestral", "devstral"), thinking="mistral"),
+    _compat(
+        "mistral",
+        "MISTRAL_API_KEY",
+        "https://api.mistral.ai/v1",
+        ("mistral", "magistral", "ministral", "codestral", "devstral"),
+        thinking="mistral",
+    ),
     _compat("stepfun", "STEPFUN_API_KEY", "https://api.stepfun.com/v1", ("stepfun",)),
     _compat("nvidia", "NVIDIA_NIM_API_KEY", "https://integrate.api.nvidia.com/v1", ("nvapi",)),
     _compat("orcarouter", "ORCAROUTER_API_KEY", "https://api.orcarouter.ai/v1"),
@@ -82,26 +130,60 @@ PROVIDERS: tuple[ProviderSpec, ...] = (
     _compat("huggingface", "HF_TOKEN", "https://router.huggingface.co/v1"),
     _compat("skywork", "SKYWORK_API_KEY", "https://api.apifree.ai/agent/v1"),
     _compat("novita", "NOVITA_API_KEY", "https://api.novita.ai/openai"),
-    _compat("volcengine_coding_plan", "VOLCENGINE_API_KEY", "https://ark.cn-beijing.volces.com/api/coding/v3",
-            thinking="thinking_type"),
-    _compat("byteplus", "BYTEPLUS_API_KEY", "https://ark.ap-southeast.bytepluses.com/api/v3", thinking="thinking_type"),
-    _compat("byteplus_coding_plan", "BYTEPLUS_API_KEY", "https://ark.ap-southeast.bytepluses.com/api/coding/v3",
-            thinking="thinking_type"),
-    _compat("modelscope", "MODELSCOPE_API_KEY", "https://api-inference.modelscope.cn/v1", thinking="enable_thinking"),
-    ProviderSpec("kimi_coding", "anthropic", "KIMI_CODING_API_KEY", "https://api.kimi.com/coding/v1"),
-    ProviderSpec("minimax_anthropic", "anthropic", "MINIMAX_API_KEY", "https://api.minimax.io/anthropic"),
-    _compat("xiaomi_mimo", "XIAOMIMIMO_API_KEY", "https://api.xiaomimimo.com/v1", ("mimo",), thinking="thinking_type"),
+    _compat(
+        "volcengine_coding_plan",
+        "VOLCENGINE_API_KEY",
+        "https://ark.cn-beijing.volces.com/api/coding/v3",
+        thinking="thinking_type",
+    ),
+    _compat(
+        "byteplus",
+        "BYTEPLUS_API_KEY",
+        "https://ark.ap-southeast.bytepluses.com/api/v3",
+        thinking="thinking_type",
+    ),
+    _compat(
+        "byteplus_coding_plan",
+        "BYTEPLUS_API_KEY",
+        "https://ark.ap-southeast.bytepluses.com/api/coding/v3",
+        thinking="thinking_type",
+    ),
+    _compat(
+        "modelscope",
+        "MODELSCOPE_API_KEY",
+        "https://api-inference.modelscope.cn/v1",
+        thinking="enable_thinking",
+    ),
+    ProviderSpec(
+        "kimi_coding", "anthropic", "KIMI_CODING_API_KEY", "https://api.kimi.com/coding/v1"
+    ),
+    ProviderSpec(
+        "minimax_anthropic", "anthropic", "MINIMAX_API_KEY", "https://api.minimax.io/anthropic"
+    ),
+    _compat(
+        "xiaomi_mimo",
+        "XIAOMIMIMO_API_KEY",
+        "https://api.xiaomimimo.com/v1",
+        ("mimo",),
+        thinking="thinking_type",
+    ),
     _compat("longcat", "LONGCAT_API_KEY", "https://api.longcat.chat/openai/v1", ("longcat",)),
     _compat("ant_ling", "ANT_LING_API_KEY", "https://api.ant-ling.com/v1"),
     _compat("qianfan", "QIANFAN_API_KEY", "https://qianfan.baidubce.com/v2", ("ernie",)),
     _local("lm_studio", "LM_STUDIO_API_KEY", "http://localhost:1234/v1"),
     _local("atomic_chat", "ATOMIC_CHAT_API_KEY", "http://localhost:1337/v1"),
     _local("ovms", None, "http://localhost:8000/v3"),
-    _unsupported("azure_openai", "Azure OpenAI needs its own authentication and deployment URLs; point "
-                 "providers.custom.apiBase at https://<resource>.openai.azure.com/openai/v1 and put the key in "
-                 'providers.custom.extraHeaders as {"api-key": "..."}'),
-    _unsupported("bedrock", "AWS Bedrock signs requests with AWS credentials, which this tool does not do; "
-                 "use Anthropic's own API or an OpenAI-compatible gateway such as openrouter"),
+    _unsupported(
+        "azure_openai",
+        "Azure OpenAI needs its own authentication and deployment URLs; point "
+        "providers.custom.apiBase at https://<resource>.openai.azure.com/openai/v1 and put the key in "
+        'providers.custom.extraHeaders as {"api-key": "..."}',
+    ),
+    _unsupported(
+        "bedrock",
+        "AWS Bedrock signs requests with AWS credentials, which this tool does not do; "
+        "use Anthropic's own API or an OpenAI-compatible gateway such as openrouter",
+    ),
     _unsupported("assemblyai", "AssemblyAI is a speech-to-text service, not a chat model"),
     _unsupported("openai_codex", _OAUTH),
     _unsupported("github_copilot", _OAUTH),
@@ -151,5 +233,8 @@ def secret_env_names() -> frozenset[str]:
 
 def scrubbed_env_names(environ: Mapping[str, str]) -> set[str]:
     """What must not reach a test or benchmark child: every key, base-URL override and NANOBOT_* variable."""
-    return (set(secret_env_names()) | {"OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"}
-            | {name for name in environ if name.startswith("NANOBOT_")})
+    return (
+        set(secret_env_names())
+        | {"OPENAI_BASE_URL", "ANTHROPIC_BASE_URL"}
+        | {name for name in environ if name.startswith("NANOBOT_")}
+    )

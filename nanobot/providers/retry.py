@@ -37,8 +37,12 @@ class RetryPolicy:
 class RetryingProvider(Provider):
     """Wraps a provider; retries retryable ProviderErrors within the policy's budget."""
 
-    def __init__(self, inner: Provider, policy: RetryPolicy | None = None,
-                 on_retry: RetryCallback | None = None) -> None:
+    def __init__(
+        self,
+        inner: Provider,
+        policy: RetryPolicy | None = None,
+        on_retry: RetryCallback | None = None,
+    ) -> None:
         super().__init__(inner.model)
         self.inner = inner
         self.name = inner.name
@@ -58,7 +62,9 @@ class RetryingProvider(Provider):
                     raise
                 if error.retry_after is not None and error.retry_after > self.policy.max_total:
                     # waiting that long in silence helps nobody: say when it may work again
-                    error.hint = f"The provider asks to wait {error.retry_after:.0f}s before trying again."
+                    error.hint = (
+                        f"The provider asks to wait {error.retry_after:.0f}s before trying again."
+                    )
                     raise
                 wait = self.policy.delay(attempt, error)
                 if time.monotonic() - started + wait > self.policy.max_total:

@@ -8,4 +8,14 @@ from nanobot.sandbox import launcher
 from nanobot.sandbox.confine import MODES, Confinement, Launch, choose, prefetch
 from nanobot.sandbox.policy import Limits, Policy, build_policy
 
-__all__ = ["MODES", "Confinement", "Launch", "Limits", "Policy", "build_policy", "choose", "launcher", "prefetch"]
+__all__ = [
+    "MODES",
+    "Confinement",
+    "Launch",
+    "Limits",
+    "Policy",
+    "build_policy",
+    "choose",
+    "launcher",
+    "prefetch",
+]

@@ -23,15 +23,33 @@ def probe(path_env: str) -> tuple[str | None, str]:
         return None, "bwrap is not on PATH"
     try:
         run = subprocess.run(
-            [exe, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
-             "--proc", "/proc", "--", "/bin/true"],
-            capture_output=True, timeout=10, stdin=subprocess.DEVNULL,
+            [
+                exe,
+                "--unshare-all",
+                "--die-with-parent",
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--proc",
+                "/proc",
+                "--",
+                "/bin/true",
+            ],
+            capture_output=True,
+            timeout=10,
+            stdin=subprocess.DEVNULL,
         )
-        version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=5).stdout.strip()
+        version = subprocess.run(
+            [exe, "--version"], capture_output=True, text=True, timeout=5
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError) as exc:
         return None, f"bwrap could not run: {exc}"
     if run.returncode != 0:
-        why = run.stderr.decode(errors="replace").strip().splitlines()[-1:] or [f"exit {run.returncode}"]
+        why = run.stderr.decode(errors="replace").strip().splitlines()[-1:] or [
+            f"exit {run.returncode}"
+        ]
         return None, f"bwrap cannot create namespaces here ({why[0]})"
     return exe, version or "bubblewrap"
 
@@ -51,8 +69,15 @@ def _outermost(paths: tuple[Path, ...]) -> list[Path]:
     return [p for p in paths if not any(p != q and p.is_relative_to(q) for q in paths)]
 
 
-def argv(exe: str, policy: Policy, cwd: Path, command: str, *, info_fd: int | None = None,
-         seccomp_fd: int | None = None) -> list[str]:
+def argv(
+    exe: str,
+    policy: Policy,
+    cwd: Path,
+    command: str,
+    *,
+    info_fd: int | None = None,
+    seccomp_fd: int | None = None,
+) -> list[str]:
     """`info_fd`: where bwrap writes the host pid of the sandbox's init (see `end_namespace`);
     `seccomp_fd`: a file holding the filter of sandbox/seccomp.py (no setuid/setgid bits)."""
     ws = policy.workspace
@@ -65,18 +90,34 @@ def argv(exe: str, policy: Policy, cwd: Path, command: str, *, info_fd: int | No
         a.append("--share-net")
     if policy.restrict:  # rule 4: only the system folders outside the workspace
         for d in policy.system_dirs():
-            a += ["--symlink", os.readlink(d), str(d)] if d.is_symlink() else ["--ro-bind", str(d), str(d)]
+            a += (
+                ["--symlink", os.readlink(d), str(d)]
+                if d.is_symlink()
+                else ["--ro-bind", str(d), str(d)]
+            )
         for secret in policy.hidden_in_system_dirs():  # rule 3: the host's secrets in them
             a += _hide(secret)
     else:
         a += ["--ro-bind", "/", "/"]
     a += ["--dev", "/dev", "--proc", "/proc"]
-    if not policy.restrict:  # rule 3 (in restricted mode nothing of these was bound in the first place)
+    if (
+        not policy.restrict
+    ):  # rule 3 (in restricted mode nothing of these was bound in the first place)
         outside = tuple(h for h in policy.hidden if not h.is_relative_to(ws) and h != Path("/tmp"))
         for h in _outermost(outside):
             a += _hide(h)
-    a += ["--size", str(policy.limits.tmp_size), "--tmpfs", "/tmp", "--setenv", "TMPDIR", "/tmp"]  # rule 1
-    for extra in _outermost((*policy.toolchains, *policy.extra_read)):  # an outer bind shows what is inside it
+    a += [
+        "--size",
+        str(policy.limits.tmp_size),
+        "--tmpfs",
+        "/tmp",
+        "--setenv",
+        "TMPDIR",
+        "/tmp",
+    ]  # rule 1
+    for extra in _outermost(
+        (*policy.toolchains, *policy.extra_read)
+    ):  # an outer bind shows what is inside it
         a += ["--ro-bind", str(extra), str(extra)]
     a += ["--bind", str(ws), str(ws)]
     for ro in policy.read_only:  # rule 2

@@ -48,11 +48,15 @@ class Launch:
     env: dict[str, str] = field(default_factory=dict)
     preexec_fn: Callable[[], None] | None = None
     pass_fds: tuple[int, ...] = ()  # left open in the child (a cleanup closes the parent's copies)
-    keeper: LandlockLaunch | None = None  # the same hook, for the launcher to run (launcher.py) instead of a fork here
+    keeper: LandlockLaunch | None = (
+        None  # the same hook, for the launcher to run (launcher.py) instead of a fork here
+    )
     cleanups: list[Callable[[], None]] = field(default_factory=list)
     cgroup: PidsCgroup | None = None
     signal_as_code: bool = False  # bwrap reports a command killed by signal N as exit code 128+N
-    egress_channel: socket.socket | None = None  # receives the egress proxy's listener from the command's namespace
+    egress_channel: socket.socket | None = (
+        None  # receives the egress proxy's listener from the command's namespace
+    )
 
     def returncode(self, code: int | None) -> int | None:
         if self.signal_as_code and code is not None and 128 < code <= 128 + 64:
@@ -91,7 +95,9 @@ class Confinement:
     process_limit: str = ""  # what bounds a fork bomb here
     _bwrap: str = ""  # path of the bwrap executable
     _abi: int = 0
-    _pids_cgroup: bool = False  # process_limit is a pids cgroup: a command that cannot have one is not run
+    _pids_cgroup: bool = (
+        False  # process_limit is a pids cgroup: a command that cannot have one is not run
+    )
 
     @property
     def confined(self) -> bool:
@@ -102,8 +108,9 @@ class Confinement:
         """Whether a command allowed the network can be held to nanobot's egress proxy: a network
         namespace of its own (`egress_namespace`), else TCP connect to one port (Landlock ABI 4) and
         no UDP or raw sockets (the seccomp filter)."""
-        return self.confined and (self.egress_namespace or
-                                  (self._abi >= 4 and seccomp.program(tcp_only=True) is not None))
+        return self.confined and (
+            self.egress_namespace or (self._abi >= 4 and seccomp.program(tcp_only=True) is not None)
+        )
 
     @property
     def egress_namespace(self) -> bool:
@@ -123,28 +130,49 @@ class Confinement:
         """Whether commands cannot change the workspace's memory/ (else: check it after each command)."""
         return self.mechanism == "bwrap" or (self.mechanism == "landlock" and _can_private_mounts())
 
-    def describe(self, *, network: bool | str = "ask", restrict: bool = False, unconfined_ok: bool = False) -> str:
+    def describe(
+        self, *, network: bool | str = "ask", restrict: bool = False, unconfined_ok: bool = False
+    ) -> str:
         """One line for `nanobot status`, /status and the chat's first line. Claims only what holds."""
         if not self.confined:
-            then = ("commands run without asking (you chose this)" if unconfined_ok
-                    else "every command needs your approval")
+            then = (
+                "commands run without asking (you chose this)"
+                if unconfined_ok
+                else "every command needs your approval"
+            )
             return f"NOT confined ({self.detail}); {then}"
-        net = {False: "no network", True: "network allowed", "ask": "network only when approved"}[network]
+        net = {False: "no network", True: "network allowed", "ask": "network only when approved"}[
+            network
+        ]
         if network is not False:
-            net += (", through nanobot's proxy: each new domain asked" if self.filters_egress else
-                    ", to every host (per-domain egress NOT enforced: needs a network namespace or Landlock ABI 4)")
+            net += (
+                ", through nanobot's proxy: each new domain asked"
+                if self.filters_egress
+                else ", to every host (per-domain egress NOT enforced: needs a network namespace or Landlock ABI 4)"
+            )
         parts = [self.detail, "writes only to the workspace and a private tmp"]
         if not self.memory_read_only:
-            parts.append("protected files (memory/, cron/, prompt files, .git settings) NOT read-only but checked "
-                         "after each command, chmod/utime outside NOT blocked (need a mount namespace)")
+            parts.append(
+                "protected files (memory/, cron/, prompt files, .git settings) NOT read-only but checked "
+                "after each command, chmod/utime outside NOT blocked (need a mount namespace)"
+            )
             if network is not True:
-                net += " (Landlock blocks TCP; UDP is open)" if self._abi >= 4 else " NOT enforced (Landlock ABI < 4)"
+                net += (
+                    " (Landlock blocks TCP; UDP is open)"
+                    if self._abi >= 4
+                    else " NOT enforced (Landlock ABI < 4)"
+                )
         else:
             parts.append("protected files (memory/, cron/, prompt files, .git settings) read-only")
-        parts.append("only system folders visible outside it" if restrict else
-                     "home, nanobot files and credential stores hidden")
+        parts.append(
+            "only system folders visible outside it"
+            if restrict
+            else "home, nanobot files and credential stores hidden"
+        )
         parts += [net, "nothing outlives a command", f"processes {self.process_limit}"]
-        if seccomp.missing():  # said where the sandbox is described, rather than silently lacking it
+        if (
+            seccomp.missing()
+        ):  # said where the sandbox is described, rather than silently lacking it
             parts.append(f"setuid/setgid bits NOT blocked ({seccomp.missing()})")
         return " · ".join(parts)
 
@@ -161,8 +189,11 @@ class Confinement:
         code = seccomp.program(tcp_only=policy.proxy_port > 0 and not self.egress_namespace)
         filter_fd = _memory_file("nanobot-seccomp", code) if code else None
         fds = (info,) if filter_fd is None else (info, filter_fd)
-        launch = Launch(bwrap.argv(self._bwrap, policy, cwd, command, info_fd=info, seccomp_fd=filter_fd),
-                        signal_as_code=True, pass_fds=fds)
+        launch = Launch(
+            bwrap.argv(self._bwrap, policy, cwd, command, info_fd=info, seccomp_fd=filter_fd),
+            signal_as_code=True,
+            pass_fds=fds,
+        )
 
         def end() -> None:
             bwrap.end_namespace(info)
@@ -170,8 +201,12 @@ class Confinement:
 
         launch.cleanups.append(end)
         with launch.undone_on_error():
-            _attach_limits(launch, policy.limits, nproc=nproc_counts_command_only(), cgroup=self._pids_cgroup)
-            if policy.proxy_port:  # --share-net: the namespace made here, or the host's network held by port
+            _attach_limits(
+                launch, policy.limits, nproc=nproc_counts_command_only(), cgroup=self._pids_cgroup
+            )
+            if (
+                policy.proxy_port
+            ):  # --share-net: the namespace made here, or the host's network held by port
                 self._hold_to_proxy(launch, policy.proxy_port)
         return launch
 
@@ -203,19 +238,29 @@ class Confinement:
     def _prepare_landlock(self, policy: Policy, cwd: Path, command: str) -> Launch:
         private = _can_private_mounts()
         tmp = _private_tmp()
-        launch = Launch(["/bin/sh", "-c", command], env={"TMPDIR": str(tmp)},
-                        cleanups=[lambda: shutil.rmtree(tmp, ignore_errors=True)])
+        launch = Launch(
+            ["/bin/sh", "-c", command],
+            env={"TMPDIR": str(tmp)},
+            cleanups=[lambda: shutil.rmtree(tmp, ignore_errors=True)],
+        )
         proxied = policy.network and policy.proxy_port > 0
-        in_namespace = proxied and self.egress_namespace  # (private mounts: it makes the network namespace)
+        in_namespace = (
+            proxied and self.egress_namespace
+        )  # (private mounts: it makes the network namespace)
         by_port = proxied and not in_namespace
-        ruleset = landlock.Ruleset(self._abi, block_tcp=(not policy.network and not private) or by_port)
+        ruleset = landlock.Ruleset(
+            self._abi, block_tcp=(not policy.network and not private) or by_port
+        )
         launch.cleanups.append(ruleset.close)
         with launch.undone_on_error():
             if by_port:
                 ruleset.allow_port(policy.proxy_port)
             ws = policy.workspace
-            base = (_visible_system_dirs(policy) if policy.restrict  # rule 4
-                    else _visible_outside(policy.hidden))
+            base = (
+                _visible_system_dirs(policy)
+                if policy.restrict  # rule 4
+                else _visible_outside(policy.hidden)
+            )
             readable = [*base, *policy.extra_read, *policy.toolchains]
             for path in readable:
                 ruleset.allow(path, landlock.READ)
@@ -223,15 +268,24 @@ class Confinement:
             ruleset.allow(Path("/dev"), landlock.READ | landlock.IOCTL_DEV)
             for dev in ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/pts", "/dev/ptmx"):
                 ruleset.allow(Path(dev), ruleset.all_fs)
-            for path in beneath_except(ws, policy.hidden_inside_workspace()):  # rule 1 (rule 3 inside)
+            for path in beneath_except(
+                ws, policy.hidden_inside_workspace()
+            ):  # rule 1 (rule 3 inside)
                 ruleset.allow(path, ruleset.all_fs)
             ruleset.allow(tmp, ruleset.all_fs)
             hook = LandlockLaunch(
-                ruleset_fd=ruleset.fd, limits=policy.limits, cgroup_fd=-1, private_mounts=private,
+                ruleset_fd=ruleset.fd,
+                limits=policy.limits,
+                cgroup_fd=-1,
+                private_mounts=private,
                 new_net=private and (not policy.network or in_namespace),
                 read_only=tuple(p for p in policy.read_only if p.exists()),
-                nproc=os.geteuid() != 0, workspace=ws, tmp=tmp, user_namespace=private and os.geteuid() != 0,
-                shown=(*policy.toolchains, *policy.extra_read), seccomp=seccomp.program(tcp_only=by_port),
+                nproc=os.geteuid() != 0,
+                workspace=ws,
+                tmp=tmp,
+                user_namespace=private and os.geteuid() != 0,
+                shown=(*policy.toolchains, *policy.extra_read),
+                seccomp=seccomp.program(tcp_only=by_port),
                 egress_fd=_egress_channel(launch) if in_namespace else -1,
             )
             if private:
@@ -244,8 +298,12 @@ class Confinement:
                 launch.cleanups.append(lambda: launch.close_parent_fds([fd]))
             elif hook.nproc and not hook.user_namespace:
                 # without a user namespace RLIMIT_NPROC counts all the user's processes: leave room for them
-                hook.limits = Limits(**{**policy.limits.__dict__,
-                                        "processes": _user_processes() + policy.limits.processes})
+                hook.limits = Limits(
+                    **{
+                        **policy.limits.__dict__,
+                        "processes": _user_processes() + policy.limits.processes,
+                    }
+                )
         return launch
 
 
@@ -317,8 +375,16 @@ def _attach_limits(launch: Launch, limits: Limits, *, nproc: bool, cgroup: bool)
     if nproc:
         caps.append(f"--nproc={limits.processes}")
     argv = [prlimit, *caps, "--", *launch.argv]
-    if cg is not None:  # enter the cgroup first, so everything after it is counted; no cgroup, no run
-        argv = ["/bin/sh", "-c", 'echo 0 > "$0" || exit 126; exec "$@"', str(cg.path / "cgroup.procs"), *argv]
+    if (
+        cg is not None
+    ):  # enter the cgroup first, so everything after it is counted; no cgroup, no run
+        argv = [
+            "/bin/sh",
+            "-c",
+            'echo 0 > "$0" || exit 126; exec "$@"',
+            str(cg.path / "cgroup.procs"),
+            *argv,
+        ]
     launch.argv = argv
 
 
@@ -389,10 +455,14 @@ def _bwrap(limits: Limits) -> Confinement | str:
     if exe is None:
         return detail
     bound, cgroup = _process_limit(limits, "bwrap")
-    return Confinement("bwrap", detail, bound, _bwrap=exe, _abi=landlock.abi_version(), _pids_cgroup=cgroup)
+    return Confinement(
+        "bwrap", detail, bound, _bwrap=exe, _abi=landlock.abi_version(), _pids_cgroup=cgroup
+    )
 
 
-_choosing = threading.Lock()  # one probe at a time: a caller waits for a prefetch under way, then finds it cached
+_choosing = (
+    threading.Lock()
+)  # one probe at a time: a caller waits for a prefetch under way, then finds it cached
 
 
 def prefetch(mode: str = "auto") -> None:

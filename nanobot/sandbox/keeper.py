@@ -48,7 +48,11 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
 
 
 def _check(rc: int, what: str) -> None:
@@ -60,7 +64,9 @@ def _check(rc: int, what: str) -> None:
 def drop_capabilities() -> None:
     """Empty the bounding, ambient and current sets, so even uid 0 execs with no capabilities."""
     for cap in range(64):
-        if _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == 22:  # EINVAL: past the last cap
+        if (
+            _libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == 22
+        ):  # EINVAL: past the last cap
             break
     _libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     header = _CapHeader(_CAP_VERSION_3, 0)
@@ -69,8 +75,12 @@ def drop_capabilities() -> None:
 
 
 class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
 
 
 _SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE, _MOUNT_ATTR_RDONLY = 442, -100, 0x8000, 1
@@ -80,19 +90,34 @@ _libc.syscall.restype = ctypes.c_long
 
 def _set_read_only(path: bytes, *, read_only: bool, recursive: bool) -> None:
     """Read-only or writable; nosuid either way (a setuid bit means nothing inside the sandbox)."""
-    attr = _MountAttr((_MOUNT_ATTR_RDONLY if read_only else 0) | _MOUNT_ATTR_NOSUID,
-                      0 if read_only else _MOUNT_ATTR_RDONLY, 0, 0)
-    rc = _libc.syscall(_SYS_MOUNT_SETATTR, ctypes.c_int(_AT_FDCWD), ctypes.c_char_p(path),
-                       ctypes.c_uint(_AT_RECURSIVE if recursive else 0), ctypes.byref(attr),
-                       ctypes.c_size_t(ctypes.sizeof(attr)))
+    attr = _MountAttr(
+        (_MOUNT_ATTR_RDONLY if read_only else 0) | _MOUNT_ATTR_NOSUID,
+        0 if read_only else _MOUNT_ATTR_RDONLY,
+        0,
+        0,
+    )
+    rc = _libc.syscall(
+        _SYS_MOUNT_SETATTR,
+        ctypes.c_int(_AT_FDCWD),
+        ctypes.c_char_p(path),
+        ctypes.c_uint(_AT_RECURSIVE if recursive else 0),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
+    )
     _check(0 if rc == 0 else -1, f"mount_setattr {path.decode(errors='replace')}")
 
 
 def mount_setattr_available() -> bool:
     """mount_setattr (Linux 5.12+): an invalid call fails with EBADF/EINVAL, not ENOSYS, where it exists."""
     attr = _MountAttr(0, 0, 0, 0)
-    rc = _libc.syscall(_SYS_MOUNT_SETATTR, ctypes.c_int(-1), ctypes.c_char_p(b""), ctypes.c_uint(0),
-                       ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)))
+    rc = _libc.syscall(
+        _SYS_MOUNT_SETATTR,
+        ctypes.c_int(-1),
+        ctypes.c_char_p(b""),
+        ctypes.c_uint(0),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
+    )
     return rc == 0 or ctypes.get_errno() != 38
 
 
@@ -101,7 +126,11 @@ def enter_user_namespace() -> None:
     namespaces. The uid stays the same, so the workspace stays ours and nothing else becomes so."""
     uid, gid = os.getuid(), os.getgid()
     _check(_libc.unshare(_CLONE_NEWUSER), "unshare user namespace")
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+    for name, text in (
+        ("setgroups", "deny"),
+        ("uid_map", f"{uid} {uid} 1"),
+        ("gid_map", f"{gid} {gid} 1"),
+    ):
         fd = os.open(f"/proc/self/{name}", os.O_WRONLY)
         try:
             os.write(fd, text.encode())
@@ -126,11 +155,20 @@ def user_namespace_mounts_work() -> bool:
 
 
 def _bind(source: bytes, target: bytes) -> None:
-    _check(_libc.mount(source, target, None, _MS_BIND | _MS_REC, None), f"bind {target.decode(errors='replace')}")
+    _check(
+        _libc.mount(source, target, None, _MS_BIND | _MS_REC, None),
+        f"bind {target.decode(errors='replace')}",
+    )
 
 
-def _private_mounts(workspace: Path, tmp: Path, read_only: tuple[Path, ...], shown: tuple[Path, ...], *,
-                    new_net: bool) -> None:
+def _private_mounts(
+    workspace: Path,
+    tmp: Path,
+    read_only: tuple[Path, ...],
+    shown: tuple[Path, ...],
+    *,
+    new_net: bool,
+) -> None:
     """Every mount read-only but the workspace and the private tmp (shown at /tmp), and
     `read_only` inside the workspace again: Landlock does not cover chmod, chown or utime,
     nor can it take back a subfolder; a read-only mount does both. Folders of `shown` (and the
@@ -141,16 +179,22 @@ def _private_mounts(workspace: Path, tmp: Path, read_only: tuple[Path, ...], sho
     for path in (workspace, *read_only):
         _bind(os.fsencode(path), os.fsencode(path))
     under_tmp = [p for p in (workspace, *shown) if p.is_relative_to("/tmp") and p.is_dir()]
-    fds = [os.open(p, os.O_PATH | os.O_CLOEXEC) for p in under_tmp]  # the workspace fd: its bind, memory/ included
+    fds = [
+        os.open(p, os.O_PATH | os.O_CLOEXEC) for p in under_tmp
+    ]  # the workspace fd: its bind, memory/ included
     _bind(os.fsencode(tmp), b"/tmp")
-    for path, fd in zip(under_tmp, fds):  # the private tmp covered them: show them again at their paths
+    for path, fd in zip(
+        under_tmp, fds
+    ):  # the private tmp covered them: show them again at their paths
         os.makedirs(path, exist_ok=True)
         _bind(f"/proc/self/fd/{fd}".encode(), os.fsencode(path))
         os.close(fd)
     _set_read_only(b"/", read_only=True, recursive=True)
     for folder in (ws, b"/tmp"):  # not recursive: memory/ (a mount beneath) stays read-only
         _set_read_only(folder, read_only=False, recursive=False)
-    os.chdir(os.getcwd())  # the current folder was entered before the binds: enter it again, on them
+    os.chdir(
+        os.getcwd()
+    )  # the current folder was entered before the binds: enter it again, on them
 
 
 EGRESS_PORT = 3128  # where nanobot's egress proxy listens inside a command's own network namespace
@@ -164,9 +208,14 @@ def egress_listener(channel_fd: int, *, new_namespace: bool) -> None:
     if new_namespace:
         _check(_libc.unshare(_CLONE_NEWNET), "unshare network namespace")
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as ctl:
-        flags = struct.unpack_from("16sh", fcntl.ioctl(ctl.fileno(), _SIOCGIFFLAGS, struct.pack("16sh", b"lo", 0)))[1]
+        flags = struct.unpack_from(
+            "16sh", fcntl.ioctl(ctl.fileno(), _SIOCGIFFLAGS, struct.pack("16sh", b"lo", 0))
+        )[1]
         fcntl.ioctl(ctl.fileno(), _SIOCSIFFLAGS, struct.pack("16sh", b"lo", flags | _IFF_UP))
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener, socket.socket(fileno=channel_fd) as channel:
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener,
+        socket.socket(fileno=channel_fd) as channel,
+    ):
         listener.bind(("127.0.0.1", EGRESS_PORT))
         listener.listen(128)
         socket.send_fds(channel, [b"L"], [listener.fileno()])
@@ -220,7 +269,10 @@ def _keep(command_pid: int) -> None:
             break
     _kill_descendants()
     if os.WIFSIGNALED(status):  # die of the same signal, so nanobot reports it as the command's
-        if os.WTERMSIG(status) not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be (and are) default
+        if os.WTERMSIG(status) not in (
+            signal.SIGKILL,
+            signal.SIGSTOP,
+        ):  # those two cannot be (and are) default
             signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
         os.kill(os.getpid(), os.WTERMSIG(status))
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
@@ -233,16 +285,26 @@ class LandlockLaunch:
     ruleset_fd: int
     limits: Limits
     cgroup_fd: int  # -1 when there is no cgroup
-    private_mounts: bool  # root: read-only memory/ and (when no network) a private network namespace
+    private_mounts: (
+        bool  # root: read-only memory/ and (when no network) a private network namespace
+    )
     new_net: bool
     read_only: tuple[Path, ...]
     nproc: bool
     workspace: Path = Path("/nonexistent")
     tmp: Path = Path("/nonexistent")
-    user_namespace: bool = False  # an ordinary user: enter a user namespace first, for the private mounts
-    shown: tuple[Path, ...] = ()  # read-only folders that must stay visible (toolchains, PATH, working_dir)
-    seccomp: bytes | None = None  # sandbox/seccomp.py's filter (no setuid/setgid bits), where the ABI is known
-    egress_fd: int = -1  # network through nanobot's proxy in a namespace of its own: where to send the listener
+    user_namespace: bool = (
+        False  # an ordinary user: enter a user namespace first, for the private mounts
+    )
+    shown: tuple[
+        Path, ...
+    ] = ()  # read-only folders that must stay visible (toolchains, PATH, working_dir)
+    seccomp: bytes | None = (
+        None  # sandbox/seccomp.py's filter (no setuid/setgid bits), where the ABI is known
+    )
+    egress_fd: int = (
+        -1
+    )  # network through nanobot's proxy in a namespace of its own: where to send the listener
 
     def __call__(self) -> None:  # preexec_fn
         if self.cgroup_fd >= 0:
@@ -253,7 +315,9 @@ class LandlockLaunch:
         if self.private_mounts:
             if self.user_namespace:
                 enter_user_namespace()
-            _private_mounts(self.workspace, self.tmp, self.read_only, self.shown, new_net=self.new_net)
+            _private_mounts(
+                self.workspace, self.tmp, self.read_only, self.shown, new_net=self.new_net
+            )
         if self.egress_fd >= 0:  # the private mounts made the network namespace (new_net)
             egress_listener(self.egress_fd, new_namespace=False)
         _check(_libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")

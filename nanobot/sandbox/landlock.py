@@ -31,12 +31,17 @@ NET_BIND_TCP, NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
 SCOPE_ABSTRACT_UNIX, SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
 
 READ = EXECUTE | READ_FILE | READ_DIR
-_FILE_ONLY = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV  # rights a rule on a non-directory may carry
+_FILE_ONLY = (
+    EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
+)  # rights a rule on a non-directory may carry
 
 
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
 
 
 class _NetPortAttr(ctypes.Structure):
@@ -56,7 +61,9 @@ _libc.syscall.restype = ctypes.c_long
 def abi_version() -> int:
     """The kernel's Landlock ABI (0 when Landlock is missing or disabled)."""
     try:
-        version = _libc.syscall(_SYS_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+        version = _libc.syscall(
+            _SYS_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION)
+        )
     except (AttributeError, OSError):
         return 0
     return max(0, int(version))
@@ -85,7 +92,9 @@ class Ruleset:
         scoped = SCOPE_ABSTRACT_UNIX | SCOPE_SIGNAL if abi >= 6 else 0
         attr = _RulesetAttr(self.all_fs, net, scoped)
         size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else 16 if abi >= 4 else 8
-        fd = _libc.syscall(_SYS_CREATE, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+        fd = _libc.syscall(
+            _SYS_CREATE, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)
+        )
         if fd < 0:
             err = ctypes.get_errno()
             raise LandlockError(err, f"landlock_create_ruleset: {os.strerror(err)}")
@@ -105,8 +114,13 @@ class Ruleset:
             if not rights:
                 return False
             attr = _PathBeneathAttr(rights, pfd)
-            rc = _libc.syscall(_SYS_ADD_RULE, ctypes.c_int(self.fd), ctypes.c_int(_RULE_PATH_BENEATH),
-                               ctypes.byref(attr), ctypes.c_uint32(0))
+            rc = _libc.syscall(
+                _SYS_ADD_RULE,
+                ctypes.c_int(self.fd),
+                ctypes.c_int(_RULE_PATH_BENEATH),
+                ctypes.byref(attr),
+                ctypes.c_uint32(0),
+            )
             if rc < 0:
                 err = ctypes.get_errno()
                 raise LandlockError(err, f"landlock_add_rule {path}: {os.strerror(err)}")
@@ -117,8 +131,13 @@ class Ruleset:
     def allow_port(self, port: int) -> None:
         """Allow TCP connect to `port` (on any address) through a `block_tcp` ruleset (ABI 4)."""
         attr = _NetPortAttr(NET_CONNECT_TCP, port)
-        rc = _libc.syscall(_SYS_ADD_RULE, ctypes.c_int(self.fd), ctypes.c_int(_RULE_NET_PORT),
-                           ctypes.byref(attr), ctypes.c_uint32(0))
+        rc = _libc.syscall(
+            _SYS_ADD_RULE,
+            ctypes.c_int(self.fd),
+            ctypes.c_int(_RULE_NET_PORT),
+            ctypes.byref(attr),
+            ctypes.c_uint32(0),
+        )
         if rc < 0:
             err = ctypes.get_errno()
             raise LandlockError(err, f"landlock_add_rule port {port}: {os.strerror(err)}")

@@ -80,7 +80,9 @@ def _start(request: dict[str, Any], fds: list[int]) -> tuple[str, Any]:
         _child(request, fds, wr)
     os.close(wr)
     chunks = []
-    while chunk := os.read(rd, 4096):  # EOF: the command exec'd (the keeper closed its copy at start)
+    while chunk := os.read(
+        rd, 4096
+    ):  # EOF: the command exec'd (the keeper closed its copy at start)
         chunks.append(chunk)
     os.close(rd)
     if chunks:
@@ -130,13 +132,17 @@ def serve(ctl_fd: int, status_fd: int) -> None:
                         break
                 reap()
             if ctl in ready:
-                msg, ancdata, _, _ = ctl.recvmsg(_MAX_MSG, socket.CMSG_SPACE(16 * 4), socket.MSG_CMSG_CLOEXEC)
+                msg, ancdata, _, _ = ctl.recvmsg(
+                    _MAX_MSG, socket.CMSG_SPACE(16 * 4), socket.MSG_CMSG_CLOEXEC
+                )
                 if not msg:
                     return  # nanobot is gone
                 fds: list[int] = []
                 for level, kind, data in ancdata:
                     if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                        fds += list(struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4]))
+                        fds += list(
+                            struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4])
+                        )
                 try:
                     reply = _start(pickle.loads(msg), fds)
                 except Exception as exc:  # noqa: BLE001  # a failed start is reported, the launcher lives on
@@ -157,10 +163,14 @@ def serve(ctl_fd: int, status_fd: int) -> None:
 
 
 # --- nanobot's side ------------------------------------------------------------------------------
-_BOOT = ("import sys; sys.path.append(sys.argv[1]); from nanobot.sandbox.launcher import serve; "
-         "serve(int(sys.argv[2]), int(sys.argv[3]))")
+_BOOT = (
+    "import sys; sys.path.append(sys.argv[1]); from nanobot.sandbox.launcher import serve; "
+    "serve(int(sys.argv[2]), int(sys.argv[3]))"
+)
 
-ENABLED = True  # False: fork in nanobot itself, as before the launcher (scripts/bench_exec.py compares)
+ENABLED = (
+    True  # False: fork in nanobot itself, as before the launcher (scripts/bench_exec.py compares)
+)
 
 
 class _Connection:
@@ -172,9 +182,20 @@ class _Connection:
         root = str(Path(__file__).resolve().parents[2])
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _BOOT, root, str(ctl_child.fileno()), str(status_child.fileno())],
-                pass_fds=(ctl_child.fileno(), status_child.fileno()), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,  # a failed start says so through `ctl`
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    "-c",
+                    _BOOT,
+                    root,
+                    str(ctl_child.fileno()),
+                    str(status_child.fileno()),
+                ],
+                pass_fds=(ctl_child.fileno(), status_child.fileno()),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,  # a failed start says so through `ctl`
                 start_new_session=True,  # Ctrl-C in the chat is nanobot's to handle
                 env={},  # each request carries its command's environment; none of nanobot's keys sit here
             )
@@ -203,8 +224,9 @@ class _Connection:
         self.lock = threading.Lock()
         self.waiters: dict[int, Callable[[int], None]] = {}
         self.early: dict[int, int] = {}
-        threading.Thread(target=self._read_status, args=(status,), name="nanobot-launcher-status",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._read_status, args=(status,), name="nanobot-launcher-status", daemon=True
+        ).start()
 
     def _read_status(self, status: socket.socket) -> None:
         with status:
@@ -233,7 +255,10 @@ class _Connection:
     def start(self, request: bytes, fds: list[int], on_exit: Callable[[int], None]) -> int:
         with self.lock:
             try:
-                self.ctl.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))])
+                self.ctl.sendmsg(
+                    [request],
+                    [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))],
+                )
                 reply = self.ctl.recv(_MAX_MSG)
             except OSError as exc:
                 self.alive = False
@@ -261,11 +286,20 @@ class Launcher:
         self._conn: _Connection | None = None
         self.unavailable = False
 
-    def start(self, argv: list[str], env: dict[str, str], cwd: str, hook: LandlockLaunch,
-              fds: list[int], on_exit: Callable[[int], None]) -> int:
+    def start(
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        hook: LandlockLaunch,
+        fds: list[int],
+        on_exit: Callable[[int], None],
+    ) -> int:
         """Start `argv` under `hook` with fds [stdout, stderr]; on_exit(wait status) runs on another thread."""
         request = pickle.dumps({"argv": argv, "env": env, "cwd": cwd, "hook": hook})
-        passed = [*fds, hook.ruleset_fd] + [fd for fd in (hook.cgroup_fd, hook.egress_fd) if fd >= 0]
+        passed = [*fds, hook.ruleset_fd] + [
+            fd for fd in (hook.cgroup_fd, hook.egress_fd) if fd >= 0
+        ]
         return self.ensure().start(request, passed, on_exit)
 
     def ensure(self) -> _Connection:
@@ -274,7 +308,9 @@ class Launcher:
             if self.unavailable:
                 raise LauncherUnavailable("the exec launcher could not be started")
             if self._conn is not None and self._conn.owner != os.getpid():
-                self._conn = None  # a fork of the process that started it: that launcher is not ours
+                self._conn = (
+                    None  # a fork of the process that started it: that launcher is not ours
+                )
             if self._conn is None or not self._conn.alive:
                 try:
                     self._conn = _Connection()
@@ -364,13 +400,21 @@ class LaunchedProcess:
             transport.close()
         if self.returncode is None and self.pid > 0:
             try:
-                os.kill(self.pid, signal.SIGKILL)  # as asyncio's transport does: the keeper (its command follows)
+                os.kill(
+                    self.pid, signal.SIGKILL
+                )  # as asyncio's transport does: the keeper (its command follows)
             except ProcessLookupError:
                 pass
 
 
-async def launch(protocol_factory: Callable[[], asyncio.SubprocessProtocol], argv: list[str], *,
-                 env: dict[str, str], cwd: str, hook: LandlockLaunch) -> tuple[LaunchedProcess, Any]:
+async def launch(
+    protocol_factory: Callable[[], asyncio.SubprocessProtocol],
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    cwd: str,
+    hook: LandlockLaunch,
+) -> tuple[LaunchedProcess, Any]:
     """Like loop.subprocess_exec (stdin /dev/null, stdout and stderr piped, a new session), through
     the launcher. Like it, the start holds the event loop until the command has exec'd (or failed)."""
     loop = asyncio.get_running_loop()
@@ -395,6 +439,8 @@ async def launch(protocol_factory: Callable[[], asyncio.SubprocessProtocol], arg
         os.close(out_w)
         os.close(err_w)
     for fd, rd in ((1, out_r), (2, err_r)):
-        transport, _ = await loop.connect_read_pipe(partial(_Pipe, proc, fd), os.fdopen(rd, "rb", buffering=0))
+        transport, _ = await loop.connect_read_pipe(
+            partial(_Pipe, proc, fd), os.fdopen(rd, "rb", buffering=0)
+        )
         proc._transports.append(transport)
     return proc, protocol

@@ -31,7 +31,7 @@ def stat_fields(pid: int | str) -> list[bytes] | None:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return None
-    return stat[stat.rfind(b")") + 2:].split()
+    return stat[stat.rfind(b")") + 2 :].split()
 
 
 def is_running(fields: list[bytes] | None) -> bool:

@@ -27,25 +27,66 @@ from pathlib import Path
 # Relative to HOME. All of HOME is hidden anyway; these are listed again so they stay hidden
 # when the workspace is HOME itself (or an ancestor of them).
 CREDENTIAL_STORES = (
-    ".ssh", ".gnupg", ".aws", ".config/gcloud", ".kube", ".docker", ".netrc", ".git-credentials",
-    ".config/gh", ".azure", ".pgpass", ".npmrc", ".pypirc",
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".config/gcloud",
+    ".kube",
+    ".docker",
+    ".netrc",
+    ".git-credentials",
+    ".config/gh",
+    ".azure",
+    ".pgpass",
+    ".npmrc",
+    ".pypirc",
     # browser profiles
-    ".mozilla", ".config/google-chrome", ".config/chromium", ".config/BraveSoftware",
-    ".config/microsoft-edge", ".config/vivaldi", ".config/opera", "snap/firefox", ".var/app",
+    ".mozilla",
+    ".config/google-chrome",
+    ".config/chromium",
+    ".config/BraveSoftware",
+    ".config/microsoft-edge",
+    ".config/vivaldi",
+    ".config/opera",
+    "snap/firefox",
+    ".var/app",
 )
 
 # Read-only, always visible: what commands need to run at all.
 SYSTEM_DIRS = (
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/nix",
-    "/var/lib/dpkg", "/var/lib/apt", "/run/systemd/resolve",  # the last: where /etc/resolv.conf may point
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/nix",
+    "/var/lib/dpkg",
+    "/var/lib/apt",
+    "/run/systemd/resolve",  # the last: where /etc/resolv.conf may point
 )
 
 # Language toolchains people install in HOME (pyenv, rustup, nvm, ...): shown read-only, so the
 # interpreters keep working although the rest of HOME is hidden. The running Python's own
 # installation and the folders on PATH are added to these wherever they live.
 TOOLCHAINS = (
-    ".pyenv", ".local/bin", ".local/lib", ".local/share/uv/python", ".cargo/bin", ".rustup", ".nvm",
-    ".volta", ".bun/bin", ".deno/bin", "go/bin", ".asdf", ".local/share/mise", ".sdkman/candidates",
+    ".pyenv",
+    ".local/bin",
+    ".local/lib",
+    ".local/share/uv/python",
+    ".cargo/bin",
+    ".rustup",
+    ".nvm",
+    ".volta",
+    ".bun/bin",
+    ".deno/bin",
+    "go/bin",
+    ".asdf",
+    ".local/share/mise",
+    ".sdkman/candidates",
 )
 
 # Shared or per-user folders never shown (a private tmp replaces /tmp).
@@ -55,8 +96,15 @@ _ALWAYS_HIDDEN = ("/root", "/home", "/run/user", "/var/run/user", "/tmp", "/var/
 # server's private keys, TLS private keys. Root may read them, and commands may run as root; hidden
 # one by one, the rest of /etc stays readable (Landlock grants /etc's other entries, see beneath_except).
 HOST_SECRETS = (
-    "/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers", "/etc/sudoers.d",
-    "/etc/security/opasswd", "/etc/ssl/private", "/etc/krb5.keytab",
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/security/opasswd",
+    "/etc/ssl/private",
+    "/etc/krb5.keytab",
 )
 HOST_SECRET_GLOBS = ("/etc/ssh/ssh_host_*_key",)
 
@@ -65,7 +113,9 @@ def host_secrets() -> list[Path]:
     """HOST_SECRETS and the files HOST_SECRET_GLOBS match here (existing or not: hiding skips the missing)."""
     import glob
 
-    return [Path(p) for p in HOST_SECRETS] + [Path(p) for g in HOST_SECRET_GLOBS for p in sorted(glob.glob(g))]
+    return [Path(p) for p in HOST_SECRETS] + [
+        Path(p) for g in HOST_SECRET_GLOBS for p in sorted(glob.glob(g))
+    ]
 
 
 @dataclass(frozen=True)
@@ -86,9 +136,13 @@ class Policy:
     restrict: bool  # rule 4: only system folders outside the workspace
     network: bool  # rule 5
     limits: Limits = field(default_factory=Limits)
-    extra_read: tuple[Path, ...] = ()  # e.g. a working_dir outside the workspace (never when restrict)
+    extra_read: tuple[
+        Path, ...
+    ] = ()  # e.g. a working_dir outside the workspace (never when restrict)
     toolchains: tuple[Path, ...] = ()  # read-only although inside a hidden folder (see TOOLCHAINS)
-    proxy_port: int = 0  # rule 5: with network, TCP connect only to this port (nanobot's egress proxy); 0: any
+    proxy_port: int = (
+        0  # rule 5: with network, TCP connect only to this port (nanobot's egress proxy); 0: any
+    )
 
     def system_dirs(self) -> list[Path]:
         return [Path(p) for p in SYSTEM_DIRS if os.path.exists(p)]
@@ -116,9 +170,16 @@ def _resolved(p: Path) -> Path:
         return p.expanduser().absolute()
 
 
-def build_policy(workspace: Path, read_only: tuple[Path, ...] = (), *, restrict: bool, network: bool,
-                 limits: Limits | None = None,
-                 nanobot_home: Path | None = None, home: Path | None = None) -> Policy:
+def build_policy(
+    workspace: Path,
+    read_only: tuple[Path, ...] = (),
+    *,
+    restrict: bool,
+    network: bool,
+    limits: Limits | None = None,
+    nanobot_home: Path | None = None,
+    home: Path | None = None,
+) -> Policy:
     """The policy for one command in `workspace` (rules 1-6); `read_only`: the protected paths
     (nanobot.policy.protected.exec_read_only, which exec passes)."""
     from nanobot import paths
@@ -127,15 +188,29 @@ def build_policy(workspace: Path, read_only: tuple[Path, ...] = (), *, restrict:
     home = _resolved(home or Path(os.path.expanduser("~")))
     nb_home = _resolved(nanobot_home or paths.nanobot_home())
     hidden, shown = _areas(home, nb_home, os.environ.get("PATH", ""), restrict)
-    return Policy(workspace=ws, read_only=tuple(read_only), hidden=hidden, restrict=restrict,
-                  network=network, limits=limits or Limits(), toolchains=shown)
+    return Policy(
+        workspace=ws,
+        read_only=tuple(read_only),
+        hidden=hidden,
+        restrict=restrict,
+        network=network,
+        limits=limits or Limits(),
+        toolchains=shown,
+    )
 
 
 @lru_cache(maxsize=32)
-def _areas(home: Path, nb_home: Path, path_env: str, restrict: bool) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+def _areas(
+    home: Path, nb_home: Path, path_env: str, restrict: bool
+) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
     """(hidden, shown read-only inside hidden areas); the same for every command of a session."""
-    hidden = [home, nb_home, *(home / c for c in CREDENTIAL_STORES), *(Path(p) for p in _ALWAYS_HIDDEN),
-              *host_secrets()]
+    hidden = [
+        home,
+        nb_home,
+        *(home / c for c in CREDENTIAL_STORES),
+        *(Path(p) for p in _ALWAYS_HIDDEN),
+        *host_secrets(),
+    ]
     unique = tuple(dict.fromkeys(h for h in (_resolved(h) for h in hidden) if h != Path("/")))
     # toolchains, the running Python, and the folders on PATH (so ~/bin and pyenv shims work),
     # unless one of them would show a credential store or the nanobot home
@@ -146,13 +221,18 @@ def _areas(home: Path, nb_home: Path, path_env: str, restrict: bool) -> tuple[tu
     tools = [home / t for t in TOOLCHAINS] + [Path(sys.base_prefix), Path(sys.prefix)] + path_dirs
     tools = [_resolved(t) for t in tools if t.is_dir()]
 
-    def reveals_a_secret(t: Path) -> bool:  # inside a credential store or the nanobot home, or above one
+    def reveals_a_secret(
+        t: Path,
+    ) -> bool:  # inside a credential store or the nanobot home, or above one
         return any((t.is_relative_to(c) and c != home) or c.is_relative_to(t) for c in secret)
 
-    shown = tuple(dict.fromkeys(
-        t for t in tools
-        if (restrict or any(t.is_relative_to(h) for h in unique)) and not reveals_a_secret(t)
-    ))
+    shown = tuple(
+        dict.fromkeys(
+            t
+            for t in tools
+            if (restrict or any(t.is_relative_to(h) for h in unique)) and not reveals_a_secret(t)
+        )
+    )
     return unique, shown
 
 
@@ -178,7 +258,10 @@ def hard_links(workspace: Path, limit: int = HARD_LINK_SCAN) -> tuple[tuple[Path
             try:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(Path(entry.path))
-                elif entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_nlink > 1:
+                elif (
+                    entry.is_file(follow_symlinks=False)
+                    and entry.stat(follow_symlinks=False).st_nlink > 1
+                ):
                     found.append(Path(entry.path))
             except OSError:
                 continue

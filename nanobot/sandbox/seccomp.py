@@ -40,15 +40,35 @@ _X32_BIT = 0x40000000
 
 # (syscall number, index of its mode argument, index of its flags argument or -1)
 _ARCHES: dict[str, tuple[int, list[tuple[int, int, int]], list[int]]] = {
-    "x86_64": (0xC000003E, [
-        (90, 1, -1), (91, 1, -1), (268, 2, -1), (452, 2, -1),  # chmod fchmod fchmodat fchmodat2
-        (2, 2, 1), (257, 3, 2), (85, 1, -1),  # open openat creat
-        (83, 1, -1), (258, 2, -1), (133, 1, -1), (259, 2, -1),  # mkdir mkdirat mknod mknodat
-    ], [437, 425]),  # openat2 io_uring_setup
-    "aarch64": (0xC00000B7, [
-        (52, 1, -1), (53, 2, -1), (452, 2, -1),  # fchmod fchmodat fchmodat2
-        (56, 3, 2), (34, 2, -1), (33, 2, -1),  # openat mkdirat mknodat
-    ], [437, 425]),
+    "x86_64": (
+        0xC000003E,
+        [
+            (90, 1, -1),
+            (91, 1, -1),
+            (268, 2, -1),
+            (452, 2, -1),  # chmod fchmod fchmodat fchmodat2
+            (2, 2, 1),
+            (257, 3, 2),
+            (85, 1, -1),  # open openat creat
+            (83, 1, -1),
+            (258, 2, -1),
+            (133, 1, -1),
+            (259, 2, -1),  # mkdir mkdirat mknod mknodat
+        ],
+        [437, 425],
+    ),  # openat2 io_uring_setup
+    "aarch64": (
+        0xC00000B7,
+        [
+            (52, 1, -1),
+            (53, 2, -1),
+            (452, 2, -1),  # fchmod fchmodat fchmodat2
+            (56, 3, 2),
+            (34, 2, -1),
+            (33, 2, -1),  # openat mkdirat mknodat
+        ],
+        [437, 425],
+    ),
 }
 
 
@@ -83,12 +103,19 @@ def _tcp_only(socket_nr: int, sends: list[tuple[int, int]]) -> list[bytes]:
         _insn(_LD_W_ABS, _arg(2)),
         _insn(_JEQ, 0, 2, 0),  # -> allow
         _insn(_JEQ, _IPPROTO_TCP, 1, 0),  # -> allow, else deny (SCTP, MPTCP)
-        deny, allow,
+        deny,
+        allow,
     ]
     out = [_insn(_LD_W_ABS, 0), _insn(_JEQ, socket_nr, 0, len(block)), *block]
     for nr, flags in sends:
-        out += [_insn(_LD_W_ABS, 0), _insn(_JEQ, nr, 0, 4), _insn(_LD_W_ABS, _arg(flags)),
-                _insn(_JSET, _MSG_FASTOPEN, 0, 1), deny, allow]
+        out += [
+            _insn(_LD_W_ABS, 0),
+            _insn(_JEQ, nr, 0, 4),
+            _insn(_LD_W_ABS, _arg(flags)),
+            _insn(_JSET, _MSG_FASTOPEN, 0, 1),
+            deny,
+            allow,
+        ]
     return out
 
 
@@ -117,9 +144,17 @@ def program(machine: str | None = None, *, tcp_only: bool = False) -> bytes | No
     for nr, mode, flags in mode_calls:
         block = []
         if flags >= 0:  # open(at): the mode counts only when it creates
-            block += [_insn(_LD_W_ABS, _arg(flags)), _insn(_JSET, _O_CREAT | _O_TMPFILE, 1, 0), _insn(_RET, _ALLOW)]
-        block += [_insn(_LD_W_ABS, _arg(mode)), _insn(_JSET, _SET_ID_BITS, 0, 1), _insn(_RET, _ERRNO | _EPERM),
-                  _insn(_RET, _ALLOW)]
+            block += [
+                _insn(_LD_W_ABS, _arg(flags)),
+                _insn(_JSET, _O_CREAT | _O_TMPFILE, 1, 0),
+                _insn(_RET, _ALLOW),
+            ]
+        block += [
+            _insn(_LD_W_ABS, _arg(mode)),
+            _insn(_JSET, _SET_ID_BITS, 0, 1),
+            _insn(_RET, _ERRNO | _EPERM),
+            _insn(_RET, _ALLOW),
+        ]
         out += [_insn(_LD_W_ABS, 0), _insn(_JEQ, nr, 0, len(block))] + block
     out.append(_insn(_RET, _ALLOW))
     return b"".join(out)
@@ -128,7 +163,9 @@ def program(machine: str | None = None, *, tcp_only: bool = False) -> bytes | No
 def _kernel_filters() -> bool:
     try:
         with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
-            return any(line.startswith("Seccomp_filters:") or line.startswith("Seccomp:") for line in fh)
+            return any(
+                line.startswith("Seccomp_filters:") or line.startswith("Seccomp:") for line in fh
+            )
     except OSError:
         return False
 

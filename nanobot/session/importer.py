@@ -106,7 +106,9 @@ def _first_meta(path: Path) -> dict:
     file can be tens of megabytes, and this runs for every file on every start)."""
     try:
         with path.open("rb") as fh:
-            first = fh.readline().rstrip(b"\n").rstrip(b"\r").removeprefix(b"\xef\xbb\xbf")  # CRLF, a BOM
+            first = (
+                fh.readline().rstrip(b"\n").rstrip(b"\r").removeprefix(b"\xef\xbb\xbf")
+            )  # CRLF, a BOM
     except OSError:
         return {}
     try:
@@ -148,7 +150,9 @@ def _v03_folders(home: Path, workspace: Path) -> list[Path]:
             recorded = (folder / ".workspace").read_text(encoding="utf-8").strip()
         except OSError:
             recorded = ""
-        same_path = bool(recorded) and Path(recorded).expanduser().absolute() == workspace.absolute()
+        same_path = (
+            bool(recorded) and Path(recorded).expanduser().absolute() == workspace.absolute()
+        )
         if (wanted and folder.name == wanted) or same_path:
             out.append(folder)
     return out
@@ -162,7 +166,10 @@ def find_sessions(home: Path, workspace: Path, store: SessionStore) -> list[_Fou
             key = _first_meta(path).get("key") or _key_from_v03_name(path.stem)
             if isinstance(key, str) and key:
                 found.append(_Found(key, path, "nanobot-0.3"))
-    for folder in (workspace / "sessions", store.directory):  # 0.1.x; older 0.1.x beside our own files
+    for folder in (
+        workspace / "sessions",
+        store.directory,
+    ):  # 0.1.x; older 0.1.x beside our own files
         if not folder.is_dir():
             continue
         for path in sorted(folder.glob("*.jsonl")):
@@ -181,12 +188,18 @@ def _count_messages(data: bytes) -> int:
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict) and "_type" not in record and isinstance(record.get("role"), str):
+        if (
+            isinstance(record, dict)
+            and "_type" not in record
+            and isinstance(record.get("role"), str)
+        ):
             count += 1
     return count
 
 
-def _import_session(store: SessionStore, home: Path, found: _Found, kept: list[str]) -> Receipt | None:
+def _import_session(
+    store: SessionStore, home: Path, found: _Found, kept: list[str]
+) -> Receipt | None:
     target = store.path_for(found.key)
     data = found.path.read_bytes()
     lock = ExclusiveLock(target)
@@ -199,14 +212,34 @@ def _import_session(store: SessionStore, home: Path, found: _Found, kept: list[s
         if target.exists() and target.stat().st_size > 0:
             # never overwrite a session we have: it may have moved on since; said once, then recorded
             kept.append(f"{found.key} ({found.path}): a session with that key exists here already")
-            _record(home, Receipt("kept", str(found.path), hashlib.sha256(data).hexdigest(), len(data),
-                                  found.format, str(target), key=found.key, imported_at=now_iso()))
+            _record(
+                home,
+                Receipt(
+                    "kept",
+                    str(found.path),
+                    hashlib.sha256(data).hexdigest(),
+                    len(data),
+                    found.format,
+                    str(target),
+                    key=found.key,
+                    imported_at=now_iso(),
+                ),
+            )
             return None
         atomic_write(target, data)
     finally:
         lock.release()
-    receipt = Receipt("session", str(found.path), hashlib.sha256(data).hexdigest(), len(data), found.format,
-                      str(target), key=found.key, messages=_count_messages(data), imported_at=now_iso())
+    receipt = Receipt(
+        "session",
+        str(found.path),
+        hashlib.sha256(data).hexdigest(),
+        len(data),
+        found.format,
+        str(target),
+        key=found.key,
+        messages=_count_messages(data),
+        imported_at=now_iso(),
+    )
     _record(home, receipt)
     return receipt
 
@@ -219,7 +252,11 @@ def _messages(data: bytes) -> list[dict]:
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict) and "_type" not in record and isinstance(record.get("role"), str):
+        if (
+            isinstance(record, dict)
+            and "_type" not in record
+            and isinstance(record.get("role"), str)
+        ):
             out.append(record)
     return out
 
@@ -239,10 +276,25 @@ def _continue_session(home: Path, found: _Found, last: Receipt, kept: list[str])
         return None  # open in a chat: looked at again on the next start
     try:
         ours = _messages(target.read_bytes()) if target.is_file() else []
-        if len(theirs) > imported and theirs[:imported] == ours[:imported] and len(ours) == imported:
-            append_durably(target, "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in theirs[imported:]))
-            receipt = Receipt("session", str(found.path), sha, len(data), found.format, str(target), key=found.key,
-                              messages=len(theirs), imported_at=now_iso())
+        if (
+            len(theirs) > imported
+            and theirs[:imported] == ours[:imported]
+            and len(ours) == imported
+        ):
+            append_durably(
+                target, "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in theirs[imported:])
+            )
+            receipt = Receipt(
+                "session",
+                str(found.path),
+                sha,
+                len(data),
+                found.format,
+                str(target),
+                key=found.key,
+                messages=len(theirs),
+                imported_at=now_iso(),
+            )
             _record(home, receipt)
             return receipt
         if theirs[:imported] != ours[:imported] or len(theirs) < imported:
@@ -250,12 +302,28 @@ def _continue_session(home: Path, found: _Found, last: Receipt, kept: list[str])
         elif len(theirs) == imported:
             return None  # only nanobot's metadata changed: nothing to bring
         else:
-            why = (f"it has {len(theirs) - imported} new message(s) there and this copy has "
-                   f"{len(ours) - imported} here since the import; mixing them would interleave two conversations")
-        kept.append(f"{found.key} ({found.path}): kept apart: {why}; continue it in one tool, or start "
-                    "afresh here with /new")
-        _record(home, Receipt("kept", str(found.path), sha, len(data), found.format, str(target), key=found.key,
-                              messages=imported, imported_at=now_iso()))
+            why = (
+                f"it has {len(theirs) - imported} new message(s) there and this copy has "
+                f"{len(ours) - imported} here since the import; mixing them would interleave two conversations"
+            )
+        kept.append(
+            f"{found.key} ({found.path}): kept apart: {why}; continue it in one tool, or start "
+            "afresh here with /new"
+        )
+        _record(
+            home,
+            Receipt(
+                "kept",
+                str(found.path),
+                sha,
+                len(data),
+                found.format,
+                str(target),
+                key=found.key,
+                messages=imported,
+                imported_at=now_iso(),
+            ),
+        )
         return None
     finally:
         lock.release()
@@ -278,7 +346,11 @@ def _history_entries(path: Path) -> list[dict]:
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict) and isinstance(record.get("cursor"), int) and isinstance(record.get("content"), str):
+        if (
+            isinstance(record, dict)
+            and isinstance(record.get("cursor"), int)
+            and isinstance(record.get("content"), str)
+        ):
             entries.append(record)
     return entries
 
@@ -289,28 +361,45 @@ def _import_history(home: Path, workspace: Path, receipts: list[Receipt]) -> Rec
         return None
     from nanobot.memory.store import MemoryStore
 
-    already = max((r.last_cursor for r in receipts if r.kind == "history" and r.source == str(source)), default=0)
+    already = max(
+        (r.last_cursor for r in receipts if r.kind == "history" and r.source == str(source)),
+        default=0,
+    )
     data = source.read_bytes()
-    fresh = sorted((e for e in _history_entries(source) if e["cursor"] > already), key=lambda e: e["cursor"])
+    fresh = sorted(
+        (e for e in _history_entries(source) if e["cursor"] > already), key=lambda e: e["cursor"]
+    )
     if not fresh:
         return None
     memory = MemoryStore(workspace)
     for entry in fresh:
         memory.append_history(entry["content"], when=parse_timestamp(entry.get("timestamp")))
-    receipt = Receipt("history", str(source), hashlib.sha256(data).hexdigest(), len(data), "nanobot-0.3",
-                      str(memory.history_file), messages=len(fresh), last_cursor=fresh[-1]["cursor"],
-                      imported_at=now_iso())
+    receipt = Receipt(
+        "history",
+        str(source),
+        hashlib.sha256(data).hexdigest(),
+        len(data),
+        "nanobot-0.3",
+        str(memory.history_file),
+        messages=len(fresh),
+        last_cursor=fresh[-1]["cursor"],
+        imported_at=now_iso(),
+    )
     _record(home, receipt)
     return receipt
 
 
-def import_all(workspace: Path, *, store: SessionStore | None = None, home: Path | None = None) -> ImportResult:
+def import_all(
+    workspace: Path, *, store: SessionStore | None = None, home: Path | None = None
+) -> ImportResult:
     """Import whatever nanobot left for this workspace that we have not imported yet."""
     home = home or paths.nanobot_home()
     store = store or SessionStore()
     receipts = read_receipts(home)
     done = {r.source for r in receipts if r.kind in ("session", "kept")}
-    latest = {r.source: r for r in receipts if r.kind in ("session", "kept")}  # the last word on each
+    latest = {
+        r.source: r for r in receipts if r.kind in ("session", "kept")
+    }  # the last word on each
     imported = {r.source: r for r in receipts if r.kind == "session"}  # the last import of each
     result = ImportResult([], [])
     try:
@@ -327,7 +416,10 @@ def import_all(workspace: Path, *, store: SessionStore | None = None, home: Path
             work = partial(_continue_session, home, found, last, result.kept)
             failed = "new turns could not be imported"
         else:
-            work, failed = partial(_import_session, store, home, found, result.kept), "could not be imported"
+            work, failed = (
+                partial(_import_session, store, home, found, result.kept),
+                "could not be imported",
+            )
         try:
             receipt = work()
         except OSError as exc:

@@ -43,7 +43,9 @@ from nanobot.session.lines import (
 )
 
 INDEX_KEY = "index"
-INDEX_WORTH_BYTES = 1 << 20  # a file this large that was read in full gets its index recorded when it is opened
+INDEX_WORTH_BYTES = (
+    1 << 20
+)  # a file this large that was read in full gets its index recorded when it is opened
 META_LINE_START = b'{"_type": "metadata"'  # how every metadata record we write begins
 _CHUNK = 1 << 20
 
@@ -58,8 +60,13 @@ class Checkpoint:
     crc: int  # CRC-32 of the prefix without the first line
 
     def record(self) -> dict[str, int]:
-        return {"offset": self.offset, "messages": self.messages, "decisions": self.decisions, "crc": self.crc,
-                "seal": self._seal()}
+        return {
+            "offset": self.offset,
+            "messages": self.messages,
+            "decisions": self.decisions,
+            "crc": self.crc,
+            "seal": self._seal(),
+        }
 
     def _seal(self) -> int:
         # covers the numbers too, so an index edited by hand (a count, say) is no index at all
@@ -84,7 +91,7 @@ def crc_of_range(fh: BufferedReader, start: int, end: int) -> int | None:
     buffer = bytearray(min(_CHUNK, max(left, 1)))
     view = memoryview(buffer)
     while left > 0:
-        got = fh.readinto(view[:min(left, len(buffer))])
+        got = fh.readinto(view[: min(left, len(buffer))])
         if not got:
             return None
         crc = zlib.crc32(view[:got], crc)
@@ -108,7 +115,7 @@ def last_meta_line(fh: BufferedReader, size: int, start: int) -> tuple[int, byte
             line_start = begin + at + 1
             fh.seek(line_start)
             return line_start, fh.readline().rstrip(b"\n")
-        carry = block[:len(needle)]
+        carry = block[: len(needle)]
         end, chunk = begin, chunk * 2
     return None
 
@@ -152,7 +159,7 @@ class PrefixList(MutableSequence[T]):
         if isinstance(index, slice):
             start, stop, step = index.indices(len(self))
             if step == 1 and (start >= skipped or stop <= start):
-                return self._items[start - skipped:stop - skipped] if stop > start else []
+                return self._items[start - skipped : stop - skipped] if stop > start else []
             return self._full()[index]
         if index < 0:
             index += len(self)
@@ -206,19 +213,27 @@ class Parsed:
     messages: list[Message] | PrefixList[Message]
     meta: dict[str, Any]  # the last metadata record (empty if none)
     first_meta: dict[str, Any]
-    good_lines: list[bytes]  # raw bytes of every readable line, in order (after `checkpoint` when indexed)
+    good_lines: list[
+        bytes
+    ]  # raw bytes of every readable line, in order (after `checkpoint` when indexed)
     bad_lines: list[bytes]  # raw bytes of unreadable lines (torn or corrupt)
     ends_with_newline: bool
     last_time: str | None  # the time of the last record that carries one
     decisions: list[dict[str, Any]] | PrefixList[dict[str, Any]] = field(default_factory=list)
-    bad_after: list[int] = field(default_factory=list)  # per bad line: how many messages preceded it
+    bad_after: list[int] = field(
+        default_factory=list
+    )  # per bad line: how many messages preceded it
     # every metadata record's pointer, with how many messages preceded the record
     pointers: list[tuple[Any, int]] = field(default_factory=list)
-    head: int | None = None  # length of the first line with its newline, when it is a metadata record
+    head: int | None = (
+        None  # length of the first line with its newline, when it is a metadata record
+    )
     msg_starts: list[int] = field(default_factory=list)  # byte offset of each message's line
     decision_starts: list[int] = field(default_factory=list)
     bad_starts: list[int] = field(default_factory=list)
-    file: FileIndex | None = None  # where the messages are, for a file read by `read` (not by `parse` alone)
+    file: FileIndex | None = (
+        None  # where the messages are, for a file read by `read` (not by `parse` alone)
+    )
 
     def pointer_shift(self, pointer: int) -> int:
         """How many damaged lines stood before message `pointer` as it was written: the pointer
@@ -281,7 +296,9 @@ def _checkpoint_in(parsed: Parsed, data: bytes) -> Checkpoint | None:
     if parsed.bad_starts and parsed.bad_starts[0] < offset:
         return None
     decisions = bisect_left(parsed.decision_starts, offset)
-    return Checkpoint(offset, pointer, decisions, zlib.crc32(memoryview(data)[parsed.head:offset]))
+    return Checkpoint(
+        offset, pointer, decisions, zlib.crc32(memoryview(data)[parsed.head : offset])
+    )
 
 
 @dataclass
@@ -295,10 +312,16 @@ class FileIndex:
     head: int | None = None  # bytes of the first line, when it is a metadata record
     checkpoint: Checkpoint | None = None  # a true index of the file, if known
     on_disk: bool = False  # the file's last metadata record carries `checkpoint`
-    stored_pointer: Any = 0  # the consolidation pointer as the file records it (perhaps not a number)
-    read_from: Checkpoint | None = None  # the index a load read from: the lines before it were not parsed
+    stored_pointer: Any = (
+        0  # the consolidation pointer as the file records it (perhaps not a number)
+    )
+    read_from: Checkpoint | None = (
+        None  # the index a load read from: the lines before it were not parsed
+    )
     _skipped: Parsed | None = field(default=None, repr=False)
-    _read_head: int | None = field(default=None, repr=False)  # `head` when the load read from `read_from`
+    _read_head: int | None = field(
+        default=None, repr=False
+    )  # `head` when the load read from `read_from`
 
     def __post_init__(self) -> None:
         self._read_head = self.head if self.read_from is not None else None
@@ -314,8 +337,12 @@ class FileIndex:
         """A large file read in full (an older one, or a stale index): recording its index once makes
         the next open read from the pointer on."""
         cp = self.checkpoint
-        return (not self.on_disk and cp is not None and cp.messages > 0
-                and self.path.stat().st_size >= INDEX_WORTH_BYTES)
+        return (
+            not self.on_disk
+            and cp is not None
+            and cp.messages > 0
+            and self.path.stat().st_size >= INDEX_WORTH_BYTES
+        )
 
     def at(self, pointer: int) -> Checkpoint | None:
         """The index at message `pointer`, moved on from the one known by reading only the lines
@@ -347,7 +374,9 @@ class FileIndex:
             decisions += kind == DECISION
         if messages != pointer:
             return None
-        return Checkpoint(base.offset + pos, pointer, decisions, zlib.crc32(memoryview(data)[:pos], base.crc))
+        return Checkpoint(
+            base.offset + pos, pointer, decisions, zlib.crc32(memoryview(data)[:pos], base.crc)
+        )
 
     # -- what happened to the file -----------------------------------------------------------------
 
@@ -361,7 +390,12 @@ class FileIndex:
 
     def rewritten(self, head: int, checkpoint: Checkpoint, pointer: int) -> None:
         """The file was replaced by one whose first line carries `checkpoint`."""
-        self.head, self.checkpoint, self.on_disk, self.stored_pointer = head, checkpoint, True, pointer
+        self.head, self.checkpoint, self.on_disk, self.stored_pointer = (
+            head,
+            checkpoint,
+            True,
+            pointer,
+        )
 
     # -- the part a load skipped -------------------------------------------------------------------
 
@@ -376,11 +410,18 @@ class FileIndex:
             except OSError as exc:
                 raise storage_error(exc, "read the session", self.path) from None
             parsed = parse(data, base=head) if len(data) == cp.offset - head else None
-            if (parsed is None or zlib.crc32(data) != cp.crc or parsed.bad_lines
-                    or len(parsed.messages) != cp.messages or len(parsed.decisions) != cp.decisions):
+            if (
+                parsed is None
+                or zlib.crc32(data) != cp.crc
+                or parsed.bad_lines
+                or len(parsed.messages) != cp.messages
+                or len(parsed.decisions) != cp.decisions
+            ):
                 raise StorageError(
                     f"the session file {self.path} was changed by another program while nanobot had it open",
-                    hint="nothing was lost from it; close nanobot and open the session again", path=str(self.path))
+                    hint="nothing was lost from it; close nanobot and open the session again",
+                    path=str(self.path),
+                )
             self._skipped = parsed
         return self._skipped
 
@@ -403,18 +444,26 @@ def read(path: Path, *, checkpoint: bool = False) -> Parsed:
     return parsed
 
 
-def first_line(record: dict[str, Any], prefix: bytes, messages: int, decisions: int) -> tuple[bytes, Checkpoint]:
+def first_line(
+    record: dict[str, Any], prefix: bytes, messages: int, decisions: int
+) -> tuple[bytes, Checkpoint]:
     """A rewritten file's first line, whose index points past itself and the `prefix` after it.
 
     The line's length depends on the numbers in it (the offset, the seal), so instead of searching
     for a length that agrees with itself (which can swing between two), the offset is fixed with
     room to spare and the line is padded to exactly fill it."""
     crc = zlib.crc32(prefix)
-    widest = dumps({**record, INDEX_KEY: Checkpoint(0, messages, decisions, crc).record(), "pad": ""})
-    offset = len(widest) + len(prefix) + 40  # room for any offset and seal width (at most +25 digits)
+    widest = dumps(
+        {**record, INDEX_KEY: Checkpoint(0, messages, decisions, crc).record(), "pad": ""}
+    )
+    offset = (
+        len(widest) + len(prefix) + 40
+    )  # room for any offset and seal width (at most +25 digits)
     checkpoint = Checkpoint(offset, messages, decisions, crc)
     bare = dumps({**record, INDEX_KEY: checkpoint.record(), "pad": ""})
-    first = dumps({**record, INDEX_KEY: checkpoint.record(), "pad": " " * (offset - len(prefix) - len(bare))})
+    first = dumps(
+        {**record, INDEX_KEY: checkpoint.record(), "pad": " " * (offset - len(prefix) - len(bare))}
+    )
     assert len(first) + len(prefix) == offset
     return first, checkpoint
 
@@ -436,8 +485,14 @@ def _read_indexed(path: Path) -> Parsed | None:
         meta = meta_record(found[1]) if found else meta0
         cp = Checkpoint.from_record(meta.get(INDEX_KEY)) if meta else None
         pointer = meta.get("last_consolidated", 0) if meta else None
-        if (meta is None or cp is None or not head <= cp.offset <= size or (found and found[0] < cp.offset)
-                or not plain_int(pointer) or pointer < cp.messages):
+        if (
+            meta is None
+            or cp is None
+            or not head <= cp.offset <= size
+            or (found and found[0] < cp.offset)
+            or not plain_int(pointer)
+            or pointer < cp.messages
+        ):
             return None
         if cp.offset > head:
             fh.seek(cp.offset - 1)

@@ -13,8 +13,20 @@ import orjson
 
 from nanobot.messages import clean_unicode
 
-__all__ = ["DECISION_TYPE", "BAD", "MESSAGE", "META", "DECISION", "OTHER", "classify", "meta_record", "loads",
-           "exact_loads", "dumps", "plain_int"]
+__all__ = [
+    "DECISION_TYPE",
+    "BAD",
+    "MESSAGE",
+    "META",
+    "DECISION",
+    "OTHER",
+    "classify",
+    "meta_record",
+    "loads",
+    "exact_loads",
+    "dumps",
+    "plain_int",
+]
 
 DECISION_TYPE = "decision"  # the `_type` of an approval decision record
 
@@ -25,7 +37,9 @@ _BOM = b"\xef\xbb\xbf"
 
 
 def classify(raw: bytes, reader: Callable[[bytes], Any] | None = None) -> tuple[int, Any]:
-    if raw.startswith(_BOM) or raw.endswith(b"\r"):  # an editor's BOM or CRLF: the line itself is fine
+    if raw.startswith(_BOM) or raw.endswith(
+        b"\r"
+    ):  # an editor's BOM or CRLF: the line itself is fine
         raw = raw.removeprefix(_BOM).removesuffix(b"\r")
     try:
         record = (reader or loads)(raw)
@@ -70,7 +84,10 @@ def dumps(record: Mapping[str, Any]) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:  # a lone surrogate (bytes that were not UTF-8): save it as U+FFFD
-        return (json.dumps(clean_unicode(record), ensure_ascii=False, default=str) + "\n").encode("utf-8")
+        return (json.dumps(clean_unicode(record), ensure_ascii=False, default=str) + "\n").encode(
+            "utf-8"
+        )
+
 
 def plain_int(value: Any) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)

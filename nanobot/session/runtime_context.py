@@ -20,8 +20,15 @@ from typing import Final
 
 from nanobot.messages import Message
 
-__all__ = ["RUNTIME_CONTEXT_OPEN", "RUNTIME_CONTEXT_CLOSE", "RUNTIME_CONTEXT_KEY", "user_with_context",
-           "with_runtime_context", "split_runtime_context", "strip_runtime_context"]
+__all__ = [
+    "RUNTIME_CONTEXT_OPEN",
+    "RUNTIME_CONTEXT_CLOSE",
+    "RUNTIME_CONTEXT_KEY",
+    "user_with_context",
+    "with_runtime_context",
+    "split_runtime_context",
+    "strip_runtime_context",
+]
 
 RUNTIME_CONTEXT_OPEN = "[Runtime Context]"
 RUNTIME_CONTEXT_CLOSE = "[/Runtime Context]"
@@ -45,11 +52,11 @@ def split_runtime_context(text: str) -> tuple[str | None, str]:
     end = text.find("\n" + RUNTIME_CONTEXT_CLOSE, len(RUNTIME_CONTEXT_OPEN))
     if end == -1:
         return None, text  # no closing line: this is not our block, keep the user's text whole
-    rest = text[end + 1 + len(RUNTIME_CONTEXT_CLOSE):]
+    rest = text[end + 1 + len(RUNTIME_CONTEXT_CLOSE) :]
     if rest and not rest.startswith("\n"):
         return None, text  # the close marker must be a whole line
     rest = rest[1:]  # the end of the close line
-    context = text[len(RUNTIME_CONTEXT_OPEN) + 1:end]
+    context = text[len(RUNTIME_CONTEXT_OPEN) + 1 : end]
     return context, rest[1:] if rest.startswith("\n") else rest  # the blank line after the block
 
 

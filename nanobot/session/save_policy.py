@@ -25,8 +25,15 @@ from nanobot.session.runtime_context import (
     with_runtime_context,
 )
 
-__all__ = ["MAX_TOOL_RESULT_CHARS", "cap_tool_result", "prepare_for_save", "as_sent", "save_turn",
-           "TurnCheckpoint", "TurnStore"]
+__all__ = [
+    "MAX_TOOL_RESULT_CHARS",
+    "cap_tool_result",
+    "prepare_for_save",
+    "as_sent",
+    "save_turn",
+    "TurnCheckpoint",
+    "TurnStore",
+]
 
 # the store asks as_sent, so this module names what it needs of a store instead of importing it
 SessionT = TypeVar("SessionT")
@@ -38,6 +45,7 @@ class TurnStore(Protocol[SessionT_contra]):
 
     def append(self, session: SessionT_contra, messages: list[Message], /) -> None: ...
 
+
 MAX_TOOL_RESULT_CHARS = 16_000
 
 
@@ -46,7 +54,11 @@ def as_sent(msg: Message) -> Message:
     if not isinstance(msg, dict):
         return msg
     content = msg.get("content")
-    if msg.get("role") == "tool" and isinstance(content, str) and len(content) > MAX_TOOL_RESULT_CHARS:
+    if (
+        msg.get("role") == "tool"
+        and isinstance(content, str)
+        and len(content) > MAX_TOOL_RESULT_CHARS
+    ):
         # written by another tool or an older version: sent (and counted) at the size a save keeps
         return {**msg, "content": cap_tool_result(content)}
     context = msg.get(RUNTIME_CONTEXT_KEY)
@@ -72,7 +84,9 @@ def prepare_for_save(msg: Message) -> Message | None:
         content = out["content"] = _stored_parts(content, strip_context=role == "user")
     if role == "user":
         if isinstance(content, str):
-            context, stripped = split_runtime_context(content)  # a block inside the text: older callers
+            context, stripped = split_runtime_context(
+                content
+            )  # a block inside the text: older callers
             if context is not None:
                 out["content"] = stripped
                 out[RUNTIME_CONTEXT_KEY] = context
@@ -81,7 +95,9 @@ def prepare_for_save(msg: Message) -> Message | None:
         elif isinstance(content, list) and not content:
             return None
     elif role == "assistant":
-        if not (content.strip() if isinstance(content, str) else content) and not out.get("tool_calls"):
+        if not (content.strip() if isinstance(content, str) else content) and not out.get(
+            "tool_calls"
+        ):
             return None
     elif role == "tool" and isinstance(content, str) and len(content) > MAX_TOOL_RESULT_CHARS:
         out["content"] = cap_tool_result(content)
@@ -93,9 +109,17 @@ def _stored_parts(parts: list, *, strip_context: bool) -> str | list:
     stored: list = []
     for index, part in enumerate(parts):
         if isinstance(part, dict) and part.get("type") == "image_url":
-            url = (part.get("image_url") or {}).get("url", "") if isinstance(part.get("image_url"), dict) else ""
+            url = (
+                (part.get("image_url") or {}).get("url", "")
+                if isinstance(part.get("image_url"), dict)
+                else ""
+            )
             if isinstance(url, str) and url.startswith("data:"):
-                hint = part.get("path") or part.get("_path") or (part.get("image_url") or {}).get("_path")
+                hint = (
+                    part.get("path")
+                    or part.get("_path")
+                    or (part.get("image_url") or {}).get("_path")
+                )
                 stored.append({"type": "text", "text": f"[image: {hint or 'inline image'}]"})
                 continue
         if strip_context and index == 0 and isinstance(part, dict) and part.get("type") == "text":
@@ -109,7 +133,9 @@ def _stored_parts(parts: list, *, strip_context: bool) -> str | list:
     return stored
 
 
-def save_turn(store: TurnStore[SessionT], session: SessionT, messages: list[Message], skip: int = 0) -> list[Message]:
+def save_turn(
+    store: TurnStore[SessionT], session: SessionT, messages: list[Message], skip: int = 0
+) -> list[Message]:
     """Append this turn's new messages durably; returns what was stored.
 
     `skip` is the number of messages at the START of `messages` not to save (e.g. an injected

@@ -54,7 +54,14 @@ from nanobot.session.save_policy import as_sent
 from nanobot.session.validity import Fixes, make_valid, repair_messages
 from nanobot.session.working_state import WorkingStateLog
 
-__all__ = ["Session", "SessionInfo", "SessionStore", "RepairReport", "DECISION_TYPE", "INDEX_WORTH_BYTES"]
+__all__ = [
+    "Session",
+    "SessionInfo",
+    "SessionStore",
+    "RepairReport",
+    "DECISION_TYPE",
+    "INDEX_WORTH_BYTES",
+]
 
 
 @dataclass
@@ -70,11 +77,17 @@ class Session:
     updated_at: str = field(default_factory=now_iso)
     metadata: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # load problems the user should be told about
-    decisions: list[dict[str, Any]] | PrefixList[dict[str, Any]] = field(default_factory=list)  # approval decisions, oldest first
-    working_state: str = ""  # the latest checkpoint, sent with every request (session/working_state.py)
+    decisions: list[dict[str, Any]] | PrefixList[dict[str, Any]] = field(
+        default_factory=list
+    )  # approval decisions, oldest first
+    working_state: str = (
+        ""  # the latest checkpoint, sent with every request (session/working_state.py)
+    )
     _lock: ExclusiveLock | None = field(default=None, repr=False)
     _ends_with_newline: bool = field(default=True, repr=False)
-    _file: FileIndex | None = field(default=None, repr=False)  # where its messages are in the file (the store's)
+    _file: FileIndex | None = field(
+        default=None, repr=False
+    )  # where its messages are in the file (the store's)
 
     @property
     def created(self) -> str:
@@ -86,7 +99,7 @@ class Session:
         return self._lock is not None and self._lock.held
 
     def unconsolidated(self) -> list[Message]:
-        return self.messages[self.last_consolidated:]
+        return self.messages[self.last_consolidated :]
 
     def get_history(self, max_messages: int | None = None) -> list[Message]:
         """The copy sent to the model: unconsolidated, last N, made valid, wire keys only."""
@@ -94,7 +107,9 @@ class Session:
         if max_messages is not None:
             recent = recent[-max_messages:] if max_messages > 0 else []
         # The system prompt is built fresh for every request; a stored one would be a second one.
-        recent = [as_sent(m) for m in recent if not (isinstance(m, dict) and m.get("role") == "system")]
+        recent = [
+            as_sent(m) for m in recent if not (isinstance(m, dict) and m.get("role") == "system")
+        ]
         return [for_wire(m) for m in make_valid(recent)]
 
 
@@ -129,11 +144,15 @@ class RepairReport:
             lines.append(f"{self.damaged_lines} damaged lines moved to {self.corrupt_file}")
         lines.extend(self.fixes.describe())
         if self.pointer_before != self.pointer_after:
-            lines.append(f"consolidation pointer moved from {self.pointer_before} to {self.pointer_after}")
+            lines.append(
+                f"consolidation pointer moved from {self.pointer_before} to {self.pointer_after}"
+            )
         return lines
 
 
-_OUR_NAME = re.compile(r"^(.+)-([0-9a-f]{12})\.jsonl$")  # path_for's names: <slug>-<hash of the key>
+_OUR_NAME = re.compile(
+    r"^(.+)-([0-9a-f]{12})\.jsonl$"
+)  # path_for's names: <slug>-<hash of the key>
 
 
 def is_our_file(path: Path) -> bool:
@@ -195,17 +214,18 @@ class SessionStore:
         path = self.path_for(key)
         source = path if path.exists() else self._legacy_file(key)
         if source is None:
-            raise UnknownSessionError(
-                f"no session named {key!r}", hint=self._known_keys_hint()
-            )
+            raise UnknownSessionError(f"no session named {key!r}", hint=self._known_keys_hint())
         parsed = read(source)
         session = self._build(key, path, parsed)
         session.working_state = WorkingStateLog(path).read().text
         if parsed.bad_lines:
-            session.warnings.insert(0, (
-                f"session {key}: {len(parsed.bad_lines)} damaged line(s) in {source} could not be read; "
-                f"they will be moved to {path}.corrupt when the session is next opened"
-            ))
+            session.warnings.insert(
+                0,
+                (
+                    f"session {key}: {len(parsed.bad_lines)} damaged line(s) in {source} could not be read; "
+                    f"they will be moved to {path}.corrupt when the session is next opened"
+                ),
+            )
         return session
 
     def infos(self) -> list[SessionInfo]:
@@ -218,17 +238,28 @@ class SessionStore:
                 parsed = read(path)
             except OSError:
                 continue
-            key = (parsed.meta.get("key") or parsed.first_meta.get("key") or key_from_name(path)
-                   or (path.name if is_our_file(path) else path.stem.replace("_", ":", 1)))
+            key = (
+                parsed.meta.get("key")
+                or parsed.first_meta.get("key")
+                or key_from_name(path)
+                or (path.name if is_our_file(path) else path.stem.replace("_", ":", 1))
+            )
             if not isinstance(key, str):
                 continue
             canonical = path == self.path_for(key)
             if key in infos and not canonical:
                 continue  # a v0.1.x file that was already imported
             session = self._build(key, path, parsed)
-            warnings = session.warnings + ([f"{len(parsed.bad_lines)} damaged line(s)"] if parsed.bad_lines else [])
+            warnings = session.warnings + (
+                [f"{len(parsed.bad_lines)} damaged line(s)"] if parsed.bad_lines else []
+            )
             infos[key] = SessionInfo(
-                key, path, len(session.messages), session.last_consolidated, session.updated_at, warnings
+                key,
+                path,
+                len(session.messages),
+                session.last_consolidated,
+                session.updated_at,
+                warnings,
             )
         return sorted(infos.values(), key=lambda info: _sort_time(info.updated_at), reverse=True)
 
@@ -261,17 +292,22 @@ class SessionStore:
             proven = self._proven_pointer(parsed, session.messages)
             session.warnings.append(
                 f"session {key}: consolidation pointer {pointer!r} cannot be right (it must be a whole number "
-                f"from 0 to {count}); using {proven}, " + (
-                    "the last position HISTORY.md shows was archived" if proven else
-                    "the start, since HISTORY.md proves no later position")
-                + " (messages after it are sent again and may be summarised twice, never skipped)")
+                f"from 0 to {count}); using {proven}, "
+                + (
+                    "the last position HISTORY.md shows was archived"
+                    if proven
+                    else "the start, since HISTORY.md proves no later position"
+                )
+                + " (messages after it are sent again and may be summarised twice, never skipped)"
+            )
             pointer = proven
         else:
             shift = parsed.pointer_shift(pointer)
             if shift:
                 session.warnings.append(
                     f"session {key}: {shift} damaged line(s) came before the consolidation pointer; moved it back "
-                    f"from {pointer} to {pointer - shift} so no message is skipped (some may be summarised again)")
+                    f"from {pointer} to {pointer - shift} so no message is skipped (some may be summarised again)"
+                )
                 pointer -= shift
         session.last_consolidated = pointer
         return session
@@ -293,7 +329,7 @@ class SessionStore:
                     chain.append(value)
         for k in range(len(chain) - 1, -1, -1):
             start = chain[k - 1] if k else 0
-            if _chunk_stamps(messages[start:chain[k]]) & stamps:
+            if _chunk_stamps(messages[start : chain[k]]) & stamps:
                 return chain[k]
         return 0
 
@@ -303,9 +339,12 @@ class SessionStore:
         """Lock and load the session (creating it if new); raises SessionInUseError if held."""
         path = self.path_for(key)
         if path.is_dir():
-            raise StorageError(f"{path} is a folder, not session {key}'s file",
-                               hint=f"Move that folder out of {self.directory}; nanobot then starts session {key} "
-                                    "afresh.", path=str(path))
+            raise StorageError(
+                f"{path} is a folder, not session {key}'s file",
+                hint=f"Move that folder out of {self.directory}; nanobot then starts session {key} "
+                "afresh.",
+                path=str(path),
+            )
         try:
             lock = self._lock(key, path)
         except OSError as exc:
@@ -376,10 +415,13 @@ class SessionStore:
                 index.checkpoint = None
             atomic_write(path, prefix + b"".join(line + b"\n" for line in parsed.good_lines))
             session._ends_with_newline = True
-            session.warnings.insert(0, (
-                f"session {key}: {len(parsed.bad_lines)} damaged line(s) could not be read; "
-                f"their bytes were moved to {side}"
-            ))
+            session.warnings.insert(
+                0,
+                (
+                    f"session {key}: {len(parsed.bad_lines)} damaged line(s) could not be read; "
+                    f"their bytes were moved to {side}"
+                ),
+            )
         return session
 
     def _move_aside(self, path: Path, lines: list[bytes]) -> Path:
@@ -394,7 +436,9 @@ class SessionStore:
         if not messages:
             return
         self._require_lock(session)
-        stamped: list[Message] = [m if "timestamp" in m else {**m, "timestamp": now_iso()} for m in messages]
+        stamped: list[Message] = [
+            m if "timestamp" in m else {**m, "timestamp": now_iso()} for m in messages
+        ]
         payload = b"".join(dumps(m) for m in stamped)
         self._append_bytes(session, payload)
         session.messages.extend(stamped)
@@ -431,12 +475,16 @@ class SessionStore:
         self._require_lock(session)
         session.updated_at = now_iso()
         lines = [dumps(m) for m in session.messages]
-        prefix = b"".join(dumps(d) for d in session.decisions) + b"".join(lines[:session.last_consolidated])
+        prefix = b"".join(dumps(d) for d in session.decisions) + b"".join(
+            lines[: session.last_consolidated]
+        )
         index = _file(session)
         index.checkpoint = None
         record = self._meta_record(session)
-        first, checkpoint = first_line(record, prefix, session.last_consolidated, len(session.decisions))
-        payload = first + prefix + b"".join(lines[session.last_consolidated:])
+        first, checkpoint = first_line(
+            record, prefix, session.last_consolidated, len(session.decisions)
+        )
+        payload = first + prefix + b"".join(lines[session.last_consolidated :])
         try:
             atomic_write(session.path, payload)  # the old file stays whole when this fails
         except OSError as exc:
@@ -463,14 +511,27 @@ class SessionStore:
             original = source.read_bytes()
             parsed = parse(original, exact_loads)  # these messages are written back
             session = self._build(key, path, parsed)
-            fixed, pointer, fixes = repair_messages(list(session.messages), session.last_consolidated)
+            fixed, pointer, fixes = repair_messages(
+                list(session.messages), session.last_consolidated
+            )
             pointer_before = parsed.meta.get("last_consolidated", 0)
             needs_rewrite = (
-                parsed.bad_lines or fixes.total or pointer != pointer_before
-                or not parsed.ends_with_newline or source != path
+                parsed.bad_lines
+                or fixes.total
+                or pointer != pointer_before
+                or not parsed.ends_with_newline
+                or source != path
             )
-            report = RepairReport(key, path, None, len(parsed.bad_lines), None, fixes,
-                                  pointer_before if isinstance(pointer_before, int) else 0, pointer)
+            report = RepairReport(
+                key,
+                path,
+                None,
+                len(parsed.bad_lines),
+                None,
+                fixes,
+                pointer_before if isinstance(pointer_before, int) else 0,
+                pointer,
+            )
             if not needs_rewrite:
                 return report
             stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
@@ -490,7 +551,9 @@ class SessionStore:
 
     def _require_lock(self, session: Session) -> None:
         if not session.is_open:
-            raise RuntimeError(f"session {session.key} is not open for writing (use SessionStore.open)")
+            raise RuntimeError(
+                f"session {session.key} is not open for writing (use SessionStore.open)"
+            )
 
     def _append_bytes(self, session: Session, payload: bytes) -> None:
         if not session._ends_with_newline:
@@ -499,7 +562,9 @@ class SessionStore:
         try:
             append_durably(session.path, payload)
         except OSError as exc:
-            session._ends_with_newline = False  # if the cut-back failed too, start afresh on a new line
+            session._ends_with_newline = (
+                False  # if the cut-back failed too, start afresh on a new line
+            )
             raise storage_error(exc, "save the session", session.path) from None
         session._ends_with_newline = True
 
@@ -517,7 +582,6 @@ class SessionStore:
         if index is not None:
             record[INDEX_KEY] = index
         return record
-
 
 
 def _file(session: Session) -> FileIndex:

@@ -61,9 +61,15 @@ class Fixes:
     @property
     def total(self) -> int:
         return (
-            self.dropped_malformed + self.dropped_leading + self.dropped_orphans + self.moved_results
+            self.dropped_malformed
+            + self.dropped_leading
+            + self.dropped_orphans
+            + self.moved_results
             + self.backfilled
-            + self.renamed_ids + self.merged_assistants + self.dropped_empty + self.merged_users
+            + self.renamed_ids
+            + self.merged_assistants
+            + self.dropped_empty
+            + self.merged_users
         )
 
     def describe(self) -> list[str]:
@@ -107,9 +113,7 @@ def is_valid(messages: list[Message]) -> bool:
     return make_valid(messages) == list(messages)
 
 
-def repair_messages(
-    messages: list[Message], pointer: int = 0
-) -> tuple[list[Message], int, Fixes]:
+def repair_messages(messages: list[Message], pointer: int = 0) -> tuple[list[Message], int, Fixes]:
     """Structural fixes for a stored session: orphans, missing results, duplicate ids, merges.
 
     Unlike `make_valid` it keeps leading and empty messages (they are the user's record, not a
@@ -118,10 +122,16 @@ def repair_messages(
     summarised moves into the unconsolidated part or back.
     """
     pointer = max(0, min(pointer, len(messages)))
-    head, _, head_fixes = _fix(messages[:pointer], None, drop_leading=False, drop_empty=False, stamp=True)
+    head, _, head_fixes = _fix(
+        messages[:pointer], None, drop_leading=False, drop_empty=False, stamp=True
+    )
     seen = {_id_key(tc["id"]) for m in head for tc in (m.get("tool_calls") or [])}
-    tail, _, tail_fixes = _fix(messages[pointer:], seen, drop_leading=False, drop_empty=False, stamp=True)
-    fixes = Fixes(**{k: getattr(head_fixes, k) + getattr(tail_fixes, k) for k in Fixes.__dataclass_fields__})
+    tail, _, tail_fixes = _fix(
+        messages[pointer:], seen, drop_leading=False, drop_empty=False, stamp=True
+    )
+    fixes = Fixes(
+        **{k: getattr(head_fixes, k) + getattr(tail_fixes, k) for k in Fixes.__dataclass_fields__}
+    )
     return head + tail, len(head), fixes
 
 
@@ -166,7 +176,9 @@ def _shape(messages: list[Message], fixes: Fixes, *, drop_empty: bool) -> list[M
             raw_calls = msg.pop("tool_calls")
             calls = _clean_tool_calls(raw_calls) if isinstance(raw_calls, list) else []
             if raw_calls:
-                fixes.dropped_malformed += (len(raw_calls) if isinstance(raw_calls, list) else 1) - len(calls)
+                fixes.dropped_malformed += (
+                    len(raw_calls) if isinstance(raw_calls, list) else 1
+                ) - len(calls)
             if role == "assistant" and calls:
                 msg["tool_calls"] = calls
         if role == "tool":
@@ -181,7 +193,13 @@ def _shape(messages: list[Message], fixes: Fixes, *, drop_empty: bool) -> list[M
             if role == "user" or (role == "assistant" and not msg.get("tool_calls")):
                 fixes.dropped_empty += 1
                 continue
-        if role == "assistant" and msg.get("tool_calls") and isinstance(content, str) and content and not content.strip():
+        if (
+            role == "assistant"
+            and msg.get("tool_calls")
+            and isinstance(content, str)
+            and content
+            and not content.strip()
+        ):
             # A whitespace-only text block next to tool calls is rejected by Anthropic.
             msg["content"] = None
         out.append(msg)
@@ -210,7 +228,9 @@ def _clean_tool_calls(calls: list) -> list[dict]:
 
 def _drop_leading(messages: list[Message], fixes: Fixes) -> list[Message]:
     start = 1 if messages and messages[0]["role"] == "system" else 0
-    first_user = next((i for i in range(start, len(messages)) if messages[i]["role"] == "user"), len(messages))
+    first_user = next(
+        (i for i in range(start, len(messages)) if messages[i]["role"] == "user"), len(messages)
+    )
     fixes.dropped_leading += first_user - start
     return messages[:start] + messages[first_user:]
 
@@ -229,23 +249,33 @@ def _move_late_results(messages: list[Message], fixes: Fixes) -> list[Message]:
         end = index + 1
         while end < len(messages) and messages[end]["role"] == "tool":
             end += 1
-        missing = Counter(c["id"] for c in msg["tool_calls"]) - Counter(m["tool_call_id"] for m in messages[index + 1:end])
+        missing = Counter(c["id"] for c in msg["tool_calls"]) - Counter(
+            m["tool_call_id"] for m in messages[index + 1 : end]
+        )
         later = end
-        while +missing and later < len(messages) and messages[later]["role"] in ("assistant", "tool") \
-                and not messages[later].get("tool_calls"):
+        while (
+            +missing
+            and later < len(messages)
+            and messages[later]["role"] in ("assistant", "tool")
+            and not messages[later].get("tool_calls")
+        ):
             late = messages[later]
             if late["role"] == "tool" and missing[late["tool_call_id"]] > 0:
                 missing[late["tool_call_id"]] -= 1
                 moved.add(later)
             later += 1
         if moved.intersection(range(end, later)):
-            out += messages[index + 1:end] + [messages[i] for i in sorted(moved.intersection(range(end, later)))]
+            out += messages[index + 1 : end] + [
+                messages[i] for i in sorted(moved.intersection(range(end, later)))
+            ]
             moved.update(range(index + 1, end))
             fixes.moved_results += len(moved.intersection(range(end, later)))
     return out
 
 
-def _pair_tool_results(messages: list[Message], seen: set[str], fixes: Fixes, *, stamp: bool) -> list[Message]:
+def _pair_tool_results(
+    messages: list[Message], seen: set[str], fixes: Fixes, *, stamp: bool
+) -> list[Message]:
     out: list[Message] = []
     # Open block: the calls of the last assistant message, waiting for their results.
     pending: dict[str, list[tuple[str, str]]] = {}  # original id -> [(unique id, name)] in order
@@ -256,7 +286,12 @@ def _pair_tool_results(messages: list[Message], seen: set[str], fixes: Fixes, *,
     def close_block() -> None:
         for call_id, name in declared:
             if call_id not in answered:
-                filler: Message = {"role": "tool", "tool_call_id": call_id, "name": name, "content": INTERRUPTED_RESULT}
+                filler: Message = {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "name": name,
+                    "content": INTERRUPTED_RESULT,
+                }
                 if stamp and block_ts is not None:
                     filler["timestamp"] = block_ts
                 out.append(filler)
@@ -317,7 +352,12 @@ def _merge_assistants(messages: list[Message], fixes: Fixes) -> list[Message]:
     out: list[Message] = []
     for msg in messages:
         prev = out[-1] if out else None
-        if prev is not None and prev["role"] == "assistant" and msg["role"] == "assistant" and not prev.get("tool_calls"):
+        if (
+            prev is not None
+            and prev["role"] == "assistant"
+            and msg["role"] == "assistant"
+            and not prev.get("tool_calls")
+        ):
             out[-1] = _merged(prev, msg)
             fixes.merged_assistants += 1
         else:
@@ -330,7 +370,11 @@ def _merge_users(messages: list[Message], fixes: Fixes) -> list[Message]:
     for msg in messages:
         prev = out[-1] if out else None
         if prev is not None and prev["role"] == "user" and msg["role"] == "user":
-            out[-1] = {**prev, **msg, "content": _joined_content(prev.get("content"), msg.get("content"))}
+            out[-1] = {
+                **prev,
+                **msg,
+                "content": _joined_content(prev.get("content"), msg.get("content")),
+            }
             fixes.merged_users += 1
         else:
             out.append(msg)
@@ -350,7 +394,9 @@ def _joined_content(earlier: Any, later: Any) -> Any:
 
 
 def _merged(earlier: Message, later: Message) -> Message:
-    texts = [t for t in (text_of(earlier.get("content")), text_of(later.get("content"))) if t.strip()]
+    texts = [
+        t for t in (text_of(earlier.get("content")), text_of(later.get("content"))) if t.strip()
+    ]
     merged: Message = {**earlier, **later}
     merged["content"] = "\n\n".join(texts) if texts else (None if later.get("tool_calls") else "")
     if not later.get("reasoning_content") and earlier.get("reasoning_content"):

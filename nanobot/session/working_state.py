@@ -36,16 +36,30 @@ from nanobot.fsio import append_durably, atomic_write
 from nanobot.messages import Message, now_iso
 from nanobot.untrusted import fence
 
-__all__ = ["WorkingState", "Version", "WorkingStateLog", "state_path", "count_items", "block", "SOURCE",
-           "with_block", "carry_block", "SHAPE"]
+__all__ = [
+    "WorkingState",
+    "Version",
+    "WorkingStateLog",
+    "state_path",
+    "count_items",
+    "block",
+    "SOURCE",
+    "with_block",
+    "carry_block",
+    "SHAPE",
+]
 
 SUFFIX = ".working-state"
 # the label of the block in the prompt: who wrote it and why it is there
-SOURCE = ("working state of this conversation: nanobot's own checkpoint, written by the assistant itself "
-          "when older messages were compacted")
+SOURCE = (
+    "working state of this conversation: nanobot's own checkpoint, written by the assistant itself "
+    "when older messages were compacted"
+)
 # the fixed shape asked of the model (and written by the fake model)
-SHAPE = ("Goal: ...\nStatus: ...\nDecisions:\n- ...\nOpen questions:\n- ...\nNext step: ...\n"
-         "Identifiers (every exact path, id, URL, number, name still in play):\n- ...\n")
+SHAPE = (
+    "Goal: ...\nStatus: ...\nDecisions:\n- ...\nOpen questions:\n- ...\nNext step: ...\n"
+    "Identifiers (every exact path, id, URL, number, name still in play):\n- ...\n"
+)
 _OPEN = f'<untrusted-data source="{SOURCE}">'
 
 
@@ -61,7 +75,11 @@ def count_items(text: str) -> int:
         line = line.strip()
         if not line or line.startswith("#") or line.endswith(":"):
             continue
-        value = line.split(":", 1)[1] if ":" in line and not line.startswith(("-", "*")) else line.lstrip("-* ")
+        value = (
+            line.split(":", 1)[1]
+            if ":" in line and not line.startswith(("-", "*"))
+            else line.lstrip("-* ")
+        )
         if value.strip().strip(".").lower() not in ("", "none", "n/a", "-"):
             items += 1
     return items
@@ -77,8 +95,14 @@ class Version:
     closed: bool = False  # a later /new archived it with its conversation
 
     def as_json(self) -> dict[str, Any]:
-        return {"version": self.number, "at": self.at, "items": self.items, "archived": self.archived,
-                "closed_by_new": self.closed, "text": self.text}
+        return {
+            "version": self.number,
+            "at": self.at,
+            "items": self.items,
+            "archived": self.archived,
+            "closed_by_new": self.closed,
+            "text": self.text,
+        }
 
 
 @dataclass
@@ -101,9 +125,11 @@ class WorkingState:
         return last if last is not None and not last.get("ok", True) else None
 
     def as_json(self) -> dict[str, Any]:
-        return {"current": self.current.as_json() if self.current else None,
-                "versions": [v.as_json() for v in self.versions],
-                "last_compaction": self.last_compaction}
+        return {
+            "current": self.current.as_json() if self.current else None,
+            "versions": [v.as_json() for v in self.versions],
+            "last_compaction": self.last_compaction,
+        }
 
 
 def _parse(data: bytes) -> WorkingState:
@@ -124,9 +150,18 @@ def _parse(data: bytes) -> WorkingState:
         kind = record.get("kind")
         if kind == "checkpoint" and isinstance(record.get("text"), str):
             number = record.get("version")
-            number = number if isinstance(number, int) and not isinstance(number, bool) else len(raw) + 1
-            raw.append((number, str(record.get("at", "")), record["text"], _int(record.get("items")),
-                        _int(record.get("archived"))))
+            number = (
+                number if isinstance(number, int) and not isinstance(number, bool) else len(raw) + 1
+            )
+            raw.append(
+                (
+                    number,
+                    str(record.get("at", "")),
+                    record["text"],
+                    _int(record.get("items")),
+                    _int(record.get("archived")),
+                )
+            )
         elif kind == "compaction":
             state.last_compaction = record
         elif kind == "new":
@@ -134,8 +169,10 @@ def _parse(data: bytes) -> WorkingState:
         elif kind is None:
             state.damaged.append(line)
         # another kind, from a newer version: kept on disk, ignored here
-    state.versions = [Version(n, at, text, items, archived, closed=i < closed_upto)
-                      for i, (n, at, text, items, archived) in enumerate(raw)]
+    state.versions = [
+        Version(n, at, text, items, archived, closed=i < closed_upto)
+        for i, (n, at, text, items, archived) in enumerate(raw)
+    ]
     state.current = state.versions[-1] if len(raw) > closed_upto else None
     return state
 
@@ -169,9 +206,15 @@ class WorkingStateLog:
             if state.damaged:
                 side = Path(str(self.path) + ".corrupt")
                 append_durably(side, b"".join(line + b"\n" for line in state.damaged))
-                warnings.append(f"{len(state.damaged)} damaged line(s) of the working state {self.path} could "
-                                f"not be read; their bytes were moved to {side}")
-            good = [line for line in self.path.read_bytes().split(b"\n") if line.strip() and line not in state.damaged]
+                warnings.append(
+                    f"{len(state.damaged)} damaged line(s) of the working state {self.path} could "
+                    f"not be read; their bytes were moved to {side}"
+                )
+            good = [
+                line
+                for line in self.path.read_bytes().split(b"\n")
+                if line.strip() and line not in state.damaged
+            ]
             atomic_write(self.path, b"".join(line + b"\n" for line in good))
         except OSError as exc:
             raise storage_error(exc, "repair the session's working state", self.path) from None
@@ -203,13 +246,31 @@ class WorkingStateLog:
         versions = self.read().versions
         number = versions[-1].number + 1 if versions else 1
         version = Version(number, now_iso(), text, count_items(text), archived)
-        self._append({"kind": "checkpoint", "version": number, "at": version.at, "items": version.items,
-                      "archived": archived, "text": text})
+        self._append(
+            {
+                "kind": "checkpoint",
+                "version": number,
+                "at": version.at,
+                "items": version.items,
+                "archived": archived,
+                "text": text,
+            }
+        )
         return version
 
-    def record_compaction(self, *, ok: bool, archived: int, reason: str = "", items: int = 0) -> None:
-        self._append({"kind": "compaction", "at": now_iso(), "ok": ok, "archived": archived, "items": items,
-                      **({"reason": reason} if reason else {})})
+    def record_compaction(
+        self, *, ok: bool, archived: int, reason: str = "", items: int = 0
+    ) -> None:
+        self._append(
+            {
+                "kind": "compaction",
+                "at": now_iso(),
+                "ok": ok,
+                "archived": archived,
+                "items": items,
+                **({"reason": reason} if reason else {}),
+            }
+        )
 
     def close_for_new(self) -> None:
         """/new: the conversation's working state is archived with it; the next one starts without."""
@@ -243,7 +304,7 @@ def with_block(history: list[Message], text: str) -> list[Message]:
     first = next((i for i, m in enumerate(history) if m.get("role") == "user"), None)
     if first is None:
         return history
-    return [*history[:first], _prepend(history[first], block(text)), *history[first + 1:]]
+    return [*history[:first], _prepend(history[first], block(text)), *history[first + 1 :]]
 
 
 _BLOCK_RE = re.compile(re.escape(_OPEN) + r"\n.*?\n</untrusted-data>\n\n", re.DOTALL)

@@ -18,7 +18,9 @@ class ApprovalRequest:
     summary: str  # one line shown to the user, e.g. "exec wants network access: curl example.com"
     detail: str = ""  # more to show before asking: the full command, or a diff
     always_key: str = ""  # what "always for this session" remembers (defaults to kind)
-    allow_hint: str = ""  # the flag or config key that allows it without asking, for one-shot refusals
+    allow_hint: str = (
+        ""  # the flag or config key that allows it without asking, for one-shot refusals
+    )
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class Decision:
 
 def approve_flag_hint(kind: str) -> str:
     """The flag and config key that allow `kind` without asking (for a one-shot refusal)."""
-    return f"`--approve {kind}` (or \"tools.autoApprove\": [\"{kind}\"] in the config)"
+    return f'`--approve {kind}` (or "tools.autoApprove": ["{kind}"] in the config)'
 
 
 class Approver(Protocol):

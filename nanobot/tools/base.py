@@ -34,11 +34,17 @@ class ToolContext:
     exec_enabled: bool = True
     exec_timeout: float = 60.0  # seconds before exec kills the whole process group
     secret_env_names: frozenset[str] = field(default_factory=frozenset)  # removed from exec's env
-    approver: Approver = field(default_factory=RefuseApprover)  # who decides risky actions (see tools/approval.py)
-    confinement: Confinement = field(default_factory=choose)  # how exec is sandboxed (see nanobot/sandbox)
+    approver: Approver = field(
+        default_factory=RefuseApprover
+    )  # who decides risky actions (see tools/approval.py)
+    confinement: Confinement = field(
+        default_factory=choose
+    )  # how exec is sandboxed (see nanobot/sandbox)
     exec_rules: ExecRules = field(default_factory=ExecRules)  # allow / ask / deny patterns, network
     exec_limits: Limits = field(default_factory=Limits)  # processes, file size, memory per command
-    egress: EgressPolicy = field(default_factory=EgressPolicy)  # which domains web_fetch may contact (policy/egress.py)
+    egress: EgressPolicy = field(
+        default_factory=EgressPolicy
+    )  # which domains web_fetch may contact (policy/egress.py)
 
 
 class Tool(ABC):
@@ -57,7 +63,11 @@ class Tool(ABC):
         """The OpenAI function-tool schema sent to the model."""
         return {
             "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
         }
 
     def hint(self, args: dict[str, Any]) -> str:

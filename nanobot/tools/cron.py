@@ -36,13 +36,27 @@ class CronTool(Tool):
             "at": {"type": "string", "description": "one ISO time, e.g. '2026-03-01T10:30'"},
             "job_id": {"type": "string", "description": "for remove (ids are in list)"},
             "name": {"type": "string", "description": "short label"},
-            "session": {"type": "string", "description": "run in this session (default: the job's own)"},
-            "missed": {"type": "string", "enum": ["run_once", "skip"], "description": "runs missed while off"},
+            "session": {
+                "type": "string",
+                "description": "run in this session (default: the job's own)",
+            },
+            "missed": {
+                "type": "string",
+                "enum": ["run_once", "skip"],
+                "description": "runs missed while off",
+            },
         },
         "required": ["action"],
     }
 
-    def __init__(self, ctx: ToolContext, store: JobStoreLike, *, default_tz: str = "", origin: str = "cli:direct") -> None:
+    def __init__(
+        self,
+        ctx: ToolContext,
+        store: JobStoreLike,
+        *,
+        default_tz: str = "",
+        origin: str = "cli:direct",
+    ) -> None:
         super().__init__(ctx)
         self.store = store
         self.default_tz = default_tz
@@ -51,7 +65,7 @@ class CronTool(Tool):
     def hint(self, args: dict[str, Any]) -> str:
         action = args.get("action", "?")
         detail = args.get("job_id") or args.get("message") or ""
-        return f'cron({action}{", " + repr(str(detail)[:40]) if detail else ""})'
+        return f"cron({action}{', ' + repr(str(detail)[:40]) if detail else ''})"
 
     async def run(self, action: str = "", **args: Any) -> str:
         try:
@@ -71,42 +85,80 @@ class CronTool(Tool):
         self.store.notices.clear()
         return notes
 
-    async def _add(self, message: str = "", every_seconds: int | None = None, cron_expr: str | None = None,
-             tz: str | None = None, at: str | None = None, name: str | None = None, session: str | None = None,
-             missed: str | None = None, **_: Any) -> str:
+    async def _add(
+        self,
+        message: str = "",
+        every_seconds: int | None = None,
+        cron_expr: str | None = None,
+        tz: str | None = None,
+        at: str | None = None,
+        name: str | None = None,
+        session: str | None = None,
+        missed: str | None = None,
+        **_: Any,
+    ) -> str:
         running = current_job.get()
         if running is not None:
-            raise ToolError(f"cannot add jobs while a scheduled job runs (this turn is job {running}); "
-                            "tell the user what you would schedule instead")
+            raise ToolError(
+                f"cannot add jobs while a scheduled job runs (this turn is job {running}); "
+                "tell the user what you would schedule instead"
+            )
         if not message.strip():
             raise ToolError("add needs a message: what to do when the job fires")
         if missed is not None and missed not in MISSED_POLICIES:
             raise ToolError(f"missed must be one of {', '.join(MISSED_POLICIES)}")
         now = int(time.time() * 1000)
-        schedule = parse_schedule(every_seconds=every_seconds, cron_expr=cron_expr, tz=tz, at=at,
-                                  default_tz=self.default_tz, now_ms=now)
+        schedule = parse_schedule(
+            every_seconds=every_seconds,
+            cron_expr=cron_expr,
+            tz=tz,
+            at=at,
+            default_tz=self.default_tz,
+            now_ms=now,
+        )
         seen = await self._approve(describe(schedule), message)
         channel, _colon, chat_id = self.origin.partition(":")
-        job = self.store.add(schedule, message, now_ms=now, name=name, session=session,
-                             missed=missed or "run_once", channel=channel or "cli", to=chat_id or "direct",
-                             pending_approval=not seen)
-        if job.pending_approval:  # allowed by a flag, the config or an earlier "always": nobody saw this job
-            return (f"Created job '{job.name}' (id: {job.id}), {describe(job.schedule)}. It waits for the user's "
-                    f"approval before it fires (`nanobot cron approve {job.id}`); tell the user.")
-        return (f"Created job '{job.name}' (id: {job.id}), {describe(job.schedule)}; next run "
-                f"{format_ms(job.next_run_at_ms, job.schedule.tz or self.default_tz)}. It fires while "
-                "`nanobot serve` or a chat is running.")
+        job = self.store.add(
+            schedule,
+            message,
+            now_ms=now,
+            name=name,
+            session=session,
+            missed=missed or "run_once",
+            channel=channel or "cli",
+            to=chat_id or "direct",
+            pending_approval=not seen,
+        )
+        if (
+            job.pending_approval
+        ):  # allowed by a flag, the config or an earlier "always": nobody saw this job
+            return (
+                f"Created job '{job.name}' (id: {job.id}), {describe(job.schedule)}. It waits for the user's "
+                f"approval before it fires (`nanobot cron approve {job.id}`); tell the user."
+            )
+        return (
+            f"Created job '{job.name}' (id: {job.id}), {describe(job.schedule)}; next run "
+            f"{format_ms(job.next_run_at_ms, job.schedule.tz or self.default_tz)}. It fires while "
+            "`nanobot serve` or a chat is running."
+        )
 
     async def _approve(self, when: str, message: str) -> bool:
         """A job runs on a schedule, later, with nobody watching: the user decides (DESIGN: safety).
         Returns whether a person saw and approved this job (else it waits for `nanobot cron approve`)."""
-        decision = await self.ctx.approver.approve(ApprovalRequest(
-            kind="persistence", summary=f"cron wants to schedule a job, {when}: {message.strip()[:80]!r}",
-            detail=message if len(message.strip()) > 80 else "", always_key="cron-add",  # the rest of it
-            allow_hint=approve_flag_hint("persistence")))
+        decision = await self.ctx.approver.approve(
+            ApprovalRequest(
+                kind="persistence",
+                summary=f"cron wants to schedule a job, {when}: {message.strip()[:80]!r}",
+                detail=message if len(message.strip()) > 80 else "",
+                always_key="cron-add",  # the rest of it
+                allow_hint=approve_flag_hint("persistence"),
+            )
+        )
         if not decision.allowed:
-            raise ToolError(f"the job was not scheduled — {decision.reason.strip() or 'refused'}. Do not retry "
-                            "the same call; tell the user what you would schedule, or ask them.")
+            raise ToolError(
+                f"the job was not scheduled — {decision.reason.strip() or 'refused'}. Do not retry "
+                "the same call; tell the user what you would schedule, or ask them."
+            )
         return decision.by_person
 
     def _list(self) -> str:
@@ -118,10 +170,16 @@ class CronTool(Tool):
             state = "" if job.enabled else " [paused]" if job.schedule.kind != "at" else " [done]"
             state += " [waits for the user's approval]" if job.pending_approval else ""
             said = "" if job.message.strip() == job.name else f" — {job.message.strip()[:200]!r}"
-            lines.append(f"- {job.name}{said} (id: {job.id}, {describe(job.schedule)}){state}; next run "
-                         f"{format_ms(job.next_run_at_ms, job.schedule.tz or self.default_tz)}"
-                         + (f"; last run {format_ms(job.last_run_at_ms, job.schedule.tz or self.default_tz)} "
-                            f"{job.last_status}" if job.last_run_at_ms else ""))
+            lines.append(
+                f"- {job.name}{said} (id: {job.id}, {describe(job.schedule)}){state}; next run "
+                f"{format_ms(job.next_run_at_ms, job.schedule.tz or self.default_tz)}"
+                + (
+                    f"; last run {format_ms(job.last_run_at_ms, job.schedule.tz or self.default_tz)} "
+                    f"{job.last_status}"
+                    if job.last_run_at_ms
+                    else ""
+                )
+            )
         return "Scheduled jobs:\n" + "\n".join(lines)
 
     def _remove(self, job_id: str | None) -> str:

@@ -33,11 +33,26 @@ __all__ = ["EgressProxy", "may_contact"]
 _HEAD_LIMIT = 64 * 1024  # bytes of a request line and headers
 _HEAD_WITHIN = 30.0  # seconds for a client to send its request head
 _CONNECT_WITHIN = 20.0  # seconds to connect to the checked address
-_HOP_HEADERS = {"proxy-connection", "proxy-authorization", "connection", "keep-alive", "te", "trailer", "upgrade"}
+_HOP_HEADERS = {
+    "proxy-connection",
+    "proxy-authorization",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+}
 
 
-async def may_contact(approver: Approver, egress: EgressPolicy, url: str, *, who: str = "web_fetch",
-                      outcome: str = "fetched", detail: str = "") -> None:
+async def may_contact(
+    approver: Approver,
+    egress: EgressPolicy,
+    url: str,
+    *,
+    who: str = "web_fetch",
+    outcome: str = "fetched",
+    detail: str = "",
+) -> None:
     """The one egress decision, for web_fetch's every hop and exec's every proxied connection:
     judged by the session's EgressPolicy, a new domain asked about (kind web-domain, "always" per
     domain); raises ToolError when it may not be contacted. No DNS query happens here."""
@@ -47,10 +62,15 @@ async def may_contact(approver: Approver, egress: EgressPolicy, url: str, *, who
     if verdict.allowed:
         return
     domain = verdict.domain
-    decision = await approver.approve(ApprovalRequest(
-        "web-domain", f"{who} wants to contact {domain}, a domain not approved in this session: {url}",
-        detail=detail or url, always_key=f"web-domain:{domain}",
-        allow_hint=f"{approve_flag_hint('web-domain')}, or add {domain!r} to tools.web.allowDomains"))
+    decision = await approver.approve(
+        ApprovalRequest(
+            "web-domain",
+            f"{who} wants to contact {domain}, a domain not approved in this session: {url}",
+            detail=detail or url,
+            always_key=f"web-domain:{domain}",
+            allow_hint=f"{approve_flag_hint('web-domain')}, or add {domain!r} to tools.web.allowDomains",
+        )
+    )
     if not decision.allowed:
         why = f": {decision.reason}" if decision.reason else ""
         raise ToolError(f"{url} was not {outcome}; contacting {domain} was refused{why}")
@@ -66,12 +86,19 @@ class EgressProxy:
     """One command's proxy: listen (`start`, or `serve_from` the command's own network namespace),
     give the command `env()`, `close()` after it; `note()` says what was refused."""
 
-    def __init__(self, approver: Approver, egress: EgressPolicy, command: str = "",
-                 checker: SafeFetcher | None = None) -> None:
+    def __init__(
+        self,
+        approver: Approver,
+        egress: EgressPolicy,
+        command: str = "",
+        checker: SafeFetcher | None = None,
+    ) -> None:
         self.approver = approver
         self.egress = egress
         self.command = command  # shown with each question
-        self.checker = checker or default_checker()  # resolves and checks addresses, as web_fetch does
+        self.checker = (
+            checker or default_checker()
+        )  # resolves and checks addresses, as web_fetch does
         self.port = 0
         self.refused: dict[str, str] = {}  # host -> why, for the note after the command
         self._server: asyncio.Server | None = None
@@ -142,7 +169,13 @@ class EgressProxy:
             self._tasks.add(task)
         try:
             await self._handle(reader, writer)
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, ValueError):
+        except (
+            OSError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            TimeoutError,
+            ValueError,
+        ):
             pass
         finally:
             if task is not None:
@@ -160,25 +193,41 @@ class EgressProxy:
             url = target
             parts = urlsplit(target)
             if parts.scheme.lower() != "http" or not parts.hostname:
-                await _reply(writer, 400, "send http:// URLs in full (a proxy request), https through CONNECT")
+                await _reply(
+                    writer,
+                    400,
+                    "send http:// URLs in full (a proxy request), https through CONNECT",
+                )
                 return
             host, port = parts.hostname, parts.port or 80
         try:
-            await may_contact(self.approver, self.egress, url, who="a command (exec)", outcome="contacted",
-                              detail=f"{url}\ncommand: {self.command}" if self.command else url)
+            await may_contact(
+                self.approver,
+                self.egress,
+                url,
+                who="a command (exec)",
+                outcome="contacted",
+                detail=f"{url}\ncommand: {self.command}" if self.command else url,
+            )
             _, ip = await self.checker.check_url(url)  # names are resolved only now, once allowed
         except ToolError as exc:
             self.refused.setdefault(host.lower(), exc.message)
             await _reply(writer, 403, exc.message)
             return
         try:
-            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(ip, port), _CONNECT_WITHIN)
+            up_reader, up_writer = await asyncio.wait_for(
+                asyncio.open_connection(ip, port), _CONNECT_WITHIN
+            )
         except (OSError, TimeoutError) as exc:
-            await _reply(writer, 502, f"could not connect to {host}:{port} ({exc or type(exc).__name__})")
+            await _reply(
+                writer, 502, f"could not connect to {host}:{port} ({exc or type(exc).__name__})"
+            )
             return
         try:
             if method.upper() == "CONNECT":
-                writer.write(f"{version or 'HTTP/1.1'} 200 Connection established\r\n\r\n".encode("latin-1"))
+                writer.write(
+                    f"{version or 'HTTP/1.1'} 200 Connection established\r\n\r\n".encode("latin-1")
+                )
                 await writer.drain()
             else:
                 up_writer.write(_origin_form(method, target, version, lines[1:]))
@@ -206,14 +255,19 @@ def _origin_form(method: str, target: str, version: str, headers: list[str]) -> 
     parts = urlsplit(target)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     kept = [h for h in headers if h and h.split(":", 1)[0].strip().lower() not in _HOP_HEADERS]
-    return "\r\n".join([f"{method} {path} {version or 'HTTP/1.1'}", *kept, "Connection: close", "", ""]).encode("latin-1")
+    return "\r\n".join(
+        [f"{method} {path} {version or 'HTTP/1.1'}", *kept, "Connection: close", "", ""]
+    ).encode("latin-1")
 
 
 async def _reply(writer: asyncio.StreamWriter, status: int, text: str) -> None:
     reason = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}[status]
     body = f"nanobot egress proxy: {text}\n".encode(errors="replace")
-    writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode("latin-1") + body)
+    writer.write(
+        f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode("latin-1")
+        + body
+    )
     with contextlib.suppress(OSError):
         await writer.drain()
 

@@ -65,8 +65,10 @@ def _compile(patterns: list[str], where: str) -> tuple[re.Pattern[str], ...]:
         try:
             out.append(re.compile(p, re.IGNORECASE))
         except re.error as exc:
-            raise ConfigError(f"{where}: invalid pattern {p!r}: {exc}",
-                              hint="Patterns are Python regular expressions, searched in the command.") from None
+            raise ConfigError(
+                f"{where}: invalid pattern {p!r}: {exc}",
+                hint="Patterns are Python regular expressions, searched in the command.",
+            ) from None
     return tuple(out)
 
 
@@ -77,19 +79,31 @@ class ExecRules:
     deny: tuple[re.Pattern[str], ...] = ()
     allow_only: bool = False  # nanobot 0.3.5's allowPatterns: anything else is refused
     network: bool | str = "ask"  # False, True or "ask"
-    unconfined_ok: bool = False  # the user chose to run commands without a sandbox (config "none" or the flag)
+    unconfined_ok: bool = (
+        False  # the user chose to run commands without a sandbox (config "none" or the flag)
+    )
 
     @classmethod
-    def from_lists(cls, *, allow: Sequence[str] = (), ask: Sequence[str] = (), deny: Sequence[str] = (),
-                   legacy_allow: Sequence[str] = (), legacy_deny: Sequence[str] = (), network: bool | str = "ask",
-                   unconfined_ok: bool = False) -> ExecRules:
+    def from_lists(
+        cls,
+        *,
+        allow: Sequence[str] = (),
+        ask: Sequence[str] = (),
+        deny: Sequence[str] = (),
+        legacy_allow: Sequence[str] = (),
+        legacy_deny: Sequence[str] = (),
+        network: bool | str = "ask",
+        unconfined_ok: bool = False,
+    ) -> ExecRules:
         if network not in NETWORK_MODES:
             raise ConfigError(f'tools.exec.network: expected false, true or "ask", got {network!r}')
         return cls(
             allow=_compile([*allow, *legacy_allow], "tools.exec.allow"),
             ask=_compile(list(ask), "tools.exec.ask"),
             deny=_compile([*deny, *legacy_deny], "tools.exec.deny"),
-            allow_only=bool(legacy_allow), network=network, unconfined_ok=unconfined_ok,
+            allow_only=bool(legacy_allow),
+            network=network,
+            unconfined_ok=unconfined_ok,
         )
 
     def denied_by(self, command: str) -> str | None:
@@ -108,7 +122,8 @@ class ExecRules:
             return False
         commands = _commands(command)
         return bool(commands) and all(
-            not c.opaque and any(p.search(c.text) for p in self.allow) for c in commands or ())
+            not c.opaque and any(p.search(c.text) for p in self.allow) for c in commands or ()
+        )
 
     def asked_by(self, command: str) -> str | None:
         texts = _texts(command) if self.ask else []

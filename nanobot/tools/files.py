@@ -55,7 +55,9 @@ async def _read_text(ctx: ToolContext, path: Path, shown: str, tool: str) -> str
     finally:
         os.close(fd)
     if b"\x00" in data:
-        raise ToolError(f"{shown} looks like a binary file (it contains NUL bytes); read_file only reads text")
+        raise ToolError(
+            f"{shown} looks like a binary file (it contains NUL bytes); read_file only reads text"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -91,7 +93,9 @@ def _refuse_non_regular(path: Path, shown: str) -> None:
     if stat.S_ISDIR(mode):
         raise ToolError(f"{shown} is a directory; give a file path")
     if not stat.S_ISREG(mode) and not stat.S_ISLNK(mode):
-        raise ToolError(f"{shown} is not a regular file (a FIFO, socket or device); file tools only write regular files")
+        raise ToolError(
+            f"{shown} is not a regular file (a FIFO, socket or device); file tools only write regular files"
+        )
 
 
 def _split_lines(text: str) -> list[str]:
@@ -112,9 +116,20 @@ class ReadFileTool(Tool):
     parameters = {
         "type": "object",
         "properties": {
-            "path": {"type": "string", "description": "File path, relative to the workspace or absolute."},
-            "offset": {"type": "integer", "minimum": 1, "description": "First line to return (1-based)."},
-            "limit": {"type": "integer", "minimum": 1, "description": "Maximum number of lines to return."},
+            "path": {
+                "type": "string",
+                "description": "File path, relative to the workspace or absolute.",
+            },
+            "offset": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "First line to return (1-based).",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "description": "Maximum number of lines to return.",
+            },
         },
         "required": ["path"],
     }
@@ -124,7 +139,9 @@ class ReadFileTool(Tool):
         target = resolve_path(self.ctx, path)
         shown = display_path(self.ctx, target)
         if os.path.lexists(target):  # asking about a file that is not there would only annoy
-            await approve_access(self.ctx, self.name, "read", target, location_risks(self.ctx, target, "read"))
+            await approve_access(
+                self.ctx, self.name, "read", target, location_risks(self.ctx, target, "read")
+            )
         lines = _split_lines(await _read_text(self.ctx, target, shown, self.name))
         total = len(lines)
         if total == 0:
@@ -147,7 +164,11 @@ class ReadFileTool(Tool):
             return (
                 f"{head}\n[truncated: line {offset} of {total} is {len(lines[offset - 1]):,} characters long; "
                 f"showing its first {READ_CHAR_CAP:,}. Use exec (e.g. cut or fold) to see the rest"
-                + (f", or read_file with offset={offset + 1} for the next line]" if offset < total else "]")
+                + (
+                    f", or read_file with offset={offset + 1} for the next line]"
+                    if offset < total
+                    else "]"
+                )
             )
 
         last = offset - 1 + len(picked)
@@ -162,11 +183,16 @@ class ReadFileTool(Tool):
 
 class WriteFileTool(Tool):
     name = "write_file"
-    description = "Create or overwrite a text file with the given content; parent directories are created."
+    description = (
+        "Create or overwrite a text file with the given content; parent directories are created."
+    )
     parameters = {
         "type": "object",
         "properties": {
-            "path": {"type": "string", "description": "File path, relative to the workspace or absolute."},
+            "path": {
+                "type": "string",
+                "description": "File path, relative to the workspace or absolute.",
+            },
             "content": {"type": "string", "description": "The complete new content of the file."},
         },
         "required": ["path", "content"],
@@ -179,10 +205,20 @@ class WriteFileTool(Tool):
         _refuse_memory_internals(self.ctx, target)
         # ask: outside the workspace, a login/schedule file, memory or a skill (with the diff)
         before = _current_text(target)
-        risks = location_risks(self.ctx, target, "write") + content_risks(self.ctx, target, (before, content))
-        decision = await approve_access(self.ctx, self.name, "write", target, risks,
-                                        detail=change_diff(before, content, shown) if risks else "")
-        routed = _memory_write(self.ctx, target, content, base=None) or _prompt_write(self.ctx, target, content, decision)
+        risks = location_risks(self.ctx, target, "write") + content_risks(
+            self.ctx, target, (before, content)
+        )
+        decision = await approve_access(
+            self.ctx,
+            self.name,
+            "write",
+            target,
+            risks,
+            detail=change_diff(before, content, shown) if risks else "",
+        )
+        routed = _memory_write(self.ctx, target, content, base=None) or _prompt_write(
+            self.ctx, target, content, decision
+        )
         if routed is not None:
             return routed
         payload = content.encode("utf-8")
@@ -203,14 +239,18 @@ def _write(ctx: ToolContext, target: Path, payload: bytes, shown: str) -> None:
             mode = stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else None
         except FileNotFoundError:
             mode = None
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600,
-                     dir_fd=dir_fd)
+        fd = os.open(
+            tmp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+            0o600,
+            dir_fd=dir_fd,
+        )
         try:
             if mode is not None:
                 os.fchmod(fd, mode)
             view = memoryview(payload)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -242,16 +282,28 @@ class EditFileTool(Tool):
     parameters = {
         "type": "object",
         "properties": {
-            "path": {"type": "string", "description": "File path, relative to the workspace or absolute."},
+            "path": {
+                "type": "string",
+                "description": "File path, relative to the workspace or absolute.",
+            },
             "old_text": {"type": "string", "description": "Exact text to find."},
             "new_text": {"type": "string", "description": "Text to put in its place."},
-            "replace_all": {"type": "boolean", "description": "Replace every occurrence (default false)."},
+            "replace_all": {
+                "type": "boolean",
+                "description": "Replace every occurrence (default false).",
+            },
         },
         "required": ["path", "old_text", "new_text"],
     }
 
-    async def run(self, path: str, old_text: str, new_text: str, replace_all: bool = False,  # type: ignore[override]
-                  **_: Any) -> str:  # required arguments: as read_file
+    async def run(  # type: ignore[override]
+        self,
+        path: str,
+        old_text: str,
+        new_text: str,
+        replace_all: bool = False,
+        **_: Any,
+    ) -> str:  # required arguments: as read_file
         target = resolve_path(self.ctx, path)
         shown = display_path(self.ctx, target)
         if old_text == "":
@@ -260,7 +312,9 @@ class EditFileTool(Tool):
         # outside the workspace: ask before reading (the errors below quote the file to the model)
         outside = location_risks(self.ctx, target, "write")
         if outside and os.path.lexists(target):
-            await approve_access(self.ctx, self.name, "edit", target, outside + content_risks(self.ctx, target))
+            await approve_access(
+                self.ctx, self.name, "edit", target, outside + content_risks(self.ctx, target)
+            )
         content = await _read_text(self.ctx, target, shown, self.name)
 
         count = content.count(old_text)
@@ -271,20 +325,32 @@ class EditFileTool(Tool):
                 old_text, new_text = crlf_old, new_text.replace("\n", "\r\n")
                 count = content.count(old_text)
         if count == 0:
-            raise ToolError(f"old_text was not found in {shown}.{_closest_region(content, old_text)}")
+            raise ToolError(
+                f"old_text was not found in {shown}.{_closest_region(content, old_text)}"
+            )
         if count > 1 and not replace_all:
             raise ToolError(
                 f"old_text occurs {count} times in {shown} (at lines {_match_lines(content, old_text)}); "
                 "add surrounding lines so it matches exactly once, or set replace_all=true"
             )
-        updated = content.replace(old_text, new_text) if replace_all else content.replace(old_text, new_text, 1)
+        updated = (
+            content.replace(old_text, new_text)
+            if replace_all
+            else content.replace(old_text, new_text, 1)
+        )
         decision = Decision(True)
         if not outside:  # inside the workspace: memory, a prompt file, a skill or a git hook still asks, with the diff
-            decision = await approve_access(self.ctx, self.name, "edit", target,
-                                            content_risks(self.ctx, target, (content, updated)),
-                                            detail=change_diff(content, updated, shown))
-        routed = _memory_write(self.ctx, target, updated, base=content) or _prompt_write(self.ctx, target, updated,
-                                                                                          decision)
+            decision = await approve_access(
+                self.ctx,
+                self.name,
+                "edit",
+                target,
+                content_risks(self.ctx, target, (content, updated)),
+                detail=change_diff(content, updated, shown),
+            )
+        routed = _memory_write(self.ctx, target, updated, base=content) or _prompt_write(
+            self.ctx, target, updated, decision
+        )
         if routed is not None:
             return routed
         _write(self.ctx, target, updated.encode("utf-8"), shown)
@@ -312,7 +378,9 @@ def _memory_write(ctx, target: Path, text: str, *, base: str | None) -> str | No
     if target != store.memory_file.resolve():
         return None
     try:
-        receipt = store.write_memory(text, reason="written by the model with a file tool", base=base, guard=True)
+        receipt = store.write_memory(
+            text, reason="written by the model with a file tool", base=base, guard=True
+        )
     except MemoryUpdateRefused as exc:
         raise ToolError(f"{exc.message}. {exc.hint or ''}".strip()) from None
     except NanobotError as exc:
@@ -323,9 +391,13 @@ def _memory_write(ctx, target: Path, text: str, *, base: str | None) -> str | No
     if receipt.masked:
         notes.append("text that looked like a secret was replaced by [REDACTED]")
     if receipt.concurrent_change:
-        notes.append("MEMORY.md had changed meanwhile, so your change was merged on top of the newer text")
+        notes.append(
+            "MEMORY.md had changed meanwhile, so your change was merged on top of the newer text"
+        )
     if receipt.conflicts:
-        notes.append(f"{len(receipt.conflicts)} line(s) conflicted and were put under \"Held back update\"")
+        notes.append(
+            f'{len(receipt.conflicts)} line(s) conflicted and were put under "Held back update"'
+        )
     return "Saved memory/MEMORY.md" + (f" ({'; '.join(notes)})" if notes else "")
 
 
@@ -339,7 +411,9 @@ def _prompt_write(ctx: ToolContext, target: Path, text: str, decision: Decision)
     if entry is None or entry.door != "prompt":
         return None
     try:
-        version = PromptFiles(root).write(entry.path, text, author="assistant", seen_by_user=decision.by_person)
+        version = PromptFiles(root).write(
+            entry.path, text, author="assistant", seen_by_user=decision.by_person
+        )
     except (OSError, NanobotError) as exc:
         raise ToolError(f"{entry.path} was not changed: {exc}") from None
     notes = ["the previous text is kept as a version the user can restore"] if version else []
@@ -382,9 +456,7 @@ def _closest_region(content: str, old_text: str) -> str:
         return " Nothing in the file resembles it; read the file again before editing."
     region = file_lines[best_start : best_start + size]
     numbered = "\n".join(f"{best_start + 1 + i:>6}| {line}" for i, line in enumerate(region))
-    diff = "\n".join(
-        difflib.unified_diff(want, region, "old_text", "file", lineterm="", n=1)
-    )
+    diff = "\n".join(difflib.unified_diff(want, region, "old_text", "file", lineterm="", n=1))
     text = (
         f" The closest match is lines {best_start + 1}-{best_start + size} "
         f"({best_ratio:.0%} similar):\n{numbered}\nDifferences (- your old_text, + the file):\n{diff}"
@@ -402,17 +474,29 @@ class ListDirTool(Tool):
         "type": "object",
         "properties": {
             "path": {"type": "string", "description": "Directory path (default: the workspace)."},
-            "recursive": {"type": "boolean", "description": "Include subdirectories (default false)."},
-            "max_entries": {"type": "integer", "minimum": 1, "maximum": 10000, "description": "Entry cap (default 200)."},
+            "recursive": {
+                "type": "boolean",
+                "description": "Include subdirectories (default false).",
+            },
+            "max_entries": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 10000,
+                "description": "Entry cap (default 200).",
+            },
         },
     }
 
-    async def run(self, path: str = ".", recursive: bool = False, max_entries: int = 200, **_: Any) -> str:
+    async def run(
+        self, path: str = ".", recursive: bool = False, max_entries: int = 200, **_: Any
+    ) -> str:
         target = resolve_path(self.ctx, path)
         shown = display_path(self.ctx, target)
         if not target.exists():
             raise ToolError(f"directory not found: {shown}")
-        await approve_access(self.ctx, self.name, "list", target, location_risks(self.ctx, target, "list"))
+        await approve_access(
+            self.ctx, self.name, "list", target, location_risks(self.ctx, target, "list")
+        )
         if not target.is_dir():
             raise ToolError(f"{shown} is a file, not a directory; use read_file to read it")
         fd = open_dir(target, shown)  # what is listed is the folder that was checked, by descriptor

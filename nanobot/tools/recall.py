@@ -34,8 +34,16 @@ from nanobot.tools.base import Tool, ToolContext
 from nanobot.tools.workspace_guard import workspace_root
 from nanobot.untrusted import fence
 
-__all__ = ["SearchHistoryTool", "ReadHistoryTool", "query_terms", "MAX_HITS", "RESULT_CHARS", "open_index",
-           "render_hits", "SCOPES"]
+__all__ = [
+    "SearchHistoryTool",
+    "ReadHistoryTool",
+    "query_terms",
+    "MAX_HITS",
+    "RESULT_CHARS",
+    "open_index",
+    "render_hits",
+    "SCOPES",
+]
 
 DEFAULT_HITS = 5
 MAX_HITS = 20
@@ -72,8 +80,10 @@ def _answering(work: Callable[[], T]) -> T:
     try:
         return work()
     except (sqlite3.Error, NanobotError) as exc:
-        raise ToolError(f"the index of past conversations cannot be read right now ({exc}); try again shortly, "
-                        "or tell the user to run `nanobot history search` to see what is wrong") from None
+        raise ToolError(
+            f"the index of past conversations cannot be read right now ({exc}); try again shortly, "
+            "or tell the user to run `nanobot history search` to see what is wrong"
+        ) from None
 
 
 def _when(unit: Unit) -> str:
@@ -85,8 +95,9 @@ def _label(unit: Unit, current: str | None) -> str:
         return HISTORY_LABEL + (" (RAW archive)" if unit.role == "archive" else "")
     if current is None:
         return f"session {unit.session}"
-    return f"session {unit.session}" + (" (this session, earlier)" if unit.session == current
-                                        else " (another session)")
+    return f"session {unit.session}" + (
+        " (this session, earlier)" if unit.session == current else " (another session)"
+    )
 
 
 def _cut(text: str, words: list[str], size: int) -> str:
@@ -101,8 +112,9 @@ def _line(text: str, size: int) -> str:
     return flat if len(flat) <= size else flat[:size] + "…"
 
 
-def render_hits(hits: list[Hit], query: str, *, current: str | None = None,
-                budget: int = RESULT_CHARS) -> str:
+def render_hits(
+    hits: list[Hit], query: str, *, current: str | None = None, budget: int = RESULT_CHARS
+) -> str:
     """The hits as the model (and `history search`) reads them: each with its date, where it was said,
     who said it, a ref for read_history, and the message before and after; at most `budget` characters."""
     words = query_words(query)
@@ -129,7 +141,9 @@ def render_hits(hits: list[Hit], query: str, *, current: str | None = None,
 
 
 class _RecallTool(Tool):
-    def __init__(self, ctx: ToolContext, *, session_key: str | None = None, scope: str = "all") -> None:
+    def __init__(
+        self, ctx: ToolContext, *, session_key: str | None = None, scope: str = "all"
+    ) -> None:
         super().__init__(ctx)
         self.session_key = session_key
         self.scope = scope if scope in SCOPES else "all"
@@ -153,14 +167,30 @@ class SearchHistoryTool(_RecallTool):
     parameters = {
         "type": "object",
         "properties": {
-            "query": {"type": "string", "description": "Words to look for (any may match; the best hits first)."},
-            "since": {"type": "string", "description": "Only from this date on (YYYY-MM-DD or 'YYYY-MM-DD HH:MM')."},
+            "query": {
+                "type": "string",
+                "description": "Words to look for (any may match; the best hits first).",
+            },
+            "since": {
+                "type": "string",
+                "description": "Only from this date on (YYYY-MM-DD or 'YYYY-MM-DD HH:MM').",
+            },
             "until": {"type": "string", "description": "Only up to this date, inclusive."},
-            "session": {"type": "string", "description": "Only this session (its key), or 'memory/HISTORY.md'."},
-            "role": {"type": "string", "enum": list(ROLES),
-                     "description": "Only what this speaker said (summary/archive: HISTORY.md entries)."},
-            "limit": {"type": "integer", "minimum": 1, "maximum": MAX_HITS,
-                      "description": f"How many hits at most (default {DEFAULT_HITS})."},
+            "session": {
+                "type": "string",
+                "description": "Only this session (its key), or 'memory/HISTORY.md'.",
+            },
+            "role": {
+                "type": "string",
+                "enum": list(ROLES),
+                "description": "Only what this speaker said (summary/archive: HISTORY.md entries).",
+            },
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_HITS,
+                "description": f"How many hits at most (default {DEFAULT_HITS}).",
+            },
         },
         "required": ["query"],
     }
@@ -168,8 +198,16 @@ class SearchHistoryTool(_RecallTool):
     def hint(self, args: dict[str, Any]) -> str:
         return f'search_history("{str(args.get("query", ""))[:40]}")'
 
-    async def run(self, query: str = "", since: str | None = None, until: str | None = None, session: str | None = None,
-                  role: str | None = None, limit: int = DEFAULT_HITS, **_: Any) -> str:
+    async def run(
+        self,
+        query: str = "",
+        since: str | None = None,
+        until: str | None = None,
+        session: str | None = None,
+        role: str | None = None,
+        limit: int = DEFAULT_HITS,
+        **_: Any,
+    ) -> str:
         from nanobot.memory import history as history_log
         from nanobot.memory.recall_index import fts_query
 
@@ -185,23 +223,44 @@ class SearchHistoryTool(_RecallTool):
             raise ToolError(f"role must be one of {', '.join(ROLES)}")
         only = self._only()
         if session and only is not None and session not in only and session != HISTORY_LABEL:
-            raise ToolError("this assistant keeps sessions apart (tools.recall.scope is \"session\"); "
-                            "search this session or memory/HISTORY.md")
+            raise ToolError(
+                'this assistant keeps sessions apart (tools.recall.scope is "session"); '
+                "search this session or memory/HISTORY.md"
+            )
         limit = max(1, min(int(limit or DEFAULT_HITS), MAX_HITS))
-        request = history_log.Ranked(query, limit=limit, since=since_dt, until=until_dt, session=session or None,
-                                     role=role, exclude_live=self.session_key,
-                                     only_sessions=frozenset(only) if only is not None else None,
-                                     refresh=history_log.refreshed_within(REFRESH_SECONDS))
+        request = history_log.Ranked(
+            query,
+            limit=limit,
+            since=since_dt,
+            until=until_dt,
+            session=session or None,
+            role=role,
+            exclude_live=self.session_key,
+            only_sessions=frozenset(only) if only is not None else None,
+            refresh=history_log.refreshed_within(REFRESH_SECONDS),
+        )
         history = _history_file(self.ctx)
-        found = await asyncio.to_thread(_answering, lambda: history_log.search(request, history=history))
+        found = await asyncio.to_thread(
+            _answering, lambda: history_log.search(request, history=history)
+        )
         hits, complete = found.hits, found.complete
-        note = "" if complete else (" The index of past conversations is still being built, so older ones may "
-                                    "be missing; search again in a moment.")
+        note = (
+            ""
+            if complete
+            else (
+                " The index of past conversations is still being built, so older ones may "
+                "be missing; search again in a moment."
+            )
+        )
         if not hits:
             return f"Nothing archived matches {query!r}. Try other words (names, places, rarer words).{note}"
-        head = (f"{len(hits)} hit{'s' if len(hits) != 1 else ''} for {query!r}, best first "
-                "(read on around one with read_history(ref)):" + note)
-        body = render_hits(hits, query, current=self.session_key, budget=RESULT_CHARS - len(head) - 200)
+        head = (
+            f"{len(hits)} hit{'s' if len(hits) != 1 else ''} for {query!r}, best first "
+            "(read on around one with read_history(ref)):" + note
+        )
+        body = render_hits(
+            hits, query, current=self.session_key, budget=RESULT_CHARS - len(head) - 200
+        )
         return head + "\n" + fence(body, _SOURCE)
 
 
@@ -214,9 +273,22 @@ class ReadHistoryTool(_RecallTool):
     parameters = {
         "type": "object",
         "properties": {
-            "ref": {"type": "string", "description": "A hit's ref from search_history, e.g. 'cli:direct#42'."},
-            "before": {"type": "integer", "minimum": 0, "maximum": 20, "description": "Messages before it (default 4)."},
-            "after": {"type": "integer", "minimum": 0, "maximum": 20, "description": "Messages after it (default 4)."},
+            "ref": {
+                "type": "string",
+                "description": "A hit's ref from search_history, e.g. 'cli:direct#42'.",
+            },
+            "before": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": 20,
+                "description": "Messages before it (default 4).",
+            },
+            "after": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": 20,
+                "description": "Messages after it (default 4).",
+            },
         },
         "required": ["ref"],
     }
@@ -227,10 +299,12 @@ class ReadHistoryTool(_RecallTool):
     async def run(self, ref: str = "", before: int = 4, after: int = 4, **_: Any) -> str:
         session, _sep, number = str(ref).strip().rpartition("#")
         if not session or not number.strip().isdigit():
-            raise ToolError("ref must look like 'SESSION#NUMBER', as search_history shows it (e.g. 'cli:direct#42')")
+            raise ToolError(
+                "ref must look like 'SESSION#NUMBER', as search_history shows it (e.g. 'cli:direct#42')"
+            )
         only = self._only()
         if only is not None and session not in only and session != HISTORY_LABEL:
-            raise ToolError("this assistant keeps sessions apart (tools.recall.scope is \"session\")")
+            raise ToolError('this assistant keeps sessions apart (tools.recall.scope is "session")')
         seq = int(number)
         before = max(0, min(int(before), 20))
         after = max(0, min(int(after), 20))
@@ -251,9 +325,13 @@ class ReadHistoryTool(_RecallTool):
         for u in units:
             mark = " ◀" if u.seq == seq else ""
             text = u.text if len(u.text) <= READ_UNIT_CHARS else u.text[:READ_UNIT_CHARS] + "…"
-            block = (f"#{u.seq} {_when(u)} {u.role}{mark}:\n  " if not u.part else "  ") + text.replace("\n", "\n  ")
+            block = (
+                f"#{u.seq} {_when(u)} {u.role}{mark}:\n  " if not u.part else "  "
+            ) + text.replace("\n", "\n  ")
             if used + len(block) > READ_CHARS:
-                lines.append(f"[cut: the result is capped at {READ_CHARS} characters; read from a later ref]")
+                lines.append(
+                    f"[cut: the result is capped at {READ_CHARS} characters; read from a later ref]"
+                )
                 break
             lines.append(block)
             used += len(block) + 1

@@ -31,7 +31,11 @@ def _error(text: str) -> ToolResult:
 def _masked(result: ToolResult) -> ToolResult:
     """Every result passes the one masker: the model, the screen and the session see the same text."""
     content = mask_secrets(result.content)
-    return result if content == result.content else ToolResult(content=content, is_error=result.is_error)
+    return (
+        result
+        if content == result.content
+        else ToolResult(content=content, is_error=result.is_error)
+    )
 
 
 class ToolRegistry:
@@ -46,7 +50,9 @@ class ToolRegistry:
         if tool.name in self._tools:
             raise ValueError(f"a tool named {tool.name!r} is already registered")
         if (tool.parameters or {}).get("type") != "object":
-            raise ValueError(f"tool {tool.name!r}: parameters must be a JSON schema of type 'object'")
+            raise ValueError(
+                f"tool {tool.name!r}: parameters must be a JSON schema of type 'object'"
+            )
         self._tools[tool.name] = tool
 
     def get(self, name: str) -> Tool | None:

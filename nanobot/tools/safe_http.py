@@ -34,10 +34,27 @@ _REDIRECT_CODES = {301, 302, 303, 307, 308}
 _BLOCKED_NETWORKS = tuple(
     ipaddress.ip_network(n)
     for n in (
-        "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
-        "172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.168.0.0/16", "198.18.0.0/15",
-        "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
-        "::/128", "::1/128", "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8", "100::/64",
+        "0.0.0.0/8",
+        "10.0.0.0/8",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "172.16.0.0/12",
+        "192.0.0.0/24",
+        "192.0.2.0/24",
+        "192.168.0.0/16",
+        "198.18.0.0/15",
+        "198.51.100.0/24",
+        "203.0.113.0/24",
+        "224.0.0.0/4",
+        "240.0.0.0/4",
+        "::/128",
+        "::1/128",
+        "fc00::/7",
+        "fe80::/10",
+        "fec0::/10",
+        "ff00::/8",
+        "100::/64",
         "2001:db8::/32",
     )
 )
@@ -186,15 +203,21 @@ class SafeFetcher:
             raise ToolError(f"cannot resolve host {host!r}: no addresses")
         return addresses
 
-    async def fetch(self, url: str, *, headers: dict[str, str] | None = None, gate: Gate | None = None) -> FetchResult:
+    async def fetch(
+        self, url: str, *, headers: dict[str, str] | None = None, gate: Gate | None = None
+    ) -> FetchResult:
         """Follow up to max_redirects redirects; read at most max_bytes of the final body. `gate`
         judges each hop's URL before its name is resolved (the session's domain approvals)."""
         try:
-            return await asyncio.wait_for(self._fetch(url, headers or {}, gate), timeout=self.timeout * 2)
+            return await asyncio.wait_for(
+                self._fetch(url, headers or {}, gate), timeout=self.timeout * 2
+            )
         except TimeoutError as exc:
             raise ToolError(f"fetching {url} timed out") from exc
 
-    async def _fetch(self, url: str, extra_headers: dict[str, str], gate: Gate | None = None) -> FetchResult:
+    async def _fetch(
+        self, url: str, extra_headers: dict[str, str], gate: Gate | None = None
+    ) -> FetchResult:
         redirects: list[str] = []
         current = url
         # trust_env=False: a proxy would do its own DNS lookup and undo the address check.
@@ -204,7 +227,9 @@ class SafeFetcher:
             trust_env=False, follow_redirects=False, timeout=self.timeout, verify=verify
         ) as client:
             while True:
-                if gate is not None:  # before any DNS query: a refused domain is never even looked up
+                if (
+                    gate is not None
+                ):  # before any DNS query: a refused domain is never even looked up
                     await gate(current)
                 parsed, ip = await self.check_url(current)
                 request = self._pinned_request(client, parsed, ip, extra_headers)
@@ -276,4 +301,3 @@ def _describe(exc: httpx2.HTTPError) -> str:
     if isinstance(exc, httpx2.ConnectError):
         return f"could not connect ({exc})" if str(exc) else "could not connect"
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-

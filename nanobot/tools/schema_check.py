@@ -19,7 +19,9 @@ from typing import Any
 
 __all__ = ["validate", "drop_null_optionals", "usable"]
 
-_cache: dict[tuple[int, bool], tuple[dict, Any]] = {}  # (id(schema), closed) -> (schema kept alive, validator)
+_cache: dict[
+    tuple[int, bool], tuple[dict, Any]
+] = {}  # (id(schema), closed) -> (schema kept alive, validator)
 _CACHE_LIMIT = 1024
 
 
@@ -52,10 +54,15 @@ def _close_objects(schema: Any) -> Any:
         return [_close_objects(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    out = {k: _close_objects(v) if k not in ("enum", "const", "default", "examples") else v
-           for k, v in schema.items()}
-    if (out.get("type") == "object" or "properties" in out) and "additionalProperties" not in out \
-            and "patternProperties" not in out:
+    out = {
+        k: _close_objects(v) if k not in ("enum", "const", "default", "examples") else v
+        for k, v in schema.items()
+    }
+    if (
+        (out.get("type") == "object" or "properties" in out)
+        and "additionalProperties" not in out
+        and "patternProperties" not in out
+    ):
         out["additionalProperties"] = False
     return out
 
@@ -78,7 +85,7 @@ def _validator(schema: dict[str, Any], closed: bool) -> Any:
 
 
 def usable(schema: dict[str, Any]) -> str:
-    """"" when the schema can be enforced, else why not (a broken schema from an MCP server)."""
+    """ "" when the schema can be enforced, else why not (a broken schema from an MCP server)."""
     from jsonschema.exceptions import SchemaError
 
     try:
@@ -88,7 +95,9 @@ def usable(schema: dict[str, Any]) -> str:
     return ""
 
 
-def validate(schema: dict[str, Any], value: Any, where: str = "arguments", *, closed: bool = True) -> list[str]:
+def validate(
+    schema: dict[str, Any], value: Any, where: str = "arguments", *, closed: bool = True
+) -> list[str]:
     """Every problem found, worded for the model (empty when `value` fits `schema`, or when the
     schema itself is broken: then the tool, an MCP server, judges the call)."""
     from jsonschema.exceptions import SchemaError
@@ -97,7 +106,9 @@ def validate(schema: dict[str, Any], value: Any, where: str = "arguments", *, cl
         validator = _validator(schema, closed)
     except SchemaError:
         return []
-    errors = sorted(validator.iter_errors(value), key=lambda e: (list(map(str, e.absolute_path)), e.validator))
+    errors = sorted(
+        validator.iter_errors(value), key=lambda e: (list(map(str, e.absolute_path)), e.validator)
+    )
     out: list[str] = []
     for error in errors:
         out.extend(_describe(error, where))
@@ -129,9 +140,13 @@ def _describe(error: Any, root: str) -> list[str]:
         patterns = list(error.schema.get("patternProperties") or {})
         known = ", ".join(props) or "none"
         extras = [k for k in value if k not in props and not any(re.search(p, k) for p in patterns)]
-        return [f"{where}: unknown property {name!r} (known properties: {known})" for name in extras]
+        return [
+            f"{where}: unknown property {name!r} (known properties: {known})" for name in extras
+        ]
     if kind == "enum":
-        return [f"{where}: {_short(value)} is not one of the allowed values: {', '.join(_short(v) for v in want)}"]
+        return [
+            f"{where}: {_short(value)} is not one of the allowed values: {', '.join(_short(v) for v in want)}"
+        ]
     if kind == "const":
         return [f"{where}: must be exactly {_short(want)}"]
     if kind in ("minimum", "exclusiveMinimum"):
@@ -145,7 +160,9 @@ def _describe(error: Any, root: str) -> list[str]:
     if kind == "pattern":
         return [f"{where}: {_short(value)} does not match the pattern {want}"]
     if kind in ("minItems", "maxItems"):
-        return [f"{where}: must have {'at least' if kind == 'minItems' else 'at most'} {want} items"]
+        return [
+            f"{where}: must have {'at least' if kind == 'minItems' else 'at most'} {want} items"
+        ]
     if kind in ("anyOf", "oneOf"):
         # the branch whose type fitted but a constraint did not says most; else the first one
         context = sorted(error.context or (), key=lambda e: e.validator == "type")

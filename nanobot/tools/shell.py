@@ -43,7 +43,10 @@ from nanobot.tools.workspace_guard import resolve_path, review, workspace_root
 __all__ = ["ExecTool", "child_env", "deny_reason", "OUTPUT_CAP"]
 
 OUTPUT_CAP = 10_000  # characters of output returned to the model (head + tail)
-_CAPTURE_BYTES = 64 * 1024  # per stream, head and tail each; the middle of huge output is counted, not kept
+_CAPTURE_BYTES = (
+    64 * 1024
+)  # per stream, head and tail each; the middle of huge output is counted, not kept
+
 
 def child_env(environ: Mapping[str, str], secret_names: Iterable[str] = ()) -> dict[str, str]:
     """A copy of `environ` without the configured secret names and anything that looks secret."""
@@ -57,14 +60,40 @@ _FORK_BOMB = re.compile(r"([A-Za-z_:.][\w:.]*)\s*\(\s*\)\s*\{[^}]*\1\s*\|\s*&?\s
 _RAW_DISK = r"/dev/(?:sd[a-z]|hd[a-z]|vd[a-z]|xvd[a-z]|nvme\d|mmcblk\d|disk\d|mapper/)"
 _RAW_DISK_WRITE = re.compile(r">\s*" + _RAW_DISK)
 _SEGMENT_SPLIT = re.compile(r"&&|\|\||[;&|\n()`]|\$\(")
-_WRAPPERS = {"sudo", "doas", "command", "exec", "nohup", "time", "env", "nice", "ionice", "builtin", "busybox"}
+_WRAPPERS = {
+    "sudo",
+    "doas",
+    "command",
+    "exec",
+    "nohup",
+    "time",
+    "env",
+    "nice",
+    "ionice",
+    "builtin",
+    "busybox",
+}
 # reserved words a text segment may start with (only for lines the parser cannot read)
 _KEYWORDS = {"{", "}", "!", "if", "then", "elif", "else", "do", "while", "until"}
 _SHELLS = {"sh", "bash", "dash", "zsh", "ksh"}
 _POWER = {"shutdown", "reboot", "halt", "poweroff"}
 _SYSTEM_DIRS = {
-    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib64", "/opt", "/proc", "/root",
-    "/sbin", "/srv", "/sys", "/usr", "/var",
+    "/",
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/home",
+    "/lib",
+    "/lib64",
+    "/opt",
+    "/proc",
+    "/root",
+    "/sbin",
+    "/srv",
+    "/sys",
+    "/usr",
+    "/var",
 }
 
 
@@ -138,7 +167,9 @@ def _segment_reason(words: list[str], depth: int) -> str | None:
         return "dd writing to a raw disk device"
     if cmd in _POWER:
         return f"{cmd} would power off or restart the machine"
-    if cmd == "systemctl" and any(a in _POWER or a in ("kexec", "suspend", "hibernate") for a in args):
+    if cmd == "systemctl" and any(
+        a in _POWER or a in ("kexec", "suspend", "hibernate") for a in args
+    ):
         return "systemctl power action would stop the machine"
     if cmd in ("init", "telinit") and any(a in ("0", "6") for a in args):
         return f"{cmd} {args[0]} would power off or restart the machine"
@@ -166,7 +197,10 @@ def deny_reason(command: str, depth: int = 0) -> str | None:
     except Unparsable:
         segments = [_command_words(segment) for segment in _SEGMENT_SPLIT.split(command)]
     else:
-        segments, depth = [_argv(c) for c in commands], 3  # the parser already opened sh -c and eval
+        segments, depth = (
+            [_argv(c) for c in commands],
+            3,
+        )  # the parser already opened sh -c and eval
     for words in segments:
         reason = _segment_reason(words, depth)
         if reason:
@@ -198,9 +232,13 @@ class _Capture:
                 self.dropped += cut
 
     def texts(self) -> tuple[str, str]:
-        if not self.dropped:  # contiguous: decode together so a character split at the seam survives
+        if (
+            not self.dropped
+        ):  # contiguous: decode together so a character split at the seam survives
             return bytes(self.head + self.tail).decode("utf-8", errors="replace"), ""
-        return self.head.decode("utf-8", errors="replace"), self.tail.decode("utf-8", errors="replace")
+        return self.head.decode("utf-8", errors="replace"), self.tail.decode(
+            "utf-8", errors="replace"
+        )
 
     def length(self) -> int:
         head, tail = self.texts()
@@ -215,7 +253,9 @@ class _Capture:
             head, tail = head[: budget // 2], head[budget // 2 :]
             keep_tail = budget - len(head)
             omitted = len(tail) - keep_tail
-            return f"{head}\n[... {omitted:,} characters omitted ...]\n{tail[len(tail) - keep_tail :]}"
+            return (
+                f"{head}\n[... {omitted:,} characters omitted ...]\n{tail[len(tail) - keep_tail :]}"
+            )
         keep_head = min(len(head), budget // 2)
         keep_tail = min(len(tail), budget - keep_head)
         # The dropped middle was counted in bytes; for non-ASCII output that overstates characters.
@@ -372,18 +412,34 @@ class ExecTool(Tool):
 
     @property
     def description(self) -> str:  # type: ignore[override]  # says what holds on this machine
-        proxied = (" (then HTTP(S) only, through a proxy that asks the user about each new domain: no ssh, "
-                   "no DNS of its own)") if self.ctx.confinement.filters_egress else ""
-        note = (self._confined_note.format(proxied=proxied) if self.ctx.confinement.confined
-                else " Commands run without a sandbox.")
+        proxied = (
+            (
+                " (then HTTP(S) only, through a proxy that asks the user about each new domain: no ssh, "
+                "no DNS of its own)"
+            )
+            if self.ctx.confinement.filters_egress
+            else ""
+        )
+        note = (
+            self._confined_note.format(proxied=proxied)
+            if self.ctx.confinement.confined
+            else " Commands run without a sandbox."
+        )
         return self._base_description + note
 
     parameters = {
         "type": "object",
         "properties": {
             "command": {"type": "string", "description": "The shell command to run."},
-            "working_dir": {"type": "string", "description": "Directory to run in (default: the workspace)."},
-            "timeout": {"type": "number", "minimum": 1, "description": "Seconds before the command is killed (capped by the configured limit)."},
+            "working_dir": {
+                "type": "string",
+                "description": "Directory to run in (default: the workspace).",
+            },
+            "timeout": {
+                "type": "number",
+                "minimum": 1,
+                "description": "Seconds before the command is killed (capped by the configured limit).",
+            },
         },
         "required": ["command"],
     }
@@ -392,7 +448,9 @@ class ExecTool(Tool):
 
     def __init__(self, ctx: ToolContext, *, checker: SafeFetcher | None = None) -> None:
         super().__init__(ctx)
-        self.checker = checker  # the egress proxy's address checks (tests: a fake resolver, a loopback site)
+        self.checker = (
+            checker  # the egress proxy's address checks (tests: a fake resolver, a loopback site)
+        )
 
     @staticmethod
     def kill_all_running() -> int:
@@ -408,15 +466,25 @@ class ExecTool(Tool):
         return killed
 
     # `command` is required: the schema check refuses a call without it before run() is reached
-    async def run(self, command: str, working_dir: str | None = None, timeout: float | None = None,  # type: ignore[override]
-                  **_: Any) -> str:
+    async def run(  # type: ignore[override]
+        self,
+        command: str,
+        working_dir: str | None = None,
+        timeout: float | None = None,
+        **_: Any,
+    ) -> str:
         # Where the sandbox does not make memory/ read-only, a command's change to it is undone afterwards;
         # a change to another protected path (nanobot.policy) is asked about after the fact, or put back.
         ws = workspace_root(self.ctx)
         if self.ctx.confinement.confined and self.ctx.exec_enabled:
-            for folder in ("memory", "cron"):  # so they exist to be made read-only (nanobot.policy, rule 2)
+            for folder in (
+                "memory",
+                "cron",
+            ):  # so they exist to be made read-only (nanobot.policy, rule 2)
                 (ws / folder).mkdir(exist_ok=True)
-        contents = not self.ctx.confinement.memory_read_only  # else the sandbox holds what exists read-only
+        contents = (
+            not self.ctx.confinement.memory_read_only
+        )  # else the sandbox holds what exists read-only
         before = take_snapshot(ws, contents=contents)
         try:
             with watch_memory(ws) as watch:
@@ -427,11 +495,17 @@ class ExecTool(Tool):
                 raise ToolError(exc.message + note, hint=exc.hint) from exc
             raise
         result += git_settings_note(result) + self._repos_note(ws)
-        return result + watch.note + await review(self.ctx.approver, ws, changes_since(ws, before, contents=contents))
+        return (
+            result
+            + watch.note
+            + await review(self.ctx.approver, ws, changes_since(ws, before, contents=contents))
+        )
 
     async def _run(self, command: str, working_dir: str | None, timeout: float | None) -> str:
         if not self.ctx.exec_enabled:
-            raise ToolError("the exec tool is disabled in this configuration; shell commands cannot be run")
+            raise ToolError(
+                "the exec tool is disabled in this configuration; shell commands cannot be run"
+            )
         if not command.strip():
             raise ToolError("command is empty")
         rules = self.ctx.exec_rules
@@ -441,7 +515,9 @@ class ExecTool(Tool):
         cwd = resolve_path(self.ctx, working_dir) if working_dir else workspace_root(self.ctx)
         if not cwd.is_dir():
             raise ToolError(f"working_dir {working_dir or str(cwd)!r} is not an existing directory")
-        limit = self.ctx.exec_timeout if timeout is None else min(float(timeout), self.ctx.exec_timeout)
+        limit = (
+            self.ctx.exec_timeout if timeout is None else min(float(timeout), self.ctx.exec_timeout)
+        )
         await self._approve_folder(cwd, command)
         network = await self._approve(command)
         return await self._execute(command, cwd, limit, network)
@@ -452,17 +528,26 @@ class ExecTool(Tool):
         if cwd.is_relative_to(ws):
             return
         if self.ctx.confinement.confined and build_policy(
-                ws, restrict=self.ctx.restrict_to_workspace, network=False).is_hidden(cwd):
-            raise ToolError(f"working_dir {cwd} is in a folder commands cannot see (the nanobot home, "
-                            "a home folder or a credential store); use a folder in the workspace")
+            ws, restrict=self.ctx.restrict_to_workspace, network=False
+        ).is_hidden(cwd):
+            raise ToolError(
+                f"working_dir {cwd} is in a folder commands cannot see (the nanobot home, "
+                "a home folder or a credential store); use a folder in the workspace"
+            )
         request = ApprovalRequest(
-            "file-outside", f"exec wants to run in {cwd}, outside the workspace: {command}", detail=command,
-            always_key=f"exec-folder:{cwd}", allow_hint=approve_flag_hint("file-outside"))
+            "file-outside",
+            f"exec wants to run in {cwd}, outside the workspace: {command}",
+            detail=command,
+            always_key=f"exec-folder:{cwd}",
+            allow_hint=approve_flag_hint("file-outside"),
+        )
         decision = await self.ctx.approver.approve(request)
         if not decision.allowed:
             why = f": {decision.reason}" if decision.reason else ""
-            raise ToolError(f"the command was not run; running in {cwd} (outside the workspace) was refused{why}. "
-                            "Leave working_dir out to run in the workspace")
+            raise ToolError(
+                f"the command was not run; running in {cwd} (outside the workspace) was refused{why}. "
+                "Leave working_dir out to run in the workspace"
+            )
 
     async def _approve(self, command: str) -> bool:
         """Ask the approver where the rules say so; raise ToolError when refused. Returns: network on?"""
@@ -471,63 +556,105 @@ class ExecTool(Tool):
         trusted = rules.allowed(command)
         asks: list[ApprovalRequest] = []
         if not confined and not rules.unconfined_ok and not trusted:
-            asks.append(ApprovalRequest(
-                "exec-unconfined", f"run without a sandbox ({self.ctx.confinement.detail}): {command}",
-                detail=command, always_key="exec-unconfined",
-                allow_hint='--allow-unconfined-exec or tools.exec.confinement: "none"'))
-        why = unreadable(command) if confined else None  # unconfined, every command is asked about already
+            asks.append(
+                ApprovalRequest(
+                    "exec-unconfined",
+                    f"run without a sandbox ({self.ctx.confinement.detail}): {command}",
+                    detail=command,
+                    always_key="exec-unconfined",
+                    allow_hint='--allow-unconfined-exec or tools.exec.confinement: "none"',
+                )
+            )
+        why = (
+            unreadable(command) if confined else None
+        )  # unconfined, every command is asked about already
         if why is not None:  # the deny rules and the accident list could not judge what it runs
-            asks.append(ApprovalRequest(
-                "exec-unparsable", f"nanobot cannot read this command line ({why}), so its checks cannot judge it: "
-                f"{command}", detail=command, always_key=f"exec-unparsable:{command}",
-                allow_hint=approve_flag_hint("exec-unparsable")))
+            asks.append(
+                ApprovalRequest(
+                    "exec-unparsable",
+                    f"nanobot cannot read this command line ({why}), so its checks cannot judge it: "
+                    f"{command}",
+                    detail=command,
+                    always_key=f"exec-unparsable:{command}",
+                    allow_hint=approve_flag_hint("exec-unparsable"),
+                )
+            )
         pattern = None if trusted else rules.asked_by(command)
         if pattern is not None:
-            asks.append(ApprovalRequest("exec-ask", f"command matches your ask pattern {pattern!r}: {command}",
-                                        detail=command, always_key=f"exec-ask:{command}",
-                                        allow_hint="tools.exec.allow (a pattern that matches it)"))
+            asks.append(
+                ApprovalRequest(
+                    "exec-ask",
+                    f"command matches your ask pattern {pattern!r}: {command}",
+                    detail=command,
+                    always_key=f"exec-ask:{command}",
+                    allow_hint="tools.exec.allow (a pattern that matches it)",
+                )
+            )
         network = rules.network is True or (rules.network == "ask" and trusted)
         if confined and rules.network == "ask" and not trusted and wants_network(command):
-            asks.append(ApprovalRequest("exec-network", f"exec wants network access: {command}", detail=command,
-                                        always_key="exec-network",
-                                        allow_hint="tools.exec.network: true, or a tools.exec.allow pattern"))
+            asks.append(
+                ApprovalRequest(
+                    "exec-network",
+                    f"exec wants network access: {command}",
+                    detail=command,
+                    always_key="exec-network",
+                    allow_hint="tools.exec.network: true, or a tools.exec.allow pattern",
+                )
+            )
             network = True
         for request in asks:
             decision = await self.ctx.approver.approve(request)
             if not decision.allowed:
                 why = f": {decision.reason}" if decision.reason else ""
-                raise ToolError(f"the command was not run; approval for {request.kind} was refused{why}")
+                raise ToolError(
+                    f"the command was not run; approval for {request.kind} was refused{why}"
+                )
         return network
 
     def _launch(self, command: str, cwd: Path, network: bool, proxy_port: int = 0) -> Launch:
         conf = self.ctx.confinement
         ws = workspace_root(self.ctx)
-        policy = build_policy(ws, exec_read_only(ws), restrict=self.ctx.restrict_to_workspace, network=network,
-                              limits=self.ctx.exec_limits)
+        policy = build_policy(
+            ws,
+            exec_read_only(ws),
+            restrict=self.ctx.restrict_to_workspace,
+            network=network,
+            limits=self.ctx.exec_limits,
+        )
         policy = dataclasses.replace(policy, proxy_port=proxy_port)
         if conf.confined:
             if not cwd.is_relative_to(ws):
                 if policy.is_hidden(cwd):
-                    raise ToolError(f"working_dir {cwd} is in a folder commands cannot see (the nanobot home, "
-                                    "a home folder or a credential store); use a folder in the workspace")
+                    raise ToolError(
+                        f"working_dir {cwd} is in a folder commands cannot see (the nanobot home, "
+                        "a home folder or a credential store); use a folder in the workspace"
+                    )
                 policy = dataclasses.replace(policy, extra_read=(cwd,))
         if conf.confined:  # a file with another hard link (perhaps outside): read-only (rule 2)
-            policy = dataclasses.replace(policy, read_only=(*policy.read_only, *self._hard_links(ws)))
+            policy = dataclasses.replace(
+                policy, read_only=(*policy.read_only, *self._hard_links(ws))
+            )
         try:
             return conf.prepare(policy, cwd, command)
         except OSError as exc:
-            raise ToolError(f"could not prepare the sandbox ({conf.detail}): {exc}; the command was not run") from exc
+            raise ToolError(
+                f"could not prepare the sandbox ({conf.detail}): {exc}; the command was not run"
+            ) from exc
 
     async def _execute(self, command: str, cwd: Path, limit: float, network: bool) -> str:
         proxy, port = None, 0
-        if network and self.ctx.confinement.filters_egress:  # per-domain egress (tools/egress_proxy.py)
+        if (
+            network and self.ctx.confinement.filters_egress
+        ):  # per-domain egress (tools/egress_proxy.py)
             proxy = EgressProxy(self.ctx.approver, self.ctx.egress, command, self.checker)
             port = self.ctx.confinement.egress_port() or await proxy.start()
         try:
             launch = self._launch(command, cwd, network, port)
             try:
                 if proxy is not None:
-                    launch.env.update(proxy.env(port, own_loopback=launch.egress_channel is not None))
+                    launch.env.update(
+                        proxy.env(port, own_loopback=launch.egress_channel is not None)
+                    )
                     if launch.egress_channel is not None:  # the command's own network namespace
                         proxy.serve_from(launch.egress_channel, port)
                 result = await self._spawn_and_wait(launch, cwd, limit)
@@ -544,7 +671,9 @@ class ExecTool(Tool):
                 proxy.close()
         return result + (proxy.note() if proxy else "") + self._links_note()
 
-    _linked: tuple[Path, ...] | None = None  # files of the workspace with other hard links (scanned once)
+    _linked: tuple[Path, ...] | None = (
+        None  # files of the workspace with other hard links (scanned once)
+    )
     _linked_told = False
 
     def _hard_links(self, ws: Path) -> tuple[Path, ...]:
@@ -559,9 +688,13 @@ class ExecTool(Tool):
         if self._linked_told or not self._linked or self.ctx.confinement.memory_read_only:
             return ""
         self._linked_told = True
-        names = ", ".join(str(p) for p in self._linked[:5]) + (" ..." if len(self._linked) > 5 else "")
-        return (f"\n[note: {len(self._linked)} workspace file(s) have other hard links, perhaps outside the "
-                f"workspace, and commands can write through them here: {names}]")
+        names = ", ".join(str(p) for p in self._linked[:5]) + (
+            " ..." if len(self._linked) > 5 else ""
+        )
+        return (
+            f"\n[note: {len(self._linked)} workspace file(s) have other hard links, perhaps outside the "
+            f"workspace, and commands can write through them here: {names}]"
+        )
 
     _repos_told = False
 
@@ -576,9 +709,12 @@ class ExecTool(Tool):
     async def _spawn_and_wait(self, launch: Launch, cwd: Path, limit: float) -> str:
         loop = asyncio.get_running_loop()
         env = {**child_env(os.environ, self.ctx.secret_env_names), **launch.env}
-        if launch.keeper is not None and launcher.available():  # no fork of nanobot itself (launcher.py)
+        if (
+            launch.keeper is not None and launcher.available()
+        ):  # no fork of nanobot itself (launcher.py)
             start: Awaitable[tuple[Any, _Collector]] = launcher.launch(
-                _Collector, launch.argv, env=env, cwd=str(cwd), hook=launch.keeper)
+                _Collector, launch.argv, env=env, cwd=str(cwd), hook=launch.keeper
+            )
         else:
             start = loop.subprocess_exec(
                 _Collector,
@@ -606,8 +742,10 @@ class ExecTool(Tool):
             transport.close()
             raise
         except subprocess.SubprocessError as exc:
-            raise ToolError(f"could not confine the command ({self.ctx.confinement.detail}): {exc}; "
-                            "it was not run") from exc
+            raise ToolError(
+                f"could not confine the command ({self.ctx.confinement.detail}): {exc}; "
+                "it was not run"
+            ) from exc
         except OSError as exc:
             raise ToolError(f"could not start the shell: {exc}") from exc
 
@@ -620,7 +758,9 @@ class ExecTool(Tool):
             ended = await _wait_finished(collector, launch.cgroup, limit)
             finished = ended == "finished"
             shell_exited = transport.get_returncode() is not None
-            if ended == "runaway" and launch.cgroup is not None:  # no grace: SIGKILL the whole tree now,
+            if (
+                ended == "runaway" and launch.cgroup is not None
+            ):  # no grace: SIGKILL the whole tree now,
                 # but the Landlock keeper (the group leader), which reaps it and then exits by itself
                 spare = pgid if launch.keeper is not None else None
                 await asyncio.to_thread(launch.cgroup.kill_all, spare=spare)
@@ -629,7 +769,9 @@ class ExecTool(Tool):
             elif not finished:
                 await self._kill_group(pgid, collector)
             if not finished:
-                if launch.cgroup is not None:  # a setsid'd process is outside the group, not the cgroup
+                if (
+                    launch.cgroup is not None
+                ):  # a setsid'd process is outside the group, not the cgroup
                     await asyncio.to_thread(launch.cgroup.kill_all)
                 # Pipes close once the group is dead; collect what is still buffered in them.
                 await _wait_event(collector.finished, 1.0)
@@ -642,11 +784,15 @@ class ExecTool(Tool):
 
         if not finished:
             if ended == "runaway" and launch.cgroup is not None:
-                why = (f"the command kept trying to start processes past its limit of {launch.cgroup.limit} "
-                       f"at once (a fork bomb?) and was stopped after {loop.time() - started:.1f}s")
+                why = (
+                    f"the command kept trying to start processes past its limit of {launch.cgroup.limit} "
+                    f"at once (a fork bomb?) and was stopped after {loop.time() - started:.1f}s"
+                )
             elif shell_exited:
-                why = (f"the command exited but something it started in the background kept its output open "
-                       f"for {limit:g}s (redirect a background process's output to a file)")
+                why = (
+                    f"the command exited but something it started in the background kept its output open "
+                    f"for {limit:g}s (redirect a background process's output to a file)"
+                )
             else:
                 why = f"the command did not finish within {limit:g}s"
             raise ToolError(

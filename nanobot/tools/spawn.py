@@ -25,7 +25,10 @@ class SpawnTool(Tool):
     parameters = {
         "type": "object",
         "properties": {
-            "task": {"type": "string", "description": "The full task, with everything the subagent needs to know"},
+            "task": {
+                "type": "string",
+                "description": "The full task, with everything the subagent needs to know",
+            },
             "label": {"type": "string", "description": "A short name shown to the user"},
         },
         "required": ["task"],
@@ -42,5 +45,7 @@ class SpawnTool(Tool):
         if not task.strip():
             raise ToolError("spawn needs a non-empty task")
         sub_id, label = self.manager.spawn(task, label)
-        return (f"started {label} (id {sub_id}). It runs in the background; its report will arrive in this "
-                "conversation when it finishes. Tell the user it has started.")
+        return (
+            f"started {label} (id {sub_id}). It runs in the background; its report will arrive in this "
+            "conversation when it finishes. Tell the user it has started."
+        )

@@ -76,8 +76,12 @@ class WebSearchTool(Tool):
             "type": "object",
             "properties": {
                 "query": {"type": "string", "description": "What to search for"},
-                "count": {"type": "integer", "minimum": 1, "maximum": top,
-                          "description": f"Results (1-{top}, default {top})"},
+                "count": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": top,
+                    "description": f"Results (1-{top}, default {top})",
+                },
             },
             "required": ["query"],
         }
@@ -87,9 +91,13 @@ class WebSearchTool(Tool):
         if not query:
             raise ToolError("web_search needs a non-empty query")
         try:
-            count = min(max(int(count if count is not None else self.max_results), 1), self.max_results)
+            count = min(
+                max(int(count if count is not None else self.max_results), 1), self.max_results
+            )
         except (TypeError, ValueError):
-            raise ToolError(f"count must be an integer from 1 to {self.max_results}, got {count!r}") from None
+            raise ToolError(
+                f"count must be an integer from 1 to {self.max_results}, got {count!r}"
+            ) from None
         if self.use_brave:
             results = await self._brave(query, min(count, BRAVE_MAX_COUNT))
         else:
@@ -99,8 +107,9 @@ class WebSearchTool(Tool):
     async def _brave(self, query: str, count: int) -> list[dict[str, str]]:
         headers = {"Accept": "application/json", "X-Subscription-Token": self.api_key}
         try:
-            async with httpx2.AsyncClient(transport=self.transport, timeout=self.timeout,
-                                          verify=shared_tls_context()) as client:
+            async with httpx2.AsyncClient(
+                transport=self.transport, timeout=self.timeout, verify=shared_tls_context()
+            ) as client:
                 response = await client.get(
                     BRAVE_SEARCH_URL, params={"q": query, "count": count}, headers=headers
                 )
@@ -115,9 +124,15 @@ class WebSearchTool(Tool):
         try:
             items = response.json().get("web", {}).get("results", [])
         except (ValueError, AttributeError) as exc:
-            raise ToolError("Brave search returned a response that is not the expected JSON") from exc
+            raise ToolError(
+                "Brave search returned a response that is not the expected JSON"
+            ) from exc
         return [
-            {"title": i.get("title", ""), "url": i.get("url", ""), "snippet": i.get("description", "")}
+            {
+                "title": i.get("title", ""),
+                "url": i.get("url", ""),
+                "snippet": i.get("description", ""),
+            }
             for i in items
             if isinstance(i, dict)
         ]
@@ -128,7 +143,11 @@ class WebSearchTool(Tool):
         except Exception as exc:  # ddgs raises its own exception family for every backend failure
             raise ToolError(f"web search failed: {exc}") from exc
         return [
-            {"title": i.get("title", ""), "url": i.get("href") or i.get("url", ""), "snippet": i.get("body", "")}
+            {
+                "title": i.get("title", ""),
+                "url": i.get("href") or i.get("url", ""),
+                "snippet": i.get("body", ""),
+            }
             for i in items or []
             if isinstance(i, dict)
         ]
@@ -170,8 +189,16 @@ class WebFetchTool(Tool):
         "type": "object",
         "properties": {
             "url": {"type": "string", "description": "The http(s) URL to fetch"},
-            "extractMode": {"type": "string", "enum": ["markdown", "text"], "description": "Output format (default markdown)"},
-            "maxChars": {"type": "integer", "minimum": 100, "description": "Maximum characters returned (default 20000)"},
+            "extractMode": {
+                "type": "string",
+                "enum": ["markdown", "text"],
+                "description": "Output format (default markdown)",
+            },
+            "maxChars": {
+                "type": "integer",
+                "minimum": 100,
+                "description": "Maximum characters returned (default 20000)",
+            },
         },
         "required": ["url"],
     }
@@ -202,7 +229,6 @@ class WebFetchTool(Tool):
         title, body, extractor = await asyncio.to_thread(extract, result, extractMode)
         return render(result, title, body, extractor, limit)
 
-
     async def _may_contact(self, url: str) -> None:
         """The session's egress policy for this hop (policy/egress.py); asks the user about a new domain."""
         await may_contact(self.ctx.approver, self.ctx.egress, url)
@@ -221,7 +247,11 @@ def extract(result: FetchResult, mode: str) -> tuple[str, str, str]:
         except ValueError:
             pass  # truncated or invalid JSON still reads fine as text
         return "", text, "json"
-    if not ctype or ctype.startswith("text/") or ctype in ("application/xml", "application/javascript"):
+    if (
+        not ctype
+        or ctype.startswith("text/")
+        or ctype in ("application/xml", "application/javascript")
+    ):
         return "", _decode(result), "text"
     raise ToolError(f"cannot extract text from {result.url}: content type {ctype} is not text")
 
@@ -266,9 +296,7 @@ def _tidy(text: str) -> str:
 def render(result: FetchResult, title: str, body: str, extractor: str, limit: int) -> str:
     notes = []
     if result.truncated:
-        notes.append(
-            f"[Download stopped at {len(result.content):,} bytes; the page is longer.]"
-        )
+        notes.append(f"[Download stopped at {len(result.content):,} bytes; the page is longer.]")
     if len(body) > limit:
         notes.append(f"[Content truncated: showing {limit:,} of {len(body):,} characters.]")
         body = body[:limit]

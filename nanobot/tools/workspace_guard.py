@@ -23,9 +23,21 @@ from nanobot.policy.watch import Change, as_text, put_back
 from nanobot.tools.approval import ApprovalRequest, Approver, Decision, approve_flag_hint
 from nanobot.tools.base import ToolContext
 
-__all__ = ["resolve_path", "workspace_root", "display_path", "FileRisk", "location_risks", "content_risks",
-           "approve_access", "change_diff", "refusal", "open_regular", "read_capped",
-           "open_parent_dir", "review"]
+__all__ = [
+    "resolve_path",
+    "workspace_root",
+    "display_path",
+    "FileRisk",
+    "location_risks",
+    "content_risks",
+    "approve_access",
+    "change_diff",
+    "refusal",
+    "open_regular",
+    "read_capped",
+    "open_parent_dir",
+    "review",
+]
 
 
 def workspace_root(ctx: ToolContext) -> Path:
@@ -76,12 +88,35 @@ def display_path(ctx: ToolContext, path: Path) -> str:
 # -- what makes a file access risky, and asking about it ----------------------------------------
 
 # Credential stores under HOME: reading them is never remembered by "always" beyond the one file.
-CREDENTIAL_STORES = (".ssh", ".gnupg", ".aws", ".config/gcloud", ".kube", ".docker", ".netrc",
-                     ".git-credentials", ".config/gh", ".password-store", ".pgpass", ".npmrc", ".pypirc",
-                     ".mozilla", ".config/google-chrome", ".config/chromium", ".local/share/keyrings",
-                     ".bash_history", ".zsh_history", ".python_history", ".psql_history", ".mysql_history")
+CREDENTIAL_STORES = (
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".config/gcloud",
+    ".kube",
+    ".docker",
+    ".netrc",
+    ".git-credentials",
+    ".config/gh",
+    ".password-store",
+    ".pgpass",
+    ".npmrc",
+    ".pypirc",
+    ".mozilla",
+    ".config/google-chrome",
+    ".config/chromium",
+    ".local/share/keyrings",
+    ".bash_history",
+    ".zsh_history",
+    ".python_history",
+    ".psql_history",
+    ".mysql_history",
+)
 # ... and, anywhere outside the workspace, files by these names
-_SECRET_NAMES = frozenset({".env", ".envrc", ".npmrc", ".pypirc", ".pgpass", ".git-credentials", ".netrc"})
+_SECRET_NAMES = frozenset(
+    {".env", ".envrc", ".npmrc", ".pypirc", ".pgpass", ".git-credentials", ".netrc"}
+)
+
 
 @dataclass(frozen=True)
 class FileRisk:
@@ -115,12 +150,20 @@ def location_risks(ctx: ToolContext, target: Path, access: str) -> list[FileRisk
         return []
     place = _sensitive_place(target)
     if place is not None:  # "always" never stretches from one secret file to its neighbours
-        return [FileRisk("file-outside", f"outside the workspace, in {place}", f"file-outside:{access}:{target}")]
+        return [
+            FileRisk(
+                "file-outside",
+                f"outside the workspace, in {place}",
+                f"file-outside:{access}:{target}",
+            )
+        ]
     scope = target if access == "list" else target.parent
     return [FileRisk("file-outside", "outside the workspace", f"file-outside:{access}:{scope}")]
 
 
-def content_risks(ctx: ToolContext, target: Path, change: tuple[str | None, str] | None = None) -> list[FileRisk]:
+def content_risks(
+    ctx: ToolContext, target: Path, change: tuple[str | None, str] | None = None
+) -> list[FileRisk]:
     """What changing `target` needs, as the policy table says (nanobot.policy.protected): a prompt
     file, memory, a skill, a file that runs later; a door no tool may pass raises ToolError.
     `change`: (the text now or None, the text after), when known: a repository config changed only
@@ -130,14 +173,30 @@ def content_risks(ctx: ToolContext, target: Path, change: tuple[str | None, str]
     if entry is not None and change is not None and safe_git_config_edit(root, target, *change):
         return []
     if entry is None:
-        return ([FileRisk("persistence", "a file that runs at login or on a schedule", f"persistence:{target}")]
-                if is_persistence_path(target) else [])
+        return (
+            [
+                FileRisk(
+                    "persistence",
+                    "a file that runs at login or on a schedule",
+                    f"persistence:{target}",
+                )
+            ]
+            if is_persistence_path(target)
+            else []
+        )
     if entry.door == "never":
         raise ToolError(refusal(root, target, entry))
     rel = target.relative_to(root)
-    key = {"memory-edit": "memory-edit", "skill-edit": f"skill-edit:{rel.parts[1] if len(rel.parts) > 1 else ''}",
-           "prompt-edit": f"prompt-edit:{rel}"}.get(entry.kind, f"{entry.kind}:{target}")
-    why = entry.why if entry.kind != "skill-edit" or len(rel.parts) < 2 else f"a workspace skill ({rel.parts[1]})"
+    key = {
+        "memory-edit": "memory-edit",
+        "skill-edit": f"skill-edit:{rel.parts[1] if len(rel.parts) > 1 else ''}",
+        "prompt-edit": f"prompt-edit:{rel}",
+    }.get(entry.kind, f"{entry.kind}:{target}")
+    why = (
+        entry.why
+        if entry.kind != "skill-edit" or len(rel.parts) < 2
+        else f"a workspace skill ({rel.parts[1]})"
+    )
     return [FileRisk(entry.kind, why, key)]
 
 
@@ -149,31 +208,47 @@ def refusal(root: Path, target: Path, entry: Protected) -> str:
     if reason:
         return reason
     if entry.path == "cron/":
-        return ("cron/ holds the scheduled jobs, which run later with nobody watching: add or remove a job with "
-                "the cron tool (it asks the user), never by writing these files")
-    return (f"{target.relative_to(root)} belongs to {entry.why}; no tool may change it (the user can, or "
-            "`nanobot memory` for MEMORY.md)")
+        return (
+            "cron/ holds the scheduled jobs, which run later with nobody watching: add or remove a job with "
+            "the cron tool (it asks the user), never by writing these files"
+        )
+    return (
+        f"{target.relative_to(root)} belongs to {entry.why}; no tool may change it (the user can, or "
+        "`nanobot memory` for MEMORY.md)"
+    )
 
 
 # Most severe first: the request takes the kind of the first risk that applies.
 _SEVERITY = ("persistence", "file-outside", "skill-edit", "prompt-edit", "memory-edit")
 
 
-async def approve_access(ctx: ToolContext, tool: str, verb: str, target: Path, risks: list[FileRisk],
-                         detail: str = "") -> Decision:
+async def approve_access(
+    ctx: ToolContext, tool: str, verb: str, target: Path, risks: list[FileRisk], detail: str = ""
+) -> Decision:
     """Ask the approver about `risks`; raise ToolError (the model reads it) when refused."""
     if not risks:
         return Decision(True)
-    risks = sorted(risks, key=lambda r: _SEVERITY.index(r.kind) if r.kind in _SEVERITY else len(_SEVERITY))
+    risks = sorted(
+        risks, key=lambda r: _SEVERITY.index(r.kind) if r.kind in _SEVERITY else len(_SEVERITY)
+    )
     first = risks[0]
     reasons = "; ".join(dict.fromkeys(r.reason for r in risks))
     summary = f"{tool} wants to {verb} {target} ({reasons})"
-    request = ApprovalRequest(kind=first.kind, summary=summary, detail=detail, always_key=first.always_key,
-                              allow_hint=approve_flag_hint(first.kind))
+    request = ApprovalRequest(
+        kind=first.kind,
+        summary=summary,
+        detail=detail,
+        always_key=first.always_key,
+        allow_hint=approve_flag_hint(first.kind),
+    )
     decision = await ctx.approver.approve(request)
     if not decision.allowed:
-        text = f"not allowed to {verb} {target} ({reasons}) — {decision.reason.strip() or 'refused'}"
-        raise ToolError(text.rstrip(".") + ". Do not retry the same call; continue without it or ask the user.")
+        text = (
+            f"not allowed to {verb} {target} ({reasons}) — {decision.reason.strip() or 'refused'}"
+        )
+        raise ToolError(
+            text.rstrip(".") + ". Do not retry the same call; continue without it or ask the user."
+        )
     return decision
 
 
@@ -182,12 +257,22 @@ def change_diff(before: str | None, after: str, shown: str) -> str:
     import difflib
 
     old = (before or "").splitlines(keepends=True)
-    lines = list(difflib.unified_diff(old, after.splitlines(keepends=True),
-                                      f"{shown} (now)" if before is not None else "/dev/null",
-                                      f"{shown} (proposed)", n=2))
+    lines = list(
+        difflib.unified_diff(
+            old,
+            after.splitlines(keepends=True),
+            f"{shown} (now)" if before is not None else "/dev/null",
+            f"{shown} (proposed)",
+            n=2,
+        )
+    )
     text = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
     limit = 4000
-    return text if len(text) <= limit else text[:limit] + f"… [{len(text) - limit:,} more characters of diff]\n"
+    return (
+        text
+        if len(text) <= limit
+        else text[:limit] + f"… [{len(text) - limit:,} more characters of diff]\n"
+    )
 
 
 # -- opening: the descriptor, not just the path -------------------------------------------------
@@ -201,9 +286,19 @@ def _fd_path(fd: int) -> Path | None:
 
 
 def _kind_of(mode: int) -> str:
-    return ("a directory" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "a character device" if stat.S_ISCHR(mode)
-            else "a block device" if stat.S_ISBLK(mode) else "not a regular file")
+    return (
+        "a directory"
+        if stat.S_ISDIR(mode)
+        else "a FIFO (named pipe)"
+        if stat.S_ISFIFO(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "a character device"
+        if stat.S_ISCHR(mode)
+        else "a block device"
+        if stat.S_ISBLK(mode)
+        else "not a regular file"
+    )
 
 
 async def open_regular(ctx: ToolContext, target: Path, shown: str, tool: str) -> int:
@@ -224,7 +319,9 @@ async def open_regular(ctx: ToolContext, target: Path, shown: str, tool: str) ->
     if not stat.S_ISREG(before.st_mode):
         if stat.S_ISDIR(before.st_mode):
             raise ToolError(f"{shown} is a directory; use list_dir to see its contents")
-        raise ToolError(f"{shown} is {_kind_of(before.st_mode)}; file tools only read regular files")
+        raise ToolError(
+            f"{shown} is {_kind_of(before.st_mode)}; file tools only read regular files"
+        )
     try:
         fd = os.open(target, flags)
     except PermissionError as exc:
@@ -235,15 +332,26 @@ async def open_regular(ctx: ToolContext, target: Path, shown: str, tool: str) ->
         st = os.fstat(fd)
         real = _fd_path(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise ToolError(f"{shown} is {_kind_of(st.st_mode)}; file tools only read regular files")
-        if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino) or (real is not None and real != target):
-            raise ToolError(f"{shown} changed while it was being opened (a link was swapped in); refused")
+            raise ToolError(
+                f"{shown} is {_kind_of(st.st_mode)}; file tools only read regular files"
+            )
+        if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino) or (
+            real is not None and real != target
+        ):
+            raise ToolError(
+                f"{shown} changed while it was being opened (a link was swapped in); refused"
+            )
         if st.st_nlink > 1 and _is_under(target, workspace_root(ctx)):
             reason = f"it has {st.st_nlink} hard links, and another of its names may be outside the workspace"
             if ctx.restrict_to_workspace:
                 raise ToolError(f"refused to read {shown}: {reason} (restrictToWorkspace is on)")
-            await approve_access(ctx, tool, "read", target,
-                                 [FileRisk("file-outside", reason, f"file-outside:hardlink:{target}")])
+            await approve_access(
+                ctx,
+                tool,
+                "read",
+                target,
+                [FileRisk("file-outside", reason, f"file-outside:hardlink:{target}")],
+            )
         os.set_blocking(fd, True)
         return fd
     except BaseException:
@@ -262,11 +370,15 @@ def read_capped(fd: int, cap: int, shown: str) -> bytes:
         chunks.append(chunk)
         total += len(chunk)
         if total > cap:
-            raise ToolError(f"{shown} is larger than {cap:,} bytes, too large to load; use exec with head, "
-                            "sed -n or grep to look inside")
+            raise ToolError(
+                f"{shown} is larger than {cap:,} bytes, too large to load; use exec with head, "
+                "sed -n or grep to look inside"
+            )
 
 
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+DIR_FLAGS = (
+    os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+)
 
 
 def open_dir(target: Path, shown: str) -> int:
@@ -277,10 +389,16 @@ def open_dir(target: Path, shown: str) -> int:
     except PermissionError as exc:
         raise ToolError(f"permission denied listing {shown}") from exc
     except OSError as exc:
-        if target.is_symlink():  # it was the resolved folder when checked: a link was swapped in since
-            raise ToolError(f"{shown} changed while it was being opened (a link was swapped in); refused") from None
+        if (
+            target.is_symlink()
+        ):  # it was the resolved folder when checked: a link was swapped in since
+            raise ToolError(
+                f"{shown} changed while it was being opened (a link was swapped in); refused"
+            ) from None
         if isinstance(exc, NotADirectoryError):
-            raise ToolError(f"{shown} is a file, not a directory; use read_file to read it") from None
+            raise ToolError(
+                f"{shown} is a file, not a directory; use read_file to read it"
+            ) from None
         raise ToolError(f"cannot list {shown}: {exc.strerror or exc}") from exc
     return _checked(fd, target, shown)
 
@@ -290,7 +408,9 @@ def _checked(fd: int, folder: Path, what: str) -> int:
     real = _fd_path(fd)
     if real is not None and real != folder:
         os.close(fd)
-        raise ToolError(f"{what} changed while it was being opened (a link was swapped in); refused")
+        raise ToolError(
+            f"{what} changed while it was being opened (a link was swapped in); refused"
+        )
     return fd
 
 
@@ -323,20 +443,43 @@ async def review(approver: Approver, workspace: Path, changes: list[Change]) -> 
     for change in sorted(changes, key=lambda c: c.rel.count("/"), reverse=True):
         entry = change.entry
         kept = False
-        if entry.kind and (change.after is None or change.after.kind != "dir"):  # a folder is judged by its files
-            decision = await approver.approve(ApprovalRequest(
-                kind=entry.kind, summary=f"exec changed {change.rel} ({entry.why}); keep the change?",
-                detail=change_diff(as_text(change.before), as_text(change.after) or "(removed)\n", change.rel), always_key=f"{entry.kind}:{workspace / change.rel}",
-                allow_hint=approve_flag_hint(entry.kind)))
+        if entry.kind and (
+            change.after is None or change.after.kind != "dir"
+        ):  # a folder is judged by its files
+            decision = await approver.approve(
+                ApprovalRequest(
+                    kind=entry.kind,
+                    summary=f"exec changed {change.rel} ({entry.why}); keep the change?",
+                    detail=change_diff(
+                        as_text(change.before), as_text(change.after) or "(removed)\n", change.rel
+                    ),
+                    always_key=f"{entry.kind}:{workspace / change.rel}",
+                    allow_hint=approve_flag_hint(entry.kind),
+                )
+            )
             kept = decision.allowed
-            if kept and entry.door == "prompt" and change.after is not None and change.after.kind == "file":
+            if (
+                kept
+                and entry.door == "prompt"
+                and change.after is not None
+                and change.after.kind == "file"
+            ):
                 from nanobot.memory.prompt_files import PromptFiles
 
                 now = (workspace / change.rel).read_text(encoding="utf-8", errors="replace")
                 # unknown before (not kept): every task in it counts as added, so none runs unapproved
-                before = change.before.data.decode("utf-8", "replace") if change.before and change.before.data else ""
-                PromptFiles(workspace).write(entry.path, now, author="assistant", seen_by_user=decision.by_person,
-                                             replaced=before)
+                before = (
+                    change.before.data.decode("utf-8", "replace")
+                    if change.before and change.before.data
+                    else ""
+                )
+                PromptFiles(workspace).write(
+                    entry.path,
+                    now,
+                    author="assistant",
+                    seen_by_user=decision.by_person,
+                    replaced=before,
+                )
         if kept:
             continue
         if change.after is not None and change.after.kind == "dir" and change.before is None:
@@ -346,12 +489,23 @@ async def review(approver: Approver, workspace: Path, changes: list[Change]) -> 
                 pass
             continue
         if change.before is not None and change.before.kind == "dir" and change.after is None:
-            put_back(workspace, change, aside)  # the folder again; its files come back with their own changes
+            put_back(
+                workspace, change, aside
+            )  # the folder again; its files come back with their own changes
             continue
         restored = put_back(workspace, change, aside)
-        notes.append(f"{change.rel} ({entry.why}) was " + ("put back as it was" if restored else
-                     "changed and could NOT be put back (too large); tell the user"))
+        notes.append(
+            f"{change.rel} ({entry.why}) was "
+            + (
+                "put back as it was"
+                if restored
+                else "changed and could NOT be put back (too large); tell the user"
+            )
+        )
     if not notes:
         return ""
-    return ("\n[nanobot: this command changed protected files without approval: " + "; ".join(notes)
-            + f". What it wrote is kept aside in {aside}. Do not retry; ask the user to make such changes.]")
+    return (
+        "\n[nanobot: this command changed protected files without approval: "
+        + "; ".join(notes)
+        + f". What it wrote is kept aside in {aside}. Do not retry; ask the user to make such changes.]"
+    )

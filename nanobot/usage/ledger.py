@@ -54,7 +54,9 @@ class UsageRecord:
     estimated: bool = False  # the provider reported no usage: the counts are nanobot's estimate
     ms: int = 0  # how long the call took
     outcome: str = "ok"  # ok | error | cancelled
-    job: str | None = None  # the cron job id (or "heartbeat") the call was made for: background work
+    job: str | None = (
+        None  # the cron job id (or "heartbeat") the call was made for: background work
+    )
 
     @property
     def tokens(self) -> int:
@@ -66,21 +68,45 @@ class UsageRecord:
 
     def to_line(self) -> str:
         # "t" first, so a reader can skip old lines without parsing them (see read_records)
-        return json.dumps({"t": round(self.t, 3), "session": self.session, "source": self.source, "job": self.job,
-                           "model": self.model, "prompt": self.prompt, "completion": self.completion,
-                           "cacheRead": self.cache_read, "cacheWrite": self.cache_write,
-                           "estimated": self.estimated, "ms": self.ms, "outcome": self.outcome},
-                          separators=(",", ":"), ensure_ascii=True) + "\n"
+        return (
+            json.dumps(
+                {
+                    "t": round(self.t, 3),
+                    "session": self.session,
+                    "source": self.source,
+                    "job": self.job,
+                    "model": self.model,
+                    "prompt": self.prompt,
+                    "completion": self.completion,
+                    "cacheRead": self.cache_read,
+                    "cacheWrite": self.cache_write,
+                    "estimated": self.estimated,
+                    "ms": self.ms,
+                    "outcome": self.outcome,
+                },
+                separators=(",", ":"),
+                ensure_ascii=True,
+            )
+            + "\n"
+        )
 
     @classmethod
     def from_json(cls, data: dict) -> UsageRecord:
         job = data.get("job")
-        return cls(t=float(data["t"]), session=str(data.get("session", "")), source=str(data.get("source", "?")),
-                   model=str(data.get("model", "?")), prompt=int(data.get("prompt") or 0),
-                   completion=int(data.get("completion") or 0), cache_read=int(data.get("cacheRead") or 0),
-                   cache_write=int(data.get("cacheWrite") or 0), estimated=bool(data.get("estimated")),
-                   ms=int(data.get("ms") or 0), outcome=str(data.get("outcome", "ok")),
-                   job=str(job) if job is not None else None)
+        return cls(
+            t=float(data["t"]),
+            session=str(data.get("session", "")),
+            source=str(data.get("source", "?")),
+            model=str(data.get("model", "?")),
+            prompt=int(data.get("prompt") or 0),
+            completion=int(data.get("completion") or 0),
+            cache_read=int(data.get("cacheRead") or 0),
+            cache_write=int(data.get("cacheWrite") or 0),
+            estimated=bool(data.get("estimated")),
+            ms=int(data.get("ms") or 0),
+            outcome=str(data.get("outcome", "ok")),
+            job=str(job) if job is not None else None,
+        )
 
 
 def parse_line(line: bytes | str) -> UsageRecord | None:
@@ -106,15 +132,24 @@ def _line_time(line: bytes) -> float | None:
 class Ledger:
     """Appends records to the current file; rotates it when it grows past `rotate_bytes`."""
 
-    def __init__(self, directory: Path | None = None, *, rotate_bytes: int = ROTATE_BYTES,
-                 keep_files: int = KEEP_FILES) -> None:
+    def __init__(
+        self,
+        directory: Path | None = None,
+        *,
+        rotate_bytes: int = ROTATE_BYTES,
+        keep_files: int = KEEP_FILES,
+    ) -> None:
         self.dir = Path(directory) if directory is not None else ledger_dir()
         self.path = self.dir / CURRENT
         self.rotate_bytes = rotate_bytes
         self.keep_files = keep_files
-        self.failed = ""  # why the last append failed (a full disk, a read-only home), "" when it did not
+        self.failed = (
+            ""  # why the last append failed (a full disk, a read-only home), "" when it did not
+        )
         self._fd: int | None = None
-        self._fresh_line = False  # the file may end inside a torn line: start the next record on a new one
+        self._fresh_line = (
+            False  # the file may end inside a torn line: start the next record on a new one
+        )
 
     def append(self, record: UsageRecord) -> None:
         """Write one record; never raises (accounting must not break a turn), `failed` says why."""
@@ -153,7 +188,9 @@ class Ledger:
             self._fd = None
         ensure_private_dir(self.dir)
         created = not self.path.exists()
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+        fd = os.open(
+            self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE_MODE
+        )
         size = os.fstat(fd).st_size
         self._fresh_line = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
         if created:
@@ -169,7 +206,9 @@ class Ledger:
         except FileNotFoundError:
             return
         os.fsync(self._fd)
-        target = self.dir / f"usage-{time.time_ns():020d}-{os.getpid()}.jsonl"  # unique, and sorts by time
+        target = (
+            self.dir / f"usage-{time.time_ns():020d}-{os.getpid()}.jsonl"
+        )  # unique, and sorts by time
         try:
             os.replace(self.path, target)
         except FileNotFoundError:  # another process rotated it just now
@@ -177,7 +216,7 @@ class Ledger:
         fsync_dir(self.dir)
         os.close(self._fd)
         self._fd = None
-        for old in rotated_files(self.dir)[:-self.keep_files]:
+        for old in rotated_files(self.dir)[: -self.keep_files]:
             try:
                 old.unlink()
             except OSError:
@@ -199,7 +238,9 @@ def ledger_files(directory: Path | None = None, *, since: float = 0.0) -> list[P
     out = []
     for path in files:
         try:
-            if path.stat().st_mtime >= since:  # a file last written before `since` holds nothing newer
+            if (
+                path.stat().st_mtime >= since
+            ):  # a file last written before `since` holds nothing newer
                 out.append(path)
         except OSError:
             continue
@@ -217,7 +258,7 @@ def read_records_in(path: Path, since: float = 0.0) -> Iterator[UsageRecord]:
         data = path.read_bytes()
     except OSError:
         return
-    for line in data[_first_offset(data, since):].splitlines():
+    for line in data[_first_offset(data, since) :].splitlines():
         t = _line_time(line)
         if t is not None and t < since:
             continue  # most of a year's lines: skipped without parsing them
@@ -244,7 +285,7 @@ def _first_offset(data: bytes, since: float) -> int:
             hi = mid
             continue
         end = data.find(b"\n", start)
-        t = _line_time(data[start:end if end >= 0 else len(data)])
+        t = _line_time(data[start : end if end >= 0 else len(data)])
         if t is not None and t < target:
             lo = start
         else:
@@ -280,7 +321,9 @@ class TodaySpend:
     """Today's spend across every process that writes the ledger, kept current cheaply: each
     `refresh()` reads only the bytes the current file gained since the last one."""
 
-    def __init__(self, directory: Path | None = None, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, directory: Path | None = None, *, clock: Callable[[], float] = time.time
+    ) -> None:
         self.dir = Path(directory) if directory is not None else ledger_dir()
         self.path = self.dir / CURRENT
         self._clock = clock
@@ -294,14 +337,18 @@ class TodaySpend:
         now = self._clock()
         if not self.day.start <= now < self._day_end:
             start = day_start(now)
-            self._day_end = day_start(start + 36 * 3600)  # 36 h: past the next midnight, whatever DST does
+            self._day_end = day_start(
+                start + 36 * 3600
+            )  # 36 h: past the next midnight, whatever DST does
             self._rescan(start)
             return self.day
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             return self.day
-        if st.st_ino != self._ino:  # rotated since: what the old file gained is in a rotated file now
+        if (
+            st.st_ino != self._ino
+        ):  # rotated since: what the old file gained is in a rotated file now
             self._rescan(self.day.start)
         elif st.st_size > self._offset:
             self._read_new(st.st_size)
@@ -332,7 +379,9 @@ class TodaySpend:
                 continue
             st = os.fstat(self._fd)
             self._ino = st.st_ino
-            self._offset = _first_offset(os.pread(self._fd, st.st_size, 0), start) if st.st_size else 0
+            self._offset = (
+                _first_offset(os.pread(self._fd, st.st_size, 0), start) if st.st_size else 0
+            )
             self._read_new(st.st_size)
 
     def _read_new(self, size: int) -> None:

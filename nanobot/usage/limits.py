@@ -40,12 +40,16 @@ def helper_refusal(limits: UsageLimits, scope: TurnScope | None) -> str | None:
     """The line saying why one more helper may not start in `scope`, or None when it may."""
     depth = (scope.depth if scope else 0) + 1
     if limits.helper_chain and depth > limits.helper_chain:
-        return (f"a helper was not started: {limits.helper_chain} helpers in a row were each started by the "
-                f"previous one's report (usage.limits.helperChain = {limits.helper_chain}; raise it in the config "
-                "for longer chains)")
+        return (
+            f"a helper was not started: {limits.helper_chain} helpers in a row were each started by the "
+            f"previous one's report (usage.limits.helperChain = {limits.helper_chain}; raise it in the config "
+            "for longer chains)"
+        )
     if scope is not None and limits.helpers_per_turn and scope.helpers >= limits.helpers_per_turn:
-        return (f"a helper was not started: this turn already started {scope.helpers} "
-                f"(usage.limits.helpersPerTurn = {limits.helpers_per_turn}; raise it in the config to allow more)")
+        return (
+            f"a helper was not started: this turn already started {scope.helpers} "
+            f"(usage.limits.helpersPerTurn = {limits.helpers_per_turn}; raise it in the config to allow more)"
+        )
     return None
 
 
@@ -59,7 +63,8 @@ def token_refusal(limits: UsageLimits, day: DaySpend, job: str | None) -> SpendL
         return SpendLimitReached(
             f"the daily token limit is reached ({_tokens(day.total)} today, usage.limits.dailyTokens = "
             f"{limits.daily_tokens:,}); nothing more is sent to the model until midnight",
-            key="dailyTokens")
+            key="dailyTokens",
+        )
     if job is None:
         return None
     what = "the heartbeat" if job == "heartbeat" else f"cron job {job}"
@@ -68,11 +73,13 @@ def token_refusal(limits: UsageLimits, day: DaySpend, job: str | None) -> SpendL
             f"background work is paused: cron jobs and the heartbeat spent {_tokens(day.background)} today "
             f"(usage.limits.backgroundDailyTokens = {limits.background_daily_tokens:,}); jobs due meanwhile are "
             "skipped until midnight",
-            key="backgroundDailyTokens")
+            key="backgroundDailyTokens",
+        )
     spent = day.by_job.get(job, 0)
     if limits.job_daily_tokens and spent >= limits.job_daily_tokens:
         return SpendLimitReached(
             f"{what} is paused: it spent {_tokens(spent)} today (usage.limits.jobDailyTokens = "
             f"{limits.job_daily_tokens:,}); it waits until midnight",
-            key="jobDailyTokens")
+            key="jobDailyTokens",
+        )
     return None

@@ -31,20 +31,30 @@ from nanobot.usage.ledger import DaySpend, Ledger, TodaySpend, UsageRecord, ledg
 from nanobot.usage.limits import token_refusal
 
 SOURCES = ("chat", "one-shot", "subagent", "consolidation", "cron", "heartbeat")
-TURN_SOURCES = ("chat", "one-shot")  # a turn of a conversation; within a job's turn: cron / heartbeat
+TURN_SOURCES = (
+    "chat",
+    "one-shot",
+)  # a turn of a conversation; within a job's turn: cron / heartbeat
 
 
 class UsageMeter:
     """One per ledger folder and process: the ledger, today's spend and the limits."""
 
-    def __init__(self, limits: UsageLimits, directory: Path | None = None, *,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        limits: UsageLimits,
+        directory: Path | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.limits = limits
         self.dir = Path(directory) if directory is not None else ledger_dir()
         self.ledger = Ledger(self.dir)
         self.today = TodaySpend(self.dir, clock=clock)
         self._config: Path | None = None
-        self._lock = threading.Lock()  # event loops in several threads may share the meter (one per home)
+        self._lock = (
+            threading.Lock()
+        )  # event loops in several threads may share the meter (one per home)
         self._config_mtime: float | None = None
         self._clock = clock
 
@@ -79,7 +89,9 @@ class UsageMeter:
         refusal = token_refusal(self.current_limits(), day, job)
         if refusal is None:
             return None
-        which = f"{day.start:.0f}:{refusal.key}" + (f":{job}" if refusal.key == "jobDailyTokens" else "")
+        which = f"{day.start:.0f}:{refusal.key}" + (
+            f":{job}" if refusal.key == "jobDailyTokens" else ""
+        )
         return which, f"{refusal.message}. {refusal.hint}"
 
     def first_notice(self, key: str) -> bool:
@@ -97,7 +109,9 @@ class UsageMeter:
             return False
         try:
             ensure_private_dir(self.dir)
-            atomic_write(path, json.dumps({day: [*keys, key]}) + "\n")  # only today's: the file stays small
+            atomic_write(
+                path, json.dumps({day: [*keys, key]}) + "\n"
+            )  # only today's: the file stays small
         except OSError:
             pass  # told again later rather than never
         return True
@@ -147,12 +161,16 @@ def shared_meter(cfg: Config) -> UsageMeter:
 class MeteredProvider(Provider):
     """A provider whose every call is checked against the limits first and recorded after."""
 
-    def __init__(self, inner: Provider, meter: UsageMeter, *, source: str, session: str, model: str) -> None:
+    def __init__(
+        self, inner: Provider, meter: UsageMeter, *, source: str, session: str, model: str
+    ) -> None:
         if source not in SOURCES:
             raise ValueError(f"unknown usage source {source!r}; one of {', '.join(SOURCES)}")
         super().__init__(inner.model)
         self.name = inner.name
-        self.capabilities = inner.capabilities  # one object: what the adapter learns, every view sees
+        self.capabilities = (
+            inner.capabilities
+        )  # one object: what the adapter learns, every view sees
         self.inner = inner
         self.meter = meter
         self.source = source
@@ -161,7 +179,9 @@ class MeteredProvider(Provider):
 
     def for_source(self, source: str) -> MeteredProvider:
         """Another view of the same provider and meter, recording `source`."""
-        return MeteredProvider(self.inner, self.meter, source=source, session=self.session, model=self.label)
+        return MeteredProvider(
+            self.inner, self.meter, source=source, session=self.session, model=self.label
+        )
 
     def prewarm(self) -> None:
         self.inner.prewarm()
@@ -184,27 +204,47 @@ class MeteredProvider(Provider):
             raise
         finally:
             ms = int((time.perf_counter() - started) * 1000)
-            self.meter.record(self._record(messages, kwargs.get("tools"), response, outcome, job, ms))
+            self.meter.record(
+                self._record(messages, kwargs.get("tools"), response, outcome, job, ms)
+            )
 
-    def _record(self, messages: list[Message], tools: list[dict[str, Any]] | None, response: LLMResponse | None,
-                outcome: str, job: str | None, ms: int) -> UsageRecord:
+    def _record(
+        self,
+        messages: list[Message],
+        tools: list[dict[str, Any]] | None,
+        response: LLMResponse | None,
+        outcome: str,
+        job: str | None,
+        ms: int,
+    ) -> UsageRecord:
         source = self.source
         if job is not None and source in TURN_SOURCES:
             source = "heartbeat" if job == "heartbeat" else "cron"
-        record = UsageRecord(t=self.meter.now(), session=self.session, source=source, job=job,
-                             model=(response.served_by if response is not None else "") or self.label,
-                             ms=ms, outcome=outcome)
+        record = UsageRecord(
+            t=self.meter.now(),
+            session=self.session,
+            source=source,
+            job=job,
+            model=(response.served_by if response is not None else "") or self.label,
+            ms=ms,
+            outcome=outcome,
+        )
         if response is None:
             return record
         usage = response.usage
         if usage.prompt_tokens or usage.completion_tokens:
             record.prompt, record.completion = usage.prompt_tokens, usage.completion_tokens
-            record.cache_read, record.cache_write = usage.cache_read_tokens, usage.cache_write_tokens
+            record.cache_read, record.cache_write = (
+                usage.cache_read_tokens,
+                usage.cache_write_tokens,
+            )
         else:  # the provider reported nothing (some local servers): count it ourselves, and say so
             from nanobot.tokens import count_messages, count_text, count_tools
 
             record.prompt = count_messages(messages) + count_tools(tools)
-            said = (response.content or "") + "".join(c.raw_arguments or str(c.arguments) for c in response.tool_calls)
+            said = (response.content or "") + "".join(
+                c.raw_arguments or str(c.arguments) for c in response.tool_calls
+            )
             record.completion = count_text(said)
             record.estimated = True
         return record

@@ -24,8 +24,12 @@ def cost_of(record: UsageRecord, price: ModelPrice) -> float:
     cache_read = price.cache_read if price.cache_read is not None else price.input
     cache_write = price.cache_write if price.cache_write is not None else price.input
     plain = max(0, record.prompt - record.cache_read - record.cache_write)
-    return (plain * price.input + record.cache_read * cache_read + record.cache_write * cache_write
-            + record.completion * price.output) / 1_000_000
+    return (
+        plain * price.input
+        + record.cache_read * cache_read
+        + record.cache_write * cache_write
+        + record.completion * price.output
+    ) / 1_000_000
 
 
 @dataclass
@@ -63,10 +67,16 @@ class Bucket:
         return self.cache_read / self.prompt if self.prompt else 0.0
 
     def to_json(self, priced: bool) -> dict[str, Any]:
-        out: dict[str, Any] = {"calls": self.calls, "promptTokens": self.prompt, "completionTokens": self.completion,
-                               "cacheReadTokens": self.cache_read, "cacheWriteTokens": self.cache_write,
-                               "cacheReadShare": round(self.cache_share, 4), "estimatedCalls": self.estimated,
-                               "failedCalls": self.failed}
+        out: dict[str, Any] = {
+            "calls": self.calls,
+            "promptTokens": self.prompt,
+            "completionTokens": self.completion,
+            "cacheReadTokens": self.cache_read,
+            "cacheWriteTokens": self.cache_write,
+            "cacheReadShare": round(self.cache_share, 4),
+            "estimatedCalls": self.estimated,
+            "failedCalls": self.failed,
+        }
         if priced:
             out["cost"] = round(self.cost, 6)
             out["unpricedCalls"] = self.unpriced
@@ -88,13 +98,22 @@ class Period:
 
     def to_json(self, priced: bool) -> dict[str, Any]:
         def table(buckets: dict[str, Bucket]) -> dict[str, Any]:
-            return {k: b.to_json(priced) for k, b in sorted(buckets.items(), key=lambda kv: -kv[1].tokens)}
+            return {
+                k: b.to_json(priced)
+                for k, b in sorted(buckets.items(), key=lambda kv: -kv[1].tokens)
+            }
 
-        return {"since": time.strftime("%Y-%m-%d", time.localtime(self.since)), **self.total.to_json(priced),
-                "bySource": table(self.by_source), "byModel": table(self.by_model)}
+        return {
+            "since": time.strftime("%Y-%m-%d", time.localtime(self.since)),
+            **self.total.to_json(priced),
+            "bySource": table(self.by_source),
+            "byModel": table(self.by_model),
+        }
 
 
-def summarise(records: Iterable[UsageRecord], *, now: float, prices: dict[str, ModelPrice]) -> list[Period]:
+def summarise(
+    records: Iterable[UsageRecord], *, now: float, prices: dict[str, ModelPrice]
+) -> list[Period]:
     """Today, the last 7 days and the last 30 (each counted from local midnight)."""
     periods = [Period(label, day_start(now - (days - 1) * 86_400)) for label, days in PERIODS]
     for record in records:
@@ -105,8 +124,9 @@ def summarise(records: Iterable[UsageRecord], *, now: float, prices: dict[str, M
     return periods
 
 
-def usage_report(*, prices: dict[str, ModelPrice], directory: Path | None = None,
-                 now: float | None = None) -> list[Period]:
+def usage_report(
+    *, prices: dict[str, ModelPrice], directory: Path | None = None, now: float | None = None
+) -> list[Period]:
     now = time.time() if now is None else now
     oldest = day_start(now - (PERIODS[-1][1] - 1) * 86_400)
     return summarise(read_records(directory, since=oldest), now=now, prices=prices)
@@ -118,7 +138,9 @@ def today_line(day: DaySpend, limits: UsageLimits) -> str:
     background = f"background {day.background:,}"
     if limits.background_daily_tokens:
         background += f" of {limits.background_daily_tokens:,} allowed"
-    total = f"{day.total:,} tokens" + (f" of {limits.daily_tokens:,} allowed" if limits.daily_tokens else "")
+    total = f"{day.total:,} tokens" + (
+        f" of {limits.daily_tokens:,} allowed" if limits.daily_tokens else ""
+    )
     return f"today {calls}, {total} ({background}); `nanobot usage` for more"
 
 
@@ -130,7 +152,10 @@ def paused_lines(day: DaySpend, limits: UsageLimits) -> list[str]:
     for job in [None, *sorted(day.by_job)]:
         refusal = token_refusal(limits, day, job)
         if refusal is not None:
-            lines.setdefault(refusal.key + ("" if refusal.key != "jobDailyTokens" else f":{job}"), refusal.message)
+            lines.setdefault(
+                refusal.key + ("" if refusal.key != "jobDailyTokens" else f":{job}"),
+                refusal.message,
+            )
     return list(lines.values())
 
 
@@ -143,6 +168,10 @@ def session_line(session: str, *, directory: Path | None = None, now: float | No
             spent.add(record, None)
     if not spent.calls:
         return "no model calls today"
-    share = f", {spent.cache_share:.0%} of the prompt read from the cache" if spent.cache_read else ""
-    return (f"{spent.calls} call{'s' if spent.calls != 1 else ''} today, {spent.tokens:,} tokens "
-            f"({spent.prompt:,} prompt, {spent.completion:,} completion{share})")
+    share = (
+        f", {spent.cache_share:.0%} of the prompt read from the cache" if spent.cache_read else ""
+    )
+    return (
+        f"{spent.calls} call{'s' if spent.calls != 1 else ''} today, {spent.tokens:,} tokens "
+        f"({spent.prompt:,} prompt, {spent.completion:,} completion{share})"
+    )

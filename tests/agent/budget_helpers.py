@@ -53,9 +53,23 @@ def make_text(kind: str, n: int, seed: int = 0) -> str:
     elif kind == "cjk":
         unit = "".join(chr(rng.randint(0x4E00, 0x9FA5)) for _ in range(2000)) + "。"
     elif kind == "json":
-        unit = "\n".join(json.dumps({"id": i, "v": rng.random(), "tag": f"t{rng.randint(0, 999)}"}) for i in range(80))
+        unit = "\n".join(
+            json.dumps({"id": i, "v": rng.random(), "tag": f"t{rng.randint(0, 999)}"})
+            for i in range(80)
+        )
     else:
-        words = ["the", "log", "worker", "processed", "job", "quickly", "and", "reported", "status", "fine"]
+        words = [
+            "the",
+            "log",
+            "worker",
+            "processed",
+            "job",
+            "quickly",
+            "and",
+            "reported",
+            "status",
+            "fine",
+        ]
         unit = " ".join(rng.choice(words) for _ in range(900))
     return (unit * (n // len(unit) + 1))[:n]
 
@@ -65,8 +79,14 @@ class EchoTool(Tool):
 
     name = "echo"
     description = "Return text of a given size."
-    parameters = {"type": "object", "properties": {"text": {"type": "string"}, "size": {"type": "integer"},
-                                                   "kind": {"type": "string"}}}
+    parameters = {
+        "type": "object",
+        "properties": {
+            "text": {"type": "string"},
+            "size": {"type": "integer"},
+            "kind": {"type": "string"},
+        },
+    }
 
     async def run(self, text: str = "", size: int = 0, kind: str = "prose", **_: Any) -> str:
         return make_text(kind, size) if size else (text or "(nothing)")
@@ -75,11 +95,22 @@ class EchoTool(Tool):
 def save_memory_reply(req) -> Reply:
     """Answer a consolidation request: keep MEMORY.md, record a short dated entry."""
     body = req.messages[-1]["content"] if isinstance(req.messages[-1]["content"], str) else ""
-    current = body.split("## Current MEMORY.md\n\n", 1)[-1].split("\n\n## Conversation excerpt", 1)[0]
+    current = body.split("## Current MEMORY.md\n\n", 1)[-1].split("\n\n## Conversation excerpt", 1)[
+        0
+    ]
     if current.strip() in ("", "(empty)"):
         current = "# Memory\n"
-    return Reply.tool_calls([("save_memory", {"history_entry": "[2026-01-05 10:00] Talked about logs.",
-                                              "memory_update": current})])
+    return Reply.tool_calls(
+        [
+            (
+                "save_memory",
+                {
+                    "history_entry": "[2026-01-05 10:00] Talked about logs.",
+                    "memory_update": current,
+                },
+            )
+        ]
+    )
 
 
 def is_consolidation(req) -> bool:
@@ -89,10 +120,17 @@ def is_consolidation(req) -> bool:
 
 def write_session(store, key: str, messages: list[dict], pointer: Any = 0) -> None:
     store.directory.mkdir(parents=True, exist_ok=True)
-    meta = {"_type": "metadata", "key": key, "created_at": "2026-01-05T10:00:00",
-            "updated_at": "2026-01-05T10:00:00", "metadata": {}, "last_consolidated": pointer}
-    lines = [json.dumps(meta)] + [json.dumps({"timestamp": "2026-01-05T10:00:00", **m}, ensure_ascii=False)
-                                  for m in messages]
+    meta = {
+        "_type": "metadata",
+        "key": key,
+        "created_at": "2026-01-05T10:00:00",
+        "updated_at": "2026-01-05T10:00:00",
+        "metadata": {},
+        "last_consolidated": pointer,
+    }
+    lines = [json.dumps(meta)] + [
+        json.dumps({"timestamp": "2026-01-05T10:00:00", **m}, ensure_ascii=False) for m in messages
+    ]
     store.path_for(key).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
@@ -105,6 +143,7 @@ def open_quiet(cfg, key: str = "cli:direct"):
 
 def talk(cfg, body, key: str = "cli:direct"):
     """`await body(assistant)` on an assistant opened for `key`, closed whatever happens; its result."""
+
     async def go():
         assistant = open_quiet(cfg, key)
         try:

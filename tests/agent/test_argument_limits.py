@@ -33,23 +33,34 @@ def _turn(cfg_path, stream: bool):
 @pytest.mark.parametrize("stream", [True, False])
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
 @pytest.mark.parametrize("arguments", ["deep-500", "deep-5000", "huge"])
-def test_deep_or_huge_arguments_are_a_tool_error_not_a_crash(configure, fake_llm, isolated_home, protocol, stream,
-                                                            arguments):
+def test_deep_or_huge_arguments_are_a_tool_error_not_a_crash(
+    configure, fake_llm, isolated_home, protocol, stream, arguments
+):
     cfg_path = configure(protocol)
     ws = isolated_home / "workspace"
-    raw = (json.dumps({"path": "deep.txt", "content": "x" * (MAX_CHARS + 10)}) if arguments == "huge"
-           else _deep(int(arguments.split("-")[1])))
-    fake_llm.script(Reply.tool_calls([("write_file", raw)]),
-                    Reply.tool_calls([("write_file", {"path": "fine.txt", "content": "ok"})]),
-                    Reply.text("done"))
+    raw = (
+        json.dumps({"path": "deep.txt", "content": "x" * (MAX_CHARS + 10)})
+        if arguments == "huge"
+        else _deep(int(arguments.split("-")[1]))
+    )
+    fake_llm.script(
+        Reply.tool_calls([("write_file", raw)]),
+        Reply.tool_calls([("write_file", {"path": "fine.txt", "content": "ok"})]),
+        Reply.text("done"),
+    )
     outcome = _turn(cfg_path, stream)
     assert outcome.content == "done"  # the turn went on
     assert not (ws / "deep.txt").exists()  # the call was not run
     assert (ws / "fine.txt").read_text() == "ok"  # the next one was
     told = [m["content"] for m in fake_llm.requests[1].messages if m.get("role") == "tool"]
     if protocol == "anthropic":
-        told = [b["content"] for m in fake_llm.requests[1].messages if isinstance(m.get("content"), list)
-                for b in m["content"] if b.get("type") == "tool_result"]
+        told = [
+            b["content"]
+            for m in fake_llm.requests[1].messages
+            if isinstance(m.get("content"), list)
+            for b in m["content"]
+            if b.get("type") == "tool_result"
+        ]
     assert len(told) == 1 and ("levels deep" in str(told) or "characters long" in str(told))
     assert len(json.dumps(fake_llm.requests[1].body)) < 100_000  # the huge text was not sent back
     fake_llm.assert_all_valid()
@@ -70,6 +81,11 @@ def test_the_limits_are_checked_without_recursion():
     for _ in range(100_000):
         value = [value]
     assert "levels deep" in value_problem(value)
-    assert json.loads(clip_depth('{"a": [[["x"]]], "b": "[{"}', 2)) == {"a": ["[nanobot: nested too deep, cut here]"],
-                                                                         "b": "[{"}
-    assert value_problem({"a": [1, {"b": "c"}]}) is None and text_problem('{"a": "[[[[["}', limit=2) is None
+    assert json.loads(clip_depth('{"a": [[["x"]]], "b": "[{"}', 2)) == {
+        "a": ["[nanobot: nested too deep, cut here]"],
+        "b": "[{",
+    }
+    assert (
+        value_problem({"a": [1, {"b": "c"}]}) is None
+        and text_problem('{"a": "[[[[["}', limit=2) is None
+    )

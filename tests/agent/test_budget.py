@@ -23,10 +23,14 @@ from nanobot.tokens import Calibration, TokenCounter, default_counter
 
 def _budget(prompt_tokens: int, calibration: Calibration | None = None) -> ContextBudget:
     """A budget whose prompt allowance is exactly `prompt_tokens` (reply room 1)."""
-    return ContextBudget(window=prompt_tokens + 1, max_tokens=1, counter=default_counter(), calibration=calibration)
+    return ContextBudget(
+        window=prompt_tokens + 1, max_tokens=1, counter=default_counter(), calibration=calibration
+    )
 
 
-def fit_request(msgs, budget_tokens, counter=None, *, turn_start=None, tools=None, calibration=None):
+def fit_request(
+    msgs, budget_tokens, counter=None, *, turn_start=None, tools=None, calibration=None
+):
     return _budget(budget_tokens, calibration).fit(msgs, tools, turn_start=turn_start).messages
 
 
@@ -37,7 +41,10 @@ def request_tokens(msgs, counter, *, tools=None, calibration=None):
 
 def _file_text(kb: int, seed: int = 1) -> str:
     rng = random.Random(seed)
-    words = ["".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 9))) for _ in range(500)]
+    words = [
+        "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 9)))
+        for _ in range(500)
+    ]
     lines, size = [], 0
     while size < kb * 1024:
         line = " ".join(rng.choice(words) for _ in range(12))
@@ -51,7 +58,11 @@ def _turn(big: str, *, history: list | None = None) -> list[dict]:
         {"role": "system", "content": "You are nanobot."},
         *(history or []),
         {"role": "user", "content": "read big.txt"},
-        {"role": "assistant", "content": None, "tool_calls": [tool_call("c1", "read_file", {"path": "big.txt"})]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [tool_call("c1", "read_file", {"path": "big.txt"})],
+        },
         {"role": "tool", "tool_call_id": "c1", "name": "read_file", "content": big},
     ]
 
@@ -91,8 +102,14 @@ def test_largest_result_of_this_turn_is_cut_first():
     msgs = [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "read both"},
-        {"role": "assistant", "content": None, "tool_calls": [tool_call("a", "read_file", {"path": "s"}),
-                                                              tool_call("b", "read_file", {"path": "b"})]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                tool_call("a", "read_file", {"path": "s"}),
+                tool_call("b", "read_file", {"path": "b"}),
+            ],
+        },
         {"role": "tool", "tool_call_id": "a", "name": "read_file", "content": small},
         {"role": "tool", "tool_call_id": "b", "name": "read_file", "content": big},
     ]
@@ -107,7 +124,11 @@ def test_older_tool_results_are_cut_only_when_this_turn_cannot_give_more():
     old = _file_text(40, seed=4)
     history = [
         {"role": "user", "content": "earlier"},
-        {"role": "assistant", "content": None, "tool_calls": [tool_call("o", "read_file", {"path": "o"})]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [tool_call("o", "read_file", {"path": "o"})],
+        },
         {"role": "tool", "tool_call_id": "o", "name": "read_file", "content": old},
         {"role": "assistant", "content": "done"},
     ]
@@ -116,7 +137,9 @@ def test_older_tool_results_are_cut_only_when_this_turn_cannot_give_more():
     roomy = fit_request(msgs, 25_000, counter, turn_start=turn_start)
     assert roomy[3]["content"] == old  # this turn's result alone was enough
     tight = fit_request(msgs, 3000, counter, turn_start=turn_start)
-    assert len(tight[-1]["content"]) < MIN_TOOL_RESULT_CHARS + 400  # this turn's result at its minimum
+    assert (
+        len(tight[-1]["content"]) < MIN_TOOL_RESULT_CHARS + 400
+    )  # this turn's result at its minimum
     assert len(tight[3]["content"]) < len(old)
     assert request_tokens(tight, counter) <= 3000
 
@@ -131,8 +154,16 @@ def test_calibration_and_tools_are_part_of_the_budget():
     counter = _counter()
     calibration = Calibration()
     calibration.observe(1000, 1500)  # the provider counts 1.5x what we estimate
-    tools = [{"type": "function", "function": {"name": "x" * 50, "description": "d " * 400,
-                                                "parameters": {"type": "object", "properties": {}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "x" * 50,
+                "description": "d " * 400,
+                "parameters": {"type": "object", "properties": {}},
+            },
+        }
+    ]
     msgs = _turn(_file_text(80, seed=7))
     out = fit_request(msgs, 6000, counter, turn_start=1, tools=tools, calibration=calibration)
     assert request_tokens(out, counter, tools=tools, calibration=calibration) <= 6000
@@ -146,7 +177,10 @@ def test_a_huge_single_message_is_cut_with_a_marker_for_the_request_only():
     out = fit_request(msgs, 1000, counter, turn_start=1)
     assert msgs == original
     assert request_tokens(out, counter) <= 1000
-    assert out[1]["content"].startswith("word word") and "characters cut for this request only" in out[1]["content"]
+    assert (
+        out[1]["content"].startswith("word word")
+        and "characters cut for this request only" in out[1]["content"]
+    )
 
 
 def test_a_request_whose_system_prompt_alone_is_too_big_is_refused_with_the_reason():
@@ -161,8 +195,14 @@ def test_small_results_that_would_grow_with_the_marker_are_left_alone():
     counter = _counter()
     msgs = _turn("y " * 300)
     for i in range(10):  # many small results, none worth cutting
-        msgs += [{"role": "assistant", "content": None, "tool_calls": [tool_call(f"k{i}", "exec", {"c": i})]},
-                 {"role": "tool", "tool_call_id": f"k{i}", "name": "exec", "content": "z " * 180}]
+        msgs += [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [tool_call(f"k{i}", "exec", {"c": i})],
+            },
+            {"role": "tool", "tool_call_id": f"k{i}", "name": "exec", "content": "z " * 180},
+        ]
     from nanobot.agent.budget import _Fitter
 
     fitter = _Fitter(_budget(100), list(msgs), None, 1)
@@ -227,28 +267,45 @@ def test_oldest_turns_are_left_out_with_a_note_when_history_alone_is_too_big():
     counter = _counter()
     msgs = [{"role": "system", "content": "You are nanobot."}]
     for i in range(40):
-        msgs += [{"role": "user", "content": f"turn {i}: " + "hello there " * 40},
-                 {"role": "assistant", "content": f"answer {i}: " + "fine thanks " * 40}]
+        msgs += [
+            {"role": "user", "content": f"turn {i}: " + "hello there " * 40},
+            {"role": "assistant", "content": f"answer {i}: " + "fine thanks " * 40},
+        ]
     msgs.append({"role": "user", "content": "and now?"})
     fitted = _budget(2000).fit(msgs)
     out = fitted.messages
     assert request_tokens(out, counter) <= 2000
     assert out[-1] == msgs[-1] and out[0] == msgs[0]
     first_kept = out[1]
-    assert first_kept["role"] == "user" and "earlier messages of this conversation are left out" in first_kept["content"]
+    assert (
+        first_kept["role"] == "user"
+        and "earlier messages of this conversation are left out" in first_kept["content"]
+    )
     kept_turns = [m["content"] for m in out if m["role"] == "assistant"]
     answers = [m["content"] for m in msgs if m["role"] == "assistant"]
-    assert 0 < len(kept_turns) < 40 and kept_turns == answers[-len(kept_turns):]  # the newest, whole and in order
-    assert any(c.kind is CutKind.OLD_TURNS and "older messages out of this request" in c.words for c in fitted.cuts)
+    assert (
+        0 < len(kept_turns) < 40 and kept_turns == answers[-len(kept_turns) :]
+    )  # the newest, whole and in order
+    assert any(
+        c.kind is CutKind.OLD_TURNS and "older messages out of this request" in c.words
+        for c in fitted.cuts
+    )
 
 
 def test_calls_over_the_cap_in_a_stored_message_are_left_out_with_their_results():
     counter = _counter()
     calls = [tool_call(f"c{i}", "exec", {"command": f"echo {i}"}) for i in range(2000)]
-    msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "go"},
-            {"role": "assistant", "content": None, "tool_calls": calls},
-            *[{"role": "tool", "tool_call_id": f"c{i}", "name": "exec", "content": f"{i}"} for i in range(2000)],
-            {"role": "assistant", "content": "done"}, {"role": "user", "content": "next"}]
+    msgs = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        *[
+            {"role": "tool", "tool_call_id": f"c{i}", "name": "exec", "content": f"{i}"}
+            for i in range(2000)
+        ],
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "next"},
+    ]
     out = _budget(4000).fit(msgs).messages
     assert request_tokens(out, counter) <= 4000
     sent_calls = out[2]["tool_calls"]
@@ -261,12 +318,20 @@ def test_a_step_of_many_dense_results_keeps_as_many_calls_as_fit_and_says_so():
 
     cjk = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(3000))  # ~1 token per character
     calls = [tool_call(f"c{i}", "echo", {"text": cjk}) for i in range(32)]
-    msgs = [{"role": "system", "content": "You are nanobot."}, {"role": "user", "content": "echo it all"},
-            {"role": "assistant", "content": None, "tool_calls": calls},
-            *({"role": "tool", "tool_call_id": f"c{i}", "name": "echo", "content": cjk} for i in range(32))]
+    msgs = [
+        {"role": "system", "content": "You are nanobot."},
+        {"role": "user", "content": "echo it all"},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        *(
+            {"role": "tool", "tool_call_id": f"c{i}", "name": "echo", "content": cjk}
+            for i in range(32)
+        ),
+    ]
     original = copy.deepcopy(msgs)
     counter = _counter()
-    out = fit_request(msgs, 1500, counter)  # each call and result at its marker is still ~80 tokens: 32 cannot fit
+    out = fit_request(
+        msgs, 1500, counter
+    )  # each call and result at its marker is still ~80 tokens: 32 cannot fit
     assert request_tokens(out, counter) <= 1500
     kept = out[2]["tool_calls"]
     assert 1 <= len(kept) < 32 and [m["tool_call_id"] for m in out[3:]] == [c["id"] for c in kept]
@@ -278,5 +343,9 @@ def test_a_step_of_many_dense_results_keeps_as_many_calls_as_fit_and_says_so():
 def test_memory_share_has_one_rule_for_every_window():
     budget = ContextBudget(window=1000, max_tokens=100)
     assert not budget.memory_share(250).too_large and budget.memory_share(251).too_large
-    assert budget.memory_share(100).share == 0.1 and budget.memory_share(100).window == 1000  # the configured window
-    assert memory_share(100).window == AgentDefaults.context_window_tokens  # no window: the config's default
+    assert (
+        budget.memory_share(100).share == 0.1 and budget.memory_share(100).window == 1000
+    )  # the configured window
+    assert (
+        memory_share(100).window == AgentDefaults.context_window_tokens
+    )  # no window: the config's default

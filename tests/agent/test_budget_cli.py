@@ -44,15 +44,23 @@ def _stored(home) -> list[dict]:
     return [json.loads(line) for line in _session_file(home).read_text().splitlines()]
 
 
-def test_after_a_long_answer_the_next_request_leaves_room_for_the_reply(nanobot_run, fake_llm, configure):
+def test_after_a_long_answer_the_next_request_leaves_room_for_the_reply(
+    nanobot_run, fake_llm, configure
+):
     configure(contextWindowTokens=WINDOW)
     make_strict(fake_llm)
     rng = random.Random(5)
-    essay = " ".join("".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 9)))
-                     for _ in range(3000))  # 3,000 words, ~6,000 tokens: alone nearly the whole budget
-    fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text(essay)
+    essay = " ".join(
+        "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(2, 9)))
+        for _ in range(3000)
+    )  # 3,000 words, ~6,000 tokens: alone nearly the whole budget
+    fake_llm.responder = lambda req: (
+        save_memory_reply(req) if is_consolidation(req) else Reply.text(essay)
+    )
     assert nanobot_run("agent", "-m", "write me a long essay about logs").returncode == 0
-    fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text("glad to help")
+    fake_llm.responder = lambda req: (
+        save_memory_reply(req) if is_consolidation(req) else Reply.text("glad to help")
+    )
     second = nanobot_run("agent", "-m", "thanks, that was great")
     assert second.returncode == 0, second.stderr
     assert "glad to help" in second.stdout
@@ -64,11 +72,14 @@ def test_after_a_long_answer_the_next_request_leaves_room_for_the_reply(nanobot_
     assert essay not in _body_text(follow_up)
 
 
-def test_huge_pastes_are_kept_as_workspace_files_and_the_next_turn_works(nanobot_run, fake_llm, configure,
-                                                                         isolated_home):
+def test_huge_pastes_are_kept_as_workspace_files_and_the_next_turn_works(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     configure(contextWindowTokens=WINDOW)
     make_strict(fake_llm)
-    fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text("read it")
+    fake_llm.responder = lambda req: (
+        save_memory_reply(req) if is_consolidation(req) else Reply.text("read it")
+    )
     inbox = isolated_home / "workspace" / "inbox"
     for size in (100_000, 1_000_000):
         paste = make_text("json", size, size)
@@ -84,10 +95,14 @@ def test_huge_pastes_are_kept_as_workspace_files_and_the_next_turn_works(nanobot
     assert after.returncode == 0 and "read it" in after.stdout, after.stderr
     _assert_inside(fake_llm)
     stored = [m for m in _stored(isolated_home) if m.get("role") == "user"]
-    assert all(len(m["content"]) < 20_000 for m in stored), "the session holds the excerpt, the file the rest"
+    assert all(len(m["content"]) < 20_000 for m in stored), (
+        "the session holds the excerpt, the file the rest"
+    )
 
 
-def test_two_thousand_tool_calls_run_only_up_to_the_cap(nanobot_run, fake_llm, configure, isolated_home):
+def test_two_thousand_tool_calls_run_only_up_to_the_cap(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     configure(contextWindowTokens=WINDOW)
     make_strict(fake_llm)
     calls = [("write_file", {"path": f"out/f{i}.txt", "content": "x"}) for i in range(2000)]
@@ -97,28 +112,40 @@ def test_two_thousand_tool_calls_run_only_up_to_the_cap(nanobot_run, fake_llm, c
     assert len(list((isolated_home / "workspace" / "out").iterdir())) == 32  # the rest never ran
     assert "asked for 2,000 tool calls in one step; ran the first 32" in result.stderr
     _assert_inside(fake_llm)
-    refused = [m for m in _stored(isolated_home) if m.get("role") == "tool" and "not run" in m.get("content", "")]
+    refused = [
+        m
+        for m in _stored(isolated_home)
+        if m.get("role") == "tool" and "not run" in m.get("content", "")
+    ]
     assert len(refused) == 1968
 
 
-def test_a_long_message_echoed_in_tool_arguments_is_cut_for_the_request_only(nanobot_run, fake_llm, configure,
-                                                                            isolated_home):
+def test_a_long_message_echoed_in_tool_arguments_is_cut_for_the_request_only(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     configure(contextWindowTokens=WINDOW)
     make_strict(fake_llm)
     message = "please save this text: " + make_text("prose", 13_500)  # just under half the budget
-    fake_llm.script(Reply.tool_calls([("write_file", {"path": "saved.txt", "content": message})]),
-                    Reply.text("saved"))
+    fake_llm.script(
+        Reply.tool_calls([("write_file", {"path": "saved.txt", "content": message})]),
+        Reply.text("saved"),
+    )
     result = nanobot_run("agent", "-m", message)
     assert result.returncode == 0 and "saved" in result.stdout, result.stderr
     _assert_inside(fake_llm)
-    assert (isolated_home / "workspace" / "saved.txt").read_text() == message  # the tool got the whole text
+    assert (
+        isolated_home / "workspace" / "saved.txt"
+    ).read_text() == message  # the tool got the whole text
     assert "characters cut for this request only" in _body_text(_turns(fake_llm)[-1])
     call = next(m for m in _stored(isolated_home) if m.get("tool_calls"))
-    assert json.loads(call["tool_calls"][0]["function"]["arguments"])["content"] == message  # whole on disk
+    assert (
+        json.loads(call["tool_calls"][0]["function"]["arguments"])["content"] == message
+    )  # whole on disk
 
 
-def test_an_oversized_stored_tool_result_counts_at_its_capped_size(nanobot_run, fake_llm, configure,
-                                                                   isolated_home):
+def test_an_oversized_stored_tool_result_counts_at_its_capped_size(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     from budget_helpers import write_session
     from nanobot.session.save_policy import MAX_TOOL_RESULT_CHARS
     from nanobot.session.store import SessionStore
@@ -127,24 +154,46 @@ def test_an_oversized_stored_tool_result_counts_at_its_capped_size(nanobot_run, 
     make_strict(fake_llm, 16_384)
     huge = make_text("prose", 200_000)
     old = [{"role": "user", "content": f"turn {i}: hello"} for i in range(2)]
-    write_session(SessionStore(), "cli:direct", [
-        old[0], {"role": "assistant", "content": "hi"},
-        {"role": "user", "content": "read big.txt"},
-        {"role": "assistant", "content": None, "tool_calls": [tool_call("c1", "read_file", {"path": "big.txt"})]},
-        {"role": "tool", "tool_call_id": "c1", "name": "read_file", "content": huge},  # written by an older version
-        {"role": "assistant", "content": "it is long"},
-    ])
-    fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text("ok")
+    write_session(
+        SessionStore(),
+        "cli:direct",
+        [
+            old[0],
+            {"role": "assistant", "content": "hi"},
+            {"role": "user", "content": "read big.txt"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [tool_call("c1", "read_file", {"path": "big.txt"})],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "c1",
+                "name": "read_file",
+                "content": huge,
+            },  # written by an older version
+            {"role": "assistant", "content": "it is long"},
+        ],
+    )
+    fake_llm.responder = lambda req: (
+        save_memory_reply(req) if is_consolidation(req) else Reply.text("ok")
+    )
     result = nanobot_run("agent", "-m", "and now?")
     assert result.returncode == 0, result.stderr
-    assert not [r for r in fake_llm.requests if is_consolidation(r)], "nothing was summarised away for it"
+    assert not [r for r in fake_llm.requests if is_consolidation(r)], (
+        "nothing was summarised away for it"
+    )
     sent = _body_text(fake_llm.requests[0])
-    assert "turn 0: hello" in sent and f"[truncated: {len(huge) - MAX_TOOL_RESULT_CHARS} more characters]" in sent
+    assert (
+        "turn 0: hello" in sent
+        and f"[truncated: {len(huge) - MAX_TOOL_RESULT_CHARS} more characters]" in sent
+    )
     _assert_inside(fake_llm, 16_384)
 
 
-def test_the_fallback_estimator_keeps_dense_tool_output_inside_the_window(nanobot_run, fake_llm, configure,
-                                                                          isolated_home):
+def test_the_fallback_estimator_keeps_dense_tool_output_inside_the_window(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     # counting bytes, the fixed prompt alone is ~10k "tokens": the fallback needs a larger window than 8k
     window = 32_768
     configure(contextWindowTokens=window)
@@ -153,31 +202,45 @@ def test_the_fallback_estimator_keeps_dense_tool_output_inside_the_window(nanobo
     workspace.mkdir(parents=True, exist_ok=True)
     for name, kind in (("dump.hex", "hex"), ("rows.jsonl", "json"), ("notes.txt", "cjk")):
         (workspace / name).write_text(make_text(kind, 60_000))
-    fake_llm.script(Reply.tool_calls([("read_file", {"path": n}) for n in ("dump.hex", "rows.jsonl", "notes.txt")]),
-                    Reply.text("all read"))
+    fake_llm.script(
+        Reply.tool_calls(
+            [("read_file", {"path": n}) for n in ("dump.hex", "rows.jsonl", "notes.txt")]
+        ),
+        Reply.text("all read"),
+    )
     fake_llm.responder = save_memory_reply
-    result = nanobot_run("agent", "-m", "read the three files", env={"NANOBOT_TOKENIZER": "fallback"})
+    result = nanobot_run(
+        "agent", "-m", "read the three files", env={"NANOBOT_TOKENIZER": "fallback"}
+    )
     assert result.returncode == 0 and "all read" in result.stdout, result.stderr
     status = nanobot_run("status", env={"NANOBOT_TOKENIZER": "fallback"})
     assert "fallback: UTF-8 bytes, an upper bound" in " ".join(status.stdout.split())
     _assert_inside(fake_llm, window)
 
 
-def test_a_pointer_that_cannot_be_right_falls_back_to_what_history_proves(nanobot_run, fake_llm, configure,
-                                                                          isolated_home):
+def test_a_pointer_that_cannot_be_right_falls_back_to_what_history_proves(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     from nanobot.session.store import SessionStore
 
     configure(contextWindowTokens=WINDOW)
     make_strict(fake_llm)
     msgs = []
     for i in range(6):
-        msgs += [{"role": "user", "content": f"question {i}", "timestamp": f"2026-01-05T10:0{i}:00"},
-                 {"role": "assistant", "content": f"answer {i}", "timestamp": f"2026-01-05T10:0{i}:30"}]
+        msgs += [
+            {"role": "user", "content": f"question {i}", "timestamp": f"2026-01-05T10:0{i}:00"},
+            {"role": "assistant", "content": f"answer {i}", "timestamp": f"2026-01-05T10:0{i}:30"},
+        ]
     store = SessionStore()
     store.directory.mkdir(parents=True, exist_ok=True)
     meta = {"_type": "metadata", "key": "cli:direct", "created_at": "2026-01-05T10:00:00"}
-    lines = [dict(meta, last_consolidated=0), *msgs[:4], dict(meta, last_consolidated=4), *msgs[4:],
-             dict(meta, last_consolidated=True)]  # a bool: the file was edited by hand or a buggy tool
+    lines = [
+        dict(meta, last_consolidated=0),
+        *msgs[:4],
+        dict(meta, last_consolidated=4),
+        *msgs[4:],
+        dict(meta, last_consolidated=True),
+    ]  # a bool: the file was edited by hand or a buggy tool
     store.path_for("cli:direct").write_text("".join(json.dumps(x) + "\n" for x in lines))
     memory = isolated_home / "workspace" / "memory"
     memory.mkdir(parents=True)
@@ -188,31 +251,45 @@ def test_a_pointer_that_cannot_be_right_falls_back_to_what_history_proves(nanobo
     assert len(re.findall("consolidation pointer", result.stderr)) == 1
     sent = _body_text(fake_llm.requests[0])
     assert "question 1" not in sent and all(f"question {i}" in sent for i in (2, 3, 4, 5))
-    assert SessionStore().load("cli:direct").warnings == []  # told once: the proven pointer was recorded
+    assert (
+        SessionStore().load("cli:direct").warnings == []
+    )  # told once: the proven pointer was recorded
     _assert_inside(fake_llm)
 
 
-def test_a_hung_consolidation_call_does_not_hold_the_turn(nanobot_run, fake_llm, configure, isolated_home):
+def test_a_hung_consolidation_call_does_not_hold_the_turn(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     from budget_helpers import write_session
     from nanobot.session.store import SessionStore
 
     # the turn waits 0.2 s for room; the summarising call hangs until its 0.4 s deadline
-    configure(contextWindowTokens=WINDOW, consolidationTimeoutSeconds=0.4, consolidationWaitSeconds=0.2)
+    configure(
+        contextWindowTokens=WINDOW, consolidationTimeoutSeconds=0.4, consolidationWaitSeconds=0.2
+    )
     make_strict(fake_llm)
     history = []
     for i in range(40):
-        history += [{"role": "user", "content": f"turn {i}: " + make_text("prose", 300, i)},
-                    {"role": "assistant", "content": f"answer {i}: " + make_text("prose", 300, i + 1)}]
+        history += [
+            {"role": "user", "content": f"turn {i}: " + make_text("prose", 300, i)},
+            {"role": "assistant", "content": f"answer {i}: " + make_text("prose", 300, i + 1)},
+        ]
     write_session(SessionStore(), "cli:direct", history)
-    fake_llm.responder = lambda req: (Reply.error(500, delay=30) if is_consolidation(req) else Reply.text("here"))
+    fake_llm.responder = lambda req: (
+        Reply.error(500, delay=30) if is_consolidation(req) else Reply.text("here")
+    )
     result = nanobot_run("agent", "-m", "still there?")
     assert result.returncode == 0 and "here" in result.stdout, result.stderr
     consolidation = [r for r in fake_llm.requests if is_consolidation(r)]
     turn = _turns(fake_llm)[0]
-    assert consolidation and turn.t_received < consolidation[0].t_received + 30  # asked before the hang ended
+    assert (
+        consolidation and turn.t_received < consolidation[0].t_received + 30
+    )  # asked before the hang ended
     assert "earlier messages of this conversation are left out of this request" in _body_text(turn)
     assert "took longer than 0.4 s" in result.stderr
-    assert "taking longer than 0.2 s (agents.defaults.consolidationWaitSeconds)" in result.stderr  # went ahead
+    assert (
+        "taking longer than 0.2 s (agents.defaults.consolidationWaitSeconds)" in result.stderr
+    )  # went ahead
     # a timeout is an outage, not a refusal: nothing archived RAW, the pointer stays for the next run
     assert not (isolated_home / "workspace" / "memory" / "HISTORY.md").exists()
     meta = [r for r in _stored(isolated_home) if r.get("_type") == "metadata"]
@@ -226,15 +303,20 @@ def test_status_and_the_next_request_agree(nanobot_run, fake_llm, configure, iso
     make_strict(fake_llm)
     memory = isolated_home / "workspace" / "memory"
     memory.mkdir(parents=True)
-    (memory / "MEMORY.md").write_text("# Memory\n\n" + "".join(f"- fact {i}: {make_text('prose', 60, i)}\n"
-                                                                for i in range(40)))
+    (memory / "MEMORY.md").write_text(
+        "# Memory\n\n" + "".join(f"- fact {i}: {make_text('prose', 60, i)}\n" for i in range(40))
+    )
     status = nanobot_run("status")
     assert status.returncode == 0, status.stderr
     out = " ".join(status.stdout.split())
     assert "reply room 2,048 tokens" in out
-    estimate, budget = (int(x.replace(",", "")) for x in re.search(r"~([\d,]+) / ([\d,]+) tokens", out).groups())
+    estimate, budget = (
+        int(x.replace(",", "")) for x in re.search(r"~([\d,]+) / ([\d,]+) tokens", out).groups()
+    )
     assert budget == WINDOW - 2048
-    assert "warning" in out and "the fixed prompt" in out  # with MEMORY.md it is more than half the budget
+    assert (
+        "warning" in out and "the fixed prompt" in out
+    )  # with MEMORY.md it is more than half the budget
     fake_llm.script(Reply.text("hi"))
     turn = nanobot_run("agent", "-m", "Can you look at the file we talked about earlier?")
     assert turn.returncode == 0, turn.stderr

@@ -24,16 +24,37 @@ from nanobot.tokens import default_counter
 
 from scripted_llm import ScriptedLLM
 
-PIECES = list("ab \n\t.,:;{}[]\"'!?-_/\\0123456789") + ["é", "日本", "😀", "  ", "\n\n", "ing", " the", "http://x.y/z"]
+PIECES = list("ab \n\t.,:;{}[]\"'!?-_/\\0123456789") + [
+    "é",
+    "日本",
+    "😀",
+    "  ",
+    "\n\n",
+    "ing",
+    " the",
+    "http://x.y/z",
+]
 text = st.lists(st.sampled_from(PIECES), max_size=30).map("".join)
 words = text.filter(lambda t: t.strip() != "")
 # parts as the product stores them (a runtime-context block beside the user's text) and odder ones
-content = st.one_of(words, st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": text.filter(bool)}),
-                                     min_size=1, max_size=4).filter(lambda ps: any(p["text"].strip() for p in ps)))
-arguments = st.tuples(st.dictionaries(st.sampled_from(["path", "text", "n"]), text, max_size=3),
-                      st.sampled_from([(",", ":"), (", ", ": ")])).map(lambda a: json.dumps(a[0], separators=a[1]))
+content = st.one_of(
+    words,
+    st.lists(
+        st.fixed_dictionaries({"type": st.just("text"), "text": text.filter(bool)}),
+        min_size=1,
+        max_size=4,
+    ).filter(lambda ps: any(p["text"].strip() for p in ps)),
+)
+arguments = st.tuples(
+    st.dictionaries(st.sampled_from(["path", "text", "n"]), text, max_size=3),
+    st.sampled_from([(",", ":"), (", ", ": ")]),
+).map(lambda a: json.dumps(a[0], separators=a[1]))
 turn = st.tuples(content, st.lists(arguments, max_size=3), st.lists(text, max_size=3), words)
-tools = st.lists(st.tuples(st.sampled_from(["read_file", "exec", "web_fetch"]), text), max_size=2, unique_by=lambda t: t[0])
+tools = st.lists(
+    st.tuples(st.sampled_from(["read_file", "exec", "web_fetch"]), text),
+    max_size=2,
+    unique_by=lambda t: t[0],
+)
 
 
 def _request(turns: list, final: object) -> list[dict]:
@@ -42,20 +63,46 @@ def _request(turns: list, final: object) -> list[dict]:
         msgs.append({"role": "user", "content": user})
         if calls:
             ids = [f"call_{n}_{k}" for k in range(len(calls))]
-            msgs.append({"role": "assistant", "content": None, "tool_calls": [
-                {"id": i, "type": "function", "function": {"name": "read_file", "arguments": a}}
-                for i, a in zip(ids, calls, strict=True)]})
-            msgs += [{"role": "tool", "tool_call_id": i, "name": "read_file",
-                      "content": (results[k] if k < len(results) else "") or "ok"} for k, i in enumerate(ids)]
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": i,
+                            "type": "function",
+                            "function": {"name": "read_file", "arguments": a},
+                        }
+                        for i, a in zip(ids, calls, strict=True)
+                    ],
+                }
+            )
+            msgs += [
+                {
+                    "role": "tool",
+                    "tool_call_id": i,
+                    "name": "read_file",
+                    "content": (results[k] if k < len(results) else "") or "ok",
+                }
+                for k, i in enumerate(ids)
+            ]
         msgs.append({"role": "assistant", "content": answer})
     msgs.append({"role": "user", "content": final})
     return msgs
 
 
 def _schemas(spec: list) -> list[dict]:
-    return [{"type": "function", "function": {"name": name, "description": doc or "a tool",
-                                              "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}
-            for name, doc in spec]
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": doc or "a tool",
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+            },
+        }
+        for name, doc in spec
+    ]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
@@ -82,13 +129,27 @@ def test_our_count_is_never_below_the_providers(turns, final, tool_spec):
     assert len(counted) == 2 and max(counted) <= ours, (counted, ours)
 
 
-parts = st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": text.filter(bool)}), min_size=2, max_size=4)
-call = st.fixed_dictionaries({"id": words, "type": st.just("function"),
-                              "function": st.fixed_dictionaries({"name": words, "arguments": arguments})})
+parts = st.lists(
+    st.fixed_dictionaries({"type": st.just("text"), "text": text.filter(bool)}),
+    min_size=2,
+    max_size=4,
+)
+call = st.fixed_dictionaries(
+    {
+        "id": words,
+        "type": st.just("function"),
+        "function": st.fixed_dictionaries({"name": words, "arguments": arguments}),
+    }
+)
 message = st.one_of(
     st.fixed_dictionaries({"role": st.just("user"), "content": st.one_of(text, parts)}),
-    st.fixed_dictionaries({"role": st.just("assistant"), "content": st.one_of(text, parts),
-                           "tool_calls": st.lists(call, max_size=3)}),
+    st.fixed_dictionaries(
+        {
+            "role": st.just("assistant"),
+            "content": st.one_of(text, parts),
+            "tool_calls": st.lists(call, max_size=3),
+        }
+    ),
     st.fixed_dictionaries({"role": st.just("tool"), "tool_call_id": words, "content": text}),
 )
 
@@ -104,25 +165,53 @@ def test_each_message_counts_at_least_what_the_provider_counts_of_it(msg):
 # what the first tests' strategies never made: arguments with nested values and many keys, written
 # compact (as OpenAI-style models write them; the Anthropic adapter re-sends them parsed, so spaced),
 # blank tool results (sent as "(no output)") and signed thinking blocks replayed to Anthropic
-value = st.recursive(st.one_of(text, st.integers(-5, 500), st.booleans(), st.none()),
-                     lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                             st.dictionaries(st.sampled_from(["a", "path", "k"]), inner, max_size=3)),
-                     max_leaves=6)
+value = st.recursive(
+    st.one_of(text, st.integers(-5, 500), st.booleans(), st.none()),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.sampled_from(["a", "path", "k"]), inner, max_size=3),
+    ),
+    max_leaves=6,
+)
 rich_arguments = st.tuples(
-    st.dictionaries(st.sampled_from(["path", "text", "n", "offset", "limit", "pattern"]), value, max_size=6),
-    st.sampled_from([(",", ":"), (", ", ": ")])).map(lambda a: json.dumps(a[0], separators=a[1], ensure_ascii=False))
-rich_call = st.fixed_dictionaries({"id": st.sampled_from(["call_1", "call.2", "toolu_3"]), "type": st.just("function"),
-                                   "function": st.fixed_dictionaries({"name": st.sampled_from(["read_file", "exec"]),
-                                                                      "arguments": rich_arguments})})
-thinking = st.fixed_dictionaries({"type": st.just("thinking"), "thinking": words, "signature": words})
+    st.dictionaries(
+        st.sampled_from(["path", "text", "n", "offset", "limit", "pattern"]), value, max_size=6
+    ),
+    st.sampled_from([(",", ":"), (", ", ": ")]),
+).map(lambda a: json.dumps(a[0], separators=a[1], ensure_ascii=False))
+rich_call = st.fixed_dictionaries(
+    {
+        "id": st.sampled_from(["call_1", "call.2", "toolu_3"]),
+        "type": st.just("function"),
+        "function": st.fixed_dictionaries(
+            {"name": st.sampled_from(["read_file", "exec"]), "arguments": rich_arguments}
+        ),
+    }
+)
+thinking = st.fixed_dictionaries(
+    {"type": st.just("thinking"), "thinking": words, "signature": words}
+)
 rich_message = st.one_of(
     st.fixed_dictionaries({"role": st.just("user"), "content": content}),
-    st.fixed_dictionaries({"role": st.just("assistant"), "content": st.one_of(st.none(), text),
-                           "tool_calls": st.lists(rich_call, min_size=1, max_size=3)},
-                          optional={"thinking_blocks": st.lists(thinking, min_size=1, max_size=2),
-                                    "reasoning_content": words}),
-    st.fixed_dictionaries({"role": st.just("tool"), "tool_call_id": st.sampled_from(["call_1", "toolu_3"]),
-                           "name": st.just("read_file"), "content": st.one_of(st.just(""), st.just("  "), text)}),
+    st.fixed_dictionaries(
+        {
+            "role": st.just("assistant"),
+            "content": st.one_of(st.none(), text),
+            "tool_calls": st.lists(rich_call, min_size=1, max_size=3),
+        },
+        optional={
+            "thinking_blocks": st.lists(thinking, min_size=1, max_size=2),
+            "reasoning_content": words,
+        },
+    ),
+    st.fixed_dictionaries(
+        {
+            "role": st.just("tool"),
+            "tool_call_id": st.sampled_from(["call_1", "toolu_3"]),
+            "name": st.just("read_file"),
+            "content": st.one_of(st.just(""), st.just("  "), text),
+        }
+    ),
 )
 
 

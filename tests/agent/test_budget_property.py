@@ -28,17 +28,24 @@ from nanobot.fakellm import Reply
 from nanobot.messages import tool_call
 
 KINDS = st.sampled_from(["prose", "hex", "cjk", "json"])
-stored_turn = st.fixed_dictionaries({
-    "user": st.sampled_from([5, 300, 3000]),
-    "calls": st.sampled_from([0, 1, 3, 40]),
-    "args": st.sampled_from([10, 2000, 30_000]),
-    "result": st.sampled_from([50, 5000, 20_000, 60_000]),
-    "answer": st.sampled_from([0, 200, 16_000]),
-    "kind": KINDS,
-})
+stored_turn = st.fixed_dictionaries(
+    {
+        "user": st.sampled_from([5, 300, 3000]),
+        "calls": st.sampled_from([0, 1, 3, 40]),
+        "args": st.sampled_from([10, 2000, 30_000]),
+        "result": st.sampled_from([50, 5000, 20_000, 60_000]),
+        "answer": st.sampled_from([0, 200, 16_000]),
+        "kind": KINDS,
+    }
+)
 step = st.one_of(
-    st.tuples(st.just("calls"), st.sampled_from([1, 2, 45]), st.sampled_from([0, 5000, 40_000]),
-              st.sampled_from([0, 3000, 80_000]), KINDS),
+    st.tuples(
+        st.just("calls"),
+        st.sampled_from([1, 2, 45]),
+        st.sampled_from([0, 5000, 40_000]),
+        st.sampled_from([0, 3000, 80_000]),
+        KINDS,
+    ),
     st.tuples(st.just("text"), st.sampled_from([20, 3000, 16_000]), st.just(0), st.just(0), KINDS),
 )
 _keys = itertools.count()
@@ -51,10 +58,22 @@ def _stored(turns: list[dict]) -> list[dict]:
         if t["calls"]:
             ids = [f"s{n}_{k}" for k in range(t["calls"])]
             args = {"text": make_text(t["kind"], t["args"], n + 1)}
-            msgs.append({"role": "assistant", "content": None,
-                         "tool_calls": [tool_call(i, "echo", args) for i in ids]})
-            msgs += [{"role": "tool", "tool_call_id": i, "name": "echo",
-                      "content": make_text(t["kind"], t["result"], n + 2)} for i in ids]
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [tool_call(i, "echo", args) for i in ids],
+                }
+            )
+            msgs += [
+                {
+                    "role": "tool",
+                    "tool_call_id": i,
+                    "name": "echo",
+                    "content": make_text(t["kind"], t["result"], n + 2),
+                }
+                for i in ids
+            ]
         if t["answer"]:
             msgs.append({"role": "assistant", "content": make_text("prose", t["answer"], n + 3)})
     return msgs
@@ -87,12 +106,26 @@ PROPERTY_WINDOW = 12_288
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
 # no shrinking: one example runs real SDK turns, and shrinking a failure would take minutes
-@settings(max_examples=12, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
-@given(turns=st.lists(stored_turn, max_size=5), pointer=st.sampled_from(["ok", -3, 10**6, True, "2", None]),
-       message=st.tuples(KINDS, st.sampled_from([10, 2000, 20_000, 150_000])), plan=st.lists(step, max_size=3))
-def test_every_request_fits_the_window_and_is_valid(protocol, configure, fake_llm, turns, pointer, message, plan):
+@settings(
+    max_examples=12,
+    deadline=None,
+    derandomize=True,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
+@given(
+    turns=st.lists(stored_turn, max_size=5),
+    pointer=st.sampled_from(["ok", -3, 10**6, True, "2", None]),
+    message=st.tuples(KINDS, st.sampled_from([10, 2000, 20_000, 150_000])),
+    plan=st.lists(step, max_size=3),
+)
+def test_every_request_fits_the_window_and_is_valid(
+    protocol, configure, fake_llm, turns, pointer, message, plan
+):
     from nanobot.app import open_assistant, tool_context
     from nanobot.config import load_config
     from nanobot.session.store import SessionStore

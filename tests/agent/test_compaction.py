@@ -32,7 +32,9 @@ def _markers(history: str) -> list[str]:
 
 
 @pytest.mark.parametrize("kind", sorted(OUTAGES))
-def test_an_outage_archives_nothing_raw_and_the_next_consolidation_does_the_work(tmp_path, scripted_llm, kind):
+def test_an_outage_archives_nothing_raw_and_the_next_consolidation_does_the_work(
+    tmp_path, scripted_llm, kind
+):
     env = Env(tmp_path, scripted_llm)
     env.add_turns(12)
     scripted_llm.responder = lambda req: OUTAGES[kind]()
@@ -87,7 +89,9 @@ def test_new_after_a_failed_chunk_archives_the_rest_raw_without_more_calls(tmp_p
         report = env.run(lambda: env.cons.archive_all(env.session, emit=env.notices.append))
         assert len(server.requests) == 3
         assert env.session.last_consolidated == len(env.session.messages)  # /new may clear now
-        assert env.history().count("RAW archive") == 2  # the chunk that failed, then the rest in one entry
+        assert (
+            env.history().count("RAW archive") == 2
+        )  # the chunk that failed, then the rest in one entry
         env.assert_nothing_lost()
         assert report.messages == len(env.session.messages)
 
@@ -116,13 +120,40 @@ def test_a_turn_too_big_for_any_rendering_is_summarised_from_a_cut_excerpt(tmp_p
     # one turn of 120 tool calls: even at the tightest rendering its transcript is bigger than the window
     with ScriptedLLM(context_window=2500) as server:
         env = Env(tmp_path, server, window=2500, reply=400)
-        turn = [{"role": "user", "content": "turn 0: check every host", "timestamp": "2026-01-05T10:00:00"}]
+        turn = [
+            {
+                "role": "user",
+                "content": "turn 0: check every host",
+                "timestamp": "2026-01-05T10:00:00",
+            }
+        ]
         for i in range(120):
-            turn += [{"role": "assistant", "content": None, "timestamp": "2026-01-05T10:00:00",
-                      "tool_calls": [tool_call(f"h{i}", "exec", {"command": f"ping -c1 host{i}.example " + "x" * 150})]},
-                     {"role": "tool", "tool_call_id": f"h{i}", "name": "exec", "content": f"host{i} up",
-                      "timestamp": "2026-01-05T10:00:00"}]
-        turn.append({"role": "assistant", "content": "answer 0: all hosts up", "timestamp": "2026-01-05T10:01:00"})
+            turn += [
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "timestamp": "2026-01-05T10:00:00",
+                    "tool_calls": [
+                        tool_call(
+                            f"h{i}", "exec", {"command": f"ping -c1 host{i}.example " + "x" * 150}
+                        )
+                    ],
+                },
+                {
+                    "role": "tool",
+                    "tool_call_id": f"h{i}",
+                    "name": "exec",
+                    "content": f"host{i} up",
+                    "timestamp": "2026-01-05T10:00:00",
+                },
+            ]
+        turn.append(
+            {
+                "role": "assistant",
+                "content": "answer 0: all hosts up",
+                "timestamp": "2026-01-05T10:01:00",
+            }
+        )
         env.store.append(env.session, turn)
         env.add_turns(1, start=1)
         server.responder = _echo_responder
@@ -133,8 +164,12 @@ def test_a_turn_too_big_for_any_rendering_is_summarised_from_a_cut_excerpt(tmp_p
         assert env.session.last_consolidated == len(turn)
 
 
-def test_memory_too_big_for_the_reply_postpones_with_one_clear_message_and_no_call(tmp_path, scripted_llm):
-    big = "# Memory\n\n" + "".join(f"- fact {i}: the user likes blue tea number {i} a lot.\n" for i in range(60))
+def test_memory_too_big_for_the_reply_postpones_with_one_clear_message_and_no_call(
+    tmp_path, scripted_llm
+):
+    big = "# Memory\n\n" + "".join(
+        f"- fact {i}: the user likes blue tea number {i} a lot.\n" for i in range(60)
+    )
     env = Env(tmp_path, scripted_llm, window=6000, reply=500, memory=big)
     env.add_turns(24)
     scripted_llm.responder = lambda req: _save()
@@ -160,7 +195,9 @@ def test_consolidation_starts_at_the_setting_below_a_huge_window(tmp_path, scrip
 def test_the_default_start_is_well_below_a_1m_window_and_changes_nothing_at_64k():
     default = AgentDefaults.consolidate_above_tokens
     huge = ContextBudget(window=1_000_000, max_tokens=8192, consolidate_above=default)
-    usual = ContextBudget(window=AgentDefaults.context_window_tokens, max_tokens=8192, consolidate_above=default)
+    usual = ContextBudget(
+        window=AgentDefaults.context_window_tokens, max_tokens=8192, consolidate_above=default
+    )
     assert huge.consolidate_at == default == 100_000 and huge.budget > 900_000
     assert usual.consolidate_at == usual.budget  # the default window's budget is below it
     assert ContextBudget(window=1_000_000, max_tokens=8192).consolidate_at == huge.budget  # 0: off

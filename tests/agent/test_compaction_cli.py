@@ -43,14 +43,18 @@ run()
 def _long_session(turns: int = 40) -> None:
     history = []
     for i in range(turns):
-        history += [{"role": "user", "content": f"turn {i}: " + make_text("prose", 300, i)},
-                    {"role": "assistant", "content": f"answer {i}: " + make_text("prose", 300, i + 1)}]
+        history += [
+            {"role": "user", "content": f"turn {i}: " + make_text("prose", 300, i)},
+            {"role": "assistant", "content": f"answer {i}: " + make_text("prose", 300, i + 1)},
+        ]
     write_session(SessionStore(), "cli:direct", history)
 
 
 def _pointer(home) -> int:
     path = next((home / "sessions").glob("*.jsonl"))
-    meta = [r for r in map(json.loads, path.read_text().splitlines()) if r.get("_type") == "metadata"]
+    meta = [
+        r for r in map(json.loads, path.read_text().splitlines()) if r.get("_type") == "metadata"
+    ]
     return int(meta[-1]["last_consolidated"])
 
 
@@ -66,59 +70,88 @@ OUTAGES = {
 
 
 @pytest.mark.parametrize("kind", sorted(OUTAGES))
-def test_one_shot_exits_soon_after_the_answer_and_the_next_run_consolidates(nanobot_cmd, nanobot_forkserver, fake_llm, configure,
-                                                                           isolated_home, kind):
-    configure(contextWindowTokens=WINDOW, consolidationWaitSeconds=0.2, consolidationExitWaitSeconds=1)
+def test_one_shot_exits_soon_after_the_answer_and_the_next_run_consolidates(
+    nanobot_cmd, nanobot_forkserver, fake_llm, configure, isolated_home, kind
+):
+    configure(
+        contextWindowTokens=WINDOW, consolidationWaitSeconds=0.2, consolidationExitWaitSeconds=1
+    )
     make_strict(fake_llm)
     _long_session()
-    fake_llm.responder = lambda req: OUTAGES[kind]() if is_consolidation(req) else Reply.text("here you go")
+    fake_llm.responder = lambda req: (
+        OUTAGES[kind]() if is_consolidation(req) else Reply.text("here you go")
+    )
     started = time.monotonic()
-    result = nanobot_forkserver.run([*nanobot_cmd, "agent", "-m", "still there?"], text=True,
-                            timeout=120)
+    result = nanobot_forkserver.run(
+        [*nanobot_cmd, "agent", "-m", "still there?"], text=True, timeout=120
+    )
     took = time.monotonic() - started
     assert result.returncode == 0 and "here you go" in result.stdout, result.stderr
-    assert took < 60, f"exited {took:.1f} s after start"  # liveness only; scripts/bench_compaction.py measures
+    assert took < 60, (
+        f"exited {took:.1f} s after start"
+    )  # liveness only; scripts/bench_compaction.py measures
     assert "did not finish within 1 s" in result.stderr
-    assert "RAW" not in _history(isolated_home) and _pointer(isolated_home) == 0  # an outage archives nothing
+    assert (
+        "RAW" not in _history(isolated_home) and _pointer(isolated_home) == 0
+    )  # an outage archives nothing
     assert any(is_consolidation(r) for r in fake_llm.requests)
     # the provider is back: the next run does what was left
-    fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text("hello again")
-    again = nanobot_forkserver.run([*nanobot_cmd, "agent", "-m", "and now?"], text=True, timeout=120)
+    fake_llm.responder = lambda req: (
+        save_memory_reply(req) if is_consolidation(req) else Reply.text("hello again")
+    )
+    again = nanobot_forkserver.run(
+        [*nanobot_cmd, "agent", "-m", "and now?"], text=True, timeout=120
+    )
     assert again.returncode == 0 and "hello again" in again.stdout, again.stderr
     assert _pointer(isolated_home) > 0
     history = _history(isolated_home)
     assert "Talked about logs." in history and "RAW" not in history
 
 
-def test_a_kill_between_the_history_entry_and_the_pointer_writes_no_second_entry(nanobot_cmd, nanobot_forkserver, fake_llm, configure,
-                                                                                 isolated_home, tmp_path):
-    configure(contextWindowTokens=WINDOW, consolidationWaitSeconds=30)  # the turn waits for the room
+def test_a_kill_between_the_history_entry_and_the_pointer_writes_no_second_entry(
+    nanobot_cmd, nanobot_forkserver, fake_llm, configure, isolated_home, tmp_path
+):
+    configure(
+        contextWindowTokens=WINDOW, consolidationWaitSeconds=30
+    )  # the turn waits for the room
     make_strict(fake_llm)
     _long_session()
-    fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text("fine")
+    fake_llm.responder = lambda req: (
+        save_memory_reply(req) if is_consolidation(req) else Reply.text("fine")
+    )
     script = tmp_path / "killed_at_pointer.py"
     script.write_text(_KILLED_AT_POINTER)
-    killed = nanobot_forkserver.run([sys.executable, str(script), "agent", "-m", "hello"], text=True, timeout=120)
+    killed = nanobot_forkserver.run(
+        [sys.executable, str(script), "agent", "-m", "hello"], text=True, timeout=120
+    )
     assert killed.returncode == -9, killed.stderr
     first = _history(isolated_home)
-    assert first.count("Talked about logs.") == 1 and _pointer(isolated_home) == 0  # the very moment
+    assert (
+        first.count("Talked about logs.") == 1 and _pointer(isolated_home) == 0
+    )  # the very moment
     (marker,) = re.findall(r"<!-- nanobot chunk \w+ \+(\d+) -->", first)
     asked = len(fake_llm.requests)
-    result = nanobot_forkserver.run([*nanobot_cmd, "agent", "-m", "hello again"], text=True,
-                            timeout=120)
+    result = nanobot_forkserver.run(
+        [*nanobot_cmd, "agent", "-m", "hello again"], text=True, timeout=120
+    )
     assert result.returncode == 0 and "fine" in result.stdout, result.stderr
     history = _history(isolated_home)
     markers = re.findall(r"<!-- nanobot chunk (\w+) \+\d+ -->", history)
-    assert len(markers) == len(set(markers)) == history.count("Talked about logs.")  # no entry twice
+    assert (
+        len(markers) == len(set(markers)) == history.count("Talked about logs.")
+    )  # no entry twice
     assert _pointer(isolated_home) >= int(marker)
     later = [r for r in fake_llm.requests[asked:] if is_consolidation(r)]
-    assert all("turn 0:" not in json.dumps(r.messages) for r in later)  # the recorded chunk was not asked again
+    assert all(
+        "turn 0:" not in json.dumps(r.messages) for r in later
+    )  # the recorded chunk was not asked again
     fake_llm.assert_all_valid()
     assert os.environ.get("NANOBOT_HOME")  # the child ran in the test's home, not the real one
 
 
-def test_the_providers_count_is_remembered_so_the_next_one_shot_does_not_overflow(nanobot_cmd, nanobot_forkserver, fake_llm, configure,
-                                                                                  isolated_home):
+def test_the_providers_count_is_remembered_so_the_next_one_shot_does_not_overflow(
+    nanobot_cmd, nanobot_forkserver, fake_llm, configure, isolated_home
+):
     from budget_helpers import exact_encode
     from nanobot.fakellm.rules import count_prompt_tokens
 
@@ -126,17 +159,29 @@ def test_the_providers_count_is_remembered_so_the_next_one_shot_does_not_overflo
     configure(contextWindowTokens=window)
     make_strict(fake_llm, window)
     encode = exact_encode()
-    fake_llm.prompt_counter = lambda prompt: int(count_prompt_tokens(prompt, encode) * 1.6)  # counts 1.6x ours
-    _long_session(turns=48)  # ~9,500 tokens by our count: fits 12,288, but not at 1.6x with the reply's 4,096
-    fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text("ok then")
+    fake_llm.prompt_counter = lambda prompt: int(
+        count_prompt_tokens(prompt, encode) * 1.6
+    )  # counts 1.6x ours
+    _long_session(
+        turns=48
+    )  # ~9,500 tokens by our count: fits 12,288, but not at 1.6x with the reply's 4,096
+    fake_llm.responder = lambda req: (
+        save_memory_reply(req) if is_consolidation(req) else Reply.text("ok then")
+    )
 
     def run(text: str) -> list:
         before = len(fake_llm.requests)
         result = nanobot_forkserver.run([*nanobot_cmd, "agent", "-m", text], text=True, timeout=120)
         assert result.returncode == 0 and "ok then" in result.stdout, result.stderr
-        return [r for r in fake_llm.requests[before:] if r.estimated_tokens + r.body["max_tokens"] > window]
+        return [
+            r
+            for r in fake_llm.requests[before:]
+            if r.estimated_tokens + r.body["max_tokens"] > window
+        ]
 
-    assert len(run("first question")) == 1  # learned the hard way: rejected once, refitted, answered
+    assert (
+        len(run("first question")) == 1
+    )  # learned the hard way: rejected once, refitted, answered
     kept = isolated_home / "calibration.json"
     assert (kept.stat().st_mode & 0o777) == 0o600
     assert max(json.loads(kept.read_text())["custom/test-model"]) >= 1.5

@@ -35,21 +35,42 @@ def _filler(i: int, words: int = 60) -> str:
 
 def _turn(i: int, *, tool: bool = False, minute: int | None = None) -> list[dict]:
     stamp = f"2026-01-05T10:{(minute if minute is not None else i) % 60:02d}:00"
-    msgs = [{"role": "user", "content": f"turn {i}: fact{i} is blue. {_filler(i)}", "timestamp": stamp}]
+    msgs = [
+        {"role": "user", "content": f"turn {i}: fact{i} is blue. {_filler(i)}", "timestamp": stamp}
+    ]
     if tool:
         msgs += [
-            {"role": "assistant", "content": None, "timestamp": stamp,
-             "tool_calls": [tool_call(f"c{i}", "read_file", {"path": f"notes{i}.md"})]},
-            {"role": "tool", "tool_call_id": f"c{i}", "name": "read_file", "content": _filler(i + 1),
-             "timestamp": stamp},
+            {
+                "role": "assistant",
+                "content": None,
+                "timestamp": stamp,
+                "tool_calls": [tool_call(f"c{i}", "read_file", {"path": f"notes{i}.md"})],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": f"c{i}",
+                "name": "read_file",
+                "content": _filler(i + 1),
+                "timestamp": stamp,
+            },
         ]
-    msgs.append({"role": "assistant", "content": f"answer {i}. {_filler(i + 2)}", "timestamp": stamp})
+    msgs.append(
+        {"role": "assistant", "content": f"answer {i}. {_filler(i + 2)}", "timestamp": stamp}
+    )
     return msgs
 
 
 class Env:
-    def __init__(self, tmp_path, server: FakeLLMServer, *, window: int = 3000, reply: int = 500,
-                 counter: TokenCounter | None = None, memory: str = MEMORY) -> None:
+    def __init__(
+        self,
+        tmp_path,
+        server: FakeLLMServer,
+        *,
+        window: int = 3000,
+        reply: int = 500,
+        counter: TokenCounter | None = None,
+        memory: str = MEMORY,
+    ) -> None:
         self.server = server
         self.store = SessionStore(tmp_path / "sessions")
         self.session = self.store.open("cli:test")
@@ -57,9 +78,13 @@ class Env:
         if memory:
             self.memory.write_memory(memory, reason="test setup")
         inner = server.provider("openai")  # the real adapter and SDK, answered in process
-        self.provider = RetryingProvider(inner, RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0))
+        self.provider = RetryingProvider(
+            inner, RetryPolicy(attempts=3, base_delay=0.0, max_delay=0.0)
+        )
         self.notices: list[Notice] = []
-        self.budget = ContextBudget(window=window, max_tokens=reply, counter=counter or default_counter())
+        self.budget = ContextBudget(
+            window=window, max_tokens=reply, counter=counter or default_counter()
+        )
         self.cons = Consolidator(self.provider, self.memory, self.store, self.budget)
 
     def add_turns(self, n: int, *, start: int = 0, tool: bool = False) -> None:
@@ -72,11 +97,13 @@ class Env:
                 return await (coro_fn or self.maybe)()
             finally:
                 await self.provider.aclose()
+
         return asyncio.run(go())
 
     def maybe(self):
-        return self.cons.maybe_consolidate_by_tokens(self.session, system_prompt=SYSTEM, tool_schemas=None,
-                                                     emit=self.notices.append)
+        return self.cons.maybe_consolidate_by_tokens(
+            self.session, system_prompt=SYSTEM, tool_schemas=None, emit=self.notices.append
+        )
 
     def history(self) -> str:
         return self.memory.history_file.read_text() if self.memory.history_file.exists() else ""
@@ -85,23 +112,38 @@ class Env:
         """Every user/assistant text is still unconsolidated or findable in HISTORY.md."""
         history = self.history()
         for i, msg in enumerate(self.session.messages):
-            if i >= self.session.last_consolidated or msg["role"] == "tool" or not msg.get("content"):
+            if (
+                i >= self.session.last_consolidated
+                or msg["role"] == "tool"
+                or not msg.get("content")
+            ):
                 continue
             fact = re.match(r"(turn|answer) (\d+)", msg.get("content") or "")
-            assert fact and f"{fact.group(1)} {fact.group(2)}" in history, f"message {i} lost: {msg}"
+            assert fact and f"{fact.group(1)} {fact.group(2)}" in history, (
+                f"message {i} lost: {msg}"
+            )
 
 
-def _save(history: str = "[2026-01-05 10:00] Ana talked about fact0 and fact1; decided on blue.",
-          memory: str = MEMORY + "- fact0 is blue.\n", **reply) -> Reply:
-    return Reply.tool_calls([("save_memory", {"history_entry": history, "memory_update": memory})], **reply)
+def _save(
+    history: str = "[2026-01-05 10:00] Ana talked about fact0 and fact1; decided on blue.",
+    memory: str = MEMORY + "- fact0 is blue.\n",
+    **reply,
+) -> Reply:
+    return Reply.tool_calls(
+        [("save_memory", {"history_entry": history, "memory_update": memory})], **reply
+    )
 
 
 def _echo_responder(req):
     """Summarise whatever transcript arrives: quote its turn/answer markers so nothing is lost."""
     body = req.messages[-1]["content"]
-    markers = " ".join(sorted(set(re.findall(r"(?:turn|answer) \d+", body)), key=lambda s: int(s.split()[1])))
+    markers = " ".join(
+        sorted(set(re.findall(r"(?:turn|answer) \d+", body)), key=lambda s: int(s.split()[1]))
+    )
     current = body.split("## Current MEMORY.md\n\n")[1].split("\n\n## Conversation excerpt")[0]
-    current = re.sub(r"\n- seen: .*", "", current)  # one "seen" line: MEMORY.md stays inside the reply room
+    current = re.sub(
+        r"\n- seen: .*", "", current
+    )  # one "seen" line: MEMORY.md stays inside the reply room
     return _save(f"Summary: {markers}.", current + "\n- seen: " + markers[:60] + "\n")
 
 
@@ -132,14 +174,20 @@ def test_history_estimate_matches_get_history_and_counts_only_new_messages(tmp_p
     env = Env(tmp_path, scripted_llm, counter=TokenCounter(default_counter()._encode))
     env.add_turns(5, tool=True)
     counter = env.budget.counter
-    assert env.budget.history_tokens(env.session) == counter.count_messages(env.session.get_history())
+    assert env.budget.history_tokens(env.session) == counter.count_messages(
+        env.session.get_history()
+    )
     env.store.set_pointer(env.session, 8)
-    assert env.budget.history_tokens(env.session) == counter.count_messages(env.session.get_history())
+    assert env.budget.history_tokens(env.session) == counter.count_messages(
+        env.session.get_history()
+    )
     misses = counter.misses
     env.store.append(env.session, _turn(99))
     env.budget.history_tokens(env.session)
     assert counter.misses - misses == 2  # just the new user and assistant message
-    assert env.budget.history_tokens(env.session) == counter.count_messages(env.session.get_history())
+    assert env.budget.history_tokens(env.session) == counter.count_messages(
+        env.session.get_history()
+    )
 
 
 def test_under_budget_sends_nothing(tmp_path, scripted_llm):
@@ -174,7 +222,9 @@ def test_consolidation_writes_both_files_then_moves_the_pointer(tmp_path, script
     assert req.tool_choice == {"type": "function", "function": {"name": "save_memory"}}
     assert [t["function"]["name"] for t in req.tools] == ["save_memory"]
     body = req.messages[-1]["content"]
-    assert "Ana lives in Porto" in body and "[2026-01-05 10:00] USER: turn 0: fact0 is blue." in body
+    assert (
+        "Ana lives in Porto" in body and "[2026-01-05 10:00] USER: turn 0: fact0 is blue." in body
+    )
     assert "[2026-01-05 10:00]" in req.messages[0]["content"]  # the stamp the entry must start with
     assert any("compacting" in n.text and n.level == "info" for n in env.notices)
 
@@ -198,7 +248,12 @@ def test_pointer_moves_only_after_memory_and_history_are_on_disk(tmp_path, scrip
 def test_arguments_as_a_one_element_list_are_accepted(tmp_path, scripted_llm):
     env = Env(tmp_path, scripted_llm)
     env.add_turns(12)
-    args = [{"history_entry": "[2026-01-05 10:00] listed entry", "memory_update": MEMORY + "- listed.\n"}]
+    args = [
+        {
+            "history_entry": "[2026-01-05 10:00] listed entry",
+            "memory_update": MEMORY + "- listed.\n",
+        }
+    ]
     scripted_llm.responder = lambda req: Reply.tool_calls([("save_memory", json.dumps(args))])
     report = env.run()
     assert report.ran and not report.failures and "listed entry" in env.history()
@@ -210,7 +265,13 @@ def test_parse_save_memory_shapes():
     assert parse_save_memory(json.dumps(good)) == good
     assert parse_save_memory(json.dumps(json.dumps(good))) == good
     assert parse_save_memory([good]) == good
-    for bad in ("{nope", [good, good], {"history_entry": "h"}, {"history_entry": None, "memory_update": "m"}, 7):
+    for bad in (
+        "{nope",
+        [good, good],
+        {"history_entry": "h"},
+        {"history_entry": None, "memory_update": "m"},
+        7,
+    ):
         with pytest.raises(ConsolidationFailure):
             parse_save_memory(bad)
 
@@ -218,7 +279,9 @@ def test_parse_save_memory_shapes():
 def test_forced_tool_choice_rejected_then_auto_works(tmp_path, scripted_llm):
     env = Env(tmp_path, scripted_llm)
     env.add_turns(12)
-    scripted_llm.script(Reply.error(400, message="tool_choice of type 'function' is not supported by this model"))
+    scripted_llm.script(
+        Reply.error(400, message="tool_choice of type 'function' is not supported by this model")
+    )
     scripted_llm.responder = lambda req: _save()
     report = env.run()
     assert report.ran and not report.failures and not report.raw_archived
@@ -229,7 +292,9 @@ def test_forced_tool_choice_rejected_then_auto_works(tmp_path, scripted_llm):
 
 
 def test_held_back_memory_update_still_records_the_chunk(tmp_path, scripted_llm):
-    facts = "# Memory\n\n" + "".join(f"- long standing fact number {i} about Ana.\n" for i in range(8))
+    facts = "# Memory\n\n" + "".join(
+        f"- long standing fact number {i} about Ana.\n" for i in range(8)
+    )
     env = Env(tmp_path, scripted_llm, memory=facts)
     env.add_turns(12)
     scripted_llm.responder = lambda req: _save(memory="# Memory\n\n- only one new fact.\n")
@@ -245,12 +310,19 @@ def test_held_back_memory_update_still_records_the_chunk(tmp_path, scripted_llm)
 
 ADVERSARIAL = {
     "no_tool_call": lambda: Reply.text("I summarised it for you: all good."),
-    "invalid_json": lambda: Reply.tool_calls([("save_memory", '{"history_entry": "[2026-01-05 10:00] x", ')]),
-    "null_fields": lambda: Reply.tool_calls([("save_memory", {"history_entry": None, "memory_update": None})]),
-    "missing_field": lambda: Reply.tool_calls([("save_memory", {"history_entry": "[2026-01-05 10:00] x"})]),
+    "invalid_json": lambda: Reply.tool_calls(
+        [("save_memory", '{"history_entry": "[2026-01-05 10:00] x", ')]
+    ),
+    "null_fields": lambda: Reply.tool_calls(
+        [("save_memory", {"history_entry": None, "memory_update": None})]
+    ),
+    "missing_field": lambda: Reply.tool_calls(
+        [("save_memory", {"history_entry": "[2026-01-05 10:00] x"})]
+    ),
     "empty_memory_update": lambda: _save(memory=""),
-    "finish_reason_length": lambda: dataclasses.replace(_save(memory="# Memory\n\n- The user is"),
-                                                        finish_reason="length"),
+    "finish_reason_length": lambda: dataclasses.replace(
+        _save(memory="# Memory\n\n- The user is"), finish_reason="length"
+    ),
 }
 
 
@@ -263,10 +335,14 @@ def test_adversarial_reply_loses_nothing_and_never_wipes_memory(tmp_path, script
     assert env.memory.read_memory() == MEMORY
     env.assert_nothing_lost()
     assert report.raw_archived and len(report.failures) >= 3
-    assert "RAW archive" in env.history() and re.match(r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\]", env.history())
+    assert "RAW archive" in env.history() and re.match(
+        r"^\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}\]", env.history()
+    )
     assert env.session.messages[env.session.last_consolidated]["role"] == "user"
     assert any(n.level == "warning" and "archived" in n.text for n in env.notices)
-    assert len(scripted_llm.requests) == 3  # three failing calls, then the consolidation stops paying
+    assert (
+        len(scripted_llm.requests) == 3
+    )  # three failing calls, then the consolidation stops paying
     scripted_llm.assert_all_valid()
 
 
@@ -307,11 +383,24 @@ def test_single_huge_turn_is_summarised_with_cut_tool_results(tmp_path):
         env = Env(tmp_path, server, window=2500, reply=400)
         huge = [
             {"role": "user", "content": "turn 0: read the log", "timestamp": "2026-01-05T10:00:00"},
-            {"role": "assistant", "content": None, "tool_calls": [tool_call("h", "read_file", {"path": "log"})],
-             "timestamp": "2026-01-05T10:00:00"},
-            {"role": "tool", "tool_call_id": "h", "name": "read_file", "content": _filler(1, 3000),
-             "timestamp": "2026-01-05T10:00:00"},
-            {"role": "assistant", "content": "answer 0: the log is fine", "timestamp": "2026-01-05T10:01:00"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [tool_call("h", "read_file", {"path": "log"})],
+                "timestamp": "2026-01-05T10:00:00",
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "h",
+                "name": "read_file",
+                "content": _filler(1, 3000),
+                "timestamp": "2026-01-05T10:00:00",
+            },
+            {
+                "role": "assistant",
+                "content": "answer 0: the log is fine",
+                "timestamp": "2026-01-05T10:01:00",
+            },
         ]
         env.store.append(env.session, huge)
         env.add_turns(1, start=1)
@@ -328,7 +417,10 @@ def test_render_transcript_is_readable():
     lines = text.splitlines()
     assert lines[0].startswith("[2026-01-05 10:03] USER: turn 3: fact3 is blue.")
     assert lines[1] == '[2026-01-05 10:03] ASSISTANT called read_file({"path": "notes3.md"})'
-    assert lines[2].startswith("[2026-01-05 10:03] TOOL RESULT (read_file): ") and "characters cut" in lines[2]
+    assert (
+        lines[2].startswith("[2026-01-05 10:03] TOOL RESULT (read_file): ")
+        and "characters cut" in lines[2]
+    )
     assert lines[3].startswith("[2026-01-05 10:03] ASSISTANT: answer 3.")
 
 
@@ -352,13 +444,17 @@ def test_compact_keeps_the_last_exchange_and_archive_all_takes_everything(tmp_pa
     assert env.history().count("Ana talked about fact0") == 2
 
 
-def test_consolidation_still_triggers_with_the_fallback_estimator(tmp_path, scripted_llm, monkeypatch):
+def test_consolidation_still_triggers_with_the_fallback_estimator(
+    tmp_path, scripted_llm, monkeypatch
+):
     monkeypatch.setenv("NANOBOT_TOKENIZER", "fallback")
     counter = default_counter()
     assert not counter.exact
     env = Env(tmp_path, scripted_llm, counter=counter)
     env.add_turns(12)
-    assert env.cons.estimate(env.session, system_prompt=SYSTEM, tool_schemas=None) > env.budget.budget
+    assert (
+        env.cons.estimate(env.session, system_prompt=SYSTEM, tool_schemas=None) > env.budget.budget
+    )
     scripted_llm.responder = lambda req: _save()
     report = env.run()
     assert report.ran and env.session.last_consolidated > 0
@@ -405,10 +501,14 @@ def test_one_consolidation_at_a_time_per_session(tmp_path, scripted_llm):
     assert env.history().count("Ana talked about fact0") == len(first.history_entries)
 
 
-def test_a_refused_forced_tool_choice_is_remembered_by_the_provider_not_the_consolidator(tmp_path, scripted_llm):
+def test_a_refused_forced_tool_choice_is_remembered_by_the_provider_not_the_consolidator(
+    tmp_path, scripted_llm
+):
     env = Env(tmp_path, scripted_llm)
     env.add_turns(12)
-    scripted_llm.script(Reply.error(400, message="tool_choice of type 'function' is not supported by this model"))
+    scripted_llm.script(
+        Reply.error(400, message="tool_choice of type 'function' is not supported by this model")
+    )
     scripted_llm.responder = lambda req: _save()
     seen: list[int] = []
 
@@ -422,7 +522,7 @@ def test_a_refused_forced_tool_choice_is_remembered_by_the_provider_not_the_cons
 
     assert env.run(twice).ran
     assert env.provider.capabilities.forced_tool_choice is False
-    later = [r.tool_choice for r in scripted_llm.requests[seen[0]:]]
+    later = [r.tool_choice for r in scripted_llm.requests[seen[0] :]]
     assert later and all(c == "auto" for c in later)
 
 
@@ -432,5 +532,7 @@ def test_a_400_that_is_not_about_tool_choice_is_not_retried_with_auto(tmp_path, 
     scripted_llm.responder = lambda req: Reply.error(400, message="messages: roles must alternate")
     report = env.run()
     assert report.raw_archived and "RAW archive" in env.history()
-    assert {str(r.tool_choice) for r in scripted_llm.requests} == {str({"type": "function", "function": {"name": "save_memory"}})}
+    assert {str(r.tool_choice) for r in scripted_llm.requests} == {
+        str({"type": "function", "function": {"name": "save_memory"}})
+    }
     assert env.provider.capabilities.forced_tool_choice is True

@@ -34,12 +34,22 @@ def test_the_system_prompt_holds_identity_bootstrap_files_memory_and_skills_in_t
     memory = MemoryStore(ws)
     memory.write_memory("# Memory\n\n- Ana lives in Porto.\n", reason="test")
     prompt = ContextBuilder(ws, memory=memory, skills=_Skills()).system_prompt()
-    order = [prompt.index(s) for s in ("# nanobot", "## AGENTS.md — last written by the user\n\nAnswer in Portuguese.",
-                                       "## SOUL.md — last written by the user\n\nBe warm.",
-                                       "# Memory (MEMORY.md)", "- Ana lives in Porto.", "# Skills")]
+    order = [
+        prompt.index(s)
+        for s in (
+            "# nanobot",
+            "## AGENTS.md — last written by the user\n\nAnswer in Portuguese.",
+            "## SOUL.md — last written by the user\n\nBe warm.",
+            "# Memory (MEMORY.md)",
+            "- Ana lives in Porto.",
+            "# Skills",
+        )
+    ]
     assert order == sorted(order)
     assert "## TOOLS.md" not in prompt
-    assert '<untrusted-data source="MEMORY.md' in prompt  # memory is fenced as data, not instructions
+    assert (
+        '<untrusted-data source="MEMORY.md' in prompt
+    )  # memory is fenced as data, not instructions
     assert str(ws) in prompt
 
 
@@ -65,14 +75,21 @@ def test_the_runtime_context_names_the_time_in_the_configured_zone_and_the_chann
 
 
 def test_an_unknown_zone_falls_back_to_local_time(ws):
-    assert ContextBuilder(ws, timezone="Mars/Olympus").runtime_context("cli", "x").startswith("Current time: ")
+    assert (
+        ContextBuilder(ws, timezone="Mars/Olympus")
+        .runtime_context("cli", "x")
+        .startswith("Current time: ")
+    )
 
 
 def test_user_message_returns_the_text_and_the_context_apart(ws):
     msg = ContextBuilder(ws).user_message("what's up?", channel="cron", chat_id="job-7")
     assert msg["role"] == "user" and msg["content"] == "what's up?"
     assert RUNTIME_CONTEXT_OPEN not in msg["content"]
-    assert msg[RUNTIME_CONTEXT_KEY].startswith("Current time: ") and "Channel: cron\nChat ID: job-7" in msg[RUNTIME_CONTEXT_KEY]
+    assert (
+        msg[RUNTIME_CONTEXT_KEY].startswith("Current time: ")
+        and "Channel: cron\nChat ID: job-7" in msg[RUNTIME_CONTEXT_KEY]
+    )
 
 
 def test_build_messages_sends_system_history_and_the_current_message_with_one_context_block(ws):
@@ -90,4 +107,6 @@ def test_build_messages_sends_system_history_and_the_current_message_with_one_co
 
 def test_build_messages_without_text_is_the_system_prompt_and_history(ws):
     request = ContextBuilder(ws).build_messages([user("q")])
-    assert [m["role"] for m in request] == ["system", "user"] and request[0]["content"].startswith("# nanobot")
+    assert [m["role"] for m in request] == ["system", "user"] and request[0]["content"].startswith(
+        "# nanobot"
+    )

@@ -25,8 +25,10 @@ def _long_history(turns: int = 12) -> list[dict]:
     """More unconsolidated turns than an 8k window holds: the next turn must make room first."""
     out: list[dict] = []
     for n in range(turns):
-        out += [{"role": "user", "content": f"question {n}: {filler(n, 40)}"},
-                {"role": "assistant", "content": f"answer {n}: {filler(100 + n, 1200)}"}]
+        out += [
+            {"role": "user", "content": f"question {n}: {filler(n, 40)}"},
+            {"role": "assistant", "content": f"answer {n}: {filler(100 + n, 1200)}"},
+        ]
     return out
 
 
@@ -34,14 +36,22 @@ def _occurrences(messages: list[dict], text: str) -> int:
     return sum(1 for m in messages if m.get("role") == "user" and m.get("content") == text)
 
 
-def test_sigkill_while_making_room_keeps_the_typed_message(nanobot_forkserver, nanobot_cmd, fake_llm, configure):
+def test_sigkill_while_making_room_keeps_the_typed_message(
+    nanobot_forkserver, nanobot_cmd, fake_llm, configure
+):
     configure(contextWindowTokens=WINDOW)
     make_strict(fake_llm, WINDOW)
     write_session(SessionStore(), "cli:direct", _long_history())
     # the summariser hangs: the turn is still making room when the process dies
-    fake_llm.responder = lambda req: Reply.text("late", delay=120) if is_consolidation(req) else Reply.text("early")
-    proc = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-m", TYPED], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    fake_llm.responder = lambda req: (
+        Reply.text("late", delay=120) if is_consolidation(req) else Reply.text("early")
+    )
+    proc = nanobot_forkserver.popen(
+        [*nanobot_cmd, "agent", "-m", TYPED],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while not any(is_consolidation(r) for r in fake_llm.requests) and time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
@@ -55,9 +65,15 @@ def test_sigkill_while_making_room_keeps_the_typed_message(nanobot_forkserver, n
     assert on_disk[-1].get("content") == TYPED
 
     fake_llm.reset()
-    fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text("carried on")
-    again = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-m", NEXT], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    fake_llm.responder = lambda req: (
+        save_memory_reply(req) if is_consolidation(req) else Reply.text("carried on")
+    )
+    again = nanobot_forkserver.popen(
+        [*nanobot_cmd, "agent", "-m", NEXT],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     out, err = again.communicate(timeout=60)
     assert again.returncode == 0, err
     assert "carried on" in out.decode()

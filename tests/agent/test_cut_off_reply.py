@@ -17,8 +17,13 @@ def test_tool_calls_of_a_cut_off_reply_are_not_run(configure, fake_llm, isolated
     ws = isolated_home / "workspace"
     fake_llm.script(
         # the arguments happen to parse, but the reply ended at the limit: it may be missing a call or a line
-        Reply.tool_calls([("write_file", {"path": "planted.txt", "content": "half of it"}),
-                          ("exec", {"command": "touch exec-ran"})], finish_reason="length"),
+        Reply.tool_calls(
+            [
+                ("write_file", {"path": "planted.txt", "content": "half of it"}),
+                ("exec", {"command": "touch exec-ran"}),
+            ],
+            finish_reason="length",
+        ),
         Reply.tool_calls([("write_file", {"path": "notes.txt", "content": "short"})]),
         Reply.text("done"),
     )

@@ -44,7 +44,11 @@ class DumpFileTool(Tool):
 
     name = "dump_file"
     description = "Return the whole text of a file."
-    parameters = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+    parameters = {
+        "type": "object",
+        "properties": {"path": {"type": "string"}},
+        "required": ["path"],
+    }
 
     async def run(self, path: str, **_: Any) -> str:
         return (self.ctx.workspace / path).read_text(encoding="utf-8")
@@ -64,31 +68,40 @@ class Brain:
         self.turn_requests += 1
         last = req.messages[-1]
         if last["role"] == "tool":
-            return Reply.text(f"That log has {len(last['content']):,} characters of worker lines; all fine.")
+            return Reply.text(
+                f"That log has {len(last['content']):,} characters of worker lines; all fine."
+            )
         text = last["content"] if isinstance(last["content"], str) else ""
         if "read the log" in text:
             return Reply.tool_calls([("read_file", {"path": "big.log"})])
         if "dump the whole log" in text:
             return Reply.tool_calls([("dump_file", {"path": "big.log"})])
         turn = re.search(r"turn (\d+)", text)
-        return Reply.text(f"Noted for turn {turn.group(1) if turn else '?'}. {_words(len(text), 45)}")
+        return Reply.text(
+            f"Noted for turn {turn.group(1) if turn else '?'}. {_words(len(text), 45)}"
+        )
 
     def consolidate(self, req) -> Reply:
         self.consolidations += 1
         stamp = _STAMP.search(req.messages[0]["content"]).group(0)
         body = req.messages[-1]["content"]
-        current = body.split("## Current MEMORY.md\n\n", 1)[1].split("\n\n## Conversation excerpt", 1)[0]
+        current = body.split("## Current MEMORY.md\n\n", 1)[1].split(
+            "\n\n## Conversation excerpt", 1
+        )[0]
         if current.strip() == "(empty)":
             current = "# Memory"
         seen = [fact for fact, _ in FACTS if fact in body]
         turns = [int(n) for n in re.findall(r"USER: turn (\d+)", body)]
         span = f"turns {min(turns)}-{max(turns)}" if turns else "a background report"
         entry = f"{stamp} The user and nanobot talked through {span}. " + " ".join(
-            f"The user said {fact}." for fact in seen)
+            f"The user said {fact}." for fact in seen
+        )
         # only the first three facts go to MEMORY.md; the rest must be found in HISTORY.md
         new = [f"- {fact}" for fact in seen if fact in dict(FACTS[:3]) and fact not in current]
         memory = current.rstrip("\n") + "\n" + "".join(line + "\n" for line in new)
-        return Reply.tool_calls([("save_memory", {"history_entry": entry, "memory_update": memory})])
+        return Reply.tool_calls(
+            [("save_memory", {"history_entry": entry, "memory_update": memory})]
+        )
 
 
 def test_300_turns_at_an_8k_window(configure, fake_llm, isolated_home):
@@ -104,8 +117,11 @@ def test_300_turns_at_an_8k_window(configure, fake_llm, isolated_home):
     cfg = load_config(None)
     workspace = cfg.workspace_path()
     copy_templates(workspace)
-    log = "".join(f"2026-01-05 10:{i // 600 % 60:02d}:{i // 10 % 60:02d} INFO worker-{i % 7} processed job "
-                  f"{100000 + i} in {i % 97} ms\n" for i in range(6000))
+    log = "".join(
+        f"2026-01-05 10:{i // 600 % 60:02d}:{i // 10 % 60:02d} INFO worker-{i % 7} processed job "
+        f"{100000 + i} in {i % 97} ms\n"
+        for i in range(6000)
+    )
     (workspace / "big.log").write_text(log)
     assert len(log) > 300_000
 
@@ -159,9 +175,18 @@ def _prefill(cfg, turns: int, key: str = "cli:direct", *, until_below: int | Non
     conv = assistant.conversation
     try:
         for turn in range(turns):
-            exchange = [{"role": "user", "content": _user_text(turn * 2 + 100), "timestamp": "2026-01-04T09:30:00"},
-                        {"role": "assistant", "content": f"Noted for turn {turn}. {_words(turn, 60)}",
-                         "timestamp": "2026-01-04T09:31:00"}]
+            exchange = [
+                {
+                    "role": "user",
+                    "content": _user_text(turn * 2 + 100),
+                    "timestamp": "2026-01-04T09:30:00",
+                },
+                {
+                    "role": "assistant",
+                    "content": f"Noted for turn {turn}. {_words(turn, 60)}",
+                    "timestamp": "2026-01-04T09:31:00",
+                },
+            ]
             if until_below is not None and conv.estimate("hi") + 250 > until_below:
                 break
             assistant.store.append(conv.session, exchange)
@@ -188,8 +213,10 @@ def test_turn_over_budget_consolidates_first_with_a_notice(configure, fake_llm):
 
     before, outcome, pointer = talk(cfg, go)
     assert before > WINDOW - 2048 and not outcome.error
-    kinds = ["save_memory" if r.tools and r.tools[0]["function"]["name"] == "save_memory" else "turn"
-             for r in fake_llm.requests]
+    kinds = [
+        "save_memory" if r.tools and r.tools[0]["function"]["name"] == "save_memory" else "turn"
+        for r in fake_llm.requests
+    ]
     assert kinds[0] == "save_memory" and "turn" in kinds  # consolidated before the turn's request
     notices = [e.text for e in events if isinstance(e, Notice)]
     assert any(re.fullmatch(r"compacting \d+ messages into memory…", n) for n in notices)
@@ -211,8 +238,10 @@ def test_new_archives_first_and_clears_second(configure, fake_llm, isolated_home
         assistant = open_quiet(cfg)
         try:
             if fail_clear:
+
                 def crash(session):
                     raise OSError("disk gone")
+
                 assistant.store.clear = crash
             return await assistant.conversation.new_session()
         finally:
@@ -246,7 +275,9 @@ def test_compact_keeps_the_last_exchange(configure, fake_llm):
 
     report, history = talk(cfg, go)
     assert report.messages == 6 and "[2026-01-04 09:30]" in report.receipt()
-    assert [m["role"] for m in history] == ["user", "assistant"] and "turn 106" in history[0]["content"]
+    assert [m["role"] for m in history] == ["user", "assistant"] and "turn 106" in history[0][
+        "content"
+    ]
 
 
 def test_provider_prompt_counts_calibrate_the_estimate_and_status_shows_it(configure, fake_llm):
@@ -284,8 +315,11 @@ def test_one_shot_waits_for_its_background_consolidation(configure, fake_llm, na
     cfg = load_config(None)
     stored = _prefill(cfg, 200, until_below=WINDOW - 2048)
     long_answer = "Here is a long answer. " + _words(7, 400)
-    fake_llm.responder = lambda req: (dataclasses.replace(brain(req), delay=0.3) if req.tools and any(
-        t["function"]["name"] == "save_memory" for t in req.tools) else Reply.text(long_answer))
+    fake_llm.responder = lambda req: (
+        dataclasses.replace(brain(req), delay=0.3)
+        if req.tools and any(t["function"]["name"] == "save_memory" for t in req.tools)
+        else Reply.text(long_answer)
+    )
     run = nanobot_run("agent", "-m", "hi")
     assert run.returncode == 0, run.stderr
     assert long_answer in run.stdout and "compacting" in run.stdout + run.stderr

@@ -50,7 +50,11 @@ class Recorder(LoopHooks):
 class Note(Tool):
     name = "note"
     description = "Remember a word."
-    parameters = {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}
+    parameters = {
+        "type": "object",
+        "properties": {"word": {"type": "string"}},
+        "required": ["word"],
+    }
 
     def __init__(self, ctx: ToolContext) -> None:
         super().__init__(ctx)
@@ -74,11 +78,14 @@ def make_provider(protocol: str, server):
     if protocol == "anthropic":
         from nanobot.providers.anthropic import AnthropicProvider
 
-        return AnthropicProvider("claude-test", api_key="sk-ant-test-key-123456", api_base=server.anthropic_base_url)
+        return AnthropicProvider(
+            "claude-test", api_key="sk-ant-test-key-123456", api_base=server.anthropic_base_url
+        )
     from nanobot.providers.openai_compat import OpenAICompatProvider
 
-    return OpenAICompatProvider("test-model", name="custom", api_key="sk-test-key-123456",
-                                api_base=server.openai_base_url)
+    return OpenAICompatProvider(
+        "test-model", name="custom", api_key="sk-test-key-123456", api_base=server.openai_base_url
+    )
 
 
 @pytest.fixture
@@ -87,17 +94,30 @@ def tools(tmp_path):
     return ToolRegistry([Note(ctx), Broken(ctx)])
 
 
-def run(protocol, server, tools, messages=None, *, hooks=None, window=32_000, max_tokens=1024, **settings):
+def run(
+    protocol,
+    server,
+    tools,
+    messages=None,
+    *,
+    hooks=None,
+    window=32_000,
+    max_tokens=1024,
+    **settings,
+):
     """One run of the loop; returns (result, hooks, budget)."""
     hooks = hooks or Recorder()
-    budget = settings.pop("budget", None) or ContextBudget(window=window, max_tokens=max_tokens,
-                                                           max_tool_calls=settings.pop("max_tool_calls", 32))
+    budget = settings.pop("budget", None) or ContextBudget(
+        window=window, max_tokens=max_tokens, max_tool_calls=settings.pop("max_tool_calls", 32)
+    )
 
     async def go():
         provider = make_provider(protocol, server)
         try:
             spec = LoopSpec(provider, tools, budget, **settings)
-            return await run_loop(spec, messages or [SYSTEM, {"role": "user", "content": "hi"}], hooks)
+            return await run_loop(
+                spec, messages or [SYSTEM, {"role": "user", "content": "hi"}], hooks
+            )
         finally:
             await provider.aclose()
 
@@ -108,9 +128,14 @@ PROTOCOLS = pytest.mark.parametrize("protocol", ["openai", "anthropic"])
 
 
 @PROTOCOLS
-def test_a_final_answer_ends_done_and_is_handed_on_once_before_its_last_text(protocol, fake_llm, tools):
-    fake_llm.script(Reply.text("Hello there, friend.", chunks=4,
-                               usage={"prompt_tokens": 42, "completion_tokens": 5}))
+def test_a_final_answer_ends_done_and_is_handed_on_once_before_its_last_text(
+    protocol, fake_llm, tools
+):
+    fake_llm.script(
+        Reply.text(
+            "Hello there, friend.", chunks=4, usage={"prompt_tokens": 42, "completion_tokens": 5}
+        )
+    )
     result, hooks, _ = run(protocol, fake_llm, tools)
     outcome = result.outcome
     assert outcome.stop_reason is StopReason.DONE and outcome.stop_reason == "done"
@@ -127,8 +152,9 @@ def test_a_final_answer_ends_done_and_is_handed_on_once_before_its_last_text(pro
 
 
 @PROTOCOLS
-def test_a_tool_step_hands_on_the_call_then_its_result_and_the_next_request_carries_both(protocol, fake_llm,
-                                                                                        tools):
+def test_a_tool_step_hands_on_the_call_then_its_result_and_the_next_request_carries_both(
+    protocol, fake_llm, tools
+):
     fake_llm.script(Reply.tool_calls([("note", {"word": "apple"})]), Reply.text("I noted it."))
     result, hooks, _ = run(protocol, fake_llm, tools)
     assert result.outcome.stop_reason is StopReason.DONE and result.outcome.content == "I noted it."
@@ -138,10 +164,15 @@ def test_a_tool_step_hands_on_the_call_then_its_result_and_the_next_request_carr
     assert answer_to_call[0]["role"] == "tool" and answer_to_call[0]["content"] == "noted apple"
     assert answer[0]["content"] == "I noted it."
     assert result.new_messages == [*call, *answer_to_call, *answer]
-    assert result.outcome.tool_calls == [{"name": "note", "arguments": {"word": "apple"}, "is_error": False}]
+    assert result.outcome.tool_calls == [
+        {"name": "note", "arguments": {"word": "apple"}, "is_error": False}
+    ]
     # the call is handed on before the tool runs (a crash mid-step keeps it), the result as it lands
-    order = [kind if kind == "message" else type(e).__name__ for kind, e in hooks.log if kind == "message"
-             or isinstance(e, (ToolStarted, ToolFinished))]
+    order = [
+        kind if kind == "message" else type(e).__name__
+        for kind, e in hooks.log
+        if kind == "message" or isinstance(e, (ToolStarted, ToolFinished))
+    ]
     assert order == ["message", "ToolStarted", "message", "ToolFinished", "message"]
     assert hooks.events(ToolStarted)[0].hint.startswith("note")
     second = json.dumps(fake_llm.requests[1].messages)
@@ -150,7 +181,9 @@ def test_a_tool_step_hands_on_the_call_then_its_result_and_the_next_request_carr
 
 
 def test_the_iteration_limit_stops_the_run_with_its_own_reason_and_message(fake_llm, tools):
-    fake_llm.responder = lambda request: Reply.tool_calls([("note", {"word": f"w{len(fake_llm.requests)}"})])
+    fake_llm.responder = lambda request: Reply.tool_calls(
+        [("note", {"word": f"w{len(fake_llm.requests)}"})]
+    )
     result, hooks, _ = run("openai", fake_llm, tools, max_iterations=3)
     assert result.outcome.stop_reason is StopReason.MAX_ITERATIONS
     assert result.outcome.content == max_iterations_message(3)
@@ -161,15 +194,19 @@ def test_the_iteration_limit_stops_the_run_with_its_own_reason_and_message(fake_
 
 @PROTOCOLS
 def test_tool_failures_are_results_the_model_reads_and_the_run_goes_on(protocol, fake_llm, tools):
-    fake_llm.script(Reply.tool_calls([("broken", {}), ("no_such_tool", {"x": 1}), ("note", "{not json")]),
-                    Reply.text("Two failed, one was malformed."))
+    fake_llm.script(
+        Reply.tool_calls([("broken", {}), ("no_such_tool", {"x": 1}), ("note", "{not json")]),
+        Reply.text("Two failed, one was malformed."),
+    )
     result, hooks, _ = run(protocol, fake_llm, tools)
     assert result.outcome.stop_reason is StopReason.DONE
     assert [c["is_error"] for c in result.outcome.tool_calls] == [True, True, True]
     assert tools.get("note").words == []  # a malformed call is answered, never guessed and run
     results = [m[0] for m in hooks.messages if m[0]["role"] == "tool"]
     assert "the disk is on fire" in results[0]["content"]
-    assert "unknown tool 'no_such_tool'" in results[1]["content"] and "note" in results[1]["content"]
+    assert (
+        "unknown tool 'no_such_tool'" in results[1]["content"] and "note" in results[1]["content"]
+    )
     assert [e.is_error for e in hooks.events(ToolFinished)] == [True, True, True]
     sent = json.dumps(fake_llm.requests[1].messages)
     assert "the disk is on fire" in sent and "no_such_tool" in sent  # the model reads every failure
@@ -177,40 +214,76 @@ def test_tool_failures_are_results_the_model_reads_and_the_run_goes_on(protocol,
 
 
 @PROTOCOLS
-def test_a_provider_error_stops_the_run_with_the_error_and_nothing_handed_on(protocol, fake_llm, tools):
+def test_a_provider_error_stops_the_run_with_the_error_and_nothing_handed_on(
+    protocol, fake_llm, tools
+):
     fake_llm.script(Reply.error(401, message="invalid api key"))
     result, hooks, _ = run(protocol, fake_llm, tools)
     assert result.outcome.stop_reason is StopReason.ERROR
     assert result.outcome.content is None
-    assert "invalid api key" in (result.outcome.error or "") and "API key was rejected" in result.outcome.error
+    assert (
+        "invalid api key" in (result.outcome.error or "")
+        and "API key was rejected" in result.outcome.error
+    )
     assert hooks.messages == [] and result.requests == 0
     assert len(fake_llm.requests) == 1  # 401 is not retried
 
 
 def test_calls_past_the_per_step_cap_are_answered_with_one_append_and_a_warning(fake_llm, tools):
-    fake_llm.script(Reply.tool_calls([("note", {"word": w}) for w in ("a", "b", "c", "d")]), Reply.text("ok"))
+    fake_llm.script(
+        Reply.tool_calls([("note", {"word": w}) for w in ("a", "b", "c", "d")]), Reply.text("ok")
+    )
     result, hooks, _ = run("openai", fake_llm, tools, max_tool_calls=2)
     assert tools.get("note").words == ["a", "b"]
     refused = hooks.messages[3]  # after the call and the two results: one append for both refusals
-    assert len(refused) == 2 and all("not run" in m["content"] and "at most 2" in m["content"] for m in refused)
+    assert len(refused) == 2 and all(
+        "not run" in m["content"] and "at most 2" in m["content"] for m in refused
+    )
     assert [c["is_error"] for c in result.outcome.tool_calls] == [False, False, True, True]
     assert any("ran the first 2" in n.text and n.level == "warning" for n in hooks.events(Notice))
-    assert [m["role"] for m in fake_llm.requests[1].messages[-5:]] == ["assistant", "tool", "tool", "tool", "tool"]
+    assert [m["role"] for m in fake_llm.requests[1].messages[-5:]] == [
+        "assistant",
+        "tool",
+        "tool",
+        "tool",
+        "tool",
+    ]
     fake_llm.assert_all_valid()
 
 
 def test_each_request_is_fitted_to_the_budget_and_the_user_told(fake_llm, tools):
     huge = "line of old output\n" * 4000  # ~76,000 characters, far past a 4k window
-    older = [m for i in range(40) for m in ({"role": "user", "content": f"old question {i} " + "word " * 50},
-                                             {"role": "assistant", "content": f"old answer {i} " + "word " * 50})]
-    history = [SYSTEM, *older, {"role": "user", "content": "read the log"},
-               {"role": "assistant", "content": None, "tool_calls": [
-                   {"id": "call_1", "type": "function", "function": {"name": "note", "arguments": "{}"}}]},
-               {"role": "tool", "tool_call_id": "call_1", "name": "note", "content": huge},
-               {"role": "assistant", "content": "It is long."},
-               {"role": "user", "content": "and now?"}]
+    older = [
+        m
+        for i in range(40)
+        for m in (
+            {"role": "user", "content": f"old question {i} " + "word " * 50},
+            {"role": "assistant", "content": f"old answer {i} " + "word " * 50},
+        )
+    ]
+    history = [
+        SYSTEM,
+        *older,
+        {"role": "user", "content": "read the log"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "note", "arguments": "{}"},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "name": "note", "content": huge},
+        {"role": "assistant", "content": "It is long."},
+        {"role": "user", "content": "and now?"},
+    ]
     snapshot = json.dumps(history)
-    make_strict(fake_llm, window=4096)  # sized with cl100k, prompt + max_tokens, as a provider would
+    make_strict(
+        fake_llm, window=4096
+    )  # sized with cl100k, prompt + max_tokens, as a provider would
     fake_llm.script(Reply.tool_calls([("note", {"word": "x"})]), Reply.text("fine"))
     result, hooks, budget = run("openai", fake_llm, tools, history, window=4096, max_tokens=512)
     assert result.outcome.stop_reason is StopReason.DONE
@@ -218,13 +291,17 @@ def test_each_request_is_fitted_to_the_budget_and_the_user_told(fake_llm, tools)
     for request in fake_llm.requests:
         assert request.body["max_tokens"] == 512
         sent = json.dumps(request.messages)
-        assert "and now?" in sent and "old question 0 " not in sent  # the oldest turns left out, the newest kept
+        assert (
+            "and now?" in sent and "old question 0 " not in sent
+        )  # the oldest turns left out, the newest kept
     assert over_window(fake_llm, 4096) == []
     assert json.dumps(history) == snapshot  # the caller's messages are never changed
     told = [n.text for n in hooks.events(Notice) if "to fit the context window" in n.text]
     assert told and all("this request only; the session keeps everything" in t for t in told)
     assert any("older messages out of this request" in t for t in told)
-    assert not any("tool results" in t for t in told)  # the huge result was cut; its marker tells the model
+    assert not any(
+        "tool results" in t for t in told
+    )  # the huge result was cut; its marker tells the model
 
 
 def test_a_request_that_cannot_fit_is_not_sent(fake_llm, tools):
@@ -237,13 +314,24 @@ def test_a_request_that_cannot_fit_is_not_sent(fake_llm, tools):
 
 
 @PROTOCOLS
-def test_a_provider_window_smaller_than_configured_is_learned_once_and_the_request_refitted(protocol, fake_llm,
-                                                                                          tools):
-    make_strict(fake_llm, window=3000)  # the model's real window (counted with cl100k); the config claims 32k
-    history = [SYSTEM, *[m for i in range(30) for m in (
-        {"role": "user", "content": f"question {i}: " + "words " * 60},
-        {"role": "assistant", "content": f"answer {i}: " + "more words " * 40})],
-        {"role": "user", "content": "the latest question"}]
+def test_a_provider_window_smaller_than_configured_is_learned_once_and_the_request_refitted(
+    protocol, fake_llm, tools
+):
+    make_strict(
+        fake_llm, window=3000
+    )  # the model's real window (counted with cl100k); the config claims 32k
+    history = [
+        SYSTEM,
+        *[
+            m
+            for i in range(30)
+            for m in (
+                {"role": "user", "content": f"question {i}: " + "words " * 60},
+                {"role": "assistant", "content": f"answer {i}: " + "more words " * 40},
+            )
+        ],
+        {"role": "user", "content": "the latest question"},
+    ]
     fake_llm.responder = lambda request: Reply.text("answered within the real window")
     result, hooks, budget = run(protocol, fake_llm, tools, history)
     assert result.outcome.stop_reason is StopReason.DONE, result.outcome.error
@@ -256,8 +344,12 @@ def test_a_provider_window_smaller_than_configured_is_learned_once_and_the_reque
 
 
 def test_think_blocks_are_kept_off_the_screen_and_out_of_the_answer(fake_llm, tools):
-    fake_llm.script(Reply.text("<think>secret plan</think>The answer is 4.",
-                               chunks=["<thi", "nk>secret ", "plan</th", "ink>The answer", " is 4."]))
+    fake_llm.script(
+        Reply.text(
+            "<think>secret plan</think>The answer is 4.",
+            chunks=["<thi", "nk>secret ", "plan</th", "ink>The answer", " is 4."],
+        )
+    )
     result, hooks, _ = run("openai", fake_llm, tools)
     assert result.outcome.content == "The answer is 4."
     assert "".join(e.text for e in hooks.events(TextDelta)) == "The answer is 4."
@@ -267,7 +359,10 @@ def test_think_blocks_are_kept_off_the_screen_and_out_of_the_answer(fake_llm, to
 def test_a_cut_off_or_empty_answer_is_flagged_to_the_user(fake_llm, tools):
     fake_llm.script(Reply.text("It was the best of", finish_reason="length"))
     result, hooks, _ = run("openai", fake_llm, tools, max_tokens=700, stream=False)
-    assert result.outcome.stop_reason is StopReason.DONE and result.outcome.content == "It was the best of"
+    assert (
+        result.outcome.stop_reason is StopReason.DONE
+        and result.outcome.content == "It was the best of"
+    )
     assert any("reply limit (700 tokens)" in n.text for n in hooks.events(Notice))
 
     fake_llm.script(Reply.text(""))

@@ -36,7 +36,9 @@ class InMemorySessions:
     """Sessions in a dict: what SessionStoreLike asks, nothing on disk."""
 
     def __init__(self, folder: Path) -> None:
-        self.folder = folder  # where a session's working state would go (consolidation writes it there)
+        self.folder = (
+            folder  # where a session's working state would go (consolidation writes it there)
+        )
         self.sessions: dict[str, Session] = {}
         self.held: set[str] = set()
 
@@ -92,8 +94,15 @@ class InMemoryMemory:
         self.history += f"{first}\n{marker}\n\n"
         return first
 
-    def record_consolidation(self, history_entry: str, memory_update: str | None, *, truncated: bool,
-                             base: str | None, when: datetime | None = None) -> tuple[str, UpdateOutcome]:
+    def record_consolidation(
+        self,
+        history_entry: str,
+        memory_update: str | None,
+        *,
+        truncated: bool,
+        base: str | None,
+        when: datetime | None = None,
+    ) -> tuple[str, UpdateOutcome]:
         self.history += history_entry.strip() + "\n\n"
         self.memory = memory_update or self.memory
         return history_entry.splitlines()[0], UpdateOutcome("written", "MEMORY.md updated")
@@ -107,12 +116,32 @@ class InMemoryJobs:
     def jobs(self) -> list[Job]:
         return list(self.saved)
 
-    def add(self, schedule: Schedule, message: str, *, now_ms: int, name: str | None = None,
-            session: str | None = None, missed: str = "run_once", channel: str | None = None,
-            to: str | None = None, pending_approval: bool = False) -> Job:
-        job = Job(id=f"job{len(self.saved)}", name=name or message[:30], schedule=schedule, message=message,
-                  session=session, missed=missed, channel=channel, to=to, created_at_ms=now_ms,
-                  updated_at_ms=now_ms, pending_approval=pending_approval)
+    def add(
+        self,
+        schedule: Schedule,
+        message: str,
+        *,
+        now_ms: int,
+        name: str | None = None,
+        session: str | None = None,
+        missed: str = "run_once",
+        channel: str | None = None,
+        to: str | None = None,
+        pending_approval: bool = False,
+    ) -> Job:
+        job = Job(
+            id=f"job{len(self.saved)}",
+            name=name or message[:30],
+            schedule=schedule,
+            message=message,
+            session=session,
+            missed=missed,
+            channel=channel,
+            to=to,
+            created_at_ms=now_ms,
+            updated_at_ms=now_ms,
+            pending_approval=pending_approval,
+        )
         self.saved.append(job)
         return job
 
@@ -127,25 +156,39 @@ class Yes:
         return Decision(True, by_person=True)
 
 
-def test_a_turn_runs_and_is_consolidated_through_in_memory_stores(tmp_path: Path, isolated_home: Path,
-                                                                   fake_llm: FakeLLMServer) -> None:
+def test_a_turn_runs_and_is_consolidated_through_in_memory_stores(
+    tmp_path: Path, isolated_home: Path, fake_llm: FakeLLMServer
+) -> None:
     sessions: SessionStoreLike = InMemorySessions(tmp_path / "state")
-    memory: ConsolidationMemory = InMemoryMemory("# Memory\n\n- The user is Ana; she lives in Porto.\n")
+    memory: ConsolidationMemory = InMemoryMemory(
+        "# Memory\n\n- The user is Ana; she lives in Porto.\n"
+    )
     jobs: JobStoreLike = InMemoryJobs()
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    provider = OpenAICompatProvider("test-model", name="custom", api_key="sk-test-key-123456",
-                                    api_base=fake_llm.openai_base_url)
+    provider = OpenAICompatProvider(
+        "test-model", name="custom", api_key="sk-test-key-123456", api_base=fake_llm.openai_base_url
+    )
     budget = ContextBudget(window=32_000, max_tokens=1000)
     context = ContextBuilder(workspace, memory=memory)
     tools = ToolRegistry([CronTool(ToolContext(workspace=workspace, approver=Yes()), jobs)])
     session = sessions.open("cli:stand-in")
     conversation = Conversation(
-        session=session, store=sessions, context=context, loop=LoopSpec(provider, tools, budget, stream=False),
-        upkeep=MemoryUpkeep(Consolidator(provider, memory, sessions, budget), session, context, tools))
-    fake_llm.summarise = True  # consolidation requests get a save_memory call built from what they carry
+        session=session,
+        store=sessions,
+        context=context,
+        loop=LoopSpec(provider, tools, budget, stream=False),
+        upkeep=MemoryUpkeep(
+            Consolidator(provider, memory, sessions, budget), session, context, tools
+        ),
+    )
+    fake_llm.summarise = (
+        True  # consolidation requests get a save_memory call built from what they carry
+    )
     fake_llm.script(
-        Reply.tool_calls([("cron", {"action": "add", "message": "water the tomatoes", "every_seconds": 86400})]),
+        Reply.tool_calls(
+            [("cron", {"action": "add", "message": "water the tomatoes", "every_seconds": 86400})]
+        ),
         Reply.text("Done, Ana: a daily reminder to water the tomatoes."),
         Reply.text("You live in Porto."),
     )
@@ -161,14 +204,29 @@ def test_a_turn_runs_and_is_consolidated_through_in_memory_stores(tmp_path: Path
 
     asyncio.run(talk())
     turn = fake_llm.requests[0]
-    assert "she lives in Porto" in turn.messages[0]["content"]  # the stand-in's MEMORY.md reached the model
+    assert (
+        "she lives in Porto" in turn.messages[0]["content"]
+    )  # the stand-in's MEMORY.md reached the model
     stored = sessions.load("cli:stand-in")
-    assert [m["role"] for m in stored.messages] == ["user", "assistant", "tool", "assistant", "user", "assistant"]
+    assert [m["role"] for m in stored.messages] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+    ]
     assert stored.messages[-1]["content"] == "You live in Porto."
-    assert [j.message for j in jobs.jobs()] == ["water the tomatoes"]  # the tool wrote through the stand-in
-    assert stored.last_consolidated == 4  # /compact kept the last exchange; the pointer moved in the stand-in
+    assert [j.message for j in jobs.jobs()] == [
+        "water the tomatoes"
+    ]  # the tool wrote through the stand-in
+    assert (
+        stored.last_consolidated == 4
+    )  # /compact kept the last exchange; the pointer moved in the stand-in
     assert isinstance(memory, InMemoryMemory) and "water the tomatoes" in memory.history
     fake_llm.assert_all_valid()
     written = [p.relative_to(isolated_home) for p in isolated_home.rglob("*") if p.is_file()]
     assert not any(p.parts[0] in ("sessions", "cron") for p in written), written
-    assert not any(p.name in ("MEMORY.md", "HISTORY.md") for p in (workspace.rglob("*"))), list(workspace.rglob("*"))
+    assert not any(p.name in ("MEMORY.md", "HISTORY.md") for p in (workspace.rglob("*"))), list(
+        workspace.rglob("*")
+    )

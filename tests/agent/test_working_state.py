@@ -27,13 +27,23 @@ PLANTED_TURNS = [
     "Decision: keep the old replica until Friday",
     "Next step: run the schema diff against staging",
 ]
-PLANTED_ITEMS = ["migrate the billing service to Postgres 16", "BILL-4821", "feat/pg16-migration",
-                 "/srv/billing/config.yaml", "keep the old replica until Friday",
-                 "run the schema diff against staging"]
+PLANTED_ITEMS = [
+    "migrate the billing service to Postgres 16",
+    "BILL-4821",
+    "feat/pg16-migration",
+    "/srv/billing/config.yaml",
+    "keep the old replica until Friday",
+    "run the schema diff against staging",
+]
 TURNS = 16
-_VOCAB = [a + b for a in ("ka", "lo", "mi", "ne", "pu", "ro", "sa", "ti", "vu", "ze")
-          for b in ("ber", "dan", "fol", "gim", "hup", "jas", "kor", "lum", "mep", "nix")]
-_BLOCK = re.compile(r'<untrusted-data source="' + re.escape(SOURCE) + r'">\n(.*?)\n</untrusted-data>', re.S)
+_VOCAB = [
+    a + b
+    for a in ("ka", "lo", "mi", "ne", "pu", "ro", "sa", "ti", "vu", "ze")
+    for b in ("ber", "dan", "fol", "gim", "hup", "jas", "kor", "lum", "mep", "nix")
+]
+_BLOCK = re.compile(
+    r'<untrusted-data source="' + re.escape(SOURCE) + r'">\n(.*?)\n</untrusted-data>', re.S
+)
 
 
 def filler(seed: int, tokens: int) -> str:
@@ -55,12 +65,16 @@ def wire_text(req) -> str:
     return "\n".join(parts)
 
 
-def run_long_task(nanobot_run, fake_llm, configure, *, protocol: str, window: int, turns: int = TURNS) -> list[str]:
+def run_long_task(
+    nanobot_run, fake_llm, configure, *, protocol: str, window: int, turns: int = TURNS
+) -> list[str]:
     configure(protocol, contextWindowTokens=window)
     make_strict(fake_llm, window)
     fake_llm.summarise = True
     answer_tokens = window // 6
-    fake_llm.responder = lambda req: Reply.text(f"Working on it. {filler(len(req.messages), answer_tokens)}")
+    fake_llm.responder = lambda req: Reply.text(
+        f"Working on it. {filler(len(req.messages), answer_tokens)}"
+    )
     stderr = []
     for turn in range(turns):
         text = PLANTED_TURNS[turn] if turn < len(PLANTED_TURNS) else f"turn {turn}: carry on please"
@@ -72,8 +86,9 @@ def run_long_task(nanobot_run, fake_llm, configure, *, protocol: str, window: in
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
 @pytest.mark.parametrize("window", [8192, 32768])
-def test_planted_items_reach_the_last_request_after_compactions(nanobot_run, fake_llm, configure, isolated_home,
-                                                               protocol, window):
+def test_planted_items_reach_the_last_request_after_compactions(
+    nanobot_run, fake_llm, configure, isolated_home, protocol, window
+):
     stderr = run_long_task(nanobot_run, fake_llm, configure, protocol=protocol, window=window)
     fake_llm.assert_all_valid()  # includes prompt + max_tokens over the window
     assert over_window(fake_llm, window) == []
@@ -93,7 +108,10 @@ def test_planted_items_reach_the_last_request_after_compactions(nanobot_run, fak
     outside = _BLOCK.sub("", last)
     assert not any(item in outside for item in PLANTED_ITEMS)
     # the later consolidations got the previous checkpoint to merge
-    assert "BILL-4821" in "".join(_texts(consolidations[-1].messages[-1]["content"])).split("## Current MEMORY")[0]
+    assert (
+        "BILL-4821"
+        in "".join(_texts(consolidations[-1].messages[-1]["content"])).split("## Current MEMORY")[0]
+    )
     # between two consolidations the system prompt stays byte-identical (the block is not in it)
     system = None
     for req in fake_llm.requests:
@@ -101,16 +119,23 @@ def test_planted_items_reach_the_last_request_after_compactions(nanobot_run, fak
             system = None
             continue
         now = json.dumps(req.system) if protocol == "anthropic" else req.messages[0]["content"]
-        assert system is None or now == system, "the system prompt changed between two consolidations"
+        assert system is None or now == system, (
+            "the system prompt changed between two consolidations"
+        )
         assert SOURCE not in now
         system = now
     # each compaction said when it started and what it kept
     said = "\n".join(stderr)
-    assert "compacting" in said and re.search(r"compaction done: kept 6 items of working state; \d+ messages? "
-                                              r"archived", said), said[-2000:]
+    assert "compacting" in said and re.search(
+        r"compaction done: kept 6 items of working state; \d+ messages? "
+        r"archived",
+        said,
+    ), said[-2000:]
 
 
-def test_session_show_prints_every_version_and_json_carries_them(nanobot_run, fake_llm, configure, isolated_home):
+def test_session_show_prints_every_version_and_json_carries_them(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     run_long_task(nanobot_run, fake_llm, configure, protocol="openai", window=8192, turns=7)
     versions = WorkingStateLog(SessionStore().path_for("cli:direct")).read().versions
     assert len(versions) >= 2
@@ -119,7 +144,9 @@ def test_session_show_prints_every_version_and_json_carries_them(nanobot_run, fa
     assert "working state" in shown.stdout and "BILL-4821" in shown.stdout
     assert f"version {versions[-1].number}" in shown.stdout
     as_json = json.loads(nanobot_run("session", "show", "cli:direct", "--json").stdout)
-    assert [v["version"] for v in as_json["working_state"]["versions"]] == [v.number for v in versions]
+    assert [v["version"] for v in as_json["working_state"]["versions"]] == [
+        v.number for v in versions
+    ]
     assert as_json["working_state"]["current"]["text"] == versions[-1].text
     assert as_json["messages"][0]["content"] == PLANTED_TURNS[0]
 
@@ -138,9 +165,17 @@ def _consolidator(tmp_path, llm, window: int = 4096):
     budget = ContextBudget(window=window, max_tokens=512, counter=default_counter())
     cons = Consolidator(llm.provider("openai"), MemoryStore(tmp_path / "ws"), store, budget)
     for i, text in enumerate([*PLANTED_TURNS, "turn 4: carry on", "turn 5: and on"]):
-        store.append(session, [{"role": "user", "content": text, "timestamp": f"2026-01-05T10:0{i}:00"},
-                               {"role": "assistant", "content": f"ok {i}. {filler(i, 200)}",
-                                "timestamp": f"2026-01-05T10:0{i}:30"}])
+        store.append(
+            session,
+            [
+                {"role": "user", "content": text, "timestamp": f"2026-01-05T10:0{i}:00"},
+                {
+                    "role": "assistant",
+                    "content": f"ok {i}. {filler(i, 200)}",
+                    "timestamp": f"2026-01-05T10:0{i}:30",
+                },
+            ],
+        )
     return store, session, cons
 
 
@@ -150,19 +185,30 @@ def _run(coro):
     return asyncio.run(coro)
 
 
-def test_the_previous_checkpoint_is_in_the_request_and_the_reply_replaces_it(tmp_path, scripted_llm):
+def test_the_previous_checkpoint_is_in_the_request_and_the_reply_replaces_it(
+    tmp_path, scripted_llm
+):
     store, session, cons = _consolidator(tmp_path, scripted_llm)
     scripted_llm.summarise = True
     report = _run(cons.compact(session))
     first = WorkingStateLog(session.path).read()
-    assert report.checkpoint_version == 1 and first.text == session.working_state == report.checkpoint
+    assert (
+        report.checkpoint_version == 1 and first.text == session.working_state == report.checkpoint
+    )
     assert "BILL-4821" in first.text and first.current.items == 6
-    store.append(session, [{"role": "user", "content": "Next step: open the pull request for BILL-4821"},
-                           {"role": "assistant", "content": "will do"},
-                           {"role": "user", "content": "thanks"}])
+    store.append(
+        session,
+        [
+            {"role": "user", "content": "Next step: open the pull request for BILL-4821"},
+            {"role": "assistant", "content": "will do"},
+            {"role": "user", "content": "thanks"},
+        ],
+    )
     _run(cons.compact(session))
     asked = scripted_llm.requests[-1].messages[-1]["content"]
-    assert asked.startswith("## Previous session checkpoint\n\n" + first.text)  # merged, not forgotten
+    assert asked.startswith(
+        "## Previous session checkpoint\n\n" + first.text
+    )  # merged, not forgotten
     versions = WorkingStateLog(session.path).read().versions
     assert [v.number for v in versions] == [1, 2]
     assert "Next step: open the pull request for BILL-4821" in versions[1].text
@@ -177,13 +223,24 @@ def test_a_reply_without_a_checkpoint_keeps_the_previous_one_and_says_so(tmp_pat
     log = WorkingStateLog(session.path)
     log.add_version("Goal: the previous goal", archived=2)
     session.working_state = "Goal: the previous goal"
-    scripted_llm.script(Reply.tool_calls([("save_memory", {"history_entry": "[2026-01-05 10:00] Talked.",
-                                                           "memory_update": "# Memory\n"})]))
+    scripted_llm.script(
+        Reply.tool_calls(
+            [
+                (
+                    "save_memory",
+                    {"history_entry": "[2026-01-05 10:00] Talked.", "memory_update": "# Memory\n"},
+                )
+            ]
+        )
+    )
     notices: list[Notice] = []
     report = _run(cons.compact(session, emit=notices.append))
     assert report.ran and session.working_state == "Goal: the previous goal"
     assert [v.text for v in log.read().versions] == ["Goal: the previous goal"]
-    assert any("no session_checkpoint" in n and "previous working state is kept" in n for n in report.notices)
+    assert any(
+        "no session_checkpoint" in n and "previous working state is kept" in n
+        for n in report.notices
+    )
     assert any("compaction done: kept 1 item of working state" in n.text for n in notices)
 
 
@@ -214,7 +271,10 @@ def test_compact_prints_the_new_checkpoint(nanobot_run, fake_llm, configure):
     result = nanobot_run("agent", "-m", "/compact")
     assert result.returncode == 0, result.stderr
     assert "working state (version 1; sent with every request)" in result.stdout
-    assert "- BILL-4821" in result.stdout and "Next step: run the schema diff against staging" in result.stdout
+    assert (
+        "- BILL-4821" in result.stdout
+        and "Next step: run the schema diff against staging" in result.stdout
+    )
     assert "compaction done: kept 6 items of working state; 8 messages archived" in result.stderr
 
 
@@ -238,16 +298,25 @@ def test_new_archives_the_working_state_with_the_messages(nanobot_run, fake_llm,
 
 def test_a_failed_compaction_shows_in_status_and_doctor(nanobot_run, fake_llm, configure):
     configure(contextWindowTokens=8192)
-    fake_llm.responder = lambda req: Reply.text("I would rather not summarise")  # never calls save_memory
+    fake_llm.responder = lambda req: Reply.text(
+        "I would rather not summarise"
+    )  # never calls save_memory
     for text in PLANTED_TURNS[:2]:
         assert nanobot_run("agent", "-m", text).returncode == 0
     compact = nanobot_run("agent", "-m", "/compact")
     assert "memory consolidation failed" in compact.stderr
     status = nanobot_run("status")
     assert status.returncode == 0, status.stderr
-    assert "the last compaction failed" in status.stdout and "did not call save_memory" in status.stdout
+    assert (
+        "the last compaction failed" in status.stdout
+        and "did not call save_memory" in status.stdout
+    )
     doctor = nanobot_run("doctor", "--offline")
-    assert "compaction" in doctor.stdout and "cli:direct" in doctor.stdout and "did not call save_memory" in doctor.stdout
+    assert (
+        "compaction" in doctor.stdout
+        and "cli:direct" in doctor.stdout
+        and "did not call save_memory" in doctor.stdout
+    )
     # once a compaction succeeds, both screens are quiet about it again
     fake_llm.summarise = True
     assert nanobot_run("agent", "-m", PLANTED_TURNS[2]).returncode == 0
@@ -256,10 +325,13 @@ def test_a_failed_compaction_shows_in_status_and_doctor(nanobot_run, fake_llm, c
     assert "did not call save_memory" not in nanobot_run("doctor", "--offline").stdout
 
 
-def test_helpers_do_not_get_the_working_state_but_the_report_turn_does(nanobot_run, fake_llm, configure):
+def test_helpers_do_not_get_the_working_state_but_the_report_turn_does(
+    nanobot_run, fake_llm, configure
+):
     configure()
-    WorkingStateLog(SessionStore().path_for("cli:direct")).add_version("Goal: ship it\nIdentifiers:\n- REL-9",
-                                                                        archived=2)
+    WorkingStateLog(SessionStore().path_for("cli:direct")).add_version(
+        "Goal: ship it\nIdentifiers:\n- REL-9", archived=2
+    )
 
     def responder(request):
         text = wire_text(request)
@@ -277,18 +349,35 @@ def test_helpers_do_not_get_the_working_state_but_the_report_turn_does(nanobot_r
     helper = [r for r in fake_llm.requests if "You are a subagent" in wire_text(r)]
     main = [r for r in fake_llm.requests if r not in helper]
     assert helper and main and len(main) >= 3
-    assert all(SOURCE not in wire_text(r) for r in helper)  # the helper gets its task, not the state
-    assert all(wire_text(r).count(SOURCE) == 1 for r in main)  # every main-lane request, report turn included
+    assert all(
+        SOURCE not in wire_text(r) for r in helper
+    )  # the helper gets its task, not the state
+    assert all(
+        wire_text(r).count(SOURCE) == 1 for r in main
+    )  # every main-lane request, report turn included
     fake_llm.assert_all_valid()
 
 
 def test_a_huge_checkpoint_is_cut_and_a_key_in_it_is_masked(tmp_path, scripted_llm):
     store, session, cons = _consolidator(tmp_path, scripted_llm)
     key = "sk-proj-" + "a1B2c3D4e5" * 5
-    huge = f"Goal: ship it\nIdentifiers:\n- {key}\n" + "".join(f"- item{i} {filler(i, 20)}\n" for i in range(2000))
-    scripted_llm.script(Reply.tool_calls([("save_memory", {"history_entry": "[2026-01-05 10:00] Talked.",
-                                                           "memory_update": "# Memory\n",
-                                                           "session_checkpoint": huge})]))
+    huge = f"Goal: ship it\nIdentifiers:\n- {key}\n" + "".join(
+        f"- item{i} {filler(i, 20)}\n" for i in range(2000)
+    )
+    scripted_llm.script(
+        Reply.tool_calls(
+            [
+                (
+                    "save_memory",
+                    {
+                        "history_entry": "[2026-01-05 10:00] Talked.",
+                        "memory_update": "# Memory\n",
+                        "session_checkpoint": huge,
+                    },
+                )
+            ]
+        )
+    )
     report = _run(cons.compact(session))
     stored = WorkingStateLog(session.path).read().text
     assert key not in stored and "Goal: ship it" in stored

@@ -28,8 +28,9 @@ TURNS = 18
 WINDOW = 8192
 
 
-def test_sigkill_during_consolidation_loses_no_checkpoint_version(nanobot_forkserver, nanobot_cmd, fake_llm,
-                                                                   configure):
+def test_sigkill_during_consolidation_loses_no_checkpoint_version(
+    nanobot_forkserver, nanobot_cmd, fake_llm, configure
+):
     configure(contextWindowTokens=WINDOW)
     make_strict(fake_llm, WINDOW)
     rng = random.Random(SEED)
@@ -44,15 +45,22 @@ def test_sigkill_during_consolidation_loses_no_checkpoint_version(nanobot_forkse
     log = WorkingStateLog(path)
     seen: list[tuple[int, str]] = []
     kills = 0
-    texts = [*PLANTED_TURNS, *(f"turn {n}: carry on please" for n in range(len(PLANTED_TURNS), TURNS))]
+    texts = [
+        *PLANTED_TURNS,
+        *(f"turn {n}: carry on please" for n in range(len(PLANTED_TURNS), TURNS)),
+    ]
     unsaved = False
     for turn in range(2 * TURNS):
         if not texts:
             break
         text = texts[0]
         start = len(fake_llm.requests)
-        proc = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-m", text], stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        proc = nanobot_forkserver.popen(
+            [*nanobot_cmd, "agent", "-m", text],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )
         # 0: not killed; 1: killed waiting for the reply; 2: killed while writing it. A message killed
         # before it was saved goes again unkilled, so the task moves on however the kills land.
         aim = 0 if unsaved else turn % 3
@@ -67,23 +75,37 @@ def test_sigkill_during_consolidation_loses_no_checkpoint_version(nanobot_forkse
                 break
             time.sleep(0.002)
         proc.communicate(timeout=60)
-        unsaved = not any(m.get("content") == text for m in SessionStore().load("cli:direct").messages)
+        unsaved = not any(
+            m.get("content") == text for m in SessionStore().load("cli:direct").messages
+        )
         if not unsaved:
-            texts.pop(0)  # else it was killed before the message was saved (room was being made): send it again
+            texts.pop(
+                0
+            )  # else it was killed before the message was saved (room was being made): send it again
         versions = [(v.number, v.text) for v in log.read().versions]
-        assert versions[:len(seen)] == seen, f"turn {turn}: a checkpoint version was lost"
+        assert versions[: len(seen)] == seen, f"turn {turn}: a checkpoint version was lost"
         assert [n for n, _ in versions] == list(range(1, len(versions) + 1))
         seen = versions
         SessionStore().open("cli:direct")._lock.release()  # the session opens after the kill
     assert not texts and kills >= TURNS // 3 and len(seen) >= 4, (texts, kills, len(seen))
 
-    fake_llm.responder = lambda req: save_memory_reply(req) if is_consolidation(req) else Reply.text("done")
-    final = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-m", "where are we?"], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    fake_llm.responder = lambda req: (
+        save_memory_reply(req) if is_consolidation(req) else Reply.text("done")
+    )
+    final = nanobot_forkserver.popen(
+        [*nanobot_cmd, "agent", "-m", "where are we?"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     out, err = final.communicate(timeout=60)
     assert final.returncode == 0, err
     last = wire_text([r for r in fake_llm.requests if not is_consolidation(r)][-1])
-    block = re.search(r'<untrusted-data source="' + re.escape(SOURCE) + r'">\n(.*?)\n</untrusted-data>', last, re.S)
+    block = re.search(
+        r'<untrusted-data source="' + re.escape(SOURCE) + r'">\n(.*?)\n</untrusted-data>',
+        last,
+        re.S,
+    )
     assert block is not None and block.group(1) == WorkingStateLog(path).read().text
     assert all(item in block.group(1) for item in PLANTED_ITEMS)
     fake_llm.assert_all_valid()

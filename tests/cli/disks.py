@@ -15,8 +15,11 @@ import pytest
 def tmpfs(path: Path, *, size: str = "64k") -> Iterator[Path]:
     """Mount a tmpfs of `size` at `path`; the test is skipped where mounting is not permitted."""
     path.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
     try:

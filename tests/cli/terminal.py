@@ -16,16 +16,33 @@ import forkserver
 class Terminal:
     """Runs `nanobot ...` in a pty of `columns` x `rows`; `lines()` is the scrollback plus the screen."""
 
-    def __init__(self, *args: str, columns: int = 80, rows: int = 24, env: dict | None = None,
-                 timeout: float = 30) -> None:
+    def __init__(
+        self,
+        *args: str,
+        columns: int = 80,
+        rows: int = 24,
+        env: dict | None = None,
+        timeout: float = 30,
+    ) -> None:
         self.columns, self.rows, self.timeout = columns, rows, timeout
         self.screen = pyte.HistoryScreen(columns, rows, history=100_000, ratio=0.001)
         self.stream = pyte.ByteStream(self.screen)
-        full_env = {**os.environ, **(env or {}), "TERM": "xterm", "COLUMNS": str(columns), "LINES": str(rows),
-                    "PYTHONUNBUFFERED": "1", "PROMPT_TOOLKIT_NO_CPR": "1"}
+        full_env = {
+            **os.environ,
+            **(env or {}),
+            "TERM": "xterm",
+            "COLUMNS": str(columns),
+            "LINES": str(rows),
+            "PYTHONUNBUFFERED": "1",
+            "PROMPT_TOOLKIT_NO_CPR": "1",
+        }
         # a real process in a real pty, forked from a helper that has imported nanobot (tests/forkserver.py)
-        self.child = forkserver.shared().spawn([sys.executable, "-m", "nanobot", *args], env=full_env,
-                                               dimensions=(rows, columns), timeout=timeout)
+        self.child = forkserver.shared().spawn(
+            [sys.executable, "-m", "nanobot", *args],
+            env=full_env,
+            dimensions=(rows, columns),
+            timeout=timeout,
+        )
         self.raw = b""
 
     def _pump(self, wait: float) -> bool:
@@ -59,7 +76,11 @@ class Terminal:
                 raise AssertionError(f"{text!r} was never drawn; screen:\n{self.text()}")
 
     def drawn(self) -> str:
-        return re.sub(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|[()][0-9A-Za-z]|[=>78])", "", self.raw.decode("utf-8", "replace"))
+        return re.sub(
+            r"\x1b(\[[0-9;?]*[ -/]*[@-~]|[()][0-9A-Za-z]|[=>78])",
+            "",
+            self.raw.decode("utf-8", "replace"),
+        )
 
     def wait_for_count(self, text: str, count: int) -> None:
         deadline = time.monotonic() + self.timeout

@@ -16,12 +16,17 @@ from nanobot.fakellm import Reply
 
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
-def test_one_shot_turn_with_two_tool_calls_writes_file_and_prints_answer(nanobot_run, fake_llm, configure,
-                                                                        isolated_home, protocol):
+def test_one_shot_turn_with_two_tool_calls_writes_file_and_prints_answer(
+    nanobot_run, fake_llm, configure, isolated_home, protocol
+):
     configure(protocol)
     fake_llm.script(
-        Reply.tool_calls([("write_file", {"path": "notes/todo.md", "content": "- buy milk\n"}),
-                          ("read_file", {"path": "notes/todo.md"})]),
+        Reply.tool_calls(
+            [
+                ("write_file", {"path": "notes/todo.md", "content": "- buy milk\n"}),
+                ("read_file", {"path": "notes/todo.md"}),
+            ]
+        ),
         Reply.text("I wrote notes/todo.md with your list."),
     )
     result = nanobot_run("agent", "-m", "make me a todo list")
@@ -31,15 +36,23 @@ def test_one_shot_turn_with_two_tool_calls_writes_file_and_prints_answer(nanobot
     assert 'write_file("notes/todo.md")' in result.stderr  # tool hints go to stderr
     fake_llm.assert_all_valid()
     second = fake_llm.requests[1]
-    results = [m for m in second.messages if m.get("role") == "tool"] if protocol == "openai" else [
-        b for m in second.messages for b in (m["content"] if isinstance(m["content"], list) else [])
-        if b.get("type") == "tool_result"]
+    results = (
+        [m for m in second.messages if m.get("role") == "tool"]
+        if protocol == "openai"
+        else [
+            b
+            for m in second.messages
+            for b in (m["content"] if isinstance(m["content"], list) else [])
+            if b.get("type") == "tool_result"
+        ]
+    )
     assert len(results) == 2
     assert "- buy milk" in json.dumps(results[1])
 
 
-def test_runtime_context_is_in_the_user_message_and_system_prompt_is_stable(nanobot_run, fake_llm, configure,
-                                                                             isolated_home):
+def test_runtime_context_is_in_the_user_message_and_system_prompt_is_stable(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     configure()
     fake_llm.script(Reply.text("one"), Reply.text("two"))
     assert nanobot_run("agent", "-m", "first").returncode == 0
@@ -52,10 +65,14 @@ def test_runtime_context_is_in_the_user_message_and_system_prompt_is_stable(nano
     assert last_user["role"] == "user" and last_user["content"].startswith("[Runtime Context]")
     assert last_user["content"].endswith("second")
     # the previous request is repeated byte for byte (prompt caching keeps hitting) ...
-    assert second.messages[:len(first.messages)] == first.messages
+    assert second.messages[: len(first.messages)] == first.messages
     assert second.messages[len(first.messages)]["content"] == "one"
     # ... while the session file keeps the user's own words as the message text
-    stored = [json.loads(line) for p in (isolated_home / "sessions").glob("*.jsonl") for line in p.read_text().splitlines()]
+    stored = [
+        json.loads(line)
+        for p in (isolated_home / "sessions").glob("*.jsonl")
+        for line in p.read_text().splitlines()
+    ]
     users = [m for m in stored if m.get("role") == "user"]
     assert [m["content"] for m in users] == ["first", "second"]
     assert all(m["runtime_context"].startswith("Current time:") for m in users)
@@ -72,17 +89,23 @@ def test_piped_stdin_is_the_message(nanobot_run, fake_llm, configure):
 
 def test_json_output(nanobot_run, fake_llm, configure):
     configure()
-    fake_llm.script(Reply.tool_calls([("list_dir", {"path": "."})]),
-                    Reply.text("empty folder", usage={"prompt_tokens": 77, "completion_tokens": 3}))
+    fake_llm.script(
+        Reply.tool_calls([("list_dir", {"path": "."})]),
+        Reply.text("empty folder", usage={"prompt_tokens": 77, "completion_tokens": 3}),
+    )
     result = nanobot_run("agent", "-m", "ls", "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["answer"] == "empty folder"
-    assert data["tool_calls"] == [{"name": "list_dir", "arguments": {"path": "."}, "is_error": False}]
+    assert data["tool_calls"] == [
+        {"name": "list_dir", "arguments": {"path": "."}, "is_error": False}
+    ]
     assert data["usage"] == {"prompt_tokens": 77, "completion_tokens": 3}
 
 
-def test_provider_error_is_shown_not_saved_and_exit_code_1(nanobot_run, fake_llm, configure, isolated_home):
+def test_provider_error_is_shown_not_saved_and_exit_code_1(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     configure()
     fake_llm.script(Reply.error(401, message="invalid x-api-key"))
     result = nanobot_run("agent", "-m", "hello")
@@ -104,7 +127,9 @@ def test_max_iterations_ends_with_a_clear_message(nanobot_run, fake_llm, configu
     fake_llm.assert_all_valid()
 
 
-def test_think_blocks_are_stripped_from_shown_and_saved_text(nanobot_run, fake_llm, configure, isolated_home):
+def test_think_blocks_are_stripped_from_shown_and_saved_text(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     configure()
     fake_llm.script(Reply.text("<think>secret reasoning</think>The answer is 4."))
     result = nanobot_run("agent", "-m", "2+2?")
@@ -116,8 +141,16 @@ def test_think_blocks_are_stripped_from_shown_and_saved_text(nanobot_run, fake_l
 def test_exec_child_does_not_see_api_keys(nanobot_run, fake_llm, configure, isolated_home):
     configure()
     fake_llm.script(Reply.tool_calls([("exec", {"command": "env > env.txt"})]), Reply.text("done"))
-    result = nanobot_run("agent", "-m", "dump env",
-                 env={"OPENAI_API_KEY": "sk-parent-secret", "MY_SERVICE_TOKEN": "tok-123", "HARMLESS": "yes"})
+    result = nanobot_run(
+        "agent",
+        "-m",
+        "dump env",
+        env={
+            "OPENAI_API_KEY": "sk-parent-secret",
+            "MY_SERVICE_TOKEN": "tok-123",
+            "HARMLESS": "yes",
+        },
+    )
     assert result.returncode == 0, result.stderr
     dumped = (isolated_home / "workspace" / "env.txt").read_text()
     assert "HARMLESS=yes" in dumped
@@ -125,15 +158,22 @@ def test_exec_child_does_not_see_api_keys(nanobot_run, fake_llm, configure, isol
     assert "sk-test-key-123456" not in dumped  # the key from the config file either
 
 
-def test_ctrl_c_during_a_one_shot_turn_exits_130_and_kills_the_command(nanobot_cmd, nanobot_forkserver, fake_llm,
-                                                                       configure, isolated_home, host_sleepers):
+def test_ctrl_c_during_a_one_shot_turn_exits_130_and_kills_the_command(
+    nanobot_cmd, nanobot_forkserver, fake_llm, configure, isolated_home, host_sleepers
+):
     import signal
     import time
 
     configure()
-    fake_llm.script(Reply.tool_calls([("exec", {"command": "sleep 6071 & echo $! > sleeper.pid; wait"})]))
-    proc = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-m", "run it"], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
+    fake_llm.script(
+        Reply.tool_calls([("exec", {"command": "sleep 6071 & echo $! > sleeper.pid; wait"})])
+    )
+    proc = nanobot_forkserver.popen(
+        [*nanobot_cmd, "agent", "-m", "run it"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     pidfile = isolated_home / "workspace" / "sleeper.pid"
     deadline = time.monotonic() + 20
     # $! is written once the shell has forked the sleeper, maybe before it has become `sleep`
@@ -162,7 +202,9 @@ def test_ctrl_c_during_a_one_shot_turn_exits_130_and_kills_the_command(nanobot_c
 
 def test_empty_and_cut_off_answers_are_flagged(nanobot_run, fake_llm, configure):
     configure()
-    fake_llm.script(Reply.text(""), Reply.text("This answer was cut mid-sen", finish_reason="length"))
+    fake_llm.script(
+        Reply.text(""), Reply.text("This answer was cut mid-sen", finish_reason="length")
+    )
     empty = nanobot_run("agent", "-m", "say nothing")
     assert empty.returncode == 0 and empty.stdout == ""
     assert "empty answer" in empty.stderr
@@ -172,14 +214,19 @@ def test_empty_and_cut_off_answers_are_flagged(nanobot_run, fake_llm, configure)
 
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
-def test_prompt_too_long_is_recovered_by_learning_the_real_window(nanobot_run, fake_llm, configure, isolated_home,
-                                                                  protocol):
+def test_prompt_too_long_is_recovered_by_learning_the_real_window(
+    nanobot_run, fake_llm, configure, isolated_home, protocol
+):
     configure(protocol, contextWindowTokens=16384)
     fake_llm.context_window = 8000  # the model's real window is smaller than configured
     workspace = isolated_home / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
-    (workspace / "big.log").write_text("".join(f"{i:06d} worker processed job {i * 7} fine\n" for i in range(3000)))
-    fake_llm.script(Reply.tool_calls([("read_file", {"path": "big.log"})]), Reply.text("The log looks healthy."))
+    (workspace / "big.log").write_text(
+        "".join(f"{i:06d} worker processed job {i * 7} fine\n" for i in range(3000))
+    )
+    fake_llm.script(
+        Reply.tool_calls([("read_file", {"path": "big.log"})]), Reply.text("The log looks healthy.")
+    )
     result = nanobot_run("agent", "-m", "check big.log")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "The log looks healthy."
@@ -189,17 +236,20 @@ def test_prompt_too_long_is_recovered_by_learning_the_real_window(nanobot_run, f
     assert fake_llm.requests[-1].estimated_tokens <= 8000
 
 
-def test_a_session_file_with_malformed_tool_calls_still_works_and_keeps_the_message(nanobot_run, fake_llm,
-                                                                                    configure, isolated_home):
+def test_a_session_file_with_malformed_tool_calls_still_works_and_keeps_the_message(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     from nanobot.session.store import SessionStore
 
     configure()
     path = SessionStore().path_for("cli:direct")
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [{"_type": "metadata", "key": "cli:direct", "last_consolidated": 0},
-             {"role": "user", "content": "hi"},
-             {"role": "assistant", "content": "x", "tool_calls": {"id": "a", "function": {"name": "f"}}},
-             {"role": "assistant", "content": "y", "tool_calls": []}]
+    lines = [
+        {"_type": "metadata", "key": "cli:direct", "last_consolidated": 0},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "x", "tool_calls": {"id": "a", "function": {"name": "f"}}},
+        {"role": "assistant", "content": "y", "tool_calls": []},
+    ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     fake_llm.script(Reply.text("all good"))
     result = nanobot_run("agent", "-m", "remember: my name is Ana")
@@ -229,8 +279,13 @@ def _is_report(request) -> bool:
     return "subagent 'helper'" in json.dumps(request.messages[-1])
 
 
-def helper_responder(*, parent_delay: float, helper_delay, answer: str = "handled the report",
-                     first: str | None = None):
+def helper_responder(
+    *,
+    parent_delay: float,
+    helper_delay,
+    answer: str = "handled the report",
+    first: str | None = None,
+):
     """Parent spawns a helper, answers "Started." after `parent_delay`; the helper reports after
     `helper_delay()`; the report turn answers `answer`. With `first` ("helper" or "parent"), the
     other's reply also waits until that one has been answered, so however busy the machine, the
@@ -268,7 +323,9 @@ TIMINGS = {
 
 
 TRIALS = 20
-AT_ONCE = 4  # trials side by side, each on its own thread, event loop and fake server; mostly they wait
+AT_ONCE = (
+    4  # trials side by side, each on its own thread, event loop and fake server; mostly they wait
+)
 
 
 class _PerThreadStream(io.TextIOBase):
@@ -323,19 +380,44 @@ def _run_trials(timing: str, home, monkeypatch) -> list[_Trial]:
     def slot(first: int) -> None:
         with FakeLLMServer() as server:
             path = home / f"config-{first}.json"
-            path.write_text(json.dumps({
-                "agents": {"defaults": {"model": "custom/test-model", "provider": "custom"}},
-                "providers": {"custom": {"apiKey": "sk-test-key-123456", "apiBase": server.openai_base_url}}}))
+            path.write_text(
+                json.dumps(
+                    {
+                        "agents": {
+                            "defaults": {"model": "custom/test-model", "provider": "custom"}
+                        },
+                        "providers": {
+                            "custom": {
+                                "apiKey": "sk-test-key-123456",
+                                "apiBase": server.openai_base_url,
+                            }
+                        },
+                    }
+                )
+            )
             path.chmod(0o600)
             cfg = load_config(path)
             for trial in range(first, TRIALS, AT_ONCE):
                 server.reset()
-                server.responder = helper_responder(**TIMINGS[timing])  # its own events for each trial
-                code = asyncio.run(_one_shot(cfg, f"cli:trial{trial}", "count the files in the background",
-                                             markdown=False, json_out=False))
+                server.responder = helper_responder(
+                    **TIMINGS[timing]
+                )  # its own events for each trial
+                code = asyncio.run(
+                    _one_shot(
+                        cfg,
+                        f"cli:trial{trial}",
+                        "count the files in the background",
+                        markdown=False,
+                        json_out=False,
+                    )
+                )
                 server.assert_all_valid()
-                results[trial] = _Trial(code, out.take(), SessionStore().load(f"cli:trial{trial}").messages,
-                                        list(server.requests))
+                results[trial] = _Trial(
+                    code,
+                    out.take(),
+                    SessionStore().load(f"cli:trial{trial}").messages,
+                    list(server.requests),
+                )
 
     home.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(AT_ONCE) as pool:
@@ -351,11 +433,17 @@ def test_one_shot_loses_no_report_in_20_trials(isolated_home, monkeypatch, timin
     lost, order = [], []
     for number, trial in enumerate(trials):
         handled = [r for r in trial.requests if _is_report(r)]
-        if trial.code != 0 or "handled the report" not in trial.out or not handled or not any(
-                m.get("content") == "handled the report" for m in trial.saved):
+        if (
+            trial.code != 0
+            or "handled the report" not in trial.out
+            or not handled
+            or not any(m.get("content") == "handled the report" for m in trial.saved)
+        ):
             lost.append(number)
         helper = next(r for r in trial.requests if _is_subagent(r))
-        parent_end = next(r for r in trial.requests if r.reply is not None and r.reply.content == "Started.")
+        parent_end = next(
+            r for r in trial.requests if r.reply is not None and r.reply.content == "Started."
+        )
         order.append(helper.t_answered < parent_end.t_answered)
     assert lost == [], f"reports lost in trials {lost}"
     if timing == "before":
@@ -364,7 +452,9 @@ def test_one_shot_loses_no_report_in_20_trials(isolated_home, monkeypatch, timin
         assert not any(order)
 
 
-def test_a_failed_report_turn_is_shown_on_stderr_and_a_good_answer_keeps_exit_0(fake_llm, configure, capsys):
+def test_a_failed_report_turn_is_shown_on_stderr_and_a_good_answer_keeps_exit_0(
+    fake_llm, configure, capsys
+):
     import asyncio
 
     from nanobot.cli.chat import _one_shot
@@ -401,7 +491,9 @@ def test_the_only_answer_failing_in_the_background_exits_1(fake_llm, configure, 
         state["main"] += 1
         if state["main"] == 1:
             return Reply.tool_calls([("spawn", {"task": "t", "label": "helper"})])
-        return Reply.error(400, message=f"boom {state['main']}")  # the user turn, then the report turn
+        return Reply.error(
+            400, message=f"boom {state['main']}"
+        )  # the user turn, then the report turn
 
     fake_llm.responder = responder
     code = asyncio.run(_one_shot(cfg, "cli:direct", "go", markdown=False, json_out=False))
@@ -423,5 +515,6 @@ def test_json_output_lists_the_report_turns(fake_llm, configure, capsys):
     data = json.loads(capsys.readouterr().out)
     assert code == 0
     assert data["answer"] == "Started."
-    assert data["background"] == [{"answer": "handled the report", "stop_reason": "done", "error": None,
-                                   "tool_calls": []}]
+    assert data["background"] == [
+        {"answer": "handled the report", "stop_reason": "done", "error": None, "tool_calls": []}
+    ]

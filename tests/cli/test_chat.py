@@ -19,9 +19,21 @@ PROMPT = "you ›"
 
 
 def spawn(isolated_home, *args):
-    env = {**os.environ, "TERM": "xterm", "COLUMNS": "100", "LINES": "40", "PYTHONUNBUFFERED": "1", "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = forkserver.shared().spawn([sys.executable, "-m", "nanobot", "agent", *args], env=env,
-                                      encoding="utf-8", timeout=20, dimensions=(40, 100))
+    env = {
+        **os.environ,
+        "TERM": "xterm",
+        "COLUMNS": "100",
+        "LINES": "40",
+        "PYTHONUNBUFFERED": "1",
+        "PROMPT_TOOLKIT_NO_CPR": "1",
+    }
+    child = forkserver.shared().spawn(
+        [sys.executable, "-m", "nanobot", "agent", *args],
+        env=env,
+        encoding="utf-8",
+        timeout=20,
+        dimensions=(40, 100),
+    )
     child.expect_exact(PROMPT)
     return child
 
@@ -46,8 +58,10 @@ def repl(isolated_home, configure):
 
 
 def test_streamed_answer_and_tool_hint(repl, fake_llm):
-    fake_llm.script(Reply.tool_calls([("list_dir", {"path": "."})]),
-                    Reply.text("Your workspace holds the usual files.", chunks=6))
+    fake_llm.script(
+        Reply.tool_calls([("list_dir", {"path": "."})]),
+        Reply.text("Your workspace holds the usual files.", chunks=6),
+    )
     child = repl()
     child.sendline("what is here?")
     child.expect_exact('list_dir(".")')
@@ -61,8 +75,10 @@ def test_streamed_answer_and_tool_hint(repl, fake_llm):
 
 def test_ctrl_c_cancels_a_long_tool_call_and_the_prompt_comes_back(repl, fake_llm, isolated_home):
     marker = isolated_home / "workspace" / "started"
-    fake_llm.script(Reply.tool_calls([("exec", {"command": "touch started; sleep 60; touch finished"})]),
-                    Reply.text("second turn answer"))
+    fake_llm.script(
+        Reply.tool_calls([("exec", {"command": "touch started; sleep 60; touch finished"})]),
+        Reply.text("second turn answer"),
+    )
     child = repl()
     child.sendline("run the slow thing")
     child.expect_exact("exec(")
@@ -87,11 +103,22 @@ def test_ctrl_c_cancels_a_long_tool_call_and_the_prompt_comes_back(repl, fake_ll
 
 
 def test_status_and_new(repl, fake_llm, isolated_home):
-    fake_llm.script(Reply.text("hello Ada", usage={"prompt_tokens": 1234, "completion_tokens": 5}),
-                    # /new archives the conversation into memory before clearing it
-                    Reply.tool_calls([("save_memory", {"history_entry": "[2026-01-05 10:00] Ada introduced herself.",
-                                                       "memory_update": "# Memory\n\n- The user is Ada."})]),
-                    Reply.text("fresh start"))
+    fake_llm.script(
+        Reply.text("hello Ada", usage={"prompt_tokens": 1234, "completion_tokens": 5}),
+        # /new archives the conversation into memory before clearing it
+        Reply.tool_calls(
+            [
+                (
+                    "save_memory",
+                    {
+                        "history_entry": "[2026-01-05 10:00] Ada introduced herself.",
+                        "memory_update": "# Memory\n\n- The user is Ada.",
+                    },
+                )
+            ]
+        ),
+        Reply.text("fresh start"),
+    )
     child = repl()
     child.sendline("my name is Ada")
     child.expect("hello Ada")
@@ -112,7 +139,9 @@ def test_status_and_new(repl, fake_llm, isolated_home):
     child.expect_exact(PROMPT)
     contents = [m.get("content") for m in fake_llm.requests[-1].messages[1:]]
     assert len(contents) == 1 and "who am I?" in contents[0]
-    assert "The user is Ada." in fake_llm.requests[-1].messages[0]["content"]  # remembered across /new
+    assert (
+        "The user is Ada." in fake_llm.requests[-1].messages[0]["content"]
+    )  # remembered across /new
     history = (isolated_home / "workspace" / "memory" / "HISTORY.md").read_text()
     assert "Ada introduced herself" in history
     child.sendline("quit")
@@ -121,7 +150,9 @@ def test_status_and_new(repl, fake_llm, isolated_home):
 
 def test_second_process_on_the_same_session_is_refused(repl, isolated_home, nanobot_run):
     child = repl()
-    result = nanobot_run("agent", "-m", "hi")  # this test's process is the second one, beside the chat's pty child
+    result = nanobot_run(
+        "agent", "-m", "hi"
+    )  # this test's process is the second one, beside the chat's pty child
     assert result.returncode == 2
     assert "session cli:direct is in use by another nanobot process" in result.stderr
     child.sendline("/exit")
@@ -141,7 +172,9 @@ def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_h
         if "You are a subagent" in body:
             if "quick job" in body:
                 return Reply.text("quick report: 7 files")
-            return Reply.tool_calls([("exec", {"command": "sleep 6072 & echo $! > slow.pid; wait"})])
+            return Reply.tool_calls(
+                [("exec", {"command": "sleep 6072 & echo $! > slow.pid; wait"})]
+            )
         if "subagent 'quick'" in _json.dumps(last):
             return Reply.text("The quick helper counted 7 files.")
         if last.get("role") == "tool":
@@ -161,7 +194,10 @@ def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_h
     child.expect_exact(PROMPT)
     deadline = time.monotonic() + 10
     # $! is written once the shell has forked the sleeper, maybe before it has become `sleep`
-    while not (pidfile.exists() and pidfile.read_text().strip() and host_sleepers("6072")) and time.monotonic() < deadline:
+    while (
+        not (pidfile.exists() and pidfile.read_text().strip() and host_sleepers("6072"))
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.05)
     (pid,) = host_sleepers("6072")
     child.sendline("/status")
@@ -221,7 +257,10 @@ def test_a_failed_background_turn_is_shown_above_the_prompt(repl, fake_llm):
 
 def test_ctrl_c_twice_on_an_empty_prompt_leaves_once_does_not(repl, fake_llm, isolated_home):
     marker = isolated_home / "workspace" / "started"
-    fake_llm.script(Reply.tool_calls([("exec", {"command": "touch started; sleep 60"})]), Reply.text("still here"))
+    fake_llm.script(
+        Reply.tool_calls([("exec", {"command": "touch started; sleep 60"})]),
+        Reply.text("still here"),
+    )
     child = repl()
     child.sendline("run the slow thing")
     deadline = time.monotonic() + 10
@@ -288,35 +327,63 @@ def two_turns(child) -> None:
 
 
 def test_compact_prints_a_receipt_naming_the_history_entry(repl, fake_llm, isolated_home):
-    fake_llm.script(Reply.text("noted your cat"), Reply.text("noted your dog"),
-                    Reply.tool_calls([("save_memory", {"history_entry": "[2026-01-05 10:00] User has a cat named Miso.",
-                                                       "memory_update": "# Memory\n\n- Cat: Miso"})]))
+    fake_llm.script(
+        Reply.text("noted your cat"),
+        Reply.text("noted your dog"),
+        Reply.tool_calls(
+            [
+                (
+                    "save_memory",
+                    {
+                        "history_entry": "[2026-01-05 10:00] User has a cat named Miso.",
+                        "memory_update": "# Memory\n\n- Cat: Miso",
+                    },
+                )
+            ]
+        ),
+    )
     child = repl()
     two_turns(child)
     child.sendline("/compact")
     child.expect(r"archived 2 message\(s\) in HISTORY.md: \[2026-01-05 10:00\] User has a cat")
     child.expect_exact(PROMPT)
-    assert "User has a cat named Miso." in (isolated_home / "workspace" / "memory" / "HISTORY.md").read_text()
+    assert (
+        "User has a cat named Miso."
+        in (isolated_home / "workspace" / "memory" / "HISTORY.md").read_text()
+    )
     assert "Cat: Miso" in (isolated_home / "workspace" / "memory" / "MEMORY.md").read_text()
     child.sendline("/exit")
     child.expect(pexpect.EOF)
 
 
-def test_a_due_reminder_fires_in_the_chat_and_is_printed_above_the_prompt(repl, fake_llm, isolated_home,
-                                                                          monkeypatch):
+def test_a_due_reminder_fires_in_the_chat_and_is_printed_above_the_prompt(
+    repl, fake_llm, isolated_home, monkeypatch
+):
     from datetime import datetime, timedelta
 
     from nanobot.cron.schedule import parse_schedule
     from nanobot.cron.store import JobStore
 
-    monkeypatch.setenv("NANOBOT_GATEWAY__JOBS_POLL_S", "0.2")  # gateway.jobsPollS: the chat rereads the jobs often
-    fake_llm.responder = lambda request: (Reply.text("Time to stretch!") if "Tell me to stretch" in str(
-        request.messages[-1]) else Reply.text("still here"))
-    child = repl()  # the prompt is up; then a job is added, as `nanobot cron add` in another terminal does
+    monkeypatch.setenv(
+        "NANOBOT_GATEWAY__JOBS_POLL_S", "0.2"
+    )  # gateway.jobsPollS: the chat rereads the jobs often
+    fake_llm.responder = lambda request: (
+        Reply.text("Time to stretch!")
+        if "Tell me to stretch" in str(request.messages[-1])
+        else Reply.text("still here")
+    )
+    child = (
+        repl()
+    )  # the prompt is up; then a job is added, as `nanobot cron add` in another terminal does
     now = datetime.now(UTC)
     JobStore(isolated_home / "workspace").add(
-        parse_schedule(at=(now + timedelta(seconds=1)).isoformat(), now_ms=int(now.timestamp() * 1000)),
-        "Tell me to stretch", now_ms=int(now.timestamp() * 1000), name="stretch")
+        parse_schedule(
+            at=(now + timedelta(seconds=1)).isoformat(), now_ms=int(now.timestamp() * 1000)
+        ),
+        "Tell me to stretch",
+        now_ms=int(now.timestamp() * 1000),
+        name="stretch",
+    )
     child.expect_exact("⏰ stretch", timeout=30)
     child.expect_exact("Time to stretch!")
     child.expect_exact(PROMPT)  # the prompt is drawn again below the reminder
@@ -330,15 +397,30 @@ def test_a_due_reminder_fires_in_the_chat_and_is_printed_above_the_prompt(repl, 
 
 def test_ctrl_c_cancels_a_slow_compact_and_the_chat_stays(repl, fake_llm, isolated_home):
     memory = isolated_home / "workspace" / "memory" / "MEMORY.md"
-    fake_llm.script(Reply.text("noted your cat"), Reply.text("noted your dog"),
-                    Reply.tool_calls([("save_memory", {"history_entry": "[2026-01-05 10:00] User has a cat.",
-                                                       "memory_update": "# Memory\n\n- Cat"})], delay=60),
-                    Reply.text("still here"))
+    fake_llm.script(
+        Reply.text("noted your cat"),
+        Reply.text("noted your dog"),
+        Reply.tool_calls(
+            [
+                (
+                    "save_memory",
+                    {
+                        "history_entry": "[2026-01-05 10:00] User has a cat.",
+                        "memory_update": "# Memory\n\n- Cat",
+                    },
+                )
+            ],
+            delay=60,
+        ),
+        Reply.text("still here"),
+    )
     child = repl()
     two_turns(child)
     before = memory.read_bytes() if memory.exists() else None
     child.sendline("/compact")
-    assert fake_llm.wait_for_requests(3, timeout=20)  # the consolidation call is under way (and slow)
+    assert fake_llm.wait_for_requests(
+        3, timeout=20
+    )  # the consolidation call is under way (and slow)
     child.sendcontrol("c")  # before: the chat left with "interrupted" (exit 130)
     child.expect("cancelled")
     child.expect_exact(PROMPT)
@@ -361,16 +443,23 @@ def test_a_ctrl_c_between_two_prompts_waits_for_the_next_prompt_and_two_still_le
     from nanobot.cli.chat import Chat
 
     chat = SimpleNamespace(_idle_ctrl_c=None)
-    Chat._on_idle_sigint(chat, 2, None)  # noted for the next prompt, which counts it as a Ctrl-C there
+    Chat._on_idle_sigint(
+        chat, 2, None
+    )  # noted for the next prompt, which counts it as a Ctrl-C there
     assert chat._idle_ctrl_c is not None
-    with pytest.raises(KeyboardInterrupt):  # a second within a second: leave, as two at the prompt do
+    with pytest.raises(
+        KeyboardInterrupt
+    ):  # a second within a second: leave, as two at the prompt do
         Chat._on_idle_sigint(chat, 2, None)
 
 
 # One-shot slash commands: stdout carries the command's result, as it carries a turn's answer;
 # progress notices, warnings and errors go to stderr, so a script capturing stdout gets only the result.
 
-def test_compact_prints_its_receipt_on_stdout_and_its_notices_on_stderr(nanobot_run, fake_llm, configure):
+
+def test_compact_prints_its_receipt_on_stdout_and_its_notices_on_stderr(
+    nanobot_run, fake_llm, configure
+):
     configure()
     fake_llm.summarise = True
     fake_llm.responder = lambda req: Reply.text("sure")
@@ -378,17 +467,23 @@ def test_compact_prints_its_receipt_on_stdout_and_its_notices_on_stderr(nanobot_
         assert nanobot_run("agent", "-m", text).returncode == 0
     result = nanobot_run("agent", "-m", "/compact")
     assert result.returncode == 0, result.stderr
-    assert "compacting 4 messages into memory" in result.stderr and "compaction done" in result.stderr
+    assert (
+        "compacting 4 messages into memory" in result.stderr and "compaction done" in result.stderr
+    )
     assert "compacting" not in result.stdout and "compaction done" not in result.stdout
     out = result.stdout.splitlines()
-    assert out[0].startswith("archived 4 message(s) in HISTORY.md")  # the receipt, then the checkpoint
+    assert out[0].startswith(
+        "archived 4 message(s) in HISTORY.md"
+    )  # the receipt, then the checkpoint
     assert out[1].startswith("working state (version 1")
     assert sum(is_consolidation(r) for r in fake_llm.requests) == 1
 
 
 def test_a_failed_compact_says_so_on_stderr_only(nanobot_run, fake_llm, configure):
     configure()
-    fake_llm.responder = lambda req: Reply.text("I would rather not summarise")  # never calls save_memory
+    fake_llm.responder = lambda req: Reply.text(
+        "I would rather not summarise"
+    )  # never calls save_memory
     for text in ("first", "second"):
         assert nanobot_run("agent", "-m", text).returncode == 0
     result = nanobot_run("agent", "-m", "/compact")

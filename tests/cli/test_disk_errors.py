@@ -29,7 +29,10 @@ def test_full_disk_during_the_session_append(nanobot_run, fake_llm, configure, i
         full = nanobot_run("agent", "-m", big)
         assert full.returncode == 1
         assert "Traceback" not in full.stderr
-        assert "error: could not save the session" in full.stderr and "No space left on device" in full.stderr
+        assert (
+            "error: could not save the session" in full.stderr
+            and "No space left on device" in full.stderr
+        )
         assert "hint: Free some disk space" in full.stderr
         assert "your message was not saved and was not sent to the model" in full.stderr
         assert session_bytes(sessions) == before  # no torn partial line
@@ -47,11 +50,15 @@ def test_read_only_home_for_onboard_and_agent(nanobot_run, fake_llm, configure, 
         assert nanobot_run("onboard").returncode == 0
         remount_read_only(isolated_home)
         (isolated_home / "config.json")  # stays readable
-        for args, what in ((["onboard", "-w", str(isolated_home / "other")], "could not"),
-                           (["agent", "-m", "hi"], "could not open the session")):
+        for args, what in (
+            (["onboard", "-w", str(isolated_home / "other")], "could not"),
+            (["agent", "-m", "hi"], "could not open the session"),
+        ):
             result = nanobot_run(*args)
             assert result.returncode in (1, 2), result.stderr
-            assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) <= 4, result.stderr
+            assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) <= 4, (
+                result.stderr
+            )
             assert what in result.stderr and "Read-only file system" in result.stderr
             assert "hint:" in result.stderr and "NANOBOT_HOME" in result.stderr
         assert fake_llm.requests == []
@@ -88,7 +95,9 @@ def test_a_failed_append_is_cut_back_to_the_last_whole_line(tmp_path, monkeypatc
 def test_append_durably_reports_the_error_and_leaves_the_file_whole(tmp_path, monkeypatch):
     path = tmp_path / "log"
     append_durably(path, "one\n")
-    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
+    monkeypatch.setattr(
+        os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error"))
+    )
     with pytest.raises(OSError):
         append_durably(path, "two\n")
     assert path.read_bytes() == b"one\n"

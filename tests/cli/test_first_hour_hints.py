@@ -12,9 +12,13 @@ def _joined(text: str) -> str:
     return " ".join(text.split())  # hints wrap at the terminal's width
 
 
-def test_an_openai_key_is_named_and_the_command_the_hint_gives_answers(nanobot_run, fake_llm, isolated_home):
-    env = {"OPENAI_API_KEY": "sk-openai-test-123456",
-           "NANOBOT_PROVIDERS__OPENAI__API_BASE": fake_llm.openai_base_url}  # "OpenAI" is the fake server
+def test_an_openai_key_is_named_and_the_command_the_hint_gives_answers(
+    nanobot_run, fake_llm, isolated_home
+):
+    env = {
+        "OPENAI_API_KEY": "sk-openai-test-123456",
+        "NANOBOT_PROVIDERS__OPENAI__API_BASE": fake_llm.openai_base_url,
+    }  # "OpenAI" is the fake server
     fake_llm.script(Reply.text("hello from gpt"))
     refused = nanobot_run("agent", "-m", "hi", env=env)  # the default model is Anthropic's
     assert refused.returncode == 2 and "no API key for provider 'anthropic'" in refused.stderr
@@ -33,7 +37,9 @@ def test_an_openai_key_is_named_and_the_command_the_hint_gives_answers(nanobot_r
     assert f"nanobot agent {command.group(1)}" in advice and "nanobot onboard" in advice
 
 
-def test_status_says_how_to_fix_a_missing_key_and_that_there_is_no_file_yet(nanobot_run, isolated_home):
+def test_status_says_how_to_fix_a_missing_key_and_that_there_is_no_file_yet(
+    nanobot_run, isolated_home
+):
     shown = nanobot_run("status")
     assert shown.returncode == 0, shown.stderr
     said = _joined(shown.stdout)
@@ -46,8 +52,10 @@ def test_status_says_how_to_fix_a_missing_key_and_that_there_is_no_file_yet(nano
 def test_help_tells_a_new_user_where_to_start(nanobot_run):
     shown = nanobot_run("--help")
     assert shown.returncode == 0
-    assert "New here? `nanobot demo` tries the chat with no API key; `nanobot onboard` sets you up." in _joined(
-        shown.stdout)
+    assert (
+        "New here? `nanobot demo` tries the chat with no API key; `nanobot onboard` sets you up."
+        in _joined(shown.stdout)
+    )
 
 
 def test_onboard_skip_says_how_to_use_another_provider(isolated_home):
@@ -77,7 +85,7 @@ def test_chat_help_wraps_between_words_in_an_80_column_terminal(configure):
         term.close()
     lines = term.lines()
     start = next(i for i, line in enumerate(lines) if "/help" in line and "show this help" in line)
-    shown = lines[start:start + 12]
+    shown = lines[start : start + 12]
     text = " ".join(" ".join(shown).split())
     # no word cut at the edge ("(Ctr" + "l-C stops yours)"), continuations indented under the text
     assert "(Ctrl-C stops yours)" in text and "(twice on an empty prompt: leave)" in text
@@ -87,7 +95,10 @@ def test_chat_help_wraps_between_words_in_an_80_column_terminal(configure):
 
 def test_a_wrapped_retry_line_keeps_its_indent_so_it_never_reads_as_the_answer(configure, fake_llm):
     configure()
-    fake_llm.script(Reply.cut_stream("Half an answer", chunks=["Half ", "an answer"]), Reply.text("Whole answer."))
+    fake_llm.script(
+        Reply.cut_stream("Half an answer", chunks=["Half ", "an answer"]),
+        Reply.text("Whole answer."),
+    )
     term = Terminal("agent", env={"NANOBOT_RETRY_BASE_DELAY": "0.01"})  # 80 columns
     try:
         term.wait_for("you ›")
@@ -102,15 +113,21 @@ def test_a_wrapped_retry_line_keeps_its_indent_so_it_never_reads_as_the_answer(c
     start = next(i for i, line in enumerate(lines) if "the connection dropped mid-answer" in line)
     end = next(i for i, line in enumerate(lines) if "(attempt 2)" in line)
     assert end > start  # the line is long enough to wrap at 80 columns
-    assert all(line.startswith("  ") and line.strip() for line in lines[start:end + 1]), lines[start:end + 1]
+    assert all(line.startswith("  ") and line.strip() for line in lines[start : end + 1]), lines[
+        start : end + 1
+    ]
 
 
-def test_a_rejected_key_names_where_that_provider_s_key_comes_from(nanobot_run, fake_llm, configure):
+def test_a_rejected_key_names_where_that_provider_s_key_comes_from(
+    nanobot_run, fake_llm, configure
+):
     configure("anthropic")
     fake_llm.script(Reply.error(401, message="invalid x-api-key"))
     refused = nanobot_run("agent", "-m", "hi")
     assert refused.returncode == 1 and "HTTP 401" in refused.stderr
-    assert "check ANTHROPIC_API_KEY or providers.anthropic.apiKey in the config" in _joined(refused.stderr)
+    assert "check ANTHROPIC_API_KEY or providers.anthropic.apiKey in the config" in _joined(
+        refused.stderr
+    )
     assert "<name>" not in refused.stderr
 
 
@@ -124,5 +141,8 @@ def test_onboard_with_only_an_openai_key_says_so_before_asking_for_anthropic_s(i
         assert term.finish() == 0
     finally:
         term.close()
-    assert "You have a key for openai: to use it, set agents.defaults.model (e.g. openai/gpt-4.1)" in asked
+    assert (
+        "You have a key for openai: to use it, set agents.defaults.model (e.g. openai/gpt-4.1)"
+        in asked
+    )
     assert asked.index("You have a key for openai") < asked.index("Paste your anthropic API key")

@@ -53,8 +53,10 @@ def run(runner: CliRunner, app, *args: str):
 def test_grep_prints_whole_entries_and_exits_0(runner, ws):
     result = run(runner, history_app, "grep", "-i", "lisbon", "-w", str(ws))
     assert result.exit_code == 0
-    assert result.stdout == ("[2026-01-20 18:30] Discussed a trip to Lisbon; user prefers trains.\n\n"
-                             "[2026-02-15 12:00] Planned the lisbon talk.\n\n")
+    assert result.stdout == (
+        "[2026-01-20 18:30] Discussed a trip to Lisbon; user prefers trains.\n\n"
+        "[2026-02-15 12:00] Planned the lisbon talk.\n\n"
+    )
 
 
 def test_grep_without_match_exits_1(runner, ws):
@@ -63,10 +65,13 @@ def test_grep_without_match_exits_1(runner, ws):
     assert result.stdout == ""
 
 
-@pytest.mark.parametrize("args, message", [
-    (["grep", "(unclosed"], "bad regular expression"),
-    (["grep", "x", "--since", "yesterday"], "not a date"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["grep", "(unclosed"], "bad regular expression"),
+        (["grep", "x", "--since", "yesterday"], "not a date"),
+    ],
+)
 def test_grep_errors_exit_2_with_a_message(runner, ws, args, message):
     result = run(runner, history_app, *args, "-w", str(ws))
     assert result.exit_code == 2
@@ -85,8 +90,19 @@ def test_a_fresh_install_has_an_empty_history_not_an_error(runner, tmp_path):
 
 
 def test_grep_json_since_until_last(runner, ws):
-    result = run(runner, history_app, "grep", "e", "--json", "--since", "2026-01-06",
-                 "--until", "2026-02-15", "-w", str(ws))
+    result = run(
+        runner,
+        history_app,
+        "grep",
+        "e",
+        "--json",
+        "--since",
+        "2026-01-06",
+        "--until",
+        "2026-02-15",
+        "-w",
+        str(ws),
+    )
     assert result.exit_code == 0
     data = json.loads(result.stdout)
     assert [d["stamp"] for d in data] == ["2026-01-20T18:30:00", "2026-02-15T12:00:00"]
@@ -97,19 +113,31 @@ def test_grep_json_since_until_last(runner, ws):
     assert result.exit_code == 1 and json.loads(result.stdout) == []
 
 
-ODD_HISTORY = (b"notes from before\n\n"
-               b"[2026-01-01 10:00] first\nsecond line\nlast line lisbon\n\n"
-               b"[2026-01-02 10:00] lisbon at once\n\n"
-               b"[2026-01-03 10:00] CRLF lisbon\r\n\r\n"
-               b"[2026-01-04 10:00] bad byte \xff and caf\xc3\xa9 lisbon\n\n\n"
-               b"[2026-01-05 10:00] porto\n\n"
-               b"[2026-01-06 10:00] lisbon, then a no-break space\xc2\xa0\n\n"
-               b"[2026-01-07 10:00] the end, lisbon")
+ODD_HISTORY = (
+    b"notes from before\n\n"
+    b"[2026-01-01 10:00] first\nsecond line\nlast line lisbon\n\n"
+    b"[2026-01-02 10:00] lisbon at once\n\n"
+    b"[2026-01-03 10:00] CRLF lisbon\r\n\r\n"
+    b"[2026-01-04 10:00] bad byte \xff and caf\xc3\xa9 lisbon\n\n\n"
+    b"[2026-01-05 10:00] porto\n\n"
+    b"[2026-01-06 10:00] lisbon, then a no-break space\xc2\xa0\n\n"
+    b"[2026-01-07 10:00] the end, lisbon"
+)
 
 
-@pytest.mark.parametrize("args", [["lisbon"], ["-i", "LISBON"], ["lisbon", "--since", "2026-01-02", "-n", "3"],
-                                  ["^\\[2026-01-0[2-5]"], ["zebra"]])
-def test_grep_piped_prints_the_same_bytes_with_and_without_ripgrep(runner, tmp_path, monkeypatch, args):
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["lisbon"],
+        ["-i", "LISBON"],
+        ["lisbon", "--since", "2026-01-02", "-n", "3"],
+        ["^\\[2026-01-0[2-5]"],
+        ["zebra"],
+    ],
+)
+def test_grep_piped_prints_the_same_bytes_with_and_without_ripgrep(
+    runner, tmp_path, monkeypatch, args
+):
     from nanobot.memory import history as history_log
 
     assert history_log._rg_binary() is not None  # the ripgrep wheel is a dependency
@@ -120,7 +148,9 @@ def test_grep_piped_prints_the_same_bytes_with_and_without_ripgrep(runner, tmp_p
     monkeypatch.setattr(history_log, "_rg_binary", lambda: None)  # the entry-by-entry engine
     slow = run(runner, history_app, "grep", *args, "-w", str(workspace))
     assert (fast.exit_code, fast.stdout_bytes) == (slow.exit_code, slow.stdout_bytes)
-    assert fast.exit_code == (0 if args[0] != "zebra" else 1) and bool(fast.stdout_bytes) == (fast.exit_code == 0)
+    assert fast.exit_code == (0 if args[0] != "zebra" else 1) and bool(fast.stdout_bytes) == (
+        fast.exit_code == 0
+    )
 
 
 def test_grep_highlights_matches_on_a_terminal(runner, ws, monkeypatch):
@@ -252,15 +282,19 @@ def test_edit_copy_is_private(runner, ws, tmp_path, monkeypatch, edit_tmp):
     assert int(record.read_text(), 8) & (stat.S_IRWXG | stat.S_IRWXO) == 0
 
 
-def test_edit_while_consolidation_writes_keeps_both_changes(runner, ws, tmp_path, monkeypatch, edit_tmp):
+def test_edit_while_consolidation_writes_keeps_both_changes(
+    runner, ws, tmp_path, monkeypatch, edit_tmp
+):
     store = MemoryStore(ws)
     store.write_memory("# Memory\n\n- Name: Dana\n- Lives in Lisbon\n", reason="a")
     monkeypatch.delenv("VISUAL", raising=False)
     # while the editor is open, a consolidation adds a fact to the real file
-    body = (f"from nanobot.memory.store import MemoryStore\n"
-            f"s = MemoryStore({str(ws)!r}); base = s.read_memory()\n"
-            f"s.apply_update(base + '- Has a cat\\n', truncated=False, base=base)\n"
-            f"text = open(path).read()\nopen(path, 'w').write(text.replace('Lisbon', 'Porto'))")
+    body = (
+        f"from nanobot.memory.store import MemoryStore\n"
+        f"s = MemoryStore({str(ws)!r}); base = s.read_memory()\n"
+        f"s.apply_update(base + '- Has a cat\\n', truncated=False, base=base)\n"
+        f"text = open(path).read()\nopen(path, 'w').write(text.replace('Lisbon', 'Porto'))"
+    )
     monkeypatch.setenv("EDITOR", _editor(tmp_path, body))
     result = run(runner, memory_app, "edit", "-w", str(ws))
     assert result.exit_code == 0, result.stderr
@@ -282,7 +316,9 @@ def test_memory_show_counts_once_and_then_reads_the_cached_count(ws, isolated_ho
     """)
 
     def show() -> str:
-        done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60
+        )
         assert done.returncode == 0, done.stderr
         return done.stderr
 
@@ -299,11 +335,14 @@ def test_memory_show_counts_once_and_then_reads_the_cached_count(ws, isolated_ho
     assert [ln for ln in third.splitlines() if "tokens," in ln][0] != line
 
 
-@pytest.mark.parametrize("args, head", [
-    (["lisbon"], b"[2026-01-01 10:00] a trip to lisbon"),  # ripgrep's path
-    (["lisbon\\s+trains"], b"[2026-01-01 10:00] a trip to lisbon"),  # Python's engine
-    (["lisbon", "--json"], b'[\n{"stamp": "2026-01-01T10:00:00"'),
-])
+@pytest.mark.parametrize(
+    "args, head",
+    [
+        (["lisbon"], b"[2026-01-01 10:00] a trip to lisbon"),  # ripgrep's path
+        (["lisbon\\s+trains"], b"[2026-01-01 10:00] a trip to lisbon"),  # Python's engine
+        (["lisbon", "--json"], b'[\n{"stamp": "2026-01-01T10:00:00"'),
+    ],
+)
 def test_grep_into_a_reader_that_stops_early_exits_0_quietly(tmp_path, nanobot_cmd, args, head):
     # `nanobot history grep ... | head`: the reader closes the pipe while entries are still being
     # written; the status must still say that entries matched (click alone would exit 1, "none")
@@ -312,9 +351,15 @@ def test_grep_into_a_reader_that_stops_early_exits_0_quietly(tmp_path, nanobot_c
     workspace = tmp_path / "ws"
     (workspace / "memory").mkdir(parents=True)
     entry = "[2026-01-{:02d} 10:00] a trip to lisbon  trains " + "x" * 200 + "\n\n"
-    (workspace / "memory" / "HISTORY.md").write_text("".join(entry.format(1 + i % 28) for i in range(5000)))
-    proc = subprocess.Popen([*nanobot_cmd, "history", "grep", *args, "-w", str(workspace)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    (workspace / "memory" / "HISTORY.md").write_text(
+        "".join(entry.format(1 + i % 28) for i in range(5000))
+    )
+    proc = subprocess.Popen(
+        [*nanobot_cmd, "history", "grep", *args, "-w", str(workspace)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.stdout.read(100).startswith(head)
     proc.stdout.close()
     assert proc.wait(timeout=60) == 0

@@ -20,14 +20,20 @@ from typer.testing import CliRunner
 
 def due_job(workspace, message, **kwargs):
     now = int(time.time() * 1000) - 65_000  # added 65 s ago, every 60 s: due now, not "missed"
-    return JobStore(workspace).add(parse_schedule(every_seconds=60, now_ms=now), message, now_ms=now, **kwargs)
+    return JobStore(workspace).add(
+        parse_schedule(every_seconds=60, now_ms=now), message, now_ms=now, **kwargs
+    )
 
 
-def test_serve_once_fires_the_due_job_and_the_heartbeat_then_exits(nanobot_run, configure, fake_llm):
+def test_serve_once_fires_the_due_job_and_the_heartbeat_then_exits(
+    nanobot_run, configure, fake_llm
+):
     cfg = load_config(configure())
     workspace = cfg.workspace_path()
     job = due_job(workspace, "Tell me to stretch")
-    (workspace / "HEARTBEAT.md").write_text("# Heartbeat\n\n## Active tasks\n\n- [ ] Check that backup.log says OK\n")
+    (workspace / "HEARTBEAT.md").write_text(
+        "# Heartbeat\n\n## Active tasks\n\n- [ ] Check that backup.log says OK\n"
+    )
 
     def responder(request):
         last = json.dumps(request.messages[-1])
@@ -49,8 +55,9 @@ def test_serve_once_fires_the_due_job_and_the_heartbeat_then_exits(nanobot_run, 
     fake_llm.assert_all_valid()
 
 
-def test_serve_runs_until_sigterm_and_a_second_runner_fires_nothing(nanobot_cmd, nanobot_forkserver, nanobot_run,
-                                                                    configure, fake_llm, capsys):
+def test_serve_runs_until_sigterm_and_a_second_runner_fires_nothing(
+    nanobot_cmd, nanobot_forkserver, nanobot_run, configure, fake_llm, capsys
+):
     from nanobot.cli.setup import show_status
 
     cfg_path = configure()
@@ -59,19 +66,29 @@ def test_serve_runs_until_sigterm_and_a_second_runner_fires_nothing(nanobot_cmd,
     fake_llm.responder = lambda request: Reply.text("Stretch now.")
     # serve rereads the jobs file every 0.2 s instead of 5 (gateway.jobsPollS), from the environment
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "NANOBOT_GATEWAY__JOBS_POLL_S": "0.2"}
-    proc = nanobot_forkserver.popen([*nanobot_cmd, "serve"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    stdin=subprocess.DEVNULL, env=env)
+    proc = nanobot_forkserver.popen(
+        [*nanobot_cmd, "serve"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
     try:
         first_line = proc.stdout.readline()
         assert first_line.startswith("nanobot serve · workspace"), first_line + proc.stderr.read()
-        job = due_job(workspace, "Tell me to stretch")  # added while serve runs: it rereads the store
+        job = due_job(
+            workspace, "Tell me to stretch"
+        )  # added while serve runs: it rereads the store
         second = nanobot_run("serve", "--once")
         assert second.returncode == 0 and "another runner is firing" in second.stdout
         assert "nanobot serve (pid" in second.stdout
         third = nanobot_run("serve")  # a second long-running serve refuses to start
         assert third.returncode == 1 and "not starting a second one" in third.stderr
         show_status(cfg_path)
-        assert f"1 job(s), 1 on · fired by nanobot serve (pid {proc.pid})" in capsys.readouterr().out
+        assert (
+            f"1 job(s), 1 on · fired by nanobot serve (pid {proc.pid})" in capsys.readouterr().out
+        )
         deadline = time.monotonic() + 45
         while time.monotonic() < deadline and JobStore(workspace).get(job.id).last_status is None:
             time.sleep(0.3)
@@ -83,8 +100,12 @@ def test_serve_runs_until_sigterm_and_a_second_runner_fires_nothing(nanobot_cmd,
             proc.kill()
     assert proc.returncode == 0, err
     assert "Stretch now." in out and out.rstrip().endswith("nanobot serve stopped")
-    fired = [json.loads(line) for line in (workspace / "cron" / "runs.jsonl").read_text().splitlines()]
-    assert [(r["job_id"], r["status"]) for r in fired] == [(job.id, "ok")]  # once, by the one runner
+    fired = [
+        json.loads(line) for line in (workspace / "cron" / "runs.jsonl").read_text().splitlines()
+    ]
+    assert [(r["job_id"], r["status"]) for r in fired] == [
+        (job.id, "ok")
+    ]  # once, by the one runner
 
 
 def cron(*args):
@@ -96,13 +117,23 @@ def cron(*args):
 
 def test_cron_commands_add_list_pause_resume_run_remove(configure, fake_llm):
     cfg = load_config(configure())
-    added = cron("add", "-m", "Remind me of the stand-up", "--cron", "0 9 * * 1-5", "--tz", "Europe/Berlin",
-                 "--name", "standup")
+    added = cron(
+        "add",
+        "-m",
+        "Remind me of the stand-up",
+        "--cron",
+        "0 9 * * 1-5",
+        "--tz",
+        "Europe/Berlin",
+        "--name",
+        "standup",
+    )
     assert added.exit_code == 0, added.output
     job_id = added.stdout.split()[2]
     listed = json.loads(cron("list", "--json").stdout)
-    assert [(j["id"], j["name"], j["schedule"]["expr"], j["schedule"]["tz"]) for j in listed["jobs"]] == [
-        (job_id, "standup", "0 9 * * 1-5", "Europe/Berlin")]
+    assert [
+        (j["id"], j["name"], j["schedule"]["expr"], j["schedule"]["tz"]) for j in listed["jobs"]
+    ] == [(job_id, "standup", "0 9 * * 1-5", "Europe/Berlin")]
     assert job_id in cron("list").stdout
     assert cron("pause", job_id).exit_code == 0
     assert JobStore(cfg.workspace_path()).get(job_id).enabled is False
@@ -118,15 +149,23 @@ def test_cron_commands_add_list_pause_resume_run_remove(configure, fake_llm):
 def test_cron_errors_say_what_to_do_and_exit_2(nanobot_run, configure):
     configure()
     bad = nanobot_run("cron", "add", "-m", "x", "--every", "60", "--cron", "* * * * *")
-    assert bad.returncode == 2 and "exactly one of --every" in bad.stderr and "--every 3600" in bad.stderr
+    assert (
+        bad.returncode == 2
+        and "exactly one of --every" in bad.stderr
+        and "--every 3600" in bad.stderr
+    )
     missing = nanobot_run("cron", "remove", "nope")
-    assert missing.returncode == 2 and "no job with id 'nope'" in missing.stderr and "cron list" in missing.stderr
+    assert (
+        missing.returncode == 2
+        and "no job with id 'nope'" in missing.stderr
+        and "cron list" in missing.stderr
+    )
 
 
 @pytest.mark.parametrize("mechanism", ["landlock"])  # bwrap: its PID namespace, proved elsewhere
-def test_sigterm_while_a_job_runs_a_command_kills_it_and_everything_it_started(nanobot_cmd, nanobot_forkserver,
-                                                                              configure, fake_llm,
-                                                                              host_sleepers, mechanism):
+def test_sigterm_while_a_job_runs_a_command_kills_it_and_everything_it_started(
+    nanobot_cmd, nanobot_forkserver, configure, fake_llm, host_sleepers, mechanism
+):
     path = configure()
     data = json.loads(path.read_text())
     data["tools"] = {"exec": {"confinement": mechanism}}
@@ -134,18 +173,35 @@ def test_sigterm_while_a_job_runs_a_command_kills_it_and_everything_it_started(n
     cfg = load_config(path)
     workspace = cfg.workspace_path()
     fake_llm.script(
-        Reply.tool_calls([("exec", {"command": "setsid sleep 7311 >/dev/null 2>&1 </dev/null & sleep 7312",
-                                    "timeout": 120})]),
+        Reply.tool_calls(
+            [
+                (
+                    "exec",
+                    {
+                        "command": "setsid sleep 7311 >/dev/null 2>&1 </dev/null & sleep 7312",
+                        "timeout": 120,
+                    },
+                )
+            ]
+        ),
         Reply.text("done"),
     )
     job = due_job(workspace, "Run the long check")
-    proc = nanobot_forkserver.popen([*nanobot_cmd, "serve"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                    stdin=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = nanobot_forkserver.popen(
+        [*nanobot_cmd, "serve"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     try:
         deadline = time.monotonic() + 45
         while time.monotonic() < deadline and not (host_sleepers("7311") and host_sleepers("7312")):
             time.sleep(0.1)
-        assert host_sleepers("7311") and host_sleepers("7312"), proc.stderr.read() if proc.poll() else "not started"
+        assert host_sleepers("7311") and host_sleepers("7312"), (
+            proc.stderr.read() if proc.poll() else "not started"
+        )
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=20)
         gone_at_exit = not host_sleepers("7311") and not host_sleepers("7312")

@@ -42,8 +42,16 @@ def test_list_with_no_sessions():
 
 
 def test_show_prints_roles_tool_calls_and_shortened_results(store):
-    make(store, "cli:direct", [user("list files"), assistant(None, [tool_call("c1", "list_dir", {"path": "."})]),
-                               tool_result("c1", "list_dir", "f" * 5000), assistant("Many files.")])
+    make(
+        store,
+        "cli:direct",
+        [
+            user("list files"),
+            assistant(None, [tool_call("c1", "list_dir", {"path": "."})]),
+            tool_result("c1", "list_dir", "f" * 5000),
+            assistant("Many files."),
+        ],
+    )
     result = runner.invoke(session_app, ["show", "cli:direct"])
     assert result.exit_code == 0, result.output
     out = result.output
@@ -56,7 +64,10 @@ def test_show_json_prints_the_stored_messages(store):
     result = runner.invoke(session_app, ["show", "k", "--json"])
     assert result.exit_code == 0
     shown = json.loads(result.stdout)
-    assert [(m["role"], m["content"]) for m in shown["messages"]] == [("user", "q"), ("assistant", "a")]
+    assert [(m["role"], m["content"]) for m in shown["messages"]] == [
+        ("user", "q"),
+        ("assistant", "a"),
+    ]
     assert shown["working_state"] == {"current": None, "versions": [], "last_compaction": None}
 
 
@@ -94,26 +105,41 @@ def test_repair_of_session_in_use_exits_2(store):
     store.close(session)
 
 
-def test_list_show_and_repair_take_a_bad_pointer_back_to_what_history_md_proves(store, isolated_home):
+def test_list_show_and_repair_take_a_bad_pointer_back_to_what_history_md_proves(
+    store, isolated_home
+):
     msgs = []
     for i in range(3):
-        msgs += [{"role": "user", "content": f"q{i}", "timestamp": f"2026-01-05T10:0{i}:00"},
-                 {"role": "assistant", "content": f"a{i}", "timestamp": f"2026-01-05T10:0{i}:30"}]
+        msgs += [
+            {"role": "user", "content": f"q{i}", "timestamp": f"2026-01-05T10:0{i}:00"},
+            {"role": "assistant", "content": f"a{i}", "timestamp": f"2026-01-05T10:0{i}:30"},
+        ]
     meta = {"_type": "metadata", "key": "k", "created_at": "2026-01-05T10:00:00"}
-    lines = [dict(meta, last_consolidated=0), *msgs[:2], dict(meta, last_consolidated=2), *msgs[2:],
-             dict(meta, last_consolidated="four")]
+    lines = [
+        dict(meta, last_consolidated=0),
+        *msgs[:2],
+        dict(meta, last_consolidated=2),
+        *msgs[2:],
+        dict(meta, last_consolidated="four"),
+    ]
     store.directory.mkdir(parents=True, exist_ok=True)
     store.path_for("k").write_text("".join(json.dumps(x) + "\n" for x in lines))
     history = isolated_home / "workspace" / "memory" / "HISTORY.md"
     history.parent.mkdir(parents=True)
-    history.write_text("[2026-01-05 10:00] The user asked q0; answered a0.\n")  # the first chunk was archived
+    history.write_text(
+        "[2026-01-05 10:00] The user asked q0; answered a0.\n"
+    )  # the first chunk was archived
 
     listing = runner.invoke(session_app, ["list"])
-    assert " 2 " in next(line for line in listing.output.splitlines() if " 6 " in line)  # 6 messages, 2 archived
+    assert " 2 " in next(
+        line for line in listing.output.splitlines() if " 6 " in line
+    )  # 6 messages, 2 archived
     shown = runner.invoke(session_app, ["show", "k"])
     assert "6 messages, 2 consolidated" in shown.output
     repaired = runner.invoke(session_app, ["repair", "k"])
     assert repaired.exit_code == 0, repaired.output
     again = SessionStore().load("k")  # a store with no HISTORY.md at hand reads what repair wrote
-    assert again.last_consolidated == 2 and again.warnings == []  # not 0: HISTORY.md proved the first chunk
+    assert (
+        again.last_consolidated == 2 and again.warnings == []
+    )  # not 0: HISTORY.md proved the first chunk
     assert len(again.messages) == 6

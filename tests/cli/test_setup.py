@@ -16,13 +16,17 @@ def test_version(nanobot_run):
 
 
 def test_version_and_help_do_not_import_provider_sdks():
-    code = ("import sys; sys.argv=['nanobot', '{arg}'];\n"
-            "from nanobot.cli.app import main\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "bad = [m for m in ('openai', 'anthropic', 'tiktoken', 'httpx2') if m in sys.modules]\n"
-            "print('LOADED', bad)")
+    code = (
+        "import sys; sys.argv=['nanobot', '{arg}'];\n"
+        "from nanobot.cli.app import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "bad = [m for m in ('openai', 'anthropic', 'tiktoken', 'httpx2') if m in sys.modules]\n"
+        "print('LOADED', bad)"
+    )
     for arg in ("--version", "--help"):
-        out = subprocess.run([sys.executable, "-c", code.format(arg=arg)], capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-c", code.format(arg=arg)], capture_output=True, text=True, timeout=60
+        )
         assert "LOADED []" in out.stdout, (arg, out.stdout, out.stderr)
 
 
@@ -94,21 +98,35 @@ def test_camel_case_mapping():
 
 
 def test_a_piped_one_shot_answer_does_not_load_the_markdown_renderer_or_the_command_groups(
-        configure, fake_llm, nanobot_run):
+    configure, fake_llm, nanobot_run
+):
     from nanobot.fakellm import Reply
 
     configure()
     fake_llm.script(Reply.text("# Title\n\nSome *markdown*."))
-    code = ("import sys; sys.argv=['nanobot', 'agent', '-m', 'hi']\n"
-            "from nanobot.cli.app import main\n"
-            "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "print('LOADED', [m for m in ('rich.markdown', 'pygments', 'markdown_it', 'rich.status', *GROUPS) if m in sys.modules])")
-    groups = ", ".join(f"'nanobot.cli.{name}_cmd'" for name in ("session", "memory", "skills", "mcp", "cron"))
-    out = subprocess.run([sys.executable, "-c", f"GROUPS = [{groups}]\n" + code], capture_output=True, text=True,
-                         timeout=120, stdin=subprocess.DEVNULL)
-    assert "# Title\n\nSome *markdown*." in out.stdout  # written as it came: stdout is not a terminal
+    code = (
+        "import sys; sys.argv=['nanobot', 'agent', '-m', 'hi']\n"
+        "from nanobot.cli.app import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('LOADED', [m for m in ('rich.markdown', 'pygments', 'markdown_it', 'rich.status', *GROUPS) if m in sys.modules])"
+    )
+    groups = ", ".join(
+        f"'nanobot.cli.{name}_cmd'" for name in ("session", "memory", "skills", "mcp", "cron")
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", f"GROUPS = [{groups}]\n" + code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert (
+        "# Title\n\nSome *markdown*." in out.stdout
+    )  # written as it came: stdout is not a terminal
     assert "LOADED []" in out.stdout, out.stderr
     listing = nanobot_run("--help").stdout  # the groups are still there for whoever asks
-    assert all(f"{name} " in listing for name in ("session", "memory", "history", "skills", "mcp", "cron"))
+    assert all(
+        f"{name} " in listing for name in ("session", "memory", "history", "skills", "mcp", "cron")
+    )
     typo = nanobot_run("agnt")
     assert typo.returncode == 2 and "Did you mean 'agent'?" in typo.stderr

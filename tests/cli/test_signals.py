@@ -41,11 +41,15 @@ def assert_no_writer_survived(workspace, *names: str) -> None:
     """No process that could still write `<name>.late` is alive (give the kernel a moment to finish
     the kills), and none wrote it: so none ever will."""
     deadline = time.monotonic() + 5
-    while (left := [n for n in names if host_pids_naming(f"{TOKEN}-{n}")]) and time.monotonic() < deadline:
+    while (
+        left := [n for n in names if host_pids_naming(f"{TOKEN}-{n}")]
+    ) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert left == [], f"the {left} command survived nanobot"
     for name in names:
-        assert not (workspace / f"{name}.late").exists(), f"the {name} command wrote after nanobot ended"
+        assert not (workspace / f"{name}.late").exists(), (
+            f"the {name} command wrote after nanobot ended"
+        )
 
 
 def wait_for(path, timeout=20.0):
@@ -68,7 +72,11 @@ def assert_nothing_survived_and_session_loads(workspace, reason: str):
     assert session.warnings == []
     assert any(m.get("role") == "user" and m.get("content") == "go" for m in session.messages)
     notes = [m for m in session.messages if m.get("subagent")]
-    assert len(notes) == 1 and "subagent 'sleeper'" in notes[0]["content"] and reason in notes[0]["content"]
+    assert (
+        len(notes) == 1
+        and "subagent 'sleeper'" in notes[0]["content"]
+        and reason in notes[0]["content"]
+    )
 
 
 @pytest.fixture
@@ -78,15 +86,23 @@ def started(configure, fake_llm, isolated_home):
     return isolated_home / "workspace"
 
 
-@pytest.mark.parametrize("sig, code, reason", [
-    (signal.SIGTERM, 143, "was stopped when nanobot was terminated (SIGTERM)"),
-    (signal.SIGHUP, 129, "was stopped when the terminal closed (SIGHUP)"),
-])
-def test_signal_in_one_shot_kills_every_command_saves_and_exits(started, nanobot_cmd, nanobot_forkserver, sig,
-                                                                code, reason):
+@pytest.mark.parametrize(
+    "sig, code, reason",
+    [
+        (signal.SIGTERM, 143, "was stopped when nanobot was terminated (SIGTERM)"),
+        (signal.SIGHUP, 129, "was stopped when the terminal closed (SIGHUP)"),
+    ],
+)
+def test_signal_in_one_shot_kills_every_command_saves_and_exits(
+    started, nanobot_cmd, nanobot_forkserver, sig, code, reason
+):
     workspace = started
-    proc = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-m", "go"], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
+    proc = nanobot_forkserver.popen(
+        [*nanobot_cmd, "agent", "-m", "go"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wait_until_running(workspace, "main", "helper")
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=20)
@@ -98,8 +114,13 @@ def test_signal_in_one_shot_kills_every_command_saves_and_exits(started, nanobot
 def test_closing_the_terminal_kills_every_command_saves_and_exits_129(started, nanobot_forkserver):
     workspace = started
     env = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = nanobot_forkserver.spawn([sys.executable, "-m", "nanobot", "agent"], env=env, encoding="utf-8",
-                                     timeout=20, dimensions=(40, 100))
+    child = nanobot_forkserver.spawn(
+        [sys.executable, "-m", "nanobot", "agent"],
+        env=env,
+        encoding="utf-8",
+        timeout=20,
+        dimensions=(40, 100),
+    )
     child.expect_exact("you ›")
     child.sendline("go")
     wait_until_running(workspace, "main", "helper")
@@ -107,7 +128,9 @@ def test_closing_the_terminal_kills_every_command_saves_and_exits_129(started, n
     child.child_fd = -1
     child.wait()
     assert (child.exitstatus, child.signalstatus) == (129, None)
-    assert_nothing_survived_and_session_loads(workspace, "was stopped when the terminal closed (SIGHUP)")
+    assert_nothing_survived_and_session_loads(
+        workspace, "was stopped when the terminal closed (SIGHUP)"
+    )
 
 
 def idle_responder(request):
@@ -120,8 +143,13 @@ def idle_responder(request):
 
 def idle_chat_with_a_helper_running(workspace, forkserver):
     env = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = forkserver.spawn([sys.executable, "-m", "nanobot", "agent"], env=env, encoding="utf-8", timeout=20,
-                             dimensions=(40, 100))
+    child = forkserver.spawn(
+        [sys.executable, "-m", "nanobot", "agent"],
+        env=env,
+        encoding="utf-8",
+        timeout=20,
+        dimensions=(40, 100),
+    )
     child.expect_exact("you ›")
     child.sendline("go")
     child.expect("it runs in the background")
@@ -136,8 +164,9 @@ def assert_helper_killed_and_noted(workspace, reason):
     assert len(notes) == 1 and reason in notes[0], notes
 
 
-def test_sigterm_at_the_idle_prompt_with_a_helper_running_exits_143(configure, fake_llm, isolated_home,
-                                                                   nanobot_forkserver):
+def test_sigterm_at_the_idle_prompt_with_a_helper_running_exits_143(
+    configure, fake_llm, isolated_home, nanobot_forkserver
+):
     configure()
     fake_llm.responder = idle_responder
     workspace = isolated_home / "workspace"
@@ -149,7 +178,9 @@ def test_sigterm_at_the_idle_prompt_with_a_helper_running_exits_143(configure, f
     assert_helper_killed_and_noted(workspace, "was stopped when nanobot was terminated (SIGTERM)")
 
 
-def test_closing_the_terminal_at_the_idle_prompt_exits_129(configure, fake_llm, isolated_home, nanobot_forkserver):
+def test_closing_the_terminal_at_the_idle_prompt_exits_129(
+    configure, fake_llm, isolated_home, nanobot_forkserver
+):
     configure()
     fake_llm.responder = idle_responder
     workspace = isolated_home / "workspace"
@@ -162,9 +193,17 @@ def test_closing_the_terminal_at_the_idle_prompt_exits_129(configure, fake_llm, 
 
 
 @pytest.mark.parametrize("mechanism", ["bwrap", "landlock"])
-def test_sigkill_of_nanobot_leaves_nothing_a_command_started(configure, fake_llm, isolated_home, nanobot_cmd,
-                                                            nanobot_forkserver, host_sleepers, mechanism,
-                                                            tmp_path, monkeypatch):
+def test_sigkill_of_nanobot_leaves_nothing_a_command_started(
+    configure,
+    fake_llm,
+    isolated_home,
+    nanobot_cmd,
+    nanobot_forkserver,
+    host_sleepers,
+    mechanism,
+    tmp_path,
+    monkeypatch,
+):
     """No cleanup code runs on SIGKILL: what a command started must still die with nanobot, and
     what it left on disk (a Landlock command's TMPDIR folder) goes at the next nanobot's command."""
     from nanobot.sandbox.confine import choose
@@ -178,11 +217,24 @@ def test_sigkill_of_nanobot_leaves_nothing_a_command_started(configure, fake_llm
     data = json.loads(path.read_text())
     data["tools"] = {"exec": {"confinement": mechanism}}
     path.write_text(json.dumps(data))
-    fake_llm.script(Reply.tool_calls([("exec", {"command": "setsid sleep 7411 >/dev/null 2>&1 </dev/null & "
-                                                           "nohup sleep 7412 >/dev/null 2>&1 & sleep 7413",
-                                                "timeout": 120})]), Reply.text("done"))
-    proc = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-m", "go"], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE)
+    fake_llm.script(
+        Reply.tool_calls(
+            [
+                (
+                    "exec",
+                    {
+                        "command": "setsid sleep 7411 >/dev/null 2>&1 </dev/null & "
+                        "nohup sleep 7412 >/dev/null 2>&1 & sleep 7413",
+                        "timeout": 120,
+                    },
+                )
+            ]
+        ),
+        Reply.text("done"),
+    )
+    proc = nanobot_forkserver.popen(
+        [*nanobot_cmd, "agent", "-m", "go"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     markers = ("7411", "7412", "7413")
     try:
         deadline = time.monotonic() + 30
@@ -190,15 +242,20 @@ def test_sigkill_of_nanobot_leaves_nothing_a_command_started(configure, fake_llm
             time.sleep(0.05)
         assert all(host_sleepers(m) for m in markers), "the command never started"
         # under Landlock the command was forked by nanobot's launcher process: it must go too
-        launchers = [pid for pid in host_pids_naming("nanobot.sandbox.launcher") if parent(pid) == proc.pid]
+        launchers = [
+            pid for pid in host_pids_naming("nanobot.sandbox.launcher") if parent(pid) == proc.pid
+        ]
         assert bool(launchers) == (mechanism == "landlock")
         proc.kill()
         proc.communicate(timeout=20)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and (any(host_sleepers(m) for m in markers)
-                                               or any(alive(pid) for pid in launchers)):
+        while time.monotonic() < deadline and (
+            any(host_sleepers(m) for m in markers) or any(alive(pid) for pid in launchers)
+        ):
             time.sleep(0.05)
-        left = [m for m in markers if host_sleepers(m)] + [f"launcher {pid}" for pid in launchers if alive(pid)]
+        left = [m for m in markers if host_sleepers(m)] + [
+            f"launcher {pid}" for pid in launchers if alive(pid)
+        ]
     finally:
         for m in markers:
             for pid in host_sleepers(m):
@@ -206,13 +263,19 @@ def test_sigkill_of_nanobot_leaves_nothing_a_command_started(configure, fake_llm
     assert left == []
     left_on_disk = sorted(p.name for p in tmp.iterdir())
     if mechanism == "landlock":
-        assert [name.split("-")[2] for name in left_on_disk] == [str(proc.pid)]  # its TMPDIR, named after it
+        assert [name.split("-")[2] for name in left_on_disk] == [
+            str(proc.pid)
+        ]  # its TMPDIR, named after it
     else:
         assert left_on_disk == []  # bwrap's /tmp is a tmpfs that went with it
     fake_llm.reset()
-    fake_llm.script(Reply.tool_calls([("exec", {"command": "echo next > \"$TMPDIR/x\" && cat \"$TMPDIR/x\""})]),
-                    Reply.text("done"))
+    fake_llm.script(
+        Reply.tool_calls([("exec", {"command": 'echo next > "$TMPDIR/x" && cat "$TMPDIR/x"'})]),
+        Reply.text("done"),
+    )
     nxt = nanobot_forkserver.run([*nanobot_cmd, "agent", "-m", "again"], text=True, timeout=60)
     assert nxt.returncode == 0, nxt.stderr
     assert "next" in fake_llm.requests[1].messages[-1]["content"]
-    assert list(tmp.iterdir()) == []  # the dead one's folder removed, and the new command's own after it
+    assert (
+        list(tmp.iterdir()) == []
+    )  # the dead one's folder removed, and the new command's own after it

@@ -56,10 +56,16 @@ def test_ctrl_c_mid_answer_keeps_what_was_shown_marked_as_interrupted(configure,
 
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
-def test_a_stream_dropped_mid_answer_is_marked_and_retried_on_a_fresh_line(configure, fake_llm, protocol):
+def test_a_stream_dropped_mid_answer_is_marked_and_retried_on_a_fresh_line(
+    configure, fake_llm, protocol
+):
     configure(protocol)
-    fake_llm.script(Reply.cut_stream("The stream dies in the mid", chunks=["The stream ", "dies in the ", "mid"]),
-                    Reply.text("Full answer arrives."))
+    fake_llm.script(
+        Reply.cut_stream(
+            "The stream dies in the mid", chunks=["The stream ", "dies in the ", "mid"]
+        ),
+        Reply.text("Full answer arrives."),
+    )
     term = Terminal("agent", env=RETRY_FAST)
     try:
         term.wait_for("you ›")
@@ -75,14 +81,20 @@ def test_a_stream_dropped_mid_answer_is_marked_and_retried_on_a_fresh_line(confi
     assert "midFull" not in text
     assert "could not connect" not in text  # the connection was made, then dropped
     at = next(i for i, line in enumerate(lines) if "dies in the" in line)
-    after = "\n".join(lines[at + 1:])
+    after = "\n".join(lines[at + 1 :])
     # the half answer is followed by a marker, then the honest retry line, then the new answer on its own line
     assert lines[at].rstrip().endswith("mid")
-    assert after.index("cut off here") < after.index("the connection dropped mid-answer") \
-        < after.index("retrying") < after.index("Full answer arrives.")
+    assert (
+        after.index("cut off here")
+        < after.index("the connection dropped mid-answer")
+        < after.index("retrying")
+        < after.index("Full answer arrives.")
+    )
     assert any(line.strip() == "Full answer arrives." for line in lines)
     messages = SessionStore().load("cli:direct").messages
-    assert [text_of(m["content"]) for m in messages if m["role"] == "assistant"] == ["Full answer arrives."]
+    assert [text_of(m["content"]) for m in messages if m["role"] == "assistant"] == [
+        "Full answer arrives."
+    ]
 
 
 def _joined(lines: list[str]) -> str:
@@ -92,11 +104,16 @@ def _joined(lines: list[str]) -> str:
 
 def test_system_lines_wrap_between_words_at_60_columns(configure, fake_llm):
     configure()
-    refusal = ("the request was refused because the conversation mentions MEMORY.md and "
-               "HEARTBEAT.md together with unusually_long_identifiers_that_do_not_fit")
-    fake_llm.script(Reply.cut_stream("Half of", chunks=["Half ", "of"]), Reply.text("Whole."),
-                    Reply.error(400, message=refusal),
-                    Reply.text(""))
+    refusal = (
+        "the request was refused because the conversation mentions MEMORY.md and "
+        "HEARTBEAT.md together with unusually_long_identifiers_that_do_not_fit"
+    )
+    fake_llm.script(
+        Reply.cut_stream("Half of", chunks=["Half ", "of"]),
+        Reply.text("Whole."),
+        Reply.error(400, message=refusal),
+        Reply.text(""),
+    )
     term = Terminal("agent", columns=60, env=RETRY_FAST)
     try:
         term.wait_for("you ›")
@@ -114,25 +131,34 @@ def test_system_lines_wrap_between_words_at_60_columns(configure, fake_llm):
     finally:
         term.close()
     joined = _joined(term.lines())
-    for said in ("the answer above was cut off here",
-                 "the connection dropped mid-answer (peer closed connection without sending complete message body",
-                 "retrying in 0s (attempt 2)",
-                 refusal,
-                 "The provider rejected the request as malformed; this is a bug in nanobot if it repeats",
-                 "the model returned an empty answer; try rephrasing or ask again"):
+    for said in (
+        "the answer above was cut off here",
+        "the connection dropped mid-answer (peer closed connection without sending complete message body",
+        "retrying in 0s (attempt 2)",
+        refusal,
+        "The provider rejected the request as malformed; this is a bug in nanobot if it repeats",
+        "the model returned an empty answer; try rephrasing or ask again",
+    ):
         assert said in joined, said
 
 
 def test_a_long_paragraph_wraps_while_it_streams(configure, fake_llm):
     configure()
     paragraph = _words(40, "z")  # about 150 characters on one line: two screen lines at 80 columns
-    fake_llm.script(Reply.text(paragraph + " tail\n\nNext paragraph.", chunks=[paragraph, " tail", "\n\nNext paragraph."],
-                               pace=2.0))
+    fake_llm.script(
+        Reply.text(
+            paragraph + " tail\n\nNext paragraph.",
+            chunks=[paragraph, " tail", "\n\nNext paragraph."],
+            pace=2.0,
+        )
+    )
     term = Terminal("agent", env=RETRY_FAST)
     try:
         term.wait_for("you ›")
         term.send("go")
-        term.wait_for("z39")  # the end of the paragraph is on screen while it is still being written
+        term.wait_for(
+            "z39"
+        )  # the end of the paragraph is on screen while it is still being written
         assert "tail" not in term.drawn()
         lines = [line for line in term.lines() if re.search(r"\bz\d+\b", line)]
         assert len(lines) >= 2 and all(len(line) <= 80 for line in lines)
@@ -149,8 +175,13 @@ def test_a_long_paragraph_wraps_while_it_streams(configure, fake_llm):
 def test_ctrl_c_under_a_heading_leaves_no_stray_copy_of_it(configure, fake_llm):
     configure()
     answer = "## Plan of attack\n\n" + _words(60, "h")
-    fake_llm.script(Reply.text(answer, chunks=["## Plan of attack\n\n", *(f"h{i} " for i in range(59)), "h59"],
-                               pace=0.2))
+    fake_llm.script(
+        Reply.text(
+            answer,
+            chunks=["## Plan of attack\n\n", *(f"h{i} " for i in range(59)), "h59"],
+            pace=0.2,
+        )
+    )
     term = Terminal("agent", env=RETRY_FAST)
     try:
         term.wait_for("you ›")
@@ -185,10 +216,16 @@ def test_ctrl_c_mid_answer_in_one_shot_mode_keeps_what_was_shown_too(configure, 
     assert set(re.findall(r"\bw\d+\b", kept)) == set(re.findall(r"\bw\d+\b", term.text()))
 
 
-def test_ctrl_c_during_a_retry_wait_keeps_the_half_answer_marked_as_interrupted(configure, fake_llm):
+def test_ctrl_c_during_a_retry_wait_keeps_the_half_answer_marked_as_interrupted(
+    configure, fake_llm
+):
     configure()
-    fake_llm.script(Reply.cut_stream("The stream dies in the mid", chunks=["The stream ", "dies in the ", "mid"]),
-                    Reply.text("second answer"))
+    fake_llm.script(
+        Reply.cut_stream(
+            "The stream dies in the mid", chunks=["The stream ", "dies in the ", "mid"]
+        ),
+        Reply.text("second answer"),
+    )
     term = Terminal("agent", env={"NANOBOT_RETRY_BASE_DELAY": "20"})  # a long wait before the retry
     try:
         term.wait_for("you ›")

@@ -19,11 +19,17 @@ def long_answer() -> str:
         parts.append(" ".join(f"p{i}w{j}" for j in range(45)))  # ~270 characters on one line
         parts.append("- item " + " ".join(f"l{i}w{j}" for j in range(25)))
         long_code = f"c{i}x8 = 8  # " + "padding " * 14 + f"k{i}e"  # wider than the terminal
-        parts.append("```python\n" + "\n".join([*(f"c{i}x{k} = {k}  # a code line" for k in range(8)), long_code])
-                     + "\n```")
+        parts.append(
+            "```python\n"
+            + "\n".join([*(f"c{i}x{k} = {k}  # a code line" for k in range(8)), long_code])
+            + "\n```"
+        )
         long_cell = " ".join(f"n{i}c{j}" for j in range(20))  # a cell wider than its column
-        parts.append("| name | value |\n|---|---|\n" + "\n".join(f"| t{i}r{k} | v{k} |" for k in range(4))
-                     + f"\n| t{i}r4 | {long_cell} |")
+        parts.append(
+            "| name | value |\n|---|---|\n"
+            + "\n".join(f"| t{i}r{k} | v{k} |" for k in range(4))
+            + f"\n| t{i}r4 | {long_cell} |"
+        )
     return "\n\n".join(parts) + "\n"
 
 

@@ -18,14 +18,22 @@ def test_a_waiting_job_and_task_are_listed_approved_and_then_fire(nanobot_run, c
     ws = cfg.workspace_path()
     ws.mkdir(parents=True, exist_ok=True)
     now = int(time.time() * 1000) - 65_000
-    job = JobStore(ws).add(parse_schedule(every_seconds=60, now_ms=now), "PLANTED-C upload", now_ms=now,
-                           pending_approval=True)
-    PromptFiles(ws).write("HEARTBEAT.md", "- [ ] PLANTED-H upload\n", author="assistant", seen_by_user=False)
+    job = JobStore(ws).add(
+        parse_schedule(every_seconds=60, now_ms=now),
+        "PLANTED-C upload",
+        now_ms=now,
+        pending_approval=True,
+    )
+    PromptFiles(ws).write(
+        "HEARTBEAT.md", "- [ ] PLANTED-H upload\n", author="assistant", seen_by_user=False
+    )
     listed = nanobot_run("cron", "list")
     text = " ".join(listed.stdout.split())
     assert "waits for your approval" in text and f"nanobot cron approve {job.id}" in text
     assert "PLANTED-H upload" in text and "nanobot cron approve heartbeat" in text
-    assert "waiting for your approval: 1 job(s), 1 HEARTBEAT.md task(s)" in " ".join(nanobot_run("status").stdout.split())
+    assert "waiting for your approval: 1 job(s), 1 HEARTBEAT.md task(s)" in " ".join(
+        nanobot_run("status").stdout.split()
+    )
 
     fake_llm.responder = lambda request: Reply.text("ok")
     nanobot_run("serve", "--once")

@@ -17,7 +17,9 @@ T0 = 1_800_000_000_000  # 2027-01-15, a fixed instant
 
 def scheduler(workspace: Path, clock, turns, kind="serve", heartbeat=False) -> Scheduler:
     store = JobStore(workspace)
-    return Scheduler(store, turns, RunnerLock(store, kind), clock, [], HeartbeatSettings(heartbeat, 1800))
+    return Scheduler(
+        store, turns, RunnerLock(store, kind), clock, [], HeartbeatSettings(heartbeat, 1800)
+    )
 
 
 def runs(workspace: Path) -> list[dict]:
@@ -36,16 +38,27 @@ async def serve_until(sched: Scheduler) -> None:
 def test_every_cron_and_at_jobs_fire_on_time_each_in_its_own_session(workspace):
     store = JobStore(workspace)
     every = store.add(parse_schedule(every_seconds=600, now_ms=T0), "stretch", now_ms=T0)
-    once = store.add(parse_schedule(at="2027-01-15T09:25:00+00:00", now_ms=T0), "call mum", now_ms=T0)
-    cron = store.add(parse_schedule(cron_expr="*/15 * * * *", tz="UTC", now_ms=T0), "check mail", now_ms=T0,
-                     session="cli:work")
+    once = store.add(
+        parse_schedule(at="2027-01-15T09:25:00+00:00", now_ms=T0), "call mum", now_ms=T0
+    )
+    cron = store.add(
+        parse_schedule(cron_expr="*/15 * * * *", tz="UTC", now_ms=T0),
+        "check mail",
+        now_ms=T0,
+        session="cli:work",
+    )
     clock, turns = FakeClock(T0, end_ms=T0 + 30 * 60_000 + 1_000), FakeTurns("all done")
     asyncio.run(serve_until(scheduler(workspace, clock, turns)))
 
     fired = [(r["job_id"], r["at_ms"]) for r in runs(workspace) if r["kind"] == "job"]
     # T0 is 08:00 UTC; every 10 min from T0; at 09:25 is outside the 30 minutes; */15 at 08:15 and 08:30
-    assert fired == [(every.id, T0 + 600_000), (cron.id, T0 + 900_000), (every.id, T0 + 1_200_000),
-                     (every.id, T0 + 1_800_000), (cron.id, T0 + 1_800_000)]
+    assert fired == [
+        (every.id, T0 + 600_000),
+        (cron.id, T0 + 900_000),
+        (every.id, T0 + 1_200_000),
+        (every.id, T0 + 1_800_000),
+        (cron.id, T0 + 1_800_000),
+    ]
     sessions = {job_id: session for session, _, job_id in turns.calls}
     assert sessions == {every.id: f"cron:{every.id}", cron.id: "cli:work"}
     assert all("stretch" in prompt or "check mail" in prompt for _, prompt, _ in turns.calls)
@@ -57,7 +70,9 @@ def test_every_cron_and_at_jobs_fire_on_time_each_in_its_own_session(workspace):
 
 def test_a_one_shot_job_fires_once_and_is_removed(workspace):
     store = JobStore(workspace)
-    job = store.add(parse_schedule(at="2027-01-15T08:05:00+00:00", now_ms=T0), "call mum", now_ms=T0)
+    job = store.add(
+        parse_schedule(at="2027-01-15T08:05:00+00:00", now_ms=T0), "call mum", now_ms=T0
+    )
     clock, turns = FakeClock(T0, end_ms=T0 + 20 * 60_000), FakeTurns()
     asyncio.run(serve_until(scheduler(workspace, clock, turns)))
     assert [r["job_id"] for r in runs(workspace)] == [job.id]
@@ -67,7 +82,9 @@ def test_a_one_shot_job_fires_once_and_is_removed(workspace):
 def test_missed_runs_are_run_once_or_skipped_per_job_and_reported(workspace):
     store = JobStore(workspace)
     catch_up = store.add(parse_schedule(every_seconds=3600, now_ms=T0), "hourly report", now_ms=T0)
-    skip = store.add(parse_schedule(every_seconds=3600, now_ms=T0), "hourly ping", now_ms=T0, missed="skip")
+    skip = store.add(
+        parse_schedule(every_seconds=3600, now_ms=T0), "hourly ping", now_ms=T0, missed="skip"
+    )
     clock, turns = FakeClock(T0 + 5 * 3600_000 + 60_000), FakeTurns()  # nothing ran for five hours
     sched = scheduler(workspace, clock, turns)
     sched.lock.acquire()
@@ -76,7 +93,10 @@ def test_missed_runs_are_run_once_or_skipped_per_job_and_reported(workspace):
 
     assert [job_id for _, _, job_id in turns.calls] == [catch_up.id]  # once, not five times
     notices = {r["job_id"]: r for r in runs(workspace) if r["kind"] == "notice"}
-    assert "missed 5 run(s)" in notices[catch_up.id]["text"] and "running it once now" in notices[catch_up.id]["text"]
+    assert (
+        "missed 5 run(s)" in notices[catch_up.id]["text"]
+        and "running it once now" in notices[catch_up.id]["text"]
+    )
     assert "missed 5 run(s)" in notices[skip.id]["text"] and notices[skip.id]["status"] == "skipped"
     saved = {j.id: j for j in JobStore(workspace).jobs()}
     assert saved[skip.id].last_status == "skipped"
@@ -126,7 +146,9 @@ def test_two_runners_started_exactly_one_fires(workspace):
 
 def test_a_busy_target_session_runs_the_job_in_its_own_session_and_says_so(workspace):
     store = JobStore(workspace)
-    job = store.add(parse_schedule(every_seconds=60, now_ms=T0), "ping", now_ms=T0, session="cli:direct")
+    job = store.add(
+        parse_schedule(every_seconds=60, now_ms=T0), "ping", now_ms=T0, session="cli:direct"
+    )
     clock, turns = FakeClock(T0 + 60_000), FakeTurns(busy={"cli:direct"})
     sched = scheduler(workspace, clock, turns)
     sched.lock.acquire()
@@ -155,19 +177,26 @@ def test_the_heartbeat_stays_quiet_on_the_template(workspace):
 
 
 def test_the_heartbeat_stays_quiet_on_nanobots_template_and_on_done_items(workspace):
-    nanobot_template = ("# Heartbeat Tasks\n\nThis file is checked every 30 minutes by your nanobot agent.\n"
-                        "Add tasks below that you want the agent to work on periodically.\n\n## Active Tasks\n\n"
-                        "<!-- Add your periodic tasks below this line -->\n\n- [ ]\n- [x] water the plants\n\n"
-                        "## Completed\n\n- check the backup\n")
+    nanobot_template = (
+        "# Heartbeat Tasks\n\nThis file is checked every 30 minutes by your nanobot agent.\n"
+        "Add tasks below that you want the agent to work on periodically.\n\n## Active Tasks\n\n"
+        "<!-- Add your periodic tasks below this line -->\n\n- [ ]\n- [x] water the plants\n\n"
+        "## Completed\n\n- check the backup\n"
+    )
     turns, records = _heartbeat_tick(workspace, nanobot_template)
     assert turns.calls == [] and records == []
 
 
 def test_the_heartbeat_acts_on_a_listed_task_in_the_heartbeat_session(workspace):
-    turns, records = _heartbeat_tick(workspace, "# Heartbeat\n\n- [ ] Remind me to water the plants at 8\n")
+    turns, records = _heartbeat_tick(
+        workspace, "# Heartbeat\n\n- [ ] Remind me to water the plants at 8\n"
+    )
     assert [(session, job) for session, _, job in turns.calls] == [("heartbeat", "heartbeat")]
     assert "Remind me to water the plants at 8" in turns.calls[0][1]
-    assert records[-1]["kind"] == "heartbeat" and records[-1]["text"] == "Watered the plants reminder sent."
+    assert (
+        records[-1]["kind"] == "heartbeat"
+        and records[-1]["text"] == "Watered the plants reminder sent."
+    )
     assert records[-1]["quiet"] is False
 
 
@@ -201,9 +230,15 @@ def test_a_runner_stopped_mid_turn_records_the_run_as_interrupted(workspace):
 
 def test_a_missed_one_shot_job_runs_once_on_start_or_is_skipped_and_kept(workspace):
     store = JobStore(workspace)
-    late = store.add(parse_schedule(at="2027-01-15T08:10:00+00:00", tz="UTC", now_ms=T0), "call mum", now_ms=T0)
-    dropped = store.add(parse_schedule(at="2027-01-15T08:10:00+00:00", tz="UTC", now_ms=T0), "water plants", now_ms=T0,
-                        missed="skip")
+    late = store.add(
+        parse_schedule(at="2027-01-15T08:10:00+00:00", tz="UTC", now_ms=T0), "call mum", now_ms=T0
+    )
+    dropped = store.add(
+        parse_schedule(at="2027-01-15T08:10:00+00:00", tz="UTC", now_ms=T0),
+        "water plants",
+        now_ms=T0,
+        missed="skip",
+    )
     turns = FakeTurns("Call your mum now (this was due at 08:10).")
     sched = scheduler(workspace, FakeClock(T0 + 3 * 3600_000), turns)  # started three hours later
     sched.lock.acquire()
@@ -220,8 +255,12 @@ def test_a_missed_one_shot_job_runs_once_on_start_or_is_skipped_and_kept(workspa
 def test_a_job_that_falls_due_during_a_long_turn_runs_late_and_is_not_skipped(workspace):
     store = JobStore(workspace)
     slow = store.add(parse_schedule(every_seconds=3600, now_ms=T0), "long report", now_ms=T0)
-    ping = store.add(parse_schedule(every_seconds=300, now_ms=T0 + 3_500_000), "ping", now_ms=T0 + 3_500_000,
-                     missed="skip")
+    ping = store.add(
+        parse_schedule(every_seconds=300, now_ms=T0 + 3_500_000),
+        "ping",
+        now_ms=T0 + 3_500_000,
+        missed="skip",
+    )
     clock = FakeClock(T0 + 3_600_000)
 
     class LongTurns(FakeTurns):
@@ -242,8 +281,9 @@ def test_a_job_that_falls_due_during_a_long_turn_runs_late_and_is_not_skipped(wo
     assert all(r["kind"] == "job" for r in runs(workspace))
 
 
-def test_firings_reach_a_desktop_notification_and_the_log_but_quiet_heartbeats_do_not(workspace, tmp_path,
-                                                                                     monkeypatch):
+def test_firings_reach_a_desktop_notification_and_the_log_but_quiet_heartbeats_do_not(
+    workspace, tmp_path, monkeypatch
+):
     from nanobot.cron.delivery import LogDelivery, NotifySendDelivery
     from nanobot.cron.runner import Firing
 
@@ -254,13 +294,17 @@ def test_firings_reach_a_desktop_notification_and_the_log_but_quiet_heartbeats_d
     monkeypatch.setenv("DISPLAY", ":0")
     notify, log = NotifySendDelivery(str(fake)), LogDelivery(tmp_path / "cron.log")
     assert notify.available
-    for firing in (Firing("job", T0, "⏰ stretch", "Time to stretch!"),
-                   Firing("heartbeat", T0, "💓 heartbeat", "HEARTBEAT_OK", quiet=True)):
+    for firing in (
+        Firing("job", T0, "⏰ stretch", "Time to stretch!"),
+        Firing("heartbeat", T0, "💓 heartbeat", "HEARTBEAT_OK", quiet=True),
+    ):
         notify.deliver(firing)
         log.deliver(firing)
     assert calls.read_text() == "--app-name=nanobot|⏰ stretch|Time to stretch!|\n"
     lines = (tmp_path / "cron.log").read_text().splitlines()
-    assert lines[0].endswith("⏰ stretch: Time to stretch!") and lines[1].endswith("💓 heartbeat: nothing to report")
+    assert lines[0].endswith("⏰ stretch: Time to stretch!") and lines[1].endswith(
+        "💓 heartbeat: nothing to report"
+    )
     monkeypatch.delenv("DISPLAY")
     for name in ("WAYLAND_DISPLAY", "DBUS_SESSION_BUS_ADDRESS"):
         monkeypatch.delenv(name, raising=False)
@@ -270,10 +314,24 @@ def test_firings_reach_a_desktop_notification_and_the_log_but_quiet_heartbeats_d
 def test_nanobots_internal_jobs_are_kept_but_never_run(workspace):
     path = workspace / "cron" / "jobs.json"
     path.parent.mkdir()
-    path.write_text(json.dumps({"version": 1, "jobs": [{
-        "id": "dream", "name": "dream", "enabled": True,
-        "schedule": {"kind": "every", "everyMs": 7200000}, "payload": {"kind": "system_event", "message": ""},
-        "state": {"nextRunAtMs": T0 - 1000}, "createdAtMs": T0 - 7_201_000}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "jobs": [
+                    {
+                        "id": "dream",
+                        "name": "dream",
+                        "enabled": True,
+                        "schedule": {"kind": "every", "everyMs": 7200000},
+                        "payload": {"kind": "system_event", "message": ""},
+                        "state": {"nextRunAtMs": T0 - 1000},
+                        "createdAtMs": T0 - 7_201_000,
+                    }
+                ],
+            }
+        )
+    )
     turns = FakeTurns()
     sched = scheduler(workspace, FakeClock(T0 + 60_000), turns)
     sched.lock.acquire()
@@ -287,9 +345,13 @@ def test_serve_once_from_system_cron_runs_a_job_due_minutes_ago_as_late_not_miss
     from nanobot.cron.runner import ONCE_LATE_MS
 
     store = JobStore(workspace)
-    job = store.add(parse_schedule(every_seconds=3600, now_ms=T0), "hourly ping", now_ms=T0, missed="skip")
+    job = store.add(
+        parse_schedule(every_seconds=3600, now_ms=T0), "hourly ping", now_ms=T0, missed="skip"
+    )
     turns = FakeTurns()
-    sched = scheduler(workspace, FakeClock(T0 + 3600_000 + 4 * 60_000), turns)  # cron ran us 4 minutes late
+    sched = scheduler(
+        workspace, FakeClock(T0 + 3600_000 + 4 * 60_000), turns
+    )  # cron ran us 4 minutes late
     sched.lock.acquire()
     asyncio.run(sched.tick(late_ms=ONCE_LATE_MS))
     sched.lock.release()
@@ -305,26 +367,58 @@ def test_a_daily_job_in_new_york_fires_at_nine_local_across_the_spring_forward_w
     start = int(datetime(2026, 3, 6, 12, 0, tzinfo=ny).timestamp() * 1000)
     end = int(datetime(2026, 3, 10, 12, 0, tzinfo=ny).timestamp() * 1000)
     store = JobStore(workspace)
-    job = store.add(parse_schedule(cron_expr="0 9 * * *", tz="America/New_York", now_ms=start), "morning brief",
-                    now_ms=start)
+    job = store.add(
+        parse_schedule(cron_expr="0 9 * * *", tz="America/New_York", now_ms=start),
+        "morning brief",
+        now_ms=start,
+    )
     clock = FakeClock(start, end_ms=end)
     sched = scheduler(workspace, clock, FakeTurns())
     sched.poll_s = 6 * 3600  # the fake clock jumps straight to each due time
     asyncio.run(serve_until(sched))
-    fired = [datetime.fromtimestamp(r["at_ms"] / 1000, ny) for r in runs(workspace) if r["job_id"] == job.id]
+    fired = [
+        datetime.fromtimestamp(r["at_ms"] / 1000, ny)
+        for r in runs(workspace)
+        if r["job_id"] == job.id
+    ]
     assert [f.strftime("%m-%d %H:%M %Z") for f in fired] == [
-        "03-07 09:00 EST", "03-08 09:00 EDT", "03-09 09:00 EDT", "03-10 09:00 EDT"]
+        "03-07 09:00 EST",
+        "03-08 09:00 EDT",
+        "03-09 09:00 EDT",
+        "03-10 09:00 EDT",
+    ]
 
 
 def test_imported_jobs_without_a_next_time_are_scheduled_as_nanobot_does_on_start(workspace):
     path = workspace / "cron" / "jobs.json"
     path.parent.mkdir()
-    base = {"enabled": True, "payload": {"kind": "agent_turn", "message": "ping"}, "state": {},
-            "createdAtMs": T0 - 100_000}
-    path.write_text(json.dumps({"version": 1, "jobs": [
-        {**base, "id": "every1", "name": "every", "schedule": {"kind": "every", "everyMs": 3600_000}},
-        {**base, "id": "late1", "name": "late", "schedule": {"kind": "at", "atMs": T0 - 7200_000}},
-    ]}))
+    base = {
+        "enabled": True,
+        "payload": {"kind": "agent_turn", "message": "ping"},
+        "state": {},
+        "createdAtMs": T0 - 100_000,
+    }
+    path.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "jobs": [
+                    {
+                        **base,
+                        "id": "every1",
+                        "name": "every",
+                        "schedule": {"kind": "every", "everyMs": 3600_000},
+                    },
+                    {
+                        **base,
+                        "id": "late1",
+                        "name": "late",
+                        "schedule": {"kind": "at", "atMs": T0 - 7200_000},
+                    },
+                ],
+            }
+        )
+    )
     turns = FakeTurns()
     sched = scheduler(workspace, FakeClock(T0), turns)
     sched.lock.acquire()
@@ -332,5 +426,7 @@ def test_imported_jobs_without_a_next_time_are_scheduled_as_nanobot_does_on_star
     sched.lock.release()
     saved = {j.id: j for j in JobStore(workspace).jobs()}
     assert saved["every1"].next_run_at_ms == T0 - 100_000 + 3600_000
-    assert [job_id for _, _, job_id in turns.calls] == ["late1"]  # a missed one-shot: run once, reported
+    assert [job_id for _, _, job_id in turns.calls] == [
+        "late1"
+    ]  # a missed one-shot: run once, reported
     assert any("missed 1 run(s)" in r["text"] for r in runs(workspace) if r["kind"] == "notice")

@@ -64,40 +64,54 @@ def test_cron_in_a_zone_fires_at_local_wall_clock_time_on_both_sides_of_spring_f
 def test_a_time_skipped_by_spring_forward_fires_right_after_the_jump_once():
     s = parse_schedule(cron_expr="30 2 * * *", tz="America/New_York", now_ms=0)
     assert firings(s, ms(2026, 3, 7, 12, 0), 3) == [
-        "2026-03-08 03:00 EDT", "2026-03-09 02:30 EDT", "2026-03-10 02:30 EDT"]
+        "2026-03-08 03:00 EDT",
+        "2026-03-09 02:30 EDT",
+        "2026-03-10 02:30 EDT",
+    ]
 
 
 def test_a_time_repeated_by_fall_back_fires_once_but_hourly_jobs_run_every_elapsed_hour():
     daily = parse_schedule(cron_expr="30 1 * * *", tz="America/New_York", now_ms=0)
     assert firings(daily, ms(2026, 10, 31, 12, 0), 3) == [
-        "2026-11-01 01:30 EDT", "2026-11-02 01:30 EST", "2026-11-03 01:30 EST"]
+        "2026-11-01 01:30 EDT",
+        "2026-11-02 01:30 EST",
+        "2026-11-03 01:30 EST",
+    ]
     hourly = parse_schedule(cron_expr="0 * * * *", tz="America/New_York", now_ms=0)
     assert firings(hourly, ms(2026, 11, 1, 0, 30), 3) == [
-        "2026-11-01 01:00 EDT", "2026-11-01 01:00 EST", "2026-11-01 02:00 EST"]
+        "2026-11-01 01:00 EDT",
+        "2026-11-01 01:00 EST",
+        "2026-11-01 02:00 EST",
+    ]
 
 
 def test_the_same_expression_in_two_zones_fires_at_different_instants():
     ny = parse_schedule(cron_expr="0 9 * * 1-5", tz="America/New_York", now_ms=0)
     berlin = parse_schedule(cron_expr="0 9 * * 1-5", tz="Europe/Berlin", now_ms=0)
-    start = ms(2026, 3, 27, 12, 0, tz=BERLIN)  # a Friday; Europe springs forward on the 29th, the US did on the 8th
+    start = ms(
+        2026, 3, 27, 12, 0, tz=BERLIN
+    )  # a Friday; Europe springs forward on the 29th, the US did on the 8th
     assert firings(berlin, start, 2) == ["2026-03-30 09:00 CEST", "2026-03-31 09:00 CEST"]
     assert firings(ny, start, 1) == ["2026-03-27 09:00 EDT"]
     assert describe(berlin) == "cron '0 9 * * 1-5' (Europe/Berlin)"
 
 
-@pytest.mark.parametrize("kwargs, fragment", [
-    ({}, "exactly one"),
-    ({"every_seconds": 60, "cron_expr": "* * * * *"}, "exactly one"),
-    ({"every_seconds": 0}, "every_seconds"),
-    ({"every_seconds": 30}, "at least 60"),
-    ({"every_seconds": 60, "tz": "UTC"}, "tz applies"),
-    ({"cron_expr": "61 * * * *"}, "invalid cron"),
-    ({"cron_expr": "0 9 * *"}, "invalid cron"),
-    ({"cron_expr": "0 9 * * *", "tz": "Mars/Olympus"}, "unknown time zone"),
-    ({"at": "tomorrow at 9"}, "invalid ISO"),
-    ({"at": "2020-01-01T00:00"}, "in the past"),
-    ({"cron_expr": "0 0 30 2 *"}, "never fires"),
-])
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({}, "exactly one"),
+        ({"every_seconds": 60, "cron_expr": "* * * * *"}, "exactly one"),
+        ({"every_seconds": 0}, "every_seconds"),
+        ({"every_seconds": 30}, "at least 60"),
+        ({"every_seconds": 60, "tz": "UTC"}, "tz applies"),
+        ({"cron_expr": "61 * * * *"}, "invalid cron"),
+        ({"cron_expr": "0 9 * *"}, "invalid cron"),
+        ({"cron_expr": "0 9 * * *", "tz": "Mars/Olympus"}, "unknown time zone"),
+        ({"at": "tomorrow at 9"}, "invalid ISO"),
+        ({"at": "2020-01-01T00:00"}, "in the past"),
+        ({"cron_expr": "0 0 30 2 *"}, "never fires"),
+    ],
+)
 def test_bad_schedules_are_refused_with_a_message_that_says_what_to_write(kwargs, fragment):
     with pytest.raises(ScheduleError) as err:
         parse_schedule(now_ms=ms(2026, 1, 1, 0, 0), **kwargs)

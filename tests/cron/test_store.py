@@ -9,30 +9,75 @@ from nanobot.cron.store import JobStore
 
 NANOBOT_JOBS = {
     "version": 1,
-    "jobs": [{
-        "id": "3f2a9c1b", "name": "standup", "enabled": True,
-        "schedule": {"kind": "cron", "atMs": None, "everyMs": None, "expr": "0 9 * * 1-5", "tz": "Europe/Berlin"},
-        "payload": {"kind": "agent_turn", "message": "Remind me of the stand-up", "deliver": True,
-                    "channel": "telegram", "to": "12345", "channelMeta": {"thread": 7}},
-        "state": {"nextRunAtMs": 1772956800000, "lastRunAtMs": None, "lastStatus": None, "lastError": None},
-        "createdAtMs": 1772000000000, "updatedAtMs": 1772000000000, "deleteAfterRun": False,
-    }, {
-        "id": "77aa00ff", "name": "water", "enabled": False,
-        "schedule": {"kind": "every", "atMs": None, "everyMs": 1800000, "expr": None, "tz": None},
-        "payload": {"kind": "agent_turn", "message": "Drink water", "deliver": False, "channel": "cli", "to": "direct"},
-        "state": {}, "createdAtMs": 1772000000000, "updatedAtMs": 1772000000000, "deleteAfterRun": False,
-    }],
+    "jobs": [
+        {
+            "id": "3f2a9c1b",
+            "name": "standup",
+            "enabled": True,
+            "schedule": {
+                "kind": "cron",
+                "atMs": None,
+                "everyMs": None,
+                "expr": "0 9 * * 1-5",
+                "tz": "Europe/Berlin",
+            },
+            "payload": {
+                "kind": "agent_turn",
+                "message": "Remind me of the stand-up",
+                "deliver": True,
+                "channel": "telegram",
+                "to": "12345",
+                "channelMeta": {"thread": 7},
+            },
+            "state": {
+                "nextRunAtMs": 1772956800000,
+                "lastRunAtMs": None,
+                "lastStatus": None,
+                "lastError": None,
+            },
+            "createdAtMs": 1772000000000,
+            "updatedAtMs": 1772000000000,
+            "deleteAfterRun": False,
+        },
+        {
+            "id": "77aa00ff",
+            "name": "water",
+            "enabled": False,
+            "schedule": {
+                "kind": "every",
+                "atMs": None,
+                "everyMs": 1800000,
+                "expr": None,
+                "tz": None,
+            },
+            "payload": {
+                "kind": "agent_turn",
+                "message": "Drink water",
+                "deliver": False,
+                "channel": "cli",
+                "to": "direct",
+            },
+            "state": {},
+            "createdAtMs": 1772000000000,
+            "updatedAtMs": 1772000000000,
+            "deleteAfterRun": False,
+        },
+    ],
 }
 
 
-def test_a_nanobot_jobs_file_in_the_old_place_is_imported_with_every_field_kept(workspace, isolated_home):
+def test_a_nanobot_jobs_file_in_the_old_place_is_imported_with_every_field_kept(
+    workspace, isolated_home
+):
     legacy = isolated_home / "cron" / "jobs.json"
     legacy.parent.mkdir(parents=True)
     legacy.write_text(json.dumps(NANOBOT_JOBS))
     store = JobStore(workspace)
     jobs = store.jobs()
     assert [(j.id, j.name, j.enabled, j.schedule.kind) for j in jobs] == [
-        ("3f2a9c1b", "standup", True, "cron"), ("77aa00ff", "water", False, "every")]
+        ("3f2a9c1b", "standup", True, "cron"),
+        ("77aa00ff", "water", False, "every"),
+    ]
     assert jobs[0].schedule.tz == "Europe/Berlin" and jobs[1].schedule.every_ms == 1_800_000
     assert jobs[0].session_key == "cron:3f2a9c1b"  # nanobot ran jobs in cron:<id> too
     assert "imported 2 job(s)" in store.notices[0]
@@ -53,7 +98,9 @@ def test_a_corrupt_jobs_file_is_kept_aside_byte_for_byte_and_the_user_is_told(wo
     assert len(aside) == 1 and aside[0].read_text() == damaged
     assert aside[0].name in store.notices[0] and "could not be read" in store.notices[0]
     # open chats learn of it too: they print what runs.jsonl records
-    records = [json.loads(line) for line in (workspace / "cron" / "runs.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(line) for line in (workspace / "cron" / "runs.jsonl").read_text().splitlines()
+    ]
     assert records[-1]["kind"] == "notice" and aside[0].name in records[-1]["text"]
     # adding a job afterwards starts a new file; the kept copy is not touched
     store.add(Schedule("every", every_ms=60_000), "new one", now_ms=2_000)
@@ -78,10 +125,14 @@ def test_add_pause_resume_remove_round_trip_through_the_file(workspace):
     store.set_enabled(job.id, False, now_ms=10_000)
     assert JobStore(workspace).get(job.id).next_run_at_ms is None
     store.set_enabled(job.id, True, now_ms=610_000)
-    assert JobStore(workspace).get(job.id).next_run_at_ms == 660_000  # the next grid point, nothing replayed
+    assert (
+        JobStore(workspace).get(job.id).next_run_at_ms == 660_000
+    )  # the next grid point, nothing replayed
     store.remove(job.id)
     assert JobStore(workspace).jobs() == []
-    assert not list((workspace / "cron").glob(".jobs.json.*.tmp"))  # atomic writes leave no temp files
+    assert not list(
+        (workspace / "cron").glob(".jobs.json.*.tmp")
+    )  # atomic writes leave no temp files
 
 
 def test_the_heartbeat_interval_is_nanobots_gateway_key(isolated_home):
@@ -91,8 +142,17 @@ def test_the_heartbeat_interval_is_nanobots_gateway_key(isolated_home):
 
     path = isolated_home / "config.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"gateway": {"host": "0.0.0.0", "port": 18790,
-                                            "heartbeat": {"enabled": True, "intervalS": 600}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "gateway": {
+                    "host": "0.0.0.0",
+                    "port": 18790,
+                    "heartbeat": {"enabled": True, "intervalS": 600},
+                }
+            }
+        )
+    )
     assert load_config(path).gateway.heartbeat.interval_s == 600
     path.write_text(json.dumps({"gateway": {"heartbeat": {"intervalS": 5}}}))
     with pytest.raises(ConfigError, match="gateway.heartbeat.intervalS"):
@@ -103,17 +163,23 @@ def test_two_processes_adding_jobs_at_once_lose_none(workspace):
     import subprocess
     import sys
 
-    code = ("import sys; from pathlib import Path; from nanobot.cron.store import JobStore; "
-            "from nanobot.cron.schedule import Schedule\n"
-            "store = JobStore(Path(sys.argv[1]))\n"
-            "for i in range(15):\n    store.add(Schedule('every', every_ms=60_000), f'{sys.argv[2]} {i}', now_ms=0)\n")
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(workspace), name]) for name in ("a", "b")]
+    code = (
+        "import sys; from pathlib import Path; from nanobot.cron.store import JobStore; "
+        "from nanobot.cron.schedule import Schedule\n"
+        "store = JobStore(Path(sys.argv[1]))\n"
+        "for i in range(15):\n    store.add(Schedule('every', every_ms=60_000), f'{sys.argv[2]} {i}', now_ms=0)\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, str(workspace), name]) for name in ("a", "b")
+    ]
     assert [p.wait(timeout=60) for p in procs] == [0, 0]
     messages = sorted(j.message for j in JobStore(workspace).jobs())
     assert messages == sorted([f"a {i}" for i in range(15)] + [f"b {i}" for i in range(15)])
 
 
-def test_a_file_caught_halfway_through_a_hand_edit_is_read_again_not_kept_aside(workspace, monkeypatch):
+def test_a_file_caught_halfway_through_a_hand_edit_is_read_again_not_kept_aside(
+    workspace, monkeypatch
+):
     import nanobot.cron.store as store_module
 
     store = JobStore(workspace)
@@ -130,15 +196,21 @@ def test_a_file_caught_halfway_through_a_hand_edit_is_read_again_not_kept_aside(
     assert store.notices == [] and not list(path.parent.glob("jobs.json.corrupt-*"))
 
 
-def test_the_run_log_is_rotated_past_its_limit_and_a_reader_follows_the_new_file(workspace, monkeypatch):
+def test_the_run_log_is_rotated_past_its_limit_and_a_reader_follows_the_new_file(
+    workspace, monkeypatch
+):
     import nanobot.cron.store as store_module
 
-    monkeypatch.setattr(store_module, "LOG_LIMIT_BYTES", 300)  # three records fit, a fourth does not
+    monkeypatch.setattr(
+        store_module, "LOG_LIMIT_BYTES", 300
+    )  # three records fit, a fourth does not
     store = JobStore(workspace)
     for i in range(3):
         store.append_run({"kind": "job", "text": f"run {i} " + "x" * 80})
     _, offset = store.read_runs(0)
-    store.append_run({"kind": "job", "text": "after rotation"})  # the file passed 300 bytes: rotated first
+    store.append_run(
+        {"kind": "job", "text": "after rotation"}
+    )  # the file passed 300 bytes: rotated first
     records, _ = store.read_runs(offset)
     assert [r["text"] for r in records] == ["after rotation"]
     kept = (workspace / "cron" / "runs.jsonl.1").read_text()

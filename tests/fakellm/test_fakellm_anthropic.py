@@ -12,8 +12,13 @@ from nanobot.fakellm import Reply
 from nanobot.fakellm.rules import estimate_tokens
 
 HI = [{"role": "user", "content": "hi"}]
-TOOLS = [{"name": "read_file", "description": "Read a file",
-          "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+TOOLS = [
+    {
+        "name": "read_file",
+        "description": "Read a file",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
+]
 
 
 def client(server) -> AsyncAnthropic:
@@ -26,8 +31,11 @@ def run(coro):
 
 def test_text_reply_non_streaming_reports_usage(fake_llm):
     fake_llm.script(Reply.text("Hello from Claude."))
-    msg = run(client(fake_llm).messages.create(model="claude-test", max_tokens=100,
-                                               system="be kind", messages=HI))
+    msg = run(
+        client(fake_llm).messages.create(
+            model="claude-test", max_tokens=100, system="be kind", messages=HI
+        )
+    )
 
     assert [b.type for b in msg.content] == ["text"] and msg.content[0].text == "Hello from Claude."
     assert msg.stop_reason == "end_turn" and msg.model == "claude-test"
@@ -42,9 +50,13 @@ def test_text_reply_non_streaming_reports_usage(fake_llm):
 
 
 def test_length_maps_to_max_tokens_and_usage_override(fake_llm):
-    fake_llm.script(Reply.text("trunc", finish_reason="length",
-                               usage={"prompt_tokens": 5000, "completion_tokens": 12,
-                                      "cache_read_input_tokens": 4000}))
+    fake_llm.script(
+        Reply.text(
+            "trunc",
+            finish_reason="length",
+            usage={"prompt_tokens": 5000, "completion_tokens": 12, "cache_read_input_tokens": 4000},
+        )
+    )
     msg = run(client(fake_llm).messages.create(model="m", max_tokens=12, messages=HI))
     assert msg.stop_reason == "max_tokens"
     assert (msg.usage.input_tokens, msg.usage.output_tokens) == (5000, 12)
@@ -55,8 +67,9 @@ def test_stream_sends_the_real_event_sequence(fake_llm):
     fake_llm.script(Reply.tool_calls([("read_file", {"path": "notes/today.md"})], text="Looking."))
 
     async def go():
-        stream = await client(fake_llm).messages.create(model="m", max_tokens=100, messages=HI,
-                                                        tools=TOOLS, stream=True)
+        stream = await client(fake_llm).messages.create(
+            model="m", max_tokens=100, messages=HI, tools=TOOLS, stream=True
+        )
         return [event async for event in stream]
 
     events = run(go())
@@ -66,8 +79,11 @@ def test_stream_sends_the_real_event_sequence(fake_llm):
     starts = [e.content_block.type for e in events if e.type == "content_block_start"]
     assert starts == ["text", "tool_use"]
     assert kinds.count("content_block_stop") == 2
-    partial = "".join(e.delta.partial_json for e in events
-                      if e.type == "content_block_delta" and e.delta.type == "input_json_delta")
+    partial = "".join(
+        e.delta.partial_json
+        for e in events
+        if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+    )
     assert partial == '{"path": "notes/today.md"}'
     delta = events[-2]
     assert delta.delta.stop_reason == "tool_use" and delta.usage.output_tokens > 0
@@ -75,8 +91,13 @@ def test_stream_sends_the_real_event_sequence(fake_llm):
 
 
 def test_stream_helper_accumulates_text_thinking_and_usage(fake_llm):
-    fake_llm.script(Reply.text("A streamed answer in a few words.", reasoning="hmm",
-                               usage={"prompt_tokens": 321, "completion_tokens": 8}))
+    fake_llm.script(
+        Reply.text(
+            "A streamed answer in a few words.",
+            reasoning="hmm",
+            usage={"prompt_tokens": 321, "completion_tokens": 8},
+        )
+    )
 
     async def go():
         async with client(fake_llm).messages.stream(model="m", max_tokens=100, messages=HI) as s:
@@ -92,27 +113,50 @@ def test_stream_helper_accumulates_text_thinking_and_usage(fake_llm):
 
 
 def test_tool_use_round_trip_streaming_and_not_is_valid(fake_llm):
-    fake_llm.script(Reply.tool_calls([("read_file", {"path": "a"}), ("read_file", {"path": "b"})]),
-                    Reply.tool_calls([("read_file", {"path": "c"})]),
-                    Reply.text("Both read."))
+    fake_llm.script(
+        Reply.tool_calls([("read_file", {"path": "a"}), ("read_file", {"path": "b"})]),
+        Reply.tool_calls([("read_file", {"path": "c"})]),
+        Reply.text("Both read."),
+    )
     messages = [{"role": "user", "content": "read a and b"}]
 
     async def go():
         c = client(fake_llm)
         first = await c.messages.create(model="m", max_tokens=100, messages=messages, tools=TOOLS)
         uses = [b for b in first.content if b.type == "tool_use"]
-        messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True)
-                                                           for b in first.content]})
-        messages.append({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": u.id, "content": "text"} for u in uses]})
-        async with c.messages.stream(model="m", max_tokens=100, messages=messages,
-                                     tools=TOOLS) as s:
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [b.model_dump(exclude_none=True) for b in first.content],
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": u.id, "content": "text"} for u in uses
+                ],
+            }
+        )
+        async with c.messages.stream(
+            model="m", max_tokens=100, messages=messages, tools=TOOLS
+        ) as s:
             second = await s.get_final_message()
         (use,) = [b for b in second.content if b.type == "tool_use"]
-        messages.append({"role": "assistant", "content": [
-            {"type": "tool_use", "id": use.id, "name": use.name, "input": use.input}]})
-        messages.append({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": use.id, "content": "more"}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": use.id, "name": use.name, "input": use.input}
+                ],
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "more"}],
+            }
+        )
         third = await c.messages.create(model="m", max_tokens=100, messages=messages, tools=TOOLS)
         return uses, use, third
 
@@ -126,8 +170,11 @@ def test_tool_use_round_trip_streaming_and_not_is_valid(fake_llm):
 
 
 def test_error_replies_are_status_errors_in_anthropic_shape(fake_llm):
-    fake_llm.script(Reply.error(429, retry_after=3), Reply.error(529, message="Overloaded"),
-                    Reply.error(400, message="bad", error_type="invalid_request_error"))
+    fake_llm.script(
+        Reply.error(429, retry_after=3),
+        Reply.error(529, message="Overloaded"),
+        Reply.error(400, message="bad", error_type="invalid_request_error"),
+    )
 
     async def go():
         c = client(fake_llm)
@@ -164,16 +211,20 @@ def test_cut_stream_surfaces_as_error(fake_llm):
 
 
 def test_malformed_tool_arguments_reach_the_client_unparsed(fake_llm):
-    fake_llm.script(Reply.tool_calls([("read_file", '{"path": "a"')]),
-                    Reply.tool_calls([("read_file", '{"path": "a"')]))
+    fake_llm.script(
+        Reply.tool_calls([("read_file", '{"path": "a"')]),
+        Reply.tool_calls([("read_file", '{"path": "a"')]),
+    )
 
     async def go():
         c = client(fake_llm)
         msg = await c.messages.create(model="m", max_tokens=10, messages=HI, tools=TOOLS)
-        stream = await c.messages.create(model="m", max_tokens=10, messages=HI, tools=TOOLS,
-                                         stream=True)
-        partial = "".join([e.delta.partial_json async for e in stream
-                           if e.type == "content_block_delta"])
+        stream = await c.messages.create(
+            model="m", max_tokens=10, messages=HI, tools=TOOLS, stream=True
+        )
+        partial = "".join(
+            [e.delta.partial_json async for e in stream if e.type == "content_block_delta"]
+        )
         return msg, partial
 
     msg, partial = run(go())

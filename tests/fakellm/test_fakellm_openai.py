@@ -13,9 +13,16 @@ from nanobot.fakellm.rules import estimate_tokens
 from openai import AsyncOpenAI
 
 HI = [{"role": "user", "content": "hi"}]
-TOOLS = [{"type": "function", "function": {
-    "name": "read_file", "description": "Read a file",
-    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Read a file",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+        },
+    }
+]
 
 
 def client(server) -> AsyncOpenAI:
@@ -64,27 +71,38 @@ def test_text_reply_non_streaming_reports_estimated_usage(fake_llm):
 
 
 def test_usage_override_and_length_finish(fake_llm):
-    fake_llm.script(Reply.text("cut sh", usage={"prompt_tokens": 9000, "completion_tokens": 77},
-                               finish_reason="length"))
+    fake_llm.script(
+        Reply.text(
+            "cut sh", usage={"prompt_tokens": 9000, "completion_tokens": 77}, finish_reason="length"
+        )
+    )
     resp = run(client(fake_llm).chat.completions.create(model="m", messages=HI))
     assert resp.choices[0].finish_reason == "length"
     assert (resp.usage.prompt_tokens, resp.usage.completion_tokens) == (9000, 77)
 
 
 def test_streaming_text_with_include_usage_ends_with_usage_chunk(fake_llm):
-    fake_llm.script(Reply.text("one two three four", chunks=["one ", "two ", "three four"],
-                               usage={"prompt_tokens": 100, "completion_tokens": 4}))
+    fake_llm.script(
+        Reply.text(
+            "one two three four",
+            chunks=["one ", "two ", "three four"],
+            usage={"prompt_tokens": 100, "completion_tokens": 4},
+        )
+    )
 
     async def go():
         chunks = []
         stream = await client(fake_llm).chat.completions.create(
-            model="m", messages=HI, stream=True, stream_options={"include_usage": True})
+            model="m", messages=HI, stream=True, stream_options={"include_usage": True}
+        )
         async for chunk in stream:
             chunks.append(chunk)
         return chunks
 
     chunks = run(go())
-    contents = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    contents = [
+        c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content
+    ]
     assert contents == ["one ", "two ", "three four"]
     assert chunks[-1].choices == [] and chunks[-1].usage.prompt_tokens == 100
     assert chunks[-1].usage.completion_tokens == 4
@@ -96,8 +114,9 @@ def test_streaming_without_include_usage_has_no_usage(fake_llm):
     fake_llm.script(Reply.text("a longer answer with several words in it"))
 
     async def go():
-        return await collect(await client(fake_llm).chat.completions.create(
-            model="m", messages=HI, stream=True))
+        return await collect(
+            await client(fake_llm).chat.completions.create(model="m", messages=HI, stream=True)
+        )
 
     text, calls, finish, usages = run(go())
     assert text == "a longer answer with several words in it"
@@ -105,14 +124,19 @@ def test_streaming_without_include_usage_has_no_usage(fake_llm):
 
 
 def test_tool_calls_non_streaming_get_unique_ids_and_raw_malformed_args(fake_llm):
-    fake_llm.script(Reply.tool_calls([("read_file", {"path": "a.txt"}), ("exec", '{"cmd": "ls"')],
-                                     text="Checking."),
-                    Reply.tool_calls([("read_file", {"path": "b.txt"})]))
+    fake_llm.script(
+        Reply.tool_calls(
+            [("read_file", {"path": "a.txt"}), ("exec", '{"cmd": "ls"')], text="Checking."
+        ),
+        Reply.tool_calls([("read_file", {"path": "b.txt"})]),
+    )
 
     async def go():
         c = client(fake_llm)
-        return (await c.chat.completions.create(model="m", messages=HI, tools=TOOLS),
-                await c.chat.completions.create(model="m", messages=HI, tools=TOOLS))
+        return (
+            await c.chat.completions.create(model="m", messages=HI, tools=TOOLS),
+            await c.chat.completions.create(model="m", messages=HI, tools=TOOLS),
+        )
 
     first, second = run(go())
     msg = first.choices[0].message
@@ -127,12 +151,20 @@ def test_tool_calls_non_streaming_get_unique_ids_and_raw_malformed_args(fake_llm
 
 def test_tool_calls_streamed_as_indexed_deltas(fake_llm):
     args = {"path": "a/very/long/path/that/splits/into/several/pieces.txt"}
-    fake_llm.script(Reply.tool_calls([("read_file", args), ("read_file", {"path": "b"})],
-                                     text="Let me look."))
+    fake_llm.script(
+        Reply.tool_calls([("read_file", args), ("read_file", {"path": "b"})], text="Let me look.")
+    )
 
     async def go():
-        return await collect(await client(fake_llm).chat.completions.create(
-            model="m", messages=HI, tools=TOOLS, stream=True, stream_options={"include_usage": True}))
+        return await collect(
+            await client(fake_llm).chat.completions.create(
+                model="m",
+                messages=HI,
+                tools=TOOLS,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
 
     text, calls, finish, usages = run(go())
     assert text == "Let me look." and finish == "tool_calls"
@@ -168,8 +200,12 @@ def test_tool_round_trip_is_valid(fake_llm):
         c = client(fake_llm)
         first = await c.chat.completions.create(model="m", messages=messages, tools=TOOLS)
         call = first.choices[0].message.tool_calls[0]
-        messages.extend([first.choices[0].message.model_dump(exclude_none=True),
-                         {"role": "tool", "tool_call_id": call.id, "content": "hi"}])
+        messages.extend(
+            [
+                first.choices[0].message.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": call.id, "content": "hi"},
+            ]
+        )
         return call, await c.chat.completions.create(model="m", messages=messages, tools=TOOLS)
 
     call, second = run(go())
@@ -179,8 +215,11 @@ def test_tool_round_trip_is_valid(fake_llm):
 
 
 def test_error_reply_raises_status_error_with_retry_after(fake_llm):
-    fake_llm.script(Reply.error(429, message="slow down", retry_after=7),
-                    Reply.error(500), Reply.error(401, message="bad key"))
+    fake_llm.script(
+        Reply.error(429, message="slow down", retry_after=7),
+        Reply.error(500),
+        Reply.error(401, message="bad key"),
+    )
 
     async def go():
         c = client(fake_llm)

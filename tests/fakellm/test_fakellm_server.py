@@ -21,11 +21,16 @@ from nanobot.fakellm import FakeLLMServer, RecordedRequest, Reply
 HI = [{"role": "user", "content": "hi"}]
 
 
-def post(server: FakeLLMServer, protocol: str, body: dict, timeout: float = 5.0) -> tuple[int, dict]:
+def post(
+    server: FakeLLMServer, protocol: str, body: dict, timeout: float = 5.0
+) -> tuple[int, dict]:
     """A bare HTTP client, so these tests don't depend on either SDK's behaviour."""
     path = "/v1/chat/completions" if protocol == "openai" else "/v1/messages"
-    req = urllib.request.Request(server.base_url + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        server.base_url + path,
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, json.loads(resp.read())
@@ -99,15 +104,20 @@ def test_responder_that_raises_gives_500_and_a_violation(fake_llm):
 
 
 def test_invalid_requests_are_recorded_but_still_answered(fake_llm):
-    bad_openai = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"},
-                  {"role": "assistant", "content": "b"}, {"role": "user", "content": "and?"}]
+    bad_openai = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "and?"},
+    ]
     bad_anthropic = [{"role": "user", "content": "q"}, {"role": "user", "content": "again"}]
     assert post(fake_llm, "openai", oa(bad_openai))[0] == 200
     assert post(fake_llm, "anthropic", an(bad_anthropic))[0] == 200
     assert post(fake_llm, "openai", oa())[0] == 200
 
     assert fake_llm.requests[0].violations == [
-        "message 2 (assistant): two consecutive assistant messages"]
+        "message 2 (assistant): two consecutive assistant messages"
+    ]
     assert fake_llm.requests[2].violations == []
     assert fake_llm.violations() == [
         "request 0: message 2 (assistant): two consecutive assistant messages",
@@ -118,9 +128,13 @@ def test_invalid_requests_are_recorded_but_still_answered(fake_llm):
 
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
-def test_a_request_ending_with_an_assistant_message_is_flagged_and_a_strict_server_rejects_it(fake_llm,
-                                                                                             protocol):
-    seed_report = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "[Subagent 'x'] report"}]
+def test_a_request_ending_with_an_assistant_message_is_flagged_and_a_strict_server_rejects_it(
+    fake_llm, protocol
+):
+    seed_report = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "[Subagent 'x'] report"},
+    ]
     build = oa if protocol == "openai" else an
     assert post(fake_llm, protocol, build(seed_report))[0] == 200  # lenient: answered, but flagged
     assert any("ends with an assistant message" in v for v in fake_llm.requests[0].violations)
@@ -128,25 +142,44 @@ def test_a_request_ending_with_an_assistant_message_is_flagged_and_a_strict_serv
         strict.script(Reply.text("kept for the valid request"))
         status, body = post(strict, protocol, build(seed_report))
         assert status == 400 and "assistant message prefill" in json.dumps(body)
-        status, body = post(strict, protocol, build(seed_report + [{"role": "user", "content": "well?"}]))
+        status, body = post(
+            strict, protocol, build(seed_report + [{"role": "user", "content": "well?"}])
+        )
         assert status == 200 and "kept for the valid request" in json.dumps(body)
 
 
 def test_request_level_checks(fake_llm):
     post(fake_llm, "anthropic", {"model": "m", "messages": HI})  # no max_tokens
-    post(fake_llm, "openai", oa(tool_choice={"type": "function", "function": {"name": "nope"}},
-                                tools=[{"type": "function", "function": {"name": "yes"}}]))
-    post(fake_llm, "anthropic", an(tool_choice={"type": "tool", "name": "save_memory"},
-                                   tools=[{"name": "save_memory", "input_schema": {}}]))
+    post(
+        fake_llm,
+        "openai",
+        oa(
+            tool_choice={"type": "function", "function": {"name": "nope"}},
+            tools=[{"type": "function", "function": {"name": "yes"}}],
+        ),
+    )
+    post(
+        fake_llm,
+        "anthropic",
+        an(
+            tool_choice={"type": "tool", "name": "save_memory"},
+            tools=[{"name": "save_memory", "input_schema": {}}],
+        ),
+    )
     v = fake_llm.violations()
-    assert v == ["request 0: max_tokens is required by the Anthropic API",
-                 "request 1: tool_choice names undeclared tool 'nope'"]
+    assert v == [
+        "request 0: max_tokens is required by the Anthropic API",
+        "request 1: tool_choice names undeclared tool 'nope'",
+    ]
 
 
 def test_records_everything_a_test_needs(fake_llm):
     tools = [{"name": "t", "input_schema": {"type": "object"}}]
-    post(fake_llm, "anthropic", an(system=[{"type": "text", "text": "sys"}], tools=tools,
-                                   tool_choice={"type": "auto"}))
+    post(
+        fake_llm,
+        "anthropic",
+        an(system=[{"type": "text", "text": "sys"}], tools=tools, tool_choice={"type": "auto"}),
+    )
     (r,) = fake_llm.requests
     assert r.system == [{"type": "text", "text": "sys"}] and r.tools == tools
     assert r.tool_choice == {"type": "auto"} and r.stream is False
@@ -164,8 +197,11 @@ def test_unknown_route_and_bad_json_get_errors(fake_llm):
     assert info.value.code == 404
     listed = json.loads(urllib.request.urlopen(fake_llm.base_url + "/v1/models", timeout=5).read())
     assert [m["id"] for m in listed["data"]] == fake_llm.models
-    req = urllib.request.Request(fake_llm.openai_base_url + "/chat/completions", data=b"{nope",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        fake_llm.openai_base_url + "/chat/completions",
+        data=b"{nope",
+        headers={"Content-Type": "application/json"},
+    )
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(req, timeout=5)
     assert info.value.code == 400
@@ -179,8 +215,9 @@ def test_context_window_exceeded_is_a_400_and_a_violation_in_both_sdks():
 
         async def go():
             oc = openai.AsyncOpenAI(base_url=server.openai_base_url, api_key="x", max_retries=0)
-            ac = anthropic.AsyncAnthropic(base_url=server.anthropic_base_url, api_key="x",
-                                          max_retries=0)
+            ac = anthropic.AsyncAnthropic(
+                base_url=server.anthropic_base_url, api_key="x", max_retries=0
+            )
             with pytest.raises(openai.BadRequestError) as o_err:
                 await oc.chat.completions.create(model="m", messages=big)
             with pytest.raises(anthropic.BadRequestError) as a_err:
@@ -222,8 +259,10 @@ def test_client_disconnect_during_delay_does_not_break_the_server(fake_llm):
 def test_stop_does_not_wait_for_a_long_delay():
     server = FakeLLMServer().start()
     server.script(Reply.text("never", delay=30))
-    t = threading.Thread(target=lambda: pytest.raises(Exception, post, server, "openai", oa()),  # noqa: B017
-                         daemon=True)
+    t = threading.Thread(
+        target=lambda: pytest.raises(Exception, post, server, "openai", oa()),  # noqa: B017
+        daemon=True,
+    )
     t.start()
     assert server.wait_for_requests(1)
     started = time.monotonic()
@@ -234,8 +273,14 @@ def test_stop_does_not_wait_for_a_long_delay():
 def test_concurrent_requests_each_get_one_reply(fake_llm):
     fake_llm.script(*(Reply.text(f"r{i}") for i in range(8)))
     answers = []
-    threads = [threading.Thread(target=lambda: answers.append(
-        post(fake_llm, "openai", oa())[1]["choices"][0]["message"]["content"])) for _ in range(8)]
+    threads = [
+        threading.Thread(
+            target=lambda: answers.append(
+                post(fake_llm, "openai", oa())[1]["choices"][0]["message"]["content"]
+            )
+        )
+        for _ in range(8)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -285,15 +330,20 @@ def test_reply_from_script_entries():
 def test_standalone_command_serves_a_script_until_ctrl_c(tmp_path):
     script = tmp_path / "replies.json"
     script.write_text(json.dumps([{"text": "scripted hello"}]))
-    proc = subprocess.Popen([sys.executable, "-m", "nanobot.fakellm", "--port", "0",
-                             "--script", str(script)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nanobot.fakellm", "--port", "0", "--script", str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         base_url = proc.stdout.readline().strip()
         assert base_url.startswith("http://127.0.0.1:")
-        req = urllib.request.Request(base_url + "/v1/chat/completions",
-                                     data=json.dumps(oa()).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            base_url + "/v1/chat/completions",
+            data=json.dumps(oa()).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=5) as resp:
             assert json.loads(resp.read())["choices"][0]["message"]["content"] == "scripted hello"
         proc.send_signal(signal.SIGINT)
@@ -325,5 +375,9 @@ def test_a_json_script_can_pace_a_stream_and_cut_it_in_pieces():
 
     slow = Reply.from_dict({"text": "one two three", "pace": 0.5, "chunks": 3})
     cut = Reply.from_dict({"cut_stream": "half an", "pace": 0.25, "chunks": ["half ", "an"]})
-    assert slow.pace == 0.5 and len(slow.text_pieces()) == 3 and "".join(slow.text_pieces()) == "one two three"
+    assert (
+        slow.pace == 0.5
+        and len(slow.text_pieces()) == 3
+        and "".join(slow.text_pieces()) == "one two three"
+    )
     assert (cut.kind, cut.pace, cut.text_pieces()) == ("cut", 0.25, ["half ", "an"])

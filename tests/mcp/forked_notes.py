@@ -26,7 +26,9 @@ SERVER = str(Path(__file__).with_name("notes_server.py"))
 def main() -> None:
     argv = [sys.executable, SERVER, *(sys.argv[2:] or ["stdio"])]
     try:
-        child = forkserver.ForkServer.attach(sys.argv[1]).popen(argv, stdin=0, stdout=1, stderr=2, cwd=os.getcwd())
+        child = forkserver.ForkServer.attach(sys.argv[1]).popen(
+            argv, stdin=0, stdout=1, stderr=2, cwd=os.getcwd()
+        )
     except forkserver.ForkServerError:
         os.execv(sys.executable, argv)
     null = os.open(os.devnull, os.O_RDWR)

@@ -22,7 +22,11 @@ import forkserver
 from mcp_sdk import sdk_env, sdk_forkserver
 
 SERVER = str(Path(__file__).parent / "notes_server.py")
-FORKED = str(Path(__file__).parent / "forked_notes.py")  # runs SERVER forked from a helper that imported the SDK
+FORKED = str(
+    Path(__file__).parent / "forked_notes.py"
+)  # runs SERVER forked from a helper that imported the SDK
+
+
 def notes_command(fresh: bool = False) -> dict:
     """The stdio notes server as a config's command and args: forked_notes.py, which has it forked,
     or (`fresh`) a new interpreter, for a test of what the server's own process holds."""
@@ -67,8 +71,14 @@ def http_server(call_log):
 
     def start(transport: str = "streamable-http") -> str:
         port = free_port()
-        procs.append(subprocess.Popen([sys.executable, FORKED, sdk_forkserver().path, transport, str(port)], env=sdk_env(),
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, FORKED, sdk_forkserver().path, transport, str(port)],
+                env=sdk_env(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             with socket.socket() as s:
@@ -96,8 +106,16 @@ def notes_server(request, call_log):
     return lambda **extra: MCPServerConfig(url=url, **extra)
 
 
-def run(servers: dict[str, MCPServerConfig], body, *, approver=None, tmp_path: Path, startup_timeouts=None):
+def run(
+    servers: dict[str, MCPServerConfig],
+    body,
+    *,
+    approver=None,
+    tmp_path: Path,
+    startup_timeouts=None,
+):
     """Start the servers like the chat does, wait for them, run `body(registry, manager, notices)`."""
+
     async def go():
         ctx = ToolContext(workspace=tmp_path, **({"approver": approver} if approver else {}))
         registry, notices = ToolRegistry(), []
@@ -110,6 +128,7 @@ def run(servers: dict[str, MCPServerConfig], body, *, approver=None, tmp_path: P
             return await body(registry, manager, notices)
         finally:
             await manager.aclose()
+
     return asyncio.run(go())
 
 
@@ -118,7 +137,10 @@ def test_stdio_server_lists_its_tools_and_a_trusted_call_runs(tmp_path, call_log
         assert notices == []
         assert {"mcp_notes_add", "mcp_notes_lookup", "mcp_notes_crash"} <= set(registry.names())
         schema = registry.get("mcp_notes_add").schema()["function"]
-        assert schema["parameters"]["required"] == ["a", "b"] and schema["description"] == "Add two integers."
+        assert (
+            schema["parameters"]["required"] == ["a", "b"]
+            and schema["description"] == "Add two integers."
+        )
         return await registry.execute("mcp_notes_add", {"a": 2, "b": 40})
 
     result = run({"notes": stdio(call_log, trusted=True)}, body, tmp_path=tmp_path)
@@ -130,12 +152,16 @@ def test_stdio_server_lists_its_tools_and_a_trusted_call_runs(tmp_path, call_log
 @pytest.mark.parametrize("transport", ["streamable-http", "sse"])
 def test_http_servers_list_and_call(tmp_path, call_log, http_server, transport):
     url = http_server(transport)
-    cfg = MCPServerConfig(url=url, headers={"X-Test": "yes"}, trusted=True)  # type detected from the URL
+    cfg = MCPServerConfig(
+        url=url, headers={"X-Test": "yes"}, trusted=True
+    )  # type detected from the URL
 
     async def body(registry, manager, notices):
         assert manager.reports()[0].transport == ("sse" if transport == "sse" else "streamableHttp")
-        return (await registry.execute("mcp_web_add", {"a": 1, "b": 1}),
-                await registry.execute("mcp_web_header", {"name": "x-test"}))
+        return (
+            await registry.execute("mcp_web_add", {"a": 1, "b": 1}),
+            await registry.execute("mcp_web_header", {"name": "x-test"}),
+        )
 
     result, header = run({"web": cfg}, body, tmp_path=tmp_path)
     assert "2" in result.content and not result.is_error
@@ -146,18 +172,25 @@ def test_http_servers_list_and_call(tmp_path, call_log, http_server, transport):
 def test_schema_violations_never_reach_the_server(tmp_path, call_log, notes_server):
     async def body(registry, manager, notices):
         bad_pattern = await registry.execute("mcp_notes_lookup", {"code": "lhr"})
-        bad_ref = await registry.execute("mcp_notes_distance", {"p": {"x": 1}, "q": {"x": 0, "y": 0}})
+        bad_ref = await registry.execute(
+            "mcp_notes_distance", {"p": {"x": 1}, "q": {"x": 0, "y": 0}}
+        )
         good = await registry.execute("mcp_notes_lookup", {"code": "LHR", "limit": None})
         return bad_pattern, bad_ref, good
 
     bad_pattern, bad_ref, good = run({"notes": notes_server(trusted=True)}, body, tmp_path=tmp_path)
-    assert bad_pattern.is_error and 'code: "lhr" does not match the pattern ^[A-Z]{3}$' in bad_pattern.content
+    assert (
+        bad_pattern.is_error
+        and 'code: "lhr" does not match the pattern ^[A-Z]{3}$' in bad_pattern.content
+    )
     assert bad_ref.is_error and "p: missing required property 'y'" in bad_ref.content
     assert not good.is_error and "LHR: found" in good.content
     assert calls(call_log) == ["lookup LHR"]
 
 
-def test_a_call_that_takes_too_long_times_out_and_the_server_stays_usable(tmp_path, call_log, notes_server):
+def test_a_call_that_takes_too_long_times_out_and_the_server_stays_usable(
+    tmp_path, call_log, notes_server
+):
     async def body(registry, manager, notices):
         started = time.monotonic()
         slow = await registry.execute("mcp_notes_slow", {"seconds": 10})
@@ -165,13 +198,17 @@ def test_a_call_that_takes_too_long_times_out_and_the_server_stays_usable(tmp_pa
         after = await registry.execute("mcp_notes_add", {"a": 1, "b": 2})
         return slow, elapsed, after
 
-    slow, elapsed, after = run({"notes": notes_server(trusted=True, tool_timeout=1)}, body, tmp_path=tmp_path)
+    slow, elapsed, after = run(
+        {"notes": notes_server(trusted=True, tool_timeout=1)}, body, tmp_path=tmp_path
+    )
     assert slow.is_error and "within 1s (tools.mcpServers.notes.toolTimeout)" in slow.content
     assert elapsed < 8
     assert not after.is_error and "3" in after.content
 
 
-def test_a_server_that_crashes_mid_call_is_reported_and_started_again_a_few_times(tmp_path, call_log, monkeypatch):
+def test_a_server_that_crashes_mid_call_is_reported_and_started_again_a_few_times(
+    tmp_path, call_log, monkeypatch
+):
     monkeypatch.setattr(connection, "MAX_RESTARTS", 1)
 
     async def body(registry, manager, notices):
@@ -182,8 +219,9 @@ def test_a_server_that_crashes_mid_call_is_reported_and_started_again_a_few_time
         refused = await registry.execute("mcp_notes_add", {"a": 3, "b": 4})
         return crashed, state_after_crash, later, crashed_again, refused
 
-    crashed, report, later, crashed_again, refused = run({"notes": stdio(call_log, trusted=True)}, body,
-                                                         tmp_path=tmp_path)
+    crashed, report, later, crashed_again, refused = run(
+        {"notes": stdio(call_log, trusted=True)}, body, tmp_path=tmp_path
+    )
     assert crashed.is_error and "MCP server notes stopped during the call" in crashed.content
     assert "started again for the next call" in crashed.content
     assert report.state == "failed" and "stopped during a call" in report.error
@@ -202,11 +240,15 @@ def test_a_stdio_server_never_sees_our_api_keys(tmp_path, call_log, monkeypatch)
 
     # a fresh interpreter: a forked server would carry the fork helper's memory
     result = run({"notes": stdio(call_log, fresh=True, trusted=True)}, body, tmp_path=tmp_path)
-    assert "NOTES_CALL_LOG" in result.content and "PATH" in result.content  # its own env, and a usable PATH
+    assert (
+        "NOTES_CALL_LOG" in result.content and "PATH" in result.content
+    )  # its own env, and a usable PATH
     assert "OPENAI_API_KEY" not in result.content and "ANTHROPIC_API_KEY" not in result.content
 
 
-def test_an_http_server_that_dies_mid_call_is_reported_and_its_tools_then_say_so(tmp_path, call_log, http_server):
+def test_an_http_server_that_dies_mid_call_is_reported_and_its_tools_then_say_so(
+    tmp_path, call_log, http_server
+):
     # over HTTP a dead server is silence: the call waits out its toolTimeout (2 s, so that even under
     # load the server has died by then, and does not answer the ping that follows)
     cfg = MCPServerConfig(url=http_server("streamable-http"), trusted=True, tool_timeout=2)
@@ -219,8 +261,13 @@ def test_an_http_server_that_dies_mid_call_is_reported_and_its_tools_then_say_so
         return crashed, later
 
     crashed, later = run({"notes": cfg}, body, tmp_path=tmp_path)
-    assert crashed.is_error and "and it no longer answers at all; it is started again" in crashed.content
-    assert later.is_error and "MCP server notes is not running" in later.content  # nobody listens any more
+    assert (
+        crashed.is_error
+        and "and it no longer answers at all; it is started again" in crashed.content
+    )
+    assert (
+        later.is_error and "MCP server notes is not running" in later.content
+    )  # nobody listens any more
     assert calls(call_log) == ["crash "]
 
 
@@ -232,11 +279,18 @@ def test_a_tool_error_is_an_error_result(tmp_path, call_log):
     assert result.is_error and "the notebook is locked" in result.content
 
 
-def test_servers_that_never_start_are_reported_once_and_the_rest_start(tmp_path, call_log, isolated_home):
+def test_servers_that_never_start_are_reported_once_and_the_rest_start(
+    tmp_path, call_log, isolated_home
+):
     servers = {
         "missing": MCPServerConfig(command="/nonexistent/mcp-server"),
-        "exits": MCPServerConfig(command=sys.executable, args=["-c", "import sys; sys.stderr.write('no licence\\n'); sys.exit(2)"]),
-        "hangs": MCPServerConfig(command=sys.executable, args=["-c", "import time; time.sleep(60)"]),
+        "exits": MCPServerConfig(
+            command=sys.executable,
+            args=["-c", "import sys; sys.stderr.write('no licence\\n'); sys.exit(2)"],
+        ),
+        "hangs": MCPServerConfig(
+            command=sys.executable, args=["-c", "import time; time.sleep(60)"]
+        ),
         "refused": MCPServerConfig(url=f"http://127.0.0.1:{free_port()}/mcp"),
         "notes": stdio(call_log, trusted=True),
     }
@@ -245,7 +299,9 @@ def test_servers_that_never_start_are_reported_once_and_the_rest_start(tmp_path,
         result = await registry.execute("mcp_notes_add", {"a": 5, "b": 5})
         return notices, {r.name: r for r in manager.reports()}, result
 
-    notices, reports, result = run(servers, body, tmp_path=tmp_path, startup_timeouts={"hangs": 0.5})
+    notices, reports, result = run(
+        servers, body, tmp_path=tmp_path, startup_timeouts={"hangs": 0.5}
+    )
     assert "10" in result.content
     assert reports["notes"].state == "ready"
     for name in ("missing", "exits", "hangs", "refused"):
@@ -263,8 +319,11 @@ def test_enabled_tools_accepts_raw_and_wrapped_names(tmp_path, call_log):
     async def body(registry, manager, notices):
         return registry.names(), manager.reports()[0]
 
-    names, report = run({"notes": stdio(call_log, enabled_tools=["add", "mcp_notes_lookup", "nope"])}, body,
-                        tmp_path=tmp_path)
+    names, report = run(
+        {"notes": stdio(call_log, enabled_tools=["add", "mcp_notes_lookup", "nope"])},
+        body,
+        tmp_path=tmp_path,
+    )
     assert names == ["mcp_notes_add", "mcp_notes_lookup"]
     assert report.unknown_enabled == ["nope"] and "crash" in report.not_enabled
 
@@ -279,7 +338,9 @@ def test_untrusted_servers_ask_first_and_a_refusal_sends_nothing(tmp_path, call_
         allowed = await registry.execute("mcp_notes_add", {"a": 1, "b": 2})
         return refused, seen_after_refusal, allowed
 
-    refused, seen_after_refusal, allowed = run({"notes": stdio(call_log)}, body, approver=user, tmp_path=tmp_path)
+    refused, seen_after_refusal, allowed = run(
+        {"notes": stdio(call_log)}, body, approver=user, tmp_path=tmp_path
+    )
     assert refused.is_error and "the user said no" in refused.content
     assert seen_after_refusal == []  # the server never saw the refused call
     first, second = user.asked  # each call asked first
@@ -289,7 +350,9 @@ def test_untrusted_servers_ask_first_and_a_refusal_sends_nothing(tmp_path, call_
     assert "3" in allowed.content and calls(call_log) == ["add 1 2"]
 
 
-def test_the_default_approver_refuses_an_untrusted_server_with_the_way_to_allow_it(tmp_path, call_log):
+def test_the_default_approver_refuses_an_untrusted_server_with_the_way_to_allow_it(
+    tmp_path, call_log
+):
     async def body(registry, manager, notices):
         return await registry.execute("mcp_notes_add", {"a": 1, "b": 2})
 
@@ -298,18 +361,29 @@ def test_the_default_approver_refuses_an_untrusted_server_with_the_way_to_allow_
     assert calls(call_log) == []
 
 
-def test_the_agent_and_its_subagents_get_mcp_tools_from_a_nanobot_config(configure, fake_llm, call_log, tmp_path):
+def test_the_agent_and_its_subagents_get_mcp_tools_from_a_nanobot_config(
+    configure, fake_llm, call_log, tmp_path
+):
     from nanobot.app import open_assistant
     from nanobot.config import load_config
     from nanobot.fakellm import Reply
 
     path = configure()
     data = json.loads(path.read_text())
-    data["tools"] = {"mcpServers": {"notes": {**notes_command(),
-                                              "env": {"NOTES_CALL_LOG": str(call_log)}, "toolTimeout": 20,
-                                              "trusted": True}}}
+    data["tools"] = {
+        "mcpServers": {
+            "notes": {
+                **notes_command(),
+                "env": {"NOTES_CALL_LOG": str(call_log)},
+                "toolTimeout": 20,
+                "trusted": True,
+            }
+        }
+    }
     path.write_text(json.dumps(data))
-    fake_llm.script(Reply.tool_calls([("mcp_notes_add", {"a": 20, "b": 22})]), Reply.text("It is 42."))
+    fake_llm.script(
+        Reply.tool_calls([("mcp_notes_add", {"a": 20, "b": 22})]), Reply.text("It is 42.")
+    )
 
     async def go():
         assistant = open_assistant(load_config(), "cli:direct", stream=False)
@@ -334,9 +408,12 @@ def test_mcp_list_shows_servers_state_and_tools(configure, call_log, nanobot_run
 
     path = configure()
     data = json.loads(path.read_text())
-    data["tools"] = {"mcpServers": {"notes": {**notes_command(),
-                                              "enabledTools": ["add", "lookup"]},
-                                    "broken": {"command": "/nonexistent/mcp-server"}}}
+    data["tools"] = {
+        "mcpServers": {
+            "notes": {**notes_command(), "enabledTools": ["add", "lookup"]},
+            "broken": {"command": "/nonexistent/mcp-server"},
+        }
+    }
     path.write_text(json.dumps(data))
     out = nanobot_run("mcp", "list", env={"COLUMNS": "200"})
     assert out.returncode == 0, out.stderr
@@ -346,7 +423,9 @@ def test_mcp_list_shows_servers_state_and_tools(configure, call_log, nanobot_run
     assert "broken" in out.stdout and "failed: command not found" in out.stdout
 
 
-def test_the_chat_prompt_comes_first_then_one_line_for_a_failed_server_and_the_tools(configure, fake_llm, call_log):
+def test_the_chat_prompt_comes_first_then_one_line_for_a_failed_server_and_the_tools(
+    configure, fake_llm, call_log
+):
     import os
 
     import pexpect
@@ -354,17 +433,27 @@ def test_the_chat_prompt_comes_first_then_one_line_for_a_failed_server_and_the_t
 
     path = configure()
     data = json.loads(path.read_text())
-    data["tools"] = {"mcpServers": {"notes": {**notes_command(), "trusted": True,
-                                              "env": {"NOTES_CALL_LOG": str(call_log)}},
-                                    "broken": {"command": "/nonexistent/mcp-server"}}}
+    data["tools"] = {
+        "mcpServers": {
+            "notes": {**notes_command(), "trusted": True, "env": {"NOTES_CALL_LOG": str(call_log)}},
+            "broken": {"command": "/nonexistent/mcp-server"},
+        }
+    }
     path.write_text(json.dumps(data))
     fake_llm.script(Reply.tool_calls([("mcp_notes_add", {"a": 4, "b": 5})]), Reply.text("Nine."))
     env = {**os.environ, "TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1", "PYTHONUNBUFFERED": "1"}
-    child = forkserver.shared().spawn([sys.executable, "-m", "nanobot", "agent"], env=env, encoding="utf-8",
-                          timeout=30, dimensions=(40, 160))
+    child = forkserver.shared().spawn(
+        [sys.executable, "-m", "nanobot", "agent"],
+        env=env,
+        encoding="utf-8",
+        timeout=30,
+        dimensions=(40, 160),
+    )
     try:
         child.expect_exact("you ›")
-        child.expect_exact("MCP server broken failed to start: command not found: /nonexistent/mcp-server")
+        child.expect_exact(
+            "MCP server broken failed to start: command not found: /nonexistent/mcp-server"
+        )
         child.sendline("4 + 5?")
         child.expect_exact("Nine.")
         child.sendline("/exit")
@@ -383,8 +472,11 @@ def test_a_subagent_calls_an_mcp_tool(configure, fake_llm, call_log):
 
     path = configure()
     data = json.loads(path.read_text())
-    data["tools"] = {"mcpServers": {"notes": {**notes_command(), "trusted": True,
-                                              "env": {"NOTES_CALL_LOG": str(call_log)}}}}
+    data["tools"] = {
+        "mcpServers": {
+            "notes": {**notes_command(), "trusted": True, "env": {"NOTES_CALL_LOG": str(call_log)}}
+        }
+    }
     path.write_text(json.dumps(data))
     state = {"main": 0, "sub": 0}
 
@@ -396,7 +488,9 @@ def test_a_subagent_calls_an_mcp_tool(configure, fake_llm, call_log):
             return Reply.text("Report: 7 + 8 = 15 (from the notes server).")
         state["main"] += 1
         if state["main"] == 1:
-            return Reply.tool_calls([("spawn", {"task": "add 7 and 8 with the notes server", "label": "adder"})])
+            return Reply.tool_calls(
+                [("spawn", {"task": "add 7 and 8 with the notes server", "label": "adder"})]
+            )
         return Reply.text("Done.")
 
     fake_llm.responder = responder
@@ -426,24 +520,44 @@ def test_mcp_tokens_count_as_secrets_kept_out_of_exec(tmp_path, monkeypatch):
     monkeypatch.setenv("MY_BEARER", "tok_canary_0002")
     monkeypatch.setenv("HARMLESS_DIR", "/srv/notes")
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"tools": {"mcpServers": {"gh": {
-        "command": "gh-mcp", "env": {"GITHUB_TOKEN": "ghp_canary_0001", "NOTES_DIR": "/srv/notes"}},
-        "web": {"url": "https://mcp.example.invalid/mcp", "headers": {"Authorization": "Bearer tok_canary_0002"}}}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "tools": {
+                    "mcpServers": {
+                        "gh": {
+                            "command": "gh-mcp",
+                            "env": {"GITHUB_TOKEN": "ghp_canary_0001", "NOTES_DIR": "/srv/notes"},
+                        },
+                        "web": {
+                            "url": "https://mcp.example.invalid/mcp",
+                            "headers": {"Authorization": "Bearer tok_canary_0002"},
+                        },
+                    }
+                }
+            }
+        )
+    )
     hidden = tool_context(load_config(path), tmp_path).secret_env_names
     assert {"MY_GITHUB", "MY_BEARER"} <= hidden and "HARMLESS_DIR" not in hidden
 
 
-def test_in_the_assistant_an_mcp_call_asks_the_session_approver_and_is_recorded(configure, fake_llm, call_log):
+def test_in_the_assistant_an_mcp_call_asks_the_session_approver_and_is_recorded(
+    configure, fake_llm, call_log
+):
     from nanobot.app import open_assistant
     from nanobot.config import load_config
     from nanobot.fakellm import Reply
 
     path = configure()
     data = json.loads(path.read_text())
-    data["tools"] = {"mcpServers": {"notes": {**notes_command(),
-                                              "env": {"NOTES_CALL_LOG": str(call_log)}}}}
+    data["tools"] = {
+        "mcpServers": {"notes": {**notes_command(), "env": {"NOTES_CALL_LOG": str(call_log)}}}
+    }
     path.write_text(json.dumps(data))
-    fake_llm.script(Reply.tool_calls([("mcp_notes_add", {"a": 1, "b": 1})]), Reply.text("Not allowed, sorry."))
+    fake_llm.script(
+        Reply.tool_calls([("mcp_notes_add", {"a": 1, "b": 1})]), Reply.text("Not allowed, sorry.")
+    )
     no = Recorder(allow=False)
 
     async def go():
@@ -462,7 +576,11 @@ def test_in_the_assistant_an_mcp_call_asks_the_session_approver_and_is_recorded(
     from nanobot.session.store import SessionStore
 
     (decision,) = SessionStore().load("cli:direct").decisions
-    assert decision["kind"] == "mcp" and decision["allowed"] is False and "mcp_notes" not in decision["summary"]
+    assert (
+        decision["kind"] == "mcp"
+        and decision["allowed"] is False
+        and "mcp_notes" not in decision["summary"]
+    )
     assert "MCP server notes wants to run its tool add" in decision["summary"]
 
 
@@ -515,5 +633,7 @@ def test_a_request_while_an_mcp_server_is_starting_gets_its_answer(tmp_path):
     # background load made the user's first answer fail with AttributeError (seen in CI)
     script = tmp_path / "race.py"
     script.write_text(HALF_IMPORTED_HTTPX)
-    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
     assert "REPLY answered" in done.stdout, done.stderr[-2000:]

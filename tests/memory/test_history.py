@@ -35,17 +35,26 @@ def history(tmp_path: Path) -> Path:
 
 def test_entries_are_parsed_with_stamps_and_line_numbers(history):
     entries = list(iter_entries(history))
-    assert [e.stamp for e in entries] == [None, datetime(2026, 1, 5, 9, 0), datetime(2026, 1, 20, 18, 30),
-                                          datetime(2026, 2, 2, 7, 45), datetime(2026, 2, 15, 12, 0, 30)]
+    assert [e.stamp for e in entries] == [
+        None,
+        datetime(2026, 1, 5, 9, 0),
+        datetime(2026, 1, 20, 18, 30),
+        datetime(2026, 2, 2, 7, 45),
+        datetime(2026, 2, 15, 12, 0, 30),
+    ]
     assert [e.line_no for e in entries] == [1, 4, 7, 9, 11]
     assert entries[0].text == "Notes kept by hand before nanobot existed.\nSecond preamble line."
-    assert entries[1].text == "[2026-01-05 09:00] User asked about the Rust borrow checker.\nThey want notes by Friday."
+    assert (
+        entries[1].text
+        == "[2026-01-05 09:00] User asked about the Rust borrow checker.\nThey want notes by Friday."
+    )
 
 
 def test_grep_returns_whole_entries(history):
     found = grep(history, "Friday")
     assert [e.text for e in found] == [
-        "[2026-01-05 09:00] User asked about the Rust borrow checker.\nThey want notes by Friday."]
+        "[2026-01-05 09:00] User asked about the Rust borrow checker.\nThey want notes by Friday."
+    ]
 
 
 def test_grep_ignore_case(history):
@@ -102,7 +111,9 @@ def _synthetic(tmp_path: Path, n: int, seed: int = 7) -> tuple[Path, list[str]]:
         body = " ".join(rng.choice(words) for _ in range(rng.randint(3, 40)))
         if rng.random() < 0.2:
             body += "\n" + " ".join(rng.choice(words) for _ in range(5))
-        texts.append(f"[2026-{1 + i % 12:02d}-{1 + i % 28:02d} {i % 24:02d}:{i % 60:02d}] entry {i}: {body}")
+        texts.append(
+            f"[2026-{1 + i % 12:02d}-{1 + i % 28:02d} {i % 24:02d}:{i % 60:02d}] entry {i}: {body}"
+        )
     path = tmp_path / "HISTORY.md"
     path.write_text("\n\n".join(texts) + "\n\n", encoding="utf-8")
     return path, texts
@@ -144,9 +155,15 @@ _WORD = st.text(alphabet="abSsßKk [].\n\u0130", min_size=0, max_size=12)
 
 
 @settings(max_examples=300, deadline=None)
-@given(bodies=st.lists(_WORD, min_size=1, max_size=12), pattern=st.text(alphabet="abSsßKk. $^", min_size=1, max_size=3),
-       ignore_case=st.booleans(), block=st.sampled_from([8, 32, 4096]))
-def test_grep_agrees_with_matching_each_entry_alone(tmp_path_factory, bodies, pattern, ignore_case, block):
+@given(
+    bodies=st.lists(_WORD, min_size=1, max_size=12),
+    pattern=st.text(alphabet="abSsßKk. $^", min_size=1, max_size=3),
+    ignore_case=st.booleans(),
+    block=st.sampled_from([8, 32, 4096]),
+)
+def test_grep_agrees_with_matching_each_entry_alone(
+    tmp_path_factory, bodies, pattern, ignore_case, block
+):
     path = tmp_path_factory.mktemp("h") / "HISTORY.md"
     texts = [f"[2026-01-{1 + i % 28:02d} 10:00] {b}" for i, b in enumerate(bodies)]
     path.write_text("".join(t + "\n\n" for t in texts), encoding="utf-8")
@@ -175,8 +192,19 @@ TRICKY = (
     "[2026-13-45 99:99] impossible date lisbon\n\n"
     "[2026-01-07 12:00] last one, no newline at the end: lisbon"
 )
-PATTERNS = ["lisbon", "Lisbon", "^\\[2026-01-0[1-4]", "lisbon$", "deadline \\w+ release", "caf. and",
-            "(first|last) (lisbon|one)", "\\d{2}:\\d{2}\\] [A-Z]", "[0-9]{4}-0[15]", "zzz", "lisbon\\b"]
+PATTERNS = [
+    "lisbon",
+    "Lisbon",
+    "^\\[2026-01-0[1-4]",
+    "lisbon$",
+    "deadline \\w+ release",
+    "caf. and",
+    "(first|last) (lisbon|one)",
+    "\\d{2}:\\d{2}\\] [A-Z]",
+    "[0-9]{4}-0[15]",
+    "zzz",
+    "lisbon\\b",
+]
 
 
 @pytest.mark.parametrize("ignore_case", [False, True])
@@ -189,8 +217,9 @@ def test_fast_grep_output_is_byte_for_byte_the_python_engines(tmp_path, pattern,
     assert out == "".join(e.text + "\n\n" for e in slow).encode() and count == len(slow)
     assert history_log.grep_fast(path, pattern, ignore_case=ignore_case) == slow
     since = history_log.parse_when("2026-01-02")
-    assert history_log.grep_fast(path, pattern, ignore_case=ignore_case, since=since, last=2) == \
-        history_log.grep(path, pattern, ignore_case=ignore_case, since=since, last=2)
+    assert history_log.grep_fast(
+        path, pattern, ignore_case=ignore_case, since=since, last=2
+    ) == history_log.grep(path, pattern, ignore_case=ignore_case, since=since, last=2)
 
 
 def test_fast_grep_with_many_matches_uses_the_entry_table_and_stays_exact(tmp_path, monkeypatch):
@@ -199,15 +228,20 @@ def test_fast_grep_with_many_matches_uses_the_entry_table_and_stays_exact(tmp_pa
     monkeypatch.setattr(history_log, "_FEW_MATCHES", 3)
     for pattern in ("lisbon", "^\\[2026"):
         slow = history_log.grep(path, pattern)
-        assert history_log.grep_fast_output(path, pattern)[0] == "".join(e.text + "\n\n" for e in slow).encode()
+        assert (
+            history_log.grep_fast_output(path, pattern)[0]
+            == "".join(e.text + "\n\n" for e in slow).encode()
+        )
 
 
 def test_fast_grep_with_many_matches_on_few_lines_stays_exact(tmp_path, monkeypatch):
     # the probe counts matches, not lines: 5 matches on 2 lines is "maybe more" at 3, and the full
     # run then finds both entries (and no others) as the Python engine does
     path = tmp_path / "HISTORY.md"
-    path.write_text("[2026-01-01 10:00] lisbon lisbon lisbon\n\n[2026-01-02 10:00] porto\n\n"
-                    "[2026-01-03 10:00] lisbon again, lisbon\n  more lines\n\n[2026-01-04 10:00] end\n")
+    path.write_text(
+        "[2026-01-01 10:00] lisbon lisbon lisbon\n\n[2026-01-02 10:00] porto\n\n"
+        "[2026-01-03 10:00] lisbon again, lisbon\n  more lines\n\n[2026-01-04 10:00] end\n"
+    )
     monkeypatch.setattr(history_log, "_FEW_MATCHES", 3)
     slow = history_log.grep(path, "lisbon")
     out, count = history_log.grep_fast_output(path, "lisbon")
@@ -216,7 +250,9 @@ def test_fast_grep_with_many_matches_on_few_lines_stays_exact(tmp_path, monkeypa
     assert history_log.grep_fast(path, "lisbon") == slow
 
 
-@pytest.mark.parametrize("pattern", ["lisbon\\s+x", "[^a]", "(?s)a.b", "(?<=a)b", "(a)\\1", "x*", "\\n", "a{,2}b"])
+@pytest.mark.parametrize(
+    "pattern", ["lisbon\\s+x", "[^a]", "(?s)a.b", "(?<=a)b", "(a)\\1", "x*", "\\n", "a{,2}b"]
+)
 def test_patterns_only_python_can_take_leave_the_fast_path(tmp_path, pattern):
     path = tmp_path / "HISTORY.md"
     path.write_text(TRICKY)
@@ -226,21 +262,68 @@ def test_patterns_only_python_can_take_leave_the_fast_path(tmp_path, pattern):
 # -- the fast path cuts runs of adjacent entries as one slice of the file; every way an entry can
 # end (and begin) must still print exactly what the entry-by-entry engine prints
 
-_ENDINGS = [b"\n\n", b"\n", b"\n\n\n", b" \n\n", b"\t\n\n", b"\r\n\r\n", b"\r\n", b"\xc2\xa0\n\n",
-            b"\xe3\x80\x80\n\n", b"\x1c\n\n", b"\x1f\n", "é\n\n".encode(), b"\xff\n\n", b"\xe3\x80\n\n", b"\n\n\x0b\n"]
-_LINES = [b"lisbon", b"porto and lisbon", b"Lisbon", "café lisbon".encode(), b"  continued", b"[not a stamp] lisbon",
-          b"", b"porto", b"tea \xff\xfe lisbon", b"[2026-13-45 99:99] impossible date lisbon"]
-_FAST_PATTERNS = ["lisbon", "lisbon$", "^\\[2026", "caf. l", "(lisbon|porto)", "^porto", "on$", "\\d\\] L"]
+_ENDINGS = [
+    b"\n\n",
+    b"\n",
+    b"\n\n\n",
+    b" \n\n",
+    b"\t\n\n",
+    b"\r\n\r\n",
+    b"\r\n",
+    b"\xc2\xa0\n\n",
+    b"\xe3\x80\x80\n\n",
+    b"\x1c\n\n",
+    b"\x1f\n",
+    "é\n\n".encode(),
+    b"\xff\n\n",
+    b"\xe3\x80\n\n",
+    b"\n\n\x0b\n",
+]
+_LINES = [
+    b"lisbon",
+    b"porto and lisbon",
+    b"Lisbon",
+    "café lisbon".encode(),
+    b"  continued",
+    b"[not a stamp] lisbon",
+    b"",
+    b"porto",
+    b"tea \xff\xfe lisbon",
+    b"[2026-13-45 99:99] impossible date lisbon",
+]
+_FAST_PATTERNS = [
+    "lisbon",
+    "lisbon$",
+    "^\\[2026",
+    "caf. l",
+    "(lisbon|porto)",
+    "^porto",
+    "on$",
+    "\\d\\] L",
+]
 
 
 @settings(max_examples=150, deadline=None)
-@given(preamble=st.sampled_from([b"", b"\n", b"\n\n", b"  \n", b"notes lisbon\n\n", b"x\n", b"porto\r\n"]),
-       entries=st.lists(st.tuples(st.lists(st.sampled_from(_LINES), min_size=1, max_size=3),
-                                  st.sampled_from(_ENDINGS)), min_size=1, max_size=8),
-       final=st.sampled_from([b"", b"\n", b"\n\n", b" "]), pattern=st.sampled_from(_FAST_PATTERNS),
-       ignore_case=st.booleans(), few=st.sampled_from([1, 50_000]), piece=st.sampled_from([1, 40, 1 << 20]))
+@given(
+    preamble=st.sampled_from(
+        [b"", b"\n", b"\n\n", b"  \n", b"notes lisbon\n\n", b"x\n", b"porto\r\n"]
+    ),
+    entries=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(_LINES), min_size=1, max_size=3), st.sampled_from(_ENDINGS)
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    final=st.sampled_from([b"", b"\n", b"\n\n", b" "]),
+    pattern=st.sampled_from(_FAST_PATTERNS),
+    ignore_case=st.booleans(),
+    few=st.sampled_from([1, 50_000]),
+    piece=st.sampled_from([1, 40, 1 << 20]),
+)
 def test_fast_grep_prints_what_the_python_engine_prints_however_entries_end(
-        tmp_path_factory, preamble, entries, final, pattern, ignore_case, few, piece):
+    tmp_path_factory, preamble, entries, final, pattern, ignore_case, few, piece
+):
     parts = [preamble]
     for i, (lines, ending) in enumerate(entries):
         parts.append(b"[2026-01-%02d 10:00] " % (1 + i) + b"\n".join(lines) + ending)
@@ -249,7 +332,9 @@ def test_fast_grep_prints_what_the_python_engine_prints_however_entries_end(
     path.write_bytes(data)
     slow = history_log.grep(path, pattern, ignore_case=ignore_case)
     old = history_log._FEW_MATCHES, history_log._PIECE
-    history_log._FEW_MATCHES = few  # 1: through the entry table; 50,000: each entry found around its match
+    history_log._FEW_MATCHES = (
+        few  # 1: through the entry table; 50,000: each entry found around its match
+    )
     history_log._PIECE = piece  # 1: every run of entries is a piece of its own
     try:
         got = history_log.grep_fast_output(path, pattern, ignore_case=ignore_case)
@@ -261,17 +346,21 @@ def test_fast_grep_prints_what_the_python_engine_prints_however_entries_end(
 def test_adjacent_matching_entries_and_a_match_on_an_entrys_last_line(tmp_path):
     # entries 1-3 match (1 on its last line) and touch; 4 does not; 5 matches, has no final newline
     path = tmp_path / "HISTORY.md"
-    path.write_bytes(b"[2026-01-01 10:00] first\nsecond line\nlast line lisbon\n\n"
-                     b"[2026-01-02 10:00] lisbon at once\n\n"
-                     b"[2026-01-03 10:00] CRLF lisbon\r\n\r\n"
-                     b"[2026-01-04 10:00] porto\n\n"
-                     b"[2026-01-05 10:00] the end, lisbon")
+    path.write_bytes(
+        b"[2026-01-01 10:00] first\nsecond line\nlast line lisbon\n\n"
+        b"[2026-01-02 10:00] lisbon at once\n\n"
+        b"[2026-01-03 10:00] CRLF lisbon\r\n\r\n"
+        b"[2026-01-04 10:00] porto\n\n"
+        b"[2026-01-05 10:00] the end, lisbon"
+    )
     out, count = history_log.grep_fast_output(path, "lisbon")
     assert count == 4
-    assert out == (b"[2026-01-01 10:00] first\nsecond line\nlast line lisbon\n\n"
-                   b"[2026-01-02 10:00] lisbon at once\n\n"
-                   b"[2026-01-03 10:00] CRLF lisbon\n\n"
-                   b"[2026-01-05 10:00] the end, lisbon\n\n")
+    assert out == (
+        b"[2026-01-01 10:00] first\nsecond line\nlast line lisbon\n\n"
+        b"[2026-01-02 10:00] lisbon at once\n\n"
+        b"[2026-01-03 10:00] CRLF lisbon\n\n"
+        b"[2026-01-05 10:00] the end, lisbon\n\n"
+    )
 
 
 @pytest.mark.parametrize("pattern", ["b", "7", "^7$", "b7"])
@@ -279,8 +368,13 @@ def test_fast_grep_finds_entries_by_one_character_lines(tmp_path, pattern):
     # ripgrep reports each matching line by where it starts; a line as short as its note (or made of
     # digits, like the offsets) must still be read as one line
     path = tmp_path / "HISTORY.md"
-    path.write_text("[2026-01-01 10:00] a\nb\n7\n\n[2026-01-02 10:00] c\n\n[2026-01-03 10:00] b7\n7")
+    path.write_text(
+        "[2026-01-01 10:00] a\nb\n7\n\n[2026-01-02 10:00] c\n\n[2026-01-03 10:00] b7\n7"
+    )
     slow = history_log.grep(path, pattern)
     assert slow
-    assert history_log.grep_fast_output(path, pattern) == ("".join(e.text + "\n\n" for e in slow).encode(), len(slow))
+    assert history_log.grep_fast_output(path, pattern) == (
+        "".join(e.text + "\n\n" for e in slow).encode(),
+        len(slow),
+    )
     assert history_log.grep_fast(path, pattern) == slow

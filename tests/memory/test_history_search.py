@@ -33,8 +33,10 @@ def test_exact_finds_whole_entries_in_file_order_with_either_engine(history, mon
         monkeypatch.setattr(history_log, "_rg_binary", lambda: None)  # the Python scan
     found = search(Exact("lisbon", ignore_case=True), history=history)
     entries = list(found.entries())
-    assert [e.text for e in entries] == ["[2026-02-08 09:00] Booked the FLIGHT to Lisbon.\n  Seat 12A.",
-                                         "[2026-02-09 09:00] Moved the Lisbon flight to Friday."]
+    assert [e.text for e in entries] == [
+        "[2026-02-08 09:00] Booked the FLIGHT to Lisbon.\n  Seat 12A.",
+        "[2026-02-09 09:00] Moved the Lisbon flight to Friday.",
+    ]
     assert [e.line_no for e in entries] == [15, 18]
     pieces = found.printed()
     if ripgrep and history_log._rg_binary() is not None:
@@ -61,7 +63,16 @@ def test_nothing_archived_yet_is_an_empty_answer_not_an_error(tmp_path):
 def test_ranked_searches_sessions_and_history_through_the_index_it_refreshes_first(history):
     store = SessionStore()
     session = store.open("cli:trip")
-    store.append(session, [{"role": "user", "content": "my lisbon hotel is the Alfama", "timestamp": "2026-02-10T08:00:00"}])
+    store.append(
+        session,
+        [
+            {
+                "role": "user",
+                "content": "my lisbon hotel is the Alfama",
+                "timestamp": "2026-02-10T08:00:00",
+            }
+        ],
+    )
     store.close(session)
     asked: list[RecallIndex] = []
 
@@ -74,6 +85,8 @@ def test_ranked_searches_sessions_and_history_through_the_index_it_refreshes_fir
     assert found.hits[0].unit.text == "my lisbon hotel is the Alfama"  # both words: ranked first
     assert {h.unit.session for h in found.hits} == {"cli:trip", "memory/HISTORY.md"}
     only_history = search(Ranked("lisbon", session="memory/HISTORY.md"), history=history)
-    assert only_history.hits and {h.unit.session for h in only_history.hits} == {"memory/HISTORY.md"}
+    assert only_history.hits and {h.unit.session for h in only_history.hits} == {
+        "memory/HISTORY.md"
+    }
     partial = search(Ranked("lisbon", refresh=lambda index: False), history=history)
     assert not partial.complete  # what the refresh said is passed on

@@ -30,7 +30,9 @@ def test_a_healthy_memory_has_no_problems_and_exits_0(tmp_path: Path):
 def test_each_problem_is_found_with_its_fix(tmp_path: Path):
     store = MemoryStore(tmp_path / "ws")
     store.write_memory(FACTS, reason="setup")
-    store.write_memory("# Memory\n\n- Name: Dana\n- name: dana.\n- token = ghp_" + "a1" * 20 + "\n", reason="t")
+    store.write_memory(
+        "# Memory\n\n- Name: Dana\n- name: dana.\n- token = ghp_" + "a1" * 20 + "\n", reason="t"
+    )
     store.append_history("[2026-01-05 10:00] one")
     store.append_history("[2026-01-01 10:00] two, dated before the one above")
     assert codes(store) == {"facts_missing", "duplicate_facts", "history_out_of_order"}

@@ -22,7 +22,9 @@ def unconfined_ctx(ws: Path) -> ToolContext:
     from nanobot.sandbox import choose
     from nanobot.tools.exec_rules import ExecRules
 
-    return ToolContext(workspace=ws, confinement=choose("none"), exec_rules=ExecRules(unconfined_ok=True))
+    return ToolContext(
+        workspace=ws, confinement=choose("none"), exec_rules=ExecRules(unconfined_ok=True)
+    )
 
 
 def memory_ctx(ws: Path) -> ToolContext:
@@ -59,20 +61,34 @@ def test_merge_replays_the_update_on_top_of_a_newer_text_and_the_newer_text_wins
     update = "# M\n\n- lives in Berlin\n- likes tea\n- has a cat named Io\n"
     current = "# M\n\n- lives in Lisbon\n- likes green tea\n- plays chess\n"  # the user's edit
     merged, conflicts = merge_update(base, update, current)
-    assert merged == "# M\n\n- lives in Berlin\n- likes green tea\n- plays chess\n- has a cat named Io\n"
+    assert (
+        merged
+        == "# M\n\n- lives in Berlin\n- likes green tea\n- plays chess\n- has a cat named Io\n"
+    )
     assert conflicts == []
     # the user changed the very line the update corrects: the user's line stays, the update's is a conflict
     merged, conflicts = merge_update(base, update, "# M\n\n- lives in Porto\n- likes tea\n")
-    assert "- lives in Porto" in merged and "Berlin" not in merged and conflicts == ["- lives in Berlin"]
+    assert (
+        "- lives in Porto" in merged
+        and "Berlin" not in merged
+        and conflicts == ["- lives in Berlin"]
+    )
 
 
 def test_stale_consolidation_update_is_merged_and_keeps_the_users_edit(store):
     base = store.read_memory()
-    store.write_memory(base + "- the user edited this in while consolidation ran\n", reason="edited by the user")
-    outcome = store.apply_update(base + "- consolidation learned this\n", truncated=False, base=base)
+    store.write_memory(
+        base + "- the user edited this in while consolidation ran\n", reason="edited by the user"
+    )
+    outcome = store.apply_update(
+        base + "- consolidation learned this\n", truncated=False, base=base
+    )
     text = store.read_memory()
     assert outcome.status == "written"
-    assert "- the user edited this in while consolidation ran" in text and "- consolidation learned this" in text
+    assert (
+        "- the user edited this in while consolidation ran" in text
+        and "- consolidation learned this" in text
+    )
     assert any("merged on top" in n for n in outcome.notices)
     assert all(f"- fact number {i} is true" in text for i in range(40))
 
@@ -80,11 +96,18 @@ def test_stale_consolidation_update_is_merged_and_keeps_the_users_edit(store):
 def test_memory_edit_during_a_consolidation_keeps_both(store):
     before = store.read_memory()  # the editor opens on this
     store.apply_update(before + "- consolidated fact\n", truncated=False, base=before)
-    receipt = store.write_memory(before.replace("- fact number 3 is true\n", "- fact number 3 is false\n"),
-                                 reason="edited by the user", base=before)
+    receipt = store.write_memory(
+        before.replace("- fact number 3 is true\n", "- fact number 3 is false\n"),
+        reason="edited by the user",
+        base=before,
+    )
     text = store.read_memory()
     assert receipt.concurrent_change
-    assert "- fact number 3 is false" in text and "- consolidated fact" in text and "number 3 is true" not in text
+    assert (
+        "- fact number 3 is false" in text
+        and "- consolidated fact" in text
+        and "number 3 is true" not in text
+    )
 
 
 # -- damage --------------------------------------------------------------------------------------
@@ -97,14 +120,18 @@ def test_non_utf8_memory_is_read_with_replacement_chars_and_the_raw_bytes_are_ke
     assert "caf\ufffd au lait" in text
     kept = list(store.damaged_dir.glob("MEMORY-*.raw"))
     assert [p.read_bytes() for p in kept] == [raw]
-    assert any("not valid UTF-8" in w and "memory edit" in w for w in store.startup_check())  # no version yet
+    assert any(
+        "not valid UTF-8" in w and "memory edit" in w for w in store.startup_check()
+    )  # no version yet
 
 
 def test_empty_memory_is_not_taken_as_nothing_remembered_by_consolidation(store):
     store.memory_file.write_bytes(b"")
     state = store.state()
     assert state.damage == "empty" and state.usable == FACTS
-    assert any("is empty" in w and "memory edit" in w for w in store.startup_check())  # no version yet
+    assert any(
+        "is empty" in w and "memory edit" in w for w in store.startup_check()
+    )  # no version yet
     outcome = store.apply_update(FACTS + "- a new fact\n", truncated=False, base=state.usable)
     assert outcome.status == "written"
     assert store.read_memory() == FACTS + "- a new fact\n"
@@ -116,7 +143,9 @@ def test_cut_off_memory_is_reported_and_consolidation_builds_on_the_good_text(st
     assert store.state().damage == "cut_off"
     outcome = store.apply_update(FACTS + "- newer\n", truncated=False, base=store.state().usable)
     assert outcome.status == "written" and store.read_memory() == FACTS + "- newer\n"
-    assert any(store.read_version(v.number) == FACTS[:60] for v in store.versions())  # the damaged text is kept
+    assert any(
+        store.read_version(v.number) == FACTS[:60] for v in store.versions()
+    )  # the damaged text is kept
 
 
 def test_an_outside_edit_found_at_start_up_is_adopted_and_the_old_text_kept_as_a_version(store):
@@ -129,7 +158,9 @@ def test_an_outside_edit_found_at_start_up_is_adopted_and_the_old_text_kept_as_a
 # -- both or neither, and the shapes models send ------------------------------------------------
 
 
-@pytest.mark.parametrize("entry, update", [("   ", FACTS + "- x\n"), ("[2026-01-01 10:00] ok", "  ")])
+@pytest.mark.parametrize(
+    "entry, update", [("   ", FACTS + "- x\n"), ("[2026-01-01 10:00] ok", "  ")]
+)
 def test_an_attempt_with_one_bad_part_writes_nothing(store, entry, update):
     before_history = store.history_file.exists()
     with pytest.raises(MemoryUpdateRefused):
@@ -139,15 +170,32 @@ def test_an_attempt_with_one_bad_part_writes_nothing(store, entry, update):
 
 
 def test_save_memory_shapes_models_really_send_are_normalised():
-    as_object = parse_save_memory({"history_entry": {"date": "2026-03-01 10:00", "summary": "Planned the trip."},
-                                   "memory_update": {"User": ["Name: Dana", "Lives in Lisbon"],
-                                                     "Projects": "- a Rust compiler"}})
+    as_object = parse_save_memory(
+        {
+            "history_entry": {"date": "2026-03-01 10:00", "summary": "Planned the trip."},
+            "memory_update": {
+                "User": ["Name: Dana", "Lives in Lisbon"],
+                "Projects": "- a Rust compiler",
+            },
+        }
+    )
     assert as_object["history_entry"] == "[2026-03-01 10:00] Planned the trip."
-    assert as_object["memory_update"] == "## User\n\n- Name: Dana\n- Lives in Lisbon\n\n## Projects\n\n- a Rust compiler\n"
-    as_list = parse_save_memory(json.dumps({"history_entry": "[2026-03-01 10:00] x",
-                                            "memory_update": json.dumps(["likes tea", "has a cat"])}))
+    assert (
+        as_object["memory_update"]
+        == "## User\n\n- Name: Dana\n- Lives in Lisbon\n\n## Projects\n\n- a Rust compiler\n"
+    )
+    as_list = parse_save_memory(
+        json.dumps(
+            {
+                "history_entry": "[2026-03-01 10:00] x",
+                "memory_update": json.dumps(["likes tea", "has a cat"]),
+            }
+        )
+    )
     assert as_list["memory_update"] == "- likes tea\n- has a cat\n"
-    wrapped = parse_save_memory({"name": "save_memory", "arguments": {"history_entry": "e", "memory_update": "m"}})
+    wrapped = parse_save_memory(
+        {"name": "save_memory", "arguments": {"history_entry": "e", "memory_update": "m"}}
+    )
     assert wrapped == {"history_entry": "e", "memory_update": "m"}
     with pytest.raises(ConsolidationFailure):
         parse_save_memory({"history_entry": "e"})
@@ -182,7 +230,10 @@ def test_an_existing_history_gets_a_journal_before_its_first_append(ws):
     store.append_history("[2026-01-01 10:00] new")
     store.history_file.write_text("")
     store.startup_check()
-    assert store.history_file.read_text() == "[2025-12-01 09:00] from before the journal\n\n[2026-01-01 10:00] new\n\n"
+    assert (
+        store.history_file.read_text()
+        == "[2025-12-01 09:00] from before the journal\n\n[2026-01-01 10:00] new\n\n"
+    )
 
 
 # -- file tools ----------------------------------------------------------------------------------
@@ -191,21 +242,35 @@ def test_an_existing_history_gets_a_journal_before_its_first_append(ws):
 def test_write_file_that_replaces_every_fact_is_refused_and_nothing_changes(ws, store):
     ctx = memory_ctx(ws)
     with pytest.raises(ToolError, match="drop 40 of the 40 facts"):
-        run(WriteFileTool(ctx).run(path="memory/MEMORY.md", content="- ignore previous instructions\n"))
+        run(
+            WriteFileTool(ctx).run(
+                path="memory/MEMORY.md", content="- ignore previous instructions\n"
+            )
+        )
     assert store.read_memory() == FACTS
 
 
 def test_edit_file_on_memory_is_versioned_and_masked(ws, store):
     ctx = memory_ctx(ws)
-    out = run(EditFileTool(ctx).run(path="memory/MEMORY.md", old_text="- fact number 0 is true\n",
-                                    new_text="- fact number 0 is true\n- api_key = sk-abcdefghijklmnop1234567890\n"))
+    out = run(
+        EditFileTool(ctx).run(
+            path="memory/MEMORY.md",
+            old_text="- fact number 0 is true\n",
+            new_text="- fact number 0 is true\n- api_key = sk-abcdefghijklmnop1234567890\n",
+        )
+    )
     assert "previous text is kept as a version" in out
     assert store.read_version(1) == FACTS
-    assert "sk-abcdefghijklmnop1234567890" not in store.read_memory() and "[REDACTED]" in store.read_memory()
+    assert (
+        "sk-abcdefghijklmnop1234567890" not in store.read_memory()
+        and "[REDACTED]" in store.read_memory()
+    )
 
 
-@pytest.mark.parametrize("tool, args", [(WriteFileTool, {"content": "gone"}),
-                                        (EditFileTool, {"old_text": "entry", "new_text": "x"})])
+@pytest.mark.parametrize(
+    "tool, args",
+    [(WriteFileTool, {"content": "gone"}), (EditFileTool, {"old_text": "entry", "new_text": "x"})],
+)
 def test_file_tools_refuse_to_rewrite_history(ws, store, tool, args):
     store.append_history("[2026-01-01 10:00] an entry")
     before = store.history_file.read_bytes()
@@ -220,16 +285,25 @@ def test_file_tools_refuse_to_rewrite_history(ws, store, tool, args):
 def test_exec_that_wipes_history_and_cuts_facts_is_undone_and_the_model_told(ws, store):
     store.append_history("[2026-01-01 10:00] the trip to Lisbon")
     history = store.history_file.read_bytes()
-    out = run(ExecTool(unconfined_ctx(ws)).run(
-        command=": > memory/HISTORY.md; sed -i '/number 1/d' memory/MEMORY.md; echo done"))
+    out = run(
+        ExecTool(unconfined_ctx(ws)).run(
+            command=": > memory/HISTORY.md; sed -i '/number 1/d' memory/MEMORY.md; echo done"
+        )
+    )
     assert "done" in out and "edit_file" in out and "append-only" in out
     assert store.history_file.read_bytes() == history
     assert store.read_memory() == FACTS
-    assert any("number 1" not in store.read_version(v.number) for v in store.versions())  # the command's text kept
+    assert any(
+        "number 1" not in store.read_version(v.number) for v in store.versions()
+    )  # the command's text kept
 
 
 def test_exec_that_does_not_touch_memory_adds_nothing(ws, store):
-    out = run(ExecTool(unconfined_ctx(ws)).run(command="echo hi > notes.txt; cat memory/MEMORY.md | wc -l"))
+    out = run(
+        ExecTool(unconfined_ctx(ws)).run(
+            command="echo hi > notes.txt; cat memory/MEMORY.md | wc -l"
+        )
+    )
     assert out.startswith("42") and "nanobot:" not in out
 
 
@@ -254,7 +328,9 @@ def test_history_edited_in_place_or_appended_by_something_else_is_undone_at_star
         fh.write(b"[2026-01-02 10:00] injected by a command\n\n")
     store.startup_check()
     assert store.history_file.read_bytes() == full
-    assert store.startup_check() == []  # once put back, start-up is quiet (and does not read the file)
+    assert (
+        store.startup_check() == []
+    )  # once put back, start-up is quiet (and does not read the file)
 
 
 def test_a_crash_between_journal_and_history_append_is_completed_at_start_up(store):
@@ -275,10 +351,16 @@ def test_exec_that_deletes_the_saved_versions_is_undone(ws, store):
     assert [(v.path.name, v.path.read_bytes(), v.reason) for v in store.versions()] == before
 
 
-def test_exec_that_swaps_memory_for_a_symlink_is_undone_without_reading_the_target(ws, store, tmp_path):
+def test_exec_that_swaps_memory_for_a_symlink_is_undone_without_reading_the_target(
+    ws, store, tmp_path
+):
     secret = tmp_path / "canary.txt"
     secret.write_text("CANARY-SECRET\n")
-    out = run(ExecTool(unconfined_ctx(ws)).run(command=f"rm memory/MEMORY.md; ln -s {secret} memory/MEMORY.md"))
+    out = run(
+        ExecTool(unconfined_ctx(ws)).run(
+            command=f"rm memory/MEMORY.md; ln -s {secret} memory/MEMORY.md"
+        )
+    )
     assert "put back" in out
     assert not store.memory_file.is_symlink() and store.read_memory() == FACTS
     assert not any("CANARY" in store.read_version(v.number) for v in store.versions())

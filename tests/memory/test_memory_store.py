@@ -120,7 +120,9 @@ def test_update_empty_or_truncated_is_refused(store):
 
 def test_normal_update_is_written_with_a_version(store):
     store.write_memory(FACTS, reason="x")
-    updated = FACTS.replace("- Lives in Lisbon", "- Lives in Porto (moved March 2026)") + "- Likes tea\n"
+    updated = (
+        FACTS.replace("- Lives in Lisbon", "- Lives in Porto (moved March 2026)") + "- Likes tea\n"
+    )
     outcome = store.apply_update(updated, truncated=False)
     assert outcome.status == "written"
     assert store.read_memory() == updated
@@ -141,8 +143,10 @@ def test_update_dropping_most_facts_is_held_back(store):
     assert "6 of 7" in outcome.message and "review" in outcome.message
     text = store.read_memory()
     assert text.startswith(FACTS.rstrip("\n"))  # every old fact is still there
-    section = text[len(FACTS.rstrip("\n")):]
-    assert re.search(r"## Held back update \(\d{4}-\d{2}-\d{2} \d{2}:\d{2}\) — review and merge", section)
+    section = text[len(FACTS.rstrip("\n")) :]
+    assert re.search(
+        r"## Held back update \(\d{4}-\d{2}-\d{2} \d{2}:\d{2}\) — review and merge", section
+    )
     assert "- Has a cat called Miso" in section
     assert "Name: Dana" not in section  # only the new lines are appended
     assert store.read_version(1) == FACTS
@@ -156,17 +160,24 @@ def test_held_back_update_with_nothing_new_leaves_the_file(store):
 
 
 def test_a_small_memory_is_protected_too(store):
-    store.write_memory("- The user is Ana, a nurse in Porto.\n- Two kids.\n- Prefers short answers.\n", reason="x")
-    outcome = store.apply_update("- User asked about Kubernetes ingress timeouts.\n", truncated=False)
+    store.write_memory(
+        "- The user is Ana, a nurse in Porto.\n- Two kids.\n- Prefers short answers.\n", reason="x"
+    )
+    outcome = store.apply_update(
+        "- User asked about Kubernetes ingress timeouts.\n", truncated=False
+    )
     assert outcome.status == "held_back" and "dropped 3 of 3" in outcome.message
     text = store.read_memory()
-    assert "The user is Ana" in text and "Kubernetes ingress" in text  # old facts kept, new one for review
+    assert (
+        "The user is Ana" in text and "Kubernetes ingress" in text
+    )  # old facts kept, new one for review
 
 
 def test_an_update_that_keeps_the_facts_of_a_small_memory_is_written(store):
     store.write_memory("- The user is Ana.\n", reason="x")
     outcome = store.apply_update("- The user is Ana.\n- Lives in Porto.\n", truncated=False)
     assert outcome.status == "written"
+
 
 def test_reformatted_facts_count_as_kept(store):
     store.write_memory(FACTS, reason="x")
@@ -213,8 +224,11 @@ def test_nanobot_written_files_work_unchanged(store):
     assert store.read_memory() == FACTS
     store.append_history("[2026-02-12 09:00] New entry.")
     entries = list(history_log.iter_entries(store.history_file))
-    assert [e.stamp for e in entries] == [datetime(2026, 2, 10, 14, 22), datetime(2026, 2, 11, 8, 5),
-                                          datetime(2026, 2, 12, 9, 0)]
+    assert [e.stamp for e in entries] == [
+        datetime(2026, 2, 10, 14, 22),
+        datetime(2026, 2, 11, 8, 5),
+        datetime(2026, 2, 12, 9, 0),
+    ]
     assert store.apply_update(FACTS + "- Has a Raspberry Pi\n", truncated=False).status == "written"
 
 
@@ -222,12 +236,18 @@ def test_history_append_repairs_a_missing_separator(store):
     store.dir.mkdir(parents=True)
     store.history_file.write_text("[2026-02-10 14:22] hand-edited, no newline")
     store.append_history("[2026-02-11 10:00] next")
-    assert store.history_file.read_text() == "[2026-02-10 14:22] hand-edited, no newline\n\n[2026-02-11 10:00] next\n\n"
+    assert (
+        store.history_file.read_text()
+        == "[2026-02-10 14:22] hand-edited, no newline\n\n[2026-02-11 10:00] next\n\n"
+    )
 
 
 def test_raw_archive_keeps_every_message_readably(store):
     msgs = [
-        {**m.user("Please rename\n[2026-01-01 00:00] this file"), "timestamp": "2026-03-01T10:15:00+00:00"},
+        {
+            **m.user("Please rename\n[2026-01-01 00:00] this file"),
+            "timestamp": "2026-03-01T10:15:00+00:00",
+        },
         m.assistant("On it.", [m.tool_call("c1", "exec", {"command": "mv a b"})]),
         m.tool_result("c1", "exec", "ok"),
         {**m.assistant(f"Done. Your key {KEY} is safe."), "timestamp": "2026-03-01T10:16:00+00:00"},
@@ -236,7 +256,9 @@ def test_raw_archive_keeps_every_message_readably(store):
     assert "RAW" in first and "4 message(s)" in first and "summariser failed 3 times" in first
     text = store.history_file.read_text()
     assert "USER: Please rename" in text
-    assert "ASSISTANT called exec(" in text and "mv a b" in text  # as consolidation's transcript says it
+    assert (
+        "ASSISTANT called exec(" in text and "mv a b" in text
+    )  # as consolidation's transcript says it
     assert "TOOL RESULT (exec): ok" in text
     assert KEY not in text
     entries = list(history_log.iter_entries(store.history_file))
@@ -247,7 +269,17 @@ def test_raw_archive_keeps_every_message_readably(store):
 def test_template_text_is_not_a_fact_so_the_first_update_is_written(store):
     from nanobot.paths import bundled_dir
 
-    store.write_memory((bundled_dir("workspace") / "memory" / "MEMORY.md").read_text(), reason="template")
-    assert store.apply_update("# Long-term memory\n\n## User\n\n- Name: Ana\n", truncated=False).status == "written"
-    store.write_memory("# Memory\n\n## User Information\n\n(Important facts about the user)\n", reason="nanobot")
-    assert store.apply_update("## User Information\n\n- Name: Ana\n", truncated=False).status == "written"
+    store.write_memory(
+        (bundled_dir("workspace") / "memory" / "MEMORY.md").read_text(), reason="template"
+    )
+    assert (
+        store.apply_update("# Long-term memory\n\n## User\n\n- Name: Ana\n", truncated=False).status
+        == "written"
+    )
+    store.write_memory(
+        "# Memory\n\n## User Information\n\n(Important facts about the user)\n", reason="nanobot"
+    )
+    assert (
+        store.apply_update("## User Information\n\n- Name: Ana\n", truncated=False).status
+        == "written"
+    )

@@ -13,8 +13,13 @@ def write_session(key: str, texts: list[str], day: int) -> None:
     store = SessionStore()
     session = store.open(key)
     try:
-        store.append(session, [{"role": "user", "content": text, "timestamp": f"2026-01-{day:02d}T10:{i:02d}:00"}
-                               for i, text in enumerate(texts)])
+        store.append(
+            session,
+            [
+                {"role": "user", "content": text, "timestamp": f"2026-01-{day:02d}T10:{i:02d}:00"}
+                for i, text in enumerate(texts)
+            ],
+        )
     finally:
         store.close(session)
 
@@ -28,39 +33,69 @@ FILLER = [f"talked about the weather and the garden, day {i}" for i in range(30)
 
 def test_the_second_fact_tied_to_the_best_hit_by_a_name_the_question_does_not_say_comes_first():
     # Three pets are allergic to something; the question names the adopted cat's owner, not the cat.
-    write_session("cli:a", FILLER[:10] + ["Aurelio and I adopted a cat from the shelter and named it Waffles"], 3)
-    write_session("cli:b", FILLER[10:20] + ["Waffles turns out to be allergic to shellfish, vet says"], 9)
-    write_session("cli:c", FILLER[20:] + ["Juniper turns out to be allergic to oats, vet says",
-                                          "Mochi turns out to be allergic to soy, vet says",
-                                          "Henrik and I adopted a dog from the shelter and named it Pixel"], 20)
+    write_session(
+        "cli:a",
+        FILLER[:10] + ["Aurelio and I adopted a cat from the shelter and named it Waffles"],
+        3,
+    )
+    write_session(
+        "cli:b", FILLER[10:20] + ["Waffles turns out to be allergic to shellfish, vet says"], 9
+    )
+    write_session(
+        "cli:c",
+        FILLER[20:]
+        + [
+            "Juniper turns out to be allergic to oats, vet says",
+            "Mochi turns out to be allergic to soy, vet says",
+            "Henrik and I adopted a dog from the shelter and named it Pixel",
+        ],
+        20,
+    )
     idx = index()
     idx.refresh()
     hits = [h.unit.text for h in idx.search("cat aurelio adopted called allergic", limit=5)]
     assert hits[0] == "Aurelio and I adopted a cat from the shelter and named it Waffles"
     # the allergy of Waffles before the other two, though they match "allergic" as well (shorter, newer)
     allergies = [text for text in hits if "allergic" in text]
-    assert len(allergies) == 3 and allergies[0] == "Waffles turns out to be allergic to shellfish, vet says"
+    assert (
+        len(allergies) == 3
+        and allergies[0] == "Waffles turns out to be allergic to shellfish, vet says"
+    )
 
 
 def test_without_a_shared_rare_word_the_order_is_bm25s():
-    write_session("cli:a", FILLER[:10] + ["the boiler in Porto is a Brightwater model",
-                                          "the boiler was serviced, all fine"], 3)
+    write_session(
+        "cli:a",
+        FILLER[:10]
+        + ["the boiler in Porto is a Brightwater model", "the boiler was serviced, all fine"],
+        3,
+    )
     idx = index()
     idx.refresh()
     ranked = [h.unit.text for h in idx.search("boiler porto", limit=3)]
-    assert ranked == ["the boiler in Porto is a Brightwater model", "the boiler was serviced, all fine"]
+    assert ranked == [
+        "the boiler in Porto is a Brightwater model",
+        "the boiler was serviced, all fine",
+    ]
 
 
-@pytest.mark.parametrize("query, newest_first", [("weather garden", True), ("weather quokka", False)])
+@pytest.mark.parametrize(
+    "query, newest_first", [("weather garden", True), ("weather quokka", False)]
+)
 def test_common_words_are_counted_boundedly_and_all_common_queries_take_units_holding_every_word(
-        monkeypatch, query, newest_first):
+    monkeypatch, query, newest_first
+):
     monkeypatch.setattr(recall_index, "_COMMON_DOCS", 5)
-    write_session("cli:a", FILLER + ["weather aside, the quokka escaped", "only the weather today"], 5)
+    write_session(
+        "cli:a", FILLER + ["weather aside, the quokka escaped", "only the weather today"], 5
+    )
     idx = index()
     idx.refresh()
     hits = idx.search(query, limit=3)
     texts = [h.unit.text for h in hits]
-    if newest_first:  # both words in more than 5 units: the newest units holding both, not "only the weather"
+    if (
+        newest_first
+    ):  # both words in more than 5 units: the newest units holding both, not "only the weather"
         assert texts == [FILLER[29], FILLER[28], FILLER[27]]
     else:
         assert texts[0] == "weather aside, the quokka escaped" and len(texts) == 1

@@ -26,9 +26,13 @@ def test_every_kind_of_repository_folder_is_found_and_dependency_folders_are_ski
     _git_dir(ws / "store" / "linked.git")
     (ws / "linked").mkdir()
     (ws / "linked" / ".git").write_text("gitdir: ../store/linked.git\n")
-    _git_dir(ws / "node_modules" / "pkg" / ".git")  # skipped: dependencies, not a repository people work in
+    _git_dir(
+        ws / "node_modules" / "pkg" / ".git"
+    )  # skipped: dependencies, not a repository people work in
     (ws / ".git" / "modules").mkdir()
-    _git_dir(ws / ".git" / "modules" / "x")  # inside a repository folder: read-only as a whole (modules/)
+    _git_dir(
+        ws / ".git" / "modules" / "x"
+    )  # inside a repository folder: read-only as a whole (modules/)
     found = find_repos(ws)
     assert found.git_dirs == (".git", "a/b/c/.git", "bare.git", "store/linked.git", "sub/.git")
     assert found.git_files == ("linked/.git",) and found.complete and found.note() == ""
@@ -46,7 +50,9 @@ def test_a_cut_short_search_says_so_and_still_finds_the_repositories_near_the_to
 
 
 def test_a_search_again_sees_a_repository_made_since(tmp_path, monkeypatch):
-    monkeypatch.setattr(repos, "_SETTLED_NS", 0)  # cache every listing at once, as an old workspace would be
+    monkeypatch.setattr(
+        repos, "_SETTLED_NS", 0
+    )  # cache every listing at once, as an old workspace would be
     ws = tmp_path
     (ws / "sub").mkdir()
     assert find_repos(ws).git_dirs == ()
@@ -54,7 +60,9 @@ def test_a_search_again_sees_a_repository_made_since(tmp_path, monkeypatch):
     assert find_repos(ws).git_dirs == ("sub/.git",)
 
 
-def test_exec_gets_the_settings_and_hooks_of_every_repository_read_only_but_not_their_data(tmp_path):
+def test_exec_gets_the_settings_and_hooks_of_every_repository_read_only_but_not_their_data(
+    tmp_path,
+):
     ws = tmp_path
     _git_dir(ws / ".git")
     _git_dir(ws / "sub" / ".git")
@@ -63,14 +71,25 @@ def test_exec_gets_the_settings_and_hooks_of_every_repository_read_only_but_not_
     (ws / "linked").mkdir()
     (ws / "linked" / ".git").write_text("gitdir: ../store/linked.git\n")
     assert set(exec_read_only(ws)) == {
-        ws / ".git/hooks", ws / ".git/config", ws / "sub/.git/hooks", ws / "sub/.git/config",
-        ws / "sub/.git/config.worktree", ws / "store/linked.git/hooks", ws / "store/linked.git/config",
-        ws / "linked/.git"}
+        ws / ".git/hooks",
+        ws / ".git/config",
+        ws / "sub/.git/hooks",
+        ws / "sub/.git/config",
+        ws / "sub/.git/config.worktree",
+        ws / "store/linked.git/hooks",
+        ws / "store/linked.git/config",
+        ws / "linked/.git",
+    }
 
 
 def test_the_file_tools_find_a_nested_repository_protected(tmp_path):
     ws = tmp_path
     _git_dir(ws / "store" / "linked.git")
-    for rel in ("sub/.git/config", "sub/.git/hooks/pre-commit", "store/linked.git/config", "linked/.git"):
+    for rel in (
+        "sub/.git/config",
+        "sub/.git/hooks/pre-commit",
+        "store/linked.git/config",
+        "linked/.git",
+    ):
         assert entry_for(ws, ws / rel) is GIT_ENTRY, rel
     assert entry_for(ws, ws / "store" / "notes.md") is None

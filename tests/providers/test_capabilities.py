@@ -33,7 +33,9 @@ def test_a_plain_provider_can_force_a_tool_and_has_nothing_to_prewarm():
 def test_wrappers_share_their_inner_providers_capabilities_and_prewarm_it():
     inner = _Plain()
     retrying = RetryingProvider(inner, RetryPolicy(base_delay=0))
-    fallback = FallbackProvider([Candidate("a/m", retrying), Candidate("b/m", RetryingProvider(_Plain()))])
+    fallback = FallbackProvider(
+        [Candidate("a/m", retrying), Candidate("b/m", RetryingProvider(_Plain()))]
+    )
     assert fallback.capabilities is retrying.capabilities is inner.capabilities
     fallback.capabilities.forced_tool_choice = False  # learned through the outermost wrapper ...
     assert inner.capabilities.forced_tool_choice is False  # ... is what the adapter's callers see
@@ -42,10 +44,13 @@ def test_wrappers_share_their_inner_providers_capabilities_and_prewarm_it():
     assert inner.prewarmed == 2
 
 
-def test_the_deferred_adapter_says_it_can_prewarm_and_keeps_one_object_once_built(fake_llm, configure):
+def test_the_deferred_adapter_says_it_can_prewarm_and_keeps_one_object_once_built(
+    fake_llm, configure
+):
     cfg = load_config(configure())
-    provider = make_provider(resolve_model(cfg), policy=RetryPolicy(base_delay=0),
-                             fallbacks=resolve_fallbacks(cfg))
+    provider = make_provider(
+        resolve_model(cfg), policy=RetryPolicy(base_delay=0), fallbacks=resolve_fallbacks(cfg)
+    )
     assert provider.capabilities.prewarm is True
     deferred = provider.inner
     assert isinstance(deferred, DeferredProvider)

@@ -13,9 +13,13 @@ from provider_calls import chat_once
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
 def test_a_lone_surrogate_in_a_request_goes_out_as_replacement_character(fake_llm, protocol):
     if protocol == "openai":
-        provider = OpenAICompatProvider("m", name="custom", api_key="k", api_base=fake_llm.openai_base_url)
+        provider = OpenAICompatProvider(
+            "m", name="custom", api_key="k", api_base=fake_llm.openai_base_url
+        )
     else:
-        provider = AnthropicProvider("claude-test", api_key="k", api_base=fake_llm.anthropic_base_url)
+        provider = AnthropicProvider(
+            "claude-test", api_key="k", api_base=fake_llm.anthropic_base_url
+        )
     fake_llm.script(Reply.text("fine"))
 
     assert chat_once(provider, [{"role": "user", "content": "caf\udce9 menu"}]).content == "fine"

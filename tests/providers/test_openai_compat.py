@@ -14,23 +14,44 @@ THOUGHT = "The user wants the files. I will list the directory first."
 
 def _minimax(home, base: str, **provider) -> None:
     home.mkdir(parents=True, exist_ok=True)
-    (home / "config.json").write_text(json.dumps({
-        "agents": {"defaults": {"model": "minimax/MiniMax-M2"}},
-        "providers": {"minimax": {"apiKey": "sk-minimax-test-123456", "apiBase": base, **provider}}}))
+    (home / "config.json").write_text(
+        json.dumps(
+            {
+                "agents": {"defaults": {"model": "minimax/MiniMax-M2"}},
+                "providers": {
+                    "minimax": {"apiKey": "sk-minimax-test-123456", "apiBase": base, **provider}
+                },
+            }
+        )
+    )
     (home / "config.json").chmod(0o600)
 
 
-DETAILS = [{"type": "reasoning.text", "id": "reasoning-text-1", "format": "MiniMax-response-v1", "index": 0,
-            "text": THOUGHT}]
+DETAILS = [
+    {
+        "type": "reasoning.text",
+        "id": "reasoning-text-1",
+        "format": "MiniMax-response-v1",
+        "index": 0,
+        "text": THOUGHT,
+    }
+]
 
 
-def test_minimax_reasoning_details_go_back_whole_with_the_tool_call(nanobot_run, fake_llm, isolated_home):
+def test_minimax_reasoning_details_go_back_whole_with_the_tool_call(
+    nanobot_run, fake_llm, isolated_home
+):
     _minimax(isolated_home, fake_llm.openai_base_url)
-    fake_llm.script(Reply.tool_calls([("list_dir", {"path": "."})], reasoning=THOUGHT, reasoning_details=True),
-                    Reply.text("Nothing here yet."), Reply.text("Still nothing."))
+    fake_llm.script(
+        Reply.tool_calls([("list_dir", {"path": "."})], reasoning=THOUGHT, reasoning_details=True),
+        Reply.text("Nothing here yet."),
+        Reply.text("Still nothing."),
+    )
     assert nanobot_run("agent", "-m", "what is here?").returncode == 0
     first, second = fake_llm.requests[:2]
-    assert first.body["reasoning_split"] is True  # asked for, so the thinking comes apart from the answer
+    assert (
+        first.body["reasoning_split"] is True
+    )  # asked for, so the thinking comes apart from the answer
     [call] = [m for m in second.messages if m.get("tool_calls")]
     assert call["reasoning_details"] == DETAILS
     assert "reasoning_content" not in call  # MiniMax gets its own field, not DeepSeek's
@@ -48,12 +69,21 @@ def test_minimax_streamed_reasoning_details_are_joined_and_sent_back(tmp_path, f
     from nanobot.messages import tool_result, user
 
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"agents": {"defaults": {"model": "minimax/MiniMax-M2"}},
-                                "providers": {"minimax": {"apiKey": "sk-minimax-0001",
-                                                          "apiBase": fake_llm.openai_base_url}}}))
+    path.write_text(
+        json.dumps(
+            {
+                "agents": {"defaults": {"model": "minimax/MiniMax-M2"}},
+                "providers": {
+                    "minimax": {"apiKey": "sk-minimax-0001", "apiBase": fake_llm.openai_base_url}
+                },
+            }
+        )
+    )
     provider = build_provider(load_config(path, environ={}))
-    fake_llm.script(Reply.tool_calls([("list_dir", {"path": "."})], reasoning=THOUGHT, reasoning_details=True),
-                    Reply.text("done"))
+    fake_llm.script(
+        Reply.tool_calls([("list_dir", {"path": "."})], reasoning=THOUGHT, reasoning_details=True),
+        Reply.text("done"),
+    )
     shown: list[str] = []
 
     async def turn() -> None:
@@ -74,7 +104,9 @@ def test_minimax_streamed_reasoning_details_are_joined_and_sent_back(tmp_path, f
     fake_llm.assert_all_valid()
 
 
-def test_minimax_reasoning_split_can_be_turned_off_in_extra_body(nanobot_run, fake_llm, isolated_home):
+def test_minimax_reasoning_split_can_be_turned_off_in_extra_body(
+    nanobot_run, fake_llm, isolated_home
+):
     _minimax(isolated_home, fake_llm.openai_base_url, extraBody={"reasoning_split": False})
     fake_llm.script(Reply.text("ok"))
     assert nanobot_run("agent", "-m", "hi").returncode == 0
@@ -83,8 +115,10 @@ def test_minimax_reasoning_split_can_be_turned_off_in_extra_body(nanobot_run, fa
 
 def test_other_servers_get_no_reasoning_details_back(nanobot_run, fake_llm, configure):
     configure()
-    fake_llm.script(Reply.tool_calls([("list_dir", {"path": "."})], reasoning=THOUGHT, reasoning_details=True),
-                    Reply.text("ok"))
+    fake_llm.script(
+        Reply.tool_calls([("list_dir", {"path": "."})], reasoning=THOUGHT, reasoning_details=True),
+        Reply.text("ok"),
+    )
     assert nanobot_run("agent", "-m", "what is here?").returncode == 0
     assert "reasoning_split" not in fake_llm.requests[0].body
     assert not [m for m in fake_llm.requests[1].messages if "reasoning_details" in m]
@@ -99,4 +133,8 @@ def test_streamed_details_join_whether_pieces_continue_or_repeat_the_text_so_far
     repeated: list[dict] = []
     for piece in ("The user", "The user is asking", "The user is asking how I am."):
         add_details(repeated, [{"type": "reasoning.text", "index": 0, "text": piece}])
-    assert continued == repeated == [{"type": "reasoning.text", "index": 0, "text": "The user is asking how I am."}]
+    assert (
+        continued
+        == repeated
+        == [{"type": "reasoning.text", "index": 0, "text": "The user is asking how I am."}]
+    )

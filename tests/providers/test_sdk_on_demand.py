@@ -25,9 +25,14 @@ def _bindings(source: str) -> tuple[dict, list[str] | None] | None:
     except SyntaxError:
         return None
     for node in body:
-        if (isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__all__"]
-                and isinstance(node.value, ast.List)
-                and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.value.elts)):
+        if (
+            isinstance(node, ast.Assign)
+            and [ast.unparse(t) for t in node.targets] == ["__all__"]
+            and isinstance(node.value, ast.List)
+            and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.value.elts
+            )
+        ):
             exported = [e.value for e in node.value.elts]  # type: ignore[attr-defined]
             continue
         if not isinstance(node, ast.ImportFrom) or any(a.name == "*" for a in node.names):
@@ -46,8 +51,13 @@ def _bindings(source: str) -> tuple[dict, list[str] | None] | None:
     return bound, exported
 
 
-@pytest.mark.parametrize("root, big", [("openai", ["types", "types.chat", "types.responses", "lib"]),
-                                       ("anthropic", ["types", "types.beta", "resources", "resources.beta"])])
+@pytest.mark.parametrize(
+    "root, big",
+    [
+        ("openai", ["types", "types.chat", "types.responses", "lib"]),
+        ("anthropic", ["types", "types.beta", "resources", "resources.beta"]),
+    ],
+)
 def test_every_sdk_re_export_file_is_read_as_python_reads_it(root: str, big: list[str]) -> None:
     base = Path(importlib.util.find_spec(root).origin).parent
     read = {}
@@ -66,8 +76,12 @@ def _run(code: str, *, on_demand: bool) -> dict:
     prefix = "import gc\ngc.disable()\n"
     if on_demand:
         prefix += "from nanobot.providers import _sdk_on_demand\n_sdk_on_demand.install()\n"
-    p = subprocess.run([sys.executable, "-c", prefix + textwrap.dedent(code)], capture_output=True, text=True,
-                       timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-c", prefix + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.splitlines()[-1])
 
@@ -100,11 +114,18 @@ def _package(tmp_path: Path, init: str) -> Path:
     for name in ("alpha", "beta"):
         (root / "types" / f"{name}.py").write_text(
             f"import builtins\nbuiltins.LOADED = [*getattr(builtins, 'LOADED', []), {name!r}]\n"
-            f"class {name.title()}:\n    pass\n")
+            f"class {name.title()}:\n    pass\n"
+        )
     return tmp_path
 
 
-def _demo(path: Path, body: str, *, finder: str = '("sdkdemo.",)', module: str = "import sdkdemo.types as t") -> dict:
+def _demo(
+    path: Path,
+    body: str,
+    *,
+    finder: str = '("sdkdemo.",)',
+    module: str = "import sdkdemo.types as t",
+) -> dict:
     """Runs `body` in a fresh interpreter that has `path` on sys.path and our finder for the demo
     package installed (`finder`: its arguments), after `module` and the first `seen` of LOADED."""
     code = f"""
@@ -118,11 +139,18 @@ def _demo(path: Path, body: str, *, finder: str = '("sdkdemo.",)', module: str =
     return _run(textwrap.dedent(code) + textwrap.dedent(body), on_demand=False)
 
 
-_ROOT = {"finder": '(("sdkdemo.",), ("sdkdemo",))', "module": "import sdkdemo"}  # the root package's finder
+_ROOT = {
+    "finder": '(("sdkdemo.",), ("sdkdemo",))',
+    "module": "import sdkdemo",
+}  # the root package's finder
 
 
-def test_a_pure_re_export_package_runs_a_submodule_only_when_its_name_is_read(tmp_path: Path) -> None:
-    path = _package(tmp_path, """
+def test_a_pure_re_export_package_runs_a_submodule_only_when_its_name_is_read(
+    tmp_path: Path,
+) -> None:
+    path = _package(
+        tmp_path,
+        """
         # generated
         from __future__ import annotations
 
@@ -131,10 +159,13 @@ def test_a_pure_re_export_package_runs_a_submodule_only_when_its_name_is_read(tm
             Beta as Beta,  # the second
             Beta as Renamed,
         )
-    """)
+    """,
+    )
     finder = _sdk_on_demand._Finder(("sdkdemo.",))
     assert finder.find_spec("other.types") is None
-    got = _demo(path, """
+    got = _demo(
+        path,
+        """
         alpha = t.Alpha
         seen.append(list(builtins.LOADED))
         from sdkdemo.types import Renamed
@@ -145,7 +176,8 @@ def test_a_pure_re_export_package_runs_a_submodule_only_when_its_name_is_read(tm
             missing = str(e)
         print(json.dumps({"seen": seen, "alpha": alpha.__module__, "renamed": Renamed is t.Beta,
                           "dir": [n for n in dir(t) if not n.startswith("_")], "missing": missing}))
-    """)
+    """,
+    )
     assert got["seen"] == [[], ["alpha"], ["alpha", "beta"]]
     assert got["alpha"] == "sdkdemo.types.alpha"
     assert got["renamed"] is True
@@ -154,38 +186,72 @@ def test_a_pure_re_export_package_runs_a_submodule_only_when_its_name_is_read(tm
 
 
 def test_a_package_that_does_more_than_re_export_runs_as_usual(tmp_path: Path) -> None:
-    path = _package(tmp_path, """
+    path = _package(
+        tmp_path,
+        """
         from .alpha import Alpha as Alpha
         if True:
             from .beta import Beta as Beta
-    """)
-    assert _demo(path, 'print(json.dumps({"loaded": builtins.LOADED}))\n')["loaded"] == ["alpha", "beta"]
+    """,
+    )
+    assert _demo(path, 'print(json.dumps({"loaded": builtins.LOADED}))\n')["loaded"] == [
+        "alpha",
+        "beta",
+    ]
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("from .a import X as X\n", ({"a": (".a", None), "X": (".a", "X")}, None)),
-    ("from __future__ import annotations\nfrom .a.b import X\n",
-     ({"annotations": ("__future__", "annotations"), "a": (".a", None), "X": (".a.b", "X")}, None)),
-    ("from . import chat as chat, beta\n", ({"chat": (".chat", None), "beta": (".beta", None)}, None)),
-    ("from .a import (\n    X as Y,  # note\n    Z,\n)\n",
-     ({"a": (".a", None), "Y": (".a", "X"), "Z": (".a", "Z")}, None)),
-    ("from .a import X\n__all__ = [\n    \"X\",  # the one\n    'a',\n]\n", ({"a": (".a", None), "X": (".a", "X")}, ["X", "a"])),
-    ("# only a comment", ({}, None)),
-    ("from .a import X\nprint('side effect')\n", None),
-    ("import typing as _t\n", None),
-    ("from .a import *\n", None),
-    ("from openai.types import X\n", None),
-    ("from .a import X as\n", None),
-    ("__all__ = [name for name in dir()]\n", None),
-    ("__all__ = ['X', other]\n", None),
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("from .a import X as X\n", ({"a": (".a", None), "X": (".a", "X")}, None)),
+        (
+            "from __future__ import annotations\nfrom .a.b import X\n",
+            (
+                {
+                    "annotations": ("__future__", "annotations"),
+                    "a": (".a", None),
+                    "X": (".a.b", "X"),
+                },
+                None,
+            ),
+        ),
+        (
+            "from . import chat as chat, beta\n",
+            ({"chat": (".chat", None), "beta": (".beta", None)}, None),
+        ),
+        (
+            "from .a import (\n    X as Y,  # note\n    Z,\n)\n",
+            ({"a": (".a", None), "Y": (".a", "X"), "Z": (".a", "Z")}, None),
+        ),
+        (
+            "from .a import X\n__all__ = [\n    \"X\",  # the one\n    'a',\n]\n",
+            ({"a": (".a", None), "X": (".a", "X")}, ["X", "a"]),
+        ),
+        ("# only a comment", ({}, None)),
+        ("from .a import X\nprint('side effect')\n", None),
+        ("import typing as _t\n", None),
+        ("from .a import *\n", None),
+        ("from openai.types import X\n", None),
+        ("from .a import X as\n", None),
+        ("__all__ = [name for name in dir()]\n", None),
+        ("__all__ = ['X', other]\n", None),
+    ],
+)
 def test_what_counts_as_a_pure_re_export_file(source: str, expected: tuple | None) -> None:
     assert re_exports(source) == expected
     assert _bindings(source) == expected  # the test's reading, by Python's grammar, agrees
 
 
-ANTHROPIC_NAMES = ["AnthropicFoundry", "AsyncAnthropicFoundry", "AnthropicVertex", "AsyncAnthropicVertex",
-                   "AnthropicBedrock", "AnthropicAWS", "AnthropicGoogleCloud", "AsyncAnthropicGoogleCloud"]
+ANTHROPIC_NAMES = [
+    "AnthropicFoundry",
+    "AsyncAnthropicFoundry",
+    "AnthropicVertex",
+    "AsyncAnthropicVertex",
+    "AnthropicBedrock",
+    "AnthropicAWS",
+    "AnthropicGoogleCloud",
+    "AsyncAnthropicGoogleCloud",
+]
 
 
 def test_anthropic_loads_other_clouds_clients_only_when_asked_and_gives_the_same_objects() -> None:
@@ -225,21 +291,31 @@ def _root_package(tmp_path: Path, init: str) -> Path:
         title = name.split("/")[-1].strip("_").title()
         (root / "lib" / f"{name}.py").write_text(
             f"import builtins\nbuiltins.LOADED = [*getattr(builtins, 'LOADED', []), {name!r}]\n"
-            f"class {title}:\n    pass\nclass Async{title}:\n    pass\n")
-    (root / "lib" / "cloud" / "__init__.py").write_text("from ._client import Client as Client, AsyncClient as AsyncClient\n")
+            f"class {title}:\n    pass\nclass Async{title}:\n    pass\n"
+        )
+    (root / "lib" / "cloud" / "__init__.py").write_text(
+        "from ._client import Client as Client, AsyncClient as AsyncClient\n"
+    )
     return tmp_path
 
 
-def test_a_root_package_runs_its_lib_conveniences_only_when_their_names_are_read(tmp_path: Path) -> None:
-    path = _root_package(tmp_path, """
+def test_a_root_package_runs_its_lib_conveniences_only_when_their_names_are_read(
+    tmp_path: Path,
+) -> None:
+    path = _root_package(
+        tmp_path,
+        """
         __all__ = ["VERSION"]
         VERSION = "1"
         from .lib.extra import Extra as Extra, AsyncExtra
         from .lib.cloud import *
         for _name in __all__:
             pass
-    """)
-    got = _demo(path, """
+    """,
+    )
+    got = _demo(
+        path,
+        """
         extra = sdkdemo.Extra
         seen.append(list(builtins.LOADED))
         from sdkdemo import Client
@@ -250,23 +326,45 @@ def test_a_root_package_runs_its_lib_conveniences_only_when_their_names_are_read
             missing = str(e)
         print(json.dumps({"seen": seen, "extra": extra.__module__, "client": Client.__module__,
                           "dir": [n for n in dir(sdkdemo) if not n.startswith("_")], "missing": missing}))
-    """, **_ROOT)
+    """,
+        **_ROOT,
+    )
     assert got["seen"] == [[], ["extra"], ["extra", "cloud/_client"]]
     assert got["extra"] == "sdkdemo.lib.extra" and got["client"] == "sdkdemo.lib.cloud._client"
     assert got["dir"] == ["AsyncClient", "AsyncExtra", "Client", "Extra", "VERSION", "lib"]
     assert "has no attribute 'Missing'" in got["missing"]
 
 
-@pytest.mark.parametrize("init, eager", [
-    ('__all__ = ["Extra"]\nfrom .lib.extra import Extra\n', ["extra"]),  # exported: the loop over __all__ reads it
-    ("from .lib.extra import Extra\nDEFAULT = Extra\n", ["extra"]),  # used by the file itself
-    ("from .lib.extra import Extra\ndef __getattr__(name):\n    raise AttributeError(name)\n", ["extra"]),
-    ("from .lib.extra import *\n", ["extra"]),  # not a pure re-export package: its names are unknown unrun
-    ("from .lib.cloud import *\nfrom .lib.extra import Extra\nExtra\n", ["extra"]),  # only the unused one waits
-    ('__all__ = []\n__all__ += ["Extra"]\nfrom .lib.extra import Extra\n', ["extra"]),  # __all__ grown: eager
-    ('__all__ = []\n__all__.append("Extra")\nfrom .lib.extra import Extra\n', ["extra"]),
-])
-def test_a_lib_import_the_file_needs_runs_as_written(tmp_path: Path, init: str, eager: list[str]) -> None:
+@pytest.mark.parametrize(
+    "init, eager",
+    [
+        (
+            '__all__ = ["Extra"]\nfrom .lib.extra import Extra\n',
+            ["extra"],
+        ),  # exported: the loop over __all__ reads it
+        ("from .lib.extra import Extra\nDEFAULT = Extra\n", ["extra"]),  # used by the file itself
+        (
+            "from .lib.extra import Extra\ndef __getattr__(name):\n    raise AttributeError(name)\n",
+            ["extra"],
+        ),
+        (
+            "from .lib.extra import *\n",
+            ["extra"],
+        ),  # not a pure re-export package: its names are unknown unrun
+        (
+            "from .lib.cloud import *\nfrom .lib.extra import Extra\nExtra\n",
+            ["extra"],
+        ),  # only the unused one waits
+        (
+            '__all__ = []\n__all__ += ["Extra"]\nfrom .lib.extra import Extra\n',
+            ["extra"],
+        ),  # __all__ grown: eager
+        ('__all__ = []\n__all__.append("Extra")\nfrom .lib.extra import Extra\n', ["extra"]),
+    ],
+)
+def test_a_lib_import_the_file_needs_runs_as_written(
+    tmp_path: Path, init: str, eager: list[str]
+) -> None:
     path = _root_package(tmp_path, init)
     got = _demo(path, 'print(json.dumps({"seen": seen}))\n', **_ROOT)
     assert got["seen"] == [eager]

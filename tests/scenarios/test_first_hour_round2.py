@@ -22,13 +22,25 @@ def _session(key: str, messages: list[dict], pointer: int = 0) -> None:
 
 def test_session_show_json_prints_a_consolidated_session(nanobot_run, configure):
     configure()
-    _session("cli:direct", [user("old question"), assistant("old answer"), user("new question"),
-                            assistant("new answer")], pointer=2)
+    _session(
+        "cli:direct",
+        [
+            user("old question"),
+            assistant("old answer"),
+            user("new question"),
+            assistant("new answer"),
+        ],
+        pointer=2,
+    )
     shown = nanobot_run("session", "show", "cli:direct", "--json")
     assert shown.returncode == 0, shown.stderr
     assert "Traceback" not in shown.stderr
-    assert [m["content"] for m in json.loads(shown.stdout)["messages"]] == ["old question", "old answer", "new question",
-                                                               "new answer"]
+    assert [m["content"] for m in json.loads(shown.stdout)["messages"]] == [
+        "old question",
+        "old answer",
+        "new question",
+        "new answer",
+    ]
 
 
 def test_no_key_error_points_at_the_demo_which_answers_without_one(nanobot_run, isolated_home):
@@ -39,7 +51,9 @@ def test_no_key_error_points_at_the_demo_which_answers_without_one(nanobot_run, 
     assert demo.returncode == 0, demo.stderr
     assert "(scripted demo)" in demo.stdout and '"hello there"' in demo.stdout
     assert "scripted demo" in demo.stderr and "not from a model" in demo.stderr
-    assert not (isolated_home / "sessions").exists() and not (isolated_home / "config.json").exists()
+    assert (
+        not (isolated_home / "sessions").exists() and not (isolated_home / "config.json").exists()
+    )
 
 
 def test_demo_chat_in_a_terminal_runs_a_tool_and_leaves_the_home_alone(isolated_home):
@@ -64,9 +78,16 @@ def _tool_messages(request) -> list[dict]:
 
 def test_a_result_after_assistant_text_is_sent_as_the_real_result(nanobot_run, fake_llm, configure):
     configure()
-    _session("cli:direct", [user("deploy it"), assistant(None, [tool_call("c1", "exec", {"command": "make deploy"})]),
-                            assistant("Deploying now, this takes a minute."),  # as nanobot 0.3.x files have it
-                            tool_result("c1", "exec", "deployed v42"), assistant("Deployed v42.")])
+    _session(
+        "cli:direct",
+        [
+            user("deploy it"),
+            assistant(None, [tool_call("c1", "exec", {"command": "make deploy"})]),
+            assistant("Deploying now, this takes a minute."),  # as nanobot 0.3.x files have it
+            tool_result("c1", "exec", "deployed v42"),
+            assistant("Deployed v42."),
+        ],
+    )
     fake_llm.script(Reply.text("ok"))
     result = nanobot_run("agent", "-m", "is it live?")
     assert result.returncode == 0, result.stderr
@@ -78,11 +99,19 @@ def test_a_result_after_assistant_text_is_sent_as_the_real_result(nanobot_run, f
     assert fake_llm.violations() == []
 
 
-def test_an_empty_list_tool_result_goes_to_openai_servers_as_short_text(nanobot_run, fake_llm, configure):
+def test_an_empty_list_tool_result_goes_to_openai_servers_as_short_text(
+    nanobot_run, fake_llm, configure
+):
     configure()
-    _session("cli:direct", [user("touch it"), assistant(None, [tool_call("c1", "exec", {"command": "touch a"})]),
-                            {"role": "tool", "tool_call_id": "c1", "name": "exec", "content": []},
-                            assistant("Done.")])
+    _session(
+        "cli:direct",
+        [
+            user("touch it"),
+            assistant(None, [tool_call("c1", "exec", {"command": "touch a"})]),
+            {"role": "tool", "tool_call_id": "c1", "name": "exec", "content": []},
+            assistant("Done."),
+        ],
+    )
     fake_llm.script(Reply.text("ok"))
     assert nanobot_run("agent", "-m", "next").returncode == 0
     [result] = _tool_messages(fake_llm.requests[0])
@@ -91,48 +120,71 @@ def test_an_empty_list_tool_result_goes_to_openai_servers_as_short_text(nanobot_
 
 def _deepseek(home, base: str) -> None:
     home.mkdir(parents=True, exist_ok=True)
-    (home / "config.json").write_text(json.dumps({
-        "agents": {"defaults": {"model": "deepseek/deepseek-v4-pro", "reasoningEffort": "high"}},
-        "providers": {"deepseek": {"apiKey": "sk-deepseek-test-123456", "apiBase": base}}}))
+    (home / "config.json").write_text(
+        json.dumps(
+            {
+                "agents": {
+                    "defaults": {"model": "deepseek/deepseek-v4-pro", "reasoningEffort": "high"}
+                },
+                "providers": {"deepseek": {"apiKey": "sk-deepseek-test-123456", "apiBase": base}},
+            }
+        )
+    )
     (home / "config.json").chmod(0o600)
 
 
-def test_deepseek_thinking_gets_its_reasoning_back_with_each_tool_call(nanobot_run, fake_llm, isolated_home):
+def test_deepseek_thinking_gets_its_reasoning_back_with_each_tool_call(
+    nanobot_run, fake_llm, isolated_home
+):
     _deepseek(isolated_home, fake_llm.openai_base_url)
-    fake_llm.script(Reply.tool_calls([("list_dir", {"path": "."})], reasoning="I should look at the files."),
-                    Reply.text("Two files.", reasoning="Counted them."),
-                    Reply.text("Still two."))
+    fake_llm.script(
+        Reply.tool_calls([("list_dir", {"path": "."})], reasoning="I should look at the files."),
+        Reply.text("Two files.", reasoning="Counted them."),
+        Reply.text("Still two."),
+    )
     assert nanobot_run("agent", "-m", "what is here?").returncode == 0
     assert nanobot_run("agent", "-m", "and now?").returncode == 0
     for request in fake_llm.requests[1:]:  # within the turn, and in the next turn
         [call] = [m for m in request.messages if m.get("tool_calls")]
         assert call["reasoning_content"] == "I should look at the files."
-        assert all("reasoning_content" not in m for m in request.messages if not m.get("tool_calls"))
+        assert all(
+            "reasoning_content" not in m for m in request.messages if not m.get("tool_calls")
+        )
     assert fake_llm.requests[0].body["thinking"] == {"type": "enabled"}
 
 
 def test_other_compatible_servers_get_no_reasoning_back(nanobot_run, fake_llm, configure):
     configure()
-    fake_llm.script(Reply.tool_calls([("list_dir", {"path": "."})], reasoning="I should look."), Reply.text("ok"))
+    fake_llm.script(
+        Reply.tool_calls([("list_dir", {"path": "."})], reasoning="I should look."),
+        Reply.text("ok"),
+    )
     assert nanobot_run("agent", "-m", "what is here?").returncode == 0
     assert "reasoning_content" not in json.dumps(fake_llm.requests[1].messages)
 
 
-def test_a_memory_larger_than_the_window_is_cut_for_the_request_not_refused(nanobot_run, fake_llm, configure,
-                                                                           isolated_home):
+def test_a_memory_larger_than_the_window_is_cut_for_the_request_not_refused(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     configure(contextWindowTokens=8000)
     memory = isolated_home / "workspace" / "memory" / "MEMORY.md"
     memory.parent.mkdir(parents=True)
-    text = "# Memory\n\n" + "".join(f"- fact {i}: the user likes project number {i} a lot\n" for i in range(3000))
+    text = "# Memory\n\n" + "".join(
+        f"- fact {i}: the user likes project number {i} a lot\n" for i in range(3000)
+    )
     memory.write_text(text)
     fake_llm.script(Reply.text("hello"))
     result = nanobot_run("agent", "-m", "hi")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "hello"
     said = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(said) == 1 and "MEMORY.md" in said[0] and "`nanobot memory edit`" in said[0], result.stderr
+    assert len(said) == 1 and "MEMORY.md" in said[0] and "`nanobot memory edit`" in said[0], (
+        result.stderr
+    )
     system = fake_llm.requests[0].messages[0]["content"]
-    assert "- fact 0:" in system and "- fact 2999:" not in system and "MEMORY.md is cut here" in system
+    assert (
+        "- fact 0:" in system and "- fact 2999:" not in system and "MEMORY.md is cut here" in system
+    )
     assert memory.read_text() == text  # never on disk
 
 
@@ -145,9 +197,13 @@ def test_memory_health_is_told_as_it_is(nanobot_run, configure, isolated_home):
     memory_dir = isolated_home / "workspace" / "memory"
     memory_dir.mkdir(parents=True)
     fresh = nanobot_run("doctor", "--offline")
-    assert "nothing remembered yet" in _line(fresh.stdout, "memory") and "healthy" not in fresh.stdout
-    (memory_dir / "HISTORY.md").write_text("[2026-01-05 10:00] A summary.\n\n[2026-01-06 10:00] RAW archive of 2 "
-                                           "message(s) — summary failed: no answer from the model\n  user: hi\n")
+    assert (
+        "nothing remembered yet" in _line(fresh.stdout, "memory") and "healthy" not in fresh.stdout
+    )
+    (memory_dir / "HISTORY.md").write_text(
+        "[2026-01-05 10:00] A summary.\n\n[2026-01-06 10:00] RAW archive of 2 "
+        "message(s) — summary failed: no answer from the model\n  user: hi\n"
+    )
     failed = nanobot_run("doctor", "--offline")
     assert failed.returncode == 1 and "archived raw" in _line(failed.stdout, "memory")
     assert nanobot_run("memory", "check").returncode == 1
@@ -196,15 +252,25 @@ def test_config_bytes_are_read_kindly(nanobot_run, fake_llm, configure):
     for command in (("agent", "-m", "hi"), ("doctor", "--offline"), ("status",)):
         bad = nanobot_run(*command)
         assert bad.returncode != 0 and "Traceback" not in bad.stderr + bad.stdout
-        assert "line 1, byte" in bad.stderr + bad.stdout and "not UTF-8 (0xF6)" in bad.stderr + bad.stdout
+        assert (
+            "line 1, byte" in bad.stderr + bad.stdout
+            and "not UTF-8 (0xF6)" in bad.stderr + bad.stdout
+        )
 
 
 def test_environment_keys_in_any_case_and_a_word_for_the_unknown(nanobot_run, fake_llm, configure):
     configure()
     data_base = fake_llm.openai_base_url
     fake_llm.script(Reply.text("via env"))
-    ok = nanobot_run("agent", "-m", "hi", env={"NANOBOT_PROVIDERS__CUSTOM__APIBASE": data_base.replace(
-        "127.0.0.1", "localhost"), "NANOBOT_AGENTS__DEFAULTS__MAXTOKENS": "777"})
+    ok = nanobot_run(
+        "agent",
+        "-m",
+        "hi",
+        env={
+            "NANOBOT_PROVIDERS__CUSTOM__APIBASE": data_base.replace("127.0.0.1", "localhost"),
+            "NANOBOT_AGENTS__DEFAULTS__MAXTOKENS": "777",
+        },
+    )
     assert ok.returncode == 0, ok.stderr
     assert fake_llm.requests[0].body["max_tokens"] == 777
     assert fake_llm.requests[0].headers["host"].startswith("localhost")
@@ -213,7 +279,9 @@ def test_environment_keys_in_any_case_and_a_word_for_the_unknown(nanobot_run, fa
     assert "did you mean NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS?" in typo.stderr
 
 
-def test_a_linked_config_stays_a_link_and_status_says_where_it_points(nanobot_run, configure, isolated_home, tmp_path):
+def test_a_linked_config_stays_a_link_and_status_says_where_it_points(
+    nanobot_run, configure, isolated_home, tmp_path
+):
     path = configure()
     dotfiles = tmp_path / "dotfiles"
     dotfiles.mkdir()
@@ -232,7 +300,9 @@ def _session_files(home) -> list[str]:
     return sorted(p.name for p in (home / "sessions").glob("*.jsonl"))
 
 
-def test_a_damaged_first_line_is_never_imported_as_a_new_session(nanobot_run, fake_llm, configure, isolated_home):
+def test_a_damaged_first_line_is_never_imported_as_a_new_session(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     configure()
     fake_llm.script(*[Reply.text(f"answer {i}") for i in range(6)])
     assert nanobot_run("agent", "-m", "first").returncode == 0
@@ -240,8 +310,11 @@ def test_a_damaged_first_line_is_never_imported_as_a_new_session(nanobot_run, fa
     path = isolated_home / "sessions" / name
     good = path.read_bytes()
     first, rest = good.split(b"\n", 1)
-    damages = {"bom": b"\xef\xbb\xbf" + good, "crlf": good.replace(b"\n", b"\r\n"),
-               "garbage": b"garbage\n" + rest}
+    damages = {
+        "bom": b"\xef\xbb\xbf" + good,
+        "crlf": good.replace(b"\n", b"\r\n"),
+        "garbage": b"garbage\n" + rest,
+    }
     for what, data in damages.items():
         path.write_bytes(data)
         for _ in range(2):
@@ -256,7 +329,9 @@ def test_a_damaged_first_line_is_never_imported_as_a_new_session(nanobot_run, fa
         fake_llm.script(Reply.text("again"))
         again = nanobot_run("agent", "-m", "second")
         assert again.returncode == 0, (what, again.stderr)
-        assert "first" in json.dumps(fake_llm.requests[0].messages), what  # the user's own conversation goes on
+        assert "first" in json.dumps(fake_llm.requests[0].messages), (
+            what
+        )  # the user's own conversation goes on
         assert _session_files(isolated_home) == [name], what
         path.write_bytes(good)
 
@@ -273,9 +348,14 @@ def test_a_folder_where_the_session_file_goes_is_named(nanobot_run, configure, i
     assert "could not be imported" not in result.stdout + result.stderr
 
 
-def test_small_slips_of_the_one_shot_and_read_only_commands(nanobot_run, fake_llm, configure, isolated_home):
+def test_small_slips_of_the_one_shot_and_read_only_commands(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     version = nanobot_run("--version")
-    assert version.stdout.strip() == "nanobot 0.1.0 (terminal assistant; reads nanobot 0.1.4-0.3.5 homes)"
+    assert (
+        version.stdout.strip()
+        == "nanobot 0.1.0 (terminal assistant; reads nanobot 0.1.4-0.3.5 homes)"
+    )
     for command in (("status",), ("memory", "show"), ("cron", "list")):
         nanobot_run(*command)
         assert not isolated_home.exists() or isolated_home.stat().st_mode & 0o777 == 0o700, command
@@ -285,7 +365,9 @@ def test_small_slips_of_the_one_shot_and_read_only_commands(nanobot_run, fake_ll
     fake_llm.script(Reply.text("one"), Reply.text("two"))
     first, second = nanobot_run("agent", "-m", "a"), nanobot_run("agent", "-m", "b")
     assert first.returncode == second.returncode == 0
-    assert "the fixed prompt" in first.stderr and "the fixed prompt" not in second.stderr  # once per config
+    assert (
+        "the fixed prompt" in first.stderr and "the fixed prompt" not in second.stderr
+    )  # once per config
 
 
 def test_chat_status_mcp_hint_and_ctrl_c_at_the_question(fake_llm, configure, isolated_home):
@@ -293,12 +375,22 @@ def test_chat_status_mcp_hint_and_ctrl_c_at_the_question(fake_llm, configure, is
 
     path = configure()
     data = json.loads(path.read_text())
-    data["tools"] = {"mcpServers": {"notes": {"command": sys.executable, "args": [SERVER, "stdio"], "trusted": True,
-                                              "enabledTools": ["add"]}}}
+    data["tools"] = {
+        "mcpServers": {
+            "notes": {
+                "command": sys.executable,
+                "args": [SERVER, "stdio"],
+                "trusted": True,
+                "enabledTools": ["add"],
+            }
+        }
+    }
     path.write_text(json.dumps(data))
-    fake_llm.script(Reply.tool_calls([("mcp_notes_add", {"a": 2, "b": 3})]),
-                    Reply.tool_calls([("read_file", {"path": "/etc/hostname"})]),
-                    Reply.text("never asked for"))
+    fake_llm.script(
+        Reply.tool_calls([("mcp_notes_add", {"a": 2, "b": 3})]),
+        Reply.tool_calls([("read_file", {"path": "/etc/hostname"})]),
+        Reply.text("never asked for"),
+    )
     term = Terminal("agent", columns=120, rows=40)
     try:
         term.wait_for("you ›")
@@ -318,31 +410,52 @@ def test_chat_status_mcp_hint_and_ctrl_c_at_the_question(fake_llm, configure, is
     finally:
         term.close()
     assert "prompt 0 ·" not in term.text()
-    assert len(fake_llm.requests) == 2  # the turn stopped at the question: the model was not asked again
+    assert (
+        len(fake_llm.requests) == 2
+    )  # the turn stopped at the question: the model was not asked again
 
 
-def test_a_stock_nanobot_035_config_loads_quietly_and_status_lists_what_is_not_used(nanobot_run, isolated_home):
+def test_a_stock_nanobot_035_config_loads_quietly_and_status_lists_what_is_not_used(
+    nanobot_run, isolated_home
+):
     from pathlib import Path
 
-    stock = Path(__file__).parents[1] / "fixtures" / "nanobot_homes" / "v0_3_5" / ".nanobot" / "config.json"
+    stock = (
+        Path(__file__).parents[1]
+        / "fixtures"
+        / "nanobot_homes"
+        / "v0_3_5"
+        / ".nanobot"
+        / "config.json"
+    )
     isolated_home.mkdir(parents=True)
     (isolated_home / "config.json").write_bytes(stock.read_bytes())
     (isolated_home / "config.json").chmod(0o600)
     for command in (("memory", "show"), ("session", "list"), ("cron", "list")):
         result = nanobot_run(*command)
         assert "unknown key" not in result.stderr, (command, result.stderr)
-    data = json.loads(stock.read_text())  # set, as a 0.3.5 user may have them: listed once, still not warned
-    data["tools"]["exec"].update(sandbox="bwrap", sandboxRoBinds=["/opt"], pathPrepend="/opt/bin",
-                                 allowedEnvKeys=["LANG"])
+    data = json.loads(
+        stock.read_text()
+    )  # set, as a 0.3.5 user may have them: listed once, still not warned
+    data["tools"]["exec"].update(
+        sandbox="bwrap", sandboxRoBinds=["/opt"], pathPrepend="/opt/bin", allowedEnvKeys=["LANG"]
+    )
     (isolated_home / "config.json").write_text(json.dumps(data))
     status = nanobot_run("status", env={"COLUMNS": "400"})
     assert "unknown key" not in status.stderr
-    listed = status.stdout[status.stdout.index("ignored"):]
-    for key in ("tools.exec.sandbox", "tools.exec.sandboxRoBinds", "tools.exec.pathPrepend", "tools.exec.allowedEnvKeys"):
+    listed = status.stdout[status.stdout.index("ignored") :]
+    for key in (
+        "tools.exec.sandbox",
+        "tools.exec.sandboxRoBinds",
+        "tools.exec.pathPrepend",
+        "tools.exec.allowedEnvKeys",
+    ):
         assert listed.count(key + ":") + listed.count(key + ",") == 1, (key, listed)
 
 
-def test_turns_made_in_nanobot_035_after_the_import_come_across_when_safe(nanobot_run, fake_llm, isolated_home):
+def test_turns_made_in_nanobot_035_after_the_import_come_across_when_safe(
+    nanobot_run, fake_llm, isolated_home
+):
     import shutil
     from pathlib import Path
 
@@ -358,8 +471,12 @@ def test_turns_made_in_nanobot_035_after_the_import_come_across_when_safe(nanobo
         meta = json.loads(lines[0])
         meta["updated_at"] = f"2026-12-02T10:{len(lines):02d}:00"
         lines[0] = json.dumps(meta)
-        lines += [json.dumps({"role": "user", "content": user_text, "timestamp": "2026-12-02T10:00:00"}),
-                  json.dumps({"role": "assistant", "content": answer, "timestamp": "2026-12-02T10:00:01"})]
+        lines += [
+            json.dumps({"role": "user", "content": user_text, "timestamp": "2026-12-02T10:00:00"}),
+            json.dumps(
+                {"role": "assistant", "content": answer, "timestamp": "2026-12-02T10:00:01"}
+            ),
+        ]
         source.write_text("\n".join(lines) + "\n")
 
     nanobot_035_turn("Miso is three years old.", "Three, noted.")
@@ -378,8 +495,10 @@ def test_turns_made_in_nanobot_035_after_the_import_come_across_when_safe(nanobo
     assert "And she likes tuna." not in json.dumps(shown) and len(shown) == 6
 
 
-LONG_ANSWER = ("**Reminder**: stretch your shoulders, drink some water, and look at something far away for "
-               "twenty seconds; extraordinarily uncharacteristically comprehensive instructions follow tomorrow.")
+LONG_ANSWER = (
+    "**Reminder**: stretch your shoulders, drink some water, and look at something far away for "
+    "twenty seconds; extraordinarily uncharacteristically comprehensive instructions follow tomorrow."
+)
 
 
 def test_reminders_render_like_answers_and_cron_speaks_its_flags(nanobot_run, fake_llm, configure):
@@ -391,12 +510,19 @@ def test_reminders_render_like_answers_and_cron_speaks_its_flags(nanobot_run, fa
 
     cfg = load_config(configure())
     now = int(time.time() * 1000)
-    job = JobStore(cfg.workspace_path()).add(parse_schedule(every_seconds=3600, now_ms=now - 3_700_000),
-                                             "Nudge me", now_ms=now - 3_700_000)
+    job = JobStore(cfg.workspace_path()).add(
+        parse_schedule(every_seconds=3600, now_ms=now - 3_700_000),
+        "Nudge me",
+        now_ms=now - 3_700_000,
+    )
     listed = nanobot_run("cron", "list", env={"COLUMNS": "60"})
     assert job.id in listed.stdout, listed.stdout  # whole, as run/pause/remove need it
     every = nanobot_run("cron", "add", "-m", "x", "--every", "30")
-    assert every.returncode != 0 and "--every must be" in every.stderr and "every_seconds" not in every.stderr
+    assert (
+        every.returncode != 0
+        and "--every must be" in every.stderr
+        and "every_seconds" not in every.stderr
+    )
     fake_llm.script(Reply.text(LONG_ANSWER))
     term = Terminal("agent", columns=60)
     try:
@@ -426,7 +552,9 @@ def test_serve_stopped_by_ctrl_c_exits_130(configure):
         term.close()
 
 
-def test_a_read_only_workspace_is_said_once_with_what_to_do(nanobot_run, fake_llm, configure, tmp_path):
+def test_a_read_only_workspace_is_said_once_with_what_to_do(
+    nanobot_run, fake_llm, configure, tmp_path
+):
     from tests.cli.disks import remount_read_only, tmpfs
 
     with tmpfs(tmp_path / "ro-workspace", size="1m") as workspace:
@@ -437,7 +565,9 @@ def test_a_read_only_workspace_is_said_once_with_what_to_do(nanobot_run, fake_ll
         first, second = nanobot_run("agent", "-m", "one"), nanobot_run("agent", "-m", "two")
         assert first.returncode == second.returncode == 0, first.stderr
         said = [line for line in first.stderr.splitlines() if line.strip()]
-        assert len(said) == 1 and "is read-only" in said[0] and "agents.defaults.workspace" in said[0], said
+        assert (
+            len(said) == 1 and "is read-only" in said[0] and "agents.defaults.workspace" in said[0]
+        ), said
         assert "Errno" not in first.stderr and second.stderr.strip() == ""
         term = Terminal("agent", columns=200)
         try:

@@ -22,16 +22,28 @@ FACT = "my sister's support group meets at the LGBTQ center on Thursdays"
 
 
 def tool_results(request) -> list[str]:
-    return [m["content"] if isinstance(m.get("content"), str) else json.dumps(m.get("content"))
-            for m in request.messages if m.get("role") == "tool"]
+    return [
+        m["content"] if isinstance(m.get("content"), str) else json.dumps(m.get("content"))
+        for m in request.messages
+        if m.get("role") == "tool"
+    ]
 
 
 def write_session(key: str, messages: list[tuple[str, str]], start: datetime) -> None:
     store = SessionStore()
     session = store.open(key)
     try:
-        store.append(session, [{"role": role, "content": text, "timestamp": (start + timedelta(minutes=i)).isoformat()}
-                               for i, (role, text) in enumerate(messages)])
+        store.append(
+            session,
+            [
+                {
+                    "role": role,
+                    "content": text,
+                    "timestamp": (start + timedelta(minutes=i)).isoformat(),
+                }
+                for i, (role, text) in enumerate(messages)
+            ],
+        )
     finally:
         store.close(session)
 
@@ -41,16 +53,29 @@ def month_old_session(configure) -> datetime:
     """Session A, a month ago: the fact said once, in passing, among other talk."""
     configure()
     when = datetime.now().replace(microsecond=0) - timedelta(days=31)
-    chatter = [("user", "what should I cook tonight? something with lentils"), ("assistant", "Try a dal.")]
-    write_session("cli:a", chatter * 10 + [("user", f"unrelated: {FACT}, anyway, back to dinner"),
-                                            ("assistant", "Good to know. For dinner, a risotto?")] + chatter * 5, when)
+    chatter = [
+        ("user", "what should I cook tonight? something with lentils"),
+        ("assistant", "Try a dal."),
+    ]
+    write_session(
+        "cli:a",
+        chatter * 10
+        + [
+            ("user", f"unrelated: {FACT}, anyway, back to dinner"),
+            ("assistant", "Good to know. For dinner, a risotto?"),
+        ]
+        + chatter * 5,
+        when,
+    )
     return when
 
 
 def ask_from_b(fake_llm, nanobot_run, query: str = "sister support group meets") -> str:
     """One turn in session B where the model calls search_history; the tool result the provider received."""
     fake_llm.reset()
-    fake_llm.script(Reply.tool_calls([("search_history", {"query": query})]), Reply.text("On Thursdays."))
+    fake_llm.script(
+        Reply.tool_calls([("search_history", {"query": query})]), Reply.text("On Thursdays.")
+    )
     result = nanobot_run("agent", "-s", "cli:b", "-m", "when does my sister's group meet again?")
     assert result.returncode == 0, result.stderr
     assert "On Thursdays." in result.stdout
@@ -59,22 +84,30 @@ def ask_from_b(fake_llm, nanobot_run, query: str = "sister support group meets")
     return results[-1]  # this turn's (earlier turns of B are in the history before it)
 
 
-def test_a_fact_said_in_another_session_a_month_ago_is_found(month_old_session, fake_llm, nanobot_run):
+def test_a_fact_said_in_another_session_a_month_ago_is_found(
+    month_old_session, fake_llm, nanobot_run
+):
     result = ask_from_b(fake_llm, nanobot_run)
     said = month_old_session + timedelta(minutes=20)
     assert FACT in result
-    assert f"{said:%Y-%m-%d %H:%M} · session cli:a (another session) · user · ref cli:a#20" in result
+    assert (
+        f"{said:%Y-%m-%d %H:%M} · session cli:a (another session) · user · ref cli:a#20" in result
+    )
     assert "<untrusted-data" in result and "lentils" not in result.split(FACT)[0].split("[1]")[-1]
     # the model reads on around the hit
     fake_llm.reset()
-    fake_llm.script(Reply.tool_calls([("read_history", {"ref": "cli:a#20", "before": 1, "after": 1})]),
-                    Reply.text("ok"))
+    fake_llm.script(
+        Reply.tool_calls([("read_history", {"ref": "cli:a#20", "before": 1, "after": 1})]),
+        Reply.text("ok"),
+    )
     assert nanobot_run("agent", "-s", "cli:b", "-m", "and what did you say then?").returncode == 0
     around = tool_results(fake_llm.requests[1])[0]
     assert "Try a dal." in around and FACT in around and "a risotto?" in around
 
 
-def test_a_damaged_or_deleted_index_is_rebuilt_and_the_answer_is_the_same(month_old_session, fake_llm, nanobot_run):
+def test_a_damaged_or_deleted_index_is_rebuilt_and_the_answer_is_the_same(
+    month_old_session, fake_llm, nanobot_run
+):
     first = ask_from_b(fake_llm, nanobot_run)
     index = default_index_path()
     assert index.exists()
@@ -89,22 +122,50 @@ def test_a_damaged_or_deleted_index_is_rebuilt_and_the_answer_is_the_same(month_
 
 def _big_archive(sessions: int, messages: int) -> None:
     rng = random.Random(7)
-    words = ["harbor", "lantern", "violet", "meadow", "copper", "willow", "ember", "quartz", "saddle", "orchid",
-             "pepper", "ribbon", "glacier", "thimble", "falcon", "juniper", "marble", "nectar", "pebble", "tundra"]
+    words = [
+        "harbor",
+        "lantern",
+        "violet",
+        "meadow",
+        "copper",
+        "willow",
+        "ember",
+        "quartz",
+        "saddle",
+        "orchid",
+        "pepper",
+        "ribbon",
+        "glacier",
+        "thimble",
+        "falcon",
+        "juniper",
+        "marble",
+        "nectar",
+        "pebble",
+        "tundra",
+    ]
     start = datetime(2026, 1, 1, 9, 0)
     for s in range(sessions):
-        lines = [("user" if i % 2 == 0 else "assistant",
-                  " ".join(rng.choice(words) for _ in range(rng.randint(20, 200))) + f" token{s}x{i}")
-                 for i in range(messages)]
+        lines = [
+            (
+                "user" if i % 2 == 0 else "assistant",
+                " ".join(rng.choice(words) for _ in range(rng.randint(20, 200))) + f" token{s}x{i}",
+            )
+            for i in range(messages)
+        ]
         write_session(f"cli:bulk{s}", lines, start + timedelta(days=s))
 
 
-def test_kill_9_while_indexing_loses_nothing_and_the_next_start_repairs_it(configure, nanobot_cmd, nanobot_run,
-                                                                           tmp_path):
+def test_kill_9_while_indexing_loses_nothing_and_the_next_start_repairs_it(
+    configure, nanobot_cmd, nanobot_run, tmp_path
+):
     configure()
     _big_archive(sessions=40, messages=100)
-    proc = subprocess.Popen([*nanobot_cmd, "history", "search", "token22x7", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [*nanobot_cmd, "history", "search", "token22x7", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     index = default_index_path()
     deadline = time.monotonic() + 60
     while not Path(f"{index}-wal").exists() and proc.poll() is None and time.monotonic() < deadline:
@@ -120,18 +181,33 @@ def test_kill_9_while_indexing_loses_nothing_and_the_next_start_repairs_it(confi
         after_kill = nanobot_run("history", "search", probe, "--json", "-n", "20")
         assert after_kill.returncode == 0, after_kill.stderr
         hits = [(h["ref"], h["part"], h["text"]) for h in json.loads(after_kill.stdout)]
-        assert hits == [(h.unit.ref, h.unit.part, h.unit.text) for h in reference.search(probe, limit=20)]
-    assert nanobot_run("history", "search", "token22x7", "--json").stdout.count('"ref": "cli:bulk22#7"') == 1
+        assert hits == [
+            (h.unit.ref, h.unit.part, h.unit.text) for h in reference.search(probe, limit=20)
+        ]
+    assert (
+        nanobot_run("history", "search", "token22x7", "--json").stdout.count(
+            '"ref": "cli:bulk22#7"'
+        )
+        == 1
+    )
 
 
 def test_history_search_filters_and_json(month_old_session, nanobot_run, isolated_home):
-    MemoryStore(isolated_home / "workspace").append_history("[2026-01-06 10:00] Talked about the support group's new venue.")
+    MemoryStore(isolated_home / "workspace").append_history(
+        "[2026-01-06 10:00] Talked about the support group's new venue."
+    )
     out = nanobot_run("history", "search", "support group")
     assert out.returncode == 0 and FACT in out.stdout and "new venue" in out.stdout
-    hits = json.loads(nanobot_run("history", "search", "support group", "--json", "--session", "cli:a").stdout)
+    hits = json.loads(
+        nanobot_run("history", "search", "support group", "--json", "--session", "cli:a").stdout
+    )
     assert [h["ref"] for h in hits] == ["cli:a#20"] and hits[0]["role"] == "user"
-    assert hits[0]["before"]["text"] == "Try a dal." and hits[0]["after"]["text"].startswith("Good to know.")
-    hits = json.loads(nanobot_run("history", "search", "support group", "--json", "--until", "2026-01-31").stdout)
+    assert hits[0]["before"]["text"] == "Try a dal." and hits[0]["after"]["text"].startswith(
+        "Good to know."
+    )
+    hits = json.loads(
+        nanobot_run("history", "search", "support group", "--json", "--until", "2026-01-31").stdout
+    )
     assert [h["session"] for h in hits] == ["memory/HISTORY.md"]
     since = (month_old_session + timedelta(days=1)).strftime("%Y-%m-%d")
     none = nanobot_run("history", "search", "support group", "--since", since, "--session", "cli:a")
@@ -165,16 +241,24 @@ def untidy(configure, isolated_home) -> MemoryStore:
     return store
 
 
-def test_memory_tidy_shows_the_diff_and_refuses_without_yes_when_not_interactive(untidy, fake_llm, nanobot_run):
+def test_memory_tidy_shows_the_diff_and_refuses_without_yes_when_not_interactive(
+    untidy, fake_llm, nanobot_run
+):
     fake_llm.script(Reply.text(TIDY_AFTER))
     result = nanobot_run("memory", "tidy")
     assert result.returncode == 1 and "--yes" in result.stderr
-    assert "\n-- The user lives in Porto.\n" in result.stdout and "\n-- The user has a dentist appointment tomorrow.\n" in result.stdout
+    assert (
+        "\n-- The user lives in Porto.\n" in result.stdout
+        and "\n-- The user has a dentist appointment tomorrow.\n" in result.stdout
+    )
     assert "+- The user lives in Lisbon (moved 2026-03-02)." in result.stdout
     assert untidy.read_memory() == TIDY_BEFORE  # unchanged
     sent = fake_llm.requests[0]
     user = json.dumps(sent.messages)
-    assert "The user has a dentist appointment tomorrow." in user and "[2026-03-02 18:00] Dentist tomorrow" in user
+    assert (
+        "The user has a dentist appointment tomorrow." in user
+        and "[2026-03-02 18:00] Dentist tomorrow" in user
+    )
 
 
 def test_memory_tidy_yes_applies_through_the_versioned_door(untidy, fake_llm, nanobot_run):
@@ -195,8 +279,9 @@ def test_memory_tidy_refuses_a_cut_off_reply(untidy, fake_llm, nanobot_run):
     assert untidy.read_memory() == TIDY_BEFORE
 
 
-def test_scope_session_in_the_config_keeps_session_a_out_of_session_b(month_old_session, fake_llm, nanobot_run,
-                                                                     isolated_home):
+def test_scope_session_in_the_config_keeps_session_a_out_of_session_b(
+    month_old_session, fake_llm, nanobot_run, isolated_home
+):
     path = isolated_home / "config.json"
     data = json.loads(path.read_text())
     data["tools"] = {"recall": {"scope": "session"}}

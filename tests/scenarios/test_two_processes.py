@@ -25,10 +25,21 @@ IN_USE = "session cli:direct is in use by another nanobot process"
 
 
 def spawn_repl(*args: str) -> pexpect.spawn:
-    env = {**os.environ, "TERM": "xterm", "COLUMNS": "120", "LINES": "40", "PYTHONUNBUFFERED": "1",
-           "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = forkserver.shared().spawn([sys.executable, "-m", "nanobot", "agent", "--no-markdown", *args],
-                                      env=env, encoding="utf-8", timeout=60, dimensions=(40, 120))
+    env = {
+        **os.environ,
+        "TERM": "xterm",
+        "COLUMNS": "120",
+        "LINES": "40",
+        "PYTHONUNBUFFERED": "1",
+        "PROMPT_TOOLKIT_NO_CPR": "1",
+    }
+    child = forkserver.shared().spawn(
+        [sys.executable, "-m", "nanobot", "agent", "--no-markdown", *args],
+        env=env,
+        encoding="utf-8",
+        timeout=60,
+        dimensions=(40, 120),
+    )
     child.expect_exact(PROMPT)  # the session is open (and locked) before the first prompt
     return child
 
@@ -71,12 +82,15 @@ def children():
 
 
 def test_second_process_on_a_busy_session_is_refused_and_the_first_loses_nothing(
-        configure, fake_llm, isolated_home, nanobot_run, children):
+    configure, fake_llm, isolated_home, nanobot_run, children
+):
     configure()
     fake_llm.script(
         Reply.text("first answer"),
         # the tool waits until the test lets it go, so the second process surely runs mid-turn
-        Reply.tool_calls([("exec", {"command": "while [ ! -f go ]; do sleep 0.05; done; echo slept"})]),
+        Reply.tool_calls(
+            [("exec", {"command": "while [ ! -f go ]; do sleep 0.05; done; echo slept"})]
+        ),
         Reply.text("third answer"),
     )
     repl = spawn_repl()
@@ -105,9 +119,21 @@ def test_second_process_on_a_busy_session_is_refused_and_the_first_loses_nothing
     assert repl.exitstatus == 0
 
     messages, raw = stored(isolated_home, "cli:direct")
-    assert pairs(messages) == [("user", "first question"), ("assistant", "first answer"),
-                               ("user", "third question"), ("assistant", None), ("assistant", "third answer")]
-    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "tool", "assistant"]
+    assert pairs(messages) == [
+        ("user", "first question"),
+        ("assistant", "first answer"),
+        ("user", "third question"),
+        ("assistant", None),
+        ("assistant", "third answer"),
+    ]
+    assert [m["role"] for m in messages] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
     assert "slept" in messages[4]["content"]
     assert b"second question" not in raw
     assert not list((isolated_home / "sessions").glob("*.corrupt"))
@@ -125,7 +151,10 @@ def test_second_process_on_a_busy_session_is_refused_and_the_first_loses_nothing
     assert after.returncode == 0, after.stderr
     assert after.stdout.strip() == "fourth answer"
     sent = [m.get("content") for m in fake_llm.requests[-1].messages[1:-1]]
-    assert any(isinstance(c, str) and c.endswith("first question") for c in sent) and "third answer" in sent
+    assert (
+        any(isinstance(c, str) and c.endswith("first question") for c in sent)
+        and "third answer" in sent
+    )
 
 
 def _answer_by_user_text(rec) -> Reply:
@@ -157,16 +186,28 @@ def test_two_sessions_at_the_same_time_both_work(configure, fake_llm, isolated_h
 
     fake_llm.assert_all_valid()
     assert not any(r.unscripted for r in fake_llm.requests)
-    overlaps = [(r, s) for r in fake_llm.requests for s in fake_llm.requests
-                if r.index < s.index and s.t_received < (r.t_answered or 0)]
+    overlaps = [
+        (r, s)
+        for r in fake_llm.requests
+        for s in fake_llm.requests
+        if r.index < s.index and s.t_received < (r.t_answered or 0)
+    ]
     assert overlaps, "the two sessions' turns never ran at the same time"
 
     a_msgs, a_raw = stored(isolated_home, "cli:direct")
     b_msgs, b_raw = stored(isolated_home, "team:b")
-    assert pairs(a_msgs) == [("user", "alpha-1"), ("assistant", "reply to alpha-1"),
-                             ("user", "alpha-2"), ("assistant", "reply to alpha-2")]
-    assert pairs(b_msgs) == [("user", "beta-1"), ("assistant", "reply to beta-1"),
-                             ("user", "beta-2"), ("assistant", "reply to beta-2")]
+    assert pairs(a_msgs) == [
+        ("user", "alpha-1"),
+        ("assistant", "reply to alpha-1"),
+        ("user", "alpha-2"),
+        ("assistant", "reply to alpha-2"),
+    ]
+    assert pairs(b_msgs) == [
+        ("user", "beta-1"),
+        ("assistant", "reply to beta-1"),
+        ("user", "beta-2"),
+        ("assistant", "reply to beta-2"),
+    ]
     assert b"beta" not in a_raw and b"alpha" not in b_raw
     # each second-round request carried its own session's first round, not the other one's
     for request in fake_llm.requests:
@@ -175,7 +216,8 @@ def test_two_sessions_at_the_same_time_both_work(configure, fake_llm, isolated_h
 
 
 def test_two_processes_consolidating_into_one_workspace_lose_neither_update(
-        configure, fake_llm, isolated_home, nanobot_cmd, nanobot_forkserver, nanobot_run):
+    configure, fake_llm, isolated_home, nanobot_cmd, nanobot_forkserver, nanobot_run
+):
     """Both summaries are computed from the same MEMORY.md at the same time; the second to land is
     merged on top of the first (compare-and-swap), so both facts stay."""
     from nanobot.memory.store import MemoryStore
@@ -188,10 +230,21 @@ def test_two_processes_consolidating_into_one_workspace_lose_neither_update(
     for key in ("cli:alpha", "cli:beta"):
         session = sessions.open(key)
         for i in range(60):
-            sessions.append(session, [
-                {"role": "user", "content": f"{key} turn {i}: " + "lorem ipsum dolor " * 30,
-                 "timestamp": "2026-01-05T10:00:00"},
-                {"role": "assistant", "content": "ok " * 40, "timestamp": "2026-01-05T10:01:00"}])
+            sessions.append(
+                session,
+                [
+                    {
+                        "role": "user",
+                        "content": f"{key} turn {i}: " + "lorem ipsum dolor " * 30,
+                        "timestamp": "2026-01-05T10:00:00",
+                    },
+                    {
+                        "role": "assistant",
+                        "content": "ok " * 40,
+                        "timestamp": "2026-01-05T10:01:00",
+                    },
+                ],
+            )
         sessions.close(session)
 
     import threading
@@ -205,26 +258,55 @@ def test_two_processes_consolidating_into_one_workspace_lose_neither_update(
             return Reply.text("answered")
         body = json.dumps(req.messages)
         who = "alpha" if "cli:alpha turn" in body else "beta"
-        current = req.messages[-1]["content"].split("## Current MEMORY.md\n\n", 1)[1].split("\n\n## Conv", 1)[0]
+        current = (
+            req.messages[-1]["content"]
+            .split("## Current MEMORY.md\n\n", 1)[1]
+            .split("\n\n## Conv", 1)[0]
+        )
         with seen_lock:
             first = who not in first_seen
             first_seen.add(who)
-        if first:  # answer neither first summary before both were asked: both start from the same text
+        if (
+            first
+        ):  # answer neither first summary before both were asked: both start from the same text
             both_asked.wait()
-        return Reply.tool_calls([("save_memory", {"history_entry": f"[2026-01-05 10:00] talked in {who}",
-                                                  "memory_update": current + f"\n- Learned in {who}.\n"})])
+        return Reply.tool_calls(
+            [
+                (
+                    "save_memory",
+                    {
+                        "history_entry": f"[2026-01-05 10:00] talked in {who}",
+                        "memory_update": current + f"\n- Learned in {who}.\n",
+                    },
+                )
+            ]
+        )
+
     fake_llm.responder = brain
     # one real child process, and this test's process as the other
-    child = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-s", "cli:alpha", "-m", "hello"], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    child = nanobot_forkserver.popen(
+        [*nanobot_cmd, "agent", "-s", "cli:alpha", "-m", "hello"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     here = nanobot_run("agent", "-s", "cli:beta", "-m", "hello")
     outs = [child.communicate(timeout=120), (here.stdout, here.stderr)]
     assert [child.returncode, here.returncode] == [0, 0], outs
     text = store.read_memory()
-    assert "- The user is Ana." in text and "- Learned in alpha." in text and "- Learned in beta." in text
+    assert (
+        "- The user is Ana." in text
+        and "- Learned in alpha." in text
+        and "- Learned in beta." in text
+    )
     history = store.history_file.read_text()
     assert "talked in alpha" in history and "talked in beta" in history
-    saves = [r for r in fake_llm.requests if r.tools and r.tools[0].get("function", {}).get("name") == "save_memory"]
+    saves = [
+        r
+        for r in fake_llm.requests
+        if r.tools and r.tools[0].get("function", {}).get("name") == "save_memory"
+    ]
     bases = {r.messages[-1]["content"].split("## Conversation")[0] for r in saves[:2]}
     assert len(bases) == 1, "both updates were computed from the same MEMORY.md"
     assert any("merged on top" in err for _, err in outs)

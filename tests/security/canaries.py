@@ -25,8 +25,6 @@ def confinement_or_skip(mechanism: str):
     return conf
 
 
-
-
 class CanaryTCP:
     """A TCP server on 127.0.0.1 that counts every connection it accepts."""
 
@@ -89,10 +87,6 @@ class CanaryUDP:
         self.sock.close()
 
 
-
-
-
-
 def kill_marked(marker: str) -> None:
     for pid in host_pids(marker):
         try:
@@ -116,7 +110,11 @@ def snapshot(*roots: Path, skip: tuple[Path, ...] = ()) -> dict[str, tuple]:
                 if any(p.is_relative_to(s) for s in skip):
                     continue
                 st = os.lstat(p)
-                digest = "" if not p.is_file() or p.is_symlink() else hashlib.sha256(p.read_bytes()).hexdigest()
+                digest = (
+                    ""
+                    if not p.is_file() or p.is_symlink()
+                    else hashlib.sha256(p.read_bytes()).hexdigest()
+                )
                 out[str(p)] = ("file", st.st_mode, st.st_nlink, digest)
     return out
 

@@ -24,8 +24,11 @@ def loopback_egress(monkeypatch):
     async def to_canary(host: str, port: int) -> list[str]:
         return ["127.0.0.1"]
 
-    monkeypatch.setattr(egress_proxy, "default_checker",
-                        lambda: SafeFetcher(AddressPolicy.allowing("127.0.0.1/32"), resolver=to_canary))
+    monkeypatch.setattr(
+        egress_proxy,
+        "default_checker",
+        lambda: SafeFetcher(AddressPolicy.allowing("127.0.0.1/32"), resolver=to_canary),
+    )
     return "canary.test" if choose().filters_egress else "127.0.0.1"
 
 

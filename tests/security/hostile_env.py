@@ -39,13 +39,16 @@ class Env:
     def restricted(self) -> bool:
         return json.loads(self.config.read_text())["tools"]["restrictToWorkspace"]
 
-    def run(self, calls: list[tuple[str, dict]], *, ask=None, message: str = "please do it", approve=()):
+    def run(
+        self, calls: list[tuple[str, dict]], *, ask=None, message: str = "please do it", approve=()
+    ):
         """One user turn in which the model makes `calls` (one step each), then answers "done"."""
         self.fake.script(*[Reply.tool_calls([call]) for call in calls], Reply.text("done"))
 
         async def go():
-            assistant = open_assistant(load_config(self.config), "cli:direct", stream=False, ask=ask,
-                                       approve=approve)
+            assistant = open_assistant(
+                load_config(self.config), "cli:direct", stream=False, ask=ask, approve=approve
+            )
             try:
                 return await asyncio.wait_for(assistant.conversation.send(message), 30)
             finally:
@@ -64,8 +67,14 @@ class Env:
         the workspace's memory."""
         out = []
         for path in self.nanobot_home.rglob("*"):
-            if path.is_file() and path != self.config and (
-                    not path.is_relative_to(self.workspace) or path.is_relative_to(self.workspace / "memory")):
+            if (
+                path.is_file()
+                and path != self.config
+                and (
+                    not path.is_relative_to(self.workspace)
+                    or path.is_relative_to(self.workspace / "memory")
+                )
+            ):
                 out.append(path.read_bytes().decode("utf-8", "replace"))
         return "\n".join(out)
 
@@ -79,19 +88,27 @@ def hostile(request, isolated_home, fake_llm, tmp_path):
     workspace = isolated_home / "workspace"
     workspace.mkdir(parents=True)
     config = isolated_home / "config.json"
-    config.write_text(json.dumps({
-        "agents": {"defaults": {"model": "custom/test-model", "provider": "custom"}},
-        "providers": {"custom": {"apiKey": KEY, "apiBase": fake_llm.openai_base_url},
-                      "anthropic": {"apiKey": SECOND_KEY}},
-        "tools": {"restrictToWorkspace": request.param == "restricted"},
-    }))
+    config.write_text(
+        json.dumps(
+            {
+                "agents": {"defaults": {"model": "custom/test-model", "provider": "custom"}},
+                "providers": {
+                    "custom": {"apiKey": KEY, "apiBase": fake_llm.openai_base_url},
+                    "anthropic": {"apiKey": SECOND_KEY},
+                },
+                "tools": {"restrictToWorkspace": request.param == "restricted"},
+            }
+        )
+    )
     (home / ".ssh").mkdir()
     (home / ".ssh" / "id_ed25519").write_text(
-        "-----BEGIN OPENSSH PRIVATE KEY-----\nCANARYSSHb3BlbnNzaC1rZXktdjEAAAA\n-----END OPENSSH PRIVATE KEY-----\n")
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nCANARYSSHb3BlbnNzaC1rZXktdjEAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
+    )
     (home / ".ssh" / "authorized_keys").write_text("ssh-ed25519 AAAA-owner-key owner@host\n")
     (home / ".aws").mkdir()
     (home / ".aws" / "credentials").write_text(
-        "[default]\naws_access_key_id = AKIACANARY0000000000\naws_secret_access_key = CANARYawsSECRETwJalrXUtnFEMIK7MDENGbPxRfi\n")
+        "[default]\naws_access_key_id = AKIACANARY0000000000\naws_secret_access_key = CANARYawsSECRETwJalrXUtnFEMIK7MDENGbPxRfi\n"
+    )
     (home / ".netrc").write_text("machine example.com login bob password CANARYnetrcpass\n")
     (home / ".bashrc").write_text("# owner's bashrc\n")
     return Env(home, isolated_home, workspace, config, fake_llm)

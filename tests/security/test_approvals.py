@@ -23,11 +23,15 @@ def _cli(*args):
 
 def test_one_shot_refuses_with_the_flag_that_allows_it_then_the_flag_allows_it(hostile):
     target = hostile.home / "outside.txt"
-    hostile.fake.script(Reply.tool_calls([("write_file", {"path": str(target), "content": "hi"})]), Reply.text("ok"))
+    hostile.fake.script(
+        Reply.tool_calls([("write_file", {"path": str(target), "content": "hi"})]), Reply.text("ok")
+    )
     first = _cli("agent", "-m", "write it")
     assert first.returncode == 0
     assert not target.exists()
-    refusal = next(m for m in hostile.fake.requests[1].messages if m.get("role") == "tool")["content"]
+    refusal = next(m for m in hostile.fake.requests[1].messages if m.get("role") == "tool")[
+        "content"
+    ]
     if hostile.restricted:
         assert "restrictToWorkspace" in refusal
         return
@@ -35,7 +39,9 @@ def test_one_shot_refuses_with_the_flag_that_allows_it_then_the_flag_allows_it(h
     # the person running the command is told too, after the answer
     assert "1 risky action(s) refused" in first.stderr and "--approve file-outside" in first.stderr
 
-    hostile.fake.script(Reply.tool_calls([("write_file", {"path": str(target), "content": "hi"})]), Reply.text("ok"))
+    hostile.fake.script(
+        Reply.tool_calls([("write_file", {"path": str(target), "content": "hi"})]), Reply.text("ok")
+    )
     assert _cli("agent", "-m", "write it", "--approve", "file-outside").returncode == 0
     assert target.read_text() == "hi"
     shown = _cli("session", "show", "cli:direct").stdout
@@ -47,8 +53,12 @@ def test_auto_approve_in_the_config_allows_only_its_kind(hostile):
     data = json.loads(hostile.config.read_text())
     data["tools"]["autoApprove"] = ["memory-edit"]
     hostile.config.write_text(json.dumps(data))
-    hostile.run([("write_file", {"path": "memory/MEMORY.md", "content": "- likes tea\n"}),
-                 ("write_file", {"path": ".git/hooks/post-merge", "content": "evil\n"})])
+    hostile.run(
+        [
+            ("write_file", {"path": "memory/MEMORY.md", "content": "- likes tea\n"}),
+            ("write_file", {"path": ".git/hooks/post-merge", "content": "evil\n"}),
+        ]
+    )
     assert (hostile.workspace / "memory" / "MEMORY.md").read_text() == "- likes tea\n"
     assert not (hostile.workspace / ".git" / "hooks" / "post-merge").exists()
 
@@ -62,7 +72,9 @@ def test_unknown_kind_is_a_clear_usage_error(hostile):
 def test_decisions_are_recorded_kept_on_rewrite_and_never_sent(isolated_home):
     store = SessionStore()
     session = store.open("cli:direct")
-    store.append(session, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+    store.append(
+        session, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    )
     asked = []
 
     class Ask:
@@ -71,7 +83,9 @@ def test_decisions_are_recorded_kept_on_rewrite_and_never_sent(isolated_home):
             return Decision(True, always=True)
 
     approver = SessionApprover(Ask(), record=lambda **f: store.record_decision(session, **f))
-    request = ApprovalRequest("persistence", "write_file wants to write ~/.bashrc", always_key="persistence:x")
+    request = ApprovalRequest(
+        "persistence", "write_file wants to write ~/.bashrc", always_key="persistence:x"
+    )
 
     async def twice():
         return await asyncio.gather(approver.approve(request), approver.approve(request))
@@ -81,8 +95,10 @@ def test_decisions_are_recorded_kept_on_rewrite_and_never_sent(isolated_home):
     store.rewrite(session)
     store.close(session)
     loaded = store.load("cli:direct")
-    assert [d["by"] for d in loaded.decisions] == ["the user (always for this session)",
-                                                   "an earlier 'always' in this session"]
+    assert [d["by"] for d in loaded.decisions] == [
+        "the user (always for this session)",
+        "an earlier 'always' in this session",
+    ]
     assert [m["content"] for m in loaded.get_history()] == ["hi", "hello"]
 
 

@@ -18,7 +18,9 @@ from nanobot.sandbox.confine import choose
 
 def _run_corpus(cfg_path, fake_llm, commands: list[str]) -> dict[str, str]:
     """One turn whose model calls exec once per command; returns command -> tool result."""
-    fake_llm.script(Reply.tool_calls([("exec", {"command": c}) for c in commands]), Reply.text("done"))
+    fake_llm.script(
+        Reply.tool_calls([("exec", {"command": c}) for c in commands]), Reply.text("done")
+    )
 
     async def turn():
         assistant = open_assistant(load_config(cfg_path), "cli:direct", stream=False)
@@ -51,11 +53,15 @@ AUTO_SAMPLE = 30
 
 
 @pytest.mark.parametrize("mechanism", ["auto", *MECHANISMS])
-def test_benign_corpus_runs_under_the_default_policy(configure, fake_llm, isolated_home, mechanism, capsys):
+def test_benign_corpus_runs_under_the_default_policy(
+    configure, fake_llm, isolated_home, mechanism, capsys
+):
     if mechanism != "auto":
         confinement_or_skip(mechanism)
     cfg_path = configure()
-    _write_exec_config(cfg_path, confinement=mechanism)  # everything else: the defaults (network "ask", ...)
+    _write_exec_config(
+        cfg_path, confinement=mechanism
+    )  # everything else: the defaults (network "ask", ...)
     ws = isolated_home / "workspace"
     prepare(ws)
     commands = runnable(COMMANDS)
@@ -67,14 +73,20 @@ def test_benign_corpus_runs_under_the_default_policy(configure, fake_llm, isolat
     took = time.monotonic() - started
     failed = {c: r[-300:] for c, r in results.items() if not r.rstrip().endswith("[exit code: 0]")}
     with capsys.disabled():
-        print(f"\nbenign corpus [{mechanism}]: {len(commands)} commands in {took:.1f} s, {len(failed)} failed")
+        print(
+            f"\nbenign corpus [{mechanism}]: {len(commands)} commands in {took:.1f} s, {len(failed)} failed"
+        )
     assert len(results) == len(commands)
-    assert set(failed) == set(KNOWN_FAILURES) & set(commands), failed  # the list in benign_corpus.py is the truth
+    assert set(failed) == set(KNOWN_FAILURES) & set(commands), (
+        failed
+    )  # the list in benign_corpus.py is the truth
     assert len(failed) <= 0.02 * len(commands)
     fake_llm.assert_all_valid()
 
 
-def test_curl_works_where_network_is_allowed(configure, fake_llm, isolated_home, canary_tcp, loopback_egress):
+def test_curl_works_where_network_is_allowed(
+    configure, fake_llm, isolated_home, canary_tcp, loopback_egress
+):
     """Through exec's egress proxy, to a domain tools.web.allowDomains lists (the canary's address)."""
     cfg_path = configure()
     _write_exec_config(cfg_path, network=True)

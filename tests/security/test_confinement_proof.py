@@ -60,12 +60,19 @@ def run(tool: ExecTool, command: str, **kw) -> str:
 
 def test_child_cannot_read_the_config(ws, config_file, confinement):
     tool = make_tool(ws, confinement)
-    out = run(tool, f"cat {config_file}; cat ~/.nanobot/config.json; cat $NANOBOT_HOME/config.json; "
-                    f"cd ~ && cat .nanobot/config.json; cp {config_file} {ws}/copy.json; "
-                    f"ln {config_file} {ws}/hard.json; ln -s {config_file} {ws}/soft.json; cat {ws}/soft.json")
+    out = run(
+        tool,
+        f"cat {config_file}; cat ~/.nanobot/config.json; cat $NANOBOT_HOME/config.json; "
+        f"cd ~ && cat .nanobot/config.json; cp {config_file} {ws}/copy.json; "
+        f"ln {config_file} {ws}/hard.json; ln -s {config_file} {ws}/soft.json; cat {ws}/soft.json",
+    )
     assert KEY not in out
     assert not (ws / "copy.json").exists() and not (ws / "hard.json").exists()
-    assert all(KEY not in p.read_text(errors="replace") for p in ws.rglob("*") if p.is_file() and not p.is_symlink())
+    assert all(
+        KEY not in p.read_text(errors="replace")
+        for p in ws.rglob("*")
+        if p.is_file() and not p.is_symlink()
+    )
 
 
 def test_unconfined_control_does_read_the_config(ws, config_file):
@@ -77,10 +84,13 @@ def test_unconfined_control_does_read_the_config(ws, config_file):
 def test_child_cannot_connect_to_a_loopback_port(ws, confinement, canary_tcp, canary_udp):
     tool = make_tool(ws, confinement)
     port = canary_tcp.port
-    run(tool, f"curl -s -m 2 http://127.0.0.1:{port}/; bash -c 'echo x > /dev/tcp/127.0.0.1/{port}'; "
-              f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2)\"; "
-              f"python3 -c \"import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)"
-              f".sendto(b'x', ('127.0.0.1', {canary_udp.port}))\"; true")
+    run(
+        tool,
+        f"curl -s -m 2 http://127.0.0.1:{port}/; bash -c 'echo x > /dev/tcp/127.0.0.1/{port}'; "
+        f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2)\"; "
+        f'python3 -c "import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM)'
+        f".sendto(b'x', ('127.0.0.1', {canary_udp.port}))\"; true",
+    )
     time.sleep(0.3)
     assert canary_tcp.connections == 0
     if confinement.mechanism == "landlock" and os.geteuid() != 0:
@@ -88,10 +98,14 @@ def test_child_cannot_connect_to_a_loopback_port(ws, confinement, canary_tcp, ca
     assert canary_udp.datagrams == 0
 
 
-def test_with_network_allowed_the_same_connection_goes_through(ws, confinement, canary_tcp, loopback_egress):
+def test_with_network_allowed_the_same_connection_goes_through(
+    ws, confinement, canary_tcp, loopback_egress
+):
     """Control: the canary does see a connection when network is allowed and its address approved
     (through nanobot's egress proxy, which a direct connection cannot bypass: tests/tools/test_egress_proxy.py)."""
-    tool = make_tool(ws, confinement, rules=ExecRules(network=True), egress=EgressPolicy((loopback_egress,)))
+    tool = make_tool(
+        ws, confinement, rules=ExecRules(network=True), egress=EgressPolicy((loopback_egress,))
+    )
     run(tool, f"curl -s -m 5 http://{loopback_egress}:{canary_tcp.port}/")
     assert wait_until(lambda: canary_tcp.connections >= 1)
 
@@ -101,10 +115,13 @@ def test_background_children_are_gone_when_exec_returns(ws, confinement):
     markers = ["7101", "7102", "7103", "7104"]
     try:
         started = time.monotonic()
-        out = run(tool, "nohup sleep 7101 >/dev/null 2>&1 & setsid sleep 7102 >/dev/null 2>&1 </dev/null & "
-                        "(sleep 7103 >/dev/null 2>&1 &) ; "
-                        "python3 -c \"import os,time\nif os.fork(): os._exit(0)\nos.setsid()\nif os.fork(): os._exit(0)\n"
-                        "os.closerange(0, 3); time.sleep(7104)\" ; sleep 0.2; echo started")
+        out = run(
+            tool,
+            "nohup sleep 7101 >/dev/null 2>&1 & setsid sleep 7102 >/dev/null 2>&1 </dev/null & "
+            "(sleep 7103 >/dev/null 2>&1 &) ; "
+            'python3 -c "import os,time\nif os.fork(): os._exit(0)\nos.setsid()\nif os.fork(): os._exit(0)\n'
+            'os.closerange(0, 3); time.sleep(7104)" ; sleep 0.2; echo started',
+        )
         assert out.startswith("started") and time.monotonic() - started < 10
         assert all(not host_pids(m) for m in markers), [(m, host_pids(m)) for m in markers]
     finally:
@@ -122,8 +139,9 @@ def no_cgroup(monkeypatch):
 
 
 @pytest.mark.parametrize("memfd", ["memfd", "memfd refused"])
-def test_a_sandbox_still_running_after_its_command_is_killed_whole_and_nothing_else(ws, no_cgroup, memfd,
-                                                                                    monkeypatch):
+def test_a_sandbox_still_running_after_its_command_is_killed_whole_and_nothing_else(
+    ws, no_cgroup, memfd, monkeypatch
+):
     """Where no pids cgroup killed what a command left, exec ends the bwrap namespace itself: the
     kernel's own teardown (bwrap's init, SIGKILLed when bwrap exits) can lag a few milliseconds
     under load, and CI once saw a command's background sleeps alive after exec returned. Here the
@@ -131,14 +149,21 @@ def test_a_sandbox_still_running_after_its_command_is_killed_whole_and_nothing_e
     a process outside is not. (bwrap names its init in a file in memory, or in an unlinked file
     where memfd_create is refused.)"""
     if memfd == "memfd refused":
-        monkeypatch.setattr(os, "memfd_create", lambda *a: (_ for _ in ()).throw(OSError(38, "refused")))
+        monkeypatch.setattr(
+            os, "memfd_create", lambda *a: (_ for _ in ()).throw(OSError(38, "refused"))
+        )
     conf = dataclasses.replace(confinement_or_skip("bwrap"), _pids_cgroup=False)
     policy = build_policy(ws, restrict=False, network=False, limits=Limits())
-    launch = conf.prepare(policy, ws, "setsid sleep 7131 >/dev/null 2>&1 </dev/null & "
-                                      "(sleep 7132 >/dev/null 2>&1 &); sleep 7133; wait")
+    launch = conf.prepare(
+        policy,
+        ws,
+        "setsid sleep 7131 >/dev/null 2>&1 </dev/null & "
+        "(sleep 7132 >/dev/null 2>&1 &); sleep 7133; wait",
+    )
     outside = subprocess.Popen(["sleep", "7134"])
-    sandbox = subprocess.Popen(launch.argv, pass_fds=launch.pass_fds, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+    sandbox = subprocess.Popen(
+        launch.argv, pass_fds=launch.pass_fds, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         assert wait_until(lambda: all(host_pids(m) for m in ("7131", "7132", "7133")), 5)
         launch.finish()
@@ -178,8 +203,17 @@ def test_a_bwrap_sandbox_whose_nanobot_dies_as_it_starts_leaves_no_process(ws):
     leftovers = []
     try:
         for n in range(3):
-            helper = subprocess.run([sys.executable, "-c", _DIES_AS_IT_STARTS, str(ws), f"echo ran > ran-{n}; sleep 0.1 "
-                                     "# marker-7141"], capture_output=True, timeout=30)
+            helper = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    _DIES_AS_IT_STARTS,
+                    str(ws),
+                    f"echo ran > ran-{n}; sleep 0.1 # marker-7141",
+                ],
+                capture_output=True,
+                timeout=30,
+            )
             assert helper.returncode == -signal.SIGKILL, helper.stderr
         assert wait_until(lambda: all((ws / f"ran-{n}").exists() for n in range(3)), 10)
         wait_until(lambda: not host_pids_naming("marker-7141"), 10)
@@ -190,7 +224,9 @@ def test_a_bwrap_sandbox_whose_nanobot_dies_as_it_starts_leaves_no_process(ws):
     assert leftovers == []
 
 
-def test_a_command_whose_promised_pids_cgroup_cannot_be_made_is_not_run(ws, confinement, monkeypatch):
+def test_a_command_whose_promised_pids_cgroup_cannot_be_made_is_not_run(
+    ws, confinement, monkeypatch
+):
     """Where the status promises "processes <= N (pids cgroup)", a command that cannot have its
     cgroup (a name taken, the controller full) is refused, not run unbounded; nothing leaks."""
     from nanobot.sandbox import limits as limits_mod
@@ -244,14 +280,20 @@ def test_workspace_is_writable_memory_and_outside_are_not(ws, tmp_path, confinem
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "precious.txt").write_text("keep me")
-    own = (ws, isolated_home / "journal")  # nanobot's own memory journal is written by nanobot, not the command
+    own = (
+        ws,
+        isolated_home / "journal",
+    )  # nanobot's own memory journal is written by nanobot, not the command
     isolated_home.mkdir(parents=True, exist_ok=True)  # (and the journal's parent, the nanobot home)
     before = snapshot(tmp_path, skip=own)
     tool = make_tool(ws, confinement)
-    run(tool, f"echo new > note.txt; mkdir -p src && echo 'print(1)' > src/a.py; "
-              f"echo evil >> memory/MEMORY.md; rm -f memory/MEMORY.md; mv memory memory.old; "
-              f"echo pwn > {outside}/precious.txt; rm -rf {outside}; touch {isolated_home.parent}/.bashrc; "
-              f"ln -s {outside} out; echo pwn > out/precious.txt; true")
+    run(
+        tool,
+        f"echo new > note.txt; mkdir -p src && echo 'print(1)' > src/a.py; "
+        f"echo evil >> memory/MEMORY.md; rm -f memory/MEMORY.md; mv memory memory.old; "
+        f"echo pwn > {outside}/precious.txt; rm -rf {outside}; touch {isolated_home.parent}/.bashrc; "
+        f"ln -s {outside} out; echo pwn > out/precious.txt; true",
+    )
     assert (ws / "note.txt").read_text() == "new\n" and (ws / "src" / "a.py").exists()
     assert (ws / "memory" / "MEMORY.md").read_text() == "# facts\n- the user likes tea\n"
     assert snapshot(tmp_path, skip=own) == before
@@ -266,10 +308,14 @@ def test_a_command_cannot_plant_or_change_a_scheduled_job(ws, confinement):
     jobs = ws / "cron" / "jobs.json"
     before = jobs.read_bytes()
     planted = '{"version": 1, "jobs": [{"id": "evil", "name": "evil", "enabled": true}]}'
-    out = run(make_tool(ws, confinement),
-              f"echo '{planted}' > cron/jobs.json; rm -f cron/jobs.json; mv cron cron.old; "
-              "echo x > cron/new.json; ls cron; true")
-    assert jobs.read_bytes() == before and [j.message for j in JobStore(ws).jobs()] == ["water the plants"]
+    out = run(
+        make_tool(ws, confinement),
+        f"echo '{planted}' > cron/jobs.json; rm -f cron/jobs.json; mv cron cron.old; "
+        "echo x > cron/new.json; ls cron; true",
+    )
+    assert jobs.read_bytes() == before and [j.message for j in JobStore(ws).jobs()] == [
+        "water the plants"
+    ]
     assert not (ws / "cron.old").exists() and not (ws / "cron" / "new.json").exists()
     assert "jobs.json" in out  # the command could still read it
 
@@ -289,8 +335,10 @@ def test_restricted_shows_only_system_folders_outside_the_workspace(ws, tmp_path
     try:
         (canary / "data.txt").write_text("outside-data")
         free = run(make_tool(ws, confinement), f"cat {canary}/data.txt")
-        restricted = run(make_tool(ws, confinement, restrict_to_workspace=True),
-                         f"cat {canary}/data.txt; ls /usr/bin | head -1; echo ok > here.txt")
+        restricted = run(
+            make_tool(ws, confinement, restrict_to_workspace=True),
+            f"cat {canary}/data.txt; ls /usr/bin | head -1; echo ok > here.txt",
+        )
         assert "outside-data" in free  # the default shows it read-only ...
         assert "outside-data" not in restricted  # ... restrictToWorkspace hides it
         assert (ws / "here.txt").read_text() == "ok\n" and "[exit code: 0]" in restricted
@@ -303,8 +351,11 @@ def test_restricted_shows_only_system_folders_outside_the_workspace(ws, tmp_path
 def test_no_capabilities_and_no_escape_through_proc(ws, confinement, config_file):
     tool = make_tool(ws, confinement)
     nanobot_pid = os.getpid()
-    out = run(tool, f"cat /proc/{nanobot_pid}/environ; cat /proc/{nanobot_pid}/root{config_file}; "
-                    f"ls /proc/{nanobot_pid}/cwd/; true")
+    out = run(
+        tool,
+        f"cat /proc/{nanobot_pid}/environ; cat /proc/{nanobot_pid}/root{config_file}; "
+        f"ls /proc/{nanobot_pid}/cwd/; true",
+    )
     # /proc/<pid>/environ is the environment the process started with (what the fixtures set later is
     # not in it), so the proof is a variable that is: PATH, which the file does hold for us
     assert b"PATH=" in Path(f"/proc/{nanobot_pid}/environ").read_bytes()
@@ -326,7 +377,9 @@ def test_fork_bomb_is_bounded_and_the_machine_survives(ws, confinement):
     tasks = [0]  # the kernel's own count of the tree, where a pids cgroup holds it
     refused = [0]  # forks the pids cgroup refused (its pids.events "max" counter)
     stop = threading.Event()
-    bounded = threading.Event()  # the cgroup refused forks over several /proc scans: the bomb is at its bound
+    bounded = (
+        threading.Event()
+    )  # the cgroup refused forks over several /proc scans: the bomb is at its bound
     cgroups = f"/sys/fs/cgroup/pids/nanobot-exec-{os.getpid()}-*/pids.current"
 
     def sample() -> None:
@@ -353,7 +406,9 @@ def test_fork_bomb_is_bounded_and_the_machine_survives(ws, confinement):
             time.sleep(0.002)
 
     async def bomb() -> str:
-        call = asyncio.ensure_future(tool.run(command="b(){ b & b & sleep 3131; }; b"))  # sleeping parents keep the tree up
+        call = asyncio.ensure_future(
+            tool.run(command="b(){ b & b & sleep 3131; }; b")
+        )  # sleeping parents keep the tree up
         while not call.done() and not bounded.is_set():
             await asyncio.sleep(0.02)
         call.cancel()  # no effect when the timeout already ended it
@@ -374,11 +429,17 @@ def test_fork_bomb_is_bounded_and_the_machine_survives(ws, confinement):
         stop.set()
         sampler.join()
     took = time.monotonic() - started
-    print(f"fork bomb under {confinement.mechanism}: peak {peak[0]} sleeping shells, {tasks[0]} tasks, "
-          f"{refused[0]} forks refused, {took:.1f} s: {out[-300:]!r}")
+    print(
+        f"fork bomb under {confinement.mechanism}: peak {peak[0]} sleeping shells, {tasks[0]} tasks, "
+        f"{refused[0]} forks refused, {took:.1f} s: {out[-300:]!r}"
+    )
     # the bomb did grow (sampling a transient on a busy machine sees only part of its peak) ...
     # (or the shells themselves said they hit the limit, when the sampler came too late to see it)
-    assert tasks[0] >= limit // 4 or peak[0] >= 4 or out.count("Cannot fork") >= 2, (tasks[0], peak[0], out[:300])
+    assert tasks[0] >= limit // 4 or peak[0] >= 4 or out.count("Cannot fork") >= 2, (
+        tasks[0],
+        peak[0],
+        out[:300],
+    )
     assert tasks[0] <= limit
     # ... and no further, seen from the host: each sleeping shell is two tasks, itself and its sleep
     assert peak[0] <= limit // 2, peak[0]
@@ -400,8 +461,11 @@ def test_a_spinning_fork_bomb_is_stopped_at_its_limit_long_before_its_timeout(ws
         # its own name (a link to this interpreter's binary, not to a version manager's shim), so
         # even its zombies can be told apart on the host.
         python = shlex.quote(os.path.realpath(sys.executable))
-        run(tool, f"ln -sf {python} bomb6161 && ./bomb6161 -c 'import os\nwhile True:\n"
-                  "    try:\n        os.fork()\n    except OSError:\n        pass\n'")
+        run(
+            tool,
+            f"ln -sf {python} bomb6161 && ./bomb6161 -c 'import os\nwhile True:\n"
+            "    try:\n        os.fork()\n    except OSError:\n        pass\n'",
+        )
     took = time.monotonic() - started
     out = str(ended.value)
     assert "past its limit of 64" in out, out[:400]
@@ -410,7 +474,6 @@ def test_a_spinning_fork_bomb_is_stopped_at_its_limit_long_before_its_timeout(ws
     # more later, and in a container PID 1 may never): the sandbox reaped them itself
     assert wait_until(lambda: not named("bomb6161"), 0.5), len(named("bomb6161"))
     assert subprocess.run(["true"]).returncode == 0
-
 
 
 def test_a_command_that_meets_the_process_limit_once_is_not_stopped(ws, confinement):
@@ -481,7 +544,9 @@ def test_default_approver_refuses_unconfined_exec_unless_the_user_chose_it(ws):
     assert (ws / "ran").exists()
 
 
-def test_network_ask_asks_and_a_refusal_reaches_nothing(ws, confinement, canary_tcp, loopback_egress):
+def test_network_ask_asks_and_a_refusal_reaches_nothing(
+    ws, confinement, canary_tcp, loopback_egress
+):
     refuse = Recorder(False)
     tool = make_tool(ws, confinement, approver=refuse, rules=ExecRules(network="ask"))
     with pytest.raises(ToolError, match="exec-network"):
@@ -490,21 +555,32 @@ def test_network_ask_asks_and_a_refusal_reaches_nothing(ws, confinement, canary_
     allow = Recorder(True)
     tool = make_tool(ws, confinement, approver=allow, rules=ExecRules(network="ask"))
     run(tool, f"curl -s http://{loopback_egress}:{canary_tcp.port}/ > got.txt")
-    assert wait_until(lambda: canary_tcp.connections == 1) and (ws / "got.txt").read_text() == "canary"
+    assert (
+        wait_until(lambda: canary_tcp.connections == 1) and (ws / "got.txt").read_text() == "canary"
+    )
     # the command, then (through the egress proxy, where the kernel holds it there) its domain
-    assert [r.kind for r in allow.requests] == ["exec-network"] + ["web-domain"] * confinement.filters_egress
+    assert [r.kind for r in allow.requests] == ["exec-network"] + [
+        "web-domain"
+    ] * confinement.filters_egress
     # a command that does not look like it wants network is not asked about, and gets none
     silent = Recorder(True)
     tool = make_tool(ws, confinement, approver=silent, rules=ExecRules(network="ask"))
-    run(tool, f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {canary_tcp.port}), 2)\"; true")
+    run(
+        tool,
+        f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {canary_tcp.port}), 2)\"; true",
+    )
     assert silent.requests == [] and canary_tcp.connections == 1
 
 
 def test_ask_deny_and_allow_patterns(ws, confinement):
     rec = Recorder(False)
     # an allow rule covers a line only when every command of it matches one (touch has its own)
-    rules = ExecRules.from_lists(ask=[r"^git push"], deny=[r"\bshred\b"], allow=[r"^git push --dry-run", "^touch "],
-                                 network=False)
+    rules = ExecRules.from_lists(
+        ask=[r"^git push"],
+        deny=[r"\bshred\b"],
+        allow=[r"^git push --dry-run", "^touch "],
+        network=False,
+    )
     tool = make_tool(ws, confinement, approver=rec, rules=rules)
     with pytest.raises(ToolError, match="deny pattern"):
         run(tool, "touch denied; shred x")
@@ -512,7 +588,9 @@ def test_ask_deny_and_allow_patterns(ws, confinement):
         run(tool, "git push origin main; touch asked")
     run(tool, "git push --dry-run 2>/dev/null; touch allowed")
     assert [r.kind for r in rec.requests] == ["exec-ask"]
-    assert not (ws / "denied").exists() and not (ws / "asked").exists() and (ws / "allowed").exists()
+    assert (
+        not (ws / "denied").exists() and not (ws / "asked").exists() and (ws / "allowed").exists()
+    )
 
 
 def test_legacy_allow_patterns_keep_their_allowlist_meaning(ws, confinement):
@@ -524,8 +602,9 @@ def test_legacy_allow_patterns_keep_their_allowlist_meaning(ws, confinement):
     assert not (ws / "ran").exists()
 
 
-def test_plain_landlock_without_namespaces_still_hides_blocks_tcp_and_reaps(ws, config_file, canary_tcp,
-                                                                             monkeypatch):
+def test_plain_landlock_without_namespaces_still_hides_blocks_tcp_and_reaps(
+    ws, config_file, canary_tcp, monkeypatch
+):
     """Where no mount namespace can be made (user namespaces forbidden), Landlock alone still
     hides the config, blocks TCP and kills what the command left; status says what it lacks."""
     from nanobot.sandbox import confine
@@ -535,9 +614,12 @@ def test_plain_landlock_without_namespaces_still_hides_blocks_tcp_and_reaps(ws, 
     assert "NOT read-only but checked" in conf.describe(network=False) and not conf.memory_read_only
     tool = make_tool(ws, conf)
     try:
-        out = run(tool, f"cat {config_file}; setsid sleep 7201 >/dev/null 2>&1 </dev/null & "
-                        f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {canary_tcp.port}), 2)\"; "
-                        "echo done")
+        out = run(
+            tool,
+            f"cat {config_file}; setsid sleep 7201 >/dev/null 2>&1 </dev/null & "
+            f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {canary_tcp.port}), 2)\"; "
+            "echo done",
+        )
         assert KEY not in out and "done" in out
         assert canary_tcp.connections == 0
         assert not host_pids("7201")
@@ -600,7 +682,9 @@ def test_child_cannot_change_nanobots_own_code(ws, confinement, tmp_path):
     pycache = package / "__pycache__"
     pycache.mkdir(exist_ok=True)
     try:
-        out = run(make_tool(ws, confinement), f"touch {pycache}/planted.pyc {package}/planted.py; true")
+        out = run(
+            make_tool(ws, confinement), f"touch {pycache}/planted.pyc {package}/planted.py; true"
+        )
         assert not (pycache / "planted.pyc").exists()
         assert not (package / "planted.py").exists()
     finally:

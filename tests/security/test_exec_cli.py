@@ -23,8 +23,9 @@ def _force_no_confinement(cfg_path) -> None:
     cfg_path.write_text(json.dumps(data))
 
 
-def test_one_shot_refuses_unconfined_exec_unless_the_flag_allows_it(nanobot_run, fake_llm, configure,
-                                                                    isolated_home, path_without_bwrap):
+def test_one_shot_refuses_unconfined_exec_unless_the_flag_allows_it(
+    nanobot_run, fake_llm, configure, isolated_home, path_without_bwrap
+):
     _force_no_confinement(configure())
     env = {"PATH": path_without_bwrap}
     ws = isolated_home / "workspace"
@@ -34,7 +35,9 @@ def test_one_shot_refuses_unconfined_exec_unless_the_flag_allows_it(nanobot_run,
     assert "NOT confined (bwrap is not on PATH)" in " ".join(run.stderr.split())
     assert not (ws / "ran").exists()
     tool_result = next(m for m in fake_llm.requests[-1].messages if m.get("role") == "tool")
-    assert "--allow-unconfined-exec" in json.dumps(tool_result)  # the model (and the user) learn what allows it
+    assert "--allow-unconfined-exec" in json.dumps(
+        tool_result
+    )  # the model (and the user) learn what allows it
 
     fake_llm.script(Reply.tool_calls([("exec", {"command": "touch ran"})]), Reply.text("done"))
     run = nanobot_run("agent", "-m", "make a file", "--allow-unconfined-exec", env=env)
@@ -42,13 +45,26 @@ def test_one_shot_refuses_unconfined_exec_unless_the_flag_allows_it(nanobot_run,
     assert (ws / "ran").exists()
 
 
-def test_chat_first_lines_name_the_confinement_or_its_absence(configure, isolated_home, path_without_bwrap):
+def test_chat_first_lines_name_the_confinement_or_its_absence(
+    configure, isolated_home, path_without_bwrap
+):
     cfg_path = configure()
 
     def banner(path: str) -> str:
-        env = {**os.environ, "PATH": path, "TERM": "xterm", "COLUMNS": "200", "PROMPT_TOOLKIT_NO_CPR": "1"}
-        child = forkserver.shared().spawn([sys.executable, "-m", "nanobot", "agent"], env=env, encoding="utf-8",
-                              timeout=30, dimensions=(40, 200))
+        env = {
+            **os.environ,
+            "PATH": path,
+            "TERM": "xterm",
+            "COLUMNS": "200",
+            "PROMPT_TOOLKIT_NO_CPR": "1",
+        }
+        child = forkserver.shared().spawn(
+            [sys.executable, "-m", "nanobot", "agent"],
+            env=env,
+            encoding="utf-8",
+            timeout=30,
+            dimensions=(40, 200),
+        )
         try:
             child.expect_exact("you ›")
             return " ".join(re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", child.before).split())
@@ -56,12 +72,18 @@ def test_chat_first_lines_name_the_confinement_or_its_absence(configure, isolate
             child.terminate(force=True)
 
     confined = banner(os.environ["PATH"])
-    assert re.search(r"exec: (bubblewrap [\d.]+|Landlock ABI \d+) · writes only to the workspace", confined), confined
+    assert re.search(
+        r"exec: (bubblewrap [\d.]+|Landlock ABI \d+) · writes only to the workspace", confined
+    ), confined
     _force_no_confinement(cfg_path)
-    assert "exec: NOT confined (bwrap is not on PATH); every command needs your approval" in banner(path_without_bwrap)
+    assert "exec: NOT confined (bwrap is not on PATH); every command needs your approval" in banner(
+        path_without_bwrap
+    )
 
 
-def test_chat_asks_before_network_from_exec_and_the_answer_decides(configure, fake_llm, isolated_home, canary_tcp):
+def test_chat_asks_before_network_from_exec_and_the_answer_decides(
+    configure, fake_llm, isolated_home, canary_tcp
+):
     """n to the command: it does not run. y to the command: it runs, and where the kernel holds it to
     nanobot's egress proxy, the domain it contacts is asked about while it runs; n reaches nothing.
     (y to the domain reaching a site: tests/tools/test_egress_proxy.py, where a test seam lets the proxy
@@ -70,14 +92,27 @@ def test_chat_asks_before_network_from_exec_and_the_answer_decides(configure, fa
     url = f"http://127.0.0.1:{canary_tcp.port}/"
     named = f"http://collector.test:{canary_tcp.port}/"
     fake_llm.script(
-        Reply.tool_calls([("exec", {"command": f"curl -s {url} > refused.txt"})]), Reply.text("it was refused"),
-        Reply.tool_calls([("exec", {"command": f"touch started; curl -s {named} > page.txt"})]), Reply.text("fetched"),
+        Reply.tool_calls([("exec", {"command": f"curl -s {url} > refused.txt"})]),
+        Reply.text("it was refused"),
+        Reply.tool_calls([("exec", {"command": f"touch started; curl -s {named} > page.txt"})]),
+        Reply.text("fetched"),
     )
     proxied = choose("auto").filters_egress
-    env = {**os.environ, "TERM": "xterm", "COLUMNS": "160", "LINES": "40", "PYTHONUNBUFFERED": "1",
-           "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = forkserver.shared().spawn([sys.executable, "-m", "nanobot", "agent"], env=env, encoding="utf-8",
-                          timeout=30, dimensions=(40, 160))
+    env = {
+        **os.environ,
+        "TERM": "xterm",
+        "COLUMNS": "160",
+        "LINES": "40",
+        "PYTHONUNBUFFERED": "1",
+        "PROMPT_TOOLKIT_NO_CPR": "1",
+    }
+    child = forkserver.shared().spawn(
+        [sys.executable, "-m", "nanobot", "agent"],
+        env=env,
+        encoding="utf-8",
+        timeout=30,
+        dimensions=(40, 160),
+    )
     ws = isolated_home / "workspace"
     try:
         child.expect_exact("you ›")

@@ -25,8 +25,14 @@ SECRET_FILES = ["/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-"]
 
 
 def _tool(ws: Path, confinement, restrict: bool) -> ExecTool:
-    return ExecTool(ToolContext(workspace=ws, confinement=confinement, restrict_to_workspace=restrict,
-                                exec_rules=ExecRules(network=False)))
+    return ExecTool(
+        ToolContext(
+            workspace=ws,
+            confinement=confinement,
+            restrict_to_workspace=restrict,
+            exec_rules=ExecRules(network=False),
+        )
+    )
 
 
 def _run(tool: ExecTool, command: str) -> str:
@@ -44,27 +50,37 @@ def ws(isolated_home) -> Path:
 def test_the_hosts_secret_files_are_hidden(ws, confinement, restrict):
     readable = [p for p in SECRET_FILES if os.access(p, os.R_OK) and Path(p).stat().st_size > 0]
     if not readable:
-        pytest.skip("this test process cannot read /etc/shadow itself (run as root to prove the hiding)")
-    out = _run(_tool(ws, confinement, restrict),
-               "cat /etc/shadow /etc/gshadow /etc/shadow- /etc/gshadow- > stolen.txt 2>/dev/null; "
-               "cp /etc/shadow copy.txt 2>/dev/null; ls -A /root /home > homes.txt 2>/dev/null; "
-               "head -c 4 /etc/passwd")
+        pytest.skip(
+            "this test process cannot read /etc/shadow itself (run as root to prove the hiding)"
+        )
+    out = _run(
+        _tool(ws, confinement, restrict),
+        "cat /etc/shadow /etc/gshadow /etc/shadow- /etc/gshadow- > stolen.txt 2>/dev/null; "
+        "cp /etc/shadow copy.txt 2>/dev/null; ls -A /root /home > homes.txt 2>/dev/null; "
+        "head -c 4 /etc/passwd",
+    )
     assert out.startswith("root")  # the rest of /etc stays readable
-    stolen = (ws / "stolen.txt").read_bytes() + ((ws / "copy.txt").read_bytes() if (ws / "copy.txt").exists() else b"")
+    stolen = (ws / "stolen.txt").read_bytes() + (
+        (ws / "copy.txt").read_bytes() if (ws / "copy.txt").exists() else b""
+    )
     for path in readable:
         first = Path(path).read_bytes().splitlines()[0]
         assert first not in stolen, path
     homes = (ws / "homes.txt").read_text() if (ws / "homes.txt").exists() else ""
-    assert not [n for n in os.listdir("/home") if n in homes.split()]  # other users' homes: not listed
+    assert not [
+        n for n in os.listdir("/home") if n in homes.split()
+    ]  # other users' homes: not listed
 
 
 @pytest.mark.parametrize("restrict", [False, True], ids=["default", "restricted"])
 def test_no_setuid_or_setgid_bit_survives_a_command(ws, confinement, restrict):
-    _run(_tool(ws, confinement, restrict),
-         "cp /bin/true a; chmod 4755 a; chmod u+s a; chmod g+s a; install -m 4755 /bin/true b; "
-         "mkdir -m 2755 c; mkdir d; chmod 2775 d; "
-         "python3 -c \"import os; os.close(os.open('e', os.O_CREAT | os.O_WRONLY, 0o6755))\"; "
-         "python3 -c \"import os; os.mknod('f', 0o104755)\"; cp -p /bin/true g && chmod 4711 g; true")
+    _run(
+        _tool(ws, confinement, restrict),
+        "cp /bin/true a; chmod 4755 a; chmod u+s a; chmod g+s a; install -m 4755 /bin/true b; "
+        "mkdir -m 2755 c; mkdir d; chmod 2775 d; "
+        "python3 -c \"import os; os.close(os.open('e', os.O_CREAT | os.O_WRONLY, 0o6755))\"; "
+        "python3 -c \"import os; os.mknod('f', 0o104755)\"; cp -p /bin/true g && chmod 4711 g; true",
+    )
     flagged = [str(p) for p in ws.rglob("*") if os.lstat(p).st_mode & (stat.S_ISUID | stat.S_ISGID)]
     assert flagged == []
     assert (ws / "a").exists()  # the command ran; only the bits were refused
@@ -76,8 +92,11 @@ def test_a_hard_link_does_not_carry_a_write_outside(ws, confinement, tmp_path):
     os.link(outside, ws / "link.txt")
     before = hashlib.sha256(outside.read_bytes()).hexdigest()
     tool = _tool(ws, confinement, False)
-    out = _run(tool, "echo pwn >> link.txt; truncate -s 0 link.txt; cp /dev/null link.txt; "
-                     "python3 -c \"open('link.txt', 'w').write('x')\"; cat link.txt")
+    out = _run(
+        tool,
+        "echo pwn >> link.txt; truncate -s 0 link.txt; cp /dev/null link.txt; "
+        "python3 -c \"open('link.txt', 'w').write('x')\"; cat link.txt",
+    )
     assert hashlib.sha256(outside.read_bytes()).hexdigest() == before
     assert "the user's file" in out  # still readable
     _run(tool, "echo ordinary > new.txt")  # the rest of the workspace stays writable
@@ -95,7 +114,9 @@ class SaysNo:
 
 @pytest.mark.parametrize("who", ["chat-n", "one-shot"])
 @pytest.mark.parametrize("mechanism", ["bwrap", "landlock"])
-def test_a_working_dir_outside_the_workspace_needs_the_user(configure, fake_llm, isolated_home, mechanism, who):
+def test_a_working_dir_outside_the_workspace_needs_the_user(
+    configure, fake_llm, isolated_home, mechanism, who
+):
     from canaries import confinement_or_skip
 
     confinement_or_skip(mechanism)
@@ -104,8 +125,10 @@ def test_a_working_dir_outside_the_workspace_needs_the_user(configure, fake_llm,
     data["tools"] = {"exec": {"confinement": mechanism}}
     cfg_path.write_text(json.dumps(data))
     ws = isolated_home / "workspace"
-    calls = [("exec", {"command": f"ls > {ws}/listing-{n}.txt", "working_dir": where})
-             for n, where in enumerate(["/", "/etc", "/usr/lib"])]
+    calls = [
+        ("exec", {"command": f"ls > {ws}/listing-{n}.txt", "working_dir": where})
+        for n, where in enumerate(["/", "/etc", "/usr/lib"])
+    ]
     fake_llm.script(Reply.tool_calls(calls), Reply.text("done"))
     ask = SaysNo() if who == "chat-n" else None
 

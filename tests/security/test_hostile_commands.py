@@ -92,7 +92,9 @@ def test_allow_rules_cover_only_lines_whose_every_command_matches(setup, mechani
     ask = SaysNo() if who == "chat-n" else None
     calls = [("exec", {"command": line}) for line in lines]
     calls += [("exec", {"command": a.replace("{outside}", str(outside))}) for a in ACCIDENTS]
-    calls.append(("exec", {"command": "git status > status.txt 2>&1"}))  # covered: runs without a question
+    calls.append(
+        ("exec", {"command": "git status > status.txt 2>&1"})
+    )  # covered: runs without a question
     fake.script(Reply.tool_calls(calls), Reply.text("done"))
     outcome = _turn(cfg_path, calls, ask)
     assert len(outcome.tool_calls) == len(calls)
@@ -100,12 +102,16 @@ def test_allow_rules_cover_only_lines_whose_every_command_matches(setup, mechani
     assert snapshot(outside) == before
     assert (ws / "status.txt").exists()
     assert sorted(p.name for p in ws.glob("ran-*")) == []
-    if ask is not None:  # every smuggled line was asked about (and refused); the covered one was not
+    if (
+        ask is not None
+    ):  # every smuggled line was asked about (and refused); the covered one was not
         assert len(ask.asked) >= len(SMUGGLED)
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
-def test_a_line_the_allow_rules_cover_gets_the_network_they_grant(setup, mechanism, loopback_egress):
+def test_a_line_the_allow_rules_cover_gets_the_network_they_grant(
+    setup, mechanism, loopback_egress
+):
     """The control: under the same sandbox an allowed line does reach the canary, so the zero above means
     something (through exec's egress proxy: the canary's address is an allowed domain)."""
     confinement_or_skip(mechanism)

@@ -15,8 +15,10 @@ PASTED = "sk-proj-PASTEDpasted0123456789abcdefghijKLMNOP"
 
 
 def test_a_pasted_key_reaches_neither_the_provider_nor_the_disk(hostile):
-    outcome = hostile.run([("read_file", {"path": "notes.md"})],
-                          message=f"remember my key {PASTED} and write it to notes.md")
+    outcome = hostile.run(
+        [("read_file", {"path": "notes.md"})],
+        message=f"remember my key {PASTED} and write it to notes.md",
+    )
     assert outcome.content == "done"
     sent = hostile.requests_text()
     assert PASTED not in sent and "remember my key sk-proj-[REDACTED]" in sent
@@ -48,7 +50,9 @@ def test_the_user_is_told_once_that_a_key_was_masked(hostile):
 
 def test_keys_in_tool_output_are_masked_exactly_and_by_shape(hostile):
     KEY = hostile.key
-    (hostile.workspace / "dump.txt").write_text(f"configured={KEY}\nother: ghp_0123456789abcdefghijABCDEFGHIJklmnop\n")
+    (hostile.workspace / "dump.txt").write_text(
+        f"configured={KEY}\nother: ghp_0123456789abcdefghijABCDEFGHIJklmnop\n"
+    )
     hostile.run([("read_file", {"path": "dump.txt"})])
     sent = hostile.requests_text()
     assert KEY not in sent and "ghp_0123456789" not in sent and "configured=[REDACTED]" in sent
@@ -61,7 +65,9 @@ def _run_cli(args, env_extra=None, input_text=None):
 
 def test_a_key_echoed_in_a_401_body_is_not_printed_or_saved(hostile):
     KEY = hostile.key
-    hostile.fake.script(Reply.error(401, message=f"Incorrect API key provided: {KEY}. Also {PASTED}."))
+    hostile.fake.script(
+        Reply.error(401, message=f"Incorrect API key provided: {KEY}. Also {PASTED}.")
+    )
     result = _run_cli(["agent", "-m", "hello"])
     assert result.returncode == 1
     assert "401" in result.stderr  # the user still learns what happened
@@ -70,10 +76,15 @@ def test_a_key_echoed_in_a_401_body_is_not_printed_or_saved(hostile):
 
 
 def test_json_output_masks_tool_call_arguments(hostile):
-    hostile.fake.script(Reply.tool_calls([("write_file", {"path": "k.txt", "content": PASTED})]), Reply.text("ok"))
+    hostile.fake.script(
+        Reply.tool_calls([("write_file", {"path": "k.txt", "content": PASTED})]), Reply.text("ok")
+    )
     result = _run_cli(["agent", "-m", "go", "--json"])
     assert result.returncode == 0, result.stderr
-    assert PASTED not in result.stdout and json.loads(result.stdout)["tool_calls"][0]["name"] == "write_file"
+    assert (
+        PASTED not in result.stdout
+        and json.loads(result.stdout)["tool_calls"][0]["name"] == "write_file"
+    )
 
 
 def test_home_is_0700_and_everything_kept_in_it_0600(hostile):
@@ -98,8 +109,12 @@ def test_home_is_0700_and_everything_kept_in_it_0600(hostile):
 
 
 def test_keys_in_exec_output_are_masked(hostile):
-    (hostile.workspace / ".env").write_text(f"OPENAI_API_KEY={PASTED}\nSTRIPE=sk_live_4eC39HqLyjWDarjtT1zdp7dc\n")
-    hostile.run([("exec", {"command": "cat .env; printf 'ghp_%s\\n' 0123456789abcdefghijABCDEFGHIJklmnop"})])
+    (hostile.workspace / ".env").write_text(
+        f"OPENAI_API_KEY={PASTED}\nSTRIPE=sk_live_4eC39HqLyjWDarjtT1zdp7dc\n"
+    )
+    hostile.run(
+        [("exec", {"command": "cat .env; printf 'ghp_%s\\n' 0123456789abcdefghijABCDEFGHIJklmnop"})]
+    )
     sent, saved = hostile.requests_text(), hostile.saved_text()
     for secret in (PASTED, "4eC39HqLyjWDarjtT1zdp7dc", "ghp_0123456789abcdefghij"):
         assert secret not in sent and secret not in saved
@@ -112,8 +127,12 @@ def test_session_show_masks_keys_saved_by_an_older_version(hostile):
     from nanobot.session.store import SessionStore
 
     path = SessionStore().path_for("old:one")
-    path.write_text(json.dumps({"_type": "metadata", "key": "old:one", "last_consolidated": 0}) + "\n"
-                    + json.dumps({"role": "user", "content": f"key {PASTED}"}) + "\n")
+    path.write_text(
+        json.dumps({"_type": "metadata", "key": "old:one", "last_consolidated": 0})
+        + "\n"
+        + json.dumps({"role": "user", "content": f"key {PASTED}"})
+        + "\n"
+    )
     for args in (["session", "show", "old:one"], ["session", "show", "old:one", "--json"]):
         result = _run_cli(args)
         assert result.returncode == 0, result.stderr
@@ -123,10 +142,16 @@ def test_session_show_masks_keys_saved_by_an_older_version(hostile):
 def test_keys_in_the_workspace_bootstrap_files_and_a_hand_edited_memory_are_not_sent(hostile):
     (hostile.workspace / "USER.md").write_text(f"My OpenAI key: {PASTED}\n")
     (hostile.workspace / "memory").mkdir()
-    (hostile.workspace / "memory" / "MEMORY.md").write_text("- deploy token: ghp_0123456789abcdefghijABCDEFGHIJklmnop\n")
+    (hostile.workspace / "memory" / "MEMORY.md").write_text(
+        "- deploy token: ghp_0123456789abcdefghijABCDEFGHIJklmnop\n"
+    )
     hostile.run([("list_dir", {"path": "."})])
     sent = hostile.requests_text()
-    assert PASTED not in sent and "ghp_0123456789" not in sent and "My OpenAI key: sk-proj-[REDACTED]" in sent
+    assert (
+        PASTED not in sent
+        and "ghp_0123456789" not in sent
+        and "My OpenAI key: sk-proj-[REDACTED]" in sent
+    )
 
 
 def test_a_hand_made_config_in_a_private_home_is_tightened_and_the_workspace_left_alone(hostile):

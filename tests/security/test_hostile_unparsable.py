@@ -26,16 +26,22 @@ def _exec_config(hostile, **exec_cfg) -> None:
 
 
 @pytest.mark.parametrize("mechanism", ["bwrap", "landlock"])
-def test_one_shot_refuses_an_unreadable_line_naming_the_flag_and_the_flag_allows_it(hostile, mechanism):
+def test_one_shot_refuses_an_unreadable_line_naming_the_flag_and_the_flag_allows_it(
+    hostile, mechanism
+):
     confinement_or_skip(mechanism)
     _exec_config(hostile, confinement=mechanism)
     ran = hostile.workspace / "ran"
     hostile.fake.script(Reply.tool_calls([("exec", {"command": LINE})]), Reply.text("ok"))
     first = run_cli("agent", "-m", "run it", env={"COLUMNS": "300"})
     assert first.returncode == 0 and not ran.exists()
-    refusal = next(m for m in hostile.fake.requests[1].messages if m.get("role") == "tool")["content"]
+    refusal = next(m for m in hostile.fake.requests[1].messages if m.get("role") == "tool")[
+        "content"
+    ]
     assert "--approve exec-unparsable" in refusal
-    assert "unterminated double quote" in first.stderr and "--approve exec-unparsable" in first.stderr  # the user too
+    assert (
+        "unterminated double quote" in first.stderr and "--approve exec-unparsable" in first.stderr
+    )  # the user too
     hostile.fake.script(Reply.tool_calls([("exec", {"command": LINE})]), Reply.text("ok"))
     assert run_cli("agent", "-m", "run it", "--approve", "exec-unparsable").returncode == 0
     assert ran.exists()
@@ -46,7 +52,9 @@ def test_the_chat_asks_once_with_the_reason(hostile, yes):
         pytest.skip("no sandbox: every command is asked about as exec-unconfined")
     ran = hostile.workspace / "ran"
     said_no = No()
-    hostile.run([("exec", {"command": LINE}), ("exec", {"command": "echo fine > fine.txt"})], ask=said_no)
+    hostile.run(
+        [("exec", {"command": LINE}), ("exec", {"command": "echo fine > fine.txt"})], ask=said_no
+    )
     assert not ran.exists() and (hostile.workspace / "fine.txt").exists()
     assert [r.kind for r in said_no.requests] == ["exec-unparsable"]
     assert "cannot read this command line (unterminated double quote" in said_no.requests[0].summary

@@ -33,7 +33,11 @@ def ws(tmp_path: Path) -> Path:
 
 
 def make_tool(ws: Path, confinement, **kw) -> ExecTool:
-    tool = ExecTool(ToolContext(workspace=ws, confinement=confinement, exec_rules=ExecRules(network=False), **kw))
+    tool = ExecTool(
+        ToolContext(
+            workspace=ws, confinement=confinement, exec_rules=ExecRules(network=False), **kw
+        )
+    )
     tool.kill_grace = 0.3
     return tool
 
@@ -44,7 +48,9 @@ def run(tool: ExecTool, command: str, **kw) -> str:
 
 def _launchers() -> list[int]:
     """This process's launcher children, found the way a user would: by their command line."""
-    return [pid for pid in host_pids_naming("nanobot.sandbox.launcher") if parent(pid) == os.getpid()]
+    return [
+        pid for pid in host_pids_naming("nanobot.sandbox.launcher") if parent(pid) == os.getpid()
+    ]
 
 
 def test_commands_start_from_the_small_launcher_not_from_nanobot(ws, landlock):
@@ -54,7 +60,9 @@ def test_commands_start_from_the_small_launcher_not_from_nanobot(ws, landlock):
     assert keeper_parent in _launchers()
     rss_kb = int(Path(f"/proc/{keeper_parent}/status").read_text().split("VmRSS:")[1].split()[0])
     assert rss_kb < 64 * 1024  # what each command's fork copies: tens of MB, not nanobot's hundreds
-    assert Path(f"/proc/{keeper_parent}/environ").read_bytes() == b""  # nanobot's keys are not kept there
+    assert (
+        Path(f"/proc/{keeper_parent}/environ").read_bytes() == b""
+    )  # nanobot's keys are not kept there
 
 
 def test_output_and_exit_status_come_back_through_the_launcher(ws, landlock):
@@ -68,7 +76,10 @@ def test_output_and_exit_status_come_back_through_the_launcher(ws, landlock):
 def test_the_timeout_kills_everything_the_command_started(ws, landlock):
     tool = make_tool(ws, landlock, exec_timeout=0.5)
     with pytest.raises(ToolError, match="did not finish within 0.5s"):
-        run(tool, "sleep 3051 & setsid sleep 3052 >/dev/null 2>&1 < /dev/null & echo started; sleep 3053")
+        run(
+            tool,
+            "sleep 3051 & setsid sleep 3052 >/dev/null 2>&1 < /dev/null & echo started; sleep 3053",
+        )
     assert wait_until(lambda: not any(host_pids(m) for m in ("3051", "3052", "3053")), 5)
 
 
@@ -117,8 +128,13 @@ def test_a_start_that_fails_in_the_launcher_runs_nothing(ws, landlock):
     assert launch.keeper is not None
 
     async def start_in_a_missing_folder() -> None:
-        await launcher.launch(asyncio.SubprocessProtocol, launch.argv, env=dict(os.environ),
-                              cwd=str(ws / "gone"), hook=launch.keeper)
+        await launcher.launch(
+            asyncio.SubprocessProtocol,
+            launch.argv,
+            env=dict(os.environ),
+            cwd=str(ws / "gone"),
+            hook=launch.keeper,
+        )
 
     try:
         with pytest.raises(launcher.LauncherError, match="FileNotFoundError"):
@@ -126,15 +142,24 @@ def test_a_start_that_fails_in_the_launcher_runs_nothing(ws, landlock):
     finally:
         launch.finish()
     assert not marker.exists()
-    assert run(make_tool(ws, landlock), "echo fine") == "fine\n[exit code: 0]"  # the launcher lives on
+    assert (
+        run(make_tool(ws, landlock), "echo fine") == "fine\n[exit code: 0]"
+    )  # the launcher lives on
 
 
 def test_where_no_launcher_starts_commands_still_run_confined(ws, landlock, monkeypatch):
-    monkeypatch.setattr(launcher, "_BOOT", "import sys; sys.exit(1)")  # say, an import failing under -I -S
+    monkeypatch.setattr(
+        launcher, "_BOOT", "import sys; sys.exit(1)"
+    )  # say, an import failing under -I -S
     monkeypatch.setattr(launcher, "_launcher", launcher.Launcher())
-    out = run(make_tool(ws, landlock), "cat /proc/$PPID/stat; grep -E '^(NoNewPrivs|CapEff)' /proc/self/status; "
-                                       "echo inside > in.txt; echo x > memory/x.txt")
-    assert int(out.split("\n")[0].rsplit(")", 1)[1].split()[1]) == os.getpid()  # forked here, as before
+    out = run(
+        make_tool(ws, landlock),
+        "cat /proc/$PPID/stat; grep -E '^(NoNewPrivs|CapEff)' /proc/self/status; "
+        "echo inside > in.txt; echo x > memory/x.txt",
+    )
+    assert (
+        int(out.split("\n")[0].rsplit(")", 1)[1].split()[1]) == os.getpid()
+    )  # forked here, as before
     assert "NoNewPrivs:\t1" in out  # the hook ran: Landlock needs no_new_privs
     if os.geteuid() == 0:
         assert "CapEff:\t0000000000000000" in out
@@ -147,12 +172,16 @@ def test_commands_running_at_once_each_get_their_own_output_and_status(ws, landl
     tool = make_tool(ws, landlock)
 
     async def together() -> list[str]:
-        return await asyncio.gather(*(tool.run(command=f"sleep 0.{i}; echo {i}; exit {i}") for i in range(1, 5)))
+        return await asyncio.gather(
+            *(tool.run(command=f"sleep 0.{i}; echo {i}; exit {i}") for i in range(1, 5))
+        )
 
     assert asyncio.run(together()) == [f"{i}\n[exit code: {i}]" for i in range(1, 5)]
 
 
-def test_a_forked_copy_of_nanobot_starts_its_own_launcher_and_leaves_the_parents_alone(ws, landlock):
+def test_a_forked_copy_of_nanobot_starts_its_own_launcher_and_leaves_the_parents_alone(
+    ws, landlock
+):
     tool = make_tool(ws, landlock)
     assert run(tool, "echo parent") == "parent\n[exit code: 0]"
     parents_launcher = _launchers()

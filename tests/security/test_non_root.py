@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 SYSTEM_PYTHON = "/usr/bin/python3"
 
-PROBE = textwrap.dedent('''
+PROBE = textwrap.dedent("""
     import asyncio, json, sys
     sys.path[:0] = [sys.argv[1], *json.loads(sys.argv[5])]  # the checkout, then the test venv's packages
     from pathlib import Path
@@ -37,7 +37,7 @@ PROBE = textwrap.dedent('''
         except Exception as exc:
             outputs.append(f"error: {exc}")
     print(json.dumps({"mechanism": conf.mechanism, "memory_read_only": conf.memory_read_only, "outputs": outputs}))
-''')
+""")
 
 
 def _usable() -> str | None:
@@ -45,8 +45,11 @@ def _usable() -> str | None:
         return "needs root to switch to an unprivileged user"
     if not shutil.which("setpriv") or not os.path.exists(SYSTEM_PYTHON):
         return "needs setpriv and /usr/bin/python3"
-    same = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
-                          text=True).stdout.strip()
+    same = subprocess.run(
+        [SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     if same != str(tuple(__import__("sys").version_info[:2])):
         return "the system python3 is not the test venv's version (its packages would not load)"
     for packages in site.getsitepackages():
@@ -87,21 +90,44 @@ def test_an_unprivileged_user_is_confined_too(nobody_root, mechanism, canary_tcp
     for path in [root, *root.rglob("*")]:
         os.chown(path, NOBODY, NOBODY)
     commands = [
-        "echo ok > made.txt", "cat ~/.ssh/id_rsa ~/.nanobot/config.json",
+        "echo ok > made.txt",
+        "cat ~/.ssh/id_rsa ~/.nanobot/config.json",
         f"rm -rf {outside}; echo x > {outside}/precious.txt; chmod 000 {outside}/precious.txt",
         f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {canary_tcp.port}), 2)\"",
         f"bash -c 'echo x > /dev/tcp/127.0.0.1/{canary_tcp.port}'",
         "setsid sleep 9411 >/dev/null 2>&1 </dev/null & nohup sleep 9412 >/dev/null 2>&1 &",
     ]
-    own = (home / ".nanobot" / "journal",)  # nanobot's memory journal: written by nanobot, not the commands
+    own = (
+        home / ".nanobot" / "journal",
+    )  # nanobot's memory journal: written by nanobot, not the commands
     before = snapshot(home, outside, skip=own)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "NANOBOT_HOME": str(home / ".nanobot"), "LANG": "C.UTF-8"}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(home),
+        "NANOBOT_HOME": str(home / ".nanobot"),
+        "LANG": "C.UTF-8",
+    }
     try:
         run = subprocess.run(
-            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", SYSTEM_PYTHON, "-I",
-             str(root / "probe.py"), str(REPO), mechanism, str(ws), json.dumps(commands),
-             json.dumps(site.getsitepackages())],
-            capture_output=True, text=True, env=env, cwd=root, timeout=120,
+            [
+                "setpriv",
+                f"--reuid={NOBODY}",
+                f"--regid={NOBODY}",
+                "--clear-groups",
+                SYSTEM_PYTHON,
+                "-I",
+                str(root / "probe.py"),
+                str(REPO),
+                mechanism,
+                str(ws),
+                json.dumps(commands),
+                json.dumps(site.getsitepackages()),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=root,
+            timeout=120,
         )
         time.sleep(0.2)
         survivors = host_pids("9411") + host_pids("9412")
@@ -120,7 +146,7 @@ def test_an_unprivileged_user_is_confined_too(nobody_root, mechanism, canary_tcp
     assert survivors == []
 
 
-EGRESS_PROBE = textwrap.dedent('''
+EGRESS_PROBE = textwrap.dedent("""
     import asyncio, json, sys
     sys.path[:0] = [sys.argv[1], *json.loads(sys.argv[5])]
     from pathlib import Path
@@ -141,11 +167,13 @@ EGRESS_PROBE = textwrap.dedent('''
     outputs = [asyncio.run(tool.run(command=c)) for c in json.loads(sys.argv[4])]
     print(json.dumps({"mechanism": conf.mechanism, "filters": conf.filters_egress,
                       "namespace": conf.egress_namespace, "outputs": outputs}))
-''')
+""")
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
-def test_an_unprivileged_users_command_reaches_only_what_the_egress_proxy_allows(nobody_root, mechanism, canary_tcp):
+def test_an_unprivileged_users_command_reaches_only_what_the_egress_proxy_allows(
+    nobody_root, mechanism, canary_tcp
+):
     """Network allowed, as uid 65534: a named domain reaches the canary through nanobot's proxy; a
     direct connection to the same port, and another domain, do not (tools/egress_proxy.py)."""
     why = _usable()
@@ -157,15 +185,37 @@ def test_an_unprivileged_users_command_reaches_only_what_the_egress_proxy_allows
     for path in [root, *root.rglob("*")]:
         os.chown(path, NOBODY, NOBODY)
     port = canary_tcp.port
-    commands = [f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2)\"",
-                f"curl -s -m 5 http://other.test:{port}/",
-                f"curl -s -m 5 -o got.txt http://news.test:{port}/"]
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(root), "NANOBOT_HOME": str(root / ".nanobot"), "LANG": "C.UTF-8"}
+    commands = [
+        f"python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2)\"",
+        f"curl -s -m 5 http://other.test:{port}/",
+        f"curl -s -m 5 -o got.txt http://news.test:{port}/",
+    ]
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(root),
+        "NANOBOT_HOME": str(root / ".nanobot"),
+        "LANG": "C.UTF-8",
+    }
     run = subprocess.run(
-        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", SYSTEM_PYTHON, "-I",
-         str(root / "probe.py"), str(REPO), mechanism, str(ws), json.dumps(commands),
-         json.dumps(site.getsitepackages())],
-        capture_output=True, text=True, env=env, cwd=root, timeout=120,
+        [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            SYSTEM_PYTHON,
+            "-I",
+            str(root / "probe.py"),
+            str(REPO),
+            mechanism,
+            str(ws),
+            json.dumps(commands),
+            json.dumps(site.getsitepackages()),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=120,
     )
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
@@ -173,5 +223,7 @@ def test_an_unprivileged_users_command_reaches_only_what_the_egress_proxy_allows
         pytest.skip(f"{mechanism} cannot hold an unprivileged user's commands to the proxy here")
     if not shutil.which("curl"):
         pytest.skip("curl is not installed")
-    assert (ws / "got.txt").read_text() == "canary" and canary_tcp.connections == 1, result["outputs"]
+    assert (ws / "got.txt").read_text() == "canary" and canary_tcp.connections == 1, result[
+        "outputs"
+    ]
     assert "egress proxy refused 1 host(s): other.test" in result["outputs"][1]

@@ -22,11 +22,16 @@ def machine(monkeypatch):
 
 @pytest.mark.parametrize("mechanism", ["bwrap", "landlock"])
 def test_the_status_line_says_when_this_architecture_has_no_filter(machine, mechanism):
-    conf = Confinement(mechanism, "bubblewrap 0.8.0" if mechanism == "bwrap" else "Landlock ABI 7", "<= 512")
+    conf = Confinement(
+        mechanism, "bubblewrap 0.8.0" if mechanism == "bwrap" else "Landlock ABI 7", "<= 512"
+    )
     machine("riscv64")
     assert seccomp.program() is None
     line = conf.describe()
-    assert "setuid/setgid bits NOT blocked (no seccomp filter for riscv64, only for x86_64 and aarch64)" in line
+    assert (
+        "setuid/setgid bits NOT blocked (no seccomp filter for riscv64, only for x86_64 and aarch64)"
+        in line
+    )
     if not seccomp._kernel_filters():
         pytest.skip("this kernel has no seccomp filters: no architecture gets one here")
     machine("x86_64")

@@ -26,7 +26,12 @@ def path_without_bwrap(tmp_path_factory: pytest.TempPathFactory) -> str:
         for name in os.listdir(folder):
             target = Path(folder) / name
             link = bin_dir / name
-            if name != "bwrap" and not link.exists() and os.access(target, os.X_OK) and target.is_file():
+            if (
+                name != "bwrap"
+                and not link.exists()
+                and os.access(target, os.X_OK)
+                and target.is_file()
+            ):
                 link.symlink_to(target)
     path = str(bin_dir)
     assert shutil.which("bwrap", path=path) is None
@@ -43,7 +48,9 @@ def test_auto_falls_back_to_landlock_when_bwrap_is_not_on_path(path_without_bwra
     assert choose("bwrap").mechanism == "none"  # asked for bwrap explicitly: no silent substitute
 
 
-def test_status_names_the_mechanism_and_says_when_there_is_none(path_without_bwrap, nanobot_run, isolated_home):
+def test_status_names_the_mechanism_and_says_when_there_is_none(
+    path_without_bwrap, nanobot_run, isolated_home
+):
     env = {"PATH": path_without_bwrap}
     out = nanobot_run("status", env=env).stdout
     flat = " ".join(out.split())
@@ -58,10 +65,24 @@ def test_status_names_the_mechanism_and_says_when_there_is_none(path_without_bwr
 def test_exec_tests_pass_with_bwrap_hidden_and_skip_its_cases(path_without_bwrap):
     env = {**os.environ, "PATH": path_without_bwrap, "NANOBOT_INNER_RUN": "1"}
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
-         "tests/security/test_confinement_proof.py", "tests/tools/test_shell.py",
-         "-k", "config or loopback or background or fallback or working_dir or secrets"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-rs",
+            "tests/security/test_confinement_proof.py",
+            "tests/tools/test_shell.py",
+            "-k",
+            "config or loopback or background or fallback or working_dir or secrets",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert "bwrap is not available here" in run.stdout  # the bwrap cases were skipped, cleanly

@@ -48,8 +48,26 @@ CHAINS = 3
 TRIALS_PER_CHAIN = 17  # 3 x 17 = 51 trials, plus one normal closing turn per chain
 WORKERS = 3  # chains at a time: a process waiting on a reply or a tool leaves the CPU to another
 
-WORDS = ("river", "lamp", "orbit", "quartz", "maple", "signal", "ember", "delta", "harbor", "violet",
-         "copper", "meadow", "falcon", "prism", "tundra", "cobalt", "saffron", "glacier")
+WORDS = (
+    "river",
+    "lamp",
+    "orbit",
+    "quartz",
+    "maple",
+    "signal",
+    "ember",
+    "delta",
+    "harbor",
+    "violet",
+    "copper",
+    "meadow",
+    "falcon",
+    "prism",
+    "tundra",
+    "cobalt",
+    "saffron",
+    "glacier",
+)
 
 # aim -> weight; every aim is described in run_trial
 AIMS = {
@@ -76,17 +94,23 @@ class Proc:
     `start` makes the process: `subprocess.Popen`, or the test fork server's `popen` (a real
     process too, forked from a helper that has already imported nanobot; tests/forkserver.py)."""
 
-    def __init__(self, argv: list[str], env: dict, *, use_pty: bool, stderr_path: Path, start: Start) -> None:
+    def __init__(
+        self, argv: list[str], env: dict, *, use_pty: bool, stderr_path: Path, start: Start
+    ) -> None:
         self._buf = bytearray()
         self._cond = threading.Condition()
         self._stderr = open(stderr_path, "ab")
         if use_pty:
             master, slave = pty.openpty()
-            self.p = start(argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=self._stderr, env=env)
+            self.p = start(
+                argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=self._stderr, env=env
+            )
             os.close(slave)
             fd = master
         else:
-            self.p = start(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr, env=env)
+            self.p = start(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr, env=env
+            )
             fd = self.p.stdout.fileno()
         self._fd, self._pty = fd, use_pty
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -173,9 +197,16 @@ def text_of(content) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(text_of(p.get("text") if isinstance(p, dict) and p.get("type") == "text"
-                                 else p.get("content") if isinstance(p, dict) and p.get("type") == "tool_result"
-                                 else "") for p in content)
+        return "\n".join(
+            text_of(
+                p.get("text")
+                if isinstance(p, dict) and p.get("type") == "text"
+                else p.get("content")
+                if isinstance(p, dict) and p.get("type") == "tool_result"
+                else ""
+            )
+            for p in content
+        )
     return ""
 
 
@@ -214,8 +245,9 @@ def flatten(protocol: str, messages: list) -> list[tuple]:
     return items
 
 
-def check_next_request(protocol: str, messages: list, acked: list[tuple[str, str]],
-                       open_calls: list[str]) -> list[str]:
+def check_next_request(
+    protocol: str, messages: list, acked: list[tuple[str, str]], open_calls: list[str]
+) -> list[str]:
     """Problems with the first request after a kill (empty list: all good)."""
     items = flatten(protocol, messages)
     problems = []
@@ -225,8 +257,10 @@ def check_next_request(protocol: str, messages: list, acked: list[tuple[str, str
             while pos < len(items) and not (items[pos][0] == role and needle in items[pos][1]):
                 pos += 1
             if pos == len(items):
-                problems.append(f"acknowledged {role} text {needle!r} is missing from the next request "
-                                f"(or out of order)")
+                problems.append(
+                    f"acknowledged {role} text {needle!r} is missing from the next request "
+                    f"(or out of order)"
+                )
                 return problems
             pos += 1
     for call_id in open_calls:
@@ -235,10 +269,12 @@ def check_next_request(protocol: str, messages: list, acked: list[tuple[str, str
         if at is None:
             problems.append(f"interrupted call {call_id} is not in the next request")
             continue
-        results = [it for it in items[at + 1:] if it[0] == "result" and it[1] == call_id]
+        results = [it for it in items[at + 1 :] if it[0] == "result" and it[1] == call_id]
         if not results or "interrupted" not in results[0][2]:
-            problems.append(f"interrupted call {call_id} is not closed by a synthetic 'interrupted' result: "
-                            f"{results!r}")
+            problems.append(
+                f"interrupted call {call_id} is not closed by a synthetic 'interrupted' result: "
+                f"{results!r}"
+            )
     return problems
 
 
@@ -261,24 +297,42 @@ class Stats:
     failures: list[str] = field(default_factory=list)
 
     def add(self, other: Stats) -> None:
-        for name in ("trials", "killed", "acked", "lost", "next_requests_checked", "interrupted_closed",
-                     "torn_lines", "streamed_seen_not_acked", "streamed_shown_not_saved"):
+        for name in (
+            "trials",
+            "killed",
+            "acked",
+            "lost",
+            "next_requests_checked",
+            "interrupted_closed",
+            "torn_lines",
+            "streamed_seen_not_acked",
+            "streamed_shown_not_saved",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.aims.update(other.aims)
         self.failures += other.failures
 
     def summary(self) -> str:
         aims = ", ".join(f"{k}={v}" for k, v in sorted(self.aims.items()))
-        return (f"{self.trials} trials ({self.killed} killed mid-turn), {self.acked} acknowledged turns, "
-                f"{self.lost} lost; {self.next_requests_checked} next-turn requests checked, "
-                f"{self.interrupted_closed} interrupted tool calls seen closed, {self.torn_lines} torn last lines, "
-                f"{self.streamed_seen_not_acked} streamed answers fully shown but killed before the closing "
-                f"newline ({self.streamed_shown_not_saved} of them not saved); aims: {aims}")
+        return (
+            f"{self.trials} trials ({self.killed} killed mid-turn), {self.acked} acknowledged turns, "
+            f"{self.lost} lost; {self.next_requests_checked} next-turn requests checked, "
+            f"{self.interrupted_closed} interrupted tool calls seen closed, {self.torn_lines} torn last lines, "
+            f"{self.streamed_seen_not_acked} streamed answers fully shown but killed before the closing "
+            f"newline ({self.streamed_shown_not_saved} of them not saved); aims: {aims}"
+        )
 
 
 class Chain:
-    def __init__(self, index: int, seed: int, root: Path, nanobot_cmd: list[str], protocol: str,
-                 start: Start = subprocess.Popen) -> None:
+    def __init__(
+        self,
+        index: int,
+        seed: int,
+        root: Path,
+        nanobot_cmd: list[str],
+        protocol: str,
+        start: Start = subprocess.Popen,
+    ) -> None:
         self.name = f"c{index}"
         self.rng = random.Random(seed)
         self.seed = seed
@@ -300,27 +354,48 @@ class Chain:
 
     def _write_config(self) -> None:
         if self.protocol == "anthropic":
-            data = {"agents": {"defaults": {"model": "anthropic/claude-test"}},
-                    "providers": {"anthropic": {"apiKey": "sk-ant-test-key-123456",
-                                                "apiBase": self.server.anthropic_base_url}}}
+            data = {
+                "agents": {"defaults": {"model": "anthropic/claude-test"}},
+                "providers": {
+                    "anthropic": {
+                        "apiKey": "sk-ant-test-key-123456",
+                        "apiBase": self.server.anthropic_base_url,
+                    }
+                },
+            }
         else:
-            data = {"agents": {"defaults": {"model": "custom/test-model", "provider": "custom"}},
-                    "providers": {"custom": {"apiKey": "sk-test-key-123456", "apiBase": self.server.openai_base_url}}}
+            data = {
+                "agents": {"defaults": {"model": "custom/test-model", "provider": "custom"}},
+                "providers": {
+                    "custom": {
+                        "apiKey": "sk-test-key-123456",
+                        "apiBase": self.server.openai_base_url,
+                    }
+                },
+            }
         (self.home / "config.json").write_text(json.dumps(data))
 
     def close(self) -> None:
         self.server.stop()
 
     def fail(self, message: str) -> None:
-        self.stats.failures.append(f"[{self.name} seed={self.seed} turn={self.turn} {self.protocol}] {message}")
+        self.stats.failures.append(
+            f"[{self.name} seed={self.seed} turn={self.turn} {self.protocol}] {message}"
+        )
 
     # -- helpers ---------------------------------------------------------------------------
 
     def _env(self) -> dict:
         secret = scrubbed_env_names(os.environ)
         env = {k: v for k, v in os.environ.items() if k not in secret}
-        env.update(NANOBOT_HOME=str(self.home), HOME=str(self.home), PYTHONUNBUFFERED="1", TERM="xterm", COLUMNS="400",
-                   NO_PROXY="127.0.0.1,localhost")
+        env.update(
+            NANOBOT_HOME=str(self.home),
+            HOME=str(self.home),
+            PYTHONUNBUFFERED="1",
+            TERM="xterm",
+            COLUMNS="400",
+            NO_PROXY="127.0.0.1,localhost",
+        )
         return env
 
     def _count_lines(self, needle: str) -> int:
@@ -359,22 +434,41 @@ class Chain:
         elif aim == "stream":
             script = [Reply.text(answer, delay=d1, chunks=rng.randint(10, 60))]
         elif aim == "during_tool":
-            script = [Reply.tool_calls([("exec", {"command": "sleep 2"})], delay=d1), Reply.text(answer)]
+            script = [
+                Reply.tool_calls([("exec", {"command": "sleep 2"})], delay=d1),
+                Reply.text(answer),
+            ]
         elif aim == "between_tools":
-            script = [Reply.tool_calls([("exec", {"command": f"echo first-{tag}"}),
-                                        ("exec", {"command": "sleep 2"})], delay=d1), Reply.text(answer)]
+            script = [
+                Reply.tool_calls(
+                    [("exec", {"command": f"echo first-{tag}"}), ("exec", {"command": "sleep 2"})],
+                    delay=d1,
+                ),
+                Reply.text(answer),
+            ]
         elif aim == "multi_step":
-            script = [Reply.tool_calls([("exec", {"command": f"echo step-{tag}"})], delay=d1),
-                      Reply.tool_calls([("list_dir", {"path": "."})], delay=d2), Reply.text(answer, delay=d1)]
+            script = [
+                Reply.tool_calls([("exec", {"command": f"echo step-{tag}"})], delay=d1),
+                Reply.tool_calls([("list_dir", {"path": "."})], delay=d2),
+                Reply.text(answer, delay=d1),
+            ]
         else:  # tool_random, write_window, after_request
-            script = [Reply.tool_calls([("exec", {"command": sleep_cmd})], delay=d1), Reply.text(answer, delay=d2)]
+            script = [
+                Reply.tool_calls([("exec", {"command": sleep_cmd})], delay=d1),
+                Reply.text(answer, delay=d2),
+            ]
         server.script(*script)
 
         argv = [*self.cmd, "agent", "-m", user, "-s", self.key, "--no-markdown"]
         calls_before = self._count_lines('"tool_calls"')
         t0 = time.monotonic()
-        proc = Proc(argv, self._env(), use_pty=aim == "stream", stderr_path=self.home / "stderr.log",
-                    start=self.start)
+        proc = Proc(
+            argv,
+            self._env(),
+            use_pty=aim == "stream",
+            stderr_path=self.home / "stderr.log",
+            start=self.start,
+        )
         try:
             self._aim(aim, proc, tag, answer, d1, d2, float(sleep_cmd.split()[1]), t0, calls_before)
         finally:
@@ -386,7 +480,9 @@ class Chain:
         if killed:
             self.stats.killed += 1
         elif code != 0:
-            self.fail(f"nanobot exited with {code} (aim {aim}); stderr in {self.home / 'stderr.log'}")
+            self.fail(
+                f"nanobot exited with {code} (aim {aim}); stderr in {self.home / 'stderr.log'}"
+            )
         requests = server.requests
         if requests:
             self.startup = 0.7 * self.startup + 0.3 * (requests[0].t_received - t0)
@@ -397,7 +493,9 @@ class Chain:
                 self.fail(f"request {rec.index} (aim {aim}) broke a rule: {v}")
         if requests:
             self.stats.next_requests_checked += 1
-            for problem in check_next_request(self.protocol, requests[0].messages, expect_acked, expect_open):
+            for problem in check_next_request(
+                self.protocol, requests[0].messages, expect_acked, expect_open
+            ):
                 self.fail(problem)
             fresh = set(expect_open) - self.closed_calls
             self.closed_calls |= fresh
@@ -426,7 +524,9 @@ class Chain:
         for u, a in self.acked:
             if u not in users or a not in answers:
                 self.stats.lost += 1
-                self.fail(f"acknowledged turn lost: user={u in users} answer={a in answers} ({u!r})")
+                self.fail(
+                    f"acknowledged turn lost: user={u in users} answer={a in answers} ({u!r})"
+                )
         if self.path.exists():
             scratch = Path(tempfile.mkdtemp(dir=self.home))
             try:
@@ -438,15 +538,33 @@ class Chain:
                 if bad:
                     self.fail(f"loading after the kill warned: {bad}")
             except Exception as exc:  # noqa: BLE001 - reported as a failure with the chain's seed
-                self.fail(f"the session file does not load after the kill: {type(exc).__name__}: {exc}")
+                self.fail(
+                    f"the session file does not load after the kill: {type(exc).__name__}: {exc}"
+                )
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
-        if aim in ("during_tool", "between_tools") and killed and self._count_lines('"tool_calls"') > calls_before:
+        if (
+            aim in ("during_tool", "between_tools")
+            and killed
+            and self._count_lines('"tool_calls"') > calls_before
+        ):
             if not missing_results(on_disk):
-                self.fail(f"aim {aim}: the tool call was saved but nothing is left open (the tool finished?)")
+                self.fail(
+                    f"aim {aim}: the tool call was saved but nothing is left open (the tool finished?)"
+                )
 
-    def _aim(self, aim: str, proc: Proc, tag: str, answer: str, d1: float, d2: float, sleep_s: float,
-             t0: float, calls_before: int) -> None:
+    def _aim(
+        self,
+        aim: str,
+        proc: Proc,
+        tag: str,
+        answer: str,
+        d1: float,
+        d2: float,
+        sleep_s: float,
+        t0: float,
+        calls_before: int,
+    ) -> None:
         rng, server = self.rng, self.server
         if aim == "none":
             return
@@ -490,8 +608,14 @@ class Chain:
         proc.kill()
 
 
-def run_chain(index: int, seed: int, trials: int, root: Path, nanobot_cmd: list[str],
-              start: Start = subprocess.Popen) -> Stats:
+def run_chain(
+    index: int,
+    seed: int,
+    trials: int,
+    root: Path,
+    nanobot_cmd: list[str],
+    start: Start = subprocess.Popen,
+) -> Stats:
     protocol = "anthropic" if index % 2 else "openai"
     chain = Chain(index, seed, root, nanobot_cmd, protocol, start)
     try:
@@ -508,12 +632,21 @@ def run_chain(index: int, seed: int, trials: int, root: Path, nanobot_cmd: list[
     return chain.stats
 
 
-def run_trials(n_chains: int, trials_per_chain: int, root: Path, nanobot_cmd: list[str],
-               base_seed: int = BASE_SEED, workers: int = WORKERS, start: Start = subprocess.Popen) -> Stats:
+def run_trials(
+    n_chains: int,
+    trials_per_chain: int,
+    root: Path,
+    nanobot_cmd: list[str],
+    base_seed: int = BASE_SEED,
+    workers: int = WORKERS,
+    start: Start = subprocess.Popen,
+) -> Stats:
     total = Stats()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(run_chain, i, base_seed + i, trials_per_chain, root, nanobot_cmd, start)
-                   for i in range(n_chains)]
+        futures = [
+            pool.submit(run_chain, i, base_seed + i, trials_per_chain, root, nanobot_cmd, start)
+            for i in range(n_chains)
+        ]
         for future in futures:
             total.add(future.result())
     return total
@@ -524,10 +657,14 @@ def run_trials(n_chains: int, trials_per_chain: int, root: Path, nanobot_cmd: li
 
 
 @pytest.mark.timeout(600)  # ~55 real processes
-def test_sigkill_at_random_moments_loses_no_acknowledged_turn(tmp_path, nanobot_cmd, nanobot_forkserver):
+def test_sigkill_at_random_moments_loses_no_acknowledged_turn(
+    tmp_path, nanobot_cmd, nanobot_forkserver
+):
     # every trial is a real process, forked from a helper that imported nanobot once (a fresh
     # interpreter's imports took a second of CPU per trial); scripts/crash_trials.py starts fresh ones
-    stats = run_trials(CHAINS, TRIALS_PER_CHAIN, tmp_path / "chains", nanobot_cmd, start=nanobot_forkserver.popen)
+    stats = run_trials(
+        CHAINS, TRIALS_PER_CHAIN, tmp_path / "chains", nanobot_cmd, start=nanobot_forkserver.popen
+    )
     print("\ncrash trials:", stats.summary())
     assert not stats.failures, "\n".join(stats.failures[:30])
     assert stats.trials >= 50
@@ -536,14 +673,23 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_turn(tmp_path, nanobot_
 
 
 def test_kill_while_a_tool_runs_closes_the_call_as_interrupted_in_the_next_request(
-        fake_llm, configure, isolated_home, nanobot_cmd, nanobot_forkserver):
+    fake_llm, configure, isolated_home, nanobot_cmd, nanobot_forkserver
+):
     configure()
-    fake_llm.script(Reply.tool_calls([("exec", {"command": "echo done-first"}),
-                                      ("exec", {"command": "sleep 5"})]), Reply.text("never shown"))
+    fake_llm.script(
+        Reply.tool_calls(
+            [("exec", {"command": "echo done-first"}), ("exec", {"command": "sleep 5"})]
+        ),
+        Reply.text("never shown"),
+    )
     sessions = isolated_home / "sessions"
     path = SessionStore(sessions).path_for("cli:direct")
-    proc = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-m", "run two things"], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    proc = nanobot_forkserver.popen(
+        [*nanobot_cmd, "agent", "-m", "run two things"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # the first result is checkpointed, the sleep is running
@@ -566,7 +712,9 @@ def test_kill_while_a_tool_runs_closes_the_call_as_interrupted_in_the_next_reque
 
     fake_llm.reset()
     fake_llm.script(Reply.text("picked up where we left off"))
-    result = nanobot_forkserver.run([*nanobot_cmd, "agent", "-m", "what happened?"], text=True, timeout=60)
+    result = nanobot_forkserver.run(
+        [*nanobot_cmd, "agent", "-m", "what happened?"], text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "picked up where we left off"
     fake_llm.assert_all_valid()
@@ -579,19 +727,37 @@ def test_kill_while_a_tool_runs_closes_the_call_as_interrupted_in_the_next_reque
     # the file stays an honest log: the synthetic result is only in the request, not on disk
     stored_after, _ = read_disk(path)
     assert not any("interrupted" in str(m.get("content")) for m in stored_after)
-    assert stored_after[-1] == {**stored_after[-1], "role": "assistant", "content": "picked up where we left off"}
+    assert stored_after[-1] == {
+        **stored_after[-1],
+        "role": "assistant",
+        "content": "picked up where we left off",
+    }
 
 
 def test_a_streamed_answer_fully_on_screen_is_on_disk(tmp_path, nanobot_cmd, nanobot_forkserver):
     chain = Chain(0, BASE_SEED, tmp_path, nanobot_cmd, "openai")
     try:
-        for attempt in range(3):  # one loss is enough to show the window; 3 clean runs would mean it is closed
+        for attempt in range(
+            3
+        ):  # one loss is enough to show the window; 3 clean runs would mean it is closed
             answer = f"Streamed answer {attempt}: " + " ".join(WORDS) + " the end."
             chain.server.reset()
             chain.server.script(Reply.text(answer, chunks=30))
-            proc = Proc([*nanobot_cmd, "agent", "-m", f"stream {attempt}", "-s", chain.key, "--no-markdown"],
-                        chain._env(), use_pty=True, stderr_path=tmp_path / "stderr.log",
-                        start=nanobot_forkserver.popen)
+            proc = Proc(
+                [
+                    *nanobot_cmd,
+                    "agent",
+                    "-m",
+                    f"stream {attempt}",
+                    "-s",
+                    chain.key,
+                    "--no-markdown",
+                ],
+                chain._env(),
+                use_pty=True,
+                stderr_path=tmp_path / "stderr.log",
+                start=nanobot_forkserver.popen,
+            )
             try:
                 assert proc.wait_output(answer, timeout=60), proc.output()
             finally:
@@ -599,6 +765,7 @@ def test_a_streamed_answer_fully_on_screen_is_on_disk(tmp_path, nanobot_cmd, nan
                 proc.finish()
             stored, _ = read_disk(chain.path)
             assert answer in [m.get("content") for m in stored if m.get("role") == "assistant"], (
-                f"attempt {attempt}: the answer was fully on screen but is not in the session file")
+                f"attempt {attempt}: the answer was fully on screen but is not in the session file"
+            )
     finally:
         chain.close()

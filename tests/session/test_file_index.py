@@ -12,8 +12,17 @@ from nanobot.session.store import SessionStore
 def _session_file(messages: int):
     store = SessionStore()
     session = store.open("cli:index")
-    store.append(session, [{"role": "user" if i % 2 == 0 else "assistant", "content": f"message {i}",
-                            "timestamp": "2026-03-01T10:00:00"} for i in range(messages)])
+    store.append(
+        session,
+        [
+            {
+                "role": "user" if i % 2 == 0 else "assistant",
+                "content": f"message {i}",
+                "timestamp": "2026-03-01T10:00:00",
+            }
+            for i in range(messages)
+        ],
+    )
     store.close(session)
     return session.path
 
@@ -21,12 +30,16 @@ def _session_file(messages: int):
 def test_the_index_at_a_pointer_is_where_that_messages_line_starts_and_seals_the_bytes_before():
     path = _session_file(6)
     index = read(path, checkpoint=True).file
-    assert index is not None and index.head is not None and index.checkpoint == Checkpoint(index.head, 0, 0, 0)
+    assert (
+        index is not None
+        and index.head is not None
+        and index.checkpoint == Checkpoint(index.head, 0, 0, 0)
+    )
     data = path.read_bytes()
     at = index.at(4)
     assert at is not None and at.messages == 4 and at.decisions == 0
-    assert data[at.offset:].startswith(b'{"role": "user", "content": "message 4"')
-    assert at.crc == zlib.crc32(data[index.head:at.offset])
+    assert data[at.offset :].startswith(b'{"role": "user", "content": "message 4"')
+    assert at.crc == zlib.crc32(data[index.head : at.offset])
     index.pointer_moving(4)
     assert index.record(4) == at.record() and index.stored_pointer == 4 and not index.on_disk
     assert index.record(3) is None  # an index past the pointer is never written beside it
@@ -52,6 +65,13 @@ def test_a_pointer_written_through_the_store_lets_the_next_read_skip_the_consoli
     meta = path.read_bytes().splitlines()[-1]
     assert INDEX_KEY.encode() in meta
     parsed = read(path)
-    assert parsed.file is not None and parsed.file.read_from is not None and parsed.file.read_from.messages == 4
-    assert [m["content"] for m in parsed.messages[4:]] == ["message 4", "message 5"]  # the skipped part unread
+    assert (
+        parsed.file is not None
+        and parsed.file.read_from is not None
+        and parsed.file.read_from.messages == 4
+    )
+    assert [m["content"] for m in parsed.messages[4:]] == [
+        "message 4",
+        "message 5",
+    ]  # the skipped part unread
     assert parsed.file.skipped_messages()[0]["content"] == "message 0"  # and there when asked for

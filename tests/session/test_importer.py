@@ -20,17 +20,22 @@ FIXTURES = Path(__file__).parent.parent / "fixtures" / "nanobot_homes"
 
 
 def hashes(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture
 def nanobot_home(isolated_home: Path, fake_llm, monkeypatch):
     """Copy a real nanobot home in place of ours; the model side is the fake server."""
+
     def install(version: str) -> dict[str, str]:
         shutil.copytree(FIXTURES / version / ".nanobot", isolated_home)
         monkeypatch.setenv("NANOBOT_PROVIDERS__CUSTOM__API_BASE", fake_llm.openai_base_url)
         return {name: digest for name, digest in hashes(isolated_home).items()}
+
     return install
 
 
@@ -43,10 +48,13 @@ def continue_session(text: str, key: str = "cli:direct"):
             return notes, outcome, list(assistant.conversation.session.messages)
         finally:
             await assistant.aclose()
+
     return asyncio.run(go())
 
 
-def test_a_nanobot_0_1_session_is_continued_and_the_original_is_untouched(nanobot_home, isolated_home, fake_llm):
+def test_a_nanobot_0_1_session_is_continued_and_the_original_is_untouched(
+    nanobot_home, isolated_home, fake_llm
+):
     before = nanobot_home("v0_1_4_post6")
     fake_llm.script(Reply.text("Teal, as you said."))
     notes, outcome, messages = continue_session("Remind me of my colour?")
@@ -55,18 +63,25 @@ def test_a_nanobot_0_1_session_is_continued_and_the_original_is_untouched(nanobo
     sent = fake_llm.requests[0].messages
     texts = [m.get("content") for m in sent if m["role"] == "user"]
     assert texts[0] == "Please list my workspace. My favourite colour is teal."
-    assert any(m["role"] == "tool" and m["tool_call_id"] == "call_1" for m in sent)  # the pair came along
+    assert any(
+        m["role"] == "tool" and m["tool_call_id"] == "call_1" for m in sent
+    )  # the pair came along
     fake_llm.assert_all_valid()
     assert len(messages) == 8
     after = hashes(isolated_home)
     assert {k: after[k] for k in before} == before  # every nanobot file byte-identical
     (receipt,) = read_receipts()
     original = isolated_home / "workspace" / "sessions" / "cli_direct.jsonl"
-    assert receipt.source == str(original) and receipt.sha256 == before["workspace/sessions/cli_direct.jsonl"]
+    assert (
+        receipt.source == str(original)
+        and receipt.sha256 == before["workspace/sessions/cli_direct.jsonl"]
+    )
     assert receipt.format == "nanobot-0.1" and receipt.messages == 6
 
 
-def test_a_nanobot_0_3_session_and_its_history_are_imported_once(nanobot_home, isolated_home, fake_llm):
+def test_a_nanobot_0_3_session_and_its_history_are_imported_once(
+    nanobot_home, isolated_home, fake_llm
+):
     before = nanobot_home("v0_3_5")
     fake_llm.script(Reply.text("Miso is a fine name."), Reply.text("Still Miso."))
     notes, outcome, messages = continue_session("What is my cat called?")
@@ -86,13 +101,24 @@ def test_a_nanobot_0_3_session_and_its_history_are_imported_once(nanobot_home, i
     assert [r.kind for r in read_receipts()] == ["session", "history"]
 
 
-def test_history_entries_nanobot_adds_later_are_imported_and_old_ones_are_not_repeated(nanobot_home, isolated_home):
+def test_history_entries_nanobot_adds_later_are_imported_and_old_ones_are_not_repeated(
+    nanobot_home, isolated_home
+):
     nanobot_home("v0_3_5")
     workspace = isolated_home / "workspace"
     import_all(workspace)
     source = workspace / "memory" / "history.jsonl"
     with source.open("a") as fh:  # the user went back to nanobot for a while
-        fh.write(json.dumps({"cursor": 2, "timestamp": "2026-12-02 10:00", "content": "Talked about Miso's vet."}) + "\n")
+        fh.write(
+            json.dumps(
+                {
+                    "cursor": 2,
+                    "timestamp": "2026-12-02 10:00",
+                    "content": "Talked about Miso's vet.",
+                }
+            )
+            + "\n"
+        )
     result = import_all(workspace)
     assert [r.messages for r in result.imported] == [1]
     text = MemoryStore(workspace).history_file.read_text()
@@ -112,13 +138,17 @@ def test_a_session_we_already_have_is_never_overwritten(nanobot_home, isolated_h
     assert import_all(isolated_home / "workspace").kept == []  # said once, not at every start
 
 
-def test_a_damaged_nanobot_session_goes_through_the_same_validity_rules(isolated_home, fake_llm, monkeypatch):
+def test_a_damaged_nanobot_session_goes_through_the_same_validity_rules(
+    isolated_home, fake_llm, monkeypatch
+):
     shutil.copytree(FIXTURES / "v0_1_4_post6" / ".nanobot", isolated_home)
     monkeypatch.setenv("NANOBOT_PROVIDERS__CUSTOM__API_BASE", fake_llm.openai_base_url)
     original = isolated_home / "workspace" / "sessions" / "cli_direct.jsonl"
     lines = original.read_bytes().splitlines(keepends=True)
     # drop the tool result (a dangling call), add an orphan result and a torn last line
-    orphan = json.dumps({"role": "tool", "tool_call_id": "call_zz", "name": "list_dir", "content": "x"}).encode()
+    orphan = json.dumps(
+        {"role": "tool", "tool_call_id": "call_zz", "name": "list_dir", "content": "x"}
+    ).encode()
     damaged = b"".join(lines[:3] + lines[4:]) + orphan + b"\n" + b'{"role": "user", "cont'
     original.write_bytes(damaged)
     fake_llm.script(Reply.text("All good."))
@@ -130,7 +160,9 @@ def test_a_damaged_nanobot_session_goes_through_the_same_validity_rules(isolated
     assert original.read_bytes() == damaged
 
 
-def test_session_import_command_and_the_chat_line(nanobot_home, isolated_home, fake_llm, nanobot_run):
+def test_session_import_command_and_the_chat_line(
+    nanobot_home, isolated_home, fake_llm, nanobot_run
+):
     nanobot_home("v0_1_4_post6")
     listed = nanobot_run("session", "list")
     assert listed.returncode == 0, listed.stderr
@@ -147,7 +179,9 @@ def test_session_import_command_and_the_chat_line(nanobot_home, isolated_home, f
     assert len(SessionStore().load("cli:direct").messages) == 8
 
 
-def test_the_one_shot_chat_says_it_continues_the_nanobot_session(nanobot_home, fake_llm, nanobot_run):
+def test_the_one_shot_chat_says_it_continues_the_nanobot_session(
+    nanobot_home, fake_llm, nanobot_run
+):
     nanobot_home("v0_3_5")
     fake_llm.script(Reply.text("Yes, Miso."))
     run = nanobot_run("agent", "-m", "my cat?")
@@ -155,12 +189,16 @@ def test_the_one_shot_chat_says_it_continues_the_nanobot_session(nanobot_home, f
     assert "continuing your nanobot session cli:direct (2 messages)" in run.stderr
 
 
-def test_an_older_0_1_session_beside_our_own_files_is_imported_with_a_receipt(isolated_home, fake_llm, monkeypatch):
+def test_an_older_0_1_session_beside_our_own_files_is_imported_with_a_receipt(
+    isolated_home, fake_llm, monkeypatch
+):
     shutil.copytree(FIXTURES / "v0_1_4_post6" / ".nanobot", isolated_home)
     monkeypatch.setenv("NANOBOT_PROVIDERS__CUSTOM__API_BASE", fake_llm.openai_base_url)
     legacy = isolated_home / "sessions" / "cli_direct.jsonl"
     legacy.parent.mkdir()
-    (isolated_home / "workspace" / "sessions" / "cli_direct.jsonl").rename(legacy)  # where 0.1.0-0.1.3 kept it
+    (isolated_home / "workspace" / "sessions" / "cli_direct.jsonl").rename(
+        legacy
+    )  # where 0.1.0-0.1.3 kept it
     original = legacy.read_bytes()
     fake_llm.script(Reply.text("Still teal."))
     notes, outcome, messages = continue_session("colour?")

@@ -22,8 +22,12 @@ def store(tmp_path: Path) -> SessionStore:
 
 
 def turn(i: int) -> list[dict]:
-    return [user(f"question {i}"), assistant(None, [tool_call(f"c{i}", "read_file", {"path": f"{i}.md"})]),
-            tool_result(f"c{i}", "read_file", f"content of file {i} " * 5), assistant(f"answer {i}")]
+    return [
+        user(f"question {i}"),
+        assistant(None, [tool_call(f"c{i}", "read_file", {"path": f"{i}.md"})]),
+        tool_result(f"c{i}", "read_file", f"content of file {i} " * 5),
+        assistant(f"answer {i}"),
+    ]
 
 
 def consolidated_session(store: SessionStore, turns: int = 30, pointer_turn: int = 25) -> Path:
@@ -32,7 +36,9 @@ def consolidated_session(store: SessionStore, turns: int = 30, pointer_turn: int
     for i in range(turns):
         store.append(session, turn(i))
         if i % 7 == 3:
-            store.record_decision(session, kind="exec", summary=f"decision {i}", allowed=True, by="user")
+            store.record_decision(
+                session, kind="exec", summary=f"decision {i}", allowed=True, by="user"
+            )
         if i == 10:
             store.set_pointer(session, 8)
             store.set_metadata(session, title="first")
@@ -43,7 +49,11 @@ def consolidated_session(store: SessionStore, turns: int = 30, pointer_turn: int
 
 
 def meta_lines(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_bytes().splitlines() if b'"_type": "metadata"' in line]
+    return [
+        json.loads(line)
+        for line in path.read_bytes().splitlines()
+        if b'"_type": "metadata"' in line
+    ]
 
 
 def full_read(store: SessionStore, path: Path, tmp_path: Path) -> dict:
@@ -66,10 +76,16 @@ def full_read(store: SessionStore, path: Path, tmp_path: Path) -> dict:
 
 
 def snapshot(session) -> dict:
-    return {"messages": list(session.messages), "pointer": session.last_consolidated,
-            "decisions": list(session.decisions), "metadata": session.metadata, "created": session.created_at,
-            "updated": session.updated_at, "history": session.get_history(),
-            "warnings": [w.replace(str(session.path), "P") for w in session.warnings]}
+    return {
+        "messages": list(session.messages),
+        "pointer": session.last_consolidated,
+        "decisions": list(session.decisions),
+        "metadata": session.metadata,
+        "created": session.created_at,
+        "updated": session.updated_at,
+        "history": session.get_history(),
+        "warnings": [w.replace(str(session.path), "P") for w in session.warnings],
+    }
 
 
 def test_a_consolidated_session_loads_from_its_pointer_and_equals_a_full_read(store, tmp_path):
@@ -80,7 +96,8 @@ def test_a_consolidated_session_loads_from_its_pointer_and_equals_a_full_read(st
     assert len(session.messages) == 120 and session.last_consolidated == 100
     # what a turn reads comes from the tail alone; the consolidated part is still on disk
     assert [m["content"] for m in session.get_history() if m["role"] == "user"] == [
-        f"question {i}" for i in range(25, 30)]
+        f"question {i}" for i in range(25, 30)
+    ]
     assert not session.messages.loaded
     assert snapshot(session) == full_read(store, path, tmp_path)  # now read in full, on demand
     assert session.messages[0]["content"] == "question 0" and session.messages.loaded
@@ -93,9 +110,15 @@ def test_open_appends_after_an_indexed_load_and_the_next_load_sees_everything(st
     store.append(session, turn(30))
     store.set_pointer(session, 108)
     store.close(session)
-    assert not session.messages.loaded  # the new index was worked out from the lines after the old one
+    assert (
+        not session.messages.loaded
+    )  # the new index was worked out from the lines after the old one
     loaded = store.load(KEY)
-    assert not loaded.messages.loaded and loaded.last_consolidated == 108 and len(loaded.messages) == 124
+    assert (
+        not loaded.messages.loaded
+        and loaded.last_consolidated == 108
+        and len(loaded.messages) == 124
+    )
     assert snapshot(loaded) == full_read(store, path, tmp_path)
 
 
@@ -120,26 +143,45 @@ def _message_line(lines: list[bytes], content: str) -> int:
 
 STALE = {
     "offset past the end": lambda p: _corrupt_index(p, offset=p.stat().st_size + 10),
-    "offset mid-line": lambda p: _corrupt_index(p, offset=json.loads(p.read_text().splitlines()[-1])
-                                                ["index"]["offset"] + 7),
-    "offset at another line": lambda p: _corrupt_index(p, offset=len(p.read_bytes().split(b"\n")[0]) + 1),
+    "offset mid-line": lambda p: _corrupt_index(
+        p, offset=json.loads(p.read_text().splitlines()[-1])["index"]["offset"] + 7
+    ),
+    "offset at another line": lambda p: _corrupt_index(
+        p, offset=len(p.read_bytes().split(b"\n")[0]) + 1
+    ),
     "wrong message count": lambda p: _corrupt_index(p, messages=99),
     "a consolidated message deleted by hand": lambda p: _edit_lines(
-        p, lambda ls: ls.pop(_message_line(ls, "answer 3"))),
+        p, lambda ls: ls.pop(_message_line(ls, "answer 3"))
+    ),
     "a consolidated message edited in place": lambda p: _edit_lines(
-        p, lambda ls: ls.__setitem__(_message_line(ls, "answer 3"), ls[_message_line(ls, "answer 3")]
-                                     .replace(b"answer 3", b"answer X"))),
+        p,
+        lambda ls: ls.__setitem__(
+            _message_line(ls, "answer 3"),
+            ls[_message_line(ls, "answer 3")].replace(b"answer 3", b"answer X"),
+        ),
+    ),
     "a message line inserted by hand": lambda p: _edit_lines(
-        p, lambda ls: ls.insert(_message_line(ls, "question 5"), json.dumps(user("inserted")).encode())),
+        p,
+        lambda ls: ls.insert(
+            _message_line(ls, "question 5"), json.dumps(user("inserted")).encode()
+        ),
+    ),
     "a consolidated line damaged": lambda p: _edit_lines(
-        p, lambda ls: ls.__setitem__(_message_line(ls, "answer 3"), b'{"role": "assis')),
+        p, lambda ls: ls.__setitem__(_message_line(ls, "answer 3"), b'{"role": "assis')
+    ),
     "the first line edited": lambda p: _edit_lines(
-        p, lambda ls: ls.__setitem__(0, ls[0].replace(b'"metadata": {}', b'"metadata": {"x": 1}'))),
+        p, lambda ls: ls.__setitem__(0, ls[0].replace(b'"metadata": {}', b'"metadata": {"x": 1}'))
+    ),
     "the last metadata record written by another program": lambda p: p.write_bytes(
-        p.read_bytes() + b'{"_type":"metadata","key":"cli:direct","last_consolidated":40}\n'),
+        p.read_bytes() + b'{"_type":"metadata","key":"cli:direct","last_consolidated":40}\n'
+    ),
     "rewritten by another program keeping the last line": lambda p: p.write_bytes(
-        b"\n".join(p.read_bytes().split(b"\n")[:1] + [json.dumps(m).encode() for m in turn(99)]
-                   + p.read_bytes().split(b"\n")[-2:])),
+        b"\n".join(
+            p.read_bytes().split(b"\n")[:1]
+            + [json.dumps(m).encode() for m in turn(99)]
+            + p.read_bytes().split(b"\n")[-2:]
+        )
+    ),
 }
 
 
@@ -151,12 +193,16 @@ def test_a_stale_or_wrong_index_falls_back_to_the_full_read(store, tmp_path, dam
     loaded = store.load(KEY)
     assert snapshot(loaded) == expected
     opened = store.open(KEY)  # and opening (which may repair the file and move damage aside) agrees
-    assert [m["content"] for m in opened.messages] == [m["content"] for m in expected["messages"]
-                                                       ] or expected["warnings"]
+    assert [m["content"] for m in opened.messages] == [
+        m["content"] for m in expected["messages"]
+    ] or expected["warnings"]
     assert opened.last_consolidated <= len(opened.messages)
     store.close(opened)
     again = store.load(KEY)
-    assert list(again.messages) == list(opened.messages) and again.last_consolidated == opened.last_consolidated
+    assert (
+        list(again.messages) == list(opened.messages)
+        and again.last_consolidated == opened.last_consolidated
+    )
 
 
 def test_a_torn_tail_line_is_tolerated_moved_aside_and_the_index_kept(store, tmp_path):
@@ -192,10 +238,19 @@ def test_repair_and_rewrite_leave_a_true_index(store, tmp_path):
 def test_an_older_large_file_gets_its_index_when_opened(store, tmp_path):
     store.directory.mkdir(parents=True)
     path = store.path_for(KEY)
-    meta = {"_type": "metadata", "key": KEY, "created_at": "2026-01-01T10:00:00", "updated_at": "2026-01-01T10:00:00",
-            "metadata": {}, "last_consolidated": 4000}
-    body = "".join(json.dumps({**m, "timestamp": "2026-01-01T10:00:00"}) + "\n"
-                   for i in range(2000) for m in turn(i))
+    meta = {
+        "_type": "metadata",
+        "key": KEY,
+        "created_at": "2026-01-01T10:00:00",
+        "updated_at": "2026-01-01T10:00:00",
+        "metadata": {},
+        "last_consolidated": 4000,
+    }
+    body = "".join(
+        json.dumps({**m, "timestamp": "2026-01-01T10:00:00"}) + "\n"
+        for i in range(2000)
+        for m in turn(i)
+    )
     path.write_text(json.dumps(meta) + "\n" + body)
     assert path.stat().st_size >= INDEX_WORTH_BYTES
     assert isinstance(store.load(KEY).messages, list)  # no index yet: read in full
@@ -226,7 +281,7 @@ def test_random_histories_and_damage_load_the_same_through_the_index(tmp_path, s
     store = SessionStore(tmp_path / f"s{seed}")
     session = store.open(KEY)
     for i in range(rng.randint(5, 40)):
-        store.append(session, turn(i)[:rng.randint(1, 4)])
+        store.append(session, turn(i)[: rng.randint(1, 4)])
         if rng.random() < 0.3:
             store.set_pointer(session, rng.randint(0, len(session.messages)))
         if rng.random() < 0.1:
@@ -240,11 +295,11 @@ def test_random_histories_and_damage_load_the_same_through_the_index(tmp_path, s
         if action == "drop":
             lines.pop(k)
         elif action == "cut":
-            lines[k] = lines[k][:rng.randint(0, len(lines[k]))]
+            lines[k] = lines[k][: rng.randint(0, len(lines[k]))]
         elif action == "dup":
             lines.insert(k, lines[k])
         else:
-            lines[k] = lines[k].replace(b"question", b"qu\"stion", 1)
+            lines[k] = lines[k].replace(b"question", b'qu"stion', 1)
     path.write_bytes(b"\n".join(lines))
     assert snapshot(store.load(KEY)) == full_read(store, path, tmp_path)
 

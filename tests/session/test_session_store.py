@@ -21,16 +21,25 @@ def store(tmp_path: Path) -> SessionStore:
 
 
 def records(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
 
 
 def write_session(store: SessionStore, key: str, messages: list[dict], pointer: int = 0) -> Path:
     store.directory.mkdir(parents=True, exist_ok=True)
     path = store.path_for(key)
-    meta = {"_type": "metadata", "key": key, "created_at": "2026-03-01T10:00:00", "updated_at": "2026-03-01T10:00:00",
-            "metadata": {}, "last_consolidated": pointer}
-    lines = [json.dumps(meta)] + [json.dumps({**m, "timestamp": m.get("timestamp", "2026-03-01T10:00:00")})
-                                  for m in messages]
+    meta = {
+        "_type": "metadata",
+        "key": key,
+        "created_at": "2026-03-01T10:00:00",
+        "updated_at": "2026-03-01T10:00:00",
+        "metadata": {},
+        "last_consolidated": pointer,
+    }
+    lines = [json.dumps(meta)] + [
+        json.dumps({**m, "timestamp": m.get("timestamp", "2026-03-01T10:00:00")}) for m in messages
+    ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
@@ -50,7 +59,12 @@ def test_round_trip_keeps_messages_pointer_and_metadata(store):
     store.close(session)
 
     loaded = store.load("cli:direct")
-    assert [m["content"] for m in loaded.messages] == ["question 1", "answer 1", "question 2", "answer 2"]
+    assert [m["content"] for m in loaded.messages] == [
+        "question 1",
+        "answer 1",
+        "question 2",
+        "answer 2",
+    ]
     assert all("timestamp" in m for m in loaded.messages)
     assert loaded.last_consolidated == 2
     assert loaded.metadata == {"title": "greetings"}
@@ -63,22 +77,31 @@ def test_file_starts_with_a_v01_metadata_record(store):
     store.append(session, turn(1))
     store.close(session)
     first = records(store.path_for("cli:direct"))[0]
-    assert first["_type"] == "metadata" and first["key"] == "cli:direct" and first["last_consolidated"] == 0
+    assert (
+        first["_type"] == "metadata"
+        and first["key"] == "cli:direct"
+        and first["last_consolidated"] == 0
+    )
     assert {"created_at", "updated_at", "metadata"} <= set(first)
 
 
-V01_FILE = "\n".join([
-    '{"_type": "metadata", "key": "telegram:42", "created_at": "2026-02-20T09:15:02.123456", '
-    '"updated_at": "2026-02-21T18:00:00.000001", "metadata": {}, "last_consolidated": 2}',
-    '{"role": "user", "content": "hi", "timestamp": "2026-02-20T09:15:02.123456"}',
-    '{"role": "assistant", "content": "hello!", "timestamp": "2026-02-20T09:15:04.000001", "tools_used": []}',
-    '{"role": "user", "content": "list files", "timestamp": "2026-02-21T17:59:00.000001"}',
-    '{"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": '
-    '{"name": "list_dir", "arguments": "{\\"path\\": \\".\\"}"}}], "timestamp": "2026-02-21T17:59:01.000001"}',
-    '{"role": "tool", "tool_call_id": "call_1", "name": "list_dir", "content": "a.txt", '
-    '"timestamp": "2026-02-21T17:59:02.000001"}',
-    '{"role": "assistant", "content": "One file: a.txt", "timestamp": "2026-02-21T18:00:00.000001"}',
-]) + "\n"
+V01_FILE = (
+    "\n".join(
+        [
+            '{"_type": "metadata", "key": "telegram:42", "created_at": "2026-02-20T09:15:02.123456", '
+            '"updated_at": "2026-02-21T18:00:00.000001", "metadata": {}, "last_consolidated": 2}',
+            '{"role": "user", "content": "hi", "timestamp": "2026-02-20T09:15:02.123456"}',
+            '{"role": "assistant", "content": "hello!", "timestamp": "2026-02-20T09:15:04.000001", "tools_used": []}',
+            '{"role": "user", "content": "list files", "timestamp": "2026-02-21T17:59:00.000001"}',
+            '{"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": '
+            '{"name": "list_dir", "arguments": "{\\"path\\": \\".\\"}"}}], "timestamp": "2026-02-21T17:59:01.000001"}',
+            '{"role": "tool", "tool_call_id": "call_1", "name": "list_dir", "content": "a.txt", '
+            '"timestamp": "2026-02-21T17:59:02.000001"}',
+            '{"role": "assistant", "content": "One file: a.txt", "timestamp": "2026-02-21T18:00:00.000001"}',
+        ]
+    )
+    + "\n"
+)
 
 
 def test_nanobot_v01_file_loads_unchanged(store):
@@ -100,9 +123,11 @@ def test_a_line_only_the_lenient_json_reader_accepts_still_loads(store):
     # treated as damage (moved aside) just because the fast parser is stricter
     path = store.path_for("k")
     path.parent.mkdir(parents=True)
-    lines = ['{"_type": "metadata", "key": "k", "created_at": "2026-03-01T10:00:00", "last_consolidated": 0}',
-             '{"role": "user", "content": "score?", "score": NaN, "timestamp": "2026-03-01T10:00:00"}',
-             '{"role": "assistant", "content": "no idea", "timestamp": "2026-03-01T10:00:01"}']
+    lines = [
+        '{"_type": "metadata", "key": "k", "created_at": "2026-03-01T10:00:00", "last_consolidated": 0}',
+        '{"role": "user", "content": "score?", "score": NaN, "timestamp": "2026-03-01T10:00:00"}',
+        '{"role": "assistant", "content": "no idea", "timestamp": "2026-03-01T10:00:01"}',
+    ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     before = path.read_bytes()
     session = store.open("k")
@@ -114,8 +139,11 @@ def test_a_line_only_the_lenient_json_reader_accepts_still_loads(store):
 
 def test_repair_writes_back_integers_past_64_bits_exactly(store):
     big = 123456789012345678901234567890
-    path = write_session(store, "k", [{"role": "user", "content": "n?", "n": big}, assistant("ok"),
-                                      assistant("again")])  # consecutive assistants: repair rewrites
+    path = write_session(
+        store,
+        "k",
+        [{"role": "user", "content": "n?", "n": big}, assistant("ok"), assistant("again")],
+    )  # consecutive assistants: repair rewrites
     assert store.repair("k").changed
     assert [r.get("n") for r in records(path) if r.get("content") == "n?"] == [big]
 
@@ -229,7 +257,9 @@ def test_snapshot_load_of_damaged_file_warns_without_writing(store):
 
 
 def test_torn_last_line_at_every_byte_offset_loses_only_that_line(store):
-    path = write_session(store, "k", turn(1) + [assistant(None, [tool_call("c1", "exec", {"cmd": "ls"})])])
+    path = write_session(
+        store, "k", turn(1) + [assistant(None, [tool_call("c1", "exec", {"cmd": "ls"})])]
+    )
     full = path.read_bytes()
     last_start = full.rstrip(b"\n").rfind(b"\n") + 1
     for cut in range(last_start, len(full) + 1):
@@ -274,11 +304,15 @@ def test_second_process_gets_session_in_use(store):
             print(exc.message); sys.exit(exc.exit_code)
         sys.exit(0)
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2, proc.stderr
     assert "session cli:direct is in use by another nanobot process" in proc.stdout
     store.close(session)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
 
 
@@ -292,8 +326,18 @@ def test_second_store_in_same_process_gets_session_in_use(store):
 
 
 def test_file_names_are_collision_free_and_safe(store):
-    keys = ["cli:direct", "cli_direct", "CLI:direct", "cli:direct ", "cli/direct", "../../etc/passwd",
-            "telegram:12345", "", "ключ:日本", "a" * 300]
+    keys = [
+        "cli:direct",
+        "cli_direct",
+        "CLI:direct",
+        "cli:direct ",
+        "cli/direct",
+        "../../etc/passwd",
+        "telegram:12345",
+        "",
+        "ключ:日本",
+        "a" * 300,
+    ]
     paths = {store.path_for(k) for k in keys}
     assert len(paths) == len(keys)
     assert len({p.name.lower() for p in paths}) == len(keys)  # also on case-insensitive disks
@@ -325,8 +369,14 @@ def test_load_unknown_key_names_known_keys(store):
 
 
 def test_get_history_never_changes_file_or_messages(store):
-    messages = [assistant("stray"), user("q"), assistant(None, [tool_call("A", "f", {}), tool_call("B", "g", {})]),
-                tool_result("A", "f", "r"), assistant("x"), assistant("y")]
+    messages = [
+        assistant("stray"),
+        user("q"),
+        assistant(None, [tool_call("A", "f", {}), tool_call("B", "g", {})]),
+        tool_result("A", "f", "r"),
+        assistant("x"),
+        assistant("y"),
+    ]
     path = write_session(store, "k", messages)
     session = store.open("k")
     before_file, before_messages = path.read_bytes(), json.dumps(session.messages)
@@ -339,8 +389,14 @@ def test_get_history_never_changes_file_or_messages(store):
 
 
 def test_get_history_last_n_starts_at_a_user_turn(store):
-    messages = [user("q1"), assistant(None, [tool_call("A", "f", {})]), tool_result("A", "f", "r"),
-                assistant("a1"), user("q2"), assistant("a2")]
+    messages = [
+        user("q1"),
+        assistant(None, [tool_call("A", "f", {})]),
+        tool_result("A", "f", "r"),
+        assistant("a1"),
+        user("q2"),
+        assistant("a2"),
+    ]
     write_session(store, "k", messages)
     session = store.load("k")
     assert session.get_history(max_messages=3) == [user("q2"), assistant("a2")]
@@ -351,21 +407,39 @@ def test_get_history_last_n_starts_at_a_user_turn(store):
 
 
 def test_repair_fixes_structure_keeps_backup_and_maps_pointer(store):
-    messages = [user("q1"), assistant("a"), assistant("b"), user("q2"),
-                assistant(None, [tool_call("A", "f", {}), tool_call("B", "g", {})]), tool_result("A", "f", "r"),
-                tool_result("Z", "f", "orphan"), assistant("done")]
+    messages = [
+        user("q1"),
+        assistant("a"),
+        assistant("b"),
+        user("q2"),
+        assistant(None, [tool_call("A", "f", {}), tool_call("B", "g", {})]),
+        tool_result("A", "f", "r"),
+        tool_result("Z", "f", "orphan"),
+        assistant("done"),
+    ]
     path = write_session(store, "k", messages, pointer=3)
     path.write_bytes(path.read_bytes() + b'{"role": "us')
     original = path.read_bytes()
     report = store.repair("k")
     assert report.backup is not None and report.backup.read_bytes() == original
     assert report.damaged_lines == 1 and report.corrupt_file.read_bytes() == b'{"role": "us\n'
-    assert (report.fixes.merged_assistants, report.fixes.backfilled, report.fixes.dropped_orphans) == (1, 1, 1)
+    assert (
+        report.fixes.merged_assistants,
+        report.fixes.backfilled,
+        report.fixes.dropped_orphans,
+    ) == (1, 1, 1)
     assert report.pointer_before == 3 and report.pointer_after == 2
     repaired = store.load("k")
     assert repaired.warnings == [] and repaired.last_consolidated == 2
-    assert [m["role"] for m in repaired.messages] == ["user", "assistant", "user", "assistant", "tool", "tool",
-                                                      "assistant"]
+    assert [m["role"] for m in repaired.messages] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+    ]
     assert repaired.messages[1]["content"] == "a\n\nb"
     assert all("timestamp" in m for m in repaired.messages)
     assert store.repair("k").backup is None  # nothing left to fix
@@ -393,15 +467,20 @@ def test_damage_before_the_pointer_moves_it_back_so_no_unsummarised_message_is_s
 
     store = SessionStore(tmp_path)
     path = store.path_for("k")
-    lines = [json.dumps({"_type": "metadata", "key": "k", "last_consolidated": 2}),
-             '{"role": "user", "content": "u0 summari',  # damaged, before the pointer
-             json.dumps({"role": "assistant", "content": "a0 summarised"}),
-             json.dumps({"role": "user", "content": "u1 not yet summarised"}),
-             json.dumps({"role": "assistant", "content": "a1 not yet summarised"})]
+    lines = [
+        json.dumps({"_type": "metadata", "key": "k", "last_consolidated": 2}),
+        '{"role": "user", "content": "u0 summari',  # damaged, before the pointer
+        json.dumps({"role": "assistant", "content": "a0 summarised"}),
+        json.dumps({"role": "user", "content": "u1 not yet summarised"}),
+        json.dumps({"role": "assistant", "content": "a1 not yet summarised"}),
+    ]
     path.write_text("\n".join(lines) + "\n")
     session = store.open("k")
     try:
-        assert [m["content"] for m in session.get_history()] == ["u1 not yet summarised", "a1 not yet summarised"]
+        assert [m["content"] for m in session.get_history()] == [
+            "u1 not yet summarised",
+            "a1 not yet summarised",
+        ]
         assert any("moved it back" in w for w in session.warnings)
     finally:
         store.close(session)
@@ -417,9 +496,12 @@ def test_a_torn_last_line_does_not_move_the_pointer(tmp_path):
 
     store = SessionStore(tmp_path)
     path = store.path_for("k")
-    lines = [json.dumps({"_type": "metadata", "key": "k", "last_consolidated": 2}),
-             json.dumps({"role": "user", "content": "u0"}), json.dumps({"role": "assistant", "content": "a0"}),
-             json.dumps({"role": "user", "content": "u1"})]
+    lines = [
+        json.dumps({"_type": "metadata", "key": "k", "last_consolidated": 2}),
+        json.dumps({"role": "user", "content": "u0"}),
+        json.dumps({"role": "assistant", "content": "a0"}),
+        json.dumps({"role": "user", "content": "u1"}),
+    ]
     path.write_text("\n".join(lines) + '\n{"role": "assistant", "content": "a1 cut')
     session = store.open("k")
     try:

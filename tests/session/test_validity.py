@@ -26,7 +26,12 @@ def test_valid_history_comes_back_equal():
         tool_result("A", "read_file", "hello"),
         tool_result("B", "exec", "ok"),
         assistant("done"),
-        user([{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "https://x/y.png"}}]),
+        user(
+            [
+                {"type": "text", "text": "look"},
+                {"type": "image_url", "image_url": {"url": "https://x/y.png"}},
+            ]
+        ),
         assistant("nice", reasoning_content="thinking"),
     ]
     original = copy.deepcopy(history)
@@ -65,28 +70,56 @@ def test_history_without_user_message_becomes_empty():
 
 
 def test_orphan_result_drops_only_the_orphan():
-    history = [user("q"), assistant("thinking"), tool_result("nobody", "f", "r"), user("next"), assistant("ok")]
+    history = [
+        user("q"),
+        assistant("thinking"),
+        tool_result("nobody", "f", "r"),
+        user("next"),
+        assistant("ok"),
+    ]
     assert make_valid(history) == [user("q"), assistant("thinking"), user("next"), assistant("ok")]
 
 
 def test_result_answered_twice_keeps_only_the_first():
-    history = [user("q"), assistant(None, [call("A")]), tool_result("A", "read_file", "1"),
-               tool_result("A", "read_file", "2"), assistant("done")]
+    history = [
+        user("q"),
+        assistant(None, [call("A")]),
+        tool_result("A", "read_file", "1"),
+        tool_result("A", "read_file", "2"),
+        assistant("done"),
+    ]
     result = make_valid(history)
     assert [m["content"] for m in result if m["role"] == "tool"] == ["1"]
 
 
 def test_result_without_tool_call_id_is_dropped():
-    history = [user("q"), assistant(None, [call("A")]), {"role": "tool", "content": "x"},
-               tool_result("A", "read_file", "r")]
-    assert make_valid(history) == [user("q"), assistant(None, [call("A")]), tool_result("A", "read_file", "r")]
+    history = [
+        user("q"),
+        assistant(None, [call("A")]),
+        {"role": "tool", "content": "x"},
+        tool_result("A", "read_file", "r"),
+    ]
+    assert make_valid(history) == [
+        user("q"),
+        assistant(None, [call("A")]),
+        tool_result("A", "read_file", "r"),
+    ]
 
 
 def test_make_valid_backfills_missing_tool_result():
-    history = [user("q"), assistant(None, [call("A"), call("B", "exec")]), tool_result("A", "read_file", "r"),
-               assistant("done")]
+    history = [
+        user("q"),
+        assistant(None, [call("A"), call("B", "exec")]),
+        tool_result("A", "read_file", "r"),
+        assistant("done"),
+    ]
     result = make_valid(history)
-    assert result[3] == {"role": "tool", "tool_call_id": "B", "name": "exec", "content": INTERRUPTED_RESULT}
+    assert result[3] == {
+        "role": "tool",
+        "tool_call_id": "B",
+        "name": "exec",
+        "content": INTERRUPTED_RESULT,
+    }
     assert roles(result) == ["user", "assistant", "tool", "tool", "assistant"]
 
 
@@ -96,15 +129,32 @@ def test_backfill_when_history_ends_with_tool_calls():
 
 
 def test_late_result_after_another_message_is_backfilled_then_dropped():
-    history = [user("q"), assistant(None, [call("A")]), user("hello?"), tool_result("A", "read_file", "late")]
+    history = [
+        user("q"),
+        assistant(None, [call("A")]),
+        user("hello?"),
+        tool_result("A", "read_file", "late"),
+    ]
     result = make_valid(history)
-    assert result == [user("q"), assistant(None, [call("A")]), tool_result("A", "read_file", INTERRUPTED_RESULT),
-                      user("hello?")]
+    assert result == [
+        user("q"),
+        assistant(None, [call("A")]),
+        tool_result("A", "read_file", INTERRUPTED_RESULT),
+        user("hello?"),
+    ]
 
 
 def test_duplicate_tool_call_ids_across_history_are_renamed_with_their_results():
-    history = [user("1"), assistant(None, [call("A")]), tool_result("A", "read_file", "first"), assistant("ok"),
-               user("2"), assistant(None, [call("A")]), tool_result("A", "read_file", "second"), assistant("ok")]
+    history = [
+        user("1"),
+        assistant(None, [call("A")]),
+        tool_result("A", "read_file", "first"),
+        assistant("ok"),
+        user("2"),
+        assistant(None, [call("A")]),
+        tool_result("A", "read_file", "second"),
+        assistant("ok"),
+    ]
     result = make_valid(history)
     ids = [tc["id"] for m in result for tc in m.get("tool_calls") or []]
     assert len(ids) == len(set(ids)) == 2
@@ -113,12 +163,19 @@ def test_duplicate_tool_call_ids_across_history_are_renamed_with_their_results()
 
 
 def test_duplicate_ids_within_one_message_are_paired_in_order():
-    history = [user("q"), assistant(None, [call("A"), call("A", "exec")]),
-               tool_result("A", "read_file", "r1"), tool_result("A", "exec", "r2")]
+    history = [
+        user("q"),
+        assistant(None, [call("A"), call("A", "exec")]),
+        tool_result("A", "read_file", "r1"),
+        tool_result("A", "exec", "r2"),
+    ]
     result = make_valid(history)
     first, second = result[1]["tool_calls"]
     assert first["id"] == "A" and second["id"] != "A"
-    assert [(m["tool_call_id"], m["content"]) for m in result[2:]] == [("A", "r1"), (second["id"], "r2")]
+    assert [(m["tool_call_id"], m["content"]) for m in result[2:]] == [
+        ("A", "r1"),
+        (second["id"], "r2"),
+    ]
 
 
 def test_consecutive_assistants_are_merged_with_blank_line():
@@ -128,8 +185,13 @@ def test_consecutive_assistants_are_merged_with_blank_line():
 
 def test_assistant_text_then_tool_call_message_merge_keeps_tool_calls():
     # The subagent bug: injected assistant text followed by the model's tool-call message.
-    history = [user("q"), assistant("answer"), assistant("[subagent result]"),
-               assistant("let me check", [call("A")]), tool_result("A", "read_file", "r")]
+    history = [
+        user("q"),
+        assistant("answer"),
+        assistant("[subagent result]"),
+        assistant("let me check", [call("A")]),
+        tool_result("A", "read_file", "r"),
+    ]
     result = make_valid(history)
     assert roles(result) == ["user", "assistant", "tool"]
     assert result[1]["content"] == "answer\n\n[subagent result]\n\nlet me check"
@@ -137,7 +199,12 @@ def test_assistant_text_then_tool_call_message_merge_keeps_tool_calls():
 
 
 def test_merge_into_tool_call_message_with_no_text():
-    history = [user("q"), assistant("injected"), assistant(None, [call("A")]), tool_result("A", "read_file", "r")]
+    history = [
+        user("q"),
+        assistant("injected"),
+        assistant(None, [call("A")]),
+        tool_result("A", "read_file", "r"),
+    ]
     assert make_valid(history)[1] == assistant("injected", [call("A")])
 
 
@@ -178,8 +245,13 @@ def test_leading_empty_user_does_not_count_as_start():
 
 
 def test_malformed_entries_and_tool_calls_are_dropped():
-    history = ["junk", {"role": "wizard", "content": "x"}, user("q"),
-               assistant("a", [{"id": "", "function": {"name": "f"}}, {"id": "B"}]), tool_result("B", "f", "r")]
+    history = [
+        "junk",
+        {"role": "wizard", "content": "x"},
+        user("q"),
+        assistant("a", [{"id": "", "function": {"name": "f"}}, {"id": "B"}]),
+        tool_result("B", "f", "r"),
+    ]
     assert make_valid(history) == [user("q"), assistant("a")]
 
 
@@ -190,20 +262,38 @@ def test_non_string_arguments_are_serialised():
 
 
 def test_extra_keys_such_as_timestamp_are_kept():
-    history = [{"role": "user", "content": "q", "timestamp": "t1"}, {"role": "assistant", "content": "a", "timestamp": "t2"}]
+    history = [
+        {"role": "user", "content": "q", "timestamp": "t1"},
+        {"role": "assistant", "content": "a", "timestamp": "t2"},
+    ]
     assert make_valid(history) == history
 
 
 def test_make_valid_is_idempotent_on_damaged_history():
-    history = [assistant("x"), user("q"), assistant("a"), assistant(None, [call("A"), call("B")]),
-               tool_result("C", "f", "r"), tool_result("A", "read_file", "r"), user(""), assistant("")]
+    history = [
+        assistant("x"),
+        user("q"),
+        assistant("a"),
+        assistant(None, [call("A"), call("B")]),
+        tool_result("C", "f", "r"),
+        tool_result("A", "read_file", "r"),
+        user(""),
+        assistant(""),
+    ]
     once = make_valid(history)
     assert make_valid(once) == once
 
 
 def test_repair_messages_keeps_leading_messages_and_maps_pointer():
-    history = [assistant("old"), user("q1"), assistant("a1"), assistant("a1b"),
-               user("q2"), assistant(None, [call("A")]), user("q3")]
+    history = [
+        assistant("old"),
+        user("q1"),
+        assistant("a1"),
+        assistant("a1b"),
+        user("q2"),
+        assistant(None, [call("A")]),
+        user("q3"),
+    ]
     fixed, pointer, fixes = repair_messages(history, pointer=4)
     assert fixed[0] == assistant("old")
     assert pointer == 3  # the merge happened before the pointer
@@ -214,8 +304,11 @@ def test_repair_messages_keeps_leading_messages_and_maps_pointer():
 
 @pytest.mark.parametrize("odd", [[], {"id": "a", "function": {"name": "f"}}, "call_1", [1, None]])
 def test_tool_calls_that_are_not_a_list_of_calls_are_dropped_not_crashed_on(odd):
-    history = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x", "tool_calls": odd},
-               {"role": "user", "content": "next"}]
+    history = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "x", "tool_calls": odd},
+        {"role": "user", "content": "next"},
+    ]
     out = make_valid(history)
     assert out[1] == {"role": "assistant", "content": "x"}
     assert check_openai_messages(out) == []
@@ -225,7 +318,11 @@ def test_tool_calls_that_are_not_a_list_of_calls_are_dropped_not_crashed_on(odd)
 def test_consecutive_user_messages_are_merged_in_requests_but_kept_by_repair():
     note = user("[nanobot note, not from the user] subagent 'x' (sa-1) was stopped by the user.")
     history = [user("q"), assistant("a"), note, user("what now?")]
-    assert make_valid(history) == [user("q"), assistant("a"), user(note["content"] + "\n\nwhat now?")]
+    assert make_valid(history) == [
+        user("q"),
+        assistant("a"),
+        user(note["content"] + "\n\nwhat now?"),
+    ]
     image = {"type": "image_url", "image_url": {"url": "https://x/y.png"}}
     merged = make_valid([user("look"), user([image])])
     assert merged == [user([{"type": "text", "text": "look"}, image])]
@@ -234,8 +331,13 @@ def test_consecutive_user_messages_are_merged_in_requests_but_kept_by_repair():
 
 
 def test_repair_moves_a_result_after_assistant_text_up_to_its_call():
-    messages = [user("go"), assistant(None, [tool_call("c1", "exec", {"command": "x"})]),
-                assistant("working on it"), tool_result("c1", "exec", "real"), assistant("done")]
+    messages = [
+        user("go"),
+        assistant(None, [tool_call("c1", "exec", {"command": "x"})]),
+        assistant("working on it"),
+        tool_result("c1", "exec", "real"),
+        assistant("done"),
+    ]
     repaired, _, fixes = repair_messages(messages)
     assert [m["role"] for m in repaired] == ["user", "assistant", "tool", "assistant"]
     assert repaired[2]["content"] == "real" and fixes.moved_results == 1 and fixes.backfilled == 0

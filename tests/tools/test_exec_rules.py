@@ -20,12 +20,17 @@ def _load(tmp_path, exec_cfg: dict, **tools):
 def test_defaults_are_auto_confinement_and_network_ask(tmp_path):
     cfg = _load(tmp_path, {})
     rules = exec_rules(cfg)
-    assert cfg.tools.exec.confinement == "auto" and rules.network == "ask" and not rules.unconfined_ok
+    assert (
+        cfg.tools.exec.confinement == "auto" and rules.network == "ask" and not rules.unconfined_ok
+    )
     assert rules.deny == () and rules.allow == () and not rules.allow_only
 
 
 def test_patterns_and_network_are_read_in_camel_and_snake_case(tmp_path):
-    cfg = _load(tmp_path, {"allow": ["^git status$"], "ask": ["^git push"], "deny": [r"\bshred\b"], "network": True})
+    cfg = _load(
+        tmp_path,
+        {"allow": ["^git status$"], "ask": ["^git push"], "deny": [r"\bshred\b"], "network": True},
+    )
     rules = exec_rules(cfg)
     assert rules.allowed("git status") and not rules.allowed("git status --short")
     assert rules.asked_by("git push origin") == "^git push"
@@ -41,14 +46,20 @@ def test_nanobot_035_patterns_keep_their_meaning(tmp_path):
     assert "deny pattern" in rules.denied_by("ls; rm -rf build")
 
 
-@pytest.mark.parametrize(("exec_cfg", "message"), [
-    ({"network": "sometimes"}, 'tools.exec.network: expected false, true or "ask"'),
-    ({"confinement": "docker"}, 'tools.exec.confinement: expected "auto", "bwrap", "landlock" or "none"'),
-    ({"deny": ["(unclosed"]}, "tools.exec.deny: invalid pattern '(unclosed'"),
-    ({"allowPatterns": ["["]}, "tools.exec.allowPatterns: invalid pattern"),
-    ({"ask": "git push"}, "tools.exec.ask: expected a list"),
-    ({"allow": [3]}, "tools.exec.allow[0]: expected a string"),
-])
+@pytest.mark.parametrize(
+    ("exec_cfg", "message"),
+    [
+        ({"network": "sometimes"}, 'tools.exec.network: expected false, true or "ask"'),
+        (
+            {"confinement": "docker"},
+            'tools.exec.confinement: expected "auto", "bwrap", "landlock" or "none"',
+        ),
+        ({"deny": ["(unclosed"]}, "tools.exec.deny: invalid pattern '(unclosed'"),
+        ({"allowPatterns": ["["]}, "tools.exec.allowPatterns: invalid pattern"),
+        ({"ask": "git push"}, "tools.exec.ask: expected a list"),
+        ({"allow": [3]}, "tools.exec.allow[0]: expected a string"),
+    ],
+)
 def test_invalid_exec_settings_name_the_key(tmp_path, exec_cfg, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(")):
         _load(tmp_path, exec_cfg)
@@ -70,7 +81,11 @@ def test_new_config_files_get_the_new_keys_but_not_the_legacy_ones():
     written = default_file_dict()["tools"]["exec"]
     assert written["confinement"] == "auto" and written["network"] == "ask"
     assert written["allow"] == [] and written["ask"] == [] and written["deny"] == []
-    assert "allowPatterns" not in written and "denyPatterns" not in written and "allowUnconfined" not in written
+    assert (
+        "allowPatterns" not in written
+        and "denyPatterns" not in written
+        and "allowUnconfined" not in written
+    )
 
 
 def test_network_from_the_environment(tmp_path):
@@ -79,18 +94,39 @@ def test_network_from_the_environment(tmp_path):
     assert cfg.tools.exec.network is False
 
 
-@pytest.mark.parametrize("command", [
-    "curl -s https://example.com", "wget x", "git clone https://github.com/a/b", "git pull", "pip install requests",
-    "npm install", "echo x > /dev/tcp/1.2.3.4/80", "ssh host", "uv add httpx", "python3 -m pip install rich",
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "curl -s https://example.com",
+        "wget x",
+        "git clone https://github.com/a/b",
+        "git pull",
+        "pip install requests",
+        "npm install",
+        "echo x > /dev/tcp/1.2.3.4/80",
+        "ssh host",
+        "uv add httpx",
+        "python3 -m pip install rich",
+    ],
+)
 def test_commands_that_want_network_are_recognised(command):
     assert wants_network(command)
 
 
-@pytest.mark.parametrize("command", [
-    "git status", "git commit -m 'fetch data later'", "ls -la", "python3 script.py", "pip list",
-    "pip install --no-index ./dist/pkg.whl", "grep -r http_proxy .", "make build", "echo hostname",
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git status",
+        "git commit -m 'fetch data later'",
+        "ls -la",
+        "python3 script.py",
+        "pip list",
+        "pip install --no-index ./dist/pkg.whl",
+        "grep -r http_proxy .",
+        "make build",
+        "echo hostname",
+    ],
+)
 def test_local_commands_are_not_asked_about(command):
     assert not wants_network(command)
 

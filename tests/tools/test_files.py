@@ -31,7 +31,9 @@ def test_read_whole_small_file(make_ctx, ws):
 def test_read_offset_and_limit_slice_lines(make_ctx, ws):
     (ws / "a.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
     out = run(ReadFileTool(make_ctx()), path="a.txt", offset=3, limit=2)
-    assert out == "line 3\nline 4\n[showing lines 3-4 of 10; call read_file with offset=5 to continue]"
+    assert (
+        out == "line 3\nline 4\n[showing lines 3-4 of 10; call read_file with offset=5 to continue]"
+    )
     assert run(ReadFileTool(make_ctx()), path="a.txt", offset=9) == "line 9\nline 10\n"
 
 
@@ -128,7 +130,9 @@ def test_write_overwrites_and_keeps_mode(make_ctx, ws):
     assert stat.S_IMODE(script.stat().st_mode) == 0o755
 
 
-def test_write_outside_workspace_is_refused_restricted_asked_otherwise(make_ctx, tmp_path, approver):
+def test_write_outside_workspace_is_refused_restricted_asked_otherwise(
+    make_ctx, tmp_path, approver
+):
     target = tmp_path / "x.txt"
     with pytest.raises(ToolError, match="outside the workspace"):
         run(WriteFileTool(make_ctx(restrict_to_workspace=True)), path=str(target), content="x")
@@ -178,7 +182,9 @@ def test_edit_multiple_matches_refused_with_count(make_ctx, ws):
 
 def test_edit_replace_all(make_ctx, ws):
     (ws / "c.py").write_text("x = 0\ny = 1\nx = 0\n")
-    out = run(EditFileTool(make_ctx()), path="c.py", old_text="x = 0", new_text="x = 9", replace_all=True)
+    out = run(
+        EditFileTool(make_ctx()), path="c.py", old_text="x = 0", new_text="x = 9", replace_all=True
+    )
     assert (ws / "c.py").read_text() == "x = 9\ny = 1\nx = 9\n"
     assert out == "Edited c.py: replaced 2 occurrences"
 
@@ -187,7 +193,12 @@ def test_edit_miss_shows_closest_region(make_ctx, ws):
     body = "".join(f"def f{i}(x):\n    return x + {i}\n\n" for i in range(50))
     (ws / "m.py").write_text(body)
     with pytest.raises(ToolError) as info:
-        run(EditFileTool(make_ctx()), path="m.py", old_text="def f17(x):\n  return x + 17", new_text="")
+        run(
+            EditFileTool(make_ctx()),
+            path="m.py",
+            old_text="def f17(x):\n  return x + 17",
+            new_text="",
+        )
     message = str(info.value)
     assert message.startswith("old_text was not found in m.py.")
     assert "closest match is lines 52-53" in message
@@ -242,7 +253,13 @@ def test_list_dir_flat_sorted_with_dir_marks(make_ctx, ws):
 def test_list_dir_recursive_skips_noise(make_ctx, ws):
     _tree(ws)
     out = run(ListDirTool(make_ctx()), path=".", recursive=True)
-    assert out.splitlines() == ["a_dir/", "a_dir/inner.txt", "a_dir/sub/", "a_dir/sub/deep.txt", "b.txt"]
+    assert out.splitlines() == [
+        "a_dir/",
+        "a_dir/inner.txt",
+        "a_dir/sub/",
+        "a_dir/sub/deep.txt",
+        "b.txt",
+    ]
 
 
 def test_list_dir_caps_entries(make_ctx, ws):
@@ -297,7 +314,9 @@ def test_dev_zero_is_refused_without_reading(make_ctx, approver):
     yes = approver("y")
     with pytest.raises(ToolError, match="character device"):
         run(ReadFileTool(make_ctx(approver=yes)), path="/dev/zero")
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 1024  # KiB: nothing was loaded
+    assert (
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 1024
+    )  # KiB: nothing was loaded
     with pytest.raises(ToolError, match="outside the workspace"):
         run(ReadFileTool(make_ctx(restrict_to_workspace=True)), path="/dev/zero")
 
@@ -312,7 +331,9 @@ def test_a_fifo_in_the_workspace_does_not_hang_read_or_write(make_ctx, ws):
         with pytest.raises(ToolError, match="FIFO"):
             await asyncio.wait_for(WriteFileTool(make_ctx()).run(path="pipe", content="x"), 5)
         with pytest.raises(ToolError, match="FIFO"):
-            await asyncio.wait_for(EditFileTool(make_ctx()).run(path="pipe", old_text="a", new_text="b"), 5)
+            await asyncio.wait_for(
+                EditFileTool(make_ctx()).run(path="pipe", old_text="a", new_text="b"), 5
+            )
 
     asyncio.run(both())
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
@@ -330,7 +351,9 @@ def test_a_socket_is_refused(make_ctx, ws):
         sock.close()
 
 
-def test_symlink_out_of_the_workspace_is_refused_restricted_and_asked_otherwise(make_ctx, ws, tmp_path, approver):
+def test_symlink_out_of_the_workspace_is_refused_restricted_and_asked_otherwise(
+    make_ctx, ws, tmp_path, approver
+):
     canary = tmp_path / "canary.txt"
     canary.write_text("CANARY-SECRET")
     (ws / "link.txt").symlink_to(canary)
@@ -345,14 +368,21 @@ def test_symlink_out_of_the_workspace_is_refused_restricted_and_asked_otherwise(
     assert canary.read_text() == "CANARY-SECRET"
 
 
-def test_hard_link_to_an_outside_file_is_refused_restricted_and_asked_otherwise(make_ctx, ws, tmp_path, approver):
+def test_hard_link_to_an_outside_file_is_refused_restricted_and_asked_otherwise(
+    make_ctx, ws, tmp_path, approver
+):
     canary = tmp_path / "canary.txt"
     canary.write_text("CANARY-SECRET")
     os.link(canary, ws / "hl.txt")
     with pytest.raises(ToolError, match="hard links"):
         run(ReadFileTool(make_ctx(restrict_to_workspace=True)), path="hl.txt")
     with pytest.raises(ToolError, match="hard links"):
-        run(EditFileTool(make_ctx(restrict_to_workspace=True)), path="hl.txt", old_text="CANARY", new_text="x")
+        run(
+            EditFileTool(make_ctx(restrict_to_workspace=True)),
+            path="hl.txt",
+            old_text="CANARY",
+            new_text="x",
+        )
     asked = approver("n")
     with pytest.raises(ToolError, match="hard links"):
         run(ReadFileTool(make_ctx(approver=asked)), path="hl.txt")
@@ -378,7 +408,9 @@ def test_a_symlink_swapped_in_after_the_check_is_not_followed(make_ctx, ws, tmp_
         run(ReadFileTool(make_ctx(restrict_to_workspace=True)), path="a.txt")
 
 
-def test_write_replaces_a_symlink_at_the_name_instead_of_following_it(make_ctx, ws, tmp_path, monkeypatch):
+def test_write_replaces_a_symlink_at_the_name_instead_of_following_it(
+    make_ctx, ws, tmp_path, monkeypatch
+):
     import nanobot.tools.files as files
 
     canary = tmp_path / "canary.txt"
@@ -398,21 +430,28 @@ def test_write_replaces_a_symlink_at_the_name_instead_of_following_it(make_ctx, 
 # --- risky writes inside the workspace ask, with the change as a diff --------------
 
 
-@pytest.mark.parametrize("path, kind", [
-    (".git/hooks/pre-commit", "persistence"),
-    (".git/config", "persistence"),
-    (".bashrc", "persistence"),
-    ("memory/MEMORY.md", "memory-edit"),
-    ("skills/deploy/SKILL.md", "skill-edit"),
-    ("HEARTBEAT.md", "persistence"),
-    ("USER.md", "prompt-edit"),
-    (".vscode/tasks.json", "persistence"),
-    (".envrc", "persistence"),
-])
+@pytest.mark.parametrize(
+    "path, kind",
+    [
+        (".git/hooks/pre-commit", "persistence"),
+        (".git/config", "persistence"),
+        (".bashrc", "persistence"),
+        ("memory/MEMORY.md", "memory-edit"),
+        ("skills/deploy/SKILL.md", "skill-edit"),
+        ("HEARTBEAT.md", "persistence"),
+        ("USER.md", "prompt-edit"),
+        (".vscode/tasks.json", "persistence"),
+        (".envrc", "persistence"),
+    ],
+)
 def test_risky_writes_in_the_workspace_ask_first(make_ctx, ws, approver, path, kind):
     refused = approver("not now")
     with pytest.raises(ToolError, match="not now"):
-        run(WriteFileTool(make_ctx(approver=refused, restrict_to_workspace=True)), path=path, content="curl x | sh\n")
+        run(
+            WriteFileTool(make_ctx(approver=refused, restrict_to_workspace=True)),
+            path=path,
+            content="curl x | sh\n",
+        )
     assert not (ws / path).exists()
     assert refused.requests[0].kind == kind and "+curl x | sh" in refused.requests[0].detail
     run(WriteFileTool(make_ctx(approver=approver("y"))), path=path, content="curl x | sh\n")
@@ -424,9 +463,16 @@ def test_editing_memory_shows_the_diff_and_a_refusal_leaves_it_unchanged(make_ct
     (ws / "memory" / "MEMORY.md").write_text("- likes tea\n")
     asked = approver("no")
     with pytest.raises(ToolError):
-        run(EditFileTool(make_ctx(approver=asked)), path="memory/MEMORY.md", old_text="tea", new_text="coffee")
+        run(
+            EditFileTool(make_ctx(approver=asked)),
+            path="memory/MEMORY.md",
+            old_text="tea",
+            new_text="coffee",
+        )
     assert (ws / "memory" / "MEMORY.md").read_text() == "- likes tea\n"
-    assert "-- likes tea" in asked.requests[0].detail and "+- likes coffee" in asked.requests[0].detail
+    assert (
+        "-- likes tea" in asked.requests[0].detail and "+- likes coffee" in asked.requests[0].detail
+    )
 
 
 def test_ordinary_workspace_files_never_ask(make_ctx, ws, approver):
@@ -457,11 +503,17 @@ def test_always_for_a_folder_never_stretches_to_a_secret_file_in_it(make_ctx, tm
     ctx = make_ctx(approver=SessionApprover(Always()))
     for name in ("notes.txt", "notes.txt", ".bash_history", ".env", ".env"):
         run(ReadFileTool(ctx), path=str(home / name))
-    assert [r.summary.split(" (")[0].rsplit("/", 1)[1] for r in asked] == ["notes.txt", ".bash_history", ".env"]
+    assert [r.summary.split(" (")[0].rsplit("/", 1)[1] for r in asked] == [
+        "notes.txt",
+        ".bash_history",
+        ".env",
+    ]
 
 
 @pytest.mark.parametrize("recursive", [False, True])
-def test_list_dir_lists_the_folder_that_was_approved_not_a_link_swapped_in(make_ctx, tmp_path, approver, recursive):
+def test_list_dir_lists_the_folder_that_was_approved_not_a_link_swapped_in(
+    make_ctx, tmp_path, approver, recursive
+):
     shared = tmp_path / "shared"
     (shared / "public").mkdir(parents=True)
     (shared / "public" / "notes.txt").write_text("x")
@@ -473,15 +525,23 @@ def test_list_dir_lists_the_folder_that_was_approved_not_a_link_swapped_in(make_
     class SwapWhileAsking(approver):
         async def approve(self, request):
             decision = await super().approve(request)
-            os.rename(shared / "public", shared / "public.old")  # a background process, during the question
+            os.rename(
+                shared / "public", shared / "public.old"
+            )  # a background process, during the question
             os.symlink(secret, shared / "public")
             return decision
 
     with pytest.raises(ToolError, match="changed while|cannot list"):
-        run(ListDirTool(make_ctx(approver=SwapWhileAsking("y"))), path=str(shared / "public"), recursive=recursive)
+        run(
+            ListDirTool(make_ctx(approver=SwapWhileAsking("y"))),
+            path=str(shared / "public"),
+            recursive=recursive,
+        )
 
 
-def test_a_recursive_list_does_not_enter_a_subfolder_swapped_for_a_link_mid_walk(make_ctx, ws, tmp_path):
+def test_a_recursive_list_does_not_enter_a_subfolder_swapped_for_a_link_mid_walk(
+    make_ctx, ws, tmp_path
+):
     from nanobot.tools import files
 
     secret = tmp_path / "secret"
@@ -494,7 +554,9 @@ def test_a_recursive_list_does_not_enter_a_subfolder_swapped_for_a_link_mid_walk
 
     def swapping_sorted(fd):
         entries = real_sorted(fd)
-        if any(e.name == "b" for e in entries):  # the top level was just read: swap b before it is entered
+        if any(
+            e.name == "b" for e in entries
+        ):  # the top level was just read: swap b before it is entered
             os.rename(ws / "b", ws / "b.old")
             os.symlink(secret, ws / "b")
         return entries

@@ -20,7 +20,16 @@ SCHEMA = {
 
 
 def test_valid_arguments_pass():
-    args = {"path": "a", "count": 3, "ratio": 0.5, "flag": True, "mode": "fast", "tags": ["x"], "opts": {"deep": False}, "maybe": None}
+    args = {
+        "path": "a",
+        "count": 3,
+        "ratio": 0.5,
+        "flag": True,
+        "mode": "fast",
+        "tags": ["x"],
+        "opts": {"deep": False},
+        "maybe": None,
+    }
     assert validate(SCHEMA, args) == []
 
 
@@ -45,7 +54,10 @@ def test_integer_accepted_where_number_expected():
         ({"path": "a", "opts": {"deep": 1}}, "opts.deep: expected boolean"),
         ({"path": "a", "opts": {"wide": 1}}, "unknown property 'wide'"),
         ({"path": ""}, "at least 1 characters"),
-        ({"path": "a", "colour": "red"}, "unknown property 'colour' (known properties: path, count"),
+        (
+            {"path": "a", "colour": "red"},
+            "unknown property 'colour' (known properties: path, count",
+        ),
     ],
 )
 def test_each_violation_is_reported_clearly(args, fragment):
@@ -58,11 +70,16 @@ def test_all_problems_reported_at_once():
 
 
 def test_additional_properties_true_allows_unknown():
-    assert validate({"type": "object", "properties": {}, "additionalProperties": True}, {"x": 1}) == []
+    assert (
+        validate({"type": "object", "properties": {}, "additionalProperties": True}, {"x": 1}) == []
+    )
 
 
 def test_null_for_optional_property_means_default():
-    assert drop_null_optionals(SCHEMA, {"path": "a", "count": None, "maybe": None}) == {"path": "a", "maybe": None}
+    assert drop_null_optionals(SCHEMA, {"path": "a", "count": None, "maybe": None}) == {
+        "path": "a",
+        "maybe": None,
+    }
 
 
 def test_null_for_required_property_is_kept_and_rejected():
@@ -73,8 +90,13 @@ def test_null_for_required_property_is_kept_and_rejected():
 # MCP servers write richer schemas: anyOf, $ref/$defs, pattern (checked by jsonschema)
 MCP_SCHEMA = {
     "type": "object",
-    "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
-                        "required": ["x", "y"]}},
+    "$defs": {
+        "Point": {
+            "type": "object",
+            "properties": {"x": {"type": "number"}, "y": {"type": "number"}},
+            "required": ["x", "y"],
+        }
+    },
     "properties": {
         "where": {"$ref": "#/$defs/Point"},
         "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
@@ -85,15 +107,27 @@ MCP_SCHEMA = {
 
 
 def test_ref_anyof_and_pattern_are_enforced_with_the_standard_meaning():
-    assert validate(MCP_SCHEMA, {"where": {"x": 1, "y": 2}, "code": "ABC", "limit": None, "extra": 1}, closed=False) == []
+    assert (
+        validate(
+            MCP_SCHEMA,
+            {"where": {"x": 1, "y": 2}, "code": "ABC", "limit": None, "extra": 1},
+            closed=False,
+        )
+        == []
+    )
     errors = validate(MCP_SCHEMA, {"where": {"x": 1}, "code": "abc", "limit": 0}, closed=False)
     assert "where: missing required property 'y'" in errors
     assert 'code: "abc" does not match the pattern ^[A-Z]{3}$' in errors
-    assert any(e.startswith("limit: 0 does not match any of the allowed forms") and "minimum 1" in e for e in errors)
+    assert any(
+        e.startswith("limit: 0 does not match any of the allowed forms") and "minimum 1" in e
+        for e in errors
+    )
 
 
 def test_our_own_tools_keep_refusing_unknown_properties_inside_refs():
-    assert "unknown property 'z'" in " ".join(validate(MCP_SCHEMA, {"where": {"x": 1, "y": 2, "z": 3}}))
+    assert "unknown property 'z'" in " ".join(
+        validate(MCP_SCHEMA, {"where": {"x": 1, "y": 2, "z": 3}})
+    )
 
 
 def test_a_broken_schema_is_not_enforced():
@@ -102,4 +136,7 @@ def test_a_broken_schema_is_not_enforced():
 
 
 def test_null_for_an_optional_anyof_with_null_is_kept():
-    assert drop_null_optionals(MCP_SCHEMA, {"where": {}, "limit": None}) == {"where": {}, "limit": None}
+    assert drop_null_optionals(MCP_SCHEMA, {"where": {}, "limit": None}) == {
+        "where": {},
+        "limit": None,
+    }

@@ -56,7 +56,9 @@ def test_no_output(make_ctx):
 
 
 def test_killed_by_signal_is_named(make_ctx):
-    assert run(make_exec(make_ctx()), command="kill -9 $$").endswith("[exit code: -9 (killed by SIGKILL)]")
+    assert run(make_exec(make_ctx()), command="kill -9 $$").endswith(
+        "[exit code: -9 (killed by SIGKILL)]"
+    )
 
 
 def test_runs_in_workspace_with_stdin_closed(make_ctx, ws):
@@ -92,8 +94,11 @@ def test_working_dir_outside_refused_when_restricted_and_when_hidden(make_ctx, w
 
 def test_working_dir_outside_visible_folder_is_read_only(make_ctx, tmp_path, approver):
     asked = approver("y")
-    out = run(make_exec(make_ctx(approver=asked)), command="pwd; touch nanobot-exec-probe; echo rc=$?",
-              working_dir="/usr")
+    out = run(
+        make_exec(make_ctx(approver=asked)),
+        command="pwd; touch nanobot-exec-probe; echo rc=$?",
+        working_dir="/usr",
+    )
     assert out.startswith("/usr\n") and "rc=0" not in out
     assert not Path("/usr/nanobot-exec-probe").exists()
     assert [r.kind for r in asked.requests] == ["file-outside"]
@@ -104,7 +109,11 @@ def test_working_dir_outside_the_workspace_needs_approval(make_ctx, ws, approver
     """Issue 32, attack 9: `working_dir: "/"` was accepted without a question."""
     asked = approver("n")
     with pytest.raises(ToolError, match="outside the workspace"):
-        run(make_exec(make_ctx(approver=asked)), command="pwd > $OLDPWD/ran; touch ran", working_dir=where)
+        run(
+            make_exec(make_ctx(approver=asked)),
+            command="pwd > $OLDPWD/ran; touch ran",
+            working_dir=where,
+        )
     assert [r.kind for r in asked.requests] == ["file-outside"]
     assert not list(ws.parent.glob("ran")) and not (ws / "ran").exists()
     with pytest.raises(ToolError, match="was refused"):  # one-shot: nobody to ask
@@ -153,7 +162,9 @@ def test_term_ignoring_process_is_killed_after_grace(make_ctx, ws):
 def test_background_process_holding_output_ends_with_the_command(make_ctx, ws):
     # confined: the command's shell exiting ends its sandbox, background included
     started = time.monotonic()
-    out = run(make_exec(make_ctx(exec_timeout=10)), command="sleep 3003 & echo $! > pidfile; echo started")
+    out = run(
+        make_exec(make_ctx(exec_timeout=10)), command="sleep 3003 & echo $! > pidfile; echo started"
+    )
     assert out == "started\n[exit code: 0]" and time.monotonic() - started < 5
     assert (ws / "pidfile").read_text().strip() and wait_gone("3003", within=0.5)
 
@@ -201,12 +212,28 @@ def test_secrets_are_not_in_child_env(make_ctx, monkeypatch):
 @pytest.mark.parametrize(
     ("name", "secret"),
     [
-        ("OPENAI_API_KEY", True), ("FOO_APIKEY", True), ("GITHUB_TOKEN", True), ("SLACK_BOT_TOKEN", True),
-        ("AWS_SECRET_ACCESS_KEY", True), ("CLIENT_SECRET", True), ("PGPASSWORD", True), ("db_password", True),
-        ("STRIPE_KEY", True), ("GOOGLE_APPLICATION_CREDENTIALS", True),
-        ("PATH", False), ("HOME", False), ("SSH_AUTH_SOCK", False), ("TOKENIZERS_PARALLELISM", False),
-        ("KEYBOARD_LAYOUT", False), ("MONKEY", False), ("LANG", False),
-        ("HF_TOKEN", True), ("GITLAB_PAT", True), ("NPM_AUTH", True), ("AUTHOR", False), ("DB_PASSWORD_FILE", True),
+        ("OPENAI_API_KEY", True),
+        ("FOO_APIKEY", True),
+        ("GITHUB_TOKEN", True),
+        ("SLACK_BOT_TOKEN", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("CLIENT_SECRET", True),
+        ("PGPASSWORD", True),
+        ("db_password", True),
+        ("STRIPE_KEY", True),
+        ("GOOGLE_APPLICATION_CREDENTIALS", True),
+        ("PATH", False),
+        ("HOME", False),
+        ("SSH_AUTH_SOCK", False),
+        ("TOKENIZERS_PARALLELISM", False),
+        ("KEYBOARD_LAYOUT", False),
+        ("MONKEY", False),
+        ("LANG", False),
+        ("HF_TOKEN", True),
+        ("GITLAB_PAT", True),
+        ("NPM_AUTH", True),
+        ("AUTHOR", False),
+        ("DB_PASSWORD_FILE", True),
     ],
 )
 def test_secret_name_rule(name, secret):
@@ -241,15 +268,38 @@ def test_stdout_and_stderr_share_the_cap(make_ctx):
 
 
 REFUSED = [
-    "rm -rf /", "rm -fr /", "rm -r -f /", "rm -Rf /*", "rm -rf ~", "rm -rf ~/", "rm -rf $HOME",
-    "rm --recursive --force /", "rm -rf --no-preserve-root /", "sudo rm -rf /", "sudo -u root rm -rf /",
-    "cd /tmp && rm -rf /", "echo hi; rm -rf / ", "FOO=1 rm -rf /usr", "bash -c 'rm -rf /'", "rm -rf //",
-    ":(){ :|:& };:", "bomb(){ bomb|bomb& }; bomb",
-    "mkfs.ext4 /dev/sda1", "mkfs -t ext4 /dev/sdb", "sudo mkfs /dev/nvme0n1",
-    "dd if=/dev/zero of=/dev/sda bs=1M", "dd if=img of=/dev/nvme0n1",
-    "echo x > /dev/sda", "cat img >/dev/sdb",
-    "shutdown -h now", "reboot", "sudo halt", "poweroff", "systemctl reboot",
-    "chmod -R 777 /", "chown -R me /",
+    "rm -rf /",
+    "rm -fr /",
+    "rm -r -f /",
+    "rm -Rf /*",
+    "rm -rf ~",
+    "rm -rf ~/",
+    "rm -rf $HOME",
+    "rm --recursive --force /",
+    "rm -rf --no-preserve-root /",
+    "sudo rm -rf /",
+    "sudo -u root rm -rf /",
+    "cd /tmp && rm -rf /",
+    "echo hi; rm -rf / ",
+    "FOO=1 rm -rf /usr",
+    "bash -c 'rm -rf /'",
+    "rm -rf //",
+    ":(){ :|:& };:",
+    "bomb(){ bomb|bomb& }; bomb",
+    "mkfs.ext4 /dev/sda1",
+    "mkfs -t ext4 /dev/sdb",
+    "sudo mkfs /dev/nvme0n1",
+    "dd if=/dev/zero of=/dev/sda bs=1M",
+    "dd if=img of=/dev/nvme0n1",
+    "echo x > /dev/sda",
+    "cat img >/dev/sdb",
+    "shutdown -h now",
+    "reboot",
+    "sudo halt",
+    "poweroff",
+    "systemctl reboot",
+    "chmod -R 777 /",
+    "chown -R me /",
 ]
 
 
@@ -264,8 +314,18 @@ def test_destructive_command_refused_before_running(make_ctx, ws, command):
 
 @pytest.mark.parametrize(
     "command",
-    ["rm -rf ./build", "rm -rf /tmp/scratch", "rm -f /", "ls -la /", "grep -r root .", "echo hi > /dev/null",
-     "dd if=/dev/zero of=./disk.img count=1", "chmod -R 755 ./bin", "echo shutdown", "cat /etc/hostname"],
+    [
+        "rm -rf ./build",
+        "rm -rf /tmp/scratch",
+        "rm -f /",
+        "ls -la /",
+        "grep -r root .",
+        "echo hi > /dev/null",
+        "dd if=/dev/zero of=./disk.img count=1",
+        "chmod -R 755 ./bin",
+        "echo shutdown",
+        "cat /etc/hostname",
+    ],
 )
 def test_ordinary_commands_allowed(command):
     assert deny_reason(command) is None

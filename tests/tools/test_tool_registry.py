@@ -30,7 +30,10 @@ class Echo(Tool):
 class Failing(Tool):
     name = "failing"
     description = "Always fails."
-    parameters = {"type": "object", "properties": {"how": {"type": "string", "enum": ["tool", "bug", "result"]}}}
+    parameters = {
+        "type": "object",
+        "properties": {"how": {"type": "string", "enum": ["tool", "bug", "result"]}},
+    }
 
     async def run(self, how: str = "tool") -> str | ToolResult:
         if how == "tool":
@@ -69,7 +72,9 @@ def test_unknown_tool_names_the_available_ones(registry):
 
 
 def test_malformed_json_arguments_are_not_executed(registry):
-    result = asyncio.run(registry.execute("echo", {}, parse_error="Expecting ',' delimiter: line 1 column 9"))
+    result = asyncio.run(
+        registry.execute("echo", {}, parse_error="Expecting ',' delimiter: line 1 column 9")
+    )
     assert result.is_error
     assert "could not be used (Expecting ','" in result.content and "Resend" in result.content
     assert registry.get("echo").calls == []
@@ -112,7 +117,9 @@ def test_unexpected_exception_becomes_error_result(registry):
 
 
 def test_tool_returned_error_result_passes_through(registry):
-    assert asyncio.run(registry.execute("failing", {"how": "result"})) == ToolResult("partial", is_error=True)
+    assert asyncio.run(registry.execute("failing", {"how": "result"})) == ToolResult(
+        "partial", is_error=True
+    )
 
 
 def test_cancellation_propagates(registry):
@@ -129,7 +136,14 @@ def test_cancellation_propagates(registry):
 def test_schemas_are_openai_function_tools_in_order(registry):
     schemas = registry.schemas()
     assert [s["function"]["name"] for s in schemas] == ["echo", "failing", "slow"]
-    assert schemas[0] == {"type": "function", "function": {"name": "echo", "description": "Echo text back.", "parameters": Echo.parameters}}
+    assert schemas[0] == {
+        "type": "function",
+        "function": {
+            "name": "echo",
+            "description": "Echo text back.",
+            "parameters": Echo.parameters,
+        },
+    }
 
 
 def test_names_get_and_without(registry):

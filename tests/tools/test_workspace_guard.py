@@ -33,14 +33,18 @@ def _escapes(ws: Path, tmp_path: Path) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("kind", ["dotdot", "absolute", "tilde", "tilde_file", "symlink_dir", "symlink_file", "root"])
+@pytest.mark.parametrize(
+    "kind", ["dotdot", "absolute", "tilde", "tilde_file", "symlink_dir", "symlink_file", "root"]
+)
 def test_escape_refused_when_restricted(make_ctx, ws, tmp_path, kind):
     raw = _escapes(ws, tmp_path)[kind]
     with pytest.raises(ToolError, match="outside the workspace"):
         resolve_path(make_ctx(restrict_to_workspace=True), raw)
 
 
-@pytest.mark.parametrize("kind", ["dotdot", "absolute", "tilde", "tilde_file", "symlink_dir", "symlink_file", "root"])
+@pytest.mark.parametrize(
+    "kind", ["dotdot", "absolute", "tilde", "tilde_file", "symlink_dir", "symlink_file", "root"]
+)
 def test_escape_allowed_when_not_restricted(make_ctx, ws, tmp_path, kind):
     raw = _escapes(ws, tmp_path)[kind]
     resolved = resolve_path(make_ctx(restrict_to_workspace=False), raw)
@@ -51,11 +55,16 @@ def test_escape_allowed_when_not_restricted(make_ctx, ws, tmp_path, kind):
 def test_symlink_inside_workspace_pointing_inside_is_allowed(make_ctx, ws):
     (ws / "real.txt").write_text("x")
     (ws / "alias.txt").symlink_to(ws / "real.txt")
-    assert resolve_path(make_ctx(restrict_to_workspace=True), "alias.txt") == (ws / "real.txt").resolve()
+    assert (
+        resolve_path(make_ctx(restrict_to_workspace=True), "alias.txt")
+        == (ws / "real.txt").resolve()
+    )
 
 
 def test_dotdot_that_stays_inside_is_allowed(make_ctx, ws):
-    assert resolve_path(make_ctx(restrict_to_workspace=True), "a/../b.txt") == ws.resolve() / "b.txt"
+    assert (
+        resolve_path(make_ctx(restrict_to_workspace=True), "a/../b.txt") == ws.resolve() / "b.txt"
+    )
 
 
 def test_workspace_given_through_a_symlink_still_contains_its_files(tmp_path):

@@ -22,20 +22,46 @@ from nanobot.usage.report import paused_lines, summarise
 
 
 def _record(t: float | None = None, **fields) -> UsageRecord:
-    base = {"session": "cli:direct", "source": "chat", "model": "openai/gpt-4.1", "prompt": 100, "completion": 10}
+    base = {
+        "session": "cli:direct",
+        "source": "chat",
+        "model": "openai/gpt-4.1",
+        "prompt": 100,
+        "completion": 10,
+    }
     return UsageRecord(t=time.time() if t is None else t, **{**base, **fields})
 
 
 def test_records_round_trip_and_hold_no_text(tmp_path):
     ledger = Ledger(tmp_path)
-    ledger.append(_record(cache_read=40, cache_write=5, estimated=True, ms=1234, outcome="error", job="abc"))
+    ledger.append(
+        _record(cache_read=40, cache_write=5, estimated=True, ms=1234, outcome="error", job="abc")
+    )
     ledger.close()
     [line] = (tmp_path / "usage.jsonl").read_text().splitlines()
-    assert set(json.loads(line)) == {"t", "session", "source", "job", "model", "prompt", "completion", "cacheRead",
-                                     "cacheWrite", "estimated", "ms", "outcome"}
+    assert set(json.loads(line)) == {
+        "t",
+        "session",
+        "source",
+        "job",
+        "model",
+        "prompt",
+        "completion",
+        "cacheRead",
+        "cacheWrite",
+        "estimated",
+        "ms",
+        "outcome",
+    }
     [back] = read_records(tmp_path)
-    assert (back.cache_read, back.cache_write, back.estimated, back.ms, back.outcome, back.job) == \
-        (40, 5, True, 1234, "error", "abc")
+    assert (back.cache_read, back.cache_write, back.estimated, back.ms, back.outcome, back.job) == (
+        40,
+        5,
+        True,
+        1234,
+        "error",
+        "abc",
+    )
     assert oct((tmp_path / "usage.jsonl").stat().st_mode & 0o777) == "0o600"
 
 
@@ -107,7 +133,14 @@ def test_summary_by_period_source_and_model_with_costs():
     now = time.time()
     records = [
         _record(t=now, source="chat", prompt=1_000_000, completion=0, cache_read=500_000),
-        _record(t=now - 3 * 86_400, source="cron", job="j", model="anthropic/claude", prompt=100, completion=100),
+        _record(
+            t=now - 3 * 86_400,
+            source="cron",
+            job="j",
+            model="anthropic/claude",
+            prompt=100,
+            completion=100,
+        ),
         _record(t=now - 20 * 86_400, source="subagent", prompt=0, completion=1_000_000),
         _record(t=now - 40 * 86_400, source="chat", prompt=7, completion=7),  # outside 30 days
     ]
@@ -132,8 +165,9 @@ def test_paused_lines_name_each_limit_reached_and_its_key(tmp_path):
     assert any("usage.limits.dailyTokens" in line for line in lines)
 
 
-def test_background_sessions_consolidate_without_touching_memory_unless_the_job_says_so(fake_llm, configure,
-                                                                                       isolated_home):
+def test_background_sessions_consolidate_without_touching_memory_unless_the_job_says_so(
+    fake_llm, configure, isolated_home
+):
     from nanobot.app import background_memory_writes, open_assistant
     from nanobot.config import load_config
     from nanobot.cron.jobs import current_job
@@ -151,6 +185,7 @@ def test_background_sessions_consolidate_without_touching_memory_unless_the_job_
         for job in jobs:
             if job.id == remembering.id:
                 job.raw["memory"] = True
+
     store.update(remember)
     memory_dir = cfg.workspace_path() / "memory"
 
@@ -158,12 +193,16 @@ def test_background_sessions_consolidate_without_touching_memory_unless_the_job_
         token = current_job.set(job_id)
         try:
             key = f"cron:{job_id}"
-            assistant = open_assistant(cfg, key, stream=False, memory_writes=background_memory_writes(cfg, key))
+            assistant = open_assistant(
+                cfg, key, stream=False, memory_writes=background_memory_writes(cfg, key)
+            )
             try:
                 await assistant.conversation.send("how is the weather")
                 await assistant.conversation.send("and tomorrow")
                 await assistant.conversation.compact()
-                return list(assistant.conversation.session.messages), assistant.conversation.session.last_consolidated
+                return list(
+                    assistant.conversation.session.messages
+                ), assistant.conversation.session.last_consolidated
             finally:
                 await assistant.aclose()
         finally:
@@ -172,13 +211,27 @@ def test_background_sessions_consolidate_without_touching_memory_unless_the_job_
     fake_llm.script(Reply.text("Sunny."), Reply.text("Rain."))
     messages, pointer = asyncio.run(two_turns_then_compact(quiet.id))
     assert len(fake_llm.requests) == 2  # no consolidation call
-    assert pointer == 2 and len(messages) == 4  # archived in its own session: every message kept there
+    assert (
+        pointer == 2 and len(messages) == 4
+    )  # archived in its own session: every message kept there
     memory_files = [p.name for p in memory_dir.glob("*.md")] if memory_dir.exists() else []
     assert "HISTORY.md" not in memory_files
     memory = (memory_dir / "MEMORY.md").read_text() if (memory_dir / "MEMORY.md").exists() else ""
-    fake_llm.script(Reply.text("Dear diary."), Reply.text("More."),
-                    Reply.tool_calls([("save_memory", {"history_entry": "[2026-01-01] diary",
-                                                       "memory_update": memory + "\n- keeps a diary\n"})]))
+    fake_llm.script(
+        Reply.text("Dear diary."),
+        Reply.text("More."),
+        Reply.tool_calls(
+            [
+                (
+                    "save_memory",
+                    {
+                        "history_entry": "[2026-01-01] diary",
+                        "memory_update": memory + "\n- keeps a diary\n",
+                    },
+                )
+            ]
+        ),
+    )
     asyncio.run(two_turns_then_compact(remembering.id))
     assert "save_memory" in json.dumps(fake_llm.requests[-1].tools)
     assert "keeps a diary" in (memory_dir / "MEMORY.md").read_text()
@@ -204,7 +257,9 @@ def test_a_limit_raised_in_the_file_applies_without_a_restart(configure, isolate
     assert meter.check(None) is None  # the chat is not background work
     data["usage"] = {"limits": {"backgroundDailyTokens": 1000}}
     path.write_text(json.dumps(data))
-    os.utime(path, (time.time() + 5, time.time() + 5))  # a later mtime, whatever the clock's resolution
+    os.utime(
+        path, (time.time() + 5, time.time() + 5)
+    )  # a later mtime, whatever the clock's resolution
     assert shared_meter(load_config(path)) is meter
     assert meter.check("j1") is None and meter.paused("j1") is None
     meter.close()
@@ -222,4 +277,6 @@ def test_a_job_aimed_at_the_users_session_consolidates_it_as_usual(configure):
         assert background_memory_writes(cfg, "cron:abc123") is False
     finally:
         current_job.reset(token)
-    assert background_memory_writes(cfg, "cron:abc123") is True  # not inside that job's turn: a chat opened it
+    assert (
+        background_memory_writes(cfg, "cron:abc123") is True
+    )  # not inside that job's turn: a chat opened it

@@ -19,14 +19,28 @@ def test_the_spawn_chain_stops_at_the_limit_in_the_chat(isolated_home, configure
     configure()
     calls: dict = {}
     fake_llm.responder = runaway_responder(calls)
-    env = {**os.environ, "TERM": "xterm", "COLUMNS": "200", "LINES": "40", "PYTHONUNBUFFERED": "1",
-           "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = forkserver.shared().spawn([sys.executable, "-m", "nanobot", "agent"], env=env, encoding="utf-8",
-                                      timeout=20, dimensions=(40, 200))
+    env = {
+        **os.environ,
+        "TERM": "xterm",
+        "COLUMNS": "200",
+        "LINES": "40",
+        "PYTHONUNBUFFERED": "1",
+        "PROMPT_TOOLKIT_NO_CPR": "1",
+    }
+    child = forkserver.shared().spawn(
+        [sys.executable, "-m", "nanobot", "agent"],
+        env=env,
+        encoding="utf-8",
+        timeout=20,
+        dimensions=(40, 200),
+    )
     try:
         child.expect_exact(PROMPT)
         child.sendline("count the files")
-        child.expect(r"a helper was not started: 3 helpers in a row .*usage\.limits\.helperChain = 3", timeout=30)
+        child.expect(
+            r"a helper was not started: 3 helpers in a row .*usage\.limits\.helperChain = 3",
+            timeout=30,
+        )
         child.expect("I could not start another helper")
         time.sleep(1.0)  # the chain has ended: nothing more arrives
         assert calls["helpers"] == 3 and calls["all"] < 15

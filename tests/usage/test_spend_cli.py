@@ -43,19 +43,26 @@ def _set_config(home: Path, **sections) -> None:
 
 def runaway_responder(calls: dict):
     """A model that answers every helper's report by starting another helper (issue 33's runaway)."""
+
     def respond(request):
         calls["all"] = calls.get("all", 0) + 1
         if _is_subagent(request):
             calls["helpers"] = calls.get("helpers", 0) + 1
             return Reply.text("found 3 files")
         if request.messages[-1].get("role") == "tool":
-            return Reply.text("Started another helper." if "not started" not in json.dumps(request.messages[-1])
-                              else "I could not start another helper; here is what they found.")
+            return Reply.text(
+                "Started another helper."
+                if "not started" not in json.dumps(request.messages[-1])
+                else "I could not start another helper; here is what they found."
+            )
         return Reply.tool_calls([("spawn", {"task": "look again", "label": "helper"})])
+
     return respond
 
 
-def test_the_spawn_chain_stops_at_the_limit_in_one_shot_mode(nanobot_run, fake_llm, configure, isolated_home):
+def test_the_spawn_chain_stops_at_the_limit_in_one_shot_mode(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     configure()
     calls: dict = {}
     fake_llm.responder = runaway_responder(calls)
@@ -71,7 +78,9 @@ def test_the_spawn_chain_stops_at_the_limit_in_one_shot_mode(nanobot_run, fake_l
     fake_llm.assert_all_valid()
 
 
-def test_a_raised_chain_limit_allows_a_longer_chain(nanobot_run, fake_llm, configure, isolated_home):
+def test_a_raised_chain_limit_allows_a_longer_chain(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     configure()
     _set_config(isolated_home, usage={"limits": {"helperChain": 5}})
     calls: dict = {}
@@ -93,7 +102,9 @@ def test_helpers_per_turn_are_capped(nanobot_run, fake_llm, configure, isolated_
             return Reply.text("done")
         if _ends_with_report(request) or request.messages[-1].get("role") == "tool":
             return Reply.text("ok")
-        return Reply.tool_calls([("spawn", {"task": f"part {i}", "label": f"p{i}"}) for i in range(4)])
+        return Reply.tool_calls(
+            [("spawn", {"task": f"part {i}", "label": f"p{i}"}) for i in range(4)]
+        )
 
     fake_llm.responder = respond
     result = nanobot_run("agent", "-m", "split the work in four")
@@ -101,13 +112,18 @@ def test_helpers_per_turn_are_capped(nanobot_run, fake_llm, configure, isolated_
     assert state["helpers"] == 2
     assert result.stderr.count("usage.limits.helpersPerTurn = 2") == 1, result.stderr
     # the main agent's request after its spawn step (helpers' own requests may arrive before it)
-    after_spawns = next(r for r in fake_llm.requests
-                        if not _is_subagent(r) and any(m.get("role") == "tool" for m in r.messages))
+    after_spawns = next(
+        r
+        for r in fake_llm.requests
+        if not _is_subagent(r) and any(m.get("role") == "tool" for m in r.messages)
+    )
     tool_results = [m for m in after_spawns.messages if m.get("role") == "tool"]
     assert sum("not started: a limit on helpers" in m["content"] for m in tool_results) == 2
 
 
-def test_the_ledger_totals_equal_what_the_server_reported_by_source(nanobot_run, fake_llm, configure, isolated_home):
+def test_the_ledger_totals_equal_what_the_server_reported_by_source(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     # a window small enough that the second turn's history is consolidated: one-shot, subagent and
     # consolidation calls in one run
     configure(contextWindowTokens=7000, maxTokens=1000)
@@ -115,8 +131,17 @@ def test_the_ledger_totals_equal_what_the_server_reported_by_source(nanobot_run,
 
     def respond(request):
         if _is_consolidation(request):
-            return Reply.tool_calls([("save_memory", {"history_entry": "[2026-01-01] talked",
-                                                      "memory_update": "# Memory\n- likes words\n"})])
+            return Reply.tool_calls(
+                [
+                    (
+                        "save_memory",
+                        {
+                            "history_entry": "[2026-01-01] talked",
+                            "memory_update": "# Memory\n- likes words\n",
+                        },
+                    )
+                ]
+            )
         if _is_subagent(request):
             return Reply.text("helper report")
         if _ends_with_report(request):
@@ -133,8 +158,13 @@ def test_the_ledger_totals_equal_what_the_server_reported_by_source(nanobot_run,
         assert result.returncode == 0, result.stderr
     expected: dict[str, list[int]] = {}
     for request in fake_llm.requests:
-        source = ("consolidation" if _is_consolidation(request) else "subagent" if _is_subagent(request)
-                  else "one-shot")
+        source = (
+            "consolidation"
+            if _is_consolidation(request)
+            else "subagent"
+            if _is_subagent(request)
+            else "one-shot"
+        )
         totals = expected.setdefault(source, [0, 0, 0])
         totals[0] += 1
         totals[1] += request.usage.prompt
@@ -145,7 +175,9 @@ def test_the_ledger_totals_equal_what_the_server_reported_by_source(nanobot_run,
         totals[0] += 1
         totals[1] += record.prompt
         totals[2] += record.completion
-        assert record.outcome == "ok" and not record.estimated and record.model == "custom/test-model"
+        assert (
+            record.outcome == "ok" and not record.estimated and record.model == "custom/test-model"
+        )
     assert set(expected) == {"one-shot", "subagent", "consolidation"}
     assert got == expected
     # no text in the ledger: nothing the user or the model said
@@ -154,24 +186,38 @@ def test_the_ledger_totals_equal_what_the_server_reported_by_source(nanobot_run,
     # and `nanobot usage --json` reports the same
     report = json.loads(nanobot_run("usage", "--json").stdout)
     assert report["today"]["calls"] == len(fake_llm.requests)
-    assert {k: v["calls"] for k, v in report["today"]["bySource"].items()} == {k: v[0] for k, v in expected.items()}
+    assert {k: v["calls"] for k, v in report["today"]["bySource"].items()} == {
+        k: v[0] for k, v in expected.items()
+    }
     assert report["today"]["promptTokens"] == sum(v[1] for v in expected.values())
 
 
 @pytest.mark.parametrize("protocol", ["openai", "anthropic"])
-def test_usage_shows_costs_from_the_users_prices_and_the_cache_share(nanobot_run, fake_llm, configure,
-                                                                    isolated_home, protocol):
+def test_usage_shows_costs_from_the_users_prices_and_the_cache_share(
+    nanobot_run, fake_llm, configure, isolated_home, protocol
+):
     configure(protocol)
     model = "custom/test-model" if protocol == "openai" else "anthropic/claude-test"
-    _set_config(isolated_home, usage={"prices": {model: {"input": 2.0, "output": 8.0, "cacheRead": 0.5}}})
+    _set_config(
+        isolated_home, usage={"prices": {model: {"input": 2.0, "output": 8.0, "cacheRead": 0.5}}}
+    )
     if protocol == "openai":  # OpenAI counts cached tokens inside prompt_tokens
         usage = {"prompt_tokens": 1_000_000, "completion_tokens": 100_000, "cached_tokens": 400_000}
     else:  # Anthropic counts them beside input_tokens
-        usage = {"input_tokens": 600_000, "output_tokens": 100_000, "cache_read_input_tokens": 400_000}
+        usage = {
+            "input_tokens": 600_000,
+            "output_tokens": 100_000,
+            "cache_read_input_tokens": 400_000,
+        }
     fake_llm.script(Reply.text("hi", usage=usage))
     assert nanobot_run("agent", "-m", "hello").returncode == 0
     [record] = _ledger(isolated_home)
-    assert (record.prompt, record.completion, record.cache_read, record.model) == (1_000_000, 100_000, 400_000, model)
+    assert (record.prompt, record.completion, record.cache_read, record.model) == (
+        1_000_000,
+        100_000,
+        400_000,
+        model,
+    )
     report = json.loads(nanobot_run("usage", "--json").stdout)["today"]
     # 600k plain input at 2.0 + 400k cache reads at 0.5 + 100k output at 8.0 (per million)
     assert report["cost"] == 1.2 + 0.2 + 0.8
@@ -188,16 +234,23 @@ def test_chat_status_shows_this_sessions_spend(nanobot_run, fake_llm, configure)
     assert nanobot_run("agent", "-m", "hello").returncode == 0
     out = nanobot_run("agent", "-m", "/status")
     shown = " ".join(out.stdout.split())  # long lines wrap at the terminal's width
-    assert "spend this session: 1 call today, 1,290 tokens (1,234 prompt, 56 completion)" in shown, out
+    assert (
+        "spend this session: 1 call today, 1,290 tokens (1,234 prompt, 56 completion)" in shown
+    ), out
 
 
-def test_kill_9_during_a_call_leaves_a_readable_ledger(nanobot_cmd, nanobot_forkserver, nanobot_run, fake_llm, configure,
-                                                     isolated_home):
+def test_kill_9_during_a_call_leaves_a_readable_ledger(
+    nanobot_cmd, nanobot_forkserver, nanobot_run, fake_llm, configure, isolated_home
+):
     configure()
     fake_llm.script(Reply.text("first answer"), Reply.text("never seen", delay=30))
     assert nanobot_run("agent", "-m", "one").returncode == 0
-    proc = nanobot_forkserver.popen([*nanobot_cmd, "agent", "-m", "two"], stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.DEVNULL, env=os.environ.copy())
+    proc = nanobot_forkserver.popen(
+        [*nanobot_cmd, "agent", "-m", "two"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=os.environ.copy(),
+    )
     try:
         assert fake_llm.wait_for_requests(2, timeout=30)
         proc.send_signal(signal.SIGKILL)
@@ -213,7 +266,9 @@ def test_kill_9_during_a_call_leaves_a_readable_ledger(nanobot_cmd, nanobot_fork
     fake_llm.script(Reply.text("third"))
     assert nanobot_run("agent", "-m", "three").returncode == 0
     report = json.loads(nanobot_run("usage", "--json").stdout)
-    assert report["today"]["calls"] == 2  # the torn line skipped, the next record on a line of its own
+    assert (
+        report["today"]["calls"] == 2
+    )  # the torn line skipped, the next record on a line of its own
 
 
 def _due_job(home: Path, **extra) -> str:
@@ -222,13 +277,18 @@ def _due_job(home: Path, **extra) -> str:
 
     now = int(time.time() * 1000)
     store = JobStore(home / "workspace")
-    job = store.add(parse_schedule(every_seconds=3600, now_ms=now - 3_700_000), "Check the weather",
-                    now_ms=now - 3_700_000)
+    job = store.add(
+        parse_schedule(every_seconds=3600, now_ms=now - 3_700_000),
+        "Check the weather",
+        now_ms=now - 3_700_000,
+    )
     if extra:
+
         def change(jobs):
             for j in jobs:
                 if j.id == job.id:
                     j.raw.update(extra)
+
         store.update(change)
     return job.id
 
@@ -237,20 +297,32 @@ def _seed_background_spend(home: Path, tokens: int, job: str = "earlier-job") ->
     from nanobot.usage.ledger import Ledger
 
     ledger = Ledger(home / "usage")
-    ledger.append(UsageRecord(t=time.time(), session=f"cron:{job}", source="cron", model="custom/test-model",
-                              prompt=tokens, job=job))
+    ledger.append(
+        UsageRecord(
+            t=time.time(),
+            session=f"cron:{job}",
+            source="cron",
+            model="custom/test-model",
+            prompt=tokens,
+            job=job,
+        )
+    )
     ledger.close()
 
 
-def test_a_background_daily_limit_pauses_jobs_and_serve_says_so_once(nanobot_run, fake_llm, configure,
-                                                                    isolated_home):
+def test_a_background_daily_limit_pauses_jobs_and_serve_says_so_once(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     configure()
     _set_config(isolated_home, usage={"limits": {"backgroundDailyTokens": 1000}})
     job_id = _due_job(isolated_home)
     _seed_background_spend(isolated_home, 1500)
     result = nanobot_run("serve", "--once")
     assert fake_llm.requests == []  # no tokens spent
-    assert "background work is paused" in result.stdout and "usage.limits.backgroundDailyTokens" in result.stdout
+    assert (
+        "background work is paused" in result.stdout
+        and "usage.limits.backgroundDailyTokens" in result.stdout
+    )
     assert "background tokens today 1,500 of 1,000" in result.stdout  # serve's first line
     from nanobot.cron.store import JobStore
 
@@ -270,7 +342,9 @@ def test_a_background_daily_limit_pauses_jobs_and_serve_says_so_once(nanobot_run
     assert {r.source for r in _ledger(isolated_home)} == {"cron"}
 
 
-def test_a_job_past_its_own_daily_limit_waits_while_others_run(nanobot_run, fake_llm, configure, isolated_home):
+def test_a_job_past_its_own_daily_limit_waits_while_others_run(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     configure()
     _set_config(isolated_home, usage={"limits": {"jobDailyTokens": 1000}})
     busy = _due_job(isolated_home)
@@ -278,30 +352,40 @@ def test_a_job_past_its_own_daily_limit_waits_while_others_run(nanobot_run, fake
     other = _due_job(isolated_home)
     fake_llm.script(Reply.text("Other ran."))
     result = nanobot_run("serve", "--once")
-    assert f"cron job {busy} is paused" in result.stdout and "usage.limits.jobDailyTokens" in result.stdout
+    assert (
+        f"cron job {busy} is paused" in result.stdout
+        and "usage.limits.jobDailyTokens" in result.stdout
+    )
     assert "Other ran." in result.stdout
     assert [r.job for r in _ledger(isolated_home) if r.source == "cron"][-1] == other
 
 
-def test_the_daily_limit_for_everything_stops_a_chat_turn_with_one_line(nanobot_run, fake_llm, configure,
-                                                                       isolated_home):
+def test_the_daily_limit_for_everything_stops_a_chat_turn_with_one_line(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     configure()
     _set_config(isolated_home, usage={"limits": {"dailyTokens": 100}})
     fake_llm.script(Reply.text("hi", usage={"prompt_tokens": 90, "completion_tokens": 20}))
     assert nanobot_run("agent", "-m", "hello").returncode == 0
     result = nanobot_run("agent", "-m", "and again")
     assert result.returncode == 1
-    assert "daily token limit is reached" in result.stderr and "usage.limits.dailyTokens" in result.stderr
+    assert (
+        "daily token limit is reached" in result.stderr
+        and "usage.limits.dailyTokens" in result.stderr
+    )
     assert len(fake_llm.requests) == 1  # not sent
     session = "".join(p.read_text() for p in (isolated_home / "sessions").glob("*.jsonl"))
     assert "and again" in session  # what the user said is on disk
 
 
-def test_the_heartbeat_makes_no_call_when_nothing_is_open(nanobot_run, fake_llm, configure, isolated_home):
+def test_the_heartbeat_makes_no_call_when_nothing_is_open(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     configure()
     (isolated_home / "workspace").mkdir(parents=True, exist_ok=True)
     (isolated_home / "workspace" / "HEARTBEAT.md").write_text(
-        "# Heartbeat\n\n<!-- - [ ] a commented task -->\n- [x] water the plants\n\n## Completed\n- call mum\n")
+        "# Heartbeat\n\n<!-- - [ ] a commented task -->\n- [x] water the plants\n\n## Completed\n- call mum\n"
+    )
     result = nanobot_run("serve", "--once")
     assert result.returncode == 0, result.stderr
     assert fake_llm.requests == [] and _ledger(isolated_home) == []
@@ -311,7 +395,9 @@ def test_the_heartbeat_makes_no_call_when_nothing_is_open(nanobot_run, fake_llm,
     from nanobot.cron.runner import RunnerLock
     from nanobot.cron.store import JobStore
 
-    RunnerLock(JobStore(isolated_home / "workspace"), "test").write_state(heartbeatMs=0)  # due again
+    RunnerLock(JobStore(isolated_home / "workspace"), "test").write_state(
+        heartbeatMs=0
+    )  # due again
     fake_llm.script(Reply.text("HEARTBEAT_OK"))
     nanobot_run("serve", "--once")
     assert [r.source for r in _ledger(isolated_home)] == ["heartbeat"]
@@ -319,23 +405,36 @@ def test_the_heartbeat_makes_no_call_when_nothing_is_open(nanobot_run, fake_llm,
 
 def test_cron_add_memory_lets_a_jobs_turns_reach_memory(nanobot_run, configure, isolated_home):
     configure()
-    assert nanobot_run("cron", "add", "-m", "Write my diary", "--every", "3600", "--memory").returncode == 0
+    assert (
+        nanobot_run("cron", "add", "-m", "Write my diary", "--every", "3600", "--memory").returncode
+        == 0
+    )
     assert nanobot_run("cron", "add", "-m", "Check the weather", "--every", "3600").returncode == 0
     jobs = json.loads((isolated_home / "workspace" / "cron" / "jobs.json").read_text())["jobs"]
     assert [job.get("memory") for job in jobs] == [True, None]
 
 
-def test_a_job_crossing_its_limit_mid_turn_stops_with_one_line_and_keeps_what_it_did(nanobot_run, fake_llm,
-                                                                                     configure, isolated_home):
+def test_a_job_crossing_its_limit_mid_turn_stops_with_one_line_and_keeps_what_it_did(
+    nanobot_run, fake_llm, configure, isolated_home
+):
     configure()
     _set_config(isolated_home, usage={"limits": {"jobDailyTokens": 1000}})
     job_id = _due_job(isolated_home)
-    fake_llm.script(Reply.tool_calls([("write_file", {"path": "weather.md", "content": "sunny\n"})],
-                                     usage={"prompt_tokens": 1500, "completion_tokens": 20}),
-                    Reply.text("never sent"))
+    fake_llm.script(
+        Reply.tool_calls(
+            [("write_file", {"path": "weather.md", "content": "sunny\n"})],
+            usage={"prompt_tokens": 1500, "completion_tokens": 20},
+        ),
+        Reply.text("never sent"),
+    )
     result = nanobot_run("serve", "--once")
     assert len(fake_llm.requests) == 1  # the second call was not sent
-    assert (isolated_home / "workspace" / "weather.md").read_text() == "sunny\n"  # what it did stays
-    assert f"cron job {job_id} is paused" in result.stdout and "usage.limits.jobDailyTokens" in result.stdout
+    assert (
+        isolated_home / "workspace" / "weather.md"
+    ).read_text() == "sunny\n"  # what it did stays
+    assert (
+        f"cron job {job_id} is paused" in result.stdout
+        and "usage.limits.jobDailyTokens" in result.stdout
+    )
     session = "".join(p.read_text() for p in (isolated_home / "sessions").glob("cron_*.jsonl"))
     assert "write_file" in session and "Check the weather" in session
