@@ -29,44 +29,29 @@ from nanobot.providers.registry import ProviderSpec
 CONFIG_MODE = 0o600  # the file holds API keys
 
 
+# The config model keeps one line per field, its comment beside it: scripts/gen_config_docs.py
+# builds docs/configuration.md from those comments.
+# fmt: off
 @dataclass
 class AgentDefaults:
     model: str = "anthropic/claude-sonnet-4-5"  # provider/model; a bare name resolves by keyword
     provider: str = "auto"  # a provider name wins over the model's prefix; "auto" infers it
     workspace: str = ""  # folder the agent works in; empty means ~/.nanobot/workspace
-    context_window_tokens: int = (
-        65_536  # the model's context window; prompt + reply room never exceed it
-    )
+    context_window_tokens: int = 65_536  # the model's context window; prompt + reply room never exceed it
     max_tokens: int = 8_192  # room kept for each reply (at most a quarter of the window)
-    context_block_limit: int = (
-        0  # optional cap on prompt tokens, for cost (history is consolidated under it); 0: off
-    )
-    max_tool_calls_per_step: int = (
-        32  # tool calls run per model step; extra calls get an error result
-    )
-    consolidation_timeout_seconds: float = (
-        90.0  # deadline for one consolidation request, retries included
-    )
-    consolidation_wait_seconds: float = (
-        5.0  # a turn waits this long for consolidation to make room, then goes ahead
-    )
-    consolidation_exit_wait_seconds: float = (
-        20.0  # on exit, consolidation gets this long to finish, then stops (resumed next run)
-    )
+    context_block_limit: int = 0  # optional cap on prompt tokens, for cost (history is consolidated under it); 0: off
+    max_tool_calls_per_step: int = 32  # tool calls run per model step; extra calls get an error result
+    consolidation_timeout_seconds: float = 90.0  # deadline for one consolidation request, retries included
+    consolidation_wait_seconds: float = 5.0  # a turn waits this long for consolidation to make room, then goes ahead
+    consolidation_exit_wait_seconds: float = 20.0  # on exit, consolidation gets this long to finish, then stops (resumed next run)
     consolidate_above_tokens: int = 100_000  # consolidation starts when a prompt reaches this size (or the window's budget, if lower); 0: the budget only
     temperature: float = 0.1  # sampling temperature, 0-2; OpenAI-compatible providers only
     max_tool_iterations: int = 40  # LLM calls per turn before the turn is stopped
     timezone: str = ""  # IANA name for the runtime context; empty means the system's
     subagent_wait_seconds: float = 300.0  # how long `agent -m` waits for subagents it started
-    reasoning_effort: str = (
-        ""  # none/minimal/low/medium/high/xhigh/max; empty keeps the provider's default
-    )
-    fallback_models: list[Any] = field(
-        default_factory=list
-    )  # preset names or {model, provider}; tried in order
-    model_preset: str = (
-        ""  # a name in modelPresets whose settings replace the ones above (nanobot's meaning)
-    )
+    reasoning_effort: str = ""  # none/minimal/low/medium/high/xhigh/max; empty keeps the provider's default
+    fallback_models: list[Any] = field(default_factory=list)  # preset names or {model, provider}; tried in order
+    model_preset: str = ""  # a name in modelPresets whose settings replace the ones above (nanobot's meaning)
 
 
 @dataclass
@@ -91,9 +76,7 @@ class ProviderConfig:
     api_key: str = ""  # secret; never printed
     api_base: str = ""  # OpenAI-compatible base URL, e.g. http://localhost:11434/v1
     extra_headers: dict[str, str] = field(default_factory=dict)  # sent with every request
-    extra_body: dict[str, Any] = field(
-        default_factory=dict
-    )  # OpenAI-compatible: extra request fields
+    extra_body: dict[str, Any] = field(default_factory=dict)  # OpenAI-compatible: extra request fields
     timeout: float = 180.0  # seconds the server may stay silent before the request fails
 
 
@@ -101,33 +84,21 @@ class ProviderConfig:
 class ExecConfig:
     enable: bool = True  # offer the exec tool to the model
     timeout: int = 60  # seconds before a command's whole process group is killed
-    confinement: str = (
-        "auto"  # "auto" (bubblewrap, else Landlock), "bwrap", "landlock" or "none" (no sandbox)
-    )
-    network: bool | str = (
-        "ask"  # network for commands: false, true, or "ask" (approve each that wants it); then through nanobot's egress proxy, asked per domain
-    )
+    confinement: str = "auto"  # "auto" (bubblewrap, else Landlock), "bwrap", "landlock" or "none" (no sandbox)
+    network: bool | str = "ask"  # network for commands: false, true, or "ask" (approve each that wants it); then through nanobot's egress proxy, asked per domain
     allow: list[str] = field(default_factory=list)  # regexes: matching commands run without asking
     ask: list[str] = field(default_factory=list)  # regexes: matching commands need approval
     deny: list[str] = field(default_factory=list)  # regexes: matching commands are refused
-    allow_patterns: list[str] = field(
-        default_factory=list, metadata={"legacy": True}
-    )  # nanobot 0.3.5: only these run
-    deny_patterns: list[str] = field(
-        default_factory=list, metadata={"legacy": True}
-    )  # nanobot 0.3.5: same as deny
-    allow_unconfined: bool = field(
-        default=False, metadata={"internal": True}
-    )  # --allow-unconfined-exec
+    allow_patterns: list[str] = field(default_factory=list, metadata={"legacy": True})  # nanobot 0.3.5: only these run
+    deny_patterns: list[str] = field(default_factory=list, metadata={"legacy": True})  # nanobot 0.3.5: same as deny
+    allow_unconfined: bool = field(default=False, metadata={"internal": True})  # --allow-unconfined-exec
 
 
 @dataclass
 class SearchConfig:
     provider: str = "brave"  # "brave" (keyless DuckDuckGo while no Brave key is set) or "duckduckgo" (always, even with a key)
     api_key: str = ""  # Brave Search key (or BRAVE_API_KEY)
-    max_results: int = (
-        5  # results web_search returns (1-50): its default, and the most the model may ask for
-    )
+    max_results: int = 5  # results web_search returns (1-50): its default, and the most the model may ask for
 
 
 # the names tools.web.search.provider accepts: the search services tools/web.py implements
@@ -137,30 +108,22 @@ WEB_SEARCH_PROVIDERS = ("brave", "duckduckgo")
 @dataclass
 class WebConfig:
     search: SearchConfig = field(default_factory=SearchConfig)
-    allow_domains: list[str] = field(
-        default_factory=list
-    )  # web_fetch and commands reach these without asking ("example.com" covers its subdomains; "*": every domain)
+    allow_domains: list[str] = field(default_factory=list)  # web_fetch and commands reach these without asking ("example.com" covers its subdomains; "*": every domain)
 
 
 @dataclass
 class MCPServerConfig:
     """One MCP server, as nanobot writes it in tools.mcpServers."""
 
-    type: str = (
-        ""  # "stdio" | "sse" | "streamableHttp"; empty: stdio with a command, else by the URL
-    )
+    type: str = ""  # "stdio" | "sse" | "streamableHttp"; empty: stdio with a command, else by the URL
     command: str = ""  # stdio: the program to start
     args: list[str] = field(default_factory=list)  # stdio: its arguments
     env: dict[str, str] = field(default_factory=dict)  # stdio: extra environment variables
     cwd: str = ""  # stdio: working folder (default: the workspace)
     url: str = ""  # sse / streamableHttp: the endpoint
-    headers: dict[str, str] = field(
-        default_factory=dict
-    )  # sse / streamableHttp: sent with every request
+    headers: dict[str, str] = field(default_factory=dict)  # sse / streamableHttp: sent with every request
     tool_timeout: float = 30.0  # seconds before one tool call is abandoned
-    enabled_tools: list[str] = field(
-        default_factory=lambda: ["*"]
-    )  # raw or mcp_<server>_<tool> names; * = all
+    enabled_tools: list[str] = field(default_factory=lambda: ["*"])  # raw or mcp_<server>_<tool> names; * = all
     trusted: bool = False  # run this server's tools without asking first
 
 
@@ -173,18 +136,10 @@ class RecallConfig:
 class Tools:
     exec: ExecConfig = field(default_factory=ExecConfig)
     web: WebConfig = field(default_factory=WebConfig)
-    recall: RecallConfig = field(
-        default_factory=RecallConfig
-    )  # the recall tools over archived conversations
-    restrict_to_workspace: bool = (
-        False  # file tools refuse paths outside the workspace; exec sees only it and system folders
-    )
-    auto_approve: list[str] = field(
-        default_factory=list
-    )  # approval kinds allowed without asking, e.g. ["file-outside"]
-    mcp_servers: dict[str, MCPServerConfig] = field(
-        default_factory=dict
-    )  # MCP servers whose tools the agent gets
+    recall: RecallConfig = field(default_factory=RecallConfig)  # the recall tools over archived conversations
+    restrict_to_workspace: bool = False  # file tools refuse paths outside the workspace; exec sees only it and system folders
+    auto_approve: list[str] = field(default_factory=list)  # approval kinds allowed without asking, e.g. ["file-outside"]
+    mcp_servers: dict[str, MCPServerConfig] = field(default_factory=dict)  # MCP servers whose tools the agent gets
 
 
 @dataclass
@@ -196,73 +151,43 @@ class HeartbeatConfig:
 
 @dataclass
 class Gateway:
-    heartbeat: HeartbeatConfig = field(
-        default_factory=HeartbeatConfig
-    )  # nanobot's host/port are ignored
-    jobs_poll_s: float = (
-        5.0  # seconds between a waiting runner's (serve's, a chat's) rereads of the jobs file
-    )
+    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)  # nanobot's host/port are ignored
+    jobs_poll_s: float = 5.0  # seconds between a waiting runner's (serve's, a chat's) rereads of the jobs file
 
 
 @dataclass
 class UsageLimits:
-    helpers_per_turn: int = (
-        5  # helpers (subagents) one turn may start; later spawns get an error result; 0: no limit
-    )
-    helper_chain: int = (
-        3  # helpers in a row where each was started by the previous one's report; 0: no limit
-    )
-    background_daily_tokens: int = (
-        1_000_000  # tokens a day for cron jobs and the heartbeat together; 0: no limit
-    )
-    job_daily_tokens: int = (
-        300_000  # tokens a day for any one cron job (or the heartbeat); 0: no limit
-    )
+    helpers_per_turn: int = 5  # helpers (subagents) one turn may start; later spawns get an error result; 0: no limit
+    helper_chain: int = 3  # helpers in a row where each was started by the previous one's report; 0: no limit
+    background_daily_tokens: int = 1_000_000  # tokens a day for cron jobs and the heartbeat together; 0: no limit
+    job_daily_tokens: int = 300_000  # tokens a day for any one cron job (or the heartbeat); 0: no limit
     daily_tokens: int = 0  # tokens a day for everything, chat included; 0: no limit
 
 
 @dataclass
 class ModelPrice:
-    input: float = (
-        0.0  # price per million prompt tokens (those not read from or written to the cache)
-    )
+    input: float = 0.0  # price per million prompt tokens (those not read from or written to the cache)
     output: float = 0.0  # price per million completion tokens
-    cache_read: float | None = (
-        None  # per million prompt tokens read from the cache; unset: the input price
-    )
-    cache_write: float | None = (
-        None  # per million prompt tokens written to the cache; unset: the input price
-    )
+    cache_read: float | None = None  # per million prompt tokens read from the cache; unset: the input price
+    cache_write: float | None = None  # per million prompt tokens written to the cache; unset: the input price
 
 
 @dataclass
 class UsageConfig:
-    limits: UsageLimits = field(
-        default_factory=UsageLimits
-    )  # hard limits, checked before each provider call
-    prices: dict[str, ModelPrice] = field(
-        default_factory=dict
-    )  # "provider/model": prices, for `nanobot usage` costs
+    limits: UsageLimits = field(default_factory=UsageLimits)  # hard limits, checked before each provider call
+    prices: dict[str, ModelPrice] = field(default_factory=dict)  # "provider/model": prices, for `nanobot usage` costs
 
 
 @dataclass
 class Config:
     agents: Agents = field(default_factory=Agents)
-    providers: dict[str, ProviderConfig] = field(
-        default_factory=dict
-    )  # keys and URLs per provider name (anthropic, openai, custom, ...)
+    providers: dict[str, ProviderConfig] = field(default_factory=dict)  # keys and URLs per provider name (anthropic, openai, custom, ...)
     tools: Tools = field(default_factory=Tools)
     gateway: Gateway = field(default_factory=Gateway)
-    model_presets: dict[str, ModelPreset] = field(
-        default_factory=dict
-    )  # named models for modelPreset / fallbacks
-    usage: UsageConfig = field(
-        default_factory=UsageConfig
-    )  # the spend ledger's prices and the hard limits
+    model_presets: dict[str, ModelPreset] = field(default_factory=dict)  # named models for modelPreset / fallbacks
+    usage: UsageConfig = field(default_factory=UsageConfig)  # the spend ledger's prices and the hard limits
     path: Path | None = field(default=None, metadata={"internal": True})  # where it was read from
-    warnings: list[str] = field(
-        default_factory=list, metadata={"internal": True}
-    )  # for the user, once
+    warnings: list[str] = field(default_factory=list, metadata={"internal": True})  # for the user, once
 
     @property
     def defaults(self) -> AgentDefaults:
@@ -279,12 +204,8 @@ class Config:
     def secret_values(self) -> list[str]:
         """Every configured secret, so tools can keep them out of child processes and output."""
         values = [p.api_key for p in self.providers.values() if p.api_key]
-        values += [
-            v
-            for p in self.providers.values()
-            for k, v in p.extra_headers.items()
-            if v and any(word in k.lower() for word in ("auth", "key", "token", "secret"))
-        ]
+        values += [v for p in self.providers.values() for k, v in p.extra_headers.items()
+                   if v and any(word in k.lower() for word in ("auth", "key", "token", "secret"))]
         if self.tools.web.search.api_key:
             values.append(self.tools.web.search.api_key)
         for server in self.tools.mcp_servers.values():  # tokens for MCP servers
@@ -292,6 +213,8 @@ class Config:
             values += [v for k, v in server.env.items() if v and secrets_mask.is_secret_name(k)]
         return values
 
+
+# fmt: on
 
 # --- camelCase <-> snake_case -------------------------------------------------------
 
