@@ -20,6 +20,7 @@ import typer
 from nanobot.cli.errors import reported
 from nanobot.cli.memory_groups import (
     WorkspaceOpt,
+    drop_stdout,
     err,
     fail,
     history_app,
@@ -350,18 +351,8 @@ def _write_pieces(pieces) -> int:
             out.write(chunk)
         out.flush()
     except BrokenPipeError:
-        _drop_stdout()
+        drop_stdout()
     return count
-
-
-def _drop_stdout() -> None:
-    """Point stdout at /dev/null once its reader is gone, so that the exit's flush has nowhere to fail."""
-    try:
-        fd = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(fd, sys.stdout.fileno())
-        os.close(fd)
-    except (OSError, ValueError):  # no real file behind stdout (a test's capture)
-        pass
 
 
 def _emit(entries, rx: re.Pattern[str] | None, json_out: bool) -> int:
@@ -378,7 +369,7 @@ def _emit(entries, rx: re.Pattern[str] | None, json_out: bool) -> int:
             sys.stdout.write("\n]\n" if count else "]\n")
             sys.stdout.flush()
         except BrokenPipeError:  # as in _write_pieces
-            _drop_stdout()
+            drop_stdout()
         return count
     console = None
     if _stdout_is_tty():
@@ -391,7 +382,7 @@ def _emit(entries, rx: re.Pattern[str] | None, json_out: bool) -> int:
             _print_entry(entry, rx, console)
         sys.stdout.flush()
     except BrokenPipeError:  # as in _write_pieces
-        _drop_stdout()
+        drop_stdout()
     return count
 
 

@@ -7,6 +7,7 @@ neither imports the other's commands.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ __all__ = [
     "workspace_dir",
     "err",
     "fail",
+    "drop_stdout",
 ]
 
 memory_app = typer.Typer(
@@ -87,3 +89,14 @@ def err(message: str) -> None:
 def fail(message: str, hint: str | None = None, code: int = 2) -> typer.Exit:
     print_error(message, hint)
     return typer.Exit(code)
+
+
+def drop_stdout() -> None:
+    """Point stdout at /dev/null once its reader is gone (`| head`), so that the exit's flush has
+    nowhere to fail."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError):  # no real file behind stdout (a test's capture)
+        pass

@@ -16,6 +16,7 @@ import typer
 from nanobot.cli.errors import reported
 from nanobot.cli.memory_groups import (
     WorkspaceOpt,
+    drop_stdout,
     err,
     fail,
     history_app,
@@ -121,31 +122,35 @@ def history_search(
             ),
             history=memory_dir(workspace_dir(workspace)) / "HISTORY.md",
         ).hits
-        if json_out:
-
-            def unit(u: Unit | None) -> dict[str, Any] | None:
-                return u.to_json() if u is not None else None
-
-            print(
-                json.dumps(
-                    [
-                        {
-                            **h.unit.to_json(),
-                            "score": round(-h.score, 4),
-                            "before": unit(h.before),
-                            "after": unit(h.after),
-                        }
-                        for h in hits
-                    ],
-                    ensure_ascii=False,
-                    indent=1,
-                )
-            )
-        elif hits:
-            print(render_hits(hits, query, budget=1 << 30))
-        else:
+        if not hits:
             err(f"nothing archived matches {query!r}")
-    raise typer.Exit(0 if hits else 1)
+            raise typer.Exit(1)
+
+        def unit(u: Unit | None) -> dict[str, Any] | None:
+            return u.to_json() if u is not None else None
+
+        if json_out:
+            text = json.dumps(
+                [
+                    {
+                        **h.unit.to_json(),
+                        "score": round(-h.score, 4),
+                        "before": unit(h.before),
+                        "after": unit(h.after),
+                    }
+                    for h in hits
+                ],
+                ensure_ascii=False,
+                indent=1,
+            )
+        else:
+            text = render_hits(hits, query, budget=1 << 30)
+    try:  # a reader that stops early (`| head`) ends the writing, not the status: hits were found
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        drop_stdout()
+    raise typer.Exit(0)
 
 
 @memory_app.command("tidy", cls=Command)

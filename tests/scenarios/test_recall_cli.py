@@ -292,3 +292,25 @@ def test_scope_session_in_the_config_keeps_session_a_out_of_session_b(
     path.write_text(json.dumps(data))
     bad = nanobot_run("agent", "-s", "cli:b", "-m", "hi")
     assert bad.returncode != 0 and "tools.recall.scope" in bad.stderr
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_search_into_a_reader_that_stops_early_exits_0_quietly(
+    configure, nanobot_cmd, isolated_home, as_json
+):
+    # `nanobot history search ... | head`: the reader closes the pipe before the hits are written;
+    # the status still says that something matched, and no "could not access" error is printed
+    store = MemoryStore(isolated_home / "workspace")
+    for day in range(1, 29):
+        store.append_history(f"[2026-01-{day:02d} 10:00] lisbon trains " + "y" * 3000)
+    args = ["history", "search", "lisbon", "-n", "100"] + (["--json"] if as_json else [])
+    proc = subprocess.Popen(
+        [*nanobot_cmd, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    assert b"lisbon" in proc.stdout.read(2000)
+    proc.stdout.close()
+    assert proc.wait(timeout=60) == 0
+    assert proc.stderr.read() == b""
