@@ -959,7 +959,11 @@ class WindowGuard(Provider):
         await self.inner.aclose()
 
     async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
+        asked = kwargs.get("max_tokens", 4096)
         messages, kwargs["max_tokens"] = self.budget.last_check(
-            messages, kwargs.get("tools"), kwargs.get("max_tokens", 4096)
+            messages, kwargs.get("tools"), asked
         )
-        return await self.inner.chat(messages, **kwargs)
+        response = await self.inner.chat(messages, **kwargs)
+        if kwargs["max_tokens"] < asked:
+            response.reply_limit = kwargs["max_tokens"]
+        return response

@@ -243,7 +243,7 @@ async def run_loop(
         run.record([response.to_message()])
         run.shown.flush()
         if response.finish_reason == "length":  # a cut-off reply never acts
-            run.refuse_cut_off(response.tool_calls)
+            run.refuse_cut_off(response)
             continue
         await run.run_tools(response.tool_calls)
     return run.stop(StopReason.MAX_ITERATIONS, content=max_iterations_message(spec.max_iterations))
@@ -363,10 +363,11 @@ class _Run:
                 Notice("the model returned an empty answer; try rephrasing or ask again", "warning")
             )
         elif response.finish_reason == "length":
+            limit, fix = self.reply_limit(response)
             self.hooks.on_event(
                 Notice(
-                    f"the answer reached the reply limit ({self.max_tokens:,} tokens) and may be "
-                    "cut off; ask me to continue, or raise agents.defaults.maxTokens",
+                    f"the answer reached the reply limit ({limit:,} tokens) and may be "
+                    f"cut off; ask me to continue, or {fix}",
                     "warning",
                 )
             )
@@ -375,19 +376,26 @@ class _Run:
         self.shown.flush()  # after the answer is saved: an answer fully on screen is on disk
         return self.stop(StopReason.DONE, content=response.content)
 
-    def refuse_cut_off(self, calls: list[ToolCallRequest]) -> None:
+    def reply_limit(self, response: LLMResponse) -> tuple[int, str]:
+        """The reply limit that applied to `response`, and what raises it: the configured one, or
+        less where the window's last check lowered it because the context was nearly full."""
+        if response.reply_limit is not None and response.reply_limit < self.max_tokens:
+            return response.reply_limit, "free room in the context window (/compact, or /new)"
+        return self.max_tokens, "raise agents.defaults.maxTokens"
+
+    def refuse_cut_off(self, response: LLMResponse) -> None:
         """The reply ended at the length limit: answer each of its calls with an error, run none."""
-        self.record(
-            [cut_off_result(call, self.max_tokens) for call in calls]
-        )  # one durable append for all
+        calls = response.tool_calls
+        limit, fix = self.reply_limit(response)
+        self.record([cut_off_result(call, limit) for call in calls])  # one durable append for all
         self.result.outcome.tool_calls.extend(
             {"name": c.name, "arguments": c.arguments, "is_error": True} for c in calls
         )
         self.hooks.on_event(
             Notice(
-                f"the model's reply reached the reply limit ({self.max_tokens:,} tokens) in the middle of "
+                f"the model's reply reached the reply limit ({limit:,} tokens) in the middle of "
                 f"{len(calls)} tool call(s); none was run and the model was asked to retry with less "
-                "(or raise agents.defaults.maxTokens)",
+                f"(or {fix})",
                 "warning",
             )
         )

@@ -89,6 +89,9 @@ class LLMResponse:
     served_by: str = (
         ""  # provider/model that answered, set where a fallback chain chose it (for the ledger)
     )
+    # the max_tokens the request went out with where the window's last check lowered it (the
+    # context was nearly full), so a "reply limit" notice names the limit that applied
+    reply_limit: int | None = None
 
     def to_message(self) -> Message:
         """The assistant message to append to the conversation."""

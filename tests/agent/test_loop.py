@@ -396,3 +396,42 @@ def test_hold_last_passes_text_one_piece_late_until_flushed():
     held.flush()
     held.flush()
     assert out == ["a", "b"]
+
+
+@pytest.mark.parametrize("cut", ["answer", "tool call"])
+def test_a_reply_cut_at_a_limit_the_last_check_lowered_names_that_limit_and_how_to_free_room(
+    fake_llm, tools, cut
+):
+    # The window's last check (WindowGuard) sent less than maxTokens because the context was nearly
+    # full: the notice names the limit the reply really had, and raising maxTokens would not help
+    from nanobot.agent.budget import WindowGuard
+
+    if cut == "answer":
+        fake_llm.script(Reply.text("It was the best of", finish_reason="length"))
+    else:
+        fake_llm.script(
+            Reply.tool_calls([("note", {"text": "half"})], finish_reason="length"),
+            Reply.text("done"),
+        )
+    hooks = Recorder()
+    loop_budget = ContextBudget(window=32_000, max_tokens=1024)
+
+    async def go():
+        provider = WindowGuard(
+            make_provider("openai", fake_llm), ContextBudget(window=700, max_tokens=1024)
+        )
+        try:
+            spec = LoopSpec(provider, tools, loop_budget, stream=False)
+            return await run_loop(spec, [SYSTEM, {"role": "user", "content": "hi"}], hooks)
+        finally:
+            await provider.aclose()
+
+    asyncio.run(go())
+    sent = fake_llm.requests[0].body["max_tokens"]
+    assert sent < 1024  # the last check lowered it
+    notices = [n.text for n in hooks.events(Notice) if "reply limit" in n.text]
+    assert len(notices) == 1 and f"reply limit ({sent:,} tokens)" in notices[0]
+    assert "/compact" in notices[0] and "maxTokens" not in notices[0]
+    if cut == "tool call":  # what the model reads names the same limit
+        results = [m for batch in hooks.messages for m in batch if m.get("role") == "tool"]
+        assert f"({sent:,} tokens)" in results[0]["content"]
