@@ -168,7 +168,7 @@ def memory_tidy(
     from nanobot.memory.tidy import propose_tidy, unified_diff
 
     with reported():
-        from nanobot.app import build_provider
+        from nanobot.app import metered_provider
         from nanobot.cli.config_load import load as load_config
         from nanobot.memory.store import MemoryStore
 
@@ -180,7 +180,8 @@ def memory_tidy(
         if not before.strip():
             err(f"nothing to tidy: {store.memory_file} is empty or missing")
             raise typer.Exit(0)
-        provider = build_provider(cfg, model)
+        # metered like a chat turn: recorded as source memory-tidy, refused past usage.limits.dailyTokens
+        provider = metered_provider(cfg, "memory:tidy", "memory-tidy", model)
 
         async def ask() -> str:
             try:

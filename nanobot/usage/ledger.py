@@ -1,7 +1,7 @@
 """The usage ledger: one content-free JSON line per provider call, in <nanobot home>/usage/.
 
 A record holds the time, the session key, the source (chat, one-shot, subagent, consolidation,
-cron, heartbeat), the cron job (or "heartbeat") it was spent for, the model, the prompt /
+cron, heartbeat, memory-tidy), the cron job (or "heartbeat") it was spent for, the model, the prompt /
 completion / cache-read / cache-write tokens as the provider reported them (or estimated, and
 marked so), the duration and the outcome. Never message text, never a key.
 
@@ -45,7 +45,7 @@ class UsageRecord:
 
     t: float  # when it ended, seconds since the epoch
     session: str  # the session key ("cli:direct", "cron:<id>", ...)
-    source: str  # chat | one-shot | subagent | consolidation | cron | heartbeat
+    source: str  # chat | one-shot | subagent | consolidation | cron | heartbeat | memory-tidy
     model: str  # provider/model as configured
     prompt: int = 0  # every prompt token, cache reads and writes included
     completion: int = 0

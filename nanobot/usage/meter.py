@@ -4,7 +4,7 @@
 one request as the caller made it, with the model that finally answered). Each part of the
 assistant holds its own view, made with `for_source`, so the source is stated where the part is
 wired (nanobot/app.py), never guessed: the conversation's view says chat or one-shot, the
-helpers' says subagent, the consolidator's says consolidation. Which cron job (or the heartbeat)
+helpers' says subagent, the consolidator's says consolidation, `nanobot memory tidy`'s says memory-tidy. Which cron job (or the heartbeat)
 the call is spent for comes from the scheduler (`nanobot.cron.jobs.current_job`, set while a
 job's turn runs and inherited by the helpers and consolidation that turn starts); the
 conversation's calls within a job are recorded as source cron (or heartbeat).
@@ -30,7 +30,7 @@ from nanobot.providers.base import LLMResponse, Provider
 from nanobot.usage.ledger import DaySpend, Ledger, TodaySpend, UsageRecord, ledger_dir
 from nanobot.usage.limits import token_refusal
 
-SOURCES = ("chat", "one-shot", "subagent", "consolidation", "cron", "heartbeat")
+SOURCES = ("chat", "one-shot", "subagent", "consolidation", "cron", "heartbeat", "memory-tidy")
 TURN_SOURCES = (
     "chat",
     "one-shot",

@@ -1,0 +1,84 @@
+"""Small slips noticed in use, each through the real `nanobot` command and the fake model server:
+`memory tidy` is metered and limited like a chat turn; `serve --once` with nothing due needs no key;
+the context budget's learned margin outlives the process; a fallback model's smaller window is
+respected."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from nanobot.fakellm import Reply
+from nanobot.memory.store import MemoryStore
+from nanobot.usage.ledger import Ledger, UsageRecord, read_records
+
+TIDY_BEFORE = "# Facts\n- The user lives in Porto.\n- The user lives in Porto.\n"
+TIDY_AFTER = "# Facts\n- The user lives in Porto.\n"
+
+
+def _set_config(home: Path, **sections) -> None:
+    path = home / "config.json"
+    data = json.loads(path.read_text())
+    for key, value in sections.items():
+        data[key] = value
+    path.write_text(json.dumps(data))
+
+
+def _untidy(home: Path) -> MemoryStore:
+    store = MemoryStore(home / "workspace")
+    store.write_memory(TIDY_BEFORE, reason="setup")
+    return store
+
+
+def test_memory_tidy_is_in_the_ledger_and_stopped_by_the_daily_limit(
+    nanobot_run, fake_llm, configure, isolated_home
+):
+    configure()
+    _set_config(isolated_home, usage={"limits": {"dailyTokens": 100}})
+    store = _untidy(isolated_home)
+    fake_llm.script(Reply.text(TIDY_AFTER, usage={"prompt_tokens": 90, "completion_tokens": 20}))
+    result = nanobot_run("memory", "tidy", "--yes")
+    assert result.returncode == 0, result.stderr
+    records = list(read_records(isolated_home / "usage"))
+    assert [(r.source, r.session, r.prompt, r.completion) for r in records] == [
+        ("memory-tidy", "memory:tidy", 90, 20)
+    ]
+    report = json.loads(nanobot_run("usage", "--json").stdout)["today"]
+    assert report["calls"] == 1 and report["bySource"]["memory-tidy"]["calls"] == 1
+
+    store.write_memory(TIDY_BEFORE, reason="untidy again")
+    result = nanobot_run("memory", "tidy", "--yes")
+    assert result.returncode == 1
+    assert (
+        "daily token limit is reached" in result.stderr
+        and "usage.limits.dailyTokens" in result.stderr
+    )
+    assert len(fake_llm.requests) == 1  # the second tidy was not sent
+    assert store.read_memory() == TIDY_BEFORE
+
+
+def test_memory_tidy_is_not_background_work(nanobot_run, fake_llm, configure, isolated_home):
+    """The background limits pause cron jobs and the heartbeat, not a command the user ran."""
+    configure()
+    _set_config(
+        isolated_home, usage={"limits": {"backgroundDailyTokens": 1000, "jobDailyTokens": 1000}}
+    )
+    ledger = Ledger(isolated_home / "usage")
+    ledger.append(
+        UsageRecord(
+            t=time.time(),
+            session="cron:j",
+            source="cron",
+            model="custom/test-model",
+            prompt=5000,
+            job="j",
+        )
+    )
+    ledger.close()
+    store = _untidy(isolated_home)
+    fake_llm.script(Reply.text(TIDY_AFTER))
+    result = nanobot_run("memory", "tidy", "--yes")
+    assert result.returncode == 0, result.stderr
+    assert store.read_memory() == TIDY_AFTER
+    assert len(fake_llm.requests) == 1
