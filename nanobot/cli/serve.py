@@ -16,6 +16,7 @@ from nanobot.config import Config
 from nanobot.cron.delivery import LogDelivery, NotifySendDelivery
 from nanobot.cron.runner import ONCE_LATE_MS, Scheduler, describe_owner
 from nanobot.cron.store import cron_dir
+from nanobot.errors import MissingKeyError
 
 WAIT_FOR_CHAT_SECONDS = 2.0  # a chat holds the runner lock only while it fires a job
 
@@ -38,11 +39,17 @@ def run_serve(*, config_path, workspace, once: bool) -> int:
     cfg = load_config(
         config_path, overrides={"agents.defaults.workspace": str(workspace) if workspace else None}
     )
-    build_provider(cfg)  # fail now on a missing key, not at the first reminder
     notify = NotifySendDelivery()
     scheduler = build_scheduler(
         cfg, kind="nanobot serve", heartbeat=True, deliveries=[log_delivery(cfg, echo=True), notify]
     )
+    try:
+        build_provider(cfg)  # fail now on a missing key, not at the first reminder
+    except MissingKeyError:
+        if not once or scheduler.due_turns():
+            raise
+        _say("nothing due: no cron job or heartbeat task is due now, so no API key was needed")
+        return 0
     return asyncio.run(_serve(cfg, scheduler, once=once, notify=notify.available))
 
 

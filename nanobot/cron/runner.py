@@ -267,6 +267,29 @@ class Scheduler:
             await self.tick()
             await self.clock.wait(stop, self.seconds_until_next())
 
+    def due_turns(self) -> list[str]:
+        """What a tick now would start a model turn for (job names, "heartbeat"), read without the lock
+        and without writing: when it is empty, `serve --once` needs no API key."""
+        now = self.clock.now_ms()
+        due = [
+            job.name
+            for job in self.store.jobs()
+            if job.due(now)
+            or (  # scheduled at the first tick (_schedule_unscheduled): only an `at` can be due at once
+                job.enabled
+                and job.runnable
+                and not job.pending_approval
+                and job.next_run_at_ms is None
+                and job.schedule.kind == "at"
+                and job.schedule.at_ms is not None
+                and job.schedule.at_ms <= now
+            )
+        ]
+        beat = self._heartbeat_due_ms(peek=True)
+        if beat is not None and beat <= now and self._heartbeat_open_tasks():
+            due.append("heartbeat")
+        return due
+
     def seconds_until_next(self) -> float:
         now = self.clock.now_ms()
         times = [
@@ -479,25 +502,28 @@ class Scheduler:
 
     # -- heartbeat ----------------------------------------------------------------------------
 
-    def _heartbeat_due_ms(self) -> int | None:
+    def _heartbeat_due_ms(self, *, peek: bool = False) -> int | None:
+        """When the heartbeat is next due; `peek` reads the last beat without holding the lock."""
         if not self.heartbeat.enabled:
             return None
-        last = self.lock.state().get("heartbeatMs") if self.lock.held else None
+        last = self.lock.state().get("heartbeatMs") if self.lock.held or peek else None
         return (last if isinstance(last, int) else 0) + self.heartbeat.interval_s * 1000
+
+    def _heartbeat_open_tasks(self) -> list[str]:
+        """HEARTBEAT.md's open tasks, minus those the assistant added that nobody approved yet."""
+        try:
+            text = heartbeat_path(self.store.workspace).read_text(encoding="utf-8")
+        except OSError:
+            return []
+        waiting = waiting_tasks(self.store.workspace)
+        return [task for task in heartbeat_tasks(text) if task not in waiting]
 
     async def _maybe_heartbeat(self, now: int) -> Firing | None:
         due = self._heartbeat_due_ms()
         if due is None or due > now:
             return None
         self.lock.write_state(heartbeatMs=now)
-        try:
-            text = heartbeat_path(self.store.workspace).read_text(encoding="utf-8")
-        except OSError:
-            return None
-        waiting = waiting_tasks(
-            self.store.workspace
-        )  # the assistant added them; nobody approved yet
-        tasks = [task for task in heartbeat_tasks(text) if task not in waiting]
+        tasks = self._heartbeat_open_tasks()
         if not tasks:
             return None  # nothing to do: no turn, no tokens spent
         paused = self._paused("heartbeat", now, "💓 heartbeat", None)

@@ -82,3 +82,33 @@ def test_memory_tidy_is_not_background_work(nanobot_run, fake_llm, configure, is
     assert result.returncode == 0, result.stderr
     assert store.read_memory() == TIDY_AFTER
     assert len(fake_llm.requests) == 1
+
+
+def test_serve_once_without_a_key_does_nothing_when_nothing_is_due(nanobot_run, isolated_home):
+    """No config and no key: nothing scheduled is a quiet exit 0; a due job or an open heartbeat task
+    is the missing-key error that says where the key goes."""
+    from nanobot.cron.schedule import parse_schedule
+    from nanobot.cron.store import JobStore
+
+    workspace = isolated_home / "workspace"
+    workspace.mkdir(parents=True)
+    (workspace / "HEARTBEAT.md").write_text("# Heartbeat\n\n- [x] water the plants\n")
+    idle = nanobot_run("serve", "--once")
+    assert idle.returncode == 0, idle.stderr
+    assert "nothing due" in idle.stdout and idle.stderr == ""
+
+    (workspace / "HEARTBEAT.md").write_text("# Heartbeat\n\n- [ ] water the plants\n")
+    beat = nanobot_run("serve", "--once")
+    assert beat.returncode == 2 and "no API key for provider 'anthropic'" in beat.stderr
+    assert "ANTHROPIC_API_KEY" in beat.stderr and "nothing due" not in beat.stdout
+
+    (workspace / "HEARTBEAT.md").unlink()
+    now = int(time.time() * 1000) - 65_000  # every 60 s, added 65 s ago: due now
+    later = JobStore(workspace).add(
+        parse_schedule(every_seconds=3600, now_ms=now), "Stretch", now_ms=now
+    )
+    assert nanobot_run("serve", "--once").returncode == 0  # an hourly job is not due yet
+    JobStore(workspace).remove(later.id)
+    JobStore(workspace).add(parse_schedule(every_seconds=60, now_ms=now), "Stretch", now_ms=now)
+    due = nanobot_run("serve", "--once")
+    assert due.returncode == 2 and "ANTHROPIC_API_KEY" in due.stderr
