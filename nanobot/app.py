@@ -406,9 +406,12 @@ def background_memory_writes(cfg: Config, session_key: str) -> bool:
         return False
 
 
-def build_budget(cfg: Config, model: str | None = None) -> ContextBudget:
+def build_budget(
+    cfg: Config, model: str | None = None, *, warnings: list[str] | None = None
+) -> ContextBudget:
     """The one ContextBudget of a run: every request, subagent and status screen asks it. It starts
-    from what earlier runs learned of how the provider counts `model` (calibration_file.py)."""
+    from what earlier runs learned of how the provider counts `model` (calibration_file.py; what it
+    could not trust is said in `warnings`)."""
     from nanobot.calibration_file import load_calibration
 
     d = cfg.defaults
@@ -416,7 +419,7 @@ def build_budget(cfg: Config, model: str | None = None) -> ContextBudget:
         window=d.context_window_tokens,
         max_tokens=d.max_tokens,
         counter=default_counter(),
-        calibration=load_calibration(model or d.model),
+        calibration=load_calibration(model or d.model, warnings=warnings),
         prompt_cap=d.context_block_limit,
         max_tool_calls=d.max_tool_calls_per_step,
         consolidate_above=d.consolidate_above_tokens,
@@ -449,7 +452,8 @@ def open_assistant(
     auto = check_kinds([*cfg.tools.auto_approve], "tools.autoApprove") | check_kinds(
         approve, "--approve"
     )
-    budget = build_budget(cfg, model)
+    calibration_warnings: list[str] = []
+    budget = build_budget(cfg, model, warnings=calibration_warnings)
     provider = metered_provider(
         cfg, session_key, origin, model, on_retry=on_retry, on_fallback=on_fallback, budget=budget
     )
@@ -535,7 +539,7 @@ def open_assistant(
     except ContextTooSmallError:
         store.close(session)
         raise
-    warnings = [*session.warnings, *memory.startup_check()]
+    warnings = [*session.warnings, *memory.startup_check(), *calibration_warnings]
     # a cut MEMORY.md already says the prompt is full
     read_only = memory.read_only_notice()
     once_warnings = [

@@ -2,18 +2,24 @@
 
 The budget learns from each answer's real prompt count how much more the provider counts than
 nanobot's tokenizer (Calibration in tokens.py). Without this file every `agent -m` started from
-1.0 and its first request could overflow again. One small JSON object, model -> recent ratios,
-written atomically with mode 0600; a missing or damaged file means "nothing learned yet".
+1.0 and its first request could overflow again. One small JSON object, model -> {"ratios": recent
+ratios, "surprises": how far recent requests counted above the ratio in force, whose largest is the
+margin the budget's last check keeps free}, written atomically with mode 0600; a missing or damaged
+file means "nothing learned yet". A file of an earlier version (model -> ratios) still reads. A
+damaged or hand-edited margin (not a list of shares from 0 to MAX_MARGIN) is ignored with a warning:
+trusting it could take the whole reply room, or none.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 from nanobot import paths
 from nanobot.fsio import atomic_write
-from nanobot.tokens import Calibration
+from nanobot.tokens import MAX_MARGIN, Calibration, valid_surprises
 
 __all__ = ["calibration_path", "load_calibration", "save_calibration"]
 
@@ -24,33 +30,55 @@ def calibration_path() -> Path:
     return paths.nanobot_home() / "calibration.json"
 
 
-def _read(path: Path) -> dict[str, list[float]]:
+def _read(path: Path) -> dict[str, dict[str, Any]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):
         return {}
-    return {str(k): v for k, v in data.items() if isinstance(v, list)}
+    entries: dict[str, dict[str, Any]] = {}
+    for model, entry in data.items():
+        if isinstance(entry, list):  # written before the margin was kept
+            entries[str(model)] = {"ratios": entry}
+        elif isinstance(entry, dict) and isinstance(entry.get("ratios"), list):
+            entries[str(model)] = entry
+    return entries
 
 
-def load_calibration(model: str, path: Path | None = None) -> Calibration:
-    """A Calibration primed with what earlier runs learned for `model`."""
+def load_calibration(
+    model: str, path: Path | None = None, *, warnings: list[str] | None = None
+) -> Calibration:
+    """A Calibration primed with what earlier runs learned for `model`; a margin that cannot be trusted
+    is left out, with a line for the user added to `warnings`."""
+    path = path or calibration_path()
+    entry = _read(path).get(model, {})
     calibration = Calibration()
-    calibration.prime(_read(path or calibration_path()).get(model, []))
+    surprises = valid_surprises(entry.get("surprises", []))
+    if surprises is None:
+        if warnings is not None:
+            warnings.append(
+                f"{path}: the context margin learned for {model} is not a list of shares from 0 to "
+                f"{MAX_MARGIN}, so it was ignored (nanobot learns it again from the next answers)"
+            )
+        surprises = []
+    calibration.prime(entry["ratios"] if entry else [], surprises)
     return calibration
 
 
 def save_calibration(model: str, calibration: Calibration, path: Path | None = None) -> bool:
-    """Keep `model`'s recent ratios (other models' entries stay); False when nothing changed or the
-    file cannot be written (the next run then learns again: never an error for the user)."""
+    """Keep `model`'s recent ratios and surprises (other models' entries stay); False when nothing
+    changed or the file cannot be written (the next run then learns again: never an error for the user)."""
     path = path or calibration_path()
     data = _read(path)
     recent = [round(r, 4) for r in calibration.recent]
-    if not recent or data.get(model) == recent:
+    # rounded up: a margin read back is never smaller than the one learned
+    surprises = [min(MAX_MARGIN, math.ceil(s * 10_000) / 10_000) for s in calibration.surprises]
+    entry: dict[str, Any] = {"ratios": recent, "surprises": surprises}
+    if not recent or data.get(model) == entry:
         return False
     data.pop(model, None)
-    data[model] = recent
+    data[model] = entry
     while len(data) > _MODELS_KEPT:
         data.pop(next(iter(data)))
     try:

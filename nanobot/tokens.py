@@ -27,6 +27,7 @@ from nanobot.messages import NO_OUTPUT, Message, text_of, tool_calls_of
 __all__ = [
     "TokenCounter",
     "Calibration",
+    "valid_surprises",
     "default_counter",
     "estimator_name",
     "using_fallback",
@@ -468,11 +469,30 @@ class Calibration:
         """The ratios observed lately (what calibration_file keeps between runs)."""
         return list(self._recent)
 
-    def prime(self, ratios: list[float]) -> None:
-        """Start from ratios learned earlier (e.g. by the last run); odd values are ignored."""
+    @property
+    def surprises(self) -> list[float]:
+        """The recent surprises the margin is the largest of (kept between runs beside the ratios)."""
+        return list(self._surprises)
+
+    def prime(self, ratios: list[float], surprises: list[float] | None = None) -> None:
+        """Start from ratios and surprises learned earlier (e.g. by the last run); odd ratios are
+        ignored, surprises must already be valid (`valid_surprises`)."""
         good = [
             float(r)
             for r in ratios
             if isinstance(r, (int, float)) and not isinstance(r, bool) and 0.1 <= r <= 100
         ]
         self._recent = (good + self._recent)[-self._window :]
+        if surprises:
+            self._surprises = (list(surprises) + self._surprises)[-self._window :]
+
+
+def valid_surprises(values: object) -> list[float] | None:
+    """`values` as Calibration.surprises when it is a list of shares nanobot could have learned (each
+    from 0 to MAX_MARGIN), else None: a damaged or hand-edited margin is never trusted."""
+    if not isinstance(values, list) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= MAX_MARGIN
+        for v in values
+    ):
+        return None
+    return [float(v) for v in values]

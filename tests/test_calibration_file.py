@@ -36,3 +36,25 @@ def test_a_damaged_or_odd_file_means_nothing_learned(isolated_home):
         assert load_calibration("m").ratio == 1.0
     path.write_text(json.dumps({"m": [1.3, 5.0]}))
     assert load_calibration("m").ratio == 2.0  # the cap still holds for a value read back
+
+
+def test_the_margin_is_kept_beside_the_ratios_and_a_damaged_one_is_ignored_with_a_warning(
+    isolated_home,
+):
+    learned = Calibration()
+    for estimate, observed in ((1000, 1100), (1000, 1300), (1000, 1250)):
+        learned.observe(estimate, observed)
+    assert learned.margin > 0.19
+    save_calibration("m", learned)
+    warnings: list[str] = []
+    back = load_calibration("m", warnings=warnings)
+    assert back.margin >= learned.margin and back.margin - learned.margin < 1e-4 and not warnings
+    path = calibration_path()
+    path.write_text(json.dumps({"m": [1.3]}))  # written before the margin was kept
+    assert load_calibration("m", warnings=warnings).ratio == 1.3 and not warnings
+    for odd in ([0.5], [-0.1], ["0.1"], 0.1, [True], [float("nan")]):
+        path.write_text(json.dumps({"m": {"ratios": [1.3], "surprises": odd}}))
+        warnings = []
+        back = load_calibration("m", warnings=warnings)
+        assert back.ratio == 1.3 and back.margin == 0.0
+        assert len(warnings) == 1 and "context margin learned for m" in warnings[0], odd

@@ -112,3 +112,71 @@ def test_serve_once_without_a_key_does_nothing_when_nothing_is_due(nanobot_run, 
     JobStore(workspace).add(parse_schedule(every_seconds=60, now_ms=now), "Stretch", now_ms=now)
     due = nanobot_run("serve", "--once")
     assert due.returncode == 2 and "ANTHROPIC_API_KEY" in due.stderr
+
+
+def _margin_server(fake_llm, ratios: list[float]) -> None:
+    """A provider counting each request at its own ratio of cl100k's count (in turn from `ratios`)."""
+    from nanobot.fakellm.rules import count_prompt_tokens
+    from nanobot.tokens import load_offline_encoding
+
+    encode, reason = load_offline_encoding()
+    assert encode is not None, reason
+    fake_llm.prompt_counter = lambda prompt: count_prompt_tokens(prompt, encode)
+    left = list(ratios)
+
+    def respond(request):
+        ratio = left.pop(0) if len(left) > 1 else left[0]
+        usage = {"prompt_tokens": int(request.estimated_tokens * ratio), "completion_tokens": 5}
+        if request.index == 0:
+            return Reply.tool_calls([("list_dir", {"path": "."})], usage=usage)
+        return Reply.text("done", usage=usage)
+
+    fake_llm.responder = respond
+
+
+def test_the_learned_margin_is_kept_for_the_next_process(
+    nanobot_run, fake_llm, configure, isolated_home
+):
+    """The first answer teaches the ratio, the second lands 20% above it (a surprise): the next process
+    keeps that much of the reply room free, as the first one would have."""
+    from nanobot.calibration_file import calibration_path
+
+    configure(contextWindowTokens=8192, maxTokens=2048)
+    _margin_server(fake_llm, [1.0, 1.2])
+    first = nanobot_run("agent", "-m", "what is here?")
+    assert first.returncode == 0, first.stderr
+    learned = json.loads(calibration_path().read_text())["custom/test-model"]
+    assert learned["surprises"] and 0.19 <= max(learned["surprises"]) <= 0.21, learned
+    kept = calibration_path().read_text()
+
+    big = "please summarise: " + " ".join(f"line {i} of the log says ok" for i in range(1500))
+    asked, stderr = {}, {}
+    for run, surprises in (
+        ("kept", learned["surprises"]),
+        ("forgotten", None),  # as the file was written before the margin was kept
+        ("hand-edited", [0.9]),  # more than the cap nanobot learns up to: never trusted
+    ):
+        entry = {"ratios": learned["ratios"]}
+        if surprises is not None:
+            entry["surprises"] = surprises
+        calibration_path().write_text(json.dumps({"custom/test-model": entry}))
+        fake_llm.reset()
+        _margin_server(fake_llm, [1.2])
+        result = nanobot_run("agent", "-s", run, "-m", big)
+        assert result.returncode == 0, result.stderr
+        sent = fake_llm.requests[0]
+        asked[run], stderr[run] = (sent.body["max_tokens"], sent.estimated_tokens), result.stderr
+    (kept, prompt), (forgotten, _), (edited, _) = (
+        asked["kept"],
+        asked["forgotten"],
+        asked["hand-edited"],
+    )
+    assert (
+        forgotten == edited == 2048
+    )  # the reply room as configured: the margin's share is not kept free
+    # the learned 20%: the provider's count at the learned ratio plus the margin leaves this much room
+    assert abs(kept - (8192 - 1.4 * prompt)) <= 0.01 * prompt, (asked, kept)
+    assert "context margin learned for custom/test-model" in stderr["hand-edited"]
+    assert "context margin" not in stderr["kept"] + stderr["forgotten"]
+    rewritten = json.loads(calibration_path().read_text())["custom/test-model"]
+    assert all(0 <= s <= 0.25 for s in rewritten["surprises"])  # the next run starts clean
