@@ -372,10 +372,20 @@ class ContextBudget:
         if estimate:
             self.calibration.observe(estimate, reported)
 
-    def shrink(self, reported_window: int | None) -> bool:
-        """The provider said a prompt was too long: work with its real window (or 20% less).
+    def shrink(self, reported_window: int | None, *, recounted: bool = False) -> str | None:
+        """The provider said a prompt was too long: what to work within now, as a line for the user;
+        None when the budget left would be too small to hold a conversation.
 
-        False when the remaining budget would be too small to hold a conversation."""
+        Its real window when it reported a smaller one. When it reported this window (or a larger
+        one), the window is right and the provider counted more than estimated: with `recounted` (the
+        calibration has just learned its count, `observe`) the refit alone brings the request inside,
+        and the window stays. Without numbers to go by, 20% less for the rest of the session."""
+        if reported_window and reported_window >= self.window and recounted:
+            return (
+                f"the provider counted the prompt at more tokens than nanobot estimated; counting "
+                f"{self.calibration.ratio:.2f}x nanobot's estimate for this model from now on (the "
+                f"window of {self.window:,} tokens stays)"
+            )
         smaller = (
             reported_window
             if reported_window and reported_window < self.window
@@ -383,9 +393,13 @@ class ContextBudget:
         )
         reply = reply_room(smaller, self.max_tokens)
         if smaller - reply < MIN_BUDGET:
-            return False
+            return None
         self.window, self.reply_tokens = smaller, reply
-        return True
+        return (
+            f"the provider said the prompt was too long for its context window; working within "
+            f"{self.window:,} tokens from now on (set agents.defaults.contextWindowTokens to the "
+            "model's real window)"
+        )
 
     def overflow_error(self, exc: ProviderError, estimate: int) -> ProviderError:
         """The provider still says "too long" after the refit: say what really differs.

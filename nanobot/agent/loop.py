@@ -324,18 +324,19 @@ class _Run:
                     self.stop(StopReason.ERROR, error=str(exc))
                     return None
                 sent = budget.calibration.adjust(fitted.estimate) if fitted.estimate else 0
+                ratio = budget.calibration.ratio
                 budget.observe(fitted.estimate, exc.reported_tokens)
-                # "prompt too long": once, shrink to the window the provider reported, refit, send again
-                if not shrunk and budget.shrink(exc.reported_window):
-                    shrunk = True
-                    self.hooks.on_event(
-                        Notice(
-                            f"the provider said the prompt was too long for its context window; working within "
-                            f"{budget.window:,} tokens from now on (set agents.defaults.contextWindowTokens to the "
-                            "model's real window)",
-                            "warning",
-                        )
+                # "prompt too long": once, learn what the provider said (its window or its count), refit, send again
+                notice = (
+                    None
+                    if shrunk
+                    else budget.shrink(
+                        exc.reported_window, recounted=budget.calibration.ratio > ratio
                     )
+                )
+                if notice is not None:
+                    shrunk = True
+                    self.hooks.on_event(Notice(notice, "warning"))
                     continue
                 self.stop(StopReason.ERROR, error=str(budget.overflow_error(exc, sent)))
                 return None

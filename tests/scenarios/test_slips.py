@@ -9,6 +9,7 @@ import json
 import time
 from pathlib import Path
 
+import pytest
 from nanobot.fakellm import Reply
 from nanobot.memory.store import MemoryStore
 from nanobot.usage.ledger import Ledger, UsageRecord, read_records
@@ -180,3 +181,57 @@ def test_the_learned_margin_is_kept_for_the_next_process(
     assert "context margin" not in stderr["kept"] + stderr["forgotten"]
     rewritten = json.loads(calibration_path().read_text())["custom/test-model"]
     assert all(0 <= s <= 0.25 for s in rewritten["surprises"])  # the next run starts clean
+
+
+def _uneven_counter(fake_llm, extra: float) -> None:
+    """A provider whose tokenizer is not proportional to cl100k: tool output counts `extra` more."""
+    from nanobot.fakellm.rules import count_prompt_tokens
+    from nanobot.tokens import load_offline_encoding
+
+    encode, reason = load_offline_encoding()
+    assert encode is not None, reason
+
+    def count(prompt: dict) -> int:
+        results = [  # OpenAI's tool messages, Anthropic's user messages holding tool_result blocks
+            m
+            for m in prompt.get("messages") or []
+            if m.get("role") == "tool" or '"tool_result"' in json.dumps(m.get("content"))
+        ]
+        return count_prompt_tokens(prompt, encode) + int(
+            extra * count_prompt_tokens({"messages": results}, encode)
+        )
+
+    fake_llm.prompt_counter = count
+
+
+@pytest.mark.parametrize("protocol", ["openai", "anthropic"])
+def test_an_overflow_at_the_right_window_corrects_the_count_and_keeps_the_window(
+    nanobot_run, fake_llm, configure, isolated_home, protocol
+):
+    """The provider's window is the configured one (it says so in its 400) but it counted more: the window
+    stays for the rest of the session (it was shrunk 20% blindly before), the count is corrected."""
+    configure(protocol, contextWindowTokens=8192, maxTokens=2048)
+    fake_llm.context_window = 8192
+    fake_llm.count_max_tokens = True
+    _uneven_counter(fake_llm, 0.6)
+    workspace = isolated_home / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "big.log").write_text(
+        "".join(f"{i:06d} worker processed job {i * 7} fine\n" for i in range(3000))
+    )
+    fake_llm.script(
+        Reply.tool_calls([("read_file", {"path": "big.log"})]),
+        Reply.text("The log looks healthy."),
+    )
+    result = nanobot_run("agent", "-m", "check big.log")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "The log looks healthy."
+    rejected = [r for r in fake_llm.requests if r.reply is None]
+    accepted = fake_llm.requests[-1]
+    assert len(rejected) == 1 and len(fake_llm.requests) == 3
+    assert "the window of 8,192 tokens stays" in result.stderr
+    assert "working within" not in result.stderr  # was: 6,553 tokens (20% less) from now on
+    # the refit used the whole budget of the real window: more of the log than a 6,553-token window
+    # holds at all (4,915 for the prompt)
+    assert accepted.estimated_tokens > 4915
+    assert accepted.estimated_tokens + accepted.body["max_tokens"] <= 8192
