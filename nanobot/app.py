@@ -18,7 +18,7 @@ from nanobot.agent.reports import ReportTurns
 from nanobot.agent.subagents import SubagentManager
 from nanobot.agent.upkeep import MemoryUpkeep
 from nanobot.approvals import SessionApprover, check_kinds
-from nanobot.config import Config, resolve_fallbacks, resolve_model
+from nanobot.config import Config, ResolvedModel, resolve_fallbacks, resolve_model
 from nanobot.errors import ContextTooSmallError
 from nanobot.memory.history import history_receipts
 from nanobot.memory.store import MemoryStore
@@ -142,16 +142,24 @@ def build_provider(
     budget: ContextBudget | None = None,
 ) -> Provider:
     """The model's provider; agents.defaults.fallbackModels follow it unless --model named another.
-    Every request it sends passes `budget`'s last check (a budget of its own when None: agent/budget.py)."""
+    Every request it sends passes `budget`'s last check (a budget of its own when None: agent/budget.py),
+    and a fallback with its own context window also that window's."""
     fallbacks = resolve_fallbacks(cfg) if model is None else []
+    guard = budget or build_budget(cfg, model)
+
+    def own_window(inner: Provider, fallback: ResolvedModel) -> Provider:
+        reply = fallback.max_tokens or cfg.defaults.max_tokens
+        return WindowGuard(inner, guard.for_window(fallback.context_window, reply))
+
     provider = make_provider(
         resolve_model(cfg, model),
         policy=policy or retry_policy_from_env(),
         on_retry=on_retry,
         fallbacks=fallbacks,
         on_fallback=on_fallback,
+        own_window=own_window,
     )
-    return WindowGuard(provider, budget or build_budget(cfg, model))
+    return WindowGuard(provider, guard)
 
 
 def metered_provider(

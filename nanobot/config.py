@@ -696,6 +696,7 @@ class ResolvedModel:
     label: str = ""  # provider/model as the user wrote it, for messages
     temperature: float | None = None  # a fallback's own temperature; None: the turn's
     max_tokens: int = 0  # a fallback's own reply cap; 0: the turn's
+    context_window: int = 0  # a fallback's own window; 0: agents.defaults.contextWindowTokens
     timeout: float = 180.0  # providers.<name>.timeout
 
 
@@ -809,6 +810,7 @@ def _resolve_fallback(cfg: Config, entry: str | dict) -> ResolvedModel:
             "provider": p.provider,
             "temperature": p.temperature,
             "maxTokens": p.max_tokens,
+            "contextWindowTokens": p.context_window_tokens,
             "reasoningEffort": p.reasoning_effort,
         }
     elif isinstance(entry, str):
@@ -827,6 +829,9 @@ def _resolve_fallback(cfg: Config, entry: str | dict) -> ResolvedModel:
     cap = settings.get("maxTokens", settings.get("max_tokens"))
     if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0:
         resolved.max_tokens = cap
+    window = settings.get("contextWindowTokens", settings.get("context_window_tokens"))
+    if isinstance(window, int) and not isinstance(window, bool) and window > 0:
+        resolved.context_window = window
     if isinstance(entry, str) and entry in cfg.model_presets:
         resolved.label = f"{entry} ({resolved.label})"
     return resolved

@@ -252,6 +252,17 @@ class ContextBudget:
         self.consolidate_above = max(0, consolidate_above)
         self._totals: dict[str, _RunningTotal] = {}
 
+    def for_window(self, window: int, max_tokens: int) -> ContextBudget:
+        """A budget for another model's window (a fallback's own), counting as this one does."""
+        return ContextBudget(
+            window=window,
+            max_tokens=max_tokens,
+            counter=self.counter,
+            calibration=self.calibration,
+            prompt_cap=self.prompt_cap,
+            max_tool_calls=self.max_tool_calls,
+        )
+
     @property
     def budget(self) -> int:
         """Prompt tokens a request may carry: the window minus the reply room, or the cap if lower."""

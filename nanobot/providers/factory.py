@@ -120,9 +120,12 @@ def make_provider(
     on_retry: RetryCallback | None = None,
     fallbacks: Sequence[ResolvedModel | UnusableModel] = (),
     on_fallback: FallbackCallback | None = None,
+    own_window: Callable[[Provider, ResolvedModel], Provider] | None = None,
 ) -> Provider:
     """The provider for a config.ResolvedModel: deferred SDK adapter, wrapped in bounded retries;
-    with fallbacks, each gets its own retries and is tried in turn (providers/fallback.py)."""
+    with fallbacks, each gets its own retries and is tried in turn (providers/fallback.py).
+    `own_window` wraps a fallback that has its own context window (the budget's last check for that
+    window, app.py), so what it is sent fits that window."""
     primary = RetryingProvider(DeferredProvider(resolved), policy, on_retry)
     if not fallbacks:
         return primary
@@ -131,10 +134,13 @@ def make_provider(
         if isinstance(fb, UnusableModel):
             chain.append(Candidate(fb.label, None, unusable=fb.reason))
             continue
+        inner: Provider = RetryingProvider(DeferredProvider(fb), policy, on_retry)
+        if fb.context_window and own_window is not None:
+            inner = own_window(inner, fb)
         chain.append(
             Candidate(
                 fb.label or fb.model,
-                RetryingProvider(DeferredProvider(fb), policy, on_retry),
+                inner,
                 temperature=fb.temperature,
                 max_tokens=fb.max_tokens,
             )

@@ -235,3 +235,61 @@ def test_an_overflow_at_the_right_window_corrects_the_count_and_keeps_the_window
     # holds at all (4,915 for the prompt)
     assert accepted.estimated_tokens > 4915
     assert accepted.estimated_tokens + accepted.body["max_tokens"] <= 8192
+
+
+def test_a_fallback_with_a_smaller_window_is_sent_what_fits_it(
+    nanobot_run, fake_llm, configure, isolated_home
+):
+    """The primary (32k window) keeps failing with 503s; the fallback has 8k. What the fallback receives is
+    fitted to its own 8k (the request fitted to 32k was rejected with a 400, and the rest of the session
+    worked within 8k, the primary too), and the primary's window stays."""
+    from nanobot.fakellm import FakeLLMServer
+    from nanobot.fakellm.rules import count_prompt_tokens
+    from nanobot.tokens import load_offline_encoding
+
+    configure(contextWindowTokens=32_768, maxTokens=4096)
+    fake_llm.responder = lambda request: Reply.error(503)
+    workspace = isolated_home / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "big.log").write_text(
+        "".join(f"{i:06d} worker processed job {i * 7} fine\n" for i in range(3000))
+    )
+    encode, reason = load_offline_encoding()
+    assert encode is not None, reason
+    with FakeLLMServer(context_window=8192) as small:
+        small.prompt_counter = lambda prompt: count_prompt_tokens(prompt, encode)
+        small.count_max_tokens = True  # prompt + max_tokens must fit, as strict APIs ask
+        small.script(
+            Reply.tool_calls([("read_file", {"path": "big.log"})]),
+            Reply.text("The log looks healthy."),
+        )
+        _set_config(
+            isolated_home,
+            agents={
+                "defaults": {
+                    "model": "custom/test-model",
+                    "provider": "custom",
+                    "contextWindowTokens": 32_768,
+                    "maxTokens": 4096,
+                    "fallbackModels": [
+                        {"model": "small-model", "provider": "small", "contextWindowTokens": 8192}
+                    ],
+                }
+            },
+            providers={
+                **json.loads((isolated_home / "config.json").read_text())["providers"],
+                "small": {"apiKey": "sk-small-123456", "apiBase": small.openai_base_url},
+            },
+        )
+        result = nanobot_run(
+            "agent", "-m", "check big.log", env={"NANOBOT_RETRY_BASE_DELAY": "0.01"}
+        )
+        sent = small.requests
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "The log looks healthy."
+    assert "switching to fallback model small-model" in result.stderr
+    assert len(sent) == 2 and all(r.reply is not None for r in sent)  # none rejected
+    for r in sent:
+        assert r.estimated_tokens + r.body["max_tokens"] <= 8192
+    assert "working within" not in result.stderr  # the primary's 32k window was not shrunk
+    assert "000000 worker processed job 0 fine" in json.dumps(sent[-1].messages)  # the log's head
