@@ -190,6 +190,7 @@ def memory_tidy(
                 )
             finally:
                 await provider.aclose()
+                provider.meter.close()
 
         after = asyncio.run(ask())
         diff = unified_diff(before, after)
