@@ -184,6 +184,6 @@ def test_the_providers_count_is_remembered_so_the_next_one_shot_does_not_overflo
     )  # learned the hard way: rejected once, refitted, answered
     kept = isolated_home / "calibration.json"
     assert (kept.stat().st_mode & 0o777) == 0o600
-    assert max(json.loads(kept.read_text())["custom/test-model"]) >= 1.5
+    assert max(json.loads(kept.read_text())["custom/test-model"]["ratios"]) >= 1.5
     _long_session(turns=48)  # the same conversation again, so the second run faces the same prompt
     assert run("second question") == []  # the next run starts from what the first learned
