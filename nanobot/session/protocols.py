@@ -14,8 +14,28 @@ from nanobot.messages import Message
 
 if TYPE_CHECKING:
     from nanobot.session.store import Session
+    from nanobot.session.working_state import Version
 
-__all__ = ["SessionWriter", "SessionStoreLike"]
+__all__ = ["WorkingStateWriter", "SessionWriter", "SessionStoreLike"]
+
+
+class WorkingStateWriter(Protocol):
+    """One session's working-state log as consolidation and /new write it (append-only; the store
+    reads it back into `Session.working_state`). session/working_state.py's WorkingStateLog is one."""
+
+    def add_version(self, text: str, /, *, archived: int) -> Version:
+        """A new checkpoint version, durable when this returns."""
+        ...
+
+    def record_compaction(
+        self, *, ok: bool, archived: int, reason: str = "", items: int = 0
+    ) -> None:
+        """How a compaction ended (for status and doctor)."""
+        ...
+
+    def close_for_new(self) -> None:
+        """/new: the current version is archived with the conversation."""
+        ...
 
 
 class SessionWriter(Protocol):
@@ -32,6 +52,10 @@ class SessionWriter(Protocol):
 
     def clear(self, session: Session, /) -> None:
         """Empty the session for /new (its messages were archived first)."""
+        ...
+
+    def working_state_log(self, session: Session, /) -> WorkingStateWriter:
+        """The session's working-state log, written under the session's lock like the rest."""
         ...
 
 
