@@ -21,7 +21,7 @@ from nanobot.cli.usage import Command
 from nanobot.errors import NanobotError
 from nanobot.messages import NOTE_KEY, text_of
 from nanobot.secrets_mask import mask_message, mask_value
-from nanobot.session.store import SessionStore
+from nanobot.session.protocols import SessionAdmin
 from nanobot.session.working_state import WorkingState, WorkingStateLog
 
 session_app = typer.Typer(
@@ -56,11 +56,11 @@ def _warn(warnings: list[str]) -> None:
         print_warning(warning)
 
 
-def _store(workspace: Path | None) -> SessionStore:
+def _store(workspace: Path | None) -> SessionAdmin:
     """The session store, with the workspace's HISTORY.md as proof of a damaged pointer (as the chat has)."""
-    from nanobot.memory.history import history_receipts
+    from nanobot.stores import session_store
 
-    return SessionStore(receipts=history_receipts(workspace) if workspace is not None else None)
+    return session_store(workspace)
 
 
 def _workspace(config: Path | None) -> Path | None:

@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from nanobot.messages import Message
 
 if TYPE_CHECKING:
-    from nanobot.session.store import Session
+    from nanobot.session.store import RepairReport, Session, SessionInfo
     from nanobot.session.working_state import Version
 
-__all__ = ["WorkingStateWriter", "SessionWriter", "SessionStoreLike"]
+__all__ = ["WorkingStateWriter", "SessionWriter", "SessionStoreLike", "SessionAdmin"]
 
 
 class WorkingStateWriter(Protocol):
@@ -77,4 +77,22 @@ class SessionStoreLike(SessionWriter, Protocol):
 
     def record_decision(self, session: Session, **fields: Any) -> dict[str, Any]:
         """Keep an approval decision with the session; returns the record as kept."""
+        ...
+
+
+class SessionAdmin(Protocol):
+    """What `nanobot session ...` and status ask: every session listed, one read, one repaired."""
+
+    def exists(self, key: str, /) -> bool: ...
+
+    def infos(self) -> list[SessionInfo]:
+        """Every session, read without taking locks, newest first."""
+        ...
+
+    def load(self, key: str, /) -> Session:
+        """A read-only snapshot; raises UnknownSessionError."""
+        ...
+
+    def repair(self, key: str, /) -> RepairReport:
+        """Rewrite a damaged session cleanly, the original kept aside."""
         ...
