@@ -22,7 +22,7 @@ from nanobot.errors import NanobotError
 from nanobot.messages import NOTE_KEY, text_of
 from nanobot.secrets_mask import mask_message, mask_value
 from nanobot.session.protocols import SessionAdmin
-from nanobot.session.working_state import WorkingState, WorkingStateLog
+from nanobot.session.working_state import WorkingState
 
 session_app = typer.Typer(
     help="Saved conversations: list, show and repair them.",
@@ -152,7 +152,7 @@ def show(
     _warn(session.warnings)
     messages = session.messages if limit is None else session.messages[-limit:] if limit > 0 else []
     try:
-        state = WorkingStateLog(session.path).read()
+        state = store.working_state_log(session).read()
     except NanobotError as exc:
         raise _fail(exc) from None
     if as_json:

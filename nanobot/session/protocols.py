@@ -14,9 +14,15 @@ from nanobot.messages import Message
 
 if TYPE_CHECKING:
     from nanobot.session.store import RepairReport, Session, SessionInfo
-    from nanobot.session.working_state import Version
+    from nanobot.session.working_state import Version, WorkingState
 
-__all__ = ["WorkingStateWriter", "SessionWriter", "SessionStoreLike", "SessionAdmin"]
+__all__ = [
+    "WorkingStateWriter",
+    "WorkingStateReader",
+    "SessionWriter",
+    "SessionStoreLike",
+    "SessionAdmin",
+]
 
 
 class WorkingStateWriter(Protocol):
@@ -36,6 +42,13 @@ class WorkingStateWriter(Protocol):
     def close_for_new(self) -> None:
         """/new: the current version is archived with the conversation."""
         ...
+
+
+class WorkingStateReader(Protocol):
+    """One session's working-state log as `nanobot session show` reads it: every version, the one
+    in force, how the last compaction ended."""
+
+    def read(self) -> WorkingState: ...
 
 
 class SessionWriter(Protocol):
@@ -96,3 +109,5 @@ class SessionAdmin(Protocol):
     def repair(self, key: str, /) -> RepairReport:
         """Rewrite a damaged session cleanly, the original kept aside."""
         ...
+
+    def working_state_log(self, session: Session, /) -> WorkingStateReader: ...
