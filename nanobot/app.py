@@ -20,7 +20,6 @@ from nanobot.agent.upkeep import MemoryUpkeep
 from nanobot.approvals import SessionApprover, check_kinds
 from nanobot.config import Config, ResolvedModel, resolve_fallbacks, resolve_model
 from nanobot.errors import ContextTooSmallError
-from nanobot.memory.history import history_receipts
 from nanobot.memory.store import MemoryStore
 from nanobot.paths import secure_home
 from nanobot.policy.egress import EgressPolicy
@@ -32,7 +31,7 @@ from nanobot.providers.retry import RetryCallback, RetryPolicy
 from nanobot.sandbox import Confinement, choose, prefetch
 from nanobot.session.importer import ImportResult, continuing_line, import_all
 from nanobot.session.protocols import SessionStoreLike
-from nanobot.session.store import SessionStore
+from nanobot.stores import job_store, memory_store, session_store
 from nanobot.tokens import default_counter
 from nanobot.tools.approval import Approver, RefuseApprover
 from nanobot.tools.base import ToolContext
@@ -225,7 +224,7 @@ def build_context(
 
     return ContextBuilder(
         workspace,
-        memory=memory or MemoryStore(workspace),
+        memory=memory or memory_store(workspace),
         skills=SkillSet.discover(workspace),
         timezone=cfg.defaults.timezone,
     )
@@ -234,12 +233,11 @@ def build_context(
 def cron_tool(
     cfg: Config, workspace: Path, session_key: str, approver: Approver | None = None
 ) -> CronTool:
-    from nanobot.cron.store import JobStore
     from nanobot.tools.cron import CronTool
 
     return CronTool(
         tool_context(cfg, workspace, approver),
-        JobStore(workspace),
+        job_store(workspace),
         default_tz=cfg.defaults.timezone,
         origin=session_key,
     )
@@ -281,9 +279,8 @@ def build_scheduler(
 ) -> Scheduler:
     """The job runner for `nanobot serve`, a chat ("chat") or `nanobot cron run`; only serve beats."""
     from nanobot.cron.runner import HeartbeatSettings, RunnerLock, Scheduler, SystemClock
-    from nanobot.cron.store import JobStore
 
-    store = JobStore(cfg.workspace_path())
+    store = job_store(cfg.workspace_path())
     hb = cfg.gateway.heartbeat
     return Scheduler(
         store,
@@ -401,7 +398,6 @@ def background_memory_writes(cfg: Config, session_key: str) -> bool:
     heartbeat's, only when the job says "memory": true (gateway.heartbeat.memory for the heartbeat)."""
     from nanobot.cron.heartbeat import HEARTBEAT_SESSION
     from nanobot.cron.jobs import current_job
-    from nanobot.cron.store import JobStore
 
     job = current_job.get()
     if job is None or session_key not in (HEARTBEAT_SESSION, f"cron:{job}"):
@@ -409,7 +405,7 @@ def background_memory_writes(cfg: Config, session_key: str) -> bool:
     if job == "heartbeat":
         return cfg.gateway.heartbeat.memory
     try:
-        return JobStore(cfg.workspace_path()).get(job).memory
+        return job_store(cfg.workspace_path()).get(job).memory
     except Exception:  # the job was removed meanwhile: the default
         return False
 
@@ -473,7 +469,7 @@ def open_assistant(
     workspace = cfg.workspace_path()
     workspace.mkdir(parents=True, exist_ok=True)
     secure_home(keep_open=workspace)
-    store = SessionStore(receipts=history_receipts(workspace))
+    store = session_store(workspace)
     imports = import_all(workspace, store=store)  # nanobot's own sessions and history, on first use
     session = store.open(session_key)
     d = cfg.defaults
@@ -481,7 +477,7 @@ def open_assistant(
     approver = SessionApprover(
         ask, auto=auto, record=lambda **fields: store.record_decision(session, **fields)
     )
-    memory = MemoryStore(workspace)
+    memory = memory_store(workspace)
     context = build_context(cfg, workspace, memory)
     # in one pass, each object built from the ones before it: the conversation runs turns (its
     # upkeep consolidates around them); report turns bring it what helpers found; the helpers tell
@@ -612,7 +608,7 @@ def status_snapshot(cfg: Config, session_key: str = "cli:direct") -> tuple[Budge
     add_main_agent_tools(
         tools, cfg, workspace, session_key, _NoSpawner()
     )  # schemas only: nothing is run
-    store = SessionStore(receipts=history_receipts(workspace))
+    store = session_store(workspace)
     session = store.load(session_key) if store.exists(session_key) else None
     snap = budget.snapshot(
         session, system_prompt=context.system_prompt, tools=tools.schemas(), probe=probe_message()

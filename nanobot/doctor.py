@@ -242,10 +242,10 @@ def check_storage(name: str, folder: Path) -> Check:
 
 def check_memory(cfg: Config) -> Check:
     from nanobot.agent.budget import memory_share
-    from nanobot.memory.store import MemoryStore
+    from nanobot.stores import memory_store
 
     window = cfg.defaults.context_window_tokens
-    store = MemoryStore(cfg.workspace_path())
+    store = memory_store(cfg.workspace_path())
     if importlib.util.find_spec("nanobot.memory.check") is not None:
         from nanobot.memory.check import check_memory as findings_of
 

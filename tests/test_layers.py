@@ -448,3 +448,58 @@ def test_the_session_load_index_is_built_only_in_its_module():
                 if name in LOAD_INDEX_PIECES
             ]
     assert leaks == []
+
+
+# Which store class backs a home has one owner, nanobot/stores.py: the chat, status, doctor and the
+# admin commands get their stores there. Only modules above it in the map, which cannot import it,
+# still open a store themselves (each for one file of it: a default, a path, a guard).
+STORE_CLASSES = {"SessionStore", "MemoryStore", "JobStore"}
+OPEN_THEIR_OWN_STORE = {
+    "stores.py",
+    "memory/store.py",  # the store's own helpers (protected_reason, the exec watch)
+    "session/importer.py",  # import_all's default store, and HISTORY.md's import
+    "tools/files.py",  # MEMORY.md written through the store's door
+    "tools/recall.py",  # where HISTORY.md is
+}
+
+
+def _store_constructions() -> list[str]:
+    found = []
+    for path in _sources():
+        if str(path.relative_to(PACKAGE)) in OPEN_THEIR_OWN_STORE:
+            continue
+        found += [
+            f"{_where(path, node.lineno)} builds {node.func.id}"
+            for node in ast.walk(_tree(path))
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in STORE_CLASSES
+        ]
+    return found
+
+
+def test_stores_are_built_in_one_place():
+    assert _store_constructions() == []
+    admin = [PACKAGE / "cli" / f"{name}_cmd.py" for name in ("session", "memory", "cron")]
+    # the admin commands name the Protocols, never the concrete classes
+    assert [
+        f"{_where(path, line)} imports {module}"
+        for path in admin
+        for line, module in _imports(path)
+        if module in ("nanobot.session.store", "nanobot.memory.store", "nanobot.cron.store")
+    ] == []
+
+
+def test_the_agent_side_writes_the_working_state_through_its_protocol():
+    # consolidation and /new ask SessionWriter.working_state_log (session/protocols.py)
+    direct = [
+        f"{_where(path, node.lineno)} uses WorkingStateLog"
+        for path in sorted((PACKAGE / "agent").glob("*.py"))
+        for node in ast.walk(_tree(path))
+        if (isinstance(node, ast.Name) and node.id == "WorkingStateLog")
+        or (
+            isinstance(node, ast.ImportFrom)
+            and any(alias.name == "WorkingStateLog" for alias in node.names)
+        )
+    ]
+    assert direct == []

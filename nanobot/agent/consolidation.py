@@ -40,7 +40,7 @@ from nanobot.session.protocols import SessionWriter
 from nanobot.session.runtime_context import user_with_context
 from nanobot.session.save_policy import as_sent
 from nanobot.session.store import Session
-from nanobot.session.working_state import SHAPE, WorkingStateLog, count_items
+from nanobot.session.working_state import SHAPE, count_items
 
 __all__ = [
     "Consolidator",
@@ -333,7 +333,7 @@ class Consolidator:
         self, session: Session, report: ConsolidationReport, emit: EventSink
     ) -> Iterator[None]:
         """The closing line of a compaction, and its outcome kept with the session (for status and doctor)."""
-        log = WorkingStateLog(session.path)
+        log = self.store.working_state_log(session)
         try:
             yield
         except BaseException as exc:
@@ -736,7 +736,7 @@ class Consolidator:
                 f"the model's session_checkpoint was longer than {limit:,} tokens; its middle "
                 "was cut"
             )
-        version = WorkingStateLog(session.path).add_version(text, archived=archived)
+        version = self.store.working_state_log(session).add_version(text, archived=archived)
         session.working_state = text
         report.checkpoint, report.checkpoint_version = text, version.number
 

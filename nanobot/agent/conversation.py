@@ -28,7 +28,7 @@ from nanobot.secrets_mask import REDACTED, find_secrets, mask_secrets, mask_valu
 from nanobot.session.protocols import SessionWriter
 from nanobot.session.save_policy import TurnCheckpoint, save_turn
 from nanobot.session.store import Session
-from nanobot.session.working_state import WorkingStateLog, with_block
+from nanobot.session.working_state import with_block
 from nanobot.usage.limits import TurnScope, current_turn
 
 # make_room's stand-in for the coming message once it is already saved (and counted in the history)
@@ -220,9 +220,8 @@ class Conversation:
         """/new: archive every unconsolidated message first, then clear (a crash between loses nothing)."""
         async with self._turn_lock:
             report = await self.upkeep.archive_all(emit=emit)
-            WorkingStateLog(
-                self.session.path
-            ).close_for_new()  # its state is archived with it, kept on disk
+            # its state is archived with it, kept in the log
+            self.store.working_state_log(self.session).close_for_new()
             self.session.working_state = ""
             self.store.clear(self.session)
             return report

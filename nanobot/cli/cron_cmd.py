@@ -19,11 +19,11 @@ from nanobot.cli.config_load import load as load_config
 from nanobot.cli.errors import report_text
 from nanobot.config import Config
 from nanobot.cron.jobs import MISSED_POLICIES, Job
-from nanobot.cron.protocols import JobStoreLike
+from nanobot.cron.protocols import JobStoreAdmin, JobStoreLike
 from nanobot.cron.schedule import CLI_NAMES, describe, format_ms, parse_schedule
-from nanobot.cron.store import JobStore
 from nanobot.errors import UsageError
 from nanobot.memory.prompt_files import PromptFiles
+from nanobot.stores import job_store
 
 cron_app = typer.Typer(
     help="Scheduled jobs and reminders.",
@@ -53,8 +53,8 @@ def _config(config: Path | None, workspace: Path | None) -> Config:
     )
 
 
-def _store(cfg: Config) -> JobStore:
-    return JobStore(cfg.workspace_path())
+def _store(cfg: Config) -> JobStoreAdmin:
+    return job_store(cfg.workspace_path())
 
 
 def _tell(store: JobStoreLike) -> None:

@@ -14,6 +14,7 @@ import sys
 import tempfile
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -31,6 +32,9 @@ from nanobot.cli.memory_groups import (
 from nanobot.cli.usage import Command
 from nanobot.errors import NanobotError
 
+if TYPE_CHECKING:
+    from nanobot.memory.protocols import MemoryAdmin
+
 
 def _memory_share(tokens: int, window: int | None):
     """MEMORY.md's share of `window`, else of the configured window, else of the default (no usable config)."""
@@ -46,10 +50,10 @@ def _stdout_is_tty() -> bool:
     return sys.stdout.isatty()
 
 
-def _store(workspace: Path | None):
-    from nanobot.memory.store import MemoryStore
+def _store(workspace: Path | None) -> MemoryAdmin:
+    from nanobot.stores import memory_store
 
-    return MemoryStore(workspace_dir(workspace))
+    return memory_store(workspace_dir(workspace))
 
 
 def _ago(when: datetime) -> str:

@@ -170,10 +170,10 @@ def memory_tidy(
     with reported():
         from nanobot.app import metered_provider
         from nanobot.cli.config_load import load as load_config
-        from nanobot.memory.store import MemoryStore
+        from nanobot.stores import memory_store
 
         cfg = load_config()
-        store = MemoryStore(
+        store = memory_store(
             workspace_dir(workspace) if workspace is not None else cfg.workspace_path()
         )
         before = store.read_memory()

@@ -21,8 +21,8 @@ from nanobot.cli.usage import Command
 from nanobot.errors import NanobotError
 from nanobot.messages import NOTE_KEY, text_of
 from nanobot.secrets_mask import mask_message, mask_value
-from nanobot.session.store import SessionStore
-from nanobot.session.working_state import WorkingState, WorkingStateLog
+from nanobot.session.protocols import SessionAdmin
+from nanobot.session.working_state import WorkingState
 
 session_app = typer.Typer(
     help="Saved conversations: list, show and repair them.",
@@ -56,11 +56,11 @@ def _warn(warnings: list[str]) -> None:
         print_warning(warning)
 
 
-def _store(workspace: Path | None) -> SessionStore:
+def _store(workspace: Path | None) -> SessionAdmin:
     """The session store, with the workspace's HISTORY.md as proof of a damaged pointer (as the chat has)."""
-    from nanobot.memory.history import history_receipts
+    from nanobot.stores import session_store
 
-    return SessionStore(receipts=history_receipts(workspace) if workspace is not None else None)
+    return session_store(workspace)
 
 
 def _workspace(config: Path | None) -> Path | None:
@@ -152,7 +152,7 @@ def show(
     _warn(session.warnings)
     messages = session.messages if limit is None else session.messages[-limit:] if limit > 0 else []
     try:
-        state = WorkingStateLog(session.path).read()
+        state = store.working_state_log(session).read()
     except NanobotError as exc:
         raise _fail(exc) from None
     if as_json:

@@ -131,12 +131,12 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
     for label, text in budget_rows(snap):
         table.add_row(label if label != "warning" else "[yellow]warning[/yellow]", text)
     from nanobot.cli.status_view import working_state_rows
-    from nanobot.session.store import SessionStore
     from nanobot.session.working_state import WorkingStateLog
+    from nanobot.stores import session_store
 
     if exists:
         for label, text in working_state_rows(
-            WorkingStateLog(SessionStore().path_for(session_key)).read()
+            WorkingStateLog(session_store(None).path_for(session_key)).read()
         ):
             table.add_row(label if label != "warning" else "[yellow]warning[/yellow]", escape(text))
     table.add_row("sessions", str(paths.sessions_dir()))
@@ -196,9 +196,9 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
 
 def _reminders_line(cfg) -> str:
     from nanobot.cron.runner import current_runner, describe_owner
-    from nanobot.cron.store import JobStore
+    from nanobot.stores import job_store
 
-    store = JobStore(cfg.workspace_path())
+    store = job_store(cfg.workspace_path())
     jobs = store.jobs() if store.path.exists() else []
     on = sum(1 for job in jobs if job.enabled)
     runner = current_runner(store)

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
-from nanobot.memory.store import MemoryStore, fact_lines, norm_fact
+from nanobot.memory.protocols import MemoryAdmin
+from nanobot.memory.store import fact_lines, norm_fact
 from nanobot.secrets_mask import REDACTED, mask_secrets
 
 __all__ = ["Finding", "WindowShare", "check_memory"]
@@ -61,7 +62,7 @@ def _listed(items: list[str]) -> str:
 
 
 def check_memory(
-    store: MemoryStore, *, share_of: Callable[[int], WindowShare] | None = None
+    store: MemoryAdmin, *, share_of: Callable[[int], WindowShare] | None = None
 ) -> list[Finding]:
     """Findings about MEMORY.md and HISTORY.md, problems first within each check.
 
@@ -179,7 +180,7 @@ def _count_in_file(path, needle: bytes) -> int:
     return count
 
 
-def _history_findings(store: MemoryStore) -> list[Finding]:
+def _history_findings(store: MemoryAdmin) -> list[Finding]:
     path = store.history_file
     out: list[Finding] = []
     journal = store.history_journal

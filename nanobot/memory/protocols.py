@@ -8,14 +8,21 @@ it does. Each Protocol names only the methods its users call.
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from nanobot.messages import Message
 
 if TYPE_CHECKING:
-    from nanobot.memory.store import MemoryState, UpdateOutcome
+    from nanobot.memory.store import (
+        MemoryInfo,
+        MemoryState,
+        UpdateOutcome,
+        VersionInfo,
+        WriteReceipt,
+    )
 
-__all__ = ["MemoryStoreLike", "HistoryStoreLike", "ConsolidationMemory"]
+__all__ = ["MemoryStoreLike", "HistoryStoreLike", "ConsolidationMemory", "MemoryAdmin"]
 
 
 class MemoryStoreLike(Protocol):
@@ -56,4 +63,47 @@ class ConsolidationMemory(MemoryStoreLike, HistoryStoreLike, Protocol):
     ) -> tuple[str, UpdateOutcome]:
         """Returns (the entry's first line, what became of the update); raises MemoryUpdateRefused,
         writing nothing, when either part fails its checks."""
+        ...
+
+
+class MemoryAdmin(MemoryStoreLike, Protocol):
+    """What `nanobot memory ...` (show, versions, restore, edit, check, tidy) and doctor ask of the
+    memory files: where they are, their saved versions, and a write that keeps the old text."""
+
+    @property
+    def memory_file(self) -> Path: ...
+
+    @property
+    def history_file(self) -> Path: ...
+
+    @property
+    def history_journal(self) -> Path: ...
+
+    @property
+    def versions_dir(self) -> Path: ...
+
+    @property
+    def damaged_dir(self) -> Path: ...
+
+    @property
+    def warnings(self) -> list[str]:
+        """Damage noticed while reading, for the user."""
+        ...
+
+    def memory_info(self) -> MemoryInfo: ...
+
+    def versions(self) -> list[VersionInfo]:
+        """Saved versions, newest first (1 = the most recently replaced)."""
+        ...
+
+    def read_version(self, n: int, /) -> str: ...
+
+    def restore(self, n: int, /) -> WriteReceipt: ...
+
+    def undo_hint(self) -> str: ...
+
+    def write_memory(
+        self, new_text: str, /, *, reason: str, base: str | None = None
+    ) -> WriteReceipt:
+        """Replace MEMORY.md, the current text kept as a version first."""
         ...

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from nanobot.errors import MemoryUpdateRefused
 from nanobot.memory import history as history_log
-from nanobot.memory.store import MemoryStore
+from nanobot.memory.protocols import MemoryAdmin
 from nanobot.messages import Message
 from nanobot.providers.base import Provider
 from nanobot.untrusted import fence
@@ -68,7 +68,7 @@ def _unfenced(text: str) -> str:
 
 
 async def propose_tidy(
-    provider: Provider, store: MemoryStore, *, max_tokens: int = 8192, today: datetime | None = None
+    provider: Provider, store: MemoryAdmin, *, max_tokens: int = 8192, today: datetime | None = None
 ) -> str:
     """The model's tidied MEMORY.md; raises MemoryUpdateRefused for an empty or cut-off reply."""
     memory = store.read_memory()

@@ -13,9 +13,42 @@ from typing import TYPE_CHECKING, Any, Protocol
 from nanobot.messages import Message
 
 if TYPE_CHECKING:
-    from nanobot.session.store import Session
+    from nanobot.session.store import RepairReport, Session, SessionInfo
+    from nanobot.session.working_state import Version, WorkingState
 
-__all__ = ["SessionWriter", "SessionStoreLike"]
+__all__ = [
+    "WorkingStateWriter",
+    "WorkingStateReader",
+    "SessionWriter",
+    "SessionStoreLike",
+    "SessionAdmin",
+]
+
+
+class WorkingStateWriter(Protocol):
+    """One session's working-state log as consolidation and /new write it (append-only; the store
+    reads it back into `Session.working_state`). session/working_state.py's WorkingStateLog is one."""
+
+    def add_version(self, text: str, /, *, archived: int) -> Version:
+        """A new checkpoint version, durable when this returns."""
+        ...
+
+    def record_compaction(
+        self, *, ok: bool, archived: int, reason: str = "", items: int = 0
+    ) -> None:
+        """How a compaction ended (for status and doctor)."""
+        ...
+
+    def close_for_new(self) -> None:
+        """/new: the current version is archived with the conversation."""
+        ...
+
+
+class WorkingStateReader(Protocol):
+    """One session's working-state log as `nanobot session show` reads it: every version, the one
+    in force, how the last compaction ended."""
+
+    def read(self) -> WorkingState: ...
 
 
 class SessionWriter(Protocol):
@@ -32,6 +65,10 @@ class SessionWriter(Protocol):
 
     def clear(self, session: Session, /) -> None:
         """Empty the session for /new (its messages were archived first)."""
+        ...
+
+    def working_state_log(self, session: Session, /) -> WorkingStateWriter:
+        """The session's working-state log, written under the session's lock like the rest."""
         ...
 
 
@@ -54,3 +91,23 @@ class SessionStoreLike(SessionWriter, Protocol):
     def record_decision(self, session: Session, **fields: Any) -> dict[str, Any]:
         """Keep an approval decision with the session; returns the record as kept."""
         ...
+
+
+class SessionAdmin(Protocol):
+    """What `nanobot session ...` and status ask: every session listed, one read, one repaired."""
+
+    def exists(self, key: str, /) -> bool: ...
+
+    def infos(self) -> list[SessionInfo]:
+        """Every session, read without taking locks, newest first."""
+        ...
+
+    def load(self, key: str, /) -> Session:
+        """A read-only snapshot; raises UnknownSessionError."""
+        ...
+
+    def repair(self, key: str, /) -> RepairReport:
+        """Rewrite a damaged session cleanly, the original kept aside."""
+        ...
+
+    def working_state_log(self, session: Session, /) -> WorkingStateReader: ...

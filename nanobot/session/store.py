@@ -498,6 +498,10 @@ class SessionStore:
         session.last_consolidated = 0
         self.rewrite(session)
 
+    def working_state_log(self, session: Session) -> WorkingStateLog:
+        """The session's working-state file, beside its session file (session/working_state.py)."""
+        return WorkingStateLog(session.path)
+
     def repair(self, key: str) -> RepairReport:
         """Rewrite a damaged session cleanly; the original file is kept as `<file>.bak-<time>`."""
         path = self.path_for(key)

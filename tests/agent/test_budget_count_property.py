@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 
-from budget_helpers import exact_encode
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nanobot.agent.budget import ContextBudget
@@ -22,6 +21,7 @@ from nanobot.fakellm.rules import count_prompt_tokens
 from nanobot.messages import for_wire
 from nanobot.tokens import default_counter
 
+from budget_helpers import exact_encode
 from scripted_llm import ScriptedLLM
 
 PIECES = list("ab \n\t.,:;{}[]\"'!?-_/\\0123456789") + [

@@ -12,7 +12,6 @@ import asyncio
 import math
 
 import pytest
-from budget_helpers import exact_encode, make_strict, make_text, over_window
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nanobot.agent.budget import MIN_REPLY_TOKENS, ContextBudget, WindowGuard
@@ -20,6 +19,7 @@ from nanobot.errors import RequestTooLarge
 from nanobot.fakellm import Reply
 from nanobot.fakellm.rules import count_prompt_tokens
 
+from budget_helpers import exact_encode, make_strict, make_text, over_window
 from scripted_llm import ScriptedLLM
 
 

@@ -13,6 +13,11 @@ import asyncio
 import itertools
 
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from nanobot.fakellm import Reply
+from nanobot.messages import tool_call
+
 from budget_helpers import (
     EchoTool,
     is_consolidation,
@@ -22,10 +27,6 @@ from budget_helpers import (
     save_memory_reply,
     write_session,
 )
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
-from nanobot.fakellm import Reply
-from nanobot.messages import tool_call
 
 KINDS = st.sampled_from(["prose", "hex", "cjk", "json"])
 stored_turn = st.fixed_dictionaries(

@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from nanobot.fakellm import Reply
+from nanobot.session.store import SessionStore
+
 from budget_helpers import (
     WINDOW,
     EchoTool,
@@ -17,8 +20,6 @@ from budget_helpers import (
     talk,
     write_session,
 )
-from nanobot.fakellm import Reply
-from nanobot.session.store import SessionStore
 
 # -- a pointer that cannot be right ------------------------------------------------------------
 

@@ -12,6 +12,9 @@ import sys
 import time
 
 import pytest
+from nanobot.fakellm import Reply
+from nanobot.session.store import SessionStore
+
 from budget_helpers import (
     WINDOW,
     is_consolidation,
@@ -20,8 +23,6 @@ from budget_helpers import (
     save_memory_reply,
     write_session,
 )
-from nanobot.fakellm import Reply
-from nanobot.session.store import SessionStore
 
 # The real command, killed by SIGKILL at the moment the consolidation would write its pointer:
 # HISTORY.md already has the entry, the session does not know it yet.
@@ -152,8 +153,9 @@ def test_a_kill_between_the_history_entry_and_the_pointer_writes_no_second_entry
 def test_the_providers_count_is_remembered_so_the_next_one_shot_does_not_overflow(
     nanobot_cmd, nanobot_forkserver, fake_llm, configure, isolated_home
 ):
-    from budget_helpers import exact_encode
     from nanobot.fakellm.rules import count_prompt_tokens
+
+    from budget_helpers import exact_encode
 
     window = 16_384
     configure(contextWindowTokens=window)

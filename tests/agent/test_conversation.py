@@ -10,11 +10,12 @@ from __future__ import annotations
 import subprocess
 import time
 
-from budget_helpers import is_consolidation, make_strict, write_session
 from nanobot.fakellm import Reply
 from nanobot.fakellm.summariser import save_memory_reply
 from nanobot.session.store import SessionStore
 from test_working_state import filler, wire_text
+
+from budget_helpers import is_consolidation, make_strict, write_session
 
 WINDOW = 8192
 TYPED = "please keep the invoice numbers from the March report, I typed this once"

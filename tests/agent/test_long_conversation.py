@@ -6,9 +6,10 @@ import asyncio
 import re
 from typing import Any
 
-from budget_helpers import open_quiet, talk
 from nanobot.fakellm import Reply
 from nanobot.tools.base import Tool
+
+from budget_helpers import open_quiet, talk
 
 WINDOW = 8192
 TURNS = 300

@@ -8,7 +8,6 @@ import json
 from typing import Any
 
 import pytest
-from budget_helpers import make_strict, over_window
 from nanobot.agent.budget import ContextBudget
 from nanobot.agent.events import Notice, StopReason, TextDelta, ToolFinished, ToolStarted
 from nanobot.agent.loop import (
@@ -23,6 +22,8 @@ from nanobot.errors import ToolError
 from nanobot.fakellm import Reply
 from nanobot.tools.base import Tool, ToolContext
 from nanobot.tools.registry import ToolRegistry
+
+from budget_helpers import make_strict, over_window
 
 SYSTEM = {"role": "system", "content": "You are a test assistant."}
 

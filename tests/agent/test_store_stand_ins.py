@@ -5,6 +5,7 @@ LLM server, and nothing reaches the session files, MEMORY.md, HISTORY.md or the 
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,23 +25,43 @@ from nanobot.memory.protocols import ConsolidationMemory
 from nanobot.memory.store import MemoryState, UpdateOutcome
 from nanobot.messages import Message
 from nanobot.providers.openai_compat import OpenAICompatProvider
-from nanobot.session.protocols import SessionStoreLike
+from nanobot.session.protocols import SessionStoreLike, WorkingStateWriter
 from nanobot.session.store import Session
+from nanobot.session.working_state import Version, count_items
 from nanobot.tools.approval import ApprovalRequest, Decision
 from nanobot.tools.base import ToolContext
 from nanobot.tools.cron import CronTool
 from nanobot.tools.registry import ToolRegistry
 
 
+class InMemoryWorkingState:
+    """One session's working-state log as a list of what was handed to it, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def add_version(self, text: str, *, archived: int) -> Version:
+        number = sum(1 for c in self.calls if c[0] == "version") + 1
+        self.calls.append(("version", text, archived))
+        return Version(number, "2026-01-01T00:00:00Z", text, count_items(text), archived)
+
+    def record_compaction(
+        self, *, ok: bool, archived: int, reason: str = "", items: int = 0
+    ) -> None:
+        self.calls.append(("compaction", ok, archived, reason, items))
+
+    def close_for_new(self) -> None:
+        self.calls.append(("new",))
+
+
 class InMemorySessions:
     """Sessions in a dict: what SessionStoreLike asks, nothing on disk."""
 
     def __init__(self, folder: Path) -> None:
-        self.folder = (
-            folder  # where a session's working state would go (consolidation writes it there)
-        )
+        self.folder = folder  # only names the sessions' paths: nothing is written there
         self.sessions: dict[str, Session] = {}
         self.held: set[str] = set()
+        self.states: dict[str, InMemoryWorkingState] = {}
 
     def exists(self, key: str) -> bool:
         return key in self.sessions
@@ -71,6 +92,9 @@ class InMemorySessions:
     def record_decision(self, session: Session, **fields: Any) -> dict[str, Any]:
         session.decisions.append(fields)
         return fields
+
+    def working_state_log(self, session: Session) -> WorkingStateWriter:
+        return self.states.setdefault(session.key, InMemoryWorkingState())
 
 
 class InMemoryMemory:
@@ -230,3 +254,66 @@ def test_a_turn_runs_and_is_consolidated_through_in_memory_stores(
     assert not any(p.name in ("MEMORY.md", "HISTORY.md") for p in (workspace.rglob("*"))), list(
         workspace.rglob("*")
     )
+
+
+def test_consolidation_and_new_write_the_working_state_through_the_stand_in(
+    tmp_path: Path, isolated_home: Path, fake_llm: FakeLLMServer
+) -> None:
+    sessions = InMemorySessions(tmp_path / "state")
+    memory = InMemoryMemory("# Memory\n")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    provider = OpenAICompatProvider(
+        "test-model", name="custom", api_key="sk-test-key-123456", api_base=fake_llm.openai_base_url
+    )
+    budget = ContextBudget(window=32_000, max_tokens=1000)
+    context = ContextBuilder(workspace, memory=memory)
+    tools = ToolRegistry([])
+    session = sessions.open("cli:stand-in")
+    conversation = Conversation(
+        session=session,
+        store=sessions,
+        context=context,
+        loop=LoopSpec(provider, tools, budget, stream=False),
+        upkeep=MemoryUpkeep(
+            Consolidator(provider, memory, sessions, budget), session, context, tools
+        ),
+    )
+    fake_llm.summarise = True  # the checkpoint is built from the goal and ticket the user names
+    fake_llm.script(Reply.text("Noted."), Reply.text("On it."))
+
+    async def talk() -> None:
+        try:
+            await conversation.send("Goal: ship ABC-123 by Friday.")
+            await conversation.send("Decision: use Postgres.")
+            await conversation.compact()
+            await conversation.new_session()
+            fake_llm.script(Reply.text("Fresh start."))  # scripted replies come before summaries
+            await conversation.send("hello again")
+        finally:
+            await conversation.upkeep.close(5)
+            await provider.aclose()
+
+    asyncio.run(talk())
+    calls = sessions.states["cli:stand-in"].calls
+    # /compact: a version with the first exchange's goal and ticket (2 messages archived), then
+    # the outcome; /new: a version with the last exchange too, its outcome, then the close
+    assert [c[0] for c in calls] == ["version", "compaction", "version", "compaction", "new"]
+    first, second = calls[0], calls[2]
+    assert "ship ABC-123" in first[1] and first[2] == 2
+    assert "ship ABC-123" in second[1] and "use Postgres" in second[1] and second[2] == 2
+    assert calls[1] == ("compaction", True, 2, "", count_items(first[1]))
+    assert calls[3] == ("compaction", True, 2, "", count_items(second[1]))
+    # after /new the session starts empty, and the next request carries no working state
+    stored = sessions.load("cli:stand-in")
+    assert stored.working_state == "" and [m["content"] for m in stored.messages] == [
+        "hello again",
+        "Fresh start.",
+    ]
+    assert len(fake_llm.requests) == 5  # two turns, two summaries (no retry), one turn
+    last = fake_llm.requests[-1]
+    assert "ABC-123" not in json.dumps(last.messages)
+    fake_llm.assert_all_valid()
+    assert not (tmp_path / "state").exists()  # nothing reached a working-state file
+    written = [p.relative_to(isolated_home) for p in isolated_home.rglob("*") if p.is_file()]
+    assert not any(p.parts[0] == "sessions" for p in written), written

@@ -15,11 +15,12 @@ import random
 import re
 
 import pytest
-from budget_helpers import make_strict, over_window
 from nanobot.fakellm import Reply
 from nanobot.fakellm.summariser import is_consolidation
 from nanobot.session.store import SessionStore
 from nanobot.session.working_state import SOURCE, WorkingStateLog
+
+from budget_helpers import make_strict, over_window
 
 PLANTED_TURNS = [
     "Goal: migrate the billing service to Postgres 16. The ticket is BILL-4821",

@@ -16,12 +16,13 @@ import re
 import subprocess
 import time
 
-from budget_helpers import make_strict
 from nanobot.fakellm import Reply
 from nanobot.fakellm.summariser import is_consolidation, save_memory_reply
 from nanobot.session.store import SessionStore
 from nanobot.session.working_state import SOURCE, WorkingStateLog
 from test_working_state import PLANTED_ITEMS, PLANTED_TURNS, filler, wire_text
+
+from budget_helpers import make_strict
 
 SEED = int(os.environ.get("NANOBOT_CRASH_SEED", "20260301"))
 TURNS = 18

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from canaries import MECHANISMS, CanaryTCP, CanaryUDP, confinement_or_skip
 
 

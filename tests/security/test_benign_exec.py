@@ -9,11 +9,12 @@ import time
 
 import pytest
 from benign_corpus import COMMANDS, KNOWN_FAILURES, NETWORK_COMMANDS, prepare, runnable
-from canaries import MECHANISMS, confinement_or_skip
 from nanobot.app import open_assistant
 from nanobot.config import load_config
 from nanobot.fakellm import Reply
 from nanobot.sandbox.confine import choose
+
+from canaries import MECHANISMS, confinement_or_skip
 
 
 def _run_corpus(cfg_path, fake_llm, commands: list[str]) -> dict[str, str]:

@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-from canaries import confinement_or_skip, host_pids, kill_marked, snapshot, wait_until
 from nanobot.errors import ToolError
 from nanobot.policy.egress import EgressPolicy
 from nanobot.sandbox import Limits, build_policy, choose
@@ -26,6 +25,7 @@ from nanobot.tools.base import ToolContext
 from nanobot.tools.exec_rules import ExecRules
 from nanobot.tools.shell import ExecTool
 
+from canaries import confinement_or_skip, host_pids, kill_marked, snapshot, wait_until
 from host_procs import host_pids_naming, named
 
 KEY = "sk-ant-canary-9f3c1e7d5b"

@@ -13,11 +13,12 @@ import asyncio
 import json
 
 import pytest
-from canaries import MECHANISMS, confinement_or_skip, snapshot
 from nanobot.app import open_assistant
 from nanobot.config import load_config
 from nanobot.fakellm import Reply
 from nanobot.tools.approval import Decision
+
+from canaries import MECHANISMS, confinement_or_skip, snapshot
 
 ALLOW = ["^git status", "^find ", "^env "]
 URL = "http://127.0.0.1:{port}"

@@ -21,13 +21,13 @@ import os
 from pathlib import Path
 
 import pytest
-from canaries import MECHANISMS, confinement_or_skip, host_pids, kill_marked, snapshot, wait_until
 from nanobot.app import open_assistant
 from nanobot.config import load_config
 from nanobot.fakellm import Reply
 from nanobot.paths import secure_home
 from nanobot.skills import SkillSet
 
+from canaries import MECHANISMS, confinement_or_skip, host_pids, kill_marked, snapshot, wait_until
 from host_procs import process_count
 
 CANARIES = {

@@ -10,7 +10,8 @@ import os
 import resource
 
 import pytest
-from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/security/hostile_env.py)
+
+from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/hostile_env.py)
 
 SECRET_READS = {
     "config": lambda e: str(e.config),

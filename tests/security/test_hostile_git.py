@@ -11,8 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hostile_env import hostile  # noqa: F401  (fixture, tests/security/hostile_env.py)
 from test_hostile_protected import No, mechanism  # noqa: F401  (the bwrap / landlock / landlock-no-mounts fixture)
+
+from hostile_env import hostile  # noqa: F401  (fixture, tests/hostile_env.py)
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 

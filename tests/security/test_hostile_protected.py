@@ -13,9 +13,10 @@ import shutil
 import subprocess
 
 import pytest
-from canaries import confinement_or_skip
-from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/security/hostile_env.py)
 from nanobot.tools.approval import Decision
+
+from canaries import confinement_or_skip
+from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/hostile_env.py)
 
 PROMPTS = {
     "USER.md": "I am Ana.\n",

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import stat
 
-from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/security/hostile_env.py)
 from nanobot.fakellm import Reply
 
 from cli_runner import run_cli
+from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/hostile_env.py)
 
 PASTED = "sk-proj-PASTEDpasted0123456789abcdefghijKLMNOP"
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from canaries import confinement_or_skip
-from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/security/hostile_env.py)
 from nanobot.fakellm import Reply
 from nanobot.sandbox import choose
 from test_hostile_protected import No
 
+from canaries import confinement_or_skip
 from cli_runner import run_cli
+from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/hostile_env.py)
 
 LINE = 'touch ran\necho "unterminated'
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from canaries import MECHANISMS, host_pids, kill_marked, snapshot
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,6 @@ import asyncio
 import json
 
 import pytest
-from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/security/hostile_env.py)
 from nanobot.approvals import SessionApprover
 from nanobot.errors import UsageError
 from nanobot.fakellm import Reply
@@ -15,6 +14,7 @@ from nanobot.session.store import SessionStore
 from nanobot.tools.approval import ApprovalRequest, Decision
 
 from cli_runner import run_cli
+from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/hostile_env.py)
 
 
 def _cli(*args):

@@ -11,6 +11,9 @@ import random
 import re
 import string
 
+from nanobot.fakellm import Reply
+from nanobot.messages import tool_call
+
 from budget_helpers import (
     WINDOW,
     is_consolidation,
@@ -19,8 +22,6 @@ from budget_helpers import (
     over_window,
     save_memory_reply,
 )
-from nanobot.fakellm import Reply
-from nanobot.messages import tool_call
 
 
 def _turns(server) -> list:
@@ -146,9 +147,10 @@ def test_a_long_message_echoed_in_tool_arguments_is_cut_for_the_request_only(
 def test_an_oversized_stored_tool_result_counts_at_its_capped_size(
     nanobot_run, fake_llm, configure, isolated_home
 ):
-    from budget_helpers import write_session
     from nanobot.session.save_policy import MAX_TOOL_RESULT_CHARS
     from nanobot.session.store import SessionStore
+
+    from budget_helpers import write_session
 
     configure(contextWindowTokens=16_384)
     make_strict(fake_llm, 16_384)
@@ -260,8 +262,9 @@ def test_a_pointer_that_cannot_be_right_falls_back_to_what_history_proves(
 def test_a_hung_consolidation_call_does_not_hold_the_turn(
     nanobot_run, fake_llm, configure, isolated_home
 ):
-    from budget_helpers import write_session
     from nanobot.session.store import SessionStore
+
+    from budget_helpers import write_session
 
     # the turn waits 0.2 s for room; the summarising call hangs until its 0.4 s deadline
     configure(

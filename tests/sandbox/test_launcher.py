@@ -10,13 +10,13 @@ import signal
 from pathlib import Path
 
 import pytest
-from canaries import confinement_or_skip, wait_until
 from nanobot.errors import ToolError
 from nanobot.sandbox import build_policy, launcher
 from nanobot.tools.base import ToolContext
 from nanobot.tools.exec_rules import ExecRules
 from nanobot.tools.shell import ExecTool
 
+from canaries import confinement_or_skip, wait_until
 from host_procs import host_pids, host_pids_naming, parent
 
 
