@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 from nanobot.providers import _sdk_on_demand
 from nanobot.providers.registry import scrubbed_env_names
 
 from host_procs import host_pids
+
+_TIKTOKEN_CACHE_PREFIX = os.path.join(tempfile.gettempdir(), "nanobot-tests-tiktoken-")
 
 # The tests write bytecode caches (`__pycache__/`, ignored by git) even where the environment says
 # PYTHONDONTWRITEBYTECODE: without them each xdist worker compiles every test module (assertion
@@ -22,6 +28,24 @@ from host_procs import host_pids
 # of them agree (the fork server refuses a child whose PYTHON* variables differ from its own).
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+
+# tiktoken keeps a copy of the cl100k ranks file in $TIKTOKEN_CACHE_DIR (else in the system's
+# temporary folder, where each new venv would leave one): one throwaway folder for the whole run,
+# made here, before any worker or fork server starts, so they all inherit the same value. The fork
+# servers build the encoding before they fork (tests/forkserver.py) and so read this variable: a
+# child with another value would be refused, and each would parse the ranks again (0.3 CPU-s).
+if not os.environ.get("TIKTOKEN_CACHE_DIR", "").startswith(_TIKTOKEN_CACHE_PREFIX):
+    os.environ["TIKTOKEN_CACHE_DIR"] = tempfile.mkdtemp(prefix=_TIKTOKEN_CACHE_PREFIX)
+    atexit.register(
+        lambda made=os.environ["TIKTOKEN_CACHE_DIR"], by=os.getpid(): (
+            os.getpid() == by and shutil.rmtree(made, ignore_errors=True)
+        )
+    )
+
+# The properties run hypothesis' default 100 examples each (those whose examples cost a real turn
+# ask for fewer); `python -m pytest --hypothesis-profile thorough` runs 1,000 of each, for a change
+# to counting, validity or masking. docs/dev/testing.md says which bugs 100 still finds.
+hypothesis_settings.register_profile("thorough", max_examples=1_000)
 
 # A suite started in the background (`python -m pytest &` in a non-interactive shell) inherits SIGINT
 # ignored, and so would every nanobot it starts: the Ctrl-C tests would then see a child that
@@ -57,7 +81,6 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("NANOBOT_HOME", str(home / ".nanobot"))
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))
     for proxy in (
         "HTTP_PROXY",
         "HTTPS_PROXY",
