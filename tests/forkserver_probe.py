@@ -124,6 +124,22 @@ def main() -> None:
     if what == "sleep":
         print("sleeping", flush=True)
         time.sleep(60)
+    if what == "count":
+        # nanobot's first exact count, and whether tiktoken had the encoding built before it
+        import tiktoken.registry
+        from nanobot import tokens
+
+        built = tokens.OFFLINE_ENCODING in tiktoken.registry.ENCODINGS
+        text = "Grüße aus Köln: 日本語のテキスト, def f(x): return x ** 2  # done"
+        print(
+            json.dumps(
+                {
+                    "built": built,
+                    "count": tokens.count_text(text),
+                    "estimator": tokens.estimator_name(),
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

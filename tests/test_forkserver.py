@@ -245,6 +245,22 @@ def test_sigkill_during_a_tool_leaves_the_session_as_a_fresh_process_leaves_it(
     assert [m["role"] for m in stored.messages] == ["user", "assistant"]
 
 
+def test_a_child_counts_with_the_cl100k_encoding_the_server_built(nanobot_forkserver):
+    """The helper builds tiktoken's encoding before it forks: a child's first exact count gives what
+    a fresh process's gives, without building it again; a child whose TIKTOKEN_CACHE_DIR differs
+    from the one the helper read is refused."""
+    env = dict(os.environ)
+    fresh, forked = _both(nanobot_forkserver, [*PROBE, "count"], env=env)
+    assert fresh[0] == forked[0] == 0, (fresh[2], forked[2])
+    fresh_count, forked_count = json.loads(fresh[1]), json.loads(forked[1])
+    assert fresh_count.pop("built") is False and forked_count.pop("built") is True
+    assert forked_count == fresh_count
+    assert fresh_count["estimator"] == "cl100k_base, exact (offline ranks)"
+    server = nanobot_forkserver.server_for(env)
+    with pytest.raises(ForkServerError, match="TIKTOKEN_CACHE_DIR"):
+        server.popen([*PROBE, "count"], env={**env, "TIKTOKEN_CACHE_DIR": "/nonexistent"})
+
+
 def test_an_environment_the_server_cannot_give_is_refused(nanobot_forkserver, nanobot_cmd):
     server = nanobot_forkserver.server_for(dict(os.environ))
     with pytest.raises(ForkServerError, match="PYTHONHASHSEED"):

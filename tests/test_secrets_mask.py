@@ -108,7 +108,7 @@ def test_masking_twice_changes_nothing_more():
     assert mask_secrets(once) == once
 
 
-@settings(max_examples=200, deadline=None)
+@settings(deadline=None)
 @given(st.text(max_size=200))
 def test_mask_is_idempotent_and_total_on_any_text(text):
     once = mask_secrets(text)

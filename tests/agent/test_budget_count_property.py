@@ -105,7 +105,7 @@ def _schemas(spec: list) -> list[dict]:
     ]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(turn, max_size=4), content, tools)
 def test_our_count_is_never_below_the_providers(turns, final, tool_spec):
     request, schemas = _request(turns, final), _schemas(tool_spec)
@@ -154,7 +154,7 @@ message = st.one_of(
 )
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(deadline=None, suppress_health_check=list(HealthCheck))
 @given(message)
 def test_each_message_counts_at_least_what_the_provider_counts_of_it(msg):
     ours = default_counter().count_message(msg)

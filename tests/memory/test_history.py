@@ -154,7 +154,7 @@ from hypothesis import strategies as st  # noqa: E402
 _WORD = st.text(alphabet="abSsßKk [].\n\u0130", min_size=0, max_size=12)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(deadline=None)
 @given(
     bodies=st.lists(_WORD, min_size=1, max_size=12),
     pattern=st.text(alphabet="abSsßKk. $^", min_size=1, max_size=3),
@@ -303,7 +303,7 @@ _FAST_PATTERNS = [
 ]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(
     preamble=st.sampled_from(
         [b"", b"\n", b"\n\n", b"  \n", b"notes lisbon\n\n", b"x\n", b"porto\r\n"]

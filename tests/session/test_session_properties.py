@@ -14,7 +14,7 @@ from nanobot.providers import anthropic_format
 from nanobot.session.store import SessionStore
 from nanobot.session.validity import make_valid, repair_messages
 
-FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 SYSTEM = {"role": "system", "content": "You are nanobot."}
 texts = st.sampled_from(["hi", "ok", "list the files", "多谢", "line\nbreak", "a  b"])
