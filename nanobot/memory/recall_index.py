@@ -12,6 +12,8 @@ nothing at all, and whatever was written before a search is found by it. Rules:
 2. A source whose inode and size are as indexed is not opened. One that grew is checked (inode,
    fingerprint) and read on; one that was replaced (a rewrite by /new or repair, an editor's save)
    or changed before its end is indexed again from its start; a source that is gone loses its rows.
+   Which session files to look at: those the journal names (nanobot.memory.recall_journal) when it
+   can vouch for the rest, else every file of the folder (one stat each).
 3. A message's unit is its transcript text (messages.transcript_lines: tool results and call
    arguments cut to a bounded size), a HISTORY.md entry's is the entry; a unit longer than
    PASSAGE_CHARS becomes several passages cut at line ends. Secrets are masked before anything
@@ -32,7 +34,7 @@ import sqlite3
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,7 @@ import orjson
 
 from nanobot.errors import RecallIndexError
 from nanobot.memory.history_format import STAMP_RE, without_chunk_markers
+from nanobot.memory.recall_journal import Mark, changes_since, mark_for_full_scan
 from nanobot.messages import parse_timestamp, transcript_lines
 from nanobot.paths import PRIVATE_FILE_MODE, nanobot_home
 from nanobot.secrets_mask import mask_secrets
@@ -214,6 +217,7 @@ class RefreshReport:
     complete: bool  # every source is indexed up to its end
     bytes_done: int  # bytes read this time
     bytes_left: int  # bytes still to read (0 when complete)
+    full_scan: bool = False  # every session file was looked at (the journal could not vouch for them)
 
 
 def _passages(text: str) -> list[str]:
@@ -446,29 +450,85 @@ class RecallIndex:
         except OSError:
             pass
         changed.sort(key=lambda src: src.path)
+        self._history_changed(known, changed, present)
+        return changed, present
+
+    def _history_changed(
+        self, known: dict[str, tuple[int, int]], changed: list[_Source], present: set[str]
+    ) -> None:
         if self.history is not None and self.history.is_file():
             path = str(self.history)
             present.add(path)
             if not _unchanged(path, known.get(path)):
                 changed.append(_Source(path, "history", HISTORY_LABEL))
-        return changed, present
+
+    def _named(self, db: sqlite3.Connection, names: list[str]) -> tuple[list[_Source], set[str]]:
+        """Like _changed, but only for the session files the journal names (and HISTORY.md): the
+        sources not indexed to their end, and the paths among them that are gone."""
+        folder = str(self.sessions).rstrip(os.sep) + os.sep
+        paths = [folder + name for name in names]
+        if self.history is not None:
+            paths.append(str(self.history))
+        known: dict[str, tuple[int, int]] = {}
+        for path in paths:
+            row = db.execute("SELECT inode, done FROM sources WHERE path = ?", (path,)).fetchone()
+            if row is not None:
+                known[path] = (row[0], row[1])
+        changed: list[_Source] = []
+        gone: set[str] = set()
+        for path in paths[: len(names)]:
+            if os.path.isfile(path):
+                if not _unchanged(path, known.get(path)):
+                    changed.append(_Source(path, "session", ""))
+            elif path in known:
+                gone.add(path)
+        changed.sort(key=lambda src: src.path)
+        present: set[str] = set()
+        self._history_changed(known, changed, present)
+        if self.history is not None and str(self.history) in known and not present:
+            gone.add(str(self.history))
+        return changed, gone
+
+    def _plan(
+        self, db: sqlite3.Connection, *, for_refresh: bool
+    ) -> tuple[list[_Source], set[str], Mark | None, bool]:
+        """What a refresh reads (in order), the sources that are gone, and the mark to keep once it is
+        all read: from the journal when it can vouch for what changed, else by a full scan (one
+        stat per file; nanobot.memory.recall_journal says when). Without `for_refresh`, nothing on
+        disk is touched (a full scan neither starts nor rotates the journal)."""
+        news = changes_since(self.sessions, _read_mark(db))
+        if news is not None:
+            names, mark = news
+            queue, gone = self._named(db, names)
+            return queue, gone, mark, False
+        full_mark = mark_for_full_scan(self.sessions) if for_refresh else None
+        known = {
+            path: (inode, done)
+            for path, inode, done in db.execute("SELECT path, inode, done FROM sources")
+        }
+        queue, present = self._changed(known)
+        return queue, known.keys() - present, full_mark, True
+
+    def _left(self, db: sqlite3.Connection, queue: list[_Source]) -> int:
+        """How many bytes reading `queue` would take (an estimate: a rewritten file counts whole)."""
+        total = 0
+        for src in queue:
+            try:
+                st = os.stat(src.path)
+            except OSError:
+                continue
+            row = db.execute(
+                "SELECT inode, done FROM sources WHERE path = ?", (src.path,)
+            ).fetchone()
+            inode, done = row if row is not None else (None, 0)
+            total += st.st_size - done if inode == st.st_ino and done <= st.st_size else st.st_size
+        return total
 
     def pending_bytes(self) -> int:
         """How many bytes a refresh would read (an estimate: a rewritten file counts whole)."""
 
         def work(db: sqlite3.Connection) -> int:
-            known = {row[0]: row[1:] for row in db.execute("SELECT path, inode, done FROM sources")}
-            total = 0
-            for src in self._sources():
-                try:
-                    st = os.stat(src.path)
-                except OSError:
-                    continue
-                inode, done = known.get(src.path, (None, 0))
-                total += (
-                    st.st_size - done if inode == st.st_ino and done <= st.st_size else st.st_size
-                )
-            return total
+            return self._left(db, self._plan(db, for_refresh=False)[0])
 
         return int(self._guarded(work))
 
@@ -504,12 +564,7 @@ class RecallIndex:
         ):
             self._delete()
             db = self._connect()
-        known = {
-            path: (inode, done)
-            for path, inode, done in db.execute("SELECT path, inode, done FROM sources")
-        }
-        queue, present = self._changed(known)
-        gone = known.keys() - present
+        queue, gone, mark, full_scan = self._plan(db, for_refresh=True)
         if gone:
             with _transaction(db):
                 for path in sorted(gone):
@@ -518,7 +573,7 @@ class RecallIndex:
                     ).fetchone()[0]
                     self._forget(db, src_id)
                     db.execute("DELETE FROM sources WHERE id = ?", (src_id,))
-        total = self.pending_bytes() if progress is not None else 0
+        total = self._left(db, queue) if progress is not None else 0
         done_bytes = 0
         while queue:
             if deadline is not None and time.monotonic() > deadline:
@@ -536,7 +591,13 @@ class RecallIndex:
                     if progress is not None and got:
                         progress(done_bytes, max(total, done_bytes))
         complete = not queue
-        return RefreshReport(complete, done_bytes, 0 if complete else self.pending_bytes())
+        if complete and mark is not None:
+            with _transaction(db):  # (only now: an interrupted catch-up reads the same news again)
+                db.executemany(
+                    "INSERT OR REPLACE INTO meta VALUES (?, ?)", zip(_MARK_KEYS, astuple(mark))
+                )
+        left = 0 if complete else self._left(db, queue)
+        return RefreshReport(complete, done_bytes, left, full_scan)
 
     def _forget(self, db: sqlite3.Connection, src_id: int) -> None:
         """Drop a source's units; their FTS5 rows stay as orphans (see _ORPHANS_REBUILD_MIN)."""
@@ -949,6 +1010,17 @@ def _texts_of(kind: str, data: bytes) -> list[str]:
 
 
 # ---- reading sources ------------------------------------------------------------------------------
+
+
+_MARK_KEYS = ("mark_folder_mtime", "mark_journal_inode", "mark_journal_offset", "mark_scanned_at")
+
+
+def _read_mark(db: sqlite3.Connection) -> Mark | None:
+    """The journal mark the last complete catch-up kept (None: none yet, as in a new index)."""
+    rows = dict(db.execute("SELECT key, value FROM meta WHERE key LIKE 'mark_%'").fetchall())
+    if not all(isinstance(rows.get(key), int) for key in _MARK_KEYS):
+        return None
+    return Mark(*(int(rows[key]) for key in _MARK_KEYS))
 
 
 def _unchanged(path: str, known: tuple[int, int] | None) -> bool:
