@@ -28,12 +28,14 @@ nothing at all, and whatever was written before a search is found by it. Rules:
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 import re
 import sqlite3
 import time
 import zlib
 from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import astuple, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -46,7 +48,7 @@ from nanobot.memory.history_format import STAMP_RE, without_chunk_markers
 from nanobot.memory.recall_journal import Mark, changes_since, mark_for_full_scan
 from nanobot.messages import parse_timestamp, transcript_lines
 from nanobot.paths import PRIVATE_FILE_MODE, nanobot_home
-from nanobot.secrets_mask import mask_secrets
+from nanobot.secrets_mask import mask_secrets, remember_secrets, remembered_secrets
 
 __all__ = [
     "RecallIndex",
@@ -217,7 +219,9 @@ class RefreshReport:
     complete: bool  # every source is indexed up to its end
     bytes_done: int  # bytes read this time
     bytes_left: int  # bytes still to read (0 when complete)
-    full_scan: bool = False  # every session file was looked at (the journal could not vouch for them)
+    full_scan: bool = (
+        False  # every session file was looked at (the journal could not vouch for them)
+    )
 
 
 def _passages(text: str) -> list[str]:
@@ -573,23 +577,35 @@ class RecallIndex:
                     ).fetchone()[0]
                     self._forget(db, src_id)
                     db.execute("DELETE FROM sources WHERE id = ?", (src_id,))
-        total = self._left(db, queue) if progress is not None else 0
+        big = budget is None and len(queue) >= _AHEAD_MIN_FILES
+        total = self._left(db, queue) if progress is not None or big else 0
         done_bytes = 0
-        while queue:
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            room = _COMMIT_BYTES
-            with _transaction(
-                db
-            ):  # several small sources, or a part of a large one, per transaction
-                while queue and room > 0:
-                    got, finished = self._index_step(db, queue[0], room)
-                    room -= max(got, 1)
-                    done_bytes += got
-                    if finished:
-                        queue.pop(0)
-                    if progress is not None and got:
-                        progress(done_bytes, max(total, done_bytes))
+        ahead = _ParsedAhead.start() if big and total >= _AHEAD_MIN_BYTES else None
+        try:
+            while queue:
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+                room = _COMMIT_BYTES
+                with _transaction(
+                    db
+                ):  # several small sources, or a part of a large one, per transaction
+                    while queue and room > 0:
+                        if ahead is not None:
+                            ahead.feed(queue)
+                        parsed = ahead.take(queue[0]) if ahead is not None else None
+                        got = self._insert_parsed(db, queue[0], parsed) if parsed else None
+                        finished = got is not None
+                        if got is None:
+                            got, finished = self._index_step(db, queue[0], room)
+                        room -= max(got, 1)
+                        done_bytes += got
+                        if finished:
+                            queue.pop(0)
+                        if progress is not None and got:
+                            progress(done_bytes, max(total, done_bytes))
+        finally:
+            if ahead is not None:
+                ahead.stop()
         complete = not queue
         if complete and mark is not None:
             with _transaction(db):  # (only now: an interrupted catch-up reads the same news again)
@@ -687,11 +703,20 @@ class RecallIndex:
             )
             return len(data), whole
 
-    def _insert(self, db: sqlite3.Connection, src_id: int, n: int, rows: list[_Row]) -> None:
+    def _insert(
+        self,
+        db: sqlite3.Connection,
+        src_id: int,
+        n: int,
+        rows: list[_Row],
+        texts: list[str] | None = None,
+    ) -> None:
+        """The rows' units and their words; `texts`: the rows' texts already masked and spaced."""
         if not rows:
             return
         first = db.execute("SELECT value FROM meta WHERE key = 'next_id'").fetchone()[0]
-        texts = _mask_many([row[6] for row in rows])
+        if texts is None:
+            texts = _indexed_texts(rows)
         db.executemany(
             "INSERT INTO units (id, src, n, seq, part, ts, role, pos, len) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -699,9 +724,39 @@ class RecallIndex:
         )
         db.executemany(
             "INSERT INTO fts (rowid, text) VALUES (?, ?)",
-            ((first + k, _spaced(text)) for k, text in enumerate(texts)),
+            ((first + k, text) for k, text in enumerate(texts)),
         )
         db.execute("UPDATE meta SET value = ? WHERE key = 'next_id'", (first + len(rows),))
+
+    def _insert_parsed(self, db: sqlite3.Connection, src: _Source, parsed: _Parsed) -> int | None:
+        """Index a session file the helper process read whole (`parsed`); the bytes indexed, or None
+        when it is no longer as read or is indexed already (then _index_step takes it)."""
+        try:
+            st = os.stat(src.path)
+        except OSError:
+            return None
+        if st.st_ino != parsed.inode or st.st_size < parsed.done:
+            return None
+        if db.execute("SELECT 1 FROM sources WHERE path = ?", (src.path,)).fetchone():
+            return None
+        cur = db.execute(
+            "INSERT INTO sources (path, kind, session, inode, done, fingerprint, seq, n, pointer, "
+            "last_when, last_role) VALUES (?, 'session', ?, ?, ?, ?, ?, ?, ?, ?, '')",
+            (
+                src.path,
+                parsed.session,
+                parsed.inode,
+                parsed.done,
+                parsed.fingerprint,
+                parsed.seq,
+                len(parsed.rows),
+                parsed.pointer,
+                parsed.last_when,
+            ),
+        )
+        assert cur.lastrowid is not None
+        self._insert(db, cur.lastrowid, 0, parsed.rows, parsed.texts)
+        return parsed.done
 
     # -- asking it --------------------------------------------------------------------------------
 
@@ -980,6 +1035,113 @@ class _Reader:
             (src, n),
         ).fetchone()
         return self.unit(row) if row else None
+
+
+# ---- a large build: session files read, parsed and masked in a helper process ------------------
+#
+# Parsing and masking are about half of a build's CPU, inserting into SQLite the other half: with
+# more than these to read (a build from nothing, a large import) and no time budget, a helper
+# process reads whole session files ahead of the one that inserts them. It only reads; every
+# write (and so what a kill leaves) stays in this process, the same as without it.
+
+_AHEAD_MIN_FILES = 64
+_AHEAD_MIN_BYTES = 64 << 20
+_AHEAD_FILES = 16  # session files handed to the helper ahead of the one being inserted
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """A session file read from its start to its last newline, as _index_step would store it."""
+
+    inode: int
+    done: int
+    fingerprint: int
+    session: str
+    seq: int
+    pointer: int
+    last_when: str
+    rows: list[_Row]  # (their text left empty: `texts` holds it, masked and spaced)
+    texts: list[str]
+
+
+def _indexed_texts(rows: list[_Row]) -> list[str]:
+    """The rows' texts as the words index takes them: secrets masked, CJK spaced."""
+    return [_spaced(text) for text in _mask_many([row[6] for row in rows])]
+
+
+def _parse_whole(path: str) -> _Parsed | None:
+    """(In the helper process.) A session file of at most _COMMIT_BYTES, whole; None when it is
+    longer, unreadable or has no whole line."""
+    try:
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            data = fh.read(_COMMIT_BYTES + 1)
+    except OSError:
+        return None
+    end = data.rfind(b"\n") + 1
+    if len(data) > _COMMIT_BYTES or end == 0:
+        return None
+    data = data[:end]
+    rows: list[_Row] = []
+    seq, pointer, last_when = _session_units(data, 0, 0, 0, "", rows)
+    texts = _indexed_texts(rows)
+    return _Parsed(
+        st.st_ino,
+        end,
+        zlib.crc32(data[-_FINGERPRINT_BYTES:]),
+        _session_key(data, path),
+        seq,
+        pointer,
+        last_when,
+        [(*row[:6], "") for row in rows],
+        texts,
+    )
+
+
+class _ParsedAhead:
+    """The helper process and the session files handed to it, by path."""
+
+    def __init__(self, pool: ProcessPoolExecutor) -> None:
+        self.pool = pool
+        self.pending: dict[str, Future[_Parsed | None]] = {}
+        self.fed = (
+            0  # how far into the queue files were handed over (the queue only shrinks at its head)
+        )
+
+    @classmethod
+    def start(cls) -> _ParsedAhead | None:
+        if (os.cpu_count() or 1) < 2:
+            return None
+        try:  # (spawn: a fresh interpreter, whatever threads this process runs)
+            pool = ProcessPoolExecutor(
+                1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=remember_secrets,  # (it masks the configured keys too)
+                initargs=(remembered_secrets(),),
+            )
+            return cls(pool)
+        except (OSError, ValueError):
+            return None
+
+    def feed(self, queue: list[_Source]) -> None:
+        for src in queue[: _AHEAD_FILES + 1]:
+            if src.kind == "session" and src.path not in self.pending:
+                try:
+                    self.pending[src.path] = self.pool.submit(_parse_whole, src.path)
+                except RuntimeError:  # (the helper died: what it has not read is read here)
+                    return
+
+    def take(self, src: _Source) -> _Parsed | None:
+        future = self.pending.pop(src.path, None)
+        if future is None:
+            return None
+        try:
+            return future.result()
+        except Exception:  # (a helper that died or failed: this process reads the file itself)
+            return None
+
+    def stop(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)  # (it ends within the file it reads)
 
 
 _MASK_JOIN = "\n\x00\n"
