@@ -49,6 +49,7 @@ from nanobot.memory.recall_journal import Mark, changes_since, mark_for_full_sca
 from nanobot.messages import parse_timestamp, transcript_lines
 from nanobot.paths import PRIVATE_FILE_MODE, nanobot_home
 from nanobot.secrets_mask import mask_secrets, remember_secrets, remembered_secrets
+from nanobot.threads import start_quiet
 
 __all__ = [
     "RecallIndex",
@@ -1098,6 +1099,19 @@ def _parse_whole(path: str) -> _Parsed | None:
     )
 
 
+def _helper_started(secrets: list[str], parent: int) -> None:
+    """(In the helper process.) Mask the configured keys too, and end when the parent has ended
+    (a kill -9 leaves no helper behind)."""
+    remember_secrets(secrets)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    start_quiet(watch, name="recall-helper-watch")
+
+
 class _ParsedAhead:
     """The helper process and the session files handed to it, by path."""
 
@@ -1116,8 +1130,8 @@ class _ParsedAhead:
             pool = ProcessPoolExecutor(
                 1,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=remember_secrets,  # (it masks the configured keys too)
-                initargs=(remembered_secrets(),),
+                initializer=_helper_started,
+                initargs=(remembered_secrets(), os.getpid()),
             )
             return cls(pool)
         except (OSError, ValueError):

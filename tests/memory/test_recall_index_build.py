@@ -4,6 +4,9 @@ process alone, configured secrets masked too."""
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -118,3 +121,38 @@ def test_without_a_working_helper_the_build_reads_every_file_itself(monkeypatch,
 
 def _fails(path: str) -> None:
     raise OSError("the helper could not read it")
+
+
+def test_the_helper_process_ends_when_the_build_is_killed(tmp_path):
+    code = (
+        "import sys, time\n"
+        "from nanobot.memory.recall_index import _ParsedAhead, _Source\n"
+        "ahead = _ParsedAhead.start()\n"
+        "ahead.feed([_Source(sys.argv[1], 'session', '')])\n"
+        "ahead.take(_Source(sys.argv[1], 'session', ''))\n"
+        "print(*[p.pid for p in ahead.pool._processes.values()], flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    session = tmp_path / "s.jsonl"
+    session.write_text('{"role": "user", "content": "hello"}\n')
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code, str(session)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        helpers = [int(pid) for pid in parent.stdout.readline().split()]  # type: ignore[union-attr]
+        assert helpers and all(_alive(pid) for pid in helpers)
+    finally:
+        parent.kill()  # kill -9: no shutdown runs
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in helpers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in helpers)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
