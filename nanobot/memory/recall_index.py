@@ -220,9 +220,7 @@ class RefreshReport:
     complete: bool  # every source is indexed up to its end
     bytes_done: int  # bytes read this time
     bytes_left: int  # bytes still to read (0 when complete)
-    full_scan: bool = (
-        False  # every session file was looked at (the journal could not vouch for them)
-    )
+    full_scan: bool = False  # every session file was looked at (the journal could not vouch)
 
 
 def _passages(text: str) -> list[str]:
@@ -1118,9 +1116,7 @@ class _ParsedAhead:
     def __init__(self, pool: ProcessPoolExecutor) -> None:
         self.pool = pool
         self.pending: dict[str, Future[_Parsed | None]] = {}
-        self.fed = (
-            0  # how far into the queue files were handed over (the queue only shrinks at its head)
-        )
+        self.handed: set[str] = set()  # (each file once: one it could not take is read here)
 
     @classmethod
     def start(cls) -> _ParsedAhead | None:
@@ -1139,7 +1135,8 @@ class _ParsedAhead:
 
     def feed(self, queue: list[_Source]) -> None:
         for src in queue[: _AHEAD_FILES + 1]:
-            if src.kind == "session" and src.path not in self.pending:
+            if src.kind == "session" and src.path not in self.handed:
+                self.handed.add(src.path)
                 try:
                     self.pending[src.path] = self.pool.submit(_parse_whole, src.path)
                 except RuntimeError:  # (the helper died: what it has not read is read here)
