@@ -1,8 +1,8 @@
 """The recall journal: which session files were written, so a search need not stat them all.
 
 `<sessions>/recall-changes.log` holds one line per write to a session file: the file's name. The
-session store appends it after each append or rewrite (open, one write, close: no fsync, about
-20 µs; a failure never fails the turn, it deletes the journal instead, so it is not trusted). The
+session store appends it after each append or rewrite (open, one write, close: no fsync, some
+tens of µs; a failure never fails the turn, it deletes the journal instead, so it is not trusted). The
 recall index reads it from the offset it read to, and brings up to date only the files it names.
 
 It is a hint, never the truth: the index still checks each named file (inode, size, fingerprint),
@@ -14,8 +14,8 @@ what it did not name:
 - the folder changed (its mtime): a file created, deleted or renamed, which is also how an atomic
   rewrite and most editors' saves land;
 - the last full scan is more than FULL_SCAN_SECONDS old: a file changed in place by something
-  that does not write the journal (an edit by hand that keeps the file, an older nanobot) is
-  found by then.
+  that does not write the journal (an edit by hand that keeps the file, an older nanobot), or a
+  line a power cut took from the unsynced journal, is found by then.
 
 Everything here reads and writes plain files; the index keeps the `Mark` between searches.
 """
