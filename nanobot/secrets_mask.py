@@ -225,6 +225,11 @@ def remember_secrets(values: Iterable[str]) -> None:
     _known_re = re.compile("|".join(re.escape(v) for v in sorted(_known, key=len, reverse=True)))
 
 
+def remembered_secrets() -> list[str]:
+    """The exact values remembered so far (for a helper process that must mask the same way)."""
+    return sorted(_known)
+
+
 def secret_env_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """The values of environment variables whose names say they hold a secret."""
     env = os.environ if environ is None else environ

@@ -12,6 +12,8 @@ nothing at all, and whatever was written before a search is found by it. Rules:
 2. A source whose inode and size are as indexed is not opened. One that grew is checked (inode,
    fingerprint) and read on; one that was replaced (a rewrite by /new or repair, an editor's save)
    or changed before its end is indexed again from its start; a source that is gone loses its rows.
+   Which session files to look at: those the journal names (nanobot.memory.recall_journal) when it
+   can vouch for the rest, else every file of the folder (one stat each).
 3. A message's unit is its transcript text (messages.transcript_lines: tool results and call
    arguments cut to a bounded size), a HISTORY.md entry's is the entry; a unit longer than
    PASSAGE_CHARS becomes several passages cut at line ends. Secrets are masked before anything
@@ -26,13 +28,15 @@ nothing at all, and whatever was written before a search is found by it. Rules:
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 import re
 import sqlite3
 import time
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import astuple, dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -41,9 +45,11 @@ import orjson
 
 from nanobot.errors import RecallIndexError
 from nanobot.memory.history_format import STAMP_RE, without_chunk_markers
+from nanobot.memory.recall_journal import Mark, changes_since, mark_for_full_scan
 from nanobot.messages import parse_timestamp, transcript_lines
 from nanobot.paths import PRIVATE_FILE_MODE, nanobot_home
-from nanobot.secrets_mask import mask_secrets
+from nanobot.secrets_mask import mask_secrets, remember_secrets, remembered_secrets
+from nanobot.threads import start_quiet
 
 __all__ = [
     "RecallIndex",
@@ -214,6 +220,7 @@ class RefreshReport:
     complete: bool  # every source is indexed up to its end
     bytes_done: int  # bytes read this time
     bytes_left: int  # bytes still to read (0 when complete)
+    full_scan: bool = False  # every session file was looked at (the journal could not vouch)
 
 
 def _passages(text: str) -> list[str]:
@@ -446,29 +453,85 @@ class RecallIndex:
         except OSError:
             pass
         changed.sort(key=lambda src: src.path)
+        self._history_changed(known, changed, present)
+        return changed, present
+
+    def _history_changed(
+        self, known: dict[str, tuple[int, int]], changed: list[_Source], present: set[str]
+    ) -> None:
         if self.history is not None and self.history.is_file():
             path = str(self.history)
             present.add(path)
             if not _unchanged(path, known.get(path)):
                 changed.append(_Source(path, "history", HISTORY_LABEL))
-        return changed, present
+
+    def _named(self, db: sqlite3.Connection, names: list[str]) -> tuple[list[_Source], set[str]]:
+        """Like _changed, but only for the session files the journal names (and HISTORY.md): the
+        sources not indexed to their end, and the paths among them that are gone."""
+        folder = str(self.sessions).rstrip(os.sep) + os.sep
+        paths = [folder + name for name in names]
+        if self.history is not None:
+            paths.append(str(self.history))
+        known: dict[str, tuple[int, int]] = {}
+        for path in paths:
+            row = db.execute("SELECT inode, done FROM sources WHERE path = ?", (path,)).fetchone()
+            if row is not None:
+                known[path] = (row[0], row[1])
+        changed: list[_Source] = []
+        gone: set[str] = set()
+        for path in paths[: len(names)]:
+            if os.path.isfile(path):
+                if not _unchanged(path, known.get(path)):
+                    changed.append(_Source(path, "session", ""))
+            elif path in known:
+                gone.add(path)
+        changed.sort(key=lambda src: src.path)
+        present: set[str] = set()
+        self._history_changed(known, changed, present)
+        if self.history is not None and str(self.history) in known and not present:
+            gone.add(str(self.history))
+        return changed, gone
+
+    def _plan(
+        self, db: sqlite3.Connection, *, for_refresh: bool
+    ) -> tuple[list[_Source], set[str], Mark | None, bool]:
+        """What a refresh reads (in order), the sources that are gone, and the mark to keep once it is
+        all read: from the journal when it can vouch for what changed, else by a full scan (one
+        stat per file; nanobot.memory.recall_journal says when). Without `for_refresh`, nothing on
+        disk is touched (a full scan neither starts nor rotates the journal)."""
+        news = changes_since(self.sessions, _read_mark(db))
+        if news is not None:
+            names, mark = news
+            queue, gone = self._named(db, names)
+            return queue, gone, mark, False
+        full_mark = mark_for_full_scan(self.sessions) if for_refresh else None
+        known = {
+            path: (inode, done)
+            for path, inode, done in db.execute("SELECT path, inode, done FROM sources")
+        }
+        queue, present = self._changed(known)
+        return queue, known.keys() - present, full_mark, True
+
+    def _left(self, db: sqlite3.Connection, queue: list[_Source]) -> int:
+        """How many bytes reading `queue` would take (an estimate: a rewritten file counts whole)."""
+        total = 0
+        for src in queue:
+            try:
+                st = os.stat(src.path)
+            except OSError:
+                continue
+            row = db.execute(
+                "SELECT inode, done FROM sources WHERE path = ?", (src.path,)
+            ).fetchone()
+            inode, done = row if row is not None else (None, 0)
+            total += st.st_size - done if inode == st.st_ino and done <= st.st_size else st.st_size
+        return total
 
     def pending_bytes(self) -> int:
         """How many bytes a refresh would read (an estimate: a rewritten file counts whole)."""
 
         def work(db: sqlite3.Connection) -> int:
-            known = {row[0]: row[1:] for row in db.execute("SELECT path, inode, done FROM sources")}
-            total = 0
-            for src in self._sources():
-                try:
-                    st = os.stat(src.path)
-                except OSError:
-                    continue
-                inode, done = known.get(src.path, (None, 0))
-                total += (
-                    st.st_size - done if inode == st.st_ino and done <= st.st_size else st.st_size
-                )
-            return total
+            return self._left(db, self._plan(db, for_refresh=False)[0])
 
         return int(self._guarded(work))
 
@@ -504,12 +567,7 @@ class RecallIndex:
         ):
             self._delete()
             db = self._connect()
-        known = {
-            path: (inode, done)
-            for path, inode, done in db.execute("SELECT path, inode, done FROM sources")
-        }
-        queue, present = self._changed(known)
-        gone = known.keys() - present
+        queue, gone, mark, full_scan = self._plan(db, for_refresh=True)
         if gone:
             with _transaction(db):
                 for path in sorted(gone):
@@ -518,25 +576,43 @@ class RecallIndex:
                     ).fetchone()[0]
                     self._forget(db, src_id)
                     db.execute("DELETE FROM sources WHERE id = ?", (src_id,))
-        total = self.pending_bytes() if progress is not None else 0
+        big = budget is None and len(queue) >= _AHEAD_MIN_FILES
+        total = self._left(db, queue) if progress is not None or big else 0
         done_bytes = 0
-        while queue:
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            room = _COMMIT_BYTES
-            with _transaction(
-                db
-            ):  # several small sources, or a part of a large one, per transaction
-                while queue and room > 0:
-                    got, finished = self._index_step(db, queue[0], room)
-                    room -= max(got, 1)
-                    done_bytes += got
-                    if finished:
-                        queue.pop(0)
-                    if progress is not None and got:
-                        progress(done_bytes, max(total, done_bytes))
+        ahead = _ParsedAhead.start() if big and total >= _AHEAD_MIN_BYTES else None
+        try:
+            while queue:
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+                room = _COMMIT_BYTES
+                with _transaction(
+                    db
+                ):  # several small sources, or a part of a large one, per transaction
+                    while queue and room > 0:
+                        if ahead is not None:
+                            ahead.feed(queue)
+                        parsed = ahead.take(queue[0]) if ahead is not None else None
+                        got = self._insert_parsed(db, queue[0], parsed) if parsed else None
+                        finished = got is not None
+                        if got is None:
+                            got, finished = self._index_step(db, queue[0], room)
+                        room -= max(got, 1)
+                        done_bytes += got
+                        if finished:
+                            queue.pop(0)
+                        if progress is not None and got:
+                            progress(done_bytes, max(total, done_bytes))
+        finally:
+            if ahead is not None:
+                ahead.stop()
         complete = not queue
-        return RefreshReport(complete, done_bytes, 0 if complete else self.pending_bytes())
+        if complete and mark is not None:
+            with _transaction(db):  # (only now: an interrupted catch-up reads the same news again)
+                db.executemany(
+                    "INSERT OR REPLACE INTO meta VALUES (?, ?)", zip(_MARK_KEYS, astuple(mark))
+                )
+        left = 0 if complete else self._left(db, queue)
+        return RefreshReport(complete, done_bytes, left, full_scan)
 
     def _forget(self, db: sqlite3.Connection, src_id: int) -> None:
         """Drop a source's units; their FTS5 rows stay as orphans (see _ORPHANS_REBUILD_MIN)."""
@@ -626,11 +702,20 @@ class RecallIndex:
             )
             return len(data), whole
 
-    def _insert(self, db: sqlite3.Connection, src_id: int, n: int, rows: list[_Row]) -> None:
+    def _insert(
+        self,
+        db: sqlite3.Connection,
+        src_id: int,
+        n: int,
+        rows: list[_Row],
+        texts: list[str] | None = None,
+    ) -> None:
+        """The rows' units and their words; `texts`: the rows' texts already masked and spaced."""
         if not rows:
             return
         first = db.execute("SELECT value FROM meta WHERE key = 'next_id'").fetchone()[0]
-        texts = _mask_many([row[6] for row in rows])
+        if texts is None:
+            texts = _indexed_texts(rows)
         db.executemany(
             "INSERT INTO units (id, src, n, seq, part, ts, role, pos, len) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -638,9 +723,39 @@ class RecallIndex:
         )
         db.executemany(
             "INSERT INTO fts (rowid, text) VALUES (?, ?)",
-            ((first + k, _spaced(text)) for k, text in enumerate(texts)),
+            ((first + k, text) for k, text in enumerate(texts)),
         )
         db.execute("UPDATE meta SET value = ? WHERE key = 'next_id'", (first + len(rows),))
+
+    def _insert_parsed(self, db: sqlite3.Connection, src: _Source, parsed: _Parsed) -> int | None:
+        """Index a session file the helper process read whole (`parsed`); the bytes indexed, or None
+        when it is no longer as read or is indexed already (then _index_step takes it)."""
+        try:
+            st = os.stat(src.path)
+        except OSError:
+            return None
+        if st.st_ino != parsed.inode or st.st_size < parsed.done:
+            return None
+        if db.execute("SELECT 1 FROM sources WHERE path = ?", (src.path,)).fetchone():
+            return None
+        cur = db.execute(
+            "INSERT INTO sources (path, kind, session, inode, done, fingerprint, seq, n, pointer, "
+            "last_when, last_role) VALUES (?, 'session', ?, ?, ?, ?, ?, ?, ?, ?, '')",
+            (
+                src.path,
+                parsed.session,
+                parsed.inode,
+                parsed.done,
+                parsed.fingerprint,
+                parsed.seq,
+                len(parsed.rows),
+                parsed.pointer,
+                parsed.last_when,
+            ),
+        )
+        assert cur.lastrowid is not None
+        self._insert(db, cur.lastrowid, 0, parsed.rows, parsed.texts)
+        return parsed.done
 
     # -- asking it --------------------------------------------------------------------------------
 
@@ -921,6 +1036,125 @@ class _Reader:
         return self.unit(row) if row else None
 
 
+# ---- a large build: session files read, parsed and masked in a helper process ------------------
+#
+# Parsing and masking are about half of a build's CPU, inserting into SQLite the other half: with
+# more than these to read (a build from nothing, a large import) and no time budget, a helper
+# process reads whole session files ahead of the one that inserts them. It only reads; every
+# write (and so what a kill leaves) stays in this process, the same as without it.
+
+_AHEAD_MIN_FILES = 64
+_AHEAD_MIN_BYTES = 64 << 20
+_AHEAD_FILES = 16  # session files handed to the helper ahead of the one being inserted
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """A session file read from its start to its last newline, as _index_step would store it."""
+
+    inode: int
+    done: int
+    fingerprint: int
+    session: str
+    seq: int
+    pointer: int
+    last_when: str
+    rows: list[_Row]  # (their text left empty: `texts` holds it, masked and spaced)
+    texts: list[str]
+
+
+def _indexed_texts(rows: list[_Row]) -> list[str]:
+    """The rows' texts as the words index takes them: secrets masked, CJK spaced."""
+    return [_spaced(text) for text in _mask_many([row[6] for row in rows])]
+
+
+def _parse_whole(path: str) -> _Parsed | None:
+    """(In the helper process.) A session file of at most _COMMIT_BYTES, whole; None when it is
+    longer, unreadable or has no whole line."""
+    try:
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            data = fh.read(_COMMIT_BYTES + 1)
+    except OSError:
+        return None
+    end = data.rfind(b"\n") + 1
+    if len(data) > _COMMIT_BYTES or end == 0:
+        return None
+    data = data[:end]
+    rows: list[_Row] = []
+    seq, pointer, last_when = _session_units(data, 0, 0, 0, "", rows)
+    texts = _indexed_texts(rows)
+    return _Parsed(
+        st.st_ino,
+        end,
+        zlib.crc32(data[-_FINGERPRINT_BYTES:]),
+        _session_key(data, path),
+        seq,
+        pointer,
+        last_when,
+        [(*row[:6], "") for row in rows],
+        texts,
+    )
+
+
+def _helper_started(secrets: list[str], parent: int) -> None:
+    """(In the helper process.) Mask the configured keys too, and end when the parent has ended
+    (a kill -9 leaves no helper behind)."""
+    remember_secrets(secrets)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(0)
+
+    start_quiet(watch, name="recall-helper-watch")
+
+
+class _ParsedAhead:
+    """The helper process and the session files handed to it, by path."""
+
+    def __init__(self, pool: ProcessPoolExecutor) -> None:
+        self.pool = pool
+        self.pending: dict[str, Future[_Parsed | None]] = {}
+        self.handed: set[str] = set()  # (each file once: one it could not take is read here)
+
+    @classmethod
+    def start(cls) -> _ParsedAhead | None:
+        if (os.cpu_count() or 1) < 2:
+            return None
+        try:  # (spawn: a fresh interpreter, whatever threads this process runs)
+            pool = ProcessPoolExecutor(
+                1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_helper_started,
+                initargs=(remembered_secrets(), os.getpid()),
+            )
+            return cls(pool)
+        except (OSError, ValueError):
+            return None
+
+    def feed(self, queue: list[_Source]) -> None:
+        for src in queue[: _AHEAD_FILES + 1]:
+            if src.kind == "session" and src.path not in self.handed:
+                self.handed.add(src.path)
+                try:
+                    self.pending[src.path] = self.pool.submit(_parse_whole, src.path)
+                except RuntimeError:  # (the helper died: what it has not read is read here)
+                    return
+
+    def take(self, src: _Source) -> _Parsed | None:
+        future = self.pending.pop(src.path, None)
+        if future is None:
+            return None
+        try:
+            return future.result()
+        except Exception:  # (a helper that died or failed: this process reads the file itself)
+            return None
+
+    def stop(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)  # (it ends within the file it reads)
+
+
 _MASK_JOIN = "\n\x00\n"
 
 
@@ -949,6 +1183,17 @@ def _texts_of(kind: str, data: bytes) -> list[str]:
 
 
 # ---- reading sources ------------------------------------------------------------------------------
+
+
+_MARK_KEYS = ("mark_folder_mtime", "mark_journal_inode", "mark_journal_offset", "mark_scanned_at")
+
+
+def _read_mark(db: sqlite3.Connection) -> Mark | None:
+    """The journal mark the last complete catch-up kept (None: none yet, as in a new index)."""
+    rows = dict(db.execute("SELECT key, value FROM meta WHERE key LIKE 'mark_%'").fetchall())
+    if not all(isinstance(rows.get(key), int) for key in _MARK_KEYS):
+        return None
+    return Mark(*(int(rows[key]) for key in _MARK_KEYS))
 
 
 def _unchanged(path: str, known: tuple[int, int] | None) -> bool:

@@ -36,6 +36,7 @@ from nanobot.errors import (
     storage_error,
 )
 from nanobot.fsio import ExclusiveLock, append_durably, atomic_write
+from nanobot.memory.recall_journal import note_change
 from nanobot.messages import Message, for_wire, now_iso, parse_iso, parse_timestamp
 from nanobot.paths import ensure_private_dir, sessions_dir
 from nanobot.secrets_mask import mask_value
@@ -490,6 +491,7 @@ class SessionStore:
         except OSError as exc:
             raise storage_error(exc, "rewrite the session", session.path) from None
         session._ends_with_newline = True
+        note_change(session.path)
         index.rewritten(len(first), checkpoint, session.last_consolidated)
 
     def clear(self, session: Session) -> None:
@@ -571,6 +573,7 @@ class SessionStore:
             )
             raise storage_error(exc, "save the session", session.path) from None
         session._ends_with_newline = True
+        note_change(session.path)  # (for the recall index: memory/recall_journal.py)
 
     @staticmethod
     def _meta_record(session: Session) -> dict[str, Any]:
