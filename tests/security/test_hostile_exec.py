@@ -87,11 +87,12 @@ HOSTILE = [
         "cat ~/.git-credentials ~/.netrc ~/.config/gh/hosts.yml ~/.docker/config.json ~/.kube/config",
     ),
     ("secret", "cat ~/.gnupg/secring.txt ~/.mozilla/firefox/p/logins.json"),
-    # the whole disk but the system trees, where no nanobot file lives (/proc's routes to one have
-    # lines of their own above); walking them cost 1.3 CPU-s a policy
+    # the whole disk but the system trees and the checkouts (_checkouts), where no nanobot home lives
+    # (/proc's routes to one have lines of their own above); walking them cost 1.3 and 1.2 CPU-s a policy
     (
         "secret",
-        "find / \\( -path /proc -o -path /sys -o -path /usr \\) -prune -o -name config.json "
+        "find / \\( -path /proc -o -path /sys -o -path /usr -o -path {checkouts} \\) -prune -o "
+        "-name config.json "
         "-path '*nanobot*' -exec cat {{}} \\; 2>/dev/null",
     ),
     ("secret", "cat {outside}/precious.txt"),
@@ -232,6 +233,7 @@ def battlefield(tmp_path, isolated_home, configure, fake_llm, canary_tcp, canary
         uport=canary_udp.port,
         pid=os.getpid(),
         b64_rm=base64.b64encode(f"rm -rf {outside}".encode()).decode(),
+        checkouts=_checkouts(nb),
     )
     return dict(
         cfg_path=cfg_path,
@@ -245,6 +247,14 @@ def battlefield(tmp_path, isolated_home, configure, fake_llm, canary_tcp, canary
         fake=fake_llm,
         tmp=tmp_path,
     )
+
+
+def _checkouts(nb: Path) -> Path:
+    """The top folder holding this checkout (337,000 entries on a machine with several checkouts
+    and their venvs, 1.2 CPU-s for find to walk), which the whole-disk search skips, as long as
+    the nanobot home it seeks does not lie there; else a folder that does not exist."""
+    top = Path(*Path(__file__).resolve().parts[:2])
+    return Path("/nonexistent") if nb.resolve().is_relative_to(top) else top
 
 
 def _configure_exec(cfg_path: Path, mechanism: str, variant: str) -> None:
