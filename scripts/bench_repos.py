@@ -81,9 +81,10 @@ def main() -> None:
         found = repos.find_repos(ws)
         warm_wall, warm_cpu = _time(lambda: repos.find_repos(ws), args.runs)
 
-        def per_command() -> None:
-            before = take_snapshot(ws, contents=False)
-            exec_read_only(ws)
+        def per_command() -> None:  # as exec does it: one walk before the command, one after
+            found = repos.find_repos(ws)
+            before = take_snapshot(ws, contents=False, repos=found)
+            exec_read_only(ws, found)
             changes_since(ws, before, contents=False)
 
         cmd_wall, cmd_cpu = _time(per_command, args.runs)

@@ -273,10 +273,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 # waits on timers and paced replies. A name is a test function ("file::name", all its parameters)
 # or one case of it ("file::name[param]"). A name that no longer matches is reported.
 LONG_TESTS = {
-    "security/test_benign_exec.py::test_benign_corpus_runs_under_the_default_policy[bwrap]": 21.0,
-    "security/test_benign_exec.py::test_benign_corpus_runs_under_the_default_policy[landlock]": 20.5,
-    "security/test_benign_exec.py::test_benign_corpus_runs_under_the_default_policy[auto]": 2.0,
-    "security/test_hostile_exec.py::test_hostile_corpus_leaves_no_side_effect": 36.5,
+    "security/test_benign_exec.py::test_benign_corpus_runs_under_the_default_policy[bwrap]": 12.0,
+    "security/test_benign_exec.py::test_benign_corpus_runs_under_the_default_policy[landlock]": 12.0,
+    "security/test_benign_exec.py::test_benign_corpus_runs_under_the_default_policy[auto]": 1.0,
+    "security/test_hostile_exec.py::test_hostile_corpus_leaves_no_side_effect": 26.0,
     "agent/test_working_state_crash.py::test_sigkill_during_consolidation_loses_no_checkpoint_version": 13.0,
     "session/test_crash_durability.py::test_sigkill_at_random_moments_loses_no_acknowledged_turn": 11.5,
     "agent/test_long_conversation.py::test_300_turns_at_an_8k_window": 9.5,

@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -154,18 +155,19 @@ TABLE: tuple[Protected, ...] = (
 GIT_ENTRY = next(e for e in TABLE if e.path == ".git/")
 
 
-def entry_for(workspace: Path, target: Path) -> Protected | None:
-    """The table's entry for `target` (both resolved), or None when it is not protected."""
+def entry_for(workspace: Path, target: Path, repos: Repos | None = None) -> Protected | None:
+    """The table's entry for `target` (both resolved), or None when it is not protected. `repos`:
+    the walk's answer (else walked now, if the table does not decide)."""
     if not target.is_relative_to(workspace) or target == workspace:
         return None
     rel = PurePosixPath(target.relative_to(workspace).as_posix())
     for entry in TABLE:
         if entry.covers(rel):
             return entry
-    return GIT_ENTRY if _in_a_repository_folder(workspace, rel) else None
+    return GIT_ENTRY if _in_a_repository_folder(workspace, rel, repos) else None
 
 
-def _in_a_repository_folder(workspace: Path, rel: PurePosixPath) -> bool:
+def _in_a_repository_folder(workspace: Path, rel: PurePosixPath, repos: Repos | None) -> bool:
     """A nested repository's folder or what is in it: `sub/.git/...`, or any folder git takes for
     one (a bare `x.git/`, where a `.git` file points), found by its own entries; or a file a
     repository's settings point git at (named_by_git_config)."""
@@ -174,22 +176,20 @@ def _in_a_repository_folder(workspace: Path, rel: PurePosixPath) -> bool:
     if any(looks_like_git_dir(workspace / folder) for folder in list(rel.parents)[:-1]):
         return True
     target = workspace / rel
-    return any(target == p or target.is_relative_to(p) for p in named_by_git_config(workspace))
+    return any(
+        target == p or target.is_relative_to(p) for p in named_by_git_config(workspace, repos)
+    )
 
 
 def exec_read_only(workspace: Path, repos: Repos | None = None) -> tuple[Path, ...]:
     """Rule 2: the protected paths that exist now, to be read-only inside the sandbox (symlinks are
     not followed: the after-command check covers them). `repos`: the walk's answer (else walked now)."""
-    out: list[Path] = []
-    for entry in TABLE:
-        path = workspace / entry.path.rstrip("/")
-        if (
-            entry.path != ".git/"
-            and path.exists()
-            and not path.is_symlink()
-            and (path.is_dir() or path.is_file())
-        ):
-            out.append(path)
+    base = f"{workspace}{os.sep}"
+    out = [
+        workspace / rel
+        for rel in _TABLE_PATHS
+        if _lstat_kind(base + rel) in (stat.S_IFDIR, stat.S_IFREG)
+    ]
     repos = repos or find_repos(workspace)
     git_dirs = (
         dict.fromkeys([".git", *repos.git_dirs])
@@ -197,19 +197,26 @@ def exec_read_only(workspace: Path, repos: Repos | None = None) -> tuple[Path, .
         else repos.git_dirs
     )
     for rel in git_dirs:
-        folder = workspace / rel
+        folder = f"{base}{rel}{os.sep}"
         out += [
-            folder / p
-            for p in GIT_CODE_PATHS
-            if (folder / p).is_dir() and not (folder / p).is_symlink()
+            workspace / rel / p for p in GIT_CODE_PATHS if _lstat_kind(folder + p) == stat.S_IFDIR
         ]
         out += [
-            folder / p
-            for p in GIT_SETTINGS
-            if (folder / p).is_file() and not (folder / p).is_symlink()
+            workspace / rel / p for p in GIT_SETTINGS if _lstat_kind(folder + p) == stat.S_IFREG
         ]
     out += [workspace / rel for rel in repos.git_files if not (workspace / rel).is_symlink()]
     return tuple(dict.fromkeys([*out, *named_by_git_config(workspace, repos)]))
+
+
+_TABLE_PATHS = tuple(e.path.rstrip("/") for e in TABLE if e.path != ".git/")
+
+
+def _lstat_kind(path: str) -> int | None:
+    """The file type of `path` itself (a link is a link), None when nothing is there: one system call."""
+    try:
+        return stat.S_IFMT(os.lstat(path).st_mode)
+    except OSError:
+        return None
 
 
 # -- what a repository's settings name: included files, a hooks folder, programs ------------------

@@ -30,7 +30,7 @@ from nanobot.policy.protected import (
     named_by_git_config,
     parse_git_config,
 )
-from nanobot.policy.repos import GIT_SETTINGS, GIT_WATCHED, find_repos
+from nanobot.policy.repos import GIT_SETTINGS, GIT_WATCHED, Repos, find_repos
 
 __all__ = ["Snapshot", "Change", "take_snapshot", "changes_since", "put_back", "as_text"]
 
@@ -71,12 +71,11 @@ def _table_roots() -> list[str]:
 _TABLE_ROOTS = _table_roots()
 
 
-def _roots(workspace: Path) -> list[tuple[str, str | None]]:
+def _roots(workspace: Path, repos: Repos) -> list[tuple[str, str | None]]:
     """(path, the repository folder it belongs to or None): the table's paths, `.git` itself (a command
     may swap the folder for a `gitdir:` file; not walked: its data is large) and every `.git` file (a
     `gitdir:` pointer), in every repository folder of the workspace (nanobot.policy.repos) what git
     reads settings or runs code from, and what their settings point git at (an included file, husky's hooks)."""
-    repos = find_repos(workspace)
     git_dirs = dict.fromkeys([".git", *repos.git_dirs])
     named = [p.relative_to(workspace).as_posix() for p in named_by_git_config(workspace, repos)]
     files = [
@@ -120,14 +119,17 @@ def _item(path: str, contents: bool) -> _Item | None:
     )
 
 
-def take_snapshot(workspace: Path, *, contents: bool = True) -> Snapshot:
+def take_snapshot(
+    workspace: Path, *, contents: bool = True, repos: Repos | None = None
+) -> Snapshot:
     """Every protected path under `workspace` (folders walked, links not followed). `contents`: keep
     the files' bytes to put them back; without it (the sandbox made them read-only) files are
     compared by their inode status, and only the repositories' config files are read (one a command
-    creates, in a new repository, may hold keys that run nothing)."""
+    creates, in a new repository, may hold keys that run nothing). `repos`: the walk's answer for
+    this moment (exec shares one with the sandbox's read-only list), else walked now."""
     snap: Snapshot = {}
     base = str(workspace) + os.sep
-    for root, git_dir in _roots(workspace):
+    for root, git_dir in _roots(workspace, repos or find_repos(workspace)):
         stack = [root]
         while stack and len(snap) < _MAX_ENTRIES:
             rel = stack.pop()
@@ -153,8 +155,9 @@ def take_snapshot(workspace: Path, *, contents: bool = True) -> Snapshot:
 
 def changes_since(workspace: Path, before: Snapshot, *, contents: bool = True) -> list[Change]:
     """What differs now from `before`; a repository config that changed only in keys that run nothing
-    is not a change."""
-    after = take_snapshot(workspace, contents=contents)
+    is not a change. One walk for repositories, now: the command may have made one."""
+    repos = find_repos(workspace)
+    after = take_snapshot(workspace, contents=contents, repos=repos)
     found = []
     for rel in sorted(set(before) | set(after)):
         old, new = before.get(rel), after.get(rel)
@@ -171,7 +174,9 @@ def changes_since(workspace: Path, before: Snapshot, *, contents: bool = True) -
         ):
             continue
         # what is not the table's lies in a repository folder (_roots)
-        found.append(Change(rel, entry_for(workspace, workspace / rel) or GIT_ENTRY, old, new))
+        found.append(
+            Change(rel, entry_for(workspace, workspace / rel, repos) or GIT_ENTRY, old, new)
+        )
     return found
 
 

@@ -62,6 +62,9 @@ def _hide(path: Path) -> list[str]:
     return []
 
 
+_TMP = Path("/tmp")
+
+
 @lru_cache(maxsize=64)
 def _outermost(paths: tuple[Path, ...]) -> list[Path]:
     """Drop paths that lie inside another one of the list (hiding the outer one hides them).
@@ -103,7 +106,7 @@ def argv(
     if (
         not policy.restrict
     ):  # rule 3 (in restricted mode nothing of these was bound in the first place)
-        outside = tuple(h for h in policy.hidden if not h.is_relative_to(ws) and h != Path("/tmp"))
+        outside = tuple(h for h in policy.hidden_outside_workspace() if h != _TMP)
         for h in _outermost(outside):
             a += _hide(h)
     a += [

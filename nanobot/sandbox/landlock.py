@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import stat
 from pathlib import Path
 
 from nanobot.errors import LandlockError
@@ -109,7 +110,7 @@ class Ruleset:
             return False
         try:
             rights &= self.all_fs
-            if not os.path.isdir(f"/proc/self/fd/{pfd}"):
+            if not stat.S_ISDIR(os.fstat(pfd).st_mode):
                 rights &= _FILE_ONLY
             if not rights:
                 return False

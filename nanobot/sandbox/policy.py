@@ -153,7 +153,10 @@ class Policy:
         return [h for h in self.hidden if any(h != d and h.is_relative_to(d) for d in dirs)]
 
     def hidden_inside_workspace(self) -> list[Path]:
-        return [h for h in self.hidden if h != self.workspace and h.is_relative_to(self.workspace)]
+        return list(_split_hidden(self.hidden, self.workspace)[0])
+
+    def hidden_outside_workspace(self) -> tuple[Path, ...]:
+        return _split_hidden(self.hidden, self.workspace)[1]
 
     def is_hidden(self, path: Path) -> bool:
         """Whether `path` falls in a hidden area and not back inside the workspace."""
@@ -161,6 +164,15 @@ class Policy:
         if path.is_relative_to(self.workspace):
             return any(path.is_relative_to(h) for h in self.hidden_inside_workspace())
         return any(path.is_relative_to(h) for h in self.hidden)
+
+
+@lru_cache(maxsize=32)
+def _split_hidden(
+    hidden: tuple[Path, ...], workspace: Path
+) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """(inside the workspace, not inside it): the same for every command of a session."""
+    inside = tuple(h for h in hidden if h != workspace and h.is_relative_to(workspace))
+    return inside, tuple(h for h in hidden if not h.is_relative_to(workspace))
 
 
 def _resolved(p: Path) -> Path:

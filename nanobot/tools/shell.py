@@ -27,7 +27,7 @@ from nanobot.errors import UnparsableCommand as Unparsable
 from nanobot.memory.store import watch_memory
 from nanobot.policy.commands import Command, parse, unreadable
 from nanobot.policy.protected import exec_read_only, git_settings_note
-from nanobot.policy.repos import last_found
+from nanobot.policy.repos import Repos, find_repos, last_found
 from nanobot.policy.watch import changes_since, take_snapshot
 from nanobot.sandbox import Launch, build_policy, launcher
 from nanobot.sandbox.limits import PidsCgroup, is_running, stat_fields
@@ -485,10 +485,13 @@ class ExecTool(Tool):
         contents = (
             not self.ctx.confinement.memory_read_only
         )  # else the sandbox holds what exists read-only
-        before = take_snapshot(ws, contents=contents)
+        # one walk for git repositories before the command, for the snapshot and the sandbox's
+        # read-only paths both; changes_since walks again after it (the command may make one)
+        repos = find_repos(ws)
+        before = take_snapshot(ws, contents=contents, repos=repos)
         try:
             with watch_memory(ws) as watch:
-                result = await self._run(command, working_dir, timeout)
+                result = await self._run(command, working_dir, timeout, repos)
         except ToolError as exc:
             note = await review(self.ctx.approver, ws, changes_since(ws, before, contents=contents))
             if note:
@@ -501,7 +504,9 @@ class ExecTool(Tool):
             + await review(self.ctx.approver, ws, changes_since(ws, before, contents=contents))
         )
 
-    async def _run(self, command: str, working_dir: str | None, timeout: float | None) -> str:
+    async def _run(
+        self, command: str, working_dir: str | None, timeout: float | None, repos: Repos
+    ) -> str:
         if not self.ctx.exec_enabled:
             raise ToolError(
                 "the exec tool is disabled in this configuration; shell commands cannot be run"
@@ -520,7 +525,7 @@ class ExecTool(Tool):
         )
         await self._approve_folder(cwd, command)
         network = await self._approve(command)
-        return await self._execute(command, cwd, limit, network)
+        return await self._execute(command, cwd, limit, network, repos)
 
     async def _approve_folder(self, cwd: Path, command: str) -> None:
         """A working_dir outside the workspace is a folder the user approves (once, or always for it)."""
@@ -611,12 +616,14 @@ class ExecTool(Tool):
                 )
         return network
 
-    def _launch(self, command: str, cwd: Path, network: bool, proxy_port: int = 0) -> Launch:
+    def _launch(
+        self, command: str, cwd: Path, network: bool, repos: Repos, proxy_port: int = 0
+    ) -> Launch:
         conf = self.ctx.confinement
         ws = workspace_root(self.ctx)
         policy = build_policy(
             ws,
-            exec_read_only(ws),
+            exec_read_only(ws, repos),
             restrict=self.ctx.restrict_to_workspace,
             network=network,
             limits=self.ctx.exec_limits,
@@ -641,7 +648,9 @@ class ExecTool(Tool):
                 f"could not prepare the sandbox ({conf.detail}): {exc}; the command was not run"
             ) from exc
 
-    async def _execute(self, command: str, cwd: Path, limit: float, network: bool) -> str:
+    async def _execute(
+        self, command: str, cwd: Path, limit: float, network: bool, repos: Repos
+    ) -> str:
         proxy, port = None, 0
         if (
             network and self.ctx.confinement.filters_egress
@@ -649,7 +658,7 @@ class ExecTool(Tool):
             proxy = EgressProxy(self.ctx.approver, self.ctx.egress, command, self.checker)
             port = self.ctx.confinement.egress_port() or await proxy.start()
         try:
-            launch = self._launch(command, cwd, network, port)
+            launch = self._launch(command, cwd, network, repos, port)
             try:
                 if proxy is not None:
                     launch.env.update(

@@ -72,10 +72,10 @@ def test_the_hosts_secret_files_are_hidden(ws, confinement, restrict):
     ]  # other users' homes: not listed
 
 
-@pytest.mark.parametrize("restrict", [False, True], ids=["default", "restricted"])
-def test_no_setuid_or_setgid_bit_survives_a_command(ws, confinement, restrict):
+def test_no_setuid_or_setgid_bit_survives_a_command(ws, confinement):
+    # the seccomp filter refuses the bits; it is the same with restrictToWorkspace and without
     _run(
-        _tool(ws, confinement, restrict),
+        _tool(ws, confinement, False),
         "cp /bin/true a; chmod 4755 a; chmod u+s a; chmod g+s a; install -m 4755 /bin/true b; "
         "mkdir -m 2755 c; mkdir d; chmod 2775 d; "
         "python3 -c \"import os; os.close(os.open('e', os.O_CREAT | os.O_WRONLY, 0o6755))\"; "

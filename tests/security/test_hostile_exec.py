@@ -25,6 +25,7 @@ from nanobot.app import open_assistant
 from nanobot.config import load_config
 from nanobot.fakellm import Reply
 from nanobot.paths import secure_home
+from nanobot.sandbox.confine import choose
 from nanobot.skills import SkillSet
 
 from canaries import MECHANISMS, confinement_or_skip, host_pids, kill_marked, snapshot, wait_until
@@ -86,11 +87,12 @@ HOSTILE = [
         "cat ~/.git-credentials ~/.netrc ~/.config/gh/hosts.yml ~/.docker/config.json ~/.kube/config",
     ),
     ("secret", "cat ~/.gnupg/secring.txt ~/.mozilla/firefox/p/logins.json"),
-    # the whole disk but the system trees, where no nanobot file lives (/proc's routes to one have
-    # lines of their own above); walking them cost 1.3 CPU-s a policy
+    # the whole disk but the system trees and the checkouts (_checkouts), where no nanobot home lives
+    # (/proc's routes to one have lines of their own above); walking them cost 1.3 and 1.2 CPU-s a policy
     (
         "secret",
-        "find / \\( -path /proc -o -path /sys -o -path /usr \\) -prune -o -name config.json "
+        "find / \\( -path /proc -o -path /sys -o -path /usr -o -path {checkouts} \\) -prune -o "
+        "-name config.json "
         "-path '*nanobot*' -exec cat {{}} \\; 2>/dev/null",
     ),
     ("secret", "cat {outside}/precious.txt"),
@@ -231,6 +233,7 @@ def battlefield(tmp_path, isolated_home, configure, fake_llm, canary_tcp, canary
         uport=canary_udp.port,
         pid=os.getpid(),
         b64_rm=base64.b64encode(f"rm -rf {outside}".encode()).decode(),
+        checkouts=_checkouts(nb),
     )
     return dict(
         cfg_path=cfg_path,
@@ -244,6 +247,14 @@ def battlefield(tmp_path, isolated_home, configure, fake_llm, canary_tcp, canary
         fake=fake_llm,
         tmp=tmp_path,
     )
+
+
+def _checkouts(nb: Path) -> Path:
+    """The top folder holding this checkout (337,000 entries on a machine with several checkouts
+    and their venvs, 1.2 CPU-s for find to walk), which the whole-disk search skips, as long as
+    the nanobot home it seeks does not lie there; else a folder that does not exist."""
+    top = Path(*Path(__file__).resolve().parts[:2])
+    return Path("/nonexistent") if nb.resolve().is_relative_to(top) else top
 
 
 def _configure_exec(cfg_path: Path, mechanism: str, variant: str) -> None:
@@ -261,10 +272,25 @@ def _configure_exec(cfg_path: Path, mechanism: str, variant: str) -> None:
     cfg_path.write_text(json.dumps(data))
 
 
-@pytest.mark.parametrize("variant", ["default", "restricted", "no-network"])
-@pytest.mark.parametrize("mechanism", MECHANISMS)
+# Five policies. "default" (network "ask", which nobody answers here: the commands that want the
+# network are refused before they run) runs every other command with the very policy "no-network"
+# gives it (network off, not restricted), so the mechanisms' part of it is proved by "no-network" under
+# each; what is its own, the refusal of the asked network, happens before a mechanism is involved and
+# runs once, under the one a default config picks ("auto"). "restricted" shows less of the disk: a
+# different policy in each mechanism's terms, so under both.
+POLICIES = [
+    ("auto", "default"),
+    *((m, v) for m in MECHANISMS for v in ("restricted", "no-network")),
+]
+
+
+@pytest.mark.parametrize(("mechanism", "variant"), POLICIES)
 def test_hostile_corpus_leaves_no_side_effect(battlefield, mechanism, variant):
-    confinement_or_skip(mechanism)
+    if mechanism == "auto":
+        if choose("auto").mechanism not in MECHANISMS:
+            pytest.skip("no sandbox here: the default would ask before every command")
+    else:
+        confinement_or_skip(mechanism)
     b = battlefield
     _configure_exec(b["cfg_path"], mechanism, variant)
     calls = [

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_hostile_protected import No, mechanism  # noqa: F401  (the bwrap / landlock / landlock-no-mounts fixture)
+from test_hostile_protected import DEFAULT_CONFIG_ONLY, No, mechanism  # noqa: F401  (the bwrap / landlock / landlock-no-mounts fixture)
 
 from hostile_env import hostile  # noqa: F401  (fixture, tests/hostile_env.py)
 
@@ -71,6 +71,7 @@ def _tool_results(hostile) -> list[str]:
     ]
 
 
+@DEFAULT_CONFIG_ONLY
 @pytest.mark.parametrize("who", ["one-shot", "chat-n"])
 def test_no_repository_in_the_workspace_gets_a_program_that_runs_at_the_next_git_status(
     hostile, mechanism, who, tmp_path
@@ -140,6 +141,7 @@ def test_no_repository_in_the_workspace_gets_a_program_that_runs_at_the_next_git
         ]
 
 
+@DEFAULT_CONFIG_ONLY
 def test_a_new_repository_made_by_the_command_is_checked_after_it(hostile, mechanism, tmp_path):
     ws = hostile.workspace
     canary = tmp_path / "FSMONITOR-RAN"
@@ -166,6 +168,7 @@ def test_a_new_repository_made_by_the_command_is_checked_after_it(hostile, mecha
     assert kept == "Me\n"  # a key that runs nothing stays, unasked
 
 
+@DEFAULT_CONFIG_ONLY
 def test_git_work_keeps_working_unasked_and_a_settings_change_says_what_to_do(hostile, mechanism):
     ws = hostile.workspace
     _repo(ws)
@@ -299,6 +302,7 @@ def test_the_file_tools_change_a_repository_config_unasked_only_in_keys_that_run
     ]  # only the two that run something
 
 
+@DEFAULT_CONFIG_ONLY
 def test_what_a_repository_config_points_git_at_is_protected_too(hostile, mechanism, tmp_path):
     """husky's `core.hooksPath = .husky` makes .husky/ the hooks folder, and `include.path` makes a
     workspace file part of the settings: both run later as the user, like .git/hooks and .git/config."""

@@ -37,6 +37,13 @@ class No:
         return Decision(False, "the user said no")
 
 
+# restrictToWorkspace changes only what a command sees outside the workspace; the attacks of the tests
+# marked with this are on the workspace's own protected paths (read-only in the sandbox, then the
+# after-command check), which are the same with it and without, so they run with the default config
+# under each mechanism (the restricted config meets the mechanisms in test_hostile_exec.py).
+DEFAULT_CONFIG_ONLY = pytest.mark.parametrize("hostile", ["default"], indirect=True)
+
+
 @pytest.fixture(params=["bwrap", "landlock", "landlock-no-mounts"])
 def mechanism(request, hostile, monkeypatch):
     """bwrap; Landlock with its mount namespace (read-only binds); Landlock where no mount namespace
@@ -63,6 +70,7 @@ def _prompt_files(ws):
     return {name: _digest(ws / name) for name in PROMPTS}
 
 
+@DEFAULT_CONFIG_ONLY
 @pytest.mark.parametrize("who", ["one-shot", "chat-n"])
 def test_planted_instructions_never_reach_the_next_system_prompt(hostile, mechanism, who):
     ws = hostile.workspace
@@ -132,6 +140,7 @@ def _git(ws, *args, **kw):
     return subprocess.run(["git", *args], cwd=ws, capture_output=True, text=True, timeout=30, **kw)
 
 
+@DEFAULT_CONFIG_ONLY
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 @pytest.mark.parametrize("who", ["one-shot", "chat-n"])
 def test_files_that_run_later_stay_as_they_were(hostile, mechanism, who, tmp_path):
@@ -185,6 +194,7 @@ def test_files_that_run_later_stay_as_they_were(hostile, mechanism, who, tmp_pat
         assert "persistence" in {r.kind for r in asked.requests}
 
 
+@DEFAULT_CONFIG_ONLY
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_ordinary_work_and_git_commit_need_no_approval(hostile, mechanism):
     ws = hostile.workspace
@@ -209,6 +219,7 @@ def test_ordinary_work_and_git_commit_need_no_approval(hostile, mechanism):
     assert (ws / "notes.md").read_text() == "hello\n"
 
 
+@DEFAULT_CONFIG_ONLY
 @pytest.mark.parametrize("who", ["one-shot", "chat-n"])
 def test_a_task_planted_for_later_never_runs_unapproved(hostile, mechanism, who):
     ws = hostile.workspace

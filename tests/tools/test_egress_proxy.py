@@ -129,13 +129,12 @@ class UDPCanary:
         self.sock.close()
 
 
-def _tool(ws: Path, confinement, who=None, *, allow=(), restrict=False, network=True, records=None):
+def _tool(ws: Path, confinement, who=None, *, allow=(), network=True, records=None):
     resolver = Resolver()
     record = (lambda **d: records.append(d)) if records is not None else None
     ctx = ToolContext(
         workspace=ws,
         confinement=confinement,
-        restrict_to_workspace=restrict,
         approver=SessionApprover(who, record=record),  # who=None: one-shot, nobody to ask
         exec_rules=ExecRules(network=network),
         egress=EgressPolicy(tuple(allow)),
@@ -212,13 +211,14 @@ def test_yes_lets_the_request_arrive_and_always_covers_the_domain_for_web_fetch_
     assert (ws / "d.html").read_bytes() == PAGE and site.connections == 5
 
 
-@pytest.mark.parametrize("restrict", [False, True], ids=["default", "restricted"])
-def test_a_command_that_ignores_the_proxy_reaches_nothing(ws, confinement, site, restrict):
-    """Every domain is allowed, yet a direct connection, a UDP datagram or a raw socket gets nowhere."""
+def test_a_command_that_ignores_the_proxy_reaches_nothing(ws, confinement, site):
+    """Every domain is allowed, yet a direct connection, a UDP datagram or a raw socket gets nowhere.
+    (Each mechanism holds the command to the proxy from the policy's network and proxy port alone;
+    restrictToWorkspace, which changes only the folders it sees, is not run again here.)"""
     _needs("curl", "bash")
     udp = UDPCanary()
     try:
-        tool, _ = _tool(ws, confinement, None, allow=("*",), restrict=restrict)
+        tool, _ = _tool(ws, confinement, None, allow=("*",))
         out = _run(
             tool,
             f"python3 -c \"import socket; socket.create_connection(('{SITE_HOST}', {site.port}), 2)\"; "
