@@ -657,7 +657,8 @@ class RecallIndex:
         only_sessions: set[str] | None = None,
         neighbours: bool = True,
     ) -> list[Hit]:
-        """The best `limit` units for `query` (rule 5) within the filters. `exclude_live` (a session key):
+        """The best `limit` messages or entries for `query` (rule 5) within the filters, each hit a
+        message's (entry's) best passage: its other passages take no other hit's place. `exclude_live` (a session key):
         that session's unconsolidated messages (already in the prompt) are left out;
         `only_sessions` keeps hits from those sessions (and HISTORY.md) only."""
         terms = _content_terms(query)

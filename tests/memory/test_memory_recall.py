@@ -415,7 +415,8 @@ def test_words_found_nearly_everywhere_neither_bury_rare_ones_nor_slow_the_searc
 
 
 def test_a_hit_shows_its_words_across_the_cut_between_two_passages(tmp_path):
-    # The question ends the entry's first passage, the answer starts its second: one hit shows both.
+    # The question ends the entry's first passage, the answer starts its second: the hit is one of
+    # them, and the other is shown by the part that holds the query's words (not by its head).
     filler = [f"  USER: line {i} about nothing in particular, weather and tea" for i in range(23)]
     entry = "\n".join(
         [
