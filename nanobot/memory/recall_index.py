@@ -658,9 +658,9 @@ class RecallIndex:
         neighbours: bool = True,
     ) -> list[Hit]:
         """The best `limit` messages or entries for `query` (rule 5) within the filters, each hit a
-        message's (entry's) best passage: its other passages take no other hit's place. `exclude_live` (a session key):
-        that session's unconsolidated messages (already in the prompt) are left out;
-        `only_sessions` keeps hits from those sessions (and HISTORY.md) only."""
+        message's (entry's) best passage: its other passages take no other hit's place.
+        `exclude_live` (a session key): that session's unconsolidated messages (already in the
+        prompt) are left out; `only_sessions` keeps hits from those sessions (and HISTORY.md) only."""
         terms = _content_terms(query)
         if not terms or limit <= 0:
             return []
