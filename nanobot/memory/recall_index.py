@@ -25,7 +25,6 @@ nothing at all, and whatever was written before a search is found by it. Rules:
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import re
@@ -127,19 +126,11 @@ def _stem(word: str) -> str:
     return word[: max(4, len(word) - 2)] if len(word) > 4 else word
 
 
-@functools.lru_cache(maxsize=256)
-def _held_at(word: str) -> re.Pattern[str]:
-    """Where a query word is in lowercased text: its stem at the start of a word ("day" is not in
-    "thursdays", nor "term" in "determined"); in CJK text, written without spaces, anywhere."""
-    stem = _stem(word)
-    return re.compile(("" if _CJK.match(stem) else r"(?<!\w)") + re.escape(stem))
-
-
 def _reranked(bm25: float, text: str, words: list[str]) -> float:
     """BM25 (negative: lower is better) strengthened by a quarter for each further distinct query word
     the unit holds: OR-ed words otherwise let one rare word repeated outrank a unit that has them all."""
     low = text.lower()
-    held = sum(1 for w in set(words) if _held_at(w).search(low))
+    held = sum(1 for w in set(words) if _stem(w) in low)
     return bm25 * (1.0 + _COVERAGE_WEIGHT * max(0, held - 1))
 
 
@@ -151,10 +142,13 @@ def best_window(text: str, words: list[str], size: int) -> tuple[int, int]:
     low = text.lower()
     hits: list[tuple[int, str]] = []
     for word in set(words):
-        for count, found in enumerate(_held_at(word).finditer(low)):
-            if count == 50:
-                break
-            hits.append((found.start(), word))
+        stem = _stem(word)
+        start = low.find(stem)
+        count = 0
+        while start >= 0 and count < 50:
+            hits.append((start, word))
+            count += 1
+            start = low.find(stem, start + 1)
     if not hits:
         return 0, size
     freq: dict[str, int] = {}
