@@ -772,9 +772,10 @@ class RecallIndex:
         only_sessions: set[str] | None = None,
         neighbours: bool = True,
     ) -> list[Hit]:
-        """The best `limit` units for `query` (rule 5) within the filters. `exclude_live` (a session key):
-        that session's unconsolidated messages (already in the prompt) are left out;
-        `only_sessions` keeps hits from those sessions (and HISTORY.md) only."""
+        """The best `limit` messages or entries for `query` (rule 5) within the filters, each hit a
+        message's (entry's) best passage: its other passages take no other hit's place.
+        `exclude_live` (a session key): that session's unconsolidated messages (already in the
+        prompt) are left out; `only_sessions` keeps hits from those sessions (and HISTORY.md) only."""
         terms = _content_terms(query)
         if not terms or limit <= 0:
             return []
@@ -834,8 +835,13 @@ class RecallIndex:
                     scored.append((_reranked(row[-1], unit.text, wanted), len(scored), unit, row))
             scored.sort(key=lambda item: (item[0], item[1]))
             order = _second_hop(db, [(item[0], item[2]) for item in scored], wanted)
-            hits = []
-            for score, _, unit, row in [scored[i] for i in order[:limit]]:
+            hits: list[Hit] = []
+            taken: set[tuple[int, int]] = set()
+            for i in order:  # one hit per message (entry): its best passage stands for it
+                score, _, unit, row = scored[i]
+                if (row[-3], unit.seq) in taken:
+                    continue
+                taken.add((row[-3], unit.seq))
                 before = after = None
                 if (
                     neighbours
@@ -846,6 +852,8 @@ class RecallIndex:
                         before = before if before is not None and before.seq == unit.seq else None
                         after = after if after is not None and after.seq == unit.seq else None
                 hits.append(Hit(unit, score, before, after))
+                if len(hits) == limit:
+                    break
             return hits
 
         found: list[Hit] = self._guarded(work)

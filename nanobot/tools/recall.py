@@ -107,9 +107,9 @@ def _cut(text: str, words: list[str], size: int) -> str:
     return ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")
 
 
-def _line(text: str, size: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= size else flat[:size] + "…"
+def _line(text: str, words: list[str], size: int) -> str:
+    """A neighbour on one line: all of it, or the part of it that holds the query's words."""
+    return _cut(" ".join(text.split()), words, size)
 
 
 def render_hits(
@@ -128,10 +128,10 @@ def render_hits(
         part = f" (part {u.part + 1})" if u.part else ""
         lines = [f"[{i}] {_when(u)} · {_label(u, current)} · {u.role}{part} · ref {u.ref}"]
         if side and hit.before is not None:
-            lines.append(f"    before ({hit.before.role}): {_line(hit.before.text, side)}")
+            lines.append(f"    before ({hit.before.role}): {_line(hit.before.text, words, side)}")
         lines.append("  " + _cut(u.text, words, main).replace("\n", "\n  "))
         if side and hit.after is not None:
-            lines.append(f"    after ({hit.after.role}): {_line(hit.after.text, side)}")
+            lines.append(f"    after ({hit.after.role}): {_line(hit.after.text, words, side)}")
         block = "\n".join(lines)
         if used + len(block) > budget:
             break

@@ -412,3 +412,27 @@ def test_words_found_nearly_everywhere_neither_bury_rare_ones_nor_slow_the_searc
     assert len(newest) == 3 and min(h.unit.seq for h in newest) >= 61 - (
         3 * recall_index._RERANK_DEPTH + 5
     )
+
+
+def test_a_hit_shows_its_words_across_the_cut_between_two_passages(tmp_path):
+    # The question ends the entry's first passage, the answer starts its second: the hit is one of
+    # them, and the other is shown by the part that holds the query's words (not by its head).
+    filler = [f"  USER: line {i} about nothing in particular, weather and tea" for i in range(23)]
+    entry = "\n".join(
+        [
+            "[2026-02-01 10:00] RAW archive of 45 message(s)",
+            *filler,
+            "  USER: where did I park the bike on Friday?",
+            "  ASSISTANT: at the station, rack 12, next to the bakery",
+            *filler,
+        ]
+    )
+    store = MemoryStore(tmp_path / "ws")
+    store.append_history(entry)
+    idx = RecallIndex(default_index_path(), sessions=sessions_dir(), history=store.history_file)
+    idx.refresh()
+    (hit,) = idx.search("park bike station rack bakery", limit=1)
+    assert "park the bike" not in hit.unit.text or "next to the bakery" not in hit.unit.text
+    out = search(tmp_path / "ws", query="park bike station rack bakery", limit=1)
+    assert "where did I park the bike on Friday?" in out
+    assert "at the station, rack 12, next to the bakery" in out

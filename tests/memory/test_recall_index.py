@@ -102,3 +102,17 @@ def test_common_words_are_counted_boundedly_and_all_common_queries_take_units_ho
     # what was counted stops one past the bound, however common the word
     db = idx._connect()
     assert recall_index._doc_counts(db, ["weather", "quokka"], 5) == [6, 1]
+
+
+def test_a_long_message_is_one_hit_however_many_of_its_passages_match():
+    # The long message's three passages all say "walrus"; they took three of the five hits.
+    long = "\n".join(f"walrus notes, page {p}, " + "filler words " * 110 + "end" for p in range(3))
+    write_session("cli:a", FILLER[:5] + [long], 3)
+    write_session("cli:b", FILLER[5:10] + ["the walrus at the zoo is called Olaf"], 9)
+    write_session("cli:c", FILLER[10:15] + ["a walrus sticker for the fridge"], 20)
+    idx = index()
+    idx.refresh()
+    hits = idx.search("walrus", limit=5)
+    assert sorted(h.unit.session for h in hits) == ["cli:a", "cli:b", "cli:c"]
+    (found,) = [h for h in hits if h.unit.session == "cli:a"]
+    assert found.unit.text in long and len(found.unit.text) < len(long)  # its best passage
