@@ -484,12 +484,13 @@ def test_a_command_that_meets_the_process_limit_once_is_not_stopped(ws, confinem
     (ws / "kids.py").write_text(
         "import subprocess\n"
         "kids, refused = [], 0\n"
-        "for _ in range(24):\n"
+        "for _ in range(24):\n"  # each child lives until its stdin closes: no timing, however loaded
         "    try:\n"
-        "        kids.append(subprocess.Popen(['sleep', '0.6']))\n"
+        "        kids.append(subprocess.Popen(['cat'], stdin=subprocess.PIPE))\n"
         "    except OSError:\n"
         "        refused += 1\n"
         "for kid in kids:\n"
+        "    kid.stdin.close()\n"
         "    kid.wait()\n"
         "open('done.txt', 'w').write(f'{len(kids)} {refused}')\n"
     )
