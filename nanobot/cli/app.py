@@ -181,20 +181,14 @@ def agent(
 ) -> None:
     """Chat with the assistant (REPL), or send one message with -m. Piped stdin works as the message."""
     from nanobot.cli.chat import run_agent
-    from nanobot.cli.input_text import from_argv, from_stdin
+    from nanobot.cli.input_text import message_or_stdin
 
-    if message is not None:
-        message = from_argv(message)
-    elif not sys.stdin.isatty():
-        message = from_stdin()
-        if not message.strip():
-            from nanobot.errors import UsageError
-
-            raise UsageError(
-                "stdin was empty", hint='Pass the message with -m "..." or pipe some text.'
-            )
     code = run_agent(
-        message=message,
+        message=message_or_stdin(
+            message,
+            empty="stdin was empty",
+            hint='Pass the message with -m "..." or pipe some text.',
+        ),
         session_key=session,
         workspace=workspace,
         config_path=config,
@@ -216,9 +210,16 @@ def demo(
         False, "--no-markdown", help="Plain text instead of rendered markdown."
     ),
 ) -> None:
-    """Try nanobot with no API key: the real chat on a bundled, scripted fake LLM (answers are canned)."""
+    """Try nanobot with no API key: the real chat on a bundled, scripted fake LLM (answers are canned).
+    Piped stdin works as the message."""
     from nanobot.cli.demo import run_demo
+    from nanobot.cli.input_text import message_or_stdin
 
+    message = message_or_stdin(
+        message,
+        empty="stdin is not a terminal and had no message; the demo chat is interactive",
+        hint='Run `nanobot demo` in a terminal, or pipe a message in: echo "hello" | nanobot demo',
+    )
     raise typer.Exit(run_demo(message=message, markdown=not no_markdown))
 
 
