@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import threading
 
@@ -31,20 +32,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.script:
         with open(args.script, encoding="utf-8") as f:
             server.script(*(Reply.from_dict(d) for d in json.load(f)))
+    # SIGTERM stops it like Ctrl-C: a background job (`... &` in a script) has SIGINT ignored.
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
     server.start()
     try:  # before the URL is printed: a Ctrl-C right after it still stops cleanly
         # The first line is the base URL alone, so a script can read it with `head -1`.
         print(server.base_url, flush=True)
         print(
             f"  openai:    {server.openai_base_url}\n  anthropic: {server.anthropic_base_url}\n"
-            "  Ctrl-C to stop",
+            "  Ctrl-C or SIGTERM to stop",
             file=sys.stderr,
             flush=True,
         )
         # Wake now and then: the kernel may hand Ctrl-C's SIGINT to a server thread, and a wait
         # without a timeout would then never return to let the main thread raise KeyboardInterrupt.
-        forever = threading.Event()
-        while not forever.wait(0.2):
+        while not stopped.wait(0.2):
             pass
     except KeyboardInterrupt:
         pass

@@ -327,7 +327,12 @@ def test_reply_from_script_entries():
         Reply.from_dict({"what": 1})
 
 
-def test_standalone_command_serves_a_script_until_ctrl_c(tmp_path):
+def _as_background_job() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # what `... &` in a non-interactive shell does
+
+
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm-in-background"])
+def test_standalone_command_serves_a_script_until_ctrl_c_or_sigterm(tmp_path, stop):
     script = tmp_path / "replies.json"
     script.write_text(json.dumps([{"text": "scripted hello"}]))
     proc = subprocess.Popen(
@@ -335,6 +340,7 @@ def test_standalone_command_serves_a_script_until_ctrl_c(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_as_background_job if stop != "ctrl-c" else None,
     )
     try:
         base_url = proc.stdout.readline().strip()
@@ -346,7 +352,7 @@ def test_standalone_command_serves_a_script_until_ctrl_c(tmp_path):
         )
         with urllib.request.urlopen(req, timeout=5) as resp:
             assert json.loads(resp.read())["choices"][0]["message"]["content"] == "scripted hello"
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT if stop == "ctrl-c" else signal.SIGTERM)
         _, err = proc.communicate(timeout=10)
         assert proc.returncode == 0
         assert "1 requests, 0 unscripted" in err
