@@ -17,10 +17,14 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nanobot import paths
 from nanobot.config import Config, load_config, mask_key, resolve_model
 from nanobot.errors import NanobotError
+
+if TYPE_CHECKING:
+    from nanobot.session.protocols import SessionAdmin
 
 MIN_FREE_BYTES = (
     200 * 1024 * 1024
@@ -313,14 +317,13 @@ def check_skills(cfg: Config) -> Check:
 
 def check_compactions() -> Check:
     """Sessions whose last compaction failed (recorded with the session, not only said on stderr)."""
-    from nanobot.session.working_state import SUFFIX, WorkingStateLog
+    from nanobot.stores import session_store
 
+    store: SessionAdmin = session_store(None)
     failed = []
-    folder = paths.sessions_dir()
-    for state_file in sorted(folder.glob(f"*.jsonl{SUFFIX}")) if folder.is_dir() else []:
-        session_file = state_file.with_name(state_file.name[: -len(SUFFIX)])
+    for session_file, working_state in store.working_states():
         try:
-            record = WorkingStateLog(session_file).read().failed
+            record = working_state.read().failed
         except NanobotError:
             continue
         if record is not None:

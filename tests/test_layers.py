@@ -490,11 +490,10 @@ def test_stores_are_built_in_one_place():
     ] == []
 
 
-def test_the_agent_side_writes_the_working_state_through_its_protocol():
-    # consolidation and /new ask SessionWriter.working_state_log (session/protocols.py)
-    direct = [
+def _uses_working_state_log(paths: list[Path]) -> list[str]:
+    return [
         f"{_where(path, node.lineno)} uses WorkingStateLog"
-        for path in sorted((PACKAGE / "agent").glob("*.py"))
+        for path in paths
         for node in ast.walk(_tree(path))
         if (isinstance(node, ast.Name) and node.id == "WorkingStateLog")
         or (
@@ -502,4 +501,18 @@ def test_the_agent_side_writes_the_working_state_through_its_protocol():
             and any(alias.name == "WorkingStateLog" for alias in node.names)
         )
     ]
-    assert direct == []
+
+
+def test_the_agent_side_writes_the_working_state_through_its_protocol():
+    # consolidation and /new ask SessionWriter.working_state_log (session/protocols.py)
+    assert _uses_working_state_log(sorted((PACKAGE / "agent").glob("*.py"))) == []
+
+
+def test_status_doctor_and_session_show_read_the_working_state_through_the_store():
+    # SessionAdmin.working_state_for / working_states / working_state_log, typed as WorkingStateReader
+    readers = [
+        PACKAGE / "doctor.py",
+        PACKAGE / "cli" / "setup.py",
+        PACKAGE / "cli" / "session_cmd.py",
+    ]
+    assert _uses_working_state_log(readers) == []

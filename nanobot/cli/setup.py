@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -15,6 +16,9 @@ from nanobot.cli.config_load import load as load_config
 from nanobot.config import ensure_config_file, mask_key, read_file, resolve_model
 from nanobot.errors import MissingKeyError, NanobotError, storage_error
 from nanobot.providers import registry
+
+if TYPE_CHECKING:
+    from nanobot.session.protocols import SessionAdmin
 
 
 def copy_templates(workspace: Path) -> list[Path]:
@@ -131,13 +135,11 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
     for label, text in budget_rows(snap):
         table.add_row(label if label != "warning" else "[yellow]warning[/yellow]", text)
     from nanobot.cli.status_view import working_state_rows
-    from nanobot.session.working_state import WorkingStateLog
     from nanobot.stores import session_store
 
     if exists:
-        for label, text in working_state_rows(
-            WorkingStateLog(session_store(None).path_for(session_key)).read()
-        ):
+        store: SessionAdmin = session_store(None)
+        for label, text in working_state_rows(store.working_state_for(session_key).read()):
             table.add_row(label if label != "warning" else "[yellow]warning[/yellow]", escape(text))
     table.add_row("sessions", str(paths.sessions_dir()))
     from nanobot.cli.status_view import exec_line

@@ -61,15 +61,21 @@ def budget_rows(snap: BudgetSnapshot) -> list[tuple[str, str]]:
 def working_state_rows(state: WorkingState) -> list[tuple[str, str]]:
     """(label, text) rows: the checkpoint in force, and a failed last compaction (both status screens)."""
     current = state.current
-    rows = [
-        (
-            "working",
+    archived = len(state.archived)
+    if current is not None:
+        text = (
             f"version {current.number}: {current.items} items, written {current.at} "
             f"(`nanobot session show` prints it)"
-            if current is not None
-            else "no checkpoint yet (the first compaction writes one)",
         )
-    ]
+    elif archived:
+        text = (
+            f"none in force: /new started this conversation afresh ({state.new_at}); "
+            f"{archived} earlier version{'s' if archived != 1 else ''} archived "
+            f"(`nanobot session show` lists them); the next compaction writes a new one"
+        )
+    else:
+        text = "no checkpoint yet (the first compaction writes one)"
+    rows = [("working", text)]
     failed = state.failed
     if failed is not None:
         rows.append(

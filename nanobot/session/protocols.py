@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from nanobot.messages import Message
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
     from nanobot.session.store import RepairReport, Session, SessionInfo
     from nanobot.session.working_state import Version, WorkingState
 
@@ -45,8 +48,8 @@ class WorkingStateWriter(Protocol):
 
 
 class WorkingStateReader(Protocol):
-    """One session's working-state log as `nanobot session show` reads it: every version, the one
-    in force, how the last compaction ended."""
+    """One session's working-state log as `nanobot session show`, `status` and `doctor` read it:
+    every version, the one in force, how the last compaction ended."""
 
     def read(self) -> WorkingState: ...
 
@@ -111,3 +114,11 @@ class SessionAdmin(Protocol):
         ...
 
     def working_state_log(self, session: Session, /) -> WorkingStateReader: ...
+
+    def working_state_for(self, key: str, /) -> WorkingStateReader:
+        """The working state of the session `key` (status), without loading the session."""
+        ...
+
+    def working_states(self) -> Sequence[tuple[Path, WorkingStateReader]]:
+        """Every session's working state with the session file it belongs to (doctor)."""
+        ...

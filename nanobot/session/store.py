@@ -53,7 +53,7 @@ from nanobot.session.index import (
 from nanobot.session.lines import DECISION_TYPE, META, classify, dumps, exact_loads, plain_int
 from nanobot.session.save_policy import as_sent
 from nanobot.session.validity import Fixes, make_valid, repair_messages
-from nanobot.session.working_state import WorkingStateLog
+from nanobot.session.working_state import SUFFIX, WorkingStateLog
 
 __all__ = [
     "Session",
@@ -503,6 +503,20 @@ class SessionStore:
     def working_state_log(self, session: Session) -> WorkingStateLog:
         """The session's working-state file, beside its session file (session/working_state.py)."""
         return WorkingStateLog(session.path)
+
+    def working_state_for(self, key: str) -> WorkingStateLog:
+        """The working-state file of the session `key`, without loading the session."""
+        return WorkingStateLog(self.path_for(key))
+
+    def working_states(self) -> list[tuple[Path, WorkingStateLog]]:
+        """Every working-state file in the folder, with the session file it belongs to (by name)."""
+        if not self.directory.is_dir():
+            return []
+        return [
+            (session_file, WorkingStateLog(session_file))
+            for state_file in sorted(self.directory.glob(f"*.jsonl{SUFFIX}"))
+            for session_file in [state_file.with_name(state_file.name[: -len(SUFFIX)])]
+        ]
 
     def repair(self, key: str) -> RepairReport:
         """Rewrite a damaged session cleanly; the original file is kept as `<file>.bak-<time>`."""

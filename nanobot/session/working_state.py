@@ -112,11 +112,17 @@ class WorkingState:
     versions: list[Version] = field(default_factory=list)
     current: Version | None = None  # None before the first compaction and after /new
     last_compaction: dict[str, Any] | None = None
+    new_at: str | None = None  # when the last /new archived the versions before it (None: never)
     damaged: list[bytes] = field(default_factory=list)
 
     @property
     def text(self) -> str:
         return self.current.text if self.current is not None else ""
+
+    @property
+    def archived(self) -> list[Version]:
+        """The versions a /new archived with their conversation (kept, no longer sent)."""
+        return [v for v in self.versions if v.closed]
 
     @property
     def failed(self) -> dict[str, Any] | None:
@@ -166,6 +172,7 @@ def _parse(data: bytes) -> WorkingState:
             state.last_compaction = record
         elif kind == "new":
             closed_upto = len(raw)
+            state.new_at = str(record.get("at", "")) or "?"
         elif kind is None:
             state.damaged.append(line)
         # another kind, from a newer version: kept on disk, ignored here

@@ -297,6 +297,34 @@ def test_new_archives_the_working_state_with_the_messages(nanobot_run, fake_llm,
     assert "archived by /new" in shown
 
 
+def test_status_after_new_says_the_session_started_afresh_and_the_versions_are_archived(
+    nanobot_run, fake_llm, configure
+):
+    configure()
+    fake_llm.summarise = True
+    fake_llm.responder = lambda req: Reply.text("sure")
+    for text in PLANTED_TURNS[:2]:
+        assert nanobot_run("agent", "-m", text).returncode == 0
+    assert "no checkpoint yet" in " ".join(nanobot_run("status").stdout.split())
+    assert nanobot_run("agent", "-m", "/compact").returncode == 0
+    assert "version 1:" in " ".join(nanobot_run("status").stdout.split())
+    assert nanobot_run("agent", "-m", "/new").returncode == 0
+    status = nanobot_run("status")
+    assert status.returncode == 0, status.stderr
+    said = " ".join(status.stdout.split())  # the table wraps long rows
+    assert "no checkpoint yet" not in said and "version 1:" not in said
+    assert "/new started this conversation afresh" in said
+    archived = WorkingStateLog(SessionStore().path_for("cli:direct")).read().versions
+    assert archived and all(v.closed for v in archived)  # /new's own compaction may add one
+    counted = f"{len(archived)} earlier version{'s' if len(archived) > 1 else ''} archived"
+    assert counted in said and "nanobot session show" in said
+    # the command it names does list them
+    shown = nanobot_run("session", "show", "cli:direct").stdout
+    assert shown.count("archived by /new") == len(archived)
+    # /status in the chat says the same
+    assert counted in " ".join(nanobot_run("agent", "-m", "/status").stdout.split())
+
+
 def test_a_failed_compaction_shows_in_status_and_doctor(nanobot_run, fake_llm, configure):
     configure(contextWindowTokens=8192)
     fake_llm.responder = lambda req: Reply.text(
