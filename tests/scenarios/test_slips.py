@@ -293,3 +293,85 @@ def test_a_fallback_with_a_smaller_window_is_sent_what_fits_it(
         assert r.estimated_tokens + r.body["max_tokens"] <= 8192
     assert "working within" not in result.stderr  # the primary's 32k window was not shrunk
     assert "000000 worker processed job 0 fine" in json.dumps(sent[-1].messages)  # the log's head
+
+
+def _serve_fallbacks(home: Path, servers: dict[str, object], fallbacks: list[dict]) -> None:
+    """The primary stays custom/test-model at 32k; each fake server in `servers` is a provider of its own."""
+    _set_config(
+        home,
+        agents={
+            "defaults": {
+                "model": "custom/test-model",
+                "provider": "custom",
+                "contextWindowTokens": 32_768,
+                "maxTokens": 4096,
+                "fallbackModels": fallbacks,
+            }
+        },
+        providers={
+            **json.loads((home / "config.json").read_text())["providers"],
+            **{
+                name: {"apiKey": f"sk-{name}-123456", "apiBase": server.openai_base_url}  # type: ignore[attr-defined]
+                for name, server in servers.items()
+            },
+        },
+    )
+
+
+def test_a_fallback_whose_window_cannot_hold_the_request_is_passed_over_for_the_next(
+    nanobot_run, fake_llm, configure, isolated_home
+):
+    """The primary keeps failing with 503s; the first fallback's window (1,024 tokens) cannot hold even the
+    system prompt and tool schemas; the second is large. The answer comes from the second, the first was
+    sent nothing, and the user is told why each was passed over."""
+    from nanobot.fakellm import FakeLLMServer
+
+    configure(contextWindowTokens=32_768, maxTokens=4096)
+    fake_llm.responder = lambda request: Reply.error(503)
+    with FakeLLMServer(context_window=1024) as tiny, FakeLLMServer() as large:
+        tiny.script(Reply.text("from the tiny model"))
+        large.script(Reply.text("from the large model"))
+        _serve_fallbacks(
+            isolated_home,
+            {"tiny": tiny, "large": large},
+            [
+                {"model": "tiny-model", "provider": "tiny", "contextWindowTokens": 1024},
+                {"model": "large-model", "provider": "large", "contextWindowTokens": 32_768},
+            ],
+        )
+        result = nanobot_run("agent", "-m", "hello", env={"NANOBOT_RETRY_BASE_DELAY": "0.01"})
+        to_tiny, to_large = tiny.requests, large.requests
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "from the large model"
+    assert to_tiny == []  # nothing over its window was sent to it (nothing at all)
+    assert len(to_large) == 1 and to_large[0].body["model"] == "large-model"
+    said = [ln for ln in result.stderr.splitlines() if "switching to fallback model" in ln]
+    assert len(said) == 2
+    assert "tiny-model failed (this request cannot fit the context window" in said[1]
+    assert "switching to fallback model large-model" in said[1]
+
+
+def test_when_no_fallback_can_take_the_request_the_error_names_each_model_tried(
+    nanobot_run, fake_llm, configure, isolated_home
+):
+    """The primary keeps failing with 503s and the only fallback's window is too small: the turn fails with
+    one error naming both models and why each failed; the fallback was sent nothing."""
+    from nanobot.fakellm import FakeLLMServer
+
+    configure(contextWindowTokens=32_768, maxTokens=4096)
+    fake_llm.responder = lambda request: Reply.error(503)
+    with FakeLLMServer(context_window=1024) as tiny:
+        tiny.script(Reply.text("from the tiny model"))
+        _serve_fallbacks(
+            isolated_home,
+            {"tiny": tiny},
+            [{"model": "tiny-model", "provider": "tiny", "contextWindowTokens": 1024}],
+        )
+        result = nanobot_run("agent", "-m", "hello", env={"NANOBOT_RETRY_BASE_DELAY": "0.01"})
+        to_tiny = tiny.requests
+    assert result.returncode != 0
+    assert "from the tiny model" not in result.stdout
+    assert to_tiny == []
+    assert "every model failed: custom/test-model (" in result.stderr
+    assert "HTTP 503" in result.stderr
+    assert "tiny-model (this request cannot fit the context window" in result.stderr
