@@ -106,6 +106,7 @@ class FallbackProvider(Provider):
             if index == 0:
                 self._primary_failures = 0
             response.served_by = response.served_by or candidate.label
+            response.fallback = index > 0
             return response
         if last_error is None:
             raise ProviderError("no model left to try: every fallback model is unusable")

@@ -1,7 +1,7 @@
 """Small slips noticed in use, each through the real `nanobot` command and the fake model server:
 `memory tidy` is metered and limited like a chat turn; `serve --once` with nothing due needs no key;
 the context budget's learned margin outlives the process; a fallback model's smaller window is
-respected."""
+respected (one too small is passed over) and its answers teach nothing of how the primary counts."""
 
 from __future__ import annotations
 
@@ -296,20 +296,13 @@ def test_a_fallback_with_a_smaller_window_is_sent_what_fits_it(
 
 
 def _serve_fallbacks(home: Path, servers: dict[str, object], fallbacks: list[dict]) -> None:
-    """The primary stays custom/test-model at 32k; each fake server in `servers` is a provider of its own."""
+    """`fallbacks` after the configured primary; each fake server in `servers` is a provider of its own."""
+    data = json.loads((home / "config.json").read_text())
     _set_config(
         home,
-        agents={
-            "defaults": {
-                "model": "custom/test-model",
-                "provider": "custom",
-                "contextWindowTokens": 32_768,
-                "maxTokens": 4096,
-                "fallbackModels": fallbacks,
-            }
-        },
+        agents={"defaults": {**data["agents"]["defaults"], "fallbackModels": fallbacks}},
         providers={
-            **json.loads((home / "config.json").read_text())["providers"],
+            **data["providers"],
             **{
                 name: {"apiKey": f"sk-{name}-123456", "apiBase": server.openai_base_url}  # type: ignore[attr-defined]
                 for name, server in servers.items()
@@ -375,3 +368,55 @@ def test_when_no_fallback_can_take_the_request_the_error_names_each_model_tried(
     assert "every model failed: custom/test-model (" in result.stderr
     assert "HTTP 503" in result.stderr
     assert "tiny-model (this request cannot fit the context window" in result.stderr
+
+
+def test_an_answer_from_a_fallback_does_not_change_how_the_primary_is_counted(
+    nanobot_run, fake_llm, configure, isolated_home
+):
+    """The fallback's provider counts three times what nanobot estimates; a turn it serves must not teach
+    the primary that ratio: calibration.json's entry for the primary stays as it was, and the primary's
+    next request gets the same reply room as before the fallback answered."""
+    from nanobot.calibration_file import calibration_path
+    from nanobot.fakellm import FakeLLMServer
+    from nanobot.fakellm.rules import count_prompt_tokens
+    from nanobot.tokens import load_offline_encoding
+
+    encode, reason = load_offline_encoding()
+    assert encode is not None, reason
+    configure(contextWindowTokens=16_384, maxTokens=4096)
+    env = {"NANOBOT_RETRY_BASE_DELAY": "0.01"}
+    # large enough that nanobot counts it (a request that surely fits is not counted, nothing learned)
+    big = "please summarise: " + " ".join(f"line {i} of the log says ok" for i in range(600))
+
+    def entry() -> object:
+        path = calibration_path()
+        return json.loads(path.read_text()).get("custom/test-model") if path.exists() else None
+
+    with FakeLLMServer() as other:
+        other.prompt_counter = lambda prompt: 3 * count_prompt_tokens(prompt, encode)
+        other.script(Reply.text("from the fallback"))
+        _serve_fallbacks(
+            isolated_home, {"other": other}, [{"model": "other-model", "provider": "other"}]
+        )
+        fake_llm.script(Reply.text("from the primary"))  # counted as the fake server counts
+        first = nanobot_run("agent", "-s", "cli:one", "-m", big, env=env)
+        assert first.returncode == 0, first.stderr
+        before = entry()
+        fake_llm.responder = lambda request: Reply.error(503)
+        served = nanobot_run("agent", "-s", "cli:two", "-m", big, env=env)
+        fake_llm.responder = None
+        assert served.stdout.strip() == "from the fallback", served.stderr
+        assert other.requests[0].reply is not None
+        after = entry()
+        fake_llm.script(Reply.text("from the primary again"))
+        again = nanobot_run("agent", "-s", "cli:three", "-m", big, env=env)
+        assert again.stdout.strip() == "from the primary again", again.stderr
+    assert before is not None and after == before  # what was learned of the primary stays
+    sent = fake_llm.requests
+    assert len(sent) == 6  # run one, four tries in run two, run three
+    # the same request in a fresh session is sent the same (the fallback's ratio of 3 would have had
+    # nanobot cut the message to fit, saving it whole in the inbox, and lower the reply room)
+    # (within a few tokens: the system prompt names the session and the time)
+    assert abs(sent[-1].estimated_tokens - sent[0].estimated_tokens) <= 16
+    assert sent[-1].body["max_tokens"] == sent[0].body["max_tokens"] == 4096
+    assert "too large for the context window" not in again.stderr
