@@ -39,6 +39,8 @@ class Candidate:
 
 
 def _reason(error: NanobotError) -> str:
+    if isinstance(error, RequestTooLarge):  # its own message is a paragraph of figures
+        return "its own context window cannot hold this request even cut, so it was not sent"
     return str(error.message).splitlines()[0][:160]
 
 
@@ -149,7 +151,12 @@ def _exhausted(tried: list[str], last: NanobotError) -> NanobotError:
             retryable=last.retryable,
             retry_after=last.retry_after,
         )
-    return RequestTooLarge(message, hint=last.hint)
+    return RequestTooLarge(
+        message,
+        hint="A fallback's window is its own contextWindowTokens (in agents.defaults.fallbackModels "
+        "or its modelPresets entry): raise it if the model allows, or add a fallback with a larger "
+        "window; or try again when the models before it answer.",
+    )
 
 
 class _Relay:

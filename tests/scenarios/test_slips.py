@@ -340,7 +340,7 @@ def test_a_fallback_whose_window_cannot_hold_the_request_is_passed_over_for_the_
     assert len(to_large) == 1 and to_large[0].body["model"] == "large-model"
     said = [ln for ln in result.stderr.splitlines() if "switching to fallback model" in ln]
     assert len(said) == 2
-    assert "tiny-model failed (this request cannot fit the context window" in said[1]
+    assert "tiny-model failed (its own context window cannot hold this request" in said[1]
     assert "switching to fallback model large-model" in said[1]
 
 
@@ -367,7 +367,10 @@ def test_when_no_fallback_can_take_the_request_the_error_names_each_model_tried(
     assert to_tiny == []
     assert "every model failed: custom/test-model (" in result.stderr
     assert "HTTP 503" in result.stderr
-    assert "tiny-model (this request cannot fit the context window" in result.stderr
+    assert "tiny-model (its own context window cannot hold this request" in result.stderr
+    assert (
+        "its own contextWindowTokens (in agents.defaults.fallbackModels" in result.stderr
+    )  # the fix
 
 
 def test_an_answer_from_a_fallback_does_not_change_how_the_primary_is_counted(
