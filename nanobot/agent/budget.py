@@ -378,9 +378,12 @@ class ContextBudget:
 
     # -- learning from the provider ---------------------------------------------------------
 
-    def observe(self, estimate: int, reported: int | None) -> None:
-        """The provider counted `reported` prompt tokens for a request we estimated at `estimate` (raw)."""
-        if estimate:
+    def observe(self, estimate: int, reported: int | None, *, fallback: bool = False) -> None:
+        """The provider counted `reported` prompt tokens for a request we estimated at `estimate` (raw).
+
+        Not learned when a `fallback` model answered (LLMResponse.fallback): its tokenizer says
+        nothing of how this budget's model counts, and the calibration is that model's alone."""
+        if estimate and not fallback:
             self.calibration.observe(estimate, reported)
 
     def shrink(self, reported_window: int | None, *, recounted: bool = False) -> str | None:

@@ -667,7 +667,9 @@ class Consolidator:
             ) from None
         # its counts teach the budget too (the request was counted when it was fitted: cached)
         self.budget.observe(
-            self.budget.raw_tokens(request, [SAVE_MEMORY_TOOL]), response.usage.prompt_tokens
+            self.budget.raw_tokens(request, [SAVE_MEMORY_TOOL]),
+            response.usage.prompt_tokens,
+            fallback=response.fallback,
         )
         return response
 

@@ -340,7 +340,9 @@ class _Run:
                     continue
                 self.stop(StopReason.ERROR, error=str(budget.overflow_error(exc, sent)))
                 return None
-            budget.observe(fitted.estimate, response.usage.prompt_tokens)
+            budget.observe(
+                fitted.estimate, response.usage.prompt_tokens, fallback=response.fallback
+            )
             return self._received(response, fitted.max_tokens)
 
     def _received(self, response: LLMResponse, max_tokens: int) -> LLMResponse | None:

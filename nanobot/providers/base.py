@@ -89,6 +89,7 @@ class LLMResponse:
     served_by: str = (
         ""  # provider/model that answered, set where a fallback chain chose it (for the ledger)
     )
+    fallback: bool = False  # a fallback model answered, not the one the context budget counts for
     # the max_tokens the request went out with where the window's last check lowered it (the
     # context was nearly full), so a "reply limit" notice names the limit that applied
     reply_limit: int | None = None

@@ -1,7 +1,7 @@
 """Small slips noticed in use, each through the real `nanobot` command and the fake model server:
 `memory tidy` is metered and limited like a chat turn; `serve --once` with nothing due needs no key;
 the context budget's learned margin outlives the process; a fallback model's smaller window is
-respected."""
+respected (one too small is passed over) and its answers teach nothing of how the primary counts."""
 
 from __future__ import annotations
 
@@ -293,3 +293,133 @@ def test_a_fallback_with_a_smaller_window_is_sent_what_fits_it(
         assert r.estimated_tokens + r.body["max_tokens"] <= 8192
     assert "working within" not in result.stderr  # the primary's 32k window was not shrunk
     assert "000000 worker processed job 0 fine" in json.dumps(sent[-1].messages)  # the log's head
+
+
+def _serve_fallbacks(home: Path, servers: dict[str, object], fallbacks: list[dict]) -> None:
+    """`fallbacks` after the configured primary; each fake server in `servers` is a provider of its own."""
+    data = json.loads((home / "config.json").read_text())
+    _set_config(
+        home,
+        agents={"defaults": {**data["agents"]["defaults"], "fallbackModels": fallbacks}},
+        providers={
+            **data["providers"],
+            **{
+                name: {"apiKey": f"sk-{name}-123456", "apiBase": server.openai_base_url}  # type: ignore[attr-defined]
+                for name, server in servers.items()
+            },
+        },
+    )
+
+
+def test_a_fallback_whose_window_cannot_hold_the_request_is_passed_over_for_the_next(
+    nanobot_run, fake_llm, configure, isolated_home
+):
+    """The primary keeps failing with 503s; the first fallback's window (1,024 tokens) cannot hold even the
+    system prompt and tool schemas; the second is large. The answer comes from the second, the first was
+    sent nothing, and the user is told why each was passed over."""
+    from nanobot.fakellm import FakeLLMServer
+
+    configure(contextWindowTokens=32_768, maxTokens=4096)
+    fake_llm.responder = lambda request: Reply.error(503)
+    with FakeLLMServer(context_window=1024) as tiny, FakeLLMServer() as large:
+        tiny.script(Reply.text("from the tiny model"))
+        large.script(Reply.text("from the large model"))
+        _serve_fallbacks(
+            isolated_home,
+            {"tiny": tiny, "large": large},
+            [
+                {"model": "tiny-model", "provider": "tiny", "contextWindowTokens": 1024},
+                {"model": "large-model", "provider": "large", "contextWindowTokens": 32_768},
+            ],
+        )
+        result = nanobot_run("agent", "-m", "hello", env={"NANOBOT_RETRY_BASE_DELAY": "0.01"})
+        to_tiny, to_large = tiny.requests, large.requests
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "from the large model"
+    assert to_tiny == []  # nothing over its window was sent to it (nothing at all)
+    assert len(to_large) == 1 and to_large[0].body["model"] == "large-model"
+    said = [ln for ln in result.stderr.splitlines() if "switching to fallback model" in ln]
+    assert len(said) == 2
+    assert "tiny-model failed (its own context window cannot hold this request" in said[1]
+    assert "switching to fallback model large-model" in said[1]
+
+
+def test_when_no_fallback_can_take_the_request_the_error_names_each_model_tried(
+    nanobot_run, fake_llm, configure, isolated_home
+):
+    """The primary keeps failing with 503s and the only fallback's window is too small: the turn fails with
+    one error naming both models and why each failed; the fallback was sent nothing."""
+    from nanobot.fakellm import FakeLLMServer
+
+    configure(contextWindowTokens=32_768, maxTokens=4096)
+    fake_llm.responder = lambda request: Reply.error(503)
+    with FakeLLMServer(context_window=1024) as tiny:
+        tiny.script(Reply.text("from the tiny model"))
+        _serve_fallbacks(
+            isolated_home,
+            {"tiny": tiny},
+            [{"model": "tiny-model", "provider": "tiny", "contextWindowTokens": 1024}],
+        )
+        result = nanobot_run("agent", "-m", "hello", env={"NANOBOT_RETRY_BASE_DELAY": "0.01"})
+        to_tiny = tiny.requests
+    assert result.returncode != 0
+    assert "from the tiny model" not in result.stdout
+    assert to_tiny == []
+    assert "every model failed: custom/test-model (" in result.stderr
+    assert "HTTP 503" in result.stderr
+    assert "tiny-model (its own context window cannot hold this request" in result.stderr
+    assert (
+        "its own contextWindowTokens (in agents.defaults.fallbackModels" in result.stderr
+    )  # the fix
+
+
+def test_an_answer_from_a_fallback_does_not_change_how_the_primary_is_counted(
+    nanobot_run, fake_llm, configure, isolated_home
+):
+    """The fallback's provider counts three times what nanobot estimates; a turn it serves must not teach
+    the primary that ratio: calibration.json's entry for the primary stays as it was, and the primary's
+    next request gets the same reply room as before the fallback answered."""
+    from nanobot.calibration_file import calibration_path
+    from nanobot.fakellm import FakeLLMServer
+    from nanobot.fakellm.rules import count_prompt_tokens
+    from nanobot.tokens import load_offline_encoding
+
+    encode, reason = load_offline_encoding()
+    assert encode is not None, reason
+    configure(contextWindowTokens=16_384, maxTokens=4096)
+    env = {"NANOBOT_RETRY_BASE_DELAY": "0.01"}
+    # large enough that nanobot counts it (a request that surely fits is not counted, nothing learned)
+    big = "please summarise: " + " ".join(f"line {i} of the log says ok" for i in range(600))
+
+    def entry() -> object:
+        path = calibration_path()
+        return json.loads(path.read_text()).get("custom/test-model") if path.exists() else None
+
+    with FakeLLMServer() as other:
+        other.prompt_counter = lambda prompt: 3 * count_prompt_tokens(prompt, encode)
+        other.script(Reply.text("from the fallback"))
+        _serve_fallbacks(
+            isolated_home, {"other": other}, [{"model": "other-model", "provider": "other"}]
+        )
+        fake_llm.script(Reply.text("from the primary"))  # counted as the fake server counts
+        first = nanobot_run("agent", "-s", "cli:one", "-m", big, env=env)
+        assert first.returncode == 0, first.stderr
+        before = entry()
+        fake_llm.responder = lambda request: Reply.error(503)
+        served = nanobot_run("agent", "-s", "cli:two", "-m", big, env=env)
+        fake_llm.responder = None
+        assert served.stdout.strip() == "from the fallback", served.stderr
+        assert other.requests[0].reply is not None
+        after = entry()
+        fake_llm.script(Reply.text("from the primary again"))
+        again = nanobot_run("agent", "-s", "cli:three", "-m", big, env=env)
+        assert again.stdout.strip() == "from the primary again", again.stderr
+    assert before is not None and after == before  # what was learned of the primary stays
+    sent = fake_llm.requests
+    assert len(sent) == 6  # run one, four tries in run two, run three
+    # the same request in a fresh session is sent the same (the fallback's ratio of 3 would have had
+    # nanobot cut the message to fit, saving it whole in the inbox, and lower the reply room)
+    # (within a few tokens: the system prompt names the session and the time)
+    assert abs(sent[-1].estimated_tokens - sent[0].estimated_tokens) <= 16
+    assert sent[-1].body["max_tokens"] == sent[0].body["max_tokens"] == 4096
+    assert "too large for the context window" not in again.stderr
