@@ -217,8 +217,11 @@ def demo(
 
     message = message_or_stdin(
         message,
-        empty="stdin is not a terminal and had no message; the demo chat is interactive",
-        hint='Run `nanobot demo` in a terminal, or pipe a message in: echo "hello" | nanobot demo',
+        empty="stdin is not a terminal and had no message, so the demo shows one scripted turn "
+        '("list my files") instead of the chat',
+        hint='Run `nanobot demo` in a terminal for the chat, or pipe a message in: echo "hello" '
+        "| nanobot demo",
+        instead="list my files",
     )
     raise typer.Exit(run_demo(message=message, markdown=not no_markdown))
 

@@ -39,14 +39,20 @@ def from_stdin() -> str:
         return data.decode("utf-8", errors="replace")
 
 
-def message_or_stdin(message: str | None, *, empty: str, hint: str) -> str | None:
+def message_or_stdin(
+    message: str | None, *, empty: str, hint: str, instead: str | None = None
+) -> str | None:
     """The message given with -m, else piped stdin's text when stdin is not a terminal (None: a
-    terminal, so the chat runs). An empty or closed stdin is a UsageError saying `empty`, `hint`."""
+    terminal, so the chat runs). An empty or closed stdin is a UsageError saying `empty`, `hint`;
+    with `instead`, it is that message, after a note on stderr saying `empty` and `hint`."""
     if message is not None:
         return from_argv(message)
     if sys.stdin is None or not sys.stdin.isatty():
         text = from_stdin() if sys.stdin is not None else ""
         if not text.strip():
+            if instead is not None:
+                print_warning(f"{empty}. {hint}")
+                return instead
             from nanobot.errors import UsageError
 
             raise UsageError(empty, hint=hint)

@@ -1,5 +1,6 @@
 """`nanobot demo` with a stdin that is not a terminal: piped text is the message (as for `agent`),
-an empty or closed stdin says how to run the demo, and the throwaway home is always removed."""
+an empty or closed stdin shows one scripted turn and says how to chat, and the throwaway home is
+always removed."""
 
 from __future__ import annotations
 
@@ -44,16 +45,18 @@ def test_piped_list_my_files_runs_the_tool(nanobot_run, isolated_home, temp_root
     assert list(temp_root.iterdir()) == []
 
 
-def test_empty_stdin_says_the_demo_is_interactive_and_how_to_run_it(
+def test_empty_stdin_shows_one_scripted_turn_and_says_how_to_chat(
     nanobot_run, isolated_home, temp_root
 ):
-    demo = nanobot_run("demo", input="  \n")
-    assert demo.returncode == 2
-    assert demo.stdout == ""  # no chat ran: no "bye"
-    assert "the demo chat is interactive" in demo.stderr
-    assert "in a terminal" in demo.stderr and 'echo "hello" | nanobot demo' in demo.stderr
+    demo = nanobot_run("demo", "--no-markdown", input="  \n")
+    assert demo.returncode == 0, demo.stderr
+    assert "AGENTS.md" in demo.stdout and "list_dir" in demo.stderr  # the tool ran for real
+    assert "bye" not in demo.stdout  # no chat ran
+    assert "shows one scripted turn" in demo.stderr
+    assert "in a terminal for the chat" in demo.stderr
+    assert 'echo "hello" | nanobot demo' in demo.stderr
     assert NOT_A_TERMINAL not in demo.stderr
-    assert list(temp_root.iterdir()) == []  # no home was made
+    assert list(temp_root.iterdir()) == []  # its home was removed
 
 
 @pytest.mark.parametrize("stdin", ["devnull", "closed"])
@@ -71,8 +74,8 @@ def test_dev_null_or_closed_stdin_in_a_real_process(nanobot_cmd, isolated_home, 
         timeout=60,
         env={**os.environ, "TMPDIR": str(root)},
     )
-    assert done.returncode == 2, done.stderr
+    assert done.returncode == 0, done.stderr
     assert NOT_A_TERMINAL not in done.stderr + done.stdout
     assert "bye" not in done.stdout and "Traceback" not in done.stderr
-    assert "the demo chat is interactive" in done.stderr
-    assert list(root.iterdir()) == []
+    assert "shows one scripted turn" in done.stderr and "AGENTS.md" in done.stdout
+    assert list(root.iterdir()) == []  # the demo's home was removed
