@@ -45,6 +45,7 @@ def _write_config(home: Path, api_base: str) -> Path:
 def run_demo(*, message: str | None, markdown: bool) -> int:
     """The chat (or one message with `message`) on the scripted server, in a throwaway home."""
     from nanobot.cli.chat import run_agent
+    from nanobot.cli.errors import say
     from nanobot.cli.setup import copy_templates
     from nanobot.fakellm import FakeLLMServer
     from nanobot.fakellm.demo import LABEL, demo_reply
@@ -59,11 +60,11 @@ def run_demo(*, message: str | None, markdown: bool) -> int:
             copy_templates(
                 home / "workspace"
             )  # what `nanobot onboard` gives: something for list_dir to show
-            stderr_console().print(
+            say(  # one of nanobot's own lines: wrapped at words on a terminal, whole when piped
+                stderr_console(),
                 f"[bold yellow]{LABEL}[/bold yellow]: answers come from nanobot's bundled fake LLM "
                 f"on {server.openai_base_url}, not from a model; no API key, nothing leaves this "
                 f"machine. Home for this demo: {home} (removed at the end).",
-                soft_wrap=False,
             )
             os.environ["NANOBOT_HOME"] = str(
                 home

@@ -31,6 +31,8 @@ def test_piped_text_is_the_demo_message_and_the_home_is_removed(
     assert demo.returncode == 0, demo.stderr
     assert "(scripted demo)" in demo.stdout and '"hello there"' in demo.stdout
     assert NOT_A_TERMINAL not in demo.stderr + demo.stdout
+    banner = [line for line in demo.stderr.splitlines() if "scripted demo:" in line]
+    assert len(banner) == 1 and "(removed at the end)" in banner[0]  # piped: one whole line
     named = re.search(r"Home for this demo:\s+(\S+)", demo.stderr)
     assert named is not None, demo.stderr
     assert Path(named.group(1)).parent == temp_root
