@@ -2,6 +2,7 @@
 
     python scripts/suite_cpu.py                      # the whole suite, -n 2
     python scripts/suite_cpu.py -- tests/agent -n 0  # any pytest arguments after --
+    python scripts/suite_cpu.py --save rows.jsonl -- -q  # also keep each test's row
 
 Runs pytest inside a cpuacct cgroup of its own (cgroup v1, as root); each pytest process (the
 xdist controller, each worker) then moves into a child cgroup, so the CPU of everything a test
@@ -71,7 +72,7 @@ try:
             return
         before = _usage(_mine)
         yield
-        _record({"test": item.nodeid, "cpu": _usage(_mine) - before})
+        _record({"test": item.nodeid, "cpu": _usage(_mine) - before, "pid": str(os.getpid())})
 except ImportError:  # run as a script outside the test venv: the plugin part is not needed
     pass
 
@@ -101,7 +102,7 @@ def _remove(cgroup: Path) -> None:
             pass
 
 
-def main(pytest_args: list[str]) -> int:
+def main(pytest_args: list[str], save: str | None = None) -> int:
     root = _own_cgroup() / f"suite-{os.getpid()}"
     _join(root)
     with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as out:
@@ -135,6 +136,17 @@ def main(pytest_args: list[str]) -> int:
     print("slowest tests (CPU-s):")
     for row in sorted(rows, key=lambda r: -r["cpu"])[:30]:
         print(f"  {row['cpu']:6.2f}  {row['test']}")
+    inside = collections.Counter[str]()
+    for row in rows:
+        inside[row.get("pid", "")] += row["cpu"]
+    print("per pytest process (CPU-s in all, of which inside its tests):")
+    for cgroup in sorted(root.rglob("pytest-*"), key=lambda c: len(c.parts)):
+        pid = cgroup.name.removeprefix("pytest-")
+        nested = sum(_usage(c) for c in cgroup.glob("pytest-*"))  # a worker's, in the controller's
+        print(f"  {cgroup.name:16} {_usage(cgroup) - nested:8.1f} {inside[pid]:8.1f}")
+    if save:
+        Path(save).write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        print(f"each test's row: {save}")
     _join(root.parent)
     _remove(root)
     try:
@@ -146,4 +158,6 @@ def main(pytest_args: list[str]) -> int:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    sys.exit(main(args[args.index("--") + 1 :] if "--" in args else ["-q", "-n", "2"]))
+    mine = args[: args.index("--")] if "--" in args else args
+    save = mine[mine.index("--save") + 1] if "--save" in mine else None
+    sys.exit(main(args[args.index("--") + 1 :] if "--" in args else ["-q", "-n", "2"], save))

@@ -122,6 +122,8 @@ def main() -> None:
     if what == "interrupt":
         raise KeyboardInterrupt
     if what == "sleep":
+        # a suite started under nohup hands its children SIGHUP ignored; the tests want the hangup
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
         print("sleeping", flush=True)
         time.sleep(60)
     if what == "count":
