@@ -16,6 +16,22 @@ from nanobot.sandbox import choose
 from host_procs import host_pids
 
 MECHANISMS = ["bwrap", "landlock"]
+# What a default config picks here ("auto"): the everyday suite proves each guarantee under it, and
+# the thorough tier (tests/conftest.py) under the other mechanism too.
+AUTO_MECHANISM = choose("auto").mechanism
+
+
+def by_mechanism(values: list) -> list:
+    """One pytest param per value (a mechanism, "landlock-no-mounts", or a tuple that starts with
+    one): the mechanism a default config picks here plain, any other marked thorough."""
+
+    def mechanism(value: object) -> str:
+        return str(value[0] if isinstance(value, tuple) else value).split("-")[0]
+
+    return [
+        pytest.param(v, marks=() if mechanism(v) == AUTO_MECHANISM else pytest.mark.thorough)
+        for v in values
+    ]
 
 
 def confinement_or_skip(mechanism: str):

@@ -11,6 +11,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings as hypothesis_settings
@@ -170,7 +171,42 @@ def nanobot_forkserver():
     return forkserver.shared()  # closed when the session finishes
 
 
+# The thorough tier: cases that repeat a proof the everyday suite already makes, under another
+# sandbox mechanism or policy named outright (the everyday run makes it under the one `auto` picks on
+# this machine), or in more trials. They carry `pytest.mark.thorough`, and the one
+# rule for them is here: the whole suite (`python -m pytest`, no paths) leaves them out; `--thorough`
+# adds them, `-m thorough` runs them alone (CI runs both passes), and a file, folder or test named on
+# the command line runs all its cases. docs/dev/testing.md lists what each mark leaves to the tier.
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--thorough",
+        action="store_true",
+        help="with the whole suite, also run the cases marked thorough (CI runs them)",
+    )
+
+
+def _everyday_only(config: pytest.Config) -> bool:
+    """True on a whole-suite run that leaves the thorough cases out (its workers are told so)."""
+    if hasattr(config, "workerinput"):
+        return bool(config.workerinput.get("everyday_only"))
+    return (
+        _whole_suite(config)
+        and not config.getoption("thorough")
+        and not config.getoption("markexpr", "")
+    )
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    node.workerinput["everyday_only"] = _everyday_only(node.config)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "thorough: repeats an everyday proof under another mechanism or policy, or in more trials;"
+        " left out of the whole-suite run unless --thorough (see tests/conftest.py)",
+    )
     if (
         hasattr(config, "workerinput")
         or not getattr(config.option, "numprocesses", None)
@@ -275,7 +311,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 LONG_TESTS = {
     "security/test_benign_exec.py::test_benign_corpus_runs_under_the_default_policy[bwrap]": 12.0,
     "security/test_benign_exec.py::test_benign_corpus_runs_under_the_default_policy[landlock]": 12.0,
-    "security/test_benign_exec.py::test_benign_corpus_runs_under_the_default_policy[auto]": 1.0,
+    "security/test_benign_exec.py::test_benign_corpus_runs_under_the_default_policy[auto]": 12.0,
     "security/test_hostile_exec.py::test_hostile_corpus_leaves_no_side_effect": 26.0,
     "agent/test_working_state_crash.py::test_sigkill_during_consolidation_loses_no_checkpoint_version": 13.0,
     "session/test_crash_durability.py::test_sigkill_at_random_moments_loses_no_acknowledged_turn": 11.5,
@@ -326,6 +362,11 @@ def pytest_collection_modifyitems(
             ),
             stacklevel=1,
         )
+    if _everyday_only(config):
+        thorough = [item for item in items if item.get_closest_marker("thorough")]
+        if thorough:
+            config.hook.pytest_deselected(items=thorough)
+            items[:] = [item for item in items if not item.get_closest_marker("thorough")]
     units: dict[str, list[pytest.Item]] = {}  # a test function's cases: one unit on xdist (above)
     for item in items:
         units.setdefault(names[item.nodeid][1], []).append(item)

@@ -21,6 +21,8 @@ from nanobot.tools.base import ToolContext
 from nanobot.tools.exec_rules import ExecRules
 from nanobot.tools.shell import ExecTool
 
+from canaries import by_mechanism
+
 SECRET_FILES = ["/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-"]
 
 
@@ -113,7 +115,7 @@ class SaysNo:
 
 
 @pytest.mark.parametrize("who", ["chat-n", "one-shot"])
-@pytest.mark.parametrize("mechanism", ["bwrap", "landlock"])
+@pytest.mark.parametrize("mechanism", by_mechanism(["bwrap", "landlock"]))
 def test_a_working_dir_outside_the_workspace_needs_the_user(
     configure, fake_llm, isolated_home, mechanism, who
 ):

@@ -18,7 +18,7 @@ from nanobot.config import load_config
 from nanobot.fakellm import Reply
 from nanobot.tools.approval import Decision
 
-from canaries import MECHANISMS, confinement_or_skip, snapshot
+from canaries import MECHANISMS, by_mechanism, confinement_or_skip, snapshot
 
 ALLOW = ["^git status", "^find ", "^env "]
 URL = "http://127.0.0.1:{port}"
@@ -82,7 +82,7 @@ def setup(configure, fake_llm, isolated_home, canary_tcp, tmp_path):
 
 
 @pytest.mark.parametrize("who", ["chat-n", "one-shot"])
-@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("mechanism", by_mechanism(MECHANISMS))
 def test_allow_rules_cover_only_lines_whose_every_command_matches(setup, mechanism, who):
     confinement_or_skip(mechanism)
     make, fake, canary, outside, ws = setup
@@ -109,7 +109,7 @@ def test_allow_rules_cover_only_lines_whose_every_command_matches(setup, mechani
         assert len(ask.asked) >= len(SMUGGLED)
 
 
-@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("mechanism", by_mechanism(MECHANISMS))
 def test_a_line_the_allow_rules_cover_gets_the_network_they_grant(
     setup, mechanism, loopback_egress
 ):

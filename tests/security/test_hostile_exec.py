@@ -277,10 +277,15 @@ def _configure_exec(cfg_path: Path, mechanism: str, variant: str) -> None:
 # gives it (network off, not restricted), so the mechanisms' part of it is proved by "no-network" under
 # each; what is its own, the refusal of the asked network, happens before a mechanism is involved and
 # runs once, under the one a default config picks ("auto"). "restricted" shows less of the disk: a
-# different policy in each mechanism's terms, so under both.
+# different policy in each mechanism's terms, so under both. The everyday suite runs the default;
+# the others are the thorough tier's (tests/conftest.py).
 POLICIES = [
     ("auto", "default"),
-    *((m, v) for m in MECHANISMS for v in ("restricted", "no-network")),
+    *(
+        pytest.param(m, v, marks=pytest.mark.thorough)
+        for m in MECHANISMS
+        for v in ("restricted", "no-network")
+    ),
 ]
 
 

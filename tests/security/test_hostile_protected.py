@@ -15,7 +15,7 @@ import subprocess
 import pytest
 from nanobot.tools.approval import Decision
 
-from canaries import confinement_or_skip
+from canaries import by_mechanism, confinement_or_skip
 from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/hostile_env.py)
 
 PROMPTS = {
@@ -44,7 +44,7 @@ class No:
 DEFAULT_CONFIG_ONLY = pytest.mark.parametrize("hostile", ["default"], indirect=True)
 
 
-@pytest.fixture(params=["bwrap", "landlock", "landlock-no-mounts"])
+@pytest.fixture(params=by_mechanism(["bwrap", "landlock", "landlock-no-mounts"]))
 def mechanism(request, hostile, monkeypatch):
     """bwrap; Landlock with its mount namespace (read-only binds); Landlock where no mount namespace
     may be made (an ordinary user without user namespaces): only the after-command check holds there."""

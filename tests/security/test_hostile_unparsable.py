@@ -12,7 +12,7 @@ from nanobot.fakellm import Reply
 from nanobot.sandbox import choose
 from test_hostile_protected import No
 
-from canaries import confinement_or_skip
+from canaries import by_mechanism, confinement_or_skip
 from cli_runner import run_cli
 from hostile_env import hostile, yes  # noqa: F401  (fixtures, tests/hostile_env.py)
 
@@ -25,7 +25,7 @@ def _exec_config(hostile, **exec_cfg) -> None:
     hostile.config.write_text(json.dumps(data))
 
 
-@pytest.mark.parametrize("mechanism", ["bwrap", "landlock"])
+@pytest.mark.parametrize("mechanism", by_mechanism(["bwrap", "landlock"]))
 def test_one_shot_refuses_an_unreadable_line_naming_the_flag_and_the_flag_allows_it(
     hostile, mechanism
 ):

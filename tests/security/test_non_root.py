@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from canaries import MECHANISMS, host_pids, kill_marked, snapshot
+from canaries import MECHANISMS, by_mechanism, host_pids, kill_marked, snapshot
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
@@ -74,7 +74,7 @@ def nobody_root():
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("mechanism", by_mechanism(MECHANISMS))
 def test_an_unprivileged_user_is_confined_too(nobody_root, mechanism, canary_tcp):
     why = _usable()
     if why:
@@ -171,7 +171,7 @@ EGRESS_PROBE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("mechanism", MECHANISMS)
+@pytest.mark.parametrize("mechanism", by_mechanism(MECHANISMS))
 def test_an_unprivileged_users_command_reaches_only_what_the_egress_proxy_allows(
     nobody_root, mechanism, canary_tcp
 ):

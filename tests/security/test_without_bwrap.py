@@ -61,6 +61,7 @@ def test_status_names_the_mechanism_and_says_when_there_is_none(
     assert 'NOT confined (tools.exec.confinement is "none")' in " ".join(out.split())
 
 
+@pytest.mark.thorough  # the exec tests again, under the mechanism auto picks without bwrap
 @pytest.mark.skipif(os.environ.get("NANOBOT_INNER_RUN") == "1", reason="already the inner run")
 def test_exec_tests_pass_with_bwrap_hidden_and_skip_its_cases(path_without_bwrap):
     env = {**os.environ, "PATH": path_without_bwrap, "NANOBOT_INNER_RUN": "1"}

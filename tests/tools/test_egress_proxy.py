@@ -37,12 +37,13 @@ from nanobot.tools.shell import ExecTool
 from nanobot.tools.web import WebFetchTool
 from test_web_fetch import SITE_HOST, serve  # noqa: F401  (fixture)
 
-MECHANISMS = ["bwrap", "landlock"]
+from canaries import MECHANISMS, by_mechanism
+
 PAGE = b"<html><body><p>the allowed page</p></body></html>"
 
 
 @pytest.fixture(
-    params=[(m, how) for m in MECHANISMS for how in ("namespace", "port")],
+    params=by_mechanism([(m, how) for m in MECHANISMS for how in ("namespace", "port")]),
     ids=lambda p: f"{p[0]}-{p[1]}",
 )
 def confinement(request, monkeypatch):
