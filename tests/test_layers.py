@@ -509,10 +509,12 @@ def test_the_agent_side_writes_the_working_state_through_its_protocol():
 
 
 def test_status_doctor_and_session_show_read_the_working_state_through_the_store():
-    # SessionAdmin.working_state_for / working_states / working_state_log, typed as WorkingStateReader
+    # SessionAdmin.working_state_for / working_states / working_state_log, and the chat's /status
+    # through SessionStoreLike.working_state_for, each typed as WorkingStateReader
     readers = [
         PACKAGE / "doctor.py",
         PACKAGE / "cli" / "setup.py",
         PACKAGE / "cli" / "session_cmd.py",
+        PACKAGE / "cli" / "status_view.py",
     ]
     assert _uses_working_state_log(readers) == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nanobot.agent.budget import BudgetSnapshot
 from nanobot.messages import NOTE_KEY
-from nanobot.session.working_state import WorkingState, WorkingStateLog
+from nanobot.session.working_state import WorkingState
 
 
 def exec_line(cfg) -> str:
@@ -108,7 +108,9 @@ def status_lines(assistant) -> list[str]:
         *_last_consolidation(conv),
         *[
             f"{label:<10} {text}"
-            for label, text in working_state_rows(WorkingStateLog(session.path).read())
+            for label, text in working_state_rows(
+                assistant.store.working_state_for(session.key).read()
+            )
         ],
         *_mcp(assistant),
         *_helpers(assistant),

@@ -91,6 +91,10 @@ class SessionStoreLike(SessionWriter, Protocol):
 
     def close(self, session: Session, /) -> None: ...
 
+    def working_state_for(self, key: str, /) -> WorkingStateReader:
+        """The working state of the session `key` as the chat's /status shows it."""
+        ...
+
     def record_decision(self, session: Session, **fields: Any) -> dict[str, Any]:
         """Keep an approval decision with the session; returns the record as kept."""
         ...

@@ -27,7 +27,7 @@ from nanobot.messages import Message
 from nanobot.providers.openai_compat import OpenAICompatProvider
 from nanobot.session.protocols import SessionStoreLike, WorkingStateWriter
 from nanobot.session.store import Session
-from nanobot.session.working_state import Version, count_items
+from nanobot.session.working_state import Version, WorkingState, count_items
 from nanobot.tools.approval import ApprovalRequest, Decision
 from nanobot.tools.base import ToolContext
 from nanobot.tools.cron import CronTool
@@ -52,6 +52,18 @@ class InMemoryWorkingState:
 
     def close_for_new(self) -> None:
         self.calls.append(("new",))
+
+    def read(self) -> WorkingState:
+        """What /status shows: the versions handed over, the last one in force (none after /new)."""
+        versions: list[Version] = []
+        current: Version | None = None
+        for call in self.calls:
+            if call[0] == "version":
+                current = Version(len(versions) + 1, "2026-01-01T00:00:00Z", call[1], 0, call[2])
+                versions.append(current)
+            elif call[0] == "new":
+                current = None
+        return WorkingState(versions=versions, current=current)
 
 
 class InMemorySessions:
@@ -95,6 +107,9 @@ class InMemorySessions:
 
     def working_state_log(self, session: Session) -> WorkingStateWriter:
         return self.states.setdefault(session.key, InMemoryWorkingState())
+
+    def working_state_for(self, key: str) -> InMemoryWorkingState:
+        return self.states.setdefault(key, InMemoryWorkingState())
 
 
 class InMemoryMemory:
