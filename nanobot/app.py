@@ -23,10 +23,10 @@ from nanobot.errors import ContextTooSmallError
 from nanobot.memory.store import MemoryStore
 from nanobot.paths import secure_home
 from nanobot.policy.egress import EgressPolicy
+from nanobot.provider_table import secret_env_names
 from nanobot.providers.base import Provider
 from nanobot.providers.factory import make_provider
 from nanobot.providers.fallback import FallbackCallback
-from nanobot.providers.registry import secret_env_names
 from nanobot.providers.retry import RetryCallback, RetryPolicy
 from nanobot.sandbox import Confinement, choose, prefetch
 from nanobot.session.importer import ImportResult, continuing_line, import_all

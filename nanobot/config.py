@@ -19,12 +19,11 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from nanobot import config_check, paths, secrets_mask
+from nanobot import config_check, paths, provider_table, secrets_mask
 from nanobot.config_check import to_camel
 from nanobot.errors import ConfigError, MissingKeyError, storage_error
 from nanobot.fsio import atomic_write
-from nanobot.providers import registry
-from nanobot.providers.registry import ProviderSpec
+from nanobot.provider_table import ProviderSpec
 
 CONFIG_MODE = 0o600  # the file holds API keys
 
@@ -199,7 +198,7 @@ class Config:
         return (Path(raw).expanduser() if raw else paths.default_workspace()).absolute()
 
     def provider_config(self, name: str) -> ProviderConfig:
-        return self.providers.get(registry.canonical(name)) or ProviderConfig()
+        return self.providers.get(provider_table.canonical(name)) or ProviderConfig()
 
     def secret_values(self) -> list[str]:
         """Every configured secret, so tools can keep them out of child processes and output."""
@@ -290,7 +289,7 @@ def _build(cls: type, data: dict, where: str, source: str) -> Any:
 def _check_semantics(cfg: Config, source: str) -> None:
     # Provider names are not checked here: nanobot accepts any name (one with an apiBase is an
     # OpenAI-compatible server), so an odd one fails when it is used, in resolve_model.
-    cfg.providers = {registry.canonical(name): prov for name, prov in cfg.providers.items()}
+    cfg.providers = {provider_table.canonical(name): prov for name, prov in cfg.providers.items()}
     _check_nanobot_keys(cfg, source)
     for key in (
         "context_window_tokens",
@@ -451,7 +450,7 @@ def read_file(path: Path) -> dict:
 def _env_layer(environ: typing.Mapping[str, str]) -> dict:
     """Settings from NANOBOT_A__B__C variables and the providers' usual key variables."""
     layer: dict = {}
-    for spec in registry.PROVIDERS:
+    for spec in provider_table.PROVIDERS:
         if spec.env_key and environ.get(spec.env_key):
             layer.setdefault("providers", {}).setdefault(to_camel(spec.name), {})["apiKey"] = (
                 environ[spec.env_key]
@@ -531,7 +530,7 @@ def _normalize_keys(data: Any, free_form: bool = False) -> Any:
             if key == "providers" and isinstance(v, dict):
                 # one spelling per provider, whatever the file used (lm_studio, lmStudio, lm-studio)
                 out[key] = {
-                    to_camel(registry.canonical(n)): _normalize_keys(p) for n, p in v.items()
+                    to_camel(provider_table.canonical(n)): _normalize_keys(p) for n, p in v.items()
                 }
                 continue
             out[key] = _normalize_keys(v, free_form=key in _FREE_FORM and not free_form)
@@ -723,7 +722,7 @@ def resolve_model(
         prefix, name = model.split("/", 1)
         spec = _provider_named(cfg, prefix, f"model {model!r}")
     else:
-        spec = registry.by_keyword(model)
+        spec = provider_table.by_keyword(model)
     if spec is None:
         raise ConfigError(
             f"cannot tell which provider serves model {model!r}",
@@ -743,7 +742,7 @@ def resolve_model(
             for name, other in sorted(cfg.providers.items())
             if other.api_key
             and name != spec.name
-            and getattr(registry.find(name), "kind", "") != "unsupported"
+            and getattr(provider_table.find(name), "kind", "") != "unsupported"
         ]
         raise missing_key_error(spec, cfg.path, keyed)
     return ResolvedModel(
@@ -760,15 +759,17 @@ def resolve_model(
 
 
 def _known_or_configured(cfg: Config, name: str) -> bool:
-    return registry.find(name) is not None or bool(cfg.provider_config(name).api_base)
+    return provider_table.find(name) is not None or bool(cfg.provider_config(name).api_base)
 
 
 def _provider_named(cfg: Config, name: str, what: str) -> ProviderSpec:
-    spec = registry.find(name)
+    spec = provider_table.find(name)
     if spec is None:
         if cfg.provider_config(name).api_base:
-            return registry.dynamic(name)  # nanobot's custom providers: any name with an apiBase
-        known = ", ".join(s.name for s in registry.PROVIDERS if s.kind != "unsupported")
+            return provider_table.dynamic(
+                name
+            )  # nanobot's custom providers: any name with an apiBase
+        known = ", ".join(s.name for s in provider_table.PROVIDERS if s.kind != "unsupported")
         raise ConfigError(
             f"{what}: unknown provider {name!r}",
             hint=f"Known providers: {known}; or give providers.{name}.apiBase for an "
@@ -858,7 +859,7 @@ def missing_key_error(
         name = "anthropic" if spec.name == "openai" else "openai"
         other = (
             f"Another provider: `nanobot agent --model {_EXAMPLE_MODELS[name]}` with "
-            f"{registry.BY_NAME[name].env_key} set."
+            f"{provider_table.BY_NAME[name].env_key} set."
         )
     return MissingKeyError(
         f"no API key for provider {spec.name!r}",
@@ -911,7 +912,7 @@ def _provider_entry(data: dict, provider: str) -> dict | None:
     if not isinstance(providers, dict):
         return None
     for name, entry in providers.items():
-        if registry.canonical(name) == registry.canonical(provider):
+        if provider_table.canonical(name) == provider_table.canonical(provider):
             if not isinstance(entry, dict):
                 raise ConfigError(
                     f"providers.{name} must be an object", hint="Fix the file by hand."

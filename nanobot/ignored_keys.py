@@ -13,9 +13,9 @@ import typing
 from dataclasses import fields, is_dataclass
 from typing import Any
 
+from nanobot import provider_table, reasoning
 from nanobot.config import Config
 from nanobot.config_check import match_key, reason_for, to_camel
-from nanobot.providers import reasoning, registry
 
 # nanobot's own defaults that ask for what this tool does anyway: not worth a line.
 _SAME_AS_OURS: tuple[tuple[str, Any], ...] = (
@@ -68,7 +68,7 @@ def ignored(raw: dict, cfg: Config) -> list[tuple[str, str]]:
     if isinstance(raw, dict):
         _walk(Config, raw, [], out)
     for name, prov in sorted(cfg.providers.items()):
-        spec = registry.find(name)
+        spec = provider_table.find(name)
         if spec is not None and spec.kind == "unsupported" and (prov.api_key or prov.api_base):
             out.append(
                 (

@@ -33,7 +33,7 @@ from pathlib import Path
 from nanobot.fakellm import FakeLLMServer, Reply
 from nanobot.fakellm.rules import count_prompt_tokens
 from nanobot.fakellm.summariser import is_consolidation
-from nanobot.providers.registry import scrubbed_env_names
+from nanobot.provider_table import scrubbed_env_names
 from nanobot.tokens import load_offline_encoding
 
 REPO = Path(__file__).resolve().parent.parent

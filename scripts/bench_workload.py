@@ -21,7 +21,7 @@ from typing import Any
 
 from nanobot.fakellm import FakeLLMServer, Reply
 from nanobot.fakellm import server as _fake_server
-from nanobot.providers.registry import scrubbed_env_names
+from nanobot.provider_table import scrubbed_env_names
 
 WORDS = (
     "the project release notes meeting calendar python rust memory tokens budget config session "

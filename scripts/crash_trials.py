@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nanobot.providers.registry import scrubbed_env_names
+from nanobot.provider_table import scrubbed_env_names
 
 REPO = Path(__file__).resolve().parent.parent
 

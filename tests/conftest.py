@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from hypothesis import settings as hypothesis_settings
+from nanobot.provider_table import scrubbed_env_names
 from nanobot.providers import _sdk_on_demand
-from nanobot.providers.registry import scrubbed_env_names
 
 from host_procs import host_pids
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nanobot.providers.registry import PROVIDERS
+from nanobot.provider_table import PROVIDERS
 
 PROBE = """
 import os

@@ -21,7 +21,7 @@ from nanobot.messages import (
     tool_result,
     user,
 )
-from nanobot.providers.registry import PROVIDERS, scrubbed_env_names, secret_env_names
+from nanobot.provider_table import PROVIDERS, scrubbed_env_names, secret_env_names
 from nanobot.secrets_mask import secret_env_values
 from nanobot.tools.shell import child_env
 
@@ -132,7 +132,7 @@ def test_one_list_of_secret_variable_names(tmp_path):
     )  # what exec keeps from its children
     # the scrub test exports it to prove the fixture strips it
     assert _spelled('"NANOBOT_API_KEY"') == [
-        "nanobot/providers/registry.py",
+        "nanobot/provider_table.py",
         "tests/test_env_scrub.py",
     ]
     assert _spelled('endswith("_API_KEY")') == [

@@ -111,8 +111,8 @@ def test_the_context_is_built_once_and_verifies(monkeypatch, tmp_path):
 
 def _deferred(api_base: str):
     from nanobot.config import ResolvedModel
+    from nanobot.provider_table import find
     from nanobot.providers.factory import DeferredProvider
-    from nanobot.providers.registry import find
 
     spec = find("custom")
     assert spec is not None
@@ -322,8 +322,8 @@ def test_doctors_probe_shares_the_context_and_loads_nothing_for_a_plain_http_mod
 
     from nanobot import tls
     from nanobot.config import ResolvedModel
+    from nanobot.provider_table import find
     from nanobot.providers.probe import probe
-    from nanobot.providers.registry import find
 
     loads = record_ca_loads(monkeypatch)
     monkeypatch.setattr(tls, "_TLS_CONTEXTS", {})

@@ -10,12 +10,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nanobot import ignored_keys, paths
+from nanobot import ignored_keys, paths, provider_table
 from nanobot.cli import key_prompt
 from nanobot.cli.config_load import load as load_config
 from nanobot.config import ensure_config_file, mask_key, read_file, resolve_model
 from nanobot.errors import MissingKeyError, NanobotError, storage_error
-from nanobot.providers import registry
 
 if TYPE_CHECKING:
     from nanobot.session.protocols import SessionAdmin
@@ -118,7 +117,7 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
     keys = []
     for name, pc in cfg.providers.items():
         if pc.api_key or pc.api_base:
-            spec = registry.find(name)
+            spec = provider_table.find(name)
             note = (
                 " (cannot be used: see ignored)"
                 if spec is not None and spec.kind == "unsupported"

@@ -8,10 +8,10 @@ from typing import Any
 import anthropic
 import httpx2
 
+from nanobot import reasoning
 from nanobot.messages import Message, clean_unicode
 from nanobot.policy.arguments import text_problem, value_problem
 from nanobot.providers import anthropic_format as fmt
-from nanobot.providers import reasoning
 from nanobot.providers.base import (
     DEFAULT_TIMEOUT,
     DeltaCallback,

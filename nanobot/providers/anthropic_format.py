@@ -63,7 +63,7 @@ _THINKING = ("thinking", "redacted_thinking")
 
 
 def _assistant_blocks(msg: Message) -> list[dict]:
-    # signed thinking blocks first, as the API requires (providers/reasoning.py)
+    # signed thinking blocks first, as the API requires (reasoning.py)
     blocks = [
         dict(b)
         for b in msg.get("thinking_blocks") or ()

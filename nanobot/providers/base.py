@@ -84,7 +84,7 @@ class LLMResponse:
     # requires them there); never a wire key, so later turns and other providers do not get them
     thinking_blocks: list[dict[str, Any]] = field(default_factory=list)
     # MiniMax's reasoning_details as sent (its OpenAI-compatible API with reasoning_split), kept the
-    # same way: within the turn, back to a server that asks for them (registry.details_back)
+    # same way: within the turn, back to a server that asks for them (provider_table.py: details_back)
     reasoning_details: list[dict[str, Any]] = field(default_factory=list)
     served_by: str = (
         ""  # provider/model that answered, set where a fallback chain chose it (for the ledger)

@@ -95,11 +95,11 @@ def _hint(status: int, provider: str) -> str | None:
     hint = _HINTS.get(status)
     if hint is None or "{where}" not in hint:
         return hint
+    from nanobot import provider_table
     from nanobot.config_check import to_camel
-    from nanobot.providers import registry
 
-    spec = registry.find(provider)
-    where = f"providers.{to_camel(registry.canonical(provider))}.apiKey in the config"
+    spec = provider_table.find(provider)
+    where = f"providers.{to_camel(provider_table.canonical(provider))}.apiKey in the config"
     return hint.format(
         where=f"{spec.env_key} or {where}" if spec is not None and spec.env_key else where
     )

@@ -12,9 +12,10 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from nanobot import reasoning
 from nanobot.config import ResolvedModel, UnusableModel
 from nanobot.messages import Message
-from nanobot.providers import _sdk_on_demand, reasoning
+from nanobot.providers import _sdk_on_demand
 from nanobot.providers.base import LLMResponse, Provider
 from nanobot.providers.fallback import Candidate, FallbackCallback, FallbackProvider
 from nanobot.providers.retry import RetryCallback, RetryingProvider, RetryPolicy

@@ -55,10 +55,10 @@ class OpenAICompatProvider(Provider):
         self.extra_params = dict(extra_params or {})
         self.send_temperature = send_temperature  # OpenAI's reasoning models reject one
         self.reasoning_back = (
-            reasoning_back  # tool-call messages keep reasoning_content (providers/registry.py)
+            reasoning_back  # tool-call messages keep reasoning_content (provider_table.py)
         )
         self.details_back = (
-            details_back  # assistant messages keep reasoning_details (providers/registry.py)
+            details_back  # assistant messages keep reasoning_details (provider_table.py)
         )
         self._client = openai.AsyncOpenAI(
             api_key=api_key or "no-key",

@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
+from nanobot import provider_table
 from nanobot.app import build_provider
 from nanobot.cli.setup import show_status
 from nanobot.config import load_config, resolve_model, to_camel
 from nanobot.errors import ConfigError, ProviderError
 from nanobot.fakellm import Reply
 from nanobot.messages import user
-from nanobot.providers import registry
 from nanobot.providers.retry import RetryPolicy
 
 from provider_calls import chat_once
@@ -38,7 +38,7 @@ def test_every_provider_name_nanobot_0_3_5_writes_loads_and_is_known():
     assert len(raw_names) == 43 and "azureOpenai" in raw_names and "lmStudio" in raw_names
     cfg = load_config(V035_CONFIG, environ={})
     for raw in raw_names:
-        spec = registry.find(raw)
+        spec = provider_table.find(raw)
         assert spec is not None, raw
         assert spec.name in cfg.providers
     assert cfg.provider_config("mistral").api_key == "sk-fixture-mistral-0004"
@@ -46,7 +46,7 @@ def test_every_provider_name_nanobot_0_3_5_writes_loads_and_is_known():
 
 
 @pytest.mark.parametrize(
-    "spec", [s for s in registry.PROVIDERS if s.kind != "unsupported"], ids=lambda s: s.name
+    "spec", [s for s in provider_table.PROVIDERS if s.kind != "unsupported"], ids=lambda s: s.name
 )
 def test_each_spoken_provider_resolves_to_its_usual_base_url(tmp_path, spec):
     cfg = load_config(
@@ -74,8 +74,8 @@ def test_a_provider_we_cannot_speak_loads_and_fails_only_when_used(tmp_path, nam
     cfg = load_config(path, environ={})  # loading never fails on a provider name
     with pytest.raises(ConfigError) as info:
         resolve_model(cfg)
-    assert f"cannot talk to provider {registry.canonical(name)!r}" in info.value.message
-    assert registry.find(name).unsupported in info.value.message
+    assert f"cannot talk to provider {provider_table.canonical(name)!r}" in info.value.message
+    assert provider_table.find(name).unsupported in info.value.message
 
 
 def test_mistral_from_a_nanobot_config_reaches_the_server_with_reasoning_effort(tmp_path, fake_llm):

@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 from nanobot.fakellm import FakeLLMServer, Reply
-from nanobot.providers.registry import scrubbed_env_names
+from nanobot.provider_table import scrubbed_env_names
 from nanobot.session.store import SessionStore
 
 Start = Callable[..., Any]  # subprocess.Popen, or a fork server's popen

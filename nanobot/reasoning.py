@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nanobot.providers.registry import ProviderSpec
+from nanobot.provider_table import ProviderSpec
 
 EFFORTS = ("none", "minimal", "minimum", "low", "medium", "high", "xhigh", "max", "adaptive")
 

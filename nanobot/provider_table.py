@@ -24,7 +24,7 @@ class ProviderSpec:
     keywords: tuple[str, ...] = ()  # bare model names containing one of these resolve here
     key_required: bool = True  # local servers (ollama, vllm, custom) work without a key
     thinking: str = (
-        ""  # how the server switches thinking on besides reasoning_effort (providers/reasoning.py)
+        ""  # how the server switches thinking on besides reasoning_effort (reasoning.py)
     )
     # an assistant message with tool_calls goes back with its reasoning_content (DeepSeek's thinking
     # mode answers 400 without it; Kimi's thinking models need it for multi-step tool use)
