@@ -71,9 +71,8 @@ def tool_context(
     egress: EgressPolicy | None = None,
 ) -> ToolContext:
     secrets = set(secret_env_names())
-    secrets |= {
-        name for name, value in os.environ.items() if value and value in cfg.secret_values()
-    }
+    configured = cfg.secret_values()
+    secrets |= {name for name, value in os.environ.items() if value and value in configured}
     return ToolContext(
         workspace=workspace,
         restrict_to_workspace=cfg.tools.restrict_to_workspace,
