@@ -5,7 +5,9 @@
 inproc: `open_assistant(load_config(path), "cli:direct")`, one turn against the local fake LLM
 server, `aclose()`, in this process (as tests/test_python_api.py and tests/agent do). fork: a child
 forked from a process that imported what tests/forkserver.py preloads, running `nanobot agent -m hi`
-through runpy as the fork server's children do (tests/cli); its CPU is what wait4 reports for it.
+through runpy as the fork server's children do (tests/cli); its CPU is what wait4 reports for it,
+and the share spent after the command returned (the interpreter's exit). cli (only when asked):
+`nanobot agent -m hi` in this process through tests/cli_runner.py (the `nanobot_run` fixture).
 Each repetition gets a fresh home and config file, as each test does. Prints the mean CPU
 milliseconds per turn (user+system) after two warm-up turns; --profile writes cProfile stats of
 all repetitions to PREFIX-inproc.prof / PREFIX-fork.prof (read them with `python -m pstats`).
@@ -83,6 +85,30 @@ def inproc(base: Path, api_base: str, reps: int, profile: str | None) -> float:
     return sum(spent[2:]) / reps
 
 
+def cli(base: Path, api_base: str, reps: int, profile: str | None) -> float:
+    """`nanobot agent -m hi` run in this process by tests/cli_runner.py (the `nanobot_run` fixture)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from cli_runner import run_cli
+
+    profiler = cProfile.Profile() if profile else None
+    spent = []
+    for n in range(reps + 2):
+        config, env = _home(base / "cli", n, api_base)
+        _set_env(env)
+        start = time.process_time()
+        if profiler and n >= 2:
+            profiler.enable()
+        done = run_cli("agent", "-m", "hi")
+        if profiler:
+            profiler.disable()
+        spent.append(time.process_time() - start)
+        if done.returncode != 0:
+            raise SystemExit(f"the in-process run {n} exited {done.returncode}: {done.stderr}")
+    if profiler and profile:
+        profiler.dump_stats(f"{profile}-cli.prof")
+    return sum(spent[2:]) / reps
+
+
 def fork(base: Path, api_base: str, reps: int, profile: str | None) -> float:
     sys.path.insert(0, str(ROOT / "tests"))
     import runpy
@@ -133,7 +159,7 @@ def fork(base: Path, api_base: str, reps: int, profile: str | None) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=50)
-    parser.add_argument("--mode", choices=("inproc", "fork", "both"), default="both")
+    parser.add_argument("--mode", choices=("inproc", "cli", "fork", "both"), default="both")
     parser.add_argument("--profile", help="write cProfile stats to PREFIX-inproc/fork.prof")
     args = parser.parse_args()
     server = subprocess.Popen(
@@ -152,6 +178,8 @@ def main() -> None:
         results["fork"] = fork(base, api_base, args.reps, args.profile)
     if args.mode in ("inproc", "both"):
         results["inproc"] = inproc(base, api_base, args.reps, args.profile)
+    if args.mode == "cli":
+        results["cli"] = cli(base, api_base, args.reps, args.profile)
     shutil.rmtree(base)
     server.terminate()
     server.wait()
