@@ -71,9 +71,8 @@ def tool_context(
     egress: EgressPolicy | None = None,
 ) -> ToolContext:
     secrets = set(secret_env_names())
-    secrets |= {
-        name for name, value in os.environ.items() if value and value in cfg.secret_values()
-    }
+    configured = cfg.secret_values()
+    secrets |= {name for name, value in os.environ.items() if value and value in configured}
     return ToolContext(
         workspace=workspace,
         restrict_to_workspace=cfg.tools.restrict_to_workspace,
@@ -533,7 +532,7 @@ def open_assistant(
     add_main_agent_tools(tools, cfg, workspace, session_key, subagents, approver)
     system = context.system_prompt()
     try:
-        memory_cut = fit_memory(context, budget, tools.schemas(), memory)
+        memory_cut = fit_memory(context, budget, tools.schemas(), memory, system)
         system = context.system_prompt() if memory_cut else system
         budget.check_fixed(
             system,
@@ -575,12 +574,17 @@ def open_assistant(
 
 
 def fit_memory(
-    context: ContextBuilder, budget: ContextBudget, schemas: list[dict], memory: MemoryStore
+    context: ContextBuilder,
+    budget: ContextBudget,
+    schemas: list[dict],
+    memory: MemoryStore,
+    system: str,
 ) -> list[str]:
     """When the whole MEMORY.md would leave no room for a conversation, requests carry its head
-    (cut for the request, never on disk): the one line that says so, or nothing."""
+    (cut for the request, never on disk): the one line that says so, or nothing. `system` is the
+    context's system prompt as it is now."""
     try:
-        budget.check_fixed(context.system_prompt(), schemas)
+        budget.check_fixed(system, schemas)
         return []
     except ContextTooSmallError:
         pass

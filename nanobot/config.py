@@ -270,18 +270,13 @@ def _coerce(tp: Any, value: Any, where: str, source: str) -> Any:
 
 
 def _build(cls: type, data: dict, where: str, source: str) -> Any:
-    hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
-    for f in fields(cls):
-        if f.metadata.get("internal"):
-            continue
-        for key in (to_camel(f.name), f.name):
+    for name, camel, tp in config_check.config_fields(cls):
+        for key in (camel, name):
             if key in data:
                 if data[key] is None:
                     break  # nanobot writes null for unset values: use the default
-                kwargs[f.name] = _coerce(
-                    hints[f.name], data[key], f"{where}.{key}".lstrip("."), source
-                )
+                kwargs[name] = _coerce(tp, data[key], f"{where}.{key}".lstrip("."), source)
                 break
     return cls(**kwargs)
 

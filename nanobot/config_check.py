@@ -15,6 +15,7 @@ Rules (config.load_config applies them to the file, before the environment layer
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 import typing
@@ -152,9 +153,21 @@ def explains(path: list[str]) -> bool:
     return reason_for(path) != UNKNOWN_REASON
 
 
-def _known_keys(cls: type) -> dict[str, Any]:
+@functools.cache
+def config_fields(cls: type) -> tuple[tuple[str, str, Any], ...]:
+    """(field name, camelCase key, resolved type) of each field of config dataclass `cls` a file
+    may set. Resolving the string annotations is the costly part of reading a config, and a
+    class's fields never change, so it is done once per class."""
     hints = typing.get_type_hints(cls)
-    return {to_camel(f.name): hints[f.name] for f in fields(cls) if not f.metadata.get("internal")}
+    return tuple(
+        (f.name, to_camel(f.name), hints[f.name])
+        for f in fields(cls)
+        if not f.metadata.get("internal")
+    )
+
+
+def _known_keys(cls: type) -> dict[str, Any]:
+    return {key: tp for _, key, tp in config_fields(cls)}
 
 
 def _explained(path: str) -> bool:

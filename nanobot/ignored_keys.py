@@ -10,12 +10,12 @@ config_check.py, which also asks it when it looks for misspelt keys).
 from __future__ import annotations
 
 import typing
-from dataclasses import fields, is_dataclass
+from dataclasses import is_dataclass
 from typing import Any
 
 from nanobot import provider_table, reasoning
 from nanobot.config import Config
-from nanobot.config_check import match_key, reason_for, to_camel
+from nanobot.config_check import config_fields, match_key, reason_for, to_camel
 
 # nanobot's own defaults that ask for what this tool does anyway: not worth a line.
 _SAME_AS_OURS: tuple[tuple[str, Any], ...] = (
@@ -33,12 +33,10 @@ def _is_unset(value: Any) -> bool:
 
 
 def _walk(cls: Any, data: dict, path: list[str], out: list[tuple[str, str]]) -> None:
-    hints = typing.get_type_hints(cls)
     declared = {}
-    for f in fields(cls):
-        if not f.metadata.get("internal"):
-            declared[to_camel(f.name)] = hints[f.name]
-            declared[f.name] = hints[f.name]
+    for name, camel, tp in config_fields(cls):
+        declared[camel] = tp
+        declared[name] = tp
     for key, value in data.items():
         where = path + [key]
         tp = declared.get(key)

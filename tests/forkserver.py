@@ -91,6 +91,10 @@ PRELOAD = (
     "h11",
     "yaml",
     "jsonschema",
+    "anyio._backends._asyncio",  # the first request's lock (httpcore2) loads anyio's backend
+    "nanobot.memory.prompt_files",
+    "nanobot.calibration_file",
+    "rich._emoji_codes",  # the first print of an answer
     # and by the chat: the prompt, markdown on a terminal, reminders
     "nanobot.cli.approval_prompt",
     "nanobot.cli.chat_reminders",

@@ -333,3 +333,31 @@ def test_a_config_with_keys_readable_by_others_is_mentioned(tmp_path):
     )
     os.chmod(path, 0o600)
     assert load_config(path, environ={}).warnings == []
+
+
+def test_each_config_class_is_read_by_its_own_fields_and_each_load_reads_the_file_anew(tmp_path):
+    # a class's resolved field types are worked out once; another class gets its own
+    from dataclasses import dataclass, field
+
+    from nanobot.config_check import config_fields, unknown_keys
+
+    @dataclass
+    class Limits:
+        max_items: int = 1
+        secret: str = field(default="", metadata={"internal": True})
+
+    @dataclass
+    class Labels:
+        max_items: str = "a"
+
+    assert config_fields(Limits) == (("max_items", "maxItems", int),)
+    assert config_fields(Labels) == (("max_items", "maxItems", str),)
+    assert unknown_keys(Limits, {"maxItem": 2}, "limits") == [("limits.maxItem", "maxItems")]
+    path = write(tmp_path / "c.json", {"agents": {"defaults": {"maxTokens": 1000}}})
+    assert load_config(path).defaults.max_tokens == 1000
+    write(path, {"agents": {"defaults": {"maxTokens": 2000}}, "tools": {"exec": {"timeout": 7}}})
+    cfg = load_config(path)
+    assert cfg.defaults.max_tokens == 2000 and cfg.tools.exec.timeout == 7
+    write(path, {"agents": {"defaults": {"maxTokens": "many"}}})
+    with pytest.raises(ConfigError, match="agents.defaults.maxTokens: expected an integer"):
+        load_config(path)

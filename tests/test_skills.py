@@ -424,3 +424,20 @@ def test_a_damaged_cache_or_front_matter_json_cannot_hold_is_simply_parsed(
     broken = write_skill(workspace / "skills", "broken", "name: [unclosed")
     got = _discover(workspace)
     assert [w for w in got["warnings"] if str(broken) in w and "invalid YAML" in w]
+
+
+def test_one_process_sees_each_change_to_a_skill_and_still_writes_each_home_s_cache(
+    workspace: Path, isolated_home: Path
+) -> None:
+    # the front matter is remembered in the process by its text: a changed file is a new text
+    path = write_skill(workspace / "skills", "notes", "name: notes\ndescription: First words.")
+    assert SkillSet.discover(workspace).get("notes").description == "First words."
+    cache = isolated_home / "cache" / "front-matter.json"
+    cache.unlink()  # as in a new home: parsed already in this process, still written there
+    assert SkillSet.discover(workspace).get("notes").description == "First words."
+    assert "First words." in cache.read_text()
+    path.write_text("---\nname: notes\ndescription: Second words.\n---\nbody\n", encoding="utf-8")
+    assert SkillSet.discover(workspace).get("notes").description == "Second words."
+    path.write_text("---\nname: [unclosed\n---\nbody\n", encoding="utf-8")
+    found = SkillSet.discover(workspace)
+    assert found.get("notes") is None and [w for w in found.warnings if "invalid YAML" in w]

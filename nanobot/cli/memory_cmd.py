@@ -3,8 +3,8 @@
 Only presentation lives here; the rules are in nanobot.memory.store and nanobot.memory.history.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: typer reads the commands' annotations on every run,
+# and real types cost it half what strings do (each string is compiled and evaluated again).
 import json
 import os
 import re
@@ -50,7 +50,7 @@ def _stdout_is_tty() -> bool:
     return sys.stdout.isatty()
 
 
-def _store(workspace: Path | None) -> MemoryAdmin:
+def _store(workspace: Path | None) -> "MemoryAdmin":
     from nanobot.stores import memory_store
 
     return memory_store(workspace_dir(workspace))

@@ -3,8 +3,8 @@
 Only presentation lives here; the rules are in nanobot.session.store and nanobot.session.validity.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: typer reads the commands' annotations on every run,
+# and real types cost it half what strings do (each string is compiled and evaluated again).
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
