@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from nanobot.errors import ToolError
+from nanobot.errors import LauncherError, ToolError
 from nanobot.errors import UnparsableCommand as Unparsable
 from nanobot.memory.store import watch_memory
 from nanobot.policy.commands import Command, parse, unreadable
@@ -745,12 +745,12 @@ class ExecTool(Tool):
             # wait for the pipes, i.e. for every grandchild. Let the start finish, kill the group.
             try:
                 transport, collector = await spawn
-            except (OSError, subprocess.SubprocessError):
+            except (OSError, subprocess.SubprocessError, LauncherError):
                 raise asyncio.CancelledError from None
             await self._kill_group(transport.get_pid(), collector)
             transport.close()
             raise
-        except subprocess.SubprocessError as exc:
+        except (subprocess.SubprocessError, LauncherError) as exc:
             raise ToolError(
                 f"could not confine the command ({self.ctx.confinement.detail}): {exc}; "
                 "it was not run"

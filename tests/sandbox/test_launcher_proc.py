@@ -1,5 +1,6 @@
 """The launcher process's side (nanobot/sandbox/launcher_proc.py): the process every Landlock
-command is forked from loads keeper.py and its few modules, not nanobot's asyncio side."""
+command is forked from loads keeper.py and its few modules, not nanobot's asyncio side, nor
+subprocess (whose threading makes every fork run Python code in the child)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def landlock():
     return confinement_or_skip("landlock")
 
 
-def test_the_launcher_loads_no_asyncio(tmp_path: Path, landlock):
+def test_the_launcher_loads_neither_asyncio_nor_subprocess(tmp_path: Path, landlock):
     ws = tmp_path / "workspace"
     ws.mkdir()
     tool = ExecTool(
@@ -30,3 +31,4 @@ def test_the_launcher_loads_no_asyncio(tmp_path: Path, landlock):
     mapped = Path(f"/proc/{launcher_pid}/maps").read_text()
     assert "_ctypes" in mapped  # it is the launcher: the keeper's ctypes is loaded there
     assert "_asyncio" not in mapped  # nanobot's side of launcher.py is not
+    assert "_posixsubprocess" not in mapped  # nor subprocess (nanobot.errors once imported it)
