@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import platform
 import struct
 from functools import lru_cache
 
@@ -123,7 +124,7 @@ def program(machine: str | None = None, *, tcp_only: bool = False) -> bytes | No
     """The filter as raw sock_filter instructions, or None where this machine's ABI is not known
     or the kernel has no seccomp filters (then loading one would stop every command).
     `tcp_only`: also no socket but TCP and AF_UNIX (see the module docstring)."""
-    machine = machine or os.uname().machine
+    machine = machine or platform.machine()
     known = _ARCHES.get(machine)
     if known is None or not _kernel_filters():
         return None
@@ -190,7 +191,7 @@ def missing() -> str:
     """Why this machine gets no filter (for the status line), or "" when it gets one."""
     if program() is not None:
         return ""
-    machine = os.uname().machine or "unknown"
+    machine = platform.machine() or "unknown"
     if machine not in _ARCHES:
         return f"no seccomp filter for {machine}, only for {' and '.join(_ARCHES)}"
     return "the kernel has no seccomp filters"
