@@ -33,7 +33,8 @@ tells the user how to fix the problem. Every error class lives here:
 * OSError
   + LandlockError                   the kernel refused an exec sandbox's Landlock ruleset
   + LauncherUnavailable             no exec launcher can start here: Landlock commands fork in nanobot
-* subprocess.SubprocessError
+* RuntimeError (not subprocess.SubprocessError: the launcher process imports this module, and
+  | importing subprocess there would make each fork of it dearer; exec catches both)
   + LauncherError                   the exec launcher could not start one command; it did not run
 * TimeoutError
   + LockHeld                        another process holds a file's lock (fsio.ExclusiveLock)
@@ -41,7 +42,6 @@ tells the user how to fix the problem. Every error class lives here:
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -259,7 +259,7 @@ class LauncherUnavailable(OSError):
     -I -S): Landlock commands are forked in nanobot itself instead, as before the launcher."""
 
 
-class LauncherError(subprocess.SubprocessError):
+class LauncherError(RuntimeError):
     """The exec launcher could not start a command (the message says why); the command did not run."""
 
 

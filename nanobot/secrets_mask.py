@@ -23,6 +23,7 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 __all__ = [
@@ -204,6 +205,9 @@ _SECRET_NAME_WORDS = (
 _NOT_SECRET_SUFFIXES = ("_SOCK", "_FILE", "_PATH", "_DIR", "_URL", "_HOST", "_PORT")
 
 
+@lru_cache(
+    maxsize=4096
+)  # a function of the name alone; exec asks it for every variable, every call
 def is_secret_name(name: str) -> bool:
     """True for names that say they hold a credential (OPENAI_API_KEY, PGPASSWORD, GH_TOKEN, db.password)."""
     upper = name.upper()

@@ -12,8 +12,10 @@ bare `subprocess.run` of the command, so the three layers' shares are visible.
 as before nanobot/sandbox/launcher.py. Runs in a throwaway home and workspace (nothing in
 ~/.nanobot is touched), no network. CPU counts nanobot and every child process it reaped, the
 launcher and its keepers included (it is stopped and reaped inside each measurement); bwrap's
-sandboxed processes are not reaped by nanobot, so its CPU leaves them out. On a busy machine
-wall time is mostly waiting for a core, so read both (the load is printed).
+sandboxed processes are not reaped by nanobot, so that CPU leaves them out. Where a cpuacct
+cgroup (v1) can be made (root), the script runs in one of its own and also prints "all": the CPU
+of every process of the measurement, bwrap's sandbox included (as scripts/suite_cpu.py counts).
+On a busy machine wall time is mostly waiting for a core, so read both (the load is printed).
 """
 
 from __future__ import annotations
@@ -39,14 +41,45 @@ def _cpu() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+_CGROUP: Path | None = None  # this script's own cpuacct cgroup, when one could be made
+
+
+def _join_cgroup() -> None:
+    """Into a cpuacct cgroup of its own (cgroup v1, root), so every process it starts is counted."""
+    global _CGROUP
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if "cpuacct" in controllers.split(","):
+                own = (
+                    Path("/sys/fs/cgroup/cpuacct") / path.lstrip("/") / f"bench-exec-{os.getpid()}"
+                )
+                own.mkdir()
+                (own / "cgroup.procs").write_text(str(os.getpid()))
+                _CGROUP = own
+                return
+    except OSError:
+        _CGROUP = None
+
+
+def _all_cpu() -> float:
+    """CPU seconds of every process in the script's cgroup so far (0 without one)."""
+    return int((_CGROUP / "cpuacct.usage").read_text()) / 1e9 if _CGROUP else 0.0
+
+
+_last_all = 0.0  # the cgroup's CPU in the last _timed call
+
+
 def _timed(fn: Callable[[], Any]) -> tuple[float, float]:
     """(wall s, CPU s) of one call of fn; the Landlock launcher is stopped and reaped inside, so
-    its CPU and its keepers' are counted too."""
+    its CPU and its keepers' are counted too. The cgroup's figure goes to _last_all."""
+    global _last_all
     from nanobot.sandbox import launcher
 
-    w0, c0 = time.perf_counter(), _cpu()
+    w0, c0, a0 = time.perf_counter(), _cpu(), _all_cpu()
     fn()
     launcher.close()
+    _last_all = _all_cpu() - a0
     return time.perf_counter() - w0, _cpu() - c0
 
 
@@ -81,7 +114,12 @@ def tool_only(mode: str, ws: Path, command: str, calls: int) -> tuple[float, flo
 
     asyncio.run(tool.run(command=command))  # warm-up: probes and caches
     wall, cpu = _timed(lambda: asyncio.run(run_all()))
+    global _tool_all
+    _tool_all = _last_all / calls
     return wall / calls, cpu / calls
+
+
+_tool_all = 0.0  # tool_only's per-call CPU of every process (the cgroup), 0 without one
 
 
 def _write_config(nb_home: Path, base_url: str, mode: str, calls: int) -> Path:
@@ -151,6 +189,7 @@ def main() -> None:
         "as before the launcher",
     )
     args = parser.parse_args()
+    _join_cgroup()
     modes = args.mechanism or ["none", "bwrap", "landlock", "landlock-fork"]
     with tempfile.TemporaryDirectory(prefix="nanobot-bench-exec-") as tmp:
         home = Path(tmp) / "home"
@@ -189,15 +228,22 @@ def main() -> None:
                 continue
             t_wall, t_cpu = tool_only(mode, ws, args.command, args.calls)
             turn(mode, home / ".nanobot", args.command, 1, label)  # warm-up: imports, SDK, probes
+            t_all = _tool_all
             w0, c0, _ = turn(mode, home / ".nanobot", args.command, 0, label)
+            a0 = _last_all
             w1, c1, results = turn(mode, home / ".nanobot", args.command, args.calls, label)
             ok = sum(r.rstrip().endswith("[exit code: 0]") for r in results)
             per_wall, per_cpu = (w1 - w0) / args.calls, (c1 - c0) / args.calls
+            every = f" ({(_last_all - a0) / args.calls * 1000:.1f} all)" if _CGROUP else ""
             print(
-                f"{label:13} {per_wall * 1000:6.1f} ms wall {per_cpu * 1000:6.1f} ms CPU per call in a turn "
-                f"({ok}/{len(results)} exit 0); ExecTool.run alone {t_wall * 1000:6.1f} ms wall "
-                f"{t_cpu * 1000:6.1f} ms CPU"
+                f"{label:13} {per_wall * 1000:6.1f} ms wall {per_cpu * 1000:6.1f} ms CPU{every} per call "
+                f"in a turn ({ok}/{len(results)} exit 0); ExecTool.run alone {t_wall * 1000:6.1f} ms "
+                f"wall {t_cpu * 1000:6.1f} ms CPU"
+                + (f" ({t_all * 1000:.1f} all)" if _CGROUP else "")
             )
+    if _CGROUP is not None:  # back to the parent cgroup, then the empty one can go
+        (_CGROUP.parent / "cgroup.procs").write_text(str(os.getpid()))
+        _CGROUP.rmdir()
 
 
 if __name__ == "__main__":

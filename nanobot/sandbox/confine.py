@@ -261,18 +261,14 @@ class Confinement:
                 if policy.restrict  # rule 4
                 else _visible_outside(policy.hidden)
             )
-            readable = [*base, *policy.extra_read, *policy.toolchains]
-            for path in readable:
-                ruleset.allow(path, landlock.READ)
-            ruleset.allow(Path("/proc"), landlock.READ)
+            ruleset.allow_all(
+                [*base, *policy.extra_read, *policy.toolchains, Path("/proc")], landlock.READ
+            )
             ruleset.allow(Path("/dev"), landlock.READ | landlock.IOCTL_DEV)
-            for dev in ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/pts", "/dev/ptmx"):
-                ruleset.allow(Path(dev), ruleset.all_fs)
-            for path in beneath_except(
-                ws, policy.hidden_inside_workspace()
-            ):  # rule 1 (rule 3 inside)
-                ruleset.allow(path, ruleset.all_fs)
-            ruleset.allow(tmp, ruleset.all_fs)
+            ruleset.allow_all(_DEVICES, ruleset.all_fs)
+            ruleset.allow_all(  # rule 1 (rule 3 inside)
+                [*beneath_except(ws, policy.hidden_inside_workspace()), tmp], ruleset.all_fs
+            )
             hook = LandlockLaunch(
                 ruleset_fd=ruleset.fd,
                 limits=policy.limits,
@@ -305,6 +301,11 @@ class Confinement:
                     }
                 )
         return launch
+
+
+_DEVICES = tuple(
+    Path(p) for p in ("/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/pts", "/dev/ptmx")
+)  # writable in /dev for a Landlock command
 
 
 def _egress_channel(launch: Launch) -> int:

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from nanobot.errors import ToolError
+from nanobot.errors import LauncherError, ToolError
 from nanobot.errors import UnparsableCommand as Unparsable
 from nanobot.memory.store import watch_memory
 from nanobot.policy.commands import Command, parse, unreadable
@@ -491,7 +491,7 @@ class ExecTool(Tool):
         before = take_snapshot(ws, contents=contents, repos=repos)
         try:
             with watch_memory(ws) as watch:
-                result = await self._run(command, working_dir, timeout, repos)
+                result = await self._run(command, working_dir, timeout, ws, repos)
         except ToolError as exc:
             note = await review(self.ctx.approver, ws, changes_since(ws, before, contents=contents))
             if note:
@@ -505,7 +505,7 @@ class ExecTool(Tool):
         )
 
     async def _run(
-        self, command: str, working_dir: str | None, timeout: float | None, repos: Repos
+        self, command: str, working_dir: str | None, timeout: float | None, ws: Path, repos: Repos
     ) -> str:
         if not self.ctx.exec_enabled:
             raise ToolError(
@@ -517,19 +517,18 @@ class ExecTool(Tool):
         reason = rules.denied_by(command) or deny_reason(command)
         if reason:
             raise ToolError(f"command refused by the safety policy ({reason}); it was not run")
-        cwd = resolve_path(self.ctx, working_dir) if working_dir else workspace_root(self.ctx)
+        cwd = resolve_path(self.ctx, working_dir) if working_dir else ws
         if not cwd.is_dir():
             raise ToolError(f"working_dir {working_dir or str(cwd)!r} is not an existing directory")
         limit = (
             self.ctx.exec_timeout if timeout is None else min(float(timeout), self.ctx.exec_timeout)
         )
-        await self._approve_folder(cwd, command)
+        await self._approve_folder(cwd, command, ws)
         network = await self._approve(command)
-        return await self._execute(command, cwd, limit, network, repos)
+        return await self._execute(command, cwd, limit, network, ws, repos)
 
-    async def _approve_folder(self, cwd: Path, command: str) -> None:
+    async def _approve_folder(self, cwd: Path, command: str, ws: Path) -> None:
         """A working_dir outside the workspace is a folder the user approves (once, or always for it)."""
-        ws = workspace_root(self.ctx)
         if cwd.is_relative_to(ws):
             return
         if self.ctx.confinement.confined and build_policy(
@@ -617,10 +616,10 @@ class ExecTool(Tool):
         return network
 
     def _launch(
-        self, command: str, cwd: Path, network: bool, repos: Repos, proxy_port: int = 0
+        self, command: str, cwd: Path, network: bool, ws: Path, repos: Repos, proxy_port: int = 0
     ) -> Launch:
+        """`ws`: the workspace as run() resolved it, once for the whole call."""
         conf = self.ctx.confinement
-        ws = workspace_root(self.ctx)
         policy = build_policy(
             ws,
             exec_read_only(ws, repos),
@@ -649,7 +648,7 @@ class ExecTool(Tool):
             ) from exc
 
     async def _execute(
-        self, command: str, cwd: Path, limit: float, network: bool, repos: Repos
+        self, command: str, cwd: Path, limit: float, network: bool, ws: Path, repos: Repos
     ) -> str:
         proxy, port = None, 0
         if (
@@ -658,7 +657,7 @@ class ExecTool(Tool):
             proxy = EgressProxy(self.ctx.approver, self.ctx.egress, command, self.checker)
             port = self.ctx.confinement.egress_port() or await proxy.start()
         try:
-            launch = self._launch(command, cwd, network, repos, port)
+            launch = self._launch(command, cwd, network, ws, repos, port)
             try:
                 if proxy is not None:
                     launch.env.update(
@@ -745,12 +744,12 @@ class ExecTool(Tool):
             # wait for the pipes, i.e. for every grandchild. Let the start finish, kill the group.
             try:
                 transport, collector = await spawn
-            except (OSError, subprocess.SubprocessError):
+            except (OSError, subprocess.SubprocessError, LauncherError):
                 raise asyncio.CancelledError from None
             await self._kill_group(transport.get_pid(), collector)
             transport.close()
             raise
-        except subprocess.SubprocessError as exc:
+        except (subprocess.SubprocessError, LauncherError) as exc:
             raise ToolError(
                 f"could not confine the command ({self.ctx.confinement.detail}): {exc}; "
                 "it was not run"

@@ -209,6 +209,22 @@ def test_secrets_are_not_in_child_env(make_ctx, monkeypatch):
     assert "HARMLESS_SETTING=kept" in out and "PATH=" in out
 
 
+def test_each_command_gets_the_environment_as_it_is_now(make_ctx, monkeypatch):
+    # secret names are judged once per name (a cache): values and new names still come from now
+    tool = make_exec(make_ctx())
+    monkeypatch.setenv("HARMLESS_SETTING", "first")
+    monkeypatch.setenv("GONE_LATER", "here")
+    first = run(tool, command="env")
+    assert "HARMLESS_SETTING=first" in first and "GONE_LATER=here" in first
+    monkeypatch.setenv("HARMLESS_SETTING", "second")
+    monkeypatch.delenv("GONE_LATER")
+    monkeypatch.setenv("LATE_API_KEY", "sk-late")
+    monkeypatch.setenv("LATE_SETTING", "new")
+    second = run(tool, command="env")
+    assert "HARMLESS_SETTING=second" in second and "LATE_SETTING=new" in second
+    assert "GONE_LATER" not in second and "sk-late" not in second
+
+
 @pytest.mark.parametrize(
     ("name", "secret"),
     [
