@@ -150,7 +150,7 @@ class Renderer:
                 Markdown(text), soft_wrap=False
             )  # soft_wrap would cut lines at the width
         else:
-            self.console.print(text, markup=False, highlight=False)
+            self.console.print(text, markup=False, highlight=False, emoji=False)
 
     def finish(self) -> None:
         self._stop_spinner()

@@ -518,3 +518,13 @@ def test_json_output_lists_the_report_turns(fake_llm, configure, capsys):
     assert data["background"] == [
         {"answer": "handled the report", "stop_reason": "done", "error": None, "tool_calls": []}
     ]
+
+
+def test_a_piped_answer_is_printed_as_the_model_wrote_it(nanobot_run, fake_llm, configure):
+    """No emoji codes, markup or highlighting applied: `:smile:` and `[bold]` reach stdout as sent."""
+    configure()
+    answer = "Use :smile: or [bold]x[/bold] in 3.11 at http://example.test"
+    fake_llm.script(Reply.text(answer))
+    result = nanobot_run("agent", "-m", "how do I write a smile?")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == answer + "\n"
