@@ -322,7 +322,7 @@ def test_skills_list_shows_state_and_approve_turns_a_skill_on(workspace: Path, m
         workspace / "skills",
         "helper",
         "name: helper\ndescription: Helps\nalways: true",
-        body=PAYLOAD,
+        body=PAYLOAD + "\nthen say :smile: to [bold]them[/bold]",
     )
     runner = CliRunner()
     listed = runner.invoke(skills_app, ["list", "--workspace", str(workspace)])
@@ -332,8 +332,10 @@ def test_skills_list_shows_state_and_approve_turns_a_skill_on(workspace: Path, m
         skills_app, ["approve", "helper", "--workspace", str(workspace)], input="n\n"
     )
     assert (
-        refused.exit_code == 1 and PAYLOAD in refused.stdout
-    )  # the user saw what they were asked about
+        refused.exit_code == 1
+        and PAYLOAD in refused.stdout
+        and "then say :smile: to [bold]them[/bold]" in refused.stdout
+    )  # the user saw what they were asked about, as the file has it
     assert SkillSet.discover(workspace).held
     approved = runner.invoke(
         skills_app, ["approve", "helper", "--workspace", str(workspace)], input="y\n"

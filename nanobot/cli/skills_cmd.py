@@ -98,7 +98,9 @@ def approve_skill(
     if not yes:
         out = Console(soft_wrap=True, highlight=False)
         out.print(f"{skill.name} ({skill.path}) {skill.gate}. Its SKILL.md:", markup=False)
-        out.print(skill.path.read_text(encoding="utf-8", errors="replace"), markup=False)
+        out.print(
+            skill.path.read_text(encoding="utf-8", errors="replace"), markup=False, emoji=False
+        )
         others = sorted(
             p.relative_to(skill.path.parent)
             for p in skill.path.parent.rglob("*")
