@@ -64,6 +64,7 @@ def test_the_whole_suite_leaves_the_thorough_cases_to_their_tier(tmp_path, args,
 
 
 @outer_only
+@pytest.mark.thorough  # the same rule on xdist's path: a whole-suite run with workers costs ~7 CPU-s
 def test_the_workers_of_a_whole_suite_run_leave_them_out_too(tmp_path):
     assert _ran(tmp_path, "-n", "1") == {"everyday"}
 
