@@ -50,9 +50,8 @@ class Terminal:
         env: dict | None = None,
         timeout: float = 30,
     ) -> None:
-        self.columns, self.rows, self.timeout = columns, rows, timeout
-        self.screen = Scrollback(columns, rows, history=100_000)
-        self.stream = pyte.ByteStream(self.screen)
+        self.timeout = timeout
+        self._start_screen(columns, rows)
         full_env = {
             **os.environ,
             **(env or {}),
@@ -69,6 +68,11 @@ class Terminal:
             dimensions=(rows, columns),
             timeout=timeout,
         )
+
+    def _start_screen(self, columns: int, rows: int) -> None:
+        self.columns, self.rows = columns, rows
+        self.screen = Scrollback(columns, rows, history=100_000)
+        self.stream = pyte.ByteStream(self.screen)
         self.raw = b""
         # what `lines()` and `drawn()` last made, dropped when new output arrives: a wait polls five
         # times a second and compares after each read, and rendering the screen is the costly part
@@ -85,10 +89,13 @@ class Terminal:
             return True
         except pexpect.EOF:
             return False
+        self._feed(data)
+        return True
+
+    def _feed(self, data: bytes) -> None:
         self.raw += data
         self.stream.feed(data)
         self._lines = self._text = self._drawn = None
-        return True
 
     def wait_for(self, text: str) -> None:
         """Read until `text` is on the screen (or in the scrollback)."""
