@@ -191,7 +191,8 @@ def _logging_to(stderr: io.TextIOWrapper) -> Iterator[None]:
             level, handlers, propagate, disabled = known.get(
                 name, (logging.NOTSET, [], True, False)
             )
-            lg.setLevel(level)
+            if lg.level != level:  # each setLevel clears every logger's cache: only where it moved
+                lg.setLevel(level)
             lg.handlers[:] = handlers
             lg.propagate, lg.disabled = propagate, disabled
 

@@ -63,9 +63,11 @@ def _each(name: str) -> Iterator[tuple[int, bytes]]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                yield int(entry), Path(f"/proc/{entry}/{name}").read_bytes()
+                with open(f"/proc/{entry}/{name}", "rb", buffering=0) as file:
+                    data = file.read()
             except OSError:
                 continue
+            yield int(entry), data
 
 
 def host_pids(marker: str, *, command: str | None = None) -> list[int]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import itertools
 import json
+import selectors
 import socket
 import sys
 import threading
@@ -112,6 +113,7 @@ class FakeLLMServer:
         self._conns: set[socket.socket] = set()  # open client connections, closed by stop()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._wake: tuple[socket.socket, socket.socket] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -121,22 +123,42 @@ class FakeLLMServer:
         self._stopping.clear()
         httpd = _QuietServer((self._host, self._port), _Handler)
         httpd.daemon_threads = True
+        httpd.timeout = 0  # handle_request() is called when a connection waits: never block in it
         httpd.fake = self  # type: ignore[attr-defined]
         self._httpd = httpd
-        # serve_forever notices stop() only between polls: a short poll makes each test's server stop
-        # at once (at 0.05 s, stopping was most of a short test's time), for 200 idle wake-ups of a few µs a second
+        # stop() wakes the serving thread through this pair, so it sleeps until a connection or a
+        # stop comes (serve_forever notices a stop only between polls: a short poll woke an idle
+        # server 200 times a second, about 1% of a core; a long one made stopping slow)
+        self._wake = wake = socket.socketpair()
         self._thread = threading.Thread(
-            target=httpd.serve_forever, kwargs={"poll_interval": 0.005}, name="fakellm", daemon=True
+            target=self._accept, args=(httpd, wake[0]), name="fakellm", daemon=True
         )
         self._thread.start()
         return self
+
+    def _accept(self, httpd: ThreadingHTTPServer, wake: socket.socket) -> None:
+        with selectors.DefaultSelector() as selector:
+            selector.register(httpd, selectors.EVENT_READ)
+            selector.register(wake, selectors.EVENT_READ)
+            while not self._stopping.is_set():
+                for key, _ in selector.select():
+                    if key.fileobj is httpd and not self._stopping.is_set():
+                        httpd.handle_request()  # a connection is waiting: accepted at once
 
     def stop(self) -> None:
         httpd, self._httpd = self._httpd, None
         if httpd is None:
             return
-        self._stopping.set()  # wakes handlers sleeping on a reply's delay
-        httpd.shutdown()
+        self._stopping.set()  # wakes handlers sleeping on a reply's delay, and ends _accept
+        wake, self._wake = self._wake, None
+        if wake is not None:
+            wake[1].send(b"x")
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        if wake is not None:
+            for end in wake:
+                end.close()
         httpd.server_close()
         # Pooled keep-alive connections would otherwise keep handler threads (and a client's
         # idea that the server is up) alive after stop().
@@ -147,9 +169,6 @@ class FakeLLMServer:
                 conn.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
 
     def __enter__(self) -> FakeLLMServer:
         return self.start()
