@@ -514,7 +514,11 @@ def test_leaving_while_a_helper_runs_leaves_a_note_and_session_show_lists_every_
         from nanobot.cli.status_view import status_lines
 
         assistant = SimpleNamespace(
-            conversation=conv, subagents=helpers, cfg=load_config(cfg_path), workspace=isolated_home
+            conversation=conv,
+            subagents=helpers,
+            cfg=load_config(cfg_path),
+            workspace=isolated_home,
+            store=SessionStore(),
         )
         return [line for line in status_lines(assistant) if line.startswith("helper")]
 
