@@ -259,9 +259,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # The whole suite (`python -m pytest`, no paths given) runs on this many pytest-xdist workers; a
 # file or test named on the command line runs in one process, as do `-n 0` and `-p no:xdist`.
 # Five on this 2-core machine: part of each worker's time is waiting (processes, sockets,
-# timeouts), which the extra workers fill (1,473 tests, long ones first, idle machine: 119.4 s on
-# 2 workers, 98.7 s on 3, 87.1 s on 4; 1,537 tests, runs alternated: wall time per busy CPU-s
-# 0.529-0.552 on 4, 0.514-0.521 on 5, where 0.5 is both cores busy throughout).
+# timeouts), which the extra workers fill; 3 to 6 are within the runs' spread on the everyday
+# suite (docs/dev/testing.md gives the figures).
 WHOLE_SUITE_WORKERS = 5
 
 
