@@ -947,8 +947,9 @@ class _Watch:
 def watch_memory(workspace: Path) -> Iterator[_Watch]:
     """Around a shell command: undo its changes to memory/ afterwards; `.note` tells the model.
 
-    A ToolError raised inside gets the note appended. Where exec is confined, memory/ is
-    read-only to the command and this finds nothing to undo.
+    A ToolError raised inside gets the note appended. exec uses it only where its sandbox cannot
+    make memory/ read-only to the command (`Confinement.memory_read_only`): no mount namespace, or
+    no confinement at all.
     """
     store = MemoryStore(workspace)
     watch = _Watch(store, store.snapshot())

@@ -19,6 +19,7 @@ import shlex
 import signal
 import subprocess
 from collections.abc import Awaitable, Iterable, Mapping
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -489,8 +490,11 @@ class ExecTool(Tool):
         # read-only paths both; changes_since walks again after it (the command may make one)
         repos = find_repos(ws)
         before = take_snapshot(ws, contents=contents, repos=repos)
+        # memory/ is read-only in the sandbox where it can be (the one guard there); elsewhere a
+        # command's changes to it are undone afterwards
+        watching = nullcontext(None) if not contents else watch_memory(ws)
         try:
-            with watch_memory(ws) as watch:
+            with watching as watch:
                 result = await self._run(command, working_dir, timeout, ws, repos)
         except ToolError as exc:
             note = await review(self.ctx.approver, ws, changes_since(ws, before, contents=contents))
@@ -500,7 +504,7 @@ class ExecTool(Tool):
         result += git_settings_note(result) + self._repos_note(ws)
         return (
             result
-            + watch.note
+            + (watch.note if watch is not None else "")
             + await review(self.ctx.approver, ws, changes_since(ws, before, contents=contents))
         )
 
