@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,6 +59,33 @@ def _set_env(env: dict[str, str]) -> None:
     os.environ.update(env)
 
 
+def _in_process(
+    base: Path,
+    api_base: str,
+    reps: int,
+    profile: str | None,
+    mode: str,
+    turn: Callable[[Path], None],
+) -> float:
+    """The CPU seconds of `turn(config)` in this process, each run in a fresh home, averaged over
+    `reps` after two warm-up runs (profiled with `profile`)."""
+    profiler = cProfile.Profile() if profile else None
+    spent = []
+    for n in range(reps + 2):
+        config, env = _home(base / mode, n, api_base)
+        _set_env(env)
+        start = time.process_time()
+        if profiler and n >= 2:
+            profiler.enable()
+        turn(config)
+        if profiler:
+            profiler.disable()
+        spent.append(time.process_time() - start)
+    if profiler and profile:
+        profiler.dump_stats(f"{profile}-{mode}.prof")
+    return sum(spent[2:]) / reps
+
+
 def inproc(base: Path, api_base: str, reps: int, profile: str | None) -> float:
     import nanobot
 
@@ -68,21 +96,9 @@ def inproc(base: Path, api_base: str, reps: int, profile: str | None) -> float:
         finally:
             await assistant.aclose()
 
-    profiler = cProfile.Profile() if profile else None
-    spent = []
-    for n in range(reps + 2):
-        config, env = _home(base / "inproc", n, api_base)
-        _set_env(env)
-        start = time.process_time()
-        if profiler and n >= 2:
-            profiler.enable()
-        asyncio.run(turn(config))
-        if profiler:
-            profiler.disable()
-        spent.append(time.process_time() - start)
-    if profiler and profile:
-        profiler.dump_stats(f"{profile}-inproc.prof")
-    return sum(spent[2:]) / reps
+    return _in_process(
+        base, api_base, reps, profile, "inproc", lambda config: asyncio.run(turn(config))
+    )
 
 
 def cli(base: Path, api_base: str, reps: int, profile: str | None) -> float:
@@ -90,23 +106,12 @@ def cli(base: Path, api_base: str, reps: int, profile: str | None) -> float:
     sys.path.insert(0, str(ROOT / "tests"))
     from cli_runner import run_cli
 
-    profiler = cProfile.Profile() if profile else None
-    spent = []
-    for n in range(reps + 2):
-        config, env = _home(base / "cli", n, api_base)
-        _set_env(env)
-        start = time.process_time()
-        if profiler and n >= 2:
-            profiler.enable()
+    def turn(config: Path) -> None:
         done = run_cli("agent", "-m", "hi")
-        if profiler:
-            profiler.disable()
-        spent.append(time.process_time() - start)
         if done.returncode != 0:
-            raise SystemExit(f"the in-process run {n} exited {done.returncode}: {done.stderr}")
-    if profiler and profile:
-        profiler.dump_stats(f"{profile}-cli.prof")
-    return sum(spent[2:]) / reps
+            raise SystemExit(f"an in-process run exited {done.returncode}: {done.stderr}")
+
+    return _in_process(base, api_base, reps, profile, "cli", turn)
 
 
 def fork(base: Path, api_base: str, reps: int, profile: str | None) -> float:

@@ -79,9 +79,11 @@ class CanaryTCP:
 
 
 class CanaryUDP:
-    def __init__(self) -> None:
+    """A UDP socket on a loopback address that counts every datagram it receives."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.bind((host, 0))
         self.sock.settimeout(0.1)
         self.port = self.sock.getsockname()[1]
         self.datagrams = 0

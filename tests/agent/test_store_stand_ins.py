@@ -195,22 +195,19 @@ class Yes:
         return Decision(True, by_person=True)
 
 
-def test_a_turn_runs_and_is_consolidated_through_in_memory_stores(
-    tmp_path: Path, isolated_home: Path, fake_llm: FakeLLMServer
-) -> None:
-    sessions: SessionStoreLike = InMemorySessions(tmp_path / "state")
-    memory: ConsolidationMemory = InMemoryMemory(
-        "# Memory\n\n- The user is Ana; she lives in Porto.\n"
-    )
-    jobs: JobStoreLike = InMemoryJobs()
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
+def _conversation(
+    workspace: Path,
+    sessions: SessionStoreLike,
+    memory: ConsolidationMemory,
+    fake_llm: FakeLLMServer,
+    tools: ToolRegistry,
+) -> tuple[Conversation, OpenAICompatProvider]:
+    """A conversation in session "cli:stand-in" wired to the given stores, talking to the fake LLM."""
     provider = OpenAICompatProvider(
         "test-model", name="custom", api_key="sk-test-key-123456", api_base=fake_llm.openai_base_url
     )
     budget = ContextBudget(window=32_000, max_tokens=1000)
     context = ContextBuilder(workspace, memory=memory)
-    tools = ToolRegistry([CronTool(ToolContext(workspace=workspace, approver=Yes()), jobs)])
     session = sessions.open("cli:stand-in")
     conversation = Conversation(
         session=session,
@@ -221,6 +218,21 @@ def test_a_turn_runs_and_is_consolidated_through_in_memory_stores(
             Consolidator(provider, memory, sessions, budget), session, context, tools
         ),
     )
+    return conversation, provider
+
+
+def test_a_turn_runs_and_is_consolidated_through_in_memory_stores(
+    tmp_path: Path, isolated_home: Path, fake_llm: FakeLLMServer
+) -> None:
+    sessions: SessionStoreLike = InMemorySessions(tmp_path / "state")
+    memory: ConsolidationMemory = InMemoryMemory(
+        "# Memory\n\n- The user is Ana; she lives in Porto.\n"
+    )
+    jobs: JobStoreLike = InMemoryJobs()
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    tools = ToolRegistry([CronTool(ToolContext(workspace=workspace, approver=Yes()), jobs)])
+    conversation, provider = _conversation(workspace, sessions, memory, fake_llm, tools)
     fake_llm.summarise = (
         True  # consolidation requests get a save_memory call built from what they carry
     )
@@ -278,22 +290,7 @@ def test_consolidation_and_new_write_the_working_state_through_the_stand_in(
     memory = InMemoryMemory("# Memory\n")
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    provider = OpenAICompatProvider(
-        "test-model", name="custom", api_key="sk-test-key-123456", api_base=fake_llm.openai_base_url
-    )
-    budget = ContextBudget(window=32_000, max_tokens=1000)
-    context = ContextBuilder(workspace, memory=memory)
-    tools = ToolRegistry([])
-    session = sessions.open("cli:stand-in")
-    conversation = Conversation(
-        session=session,
-        store=sessions,
-        context=context,
-        loop=LoopSpec(provider, tools, budget, stream=False),
-        upkeep=MemoryUpkeep(
-            Consolidator(provider, memory, sessions, budget), session, context, tools
-        ),
-    )
+    conversation, provider = _conversation(workspace, sessions, memory, fake_llm, ToolRegistry([]))
     fake_llm.summarise = True  # the checkpoint is built from the goal and ticket the user names
     fake_llm.script(Reply.text("Noted."), Reply.text("On it."))
 

@@ -14,8 +14,6 @@ import asyncio
 import dataclasses
 import json
 import shutil
-import socket
-import threading
 from pathlib import Path
 
 import pytest
@@ -37,7 +35,7 @@ from nanobot.tools.shell import ExecTool
 from nanobot.tools.web import WebFetchTool
 from test_web_fetch import SITE_HOST, serve  # noqa: F401  (fixture)
 
-from canaries import MECHANISMS, by_mechanism
+from canaries import MECHANISMS, CanaryUDP, by_mechanism
 
 PAGE = b"<html><body><p>the allowed page</p></body></html>"
 
@@ -103,31 +101,6 @@ class Person:
         if self.answer == "n":
             return Decision(False, "the user said no")
         return Decision(True, always=self.answer == "a")
-
-
-class UDPCanary:
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind((SITE_HOST, 0))
-        self.sock.settimeout(0.05)
-        self.port = self.sock.getsockname()[1]
-        self.datagrams = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sock.recv(2048)
-                self.datagrams += 1
-            except OSError:
-                continue
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2)
-        self.sock.close()
 
 
 def _tool(ws: Path, confinement, who=None, *, allow=(), network=True, records=None):
@@ -217,7 +190,7 @@ def test_a_command_that_ignores_the_proxy_reaches_nothing(ws, confinement, site)
     (Each mechanism holds the command to the proxy from the policy's network and proxy port alone;
     restrictToWorkspace, which changes only the folders it sees, is not run again here.)"""
     _needs("curl", "bash")
-    udp = UDPCanary()
+    udp = CanaryUDP(SITE_HOST)
     try:
         tool, _ = _tool(ws, confinement, None, allow=("*",))
         out = _run(
