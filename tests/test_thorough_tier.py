@@ -1,7 +1,7 @@
 """The thorough tier (tests/conftest.py): the whole-suite run leaves the cases marked thorough out,
 `--thorough` adds them, `-m thorough` runs them alone, and a file named on the command line runs
 all its cases, with and without xdist's workers. Judged by which inner cases ran: the files they
-touch. (`--thorough` leaves nothing out by the same test of the options as `-m`.)"""
+touch."""
 
 from __future__ import annotations
 
@@ -55,9 +55,10 @@ def _ran(tmp_path: Path, *args: str, whole_suite: bool = True) -> set[str]:
     ("args", "expected"),
     [
         (["-p", "no:xdist"], {"everyday"}),
+        (["-p", "no:xdist", "--thorough"], {"everyday", "thorough"}),
         (["-p", "no:xdist", "-m", "thorough"], {"thorough"}),
     ],
-    ids=["whole-suite", "thorough-alone"],
+    ids=["whole-suite", "with-thorough", "thorough-alone"],
 )
 def test_the_whole_suite_leaves_the_thorough_cases_to_their_tier(tmp_path, args, expected):
     assert _ran(tmp_path, *args) == expected
