@@ -15,7 +15,7 @@ Rules (the session file's own, nanobot.session.store):
    `<file>.corrupt` when the session is opened for writing.
 3. The latest checkpoint after the last `new` record is the one sent with the session's requests
    (`block`, fenced as data the assistant itself wrote); a `compaction` record tells `status` and
-   `doctor` how the last compaction ended.
+   `doctor` how the last compaction ended, until a `new` record archives it with its conversation.
 
 Why a sibling file and not records in the session JSONL: the session file's load index seals
 its prefix by counting messages and decisions, and its rewrites (/new, repair) keep only those;
@@ -173,6 +173,7 @@ def _parse(data: bytes) -> WorkingState:
         elif kind == "new":
             closed_upto = len(raw)
             state.new_at = str(record.get("at", "")) or "?"
+            state.last_compaction = None  # a failure before /new was the archived conversation's
         elif kind is None:
             state.damaged.append(line)
         # another kind, from a newer version: kept on disk, ignored here
@@ -282,8 +283,9 @@ class WorkingStateLog:
     def close_for_new(self) -> None:
         """/new: the conversation's working state is archived with it; the next one starts without."""
         state = self.read()
-        if state.current is not None:
-            self._append({"kind": "new", "at": now_iso(), "version": state.current.number})
+        if state.current is not None or state.failed is not None:
+            version = state.current.number if state.current is not None else None
+            self._append({"kind": "new", "at": now_iso(), "version": version})
 
 
 # -- in the prompt ---------------------------------------------------------------------------------

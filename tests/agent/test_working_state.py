@@ -352,6 +352,15 @@ def test_a_failed_compaction_shows_in_status_and_doctor(nanobot_run, fake_llm, c
     assert nanobot_run("agent", "-m", "/compact").returncode == 0
     assert "the last compaction failed" not in nanobot_run("status").stdout
     assert "did not call save_memory" not in nanobot_run("doctor", "--offline").stdout
+    # a failure again, then /new: the conversation is archived, and its failed compaction with it
+    fake_llm.summarise = False
+    for text in PLANTED_TURNS[3:5]:
+        assert nanobot_run("agent", "-m", text).returncode == 0
+    assert "memory consolidation failed" in nanobot_run("agent", "-m", "/compact").stderr
+    assert "did not call save_memory" in nanobot_run("status").stdout
+    assert nanobot_run("agent", "-m", "/new").returncode == 0
+    assert "the last compaction failed" not in nanobot_run("status").stdout
+    assert "no session's last compaction failed" in nanobot_run("doctor", "--offline").stdout
 
 
 def test_helpers_do_not_get_the_working_state_but_the_report_turn_does(

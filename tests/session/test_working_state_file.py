@@ -105,6 +105,21 @@ def test_a_failed_compaction_is_remembered_until_one_succeeds(tmp_path):
     assert log.read().failed is None
 
 
+def test_new_leaves_a_failed_compaction_with_the_conversation_it_archived(tmp_path):
+    log = WorkingStateLog(tmp_path / "s.jsonl")
+    log.record_compaction(ok=False, archived=0, reason="provider error: 503")  # no checkpoint yet
+    log.close_for_new()
+    state = log.read()
+    assert state.failed is None and state.new_at is not None and state.versions == []
+    assert json.loads(log.path.read_bytes().splitlines()[0])["reason"] == "provider error: 503"
+    log.add_version(STATE, archived=2)
+    log.record_compaction(ok=False, archived=0, reason="timed out")
+    log.close_for_new()
+    assert log.read().failed is None and log.read().archived[0].text == STATE
+    log.record_compaction(ok=False, archived=0, reason="after the new one")
+    assert log.read().failed["reason"] == "after the new one"
+
+
 def test_count_items_counts_what_the_state_says_not_its_labels():
     assert count_items(STATE) == 6
     assert count_items("Goal: none\nDecisions:\nNext step: -") == 0
