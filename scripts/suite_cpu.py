@@ -7,10 +7,13 @@
 Runs pytest inside a cpuacct cgroup of its own (cgroup v1, as root); each pytest process (the
 xdist controller, each worker) then moves into a child cgroup, so the CPU of everything a test
 starts is counted, whether or not it is ever reaped. Per test, the worker's cgroup is read before
-and after it; children of the controller's fork servers are counted in the total only. Prints the
-yardstick (a 10-million-step loop) and the load average before and after, the wall time, the
-total CPU seconds, the CPU seconds per folder and the slowest tests. On a shared machine compare
-CPU seconds: the wall time moves with the load.
+and after it, and so is the worker's own CPU (`time.process_time`): the difference is what the
+processes the test started spent. The CLI runs the controller's fork servers fork for a test run
+in the controller's cgroup: they count in the total, and each server reports its child's CPU
+(tests/forkserver.py), which is the test's third figure. Prints the yardstick (a 10-million-step
+loop) and the load average before and after, the wall time, the total CPU seconds, the CPU seconds
+per folder and the slowest tests, each split three ways. On a shared machine compare CPU seconds:
+the wall time moves with the load.
 """
 
 from __future__ import annotations
@@ -57,6 +60,12 @@ def pytest_configure(config: object) -> None:
         _join(_mine)
 
 
+def _forked_cpu() -> float:
+    """CPU of the CLI runs this process collected from the controller's fork servers so far."""
+    forkserver = sys.modules.get("forkserver")
+    return getattr(forkserver, "attached_children_cpu", 0.0)
+
+
 def _record(row: dict) -> None:
     with open(os.environ[OUT], "a", encoding="utf-8") as f:
         f.write(json.dumps(row) + "\n")
@@ -70,9 +79,17 @@ try:
         if _mine is None:
             yield
             return
-        before = _usage(_mine)
+        before, own, forked = _usage(_mine), time.process_time(), _forked_cpu()
         yield
-        _record({"test": item.nodeid, "cpu": _usage(_mine) - before, "pid": str(os.getpid())})
+        _record(
+            {
+                "test": item.nodeid,
+                "cpu": _usage(_mine) - before,
+                "own": time.process_time() - own,
+                "forked": _forked_cpu() - forked,
+                "pid": str(os.getpid()),
+            }
+        )
 except ImportError:  # run as a script outside the test venv: the plugin part is not needed
     pass
 
@@ -91,6 +108,12 @@ def yardstick() -> str:
         [sys.executable, "-c", YARDSTICK], capture_output=True, text=True
     ).stdout.strip()
     return f"yardstick {took} s, load {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+
+
+def _split(row: dict) -> tuple[float, float, float]:
+    """A test's CPU: in its pytest process, in processes it started, in CLI runs forked for it."""
+    own = min(row.get("own", row["cpu"]), row["cpu"])
+    return own, row["cpu"] - own, row.get("forked", 0.0)
 
 
 def _remove(cgroup: Path) -> None:
@@ -121,21 +144,31 @@ def main(pytest_args: list[str], save: str | None = None) -> int:
         wall = time.monotonic() - started
         print(yardstick())
         rows = [json.loads(line) for line in out]
-    folders: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0])
+    folders: dict[str, list[float]] = collections.defaultdict(lambda: [0, 0.0, 0.0, 0.0])
     for row in rows:
         parts = row["test"].split("::")[0].split("/")
         folder = "/".join(parts[:2]) if len(parts) > 2 else "tests/ itself"
-        folders[folder][0] += 1
-        folders[folder][1] += row["cpu"]
+        for i, value in enumerate((1, *_split(row))):
+            folders[folder][i] += value
     print(
         f"pytest exit {code}; {len(rows)} tests; {wall:.1f} s wall; {_usage(root):.1f} CPU-s in all "
         f"(every process); {sum(r['cpu'] for r in rows):.1f} CPU-s inside the tests"
     )
-    for folder, (count, cpu) in sorted(folders.items(), key=lambda kv: -kv[1][1]):
-        print(f"  {folder:24} {count:5} tests {cpu:8.1f} CPU-s")
-    print("slowest tests (CPU-s):")
-    for row in sorted(rows, key=lambda r: -r["cpu"])[:30]:
-        print(f"  {row['cpu']:6.2f}  {row['test']}")
+    own, started, forked = (sum(_split(r)[i] for r in rows) for i in range(3))
+    print(
+        f"the tests' CPU-s: {own:.1f} in the pytest processes, {started:.1f} in processes they "
+        f"started themselves, {forked:.1f} in CLI runs forked for them by the controller's fork "
+        f"servers (these count in the total, not inside the tests)"
+    )
+    print(f"  {'folder':24} {'tests':>5} {'pytest':>8} {'started':>8} {'forked':>8}  (CPU-s)")
+    for folder, (count, *cpu) in sorted(folders.items(), key=lambda kv: -sum(kv[1][1:])):
+        print(f"  {folder:24} {count:5.0f} {cpu[0]:8.1f} {cpu[1]:8.1f} {cpu[2]:8.1f}")
+    print("slowest tests (CPU-s: in all, in pytest, started, forked):")
+    for row in sorted(rows, key=lambda r: -sum(_split(r)))[:30]:
+        mine, started, forked = _split(row)
+        print(
+            f"  {mine + started + forked:6.2f} {mine:6.2f} {started:6.2f} {forked:6.2f}  {row['test']}"
+        )
     inside = collections.Counter[str]()
     for row in rows:
         inside[row.get("pid", "")] += row["cpu"]

@@ -115,6 +115,10 @@ PRELOAD = (
 
 _MAX_MESSAGE = 1 << 20
 
+# CPU seconds of the children this process collected from servers it did not start (another
+# process's: they run outside this process's cgroup); scripts/suite_cpu.py adds them to each test.
+attached_children_cpu = 0.0
+
 
 def _interpreter_variable(name: str) -> bool:
     """Read by the interpreter itself at start-up (a fork cannot take a new value)."""
@@ -341,11 +345,13 @@ def _serve(
                 pid, conn = children.pop(fd)
                 poller.unregister(fd)
                 os.close(fd)
-                _, status = os.waitpid(pid, 0)
+                _, status, usage = os.wait4(pid, 0)
+                ended = {
+                    "returncode": os.waitstatus_to_exitcode(status),
+                    "cpu": usage.ru_utime + usage.ru_stime,  # the child's and what it waited for
+                }
                 try:
-                    conn.sendall(
-                        json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode()
-                    )
+                    conn.sendall(json.dumps(ended).encode())
                 except OSError:
                     pass  # the client stopped listening
                 conn.close()
@@ -417,8 +423,10 @@ class ForkedProcess:
         args: list[str],
         pipes: tuple[int | None, int | None, int | None],
         text: bool,
+        attached: bool = False,
     ) -> None:
         self._conn, self.pid, self._pidfd, self.args = conn, pid, pidfd, args
+        self._attached = attached  # its server is another process's
         self.returncode: int | None = None
         self._lock = threading.Lock()
         modes = ("wb", "rb", "rb")
@@ -445,7 +453,11 @@ class ForkedProcess:
             os.close(self._pidfd)
             if not data:
                 raise ForkServerError("the fork server went away before the child ended")
-            self.returncode = int(json.loads(data)["returncode"])
+            ended = json.loads(data)
+            if self._attached:
+                global attached_children_cpu
+                attached_children_cpu += ended["cpu"]
+            self.returncode = int(ended["returncode"])
             return self.returncode
 
     def poll(self) -> int | None:
@@ -756,7 +768,13 @@ class ForkServer:
                     os.close(fd)
             raise ForkServerError("the fork server did not start the child")
         return ForkedProcess(
-            conn, json.loads(data)["pid"], fds[0], argv, (our_in, our_out, our_err), text
+            conn,
+            json.loads(data)["pid"],
+            fds[0],
+            argv,
+            (our_in, our_out, our_err),
+            text,
+            attached=self._helper is None,
         )
 
     def spawn(

@@ -51,10 +51,16 @@ def _tree(path: Path) -> ast.Module:
 
 
 @functools.cache
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of a module's tree, walked once per test process (each rule below reads them all)."""
+    return tuple(ast.walk(_tree(path)))
+
+
+@functools.cache
 def _imports(path: Path) -> list[tuple[int, str]]:
     """Every module a file imports, at any depth (function-level imports included)."""
     found: list[tuple[int, str]] = []
-    for node in ast.walk(_tree(path)):
+    for node in _nodes(path):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -150,10 +156,10 @@ def test_the_agent_loop_imports_no_printing_or_file_modules():
         assert wrong + calls == [], name
 
 
-def _exception_classes(tree: ast.Module, known: set[str]) -> set[str]:
+def _exception_classes(nodes: tuple[ast.AST, ...], known: set[str]) -> set[str]:
     """Classes whose bases are exceptions (builtin or defined in `known`), followed to a fixed point."""
     found: set[str] = set()
-    classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)]
+    classes = [node for node in nodes if isinstance(node, ast.ClassDef)]
     while True:
         more = {
             node.name
@@ -174,7 +180,7 @@ def _exception_classes(tree: ast.Module, known: set[str]) -> set[str]:
 def test_every_error_class_lives_in_errors_py_and_is_drawn_in_its_tree():
     errors_py = PACKAGE / "errors.py"
     tree = _tree(errors_py)
-    defined = _exception_classes(tree, set())
+    defined = _exception_classes(_nodes(errors_py), set())
     assert {"NanobotError", "StorageError", "MemoryBusy", "SkillError", "CallFailed"} <= defined
     drawing = ast.get_docstring(tree) or ""
     assert [name for name in sorted(defined) if f" {name}" not in drawing] == []
@@ -183,7 +189,7 @@ def test_every_error_class_lives_in_errors_py_and_is_drawn_in_its_tree():
         if path == errors_py:
             continue
         local = {
-            name for name in _exception_classes(_tree(path), defined) if not name.startswith("_")
+            name for name in _exception_classes(_nodes(path), defined) if not name.startswith("_")
         }
         elsewhere += [f"{path.relative_to(PACKAGE.parent)}: {name}" for name in sorted(local)]
     assert elsewhere == []
@@ -400,7 +406,7 @@ def test_archive_searches_go_through_the_one_search():
     for path in _sources():
         if path.relative_to(PACKAGE).parts[0] == "memory":
             continue
-        for node in ast.walk(_tree(path)):
+        for node in _nodes(path):
             name = (
                 node.attr
                 if isinstance(node, ast.Attribute)
@@ -432,7 +438,7 @@ def test_the_session_load_index_is_built_only_in_its_module():
     for path in _sources():
         if path == home:
             continue
-        for node in ast.walk(_tree(path)):
+        for node in _nodes(path):
             names = (
                 [alias.name for alias in node.names]
                 if isinstance(node, ast.ImportFrom)
@@ -470,7 +476,7 @@ def _store_constructions() -> list[str]:
             continue
         found += [
             f"{_where(path, node.lineno)} builds {node.func.id}"
-            for node in ast.walk(_tree(path))
+            for node in _nodes(path)
             if isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
             and node.func.id in STORE_CLASSES
@@ -494,7 +500,7 @@ def _uses_working_state_log(paths: list[Path]) -> list[str]:
     return [
         f"{_where(path, node.lineno)} uses WorkingStateLog"
         for path in paths
-        for node in ast.walk(_tree(path))
+        for node in _nodes(path)
         if (isinstance(node, ast.Name) and node.id == "WorkingStateLog")
         or (
             isinstance(node, ast.ImportFrom)
