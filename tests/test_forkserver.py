@@ -358,3 +358,21 @@ def test_an_offered_server_is_used_by_the_processes_started_after_and_a_refused_
         assert Path(
             offered.path
         ).exists()  # closing the worker's servers left the offered one alone
+
+
+def test_a_server_reports_each_child_s_cpu_to_a_client_that_did_not_start_it(tmp_path):
+    """What scripts/suite_cpu.py adds to a test: the CPU of children forked by another process's
+    server, which run outside the test process's cgroup."""
+    import forkserver
+
+    spin = tmp_path / "spin.py"
+    spin.write_text(
+        "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3:\n    pass\n"
+    )
+    with ForkServer(preload=["json"]) as server:
+        before = forkserver.attached_children_cpu
+        assert server.run([sys.executable, str(spin)], timeout=60).returncode == 0
+        assert forkserver.attached_children_cpu == before  # its own server's: in its own cgroup
+        attached = ForkServer.attach(server.path)
+        assert attached.run([sys.executable, str(spin)], timeout=60).returncode == 0
+        assert 0.3 <= forkserver.attached_children_cpu - before < 5
