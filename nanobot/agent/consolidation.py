@@ -30,7 +30,7 @@ from nanobot.agent.compaction import (
 )
 from nanobot.agent.events import EventSink, Notice, ignore
 from nanobot.config import AgentDefaults
-from nanobot.errors import ConsolidationFailure, NanobotError, ProviderError
+from nanobot.errors import ConsolidationFailure, NanobotError, ProviderError, SpendLimitReached
 from nanobot.memory.protocols import ConsolidationMemory
 from nanobot.memory.store import MemoryUpdateRefused
 from nanobot.messages import Message, cut_middle, parse_timestamp, transcript_lines
@@ -745,6 +745,8 @@ class Consolidator:
 
 def _provider_failure(exc: ProviderError) -> NanobotError:
     """An outage postpones the consolidation; a request the provider rejects counts as a failure."""
+    if isinstance(exc, SpendLimitReached):  # nanobot's own limit, not the provider: named as such
+        return ConsolidationPostponed(exc.message)
     if is_outage(exc):
         return ConsolidationPostponed(f"the provider is unavailable ({short_reason(exc)})")
     return ConsolidationFailure(f"provider error: {short_reason(exc)}")
