@@ -172,10 +172,11 @@ def show(
         f"{session.last_consolidated} consolidated, created {escape(session.created_at)}"
     )
     first_index = len(session.messages) - len(messages)
+    answered = {m.get("tool_call_id") for m in session.messages if m.get("role") == "tool"}
     for index, msg in enumerate(messages, start=first_index):
         if index == session.last_consolidated and index > 0:
             console.rule("[dim]consolidated into memory above this line[/dim]")
-        _print_message(console, msg)
+        _print_message(console, msg, answered)
     helpers = [m[NOTE_KEY] for m in session.messages if isinstance(m.get(NOTE_KEY), dict)]
     if helpers:
         console.print(f"\n[bold]helpers[/bold] ({len(helpers)}): what each did and how it ended")
@@ -238,7 +239,8 @@ def _print_decisions(console: Console, decisions: Sequence[dict]) -> None:
         )
 
 
-def _print_message(console: Console, msg: Mapping[str, Any]) -> None:
+def _print_message(console: Console, msg: Mapping[str, Any], answered: set[Any]) -> None:
+    """One message; `answered`: the ids of the tool calls that have a result in the session."""
     msg = mask_message(msg)  # a session saved by an older version may still hold a key
     role = str(msg.get("role", "?"))
     stamp = f" [dim]{escape(str(msg.get('timestamp', '')))}[/dim]" if msg.get("timestamp") else ""
@@ -272,6 +274,13 @@ def _print_message(console: Console, msg: Mapping[str, Any]) -> None:
             f"[magenta]→ {escape(str(fn.get('name', '?')))}[/magenta]"
             f"({escape(str(fn.get('arguments', '')))}) [dim]{escape(str(call.get('id', '')))}[/dim]"
         )
+        if (
+            call.get("id") not in answered
+        ):  # Ctrl-C or a crash mid-tool (session/validity.py, rule 3)
+            console.print(
+                "[yellow]  no result recorded: stopped before it finished (or still running); "
+                "the model is told it was interrupted[/yellow]"
+            )
 
 
 @session_app.command("repair", cls=Command)
