@@ -37,8 +37,10 @@ def budget_rows(snap: BudgetSnapshot) -> list[tuple[str, str]]:
         if snap.prompt_cap and snap.prompt_cap < snap.window - snap.reply_tokens
         else ""
     )
-    corrected = (
-        f", corrected x{snap.ratio:.2f} by the provider's counts" if snap.ratio > 1.0 else ""
+    corrected = (  # a ratio of 1.001 is no correction: "x1.00" read as a contradiction
+        f", corrected x{snap.ratio:.2f} by the provider's counts"
+        if round(snap.ratio, 2) > 1.0
+        else ""
     )
     return [
         (
