@@ -203,6 +203,9 @@ class Consolidator:
         self._announced: set[str] = (
             set()
         )  # postponement reasons the user was told about (once each)
+        # sessions whose last automatic consolidation was postponed: the next one starts without its
+        # "compacting …" line, which a postponement said once would leave without an end every turn
+        self._postponed: set[str] = set()
 
     def estimate(
         self,
@@ -290,11 +293,16 @@ class Consolidator:
                     if end is None:
                         break
                     report.rounds += 1
-                    if not await self._postponable(
-                        self._consolidate_range(session, end, report, emit), report, emit
-                    ):
+                    work = self._consolidate_range(
+                        session, end, report, emit, announce=session.key not in self._postponed
+                    )
+                    if not await self._postponable(work, report, emit):
                         break
                     estimated = report.after = measure()
+            if report.postponed:
+                self._postponed.add(session.key)
+            elif report.messages:
+                self._postponed.discard(session.key)
         return report
 
     async def archive_all(
@@ -410,16 +418,18 @@ class Consolidator:
         emit: EventSink,
         *,
         must_record: bool = False,
+        announce: bool = True,
     ) -> None:
         """Record messages[last_consolidated:end], in as many requests as it takes to fit the window.
 
-        `must_record` (for /new): what cannot be summarised now is archived RAW rather than left."""
+        `must_record` (for /new): what cannot be summarised now is archived RAW rather than left.
+        `announce`: say when it starts (not when retrying a postponed one: its end may go unsaid)."""
         total = end - session.last_consolidated
         if not self.memory_writes:
             self.store.set_pointer(session, end)
             report.messages += total
             return
-        if report.rounds <= 1:  # one quiet line per consolidation, not one per round
+        if announce and report.rounds <= 1:  # one quiet line per consolidation, not one per round
             emit(Notice(f"compacting {total} message{'s' if total != 1 else ''} into memory…"))
         while session.last_consolidated < end:
             start = session.last_consolidated
