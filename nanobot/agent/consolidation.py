@@ -40,7 +40,7 @@ from nanobot.session.protocols import SessionWriter
 from nanobot.session.runtime_context import user_with_context
 from nanobot.session.save_policy import as_sent
 from nanobot.session.store import Session
-from nanobot.session.working_state import SHAPE, count_items
+from nanobot.session.working_state import SHAPE, count_items, items_phrase
 
 __all__ = [
     "Consolidator",
@@ -367,7 +367,7 @@ class Consolidator:
         if report.messages:
             archived = f"{report.messages} message{'s' if report.messages != 1 else ''} archived"
             kept = (
-                f"kept {items} item{'s' if items != 1 else ''} of working state"
+                f"kept {items_phrase(items)} of working state"
                 if session.working_state
                 else "no working state kept"
             )

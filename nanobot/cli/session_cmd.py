@@ -22,7 +22,7 @@ from nanobot.errors import NanobotError
 from nanobot.messages import NOTE_KEY, text_of
 from nanobot.secrets_mask import mask_message, mask_value
 from nanobot.session.protocols import SessionAdmin
-from nanobot.session.working_state import WorkingState
+from nanobot.session.working_state import WorkingState, items_phrase
 
 session_app = typer.Typer(
     help="Saved conversations: list, show and repair them.",
@@ -197,7 +197,7 @@ def _print_working_state(console: Console, state: WorkingState) -> None:
     console.print(
         "\n[bold]working state[/bold]"
         + (
-            f" (version {current.number}, {current.items} items, written {escape(current.at)}; sent with every request)"
+            f" (version {current.number}, {items_phrase(current.items)}, written {escape(current.at)}; sent with every request)"
             if current is not None
             else " (none in force: /new archived the last one)"
             if state.versions
@@ -213,7 +213,7 @@ def _print_working_state(console: Console, state: WorkingState) -> None:
             first = v.text.strip().splitlines()[0] if v.text.strip() else ""
             closed = ", archived by /new" if v.closed else ""
             console.print(
-                f"  [dim]version {v.number} · {escape(v.at)} · {v.items} items{closed} ·[/dim] "
+                f"  [dim]version {v.number} · {escape(v.at)} · {items_phrase(v.items)}{closed} ·[/dim] "
                 f"{escape(first[:80])}"
             )
     failed = state.failed

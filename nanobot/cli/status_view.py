@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nanobot.agent.budget import BudgetSnapshot
 from nanobot.messages import NOTE_KEY
-from nanobot.session.working_state import WorkingState
+from nanobot.session.working_state import WorkingState, items_phrase
 
 
 def exec_line(cfg) -> str:
@@ -66,7 +66,7 @@ def working_state_rows(state: WorkingState) -> list[tuple[str, str]]:
     archived = len(state.archived)
     if current is not None:
         text = (
-            f"version {current.number}: {current.items} items, written {current.at} "
+            f"version {current.number}: {items_phrase(current.items)}, written {current.at} "
             f"(`nanobot session show` prints it)"
         )
     elif archived:

@@ -169,3 +169,12 @@ def test_show_says_which_tool_call_has_no_result(store):
     )
     whole = runner.invoke(session_app, ["show", "cli:whole"])
     assert "no result recorded" not in whole.output
+
+
+def test_show_counts_a_one_item_checkpoint_as_one_item(store):
+    make(store, "cli:direct", [user("the ticket is BILL-4821"), assistant("Noted.")])
+    log = store.working_state_for("cli:direct")
+    log.add_version("Goal: none\nIdentifiers:\n- BILL-4821", archived=2)
+    log.add_version("Goal: ship BILL-4821\nIdentifiers:\n- BILL-4821", archived=2)
+    out = runner.invoke(session_app, ["show", "cli:direct"]).output
+    assert "(version 2, 2 items," in out and "· 1 item ·" in out and "1 items" not in out
