@@ -457,3 +457,24 @@ def test_compact_past_the_daily_limit_names_the_limit_not_a_provider_outage(
         len(fake_llm.requests) == 2
         and not (isolated_home / "workspace" / "memory" / "HISTORY.md").exists()
     )
+
+
+def test_usage_counts_a_cancelled_call_apart_from_the_failed_ones(
+    nanobot_run, configure, isolated_home
+):
+    # Ctrl-C mid-answer is the user's choice, not a failure: `usage` said "(1 failed)" for it
+    from nanobot.usage.ledger import Ledger
+
+    configure()
+    ledger = Ledger(isolated_home / "usage")
+    for outcome in ("ok", "error", "cancelled"):
+        ledger.append(
+            UsageRecord(
+                t=time.time(), session="cli:direct", source="chat", model="m", outcome=outcome
+            )
+        )
+    ledger.close()
+    shown = nanobot_run("usage").stdout
+    assert "3 (1 failed, 1 cancelled)" in shown, shown
+    today = json.loads(nanobot_run("usage", "--json").stdout)["today"]
+    assert (today["failedCalls"], today["cancelledCalls"]) == (1, 1)
