@@ -715,6 +715,13 @@ class Chat:
             quiet_when_idle=True,
         ):
             self.console.print("[dim]started a new conversation[/dim]")
+            running = len(self.assistant.subagents.running())
+            if running:  # their reports are not the old conversation's any more: say where they go
+                say(
+                    self.console,
+                    f"[yellow]{running} subagent(s) still running: their reports will come into "
+                    "this new conversation (/stop stops them)[/yellow]",
+                )
 
     async def compact(self) -> None:
         reports: list[ConsolidationReport] = []

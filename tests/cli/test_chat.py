@@ -232,6 +232,33 @@ def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_h
     assert "'slow'" in notes[2] and "was stopped by the user leaving nanobot" in notes[2]
 
 
+def test_new_says_a_running_helper_reports_into_the_new_conversation(repl, fake_llm):
+    import json as _json
+
+    def responder(request):
+        body = _json.dumps(request.body)
+        if "You are a subagent" in body:
+            return Reply.text("slow report", delay=4)
+        if request.messages[-1].get("role") == "tool":
+            return Reply.text("Helper started.")
+        return Reply.tool_calls([("spawn", {"task": "a slow job", "label": "slow"})])
+
+    fake_llm.responder = responder
+    child = repl()
+    child.sendline("start a slow job")
+    child.expect("Helper started.")
+    child.expect_exact(PROMPT)
+    child.sendline("/new")
+    child.expect("started a new conversation")
+    child.expect_exact(PROMPT)
+    shown = " ".join(screen_text(child).split())
+    assert (
+        "1 subagent(s) still running: their reports will come into this new conversation" in shown
+    )
+    child.sendline("/stop")
+    child.expect("stopped 1 subagent")
+
+
 def test_a_failed_background_turn_is_shown_above_the_prompt(repl, fake_llm):
     import json as _json
 
