@@ -551,11 +551,12 @@ class ContextBudget:
             if round(ratio, 2) > 1.0
             else ""
         )
-        if corrected:
-            fallback += (
-                f"; the x{ratio:.2f} is learned from the provider's answers and kept in calibration.json in the "
-                "nanobot home (delete it to learn it again)"
-            )
+        learned = (
+            f"; the x{ratio:.2f} is learned from the provider's answers and kept in calibration.json in "
+            "the nanobot home (delete it to learn it again)"
+            if corrected
+            else ""
+        )
         parts = (
             f"the prompt does not fit the context window: the system prompt takes {system:,} tokens{memory}, "
             f"the tool schemas {schemas:,}{corrected}"
@@ -575,7 +576,7 @@ class ContextBudget:
                 f"of {window:,}"
             )
             hint = _FIX_HINT
-        raise ContextTooSmallError(message, hint=hint + fallback)
+        raise ContextTooSmallError(message, hint=hint + fallback + learned)
 
     def memory_room(self, system_prompt_without_memory: str, tools: list[dict] | None) -> int:
         """Bytes of MEMORY.md (fence included) the fixed prompt can still carry with room for a
