@@ -754,11 +754,20 @@ class Chat:
         (self.renderer if self.turn_task is not None else self.background)(event)
 
     async def stop_background(self) -> None:
+        _, reports = self.assistant.subagents.pending()  # report turns queued or answering now
         stopped = await self.assistant.subagents.stop("by the user (/stop)")
+        what = " and ".join(
+            part
+            for part in (
+                f"{len(stopped)} subagent(s)" if stopped else "",
+                f"{reports} report turn(s)" if reports else "",
+            )
+            if part
+        )
         self.console.print(
-            f"[yellow]stopped {len(stopped)} subagent(s)[/yellow]"
-            if stopped
-            else "[dim]no subagents are running[/dim]"
+            f"[yellow]stopped {what}[/yellow]"
+            if what
+            else "[dim]no subagents are running, and no report turn[/dim]"
         )
 
     def show_status(self) -> None:

@@ -259,6 +259,34 @@ def test_new_says_a_running_helper_reports_into_the_new_conversation(repl, fake_
     child.expect("stopped 1 subagent")
 
 
+def test_stop_says_it_stopped_a_report_turn_that_was_answering(repl, fake_llm, isolated_home):
+    # a report turn renders its answer whole when it ends: while it runs the screen shows nothing,
+    # and /stop, which ends it, said "no subagents are running"
+    import json as _json
+
+    from nanobot.session.store import SessionStore
+
+    def responder(request):
+        body = _json.dumps(request.body)
+        if "You are a subagent" in body:
+            return Reply.text("quick report")
+        if "quick report" in _json.dumps(request.messages[-1]):
+            return Reply.text("reacting " * 200, chunks=100, pace=0.1)
+        if request.messages[-1].get("role") == "tool":
+            return Reply.text("Helper started.")
+        return Reply.tool_calls([("spawn", {"task": "a quick job", "label": "quick"})])
+
+    fake_llm.responder = responder
+    child = repl()
+    child.sendline("start a quick job")
+    child.expect("subagent 'quick' \\(sa-[0-9a-f]+\\) completed")
+    time.sleep(1.0)  # its report turn is answering
+    child.sendline("/stop")
+    child.expect("stopped 1 report turn")
+    saved = SessionStore().load("cli:direct").messages
+    assert saved[-1]["content"].endswith("[interrupted: the user stopped this answer here]")
+
+
 def test_a_failed_background_turn_is_shown_above_the_prompt(repl, fake_llm):
     import json as _json
 
