@@ -528,3 +528,12 @@ def test_a_piped_answer_is_printed_as_the_model_wrote_it(nanobot_run, fake_llm, 
     result = nanobot_run("agent", "-m", "how do I write a smile?")
     assert result.returncode == 0, result.stderr
     assert result.stdout == answer + "\n"
+
+
+def test_an_empty_session_name_is_refused_before_anything_is_saved(
+    nanobot_run, fake_llm, configure, isolated_home
+):
+    configure()
+    result = nanobot_run("agent", "-s", " ", "-m", "hello")
+    assert result.returncode == 2 and "the session name is empty" in result.stderr
+    assert fake_llm.requests == [] and not list((isolated_home / "sessions").glob("*.jsonl"))
