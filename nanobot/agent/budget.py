@@ -171,6 +171,7 @@ class BudgetSnapshot:
     ratio: float  # calibration from the provider's counts
     estimator: str
     max_tool_calls: int
+    consolidate_at: int = 0  # the prompt size at which consolidation starts (0: the budget)
 
     @property
     def fixed_share(self) -> float:
@@ -627,6 +628,7 @@ class ContextBudget:
             self.calibration.ratio,
             estimator_name(),
             self.max_tool_calls,
+            self.consolidate_at,
         )
 
 

@@ -48,6 +48,18 @@ def budget_rows(snap: BudgetSnapshot) -> list[tuple[str, str]]:
             f"{bar(snap.estimate, snap.budget)}  ~{snap.estimate:,} / {snap.budget:,} tokens "
             f"({window} minus {snap.reply_tokens:,} kept for the reply{cap})",
         ),
+        *(
+            [
+                (
+                    "compaction",
+                    f"starts at ~{snap.consolidate_at:,} tokens "
+                    f"({snap.consolidate_at / snap.budget:.0%} of the budget; "
+                    "agents.defaults.consolidateAboveTokens)",
+                )
+            ]
+            if 0 < snap.consolidate_at < snap.budget
+            else []
+        ),
         ("reply room", f"{snap.reply_tokens:,} tokens (max_tokens of every request)"),
         (
             "fixed",
