@@ -301,8 +301,9 @@ class Consolidator:
                     estimated = report.after = measure()
             if report.postponed:
                 self._postponed.add(session.key)
-            elif report.messages:
+            elif report.messages:  # it ran: a later outage is news again, and is said
                 self._postponed.discard(session.key)
+                self._announced.clear()
         return report
 
     async def archive_all(

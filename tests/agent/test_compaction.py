@@ -222,15 +222,18 @@ def test_a_consolidation_postponed_again_leaves_no_compacting_line_without_an_en
     down = lambda req: Reply.error(503, message="service unavailable")  # noqa: E731
     said: list[list[str]] = []
 
-    async def three_turns():
-        for responder in (down, down, lambda req: _save()):  # then the provider is back
+    async def four_turns():
+        for turn, responder in enumerate((down, down, lambda req: _save(), down)):
+            if turn == 3:  # back, then down again when the session has grown once more
+                env.add_turns(12, start=12)
             scripted_llm.responder = responder
             before = len(env.notices)
             await env.maybe()
             said.append([n.text for n in env.notices[before:]])
 
-    env.run(three_turns)
-    first, second, third = said
+    env.run(four_turns)
+    first, second, third, fourth = said
     assert any(t.startswith("compacting") for t in first) and any("postponed" in t for t in first)
     assert second == []  # the reason was said; no start line left without an end
     assert any(t.startswith("compaction done") for t in third)
+    assert any("postponed" in t for t in fourth)  # a new outage is news: said again
