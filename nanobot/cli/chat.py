@@ -755,8 +755,12 @@ class Chat:
             self.renderer.thinking()
 
     def _background_event(self, event: Event) -> None:
-        # while a user turn runs, its renderer owns the screen; notices still go through it
-        (self.renderer if self.turn_task is not None else self.background)(event)
+        # while a user turn runs, its renderer owns the screen: a notice goes through it. A report
+        # turn's own events stay with the background renderer, which shows its answer whole: a user
+        # turn typed meanwhile waits behind it (one turn at a time), and took the rest of the report's
+        # answer as its own, without its beginning
+        own_turn = not isinstance(event, Notice)
+        (self.renderer if self.turn_task is not None and not own_turn else self.background)(event)
 
     async def stop_background(self) -> None:
         _, reports = self.assistant.subagents.pending()  # report turns queued or answering now

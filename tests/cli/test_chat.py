@@ -287,6 +287,39 @@ def test_stop_says_it_stopped_a_report_turn_that_was_answering(repl, fake_llm, i
     assert saved[-1]["content"].endswith("[interrupted: the user stopped this answer here]")
 
 
+def test_a_message_typed_while_a_report_turn_answers_does_not_take_the_rest_of_its_answer(
+    repl, fake_llm
+):
+    # the report's reaction is shown whole when it ends, then the user's own answer; the user's
+    # turn used to render the rest of the reaction (its first words lost) as if it were its answer
+    import json as _json
+
+    def responder(request):
+        body = _json.dumps(request.body)
+        last = _json.dumps(request.messages[-1])
+        if "You are a subagent" in body:
+            return Reply.text("quick report")
+        if "quick report" in last:
+            words = " ".join(f"w{i}" for i in range(120))
+            return Reply.text(f"REACTION-START {words} REACTION-END", chunks=60, pace=0.05)
+        if "and meanwhile" in last:
+            return Reply.text("ANSWER-TO-USER")
+        if request.messages[-1].get("role") == "tool":
+            return Reply.text("Helper started.")
+        return Reply.tool_calls([("spawn", {"task": "a quick job", "label": "quick"})])
+
+    fake_llm.responder = responder
+    child = repl()
+    child.sendline("start a quick job")
+    child.expect("subagent 'quick' \\(sa-[0-9a-f]+\\) completed")
+    time.sleep(0.8)  # its report turn is answering, out of sight
+    child.sendline("and meanwhile, hello")
+    child.expect("ANSWER-TO-USER", timeout=20)
+    shown = screen_text(child)  # everything since the helper completed, before the user's answer
+    assert "REACTION-START" in shown and "REACTION-END" in shown
+    fake_llm.assert_all_valid()
+
+
 def test_a_failed_background_turn_is_shown_above_the_prompt(repl, fake_llm):
     import json as _json
 
