@@ -696,6 +696,9 @@ class Chat:
         quiet_when_idle: bool = False,
     ) -> bool:
         """Run /new or /compact, print its receipt; False when it failed (nothing was changed)."""
+        # a summarising call can take a while: the spinner shows it is alive, and after a few
+        # seconds how long it has been and that Ctrl-C stops it
+        self.renderer.thinking("compacting…")
         try:
             report = await self._ctrl_c_cancels(action(emit=self.renderer))
         except asyncio.CancelledError:

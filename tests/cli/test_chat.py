@@ -509,6 +509,7 @@ def test_ctrl_c_cancels_a_slow_compact_and_the_chat_stays(repl, fake_llm, isolat
     assert fake_llm.wait_for_requests(
         3, timeout=20
     )  # the consolidation call is under way (and slow)
+    child.expect(r"compacting… \d+s \(Ctrl-C to stop\)", timeout=10)  # it says it is alive
     child.sendcontrol("c")  # before: the chat left with "interrupted" (exit 130)
     child.expect("cancelled")
     child.expect_exact(PROMPT)
