@@ -704,9 +704,11 @@ class Chat:
         except asyncio.CancelledError:
             if self.term.signum is not None:
                 raise  # SIGTERM / SIGHUP: leave
+            self.renderer.finish()  # the spinner's line goes first, with the ^C the terminal echoed
             self.err.print("[yellow]cancelled[/yellow]")
             return False
         except NanobotError as exc:
+            self.renderer.finish()
             print_error(exc.message + on_error, exc.hint, console=self.err)
             self.failed = True
             return False
