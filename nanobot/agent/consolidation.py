@@ -30,7 +30,7 @@ from nanobot.agent.compaction import (
 )
 from nanobot.agent.events import EventSink, Notice, ignore
 from nanobot.config import AgentDefaults
-from nanobot.errors import ConsolidationFailure, NanobotError, ProviderError
+from nanobot.errors import ConsolidationFailure, NanobotError, ProviderError, SpendLimitReached
 from nanobot.memory.protocols import ConsolidationMemory
 from nanobot.memory.store import MemoryUpdateRefused
 from nanobot.messages import Message, cut_middle, parse_timestamp, transcript_lines
@@ -40,7 +40,7 @@ from nanobot.session.protocols import SessionWriter
 from nanobot.session.runtime_context import user_with_context
 from nanobot.session.save_policy import as_sent
 from nanobot.session.store import Session
-from nanobot.session.working_state import SHAPE, count_items
+from nanobot.session.working_state import SHAPE, count_items, items_phrase
 
 __all__ = [
     "Consolidator",
@@ -203,6 +203,9 @@ class Consolidator:
         self._announced: set[str] = (
             set()
         )  # postponement reasons the user was told about (once each)
+        # sessions whose last automatic consolidation was postponed: the next one starts without its
+        # "compacting …" line, which a postponement said once would leave without an end every turn
+        self._postponed: set[str] = set()
 
     def estimate(
         self,
@@ -290,11 +293,17 @@ class Consolidator:
                     if end is None:
                         break
                     report.rounds += 1
-                    if not await self._postponable(
-                        self._consolidate_range(session, end, report, emit), report, emit
-                    ):
+                    work = self._consolidate_range(
+                        session, end, report, emit, announce=session.key not in self._postponed
+                    )
+                    if not await self._postponable(work, report, emit):
                         break
                     estimated = report.after = measure()
+            if report.postponed:
+                self._postponed.add(session.key)
+            elif report.messages:  # it ran: a later outage is news again, and is said
+                self._postponed.discard(session.key)
+                self._announced.clear()
         return report
 
     async def archive_all(
@@ -359,7 +368,7 @@ class Consolidator:
         if report.messages:
             archived = f"{report.messages} message{'s' if report.messages != 1 else ''} archived"
             kept = (
-                f"kept {items} item{'s' if items != 1 else ''} of working state"
+                f"kept {items_phrase(items)} of working state"
                 if session.working_state
                 else "no working state kept"
             )
@@ -410,16 +419,18 @@ class Consolidator:
         emit: EventSink,
         *,
         must_record: bool = False,
+        announce: bool = True,
     ) -> None:
         """Record messages[last_consolidated:end], in as many requests as it takes to fit the window.
 
-        `must_record` (for /new): what cannot be summarised now is archived RAW rather than left."""
+        `must_record` (for /new): what cannot be summarised now is archived RAW rather than left.
+        `announce`: say when it starts (not when retrying a postponed one: its end may go unsaid)."""
         total = end - session.last_consolidated
         if not self.memory_writes:
             self.store.set_pointer(session, end)
             report.messages += total
             return
-        if report.rounds <= 1:  # one quiet line per consolidation, not one per round
+        if announce and report.rounds <= 1:  # one quiet line per consolidation, not one per round
             emit(Notice(f"compacting {total} message{'s' if total != 1 else ''} into memory…"))
         while session.last_consolidated < end:
             start = session.last_consolidated
@@ -745,6 +756,8 @@ class Consolidator:
 
 def _provider_failure(exc: ProviderError) -> NanobotError:
     """An outage postpones the consolidation; a request the provider rejects counts as a failure."""
+    if isinstance(exc, SpendLimitReached):  # nanobot's own limit, not the provider: named as such
+        return ConsolidationPostponed(exc.message)
     if is_outage(exc):
         return ConsolidationPostponed(f"the provider is unavailable ({short_reason(exc)})")
     return ConsolidationFailure(f"provider error: {short_reason(exc)}")

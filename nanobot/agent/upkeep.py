@@ -20,6 +20,8 @@ from nanobot.session.store import Session
 # a turn waits this long for consolidation to make room, then goes ahead with older turns left
 # out of its request while consolidation finishes in the background
 ROOM_WAIT_SECONDS = AgentDefaults.consolidation_wait_seconds
+# on exit, a consolidation still running after this long is announced (the wait would look like a hang)
+QUIET_EXIT_SECONDS = 1.0
 
 
 class MemoryUpkeep:
@@ -61,13 +63,23 @@ class MemoryUpkeep:
         """On exit: give a running consolidation `wait` seconds, then stop it. Nothing is lost: the pointer
         moves only past what was recorded, and the next run consolidates the rest."""
         task = self._task
-        if await self.join(wait) or task is None:
+        quiet = min(wait, QUIET_EXIT_SECONDS)
+        if await self.join(quiet) or task is None:
+            return
+        # past this, the user would see nothing happen: say what nanobot waits for, and how long
+        self.background(
+            Notice(
+                f"finishing the memory consolidation before nanobot exits (at most {wait:g} s, "
+                "agents.defaults.consolidationExitWaitSeconds; Ctrl-C stops it, nothing is lost)…"
+            )
+        )
+        if await self.join(wait - quiet):
             return
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         self.background(
             Notice(
-                f"memory consolidation did not finish within {wait:g} s of the answer "
+                f"memory consolidation did not finish within {wait:g} s "
                 "(agents.defaults.consolidationExitWaitSeconds); it stopped, nothing was lost, "
                 "and the next run goes on with it",
                 "warning",

@@ -119,11 +119,19 @@ def onboard(
 
 
 @app.command()
-def status(config: Path | None = ConfigOpt) -> None:
+def status(
+    config: Path | None = ConfigOpt,
+    session: str = typer.Option(
+        "cli:direct",
+        "--session",
+        "-s",
+        help="The session whose context and working state to show (as `agent -s`).",
+    ),
+) -> None:
     """Config path, workspace, model, providers with a key (masked), context window, token estimator."""
     from nanobot.cli.setup import show_status
 
-    show_status(config)
+    show_status(config, session)
 
 
 @app.command()

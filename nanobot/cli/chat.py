@@ -53,6 +53,11 @@ def run_agent(
     approve: list[str] | None = None,
     allow_unconfined_exec: bool = False,
 ) -> int:
+    if not session_key.strip():  # it became a session listed by its file name
+        raise UsageError(
+            "the session name is empty",
+            hint="Name one with -s, e.g. -s work, or leave -s out for cli:direct.",
+        )
     overrides = {
         "agents.defaults.workspace": str(workspace) if workspace else None,
         "agents.defaults.model": model,
@@ -691,14 +696,19 @@ class Chat:
         quiet_when_idle: bool = False,
     ) -> bool:
         """Run /new or /compact, print its receipt; False when it failed (nothing was changed)."""
+        # a summarising call can take a while: the spinner shows it is alive, and after a few
+        # seconds how long it has been and that Ctrl-C stops it
+        self.renderer.thinking("compacting…")
         try:
             report = await self._ctrl_c_cancels(action(emit=self.renderer))
         except asyncio.CancelledError:
             if self.term.signum is not None:
                 raise  # SIGTERM / SIGHUP: leave
+            self.renderer.finish()  # the spinner's line goes first, with the ^C the terminal echoed
             self.err.print("[yellow]cancelled[/yellow]")
             return False
         except NanobotError as exc:
+            self.renderer.finish()
             print_error(exc.message + on_error, exc.hint, console=self.err)
             self.failed = True
             return False
@@ -715,6 +725,13 @@ class Chat:
             quiet_when_idle=True,
         ):
             self.console.print("[dim]started a new conversation[/dim]")
+            running = len(self.assistant.subagents.running())
+            if running:  # their reports are not the old conversation's any more: say where they go
+                say(
+                    self.console,
+                    f"[yellow]{running} subagent(s) still running: their reports will come into "
+                    "this new conversation (/stop stops them)[/yellow]",
+                )
 
     async def compact(self) -> None:
         reports: list[ConsolidationReport] = []
@@ -743,15 +760,28 @@ class Chat:
             self.renderer.thinking()
 
     def _background_event(self, event: Event) -> None:
-        # while a user turn runs, its renderer owns the screen; notices still go through it
-        (self.renderer if self.turn_task is not None else self.background)(event)
+        # while a user turn runs, its renderer owns the screen: a notice goes through it. A report
+        # turn's own events stay with the background renderer, which shows its answer whole: a user
+        # turn typed meanwhile waits behind it (one turn at a time), and took the rest of the report's
+        # answer as its own, without its beginning
+        own_turn = not isinstance(event, Notice)
+        (self.renderer if self.turn_task is not None and not own_turn else self.background)(event)
 
     async def stop_background(self) -> None:
+        _, reports = self.assistant.subagents.pending()  # report turns queued or answering now
         stopped = await self.assistant.subagents.stop("by the user (/stop)")
+        what = " and ".join(
+            part
+            for part in (
+                f"{len(stopped)} subagent(s)" if stopped else "",
+                f"{reports} report turn(s)" if reports else "",
+            )
+            if part
+        )
         self.console.print(
-            f"[yellow]stopped {len(stopped)} subagent(s)[/yellow]"
-            if stopped
-            else "[dim]no subagents are running[/dim]"
+            f"[yellow]stopped {what}[/yellow]"
+            if what
+            else "[dim]no subagents are running, and no report turn[/dim]"
         )
 
     def show_status(self) -> None:

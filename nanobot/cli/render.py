@@ -49,6 +49,7 @@ class Renderer:
         self._live: MarkdownStream | None = None
         self._status: Status | None = None
         self._wrote_plain = False
+        self._held: list[Notice] = []  # notices that came while an answer streamed
 
     # spinner -----------------------------------------------------------------------------
     def thinking(self, label: str = "thinking…") -> None:
@@ -95,6 +96,9 @@ class Renderer:
         self._wrote_plain = False
         if self.stream_text:
             self.buffer = ""
+        held, self._held = self._held, []
+        for notice in held:
+            self._notice(notice)
 
     # events ------------------------------------------------------------------------------
     def __call__(self, event: Event) -> None:
@@ -126,15 +130,21 @@ class Renderer:
                 f"(attempt {event.attempt + 1})[/dim yellow]",
             )
         elif isinstance(event, Notice):
-            style = {"warning": "yellow", "error": "bold red"}.get(event.level, "dim")
-            self._end_text()
-            say(self.progress, f"[{style}]{escape(event.text)}[/{style}]")
+            if self.stream_text and self.buffer:  # a background line waits for the answer's end
+                self._held.append(event)
+            else:
+                self._end_text()
+                self._notice(event)
         elif isinstance(event, TurnDone):
             self.finish()
             if not self.stream_text and event.outcome.content:
                 self.show_answer(event.outcome.content)
             if event.outcome.error:  # a failed turn always says so, foreground or background
                 self.show_error(event.outcome.error)
+
+    def _notice(self, event: Notice) -> None:
+        style = {"warning": "yellow", "error": "bold red"}.get(event.level, "dim")
+        say(self.progress, f"[{style}]{escape(event.text)}[/{style}]")
 
     def show_error(self, text: str) -> None:
         from nanobot.cli.errors import report_text

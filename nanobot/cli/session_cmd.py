@@ -22,7 +22,7 @@ from nanobot.errors import NanobotError
 from nanobot.messages import NOTE_KEY, text_of
 from nanobot.secrets_mask import mask_message, mask_value
 from nanobot.session.protocols import SessionAdmin
-from nanobot.session.working_state import WorkingState
+from nanobot.session.working_state import WorkingState, items_phrase
 
 session_app = typer.Typer(
     help="Saved conversations: list, show and repair them.",
@@ -172,10 +172,11 @@ def show(
         f"{session.last_consolidated} consolidated, created {escape(session.created_at)}"
     )
     first_index = len(session.messages) - len(messages)
+    answered = {m.get("tool_call_id") for m in session.messages if m.get("role") == "tool"}
     for index, msg in enumerate(messages, start=first_index):
         if index == session.last_consolidated and index > 0:
             console.rule("[dim]consolidated into memory above this line[/dim]")
-        _print_message(console, msg)
+        _print_message(console, msg, answered)
     helpers = [m[NOTE_KEY] for m in session.messages if isinstance(m.get(NOTE_KEY), dict)]
     if helpers:
         console.print(f"\n[bold]helpers[/bold] ({len(helpers)}): what each did and how it ended")
@@ -196,7 +197,7 @@ def _print_working_state(console: Console, state: WorkingState) -> None:
     console.print(
         "\n[bold]working state[/bold]"
         + (
-            f" (version {current.number}, {current.items} items, written {escape(current.at)}; sent with every request)"
+            f" (version {current.number}, {items_phrase(current.items)}, written {escape(current.at)}; sent with every request)"
             if current is not None
             else " (none in force: /new archived the last one)"
             if state.versions
@@ -212,7 +213,7 @@ def _print_working_state(console: Console, state: WorkingState) -> None:
             first = v.text.strip().splitlines()[0] if v.text.strip() else ""
             closed = ", archived by /new" if v.closed else ""
             console.print(
-                f"  [dim]version {v.number} · {escape(v.at)} · {v.items} items{closed} ·[/dim] "
+                f"  [dim]version {v.number} · {escape(v.at)} · {items_phrase(v.items)}{closed} ·[/dim] "
                 f"{escape(first[:80])}"
             )
     failed = state.failed
@@ -238,7 +239,8 @@ def _print_decisions(console: Console, decisions: Sequence[dict]) -> None:
         )
 
 
-def _print_message(console: Console, msg: Mapping[str, Any]) -> None:
+def _print_message(console: Console, msg: Mapping[str, Any], answered: set[Any]) -> None:
+    """One message; `answered`: the ids of the tool calls that have a result in the session."""
     msg = mask_message(msg)  # a session saved by an older version may still hold a key
     role = str(msg.get("role", "?"))
     stamp = f" [dim]{escape(str(msg.get('timestamp', '')))}[/dim]" if msg.get("timestamp") else ""
@@ -272,6 +274,13 @@ def _print_message(console: Console, msg: Mapping[str, Any]) -> None:
             f"[magenta]→ {escape(str(fn.get('name', '?')))}[/magenta]"
             f"({escape(str(fn.get('arguments', '')))}) [dim]{escape(str(call.get('id', '')))}[/dim]"
         )
+        if (
+            call.get("id") not in answered
+        ):  # Ctrl-C or a crash mid-tool (session/validity.py, rule 3)
+            console.print(
+                "[yellow]  no result recorded: stopped before it finished (or still running); "
+                "the model is told it was interrupted[/yellow]"
+            )
 
 
 @session_app.command("repair", cls=Command)

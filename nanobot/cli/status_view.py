@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nanobot.agent.budget import BudgetSnapshot
 from nanobot.messages import NOTE_KEY
-from nanobot.session.working_state import WorkingState
+from nanobot.session.working_state import WorkingState, items_phrase
 
 
 def exec_line(cfg) -> str:
@@ -37,14 +37,28 @@ def budget_rows(snap: BudgetSnapshot) -> list[tuple[str, str]]:
         if snap.prompt_cap and snap.prompt_cap < snap.window - snap.reply_tokens
         else ""
     )
-    corrected = (
-        f", corrected x{snap.ratio:.2f} by the provider's counts" if snap.ratio > 1.0 else ""
+    corrected = (  # a ratio of 1.001 is no correction: "x1.00" read as a contradiction
+        f", corrected x{snap.ratio:.2f} by the provider's counts"
+        if round(snap.ratio, 2) > 1.0
+        else ""
     )
     return [
         (
             "context",
             f"{bar(snap.estimate, snap.budget)}  ~{snap.estimate:,} / {snap.budget:,} tokens "
             f"({window} minus {snap.reply_tokens:,} kept for the reply{cap})",
+        ),
+        *(
+            [
+                (
+                    "compaction",
+                    f"starts at ~{snap.consolidate_at:,} tokens "
+                    f"({snap.consolidate_at / snap.budget:.0%} of the budget; "
+                    "agents.defaults.consolidateAboveTokens)",
+                )
+            ]
+            if 0 < snap.consolidate_at < snap.budget
+            else []
         ),
         ("reply room", f"{snap.reply_tokens:,} tokens (max_tokens of every request)"),
         (
@@ -64,7 +78,7 @@ def working_state_rows(state: WorkingState) -> list[tuple[str, str]]:
     archived = len(state.archived)
     if current is not None:
         text = (
-            f"version {current.number}: {current.items} items, written {current.at} "
+            f"version {current.number}: {items_phrase(current.items)}, written {current.at} "
             f"(`nanobot session show` prints it)"
         )
     elif archived:

@@ -56,6 +56,8 @@ def _cells(b: Bucket, priced: bool) -> list[str]:
         notes.append(f"{b.estimated} estimated")
     if b.failed:
         notes.append(f"{b.failed} failed")
+    if b.cancelled:
+        notes.append(f"{b.cancelled} cancelled")
     if notes:
         cells[0] += f" ({', '.join(notes)})"
     if priced:

@@ -7,8 +7,23 @@ import json
 import signal
 import sys
 import threading
+from collections import deque
 
 from nanobot.fakellm import FakeLLMServer, Reply
+
+
+def standalone_server(
+    script: list[dict], *, context_window: int | None = None, port: int = 0
+) -> FakeLLMServer:
+    """The server `main` runs: the script's replies answer the turns, in order, and consolidation
+    requests get a save_memory call built from what they carry, as from a real model. (A queued
+    script would hand a consolidation request the next turn's reply: a RAW archive, and every later
+    answer one turn late.)"""
+    server = FakeLLMServer(context_window=context_window, port=port)
+    server.summarise = True
+    replies = deque(Reply.from_dict(d) for d in script)
+    server.responder = lambda request: replies.popleft() if replies else None
+    return server
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,11 +42,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    server = FakeLLMServer(context_window=args.context_window, port=args.port)
-    server.summarise = True  # consolidation requests get a save_memory call, as from a real model
+    script: list[dict] = []
     if args.script:
         with open(args.script, encoding="utf-8") as f:
-            server.script(*(Reply.from_dict(d) for d in json.load(f)))
+            script = json.load(f)
+    server = standalone_server(script, context_window=args.context_window, port=args.port)
     # SIGTERM stops it like Ctrl-C: a background job (`... &` in a script) has SIGINT ignored.
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())

@@ -63,7 +63,7 @@ class RecordedRequest:
     usage: Usage | None = None  # the token counts the answer reported (None: no answer was sent)
 
 
-Responder = Callable[[RecordedRequest], Reply]
+Responder = Callable[[RecordedRequest], Reply | None]  # None: answered "ok", marked unscripted
 
 
 class _Cut(Exception):

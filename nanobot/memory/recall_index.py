@@ -844,13 +844,15 @@ class RecallIndex:
                 taken.add((row[-3], unit.seq))
                 before = after = None
                 if (
-                    neighbours
-                ):  # the messages around it; for an entry (a summary of its own), its other parts
+                    neighbours and row[9] == "history"
+                ):  # an entry (a summary of its own): its other parts
                     before = reader.unit_at(row[-3], row[-2] - 1)
                     after = reader.unit_at(row[-3], row[-2] + 1)
-                    if row[9] == "history":
-                        before = before if before is not None and before.seq == unit.seq else None
-                        after = after if after is not None and after.seq == unit.seq else None
+                    before = before if before is not None and before.seq == unit.seq else None
+                    after = after if after is not None and after.seq == unit.seq else None
+                elif neighbours:  # the messages around it, not the message's own other passages
+                    before = reader.message_unit(row[-3], unit.seq - 1, last=True)
+                    after = reader.message_unit(row[-3], unit.seq + 1, last=False)
                 hits.append(Hit(unit, score, before, after))
                 if len(hits) == limit:
                     break
@@ -1034,6 +1036,15 @@ class _Reader:
         if part >= len(passages):
             return None
         return Unit(uid, sess, seq, part, ts, role, mask_secrets(passages[part]))
+
+    def message_unit(self, src: int, seq: int, *, last: bool) -> Unit | None:
+        """Message (entry) `seq` of a source: its last passage (`last`), else its first."""
+        row = self.db.execute(
+            f"SELECT {_UNIT_COLUMNS} FROM units u JOIN sources s ON s.id = u.src "
+            f"WHERE u.src = ? AND u.seq = ? ORDER BY u.part {'DESC' if last else 'ASC'} LIMIT 1",
+            (src, seq),
+        ).fetchone()
+        return self.unit(row) if row else None
 
     def unit_at(self, src: int, n: int) -> Unit | None:
         row = self.db.execute(

@@ -30,6 +30,28 @@ class RestartableDelta(Protocol):
     def restart(self) -> None: ...
 
 
+class StreamTap:
+    """An `on_delta` that passes streamed text on and keeps it (`text`): whether a model has begun
+    answering (providers/fallback.py), what a call stopped midway had streamed (usage/meter.py).
+    A retry's `restart` is passed on (RestartableDelta)."""
+
+    def __init__(self, on_delta: DeltaCallback) -> None:
+        self.on_delta = on_delta
+        self.pieces: list[str] = []
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+    def __call__(self, text: str) -> None:
+        self.pieces.append(text)
+        self.on_delta(text)
+
+    def restart(self) -> None:
+        if isinstance(self.on_delta, RestartableDelta):
+            self.on_delta.restart()
+
+
 # Seconds a provider may stay silent (no byte at all) before the request counts as failed; per
 # provider in the config as providers.<name>.timeout. Connecting gets at most CONNECT_TIMEOUT.
 DEFAULT_TIMEOUT = 180.0

@@ -21,7 +21,7 @@ from typing import Any
 
 from nanobot.errors import NanobotError, ProviderError, RequestTooLarge
 from nanobot.messages import Message
-from nanobot.providers.base import DeltaCallback, LLMResponse, Provider, RestartableDelta
+from nanobot.providers.base import LLMResponse, Provider, StreamTap
 
 FallbackCallback = Callable[[str], None]
 
@@ -65,7 +65,7 @@ class FallbackProvider(Provider):
 
     async def chat(self, messages: list[Message], **kwargs: Any) -> LLMResponse:
         on_delta = kwargs.get("on_delta")
-        relay = _Relay(on_delta) if on_delta is not None else None
+        relay = StreamTap(on_delta) if on_delta is not None else None
         if relay is not None:
             kwargs["on_delta"] = relay
         last_error: NanobotError | None = None
@@ -94,7 +94,8 @@ class FallbackProvider(Provider):
                 tried.append(f"{candidate.label} ({_reason(error)})")
                 continue
             except ProviderError as error:
-                if not error.retryable or (relay is not None and relay.streamed):
+                # a model that has begun answering is not swapped for another
+                if not error.retryable or (relay is not None and bool(relay.pieces)):
                     raise
                 last_error = error
                 previous = candidate.label
@@ -157,20 +158,3 @@ def _exhausted(tried: list[str], last: NanobotError) -> NanobotError:
         "or its modelPresets entry): raise it if the model allows, or add a fallback with a larger "
         "window; or try again when the models before it answer.",
     )
-
-
-class _Relay:
-    """Passes streamed text on and remembers that some came (a model that has begun answering is
-    not swapped for another); a retry's `restart` is passed on (providers/base.RestartableDelta)."""
-
-    def __init__(self, on_delta: DeltaCallback) -> None:
-        self.on_delta = on_delta
-        self.streamed = False
-
-    def __call__(self, text: str) -> None:
-        self.streamed = True
-        self.on_delta(text)
-
-    def restart(self) -> None:
-        if isinstance(self.on_delta, RestartableDelta):
-            self.on_delta.restart()

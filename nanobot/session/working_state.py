@@ -42,6 +42,7 @@ __all__ = [
     "WorkingStateLog",
     "state_path",
     "count_items",
+    "items_phrase",
     "block",
     "SOURCE",
     "with_block",
@@ -83,6 +84,11 @@ def count_items(text: str) -> int:
         if value.strip().strip(".").lower() not in ("", "none", "n/a", "-"):
             items += 1
     return items
+
+
+def items_phrase(items: int) -> str:
+    """ "1 item", "6 items": how every screen names a checkpoint's size."""
+    return f"{items} item{'s' if items != 1 else ''}"
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from nanobot.cron.jobs import current_job
 from nanobot.fsio import atomic_write
 from nanobot.messages import Message
 from nanobot.paths import ensure_private_dir
-from nanobot.providers.base import LLMResponse, Provider
+from nanobot.providers.base import LLMResponse, Provider, StreamTap
 from nanobot.usage.ledger import DaySpend, Ledger, TodaySpend, UsageRecord, ledger_dir
 from nanobot.usage.limits import token_refusal
 
@@ -195,6 +195,10 @@ class MeteredProvider(Provider):
         started = time.perf_counter()
         response: LLMResponse | None = None
         outcome = "error"
+        on_delta = kwargs.get("on_delta")
+        tap = StreamTap(on_delta) if on_delta is not None else None
+        if tap is not None:
+            kwargs["on_delta"] = tap  # what streamed before a cancel is billed, and counted below
         try:
             response = await self.inner.chat(messages, **kwargs)
             outcome = "ok"
@@ -205,7 +209,15 @@ class MeteredProvider(Provider):
         finally:
             ms = int((time.perf_counter() - started) * 1000)
             self.meter.record(
-                self._record(messages, kwargs.get("tools"), response, outcome, job, ms)
+                self._record(
+                    messages,
+                    kwargs.get("tools"),
+                    response,
+                    outcome,
+                    job,
+                    ms,
+                    tap.text if tap else "",
+                )
             )
 
     def _record(
@@ -216,6 +228,7 @@ class MeteredProvider(Provider):
         outcome: str,
         job: str | None,
         ms: int,
+        streamed: str = "",
     ) -> UsageRecord:
         source = self.source
         if job is not None and source in TURN_SOURCES:
@@ -230,6 +243,10 @@ class MeteredProvider(Provider):
             outcome=outcome,
         )
         if response is None:
+            if outcome == "cancelled":
+                # stopped midway (Ctrl-C, /stop, a deadline): the request was sent and the provider
+                # bills its prompt and what it streamed, but never reported them: count them, and say so
+                self._estimate(record, messages, tools, streamed)
             return record
         usage = response.usage
         if usage.prompt_tokens or usage.completion_tokens:
@@ -239,12 +256,18 @@ class MeteredProvider(Provider):
                 usage.cache_write_tokens,
             )
         else:  # the provider reported nothing (some local servers): count it ourselves, and say so
-            from nanobot.tokens import count_messages, count_text, count_tools
-
-            record.prompt = count_messages(messages) + count_tools(tools)
             said = (response.content or "") + "".join(
                 c.raw_arguments or str(c.arguments) for c in response.tool_calls
             )
-            record.completion = count_text(said)
-            record.estimated = True
+            self._estimate(record, messages, tools, said)
         return record
+
+    @staticmethod
+    def _estimate(
+        record: UsageRecord, messages: list[Message], tools: list[dict[str, Any]] | None, said: str
+    ) -> None:
+        from nanobot.tokens import count_messages, count_text, count_tools
+
+        record.prompt = count_messages(messages) + count_tools(tools)
+        record.completion = count_text(said)
+        record.estimated = True

@@ -40,7 +40,8 @@ class Bucket:
     cache_read: int = 0
     cache_write: int = 0
     estimated: int = 0  # calls whose counts nanobot estimated (the provider reported none)
-    failed: int = 0  # calls that ended in an error or were cancelled
+    failed: int = 0  # calls that ended in an error
+    cancelled: int = 0  # calls stopped midway (Ctrl-C, /stop, a deadline): not a failure
     cost: float = 0.0
     unpriced: int = 0  # calls of models with no price in usage.prices
 
@@ -51,7 +52,8 @@ class Bucket:
         self.cache_read += record.cache_read
         self.cache_write += record.cache_write
         self.estimated += record.estimated
-        self.failed += record.outcome != "ok"
+        self.failed += record.outcome not in ("ok", "cancelled")
+        self.cancelled += record.outcome == "cancelled"
         if price is None:
             self.unpriced += 1
         else:
@@ -76,6 +78,7 @@ class Bucket:
             "cacheReadShare": round(self.cache_share, 4),
             "estimatedCalls": self.estimated,
             "failedCalls": self.failed,
+            "cancelledCalls": self.cancelled,
         }
         if priced:
             out["cost"] = round(self.cost, 6)

@@ -349,3 +349,17 @@ def test_memory_share_has_one_rule_for_every_window():
     assert (
         memory_share(100).window == AgentDefaults.context_window_tokens
     )  # no window: the config's default
+
+
+def test_a_calibrated_refusal_says_why_its_parts_add_up_to_more():
+    # the provider counted 1.25x: the parts shown plus reply and conversation must explain the total
+    calibration = Calibration()
+    calibration.observe(2000, 2500)
+    system = "fact " * 4200
+    with pytest.raises(ContextTooSmallError) as info:
+        _window(calibration=calibration).check_fixed(system, None)
+    err = info.value
+    fixed = _counter().count_message({"role": "system", "content": system})
+    assert f"({calibration.adjust(fixed):,} together at x1.25, how this model's" in err.message
+    assert f"{calibration.adjust(fixed) + 1024 + 2048:,} tokens" in err.message
+    assert "calibration.json" in err.hint

@@ -210,3 +210,30 @@ def test_compact_during_an_outage_says_nothing_was_archived(tmp_path, scripted_l
     report = env.run(lambda: env.cons.compact(env.session, emit=env.notices.append))
     assert report.receipt().startswith("nothing archived: the provider is unavailable")
     assert env.history() == "" and env.session.last_consolidated == 0
+
+
+def test_a_consolidation_postponed_again_leaves_no_compacting_line_without_an_end(
+    tmp_path, scripted_llm
+):
+    # The provider is down for a while: each turn's consolidation is postponed. The reason is said
+    # once; a "compacting N messages…" line every later turn would be left dangling, as if it ran.
+    env = Env(tmp_path, scripted_llm)
+    env.add_turns(12)
+    down = lambda req: Reply.error(503, message="service unavailable")  # noqa: E731
+    said: list[list[str]] = []
+
+    async def four_turns():
+        for turn, responder in enumerate((down, down, lambda req: _save(), down)):
+            if turn == 3:  # back, then down again when the session has grown once more
+                env.add_turns(12, start=12)
+            scripted_llm.responder = responder
+            before = len(env.notices)
+            await env.maybe()
+            said.append([n.text for n in env.notices[before:]])
+
+    env.run(four_turns)
+    first, second, third, fourth = said
+    assert any(t.startswith("compacting") for t in first) and any("postponed" in t for t in first)
+    assert second == []  # the reason was said; no start line left without an end
+    assert any(t.startswith("compaction done") for t in third)
+    assert any("postponed" in t for t in fourth)  # a new outage is news: said again

@@ -10,6 +10,7 @@ import os
 import re
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 from nanobot.fakellm import Reply
@@ -189,3 +190,25 @@ def test_the_providers_count_is_remembered_so_the_next_one_shot_does_not_overflo
     assert max(json.loads(kept.read_text())["custom/test-model"]["ratios"]) >= 1.5
     _long_session(turns=48)  # the same conversation again, so the second run faces the same prompt
     assert run("second question") == []  # the next run starts from what the first learned
+
+
+def test_a_consolidation_still_running_at_exit_is_announced_then_finished(
+    nanobot_run, fake_llm, configure, isolated_home
+):
+    # a summariser that takes 2 s: past the first second the user is told what nanobot waits for
+    # (the chat's Ctrl-D, or agent -m after its answer, otherwise looked hung), and it then finishes
+    configure(
+        contextWindowTokens=WINDOW, consolidationWaitSeconds=0.2, consolidationExitWaitSeconds=20
+    )
+    _long_session()
+    fake_llm.responder = lambda req: (
+        replace(save_memory_reply(req), delay=2.0)
+        if is_consolidation(req)
+        else Reply.text("here you go")
+    )
+    result = nanobot_run("agent", "-m", "still there?")
+    assert result.returncode == 0 and "here you go" in result.stdout, result.stderr
+    said = " ".join(result.stderr.split())
+    assert "finishing the memory consolidation before nanobot exits (at most 20 s" in said, said
+    assert "did not finish" not in said
+    assert _pointer(isolated_home) > 0 and "Talked about logs." in _history(isolated_home)

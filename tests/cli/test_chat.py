@@ -232,6 +232,94 @@ def test_subagent_lines_reaction_and_stop_in_the_chat(repl, fake_llm, isolated_h
     assert "'slow'" in notes[2] and "was stopped by the user leaving nanobot" in notes[2]
 
 
+def test_new_says_a_running_helper_reports_into_the_new_conversation(repl, fake_llm):
+    import json as _json
+
+    def responder(request):
+        body = _json.dumps(request.body)
+        if "You are a subagent" in body:
+            return Reply.text("slow report", delay=4)
+        if request.messages[-1].get("role") == "tool":
+            return Reply.text("Helper started.")
+        return Reply.tool_calls([("spawn", {"task": "a slow job", "label": "slow"})])
+
+    fake_llm.responder = responder
+    child = repl()
+    child.sendline("start a slow job")
+    child.expect("Helper started.")
+    child.expect_exact(PROMPT)
+    child.sendline("/new")
+    child.expect("started a new conversation")
+    child.expect_exact(PROMPT)
+    shown = " ".join(screen_text(child).split())
+    assert (
+        "1 subagent(s) still running: their reports will come into this new conversation" in shown
+    )
+    child.sendline("/stop")
+    child.expect("stopped 1 subagent")
+
+
+def test_stop_says_it_stopped_a_report_turn_that_was_answering(repl, fake_llm, isolated_home):
+    # a report turn renders its answer whole when it ends: while it runs the screen shows nothing,
+    # and /stop, which ends it, said "no subagents are running"
+    import json as _json
+
+    from nanobot.session.store import SessionStore
+
+    def responder(request):
+        body = _json.dumps(request.body)
+        if "You are a subagent" in body:
+            return Reply.text("quick report")
+        if "quick report" in _json.dumps(request.messages[-1]):
+            return Reply.text("reacting " * 200, chunks=100, pace=0.1)
+        if request.messages[-1].get("role") == "tool":
+            return Reply.text("Helper started.")
+        return Reply.tool_calls([("spawn", {"task": "a quick job", "label": "quick"})])
+
+    fake_llm.responder = responder
+    child = repl()
+    child.sendline("start a quick job")
+    child.expect("subagent 'quick' \\(sa-[0-9a-f]+\\) completed")
+    time.sleep(1.0)  # its report turn is answering
+    child.sendline("/stop")
+    child.expect("stopped 1 report turn")
+    saved = SessionStore().load("cli:direct").messages
+    assert saved[-1]["content"].endswith("[interrupted: the user stopped this answer here]")
+
+
+def test_a_message_typed_while_a_report_turn_answers_does_not_take_the_rest_of_its_answer(
+    repl, fake_llm
+):
+    # the report's reaction is shown whole when it ends, then the user's own answer; the user's
+    # turn used to render the rest of the reaction (its first words lost) as if it were its answer
+    import json as _json
+
+    def responder(request):
+        body = _json.dumps(request.body)
+        last = _json.dumps(request.messages[-1])
+        if "You are a subagent" in body:
+            return Reply.text("quick report")
+        if "quick report" in last:
+            words = " ".join(f"w{i}" for i in range(120))
+            return Reply.text(f"REACTION-START {words} REACTION-END", chunks=60, pace=0.05)
+        if "and meanwhile" in last:
+            return Reply.text("ANSWER-TO-USER")
+        if request.messages[-1].get("role") == "tool":
+            return Reply.text("Helper started.")
+        return Reply.tool_calls([("spawn", {"task": "a quick job", "label": "quick"})])
+
+    fake_llm.responder = responder
+    child = repl()
+    child.sendline("start a quick job")
+    child.expect("subagent 'quick' \\(sa-[0-9a-f]+\\) completed")
+    time.sleep(0.8)  # its report turn is answering, out of sight
+    child.sendline("and meanwhile, hello")
+    child.expect("ANSWER-TO-USER", timeout=20)
+    shown = screen_text(child)  # everything since the helper completed, before the user's answer
+    assert "REACTION-START" in shown and "REACTION-END" in shown
+    fake_llm.assert_all_valid()
+
+
 def test_a_failed_background_turn_is_shown_above_the_prompt(repl, fake_llm):
     import json as _json
 
@@ -421,6 +509,7 @@ def test_ctrl_c_cancels_a_slow_compact_and_the_chat_stays(repl, fake_llm, isolat
     assert fake_llm.wait_for_requests(
         3, timeout=20
     )  # the consolidation call is under way (and slow)
+    child.expect(r"compacting… \d+s \(Ctrl-C to stop\)", timeout=10)  # it says it is alive
     child.sendcontrol("c")  # before: the chat left with "interrupted" (exit 130)
     child.expect("cancelled")
     child.expect_exact(PROMPT)

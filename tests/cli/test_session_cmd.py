@@ -143,3 +143,38 @@ def test_list_show_and_repair_take_a_bad_pointer_back_to_what_history_md_proves(
         again.last_consolidated == 2 and again.warnings == []
     )  # not 0: HISTORY.md proved the first chunk
     assert len(again.messages) == 6
+
+
+def test_show_says_which_tool_call_has_no_result(store):
+    # Ctrl-C mid-tool: the call is saved, its result never was
+    make(
+        store,
+        "cli:direct",
+        [
+            user("wait a bit"),
+            assistant(None, [tool_call("c1", "exec", {"command": "sleep 20"})]),
+            user("what happened?"),
+            assistant("It was stopped."),
+        ],
+    )
+    result = runner.invoke(session_app, ["show", "cli:direct"])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "sleep 20" in out and "no result recorded: stopped before it finished" in out
+    make(
+        store,
+        "cli:whole",
+        [user("go"), assistant(None, [tool_call("c2", "exec", {"command": "ls"})])]
+        + [tool_result("c2", "exec", "a.txt"), assistant("One file.")],
+    )
+    whole = runner.invoke(session_app, ["show", "cli:whole"])
+    assert "no result recorded" not in whole.output
+
+
+def test_show_counts_a_one_item_checkpoint_as_one_item(store):
+    make(store, "cli:direct", [user("the ticket is BILL-4821"), assistant("Noted.")])
+    log = store.working_state_for("cli:direct")
+    log.add_version("Goal: none\nIdentifiers:\n- BILL-4821", archived=2)
+    log.add_version("Goal: ship BILL-4821\nIdentifiers:\n- BILL-4821", archived=2)
+    out = runner.invoke(session_app, ["show", "cli:direct"]).output
+    assert "(version 2, 2 items," in out and "· 1 item ·" in out and "1 items" not in out

@@ -93,6 +93,20 @@ def test_config_flag_picks_another_file(nanobot_run, tmp_path):
     assert result.returncode == 0 and "ollama/qwen3" in result.stdout
 
 
+def test_status_shows_the_session_asked_for(nanobot_run, isolated_home):
+    from nanobot.session.store import SessionStore
+
+    store = SessionStore()
+    session = store.open("work")
+    store.append(session, [{"role": "user", "content": "Goal: ship BILL-4821"}])
+    store.working_state_log(session).add_version("Goal: ship BILL-4821", archived=1)
+    store.close(session)
+    shown = " ".join(nanobot_run("status", "-s", "work").stdout.split())
+    assert "session work " in shown and "version 1: 1 item" in shown
+    default = " ".join(nanobot_run("status").stdout.split())
+    assert "session cli:direct (new)" in default and "version 1" not in default
+
+
 def test_camel_case_mapping():
     assert to_camel("context_window_tokens") == "contextWindowTokens"
 

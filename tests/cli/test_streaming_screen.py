@@ -249,3 +249,31 @@ def test_ctrl_c_during_a_retry_wait_keeps_the_half_answer_marked_as_interrupted(
     assert [m["role"] for m in sent[1:]] == ["user", "assistant", "user"]
     assert INTERRUPTED_MARK in text_of(sent[2]["content"])
     fake_llm.assert_all_valid()
+
+
+def test_a_slow_compact_shows_a_spinner_and_ctrl_c_leaves_one_clean_line(configure, fake_llm):
+    configure()
+    fake_llm.script(
+        Reply.text("noted your cat"),
+        Reply.text("noted your dog"),
+        Reply.tool_calls(
+            [("save_memory", {"history_entry": "[2026-01-05 10:00] A cat.", "memory_update": "x"})],
+            delay=60,
+        ),
+    )
+    term = Terminal("agent", env=RETRY_FAST)
+    try:
+        term.wait_for("you ›")
+        term.send("I have a cat")
+        term.wait_for("noted your cat")
+        term.send("and a dog")
+        term.wait_for("noted your dog")
+        term.send("/compact")
+        term.wait_for("(Ctrl-C to stop)")  # the spinner says it is alive, and how to stop it
+        term.child.send("\x03")
+        term.wait_for("cancelled")
+        term.wait_for_count("you ›", 4)
+    finally:
+        term.close()
+    # the spinner's line is gone with the ^C the terminal echoed: "cancelled" stands alone
+    assert "cancelled" in term.lines() and "^C" not in term.text()

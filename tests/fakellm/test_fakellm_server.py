@@ -362,6 +362,32 @@ def test_standalone_command_serves_a_script_until_ctrl_c_or_sigterm(tmp_path, st
             proc.wait()
 
 
+def test_the_standalone_script_answers_turns_and_a_consolidation_gets_its_summary():
+    # `python -m nanobot.fakellm --script`: a consolidation between two turns used to take the
+    # second turn's reply (no save_memory call: a RAW archive, then every answer one turn late)
+    from nanobot.fakellm.__main__ import standalone_server
+
+    summarise = oa(
+        [{"role": "user", "content": "summarise this"}],
+        tools=[{"type": "function", "function": {"name": "save_memory", "parameters": {}}}],
+        tool_choice={"type": "function", "function": {"name": "save_memory"}},
+    )
+    with standalone_server([{"text": "first answer"}, {"text": "second answer"}]) as server:
+        _, one = post(server, "openai", oa())
+        _, summary = post(server, "openai", summarise)
+        _, two = post(server, "openai", oa())
+        _, three = post(server, "openai", oa())
+    assert one["choices"][0]["message"]["content"] == "first answer"
+    [call] = summary["choices"][0]["message"]["tool_calls"]
+    assert (
+        call["function"]["name"] == "save_memory"
+        and "history_entry" in call["function"]["arguments"]
+    )
+    assert two["choices"][0]["message"]["content"] == "second answer"
+    assert three["choices"][0]["message"]["content"] == "ok"  # past the script
+    assert [r.unscripted for r in server.requests] == [False, False, False, True]
+
+
 def test_stop_closes_pooled_connections():
     server = FakeLLMServer().start()
 

@@ -116,3 +116,29 @@ def test_a_long_message_is_one_hit_however_many_of_its_passages_match():
     assert sorted(h.unit.session for h in hits) == ["cli:a", "cli:b", "cli:c"]
     (found,) = [h for h in hits if h.unit.session == "cli:a"]
     assert found.unit.text in long and len(found.unit.text) < len(long)  # its best passage
+
+
+def test_a_hit_in_a_long_message_shows_the_messages_around_it_not_its_own_next_passage():
+    # An answer of three passages between two questions: the hit is its first passage, and what
+    # came before and after it are the two questions (the model must not read page 1 as a reply)
+    long = "\n".join(f"walrus notes, page {p}, " + "filler words " * 110 + "end" for p in range(3))
+    store = SessionStore()
+    session = store.open("cli:a")
+    try:
+        store.append(
+            session,
+            [
+                {"role": "user", "content": "what do you know about the walrus?"},
+                {"role": "assistant", "content": long},
+                {"role": "user", "content": "thanks, and the seals?"},
+            ],
+        )
+    finally:
+        store.close(session)
+    idx = index()
+    idx.refresh()
+    (hit,) = idx.search("walrus page 0", limit=1)
+    assert hit.unit.seq == 1 and hit.unit.part == 0
+    assert hit.before is not None and hit.before.text == "what do you know about the walrus?"
+    assert hit.after is not None and hit.after.role == "user"
+    assert hit.after.text == "thanks, and the seals?"

@@ -438,3 +438,43 @@ def test_a_job_crossing_its_limit_mid_turn_stops_with_one_line_and_keeps_what_it
     )
     session = "".join(p.read_text() for p in (isolated_home / "sessions").glob("cron_*.jsonl"))
     assert "write_file" in session and "Check the weather" in session
+
+
+def test_compact_past_the_daily_limit_names_the_limit_not_a_provider_outage(
+    nanobot_run, fake_llm, configure, isolated_home
+):
+    configure()
+    fake_llm.script(Reply.text("noted"), Reply.text("noted again"))
+    assert nanobot_run("agent", "-m", "the replica stays until Friday").returncode == 0
+    assert nanobot_run("agent", "-m", "the schema diff runs next").returncode == 0
+    _set_config(isolated_home, usage={"limits": {"dailyTokens": 100}})  # already spent today
+    result = nanobot_run("agent", "-m", "/compact")
+    said = " ".join(result.stderr.split())
+    assert "memory consolidation postponed: the daily token limit is reached" in said, said
+    assert "usage.limits.dailyTokens = 100" in said
+    assert "provider is unavailable" not in said  # the provider was never asked
+    assert (
+        len(fake_llm.requests) == 2
+        and not (isolated_home / "workspace" / "memory" / "HISTORY.md").exists()
+    )
+
+
+def test_usage_counts_a_cancelled_call_apart_from_the_failed_ones(
+    nanobot_run, configure, isolated_home
+):
+    # Ctrl-C mid-answer is the user's choice, not a failure: `usage` said "(1 failed)" for it
+    from nanobot.usage.ledger import Ledger
+
+    configure()
+    ledger = Ledger(isolated_home / "usage")
+    for outcome in ("ok", "error", "cancelled"):
+        ledger.append(
+            UsageRecord(
+                t=time.time(), session="cli:direct", source="chat", model="m", outcome=outcome
+            )
+        )
+    ledger.close()
+    shown = nanobot_run("usage").stdout
+    assert "3 (1 failed, 1 cancelled)" in shown, shown
+    today = json.loads(nanobot_run("usage", "--json").stdout)["today"]
+    assert (today["failedCalls"], today["cancelledCalls"]) == (1, 1)

@@ -1,0 +1,46 @@
+"""The meter on the provider seam: what a call costs is on the ledger, however the call ended."""
+
+from __future__ import annotations
+
+import asyncio
+
+from nanobot.config import UsageLimits
+from nanobot.fakellm import Reply
+from nanobot.providers.openai_compat import OpenAICompatProvider
+from nanobot.usage.ledger import read_records
+from nanobot.usage.meter import MeteredProvider, UsageMeter
+
+WORDS = "the replica stays until Friday and the schema diff runs against staging " * 40
+
+
+def test_a_call_cancelled_mid_answer_is_recorded_with_its_prompt_and_what_streamed(
+    fake_llm, tmp_path
+):
+    # Ctrl-C in the middle of a streamed answer: the provider was sent the prompt and streamed part of
+    # the answer, and bills both, but never sends its usage (it comes at the end of the stream)
+    fake_llm.script(Reply.text(WORDS, chunks=60, pace=0.05))
+    meter = UsageMeter(UsageLimits(), tmp_path)
+    inner = OpenAICompatProvider(
+        "test-model", name="custom", api_key="sk-test-key-123456", api_base=fake_llm.openai_base_url
+    )
+    provider = MeteredProvider(
+        inner, meter, source="chat", session="cli:direct", model="custom/test-model"
+    )
+    prompt = [{"role": "user", "content": "tell me about the migration plan " * 200}]
+    shown: list[str] = []
+
+    async def run() -> None:
+        call = asyncio.ensure_future(provider.chat(prompt, on_delta=shown.append))
+        while len(shown) < 5:
+            await asyncio.sleep(0.01)
+        call.cancel()
+        await asyncio.gather(call, return_exceptions=True)
+        await provider.aclose()
+
+    asyncio.run(run())
+    meter.close()
+    [record] = read_records(tmp_path)
+    assert record.outcome == "cancelled" and record.estimated
+    assert record.prompt >= 1000  # the prompt of ~1,400 tokens was sent, and billed
+    assert 0 < record.completion < 400  # what streamed before the cancel, not the whole answer
+    assert shown  # the text still reached the screen through the meter
