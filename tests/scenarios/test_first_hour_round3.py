@@ -47,3 +47,15 @@ def test_a_misspelt_section_is_warned_about_and_nanobots_own_sections_stay_quiet
         )
         quiet = nanobot_run("memory", "show")
         assert "unknown key" not in quiet.stderr, (home, quiet.stderr)
+
+
+def test_a_reminder_in_the_past_says_what_time_it_is_now(nanobot_run, isolated_home):
+    from datetime import datetime, timezone
+
+    result = nanobot_run("cron", "add", "-m", "Call mum", "--at", "2020-01-01T10:00", "--tz", "UTC")
+    assert result.returncode == 2
+    assert "2020-01-01T10:00 is in the past (2020-01-01 10:00 UTC; it is now " in result.stderr
+    assert f"it is now {datetime.now(timezone.utc):%Y-%m-%d}" in result.stderr
+    assert "runtime context" not in result.stderr  # words for the model, not for a person
+    listed = nanobot_run("cron", "list", "--json")
+    assert json.loads(listed.stdout)["jobs"] == []
