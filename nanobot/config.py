@@ -610,9 +610,10 @@ def _as_file_dict(obj: Any) -> Any:
     return obj
 
 
-def default_file_dict() -> dict:
+def default_file_dict(workspace: Path | None = None) -> dict:
+    """What `nanobot onboard` writes: every default, the workspace given or the default one."""
     cfg = Config()
-    cfg.agents.defaults.workspace = str(paths.default_workspace())
+    cfg.agents.defaults.workspace = str(workspace or paths.default_workspace())
     data = _as_file_dict(cfg)
     del data["gateway"]  # nanobot's section: its defaults apply until the user sets it (README)
     data["providers"] = {
@@ -647,14 +648,15 @@ def save_file(path: Path, data: dict) -> None:
         raise storage_error(exc, "write the config file", path) from None
 
 
-def ensure_config_file(path: Path) -> tuple[bool, list[str]]:
-    """Create or complete the config file. Returns (changed, added dotted keys).
+def ensure_config_file(path: Path, workspace: Path | None = None) -> tuple[bool, list[str]]:
+    """Create or complete the config file; `workspace` is written where the file names none.
+    Returns (changed, added dotted keys).
 
     The user's values are never overwritten, and a file that cannot be read is not touched.
     """
     existing = read_file(path)
     _check_semantics(_build(Config, _normalize_keys(existing), "", str(path)), str(path))
-    merged = fill_missing(existing, default_file_dict())
+    merged = fill_missing(existing, default_file_dict(workspace))
     added = _diff_keys(existing, merged)
     if added or not path.exists():
         save_file(path, merged)

@@ -41,7 +41,9 @@ def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
     console = Console(highlight=False, soft_wrap=True)
     path = config_path or paths.default_config_path()
     existed = path.exists()
-    changed, added = ensure_config_file(path)
+    # absolute: the folder the file names must not depend on where nanobot is started later
+    workspace = workspace.expanduser().absolute() if workspace is not None else None
+    changed, added = ensure_config_file(path, workspace)
     if not path.exists():
         raise NanobotError(f"could not create {path}")
     if not existed:
@@ -50,14 +52,21 @@ def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
         console.print(f"config: {path} (added {len(added)} missing setting(s))")
     else:
         console.print(f"config: {path} (already complete, left unchanged)")
-    overrides = {"agents.defaults.workspace": str(workspace) if workspace else None}
-    cfg = load_config(path, overrides=overrides)
-    ws = cfg.workspace_path()
+    cfg = load_config(path)  # as the chat will read it
+    kept = cfg.workspace_path()
+    ws = workspace or kept
     try:
         created = copy_templates(ws)
     except OSError as exc:
         raise storage_error(exc, "create the workspace", exc.filename or ws) from None
     console.print(f"workspace: {ws} ({len(created)} file(s) created)")
+    if ws != kept:  # the file already named another one, and onboard never overwrites a value
+        console.print(
+            f"[yellow]note:[/yellow] {escape(str(path))} keeps agents.defaults.workspace "
+            f"{escape(str(kept))}, so the chat works there; to work in {escape(str(ws))}, set it "
+            f"there or pass `-w {escape(str(ws))}` to nanobot agent.",
+            soft_wrap=False,
+        )
     try:
         resolve_model(cfg)
     except MissingKeyError as exc:
@@ -74,9 +83,7 @@ def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
                 soft_wrap=False,
             )
             return
-        cfg = load_config(
-            path, overrides=overrides
-        )  # as saved, with whatever else changed meanwhile
+        cfg = load_config(path)  # as saved, with whatever else changed meanwhile
         resolve_model(cfg)
     except NanobotError as exc:
         console.print(f"model: {cfg.defaults.model} — [yellow]{escape(exc.message)}[/yellow]")

@@ -59,3 +59,27 @@ def test_a_reminder_in_the_past_says_what_time_it_is_now(nanobot_run, isolated_h
     assert "runtime context" not in result.stderr  # words for the model, not for a person
     listed = nanobot_run("cron", "list", "--json")
     assert json.loads(listed.stdout)["jobs"] == []
+
+
+def test_onboard_with_a_workspace_makes_the_chat_work_there(
+    nanobot_run, fake_llm, configure, tmp_path
+):
+    config = configure()  # a key and a model, no workspace yet
+    (tmp_path / "start").mkdir()
+    made = nanobot_run("onboard", "-w", "proj", cwd=tmp_path / "start")
+    assert made.returncode == 0, made.stderr
+    project = tmp_path / "start" / "proj"
+    assert (project / "AGENTS.md").is_file()
+    assert json.loads(config.read_text())["agents"]["defaults"]["workspace"] == str(project)
+    fake_llm.script(
+        Reply.tool_calls([("write_file", {"path": "notes.md", "content": "milk\n"})]),
+        Reply.text("saved"),
+    )
+    turn = nanobot_run("agent", "-m", "note: milk", cwd=tmp_path)  # from another folder
+    assert turn.returncode == 0, turn.stderr
+    assert (project / "notes.md").read_text() == "milk\n"
+
+    other = nanobot_run("onboard", "-w", str(tmp_path / "other"))
+    assert other.returncode == 0, other.stderr
+    assert json.loads(config.read_text())["agents"]["defaults"]["workspace"] == str(project)
+    assert f"keeps agents.defaults.workspace {project}" in " ".join(other.stdout.split())
