@@ -50,12 +50,12 @@ def test_a_misspelt_section_is_warned_about_and_nanobots_own_sections_stay_quiet
 
 
 def test_a_reminder_in_the_past_says_what_time_it_is_now(nanobot_run, isolated_home):
-    from datetime import datetime, timezone
+    from datetime import UTC, datetime
 
     result = nanobot_run("cron", "add", "-m", "Call mum", "--at", "2020-01-01T10:00", "--tz", "UTC")
     assert result.returncode == 2
     assert "2020-01-01T10:00 is in the past (2020-01-01 10:00 UTC; it is now " in result.stderr
-    assert f"it is now {datetime.now(timezone.utc):%Y-%m-%d}" in result.stderr
+    assert f"it is now {datetime.now(UTC):%Y-%m-%d}" in result.stderr
     assert "runtime context" not in result.stderr  # words for the model, not for a person
     listed = nanobot_run("cron", "list", "--json")
     assert json.loads(listed.stdout)["jobs"] == []
@@ -83,3 +83,40 @@ def test_onboard_with_a_workspace_makes_the_chat_work_there(
     assert other.returncode == 0, other.stderr
     assert json.loads(config.read_text())["agents"]["defaults"]["workspace"] == str(project)
     assert f"keeps agents.defaults.workspace {project}" in " ".join(other.stdout.split())
+
+
+# What nanobot 0.3.5's `nanobot agent` wrote when its model added two jobs with the cron tool and
+# then removed the first (its gateway, never started here, would merge them into jobs.json).
+NANOBOT_035_ACTIONS = """\
+{"action": "add", "params": {"id": "0e935b59", "name": "Drink water", "enabled": true, "schedule": {"kind": "every", "at_ms": null, "every_ms": 7200000, "expr": null, "tz": null}, "payload": {"kind": "agent_turn", "message": "Drink water", "deliver": false, "channel": null, "to": null, "channel_meta": {}, "session_key": "cli:direct", "origin_channel": "cli", "origin_chat_id": "direct", "origin_metadata": {}}, "state": {"next_run_at_ms": 1796345863529, "last_run_at_ms": null, "last_status": null, "last_error": null, "run_history": []}, "created_at_ms": 1796338663529, "updated_at_ms": 1796338663529, "delete_after_run": false}}
+{"action": "add", "params": {"id": "d738aa65", "name": "Weekly review", "enabled": true, "schedule": {"kind": "cron", "at_ms": null, "every_ms": null, "expr": "0 17 * * 5", "tz": "Europe/Berlin"}, "payload": {"kind": "agent_turn", "message": "Weekly review", "deliver": false, "channel": null, "to": null, "channel_meta": {}, "session_key": "cli:direct", "origin_channel": "cli", "origin_chat_id": "direct", "origin_metadata": {}}, "state": {"next_run_at_ms": 1796400000000, "last_run_at_ms": null, "last_status": null, "last_error": null, "run_history": []}, "created_at_ms": 1796338667125, "updated_at_ms": 1796338667125, "delete_after_run": false}}
+{"action": "del", "params": {"job_id": "0e935b59"}}
+"""
+
+
+def test_reminders_made_in_nanobot_035s_agent_come_across_and_fire(
+    nanobot_run, fake_llm, configure, isolated_home
+):
+    configure()
+    cron = isolated_home / "workspace" / "cron"
+    cron.mkdir(parents=True)
+    (cron / "action.jsonl").write_text(NANOBOT_035_ACTIONS)
+    listed = nanobot_run("cron", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    [job] = json.loads(listed.stdout)["jobs"]  # the removed one stays removed
+    assert (job["id"], job["schedule"]["expr"], job["schedule"]["tz"]) == (
+        "d738aa65",
+        "0 17 * * 5",
+        "Europe/Berlin",
+    )
+    assert job["payload"]["sessionKey"] == "cli:direct" and "session_key" not in job["payload"]
+    assert "merged 3 job change(s)" in listed.stderr
+    assert (cron / "action.jsonl").read_text() == ""  # as nanobot's gateway leaves it
+    assert (cron / "action.jsonl.imported").read_text() == NANOBOT_035_ACTIONS
+    again = nanobot_run("cron", "list", "--json")
+    assert len(json.loads(again.stdout)["jobs"]) == 1 and "merged" not in again.stderr
+    fake_llm.script(Reply.text("Time for the weekly review."))
+    fired = nanobot_run("cron", "run", "d738aa65")
+    assert fired.returncode == 0, fired.stderr
+    assert "Time for the weekly review." in fired.stdout
+    assert fake_llm.requests[0].messages[-1]["content"].endswith("Weekly review")
