@@ -741,7 +741,9 @@ def resolve_model(
             and name != spec.name
             and getattr(provider_table.find(name), "kind", "") != "unsupported"
         ]
-        raise missing_key_error(spec, cfg.path, keyed)
+        raise missing_key_error(
+            spec, cfg.path, keyed, forced=explicit not in ("", "auto") and provider is None
+        )
     return ResolvedModel(
         spec,
         name,
@@ -839,24 +841,31 @@ _EXAMPLE_MODELS = {"openai": "openai/gpt-4.1", "anthropic": "anthropic/claude-so
 
 
 def missing_key_error(
-    spec: ProviderSpec, config: Path | None = None, keyed: list[str] | None = None
+    spec: ProviderSpec,
+    config: Path | None = None,
+    keyed: list[str] | None = None,
+    *,
+    forced: bool = False,
 ) -> MissingKeyError:
     """`config`: the file the key would go in (the default one when not given); `keyed`: the providers
-    that do have a key (the environment's included), which the user may have meant."""
+    that do have a key (the environment's included), which the user may have meant; `forced`: the
+    provider was named by agents.defaults.provider, which a --model prefix does not change."""
     config = config or paths.default_config_path()
     make_it = "" if config.exists() else " (`nanobot onboard` creates that file)"
     other_key = ""
+    # with agents.defaults.provider set, `--model openai/...` would still go to that provider
+    unforce = f'set agents.defaults.provider to "auto" in {config}, then ' if forced else ""
     if keyed:
         example = _EXAMPLE_MODELS.get(keyed[0], f"{keyed[0]}/<model>")
         other = other_key = (
-            f"You have a key for {', '.join(keyed)}: to use it, set agents.defaults.model "
+            f"You have a key for {', '.join(keyed)}: to use it, {unforce}set agents.defaults.model "
             f"(e.g. {example}) or run `nanobot agent --model {example}`."
         )
     else:
         name = "anthropic" if spec.name == "openai" else "openai"
         other = (
-            f"Another provider: `nanobot agent --model {_EXAMPLE_MODELS[name]}` with "
-            f"{provider_table.BY_NAME[name].env_key} set."
+            f"Another provider: {unforce}{'run ' if forced else ''}`nanobot agent --model "
+            f"{_EXAMPLE_MODELS[name]}` with {provider_table.BY_NAME[name].env_key} set."
         )
     return MissingKeyError(
         f"no API key for provider {spec.name!r}",

@@ -120,3 +120,31 @@ def test_reminders_made_in_nanobot_035s_agent_come_across_and_fire(
     assert fired.returncode == 0, fired.stderr
     assert "Time for the weekly review." in fired.stdout
     assert fake_llm.requests[0].messages[-1]["content"].endswith("Weekly review")
+
+
+def test_the_other_provider_advice_works_when_the_config_names_a_provider(
+    nanobot_run, fake_llm, isolated_home
+):
+    config = isolated_home / "config.json"
+    isolated_home.mkdir(parents=True)
+    config.write_text(
+        json.dumps(
+            {
+                "agents": {"defaults": {"model": "anthropic/claude-x", "provider": "anthropic"}},
+                "providers": {"openai": {"apiBase": fake_llm.openai_base_url}},
+            }
+        )
+    )
+    config.chmod(0o600)
+    env = {"OPENAI_API_KEY": "sk-test-openai-key-0001"}
+    refused = nanobot_run("agent", "-m", "hi", env=env)
+    assert refused.returncode == 2 and "no API key for provider 'anthropic'" in refused.stderr
+    hint = " ".join(refused.stderr.split())
+    assert "`nanobot agent --model openai/gpt-4.1`" in hint
+    if 'set agents.defaults.provider to "auto"' in hint:  # do what it says, as a user would
+        _edit_config(config, lambda d: d["agents"]["defaults"].update(provider="auto"))
+    fake_llm.script(Reply.text("hello from openai"))
+    followed = nanobot_run("agent", "-m", "hi", "--model", "openai/gpt-4.1", env=env)
+    assert followed.returncode == 0, followed.stderr
+    assert followed.stdout.strip() == "hello from openai"
+    assert fake_llm.requests[0].body["model"] == "gpt-4.1"
