@@ -231,30 +231,39 @@ def _type_name(tp: Any) -> str:
     )
 
 
-def _coerce(tp: Any, value: Any, where: str, source: str) -> Any:
-    """Check `value` against the declared type; raise ConfigError naming the key path."""
+FIX_IN_FILE = "Fix the value in the file (or remove the key to use the default)."
+
+
+def _coerce(tp: Any, value: Any, where: str, source: str, fix: str) -> Any:
+    """Check `value` against the declared type; raise ConfigError naming the key path, with `fix`."""
     origin = typing.get_origin(tp)
+
+    def wrong(expected: str) -> ConfigError:
+        return ConfigError(
+            f"{source}: {where}: expected {expected}, got {json.dumps(value)}", hint=fix
+        )
+
     if isinstance(tp, type) and is_dataclass(tp):
         if not isinstance(value, dict):
-            raise ConfigError(f"{source}: {where}: expected an object, got {json.dumps(value)}")
-        return _build(tp, value, where, source)
+            raise wrong("an object")
+        return _build(tp, value, where, source, fix)
     if origin is dict:
         _, val_tp = typing.get_args(tp)
         if not isinstance(value, dict):
-            raise ConfigError(f"{source}: {where}: expected an object, got {json.dumps(value)}")
-        return {k: _coerce(val_tp, v, f"{where}.{k}", source) for k, v in value.items()}
+            raise wrong("an object")
+        return {k: _coerce(val_tp, v, f"{where}.{k}", source, fix) for k, v in value.items()}
     if origin is list:
         (item_tp,) = typing.get_args(tp)
         if not isinstance(value, list):
-            raise ConfigError(f"{source}: {where}: expected a list, got {json.dumps(value)}")
-        return [_coerce(item_tp, v, f"{where}[{i}]", source) for i, v in enumerate(value)]
+            raise wrong("a list")
+        return [_coerce(item_tp, v, f"{where}[{i}]", source, fix) for i, v in enumerate(value)]
     if tp is Any:
         return value
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None or len(args) != 1:
             return value
-        return _coerce(args[0], value, where, source)
+        return _coerce(args[0], value, where, source, fix)
     ok = (
         (tp is bool and isinstance(value, bool))
         or (tp is int and isinstance(value, int) and not isinstance(value, bool))
@@ -262,21 +271,18 @@ def _coerce(tp: Any, value: Any, where: str, source: str) -> Any:
         or (tp is str and isinstance(value, str))
     )
     if not ok:
-        raise ConfigError(
-            f"{source}: {where}: expected {_type_name(tp)}, got {json.dumps(value)}",
-            hint="Fix the value in the file (or remove the key to use the default).",
-        )
+        raise wrong(_type_name(tp))
     return float(value) if tp is float else value
 
 
-def _build(cls: type, data: dict, where: str, source: str) -> Any:
+def _build(cls: type, data: dict, where: str, source: str, fix: str = FIX_IN_FILE) -> Any:
     kwargs: dict[str, Any] = {}
     for name, camel, tp in config_check.config_fields(cls):
         for key in (camel, name):
             if key in data:
                 if data[key] is None:
                     break  # nanobot writes null for unset values: use the default
-                kwargs[name] = _coerce(tp, data[key], f"{where}.{key}".lstrip("."), source)
+                kwargs[name] = _coerce(tp, data[key], f"{where}.{key}".lstrip("."), source, fix)
                 break
     return cls(**kwargs)
 
@@ -454,51 +460,71 @@ def _env_layer(environ: typing.Mapping[str, str]) -> dict:
         layer.setdefault("tools", {}).setdefault("web", {}).setdefault("search", {})["apiKey"] = (
             environ["BRAVE_API_KEY"]
         )
-    for name, raw in environ.items():
-        if not name.startswith("NANOBOT_") or "__" not in name:
-            continue
-        # each level matched to the schema's key whatever its case (APIBASE, API_BASE: apiBase)
-        parts = config_check.schema_path(
-            Config, [to_camel(p.lower()) for p in name[len("NANOBOT_") :].split("__")]
-        )
-        node = layer
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        try:
-            node[parts[-1]] = json.loads(raw)
-        except ValueError:
-            node[parts[-1]] = raw
-        if isinstance(node[parts[-1]], (int, float)) and parts[-1] in (
-            "apiKey",
-            "model",
-            "workspace",
-        ):
-            node[parts[-1]] = raw  # a numeric-looking key or name stays a string
+    for _, parts, value in _env_settings(environ):
+        _put(layer, parts, value)
     return layer
 
 
-def _env_warnings(environ: typing.Mapping[str, str]) -> list[str]:
-    """A word for each NANOBOT_A__B variable that names no setting, with the closest that does."""
+def _put(node: dict, parts: list[str], value: Any) -> None:
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+
+
+def _env_settings(environ: typing.Mapping[str, str]) -> list[tuple[str, list[str], Any]]:
+    """(variable, key path, value) for each NANOBOT_A__B variable, by name."""
     out = []
     for name in sorted(environ):
         if not name.startswith("NANOBOT_") or "__" not in name:
             continue
+        raw = environ[name]
+        # each level matched to the schema's key whatever its case (APIBASE, API_BASE: apiBase)
         parts = config_check.schema_path(
             Config, [to_camel(p.lower()) for p in name[len("NANOBOT_") :].split("__")]
         )
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        if isinstance(value, (int, float)) and parts[-1] in ("apiKey", "model", "workspace"):
+            value = raw  # a numeric-looking key or name stays a string
+        out.append((name, parts, value))
+    return out
+
+
+def _check_env(environ: typing.Mapping[str, str]) -> list[str]:
+    """Each NANOBOT_A__B variable checked on its own, so an error names it and says how to fix
+    it there; returns a word for each that names no setting, with the closest that does. One
+    that looks like a security setting stops nanobot instead (config_check's rule 2)."""
+    out = []
+    for name, parts, value in _env_settings(environ):
         miss = config_check.unknown_path(Config, parts)
         if miss is None:
+            _build(Config, _put_new(parts, value), "", name, f"Fix or unset {name}.")
             continue
         at, close = miss
-        better = (
-            ""
-            if close is None
-            else "; did you mean NANOBOT_"
-            + "__".join(to_snake(p).upper() for p in [*parts[:at], close, *parts[at + 1 :]])
-            + "?"
+        fixed = [*parts[:at], close, *parts[at + 1 :]] if close else []
+        better = "NANOBOT_" + "__".join(to_snake(p).upper() for p in fixed) if fixed else ""
+        leaf = (close if at == len(parts) - 1 and close else parts[-1]).lower().replace("_", "")
+        security = next((k for k in config_check.SECURITY_KEYS if k.lower() == leaf), None)
+        if security:
+            raise ConfigError(
+                f"environment: {name} names no setting"
+                + (f"; did you mean {better}?" if better else ""),
+                hint=f"{security} is a security setting: nanobot will not start while it may be "
+                "silently off. Fix or unset the variable.",
+            )
+        out.append(
+            f"environment: {name} names no setting, ignored"
+            + (f"; did you mean {better}?" if better else "")
         )
-        out.append(f"environment: {name} names no setting, ignored{better}")
     return out
+
+
+def _put_new(parts: list[str], value: Any) -> dict:
+    layer: dict = {}
+    _put(layer, parts, value)
+    return layer
 
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -550,6 +576,7 @@ def load_config(
     file_data = config_check.expand_env(file_data, environ, str(path))
     file_cfg = _build(Config, file_data, "", str(path))  # validate the file on its own first
     _check_semantics(file_cfg, str(path))
+    env_warnings = _check_env(environ)
     merged = deep_merge(file_data, _env_layer(environ))
     _apply_preset(merged)
     for dotted, value in (overrides or {}).items():
@@ -564,7 +591,7 @@ def load_config(
     _check_semantics(cfg, "environment or flags")
     cfg.path = path
     private = config_check.mode_warning(path) if file_cfg.secret_values() else None
-    cfg.warnings = warnings + _env_warnings(environ) + ([private] if private else []) + cfg.warnings
+    cfg.warnings = warnings + env_warnings + ([private] if private else []) + cfg.warnings
     secrets_mask.remember_secrets(
         cfg.secret_values()
     )  # the one masker hides them exactly from now on

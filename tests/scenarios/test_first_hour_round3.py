@@ -148,3 +148,32 @@ def test_the_other_provider_advice_works_when_the_config_names_a_provider(
     assert followed.returncode == 0, followed.stderr
     assert followed.stdout.strip() == "hello from openai"
     assert fake_llm.requests[0].body["model"] == "gpt-4.1"
+
+
+def test_a_bad_value_in_the_environment_names_the_variable_not_the_file(
+    nanobot_run, fake_llm, configure
+):
+    configure()
+    variable = "NANOBOT_TOOLS__RESTRICT_TO_WORKSPACE"
+    result = nanobot_run("agent", "-m", "hi", env={variable: "yes"})
+    assert result.returncode == 2
+    assert f"{variable}: tools.restrictToWorkspace: expected true or false" in result.stderr
+    assert f"Fix or unset {variable}" in result.stderr
+    assert "in the file" not in result.stderr  # the file has no such key: the user would look there
+    assert fake_llm.requests == []
+
+
+@pytest.mark.parametrize(
+    "variable", ["NANOBOT_TOOL__RESTRICT_TO_WORKSPACE", "NANOBOT_TOOLS__RESTRICT_TO_WORKSPAC"]
+)
+def test_a_misspelt_safety_switch_in_the_environment_stops_nanobot(
+    nanobot_run, fake_llm, configure, variable
+):
+    configure()
+    fake_llm.script(Reply.tool_calls([("read_file", {"path": "/etc/hostname"})]), Reply.text("ok"))
+    result = nanobot_run("agent", "-m", "read it", "--approve", "all", env={variable: "true"})
+    assert result.returncode == 2
+    assert f"{variable} names no setting; did you mean NANOBOT_TOOLS__RESTRICT_TO_WORKSPACE?" in (
+        result.stderr
+    )
+    assert fake_llm.requests == []
