@@ -444,7 +444,11 @@ def read_file(path: Path) -> dict:
             hint="Fix the file by hand; nanobot does not rewrite a file it could not read.",
         ) from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a JSON object")
+        raise ConfigError(
+            f"{path}: the top level must be a JSON object",
+            hint='Write the settings inside { }, e.g. {"agents": {"defaults": {"model": '
+            '"anthropic/claude-sonnet-4-5"}}}; nanobot does not rewrite a file it could not read.',
+        )
     return data
 
 

@@ -177,3 +177,22 @@ def test_a_misspelt_safety_switch_in_the_environment_stops_nanobot(
         result.stderr
     )
     assert fake_llm.requests == []
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ('["agents"]', "the top level must be a JSON object"),
+        ('{"agents": {"defaults": "x"}}', 'agents.defaults: expected an object, got "x"'),
+        ('{"tools": {"mcpServers": ["files"]}}', "tools.mcpServers: expected an object"),
+    ],
+)
+def test_every_config_shape_error_says_what_to_do(nanobot_run, configure, text, said):
+    config = configure()
+    config.write_text(text)
+    result = nanobot_run("status")
+    assert result.returncode == 2
+    error, hint = result.stderr.splitlines()[:2]
+    assert error.startswith("error: ") and said in error
+    assert hint.startswith("hint: ")
+    assert config.read_text() == text  # never rewritten
