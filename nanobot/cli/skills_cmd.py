@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from nanobot.cli.errors import print_error
 from nanobot.skills import SkillApprovals, SkillSet
 
 skills_app = typer.Typer(
@@ -92,7 +93,6 @@ def approve_skill(
 def _approve_one(skills: SkillSet, name: str, yes: bool) -> int:
     """Show one held skill, ask, and approve it; 0 approved or already active, 1 declined, 2 unknown."""
     skill = next((s for s in skills.held if s.name == name), None)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
     if skill is None:
         active = skills.get(name)
         if active is not None:
@@ -100,9 +100,9 @@ def _approve_one(skills: SkillSet, name: str, yes: bool) -> int:
                 f"{name} is already active ({active.source}, {active.state}); nothing to approve."
             )
             return 0
-        err.print(
-            f"no workspace skill named {name!r} is waiting for approval; `nanobot skills list` shows them",
-            markup=False,
+        print_error(
+            f"no workspace skill named {name!r} is waiting for approval",
+            "`nanobot skills list` shows every skill and its state.",
         )
         return 2
     if not yes:

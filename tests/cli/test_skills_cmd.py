@@ -44,5 +44,6 @@ def test_approving_a_name_nobody_waits_for_says_so_and_exits_2(nanobot_run, isol
     _skill(isolated_home / "workspace", "standup", "always: true\n")
     result = nanobot_run("skills", "approve", "nosuch", "standup", "--yes")
     assert result.returncode == 2
-    assert "no workspace skill named 'nosuch'" in result.stderr
+    assert "error: no workspace skill named 'nosuch'" in result.stderr
+    assert "hint: `nanobot skills list`" in result.stderr  # the one error shape
     assert SkillSet.discover(isolated_home / "workspace").held == []  # the known one was approved
