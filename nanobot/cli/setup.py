@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -90,7 +91,11 @@ def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
         if exc.hint:
             console.print(f"[dim]hint:[/dim] {escape(exc.hint)}", soft_wrap=False)
         return
-    console.print(f"model: {cfg.defaults.model} — ready. Start chatting with: nanobot agent")
+    # a config elsewhere than the default is read only when named again
+    chat = "nanobot agent" + (
+        "" if path == paths.default_config_path() else f" -c {shlex.quote(str(path))}"
+    )
+    console.print(f"model: {cfg.defaults.model} — ready. Start chatting with: {escape(chat)}")
 
 
 def show_status(config_path: Path | None, session_key: str = "cli:direct") -> None:

@@ -196,3 +196,23 @@ def test_every_config_shape_error_says_what_to_do(nanobot_run, configure, text, 
     assert error.startswith("error: ") and said in error
     assert hint.startswith("hint: ")
     assert config.read_text() == text  # never rewritten
+
+
+def test_onboard_with_another_config_file_names_it_in_the_command_to_chat(
+    nanobot_run, fake_llm, configure, tmp_path
+):
+    mine = tmp_path / "my config.json"
+    configure().rename(mine)
+    made = nanobot_run("onboard", "-c", str(mine))
+    assert made.returncode == 0, made.stderr
+    said = made.stdout.strip().splitlines()[-1]
+    assert said.startswith(
+        "model: custom/test-model — ready. Start chatting with: nanobot agent -c "
+    )
+    import shlex
+
+    command = shlex.split(said.split("Start chatting with: ", 1)[1])
+    fake_llm.script(Reply.text("hello"))
+    chat = nanobot_run(*command[1:], "-m", "hi")  # the command it printed, as a user types it
+    assert chat.returncode == 0, chat.stderr
+    assert chat.stdout.strip() == "hello"
