@@ -216,3 +216,17 @@ def test_onboard_with_another_config_file_names_it_in_the_command_to_chat(
     chat = nanobot_run(*command[1:], "-m", "hi")  # the command it printed, as a user types it
     assert chat.returncode == 0, chat.stderr
     assert chat.stdout.strip() == "hello"
+
+
+def test_a_refused_network_command_names_every_flag_it_will_need(nanobot_run, fake_llm, configure):
+    configure()
+    fake_llm.script(
+        Reply.tool_calls([("exec", {"command": "curl -sS https://example.com/data.json"})]),
+        Reply.text("could not fetch it"),
+    )
+    result = nanobot_run("agent", "-m", "fetch the data", env={"COLUMNS": "400"})
+    assert result.returncode == 0, result.stderr
+    advice = " ".join(result.stderr.split())
+    assert "--approve exec-network" in advice
+    assert "--approve web-domain" in advice  # the proxy asks next: one rerun, not two
+    assert "tools.web.allowDomains" in advice
