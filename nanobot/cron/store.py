@@ -291,8 +291,10 @@ class JobStore:
                         jobs[:] = [job for job in jobs if job.id != params.get("job_id")]
                     elif at is None:
                         jobs.append(Job.from_json(camel_job(params), len(jobs)))
-                    else:
-                        jobs[at] = Job.from_json(camel_job(params), at)
+                    else:  # nanobot's copy knows nothing of a wait for approval: it stays
+                        changed = Job.from_json(camel_job(params), at)
+                        changed.pending_approval = jobs[at].pending_approval
+                        jobs[at] = changed
                     applied += 1
                 except (ValueError, KeyError, TypeError, AttributeError, JobFormatError):
                     skipped += 1
