@@ -230,3 +230,17 @@ def test_a_refused_network_command_names_every_flag_it_will_need(nanobot_run, fa
     assert "--approve exec-network" in advice
     assert "--approve web-domain" in advice  # the proxy asks next: one rerun, not two
     assert "tools.web.allowDomains" in advice
+
+
+@pytest.mark.parametrize("key", ["", "   "])
+def test_an_empty_session_key_is_refused_before_anything_is_saved(
+    nanobot_run, fake_llm, configure, isolated_home, key
+):
+    configure()
+    fake_llm.script(Reply.text("hello"))
+    result = nanobot_run("agent", "-s", key, "-m", "hi")
+    assert result.returncode == 2
+    assert "error: the session key is empty" in result.stderr
+    assert fake_llm.requests == []
+    sessions = isolated_home / "sessions"
+    assert not sessions.exists() or not list(sessions.glob("*.jsonl"))
