@@ -142,7 +142,7 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
             )
     table.add_row("providers", "\n".join(keys) or "none configured")
     snap, exists = status_snapshot(cfg, session_key)
-    table.add_row("session", session_key + ("" if exists else " (new)"))
+    table.add_row("session", session_key + ("" if exists else _new_session_note(cfg, session_key)))
     for label, text in budget_rows(snap):
         table.add_row(label if label != "warning" else "[yellow]warning[/yellow]", text)
     from nanobot.cli.status_view import working_state_rows
@@ -205,6 +205,17 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
         else "nothing (there is no config file yet)",
     )
     console.print(table)
+
+
+def _new_session_note(cfg, key: str) -> str:
+    from nanobot.session.importer import waiting
+
+    if waiting(key, cfg.workspace_path()) is None:
+        return " (new)"
+    return (
+        " (nanobot's session, not imported yet: the chat or `nanobot session list` imports it, "
+        "and the context below then grows by its messages)"
+    )
 
 
 def _reminders_line(cfg) -> str:

@@ -244,3 +244,19 @@ def test_an_empty_session_key_is_refused_before_anything_is_saved(
     assert fake_llm.requests == []
     sessions = isolated_home / "sessions"
     assert not sessions.exists() or not list(sessions.glob("*.jsonl"))
+
+
+def test_status_says_a_nanobot_session_is_still_to_be_imported_not_new(
+    nanobot_run, fake_llm, isolated_home
+):
+    import shutil
+
+    shutil.copytree(HOMES / "v0_3_5" / ".nanobot", isolated_home)
+    env = {"NANOBOT_PROVIDERS__CUSTOM__API_BASE": fake_llm.openai_base_url, "COLUMNS": "400"}
+    before = nanobot_run("status", env=env)
+    row = next(line for line in before.stdout.splitlines() if line.strip().startswith("session"))
+    assert "(new)" not in row and "nanobot's session, not imported yet" in row
+    assert nanobot_run("session", "import", env=env).returncode == 0
+    after = nanobot_run("status", env=env)
+    row = next(line for line in after.stdout.splitlines() if line.strip().startswith("session"))
+    assert row.split() == ["session", "cli:direct"]
