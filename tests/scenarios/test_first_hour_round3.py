@@ -260,3 +260,27 @@ def test_status_says_a_nanobot_session_is_still_to_be_imported_not_new(
     after = nanobot_run("status", env=env)
     row = next(line for line in after.stdout.splitlines() if line.strip().startswith("session"))
     assert row.split() == ["session", "cli:direct"]
+
+
+def test_cron_lines_wrap_between_words_on_a_terminal(nanobot_run, configure, isolated_home):
+    from tests.cli.terminal import Terminal
+
+    configure()
+    assert nanobot_run("cron", "add", "-m", "stretch", "--every", "3600").returncode == 0
+    footer = (
+        f"1 job(s) in {isolated_home / 'workspace' / 'cron' / 'jobs.json'}; they fire while "
+        "`nanobot serve` or a chat runs"
+    )
+    columns = max(footer.index("`nanobot serve`") + 10, 72)  # an edge inside a word when possible
+    term = Terminal("cron", "list", columns=columns, env={"NANOBOT_HOME": str(isolated_home)})
+    try:
+        term.wait_for("job(s) in")
+        assert term.finish() == 0
+    finally:
+        term.close()
+    lines = [line.rstrip() for line in term.lines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("1 job(s) in"))
+    shown = " ".join(line for line in lines[start:] if line)
+    assert shown == footer  # every line break fell between two words
+    for line in lines[start:]:
+        assert len(line) <= columns
