@@ -14,6 +14,7 @@ from rich.table import Table
 from nanobot import ignored_keys, paths, provider_table
 from nanobot.cli import key_prompt
 from nanobot.cli.config_load import load as load_config
+from nanobot.cli.errors import say
 from nanobot.config import ensure_config_file, mask_key, read_file, resolve_model
 from nanobot.errors import MissingKeyError, NanobotError, storage_error
 
@@ -62,11 +63,11 @@ def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
         raise storage_error(exc, "create the workspace", exc.filename or ws) from None
     console.print(f"workspace: {ws} ({len(created)} file(s) created)")
     if ws != kept:  # the file already named another one, and onboard never overwrites a value
-        console.print(
+        say(
+            console,
             f"[yellow]note:[/yellow] {escape(str(path))} keeps agents.defaults.workspace "
             f"{escape(str(kept))}, so the chat works there; to work in {escape(str(ws))}, set it "
             f"there or pass `-w {escape(str(ws))}` to nanobot agent.",
-            soft_wrap=False,
         )
     try:
         resolve_model(cfg)
