@@ -231,30 +231,39 @@ def _type_name(tp: Any) -> str:
     )
 
 
-def _coerce(tp: Any, value: Any, where: str, source: str) -> Any:
-    """Check `value` against the declared type; raise ConfigError naming the key path."""
+FIX_IN_FILE = "Fix the value in the file (or remove the key to use the default)."
+
+
+def _coerce(tp: Any, value: Any, where: str, source: str, fix: str) -> Any:
+    """Check `value` against the declared type; raise ConfigError naming the key path, with `fix`."""
     origin = typing.get_origin(tp)
+
+    def wrong(expected: str) -> ConfigError:
+        return ConfigError(
+            f"{source}: {where}: expected {expected}, got {json.dumps(value)}", hint=fix
+        )
+
     if isinstance(tp, type) and is_dataclass(tp):
         if not isinstance(value, dict):
-            raise ConfigError(f"{source}: {where}: expected an object, got {json.dumps(value)}")
-        return _build(tp, value, where, source)
+            raise wrong("an object")
+        return _build(tp, value, where, source, fix)
     if origin is dict:
         _, val_tp = typing.get_args(tp)
         if not isinstance(value, dict):
-            raise ConfigError(f"{source}: {where}: expected an object, got {json.dumps(value)}")
-        return {k: _coerce(val_tp, v, f"{where}.{k}", source) for k, v in value.items()}
+            raise wrong("an object")
+        return {k: _coerce(val_tp, v, f"{where}.{k}", source, fix) for k, v in value.items()}
     if origin is list:
         (item_tp,) = typing.get_args(tp)
         if not isinstance(value, list):
-            raise ConfigError(f"{source}: {where}: expected a list, got {json.dumps(value)}")
-        return [_coerce(item_tp, v, f"{where}[{i}]", source) for i, v in enumerate(value)]
+            raise wrong("a list")
+        return [_coerce(item_tp, v, f"{where}[{i}]", source, fix) for i, v in enumerate(value)]
     if tp is Any:
         return value
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None or len(args) != 1:
             return value
-        return _coerce(args[0], value, where, source)
+        return _coerce(args[0], value, where, source, fix)
     ok = (
         (tp is bool and isinstance(value, bool))
         or (tp is int and isinstance(value, int) and not isinstance(value, bool))
@@ -262,21 +271,18 @@ def _coerce(tp: Any, value: Any, where: str, source: str) -> Any:
         or (tp is str and isinstance(value, str))
     )
     if not ok:
-        raise ConfigError(
-            f"{source}: {where}: expected {_type_name(tp)}, got {json.dumps(value)}",
-            hint="Fix the value in the file (or remove the key to use the default).",
-        )
+        raise wrong(_type_name(tp))
     return float(value) if tp is float else value
 
 
-def _build(cls: type, data: dict, where: str, source: str) -> Any:
+def _build(cls: type, data: dict, where: str, source: str, fix: str = FIX_IN_FILE) -> Any:
     kwargs: dict[str, Any] = {}
     for name, camel, tp in config_check.config_fields(cls):
         for key in (camel, name):
             if key in data:
                 if data[key] is None:
                     break  # nanobot writes null for unset values: use the default
-                kwargs[name] = _coerce(tp, data[key], f"{where}.{key}".lstrip("."), source)
+                kwargs[name] = _coerce(tp, data[key], f"{where}.{key}".lstrip("."), source, fix)
                 break
     return cls(**kwargs)
 
@@ -438,7 +444,11 @@ def read_file(path: Path) -> dict:
             hint="Fix the file by hand; nanobot does not rewrite a file it could not read.",
         ) from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a JSON object")
+        raise ConfigError(
+            f"{path}: the top level must be a JSON object",
+            hint='Write the settings inside { }, e.g. {"agents": {"defaults": {"model": '
+            '"anthropic/claude-sonnet-4-5"}}}; nanobot does not rewrite a file it could not read.',
+        )
     return data
 
 
@@ -454,51 +464,71 @@ def _env_layer(environ: typing.Mapping[str, str]) -> dict:
         layer.setdefault("tools", {}).setdefault("web", {}).setdefault("search", {})["apiKey"] = (
             environ["BRAVE_API_KEY"]
         )
-    for name, raw in environ.items():
-        if not name.startswith("NANOBOT_") or "__" not in name:
-            continue
-        # each level matched to the schema's key whatever its case (APIBASE, API_BASE: apiBase)
-        parts = config_check.schema_path(
-            Config, [to_camel(p.lower()) for p in name[len("NANOBOT_") :].split("__")]
-        )
-        node = layer
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        try:
-            node[parts[-1]] = json.loads(raw)
-        except ValueError:
-            node[parts[-1]] = raw
-        if isinstance(node[parts[-1]], (int, float)) and parts[-1] in (
-            "apiKey",
-            "model",
-            "workspace",
-        ):
-            node[parts[-1]] = raw  # a numeric-looking key or name stays a string
+    for _, parts, value in _env_settings(environ):
+        _put(layer, parts, value)
     return layer
 
 
-def _env_warnings(environ: typing.Mapping[str, str]) -> list[str]:
-    """A word for each NANOBOT_A__B variable that names no setting, with the closest that does."""
+def _put(node: dict, parts: list[str], value: Any) -> None:
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+
+
+def _env_settings(environ: typing.Mapping[str, str]) -> list[tuple[str, list[str], Any]]:
+    """(variable, key path, value) for each NANOBOT_A__B variable, by name."""
     out = []
     for name in sorted(environ):
         if not name.startswith("NANOBOT_") or "__" not in name:
             continue
+        raw = environ[name]
+        # each level matched to the schema's key whatever its case (APIBASE, API_BASE: apiBase)
         parts = config_check.schema_path(
             Config, [to_camel(p.lower()) for p in name[len("NANOBOT_") :].split("__")]
         )
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        if isinstance(value, (int, float)) and parts[-1] in ("apiKey", "model", "workspace"):
+            value = raw  # a numeric-looking key or name stays a string
+        out.append((name, parts, value))
+    return out
+
+
+def _check_env(environ: typing.Mapping[str, str]) -> list[str]:
+    """Each NANOBOT_A__B variable checked on its own, so an error names it and says how to fix
+    it there; returns a word for each that names no setting, with the closest that does. One
+    that looks like a security setting stops nanobot instead (config_check's rule 2)."""
+    out = []
+    for name, parts, value in _env_settings(environ):
         miss = config_check.unknown_path(Config, parts)
         if miss is None:
+            _build(Config, _put_new(parts, value), "", name, f"Fix or unset {name}.")
             continue
         at, close = miss
-        better = (
-            ""
-            if close is None
-            else "; did you mean NANOBOT_"
-            + "__".join(to_snake(p).upper() for p in [*parts[:at], close, *parts[at + 1 :]])
-            + "?"
+        fixed = [*parts[:at], close, *parts[at + 1 :]] if close else []
+        better = "NANOBOT_" + "__".join(to_snake(p).upper() for p in fixed) if fixed else ""
+        leaf = (close if at == len(parts) - 1 and close else parts[-1]).lower().replace("_", "")
+        security = next((k for k in config_check.SECURITY_KEYS if k.lower() == leaf), None)
+        if security:
+            raise ConfigError(
+                f"environment: {name} names no setting"
+                + (f"; did you mean {better}?" if better else ""),
+                hint=f"{security} is a security setting: nanobot will not start while it may be "
+                "silently off. Fix or unset the variable.",
+            )
+        out.append(
+            f"environment: {name} names no setting, ignored"
+            + (f"; did you mean {better}?" if better else "")
         )
-        out.append(f"environment: {name} names no setting, ignored{better}")
     return out
+
+
+def _put_new(parts: list[str], value: Any) -> dict:
+    layer: dict = {}
+    _put(layer, parts, value)
+    return layer
 
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -550,6 +580,7 @@ def load_config(
     file_data = config_check.expand_env(file_data, environ, str(path))
     file_cfg = _build(Config, file_data, "", str(path))  # validate the file on its own first
     _check_semantics(file_cfg, str(path))
+    env_warnings = _check_env(environ)
     merged = deep_merge(file_data, _env_layer(environ))
     _apply_preset(merged)
     for dotted, value in (overrides or {}).items():
@@ -564,7 +595,7 @@ def load_config(
     _check_semantics(cfg, "environment or flags")
     cfg.path = path
     private = config_check.mode_warning(path) if file_cfg.secret_values() else None
-    cfg.warnings = warnings + _env_warnings(environ) + ([private] if private else []) + cfg.warnings
+    cfg.warnings = warnings + env_warnings + ([private] if private else []) + cfg.warnings
     secrets_mask.remember_secrets(
         cfg.secret_values()
     )  # the one masker hides them exactly from now on
@@ -610,9 +641,10 @@ def _as_file_dict(obj: Any) -> Any:
     return obj
 
 
-def default_file_dict() -> dict:
+def default_file_dict(workspace: Path | None = None) -> dict:
+    """What `nanobot onboard` writes: every default, the workspace given or the default one."""
     cfg = Config()
-    cfg.agents.defaults.workspace = str(paths.default_workspace())
+    cfg.agents.defaults.workspace = str(workspace or paths.default_workspace())
     data = _as_file_dict(cfg)
     del data["gateway"]  # nanobot's section: its defaults apply until the user sets it (README)
     data["providers"] = {
@@ -647,14 +679,15 @@ def save_file(path: Path, data: dict) -> None:
         raise storage_error(exc, "write the config file", path) from None
 
 
-def ensure_config_file(path: Path) -> tuple[bool, list[str]]:
-    """Create or complete the config file. Returns (changed, added dotted keys).
+def ensure_config_file(path: Path, workspace: Path | None = None) -> tuple[bool, list[str]]:
+    """Create or complete the config file; `workspace` is written where the file names none.
+    Returns (changed, added dotted keys).
 
     The user's values are never overwritten, and a file that cannot be read is not touched.
     """
     existing = read_file(path)
     _check_semantics(_build(Config, _normalize_keys(existing), "", str(path)), str(path))
-    merged = fill_missing(existing, default_file_dict())
+    merged = fill_missing(existing, default_file_dict(workspace))
     added = _diff_keys(existing, merged)
     if added or not path.exists():
         save_file(path, merged)
@@ -739,7 +772,9 @@ def resolve_model(
             and name != spec.name
             and getattr(provider_table.find(name), "kind", "") != "unsupported"
         ]
-        raise missing_key_error(spec, cfg.path, keyed)
+        raise missing_key_error(
+            spec, cfg.path, keyed, forced=explicit not in ("", "auto") and provider is None
+        )
     return ResolvedModel(
         spec,
         name,
@@ -837,24 +872,31 @@ _EXAMPLE_MODELS = {"openai": "openai/gpt-4.1", "anthropic": "anthropic/claude-so
 
 
 def missing_key_error(
-    spec: ProviderSpec, config: Path | None = None, keyed: list[str] | None = None
+    spec: ProviderSpec,
+    config: Path | None = None,
+    keyed: list[str] | None = None,
+    *,
+    forced: bool = False,
 ) -> MissingKeyError:
     """`config`: the file the key would go in (the default one when not given); `keyed`: the providers
-    that do have a key (the environment's included), which the user may have meant."""
+    that do have a key (the environment's included), which the user may have meant; `forced`: the
+    provider was named by agents.defaults.provider, which a --model prefix does not change."""
     config = config or paths.default_config_path()
     make_it = "" if config.exists() else " (`nanobot onboard` creates that file)"
     other_key = ""
+    # with agents.defaults.provider set, `--model openai/...` would still go to that provider
+    unforce = f'set agents.defaults.provider to "auto" in {config}, then ' if forced else ""
     if keyed:
         example = _EXAMPLE_MODELS.get(keyed[0], f"{keyed[0]}/<model>")
         other = other_key = (
-            f"You have a key for {', '.join(keyed)}: to use it, set agents.defaults.model "
+            f"You have a key for {', '.join(keyed)}: to use it, {unforce}set agents.defaults.model "
             f"(e.g. {example}) or run `nanobot agent --model {example}`."
         )
     else:
         name = "anthropic" if spec.name == "openai" else "openai"
         other = (
-            f"Another provider: `nanobot agent --model {_EXAMPLE_MODELS[name]}` with "
-            f"{provider_table.BY_NAME[name].env_key} set."
+            f"Another provider: {unforce}{'run ' if forced else ''}`nanobot agent --model "
+            f"{_EXAMPLE_MODELS[name]}` with {provider_table.BY_NAME[name].env_key} set."
         )
     return MissingKeyError(
         f"no API key for provider {spec.name!r}",

@@ -5,7 +5,10 @@ Rules (config.load_config applies them to the file, before the environment layer
 1. unknown keys inside a section this tool knows (agents.defaults, providers.<name>, tools, ...)
    give a warning with the closest known key ("did you mean ..."); unknown *sections* (nanobot's
    `channels`, `gateway`, ...) and nanobot's own keys in known sections are accepted quietly;
-2. an unknown key that looks like a misspelt security setting (restrictToWorkspace) is an error:
+   at the top level only sections nanobot explains (REASONS) are quiet: a misspelt one (`tool`,
+   `agent`) is warned about like a misspelt key;
+2. an unknown key that looks like a misspelt security setting (restrictToWorkspace), or an
+   unknown section that holds one (`"tool": {"restrictToWorkspace": true}`), is an error:
    a safety switch the user believes is on must not be silently off;
 3. numbers are range-checked (RANGES), a provider's apiBase must be an http(s) URL;
 4. `${NAME}` in a string value is replaced by the environment variable NAME, as HKUDS/nanobot
@@ -34,7 +37,8 @@ NANOBOT_KEYS = {
     "gateway": {"host", "port"},
 }
 
-SECURITY_KEYS = {"restrictToWorkspace"}
+# security setting -> where it goes (for the error's hint)
+SECURITY_KEYS = {"restrictToWorkspace": "tools.restrictToWorkspace"}
 
 # dotted snake_case path -> (lowest, highest, unit) for the user's message
 RANGES: dict[str, tuple[float, float, str]] = {
@@ -178,43 +182,70 @@ def unknown_keys(
     cls: type, data: Mapping[str, Any], where: str = ""
 ) -> list[tuple[str, str | None]]:
     """(dotted path of the unknown key, closest known key or None) for every section we know."""
-    found: list[tuple[str, str | None]] = []
+    return [(path, close) for path, close, _ in _unknown(cls, data, where)]
+
+
+def _unknown(cls: type, data: Mapping[str, Any], where: str) -> list[tuple[str, str | None, Any]]:
+    """unknown_keys, with each unknown key's value."""
+    found: list[tuple[str, str | None, Any]] = []
     known = _known_keys(cls)
     quiet = NANOBOT_KEYS.get(where, set())
     for key, value in data.items():
         path = f"{where}.{key}".lstrip(".")
         if key not in known:
-            if (
-                where and key not in quiet and not _explained(path)
-            ):  # top level: a section kept for nanobot
+            if key not in quiet and not _explained(path):
                 close = difflib.get_close_matches(
                     key.lower(), [k.lower() for k in known], n=1, cutoff=0.7
                 )
-                found.append((path, next((k for k in known if k.lower() in close), None)))
+                found.append((path, next((k for k in known if k.lower() in close), None), value))
             continue
         tp = known[key]
         if isinstance(tp, type) and is_dataclass(tp) and isinstance(value, dict):
-            found.extend(unknown_keys(tp, value, path))
+            found.extend(_unknown(tp, value, path))
         elif typing.get_origin(tp) is dict and isinstance(value, dict):
             _, val_tp = typing.get_args(tp)
             if isinstance(val_tp, type) and is_dataclass(val_tp):
                 for name, sub in value.items():
                     if isinstance(sub, dict):
-                        found.extend(unknown_keys(val_tp, sub, f"{path}.{name}"))
+                        found.extend(_unknown(val_tp, sub, f"{path}.{name}"))
     return found
+
+
+def _security_key_inside(value: Any) -> str | None:
+    """The dotted path, inside `value`, of the first key spelt like a security setting."""
+    if not isinstance(value, dict):
+        return None
+    for key, sub in value.items():
+        squashed = str(key).lower().replace("_", "")
+        if any(squashed == name.lower() for name in SECURITY_KEYS):
+            return str(key)
+        inner = _security_key_inside(sub)
+        if inner:
+            return f"{key}.{inner}"
+    return None
 
 
 def key_warnings(cls: type, data: Mapping[str, Any], source: str) -> list[str]:
     """Warnings for unknown keys; raises ConfigError for a misspelt security setting (rule 2)."""
     warnings = []
-    for path, close in unknown_keys(cls, data):
+    for path, close, value in _unknown(cls, data, ""):
+        suggestion = f"; did you mean {close}?" if close else ""
         if close in SECURITY_KEYS:
             raise ConfigError(
                 f"{source}: {path}: unknown key; did you mean {path.rsplit('.', 1)[0]}.{close}?",
                 hint=f"{close} is a security setting: nanobot will not start while it may be misspelt. "
                 "Fix the key's spelling in the file.",
             )
-        suggestion = f"; did you mean {close}?" if close else ""
+        inside = _security_key_inside(value)
+        if inside:
+            setting = inside.rsplit(".", 1)[-1]
+            home = next(v for k, v in SECURITY_KEYS.items() if k.lower() == setting.lower())
+            raise ConfigError(
+                f"{source}: {path}.{inside}: {path} is an unknown key, so nanobot would not read "
+                f"this setting{suggestion}",
+                hint=f"{setting} is a security setting: nanobot will not start while it may be "
+                f"silently off. Put it at {home} in the file.",
+            )
         warnings.append(f"{source}: {path}: unknown key, ignored{suggestion}")
     return warnings
 

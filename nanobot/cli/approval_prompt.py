@@ -153,10 +153,19 @@ def print_refusals(err: Console, decisions: Sequence[dict]) -> None:
     )
     for d in refused:
         err.print(f"  [dim]- {escape(visible(str(d.get('summary', ''))))}[/dim]", highlight=False)
+    # a command given the network then meets the egress proxy, which asks about each new domain:
+    # said now, so the user does not find out one refusal later
+    then = (
+        "; a command given the network is then asked about each domain it contacts (add "
+        "--approve web-domain, or list them in tools.web.allowDomains)"
+        if "exec-network" in kinds and "web-domain" not in kinds
+        else ""
+    )
     err.print(
         "[dim]allow them for one run with "
         + " ".join(f"--approve {escape(k)}" for k in kinds)
-        + ", or for good with tools.autoApprove in the config; `nanobot session show` lists every "
-        "decision[/dim]",
+        + ", or for good with tools.autoApprove in the config"
+        + then
+        + "; `nanobot session show` lists every decision[/dim]",
         highlight=False,
     )

@@ -40,11 +40,18 @@ WorkspaceOpt = typer.Option(None, "--workspace", "-w", help="Workspace folder.")
 
 
 def _out() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+    return _wrapping(Console(highlight=False))
 
 
 def _err() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return _wrapping(Console(stderr=True, highlight=False))
+
+
+def _wrapping(console: Console) -> Console:
+    """A terminal wraps our lines at words (soft wrap would let it cut a word at its edge); a pipe
+    or log keeps each line whole."""
+    console.soft_wrap = not console.is_terminal
+    return console
 
 
 def _config(config: Path | None, workspace: Path | None) -> Config:

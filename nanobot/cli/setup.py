@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,6 +14,7 @@ from rich.table import Table
 from nanobot import ignored_keys, paths, provider_table
 from nanobot.cli import key_prompt
 from nanobot.cli.config_load import load as load_config
+from nanobot.cli.errors import say
 from nanobot.config import ensure_config_file, mask_key, read_file, resolve_model
 from nanobot.errors import MissingKeyError, NanobotError, storage_error
 
@@ -41,7 +43,9 @@ def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
     console = Console(highlight=False, soft_wrap=True)
     path = config_path or paths.default_config_path()
     existed = path.exists()
-    changed, added = ensure_config_file(path)
+    # absolute: the folder the file names must not depend on where nanobot is started later
+    workspace = workspace.expanduser().absolute() if workspace is not None else None
+    changed, added = ensure_config_file(path, workspace)
     if not path.exists():
         raise NanobotError(f"could not create {path}")
     if not existed:
@@ -50,14 +54,21 @@ def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
         console.print(f"config: {path} (added {len(added)} missing setting(s))")
     else:
         console.print(f"config: {path} (already complete, left unchanged)")
-    overrides = {"agents.defaults.workspace": str(workspace) if workspace else None}
-    cfg = load_config(path, overrides=overrides)
-    ws = cfg.workspace_path()
+    cfg = load_config(path)  # as the chat will read it
+    kept = cfg.workspace_path()
+    ws = workspace or kept
     try:
         created = copy_templates(ws)
     except OSError as exc:
         raise storage_error(exc, "create the workspace", exc.filename or ws) from None
     console.print(f"workspace: {ws} ({len(created)} file(s) created)")
+    if ws != kept:  # the file already named another one, and onboard never overwrites a value
+        say(
+            console,
+            f"[yellow]note:[/yellow] {escape(str(path))} keeps agents.defaults.workspace "
+            f"{escape(str(kept))}, so the chat works there; to work in {escape(str(ws))}, set it "
+            f"there or pass `-w {escape(str(ws))}` to nanobot agent.",
+        )
     try:
         resolve_model(cfg)
     except MissingKeyError as exc:
@@ -74,16 +85,18 @@ def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
                 soft_wrap=False,
             )
             return
-        cfg = load_config(
-            path, overrides=overrides
-        )  # as saved, with whatever else changed meanwhile
+        cfg = load_config(path)  # as saved, with whatever else changed meanwhile
         resolve_model(cfg)
     except NanobotError as exc:
         console.print(f"model: {cfg.defaults.model} — [yellow]{escape(exc.message)}[/yellow]")
         if exc.hint:
             console.print(f"[dim]hint:[/dim] {escape(exc.hint)}", soft_wrap=False)
         return
-    console.print(f"model: {cfg.defaults.model} — ready. Start chatting with: nanobot agent")
+    # a config elsewhere than the default is read only when named again
+    chat = "nanobot agent" + (
+        "" if path == paths.default_config_path() else f" -c {shlex.quote(str(path))}"
+    )
+    console.print(f"model: {cfg.defaults.model} — ready. Start chatting with: {escape(chat)}")
 
 
 def show_status(config_path: Path | None, session_key: str = "cli:direct") -> None:
@@ -130,7 +143,7 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
             )
     table.add_row("providers", "\n".join(keys) or "none configured")
     snap, exists = status_snapshot(cfg, session_key)
-    table.add_row("session", session_key + ("" if exists else " (new)"))
+    table.add_row("session", session_key + ("" if exists else _new_session_note(cfg, session_key)))
     for label, text in budget_rows(snap):
         table.add_row(label if label != "warning" else "[yellow]warning[/yellow]", text)
     from nanobot.cli.status_view import working_state_rows
@@ -193,6 +206,17 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
         else "nothing (there is no config file yet)",
     )
     console.print(table)
+
+
+def _new_session_note(cfg, key: str) -> str:
+    from nanobot.session.importer import waiting
+
+    if waiting(key, cfg.workspace_path()) is None:
+        return " (new)"
+    return (
+        " (nanobot's session, not imported yet: the chat or `nanobot session list` imports it, "
+        "and the context below then grows by its messages)"
+    )
 
 
 def _reminders_line(cfg) -> str:

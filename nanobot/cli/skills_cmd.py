@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from nanobot.cli.errors import print_error
 from nanobot.skills import SkillApprovals, SkillSet
 
 skills_app = typer.Typer(
@@ -68,7 +69,9 @@ def list_skills(
 
 @skills_app.command("approve")
 def approve_skill(
-    name: str = typer.Argument(..., help="The skill to approve (see `nanobot skills list`)."),
+    names: list[str] = typer.Argument(
+        ..., help="The skills to approve, one or more (see `nanobot skills list`)."
+    ),
     workspace: Path | None = typer.Option(
         None,
         "--workspace",
@@ -79,22 +82,29 @@ def approve_skill(
         False, "--yes", "-y", help="Approve without showing the skill and asking."
     ),
 ) -> None:
-    """Turn on a workspace skill that asks to be always on or shadows a bundled one, as it is now."""
+    """Turn on workspace skills that ask to be always on or shadow a bundled one, as they are now.
+    Each is shown and asked about in turn; exit 0 when all were approved (or already active)."""
     skills = SkillSet.discover(workspace or _configured_workspace())
+    codes = [_approve_one(skills, name, yes) for name in dict.fromkeys(names)]
+    if any(codes):
+        raise typer.Exit(max(codes))
+
+
+def _approve_one(skills: SkillSet, name: str, yes: bool) -> int:
+    """Show one held skill, ask, and approve it; 0 approved or already active, 1 declined, 2 unknown."""
     skill = next((s for s in skills.held if s.name == name), None)
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
     if skill is None:
         active = skills.get(name)
         if active is not None:
             typer.echo(
                 f"{name} is already active ({active.source}, {active.state}); nothing to approve."
             )
-            return
-        err.print(
-            f"no workspace skill named {name!r} is waiting for approval; `nanobot skills list` shows them",
-            markup=False,
+            return 0
+        print_error(
+            f"no workspace skill named {name!r} is waiting for approval",
+            "`nanobot skills list` shows every skill and its state.",
         )
-        raise typer.Exit(2)
+        return 2
     if not yes:
         out = Console(soft_wrap=True, highlight=False)
         out.print(f"{skill.name} ({skill.path}) {skill.gate}. Its SKILL.md:", markup=False)
@@ -112,10 +122,11 @@ def approve_skill(
                 markup=False,
             )
         if not typer.confirm(f"Approve {skill.name} as it is now?", default=False):
-            typer.echo("Not approved; the skill stays off.")
-            raise typer.Exit(1)
+            typer.echo(f"Not approved; {skill.name} stays off.")
+            return 1
     SkillApprovals().approve(skill)
     typer.echo(
         f"Approved {skill.name}: it is active from the next chat on. If its folder changes, "
         "it is off again until you approve it again."
     )
+    return 0

@@ -244,6 +244,25 @@ def _opt_int(data: dict, camel: str, snake: str) -> int | None:
     return int(value)
 
 
+# values whose keys a person or a chat app chose: kept as written when a job changes case
+_FREE_FORM = {"channel_meta", "origin_metadata"}
+
+
+def camel_job(data: Any) -> Any:
+    """A job as nanobot 0.3.x's cron/action.jsonl holds it (`dataclasses.asdict`, snake_case keys)
+    in jobs.json's camelCase, so it reads and saves like every other job."""
+    from nanobot.config_check import to_camel
+
+    if isinstance(data, list):
+        return [camel_job(item) for item in data]
+    if not isinstance(data, dict):
+        return data
+    return {
+        to_camel(key): value if key in _FREE_FORM else camel_job(value)
+        for key, value in data.items()
+    }
+
+
 def decode_store(data: Any) -> tuple[list[Job], dict[str, Any]]:
     """Jobs from the parsed file, plus its other top-level keys (kept on save)."""
     if isinstance(data, list):  # a bare list of jobs

@@ -144,8 +144,9 @@ def parse_schedule(
     at_ms = int(when.timestamp() * 1000)
     if at_ms <= now_ms:
         raise ScheduleError(
-            f"{at} is in the past ({format_ms(at_ms, tz or default_tz)})",
-            hint="Give a future time; the current time is in the runtime context.",
+            f"{at} is in the past ({format_ms(at_ms, tz or default_tz)}; it is now "
+            f"{format_ms(now_ms, tz or default_tz)})",
+            hint="Give a future time.",  # read by a person at `cron add` and by the model
         )
     return Schedule("at", at_ms=at_ms, tz=tz or default_tz or None)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nanobot import paths
-from nanobot.cron.jobs import Job, JobFormatError, decode_store, encode_store
+from nanobot.cron.jobs import Job, JobFormatError, camel_job, decode_store, encode_store
 from nanobot.cron.schedule import Schedule, next_run
 from nanobot.errors import JobNotFoundError, LockHeld, StoreBusyError, UsageError
 from nanobot.fsio import ExclusiveLock, append_durably, atomic_write, rotate_when_larger
@@ -29,6 +29,9 @@ T = TypeVar("T")
 LOCK_WAIT_SECONDS = 10.0
 REREAD_DELAY_SECONDS = 0.3
 LOG_LIMIT_BYTES = 10_000_000  # runs.jsonl and cron.log: past this, the file becomes <name>.1
+# nanobot 0.3.x's `nanobot agent` logs the jobs its cron tool adds, changes and removes here, for
+# its gateway to merge into jobs.json; the lines merged are kept in <name>.imported
+NANOBOT_ACTIONS = "action.jsonl"
 
 
 def cron_dir(workspace: Path) -> Path:
@@ -41,6 +44,7 @@ class JobStore:
         self.dir = cron_dir(workspace)
         self.path = self.dir / "jobs.json"
         self.runs_path = self.dir / "runs.jsonl"
+        self.actions_path = self.dir / NANOBOT_ACTIONS
         self.notices: list[
             str
         ] = []  # what the user must be told (a file kept aside, jobs imported)
@@ -50,7 +54,7 @@ class JobStore:
 
     def jobs(self) -> list[Job]:
         legacy = paths.nanobot_home() / "cron" / "jobs.json"
-        if not self.path.exists() and not legacy.is_file():
+        if not self.path.exists() and not legacy.is_file() and not self.actions_path.is_file():
             return []  # nothing to read, and a listing creates no folder (the lock would)
         with self._locked():
             return self._load()
@@ -198,6 +202,11 @@ class JobStore:
             lock.release()
 
     def _load(self) -> list[Job]:
+        jobs = self._read()
+        self._merge_nanobot_actions(jobs)
+        return jobs
+
+    def _read(self) -> list[Job]:
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -253,6 +262,52 @@ class JobStore:
             "the original was left as it was"
         )
         return jobs
+
+    def _merge_nanobot_actions(self, jobs: list[Job]) -> None:
+        """Apply nanobot 0.3.x's cron/action.jsonl to `jobs` and save them, as its gateway does
+        (under its lock, <workspace>/cron.lock), so a reminder made in its `nanobot agent` is not
+        lost here. The log is then emptied, as nanobot empties it, its lines kept aside first."""
+        try:
+            if self.actions_path.stat().st_size == 0:
+                return
+        except OSError:
+            return
+        lock = ExclusiveLock(self.dir, timeout=LOCK_WAIT_SECONDS)
+        try:
+            lock.acquire()
+        except LockHeld:
+            return  # nanobot is writing to it: merged next time
+        try:
+            data = self.actions_path.read_bytes()
+            applied, skipped = 0, 0
+            for line in data.decode("utf-8", errors="replace").splitlines():
+                if not line.strip():
+                    continue
+                try:
+                    action = json.loads(line)
+                    params = action["params"]
+                    at = next((i for i, job in enumerate(jobs) if job.id == params.get("id")), None)
+                    if action["action"] == "del":
+                        jobs[:] = [job for job in jobs if job.id != params.get("job_id")]
+                    elif at is None:
+                        jobs.append(Job.from_json(camel_job(params), len(jobs)))
+                    else:  # nanobot's copy knows nothing of a wait for approval: it stays
+                        changed = Job.from_json(camel_job(params), at)
+                        changed.pending_approval = jobs[at].pending_approval
+                        jobs[at] = changed
+                    applied += 1
+                except (ValueError, KeyError, TypeError, AttributeError, JobFormatError):
+                    skipped += 1
+            self._save(jobs)
+            append_durably(self.actions_path.with_name(NANOBOT_ACTIONS + ".imported"), data)
+            os.truncate(self.actions_path, 0)
+        finally:
+            lock.release()
+        unread = f"; {skipped} line(s) could not be read" if skipped else ""
+        self._notice(
+            f"merged {applied} job change(s) nanobot left in {self.actions_path} into {self.path}, "
+            f"as nanobot's gateway would{unread}; the lines are kept in {NANOBOT_ACTIONS}.imported"
+        )
 
     def _notice(self, text: str) -> None:
         """Tell whoever called (`notices`) and every open chat (a record in runs.jsonl)."""

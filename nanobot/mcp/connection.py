@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from nanobot.config import MCPServerConfig
 from nanobot.errors import CallFailed
@@ -131,7 +132,7 @@ class ServerConnection:
                 reason = describe_error(exc)
                 if isinstance(_leaf(exc), (asyncio.TimeoutError, TimeoutError)):
                     reason = f"did not start within {self.startup_timeout:g}s"
-                self._fail(reason + self._stderr_tail())
+                self._fail(reason + self._where() + self._stderr_tail())
             elif self.state == "ready":
                 self._fail(f"stopped: {describe_error(exc)}{self._stderr_tail()}")
         finally:
@@ -139,6 +140,14 @@ class ServerConnection:
             if self.state in ("starting", "ready"):
                 self.state = "stopped"
             self._ready.set()
+
+    def _where(self) -> str:
+        """For a server reached by URL, where it was looked for (without a query, which may hold a
+        token): the SDK's own words ("All connection attempts failed") do not say."""
+        if not self.cfg.url or self.transport == "stdio":
+            return ""
+        url = urlsplit(self.cfg.url)
+        return f" ({url.scheme}://{url.netloc.rpartition('@')[2]}{url.path})"
 
     def _fail(self, reason: str) -> None:
         self.state = "failed"

@@ -389,6 +389,18 @@ def _import_history(home: Path, workspace: Path, receipts: list[Receipt]) -> Rec
     return receipt
 
 
+def waiting(key: str, workspace: Path, *, home: Path | None = None) -> Path | None:
+    """nanobot's file for session `key` when it has not been imported yet (the first chat or
+    `nanobot session list` imports it): what `nanobot status` says instead of "new"."""
+    home = home or paths.nanobot_home()
+    done = {r.source for r in read_receipts(home) if r.kind in ("session", "kept")}
+    try:
+        found = find_sessions(home, workspace, SessionStore())
+    except OSError:
+        return None
+    return next((f.path for f in found if f.key == key and str(f.path) not in done), None)
+
+
 def import_all(
     workspace: Path, *, store: SessionStore | None = None, home: Path | None = None
 ) -> ImportResult:

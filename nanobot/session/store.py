@@ -33,6 +33,7 @@ from nanobot.errors import (
     SessionInUseError,
     StorageError,
     UnknownSessionError,
+    UsageError,
     storage_error,
 )
 from nanobot.fsio import ExclusiveLock, append_durably, atomic_write
@@ -338,6 +339,11 @@ class SessionStore:
 
     def open(self, key: str) -> Session:
         """Lock and load the session (creating it if new); raises SessionInUseError if held."""
+        if not key.strip():  # it would be saved, but listed and shown by its file's name only
+            raise UsageError(
+                "the session key is empty",
+                hint="Name the session, e.g. -s work (without -s the chat uses cli:direct).",
+            )
         path = self.path_for(key)
         if path.is_dir():
             raise StorageError(

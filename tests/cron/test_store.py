@@ -215,3 +215,24 @@ def test_the_run_log_is_rotated_past_its_limit_and_a_reader_follows_the_new_file
     assert [r["text"] for r in records] == ["after rotation"]
     kept = (workspace / "cron" / "runs.jsonl.1").read_text()
     assert all(f"run {i} " in kept for i in range(3))
+
+
+def test_a_change_nanobot_logs_for_a_job_waiting_for_approval_leaves_it_waiting(workspace):
+    store = JobStore(workspace)
+    job = store.add(
+        Schedule("every", every_ms=3_600_000), "ping", now_ms=1_000, pending_approval=True
+    )
+    nanobot_copy = {  # as nanobot 0.3.x logs an update: dataclasses.asdict, no approval field
+        "id": job.id,
+        "name": "ping hourly",
+        "enabled": True,
+        "schedule": {"kind": "every", "at_ms": None, "every_ms": 3_600_000, "expr": None},
+        "payload": {"kind": "agent_turn", "message": "ping", "session_key": None},
+        "state": {"next_run_at_ms": 2_000, "run_history": []},
+    }
+    (store.dir / "action.jsonl").write_text(
+        json.dumps({"action": "update", "params": nanobot_copy}) + "\n"
+    )
+    [merged] = JobStore(workspace).jobs()
+    assert merged.name == "ping hourly"  # nanobot's change is taken
+    assert merged.pending_approval and not merged.due(now_ms=10_000)  # but it still does not fire
