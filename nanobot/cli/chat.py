@@ -53,11 +53,6 @@ def run_agent(
     approve: list[str] | None = None,
     allow_unconfined_exec: bool = False,
 ) -> int:
-    if not session_key.strip():  # it became a session listed by its file name
-        raise UsageError(
-            "the session name is empty",
-            hint="Name one with -s, e.g. -s work, or leave -s out for cli:direct.",
-        )
     overrides = {
         "agents.defaults.workspace": str(workspace) if workspace else None,
         "agents.defaults.model": model,
