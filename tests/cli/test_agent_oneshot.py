@@ -528,3 +528,16 @@ def test_a_piped_answer_is_printed_as_the_model_wrote_it(nanobot_run, fake_llm, 
     result = nanobot_run("agent", "-m", "how do I write a smile?")
     assert result.returncode == 0, result.stderr
     assert result.stdout == answer + "\n"
+
+
+def test_a_named_session_is_a_cli_chat_of_that_name_in_the_runtime_context(
+    nanobot_run, fake_llm, configure
+):
+    # `-s work` told the model "Channel: work" (nanobot says channel cli, chat id work)
+    configure()
+    fake_llm.script(Reply.text("one"), Reply.text("two"))
+    assert nanobot_run("agent", "-s", "work", "-m", "first").returncode == 0
+    assert nanobot_run("agent", "-s", "telegram:42", "-m", "second").returncode == 0
+    first, second = (r.messages[-1]["content"] for r in fake_llm.requests)
+    assert "Channel: cli\nChat ID: work" in first
+    assert "Channel: telegram\nChat ID: 42" in second
