@@ -52,7 +52,8 @@ def write_session(key: str, messages: list[tuple[str, str]], start: datetime) ->
 def month_old_session(configure) -> datetime:
     """Session A, a month ago: the fact said once, in passing, among other talk."""
     configure()
-    when = datetime.now().replace(microsecond=0) - timedelta(days=31)
+    # at noon, so its 32 messages (a minute apart) stay on one day whenever the test runs
+    when = (datetime.now() - timedelta(days=31)).replace(hour=12, minute=0, second=0, microsecond=0)
     chatter = [
         ("user", "what should I cook tonight? something with lentils"),
         ("assistant", "Try a dal."),
