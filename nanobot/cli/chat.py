@@ -325,19 +325,21 @@ async def _one_shot(
     return 1 if failed else 0
 
 
+def _background_work(helpers: int, reports: int) -> str:
+    """'2 subagent(s) and 1 report turn(s)', leaving out a part that is 0 ('' when both are)."""
+    parts = [
+        f"{helpers} subagent(s)" if helpers else "",
+        f"{reports} report turn(s)" if reports else "",
+    ]
+    return " and ".join(part for part in parts if part)
+
+
 async def _wait_for_background(subagents: SubagentManager, wait: float, err: Console) -> None:
     """`agent -m` waits for its helpers and their queued report turns, and says when it gives up."""
     helpers, reports = subagents.pending()
     if not helpers and not reports:
         return
-    what = " and ".join(
-        part
-        for part in (
-            f"{helpers} subagent(s)" if helpers else "",
-            f"{reports} report turn(s)" if reports else "",
-        )
-        if part
-    )
+    what = _background_work(helpers, reports)
     err.print(f"[dim]waiting up to {wait:.0f}s for {what}…[/dim]")
     if await subagents.wait(wait):
         return
@@ -765,14 +767,7 @@ class Chat:
     async def stop_background(self) -> None:
         _, reports = self.assistant.subagents.pending()  # report turns queued or answering now
         stopped = await self.assistant.subagents.stop("by the user (/stop)")
-        what = " and ".join(
-            part
-            for part in (
-                f"{len(stopped)} subagent(s)" if stopped else "",
-                f"{reports} report turn(s)" if reports else "",
-            )
-            if part
-        )
+        what = _background_work(len(stopped), reports)
         self.console.print(
             f"[yellow]stopped {what}[/yellow]"
             if what
