@@ -50,6 +50,15 @@ def process_count() -> int:
     return count
 
 
+def host_listing() -> str:
+    """Every process as `pid ppid command`, for a failure message that says what was counted."""
+    rows = []
+    for pid, cmdline in sorted(_each("cmdline")):
+        command = cmdline.replace(b"\0", b" ").decode(errors="replace").strip()[:160]
+        rows.append(f"{pid:>7} {parent(pid) or 0:>7} {command or '[kernel]'}")
+    return "\n".join(row for row in rows if not row.endswith("[kernel]"))
+
+
 def _sibling_workers(parents: dict[int, int | None]) -> set[int]:
     """The other xdist workers of this run (children of our controller), or none outside xdist."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
