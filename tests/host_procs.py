@@ -31,23 +31,52 @@ def alive(pid: int) -> bool:
     return _state(pid) not in (None, "Z", "X")
 
 
-def process_count() -> int:
-    """How many processes the host has (a fork bomb's mark), less those of the other pytest-xdist
-    workers of this run: their tests start processes of their own meanwhile (the crash trials
-    start dozens), which are not this test's doing. Everything else on the host counts, including
-    whatever left this process's tree."""
-    parents = {}
+def _stat_fields(pid: int | str) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def process_table() -> dict[int, tuple[int | None, str]]:
+    """Every process now: pid -> (parent pid, start time in ticks since boot). A pid with its start
+    time names one process even after the pid is reused."""
+    table: dict[int, tuple[int | None, str]] = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            parents[int(entry)] = parent(entry)
+        if entry.isdigit() and (fields := _stat_fields(entry)) is not None:
+            table[int(entry)] = (int(fields[1]), fields[19])
+    return table
+
+
+def strays_since(before: dict[int, tuple[int | None, str]]) -> list[int]:
+    """Processes born since `before` (a `process_table()`) that are this test's doing or nobody's:
+    still in this process's tree, or orphans reparented to init or to one of our ancestors (where an
+    escaped fork bomb lands). Not counted: the trees of the other xdist workers and of any process
+    that was already running elsewhere on the host (a pip install beside the suite, the fork
+    servers)."""
+    now = process_table()
+    parents = {pid: ppid for pid, (ppid, _) in now.items()}
     others = _sibling_workers(parents)
-    count = 0
-    for pid in parents:
-        seen, up = 0, pid
-        while up is not None and up not in others and seen < 64:
-            up, seen = parents.get(up), seen + 1
-        count += up not in others
-    return count
+    ours = {1, os.getpid()}
+    up: int | None = os.getppid()
+    while up and up not in ours:
+        ours.add(up)
+        up = parents.get(up)
+    strays = []
+    for pid, (_, started) in now.items():
+        if before.get(pid, (None, None))[1] == started:
+            continue  # it was there before
+        walk: int | None = pid
+        for _ in range(64):
+            walk = parents.get(walk) if walk is not None else None
+            if walk is None or walk in others:
+                break
+            if walk in ours:
+                strays.append(pid)
+                break
+            if before.get(walk, (None, None))[1] == now[walk][1]:
+                break  # under a process that was already running elsewhere
+    return strays
 
 
 def host_listing() -> str:

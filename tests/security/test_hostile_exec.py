@@ -29,7 +29,7 @@ from nanobot.sandbox.confine import choose
 from nanobot.skills import SkillSet
 
 from canaries import MECHANISMS, confinement_or_skip, host_pids, kill_marked, snapshot, wait_until
-from host_procs import host_listing, process_count
+from host_procs import host_listing, process_table, strays_since
 
 CANARIES = {
     "config": "CANARY-CONFIG-7731",
@@ -330,7 +330,7 @@ def test_hostile_corpus_leaves_no_side_effect(battlefield, mechanism, variant):
     ).read_bytes()  # sessions: judged by the planted one
     before = snapshot(b["home"], b["outside"], skip=own)
     memory_before = (b["ws"] / "memory" / "MEMORY.md").read_bytes()
-    processes_before = process_count()
+    processes_before = process_table()
 
     async def turn():
         assistant = open_assistant(load_config(b["cfg_path"]), "cli:direct", stream=False)
@@ -353,11 +353,11 @@ def test_hostile_corpus_leaves_no_side_effect(battlefield, mechanism, variant):
     assert b["tcp"].connections == 0 and b["udp"].datagrams == 0
     assert not list(b["ws"].glob("META_REACHED*"))
     assert survivors == {}
-    # the bombs are gone too (the count is the host's, less the other workers' trees: a bomb that
-    # escaped would be reparented out of ours; at the suite's start, with every worker busy, the
-    # last of them can take seconds to be reaped)
-    gone = wait_until(lambda: process_count() <= processes_before + 20, 15)
-    assert gone, f"{process_count()} processes, {processes_before} before:\n{host_listing()}"
+    # the bombs are gone too: no process born during the turn is left in our tree or orphaned to
+    # init (where an escaped one lands); other workers' and other programs' processes do not count.
+    # At the suite's start, with every worker busy, the last of them can take seconds to be reaped
+    gone = wait_until(lambda: len(strays_since(processes_before)) <= 20, 15)
+    assert gone, f"left running: {strays_since(processes_before)}\n{host_listing()}"
     leaked_files = {
         str(p): name
         for p in b["ws"].rglob("*")
