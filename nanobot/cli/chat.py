@@ -18,8 +18,9 @@ from rich.console import Console
 from nanobot.agent.events import Event, EventSink, Notice, Retrying, TurnDone, TurnOutcome, ignore
 from nanobot.cli.approval_prompt import print_refusals
 from nanobot.cli.config_load import load as load_config
+from nanobot.cli.consoles import stderr_console, stdout_console
 from nanobot.cli.errors import print_error, print_warning, report, say
-from nanobot.cli.render import Renderer, escape, print_hanging, stderr_console, stdout_console
+from nanobot.cli.render import Renderer, escape, print_hanging
 from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS, slash_command
 from nanobot.cli.termination import Termination
 from nanobot.cli.turn_notes import continuation_marker, resume_notice, unsaved_notice

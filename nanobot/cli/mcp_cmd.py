@@ -6,7 +6,6 @@ import asyncio
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -26,11 +25,12 @@ ConfigOpt = typer.Option(
 def list_servers(config: Path | None = ConfigOpt) -> None:
     """Start each configured server once, show its state and tools, and stop it again."""
     from nanobot.cli.config_load import load as load_config
+    from nanobot.cli.consoles import stdout_console
     from nanobot.doctor import probe_mcp
     from nanobot.mcp.manager import log_path
 
     cfg = load_config(config)
-    console = Console(highlight=False, soft_wrap=True)
+    console = stdout_console()
     if not cfg.tools.mcp_servers:
         console.print("No MCP servers configured (tools.mcpServers in the config).")
         return

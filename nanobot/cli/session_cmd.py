@@ -13,9 +13,11 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.rule import Rule
 from rich.table import Table
 
 from nanobot import paths
+from nanobot.cli.consoles import rule_width, stderr_console, stdout_console
 from nanobot.cli.errors import print_warning, report
 from nanobot.cli.usage import Command
 from nanobot.errors import NanobotError
@@ -40,11 +42,11 @@ KeyArg = typer.Argument(
 
 
 def _out() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+    return stdout_console()
 
 
 def _err() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return stderr_console()
 
 
 def _fail(exc: NanobotError) -> typer.Exit:
@@ -175,7 +177,10 @@ def show(
     answered = {m.get("tool_call_id") for m in session.messages if m.get("role") == "tool"}
     for index, msg in enumerate(messages, start=first_index):
         if index == session.last_consolidated and index > 0:
-            console.rule("[dim]consolidated into memory above this line[/dim]")
+            console.print(
+                Rule("[dim]consolidated into memory above this line[/dim]"),
+                width=rule_width(console),
+            )
         _print_message(console, msg, answered)
     helpers = [m[NOTE_KEY] for m in session.messages if isinstance(m.get(NOTE_KEY), dict)]
     if helpers:

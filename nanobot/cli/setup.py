@@ -7,13 +7,13 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from nanobot import ignored_keys, paths, provider_table
 from nanobot.cli import key_prompt
 from nanobot.cli.config_load import load as load_config
+from nanobot.cli.consoles import stdout_console
 from nanobot.cli.errors import say
 from nanobot.config import ensure_config_file, mask_key, read_file, resolve_model
 from nanobot.errors import MissingKeyError, NanobotError, storage_error
@@ -40,7 +40,7 @@ def copy_templates(workspace: Path) -> list[Path]:
 
 
 def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
-    console = Console(highlight=False, soft_wrap=True)
+    console = stdout_console()
     path = config_path or paths.default_config_path()
     existed = path.exists()
     # absolute: the folder the file names must not depend on where nanobot is started later
@@ -103,7 +103,7 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
     from nanobot.app import status_snapshot
     from nanobot.cli.status_view import budget_rows
 
-    console = Console(highlight=False, soft_wrap=True)
+    console = stdout_console()
     path = config_path or paths.default_config_path()
     cfg = load_config(path)
     table = Table(show_header=False, box=None)

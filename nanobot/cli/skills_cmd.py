@@ -5,10 +5,10 @@
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from nanobot.cli.consoles import stderr_console, stdout_console
 from nanobot.cli.errors import print_error
 from nanobot.skills import SkillApprovals, SkillSet
 
@@ -40,7 +40,7 @@ def list_skills(
 ) -> None:
     """List bundled and workspace skills and whether each is ready to use."""
     skills = SkillSet.discover(workspace or _configured_workspace())
-    err = Console(stderr=True)
+    err = stderr_console()
     for warning in skills.warnings:
         err.print(
             f"[yellow]warning:[/yellow] {warning}", markup=True, highlight=False, soft_wrap=True
@@ -55,7 +55,7 @@ def list_skills(
         state = s.state if not s.gate or s.active else f"{s.state}: {s.gate}"
         # Text(), not str: a '[' in a description must not be read as rich markup.
         table.add_row(Text(name), Text(s.source), Text(state), Text(status), Text(s.description))
-    Console(soft_wrap=True).print(table, highlight=False)
+    stdout_console().print(table, highlight=False)
     if skills.held:
         names = " ".join(s.name for s in skills.held)
         err.print(
@@ -106,7 +106,7 @@ def _approve_one(skills: SkillSet, name: str, yes: bool) -> int:
         )
         return 2
     if not yes:
-        out = Console(soft_wrap=True, highlight=False)
+        out = stdout_console()
         out.print(f"{skill.name} ({skill.path}) {skill.gate}. Its SKILL.md:", markup=False)
         out.print(
             skill.path.read_text(encoding="utf-8", errors="replace"), markup=False, emoji=False
