@@ -23,9 +23,11 @@ ConfigOpt = typer.Option(
 
 @mcp_app.command("list")
 def list_servers(config: Path | None = ConfigOpt) -> None:
-    """Start each configured server once, show its state and tools, and stop it again."""
+    """Start each configured server once, show its state and tools, and stop it again.
+    Exit 0 when every server started (or none is configured), 1 when any failed."""
     from nanobot.cli.config_load import load as load_config
     from nanobot.cli.consoles import stdout_console
+    from nanobot.cli.errors import print_error
     from nanobot.doctor import probe_mcp
     from nanobot.mcp.manager import log_path
 
@@ -53,6 +55,13 @@ def list_servers(config: Path | None = ConfigOpt) -> None:
             )
         table.add_row(escape(r.name), r.transport, state, "\n".join(lines))
     console.print(table)
-    failed = [r.name for r in reports if r.state != "ready"]
+    failed = [r for r in reports if r.state != "ready"]
     if failed:
-        console.print(f"[dim]server output is logged in {escape(str(log_path('<name>')))}[/dim]")
+        what = "; ".join(f"{r.name} ({r.state}: {r.error or 'no reason given'})" for r in failed)
+        print_error(
+            f"{len(failed)} of {len(reports)} MCP server(s) did not start, so the assistant "
+            f"runs without their tools: {what}",
+            f"each server's output is logged in {log_path('<name>')}; fix its command or url "
+            "in tools.mcpServers of the config, or remove it",
+        )
+        raise typer.Exit(1)
