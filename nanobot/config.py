@@ -79,6 +79,10 @@ class ProviderConfig:
     timeout: float = 180.0  # seconds the server may stay silent before the request fails
 
 
+# the words tools.exec.confinement takes ("bwrap" is bubblewrap, by its command's name)
+CONFINEMENTS = ("auto", "bwrap", "landlock", "none")
+
+
 @dataclass
 class ExecConfig:
     enable: bool = True  # offer the exec tool to the model
@@ -326,10 +330,9 @@ def _check_semantics(cfg: Config, source: str) -> None:
             f"Use {names}, or remove the key."
         )
         cfg.tools.web.search.provider = Config().tools.web.search.provider
-    if cfg.tools.recall.scope not in ("all", "session"):
-        raise ConfigError(
-            f'{source}: tools.recall.scope: expected "all" or "session", got {json.dumps(cfg.tools.recall.scope)}'
-        )
+    config_check.check_choice(
+        cfg.tools.recall.scope, ("all", "session"), "tools.recall.scope", source
+    )
     if cfg.gateway.heartbeat.interval_s < 60:
         raise ConfigError(f"{source}: gateway.heartbeat.intervalS: must be at least 60 seconds")
     if cfg.gateway.jobs_poll_s <= 0:
@@ -373,11 +376,14 @@ def _migrate(data: dict) -> dict:
 
 
 def _check_exec(ex: ExecConfig, source: str) -> None:
-    if ex.confinement not in ("auto", "bwrap", "landlock", "none"):
-        raise ConfigError(
-            f'{source}: tools.exec.confinement: expected "auto", "bwrap", "landlock" or "none", '
-            f"got {json.dumps(ex.confinement)}"
-        )
+    config_check.check_choice(
+        ex.confinement,
+        CONFINEMENTS,
+        "tools.exec.confinement",
+        source,
+        hint='"auto" picks bubblewrap where it is installed, else Landlock; "bwrap" is '
+        'bubblewrap (its command\'s name), "landlock" the kernel\'s Landlock, "none" no sandbox.',
+    )
     if ex.network not in (False, True, "ask"):
         raise ConfigError(
             f'{source}: tools.exec.network: expected false, true or "ask", got {json.dumps(ex.network)}'
