@@ -18,6 +18,7 @@ from rich.table import Table
 from nanobot.cli.config_load import load as load_config
 from nanobot.cli.consoles import stderr_console, stdout_console
 from nanobot.cli.errors import report_text
+from nanobot.cli.usage import ConfigOpt
 from nanobot.config import Config
 from nanobot.cron.jobs import MISSED_POLICIES, Job
 from nanobot.cron.protocols import JobStoreAdmin, JobStoreLike
@@ -34,9 +35,6 @@ cron_app = typer.Typer(
 )
 
 IdArg = typer.Argument(..., help="The job's id (see `nanobot cron list`).")
-ConfigOpt = typer.Option(
-    None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json)."
-)
 WorkspaceOpt = typer.Option(None, "--workspace", "-w", help="Workspace folder.")
 
 

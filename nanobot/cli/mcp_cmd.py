@@ -9,15 +9,13 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from nanobot.cli.usage import ConfigOpt
+
 mcp_app = typer.Typer(
     help="MCP servers from tools.mcpServers.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
-)
-
-ConfigOpt = typer.Option(
-    None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json)."
 )
 
 

@@ -19,7 +19,7 @@ from rich.table import Table
 from nanobot import paths
 from nanobot.cli.consoles import rule_width, stderr_console, stdout_console
 from nanobot.cli.errors import print_warning, report
-from nanobot.cli.usage import Command
+from nanobot.cli.usage import Command, ConfigOpt
 from nanobot.errors import NanobotError
 from nanobot.messages import NOTE_KEY, text_of
 from nanobot.secrets_mask import mask_message, mask_value
@@ -109,11 +109,6 @@ def _import_from_nanobot(config: Path | None, *, quiet_when_none: bool) -> Path 
     return workspace
 
 
-ConfigOpt = typer.Option(
-    None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json)."
-)
-
-
 @session_app.command("import")
 def import_sessions(config: Path | None = ConfigOpt) -> None:
     """Import nanobot 0.1.x / 0.3.x sessions and 0.3.x history.jsonl for the workspace (originals untouched)."""
@@ -144,9 +139,10 @@ def show(
     key: str = KeyArg,
     as_json: bool = typer.Option(False, "--json", help="Print the stored messages as JSON."),
     limit: int | None = typer.Option(None, "--last", "-n", help="Only the last N messages."),
+    config: Path | None = ConfigOpt,
 ) -> None:
     """A readable transcript of one session (tool results shortened)."""
-    store = _store(_import_from_nanobot(None, quiet_when_none=True))
+    store = _store(_import_from_nanobot(config, quiet_when_none=True))
     try:
         session = store.load(key)
     except NanobotError as exc:
@@ -289,10 +285,10 @@ def _print_message(console: Console, msg: Mapping[str, Any], answered: set[Any])
 
 
 @session_app.command("repair", cls=Command)
-def repair(key: str = KeyArg) -> None:
+def repair(key: str = KeyArg, config: Path | None = ConfigOpt) -> None:
     """Rewrite a damaged session cleanly; the original is kept as a backup next to it."""
     try:
-        report = _store(_workspace(None)).repair(key)
+        report = _store(_workspace(config)).repair(key)
     except NanobotError as exc:
         raise _fail(exc) from None
     console = _out()
