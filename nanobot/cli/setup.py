@@ -30,13 +30,38 @@ def copy_templates(workspace: Path) -> list[Path]:
         if item.is_dir() or item.name.startswith("."):
             continue
         target = workspace / item.relative_to(source)
-        if target.exists():
-            continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(item, target)
+        try:  # "x": a file that appeared since (the user's, another nanobot's) is never replaced
+            with target.open("xb") as out, item.open("rb") as src:
+                shutil.copyfileobj(src, out)
+        except FileExistsError:
+            continue
         created.append(target)
     (workspace / "skills").mkdir(parents=True, exist_ok=True)
     return created
+
+
+# what nanobot itself keeps in a workspace besides the templates: memory, skills, jobs,
+# nanobot's own session folder and workspace id
+_NANOBOT_ENTRIES = {"memory", "skills", "cron", "sessions", ".nanobot"}
+
+
+def first_run_templates(workspace: Path) -> list[Path]:
+    """The chat started without `nanobot onboard`: a workspace that is nanobot's alone (missing,
+    empty, or holding only nanobot's folders and prompt files) gets the templates it lacks, as
+    onboard writes them; a file already there is never replaced. A folder with anything else in
+    it (a project the config points at) is left as it is."""
+    try:
+        entries = {entry.name for entry in workspace.iterdir()} if workspace.is_dir() else set()
+    except OSError:
+        return []  # unreadable: the chat reports the workspace itself
+    templates = {item.name for item in paths.bundled_dir("workspace").iterdir()}
+    if entries - _NANOBOT_ENTRIES - templates:
+        return []
+    try:
+        return copy_templates(workspace)
+    except OSError:
+        return []  # a read-only or full disk: the chat says so when it writes there itself
 
 
 def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
