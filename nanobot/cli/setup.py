@@ -144,8 +144,13 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
     table.add_row("model", cfg.defaults.model)
     try:
         resolved = resolve_model(cfg)
+        sent = (
+            f"; the model is sent as {escape(resolved.model)}"
+            if resolved.model != resolved.label
+            else ""
+        )
         table.add_row(
-            "provider", f"{resolved.spec.name} ({resolved.api_base or 'default endpoint'})"
+            "provider", f"{resolved.spec.name} ({resolved.api_base or 'default endpoint'}{sent})"
         )
     except NanobotError as exc:
         hint = (
