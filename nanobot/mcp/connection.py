@@ -73,7 +73,18 @@ def describe_error(exc: BaseException) -> str:
     error = getattr(exc, "error", None)  # McpError carries the JSON-RPC error
     if error is not None and getattr(error, "message", None):
         text = error.message
+    if text == "Connection closed" or _closed_stream(exc):
+        # which of the two comes first is a race inside the SDK; anyio's errors have no text
+        return "the server closed the connection (did it exit?)"
     return text.splitlines()[0][:300]
+
+
+def _closed_stream(exc: BaseException) -> bool:
+    import anyio
+
+    return isinstance(
+        exc, (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream)
+    )
 
 
 @dataclass

@@ -37,3 +37,11 @@ def test_mcp_list_with_no_server_configured_exits_0(nanobot_run, configure):
     result = nanobot_run("mcp", "list")
     assert result.returncode == 0, result.stderr
     assert "No MCP servers configured" in result.stdout and result.stderr == ""
+
+
+def test_a_server_that_exits_at_once_is_said_to_have_closed_the_connection(nanobot_run, configure):
+    _servers(configure(), {"quits": {"command": "false"}})  # exits 1 at once, says nothing
+    result = nanobot_run("mcp", "list", env={"COLUMNS": "200"})
+    assert result.returncode == 1
+    assert "quits (failed: the server closed the connection (did it exit?))" in result.stderr
+    assert "BrokenResourceError" not in result.stdout + result.stderr
