@@ -100,3 +100,17 @@ def test_session_show_and_repair_read_the_config_given(nanobot_run, tmp_path):
         assert result.returncode == 0, result.stderr
         assert str(broken) in result.stderr  # the file given was read (and is reported as broken)
     assert "hello" in nanobot_run("session", "show", "cli:direct", "-c", str(broken)).stdout
+
+
+def test_a_config_named_that_does_not_exist_is_said_and_a_missing_default_is_not(
+    nanobot_run, tmp_path
+):
+    typo = tmp_path / "confg.json"
+    listed = nanobot_run("cron", "list", "-c", str(typo))
+    assert listed.returncode == 0, listed.stderr
+    assert f"warning: {typo} does not exist: using the defaults and the environment" in (
+        listed.stderr
+    )
+    assert f"`nanobot onboard -c {typo}` creates it" in listed.stderr
+    first_run = nanobot_run("cron", "list")  # no config file yet: the normal first run
+    assert first_run.returncode == 0 and "does not exist" not in first_run.stderr
