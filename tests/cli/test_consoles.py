@@ -92,3 +92,15 @@ def test_columns_still_sets_the_width_of_a_pipe(nanobot_run, configure, isolated
     result = nanobot_run("cron", "list", env={"COLUMNS": "100"})
     assert result.returncode == 0, result.stderr
     assert max(len(line) for line in result.stdout.splitlines()[:6]) <= 100
+
+
+def test_a_piped_session_show_draws_its_rule_at_80_columns_not_the_pipes_width(nanobot_run):
+    store = SessionStore()
+    session = store.open("cli:direct")
+    store.append(session, [user("old"), assistant("old answer"), user("new"), assistant("new")])
+    store.set_pointer(session, 2)
+    store.close(session)
+    result = nanobot_run("session", "show", "cli:direct")
+    assert result.returncode == 0, result.stderr
+    [rule] = [line for line in result.stdout.splitlines() if "consolidated into memory" in line]
+    assert len(rule) == 80 and rule.startswith("─")
