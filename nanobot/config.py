@@ -79,6 +79,10 @@ class ProviderConfig:
     timeout: float = 180.0  # seconds the server may stay silent before the request fails
 
 
+# the words tools.exec.confinement takes ("bwrap" is bubblewrap, by its command's name)
+CONFINEMENTS = ("auto", "bwrap", "landlock", "none")
+
+
 @dataclass
 class ExecConfig:
     enable: bool = True  # offer the exec tool to the model
@@ -326,10 +330,9 @@ def _check_semantics(cfg: Config, source: str) -> None:
             f"Use {names}, or remove the key."
         )
         cfg.tools.web.search.provider = Config().tools.web.search.provider
-    if cfg.tools.recall.scope not in ("all", "session"):
-        raise ConfigError(
-            f'{source}: tools.recall.scope: expected "all" or "session", got {json.dumps(cfg.tools.recall.scope)}'
-        )
+    config_check.check_choice(
+        cfg.tools.recall.scope, ("all", "session"), "tools.recall.scope", source
+    )
     if cfg.gateway.heartbeat.interval_s < 60:
         raise ConfigError(f"{source}: gateway.heartbeat.intervalS: must be at least 60 seconds")
     if cfg.gateway.jobs_poll_s <= 0:
@@ -373,11 +376,14 @@ def _migrate(data: dict) -> dict:
 
 
 def _check_exec(ex: ExecConfig, source: str) -> None:
-    if ex.confinement not in ("auto", "bwrap", "landlock", "none"):
-        raise ConfigError(
-            f'{source}: tools.exec.confinement: expected "auto", "bwrap", "landlock" or "none", '
-            f"got {json.dumps(ex.confinement)}"
-        )
+    config_check.check_choice(
+        ex.confinement,
+        CONFINEMENTS,
+        "tools.exec.confinement",
+        source,
+        hint='"auto" picks bubblewrap where it is installed, else Landlock; "bwrap" is '
+        'bubblewrap (its command\'s name), "landlock" the kernel\'s Landlock, "none" no sandbox.',
+    )
     if ex.network not in (False, True, "ask"):
         raise ConfigError(
             f'{source}: tools.exec.network: expected false, true or "ask", got {json.dumps(ex.network)}'
@@ -746,6 +752,8 @@ def resolve_model(
     explicit = (provider if provider is not None else cfg.defaults.provider).strip()
     if explicit and explicit != "auto":
         spec = _provider_named(cfg, explicit, f"provider {explicit!r}")
+        where = "agents.defaults.provider" if provider is None else "the fallback's provider"
+        name = _name_for(cfg, spec, model, where)
     elif "/" in model and _known_or_configured(cfg, model.split("/", 1)[0]):
         prefix, name = model.split("/", 1)
         spec = _provider_named(cfg, prefix, f"model {model!r}")
@@ -785,6 +793,32 @@ def resolve_model(
         reasoning_effort=cfg.defaults.reasoning_effort,
         label=model,
         timeout=pc.timeout,
+    )
+
+
+# the variables the official SDKs read for a base URL when they are given none
+_SDK_BASE_URL_ENV = {"openai": "OPENAI_BASE_URL", "anthropic": "ANTHROPIC_BASE_URL"}
+
+
+def _name_for(cfg: Config, spec: ProviderSpec, model: str, where: str) -> str:
+    """The name sent to a provider asked for by name (`where`). Only the vendor's own API
+    (ProviderSpec.own_models, reached without an apiBase or the SDK's base-URL variable) is known
+    to have no "provider/" names: there a prefix naming it is dropped, and one naming another
+    provider is refused before any request. A gateway, a host or a proxy gets the name as written."""
+    prefix, _, rest = model.partition("/")
+    named = provider_table.find(prefix) if rest else None
+    if named is None or not spec.own_models or cfg.provider_config(spec.name).api_base:
+        return model
+    if spec.default_api_base is None and os.environ.get(_SDK_BASE_URL_ENV.get(spec.kind, "")):
+        return model
+    if named.name == spec.name:
+        return rest
+    example = _EXAMPLE_MODELS.get(spec.name, f"{spec.name}/<model>")
+    raise ConfigError(
+        f"model {model!r} names provider {named.name}, but {where} is {spec.name!r}, whose API "
+        "has no model of that name",
+        hint=f'To use {named.name}: set {where} to "auto" (the prefix then picks the provider) '
+        f'or to "{named.name}". To stay on {spec.name}: give one of its models, e.g. {example}.',
     )
 
 

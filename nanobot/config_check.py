@@ -12,17 +12,22 @@ Rules (config.load_config applies them to the file, before the environment layer
    a safety switch the user believes is on must not be silently off;
 3. numbers are range-checked (RANGES), a provider's apiBase must be an http(s) URL;
 4. `${NAME}` in a string value is replaced by the environment variable NAME, as HKUDS/nanobot
-   does; an unset NAME stops with an error naming the key (never sent literally).
+   does; an unset NAME stops with an error naming the key (never sent literally);
+5. a setting that takes one of a few words (tools.exec.confinement, ...) refuses any other word,
+   naming them all and the closest one (`"bubblewrap"`: did you mean "bwrap"?).
+
+`closest` is the one "did you mean" rule for keys and for values.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
+import json
 import os
 import re
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields, is_dataclass
 from typing import Any
 from urllib.parse import urlparse
@@ -53,6 +58,29 @@ RANGES: dict[str, tuple[float, float, str]] = {
 PROVIDER_TIMEOUT = (1.0, 3600.0)
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def closest(word: str, known: Iterable[str], *, cutoff: float = 0.6) -> str | None:
+    """The known word spelt most like `word` (case ignored), or None when none is close."""
+    known = list(known)
+    close = difflib.get_close_matches(word.lower(), [k.lower() for k in known], n=1, cutoff=cutoff)
+    return next((k for k in known if k.lower() in close), None)
+
+
+def check_choice(
+    value: Any, choices: Sequence[str], where: str, source: str, hint: str | None = None
+) -> None:
+    """Rule 5: raise ConfigError unless `value` is one of `choices`, naming them and the closest."""
+    if value in choices:
+        return
+    quoted = [json.dumps(c) for c in choices]
+    expected = " or ".join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 1 else quoted)
+    near = closest(value, choices) if isinstance(value, str) else None
+    raise ConfigError(
+        f"{source}: {where}: expected {expected}, got {json.dumps(value)}"
+        + (f"; did you mean {json.dumps(near)}?" if near else ""),
+        hint=hint,
+    )
 
 
 def to_camel(name: str) -> str:
@@ -194,10 +222,7 @@ def _unknown(cls: type, data: Mapping[str, Any], where: str) -> list[tuple[str, 
         path = f"{where}.{key}".lstrip(".")
         if key not in known:
             if key not in quiet and not _explained(path):
-                close = difflib.get_close_matches(
-                    key.lower(), [k.lower() for k in known], n=1, cutoff=0.7
-                )
-                found.append((path, next((k for k in known if k.lower() in close), None), value))
+                found.append((path, closest(key, known, cutoff=0.7), value))
             continue
         tp = known[key]
         if isinstance(tp, type) and is_dataclass(tp) and isinstance(value, dict):
@@ -366,10 +391,7 @@ def unknown_path(cls: type, parts: list[str]) -> tuple[int, str | None] | None:
             continue
         known = _known_keys(node)
         if part not in known:
-            close = difflib.get_close_matches(
-                part.lower(), [k.lower() for k in known], n=1, cutoff=0.6
-            )
-            return index, next((k for k in known if k.lower() in close), None)
+            return index, closest(part, known)
         tp = known[part]
         named = not is_dataclass(tp) and _section(tp) is not None
         node = _section(tp)

@@ -33,6 +33,10 @@ class ProviderSpec:
     # interleaved thinking, split from the answer by reasoning_split, must come back whole)
     details_back: bool = False
     unsupported: str = ""  # why we cannot speak it, and what to use instead
+    # the vendor's own API, whose model names never hold a "provider/" prefix (gpt-4.1,
+    # claude-sonnet-4-5): asked for by name, a prefix naming it is dropped and one naming another
+    # provider is refused (config.resolve_model); gateways and hosts (vendor/model names) are not
+    own_models: bool = False
 
 
 def _compat(
@@ -58,9 +62,15 @@ _OAUTH = (
 
 PROVIDERS: tuple[ProviderSpec, ...] = (
     # The first sixteen keep their order: bare model names resolve by keyword in table order.
-    ProviderSpec("anthropic", "anthropic", "ANTHROPIC_API_KEY", keywords=("claude",)),
     ProviderSpec(
-        "openai", "openai", "OPENAI_API_KEY", keywords=("gpt", "o1", "o3", "o4", "chatgpt")
+        "anthropic", "anthropic", "ANTHROPIC_API_KEY", keywords=("claude",), own_models=True
+    ),
+    ProviderSpec(
+        "openai",
+        "openai",
+        "OPENAI_API_KEY",
+        keywords=("gpt", "o1", "o3", "o4", "chatgpt"),
+        own_models=True,
     ),
     _compat("openrouter", "OPENROUTER_API_KEY", "https://openrouter.ai/api/v1"),
     _compat(
@@ -70,6 +80,7 @@ PROVIDERS: tuple[ProviderSpec, ...] = (
         ("deepseek",),
         thinking="thinking_type",
         reasoning_back=True,
+        own_models=True,
     ),
     _compat("groq", "GROQ_API_KEY", "https://api.groq.com/openai/v1"),
     _compat(
@@ -77,6 +88,7 @@ PROVIDERS: tuple[ProviderSpec, ...] = (
         "GEMINI_API_KEY",
         "https://generativelanguage.googleapis.com/v1beta/openai/",
         ("gemini",),
+        own_models=True,
     ),
     _compat(
         "moonshot",
@@ -84,6 +96,7 @@ PROVIDERS: tuple[ProviderSpec, ...] = (
         "https://api.moonshot.ai/v1",
         ("kimi", "moonshot"),
         reasoning_back=True,
+        own_models=True,
     ),
     _compat(
         "dashscope",
@@ -92,7 +105,13 @@ PROVIDERS: tuple[ProviderSpec, ...] = (
         ("qwen",),
         thinking="enable_thinking",
     ),
-    _compat("zhipu", "ZHIPUAI_API_KEY", "https://open.bigmodel.cn/api/paas/v4", ("glm",)),
+    _compat(
+        "zhipu",
+        "ZHIPUAI_API_KEY",
+        "https://open.bigmodel.cn/api/paas/v4",
+        ("glm",),
+        own_models=True,
+    ),
     _compat(
         "minimax",
         "MINIMAX_API_KEY",
@@ -119,6 +138,7 @@ PROVIDERS: tuple[ProviderSpec, ...] = (
         "https://api.mistral.ai/v1",
         ("mistral", "magistral", "ministral", "codestral", "devstral"),
         thinking="mistral",
+        own_models=True,
     ),
     _compat("stepfun", "STEPFUN_API_KEY", "https://api.stepfun.com/v1", ("stepfun",)),
     _compat("nvidia", "NVIDIA_NIM_API_KEY", "https://integrate.api.nvidia.com/v1", ("nvapi",)),

@@ -361,3 +361,57 @@ def test_each_config_class_is_read_by_its_own_fields_and_each_load_reads_the_fil
     write(path, {"agents": {"defaults": {"maxTokens": "many"}}})
     with pytest.raises(ConfigError, match="agents.defaults.maxTokens: expected an integer"):
         load_config(path)
+
+
+def _explicit(tmp_path, provider: str, model: str, **provider_cfg) -> object:
+    data = {
+        "agents": {"defaults": {"provider": provider, "model": model}},
+        "providers": {provider: {"apiKey": "k", **provider_cfg}},
+    }
+    return load_config(write(tmp_path / "c.json", data), environ={})
+
+
+@pytest.mark.parametrize(
+    "provider,model,sent",
+    [
+        ("openai", "openai/gpt-x", "gpt-x"),
+        ("anthropic", "anthropic/claude-x", "claude-x"),
+        ("deepseek", "deepseek/deepseek-chat", "deepseek-chat"),
+    ],
+)
+def test_a_prefix_naming_the_providers_own_api_is_dropped(tmp_path, provider, model, sent):
+    resolved = resolve_model(_explicit(tmp_path, provider, model))
+    assert (resolved.spec.name, resolved.model, resolved.label) == (provider, sent, model)
+
+
+def test_a_prefix_naming_another_provider_stops_before_any_request_with_what_to_do(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        resolve_model(_explicit(tmp_path, "anthropic", "openai/gpt-x"))
+    assert info.value.exit_code == 2
+    assert info.value.message == (
+        "model 'openai/gpt-x' names provider openai, but agents.defaults.provider is "
+        "'anthropic', whose API has no model of that name"
+    )
+    assert 'set agents.defaults.provider to "auto"' in info.value.hint
+    assert "anthropic/claude-sonnet-4-5" in info.value.hint  # or stay, with one of its models
+
+
+@pytest.mark.parametrize(
+    "provider,model,extra",
+    [
+        ("openrouter", "openai/gpt-4.1", {}),  # a gateway: vendor/model is the model's name
+        ("openrouter", "openrouter/auto", {}),  # OpenRouter's own model, named with its prefix
+        ("groq", "openai/gpt-oss-120b", {}),  # a host of other vendors' models
+        ("openai", "anthropic/claude-x", {"apiBase": "http://localhost:4000/v1"}),  # a proxy
+        ("openai", "openai/gpt-x", {"apiBase": "http://localhost:4000/v1"}),
+    ],
+)
+def test_gateways_hosts_and_proxies_get_the_model_name_as_written(tmp_path, provider, model, extra):
+    assert resolve_model(_explicit(tmp_path, provider, model, **extra)).model == model
+
+
+def test_the_sdks_base_url_variable_marks_a_proxy_too(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:4000/v1")
+    assert resolve_model(_explicit(tmp_path, "openai", "anthropic/claude-x")).model == (
+        "anthropic/claude-x"
+    )

@@ -13,6 +13,7 @@ import typer
 from typer.core import TyperGroup
 
 from nanobot import __version__
+from nanobot.cli.usage import ConfigOpt
 
 
 class _Commands(TyperGroup):
@@ -36,10 +37,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,
     rich_markup_mode=None,
-)
-
-ConfigOpt = typer.Option(
-    None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json)."
 )
 
 

@@ -18,8 +18,9 @@ from rich.console import Console
 from nanobot.agent.events import Event, EventSink, Notice, Retrying, TurnDone, TurnOutcome, ignore
 from nanobot.cli.approval_prompt import print_refusals
 from nanobot.cli.config_load import load as load_config
+from nanobot.cli.consoles import stderr_console, stdout_console
 from nanobot.cli.errors import print_error, print_warning, report, say
-from nanobot.cli.render import Renderer, escape, print_hanging, stderr_console, stdout_console
+from nanobot.cli.render import Renderer, escape, print_hanging
 from nanobot.cli.slash import EXIT_WORDS, SLASH_COMMANDS, slash_command
 from nanobot.cli.termination import Termination
 from nanobot.cli.turn_notes import continuation_marker, resume_notice, unsaved_notice
@@ -68,6 +69,7 @@ def run_agent(
                     cfg, session_key, message, markdown=markdown, approve=approve or []
                 )
             )
+        created = _first_run(cfg)
         if message is not None:
             return asyncio.run(
                 Termination().run(
@@ -82,6 +84,14 @@ def run_agent(
                     )
                 )
             )
+        if created:  # said in the chat only: a script's stderr gets nothing new
+            workspace = cfg.workspace_path()
+            names = ", ".join(str(p.relative_to(workspace)) for p in created)
+            say(
+                stdout_console(),
+                f"[dim]workspace {escape(str(workspace))}: wrote the missing templates "
+                f"{escape(names)}, as `nanobot onboard` does (edit them to shape the assistant)[/dim]",
+            )
         return asyncio.run(
             Termination().run(
                 lambda term: Chat(
@@ -94,6 +104,19 @@ def run_agent(
             "[yellow]interrupted[/yellow] [dim](what already ran is saved)[/dim]"
         )
         return 130
+
+
+def _first_run(cfg: Config) -> list[Path]:
+    """A chat started without `nanobot onboard` gets the prompt-file templates onboard writes
+    (once it can answer: a missing key is reported first, with nothing written)."""
+    from nanobot.cli.setup import first_run_templates
+    from nanobot.config import resolve_model
+
+    try:
+        resolve_model(cfg)
+    except NanobotError:
+        return []
+    return first_run_templates(cfg.workspace_path())
 
 
 def _asked_for_the_key(cfg: Config) -> bool:

@@ -16,7 +16,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from nanobot.cli.config_load import load as load_config
+from nanobot.cli.consoles import stderr_console, stdout_console
 from nanobot.cli.errors import report_text
+from nanobot.cli.usage import ConfigOpt
 from nanobot.config import Config
 from nanobot.cron.jobs import MISSED_POLICIES, Job
 from nanobot.cron.protocols import JobStoreAdmin, JobStoreLike
@@ -33,18 +35,15 @@ cron_app = typer.Typer(
 )
 
 IdArg = typer.Argument(..., help="The job's id (see `nanobot cron list`).")
-ConfigOpt = typer.Option(
-    None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json)."
-)
 WorkspaceOpt = typer.Option(None, "--workspace", "-w", help="Workspace folder.")
 
 
 def _out() -> Console:
-    return _wrapping(Console(highlight=False))
+    return _wrapping(stdout_console())
 
 
 def _err() -> Console:
-    return _wrapping(Console(stderr=True, highlight=False))
+    return _wrapping(stderr_console())
 
 
 def _wrapping(console: Console) -> Console:

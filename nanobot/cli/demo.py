@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from nanobot.cli.render import stderr_console
+from nanobot.cli.consoles import stderr_console
 
 DEMO_MODEL = "custom/scripted-demo"
 

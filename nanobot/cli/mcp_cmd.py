@@ -6,9 +6,10 @@ import asyncio
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from nanobot.cli.usage import ConfigOpt
 
 mcp_app = typer.Typer(
     help="MCP servers from tools.mcpServers.",
@@ -17,20 +18,19 @@ mcp_app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
-ConfigOpt = typer.Option(
-    None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json)."
-)
-
 
 @mcp_app.command("list")
 def list_servers(config: Path | None = ConfigOpt) -> None:
-    """Start each configured server once, show its state and tools, and stop it again."""
+    """Start each configured server once, show its state and tools, and stop it again.
+    Exit 0 when every server started (or none is configured), 1 when any failed."""
     from nanobot.cli.config_load import load as load_config
+    from nanobot.cli.consoles import stdout_console
+    from nanobot.cli.errors import print_error
     from nanobot.doctor import probe_mcp
     from nanobot.mcp.manager import log_path
 
     cfg = load_config(config)
-    console = Console(highlight=False, soft_wrap=True)
+    console = stdout_console()
     if not cfg.tools.mcp_servers:
         console.print("No MCP servers configured (tools.mcpServers in the config).")
         return
@@ -53,6 +53,13 @@ def list_servers(config: Path | None = ConfigOpt) -> None:
             )
         table.add_row(escape(r.name), r.transport, state, "\n".join(lines))
     console.print(table)
-    failed = [r.name for r in reports if r.state != "ready"]
+    failed = [r for r in reports if r.state != "ready"]
     if failed:
-        console.print(f"[dim]server output is logged in {escape(str(log_path('<name>')))}[/dim]")
+        what = "; ".join(f"{r.name} ({r.state}: {r.error or 'no reason given'})" for r in failed)
+        print_error(
+            f"{len(failed)} of {len(reports)} MCP server(s) did not start, so the assistant "
+            f"runs without their tools: {what}",
+            f"each server's output is logged in {log_path('<name>')}; fix its command or url "
+            "in tools.mcpServers of the config, or remove it",
+        )
+        raise typer.Exit(1)

@@ -29,19 +29,19 @@ from nanobot.cli.memory_groups import (
     memory_app,
     workspace_dir,
 )
-from nanobot.cli.usage import Command
+from nanobot.cli.usage import Command, ConfigOpt
 from nanobot.errors import NanobotError
 
 if TYPE_CHECKING:
     from nanobot.memory.protocols import MemoryAdmin
 
 
-def _memory_share(tokens: int, window: int | None):
+def _memory_share(tokens: int, window: int | None, config: Path | None):
     """MEMORY.md's share of `window`, else of the configured window, else of the default (no usable config)."""
     from nanobot.agent.budget import memory_share
 
     if window is None:
-        cfg = load_config_once()
+        cfg = load_config_once(config)
         window = cfg.agents.defaults.context_window_tokens if cfg is not None else None
     return memory_share(tokens, window)
 
@@ -50,10 +50,10 @@ def _stdout_is_tty() -> bool:
     return sys.stdout.isatty()
 
 
-def _store(workspace: Path | None) -> "MemoryAdmin":
+def _store(workspace: Path | None, config: Path | None) -> "MemoryAdmin":
     from nanobot.stores import memory_store
 
-    return memory_store(workspace_dir(workspace))
+    return memory_store(workspace_dir(workspace, config))
 
 
 def _ago(when: datetime) -> str:
@@ -75,6 +75,7 @@ def _size(n: int) -> str:
 @memory_app.command("show")
 def memory_show(
     workspace: Path | None = WorkspaceOpt,
+    config: Path | None = ConfigOpt,
     raw: bool = typer.Option(False, "--raw", help="Print the file as is (the default when piped)."),
     window: int | None = typer.Option(
         None, "--window", min=1, help="Context window in tokens (default: from config, else 65536)."
@@ -82,7 +83,7 @@ def memory_show(
 ) -> None:
     """Print MEMORY.md, then its size in tokens and its share of the context window (on stderr)."""
     with reported():
-        store = _store(workspace)
+        store = _store(workspace, config)
         info = store.memory_info()
         if not info.exists:
             err(f"nothing remembered yet: {info.path} does not exist")
@@ -102,7 +103,7 @@ def memory_show(
         else:
             sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
             sys.stdout.flush()
-        judged = _memory_share(info.tokens, window)
+        judged = _memory_share(info.tokens, window, config)
         approx = "" if info.exact else "~"
         changed = (
             f"{info.modified:%Y-%m-%d %H:%M} ({_ago(info.modified)})"
@@ -117,10 +118,10 @@ def memory_show(
 
 
 @memory_app.command("versions")
-def memory_versions(workspace: Path | None = WorkspaceOpt) -> None:
+def memory_versions(workspace: Path | None = WorkspaceOpt, config: Path | None = ConfigOpt) -> None:
     """List saved versions of MEMORY.md, newest first (1 = the most recently replaced)."""
     with reported():
-        store = _store(workspace)
+        store = _store(workspace, config)
         versions = store.versions()
         if not versions:
             err(f"no saved versions in {store.versions_dir}")
@@ -138,10 +139,11 @@ def memory_restore(
         ..., metavar="N", help="Version number from `nanobot memory versions`."
     ),
     workspace: Path | None = WorkspaceOpt,
+    config: Path | None = ConfigOpt,
 ) -> None:
     """Make version N the current MEMORY.md; the current file is saved as a version first."""
     with reported():
-        receipt = _store(workspace).restore(n)
+        receipt = _store(workspace, config).restore(n)
         if not receipt.changed:
             print(f"version {n} is identical to the current MEMORY.md; nothing changed")
         else:
@@ -154,6 +156,7 @@ def memory_restore(
 @memory_app.command("check")
 def memory_check(
     workspace: Path | None = WorkspaceOpt,
+    config: Path | None = ConfigOpt,
     window: int | None = typer.Option(
         None, "--window", min=1, help="Context window in tokens (default: from config, else 65536)."
     ),
@@ -166,7 +169,7 @@ def memory_check(
 
     with reported():
         findings = check_memory(
-            _store(workspace), share_of=lambda tokens: _memory_share(tokens, window)
+            _store(workspace, config), share_of=lambda tokens: _memory_share(tokens, window, config)
         )
     problems = [f for f in findings if f.severity == "problem"]
     if json_out:
@@ -188,10 +191,10 @@ def _editor_command() -> list[str]:
 
 
 @memory_app.command("edit")
-def memory_edit(workspace: Path | None = WorkspaceOpt) -> None:
+def memory_edit(workspace: Path | None = WorkspaceOpt, config: Path | None = ConfigOpt) -> None:
     """Edit MEMORY.md in $VISUAL / $EDITOR (else vi); saved atomically, the old text kept as a version."""
     with reported():
-        store = _store(workspace)
+        store = _store(workspace, config)
         before = store.read_memory()
         # A private folder: MEMORY.md may hold personal facts.
         tmpdir = Path(tempfile.mkdtemp(prefix="nanobot-memory-"))
@@ -264,11 +267,11 @@ def _print_entry(entry, rx: re.Pattern[str] | None, console) -> None:
     console.print()
 
 
-def _history_path(workspace: Path | None) -> Path | None:
+def _history_path(workspace: Path | None, config: Path | None) -> Path | None:
     """HISTORY.md, or None (said on stderr) when nothing was archived yet: an empty history, not an error."""
     from nanobot.paths import memory_dir
 
-    path = memory_dir(workspace_dir(workspace)) / "HISTORY.md"
+    path = memory_dir(workspace_dir(workspace, config)) / "HISTORY.md"
     if not path.is_file():
         err(
             f"no history yet: {path} does not exist (it is written when older messages are consolidated)"
@@ -296,6 +299,7 @@ def history_grep(
     ),
     json_out: bool = typer.Option(False, "--json", help="A JSON array of {stamp, line, text}."),
     workspace: Path | None = WorkspaceOpt,
+    config: Path | None = ConfigOpt,
 ) -> None:
     """Print whole dated HISTORY.md entries that match. Exit 0 if any matched, 1 if none, 2 on error."""
     from nanobot.memory import history as history_log
@@ -312,7 +316,7 @@ def history_grep(
         until_dt = history_log.parse_when(until, end_of_day=True) if until else None
     except ValueError as exc:
         raise fail(str(exc), "Dates look like 2026-03-01 or 2026-03-01 14:30.") from None
-    path = _history_path(workspace)
+    path = _history_path(workspace, config)
     found = history_log.search(
         history_log.Exact(
             pattern, ignore_case=ignore_case, since=since_dt, until=until_dt, last=last
@@ -336,11 +340,12 @@ def history_tail(
     ),
     json_out: bool = typer.Option(False, "--json", help="A JSON array of {stamp, line, text}."),
     workspace: Path | None = WorkspaceOpt,
+    config: Path | None = ConfigOpt,
 ) -> None:
     """Print the last N entries of HISTORY.md."""
     from nanobot.memory import history as history_log
 
-    path = _history_path(workspace)
+    path = _history_path(workspace, config)
     _emit(iter(history_log.tail(path, n)) if path is not None else iter(()), None, json_out)
 
 

@@ -50,30 +50,35 @@ WorkspaceOpt = typer.Option(
 )
 
 
-_config_cache: list[Any] = []
+_config_cache: list[tuple[Path | None, Any]] = []  # (--config, what it loaded)
 
 
-def load_config_once() -> Any:
-    """The config, or None when it is invalid (said once, on stderr: memory stays readable)."""
+def load_config_once(path: Path | None = None) -> Any:
+    """The config (the file `path`, else the default one), or None when it is invalid (said once,
+    on stderr: memory stays readable)."""
     from nanobot.cli.config_load import load as load_config
     from nanobot.errors import ConfigError
 
-    if not _config_cache:
-        try:
-            _config_cache.append(load_config())
-        except ConfigError as exc:
-            print_warning(
-                f"{exc.message}; using the default workspace and context window until it is fixed"
-            )
-            _config_cache.append(None)
-    return _config_cache[0]
+    for loaded_from, cfg in _config_cache:
+        if loaded_from == path:
+            return cfg
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        print_warning(
+            f"{exc.message}; using the default workspace and context window until it is fixed"
+        )
+        cfg = None
+    _config_cache.append((path, cfg))
+    return cfg
 
 
-def workspace_dir(option: Path | None) -> Path:
-    """The --workspace folder, else the configured one, else the default."""
+def workspace_dir(option: Path | None, config: Path | None = None) -> Path:
+    """The --workspace folder, else the one the config (--config, else the default file) names,
+    else the default."""
     if option is not None:
         return option.expanduser()
-    cfg = load_config_once()
+    cfg = load_config_once(config)
     if cfg is not None:
         path: Path = cfg.workspace_path()
         return path

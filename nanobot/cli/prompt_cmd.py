@@ -12,7 +12,7 @@ import typer
 
 from nanobot.cli.errors import reported
 from nanobot.cli.memory_groups import WorkspaceOpt, workspace_dir
-from nanobot.cli.usage import Command
+from nanobot.cli.usage import Command, ConfigOpt
 from nanobot.errors import UsageError
 
 prompt_app = typer.Typer(
@@ -28,10 +28,10 @@ FileArg = typer.Argument(
 )
 
 
-def _files(workspace: Path | None):
+def _files(workspace: Path | None, config: Path | None):
     from nanobot.memory.prompt_files import PromptFiles
 
-    return PromptFiles(workspace_dir(workspace))
+    return PromptFiles(workspace_dir(workspace, config))
 
 
 def _name(name: str) -> str:
@@ -46,10 +46,12 @@ def _name(name: str) -> str:
 
 
 @prompt_app.command("versions")
-def prompt_versions(name: str = FileArg, workspace: Path | None = WorkspaceOpt) -> None:
+def prompt_versions(
+    name: str = FileArg, workspace: Path | None = WorkspaceOpt, config: Path | None = ConfigOpt
+) -> None:
     """Who wrote FILE last, and its saved versions, newest first (1 = the most recently replaced)."""
     with reported():
-        files = _files(workspace)
+        files = _files(workspace, config)
         name = _name(name)
         path = files.path(name)
         text = path.read_text(encoding="utf-8") if path.exists() else None
@@ -77,11 +79,12 @@ def prompt_restore(
         ..., metavar="N", help="Version number from `nanobot prompt versions`."
     ),
     workspace: Path | None = WorkspaceOpt,
+    config: Path | None = ConfigOpt,
 ) -> None:
     """Make version N of FILE the current text; the current text is saved as a version first."""
     with reported():
         name = _name(name)
-        _files(workspace).restore(name, n)
+        _files(workspace, config).restore(name, n)
         print(
             f"restored version {n} of {name}; the previous text is now version 1 "
             f"(undo with `nanobot prompt restore {name} 1`)"

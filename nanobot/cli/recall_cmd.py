@@ -23,7 +23,7 @@ from nanobot.cli.memory_groups import (
     memory_app,
     workspace_dir,
 )
-from nanobot.cli.usage import Command
+from nanobot.cli.usage import Command, ConfigOpt
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -89,6 +89,7 @@ def history_search(
         help="A JSON array of hits {ref, session, message, date, role, text, before, after}.",
     ),
     workspace: Path | None = WorkspaceOpt,
+    config: Path | None = ConfigOpt,
 ) -> None:
     """Ranked search over every session's messages and HISTORY.md. Exit 0 if anything matched, 1 if not."""
     from nanobot.memory import history as history_log
@@ -120,7 +121,7 @@ def history_search(
                 role=role,
                 refresh=refresh_with_progress,
             ),
-            history=memory_dir(workspace_dir(workspace)) / "HISTORY.md",
+            history=memory_dir(workspace_dir(workspace, config)) / "HISTORY.md",
         ).hits
         if not hits:
             err(f"nothing archived matches {query!r}")
@@ -160,6 +161,7 @@ def memory_tidy(
         None, "--model", "-m", help="Model to ask (default: from config)."
     ),
     workspace: Path | None = WorkspaceOpt,
+    config: Path | None = ConfigOpt,
 ) -> None:
     """Ask the model for a cleaned MEMORY.md (duplicates merged, relative dates made absolute, contradicted
     facts corrected), show the diff, and save it (as a new version) only when you say yes."""
@@ -172,7 +174,7 @@ def memory_tidy(
         from nanobot.cli.config_load import load as load_config
         from nanobot.stores import memory_store
 
-        cfg = load_config()
+        cfg = load_config(config)
         store = memory_store(
             workspace_dir(workspace) if workspace is not None else cfg.workspace_path()
         )

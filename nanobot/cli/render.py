@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.text import Text
@@ -190,10 +190,6 @@ def escape(text: str) -> str:
     return _escape(text)
 
 
-def stderr_console() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
-
-
 def print_hanging(console: Console, line: str, *, indent: int) -> None:
     """A plain `label  value` line word-wrapped to the terminal, continuation lines indented
     under the value (the stdout console soft-wraps, which would break words at the edge)."""
@@ -206,9 +202,3 @@ def print_hanging(console: Console, line: str, *, indent: int) -> None:
         line, width=width, subsequent_indent=" " * indent, break_on_hyphens=False
     )
     console.print(Text(wrapped), highlight=False, soft_wrap=True)
-
-
-def stdout_console(file: IO[str] | None = None) -> Console:
-    # without an explicit file rich writes to whatever sys.stdout is at print time, so
-    # prompt_toolkit's patch_stdout can place background output above the prompt
-    return Console(file=file, highlight=False, soft_wrap=True)

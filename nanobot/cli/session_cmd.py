@@ -13,11 +13,13 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.rule import Rule
 from rich.table import Table
 
 from nanobot import paths
+from nanobot.cli.consoles import rule_width, stderr_console, stdout_console
 from nanobot.cli.errors import print_warning, report
-from nanobot.cli.usage import Command
+from nanobot.cli.usage import Command, ConfigOpt
 from nanobot.errors import NanobotError
 from nanobot.messages import NOTE_KEY, text_of
 from nanobot.secrets_mask import mask_message, mask_value
@@ -40,11 +42,11 @@ KeyArg = typer.Argument(
 
 
 def _out() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+    return stdout_console()
 
 
 def _err() -> Console:
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return stderr_console()
 
 
 def _fail(exc: NanobotError) -> typer.Exit:
@@ -107,11 +109,6 @@ def _import_from_nanobot(config: Path | None, *, quiet_when_none: bool) -> Path 
     return workspace
 
 
-ConfigOpt = typer.Option(
-    None, "--config", "-c", help="Config file (default: ~/.nanobot/config.json)."
-)
-
-
 @session_app.command("import")
 def import_sessions(config: Path | None = ConfigOpt) -> None:
     """Import nanobot 0.1.x / 0.3.x sessions and 0.3.x history.jsonl for the workspace (originals untouched)."""
@@ -142,9 +139,10 @@ def show(
     key: str = KeyArg,
     as_json: bool = typer.Option(False, "--json", help="Print the stored messages as JSON."),
     limit: int | None = typer.Option(None, "--last", "-n", help="Only the last N messages."),
+    config: Path | None = ConfigOpt,
 ) -> None:
     """A readable transcript of one session (tool results shortened)."""
-    store = _store(_import_from_nanobot(None, quiet_when_none=True))
+    store = _store(_import_from_nanobot(config, quiet_when_none=True))
     try:
         session = store.load(key)
     except NanobotError as exc:
@@ -175,7 +173,10 @@ def show(
     answered = {m.get("tool_call_id") for m in session.messages if m.get("role") == "tool"}
     for index, msg in enumerate(messages, start=first_index):
         if index == session.last_consolidated and index > 0:
-            console.rule("[dim]consolidated into memory above this line[/dim]")
+            console.print(
+                Rule("[dim]consolidated into memory above this line[/dim]"),
+                width=rule_width(console),
+            )
         _print_message(console, msg, answered)
     helpers = [m[NOTE_KEY] for m in session.messages if isinstance(m.get(NOTE_KEY), dict)]
     if helpers:
@@ -284,10 +285,10 @@ def _print_message(console: Console, msg: Mapping[str, Any], answered: set[Any])
 
 
 @session_app.command("repair", cls=Command)
-def repair(key: str = KeyArg) -> None:
+def repair(key: str = KeyArg, config: Path | None = ConfigOpt) -> None:
     """Rewrite a damaged session cleanly; the original is kept as a backup next to it."""
     try:
-        report = _store(_workspace(None)).repair(key)
+        report = _store(_workspace(config)).repair(key)
     except NanobotError as exc:
         raise _fail(exc) from None
     console = _out()

@@ -7,13 +7,13 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from nanobot import ignored_keys, paths, provider_table
 from nanobot.cli import key_prompt
 from nanobot.cli.config_load import load as load_config
+from nanobot.cli.consoles import stdout_console
 from nanobot.cli.errors import say
 from nanobot.config import ensure_config_file, mask_key, read_file, resolve_model
 from nanobot.errors import MissingKeyError, NanobotError, storage_error
@@ -30,17 +30,42 @@ def copy_templates(workspace: Path) -> list[Path]:
         if item.is_dir() or item.name.startswith("."):
             continue
         target = workspace / item.relative_to(source)
-        if target.exists():
-            continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(item, target)
+        try:  # "x": a file that appeared since (the user's, another nanobot's) is never replaced
+            with target.open("xb") as out, item.open("rb") as src:
+                shutil.copyfileobj(src, out)
+        except FileExistsError:
+            continue
         created.append(target)
     (workspace / "skills").mkdir(parents=True, exist_ok=True)
     return created
 
 
+# what nanobot itself keeps in a workspace besides the templates: memory, skills, jobs,
+# nanobot's own session folder and workspace id
+_NANOBOT_ENTRIES = {"memory", "skills", "cron", "sessions", ".nanobot"}
+
+
+def first_run_templates(workspace: Path) -> list[Path]:
+    """The chat started without `nanobot onboard`: a workspace that is nanobot's alone (missing,
+    empty, or holding only nanobot's folders and prompt files) gets the templates it lacks, as
+    onboard writes them; a file already there is never replaced. A folder with anything else in
+    it (a project the config points at) is left as it is."""
+    try:
+        entries = {entry.name for entry in workspace.iterdir()} if workspace.is_dir() else set()
+    except OSError:
+        return []  # unreadable: the chat reports the workspace itself
+    templates = {item.name for item in paths.bundled_dir("workspace").iterdir()}
+    if entries - _NANOBOT_ENTRIES - templates:
+        return []
+    try:
+        return copy_templates(workspace)
+    except OSError:
+        return []  # a read-only or full disk: the chat says so when it writes there itself
+
+
 def run_onboard(config_path: Path | None, workspace: Path | None) -> None:
-    console = Console(highlight=False, soft_wrap=True)
+    console = stdout_console()
     path = config_path or paths.default_config_path()
     existed = path.exists()
     # absolute: the folder the file names must not depend on where nanobot is started later
@@ -103,7 +128,7 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
     from nanobot.app import status_snapshot
     from nanobot.cli.status_view import budget_rows
 
-    console = Console(highlight=False, soft_wrap=True)
+    console = stdout_console()
     path = config_path or paths.default_config_path()
     cfg = load_config(path)
     table = Table(show_header=False, box=None)
@@ -119,8 +144,13 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
     table.add_row("model", cfg.defaults.model)
     try:
         resolved = resolve_model(cfg)
+        sent = (
+            f"; the model is sent as {escape(resolved.model)}"
+            if resolved.model != resolved.label
+            else ""
+        )
         table.add_row(
-            "provider", f"{resolved.spec.name} ({resolved.api_base or 'default endpoint'})"
+            "provider", f"{resolved.spec.name} ({resolved.api_base or 'default endpoint'}{sent})"
         )
     except NanobotError as exc:
         hint = (

@@ -5,11 +5,12 @@
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from nanobot.cli.consoles import stderr_console, stdout_console
 from nanobot.cli.errors import print_error
+from nanobot.cli.usage import ConfigOpt
 from nanobot.skills import SkillApprovals, SkillSet
 
 skills_app = typer.Typer(
@@ -17,11 +18,11 @@ skills_app = typer.Typer(
 )
 
 
-def _configured_workspace() -> Path:
+def _configured_workspace(config: Path | None) -> Path:
     """The workspace the agent uses: agents.defaults.workspace from the config, else the default."""
     from nanobot.cli.config_load import load
 
-    return load().workspace_path()
+    return load(config).workspace_path()
 
 
 @skills_app.callback()
@@ -37,10 +38,11 @@ def list_skills(
         "-w",
         help="Workspace folder (default: the configured one, else ~/.nanobot/workspace).",
     ),
+    config: Path | None = ConfigOpt,
 ) -> None:
     """List bundled and workspace skills and whether each is ready to use."""
-    skills = SkillSet.discover(workspace or _configured_workspace())
-    err = Console(stderr=True)
+    skills = SkillSet.discover(workspace or _configured_workspace(config))
+    err = stderr_console()
     for warning in skills.warnings:
         err.print(
             f"[yellow]warning:[/yellow] {warning}", markup=True, highlight=False, soft_wrap=True
@@ -55,7 +57,7 @@ def list_skills(
         state = s.state if not s.gate or s.active else f"{s.state}: {s.gate}"
         # Text(), not str: a '[' in a description must not be read as rich markup.
         table.add_row(Text(name), Text(s.source), Text(state), Text(status), Text(s.description))
-    Console(soft_wrap=True).print(table, highlight=False)
+    stdout_console().print(table, highlight=False)
     if skills.held:
         names = " ".join(s.name for s in skills.held)
         err.print(
@@ -81,10 +83,11 @@ def approve_skill(
     yes: bool = typer.Option(
         False, "--yes", "-y", help="Approve without showing the skill and asking."
     ),
+    config: Path | None = ConfigOpt,
 ) -> None:
     """Turn on workspace skills that ask to be always on or shadow a bundled one, as they are now.
     Each is shown and asked about in turn; exit 0 when all were approved (or already active)."""
-    skills = SkillSet.discover(workspace or _configured_workspace())
+    skills = SkillSet.discover(workspace or _configured_workspace(config))
     codes = [_approve_one(skills, name, yes) for name in dict.fromkeys(names)]
     if any(codes):
         raise typer.Exit(max(codes))
@@ -106,7 +109,7 @@ def _approve_one(skills: SkillSet, name: str, yes: bool) -> int:
         )
         return 2
     if not yes:
-        out = Console(soft_wrap=True, highlight=False)
+        out = stdout_console()
         out.print(f"{skill.name} ({skill.path}) {skill.gate}. Its SKILL.md:", markup=False)
         out.print(
             skill.path.read_text(encoding="utf-8", errors="replace"), markup=False, emoji=False

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from nanobot.cli.config_load import load as load_config
+from nanobot.cli.consoles import stdout_console
 from nanobot.usage.report import Bucket, Period, usage_report
 
 
@@ -19,7 +19,7 @@ def run_usage(config_path: Path | None, *, json_out: bool) -> int:
     if json_out:
         print(json.dumps({p.label: p.to_json(bool(prices)) for p in periods}, indent=2))
         return 0
-    console = Console(highlight=False, soft_wrap=True)
+    console = stdout_console()
     if not periods[-1].total.calls:
         console.print("no model calls recorded in the last 30 days")
         return 0

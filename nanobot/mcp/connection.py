@@ -73,7 +73,26 @@ def describe_error(exc: BaseException) -> str:
     error = getattr(exc, "error", None)  # McpError carries the JSON-RPC error
     if error is not None and getattr(error, "message", None):
         text = error.message
+    if _gone(exc):
+        return "the server closed the connection (did it exit?)"
     return text.splitlines()[0][:300]
+
+
+def _gone(exc: BaseException) -> bool:
+    """The connection to the server is gone. The SDK says so in one of several ways (which comes
+    first is a race): McpError "Connection closed", a closed-stream message, or anyio's closed
+    streams, which carry no text at all."""
+    import anyio
+
+    leaf = _leaf(exc)
+    error = getattr(leaf, "error", None)
+    text = str(getattr(error, "message", None) or leaf).lower()
+    closed = (anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream)
+    return (
+        isinstance(leaf, closed)
+        or "connection closed" in text
+        or ("closed" in text and "stream" in text)
+    )
 
 
 @dataclass
@@ -306,8 +325,3 @@ class ServerConnection:
 def _is_timeout(exc: BaseException, reason: str) -> bool:
     leaf = _leaf(exc)
     return isinstance(leaf, (asyncio.TimeoutError, TimeoutError)) or "timed out" in reason.lower()
-
-
-def _gone(exc: BaseException) -> bool:
-    text = describe_error(exc).lower()
-    return "connection closed" in text or "closed" in text and "stream" in text

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from nanobot.config import CONFINEMENTS as MODES  # noqa: F401 - re-exported by nanobot.sandbox
 from nanobot.sandbox import bwrap, landlock, seccomp
 from nanobot.sandbox.keeper import (
     EGRESS_PORT,
@@ -36,8 +37,6 @@ from nanobot.sandbox.limits import (
 )
 from nanobot.sandbox.policy import Limits, Policy, beneath_except
 from nanobot.threads import start_quiet
-
-MODES = ("auto", "bwrap", "landlock", "none")
 
 
 @dataclass

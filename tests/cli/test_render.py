@@ -5,7 +5,8 @@ from __future__ import annotations
 import io
 
 from nanobot.agent.events import Notice, TextDelta, ToolStarted, TurnDone, TurnOutcome
-from nanobot.cli.render import Renderer, stdout_console
+from nanobot.cli.consoles import stdout_console
+from nanobot.cli.render import Renderer
 
 
 def test_a_notice_that_comes_while_an_answer_streams_waits_for_its_end():

@@ -144,3 +144,24 @@ def test_a_piped_one_shot_answer_does_not_load_the_markdown_renderer_or_the_comm
     )
     typo = nanobot_run("agnt")
     assert typo.returncode == 2 and "Did you mean 'agent'?" in typo.stderr
+
+
+def test_status_shows_the_model_name_sent_and_a_prefix_naming_another_provider(
+    nanobot_run, isolated_home
+):
+    isolated_home.mkdir(parents=True, exist_ok=True)
+    config = isolated_home / "config.json"
+    config.write_text(json.dumps({"agents": {"defaults": {"provider": "openai"}}}))
+    config.chmod(0o600)
+    env = {"OPENAI_API_KEY": "sk-test-openai-0001"}
+    same = nanobot_run("status", env={**env, "NANOBOT_AGENTS__DEFAULTS__MODEL": "openai/gpt-x"})
+    assert same.returncode == 0, same.stderr
+    assert "openai (default endpoint; the model is sent as gpt-x)" in same.stdout
+    other = nanobot_run(
+        "status", env={**env, "NANOBOT_AGENTS__DEFAULTS__MODEL": "anthropic/claude-x"}
+    )
+    shown = " ".join(other.stdout.split())
+    assert (
+        "model 'anthropic/claude-x' names provider anthropic, but agents.defaults.provider" in shown
+    )
+    assert 'set agents.defaults.provider to "auto"' in shown

@@ -416,7 +416,8 @@ def test_mcp_list_shows_servers_state_and_tools(configure, call_log, nanobot_run
     }
     path.write_text(json.dumps(data))
     out = nanobot_run("mcp", "list", env={"COLUMNS": "200"})
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 1, out.stderr  # one server did not start
+    assert "1 of 2 MCP server(s) did not start" in out.stderr and "broken (failed" in out.stderr
     assert "notes" in out.stdout and "ready" in out.stdout
     assert "mcp_notes_add" in out.stdout and "mcp_notes_lookup" in out.stdout
     assert "not enabled: distance" in out.stdout

@@ -11,6 +11,7 @@ import random
 import re
 import string
 
+from nanobot.cli.setup import copy_templates
 from nanobot.fakellm import Reply
 from nanobot.messages import tool_call
 
@@ -309,6 +310,8 @@ def test_status_and_the_next_request_agree(nanobot_run, fake_llm, configure, iso
     (memory / "MEMORY.md").write_text(
         "# Memory\n\n" + "".join(f"- fact {i}: {make_text('prose', 60, i)}\n" for i in range(40))
     )
+    # as onboard leaves it: the first chat writes the missing templates, which status cannot count
+    copy_templates(isolated_home / "workspace")
     status = nanobot_run("status")
     assert status.returncode == 0, status.stderr
     out = " ".join(status.stdout.split())

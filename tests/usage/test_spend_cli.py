@@ -125,8 +125,8 @@ def test_the_ledger_totals_equal_what_the_server_reported_by_source(
     nanobot_run, fake_llm, configure, isolated_home
 ):
     # a window small enough that the second turn's history is consolidated: one-shot, subagent and
-    # consolidation calls in one run
-    configure(contextWindowTokens=7000, maxTokens=1000)
+    # consolidation calls in one run (the first run writes the workspace's prompt-file templates)
+    configure(contextWindowTokens=7800, maxTokens=1000)
     long = "word " * 700
 
     def respond(request):
