@@ -478,3 +478,36 @@ def test_usage_counts_a_cancelled_call_apart_from_the_failed_ones(
     assert "3 (1 failed, 1 cancelled)" in shown, shown
     today = json.loads(nanobot_run("usage", "--json").stdout)["today"]
     assert (today["failedCalls"], today["cancelledCalls"]) == (1, 1)
+
+
+def test_a_stream_cut_and_retried_is_two_calls_in_the_ledger_usage_and_the_daily_limit(
+    nanobot_run, fake_llm, configure, isolated_home
+):
+    # the provider bills both attempts: the one the network cut (prompt + what it streamed) and the retry
+    configure()
+    fake_llm.script(
+        Reply.cut_stream("The replica stays until Friday and the schema " * 20),
+        Reply.text("full answer", usage={"prompt_tokens": 3000, "completion_tokens": 10}),
+    )
+    env = {"NANOBOT_RETRY_BASE_DELAY": "0"}
+    first = nanobot_run("agent", "-m", "what about the replica?", env=env)
+    assert first.returncode == 0 and "full answer" in first.stdout
+    assert len(fake_llm.requests) == 2
+    cut, answered = _ledger(isolated_home)
+    assert (cut.outcome, cut.estimated, answered.outcome) == ("cut", True, "ok")
+    assert cut.prompt > 1000  # the prompt it was sent (the fixed prompt alone is over 3,000)
+    assert cut.completion == 0  # piped, the answer is not streamed: nothing came before the cut
+    assert (answered.prompt, answered.completion) == (3000, 10)
+    both = cut.prompt + cut.completion + 3010
+    today = json.loads(nanobot_run("usage", "--json").stdout)["today"]
+    assert (today["calls"], today["cutCalls"], today["failedCalls"]) == (2, 1, 0)
+    assert today["promptTokens"] + today["completionTokens"] == both
+    assert (
+        "2 (1 estimated, 1 cut and retried)" in nanobot_run("usage", env={"COLUMNS": "200"}).stdout
+    )
+    # a daily limit the answered call alone stays under is reached once the cut one counts too
+    _set_config(isolated_home, usage={"limits": {"dailyTokens": 3010 + cut.prompt // 2}})
+    fake_llm.script(Reply.text("not sent"))
+    refused = nanobot_run("agent", "-m", "and the schema?", env=env)
+    assert refused.returncode == 1 and "daily token limit is reached" in refused.stderr
+    assert len(fake_llm.requests) == 2
