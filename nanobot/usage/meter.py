@@ -23,7 +23,7 @@ from typing import Any
 
 from nanobot.config import Config, UsageLimits
 from nanobot.cron.jobs import current_job
-from nanobot.errors import ProviderError
+from nanobot.errors import ProviderError, SpendLimitReached
 from nanobot.fsio import atomic_write
 from nanobot.messages import Message
 from nanobot.paths import ensure_private_dir
@@ -86,9 +86,13 @@ class UsageMeter:
 
     def check(self, job: str | None) -> None:
         """Raise SpendLimitReached when a limit forbids a call for `job` (None: not background work)."""
-        refusal = token_refusal(self.current_limits(), self.spent_today(), job)
+        refusal = self.refusal(job)
         if refusal is not None:
             raise refusal
+
+    def refusal(self, job: str | None) -> SpendLimitReached | None:
+        """The limit that forbids a call for `job` now, if one does (what `check` raises)."""
+        return token_refusal(self.current_limits(), self.spent_today(), job)
 
     def paused(self, job: str) -> tuple[str, str] | None:
         """For the scheduler: (which limit today, the line for the user) when `job` must wait."""
