@@ -106,7 +106,8 @@ class ReportTurns:
         )
         self.emit(
             Notice(
-                f"{refusal.message}. {what} kept in this session{where}, and the model reads "
+                f"{refusal.message}. {what[0].upper()}{what[1:]} kept in this session{where}, and "
+                f"the model reads "
                 f"{'it' if len(held) == 1 else 'them'} with your next message once the limit "
                 f"allows{later}. {refusal.hint or ''}".rstrip(),
                 "warning",
