@@ -380,3 +380,18 @@ def test_a_prompt_refused_only_for_the_correction_says_so_and_how_to_forget_it()
     assert "`nanobot doctor --forget-correction`" in err.hint
     # without the correction the same prompt is accepted
     assert _window().check_fixed(system, None) > 0
+
+
+def test_a_turn_refused_only_for_the_correction_names_the_way_back():
+    # mid-chat, the correction grew: the request fits by cl100k but not at x1.25, so it is not sent
+    calibration = Calibration()
+    calibration.observe(2000, 2500)
+    request = [
+        {"role": "system", "content": "fact " * 5000},
+        {"role": "user", "content": "hello"},
+    ]
+    with pytest.raises(RequestTooLarge) as info:
+        _window(calibration=calibration).fit(request)
+    assert "by nanobot's own count it would fit" in info.value.hint
+    assert "leave the chat and run `nanobot doctor --forget-correction`" in info.value.hint
+    assert _window().fit(request).messages == request  # uncorrected, it is sent as it is
