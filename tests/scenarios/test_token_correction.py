@@ -47,6 +47,8 @@ def test_a_one_off_count_that_locks_the_chat_out_is_named_and_forgotten(
         again.returncode != 0 and len(fake_llm.requests) == 1
     )  # still locked: nothing re-learns it
 
+    status = " ".join(nanobot_run("status", env={"COLUMNS": "200"}).stdout.split())
+    assert "corrected x1.5" in status and "`nanobot doctor --forget-correction` forgets" in status
     shown = nanobot_run("doctor", "--offline")
     assert "corrected x1.5" in shown.stdout and "--forget-correction" in shown.stdout
     forgot = nanobot_run("doctor", "--offline", "--forget-correction")
