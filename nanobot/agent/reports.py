@@ -54,6 +54,7 @@ class ReportTurns:
         self._held: list[SubagentResult] = []  # reports held since the last notice, not yet told
         self._told = False  # the user was told of held reports since a report turn last ran
         self._running: set[str] = set()  # helpers started and not yet ended
+        self._refusal: SpendLimitReached | None = None  # the limit that held the last report
 
     def started(self, record: HelperRecord) -> None:
         self._running.add(record.id)
@@ -75,6 +76,8 @@ class ReportTurns:
             if refusal is not None:
                 await self._hold(result, refusal)
                 return None
+            if self._refusal is not None:
+                self._tell(self._refusal)  # reports held before the limit was raised, if untold
             self._told = False  # the limit allows calls again: a later hold is told anew
             return await self.turns.inject(
                 result.report_message(), result.record.note(), emit=self.emit
@@ -88,8 +91,15 @@ class ReportTurns:
         if self._told:
             return
         self._held.append(result)
+        self._refusal = refusal
         if any(not t.done() and t is not asyncio.current_task() for t in self._queued):
-            return  # the last of the queue tells, with the count
+            return  # the last of the queue tells, with the count (or `stop`, if it cancels them)
+        self._tell(refusal)
+
+    def _tell(self, refusal: SpendLimitReached) -> None:
+        """The one line for the reports held since the last one (none: nothing to say)."""
+        if not self._held:
+            return
         held, self._held, self._told = self._held, [], True
         where = f" (`nanobot session show {self.session}`)" if self.session else ""
         what = (
@@ -138,6 +148,8 @@ class ReportTurns:
             task.cancel()
         if queued:
             await asyncio.gather(*(task for task, _ in queued), return_exceptions=True)
+        if self._refusal is not None:
+            self._tell(self._refusal)  # held reports the cancelled queue would have counted
         # a report turn that started saved its helper's note first (save_notes skips those); one
         # that never started: its helper did finish, but nobody read the report
         notes += [
