@@ -22,9 +22,9 @@ from nanobot.providers.base import LLMResponse, Provider, RestartableDelta
 
 RetryCallback = Callable[[int, float, ProviderError], None]
 # Set by the caller around one call (usage/meter.py): told of each attempt that failed and is made
-# again, before the wait. A context variable, as the cron job is (cron/jobs.current_job): the
+# again, before the wait, with the model it was made to (RetryingProvider.label; "": the caller's). A context variable, as the cron job is (cron/jobs.current_job): the
 # retries sit deep in the provider stack, and the keyword arguments reach the adapters.
-failed_attempt: ContextVar[Callable[[ProviderError], None] | None] = ContextVar(
+failed_attempt: ContextVar[Callable[[ProviderError, str], None] | None] = ContextVar(
     "failed_attempt", default=None
 )
 
@@ -51,8 +51,13 @@ class RetryingProvider(Provider):
         inner: Provider,
         policy: RetryPolicy | None = None,
         on_retry: RetryCallback | None = None,
+        *,
+        label: str = "",
     ) -> None:
         super().__init__(inner.model)
+        self.label = (
+            label  # the model as the ledger names it, for a fallback model ("": the caller's)
+        )
         self.inner = inner
         self.name = inner.name
         self.capabilities = inner.capabilities
@@ -80,7 +85,7 @@ class RetryingProvider(Provider):
                     raise
                 observer = failed_attempt.get()
                 if observer is not None:
-                    observer(error)
+                    observer(error, self.label)
                 on_delta = kwargs.get("on_delta")
                 if isinstance(on_delta, RestartableDelta):
                     on_delta.restart()  # a half-streamed answer is closed off before the retry line

@@ -211,17 +211,17 @@ class MeteredProvider(Provider):
 
         tap = StreamTap(on_delta) if on_delta is not None else None
         if tap is not None:
-            kwargs["on_delta"] = (
-                tap  # what streamed before a cancel or a cut is billed, and counted
-            )
+            kwargs["on_delta"] = tap  # what streamed before a cancel or a cut is billed
 
-        def cut(error: ProviderError) -> None:
+        def cut(error: ProviderError, model: str) -> None:
             # an attempt the retry layer makes again: billed by the provider once the request reached it
             nonlocal started
             streamed = tap.text if tap is not None else ""
             if error.sent or streamed:
                 ms = int((time.perf_counter() - started) * 1000)
-                self.meter.record(self._record(messages, tools, None, "cut", job, ms, streamed))
+                record = self._record(messages, tools, None, "cut", job, ms, streamed)
+                record.model = model or record.model  # a fallback model's attempt is its own
+                self.meter.record(record)
             if tap is not None:
                 tap.pieces.clear()  # the next attempt's text is its own
             started = time.perf_counter()
