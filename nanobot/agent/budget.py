@@ -600,18 +600,23 @@ class ContextBudget:
         raise ContextTooSmallError(message, hint=hint + fallback + learned)
 
     def _correction_refusal(self, system: int, schemas: int) -> ContextTooSmallError:
-        """The fixed prompt fits by nanobot's own count, and not only at the learned correction: say so,
-        and how to go back (nothing is sent in this state, so no answer could correct it)."""
+        """The fixed prompt fits by nanobot's own count but not at the learned correction: say so, and
+        how to go back (nothing is sent in this state, so no answer could correct it)."""
         ratio = self.calibration.ratio
         raw = system + schemas + MIN_CONVERSATION_TOKENS
         corrected = self.calibration.adjust(system + schemas) + MIN_CONVERSATION_TOKENS
+        capped = self.prompt_cap and self.prompt_cap < self.window - self.reply_tokens
+        budget = (
+            "agents.defaults.contextBlockLimit"
+            if capped
+            else f"window {self.window:,} minus {self.reply_tokens:,} for the reply"
+        )
         return ContextTooSmallError(
             f"the prompt fits the context window by nanobot's own count, but not at the x{ratio:.2f} "
             f"this model's provider counted its recent requests, so nothing was sent: the system prompt "
             f"({system:,} tokens), the tool schemas ({schemas:,}) and the least room for a conversation "
             f"({MIN_CONVERSATION_TOKENS:,}) take {raw:,} of the {self.budget:,}-token prompt budget "
-            f"(window {self.window:,} minus {self.reply_tokens:,} for the reply), and {corrected:,} at "
-            f"x{ratio:.2f}",
+            f"({budget}), and {corrected:,} at x{ratio:.2f}",
             hint=(
                 f"if that count was a one-off (a proxy's odd usage report, another model behind the same "
                 f"name), `{FORGET_CORRECTION}` forgets it and the next message is sent (nanobot learns "
