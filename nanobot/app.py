@@ -520,6 +520,8 @@ def open_assistant(
         settings=TurnSettings(channel=channel or "cli", chat_id=chat_id or "direct"),
         egress=egress,
     )
+    from nanobot.cron.jobs import current_job
+
     sub_tools = build_tools(
         cfg, workspace, approver, session_key, egress
     )  # subagents ask the same way
@@ -527,7 +529,12 @@ def open_assistant(
         provider.for_source("subagent"),
         sub_tools,
         workspace,
-        reports=ReportTurns(conversation, background),
+        reports=ReportTurns(  # a report turn a daily limit forbids is held, and kept in the session
+            conversation,
+            background,
+            spend=lambda: meter.refusal(current_job.get()),
+            session=session_key,
+        ),
         budget=budget,
         limits=cfg.usage.limits,
     )

@@ -21,7 +21,13 @@ from nanobot import paths
 from nanobot.fsio import atomic_write
 from nanobot.tokens import MAX_MARGIN, Calibration, valid_surprises
 
-__all__ = ["calibration_path", "load_calibration", "save_calibration"]
+__all__ = [
+    "calibration_path",
+    "forget_calibration",
+    "learned_ratio",
+    "load_calibration",
+    "save_calibration",
+]
 
 _MODELS_KEPT = 32  # a file that names more models forgets the oldest entries
 
@@ -86,3 +92,21 @@ def save_calibration(model: str, calibration: Calibration, path: Path | None = N
     except OSError:
         return False
     return True
+
+
+def learned_ratio(model: str, path: Path | None = None) -> float:
+    """The correction in force for `model` at the next start (1.0: nothing learned)."""
+    return load_calibration(model, path).ratio
+
+
+def forget_calibration(path: Path | None = None) -> list[str]:
+    """Forget what every model's provider was seen to count (`nanobot doctor --forget-correction`): the
+    way back when a correction no longer lets the fixed prompt fit, so nothing is sent that could
+    correct it. The models whose entries were dropped; each learns again from its next answer."""
+    path = path or calibration_path()
+    models = list(_read(path))
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return []
+    return models

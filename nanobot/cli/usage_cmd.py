@@ -58,6 +58,8 @@ def _cells(b: Bucket, priced: bool) -> list[str]:
         notes.append(f"{b.failed} failed")
     if b.cancelled:
         notes.append(f"{b.cancelled} cancelled")
+    if b.cut:
+        notes.append(f"{b.cut} cut and retried")
     if notes:
         cells[0] += f" ({', '.join(notes)})"
     if priced:

@@ -164,8 +164,10 @@ def connection_error(
     url: str | None = None,
     seconds: float | None = None,
     dropped: bool = False,
+    sent: bool = False,
 ) -> ProviderError:
-    """`dropped`: the server had begun answering (the connection was made) when it failed."""
+    """`dropped`: the server had begun answering (the connection was made) when it failed; `sent`: the
+    request had reached it (so it may bill the attempt: usage/meter.py), implied by `dropped`."""
     where = f" {url}" if url else ""
     if dropped and not timeout:
         reason = str(exc).strip() or type(exc).__name__
@@ -191,7 +193,7 @@ def connection_error(
             f"Check the network, that the server is running, and providers.{provider}.apiBase "
             "(`nanobot doctor` tries the connection)."
         )
-    return ProviderError(mask_secrets(message), hint=hint, retryable=True)
+    return ProviderError(mask_secrets(message), hint=hint, retryable=True, sent=sent or dropped)
 
 
 def body_message(body: object, fallback: str) -> tuple[str, str]:
@@ -227,5 +229,25 @@ def translate(
         )
     timed_out = isinstance(exc, httpx2.TimeoutException) or type(exc).__name__ == "APITimeoutError"
     return connection_error(
-        provider, exc, timeout=timed_out, url=url, seconds=seconds, dropped=dropped
+        provider,
+        exc,
+        timeout=timed_out,
+        url=url,
+        seconds=seconds,
+        dropped=dropped,
+        sent=not _never_connected(exc),
     )
+
+
+def _never_connected(exc: BaseException) -> bool:
+    """True when `exc` (or what caused it) is a failure to connect: the request never left."""
+    import httpx2
+
+    seen: BaseException | None = exc
+    for _ in range(4):  # the SDK wraps the transport's error, which may wrap the socket's
+        if seen is None:
+            return False
+        if isinstance(seen, (httpx2.ConnectError, httpx2.ConnectTimeout, ConnectionRefusedError)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

@@ -135,7 +135,9 @@ def make_provider(
         if isinstance(fb, UnusableModel):
             chain.append(Candidate(fb.label, None, unusable=fb.reason))
             continue
-        inner: Provider = RetryingProvider(DeferredProvider(fb), policy, on_retry)
+        inner: Provider = RetryingProvider(
+            DeferredProvider(fb), policy, on_retry, label=fb.label or fb.model
+        )
         if fb.context_window and own_window is not None:
             inner = own_window(inner, fb)
         chain.append(

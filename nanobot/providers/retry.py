@@ -1,7 +1,9 @@
 """Bounded retries for the failures where trying again can help (429, 5xx, 529, network).
 
 Not retried: quota and spend-cap answers (errors_map.is_quota), a Retry-After longer than one
-wait may be, and everything that is not `retryable`.
+wait may be, and everything that is not `retryable`. Each attempt that failed and is made again is
+first handed to `failed_attempt`'s callback when one is set for the call (the usage meter's: a
+stream the network cut was billed, and is recorded on its own).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import asyncio
 import random
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +21,12 @@ from nanobot.messages import Message
 from nanobot.providers.base import LLMResponse, Provider, RestartableDelta
 
 RetryCallback = Callable[[int, float, ProviderError], None]
+# Set by the caller around one call (usage/meter.py): told of each attempt that failed and is made
+# again, before the wait, with the model it was made to (RetryingProvider.label; "": the caller's). A context variable, as the cron job is (cron/jobs.current_job): the
+# retries sit deep in the provider stack, and the keyword arguments reach the adapters.
+failed_attempt: ContextVar[Callable[[ProviderError, str], None] | None] = ContextVar(
+    "failed_attempt", default=None
+)
 
 
 @dataclass
@@ -42,8 +51,13 @@ class RetryingProvider(Provider):
         inner: Provider,
         policy: RetryPolicy | None = None,
         on_retry: RetryCallback | None = None,
+        *,
+        label: str = "",
     ) -> None:
         super().__init__(inner.model)
+        self.label = (
+            label  # the model as the ledger names it, for a fallback model ("": the caller's)
+        )
         self.inner = inner
         self.name = inner.name
         self.capabilities = inner.capabilities
@@ -69,6 +83,9 @@ class RetryingProvider(Provider):
                 wait = self.policy.delay(attempt, error)
                 if time.monotonic() - started + wait > self.policy.max_total:
                     raise
+                observer = failed_attempt.get()
+                if observer is not None:
+                    observer(error, self.label)
                 on_delta = kwargs.get("on_delta")
                 if isinstance(on_delta, RestartableDelta):
                     on_delta.restart()  # a half-streamed answer is closed off before the retry line

@@ -32,7 +32,7 @@ from nanobot.paths import PRIVATE_FILE_MODE, ensure_private_dir, nanobot_home
 CURRENT = "usage.jsonl"
 ROTATE_BYTES = 8 << 20  # about 40,000 records
 KEEP_FILES = 12
-OUTCOMES = ("ok", "error", "cancelled")
+OUTCOMES = ("ok", "error", "cancelled", "cut")
 
 
 def ledger_dir() -> Path:
@@ -53,7 +53,7 @@ class UsageRecord:
     cache_write: int = 0
     estimated: bool = False  # the provider reported no usage: the counts are nanobot's estimate
     ms: int = 0  # how long the call took
-    outcome: str = "ok"  # ok | error | cancelled
+    outcome: str = "ok"  # ok | error | cancelled | cut (a stream cut, then made again)
     job: str | None = (
         None  # the cron job id (or "heartbeat") the call was made for: background work
     )

@@ -23,13 +23,20 @@ from typing import Any
 
 from nanobot.config import Config, UsageLimits
 from nanobot.cron.jobs import current_job
+from nanobot.errors import ProviderError, SpendLimitReached
 from nanobot.fsio import atomic_write
 from nanobot.messages import Message
 from nanobot.paths import ensure_private_dir
 from nanobot.providers.base import LLMResponse, Provider, StreamTap
+from nanobot.providers.retry import failed_attempt
 from nanobot.usage.ledger import DaySpend, Ledger, TodaySpend, UsageRecord, ledger_dir
 from nanobot.usage.limits import token_refusal
 
+# Calls that ended before the provider reported usage, though it bills them: counted by nanobot.
+# "dropped" is a failed call whose connection broke after the request reached the provider (recorded
+# as "error"); "cut" an attempt that did and was made again by the retry layer (providers/retry.py),
+# recorded on its own.
+BILLED_UNREPORTED = ("cancelled", "cut", "dropped")
 SOURCES = ("chat", "one-shot", "subagent", "consolidation", "cron", "heartbeat", "memory-tidy")
 TURN_SOURCES = (
     "chat",
@@ -79,9 +86,13 @@ class UsageMeter:
 
     def check(self, job: str | None) -> None:
         """Raise SpendLimitReached when a limit forbids a call for `job` (None: not background work)."""
-        refusal = token_refusal(self.current_limits(), self.spent_today(), job)
+        refusal = self.refusal(job)
         if refusal is not None:
             raise refusal
+
+    def refusal(self, job: str | None) -> SpendLimitReached | None:
+        """The limit that forbids a call for `job` now, if one does (what `check` raises)."""
+        return token_refusal(self.current_limits(), self.spent_today(), job)
 
     def paused(self, job: str) -> tuple[str, str] | None:
         """For the scheduler: (which limit today, the line for the user) when `job` must wait."""
@@ -196,9 +207,26 @@ class MeteredProvider(Provider):
         response: LLMResponse | None = None
         outcome = "error"
         on_delta = kwargs.get("on_delta")
+        tools = kwargs.get("tools")
+
         tap = StreamTap(on_delta) if on_delta is not None else None
         if tap is not None:
-            kwargs["on_delta"] = tap  # what streamed before a cancel is billed, and counted below
+            kwargs["on_delta"] = tap  # what streamed before a cancel or a cut is billed
+
+        def cut(error: ProviderError, model: str) -> None:
+            # an attempt the retry layer makes again: billed by the provider once the request reached it
+            nonlocal started
+            streamed = tap.text if tap is not None else ""
+            if error.sent or streamed:
+                ms = int((time.perf_counter() - started) * 1000)
+                record = self._record(messages, tools, None, "cut", job, ms, streamed)
+                record.model = model or record.model  # a fallback model's attempt is its own
+                self.meter.record(record)
+            if tap is not None:
+                tap.pieces.clear()  # the next attempt's text is its own
+            started = time.perf_counter()
+
+        attempts = failed_attempt.set(cut)
         try:
             response = await self.inner.chat(messages, **kwargs)
             outcome = "ok"
@@ -206,12 +234,17 @@ class MeteredProvider(Provider):
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise
+        except ProviderError as error:
+            if error.sent or (tap is not None and tap.text):
+                outcome = "dropped"  # the last attempt was cut too: billed like the others
+            raise
         finally:
+            failed_attempt.reset(attempts)
             ms = int((time.perf_counter() - started) * 1000)
             self.meter.record(
                 self._record(
                     messages,
-                    kwargs.get("tools"),
+                    tools,
                     response,
                     outcome,
                     job,
@@ -243,10 +276,13 @@ class MeteredProvider(Provider):
             outcome=outcome,
         )
         if response is None:
-            if outcome == "cancelled":
-                # stopped midway (Ctrl-C, /stop, a deadline): the request was sent and the provider
-                # bills its prompt and what it streamed, but never reported them: count them, and say so
+            if outcome in BILLED_UNREPORTED:
+                # stopped midway (Ctrl-C, /stop, a deadline) or cut by the network: the request was sent
+                # and the provider bills its prompt and what it streamed, but never reported them:
+                # count them, and say so (a cut that was retried is recorded apart from the retry)
                 self._estimate(record, messages, tools, streamed)
+                if outcome == "dropped":
+                    record.outcome = "error"
             return record
         usage = response.usage
         if usage.prompt_tokens or usage.completion_tokens:

@@ -42,6 +42,7 @@ class Bucket:
     estimated: int = 0  # calls whose counts nanobot estimated (the provider reported none)
     failed: int = 0  # calls that ended in an error
     cancelled: int = 0  # calls stopped midway (Ctrl-C, /stop, a deadline): not a failure
+    cut: int = 0  # attempts whose connection broke mid-answer and were made again (each billed)
     cost: float = 0.0
     unpriced: int = 0  # calls of models with no price in usage.prices
 
@@ -52,8 +53,9 @@ class Bucket:
         self.cache_read += record.cache_read
         self.cache_write += record.cache_write
         self.estimated += record.estimated
-        self.failed += record.outcome not in ("ok", "cancelled")
+        self.failed += record.outcome not in ("ok", "cancelled", "cut")
         self.cancelled += record.outcome == "cancelled"
+        self.cut += record.outcome == "cut"
         if price is None:
             self.unpriced += 1
         else:
@@ -79,6 +81,7 @@ class Bucket:
             "estimatedCalls": self.estimated,
             "failedCalls": self.failed,
             "cancelledCalls": self.cancelled,
+            "cutCalls": self.cut,
         }
         if priced:
             out["cost"] = round(self.cost, 6)

@@ -355,11 +355,43 @@ def test_a_calibrated_refusal_says_why_its_parts_add_up_to_more():
     # the provider counted 1.25x: the parts shown plus reply and conversation must explain the total
     calibration = Calibration()
     calibration.observe(2000, 2500)
-    system = "fact " * 4200
+    system = "fact " * 5500  # too large by nanobot's own count too
     with pytest.raises(ContextTooSmallError) as info:
         _window(calibration=calibration).check_fixed(system, None)
     err = info.value
     fixed = _counter().count_message({"role": "system", "content": system})
     assert f"({calibration.adjust(fixed):,} together at x1.25, how this model's" in err.message
     assert f"{calibration.adjust(fixed) + 1024 + 2048:,} tokens" in err.message
-    assert "calibration.json" in err.hint
+    assert "nanobot doctor --forget-correction" in err.hint
+
+
+def test_a_prompt_refused_only_for_the_correction_says_so_and_how_to_forget_it():
+    calibration = Calibration()
+    calibration.observe(2000, 2500)
+    system = "fact " * 4200  # fits the 6,144-token budget with 1,024 to spare by cl100k alone
+    with pytest.raises(ContextTooSmallError) as info:
+        _window(calibration=calibration).check_fixed(system, None)
+    fixed = _counter().count_message({"role": "system", "content": system})
+    err = info.value
+    assert "fits the context window by nanobot's own count, but not at the x1.25" in err.message
+    assert f"take {fixed + 1024:,} of the 6,144-token prompt budget" in err.message
+    assert f"and {calibration.adjust(fixed) + 1024:,} at x1.25" in err.message
+    assert err.hint.startswith("if that count was a one-off")
+    assert "`nanobot doctor --forget-correction`" in err.hint
+    # without the correction the same prompt is accepted
+    assert _window().check_fixed(system, None) > 0
+
+
+def test_a_turn_refused_only_for_the_correction_names_the_way_back():
+    # mid-chat, the correction grew: the request fits by cl100k but not at x1.25, so it is not sent
+    calibration = Calibration()
+    calibration.observe(2000, 2500)
+    request = [
+        {"role": "system", "content": "fact " * 5000},
+        {"role": "user", "content": "hello"},
+    ]
+    with pytest.raises(RequestTooLarge) as info:
+        _window(calibration=calibration).fit(request)
+    assert "by nanobot's own count it would fit" in info.value.hint
+    assert "leave the chat and run `nanobot doctor --forget-correction`" in info.value.hint
+    assert _window().fit(request).messages == request  # uncorrected, it is sent as it is

@@ -478,3 +478,86 @@ def test_usage_counts_a_cancelled_call_apart_from_the_failed_ones(
     assert "3 (1 failed, 1 cancelled)" in shown, shown
     today = json.loads(nanobot_run("usage", "--json").stdout)["today"]
     assert (today["failedCalls"], today["cancelledCalls"]) == (1, 1)
+
+
+def test_a_stream_cut_and_retried_is_two_calls_in_the_ledger_usage_and_the_daily_limit(
+    nanobot_run, fake_llm, configure, isolated_home
+):
+    # the provider bills both attempts: the one the network cut (prompt + what it streamed) and the retry
+    configure()
+    fake_llm.script(
+        Reply.cut_stream("The replica stays until Friday and the schema " * 20),
+        Reply.text("full answer", usage={"prompt_tokens": 3000, "completion_tokens": 10}),
+    )
+    env = {"NANOBOT_RETRY_BASE_DELAY": "0"}
+    first = nanobot_run("agent", "-m", "what about the replica?", env=env)
+    assert first.returncode == 0 and "full answer" in first.stdout
+    assert len(fake_llm.requests) == 2
+    cut, answered = _ledger(isolated_home)
+    assert (cut.outcome, cut.estimated, answered.outcome) == ("cut", True, "ok")
+    assert cut.prompt > 1000  # the prompt it was sent (the fixed prompt alone is over 3,000)
+    assert cut.completion == 0  # piped, the answer is not streamed: nothing came before the cut
+    assert (answered.prompt, answered.completion) == (3000, 10)
+    both = cut.prompt + cut.completion + 3010
+    today = json.loads(nanobot_run("usage", "--json").stdout)["today"]
+    assert (today["calls"], today["cutCalls"], today["failedCalls"]) == (2, 1, 0)
+    assert today["promptTokens"] + today["completionTokens"] == both
+    assert (
+        "2 (1 estimated, 1 cut and retried)" in nanobot_run("usage", env={"COLUMNS": "200"}).stdout
+    )
+    # a daily limit the answered call alone stays under is reached once the cut one counts too
+    _set_config(isolated_home, usage={"limits": {"dailyTokens": 3010 + cut.prompt // 2}})
+    fake_llm.script(Reply.text("not sent"))
+    refused = nanobot_run("agent", "-m", "and the schema?", env=env)
+    assert refused.returncode == 1 and "daily token limit is reached" in refused.stderr
+    assert len(fake_llm.requests) == 2
+
+
+def test_report_turns_held_by_the_daily_limit_are_told_once_and_kept_for_the_next_message(
+    nanobot_run, fake_llm, configure, isolated_home
+):
+    # three helpers end after the day's limit is spent: their report turns used to print the same
+    # limit error three times, and the reports were lost (only a one-line note was saved)
+    configure()
+    _set_config(isolated_home, usage={"limits": {"dailyTokens": 1000}})
+    small = {"prompt_tokens": 10, "completion_tokens": 1}
+
+    def respond(request):
+        if _is_subagent(request):  # each helper alone spends the rest of the day's tokens
+            task = json.dumps(request.messages)
+            part = next(p for p in ("alpha", "beta", "gamma") if f"part {p}" in task)
+            found = f"helper {part} found the {part} file"
+            return Reply.text(found, usage={"prompt_tokens": 1200, "completion_tokens": 5})
+        if request.messages[-1].get("role") == "tool":
+            return Reply.text("three helpers started", usage=small)
+        if _ends_with_report(request):
+            return Reply.text("report handled", usage=small)
+        if "what did they find" in json.dumps(request.messages[-1]):
+            return Reply.text("they found three files")
+        return Reply.tool_calls(
+            [("spawn", {"task": f"part {p}", "label": p}) for p in ("alpha", "beta", "gamma")],
+            usage=small,
+        )
+
+    fake_llm.responder = respond
+    result = nanobot_run("agent", "-m", "split the work in three")
+    assert result.returncode == 0, result.stderr
+    assert "three helpers started" in result.stdout
+    assert result.stderr.count("daily token limit is reached") == 1, result.stderr
+    assert result.stderr.count("not handled") == 1
+    assert "nanobot session show cli:direct" in result.stderr
+    assert "error:" not in result.stderr
+    assert not any(_ends_with_report(r) for r in fake_llm.requests)  # nothing sent past the limit
+    assert len(fake_llm.requests) == 5
+    # the reports are on disk, and `session show` lets the user read them now
+    shown = nanobot_run("session", "show", "cli:direct").stdout
+    for part in ("alpha", "beta", "gamma"):
+        assert f"helper {part} found the {part} file" in shown
+    # once the limit allows, the next message carries every report to the model
+    _set_config(isolated_home, usage={"limits": {"dailyTokens": 0}})
+    later = nanobot_run("agent", "-m", "what did they find?")
+    assert later.returncode == 0 and "they found three files" in later.stdout
+    sent = json.dumps(fake_llm.requests[-1].messages)
+    for part in ("alpha", "beta", "gamma"):
+        assert f"helper {part} found the {part} file" in sent
+    fake_llm.assert_all_valid()
