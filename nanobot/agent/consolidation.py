@@ -146,6 +146,7 @@ class ConsolidationReport:
     postponed: str = (
         ""  # why consolidation stopped without archiving (provider unavailable, cannot fit)
     )
+    kept_as: str = ""  # /new: the name the old conversation is kept under (`<key>@<stamp>`)
 
     @property
     def ran(self) -> bool:

@@ -47,7 +47,13 @@ from nanobot.errors import RecallIndexError
 from nanobot.memory.history_format import STAMP_RE, without_chunk_markers
 from nanobot.memory.recall_journal import Mark, changes_since, mark_for_full_scan
 from nanobot.messages import parse_timestamp, transcript_lines
-from nanobot.paths import PRIVATE_FILE_MODE, nanobot_home
+from nanobot.paths import (
+    PRIVATE_FILE_MODE,
+    archived_file_stamp,
+    archived_name,
+    nanobot_home,
+    split_archived_name,
+)
 from nanobot.secrets_mask import mask_secrets, remember_secrets, remembered_secrets
 from nanobot.threads import start_quiet
 
@@ -775,10 +781,13 @@ class RecallIndex:
         """The best `limit` messages or entries for `query` (rule 5) within the filters, each hit a
         message's (entry's) best passage: its other passages take no other hit's place.
         `exclude_live` (a session key): that session's unconsolidated messages (already in the
-        prompt) are left out; `only_sessions` keeps hits from those sessions (and HISTORY.md) only."""
+        prompt) are left out; `only_sessions` keeps hits from those sessions (with the conversations
+        /new archived of them) and HISTORY.md only."""
         terms = _content_terms(query)
         if not terms or limit <= 0:
             return []
+        if only_sessions is not None:
+            only_sessions = set(only_sessions) | set(self.archives_of(only_sessions))
         where = ["fts MATCH ?"]
         args: list[Any] = [None]
         if since is not None:
@@ -875,6 +884,21 @@ class RecallIndex:
 
         units: list[Unit] = self._guarded(work)
         return units
+
+    def archives_of(self, keys: set[str] | frozenset[str]) -> list[str]:
+        """The names of the indexed conversations /new archived of these keys, oldest first."""
+
+        def work(db: sqlite3.Connection) -> list[str]:
+            labels = db.execute("SELECT DISTINCT session FROM sources WHERE kind = 'session'")
+            found = [
+                label
+                for (label,) in labels
+                if (split := split_archived_name(label)) is not None and split[0] in keys
+            ]
+            return sorted(found, key=lambda label: label.rpartition("@")[2])
+
+        names: list[str] = self._guarded(work)
+        return names
 
     def stats(self) -> dict[str, int]:
         """Units, sources, bytes indexed and orphaned rows (for the benchmarks)."""
@@ -1251,6 +1275,14 @@ def _last_entry_start(data: bytes, end: int) -> int:
 
 
 def _session_key(data: bytes, path: str) -> str:
+    """The session a file's units belong to: its key, or for a conversation /new archived, its
+    name `<key>@<stamp>` (nanobot.paths), so its refs never mix with the key's live conversation."""
+    key = _file_key(data, path)
+    stamp = archived_file_stamp(path)
+    return archived_name(key, stamp) if stamp is not None else key
+
+
+def _file_key(data: bytes, path: str) -> str:
     first = data.split(b"\n", 1)[0]
     try:
         record = orjson.loads(first)
@@ -1263,6 +1295,8 @@ def _session_key(data: bytes, path: str) -> str:
     ):
         return str(record["key"])
     stem = Path(path).stem
+    if archived_file_stamp(path) is not None:
+        stem = stem.rsplit(".", 1)[0]
     return stem.rsplit("-", 1)[0] if "-" in stem else stem
 
 
