@@ -591,6 +591,7 @@ class SessionStore:
         leaves that state, already closed by /new, beside the new conversation), then a fresh file."""
         self._require_lock(session)
         name = None
+        session.decisions = list(session.decisions)  # kept (read now: a part may still be on disk)
         if session.messages:
             ensure_private_dir(self.directory)
             stamp, target = self._free_archive(session.path)
