@@ -780,7 +780,8 @@ class RecallIndex:
     ) -> list[Hit]:
         """The best `limit` messages or entries for `query` (rule 5) within the filters, each hit a
         message's (entry's) best passage: its other passages take no other hit's place.
-        `exclude_live` (a session key): that session's unconsolidated messages (already in the
+        `session`: a key (its current conversation and those /new archived of it), an archived
+        conversation's name, or HISTORY_LABEL. `exclude_live` (a session key): that session's unconsolidated messages (already in the
         prompt) are left out; `only_sessions` keeps hits from those sessions (with the conversations
         /new archived of them) and HISTORY.md only."""
         terms = _content_terms(query)
@@ -796,9 +797,10 @@ class RecallIndex:
         if until is not None:
             where.append("u.ts != '' AND u.ts <= ?")
             args.append(_local(until))
-        if session is not None:
-            where.append("s.session = ?")
-            args.append(session)
+        if session is not None:  # a key covers the conversations its /new archived
+            labels = [session, *self.archives_of({session})]
+            where.append(f"s.session IN ({', '.join('?' for _ in labels)})")
+            args.extend(labels)
         if role is not None:
             where.append("u.role = ?")
             args.append(role)

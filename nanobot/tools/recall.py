@@ -187,7 +187,8 @@ class SearchHistoryTool(_RecallTool):
             "until": {"type": "string", "description": "Only up to this date, inclusive."},
             "session": {
                 "type": "string",
-                "description": "Only this session (its key), or 'memory/HISTORY.md'.",
+                "description": "Only this session (its key, with the conversations its /new "
+                "archived), one archived conversation (KEY@STAMP), or 'memory/HISTORY.md'.",
             },
             "role": {
                 "type": "string",

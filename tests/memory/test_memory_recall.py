@@ -278,11 +278,12 @@ def test_appended_rewritten_and_deleted_sources_are_followed(ws):
     store.append(session, [{"role": "user", "content": "zebra again"}])
     store.close(session)
     idx.refresh()
-    assert [h.unit.text for h in idx.search("zebra", session="cli:a")] == ["zebra again"]
-    assert sorted(h.unit.text for h in idx.search("zebra", session=kept)) == [
-        "a zebra finch",
-        "the zebra crossing",
+    assert sorted((h.unit.session, h.unit.text) for h in idx.search("zebra", session="cli:a")) == [
+        ("cli:a", "zebra again"),  # the live session holds only what came after /new
+        (kept, "a zebra finch"),  # the conversation before it, under the archive's name
+        (kept, "the zebra crossing"),
     ]
+    assert len(idx.search("zebra", session=kept)) == 2
     path.unlink()
     assert kept is not None and (archive := store.archive_path(kept)) is not None
     archive.unlink()
