@@ -12,6 +12,8 @@ nothing at all, and whatever was written before a search is found by it. Rules:
 2. A source whose inode and size are as indexed is not opened. One that grew is checked (inode,
    fingerprint) and read on; one that was replaced (a rewrite by /new or repair, an editor's save)
    or changed before its end is indexed again from its start; a source that is gone loses its rows.
+   A session file renamed (/new keeps a conversation so, under an archived name) takes its rows
+   with it when its inode and fingerprint vouch for them: only what it has beyond them is read.
    Which session files to look at: those the journal names (nanobot.memory.recall_journal) when it
    can vouch for the rest, else every file of the folder (one stat each).
 3. A message's unit is its transcript text (messages.transcript_lines: tool results and call
@@ -638,6 +640,8 @@ class RecallIndex:
                 "FROM sources WHERE path = ?",
                 (src.path,),
             ).fetchone()
+            if row is None and src.kind == "session":
+                row = self._moved_here(db, src.path, st, fh)
             if row is not None:
                 src_id, inode, done, fingerprint, seq, n, pointer, last_when, last_role, session = (
                     row
@@ -707,6 +711,37 @@ class RecallIndex:
                 ),
             )
             return len(data), whole
+
+    def _moved_here(
+        self, db: sqlite3.Connection, path: str, st: os.stat_result, fh: Any
+    ) -> tuple[Any, ...] | None:
+        """The source row of a session file renamed to `path` (how /new keeps a conversation), moved
+        with it and renamed after it, when nothing is at its old path any more (or another file is)
+        and the bytes it indexed are still the file's: then nothing is read again."""
+        rows = db.execute(
+            "SELECT id, path, done, fingerprint FROM sources WHERE inode = ? AND kind = 'session'",
+            (st.st_ino,),
+        ).fetchall()
+        for src_id, old, done, fingerprint in rows:
+            try:
+                if os.stat(old).st_ino == st.st_ino:
+                    continue  # still there (a second name for it): not a move
+            except OSError:
+                pass
+            if done > st.st_size or _fingerprint(fh, done) != fingerprint:
+                continue
+            fh.seek(0)
+            label = _session_key(fh.readline(), path)
+            db.execute(
+                "UPDATE sources SET path = ?, session = ? WHERE id = ?", (path, label, src_id)
+            )
+            moved: tuple[Any, ...] = db.execute(
+                "SELECT id, inode, done, fingerprint, seq, n, pointer, last_when, last_role, "
+                "session FROM sources WHERE id = ?",
+                (src_id,),
+            ).fetchone()
+            return moved
+        return None
 
     def _insert(
         self,
