@@ -153,11 +153,7 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
     if exists:
         for label, text in working_state_rows(store.working_state_for(session_key).read()):
             table.add_row(label if label != "warning" else "[yellow]warning[/yellow]", escape(text))
-    archived = [
-        info
-        for info in store.archives()
-        if (split := paths.split_archived_name(info.key)) and split[0] == session_key
-    ]
+    archived = store.archives(session_key)
     if archived:
         newest = archived[0]
         table.add_row(

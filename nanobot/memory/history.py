@@ -86,10 +86,10 @@ class Entry:
     def to_json(self) -> dict:
         shown: dict = {
             "stamp": self.stamp.isoformat() if self.stamp else None,
-            "line": self.line_no,
+            "line": self.line_no if self.ref is None else None,
             "text": self.text,
         }
-        if self.ref is not None:
+        if self.ref is not None:  # a message: where read_history finds it, not a HISTORY.md line
             shown["ref"] = self.ref
         return shown
 

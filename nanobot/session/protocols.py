@@ -110,8 +110,9 @@ class SessionAdmin(Protocol):
         """Every session, read without taking locks, newest first."""
         ...
 
-    def archives(self) -> list[SessionInfo]:
-        """Every conversation /new archived (`key` is its name, `<key>@<stamp>`), newest first."""
+    def archives(self, key: str | None = None, /) -> list[SessionInfo]:
+        """Every conversation /new archived, or those of `key` (an info's `key` is the
+        conversation's name, `<key>@<stamp>`), newest first."""
         ...
 
     def load(self, key: str, /) -> Session:

@@ -25,6 +25,7 @@ the archive, never in neither. An archive is read-only: listed apart, shown, sea
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 import re
@@ -293,13 +294,16 @@ class SessionStore:
             )
         return sorted(infos.values(), key=lambda info: _sort_time(info.updated_at), reverse=True)
 
-    def archives(self) -> list[SessionInfo]:
-        """Every archived conversation (what /new kept), newest first; `key` is its name
-        (`<key>@<stamp>`), `updated_at` its last message's time."""
+    def archives(self, key: str | None = None) -> list[SessionInfo]:
+        """Every archived conversation (what /new kept), or those of `key`, newest first; an info's
+        `key` is the conversation's name (`<key>@<stamp>`), `updated_at` its last message's time."""
         if not self.directory.is_dir():
             return []
         found: list[tuple[str, SessionInfo]] = []
-        for path in self.directory.glob("*.jsonl"):
+        pattern = (
+            f"{glob.escape(self.path_for(key).stem)}.*.jsonl" if key is not None else "*.jsonl"
+        )
+        for path in self.directory.glob(pattern):
             stamp = archived_file_stamp(path)
             if stamp is None:
                 continue

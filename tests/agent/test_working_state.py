@@ -323,7 +323,8 @@ def test_status_after_new_says_the_session_started_afresh_and_the_versions_are_a
     # the archived conversation's own screen lists them
     shown = nanobot_run("session", "show", kept.key).stdout
     assert shown.count("archived by /new") == len(archived) + 1  # and the header line
-    assert "no checkpoint yet" in " ".join(nanobot_run("agent", "-m", "/status").stdout.split())
+    chat = " ".join(nanobot_run("agent", "-m", "/status").stdout.split())
+    assert "no checkpoint yet" in chat and "1 earlier conversation(s) kept by /new" in chat
 
 
 def test_a_failed_compaction_shows_in_status_and_doctor(nanobot_run, fake_llm, configure):

@@ -549,6 +549,7 @@ def test_new_keeps_the_conversation_whole_in_an_archive_and_the_key_starts_afres
     ]
     assert [(i.key, i.message_count) for i in store.infos()] == [("cli:direct", 1)]  # not cluttered
     assert [(a.key, a.message_count) for a in store.archives()] == [(name, 2)]
+    assert [a.key for a in store.archives("cli:direct")] == [name] and store.archives("cli") == []
     shown = store.load(name)
     assert shown.key == name and [m["content"] for m in shown.messages][0].startswith("Question")
     state = store.working_state_for(name).read()  # the working state went with it, closed
