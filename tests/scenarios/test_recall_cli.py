@@ -360,6 +360,10 @@ def test_new_keeps_the_old_conversation_and_history_search_and_grep_find_its_wor
     grep = nanobot_run("history", "grep", "maintenance")
     assert grep.returncode == 0, grep.stderr
     assert f"{kept.key}#0 user: {question}" in grep.stdout
+    as_json = json.loads(nanobot_run("history", "grep", "maintenance", "--json").stdout)
+    assert [e.get("ref") for e in as_json] == [f"{kept.key}#0"]
+    mine = nanobot_run("history", "search", "maintenance", "--session", "cli:direct")
+    assert mine.returncode == 0 and f"ref {kept.key}#0" in mine.stdout  # a key covers its archives
     listed = nanobot_run("session", "list")
     assert "archived by /new (1;" in listed.stdout and kept.key in listed.stdout
     shown = nanobot_run("session", "show", kept.key)
