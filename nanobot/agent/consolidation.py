@@ -310,7 +310,8 @@ class Consolidator:
     async def archive_all(
         self, session: Session, *, emit: EventSink = ignore
     ) -> ConsolidationReport:
-        """For /new: record every unconsolidated message; the caller clears the session afterwards."""
+        """For /new: record every unconsolidated message; the caller then keeps the conversation as an
+        archived one and starts the session afresh (SessionWriter.clear)."""
         report = ConsolidationReport()
         async with self.lock_for(session.key):
             if len(session.messages) > session.last_consolidated:

@@ -311,13 +311,13 @@ class SessionStore:
                 parsed = read(path)
             except OSError:
                 continue
-            key = (
+            owner = (
                 parsed.first_meta.get("key")
                 or parsed.meta.get("key")
                 or key_from_name(path.with_name(path.name.split(".", 1)[0] + ".jsonl"))
                 or path.name.split(".", 1)[0]
             )
-            name = archived_name(str(key), stamp)
+            name = archived_name(str(owner), stamp)
             session = self._build(name, path, parsed)
             warnings = session.warnings + (
                 [f"{len(parsed.bad_lines)} damaged line(s)"] if parsed.bad_lines else []
@@ -601,13 +601,16 @@ class SessionStore:
             stamp, target = self._free_archive(session.path)
             try:
                 os.replace(session.path, target)  # the only name it has is the archive's from here
-                fsync_dir(self.directory)
-                note_change(target)
+            except OSError as exc:
+                raise storage_error(exc, "archive the conversation", session.path) from None
+            fsync_dir(self.directory)
+            note_change(target)
+            try:  # (failing, it stays as a crash here leaves it: closed, beside the new conversation)
                 if state_path(session.path).exists():
                     os.replace(state_path(session.path), state_path(target))
                     fsync_dir(self.directory)
-            except OSError as exc:
-                raise storage_error(exc, "archive the conversation", session.path) from None
+            except OSError:
+                pass
             name = archived_name(session.key, stamp)
             session.created_at = now_iso()
         session.messages = []
