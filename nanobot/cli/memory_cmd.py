@@ -295,9 +295,18 @@ def history_grep(
         None, "--until", help="Only entries up to this date, inclusive."
     ),
     last: int | None = typer.Option(
-        None, "--last", "-n", min=1, help="Only the last N matching entries."
+        None,
+        "--last",
+        "-n",
+        min=1,
+        help="Only the last N matching entries (and N archived messages).",
     ),
-    json_out: bool = typer.Option(False, "--json", help="A JSON array of {stamp, line, text}."),
+    json_out: bool = typer.Option(
+        False,
+        "--json",
+        help="A JSON array of {stamp, line, text}; an archived conversation's message has its "
+        "ref instead of a line.",
+    ),
     workspace: Path | None = WorkspaceOpt,
 ) -> None:
     """Print whole dated HISTORY.md entries that match, then the matching messages of the
