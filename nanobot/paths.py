@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 
@@ -70,6 +72,41 @@ def default_workspace() -> Path:
 def sessions_dir() -> Path:
     """Session files live outside the workspace so the agent's file tools cannot clobber them."""
     return nanobot_home() / "sessions"
+
+
+# An archived conversation (/new keeps the old one whole under this name, beside the live file):
+# the file `<live file's stem>.<stamp>.jsonl` (a live file is `<slug>-<12 hex>.jsonl`, so never this),
+# named `<key>@<stamp>` for the user, in refs and in the recall index. The stamp is the UTC second
+# of the /new, with `-2`, `-3`... when that second already has one; names sort by time.
+_STAMP = r"\d{8}T\d{6}Z(?:-[0-9]+)?"
+_ARCHIVED_FILE = re.compile(rf"^(.+-[0-9a-f]{{12}})\.({_STAMP})\.jsonl$")
+_ARCHIVED_NAME = re.compile(rf"^(.+)@({_STAMP})$", re.DOTALL)
+
+
+def archived_file_stamp(path: Path | str) -> str | None:
+    """The stamp of an archived conversation's file name (None: not one)."""
+    m = _ARCHIVED_FILE.match(Path(path).name)
+    return m.group(2) if m else None
+
+
+def archived_file_name(live_file: Path, stamp: str) -> str:
+    return f"{live_file.stem}.{stamp}.jsonl"
+
+
+def archived_name(key: str, stamp: str) -> str:
+    """How the user and the recall index name the conversation of `key` archived at `stamp`."""
+    return f"{key}@{stamp}"
+
+
+def archived_at(stamp: str) -> datetime:
+    """When /new archived the conversation with this stamp, in local time."""
+    return datetime.strptime(stamp[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).astimezone()
+
+
+def split_archived_name(name: str) -> tuple[str, str] | None:
+    """(key, stamp) of an archived conversation's name; None when `name` is not one."""
+    m = _ARCHIVED_NAME.match(name)
+    return (m.group(1), m.group(2)) if m else None
 
 
 def input_history_path() -> Path:

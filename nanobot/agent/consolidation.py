@@ -146,6 +146,7 @@ class ConsolidationReport:
     postponed: str = (
         ""  # why consolidation stopped without archiving (provider unavailable, cannot fit)
     )
+    kept_as: str = ""  # /new: the name the old conversation is kept under (`<key>@<stamp>`)
 
     @property
     def ran(self) -> bool:
@@ -309,7 +310,8 @@ class Consolidator:
     async def archive_all(
         self, session: Session, *, emit: EventSink = ignore
     ) -> ConsolidationReport:
-        """For /new: record every unconsolidated message; the caller clears the session afterwards."""
+        """For /new: record every unconsolidated message; the caller then keeps the conversation as an
+        archived one and starts the session afresh (SessionWriter.clear)."""
         report = ConsolidationReport()
         async with self.lock_for(session.key):
             if len(session.messages) > session.last_consolidated:

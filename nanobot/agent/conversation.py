@@ -217,11 +217,12 @@ class Conversation:
                 save_turn(self.store, self.session, fresh)
 
     async def new_session(self, *, emit: EventSink = ignore) -> ConsolidationReport:
-        """/new: archive every unconsolidated message first, then clear (a crash between loses nothing)."""
+        """/new: record every unconsolidated message in HISTORY.md first, then keep the conversation
+        whole as an archived one and start afresh (a crash at any point loses nothing)."""
         async with self._turn_lock:
             report = await self.upkeep.archive_all(emit=emit)
-            # its state is archived with it, kept in the log
+            # its state is archived with it, kept in the log (which moves with the conversation)
             self.store.working_state_log(self.session).close_for_new()
             self.session.working_state = ""
-            self.store.clear(self.session)
+            report.kept_as = self.store.clear(self.session) or ""
             return report

@@ -739,12 +739,27 @@ class Chat:
         return True
 
     async def new_session(self) -> None:
+        reports: list[ConsolidationReport] = []
+
+        async def new(*, emit: EventSink) -> ConsolidationReport:
+            reports.append(await self.conversation.new_session(emit=emit))
+            return reports[-1]
+
         if await self._memory_action(
-            self.conversation.new_session,
-            on_error="; the conversation was kept",
-            quiet_when_idle=True,
+            new, on_error="; the conversation was kept", quiet_when_idle=True
         ):
-            self.console.print("[dim]started a new conversation[/dim]")
+            kept = reports[0].kept_as if reports else ""
+            self.console.print(
+                "[dim]started a new conversation"
+                + (
+                    f"; the previous one is kept as {escape(kept)} (`nanobot session show "
+                    f"{escape(kept)}`)"
+                    if kept
+                    else ""
+                )
+                + "[/dim]",
+                highlight=False,
+            )
             running = len(self.assistant.subagents.running())
             if running:  # their reports are not the old conversation's any more: say where they go
                 say(

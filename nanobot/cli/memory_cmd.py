@@ -5,6 +5,7 @@ Only presentation lives here; the rules are in nanobot.memory.store and nanobot.
 
 # No `from __future__ import annotations`: typer reads the commands' annotations on every run,
 # and real types cost it half what strings do (each string is compiled and evaluated again).
+import itertools
 import json
 import os
 import re
@@ -267,12 +268,16 @@ def _print_entry(entry, rx: re.Pattern[str] | None, console) -> None:
     console.print()
 
 
-def _history_path(workspace: Path | None, config: Path | None) -> Path | None:
+def _history_path(
+    workspace: Path | None, config: Path | None, *, quiet: bool = False
+) -> Path | None:
     """HISTORY.md, or None (said on stderr) when nothing was archived yet: an empty history, not an error."""
     from nanobot.paths import memory_dir
 
     path = memory_dir(workspace_dir(workspace, config)) / "HISTORY.md"
     if not path.is_file():
+        if quiet:
+            return None
         err(
             f"no history yet: {path} does not exist (it is written when older messages are consolidated)"
         )
@@ -295,13 +300,23 @@ def history_grep(
         None, "--until", help="Only entries up to this date, inclusive."
     ),
     last: int | None = typer.Option(
-        None, "--last", "-n", min=1, help="Only the last N matching entries."
+        None,
+        "--last",
+        "-n",
+        min=1,
+        help="Only the last N matching entries (and N archived messages).",
     ),
-    json_out: bool = typer.Option(False, "--json", help="A JSON array of {stamp, line, text}."),
+    json_out: bool = typer.Option(
+        False,
+        "--json",
+        help="A JSON array of {stamp, line, text}; an archived conversation's message has its "
+        "ref instead of a line.",
+    ),
     workspace: Path | None = WorkspaceOpt,
     config: Path | None = ConfigOpt,
 ) -> None:
-    """Print whole dated HISTORY.md entries that match. Exit 0 if any matched, 1 if none, 2 on error."""
+    """Print whole dated HISTORY.md entries that match, then the matching messages of the
+    conversations /new archived. Exit 0 if any matched, 1 if none, 2 on error."""
     from nanobot.memory import history as history_log
 
     try:
@@ -316,7 +331,8 @@ def history_grep(
         until_dt = history_log.parse_when(until, end_of_day=True) if until else None
     except ValueError as exc:
         raise fail(str(exc), "Dates look like 2026-03-01 or 2026-03-01 14:30.") from None
-    path = _history_path(workspace, config)
+    archived = _archived_matches(workspace, config, rx, since_dt, until_dt, last)
+    path = _history_path(workspace, config, quiet=bool(archived))
     found = history_log.search(
         history_log.Exact(
             pattern, ignore_case=ignore_case, since=since_dt, until=until_dt, last=last
@@ -328,9 +344,29 @@ def history_grep(
         if (
             pieces is not None
         ):  # ripgrep answered: the same bytes the entry-by-entry path would print
-            raise typer.Exit(0 if _write_pieces(pieces) else 1)
-    count = _emit(found.entries(), rx, json_out)
+            count = _write_pieces(pieces) + _emit(iter(archived), rx, False)
+            raise typer.Exit(0 if count else 1)
+    count = _emit(itertools.chain(found.entries(), archived), rx, json_out)
     raise typer.Exit(0 if count else 1)
+
+
+def _archived_matches(workspace, config, rx, since, until, last) -> list:
+    """The matching messages of the conversations /new archived, oldest conversation first (the
+    last N when asked); a store that cannot be read is said on stderr and skipped."""
+    from nanobot.memory import history as history_log
+    from nanobot.stores import session_store
+
+    found = []
+    try:
+        store = session_store(workspace_dir(workspace, config))
+        for info in reversed(store.archives()):
+            messages = store.load(info.key).messages
+            found.extend(
+                history_log.grep_conversation(info.key, messages, rx, since=since, until=until)
+            )
+    except NanobotError as exc:
+        err(f"the archived conversations were not searched: {exc.message}")
+    return found[-last:] if last else found
 
 
 @history_app.command("tail")

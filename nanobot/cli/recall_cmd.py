@@ -73,7 +73,10 @@ def history_search(
         help='Words to look for (any may match, best first); "quoted words" are a phrase.',
     ),
     session: str | None = typer.Option(
-        None, "--session", help="Only this session (its key), or memory/HISTORY.md."
+        None,
+        "--session",
+        help="Only this session (its key, with the conversations its /new archived), one "
+        "archived conversation (KEY@STAMP), or memory/HISTORY.md.",
     ),
     since: str | None = typer.Option(
         None, "--since", help="Only from this date on (YYYY-MM-DD [HH:MM])."

@@ -22,6 +22,7 @@ from nanobot.cli.errors import print_warning, report
 from nanobot.cli.usage import Command, ConfigOpt
 from nanobot.errors import NanobotError
 from nanobot.messages import NOTE_KEY, text_of
+from nanobot.paths import archived_at, split_archived_name
 from nanobot.secrets_mask import mask_message, mask_value
 from nanobot.session.protocols import SessionAdmin
 from nanobot.session.working_state import WorkingState, items_phrase
@@ -37,7 +38,10 @@ session_app = typer.Typer(
 SHOWN_TOOL_RESULT_CHARS = 400
 
 KeyArg = typer.Argument(
-    ..., metavar="KEY", help="The session key, e.g. cli:direct (see `nanobot session list`)."
+    ...,
+    metavar="KEY",
+    help="The session key, e.g. cli:direct, or an archived conversation's name, "
+    "e.g. cli:direct@20261204T021507Z (see `nanobot session list`).",
 )
 
 
@@ -115,13 +119,55 @@ def import_sessions(config: Path | None = ConfigOpt) -> None:
     _import_from_nanobot(config, quiet_when_none=False)
 
 
+# `session list` shows this many archived conversations (the newest); --archived shows them all
+SHOWN_ARCHIVES = 5
+
+
 @session_app.command("list")
-def list_sessions(config: Path | None = ConfigOpt) -> None:
-    """Every saved session: key, message count, consolidation pointer, last update."""
-    infos = _store(_import_from_nanobot(config, quiet_when_none=True)).infos()
-    if not infos:
+def list_sessions(
+    config: Path | None = ConfigOpt,
+    archived: bool = typer.Option(
+        False, "--archived", help="List every conversation /new archived (default: the newest 5)."
+    ),
+) -> None:
+    """Every saved session: key, message count, consolidation pointer, last update; then the
+    conversations /new archived."""
+    store = _store(_import_from_nanobot(config, quiet_when_none=True))
+    infos = store.infos()
+    archives = store.archives()
+    if not infos and not archives:
         _out().print("No saved sessions yet.")
         return
+    if infos:
+        _print_live(infos)
+    if archives:
+        _print_archives(archives, everything=archived)
+
+
+def _print_archives(archives: Sequence[Any], *, everything: bool) -> None:
+    """The conversations /new kept, newest first, apart from the live sessions."""
+    shown = archives if everything else archives[:SHOWN_ARCHIVES]
+    table = Table("archived conversation", "messages", "archived at")
+    table.columns[0].overflow = "fold"  # a name is typed back whole: never cut with an ellipsis
+    for info in shown:
+        split = split_archived_name(info.key)
+        when = f"{archived_at(split[1]):%Y-%m-%d %H:%M}" if split is not None else "?"
+        note = " [yellow](damaged)[/yellow]" if info.warnings else ""
+        table.add_row(escape(info.key) + note, str(info.message_count), when)
+    console = _out()
+    console.print(
+        f"\n[bold]archived by /new[/bold] ({len(archives)}; read-only: "
+        "`nanobot session show NAME`, searched by `nanobot history search` and `history grep`)"
+    )
+    console.print(table)
+    if len(shown) < len(archives):
+        console.print(
+            f"[dim]{len(archives) - len(shown)} older archived conversation(s) not shown: "
+            "`nanobot session list --archived`[/dim]"
+        )
+
+
+def _print_live(infos: Sequence[Any]) -> None:
     table = Table("key", "messages", "consolidated", "last update")
     for info in infos:
         note = " [yellow](damaged)[/yellow]" if info.warnings else ""
@@ -148,6 +194,7 @@ def show(
     except NanobotError as exc:
         raise _fail(exc) from None
     _warn(session.warnings)
+    archived = split_archived_name(key) is not None and not store.exists(key)
     messages = session.messages if limit is None else session.messages[-limit:] if limit > 0 else []
     try:
         state = store.working_state_log(session).read()
@@ -156,6 +203,7 @@ def show(
     if as_json:
         shown = {
             "key": key,
+            "archived": archived,
             "last_consolidated": session.last_consolidated,
             "messages": list(messages),
             "working_state": state.as_json(),
@@ -169,6 +217,13 @@ def show(
         f"[bold]{escape(key)}[/bold]  {len(session.messages)} messages, "
         f"{session.last_consolidated} consolidated, created {escape(session.created_at)}"
     )
+    if archived:
+        split = split_archived_name(key)
+        assert split is not None
+        console.print(
+            f"[dim]archived by /new at {archived_at(split[1]):%Y-%m-%d %H:%M}, kept as it was "
+            f"(read-only); the session {escape(split[0])} went on afresh[/dim]"
+        )
     first_index = len(session.messages) - len(messages)
     answered = {m.get("tool_call_id") for m in session.messages if m.get("role") == "tool"}
     for index, msg in enumerate(messages, start=first_index):

@@ -179,10 +179,18 @@ def show_status(config_path: Path | None, session_key: str = "cli:direct") -> No
     from nanobot.cli.status_view import working_state_rows
     from nanobot.stores import session_store
 
+    store: SessionAdmin = session_store(None)
     if exists:
-        store: SessionAdmin = session_store(None)
         for label, text in working_state_rows(store.working_state_for(session_key).read()):
             table.add_row(label if label != "warning" else "[yellow]warning[/yellow]", escape(text))
+    archived = store.archives(session_key)
+    if archived:
+        newest = archived[0]
+        table.add_row(
+            "archived",
+            f"{len(archived)} earlier conversation(s) of {escape(session_key)} kept by /new; newest "
+            f"{escape(newest.key)} ({newest.message_count} messages): `nanobot session list`",
+        )
     table.add_row("sessions", str(paths.sessions_dir()))
     from nanobot.cli.status_view import exec_line
 

@@ -53,7 +53,10 @@ async def _exit(chat: Chat, arg: str) -> bool:
 
 SLASH_COMMANDS: dict[str, tuple[str, Handler]] = {
     "/help": ("show this help", _help),
-    "/new": ("archive this conversation into memory and start a fresh one", _new),
+    "/new": (
+        "record this conversation in memory, keep it as an archived one, start a fresh one",
+        _new,
+    ),
     "/compact": ("summarise older messages into memory now, keeping the last exchange", _compact),
     "/status": ("model, context used vs window, last usage, session size", _status),
     "/stop": (

@@ -116,7 +116,8 @@ def status_lines(assistant) -> list[str]:
         else "last turn  none yet in this run",
         *_spend(assistant),
         f"session    {session.key}: {len(session.messages)} messages, "
-        f"{len(session.messages) - session.last_consolidated} not yet consolidated",
+        f"{len(session.messages) - session.last_consolidated} not yet consolidated"
+        + _archived(assistant.workspace, session.key),
         f"workspace  {assistant.workspace}",
         f"exec       {exec_line(cfg)}",
         *_last_consolidation(conv),
@@ -130,6 +131,16 @@ def status_lines(assistant) -> list[str]:
         *_helpers(assistant),
         *_approvals(assistant),
     ]
+
+
+def _archived(workspace, key: str) -> str:
+    """ "; N earlier conversation(s) kept by /new" when the session has some (`nanobot session list`)."""
+    from nanobot.stores import session_store
+
+    count = len(session_store(workspace).archives(key))
+    return (
+        f"; {count} earlier conversation(s) kept by /new (`nanobot session list`)" if count else ""
+    )
 
 
 def _spend(assistant) -> list[str]:

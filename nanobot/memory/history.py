@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -29,7 +29,7 @@ from nanobot.memory.history_format import (
     STAMP_RE,
     without_chunk_markers,
 )
-from nanobot.messages import parse_timestamp
+from nanobot.messages import Message, parse_timestamp, text_of
 from nanobot.paths import memory_dir
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ __all__ = [
     "iter_grep",
     "grep",
     "tail",
+    "grep_conversation",
     "compile_pattern",
     "parse_when",
     "search_newest",
@@ -77,14 +78,20 @@ _STAMP_LINE_B = re.compile(rb"(?:^|(?<=\n))" + _STAMP.encode())
 class Entry:
     stamp: datetime | None  # naive local time as written; None for the undated preamble
     text: str  # the whole entry, stamp included, without the trailing blank lines
-    line_no: int  # 1-based line of the entry's first line
+    line_no: int  # 1-based line of the entry's first line (a message of a conversation: its number)
+    ref: str | None = (
+        None  # a message of a conversation /new archived: `<name>#<n>` (read_history's)
+    )
 
     def to_json(self) -> dict:
-        return {
+        shown: dict = {
             "stamp": self.stamp.isoformat() if self.stamp else None,
-            "line": self.line_no,
+            "line": self.line_no if self.ref is None else None,
             "text": self.text,
         }
+        if self.ref is not None:  # a message: where read_history finds it, not a HISTORY.md line
+            shown["ref"] = self.ref
+        return shown
 
 
 def compile_pattern(pattern: str, *, ignore_case: bool = False) -> re.Pattern[str]:
@@ -287,6 +294,32 @@ def grep(
     if last is not None:
         return list(deque(found, maxlen=max(0, last)))
     return list(found)
+
+
+def grep_conversation(
+    name: str,
+    messages: Iterable[Message],
+    rx: re.Pattern[str],
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[Entry]:
+    """The messages of the archived conversation `name` that match, each as an entry
+    `[stamp] <name>#<n> <role>: <text>` (secrets masked), for `history grep`."""
+    from nanobot.secrets_mask import mask_secrets
+
+    found = []
+    for n, msg in enumerate(messages):
+        role = msg.get("role")
+        if role == "system" or not isinstance(role, str):
+            continue
+        when = parse_timestamp(msg.get("timestamp"))
+        text = mask_secrets(text_of(msg.get("content")))
+        stamp = f"[{when:%Y-%m-%d %H:%M}] " if when is not None else ""
+        entry = Entry(when, f"{stamp}{name}#{n} {role}: {text}", n, ref=f"{name}#{n}")
+        if rx.search(text) and _in_range(entry, since, until):
+            found.append(entry)
+    return found
 
 
 def tail(path: Path, n: int = 5) -> list[Entry]:

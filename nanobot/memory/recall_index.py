@@ -12,6 +12,8 @@ nothing at all, and whatever was written before a search is found by it. Rules:
 2. A source whose inode and size are as indexed is not opened. One that grew is checked (inode,
    fingerprint) and read on; one that was replaced (a rewrite by /new or repair, an editor's save)
    or changed before its end is indexed again from its start; a source that is gone loses its rows.
+   A session file renamed (/new keeps a conversation so, under an archived name) takes its rows
+   with it when its inode and fingerprint vouch for them: only what it has beyond them is read.
    Which session files to look at: those the journal names (nanobot.memory.recall_journal) when it
    can vouch for the rest, else every file of the folder (one stat each).
 3. A message's unit is its transcript text (messages.transcript_lines: tool results and call
@@ -47,7 +49,13 @@ from nanobot.errors import RecallIndexError
 from nanobot.memory.history_format import STAMP_RE, without_chunk_markers
 from nanobot.memory.recall_journal import Mark, changes_since, mark_for_full_scan
 from nanobot.messages import parse_timestamp, transcript_lines
-from nanobot.paths import PRIVATE_FILE_MODE, nanobot_home
+from nanobot.paths import (
+    PRIVATE_FILE_MODE,
+    archived_file_stamp,
+    archived_name,
+    nanobot_home,
+    split_archived_name,
+)
 from nanobot.secrets_mask import mask_secrets, remember_secrets, remembered_secrets
 from nanobot.threads import start_quiet
 
@@ -632,6 +640,8 @@ class RecallIndex:
                 "FROM sources WHERE path = ?",
                 (src.path,),
             ).fetchone()
+            if row is None and src.kind == "session":
+                row = self._moved_here(db, src.path, st, fh)
             if row is not None:
                 src_id, inode, done, fingerprint, seq, n, pointer, last_when, last_role, session = (
                     row
@@ -701,6 +711,37 @@ class RecallIndex:
                 ),
             )
             return len(data), whole
+
+    def _moved_here(
+        self, db: sqlite3.Connection, path: str, st: os.stat_result, fh: Any
+    ) -> tuple[Any, ...] | None:
+        """The source row of a session file renamed to `path` (how /new keeps a conversation), moved
+        with it and renamed after it, when nothing is at its old path any more (or another file is)
+        and the bytes it indexed are still the file's: then nothing is read again."""
+        rows = db.execute(
+            "SELECT id, path, done, fingerprint FROM sources WHERE inode = ? AND kind = 'session'",
+            (st.st_ino,),
+        ).fetchall()
+        for src_id, old, done, fingerprint in rows:
+            try:
+                if os.stat(old).st_ino == st.st_ino:
+                    continue  # still there (a second name for it): not a move
+            except OSError:
+                pass
+            if done > st.st_size or _fingerprint(fh, done) != fingerprint:
+                continue
+            fh.seek(0)
+            label = _session_key(fh.readline(), path)
+            db.execute(
+                "UPDATE sources SET path = ?, session = ? WHERE id = ?", (path, label, src_id)
+            )
+            moved: tuple[Any, ...] = db.execute(
+                "SELECT id, inode, done, fingerprint, seq, n, pointer, last_when, last_role, "
+                "session FROM sources WHERE id = ?",
+                (src_id,),
+            ).fetchone()
+            return moved
+        return None
 
     def _insert(
         self,
@@ -774,11 +815,15 @@ class RecallIndex:
     ) -> list[Hit]:
         """The best `limit` messages or entries for `query` (rule 5) within the filters, each hit a
         message's (entry's) best passage: its other passages take no other hit's place.
-        `exclude_live` (a session key): that session's unconsolidated messages (already in the
-        prompt) are left out; `only_sessions` keeps hits from those sessions (and HISTORY.md) only."""
+        `session`: a key (its current conversation and those /new archived of it), an archived
+        conversation's name, or HISTORY_LABEL. `exclude_live` (a session key): that session's unconsolidated messages (already in the
+        prompt) are left out; `only_sessions` keeps hits from those sessions (with the conversations
+        /new archived of them) and HISTORY.md only."""
         terms = _content_terms(query)
         if not terms or limit <= 0:
             return []
+        if only_sessions is not None:
+            only_sessions = set(only_sessions) | set(self.archives_of(only_sessions))
         where = ["fts MATCH ?"]
         args: list[Any] = [None]
         if since is not None:
@@ -787,9 +832,10 @@ class RecallIndex:
         if until is not None:
             where.append("u.ts != '' AND u.ts <= ?")
             args.append(_local(until))
-        if session is not None:
-            where.append("s.session = ?")
-            args.append(session)
+        if session is not None:  # a key covers the conversations its /new archived
+            labels = [session, *self.archives_of({session})]
+            where.append(f"s.session IN ({', '.join('?' for _ in labels)})")
+            args.extend(labels)
         if role is not None:
             where.append("u.role = ?")
             args.append(role)
@@ -875,6 +921,21 @@ class RecallIndex:
 
         units: list[Unit] = self._guarded(work)
         return units
+
+    def archives_of(self, keys: set[str] | frozenset[str]) -> list[str]:
+        """The names of the indexed conversations /new archived of these keys, oldest first."""
+
+        def work(db: sqlite3.Connection) -> list[str]:
+            labels = db.execute("SELECT DISTINCT session FROM sources WHERE kind = 'session'")
+            found = [
+                label
+                for (label,) in labels
+                if (split := split_archived_name(label)) is not None and split[0] in keys
+            ]
+            return sorted(found, key=lambda label: label.rpartition("@")[2])
+
+        names: list[str] = self._guarded(work)
+        return names
 
     def stats(self) -> dict[str, int]:
         """Units, sources, bytes indexed and orphaned rows (for the benchmarks)."""
@@ -1251,6 +1312,14 @@ def _last_entry_start(data: bytes, end: int) -> int:
 
 
 def _session_key(data: bytes, path: str) -> str:
+    """The session a file's units belong to: its key, or for a conversation /new archived, its
+    name `<key>@<stamp>` (nanobot.paths), so its refs never mix with the key's live conversation."""
+    key = _file_key(data, path)
+    stamp = archived_file_stamp(path)
+    return archived_name(key, stamp) if stamp is not None else key
+
+
+def _file_key(data: bytes, path: str) -> str:
     first = data.split(b"\n", 1)[0]
     try:
         record = orjson.loads(first)
@@ -1263,6 +1332,8 @@ def _session_key(data: bytes, path: str) -> str:
     ):
         return str(record["key"])
     stem = Path(path).stem
+    if archived_file_stamp(path) is not None:
+        stem = stem.rsplit(".", 1)[0]
     return stem.rsplit("-", 1)[0] if "-" in stem else stem
 
 

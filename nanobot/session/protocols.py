@@ -66,8 +66,9 @@ class SessionWriter(Protocol):
         """Record that the messages before `last_consolidated` are archived in memory."""
         ...
 
-    def clear(self, session: Session, /) -> None:
-        """Empty the session for /new (its messages were archived first)."""
+    def clear(self, session: Session, /) -> str | None:
+        """/new: keep the conversation as an archived one and start the key afresh (its messages
+        were recorded in HISTORY.md first); returns the archive's name, None when none was made."""
         ...
 
     def working_state_log(self, session: Session, /) -> WorkingStateWriter:
@@ -107,6 +108,11 @@ class SessionAdmin(Protocol):
 
     def infos(self) -> list[SessionInfo]:
         """Every session, read without taking locks, newest first."""
+        ...
+
+    def archives(self, key: str | None = None, /) -> list[SessionInfo]:
+        """Every conversation /new archived, or those of `key` (an info's `key` is the
+        conversation's name, `<key>@<stamp>`), newest first."""
         ...
 
     def load(self, key: str, /) -> Session:

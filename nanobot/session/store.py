@@ -14,17 +14,24 @@ consolidated messages are read if someone asks for them. A stale or wrong index 
 Each session's `FileIndex` (session/index.py) owns where its messages are in the file and what the
 file says is consolidated; the store asks it, and the lines' rules are session/lines.py's.
 
-The per-turn path only appends (one write + one fsync per call); compaction, repair and /new
-rewrite atomically. A damaged line costs only that line: its bytes go to `<file>.corrupt`.
+The per-turn path only appends (one write + one fsync per call); compaction and repair rewrite
+atomically. A damaged line costs only that line: its bytes go to `<file>.corrupt`.
+
+/new never deletes a message: the file (and its working state) is renamed to an archived
+conversation's name beside it (nanobot.paths: `<stem>.<UTC stamp>.jsonl`, named `<key>@<stamp>`),
+and the key starts afresh. A crash at any point leaves the old conversation in the live file or in
+the archive, never in neither. An archive is read-only: listed apart, shown, searched, not opened.
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +43,17 @@ from nanobot.errors import (
     UsageError,
     storage_error,
 )
-from nanobot.fsio import ExclusiveLock, append_durably, atomic_write
+from nanobot.fsio import ExclusiveLock, append_durably, atomic_write, fsync_dir
 from nanobot.memory.recall_journal import note_change
 from nanobot.messages import Message, for_wire, now_iso, parse_iso, parse_timestamp
-from nanobot.paths import ensure_private_dir, sessions_dir
+from nanobot.paths import (
+    archived_file_name,
+    archived_file_stamp,
+    archived_name,
+    ensure_private_dir,
+    sessions_dir,
+    split_archived_name,
+)
 from nanobot.secrets_mask import mask_value
 from nanobot.session.index import (
     INDEX_KEY,
@@ -54,7 +68,7 @@ from nanobot.session.index import (
 from nanobot.session.lines import DECISION_TYPE, META, classify, dumps, exact_loads, plain_int
 from nanobot.session.save_policy import as_sent
 from nanobot.session.validity import Fixes, make_valid, repair_messages
-from nanobot.session.working_state import SUFFIX, WorkingStateLog
+from nanobot.session.working_state import SUFFIX, WorkingStateLog, state_path
 
 __all__ = [
     "Session",
@@ -158,8 +172,9 @@ _OUR_NAME = re.compile(
 
 
 def is_our_file(path: Path) -> bool:
-    """A name path_for gives (never one nanobot 0.1.x wrote), whatever the file holds."""
-    return _OUR_NAME.match(path.name) is not None
+    """A name path_for gives, or an archive /new made of one (never one nanobot 0.1.x wrote),
+    whatever the file holds."""
+    return _OUR_NAME.match(path.name) is not None or archived_file_stamp(path) is not None
 
 
 def key_from_name(path: Path) -> str | None:
@@ -201,6 +216,14 @@ class SessionStore:
         digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:12]
         return self.directory / f"{_slug(key)}-{digest}.jsonl"
 
+    def archive_path(self, name: str) -> Path | None:
+        """The file of the archived conversation `name` (`<key>@<stamp>`); None: not such a name."""
+        split = split_archived_name(name)
+        if split is None:
+            return None
+        live = self.path_for(split[0])
+        return live.with_name(archived_file_name(live, split[1]))
+
     def _legacy_path(self, key: str) -> Path:
         # nanobot v0.1.x named files after the key with ':' replaced, minus unsafe characters.
         name = re.sub(r'[<>:"/\\|?*]', "_", key.replace(":", "_")).strip()
@@ -212,9 +235,13 @@ class SessionStore:
         return self.path_for(key).exists() or self._legacy_file(key) is not None
 
     def load(self, key: str) -> Session:
-        """A read-only snapshot (no lock, nothing written); raises UnknownSessionError."""
+        """A read-only snapshot (no lock, nothing written); raises UnknownSessionError. `key` may
+        name an archived conversation (`<key>@<stamp>`, see `archives`)."""
         path = self.path_for(key)
         source = path if path.exists() else self._legacy_file(key)
+        archive = self.archive_path(key)
+        if source is None and archive is not None and archive.is_file():
+            path = source = archive
         if source is None:
             raise UnknownSessionError(f"no session named {key!r}", hint=self._known_keys_hint())
         parsed = read(source)
@@ -236,6 +263,8 @@ class SessionStore:
         if not self.directory.is_dir():
             return []
         for path in sorted(self.directory.glob("*.jsonl")):
+            if archived_file_stamp(path) is not None:
+                continue  # an archived conversation: `archives` lists those
             try:
                 parsed = read(path)
             except OSError:
@@ -264,6 +293,46 @@ class SessionStore:
                 warnings,
             )
         return sorted(infos.values(), key=lambda info: _sort_time(info.updated_at), reverse=True)
+
+    def archives(self, key: str | None = None) -> list[SessionInfo]:
+        """Every archived conversation (what /new kept), or those of `key`, newest first; an info's
+        `key` is the conversation's name (`<key>@<stamp>`), `updated_at` its last message's time."""
+        if not self.directory.is_dir():
+            return []
+        found: list[tuple[str, SessionInfo]] = []
+        pattern = (
+            f"{glob.escape(self.path_for(key).stem)}.*.jsonl" if key is not None else "*.jsonl"
+        )
+        for path in self.directory.glob(pattern):
+            stamp = archived_file_stamp(path)
+            if stamp is None:
+                continue
+            try:
+                parsed = read(path)
+            except OSError:
+                continue
+            owner = (
+                parsed.first_meta.get("key")
+                or parsed.meta.get("key")
+                or key_from_name(path.with_name(path.name.split(".", 1)[0] + ".jsonl"))
+                or path.name.split(".", 1)[0]
+            )
+            name = archived_name(str(owner), stamp)
+            session = self._build(name, path, parsed)
+            warnings = session.warnings + (
+                [f"{len(parsed.bad_lines)} damaged line(s)"] if parsed.bad_lines else []
+            )
+            info = SessionInfo(
+                name,
+                path,
+                len(session.messages),
+                session.last_consolidated,
+                session.updated_at,
+                warnings,
+            )
+            found.append((stamp, info))
+        found.sort(key=lambda item: (_stamp_order(item[0]), item[1].key), reverse=True)
+        return [info for _, info in found]
 
     def _legacy_file(self, key: str) -> Path | None:
         legacy = self._legacy_path(key)
@@ -344,6 +413,7 @@ class SessionStore:
                 "the session key is empty",
                 hint="Name the session, e.g. -s work (without -s the chat uses cli:direct).",
             )
+        self._refuse_archived(key, "continued")
         path = self.path_for(key)
         if path.is_dir():
             raise StorageError(
@@ -380,6 +450,23 @@ class SessionStore:
         if session._lock is not None:
             session._lock.release()
             session._lock = None
+
+    def _refuse_archived(self, key: str, what: str) -> None:
+        split = split_archived_name(key)
+        if split is None:
+            return
+        archive = self.archive_path(key)
+        if archive is not None and archive.is_file():
+            raise UsageError(
+                f"{key} is a conversation /new archived; it is kept as it was and cannot be {what}",
+                hint=f"Read it with `nanobot session show {key}` (or search it with `nanobot history "
+                f"search`); continue with -s {split[0]}, or start another session with another name.",
+            )
+        raise UsageError(
+            f"{key} is shaped like the name of an archived conversation (KEY@STAMP), which no "
+            "session may have",
+            hint="Pick another name for the session; `nanobot session list` lists the archived ones.",
+        )
 
     def _lock(self, key: str, path: Path) -> ExclusiveLock:
         ensure_private_dir(self.directory)
@@ -500,18 +587,58 @@ class SessionStore:
         note_change(session.path)
         index.rewritten(len(first), checkpoint, session.last_consolidated)
 
-    def clear(self, session: Session) -> None:
-        """Empty the session for /new (the caller archives the old messages first)."""
+    def clear(self, session: Session) -> str | None:
+        """/new: keep the conversation whole as an archived one, start the key afresh; returns the
+        archive's name (None when there were no messages). The caller records the old messages in
+        HISTORY.md first. Each step is one rename, so a crash leaves the conversation either in the
+        live file or in the archive: the file moves first, then its working state (a crash between
+        leaves that state, already closed by /new, beside the new conversation), then a fresh file."""
+        self._require_lock(session)
+        name = None
+        session.decisions = list(session.decisions)  # kept (read now: a part may still be on disk)
+        if session.messages:
+            ensure_private_dir(self.directory)
+            stamp, target = self._free_archive(session.path)
+            try:
+                os.replace(session.path, target)  # the only name it has is the archive's from here
+            except OSError as exc:
+                raise storage_error(exc, "archive the conversation", session.path) from None
+            fsync_dir(self.directory)
+            note_change(target)
+            try:  # (failing, it stays as a crash here leaves it: closed, beside the new conversation)
+                if state_path(session.path).exists():
+                    os.replace(state_path(session.path), state_path(target))
+                    fsync_dir(self.directory)
+            except OSError:
+                pass
+            name = archived_name(session.key, stamp)
+            session.created_at = now_iso()
         session.messages = []
         session.last_consolidated = 0
+        session._file = FileIndex(session.path)
         self.rewrite(session)
+        return name
+
+    def _free_archive(self, live: Path) -> tuple[str, Path]:
+        """A stamp (this UTC second) and archive path no archive has yet (the session's lock is held,
+        and only its /new names archives of it, so nothing takes the name before the rename)."""
+        base = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        for n in range(1, 10_000):
+            stamp = base if n == 1 else f"{base}-{n}"
+            target = live.with_name(archived_file_name(live, stamp))
+            if not target.exists() and not state_path(target).exists():
+                return stamp, target
+        raise StorageError(f"too many archives of {live} this second", path=str(live))
 
     def working_state_log(self, session: Session) -> WorkingStateLog:
         """The session's working-state file, beside its session file (session/working_state.py)."""
         return WorkingStateLog(session.path)
 
     def working_state_for(self, key: str) -> WorkingStateLog:
-        """The working-state file of the session `key`, without loading the session."""
+        """The working-state file of the session `key` (or archived conversation), without loading it."""
+        archive = self.archive_path(key)
+        if archive is not None and archive.is_file() and not self.path_for(key).exists():
+            return WorkingStateLog(archive)
         return WorkingStateLog(self.path_for(key))
 
     def working_states(self) -> list[tuple[Path, WorkingStateLog]]:
@@ -526,6 +653,7 @@ class SessionStore:
 
     def repair(self, key: str) -> RepairReport:
         """Rewrite a damaged session cleanly; the original file is kept as `<file>.bak-<time>`."""
+        self._refuse_archived(key, "repaired (it is read as it is: damaged lines are skipped)")
         path = self.path_for(key)
         if not self.exists(key):
             raise UnknownSessionError(f"no session named {key!r}", hint=self._known_keys_hint())
@@ -635,6 +763,12 @@ def _parse_first_line(path: Path) -> dict[str, Any]:
     except OSError:
         return {}
     return record if kind == META else {}
+
+
+def _stamp_order(stamp: str) -> tuple[str, int]:
+    """An archive stamp's order: its second, then its `-N` (so `-10` comes after `-9`)."""
+    base, _, n = stamp.partition("-")
+    return base, int(n) if n.isdigit() else 1
 
 
 def _sort_time(stamp: str) -> float:

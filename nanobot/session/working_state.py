@@ -18,7 +18,7 @@ Rules (the session file's own, nanobot.session.store):
    `doctor` how the last compaction ended, until a `new` record archives it with its conversation.
 
 Why a sibling file and not records in the session JSONL: the session file's load index seals
-its prefix by counting messages and decisions, and its rewrites (/new, repair) keep only those;
+its prefix by counting messages and decisions, and its rewrites (repair) keep only those;
 a third kind of record would have to be taught to each of them. This file follows the same rules
 on its own, and a reader of the session file (or nanobot 0.1.x) never sees it.
 """
@@ -287,7 +287,8 @@ class WorkingStateLog:
         )
 
     def close_for_new(self) -> None:
-        """/new: the conversation's working state is archived with it; the next one starts without."""
+        """/new: the conversation's working state is closed (and the store moves this file with the
+        conversation to its archived name); the next one starts without."""
         state = self.read()
         if state.current is not None or state.failed is not None:
             version = state.current.number if state.current is not None else None

@@ -30,6 +30,7 @@ from nanobot.memory.recall_index import (
     query_terms,
     query_words,
 )
+from nanobot.paths import split_archived_name
 from nanobot.tools.base import Tool, ToolContext
 from nanobot.tools.workspace_guard import workspace_root
 from nanobot.untrusted import fence
@@ -95,9 +96,17 @@ def _label(unit: Unit, current: str | None) -> str:
         return HISTORY_LABEL + (" (RAW archive)" if unit.role == "archive" else "")
     if current is None:
         return f"session {unit.session}"
-    return f"session {unit.session}" + (
-        " (this session, earlier)" if unit.session == current else " (another session)"
-    )
+    if unit.session == current:
+        return f"session {unit.session} (this session, earlier)"
+    if _key_of(unit.session) == current:
+        return f"session {unit.session} (this session, before a /new)"
+    return f"session {unit.session} (another session)"
+
+
+def _key_of(session: str) -> str:
+    """The session key a session name belongs to (a conversation /new archived: its key's)."""
+    split = split_archived_name(session)
+    return split[0] if split is not None else session
 
 
 def _cut(text: str, words: list[str], size: int) -> str:
@@ -178,7 +187,8 @@ class SearchHistoryTool(_RecallTool):
             "until": {"type": "string", "description": "Only up to this date, inclusive."},
             "session": {
                 "type": "string",
-                "description": "Only this session (its key), or 'memory/HISTORY.md'.",
+                "description": "Only this session (its key, with the conversations its /new "
+                "archived), one archived conversation (KEY@STAMP), or 'memory/HISTORY.md'.",
             },
             "role": {
                 "type": "string",
@@ -222,7 +232,12 @@ class SearchHistoryTool(_RecallTool):
         if role is not None and role not in ROLES:
             raise ToolError(f"role must be one of {', '.join(ROLES)}")
         only = self._only()
-        if session and only is not None and session not in only and session != HISTORY_LABEL:
+        if (
+            session
+            and only is not None
+            and _key_of(session) not in only
+            and session != HISTORY_LABEL
+        ):
             raise ToolError(
                 'this assistant keeps sessions apart (tools.recall.scope is "session"); '
                 "search this session or memory/HISTORY.md"
@@ -303,23 +318,32 @@ class ReadHistoryTool(_RecallTool):
                 "ref must look like 'SESSION#NUMBER', as search_history shows it (e.g. 'cli:direct#42')"
             )
         only = self._only()
-        if only is not None and session not in only and session != HISTORY_LABEL:
+        if only is not None and _key_of(session) not in only and session != HISTORY_LABEL:
             raise ToolError('this assistant keeps sessions apart (tools.recall.scope is "session")')
         seq = int(number)
         before = max(0, min(int(before), 20))
         after = max(0, min(int(after), 20))
         index = open_index(self.ctx)
 
-        def work() -> list[Unit]:
+        def work() -> tuple[list[Unit], list[str]]:
             try:
                 index.refresh(budget_seconds=REFRESH_SECONDS)
-                return index.around(session, seq, before=before, after=after)
+                units = index.around(session, seq, before=before, after=after)
+                return units, [] if units else index.archives_of({session})
             finally:
                 index.close()
 
-        units = await asyncio.to_thread(_answering, work)
+        units, archives = await asyncio.to_thread(_answering, work)
+        if not units and archives:
+            # A ref names a place in the key's current conversation; /new started that afresh.
+            names = ", ".join(archives[-3:]) + (" and earlier ones" if len(archives) > 3 else "")
+            raise ToolError(
+                f"nothing at {ref!r}: {session}'s current conversation is shorter. /new started it "
+                f"afresh and kept the earlier conversation(s) as {names}; a ref taken before a /new "
+                "is not valid any more: search again (search_history) for the ref to read"
+            )
         if not units:
-            return f"Nothing archived at {ref!r} (the ref may come from before the session was cleared)."
+            return f"Nothing archived at {ref!r}."
         lines: list[str] = []
         used = 0
         for u in units:

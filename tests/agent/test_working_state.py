@@ -290,10 +290,13 @@ def test_new_archives_the_working_state_with_the_messages(nanobot_run, fake_llm,
     assert nanobot_run("agent", "-m", "a fresh start").returncode == 0
     turns = [r for r in fake_llm.requests if not is_consolidation(r)]
     assert SOURCE not in wire_text(turns[-1])  # the new conversation starts without it
-    state = WorkingStateLog(SessionStore().path_for("cli:direct")).read()
+    store = SessionStore()
+    assert store.working_state_for("cli:direct").read().versions == []  # it starts afresh
+    (kept,) = store.archives()  # the old conversation's state went with it
+    state = store.working_state_for(kept.key).read()
     assert state.current is None and state.versions and all(v.closed for v in state.versions)
     assert "BILL-4821" in state.versions[-1].text  # archived, still on disk
-    shown = nanobot_run("session", "show", "cli:direct").stdout
+    shown = nanobot_run("session", "show", kept.key).stdout
     assert "archived by /new" in shown
 
 
@@ -312,17 +315,16 @@ def test_status_after_new_says_the_session_started_afresh_and_the_versions_are_a
     status = nanobot_run("status")
     assert status.returncode == 0, status.stderr
     said = " ".join(status.stdout.split())  # the table wraps long rows
-    assert "no checkpoint yet" not in said and "version 1:" not in said
-    assert "/new started this conversation afresh" in said
-    archived = WorkingStateLog(SessionStore().path_for("cli:direct")).read().versions
+    assert "no checkpoint yet" in said and "version 1:" not in said  # the new conversation's
+    (kept,) = SessionStore().archives()
+    assert f"1 earlier conversation(s) of cli:direct kept by /new; newest {kept.key}" in said
+    archived = SessionStore().working_state_for(kept.key).read().versions
     assert archived and all(v.closed for v in archived)  # /new's own compaction may add one
-    counted = f"{len(archived)} earlier version{'s' if len(archived) > 1 else ''} archived"
-    assert counted in said and "nanobot session show" in said
-    # the command it names does list them
-    shown = nanobot_run("session", "show", "cli:direct").stdout
-    assert shown.count("archived by /new") == len(archived)
-    # /status in the chat says the same
-    assert counted in " ".join(nanobot_run("agent", "-m", "/status").stdout.split())
+    # the archived conversation's own screen lists them
+    shown = nanobot_run("session", "show", kept.key).stdout
+    assert shown.count("archived by /new") == len(archived) + 1  # and the header line
+    chat = " ".join(nanobot_run("agent", "-m", "/status").stdout.split())
+    assert "no checkpoint yet" in chat and "1 earlier conversation(s) kept by /new" in chat
 
 
 def test_a_failed_compaction_shows_in_status_and_doctor(nanobot_run, fake_llm, configure):

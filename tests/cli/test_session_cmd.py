@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
-from nanobot.cli.session_cmd import session_app
+from nanobot.cli.session_cmd import SHOWN_ARCHIVES, session_app
 from nanobot.messages import assistant, tool_call, tool_result, user
 from nanobot.session.store import SessionStore
 from typer.testing import CliRunner
@@ -178,3 +179,32 @@ def test_show_counts_a_one_item_checkpoint_as_one_item(store):
     log.add_version("Goal: ship BILL-4821\nIdentifiers:\n- BILL-4821", archived=2)
     out = runner.invoke(session_app, ["show", "cli:direct"]).output
     assert "(version 2, 2 items," in out and "· 1 item ·" in out and "1 items" not in out
+
+
+def test_list_shows_the_newest_archived_conversations_apart_and_show_reads_one(store):
+    session = store.open("cli:direct")
+    kept = []
+    for i in range(SHOWN_ARCHIVES + 2):  # seven /news (several in one second: -2, -3, ...)
+        store.append(session, [user(f"conversation {i}"), assistant(f"answer {i}")])
+        kept.append(store.clear(session))
+    store.append(session, [user("the live one")])
+    store.close(session)
+    listed = runner.invoke(session_app, ["list"])
+    assert listed.exit_code == 0, listed.output
+    live, _, archived = listed.output.partition("archived by /new (7;")
+    assert "cli:direct" in live and "@" not in live  # the live list is not cluttered
+    names = re.findall(r"cli:direct@[0-9TZ-]+", archived)
+    assert names == kept[::-1][:SHOWN_ARCHIVES]  # newest first
+    assert "2 older archived conversation(s) not shown" in archived
+    everything = runner.invoke(session_app, ["list", "--archived"]).output
+    assert re.findall(r"cli:direct@[0-9TZ-]+", everything) == kept[::-1]
+    assert "not shown" not in everything
+    shown = runner.invoke(session_app, ["show", kept[0], "--json"])
+    assert shown.exit_code == 0, shown.output
+    data = json.loads(shown.output)
+    assert data["archived"] is True and [m["content"] for m in data["messages"]] == [
+        "conversation 0",
+        "answer 0",
+    ]
+    live_show = json.loads(runner.invoke(session_app, ["show", "cli:direct", "--json"]).output)
+    assert live_show["archived"] is False and len(live_show["messages"]) == 1

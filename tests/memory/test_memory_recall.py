@@ -274,12 +274,19 @@ def test_appended_rewritten_and_deleted_sources_are_followed(ws):
         "a zebra finch",
         "the zebra crossing",
     ]
-    store.clear(session)  # /new: the file is rewritten without them
+    kept = store.clear(session)  # /new: they move to an archive, the file starts afresh
     store.append(session, [{"role": "user", "content": "zebra again"}])
     store.close(session)
     idx.refresh()
-    assert [h.unit.text for h in idx.search("zebra")] == ["zebra again"]
+    assert sorted((h.unit.session, h.unit.text) for h in idx.search("zebra", session="cli:a")) == [
+        ("cli:a", "zebra again"),  # the live session holds only what came after /new
+        (kept, "a zebra finch"),  # the conversation before it, under the archive's name
+        (kept, "the zebra crossing"),
+    ]
+    assert len(idx.search("zebra", session=kept)) == 2
     path.unlink()
+    assert kept is not None and (archive := store.archive_path(kept)) is not None
+    archive.unlink()
     idx.refresh()
     assert idx.search("zebra") == [] and idx.stats()["sources"] == 0
 
@@ -436,3 +443,46 @@ def test_a_hit_shows_its_words_across_the_cut_between_two_passages(tmp_path):
     out = search(tmp_path / "ws", query="park bike station rack bakery", limit=1)
     assert "where did I park the bike on Friday?" in out
     assert "at the station, rack 12, next to the bakery" in out
+
+
+def new_conversation(key: str, texts: list[str]) -> str:
+    """Say `texts` in session `key` (a user message each), then /new; returns the archive's name."""
+    store = SessionStore()
+    session = store.open(key)
+    try:
+        store.append(session, [{"role": "user", "content": t} for t in texts])
+        name = store.clear(session)
+    finally:
+        store.close(session)
+    assert name is not None
+    return name
+
+
+def test_read_history_reads_an_archived_conversation_and_its_refs_survive_more_news(ws):
+    first = new_conversation("cli:direct", ["hello", "Question: do we need a maintenance window?"])
+    second = new_conversation("cli:direct", ["the boiler is making a noise", "what a week"])
+    assert first != second
+    out = search(ws, session_key="cli:direct", query="maintenance window")
+    assert f"session {first} (this session, before a /new) · user · ref {first}#1" in out
+    around = read(ws, session_key="cli:direct", ref=f"{first}#1", before=1, after=0)
+    assert "hello" in around and "maintenance window" in around and "boiler" not in around
+    assert "boiler" in read(ws, ref=f"{second}#0", after=0)  # the second archive, apart
+    # scope "session": the conversations this session's /new archived are its own
+    kept = search(ws, session_key="cli:direct", scope="session", query="boiler noise")
+    assert f"ref {second}#0" in kept
+    assert "boiler" in read(ws, session_key="cli:direct", scope="session", ref=f"{second}#0")
+    with pytest.raises(ToolError):
+        read(ws, session_key="cli:other", scope="session", ref=f"{second}#0")
+
+
+def test_a_ref_taken_before_new_fails_saying_where_the_conversation_went(ws):
+    write_session(
+        "cli:direct",
+        [("user", f"message {i}", f"2026-01-30T10:0{i}:00") for i in range(4)],
+    )
+    assert "message 3" in read(ws, ref="cli:direct#3", after=0)
+    name = new_conversation("cli:direct", [])  # /new of those four (nothing more said)
+    with pytest.raises(ToolError) as caught:
+        read(ws, ref="cli:direct#3")
+    assert name in str(caught.value) and "search again" in str(caught.value)
+    assert "message 3" in read(ws, ref=f"{name}#3", after=0)

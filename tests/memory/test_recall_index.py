@@ -142,3 +142,28 @@ def test_a_hit_in_a_long_message_shows_the_messages_around_it_not_its_own_next_p
     assert hit.before is not None and hit.before.text == "what do you know about the walrus?"
     assert hit.after is not None and hit.after.role == "user"
     assert hit.after.text == "thanks, and the seals?"
+
+
+def test_new_moves_the_indexed_conversation_to_its_archive_without_reading_it_again():
+    store = SessionStore()
+    session = store.open("cli:long")
+    store.append(
+        session,
+        [{"role": "user", "content": f"note {i}: the walrus count is {i}"} for i in range(300)],
+    )
+    idx = index()
+    read_first = idx.refresh().bytes_done
+    assert read_first > 20_000 and len(idx.search("walrus", limit=50)) == 50
+    kept = store.clear(session)  # /new: the file is renamed to the archive's name
+    store.append(session, [{"role": "user", "content": "a walrus again"}])
+    store.close(session)
+    assert kept is not None and (archive := store.archive_path(kept)) is not None
+    report = idx.refresh()
+    assert report.complete and report.bytes_done < 1_000  # the new live file only
+    hits = idx.search("walrus count 299", limit=3)
+    assert hits[0].unit.session == kept and hits[0].unit.ref == f"{kept}#299"
+    assert [h.unit.text for h in idx.search("walrus", session="cli:long", limit=500)].count(
+        "a walrus again"
+    ) == 1
+    assert len(idx.search("walrus", session=kept, limit=500)) == 300
+    assert idx.stats()["sources"] == 2 and archive.is_file()

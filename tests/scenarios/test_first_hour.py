@@ -8,6 +8,7 @@ import os
 import socket
 
 from nanobot.fakellm import Reply
+from nanobot.session.store import SessionStore
 from tests.cli.terminal import Terminal
 from tests.providers.test_raw_http import CannedServer
 
@@ -63,11 +64,9 @@ def test_slash_commands_act_in_one_shot_mode_and_history_starts_empty(
         if m["role"] == "user"
     )
     stored = [
-        json.loads(line)
-        for p in (isolated_home / "sessions").glob("*.jsonl")
-        for line in p.read_text().splitlines()
+        json.loads(line) for line in SessionStore().path_for("cli:direct").read_text().splitlines()
     ]
-    assert [m for m in stored if "role" in m] == []  # cleared, after being archived:
+    assert [m for m in stored if "role" in m] == []  # started afresh, after being archived:
     found = run(nanobot_run, "history", "grep", "Ada")
     assert found.returncode == 0 and "Ada said hello" in found.stdout
     assert_one_error(

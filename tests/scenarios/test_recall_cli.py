@@ -315,3 +315,61 @@ def test_search_into_a_reader_that_stops_early_exits_0_quietly(
     proc.stdout.close()
     assert proc.wait(timeout=60) == 0
     assert proc.stderr.read() == b""
+
+
+def test_new_keeps_the_old_conversation_and_history_search_and_grep_find_its_words(
+    configure, fake_llm, nanobot_run, isolated_home
+):
+    configure()
+    fake_llm.script(
+        Reply.text("Let me look at the calendar."),
+        Reply.tool_calls(  # /new's summary does not repeat the words: only the kept messages can
+            [
+                (
+                    "save_memory",
+                    {
+                        "history_entry": "[2026-12-04 02:00] Talked about scheduling server work.",
+                        "memory_update": "# Memory\n\n- The user runs servers.",
+                    },
+                )
+            ]
+        ),
+        Reply.text("Hello again."),
+    )
+    question = "Question: do we need a maintenance window?"
+    assert nanobot_run("agent", "-m", question).returncode == 0
+    new = nanobot_run("agent", "-m", "/new")
+    assert new.returncode == 0, new.stderr
+    (kept,) = SessionStore().archives()
+    assert f"the previous one is kept as {kept.key}" in new.stdout
+    assert nanobot_run("agent", "-m", "hello again").returncode == 0
+    # on disk: the archive holds the old conversation, the live file only the new one
+    said = [
+        json.loads(line).get("content")
+        for line in kept.path.read_text().splitlines()
+        if "role" in json.loads(line)
+    ]
+    assert said == [question, "Let me look at the calendar."]
+    live = SessionStore().path_for("cli:direct").read_text()
+    assert "hello again" in live and "maintenance" not in live
+    assert "Talked about scheduling" in (isolated_home / "workspace/memory/HISTORY.md").read_text()
+    search = nanobot_run("history", "search", "maintenance window")
+    assert search.returncode == 0, search.stderr
+    assert f"session {kept.key} · user · ref {kept.key}#0" in search.stdout
+    assert question in search.stdout
+    grep = nanobot_run("history", "grep", "maintenance")
+    assert grep.returncode == 0, grep.stderr
+    assert f"{kept.key}#0 user: {question}" in grep.stdout
+    as_json = json.loads(nanobot_run("history", "grep", "maintenance", "--json").stdout)
+    assert [e.get("ref") for e in as_json] == [f"{kept.key}#0"]
+    mine = nanobot_run("history", "search", "maintenance", "--session", "cli:direct")
+    assert mine.returncode == 0 and f"ref {kept.key}#0" in mine.stdout  # a key covers its archives
+    listed = nanobot_run("session", "list")
+    assert "archived by /new (1;" in listed.stdout and kept.key in listed.stdout
+    shown = nanobot_run("session", "show", kept.key)
+    assert (
+        shown.returncode == 0 and question in shown.stdout and "archived by /new at" in shown.stdout
+    )
+    refused = nanobot_run("agent", "-s", kept.key, "-m", "go on")
+    assert refused.returncode != 0 and "cannot be continued" in refused.stderr
+    assert len(SessionStore().archives()) == 1 and len(fake_llm.requests) == 3

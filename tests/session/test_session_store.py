@@ -509,3 +509,143 @@ def test_a_torn_last_line_does_not_move_the_pointer(tmp_path):
         assert not any("moved it back" in w for w in session.warnings)
     finally:
         store.close(session)
+
+
+# -- /new: the old conversation is kept whole, as an archived one --------------------------------
+
+
+class Crash(BaseException):
+    """The process dies here (nothing after this line of /new runs)."""
+
+
+def start_conversation(store: SessionStore, key: str = "cli:direct"):
+    session = store.open(key)
+    store.append(session, [user("Question: do we need a maintenance window?"), assistant("Yes.")])
+    log = store.working_state_log(session)
+    log.add_version("Goal: plan the maintenance window", archived=2)
+    log.close_for_new()  # /new closes the state before the store keeps the conversation
+    return session
+
+
+def said(store: SessionStore) -> list[tuple[str, str]]:
+    """Every message on disk, in the live files and the archives: (where, text)."""
+    found = [(i.key, m["content"]) for i in store.infos() for m in store.load(i.key).messages]
+    found += [(a.key, m["content"]) for a in store.archives() for m in store.load(a.key).messages]
+    return found
+
+
+def test_new_keeps_the_conversation_whole_in_an_archive_and_the_key_starts_afresh(store):
+    session = start_conversation(store)
+    before = session.path.read_bytes()
+    name = store.clear(session)
+    store.append(session, [user("a fresh start")])
+    store.close(session)
+    assert name is not None and name.startswith("cli:direct@")
+    archive = store.archive_path(name)
+    assert archive is not None and archive.parent == store.directory
+    assert archive.read_bytes() == before  # moved, byte for byte
+    assert [m["content"] for m in records(store.path_for("cli:direct")) if "role" in m] == [
+        "a fresh start"
+    ]
+    assert [(i.key, i.message_count) for i in store.infos()] == [("cli:direct", 1)]  # not cluttered
+    assert [(a.key, a.message_count) for a in store.archives()] == [(name, 2)]
+    assert [a.key for a in store.archives("cli:direct")] == [name] and store.archives("cli") == []
+    shown = store.load(name)
+    assert shown.key == name and [m["content"] for m in shown.messages][0].startswith("Question")
+    state = store.working_state_for(name).read()  # the working state went with it, closed
+    assert [v.text for v in state.archived] == ["Goal: plan the maintenance window"]
+    assert store.working_state_for("cli:direct").read().versions == []
+    assert not store.exists(name)
+
+
+def test_two_news_in_the_same_second_keep_two_archives(store, monkeypatch):
+    from datetime import UTC, datetime
+
+    import nanobot.session.store as module
+
+    class Frozen(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime(2026, 12, 4, 2, 15, 7, tzinfo=UTC)
+
+    monkeypatch.setattr(module, "datetime", Frozen)
+    session = start_conversation(store)
+    first = store.clear(session)
+    store.append(session, [user("second conversation")])
+    second = store.clear(session)
+    store.close(session)
+    assert (first, second) == ("cli:direct@20261204T021507Z", "cli:direct@20261204T021507Z-2")
+    assert [a.key for a in store.archives()] == [second, first]  # newest first
+    assert [m["content"] for m in store.load(second).messages] == ["second conversation"]
+    assert store.load(first).messages[0]["content"].startswith("Question")
+
+
+@pytest.mark.parametrize(
+    "where, patched, calls",
+    [
+        ("before the move", "ensure_private_dir", 1),
+        ("after the session file moved", "fsync_dir", 1),
+        ("after the working state moved", "fsync_dir", 2),
+        ("before the fresh file is written", "atomic_write", 1),
+    ],
+)
+def test_a_crash_at_any_step_of_new_leaves_the_conversation_in_the_live_file_or_the_archive(
+    store, monkeypatch, where, patched, calls
+):
+    import nanobot.session.store as module
+
+    real = getattr(module, patched)
+    seen = []
+
+    def dies(*args, **kwargs):
+        seen.append(args)
+        if len(seen) == calls:
+            raise Crash(where)
+        return real(*args, **kwargs)
+
+    session = start_conversation(store)
+    monkeypatch.setattr(module, patched, dies)
+    with pytest.raises(Crash):
+        store.clear(session)
+    store.close(session)  # the process is gone: so is its lock
+    monkeypatch.undo()
+    after = SessionStore(store.directory)
+    texts = [text for _, text in said(after)]
+    assert texts == ["Question: do we need a maintenance window?", "Yes."]  # once, never lost
+    # the key opens (afresh or as it was) with no warning, and a later /new keeps everything
+    session = after.open("cli:direct")
+    assert session.warnings == [] and session.working_state == ""
+    if session.messages:
+        after.working_state_log(session).close_for_new()
+        after.clear(session)
+    after.append(session, [user("next")])
+    after.close(session)
+    assert sorted(text for _, text in said(after)) == sorted([*texts, "next"])
+    assert all(a.message_count == 2 for a in after.archives())
+
+
+def test_an_archived_conversation_is_read_only(store):
+    from nanobot.errors import UsageError
+
+    session = start_conversation(store)
+    name = store.clear(session)
+    store.close(session)
+    assert name is not None
+    for attempt in (store.open, store.repair):
+        with pytest.raises(UsageError) as caught:
+            attempt(name)
+        assert "archived" in caught.value.message and "session show" in (caught.value.hint or "")
+    with pytest.raises(UsageError):  # no live key may take an archive's shape
+        store.open("work@20300101T000000Z")
+    assert (
+        not store.path_for(name).exists() and not store.path_for("work@20300101T000000Z").exists()
+    )
+
+
+def test_nanobots_import_never_takes_an_archive_for_a_session_of_its_own(store, tmp_path):
+    from nanobot.session.importer import find_sessions
+
+    session = start_conversation(store)
+    store.clear(session)
+    store.close(session)
+    assert find_sessions(tmp_path / "home", tmp_path / "workspace", store) == []
