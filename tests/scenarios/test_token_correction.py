@@ -13,7 +13,7 @@ from nanobot.fakellm import Reply
 
 from budget_helpers import is_consolidation, make_strict, over_window, save_memory_reply
 
-WINDOW = 6000
+WINDOW = 6800
 
 
 def _answers(*replies: Reply):
@@ -26,9 +26,9 @@ def test_a_one_off_count_that_locks_the_chat_out_is_named_and_forgotten(
 ):
     configure(contextWindowTokens=WINDOW, maxTokens=1000)
     make_strict(fake_llm, WINDOW)
-    # a proxy's odd usage report: 5,500 prompt tokens for a request cl100k counts at about 3,600
+    # a proxy's odd usage report: 6,600 prompt tokens for a request cl100k counts at about 4,200
     fake_llm.responder = _answers(
-        Reply.text("first answer", usage={"prompt_tokens": 5500, "completion_tokens": 3}),
+        Reply.text("first answer", usage={"prompt_tokens": 6600, "completion_tokens": 3}),
         Reply.text("second answer"),
         Reply.text("third answer"),
     )
