@@ -749,7 +749,8 @@ class Chat:
             new, on_error="; the conversation was kept", quiet_when_idle=True
         ):
             kept = reports[0].kept_as if reports else ""
-            self.console.print(
+            say(
+                self.console,
                 "[dim]started a new conversation"
                 + (
                     f"; the previous one is kept as {escape(kept)} (`nanobot session show "
@@ -758,7 +759,6 @@ class Chat:
                     else ""
                 )
                 + "[/dim]",
-                highlight=False,
             )
             running = len(self.assistant.subagents.running())
             if running:  # their reports are not the old conversation's any more: say where they go

@@ -251,10 +251,15 @@ def test_new_says_a_running_helper_reports_into_the_new_conversation(repl, fake_
     child.sendline("/new")
     child.expect("started a new conversation")
     child.expect_exact(PROMPT)
-    shown = " ".join(screen_text(child).split())
+    screen = screen_text(child)
+    shown = " ".join(screen.split())
     assert (
         "1 subagent(s) still running: their reports will come into this new conversation" in shown
     )
+    # the archive's name and the command to show it: wrapped between words at the 100 columns,
+    # where the terminal itself would have cut "sessio|n"
+    assert "the previous one is kept as cli:direct@" in shown and "(`nanobot session show" in shown
+    assert max(len(line.rstrip()) for line in screen.splitlines()) <= 100, screen
     child.sendline("/stop")
     child.expect("stopped 1 subagent")
 
