@@ -147,6 +147,8 @@ class ConsolidationReport:
         ""  # why consolidation stopped without archiving (provider unavailable, cannot fit)
     )
     kept_as: str = ""  # /new: the name the old conversation is kept under (`<key>@<stamp>`)
+    # /new: the working state leaves with the conversation, so the lines say nothing of keeping it
+    ends_conversation: bool = False
 
     @property
     def ran(self) -> bool:
@@ -312,7 +314,7 @@ class Consolidator:
     ) -> ConsolidationReport:
         """For /new: record every unconsolidated message; the caller then keeps the conversation as an
         archived one and starts the session afresh (SessionWriter.clear)."""
-        report = ConsolidationReport()
+        report = ConsolidationReport(ends_conversation=True)
         async with self.lock_for(session.key):
             if len(session.messages) > session.last_consolidated:
                 report.rounds = 1
@@ -369,6 +371,9 @@ class Consolidator:
             log.record_compaction(ok=True, archived=report.messages, items=items)
         if report.messages:
             archived = f"{report.messages} message{'s' if report.messages != 1 else ''} archived"
+            if report.ends_conversation:
+                emit(Notice(f"compaction done: {archived}"))
+                return
             kept = (
                 f"kept {items_phrase(items)} of working state"
                 if session.working_state
@@ -730,7 +735,9 @@ class Consolidator:
                 if session.working_state
                 else "no working state is kept yet"
             )
-            if "session_checkpoint" not in " ".join(report.notices):
+            if not report.ends_conversation and "session_checkpoint" not in " ".join(
+                report.notices
+            ):
                 report.notices.append(
                     f"the model returned no session_checkpoint with its summary; {kept}"
                 )

@@ -54,6 +54,9 @@ def test_slash_commands_act_in_one_shot_mode_and_history_starts_empty(
     new = run(nanobot_run, "agent", "-m", "/new")
     assert new.returncode == 0, new.stderr
     assert "started a new conversation" in new.stdout
+    # the working state leaves with the conversation: nothing said of keeping it, or of a checkpoint
+    assert "compaction done: 2 messages archived" in new.stderr
+    assert "working state" not in new.stderr + new.stdout, new.stderr
     assert (
         len(fake_llm.requests) == 2
     )  # the turn, then the archive call; "/new" never reached the model
