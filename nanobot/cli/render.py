@@ -48,6 +48,7 @@ class Renderer:
         self.buffer = ""
         self._live: MarkdownStream | None = None
         self._status: Status | None = None
+        self._waiting: Waiting | None = None  # the spinner's label (and since when it has waited)
         self._wrote_plain = False
         self._held: list[Notice] = []  # notices that came while an answer streamed
 
@@ -56,7 +57,10 @@ class Renderer:
         if not (self.spinner and self.progress.is_terminal):
             return
         self._end_text()
-        waiting = Waiting(label)
+        self._show_spinner(Waiting(label))
+
+    def _show_spinner(self, waiting: Waiting) -> None:
+        self._waiting = waiting
         if self._status is None:
             self._status = self.progress.status(waiting, spinner="dots")
             self._status.start()
@@ -67,6 +71,17 @@ class Renderer:
         if self._status is not None:
             self._status.stop()
             self._status = None
+
+    def _say(self, console: Console, markup: str) -> None:
+        """One of nanobot's lines while the spinner may be up: the spinner is taken down first and
+        put back after, still counting. Printed over a live spinner, rich moves the cursor back over
+        the frame it last drew; in the spinner's first tick it has drawn none yet, and a frame drawn
+        meanwhile stayed in front of the line ("⠋ thinking…the model returned…")."""
+        waiting = self._waiting if self._status is not None else None
+        self._stop_spinner()
+        say(console, markup)
+        if waiting is not None:
+            self._show_spinner(waiting)
 
     # streamed text -----------------------------------------------------------------------
     def _text(self, chunk: str) -> None:
@@ -121,10 +136,10 @@ class Renderer:
             if (
                 cut_short
             ):  # the half answer above is marked as such, not left to read as a whole one
-                say(
+                self._say(
                     self.console, "[dim yellow]  … (the answer above was cut off here)[/dim yellow]"
                 )
-            say(
+            self._say(
                 self.progress,
                 f"[dim yellow]  {escape(event.reason)}; retrying in {event.delay:.0f}s "
                 f"(attempt {event.attempt + 1})[/dim yellow]",
@@ -144,7 +159,7 @@ class Renderer:
 
     def _notice(self, event: Notice) -> None:
         style = {"warning": "yellow", "error": "bold red"}.get(event.level, "dim")
-        say(self.progress, f"[{style}]{escape(event.text)}[/{style}]")
+        self._say(self.progress, f"[{style}]{escape(event.text)}[/{style}]")
 
     def show_error(self, text: str) -> None:
         from nanobot.cli.errors import report_text
