@@ -477,10 +477,12 @@ def test_a_spinning_fork_bomb_is_stopped_at_its_limit_long_before_its_timeout(ws
 
 
 def test_a_command_that_meets_the_process_limit_once_is_not_stopped(ws, confinement):
-    """Only forks refused again and again end a command early: a program that starts more children
-    than the limit allows is refused the extra ones, then waits for the rest and finishes."""
+    """Only forks refused again and again end a command early: a program that starts children until
+    the limit refuses one, then waits for them, finishes."""
     if "pids cgroup" not in confinement.process_limit:
         pytest.skip(f"no pids cgroup here: {confinement.process_limit}")
+    # It stops at the first refusal: retrying in a tight loop for 75 ms is a fork bomb's behaviour
+    # (on a loaded CI machine eight quick retries took that long, and the command was stopped).
     (ws / "kids.py").write_text(
         "import subprocess\n"
         "kids, refused = [], 0\n"
@@ -489,6 +491,7 @@ def test_a_command_that_meets_the_process_limit_once_is_not_stopped(ws, confinem
         "        kids.append(subprocess.Popen(['cat'], stdin=subprocess.PIPE))\n"
         "    except OSError:\n"
         "        refused += 1\n"
+        "        break\n"
         "for kid in kids:\n"
         "    kid.stdin.close()\n"
         "    kid.wait()\n"
@@ -497,7 +500,7 @@ def test_a_command_that_meets_the_process_limit_once_is_not_stopped(ws, confinem
     tool = make_tool(ws, confinement, exec_timeout=30.0, exec_limits=Limits(processes=16))
     out = run(tool, "python3 kids.py")
     ran, refused = (int(w) for w in (ws / "done.txt").read_text().split())  # it ran to its end
-    assert refused > 0 and ran + refused == 24, (ran, refused)  # the limit did refuse some
+    assert refused == 1 and 0 < ran < 16, (ran, refused)  # the limit did refuse one
     assert out.rstrip().endswith("[exit code: 0]"), out[-300:]
 
 
