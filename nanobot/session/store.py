@@ -280,18 +280,7 @@ class SessionStore:
             canonical = path == self.path_for(key)
             if key in infos and not canonical:
                 continue  # a v0.1.x file that was already imported
-            session = self._build(key, path, parsed)
-            warnings = session.warnings + (
-                [f"{len(parsed.bad_lines)} damaged line(s)"] if parsed.bad_lines else []
-            )
-            infos[key] = SessionInfo(
-                key,
-                path,
-                len(session.messages),
-                session.last_consolidated,
-                session.updated_at,
-                warnings,
-            )
+            infos[key] = self._info(key, path, parsed)
         return sorted(infos.values(), key=lambda info: _sort_time(info.updated_at), reverse=True)
 
     def archives(self, key: str | None = None) -> list[SessionInfo]:
@@ -317,22 +306,24 @@ class SessionStore:
                 or key_from_name(path.with_name(path.name.split(".", 1)[0] + ".jsonl"))
                 or path.name.split(".", 1)[0]
             )
-            name = archived_name(str(owner), stamp)
-            session = self._build(name, path, parsed)
-            warnings = session.warnings + (
-                [f"{len(parsed.bad_lines)} damaged line(s)"] if parsed.bad_lines else []
-            )
-            info = SessionInfo(
-                name,
-                path,
-                len(session.messages),
-                session.last_consolidated,
-                session.updated_at,
-                warnings,
-            )
-            found.append((stamp, info))
+            found.append((stamp, self._info(archived_name(str(owner), stamp), path, parsed)))
         found.sort(key=lambda item: (_stamp_order(item[0]), item[1].key), reverse=True)
         return [info for _, info in found]
+
+    def _info(self, key: str, path: Path, parsed: Parsed) -> SessionInfo:
+        """A session file's line in a listing: its counts, last time and what is wrong with it."""
+        session = self._build(key, path, parsed)
+        warnings = session.warnings + (
+            [f"{len(parsed.bad_lines)} damaged line(s)"] if parsed.bad_lines else []
+        )
+        return SessionInfo(
+            key,
+            path,
+            len(session.messages),
+            session.last_consolidated,
+            session.updated_at,
+            warnings,
+        )
 
     def _legacy_file(self, key: str) -> Path | None:
         legacy = self._legacy_path(key)
