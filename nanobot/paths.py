@@ -103,6 +103,12 @@ def archived_at(stamp: str) -> datetime:
     return datetime.strptime(stamp[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC).astimezone()
 
 
+def stamp_order(stamp: str) -> tuple[str, int]:
+    """An archive stamp's place in time: its second, then its `-N` (so `-10` comes after `-9`)."""
+    base, _, n = stamp.partition("-")
+    return base, int(n) if n.isdigit() else 1
+
+
 def split_archived_name(name: str) -> tuple[str, str] | None:
     """(key, stamp) of an archived conversation's name; None when `name` is not one."""
     m = _ARCHIVED_NAME.match(name)

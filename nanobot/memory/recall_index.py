@@ -55,6 +55,7 @@ from nanobot.paths import (
     archived_name,
     nanobot_home,
     split_archived_name,
+    stamp_order,
 )
 from nanobot.secrets_mask import mask_secrets, remember_secrets, remembered_secrets
 from nanobot.threads import start_quiet
@@ -932,7 +933,7 @@ class RecallIndex:
                 for (label,) in labels
                 if (split := split_archived_name(label)) is not None and split[0] in keys
             ]
-            return sorted(found, key=lambda label: label.rpartition("@")[2])
+            return sorted(found, key=lambda label: stamp_order(label.rpartition("@")[2]))
 
         names: list[str] = self._guarded(work)
         return names

@@ -53,6 +53,7 @@ from nanobot.paths import (
     ensure_private_dir,
     sessions_dir,
     split_archived_name,
+    stamp_order,
 )
 from nanobot.secrets_mask import mask_value
 from nanobot.session.index import (
@@ -307,7 +308,7 @@ class SessionStore:
                 or path.name.split(".", 1)[0]
             )
             found.append((stamp, self._info(archived_name(str(owner), stamp), path, parsed)))
-        found.sort(key=lambda item: (_stamp_order(item[0]), item[1].key), reverse=True)
+        found.sort(key=lambda item: (stamp_order(item[0]), item[1].key), reverse=True)
         return [info for _, info in found]
 
     def _info(self, key: str, path: Path, parsed: Parsed) -> SessionInfo:
@@ -754,12 +755,6 @@ def _parse_first_line(path: Path) -> dict[str, Any]:
     except OSError:
         return {}
     return record if kind == META else {}
-
-
-def _stamp_order(stamp: str) -> tuple[str, int]:
-    """An archive stamp's order: its second, then its `-N` (so `-10` comes after `-9`)."""
-    base, _, n = stamp.partition("-")
-    return base, int(n) if n.isdigit() else 1
 
 
 def _sort_time(stamp: str) -> float:

@@ -486,3 +486,25 @@ def test_a_ref_taken_before_new_fails_saying_where_the_conversation_went(ws):
         read(ws, ref="cli:direct#3")
     assert name in str(caught.value) and "search again" in str(caught.value)
     assert "message 3" in read(ws, ref=f"{name}#3", after=0)
+
+
+def test_a_stale_ref_names_the_newest_archives_even_past_nine_in_one_second(ws, monkeypatch):
+    # eleven /new within one second are STAMP, STAMP-2 ... STAMP-11: sorted as text, "-10" and
+    # "-11" came before "-2", and the error named -7, -8 and -9 as the newest
+    import datetime as dt
+
+    import nanobot.session.store as store_module
+
+    class Frozen(dt.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return dt.datetime(2026, 2, 1, 10, 0, 0, tzinfo=tz)
+
+    monkeypatch.setattr(store_module, "datetime", Frozen)
+    write_session("cli:direct", [("user", "message 0", "2026-01-30T10:00:00")])
+    names = [new_conversation("cli:direct", [f"talk {i}"]) for i in range(11)]
+    assert names[-1].endswith("@20260201T100000Z-11")
+    with pytest.raises(ToolError) as caught:
+        read(ws, ref="cli:direct#0")
+    said = str(caught.value)
+    assert f"as {names[-3]}, {names[-2]}, {names[-1]} and earlier ones" in said, said
