@@ -341,6 +341,8 @@ async def _one_shot(
                         }
                         for t in (d.outcome for d in background.turns)
                     ],
+                    # the reports whose turns a limit kept from running: saved in the session
+                    "held_reports": _held_reports(conversation.session.messages[saved_before:]),
                 },
                 ensure_ascii=False,
             )
@@ -355,6 +357,22 @@ def _background_work(helpers: int, reports: int) -> str:
         f"{reports} report turn(s)" if reports else "",
     ]
     return " and ".join(part for part in parts if part)
+
+
+def _held_reports(messages: list) -> list[dict]:
+    """The helpers' reports these messages keep because their report turns could not run."""
+    from nanobot.messages import NOTE_KEY
+
+    return [
+        {
+            "subagent": note.get("id"),
+            "label": note.get("label"),
+            "why": note["held"],
+            "report": note.get("report", ""),
+        }
+        for note in (m.get(NOTE_KEY) for m in messages)
+        if isinstance(note, dict) and note.get("held")
+    ]
 
 
 async def _wait_for_background(subagents: SubagentManager, wait: float, err: Console) -> None:

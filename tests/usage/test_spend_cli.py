@@ -540,9 +540,17 @@ def test_report_turns_held_by_the_daily_limit_are_told_once_and_kept_for_the_nex
         )
 
     fake_llm.responder = respond
-    result = nanobot_run("agent", "-m", "split the work in three")
+    result = nanobot_run("agent", "-m", "split the work in three", "--json")
     assert result.returncode == 0, result.stderr
-    assert "three helpers started" in result.stdout
+    answered = json.loads(result.stdout)
+    assert answered["answer"] == "three helpers started" and answered["background"] == []
+    # a script reading the JSON learns what was held, and why
+    held = answered["held_reports"]
+    assert sorted(h["label"] for h in held) == ["alpha", "beta", "gamma"]
+    assert all("daily token limit is reached" in h["why"] for h in held)
+    assert {h["report"] for h in held} == {
+        f"helper {p} found the {p} file" for p in ("alpha", "beta", "gamma")
+    }
     assert result.stderr.count("daily token limit is reached") == 1, result.stderr
     assert result.stderr.count("not handled") == 1
     assert "nanobot session show cli:direct" in result.stderr
