@@ -74,6 +74,52 @@ def test_the_hosts_secret_files_are_hidden(ws, confinement, restrict):
     ]  # other users' homes: not listed
 
 
+def test_the_hosts_ssh_keys_are_hidden(ws, confinement):
+    # a canary host key beside any real ones, found by the same pattern (/etc/ssh/ssh_host_*_key)
+    if os.geteuid() != 0:
+        pytest.skip("only root can plant a host key to prove the hiding")
+    made = not Path("/etc/ssh").exists()
+    key = Path(f"/etc/ssh/ssh_host_nanobotcanary{os.getpid()}_key")
+    canary = f"CANARY-HOST-KEY-{os.getpid()}"
+    try:
+        key.parent.mkdir(exist_ok=True)
+        key.write_text(canary)
+        key.chmod(0o600)
+    except OSError as exc:
+        pytest.skip(f"cannot plant a host key here: {exc}")
+    try:
+        _run(
+            _tool(ws, confinement, False),
+            f"cat /etc/ssh/ssh_host_*_key > stolen.txt 2>/dev/null; cp {key} copy.txt 2>/dev/null; "
+            "head -c 4 /etc/passwd > passwd.txt",
+        )
+    finally:
+        key.unlink()
+        if made:
+            key.parent.rmdir()
+    assert (ws / "passwd.txt").read_text() == "root"  # the command ran, and /etc is readable
+    stolen = (ws / "stolen.txt").read_text() + (
+        (ws / "copy.txt").read_text() if (ws / "copy.txt").exists() else ""
+    )
+    assert canary not in stolen
+
+
+def test_system_folders_are_read_only_even_to_root(ws, confinement):
+    if os.geteuid() != 0:
+        pytest.skip("only root could write there unconfined: run as root to prove it")
+    planted = [Path(f"{d}/nanobot-canary-{os.getpid()}") for d in ("/etc", "/usr", "/var", "/opt")]
+    try:
+        _run(
+            _tool(ws, confinement, False),
+            "; ".join(f"echo x > {p}" for p in planted) + "; echo ran",
+        )
+        written = [p for p in planted if p.exists()]
+    finally:
+        for p in planted:
+            p.unlink(missing_ok=True)
+    assert written == []
+
+
 def test_no_setuid_or_setgid_bit_survives_a_command(ws, confinement):
     # the seccomp filter refuses the bits; it is the same with restrictToWorkspace and without
     _run(
