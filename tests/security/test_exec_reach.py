@@ -74,12 +74,21 @@ def test_the_hosts_secret_files_are_hidden(ws, confinement, restrict):
     ]  # other users' homes: not listed
 
 
-def test_the_hosts_ssh_keys_are_hidden(ws, confinement):
-    # a canary host key beside any real ones, found by the same pattern (/etc/ssh/ssh_host_*_key)
+def test_the_hosts_ssh_keys_are_hidden(ws, confinement, monkeypatch):
+    # The host's keys are found by a pattern. A canary key is planted under a name only this test's
+    # pattern matches: one matching the real pattern would be hidden by the other workers' sandboxes
+    # too, which fail when it vanishes between their check and their mount.
+    import fnmatch
+
+    from nanobot.sandbox import policy
+
+    assert any(
+        fnmatch.fnmatch("/etc/ssh/ssh_host_ed25519_key", g) for g in policy.HOST_SECRET_GLOBS
+    )
     if os.geteuid() != 0:
         pytest.skip("only root can plant a host key to prove the hiding")
     made = not Path("/etc/ssh").exists()
-    key = Path(f"/etc/ssh/ssh_host_nanobotcanary{os.getpid()}_key")
+    key = Path(f"/etc/ssh/nanobot_canary_host{os.getpid()}_key")
     canary = f"CANARY-HOST-KEY-{os.getpid()}"
     try:
         key.parent.mkdir(exist_ok=True)
@@ -87,10 +96,15 @@ def test_the_hosts_ssh_keys_are_hidden(ws, confinement):
         key.chmod(0o600)
     except OSError as exc:
         pytest.skip(f"cannot plant a host key here: {exc}")
+    monkeypatch.setattr(
+        policy,
+        "HOST_SECRET_GLOBS",
+        (*policy.HOST_SECRET_GLOBS, "/etc/ssh/nanobot_canary_host*_key"),
+    )
     try:
         _run(
             _tool(ws, confinement, False),
-            f"cat /etc/ssh/ssh_host_*_key > stolen.txt 2>/dev/null; cp {key} copy.txt 2>/dev/null; "
+            f"cat /etc/ssh/*_key > stolen.txt 2>/dev/null; cp {key} copy.txt 2>/dev/null; "
             "head -c 4 /etc/passwd > passwd.txt",
         )
     finally:
