@@ -84,7 +84,9 @@ def argv(
     """`info_fd`: where bwrap writes the host pid of the sandbox's init (see `end_namespace`);
     `seccomp_fd`: a file holding the filter of sandbox/seccomp.py (no setuid/setgid bits)."""
     ws = policy.workspace
-    a = [exe, "--die-with-parent", "--new-session", "--unshare-all"]
+    # --cap-drop ALL: run by root, bwrap leaves the command nearly every capability in its namespaces,
+    # and CAP_SYS_ADMIN there unmounts what hides a secret (`umount /etc/shadow` showed the real file)
+    a = [exe, "--die-with-parent", "--new-session", "--unshare-all", "--cap-drop", "ALL"]
     if info_fd is not None:
         a += ["--info-fd", str(info_fd)]
     if seccomp_fd is not None:

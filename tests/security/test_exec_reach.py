@@ -118,6 +118,32 @@ def test_the_hosts_ssh_keys_are_hidden(ws, confinement, monkeypatch):
     assert canary not in stolen
 
 
+def test_a_command_run_by_root_has_no_capabilities(ws, confinement):
+    if os.geteuid() != 0:
+        pytest.skip("a non-root user has none to drop")
+    _run(_tool(ws, confinement, False), "grep -E '^Cap(Eff|Prm|Amb):' /proc/self/status > caps.txt")
+    caps = dict(line.split(":") for line in (ws / "caps.txt").read_text().splitlines())
+    assert {k: int(v, 16) for k, v in caps.items()} == {"CapPrm": 0, "CapEff": 0, "CapAmb": 0}
+
+
+def test_a_root_command_cannot_unmount_what_hides_a_secret(ws, confinement):
+    # run by root, bubblewrap left the command CAP_SYS_ADMIN in its namespace: `umount /etc/shadow`
+    # took the hiding bind away and the real file was read
+    readable = [p for p in SECRET_FILES if os.access(p, os.R_OK) and Path(p).stat().st_size > 0]
+    if os.geteuid() != 0 or not readable:
+        pytest.skip("only root can read the host's secret files to prove they stay hidden")
+    _run(
+        _tool(ws, confinement, False),
+        "for f in /etc/shadow /etc/gshadow; do umount $f; umount -l $f; done 2>/dev/null; "
+        "mount -o remount,rw /etc 2>/dev/null; cat /etc/shadow /etc/gshadow > stolen.txt 2>/dev/null; "
+        "touch /etc/nanobot-remount-canary 2>/dev/null; true",
+    )
+    stolen = (ws / "stolen.txt").read_bytes()
+    for path in readable:
+        assert Path(path).read_bytes().splitlines()[0] not in stolen, path
+    assert not Path("/etc/nanobot-remount-canary").exists()
+
+
 def test_system_folders_are_read_only_even_to_root(ws, confinement):
     if os.geteuid() != 0:
         pytest.skip("only root could write there unconfined: run as root to prove it")
